@@ -1,0 +1,164 @@
+"""Experiment configurations: pydantic models, presets and ``--set key=value`` overrides.
+
+Every experiment declares a subclass of :class:`ExperimentConfig` whose field defaults are its
+``quick`` preset and whose ``PRESETS`` map each preset name (``smoke``, ``quick``, ``paper``) to the
+fields that differ from those defaults. :func:`resolve_config` applies a preset, then the user's
+overrides, then validates; any problem raises :class:`lmsci.errors.ConfigError` naming the field,
+the value and what is allowed, before any work starts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lmsci.errors import ConfigError, UnknownNameError
+
+PRESET_NAMES = ("smoke", "quick", "paper")
+
+
+class StrictModel(BaseModel):
+    """A pydantic model that rejects unknown keys and validates on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+
+class ExperimentConfig(StrictModel):
+    """Fields shared by all experiments.
+
+    Attributes:
+        preset: which preset produced this configuration (recorded in the report).
+        seed: the one source of randomness; per-point seeds derive from (seed, point id).
+        device: ``"auto"`` picks CUDA when available, else CPU.
+    """
+
+    preset: str = "quick"
+    seed: int = Field(0, ge=0, description="master seed")
+    device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"smoke": {}, "quick": {}, "paper": {}}
+
+
+def _parse_value(text: str) -> Any:
+    """Parse a command-line value: numbers (``1e-3`` too), booleans, lists (``[1,2]``), else a string."""
+    t = text.strip()
+    if re.fullmatch(r"[+-]?\d+", t):
+        return int(t)
+    if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", t):
+        return float(t)
+    try:
+        v = yaml.safe_load(t)
+    except yaml.YAMLError:
+        return t
+    return v
+
+
+def _field_names(model_cls: type[BaseModel]) -> list[str]:
+    return [n for n in model_cls.model_fields]
+
+
+def _check_key(model_cls: type[BaseModel], key: str) -> None:
+    """Raise UnknownNameError when a dotted key names no field of ``model_cls``."""
+    parts = key.split(".")
+    cls: Any = model_cls
+    for i, part in enumerate(parts):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            raise ConfigError(".".join(parts[:i]), key, "a scalar field (it has no sub-fields)")
+        names = _field_names(cls)
+        if part not in names:
+            prefix = ".".join(parts[:i])
+            choices = [f"{prefix}.{n}" if prefix else n for n in names]
+            raise UnknownNameError("config key", key, choices)
+        cls = cls.model_fields[part].annotation
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    d = data
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            raise ConfigError(key, value, "a nested key under a sub-configuration")
+    d[parts[-1]] = value
+
+
+def validation_to_config_error(err: ValidationError, data: dict) -> ConfigError:
+    """Turn the first pydantic error into a ConfigError with field, value and allowed values."""
+    e = err.errors()[0]
+    field = ".".join(str(x) for x in e["loc"]) or "config"
+    value = e.get("input")
+    ctx = e.get("ctx") or {}
+    if "expected" in ctx:
+        allowed = str(ctx["expected"])
+    else:
+        allowed = e["msg"].replace("Input should be ", "").replace("Value error, ", "")
+    return ConfigError(field, value, allowed)
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Parse ``["a=1", "model.d_model=64"]`` into ``{"a": 1, "model.d_model": 64}``.
+
+    Raises:
+        ConfigError: an item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError("--set", item, "key=value (for example --set steps=200)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _parse_value(v)
+    return out
+
+
+def resolve_config(
+    config_cls: type[ExperimentConfig],
+    preset: str = "quick",
+    overrides: list[str] | tuple[str, ...] | dict[str, Any] = (),
+    seed: int | None = None,
+) -> ExperimentConfig:
+    """Build a validated configuration: class defaults, then the preset, then the overrides.
+
+    Args:
+        config_cls: the experiment's config class.
+        preset: one of ``config_cls.PRESETS`` (``smoke``, ``quick``, ``paper``).
+        overrides: ``key=value`` strings (dotted keys for nested fields) or a dict.
+        seed: overrides ``seed`` when given.
+
+    Raises:
+        UnknownNameError: unknown preset or config key (with a did-you-mean).
+        ConfigError: a value of the wrong type or out of range.
+    """
+    if preset not in config_cls.PRESETS:
+        raise UnknownNameError("preset", preset, config_cls.PRESETS.keys())
+    data: dict[str, Any] = {}
+    for k, v in config_cls.PRESETS[preset].items():
+        _set_dotted(data, k, v)
+    data["preset"] = preset
+    ov = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
+    for k, v in ov.items():
+        if k == "preset":
+            raise ConfigError("preset", v, "set with --preset, not --set")
+        _check_key(config_cls, k)
+        _set_dotted(data, k, v)
+    if seed is not None:
+        data["seed"] = seed
+    try:
+        return config_cls.model_validate(data)
+    except ValidationError as err:
+        raise validation_to_config_error(err, data) from None
+
+
+def config_to_yaml(cfg: BaseModel) -> str:
+    """Every field of ``cfg``, defaults included, as YAML."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def config_from_yaml(config_cls: type[ExperimentConfig], text: str) -> ExperimentConfig:
+    """Load a configuration written by :func:`config_to_yaml`."""
+    try:
+        return config_cls.model_validate(yaml.safe_load(text))
+    except ValidationError as err:
+        raise validation_to_config_error(err, {}) from None

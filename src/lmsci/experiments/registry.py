@@ -1,0 +1,55 @@
+"""The experiment registry: ``@register("name")`` and lookup with did-you-mean errors."""
+
+from __future__ import annotations
+
+import importlib
+
+from lmsci.errors import UnknownNameError
+from lmsci.experiments.base import Experiment
+
+_REGISTRY: dict[str, type[Experiment]] = {}
+
+# Modules that define experiments; imported on first lookup so `import lmsci` stays light.
+EXPERIMENT_MODULES = [
+]
+
+_loaded = False
+
+
+def register(name: str):
+    """Class decorator adding an :class:`Experiment` subclass to the catalog under ``name``."""
+
+    def deco(cls: type[Experiment]) -> type[Experiment]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"experiment {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_all() -> None:
+    global _loaded
+    if not _loaded:
+        for mod in EXPERIMENT_MODULES:
+            importlib.import_module(mod)
+        _loaded = True
+
+
+def get(name: str) -> type[Experiment]:
+    """The experiment class registered as ``name``.
+
+    Raises:
+        UnknownNameError: no such experiment (the message suggests close names).
+    """
+    _load_all()
+    if name not in _REGISTRY:
+        raise UnknownNameError("experiment", name, _REGISTRY.keys())
+    return _REGISTRY[name]
+
+
+def catalog() -> dict[str, type[Experiment]]:
+    """All registered experiments, by name."""
+    _load_all()
+    return dict(sorted(_REGISTRY.items()))

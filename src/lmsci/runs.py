@@ -1,0 +1,297 @@
+"""The run directory: configuration, environment, metrics, results, verdict.
+
+Layout (see DESIGN.md)::
+
+    RUN_DIR/
+      config.yaml        resolved configuration, every default written out
+      environment.json   lmsci version, git commit, Python/torch/numpy versions, threads, device, seed
+      metrics.jsonl      one line per logged training step, tagged with the sweep point id
+      results.csv        one row per finished sweep point
+      verdict.json       claim, statistic, value, ci, threshold, reproduced
+      report.md          the report, with figures/*.png
+      points/<id>/       per-point artifacts (checkpoints, arrays) where an experiment needs them
+
+Writes are atomic (temporary file + ``os.replace``), so an interrupted run never leaves a
+half-written results file; rerunning into the same directory resumes from the finished points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import lmsci
+from lmsci.errors import RunDirError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see either the old or the new file, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def derive_seed(seed: int, *keys: Any) -> int:
+    """A 31-bit seed derived deterministically from a master seed and any keys (e.g. a point id)."""
+    h = hashlib.sha256(repr((int(seed),) + tuple(keys)).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``"auto"`` becomes ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def git_commit() -> str | None:
+    """The git commit of the lmsci source tree, or None outside a checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(seed: int, device: str) -> dict[str, Any]:
+    """Versions and machine facts recorded with every run."""
+    import numpy
+    import torch
+
+    return {
+        "lmsci_version": lmsci.__version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "cuda_device": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+        "seed": seed,
+        "started": datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+@dataclass
+class Verdict:
+    """The outcome of testing a claim, computed from measurements.
+
+    Attributes:
+        claim: the published claim in one sentence.
+        statistic: what was measured (for example "log-log slope of facts vs params").
+        value: the measured value of the statistic.
+        threshold: the rule that decides (for example "95% CI contains 1").
+        reproduced: whether the rule held.
+        ci: a confidence interval for ``value`` when one exists.
+        details: further numbers behind the verdict.
+        note: caveats, e.g. what scale would settle a claim that did not reproduce on CPU.
+    """
+
+    claim: str
+    statistic: str
+    value: float | None
+    threshold: str
+    reproduced: bool
+    ci: tuple[float, float] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ci"] = list(self.ci) if self.ci is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        d = dict(d)
+        if d.get("ci") is not None:
+            d["ci"] = tuple(d["ci"])
+        return cls(**d)
+
+
+def _jsonable(v: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(v, np.generic):
+            return v.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if hasattr(v, "item") and callable(v.item):
+        try:
+            return v.item()
+        except (ValueError, RuntimeError):
+            return str(v)
+    return v
+
+
+class RunDir:
+    """One run's directory on disk.
+
+    Args:
+        path: the directory (created when missing).
+    """
+
+    CONFIG = "config.yaml"
+    ENV = "environment.json"
+    METRICS = "metrics.jsonl"
+    RESULTS = "results.csv"
+    VERDICT = "verdict.json"
+    REPORT = "report.md"
+    META = "run.json"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    # -- creation and identity -------------------------------------------------------------
+    def init(self, experiment: str, config_yaml: str, env: dict[str, Any]) -> bool:
+        """Create the directory or check that it belongs to the same experiment and config.
+
+        Returns:
+            True when resuming an existing run, False for a new one.
+
+        Raises:
+            RunDirError: the directory holds a different experiment or configuration.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.path / self.CONFIG
+        if cfg_path.exists():
+            meta = self.meta()
+            if meta.get("experiment") != experiment:
+                raise RunDirError(
+                    f"{self.path} holds a run of {meta.get('experiment')!r}, not {experiment!r}; "
+                    "choose another --out"
+                )
+            if cfg_path.read_text() != config_yaml:
+                raise RunDirError(
+                    f"{self.path} holds a run with a different configuration; rerun with the "
+                    "same --preset/--set/--seed to resume, or choose another --out"
+                )
+            self._drop_unfinished_metrics()
+            return True
+        atomic_write_text(self.path / self.META, json.dumps({"experiment": experiment}, indent=2))
+        atomic_write_text(self.path / self.ENV, json.dumps(env, indent=2))
+        atomic_write_text(cfg_path, config_yaml)
+        return False
+
+    def meta(self) -> dict[str, Any]:
+        p = self.path / self.META
+        if not p.exists():
+            raise RunDirError(f"{self.path} is not an lmsci run directory (no {self.META})")
+        return json.loads(p.read_text())
+
+    def config_yaml(self) -> str:
+        return (self.path / self.CONFIG).read_text()
+
+    def environment(self) -> dict[str, Any]:
+        p = self.path / self.ENV
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def point_dir(self, point_id: str) -> Path:
+        """A directory for one point's artifacts (checkpoints, arrays)."""
+        d = self.path / "points" / point_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @property
+    def figures_dir(self) -> Path:
+        d = self.path / "figures"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # -- metrics ---------------------------------------------------------------------------
+    def log_metrics(self, point_id: str, row: dict[str, Any]) -> None:
+        """Append one metrics line (flushed at once) tagged with ``point_id``."""
+        rec = {"point": point_id, **{k: _jsonable(v) for k, v in row.items()}}
+        with open(self.path / self.METRICS, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def metrics(self) -> pd.DataFrame:
+        """All metrics lines as a table (empty when none)."""
+        p = self.path / self.METRICS
+        if not p.exists():
+            return pd.DataFrame()
+        rows = []
+        for line in p.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by kill -9
+                continue
+        return pd.DataFrame(rows)
+
+    def _drop_unfinished_metrics(self) -> None:
+        """On resume, forget metrics of points that never finished (they will be recomputed)."""
+        p = self.path / self.METRICS
+        if not p.exists():
+            return
+        done = self.finished_ids()
+        keep = []
+        for line in p.read_text().splitlines():
+            try:
+                if json.loads(line).get("point") in done:
+                    keep.append(line)
+            except json.JSONDecodeError:
+                continue
+        atomic_write_text(p, "".join(x + "\n" for x in keep))
+
+    # -- results ---------------------------------------------------------------------------
+    def results(self) -> pd.DataFrame:
+        """The finished points, one row each, in the order they finished."""
+        p = self.path / self.RESULTS
+        if not p.exists():
+            return pd.DataFrame()
+        return pd.read_csv(p)
+
+    def finished_ids(self) -> set[str]:
+        df = self.results()
+        return set(df["point"].astype(str)) if "point" in df else set()
+
+    def append_result(self, point_id: str, row: dict[str, Any]) -> None:
+        """Add one finished point's row; the file is replaced atomically."""
+        df = self.results()
+        new = pd.DataFrame([{"point": point_id, **{k: _jsonable(v) for k, v in row.items()}}])
+        df = new if df.empty else pd.concat([df, new], ignore_index=True)
+        atomic_write_text(self.path / self.RESULTS, df.to_csv(index=False))
+
+    # -- verdict and report ----------------------------------------------------------------
+    def write_verdict(self, verdicts: list[Verdict]) -> None:
+        data = [v.to_dict() for v in verdicts]
+        atomic_write_text(self.path / self.VERDICT, json.dumps(data if len(data) != 1 else data[0], indent=2))
+
+    def verdicts(self) -> list[Verdict]:
+        p = self.path / self.VERDICT
+        if not p.exists():
+            return []
+        data = json.loads(p.read_text())
+        data = data if isinstance(data, list) else [data]
+        return [Verdict.from_dict(d) for d in data]

@@ -1,0 +1,70 @@
+"""The sweep executor: run every unfinished point of an experiment, then write the report.
+
+Each point's result row is appended atomically as soon as the point (or its batch group)
+finishes, so an interrupted run (Ctrl-C, kill -9) loses only the points in progress and a rerun
+into the same directory resumes. Local execution only; points are pure functions of
+(config, point, seed), so a multi-machine backend can distribute them without changing experiments.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lmsci.config import ExperimentConfig, config_to_yaml
+from lmsci.runs import RunDir, environment, resolve_device
+
+if TYPE_CHECKING:
+    from lmsci.experiments.base import Experiment
+
+
+def default_out(name: str) -> Path:
+    """``runs/<name>/<timestamp>`` under the current directory."""
+    return Path("runs") / name / time.strftime("%Y-%m-%dT%H-%M-%S")
+
+
+def run_experiment(
+    exp: Experiment,
+    cfg: ExperimentConfig,
+    out: str | Path | None = None,
+    progress: bool = True,
+    log=print,
+) -> RunDir:
+    """Run (or resume) ``exp`` with ``cfg`` into ``out`` and render its report.
+
+    Raises:
+        ConfigError: from ``exp.validate`` before any work starts.
+        RunDirError: ``out`` holds another experiment or configuration.
+    """
+    from tqdm.auto import tqdm
+
+    from lmsci.experiments.base import PointContext
+    from lmsci.report import render_report
+
+    exp.validate(cfg)
+    points = exp.points(cfg)
+    ids = [p.id for p in points]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{exp.name}: duplicate point ids in the sweep")
+    device = resolve_device(cfg.device)
+    run = RunDir(out or default_out(exp.name))
+    resumed = run.init(exp.name, config_to_yaml(cfg), environment(cfg.seed, device))
+    done = run.finished_ids()
+    todo = [p for p in points if p.id not in done]
+    if resumed:
+        log(f"resuming {run.path}: {len(done)} of {len(points)} points already finished")
+    groups = exp.groups(cfg, todo)
+    bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=exp.name, disable=not progress,
+               dynamic_ncols=True)
+    for group in groups:
+        ctxs = [PointContext(run, p, exp.point_seed(cfg, p), device, progress) for p in group]
+        t0 = time.perf_counter()
+        rows = exp.run_group(cfg, group, ctxs)
+        dt = (time.perf_counter() - t0) / max(len(group), 1)
+        for p, row in zip(group, rows):
+            run.append_result(p.id, {**row, "seconds": round(dt, 3)})
+            bar.update(1)
+    bar.close()
+    render_report(exp, cfg, run)
+    return run
