@@ -1,0 +1,429 @@
+"""The training loop: one readable function, in the style of nanoGPT's ``train.py``.
+
+``train(model, get_batch, cfg, seed=...)`` runs AdamW (weight decay only on weights with two or
+more dimensions) with a linear warmup followed by a cosine decay to ``min_lr_ratio * lr``,
+gradient clipping and gradient accumulation; it evaluates every ``eval_every`` steps through
+``eval_fn``, logs step metrics through ``log(dict)`` and saves/resumes checkpoints in
+``checkpoint_dir``. A run interrupted and resumed from its last checkpoint on CPU produces
+bit-for-bit the same weights and losses as the uninterrupted run (tested).
+
+Randomness comes only from ``seed``: batches are drawn by ``get_batch`` with a
+``torch.Generator`` seeded from it, and anything in the model that uses torch's global RNG
+(dropout) runs inside :func:`torch.random.fork_rng` seeded from it, so the caller's global RNG
+state is left untouched. Both generator states are saved in the checkpoint.
+
+On CUDA the forward pass runs under bf16 autocast (that code path is present but only CPU is
+tested here). Losses are cross-entropy in nats/token; targets equal to ``-100`` are ignored.
+
+Source of the recipe: Karpathy, nanoGPT ``train.py`` (AdamW groups, warmup + cosine schedule);
+Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization", arXiv 1711.05101 (AdamW);
+Loshchilov & Hutter 2017, "SGDR", arXiv 1608.03983 (cosine schedule).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pydantic import Field
+
+from lmsci.config import StrictModel
+from lmsci.errors import ConfigError
+
+IGNORE_INDEX = -100
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+GetBatch = Callable[[int, torch.Generator], Batch]
+
+
+class TrainConfig(StrictModel):
+    """Hyper-parameters of :func:`train`.
+
+    Attributes:
+        steps: optimizer steps.
+        batch_size: sequences per call of ``get_batch`` (one micro-batch); the effective batch
+            per optimizer step is ``batch_size * grad_accum``. The trainer does not build
+            batches itself: callers use this field in their ``get_batch``.
+        lr: peak learning rate.
+        warmup_steps: linear warmup from ``lr / warmup_steps`` to ``lr`` over this many steps.
+        min_lr_ratio: the cosine decay ends at ``min_lr_ratio * lr`` at the last step.
+        weight_decay: AdamW decoupled weight decay, applied to parameters with ``ndim >= 2`` only.
+        betas: AdamW betas.
+        grad_clip: clip the global gradient norm to this value; 0 disables clipping.
+        grad_accum: micro-batches per optimizer step (the loss is averaged over all their tokens).
+        eval_every: call ``eval_fn`` every this many steps (and always after the last step);
+            0 = only after the last step.
+        checkpoint_every: save a checkpoint every this many steps (and after the last step) when
+            a ``checkpoint_dir`` is given; 0 = only after the last step.
+        log_every: call ``log`` with training metrics every this many steps (and at the last).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
+        tensorboard: also write the metrics as TensorBoard scalars (only if the ``tensorboard``
+            package is installed; otherwise a warning) under ``checkpoint_dir/tensorboard``.
+    """
+
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.1, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(1.0, ge=0)
+    grad_accum: int = Field(1, ge=1)
+    eval_every: int = Field(0, ge=0)
+    checkpoint_every: int = Field(0, ge=0)
+    log_every: int = Field(1, ge=1)
+    device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
+    tensorboard: bool = False
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        history: every logged record, in order: training records (step, loss, lr, grad_norm,
+            tokens_seen, tokens_per_s) and evaluation records (step plus ``eval_fn``'s metrics).
+        final: the last training record merged with the last evaluation record.
+        steps: optimizer steps completed.
+        tokens_seen: non-ignored target tokens trained on.
+        resumed_from: the step the run resumed from (0 for a fresh run).
+        seconds: wall time of this call.
+    """
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0
+    tokens_seen: int = 0
+    resumed_from: int = 0
+    seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# pieces
+# --------------------------------------------------------------------------------------------
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate at 0-based optimizer ``step``: linear warmup, then cosine to ``min_lr_ratio*lr``.
+
+    ``lr * (step + 1) / warmup_steps`` for ``step < warmup_steps``; afterwards
+    ``min_lr + 0.5 * (1 + cos(pi * t)) * (lr - min_lr)`` with
+    ``t = (step - warmup_steps) / max(1, steps - 1 - warmup_steps)``, so the last step uses ``min_lr``.
+    """
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    min_lr = cfg.min_lr_ratio * cfg.lr
+    t = (step - cfg.warmup_steps) / max(1, cfg.steps - 1 - cfg.warmup_steps)
+    t = min(max(t, 0.0), 1.0)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * t)) * (cfg.lr - min_lr)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with two groups: decay for parameters with ``ndim >= 2`` (matmul weights, embeddings),
+    no decay for biases and norm gains (nanoGPT's grouping)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), foreach=False)
+
+
+def _logits(out: Any) -> torch.Tensor:
+    """Accept a model returning logits or an object with ``.logits`` (Hugging Face)."""
+    return out.logits if hasattr(out, "logits") else out
+
+
+def sum_nll(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Summed cross-entropy (nats) over non-ignored targets, and their count.
+
+    Args:
+        x: input ids ``[batch, seq]`` long. y: targets ``[batch, seq]`` long, ``-100`` ignored.
+    """
+    logits = _logits(model(x))
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss, int((y != IGNORE_INDEX).sum())
+
+
+@torch.no_grad()
+def evaluate_nll(model: nn.Module, batches: Iterable[Batch], device: str | None = None) -> float:
+    """Mean negative log-likelihood in nats/token over all non-ignored targets of ``batches``.
+
+    Args:
+        model: maps input ids ``[batch, seq]`` to logits ``[batch, seq, vocab_size]``.
+        batches: iterable of ``(input_ids [batch, seq], targets [batch, seq])``; ``-100`` ignored.
+        device: where to move the batches (default: the model's device).
+
+    Raises:
+        ValueError: the batches contain no target token.
+    """
+    was_training = model.training
+    model.eval()
+    dev = device or next(model.parameters()).device
+    total, count = 0.0, 0
+    for x, y in batches:
+        s, n = sum_nll(model, x.to(dev), y.to(dev))
+        total += float(s)
+        count += n
+    model.train(was_training)
+    if count == 0:
+        raise ValueError("evaluate_nll: the batches contain no target tokens (all -100?)")
+    return total / count
+
+
+@contextlib.contextmanager
+def seed_scope(seed: int) -> Iterator[None]:
+    """Run a block with torch's global RNG seeded to ``seed`` and restore the caller's state after.
+
+    Use it to initialise a model deterministically without touching global state::
+
+        with seed_scope(seed):
+            model = GPT(cfg)
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _autocast(device: str):
+    if device.startswith("cuda"):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints
+# --------------------------------------------------------------------------------------------
+
+_LATEST = "latest"
+_RESUME_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "min_lr_ratio", "weight_decay", "betas",
+                "grad_clip", "grad_accum")
+
+
+def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint directory under ``checkpoint_dir``, or None."""
+    p = Path(checkpoint_dir) / _LATEST
+    if not p.exists():
+        return None
+    d = Path(checkpoint_dir) / p.read_text().strip()
+    return d if (d / "model.safetensors").exists() and (d / "trainer_state.pt").exists() else None
+
+
+def save_checkpoint(checkpoint_dir: str | Path, model: nn.Module, state: dict[str, Any]) -> Path:
+    """Write ``step-XXXXXXX/{model.safetensors, trainer_state.pt}`` atomically, then point
+    ``latest`` at it and delete older step directories.
+
+    The step directory is filled under a temporary name and renamed in one ``os.replace``; the
+    ``latest`` pointer is replaced atomically too, so a crash leaves the previous checkpoint valid.
+    """
+    from safetensors.torch import save_model
+
+    from lmsci.runs import atomic_write_text
+
+    root = Path(checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{state['step']:07d}"
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(state, tmp / "trainer_state.pt")
+        final = root / name
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    atomic_write_text(root / _LATEST, name)
+    for old in root.glob("step-*"):
+        if old.name != name:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str | Path, model: nn.Module) -> dict[str, Any]:
+    """Load weights from ``path/model.safetensors`` into ``model`` and return the trainer state."""
+    from safetensors.torch import load_model
+
+    path = Path(path)
+    load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    return torch.load(path / "trainer_state.pt", weights_only=True)
+
+
+# --------------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------------
+
+
+def train(
+    model: nn.Module,
+    get_batch: GetBatch,
+    cfg: TrainConfig,
+    *,
+    seed: int,
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
+    log: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint_dir: str | Path | None = None,
+    progress: Any = None,
+) -> TrainResult:
+    """Train ``model`` in place for ``cfg.steps`` optimizer steps (resuming when possible).
+
+    Args:
+        model: maps input ids ``[batch, seq]`` long to logits ``[batch, seq, vocab_size]`` (or
+            an object with ``.logits``). Moved to ``cfg.device``.
+        get_batch: ``get_batch(step, generator) -> (input_ids [batch, seq] long, targets [batch, seq]
+            long)``, targets ``-100`` ignored; called ``cfg.grad_accum`` times per step and must
+            draw all its randomness from ``generator``.
+        cfg: the :class:`TrainConfig`.
+        seed: seeds the batch generator and the model's global-RNG use (dropout).
+        eval_fn: ``eval_fn(model) -> dict`` of metrics, called in eval mode without gradients every
+            ``cfg.eval_every`` steps and after the last step.
+        log: receives each record (training and evaluation) as a dict with ``step``.
+        checkpoint_dir: where checkpoints go; if it holds one, training resumes from it.
+        progress: a tqdm-like bar (``update``, ``set_postfix``); updated once per step.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        ConfigError: the checkpoint in ``checkpoint_dir`` was written with a different config.
+    """
+    from lmsci.runs import resolve_device
+
+    t_start = time.perf_counter()
+    device = resolve_device(cfg.device)
+    model.to(device)
+    opt = make_optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(int(seed))
+    result = TrainResult()
+    step, tokens_seen = 0, 0
+
+    tb = None
+    if cfg.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            tb = SummaryWriter(str(Path(checkpoint_dir or ".") / "tensorboard"))
+        except ImportError:
+            warnings.warn("TrainConfig.tensorboard=True but the tensorboard package is not installed; "
+                          "pip install tensorboard", stacklevel=2)
+
+    def emit(rec: dict[str, Any]) -> None:
+        result.history.append(rec)
+        if log is not None:
+            log(dict(rec))
+        if tb is not None:
+            for k, v in rec.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    tb.add_scalar(k, v, rec["step"])
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed) ^ 0x5EED)
+
+        ckpt = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None else None
+        if ckpt is not None:
+            state = load_checkpoint(ckpt, model)
+            saved = state["config"]
+            for k in _RESUME_KEYS:
+                mine = list(getattr(cfg, k)) if k == "betas" else getattr(cfg, k)
+                theirs = list(saved[k]) if k == "betas" else saved[k]
+                if mine != theirs:
+                    raise ConfigError(f"train.{k}", mine, f"{theirs!r} (the value the checkpoint in "
+                                      f"{checkpoint_dir} was written with); use another directory to start over")
+            if state["seed"] != int(seed):
+                raise ConfigError("seed", seed, f"{state['seed']} (the checkpoint's seed)")
+            opt.load_state_dict(state["optimizer"])
+            gen.set_state(state["batch_rng"])
+            torch.set_rng_state(state["torch_rng"])
+            step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
+            result.history = json.loads(state["history"])
+            result.resumed_from = step
+            if progress is not None:
+                progress.update(step)
+
+        def checkpoint() -> None:
+            if checkpoint_dir is None:
+                return
+            save_checkpoint(checkpoint_dir, model, {
+                "step": step, "tokens_seen": tokens_seen, "seed": int(seed),
+                "config": cfg.model_dump(mode="json"), "optimizer": opt.state_dict(),
+                "batch_rng": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "history": json.dumps(result.history),
+            })
+
+        def evaluate() -> None:
+            if eval_fn is None:
+                return
+            model.eval()
+            with torch.no_grad(), _autocast(device):
+                metrics = eval_fn(model)
+            model.train()
+            emit({"step": step, **{k: float(v) if isinstance(v, (int, float)) else v
+                                   for k, v in metrics.items()}})
+
+        model.train()
+        t_last, tok_last = time.perf_counter(), tokens_seen
+        while step < cfg.steps:
+            lr = lr_at(step, cfg)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            # Fetch all micro-batches first so each is weighted by its share of the target tokens:
+            # the accumulated gradient then equals the gradient of the mean over all of them.
+            micro = [get_batch(step, gen) for _ in range(cfg.grad_accum)]
+            n_tok = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro)
+            opt.zero_grad(set_to_none=True)
+            loss_sum = 0.0
+            for x, y in micro:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                with _autocast(device):
+                    s, _ = sum_nll(model, x, y)
+                (s / max(n_tok, 1)).backward()
+                loss_sum += float(s.detach())
+            if cfg.grad_clip > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+            else:
+                grad_norm = float(torch.norm(torch.stack(
+                    [p.grad.detach().norm() for p in model.parameters() if p.grad is not None])))
+            opt.step()
+            step += 1
+            tokens_seen += n_tok
+            loss = loss_sum / max(n_tok, 1)
+
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                now = time.perf_counter()
+                tps = (tokens_seen - tok_last) / max(now - t_last, 1e-9)
+                t_last, tok_last = now, tokens_seen
+                emit({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                      "tokens_seen": tokens_seen, "tokens_per_s": tps})
+                if progress is not None:
+                    progress.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
+            if progress is not None:
+                progress.update(1)
+            if step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0):
+                evaluate()
+            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                checkpoint()
+
+    if tb is not None:
+        tb.close()
+    result.steps, result.tokens_seen = step, tokens_seen
+    train_recs = [r for r in result.history if "grad_norm" in r]
+    eval_recs = [r for r in result.history if "grad_norm" not in r]
+    result.final = {**(train_recs[-1] if train_recs else {}), **(eval_recs[-1] if eval_recs else {})}
+    result.seconds = time.perf_counter() - t_start
+    return result

@@ -1,0 +1,221 @@
+"""Trainer: schedule, grad accumulation, determinism, checkpoint resume bitwise, evaluate_nll."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from lmsci.errors import ConfigError
+from lmsci.train.trainer import (
+    TrainConfig,
+    evaluate_nll,
+    latest_checkpoint,
+    lr_at,
+    make_optimizer,
+    seed_scope,
+    train,
+)
+
+V, T = 11, 8
+
+
+class TinyLM(nn.Module):
+    """Embedding -> one causal mixing layer -> LayerNorm -> unembedding, with dropout."""
+
+    def __init__(self, d=16, dropout=0.1):
+        super().__init__()
+        self.emb = nn.Embedding(V, d)
+        self.mix = nn.Linear(d, d)
+        self.ln = nn.LayerNorm(d)
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Linear(d, V)
+
+    def forward(self, x):  # [batch, seq] -> [batch, seq, V]
+        h = self.emb(x)
+        h = h + torch.tanh(self.mix(torch.cumsum(h, dim=1) / torch.arange(1, x.size(1) + 1)[:, None]))
+        return self.out(self.drop(self.ln(h)))
+
+
+def make_model(seed=0, dropout=0.1):
+    with seed_scope(seed):
+        return TinyLM(dropout=dropout)
+
+
+def get_batch_factory(batch_size=4):
+    """A learnable task: x_{t+1} = (x_t + 3) mod V; some targets ignored."""
+
+    def get_batch(step, g):
+        x0 = torch.randint(0, V, (batch_size, 1), generator=g)
+        seq = (x0 + 3 * torch.arange(T + 1)) % V
+        x, y = seq[:, :-1].clone(), seq[:, 1:].clone()
+        y[:, 0] = -100
+        return x, y
+
+    return get_batch
+
+
+def cfg(**kw):
+    base = dict(steps=12, batch_size=4, lr=3e-2, warmup_steps=3, min_lr_ratio=0.1, weight_decay=0.1,
+                grad_clip=1.0, device="cpu")
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def weights(m):
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def test_schedule_values():
+    c = cfg(steps=11, warmup_steps=2, lr=1.0, min_lr_ratio=0.1)
+    assert lr_at(0, c) == pytest.approx(0.5)
+    assert lr_at(1, c) == pytest.approx(1.0)
+    assert lr_at(2, c) == pytest.approx(1.0)  # start of the cosine
+    # halfway through the cosine: (min + max) / 2
+    assert lr_at(2 + 4, c) == pytest.approx(0.55)
+    assert lr_at(10, c) == pytest.approx(0.1)  # last step at min_lr
+    lrs = [lr_at(s, c) for s in range(2, 11)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert lr_at(0, cfg(warmup_steps=0, lr=2.0)) == pytest.approx(2.0)
+
+
+def test_weight_decay_only_on_matrices():
+    opt = make_optimizer(make_model(), cfg())
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert len(decay["params"]) == 3 and len(no_decay["params"]) == 4
+
+
+def test_loss_falls_and_metrics_logged():
+    logged = []
+    r = train(make_model(), get_batch_factory(), cfg(steps=60, log_every=5), seed=0, log=logged.append,
+              eval_fn=lambda m: {"val_loss": 1.0})
+    losses = [x["loss"] for x in r.history if "grad_norm" in x]
+    assert losses[-1] < 0.5 * losses[0]
+    assert logged == r.history
+    rec = logged[0]
+    assert {"step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s"} <= set(rec)
+    assert rec["step"] == 5 and rec["tokens_seen"] == 5 * 4 * (T - 1)  # ignored targets not counted
+    assert r.final["val_loss"] == 1.0 and r.final["step"] == 60 and r.steps == 60
+
+
+def test_deterministic_and_seed_matters():
+    a, b, c = make_model(), make_model(), make_model()
+    ra = train(a, get_batch_factory(), cfg(), seed=1)
+    rb = train(b, get_batch_factory(), cfg(), seed=1)
+    rc = train(c, get_batch_factory(), cfg(), seed=2)
+    la = [x["loss"] for x in ra.history]
+    assert la == [x["loss"] for x in rb.history]
+    assert la != [x["loss"] for x in rc.history]
+    for k, v in weights(a).items():
+        assert torch.equal(v, weights(b)[k])
+
+
+def test_global_rng_untouched():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    train(make_model(), get_batch_factory(), cfg(steps=3), seed=0)
+    assert torch.equal(before, torch.get_rng_state())
+
+
+def test_grad_accumulation_equals_big_batch():
+    """4 micro-batches of 2 sequences == 1 batch of 8 (same rows), up to float rounding."""
+    rows = []
+
+    def big(step, g):
+        x, y = get_batch_factory(8)(step, g)
+        rows.append((x, y))
+        return x, y
+
+    def small(step, g):
+        if step * 4 >= len(small.buf):
+            x, y = get_batch_factory(8)(step, g)
+            small.buf += [(x[i:i + 2], y[i:i + 2]) for i in range(0, 8, 2)]
+        out = small.buf[small.i]
+        small.i += 1
+        return out
+
+    small.buf, small.i = [], 0
+    a, b = make_model(dropout=0.0), make_model(dropout=0.0)
+    ra = train(a, big, cfg(steps=5), seed=0)
+    rb = train(b, small, cfg(steps=5, grad_accum=4, batch_size=2), seed=0)
+    for x, y in zip(ra.history, rb.history):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5)
+        assert x["tokens_seen"] == y["tokens_seen"]
+    for k, v in weights(a).items():
+        torch.testing.assert_close(v, weights(b)[k], rtol=1e-5, atol=1e-6)
+
+
+def test_resume_equals_uninterrupted_bitwise(tmp_path):
+    c = cfg(steps=12, checkpoint_every=4, eval_every=3)
+    gb = get_batch_factory()
+    ev = lambda m: {"val_nll": evaluate_nll(m, [gb(0, torch.Generator().manual_seed(9))])}  # noqa: E731
+    full = make_model()
+    r_full = train(full, gb, c, seed=5, eval_fn=ev)
+
+    class Stop(Exception):
+        pass
+
+    def crashing(step, g):
+        if step == 9:
+            raise Stop
+        return gb(step, g)
+
+    with pytest.raises(Stop):
+        train(make_model(), crashing, c, seed=5, eval_fn=ev, checkpoint_dir=tmp_path / "ck")
+    assert latest_checkpoint(tmp_path / "ck").name == "step-0000008"
+    resumed = make_model(seed=99)  # different init: the checkpoint must overwrite it
+    logged = []
+    r_res = train(resumed, gb, c, seed=5, eval_fn=ev, checkpoint_dir=tmp_path / "ck", log=logged.append)
+    assert r_res.resumed_from == 8
+    assert [x["step"] for x in logged] == [9, 9, 10, 11, 12, 12]  # only new steps (train + eval records)
+
+    def strip(h):  # wall-clock speed is the one field allowed to differ
+        return [{k: v for k, v in x.items() if k != "tokens_per_s"} for x in h]
+
+    assert strip(r_res.history) == strip(r_full.history)  # losses, lr, grad norms, eval NLL: exactly equal
+    for k, v in weights(full).items():
+        assert torch.equal(v, weights(resumed)[k]), k
+    # a finished run resumes to a no-op; a different config is refused
+    again = train(make_model(), gb, c, seed=5, checkpoint_dir=tmp_path / "ck")
+    assert again.resumed_from == 12 and again.final["loss"] == r_full.final["loss"]
+    with pytest.raises(ConfigError, match="lr"):
+        train(make_model(), gb, cfg(steps=12, lr=0.5), seed=5, checkpoint_dir=tmp_path / "ck")
+
+
+def test_evaluate_nll_uniform_model():
+    class Uniform(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return torch.zeros(*x.shape, V) + self.w
+
+    gb = get_batch_factory()
+    g = torch.Generator().manual_seed(0)
+    assert evaluate_nll(Uniform(), [gb(0, g), gb(1, g)]) == pytest.approx(math.log(V))
+    with pytest.raises(ValueError):
+        evaluate_nll(Uniform(), [(torch.zeros(1, 2, dtype=torch.long), torch.full((1, 2), -100))])
+
+
+def test_tensorboard_flag_without_package_warns(tmp_path):
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.warns(UserWarning, match="tensorboard"):
+            train(make_model(), get_batch_factory(), cfg(steps=1, tensorboard=True), seed=0,
+                  checkpoint_dir=tmp_path)
+    else:  # pragma: no cover
+        train(make_model(), get_batch_factory(), cfg(steps=1, tensorboard=True), seed=0, checkpoint_dir=tmp_path)
+        assert (tmp_path / "tensorboard").exists()
+
+
+def test_config_validation():
+    with pytest.raises(Exception):
+        TrainConfig(steps=0)
+    with pytest.raises(Exception):
+        TrainConfig(device="tpu")
