@@ -1,0 +1,686 @@
+"""A small decoder-only transformer (GPT) with the architectural variants the seeds compare, and hook points.
+
+One readable file in the spirit of nanoGPT (karpathy/nanoGPT ``model.py``), with TransformerLens-style
+named hook points (TransformerLensOrg/TransformerLens ``hook_points.py``).
+
+Variants (``GPTConfig``):
+
+* ``pos``: positional information
+    - ``"learned"``: learned absolute position embedding added to the token embedding (GPT-2;
+      Radford et al. 2019).
+    - ``"rope"``: rotary position embedding on queries and keys (Su et al. 2021, arXiv 2104.09864, eq. 34),
+      in the *split-halves* convention of Hugging Face Llama (``rotate_half``: dimension ``i`` is paired
+      with ``i + d_head/2``), so that Llama export needs no weight permutation.
+    - ``"relative"``: T5-style learned relative position bias (Raffel et al. 2020, arXiv 1910.10683,
+      sec. 2.1): the causal distance ``q_pos - k_pos`` is mapped to one of ``REL_BUCKETS = 32`` buckets
+      (exact for distances below 16, logarithmic up to ``REL_MAX_DISTANCE = 128``, clipped beyond); each
+      layer learns one scalar bias per (head, bucket), added to the attention logits.
+      (Physics of LMs Part 1's GPT_rel is DeBERTa-style; this is the simpler T5 form.)
+    - ``"alibi"``: fixed linear bias ``-m_h * (q_pos - k_pos)`` with the geometric head slopes of
+      Press et al. 2022 (arXiv 2108.12409, sec. 3).
+    - ``"nope"``: no positional information at all; the causal mask alone (Kazemnejad et al. 2023,
+      arXiv 2305.19466).
+    - ``"uni"``: Physics of LMs Part 1's GPT_uni (Allen-Zhu & Li 2023, arXiv 2305.13673, sec. 5/App.):
+      attention is *fixed and uniform*: head ``h`` (0-based) averages the values of the last
+      ``uni_window(h) = 2**(h+1) - 1`` tokens (1, 3, 7, 15, ...; the token itself included, truncated at
+      the start of the sequence). Only the value and output projections are learned (there are no query
+      or key weights; ``attend`` receives ``q = k = None``).
+* ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"swiglu"`` (Shazeer 2020,
+  arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP) or ``"none"`` (attention-only).
+* ``norm``: pre-norm ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019, arXiv 1910.07467), eps 1e-5.
+* ``tie_embeddings``: share the token embedding with the unembedding.
+* ``bias``: biases in the linear layers and LayerNorms (the unembedding never has a bias).
+
+Attention uses ``torch.nn.functional.scaled_dot_product_attention`` (fused, ``is_causal=True`` when
+there is no positional bias) unless a hook reads or patches ``attn.scores``/``attn.pattern`` of that
+layer, in which case the explicit path (``softmax(q k^T / sqrt(d_head) + bias)``) computes them; the
+two paths agree to float rounding (tested).
+
+Hook points (shapes; ``batch`` = B, ``seq`` = T, ``q``/``k`` = query/key positions):
+
+=====================================  ==========================================================
+``embed``                              token (+ learned position) embedding  ``[B, T, d_model]``
+``blocks.{i}.resid_pre``               residual stream entering block i      ``[B, T, d_model]``
+``blocks.{i}.attn.scores``             pre-softmax attention logits, scaled, with positional bias,
+                                       causal mask applied as ``-inf``       ``[B, n_heads, q, k]``
+``blocks.{i}.attn.pattern``            attention probabilities               ``[B, n_heads, q, k]``
+``blocks.{i}.attn.z``                  per-head attention output before W_O  ``[B, T, n_heads, d_head]``
+``blocks.{i}.attn.out``                attention sublayer output (after W_O) ``[B, T, d_model]``
+``blocks.{i}.resid_mid``               residual stream after attention       ``[B, T, d_model]``
+``blocks.{i}.mlp.pre``                 MLP pre-activation (gate for SwiGLU)   ``[B, T, d_mlp]``
+``blocks.{i}.mlp.post``                MLP hidden after the nonlinearity     ``[B, T, d_mlp]``
+``blocks.{i}.mlp.out``                 MLP sublayer output                   ``[B, T, d_model]``
+``blocks.{i}.resid_post``              residual stream leaving block i       ``[B, T, d_model]``
+``final``                              after the final norm                  ``[B, T, d_model]``
+=====================================  ==========================================================
+
+(``mlp.*`` and ``resid_mid`` do not exist when ``mlp="none"``.) A hook function is called as
+``fn(activation, hook)`` where ``hook.name`` is the hook point's name; it returns ``None`` (read only)
+or a tensor of the same shape that replaces the activation. Hooks are only attached inside
+:meth:`GPT.hooks`, which always removes them on exit, also when the body raises.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, ValidationError, model_validator
+from torch import Tensor, nn
+
+from lmsci.config import StrictModel, validation_to_config_error
+from lmsci.errors import ConfigError, UnknownNameError
+
+REL_BUCKETS = 32
+REL_MAX_DISTANCE = 128
+NORM_EPS = 1e-5
+
+HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
+
+
+class GPTConfig(StrictModel):
+    """Architecture of a :class:`GPT`.
+
+    Attributes:
+        vocab_size: number of token ids.
+        seq_len: maximum number of positions (the learned position table size; ``generate`` crops to it).
+        n_layers, n_heads, d_model: depth, heads per layer, residual width.
+        d_head: per-head width (default ``d_model // n_heads``; ``d_model`` must then be divisible).
+        d_mlp: MLP hidden width (default ``4 * d_model``; also for SwiGLU).
+        pos, mlp, norm, tie_embeddings, bias: see the module docstring.
+        dropout: dropout probability on attention probabilities and sublayer outputs (training only).
+        rope_base: RoPE base ``theta`` (Su et al. 2021).
+
+    Raises:
+        ConfigError: on construction with a bad value (for example ``d_model`` not divisible by
+            ``n_heads`` without an explicit ``d_head``, or an odd ``d_head`` with ``pos="rope"``).
+    """
+
+    vocab_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    n_layers: int = Field(ge=0)
+    n_heads: int = Field(ge=1)
+    d_model: int = Field(ge=1)
+    d_head: int | None = Field(None, ge=1)
+    d_mlp: int | None = Field(None, ge=1)
+    pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni"] = "learned"
+    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    tie_embeddings: bool = False
+    bias: bool = True
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    rope_base: float = Field(10000.0, gt=0.0)
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise validation_to_config_error(err, data) from None
+
+    @model_validator(mode="after")
+    def _check(self) -> GPTConfig:
+        if self.d_head is None and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} unless d_head is given"
+            )
+        if self.pos == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(f"pos='rope' needs an even d_head, got d_head={self.head_dim}")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        """``d_head`` with its default applied."""
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def mlp_dim(self) -> int:
+        """``d_mlp`` with its default applied."""
+        return self.d_mlp if self.d_mlp is not None else 4 * self.d_model
+
+
+# ----------------------------------------------------------------------------------------- hooks
+
+
+class HookPoint:
+    """A named activation site. Identity unless hook functions are attached (only via ``GPT.hooks``)."""
+
+    __slots__ = ("name", "fns")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.fns: list[HookFn] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.fns)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        for fn in self.fns:
+            out = fn(x, self)
+            if out is not None:
+                if not isinstance(out, Tensor) or out.shape != x.shape:
+                    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+                    raise ValueError(f"hook on {self.name!r} returned {got}; expected a tensor of shape {tuple(x.shape)}")
+                x = out
+        return x
+
+    def __repr__(self) -> str:
+        return f"HookPoint({self.name!r}, {len(self.fns)} fns)"
+
+
+# ------------------------------------------------------------------------------------ positional
+
+
+def uni_window(h: int) -> int:
+    """GPT_uni window of head ``h`` (0-based): ``2**(h+1) - 1`` tokens (Physics of LMs Part 1)."""
+    return 2 ** (h + 1) - 1
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi head slopes ``m_h`` (Press et al. 2022, sec. 3 and their reference code).
+
+    For a power of two ``n``: ``m_h = 2**(-8 (h+1) / n)``; otherwise the slopes of the next lower
+    power of two followed by every other slope of the next higher one. Returns ``[n_heads]``.
+    """
+
+    def pow2(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        s = pow2(n_heads)
+    else:
+        p = 2 ** math.floor(math.log2(n_heads))
+        s = pow2(p) + pow2(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(s, dtype=torch.float32)
+
+
+def t5_bucket(distance: Tensor, num_buckets: int = REL_BUCKETS, max_distance: int = REL_MAX_DISTANCE) -> Tensor:
+    """T5 causal relative-position bucket of ``distance = q_pos - k_pos >= 0`` (Raffel et al. 2020).
+
+    Half the buckets are exact (distances ``0 .. num_buckets/2 - 1``), the rest logarithmic up to
+    ``max_distance``; larger distances share the last bucket. Negative distances map to bucket 0
+    (they are masked anyway). Returns a long tensor of the same shape.
+    """
+    d = distance.clamp(min=0)
+    exact = num_buckets // 2
+    is_small = d < exact
+    large = exact + (
+        torch.log(d.float().clamp(min=1) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    ).long()
+    large = large.clamp(max=num_buckets - 1)
+    return torch.where(is_small, d, large)
+
+
+def rope_cos_sin(pos: Tensor, d_head: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos/sin tables for positions ``pos`` (``[T]`` or ``[B, T]``), each ``[..., T, d_head]``.
+
+    Split-halves convention of HF Llama: ``inv_freq_j = base**(-2j/d_head)``, tables ``cat(f, f)``.
+    """
+    inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, device=pos.device, dtype=torch.float32) / d_head))
+    freqs = pos.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate ``x [B, H, T, d_head]`` by the tables from :func:`rope_cos_sin` (``x cos + rotate_half(x) sin``)."""
+    if cos.dim() == 3:  # [B, T, d] -> [B, 1, T, d]
+        cos, sin = cos[:, None], sin[:, None]
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+# ------------------------------------------------------------------------------------- modules
+
+
+def _norm(cfg: GPTConfig) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(cfg.d_model, eps=NORM_EPS, bias=cfg.bias)
+    return nn.RMSNorm(cfg.d_model, eps=NORM_EPS)
+
+
+class Attention(nn.Module):
+    """Multi-head causal self-attention with a pluggable positional scheme.
+
+    Weights: ``qkv`` (fused ``[3 * n_heads * d_head, d_model]``; only values for ``pos="uni"``) and
+    ``proj`` (``[d_model, n_heads * d_head]``). ``rel_bias`` (``[n_heads, REL_BUCKETS]``) for ``"relative"``.
+    """
+
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__()
+        self.cfg = cfg
+        self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
+        inner = self.n_heads * self.d_head
+        self.pos = cfg.pos
+        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos == "uni" else 3 * inner, bias=cfg.bias)
+        self.proj = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.dropout
+        if cfg.pos == "relative":
+            self.rel_bias = nn.Parameter(torch.zeros(cfg.n_heads, REL_BUCKETS))
+        if cfg.pos == "alibi":
+            self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
+        if cfg.pos == "uni":
+            w = torch.tensor([uni_window(h) for h in range(cfg.n_heads)], dtype=torch.long)
+            self.register_buffer("windows", w, persistent=False)
+        p = f"blocks.{layer}.attn."
+        self.hook_scores = HookPoint(p + "scores")
+        self.hook_pattern = HookPoint(p + "pattern")
+        self.hook_z = HookPoint(p + "z")
+        self.hook_out = HookPoint(p + "out")
+
+    # -- positional pieces -------------------------------------------------------------------
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive logit bias ``[n_heads, q, k]`` (or ``[B, n_heads, q, k]``), or None (no bias)."""
+        if self.pos not in ("relative", "alibi"):
+            return None
+        dist = q_pos[..., :, None] - k_pos[..., None, :]  # [q, k] or [B, q, k]
+        if self.pos == "alibi":
+            bias = -self.slopes.view(-1, 1, 1) * dist.unsqueeze(-3).to(self.slopes.dtype)
+        else:
+            bias = self.rel_bias[:, t5_bucket(dist)]  # [H, q, k] or [H, B, q, k]
+            if dist.dim() == 3:
+                bias = bias.transpose(0, 1)
+        return bias
+
+    def attend(self, q: Tensor | None, k: Tensor | None, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Positional encoding + causal attention.
+
+        Args:
+            q, k: ``[batch, n_heads, q|k, d_head]`` before any rotation (``None`` for ``pos="uni"``).
+            v: ``[batch, n_heads, k, d_head]``.
+            q_pos, k_pos: long absolute positions, ``[q]``/``[k]`` or ``[batch, q]``/``[batch, k]``.
+                A key is visible to a query iff ``k_pos <= q_pos``. Passing the *same tensor object*
+                for both (as ``GPT.forward`` does) means the plain causal mask and enables the fused path.
+
+        Returns:
+            ``[batch, n_heads, q, d_head]``.
+        """
+        same = q_pos is k_pos
+        need_explicit = self.hook_scores.active or self.hook_pattern.active
+        drop = self.dropout if self.training else 0.0
+        if self.pos == "uni":
+            dist = q_pos[..., :, None] - k_pos[..., None, :]
+            allowed = (dist.unsqueeze(-3) >= 0) & (dist.unsqueeze(-3) < self.windows.view(-1, 1, 1))
+            if allowed.dim() == 3:
+                allowed = allowed.unsqueeze(0)
+            scores = torch.zeros(allowed.shape, dtype=v.dtype, device=v.device).masked_fill(~allowed, float("-inf"))
+            scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
+            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+            if drop:
+                pattern = F.dropout(pattern, drop)
+            return pattern @ v
+        assert q is not None and k is not None
+        if self.pos == "rope":
+            if same:
+                cos, sin = rope_cos_sin(q_pos, self.d_head, self.cfg.rope_base, q.dtype)
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            else:
+                cq, sq = rope_cos_sin(q_pos, self.d_head, self.cfg.rope_base, q.dtype)
+                ck, sk = rope_cos_sin(k_pos, self.d_head, self.cfg.rope_base, k.dtype)
+                q, k = apply_rope(q, cq, sq), apply_rope(k, ck, sk)
+        bias = self.position_bias(q_pos, k_pos)
+        if not need_explicit:
+            if bias is None and same:
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+            mask = self._mask(q_pos, k_pos, bias, q.dtype)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))
+        scores = scores + self._mask(q_pos, k_pos, bias, q.dtype)
+        scores = self.hook_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        if drop:
+            pattern = F.dropout(pattern, drop)
+        return pattern @ v
+
+    @staticmethod
+    def _mask(q_pos: Tensor, k_pos: Tensor, bias: Tensor | None, dtype: torch.dtype) -> Tensor:
+        """Additive mask: ``bias`` where ``k_pos <= q_pos``, ``-inf`` elsewhere; ``[.., q, k]``."""
+        visible = k_pos[..., None, :] <= q_pos[..., :, None]  # [q, k] or [B, q, k]
+        if visible.dim() == 3:
+            visible = visible[:, None]
+        m = torch.zeros(visible.shape, dtype=dtype, device=q_pos.device).masked_fill(~visible, float("-inf"))
+        return m if bias is None else m + bias.to(dtype)
+
+    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+        """``x [B, T, d_model]``, ``pos [T]`` long -> ``[B, T, d_model]``."""
+        B, T, _ = x.shape
+        H, D = self.n_heads, self.d_head
+        if self.pos == "uni":
+            q = k = None
+            v = self.qkv(x).view(B, T, H, D).transpose(1, 2)
+        else:
+            q, k, v = self.qkv(x).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
+        z = self.attend(q, k, v, pos, pos)  # [B, H, T, D]
+        z = self.hook_z(z.transpose(1, 2))  # [B, T, H, D]
+        out = self.proj(z.reshape(B, T, H * D))
+        if self.dropout and self.training:
+            out = F.dropout(out, self.dropout)
+        return self.hook_out(out)
+
+
+class MLP(nn.Module):
+    """GELU MLP (``fc`` -> GELU -> ``proj``) or SwiGLU (``proj(SiLU(gate x) * up x)``)."""
+
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__()
+        self.kind = cfg.mlp
+        d, h = cfg.d_model, cfg.mlp_dim
+        if cfg.mlp == "gelu":
+            self.fc = nn.Linear(d, h, bias=cfg.bias)
+        else:
+            self.gate = nn.Linear(d, h, bias=cfg.bias)
+            self.up = nn.Linear(d, h, bias=cfg.bias)
+        self.proj = nn.Linear(h, d, bias=cfg.bias)
+        self.dropout = cfg.dropout
+        p = f"blocks.{layer}.mlp."
+        self.hook_pre, self.hook_post, self.hook_out = HookPoint(p + "pre"), HookPoint(p + "post"), HookPoint(p + "out")
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.kind == "gelu":
+            h = self.hook_post(F.gelu(self.hook_pre(self.fc(x))))
+        else:
+            h = self.hook_post(F.silu(self.hook_pre(self.gate(x))) * self.up(x))
+        out = self.proj(h)
+        if self.dropout and self.training:
+            out = F.dropout(out, self.dropout)
+        return self.hook_out(out)
+
+
+class Block(nn.Module):
+    """Pre-norm block: ``x + attn(ln1 x)``, then ``+ mlp(ln2 x)`` (no MLP when ``mlp="none"``)."""
+
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__()
+        self.ln1 = _norm(cfg)
+        self.attn = Attention(cfg, layer)
+        self.has_mlp = cfg.mlp != "none"
+        if self.has_mlp:
+            self.ln2 = _norm(cfg)
+            self.mlp = MLP(cfg, layer)
+        p = f"blocks.{layer}."
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = (
+            HookPoint(p + "resid_pre"), HookPoint(p + "resid_mid"), HookPoint(p + "resid_post"))
+
+    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+        x = self.hook_resid_pre(x)
+        x = x + self.attn(self.ln1(x), pos)
+        if self.has_mlp:
+            x = self.hook_resid_mid(x)
+            x = x + self.mlp(self.ln2(x))
+        return self.hook_resid_post(x)
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer; see the module docstring for variants and hook points.
+
+    Args:
+        cfg: the architecture.
+        seed: initialisation seed (GPT-2 init: normal(0, 0.02), residual output projections
+            scaled by ``1/sqrt(2 n_layers)``); the global torch RNG is neither used nor advanced.
+
+    Modules: ``wte`` (``[vocab_size, d_model]``), ``wpe`` (``[seq_len, d_model]``, learned only),
+    ``blocks`` (``n_layers`` x :class:`Block`), ``ln_f``, ``lm_head`` (``[vocab_size, d_model]``, no bias).
+    """
+
+    def __init__(self, cfg: GPTConfig, seed: int = 0):
+        super().__init__()
+        if not isinstance(cfg, GPTConfig):
+            raise ConfigError("cfg", type(cfg).__name__, "a lmsci.models.gpt.GPTConfig")
+        self.cfg = cfg
+        with torch.random.fork_rng(devices=[]):
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            if cfg.pos == "learned":
+                self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)
+            self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+            self.ln_f = _norm(cfg)
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.hook_embed = HookPoint("embed")
+        self.hook_final = HookPoint("final")
+        self._init_weights(seed)
+
+    # -- construction ------------------------------------------------------------------------
+    def _init_weights(self, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        std = 0.02
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("bias") or ".ln" in name or name.startswith("ln_f") or "rel_bias" in name:
+                    if "ln" in name and name.endswith("weight"):
+                        p.fill_(1.0)
+                    else:
+                        p.zero_()
+                    continue
+                s = std / math.sqrt(2 * max(1, self.cfg.n_layers)) if name.endswith("proj.weight") else std
+                p.copy_(torch.randn(p.shape, generator=g) * s)
+
+    @property
+    def hook_points(self) -> dict[str, HookPoint]:
+        """All hook points by name, in forward order."""
+        out = {"embed": self.hook_embed}
+        for b in self.blocks:
+            hp = [b.hook_resid_pre, b.attn.hook_scores, b.attn.hook_pattern, b.attn.hook_z, b.attn.hook_out]
+            if b.has_mlp:
+                hp += [b.hook_resid_mid, b.mlp.hook_pre, b.mlp.hook_post, b.mlp.hook_out]
+            hp.append(b.hook_resid_post)
+            out.update((h.name, h) for h in hp)
+        out["final"] = self.hook_final
+        return out
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Number of parameters (shared tensors counted once).
+
+        ``non_embedding=True`` excludes the token and position embeddings and the unembedding
+        (``lm_head``), i.e. Kaplan et al. 2020's N (arXiv 2001.08361, sec. 2.1).
+        """
+        seen: set[int] = set()
+        excluded = {id(self.wte.weight), id(self.lm_head.weight)}
+        if hasattr(self, "wpe"):
+            excluded.add(id(self.wpe.weight))
+        n = 0
+        for p in self.parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if non_embedding and id(p) in excluded:
+                continue
+            n += p.numel()
+        return n
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """Training FLOPs per token, ``6 N + 12 n_layers d_model T`` (Kaplan et al. 2020, Table 1;
+        N = non-embedding params + unembedding), with ``T`` = ``seq_len`` (default ``cfg.seq_len``)."""
+        T = seq_len or self.cfg.seq_len
+        n = self.num_params(non_embedding=True) + self.lm_head.weight.numel()
+        return 6 * n + 12 * self.cfg.n_layers * self.cfg.n_heads * self.cfg.head_dim * T
+
+    # -- forward ----------------------------------------------------------------------------
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """``input_ids [batch, seq]`` long -> logits ``[batch, seq, vocab_size]``.
+
+        Raises:
+            ConfigError: ``seq`` above ``cfg.seq_len`` with learned positions.
+        """
+        B, T = input_ids.shape
+        if T > self.cfg.seq_len and self.cfg.pos == "learned":
+            raise ConfigError("input_ids.shape[1]", T, f"at most seq_len={self.cfg.seq_len} with pos='learned'")
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.wte(input_ids)
+        if self.cfg.pos == "learned":
+            x = x + self.wpe(pos)
+        if self.cfg.dropout and self.training:
+            x = F.dropout(x, self.cfg.dropout)
+        x = self.hook_embed(x)
+        for block in self.blocks:
+            x = block(x, pos)
+        x = self.hook_final(self.ln_f(x))
+        return self.lm_head(x)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _resolve(self, name: str | Callable[[str], bool]) -> list[HookPoint]:
+        points = self.hook_points
+        if callable(name):
+            return [h for n, h in points.items() if name(n)]
+        if name in points:
+            return [points[name]]
+        if any(c in name for c in "*?["):
+            found = [h for n, h in points.items() if fnmatch.fnmatchcase(n, name)]
+            if found:
+                return found
+        raise UnknownNameError("hook point", name, points.keys())
+
+    @contextmanager
+    def hooks(
+        self,
+        fwd_hooks: Iterable[tuple[str | Callable[[str], bool], HookFn]] | Mapping[str, HookFn] = (),
+        cache: Iterable[str] | str | Callable[[str], bool] | None = None,
+    ) -> Iterator[dict[str, Tensor]]:
+        """Attach hook functions (and optional caching) for the duration of a ``with`` block.
+
+        Args:
+            fwd_hooks: ``[(name, fn), ...]`` or ``{name: fn}``. ``name`` is a hook point name, a glob
+                (``"blocks.*.attn.pattern"``) or a predicate on names. ``fn(activation, hook)`` returns
+                ``None`` to read or a same-shape tensor to replace the activation.
+            cache: names/globs/predicate of activations to record (detached) into the yielded dict,
+                keyed by hook name; ``"*"`` records everything. Recording happens after the
+                ``fwd_hooks`` of the same point ran (it sees patched values).
+
+        Yields:
+            The cache dict (empty when ``cache`` is None); later forwards overwrite entries.
+
+        Raises:
+            UnknownNameError: a name that matches no hook point (before anything is attached).
+
+        All functions are removed on exit, also when the body raises.
+        """
+        items = list(fwd_hooks.items()) if isinstance(fwd_hooks, Mapping) else list(fwd_hooks)
+        plan: list[tuple[HookPoint, HookFn]] = []
+        for name, fn in items:
+            plan += [(h, fn) for h in self._resolve(name)]
+        store: dict[str, Tensor] = {}
+        if cache is not None:
+            names = [cache] if isinstance(cache, str) or callable(cache) else list(cache)
+
+            def record(x: Tensor, hook: HookPoint) -> None:
+                store[hook.name] = x.detach()
+
+            for n in names:
+                plan += [(h, record) for h in self._resolve(n)]
+        attached: list[tuple[HookPoint, HookFn]] = []
+        try:
+            for h, fn in plan:
+                h.fns.append(fn)
+                attached.append((h, fn))
+            yield store
+        finally:
+            for h, fn in reversed(attached):
+                # remove this exact attachment (identity, not equality)
+                for i in range(len(h.fns) - 1, -1, -1):
+                    if h.fns[i] is fn:
+                        del h.fns[i]
+                        break
+
+    def run_with_cache(self, input_ids: Tensor, names: Iterable[str] | str | Callable[[str], bool] = "*") -> tuple[Tensor, dict[str, Tensor]]:
+        """Forward and record activations: returns ``(logits [B, T, vocab], {name: activation})``."""
+        with self.hooks(cache=names) as cache:
+            logits = self(input_ids)
+        return logits, cache
+
+    def run_with_hooks(self, input_ids: Tensor, fwd_hooks: Iterable[tuple[str, HookFn]] | Mapping[str, HookFn]) -> Tensor:
+        """Forward with ``fwd_hooks`` attached (see :meth:`hooks`); returns logits ``[B, T, vocab]``."""
+        with self.hooks(fwd_hooks):
+            return self(input_ids)
+
+    # -- generation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Sample ``max_new_tokens`` tokens after ``input_ids [batch, seq]``; returns ``[batch, seq + new]``.
+
+        ``temperature == 0`` is greedy decoding; ``top_k`` keeps the k most likely tokens. The context is
+        cropped to the last ``cfg.seq_len`` tokens. Randomness only from ``generator`` (default: a
+        generator seeded with 0). No KV cache (recomputes the context each step).
+
+        Raises:
+            ConfigError: negative ``max_new_tokens``/``temperature`` or ``top_k < 1``.
+        """
+        if max_new_tokens < 0:
+            raise ConfigError("max_new_tokens", max_new_tokens, ">= 0")
+        if temperature < 0:
+            raise ConfigError("temperature", temperature, ">= 0 (0 = greedy)")
+        if top_k is not None and top_k < 1:
+            raise ConfigError("top_k", top_k, ">= 1 or None")
+        if generator is None:
+            generator = torch.Generator(device=input_ids.device).manual_seed(0)
+        was_training = self.training
+        self.eval()
+        ids = input_ids
+        try:
+            for _ in range(max_new_tokens):
+                logits = self(ids[:, -self.cfg.seq_len:])[:, -1, :].float()
+                if temperature == 0:
+                    nxt = logits.argmax(-1, keepdim=True)
+                else:
+                    logits = logits / temperature
+                    if top_k is not None and top_k < logits.shape[-1]:
+                        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+                        logits = logits.masked_fill(logits < kth, float("-inf"))
+                    probs = torch.softmax(logits, dim=-1)
+                    nxt = torch.multinomial(probs, 1, generator=generator)
+                ids = torch.cat([ids, nxt], dim=1)
+        finally:
+            self.train(was_training)
+        return ids
+
+    # -- save / load --------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` (GPTConfig fields + ``"lmsci_model": "gpt"``) and ``model.safetensors``."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps({"lmsci_model": "gpt", **self.cfg.model_dump()}, indent=2))
+        sd = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        if self.cfg.tie_embeddings:
+            sd.pop("lm_head.weight", None)
+        save_file(sd, str(d / "model.safetensors"))
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> GPT:
+        """Load a model written by :meth:`save_pretrained`.
+
+        Raises:
+            ConfigError: the directory lacks ``config.json``/``model.safetensors`` or the weights do not fit.
+        """
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        if not (d / "config.json").is_file() or not (d / "model.safetensors").is_file():
+            raise ConfigError("directory", str(d), "a directory with config.json and model.safetensors (GPT.save_pretrained)")
+        data = json.loads((d / "config.json").read_text())
+        data.pop("lmsci_model", None)
+        model = cls(GPTConfig(**data))
+        sd = load_file(str(d / "model.safetensors"))
+        if model.cfg.tie_embeddings:
+            sd["lm_head.weight"] = sd["wte.weight"]
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        if missing or unexpected:
+            raise ConfigError("model.safetensors", f"missing={missing} unexpected={unexpected}", "weights matching config.json")
+        return model.to(device)
