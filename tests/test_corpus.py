@@ -142,3 +142,64 @@ def test_real_corpus_if_installed(tmp_path):
     works = sh.load_works()
     assert len(works) == 42 and sum(len(w.text) for w in works) > 4_500_000
     assert not any("gutenberg" in w.text.lower() for w in works)
+
+
+# ---------------------------------------------------------------------------------------------
+# the shakespeare-lm experiment and the `lmsci train` / `lmsci generate` commands, on the fixture
+# ---------------------------------------------------------------------------------------------
+
+
+def test_shakespeare_lm_smoke(texts_dir, tmp_path):
+    from lmsci.config import resolve_config
+    from lmsci.experiments.registry import get
+    from lmsci.runs import RunDir
+    from lmsci.sweep import run_experiment
+
+    cls = get("shakespeare-lm")
+    cfg = resolve_config(cls.Config, "smoke", {"texts_dir": str(texts_dir), "cache_dir": str(tmp_path / "c"),
+                                               "val_fraction": 0.25, "steps": 40, "lr": 1e-2})
+    run = run_experiment(cls(), cfg, tmp_path / "run", progress=False, log=lambda m: None)
+    res = run.results().iloc[0]
+    assert res["steps"] == 40 and res["val_nll"] < res["unigram_nll"]  # the fixture is very repetitive
+    assert res["val_bits_per_char"] == pytest.approx(res["val_nll"] / np.log(2))
+    m = RunDir(run.path).metrics()
+    assert {"loss", "lr", "grad_norm", "tokens_seen", "val_nll", "train_nll"} <= set(m.columns)
+    assert m["loss"].dropna().iloc[-1] < m["loss"].dropna().iloc[0]
+    assert len(run.verdicts()) == 2 and run.verdicts()[0].ci is not None
+    report = (run.path / "report.md").read_text()
+    assert "bits per character" in report and "## Samples" in report and "loss_curves.png" in report
+    assert (run.path / "figures" / "loss_curves.png").exists()
+    assert (run.path / "points" / res["point"] / "model" / "lmsci_tokenizer.json").exists()
+
+
+def test_cli_train_resume_generate(texts_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from lmsci.cli import app
+
+    out = tmp_path / "run"
+    args = ["train", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--seq-len", "16", "--steps", "6",
+            "--batch-size", "4", "--pos", "rope", "--norm", "rmsnorm", "--mlp", "swiglu",
+            "--set", f"texts_dir={texts_dir}", "--set", f"cache_dir={tmp_path / 'c'}", "--set", "val_fraction=0.25",
+            "--set", "warmup_steps=2", "--set", "eval_every=3", "--set", "sample_tokens=10",
+            "--out", str(out), "--no-progress"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    for f in ("config.yaml", "environment.json", "metrics.jsonl", "results.csv", "report.md"):
+        assert (out / f).exists(), f
+    cfg = (out / "config.yaml").read_text()
+    assert "pos: rope" in cfg and "steps: 6" in cfg and "d_model: 16" in cfg
+    r = CliRunner().invoke(app, args)  # rerun: resumes, nothing retrained
+    assert r.exit_code == 0 and "already finished" in r.output
+
+    gen = ["generate", str(out), "--prompt", "First Lord.\n", "--max-new-tokens", "25", "--seed", "3"]
+    r1, r2 = CliRunner().invoke(app, gen), CliRunner().invoke(app, gen)
+    assert r1.exit_code == 0, r1.output
+    assert r1.output == r2.output and r1.output.startswith("First Lord.\n")
+    assert len(r1.output.rstrip("\n")) >= len("First Lord.\n") + 20
+    r = CliRunner().invoke(app, ["generate", str(out), "--prompt", "Ω"])  # not in the char alphabet
+    assert r.exit_code == 2 and "alphabet" in r.output
+    r = CliRunner().invoke(app, ["generate", str(tmp_path)])
+    assert r.exit_code == 2 and "no trained model" in r.output
+    r = CliRunner().invoke(app, ["train", "--corpus", "shakespear", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "shakespeare" in r.output and not (tmp_path / "x").exists()

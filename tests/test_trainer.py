@@ -169,7 +169,8 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path):
     assert latest_checkpoint(tmp_path / "ck").name == "step-0000008"
     resumed = make_model(seed=99)  # different init: the checkpoint must overwrite it
     logged = []
-    r_res = train(resumed, gb, c, seed=5, eval_fn=ev, checkpoint_dir=tmp_path / "ck", log=logged.append)
+    r_res = train(resumed, gb, c, seed=5, eval_fn=ev, checkpoint_dir=tmp_path / "ck", log=logged.append,
+                  replay_log_on_resume=False)
     assert r_res.resumed_from == 8
     assert [x["step"] for x in logged] == [9, 9, 10, 11, 12, 12]  # only new steps (train + eval records)
 
@@ -179,8 +180,10 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path):
     assert strip(r_res.history) == strip(r_full.history)  # losses, lr, grad norms, eval NLL: exactly equal
     for k, v in weights(full).items():
         assert torch.equal(v, weights(resumed)[k]), k
-    # a finished run resumes to a no-op; a different config is refused
-    again = train(make_model(), gb, c, seed=5, checkpoint_dir=tmp_path / "ck")
+    # a finished run resumes to a no-op (replaying its history to log); a different config is refused
+    replayed = []
+    again = train(make_model(), gb, c, seed=5, checkpoint_dir=tmp_path / "ck", log=replayed.append)
+    assert replayed == r_res.history
     assert again.resumed_from == 12 and again.final["loss"] == r_full.final["loss"]
     with pytest.raises(ConfigError, match="lr"):
         train(make_model(), gb, cfg(steps=12, lr=0.5), seed=5, checkpoint_dir=tmp_path / "ck")

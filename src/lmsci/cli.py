@@ -137,6 +137,95 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> N
     typer.echo(f"wrote {run.path / 'report.md'}")
 
 
+@app.command("train")
+def train_cmd(
+    corpus: str = typer.Option("shakespeare", "--corpus", help="training corpus: shakespeare"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="char | bpe [default: char]"),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="BPE vocabulary size [default: 1024]"),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="residual width [default: 128]"),
+    n_layers: Optional[int] = typer.Option(None, "--n-layers", help="blocks [default: 4]"),
+    n_heads: Optional[int] = typer.Option(None, "--n-heads", help="heads per layer [default: 4]"),
+    d_head: Optional[int] = typer.Option(None, "--d-head", help="per-head width [default: d_model/n_heads]"),
+    d_mlp: Optional[int] = typer.Option(None, "--d-mlp", help="MLP width [default: 4*d_model]"),
+    pos: Optional[str] = typer.Option(None, "--pos", help="learned | rope | relative | alibi | nope | uni"),
+    mlp: Optional[str] = typer.Option(None, "--mlp", help="gelu | swiglu | none"),
+    norm: Optional[str] = typer.Option(None, "--norm", help="layernorm | rmsnorm"),
+    dropout: Optional[float] = typer.Option(None, "--dropout"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="context length [default: 128]"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps [default: 2000]"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="sequences per step [default: 16]"),
+    lr: Optional[float] = typer.Option(None, "--lr", help="peak learning rate [default: 3e-3]"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="any other shakespeare-lm key=value"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (rerun into it to resume)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="seed [default: 0]"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Train a GPT on a corpus; writes a run directory (config, metrics, report, model + tokenizer).
+
+    The run is the ``shakespeare-lm`` experiment with these options as config fields; rerunning the
+    same command with the same --out resumes from the last checkpoint.
+    """
+    import time
+
+    from lmsci.config import parse_overrides, resolve_config
+    from lmsci.errors import UnknownNameError
+    from lmsci.experiments.shakespeare_lm import ShakespeareLM
+    from lmsci.sweep import run_experiment
+
+    opts = {"tokenizer": tokenizer, "vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers,
+            "n_heads": n_heads, "d_head": d_head, "d_mlp": d_mlp, "pos": pos, "mlp": mlp, "norm": norm,
+            "dropout": dropout, "seq_len": seq_len, "steps": steps, "batch_size": batch_size, "lr": lr}
+
+    def go():
+        if corpus != "shakespeare":
+            raise UnknownNameError("corpus", corpus, ["shakespeare"])
+        overrides = parse_overrides(set_ or [])
+        overrides.update({k: v for k, v in opts.items() if v is not None})
+        exp = ShakespeareLM()
+        cfg = resolve_config(exp.Config, "quick", overrides, seed)
+        exp.validate(cfg)
+        dest = out or Path("runs") / "train" / time.strftime("%Y-%m-%dT%H-%M-%S")
+        return run_experiment(exp, cfg, dest, progress=progress, log=lambda m: typer.echo(m, err=True))
+
+    run = _guard(go)
+    typer.echo(f"run directory: {run.path}")
+    _show(run.path)
+
+
+@app.command("generate")
+def generate_cmd(
+    run_dir: Path = typer.Argument(..., help="a run directory of `lmsci train` / shakespeare-lm, or a model dir"),
+    prompt: str = typer.Option("\n", "--prompt", help="text to continue"),
+    max_new_tokens: int = typer.Option(200, "--max-new-tokens", min=0),
+    temperature: float = typer.Option(0.8, "--temperature", min=0.0, help="0 = greedy"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=1),
+    num_samples: int = typer.Option(1, "--num-samples", min=1),
+    seed: int = typer.Option(0, "--seed", help="sampling seed"),
+) -> None:
+    """Sample text from a trained model saved with its tokenizer."""
+    import torch
+
+    from lmsci.experiments.shakespeare_lm import find_model_dir
+    from lmsci.models.gpt import GPT
+    from lmsci.worlds.tokenizers import load_tokenizer
+
+    def go():
+        d = find_model_dir(run_dir)
+        tok = load_tokenizer(d)
+        model = GPT.from_pretrained(d)
+        ids = torch.tensor([tok.encode(prompt)] * num_samples, dtype=torch.long)
+        if ids.shape[1] == 0:
+            raise ConfigError("--prompt", prompt, "a non-empty text")
+        out = model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                             generator=torch.Generator().manual_seed(seed))
+        return [tok.decode(row.tolist()) for row in out]
+
+    for i, text in enumerate(_guard(go)):
+        if i:
+            typer.echo("\n-----")
+        typer.echo(text)
+
+
 def main() -> None:  # console script entry point
     app()
 

@@ -280,6 +280,7 @@ def train(
     log: Callable[[dict[str, Any]], None] | None = None,
     checkpoint_dir: str | Path | None = None,
     progress: Any = None,
+    replay_log_on_resume: bool = True,
 ) -> TrainResult:
     """Train ``model`` in place for ``cfg.steps`` optimizer steps (resuming when possible).
 
@@ -296,6 +297,9 @@ def train(
         log: receives each record (training and evaluation) as a dict with ``step``.
         checkpoint_dir: where checkpoints go; if it holds one, training resumes from it.
         progress: a tqdm-like bar (``update``, ``set_postfix``); updated once per step.
+        replay_log_on_resume: when resuming, first pass the checkpoint's stored history to ``log``
+            again (an lmsci run directory drops the metrics of unfinished points on resume, so
+            this keeps ``metrics.jsonl`` complete); False logs only the new steps.
 
     Returns:
         :class:`TrainResult`.
@@ -353,6 +357,9 @@ def train(
             step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
             result.history = json.loads(state["history"])
             result.resumed_from = step
+            if log is not None and replay_log_on_resume:
+                for rec in result.history:
+                    log(dict(rec))
             if progress is not None:
                 progress.update(step)
 

@@ -334,8 +334,8 @@ def ngram_baselines(train_ids: np.ndarray, val_ids: np.ndarray, vocab_size: int,
     tr = np.asarray(train_ids, dtype=np.int64)
     va = np.asarray(val_ids, dtype=np.int64)
     uni = np.bincount(tr, minlength=vocab_size).astype(np.float64)
-    big = np.zeros((vocab_size, vocab_size))
-    np.add.at(big, (tr[:-1], tr[1:]), 1.0)
+    big = np.bincount(tr[:-1] * vocab_size + tr[1:], minlength=vocab_size * vocab_size)
+    big = big.reshape(vocab_size, vocab_size).astype(np.float64)
     prev, nxt = va[:-1], va[1:]
     out: dict[str, float] = {}
     best = min((-np.mean(np.log((uni[nxt] + a) / (uni.sum() + a * vocab_size))), a) for a in alphas)
@@ -344,3 +344,11 @@ def ngram_baselines(train_ids: np.ndarray, val_ids: np.ndarray, vocab_size: int,
     best = min((-np.mean(np.log((big[prev, nxt] + a) / (rows[prev] + a * vocab_size))), a) for a in alphas)
     out["bigram_nll"], out["bigram_alpha"] = float(best[0]), best[1]
     return out
+
+
+def bigram_logprobs(train_ids: np.ndarray, vocab_size: int, alpha: float) -> np.ndarray:
+    """``log P(next | prev)`` of the add-``alpha`` bigram model fitted on ``train_ids``: ``[vocab_size, vocab_size]``."""
+    tr = np.asarray(train_ids, dtype=np.int64)
+    big = np.bincount(tr[:-1] * vocab_size + tr[1:], minlength=vocab_size * vocab_size)
+    big = big.reshape(vocab_size, vocab_size).astype(np.float64) + alpha
+    return np.log(big / big.sum(1, keepdims=True))

@@ -1,0 +1,314 @@
+"""Experiment ``shakespeare-lm``: a small GPT trained on Shakespeare, measured against n-gram baselines.
+
+A GPT (:mod:`lmsci.models.gpt`) is trained from scratch on the training works of the Shakespeare
+corpus (:mod:`lmsci.worlds.shakespeare`: 42 works, split by work) and evaluated on the held-out
+works: validation NLL in nats/token, perplexity, bits per character, training/validation loss
+curves and samples. The verdict compares the validation NLL with add-alpha unigram and bigram
+models fitted on the same training split and scored on the same validation targets; the
+difference (bigram NLL - model NLL, nats/token) gets a bootstrap 95% CI over validation windows.
+
+Sources: Karpathy 2015, "The Unreasonable Effectiveness of Recurrent Neural Networks" (char-rnn
+on Shakespeare) and nanoGPT's ``shakespeare_char`` configuration; n-gram baselines in the sense of
+Shannon 1951, "Prediction and Entropy of Printed English"; GPT: Radford et al. 2019.
+
+The same pipeline backs ``lmsci train`` (a run of this experiment with the options mapped to
+config fields); ``lmsci generate RUN_DIR`` samples from the saved ``points/<id>/model``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir, Verdict
+
+SAMPLES_FILE = "samples.txt"
+MODEL_DIR = "model"
+
+
+class ShakespeareLMConfig(ExperimentConfig):
+    """Configuration of ``shakespeare-lm`` (defaults = the ``quick`` preset).
+
+    Corpus: ``tokenizer`` (char | bpe), ``vocab_size`` (BPE only), ``val_fraction`` and
+    ``split_seed`` (split by work), ``texts_dir`` (a ``shksprdata/texts``-like directory; default
+    the installed package), ``cache_dir`` (default ``$LMSCI_CACHE`` or ``~/.cache/lmsci``).
+    Model: GPT fields (see :class:`lmsci.models.gpt.GPTConfig`); ``seq_len`` is the context length.
+    Training: see :class:`lmsci.train.trainer.TrainConfig`.
+    Measurement: ``eval_every`` / ``eval_tokens`` (curves), ``final_eval_tokens`` (final NLL and
+    verdict), ``sample_tokens``/``temperature``/``top_k``/``prompt`` (samples in the report).
+    """
+
+    tokenizer: Literal["char", "bpe"] = "char"
+    vocab_size: int = Field(1024, ge=257, le=65536, description="BPE vocabulary size (ignored for char)")
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    split_seed: int = Field(0, ge=0)
+    texts_dir: str | None = None
+    cache_dir: str | None = None
+
+    d_model: int = Field(128, ge=1)
+    n_layers: int = Field(4, ge=0)
+    n_heads: int = Field(4, ge=1)
+    d_head: int | None = Field(None, ge=1)
+    d_mlp: int | None = Field(None, ge=1)
+    pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni"] = "learned"
+    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    tie_embeddings: bool = False
+    dropout: float = Field(0.0, ge=0, lt=1)
+    seq_len: int = Field(128, ge=2)
+
+    steps: int = Field(2000, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.1, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    grad_accum: int = Field(1, ge=1)
+    checkpoint_every: int = Field(500, ge=0)
+
+    eval_every: int = Field(200, ge=0)
+    eval_tokens: int = Field(16384, ge=1)
+    final_eval_tokens: int = Field(131072, ge=1)
+    sample_tokens: int = Field(500, ge=0)
+    n_samples: int = Field(2, ge=0)
+    temperature: float = Field(0.8, ge=0)
+    top_k: int | None = Field(None, ge=1)
+    prompt: str = "\n"
+
+    PRESETS = {
+        "smoke": {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "steps": 20, "batch_size": 8,
+                  "warmup_steps": 5, "eval_every": 10, "eval_tokens": 1024, "final_eval_tokens": 4096,
+                  "checkpoint_every": 10, "sample_tokens": 40, "n_samples": 1},
+        "quick": {},
+        # nanoGPT's shakespeare_char "baby GPT" (6 layers, 6 heads, 384 wide, 256 context, dropout 0.2)
+        "paper": {"d_model": 384, "n_layers": 6, "n_heads": 6, "seq_len": 256, "dropout": 0.2, "steps": 5000,
+                  "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_every": 250,
+                  "final_eval_tokens": 1_000_000, "checkpoint_every": 500},
+    }
+
+
+@register("shakespeare-lm")
+class ShakespeareLM(Experiment):
+    """Train a small GPT on Shakespeare; compare held-out NLL with unigram and bigram baselines.
+
+    Source: Karpathy 2015 (char-rnn, Shakespeare); nanoGPT ``shakespeare_char``; Shannon 1951 (n-grams).
+    """
+
+    claim = ("A small GPT trained on Shakespeare's works predicts held-out works better than "
+             "unigram and bigram models fitted on the same training split.")
+    source = ("Karpathy 2015, 'The Unreasonable Effectiveness of RNNs' (char-rnn on Shakespeare); "
+              "nanoGPT shakespeare_char; Shannon 1951 (n-gram baselines)")
+    Config = ShakespeareLMConfig
+    time_estimate = {"smoke": "10 s", "quick": "8 min (2 CPU cores)", "paper": "~30 min on one GPU"}
+
+    def validate(self, cfg: ShakespeareLMConfig) -> None:
+        d_head = cfg.d_head or (cfg.d_model // cfg.n_heads)
+        if cfg.d_head is None and cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads} (or set d_head)")
+        if cfg.pos == "rope" and d_head % 2:
+            raise ConfigError("d_head", d_head, "an even number with pos=rope")
+        if cfg.warmup_steps > cfg.steps:
+            raise ConfigError("warmup_steps", cfg.warmup_steps, f"at most steps={cfg.steps}")
+
+    def points(self, cfg: ShakespeareLMConfig) -> list[Point]:
+        return [Point(f"{cfg.tokenizer}_L{cfg.n_layers}_d{cfg.d_model}_{cfg.pos}", {})]
+
+    # ---------------------------------------------------------------------------------------
+    def run_point(self, cfg: ShakespeareLMConfig, point: Point, ctx: PointContext) -> dict:
+        from lmsci.models.gpt import GPT, GPTConfig
+        from lmsci.train.trainer import TrainConfig, evaluate_nll, train
+        from lmsci.worlds import shakespeare as sh
+
+        corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed,
+                            texts_dir=cfg.texts_dir, cache_dir=cfg.cache_dir)
+        tok = corpus.tokenizer
+        gcfg = GPTConfig(vocab_size=tok.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
+                         n_heads=cfg.n_heads, d_model=cfg.d_model, d_head=cfg.d_head, d_mlp=cfg.d_mlp,
+                         pos=cfg.pos, mlp=cfg.mlp, norm=cfg.norm, tie_embeddings=cfg.tie_embeddings,
+                         dropout=cfg.dropout)
+        model = GPT(gcfg, seed=ctx.seed)
+        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                           min_lr_ratio=cfg.min_lr_ratio, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
+                           grad_accum=cfg.grad_accum, eval_every=cfg.eval_every,
+                           checkpoint_every=cfg.checkpoint_every, log_every=max(1, min(10, cfg.steps // 50)),
+                           device=ctx.device)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        val_curve = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
+        train_curve = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.eval_tokens)
+
+        def eval_fn(m):
+            return {"train_nll": evaluate_nll(m, train_curve), "val_nll": evaluate_nll(m, val_curve)}
+
+        bar = ctx.progress(cfg.steps, "train")
+        result = train(model, get_batch, tcfg, seed=ctx.seed, eval_fn=eval_fn, log=lambda r: ctx.log(**r),
+                       checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
+        bar.close()
+
+        # final measurement on a larger, fixed set of validation windows (same targets for all models)
+        val_final = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.final_eval_tokens)
+        train_final = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.final_eval_tokens)
+        model_win = window_nll(model, val_final)  # [n_windows] mean NLL per window
+        val_nll = float(model_win.mean())
+        train_nll = evaluate_nll(model, train_final)
+        base = sh.ngram_baselines(corpus.train_ids, corpus.val_ids, tok.vocab_size)
+        table = sh.bigram_logprobs(corpus.train_ids, tok.vocab_size, base["bigram_alpha"])
+        bigram_win = np.concatenate([-table[x.numpy(), y.numpy()].mean(1) for x, y in val_final])
+        diff = bigram_win - model_win
+        rng = np.random.default_rng(ctx.seed)
+        boots = diff[rng.integers(0, len(diff), (2000, len(diff)))].mean(1)
+        lo, hi = np.percentile(boots, [2.5, 97.5])
+
+        # samples, the model and its tokenizer, saved with the run
+        samples = []
+        if cfg.n_samples and cfg.sample_tokens:
+            g = torch.Generator().manual_seed(ctx.seed)
+            prompt = torch.tensor([tok.encode(cfg.prompt)] * cfg.n_samples, dtype=torch.long)
+            out = model.generate(prompt.to(next(model.parameters()).device), cfg.sample_tokens,
+                                 temperature=cfg.temperature, top_k=cfg.top_k, generator=g)
+            samples = [tok.decode(row.tolist()) for row in out.cpu()]
+        (ctx.artifact_dir / SAMPLES_FILE).write_text("\n\n=====\n\n".join(samples))
+        model.save_pretrained(ctx.artifact_dir / MODEL_DIR)
+        tok.save(ctx.artifact_dir / MODEL_DIR)
+
+        train_recs = [r for r in result.history if "grad_norm" in r]
+        cpt = corpus.val_chars_per_token
+        return {
+            "tokenizer": cfg.tokenizer, "vocab_size": tok.vocab_size,
+            "n_params": model.num_params(), "n_params_non_embedding": model.num_params(non_embedding=True),
+            "steps": result.steps, "tokens_seen": result.tokens_seen,
+            "tokens_per_s": float(np.median([r["tokens_per_s"] for r in train_recs])) if train_recs else float("nan"),
+            "train_nll": train_nll, "val_nll": val_nll, "val_ppl": math.exp(val_nll),
+            "val_bits_per_char": val_nll / cpt / math.log(2), "val_chars_per_token": cpt,
+            "unigram_nll": base["unigram_nll"], "bigram_nll": base["bigram_nll"],
+            "bigram_window_nll": float(bigram_win.mean()),
+            "unigram_alpha": base["unigram_alpha"], "bigram_alpha": base["bigram_alpha"],
+            "bigram_minus_model": float(diff.mean()), "diff_ci_low": float(lo), "diff_ci_high": float(hi),
+            "n_val_windows": len(diff), "n_train_tokens": len(corpus.train_ids), "n_val_tokens": len(corpus.val_ids),
+            "val_works": ";".join(corpus.val_works),
+        }
+
+    # ---------------------------------------------------------------------------------------
+    def verdicts(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        r = results.iloc[-1]
+        common = {"val_nll": float(r["val_nll"]), "unigram_nll": float(r["unigram_nll"]),
+                  "bigram_nll": float(r["bigram_nll"]), "val_bits_per_char": float(r["val_bits_per_char"]),
+                  "n_val_windows": int(r["n_val_windows"])}
+        v_bigram = Verdict(
+            claim="The GPT's validation NLL is below the bigram baseline's on the held-out works.",
+            statistic="bigram NLL - model NLL on the same validation targets (nats/token; mean over windows)",
+            value=float(r["bigram_minus_model"]),
+            threshold="lower end of the bootstrap 95% CI over validation windows > 0",
+            reproduced=bool(r["diff_ci_low"] > 0),
+            ci=(float(r["diff_ci_low"]), float(r["diff_ci_high"])),
+            details=common,
+            note=(f"Validation works: {str(r['val_works']).replace(';', ', ')}. Baselines use add-alpha smoothing "
+                  f"with alpha chosen on the validation set (unigram {r['unigram_alpha']}, bigram {r['bigram_alpha']}), "
+                  "which favours them."),
+        )
+        gap = float(r["unigram_nll"] - r["val_nll"])
+        v_unigram = Verdict(
+            claim="The GPT's validation NLL is below the unigram baseline's on the held-out works.",
+            statistic="unigram NLL - model NLL (nats/token)",
+            value=gap, threshold="> 0", reproduced=gap > 0, details=common,
+        )
+        return [v_bigram, v_unigram]
+
+    def figures(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        m = run.metrics()
+        if m.empty:
+            return []
+        r = results.iloc[-1]
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        tr = m[m["loss"].notna()] if "loss" in m else m.iloc[0:0]
+        if len(tr):
+            smooth = tr["loss"].rolling(5, min_periods=1).mean()
+            ax.plot(tr["step"], smooth, color="0.6", lw=1, label="train batch loss (5-pt mean)")
+        if "val_nll" in m:
+            ev = m[m["val_nll"].notna()]
+            ax.plot(ev["step"], ev["train_nll"], "o-", color="C0", ms=3, label="train NLL (fixed windows)")
+            ax.plot(ev["step"], ev["val_nll"], "o-", color="C3", ms=3, label="validation NLL (held-out works)")
+        ax.axhline(r["unigram_nll"], ls=":", color="k", label=f"unigram baseline {r['unigram_nll']:.3f}")
+        ax.axhline(r["bigram_nll"], ls="--", color="k", label=f"bigram baseline {r['bigram_nll']:.3f}")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("NLL (nats/token)")
+        ax.set_ylim(max(0.0, min(float(r["train_nll"]), float(r["val_nll"])) - 0.3), float(r["unigram_nll"]) + 0.6)
+        ax.set_title(f"shakespeare-lm: {r['tokenizer']} tokens, {int(r['n_params']):,} params")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(run.figures_dir / "loss_curves.png", dpi=120)
+        plt.close(fig)
+        return [Figure("loss_curves.png", "Training and validation loss (nats/token) with n-gram baselines")]
+
+    def report_sections(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> str:
+        r = results.iloc[-1]
+        lines = [
+            "## Measurements\n",
+            "| quantity | value |", "|---|---|",
+            f"| validation NLL (nats/token) | {r['val_nll']:.4f} |",
+            f"| validation perplexity | {r['val_ppl']:.3f} |",
+            f"| validation bits per character | {r['val_bits_per_char']:.4f} |",
+            f"| train NLL (nats/token) | {r['train_nll']:.4f} |",
+            f"| unigram baseline NLL | {r['unigram_nll']:.4f} |",
+            f"| bigram baseline NLL | {r['bigram_nll']:.4f} |",
+            f"| parameters (non-embedding) | {int(r['n_params']):,} ({int(r['n_params_non_embedding']):,}) |",
+            f"| tokens seen | {int(r['tokens_seen']):,} (train split: {int(r['n_train_tokens']):,}) |",
+            f"| training speed (median tokens/s) | {r['tokens_per_s']:,.0f} |",
+            "",
+            f"Validation works (held out): {str(r['val_works']).replace(';', ', ')}. Final NLL over "
+            f"{int(r['n_val_windows'])} evenly spaced windows of {cfg.seq_len} tokens; bits per character = "
+            f"NLL / ({r['val_chars_per_token']:.3f} chars/token) / ln 2.\n",
+        ]
+        p = run.path / "points" / str(r["point"]) / SAMPLES_FILE
+        if p.exists() and p.read_text():
+            lines.append(f"## Samples (temperature {cfg.temperature}, prompt {cfg.prompt!r})\n")
+            for s in p.read_text().split("\n\n=====\n\n"):
+                lines.append("```text\n" + s.strip("\n") + "\n```\n")
+        return "\n".join(lines)
+
+
+@torch.no_grad()
+def window_nll(model, batches) -> np.ndarray:
+    """Mean NLL (nats/token) of each window: ``[n_windows]`` for ``batches`` of ``(x, y) [b, seq]``."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    out = []
+    for x, y in batches:
+        logits = model(x.to(dev)).float()
+        nll = F.cross_entropy(logits.transpose(1, 2), y.to(dev), reduction="none")  # [b, seq]
+        out.append(nll.mean(1).cpu().numpy())
+    model.train(was)
+    return np.concatenate(out)
+
+
+def find_model_dir(run_dir: str | Path) -> Path:
+    """The saved model directory of a ``shakespeare-lm`` / ``lmsci train`` run (or a model dir itself).
+
+    Raises:
+        RunDirError: no ``config.json`` + ``model.safetensors`` found.
+    """
+    from lmsci.errors import RunDirError
+
+    d = Path(run_dir)
+    if (d / "model.safetensors").exists():
+        return d
+    found = sorted((d / "points").glob(f"*/{MODEL_DIR}/model.safetensors")) if (d / "points").is_dir() else []
+    if not found:
+        raise RunDirError(f"{d} holds no trained model (expected points/<id>/{MODEL_DIR}/model.safetensors; "
+                          "is the run finished?)")
+    return found[-1].parent
