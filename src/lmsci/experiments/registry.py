@@ -12,6 +12,7 @@ _REGISTRY: dict[str, type[Experiment]] = {}
 # Modules that define experiments; imported on first lookup so `import lmsci` stays light.
 EXPERIMENT_MODULES = [
     "lmsci.experiments.shakespeare_lm",
+    "lmsci.experiments.length_generalization",
 ]
 
 _loaded = False

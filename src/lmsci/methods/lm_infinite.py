@@ -258,8 +258,8 @@ def alibi_slopes(n_heads: int) -> Tensor:
 # The harness
 # --------------------------------------------------------------------------------------------
 
-Recorder = Callable[[int, Tensor, Tensor, Tensor], None]
-"""``recorder(layer_idx, q_pos [nq], logits [batch, n_heads, nq, nk] (-inf where masked),
+Recorder = Callable[[int, Tensor, Tensor, Tensor, Tensor], None]
+"""``recorder(layer_idx, q_pos [nq], k_pos [nk], logits [batch, n_heads, nq, nk] (-inf where masked),
 probs [batch, n_heads, nq, nk])`` called once per query block; used by :mod:`lmsci.measure.attention`."""
 
 
@@ -385,7 +385,7 @@ def policy_attention(
             probs = torch.softmax(logits, dim=-1)
             o = probs.to(vb.dtype) @ vb
             if recorder is not None:
-                recorder(layer_idx, qp, logits, probs)
+                recorder(layer_idx, qp, kp, logits, probs)
         else:
             top_v, sel_v, _ = extra
             o = torch.softmax(logits, dim=-1).to(vb.dtype) @ vb
@@ -395,7 +395,7 @@ def policy_attention(
             o_last = pl[..., :nkb].to(vb.dtype) @ vb + pl[..., nkb:].to(vb.dtype) @ sel_v
             o[:, :, -1:] = o_last
             if recorder is not None:
-                recorder(layer_idx, qp, logits, torch.softmax(logits, dim=-1))
+                recorder(layer_idx, qp, kp, logits, torch.softmax(logits, dim=-1))
         out[:, :, s:e] = o.to(q.dtype)
     return out
 
