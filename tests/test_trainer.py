@@ -222,3 +222,19 @@ def test_config_validation():
         TrainConfig(steps=0)
     with pytest.raises(Exception):
         TrainConfig(device="tpu")
+
+
+def test_progress_bar_gets_steps_and_postfix():
+    class Bar:
+        def __init__(self):
+            self.n, self.postfix = 0, {}
+
+        def update(self, k):
+            self.n += k
+
+        def set_postfix(self, refresh=True, **kw):
+            self.postfix = kw
+
+    bar = Bar()
+    train(make_model(), get_batch_factory(), cfg(steps=7, log_every=2), seed=0, progress=bar)
+    assert bar.n == 7 and set(bar.postfix) == {"loss", "tok_s"}

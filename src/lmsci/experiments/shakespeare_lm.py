@@ -189,6 +189,8 @@ class ShakespeareLM(Experiment):
             "n_params": model.num_params(), "n_params_non_embedding": model.num_params(non_embedding=True),
             "steps": result.steps, "tokens_seen": result.tokens_seen,
             "tokens_per_s": float(np.median([r["tokens_per_s"] for r in train_recs])) if train_recs else float("nan"),
+            "mfu": mfu(float(np.median([r["tokens_per_s"] for r in train_recs])) if train_recs else float("nan"),
+                       model.flops_per_token(cfg.seq_len)),
             "train_nll": train_nll, "val_nll": val_nll, "val_ppl": math.exp(val_nll),
             "val_bits_per_char": val_nll / cpt / math.log(2), "val_chars_per_token": cpt,
             "unigram_nll": base["unigram_nll"], "bigram_nll": base["bigram_nll"],
@@ -267,7 +269,7 @@ class ShakespeareLM(Experiment):
             f"| bigram baseline NLL | {r['bigram_nll']:.4f} |",
             f"| parameters (non-embedding) | {int(r['n_params']):,} ({int(r['n_params_non_embedding']):,}) |",
             f"| tokens seen | {int(r['tokens_seen']):,} (train split: {int(r['n_train_tokens']):,}) |",
-            f"| training speed (median tokens/s) | {r['tokens_per_s']:,.0f} |",
+            f"| training speed (median tokens/s) | {r['tokens_per_s']:,.0f} (MFU {r['mfu']:.1%} of 170 GFLOP/s) |",
             "",
             f"Validation works (held out): {str(r['val_works']).replace(';', ', ')}. Final NLL over "
             f"{int(r['n_val_windows'])} evenly spaced windows of {cfg.seq_len} tokens; bits per character = "
@@ -279,6 +281,14 @@ class ShakespeareLM(Experiment):
             for s in p.read_text().split("\n\n=====\n\n"):
                 lines.append("```text\n" + s.strip("\n") + "\n```\n")
         return "\n".join(lines)
+
+
+PEAK_FLOPS = 170e9  # fp32 matmul peak of the 2-core reference machine (DESIGN.md)
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak: float = PEAK_FLOPS) -> float:
+    """Model FLOPs utilisation: ``tokens_per_s * flops_per_token / peak`` (training FLOPs, 6N + 12 L d T)."""
+    return tokens_per_s * flops_per_token / peak
 
 
 @torch.no_grad()

@@ -384,8 +384,10 @@ def train(
                                    for k, v in metrics.items()}})
 
         model.train()
-        t_last, tok_last = time.perf_counter(), tokens_seen
+        # tokens/s counts only the training steps (not evaluation or checkpoint time)
+        t_window, tok_window = 0.0, 0
         while step < cfg.steps:
+            t_step = time.perf_counter()
             lr = lr_at(step, cfg)
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -410,11 +412,12 @@ def train(
             step += 1
             tokens_seen += n_tok
             loss = loss_sum / max(n_tok, 1)
+            t_window += time.perf_counter() - t_step
+            tok_window += n_tok
 
             if step % cfg.log_every == 0 or step == cfg.steps:
-                now = time.perf_counter()
-                tps = (tokens_seen - tok_last) / max(now - t_last, 1e-9)
-                t_last, tok_last = now, tokens_seen
+                tps = tok_window / max(t_window, 1e-9)
+                t_window, tok_window = 0.0, 0
                 emit({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                       "tokens_seen": tokens_seen, "tokens_per_s": tps})
                 if progress is not None:
