@@ -203,3 +203,40 @@ def test_cli_train_resume_generate(texts_dir, tmp_path):
     assert r.exit_code == 2 and "no trained model" in r.output
     r = CliRunner().invoke(app, ["train", "--corpus", "shakespear", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "shakespeare" in r.output and not (tmp_path / "x").exists()
+
+
+def test_interrupted_training_run_resumes_exactly(texts_dir, tmp_path, monkeypatch):
+    """Ctrl-C mid-training, rerun into the same directory: same final numbers as an uninterrupted run."""
+    from lmsci.config import resolve_config
+    from lmsci.experiments.shakespeare_lm import ShakespeareLM
+    from lmsci.runs import RunDir
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(ShakespeareLM.Config, "smoke", {
+        "texts_dir": str(texts_dir), "cache_dir": str(tmp_path / "c"), "val_fraction": 0.25, "steps": 12,
+        "checkpoint_every": 5, "eval_every": 4, "final_eval_tokens": 512, "sample_tokens": 5})
+    full = run_experiment(ShakespeareLM(), cfg, tmp_path / "full", progress=False, log=lambda m: None)
+
+    real = sh.make_get_batch
+
+    def crashing(*a, **k):
+        gb = real(*a, **k)
+
+        def get_batch(step, g):
+            if step == 7:
+                raise KeyboardInterrupt
+            return gb(step, g)
+
+        return get_batch
+
+    monkeypatch.setattr(sh, "make_get_batch", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(ShakespeareLM(), cfg, tmp_path / "cut", progress=False, log=lambda m: None)
+    monkeypatch.undo()
+    cut = run_experiment(ShakespeareLM(), cfg, tmp_path / "cut", progress=False, log=lambda m: None)
+    a, b = full.results().iloc[0], cut.results().iloc[0]
+    for k in ("val_nll", "train_nll", "tokens_seen", "bigram_minus_model"):
+        assert a[k] == b[k], k
+    ma, mb = RunDir(full.path).metrics(), RunDir(cut.path).metrics()
+    assert list(ma["step"]) == list(mb["step"])  # metrics.jsonl complete after the resume
+    assert ma["loss"].equals(mb["loss"])
