@@ -11,8 +11,10 @@ _REGISTRY: dict[str, type[Experiment]] = {}
 
 # Modules that define experiments; imported on first lookup so `import lmsci` stays light.
 EXPERIMENT_MODULES = [
+    "lmsci.experiments.factual_recall",
     "lmsci.experiments.shakespeare_lm",
     "lmsci.experiments.length_generalization",
+    "lmsci.experiments.passkey_retrieval",
 ]
 
 _loaded = False

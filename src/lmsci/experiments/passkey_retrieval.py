@@ -1,0 +1,339 @@
+"""Passkey retrieval beyond the training window: truncation vs LM-Infinite with and without top-k.
+
+Source: Han et al., "LM-Infinite", NAACL 2024, arXiv 2308.16137, Section 5.3 and Table 2 (passkey
+retrieval: Truncate-to-4K 44.0 avg, LM-Infinite with top-5 middle tokens 81.2 avg at 6K-16K on
+Llama-2-7b-chat), Appendix A (k, layer h, distance); task format of Mohtashami & Jaggi, "Landmark
+Attention", arXiv 2305.16300 (filler "The grass is green. The sky is blue. ...", "The pass key is
+{KEY}. Remember it.", "What is the pass key? The pass key is").
+
+Scaled down to CPU: a small controlled world with a token vocabulary (digits, the repeating filler
+sentence, key and query markers). A RoPE GPT is trained on prompts of exactly ``seq_len`` tokens with
+the key at a uniformly random depth; it is then asked for the key in prompts of ``seq_len * f`` tokens
+for ``f`` in ``length_factors`` at the depths in ``depths``. Answers are decoded greedily through the
+streaming session (bounded cache without top-k; full cache with top-k, which needs the middle keys).
+Accuracy = all ``n_digits`` digits exact. Methods: ``vanilla`` (full attention at full length),
+``truncation`` (keep the last ``seq_len`` tokens), ``lm_infinite`` (Lambda mask + ceiling) and
+``lm_infinite_topk`` (plus top-k middle tokens in layers ``>= top_k_from_layer``).
+
+Sweep points: ``train`` (model checkpoint in its point directory) and one ``eval-x<f>`` point per length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir, Verdict, derive_seed
+
+# ---- the passkey world (token ids) -----------------------------------------------------------
+DIGITS = list(range(10))
+WORDS = ["the", "grass", "is", "green", ".", "sky", "blue", "sun", "yellow", "here", "we", "go", "there", "and",
+         "back", "again"]
+FILLER_SENTENCE = ["the", "grass", "is", "green", ".", "the", "sky", "is", "blue", ".", "the", "sun", "is",
+                   "yellow", ".", "here", "we", "go", ".", "there", "and", "back", "again", "."]
+W0 = 10
+WORD_ID = {w: W0 + i for i, w in enumerate(WORDS)}
+KEY, REMEMBER, QUERY, INTRO = W0 + len(WORDS), W0 + len(WORDS) + 1, W0 + len(WORDS) + 2, W0 + len(WORDS) + 3
+VOCAB_SIZE = INTRO + 1
+FILLER = np.array([WORD_ID[w] for w in FILLER_SENTENCE], dtype=np.int64)
+METHODS = ("vanilla", "truncation", "lm_infinite", "lm_infinite_topk")
+
+
+def passkey_layout(n_digits: int) -> tuple[int, int]:
+    """(fixed tokens in a prompt excluding the answer, answer length)."""
+    # INTRO x4 | filler | KEY d1..dn REMEMBER d1..dn | filler | QUERY  -> answer d1..dn
+    return 4 + 1 + n_digits + 1 + n_digits + 1, n_digits
+
+
+def make_prompts(n: int, length: int, depth: float | np.ndarray | None, n_digits: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` passkey prompts of exactly ``length`` tokens (answer excluded).
+
+    Args:
+        depth: relative position of the key sentence in the filler (0 = start, 1 = end); None = uniform.
+
+    Returns:
+        ``(prompts [n, length], keys [n, n_digits], key_pos [n])`` (``key_pos`` = index of the KEY token).
+
+    Raises:
+        ConfigError: ``length`` too short for the fixed tokens.
+    """
+    fixed, _ = passkey_layout(n_digits)
+    n_fill = length - fixed
+    if n_fill < 1:
+        raise ConfigError("seq_len", length, f">= {fixed + 1} for n_digits={n_digits}")
+    prompts = np.empty((n, length), dtype=np.int64)
+    keys = rng.integers(0, 10, size=(n, n_digits))
+    keys[:, 0] = rng.integers(1, 10, size=n)
+    d = rng.random(n) if depth is None else np.broadcast_to(np.asarray(depth, dtype=float), (n,))
+    phase = rng.integers(0, len(FILLER), size=n)
+    key_pos = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        fill = np.resize(np.roll(FILLER, -int(phase[i])), n_fill)
+        cut = int(round(d[i] * n_fill))
+        key_sent = np.concatenate([[KEY], keys[i], [REMEMBER], keys[i]])
+        seq = np.concatenate([[INTRO] * 4, fill[:cut], key_sent, fill[cut:], [QUERY]])
+        prompts[i] = seq
+        key_pos[i] = 4 + cut
+    return prompts, keys, key_pos
+
+
+class PasskeyConfig(ExperimentConfig):
+    """Configuration (defaults = quick preset).
+
+    Attributes:
+        seq_len: training prompt length L (tokens) = the window of truncation and LM-Infinite.
+        n_digits: digits of the pass key.
+        length_factors: evaluation prompt lengths in units of L.
+        depths: key depths evaluated (0 = right after the intro, 1 = just before the question).
+        n_samples: prompts per (length, depth).
+        n_layers, d_model, n_heads, steps, batch_size, lr, warmup_steps: the RoPE GPT and its training.
+        n_global: LM-Infinite starting tokens. top_k: middle tokens re-attended (paper: 5).
+        top_k_from_layer: first layer using top-k (paper's h). top_k_distance: distance the middle keys are
+            scored at (None = L/2, the paper's choice).
+        gain_threshold: top-k must beat the best other method on keys beyond the window by this much accuracy.
+    """
+
+    seq_len: int = Field(64, ge=24, le=4096)
+    n_digits: int = Field(4, ge=1, le=10)
+    length_factors: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
+    depths: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+    n_samples: int = Field(20, ge=2, le=10000)
+    n_layers: int = Field(2, ge=2, le=48)
+    d_model: int = Field(64, ge=8, le=4096)
+    n_heads: int = Field(4, ge=1, le=64)
+    steps: int = Field(1200, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(50, ge=0)
+    n_global: int = Field(4, ge=0)
+    top_k: int = Field(5, ge=1)
+    top_k_from_layer: int = Field(1, ge=0)
+    top_k_distance: int | None = Field(None, ge=1)
+    gain_threshold: float = Field(0.3, gt=0, le=1)
+    threads: int = Field(2, ge=1, le=64)
+
+    PRESETS = {
+        "smoke": {"seq_len": 32, "n_digits": 2, "length_factors": [1, 4], "depths": [0.2, 0.8], "n_samples": 3,
+                  "d_model": 16, "n_heads": 2, "steps": 3, "batch_size": 4, "warmup_steps": 1},
+        "quick": {},
+        "paper": {"seq_len": 256, "n_digits": 5, "length_factors": [1, 2, 4, 8, 16, 32], "n_samples": 100,
+                  "n_layers": 4, "d_model": 256, "n_heads": 8, "steps": 10000, "batch_size": 64, "lr": 1e-3,
+                  "warmup_steps": 300, "n_global": 10, "top_k_from_layer": 2},
+    }
+
+
+def _policy(cfg: PasskeyConfig, method: str):
+    from lmsci.methods.lm_infinite import full_policy, lm_infinite_policy
+
+    if method in ("vanilla", "truncation"):
+        return full_policy()
+    return lm_infinite_policy(cfg.seq_len, cfg.n_global, top_k=cfg.top_k if method == "lm_infinite_topk" else 0,
+                              top_k_from_layer=cfg.top_k_from_layer, top_k_distance=cfg.top_k_distance)
+
+
+def _train_batch_fn(cfg: PasskeyConfig):
+    def get_batch(step: int, gen: torch.Generator):
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+        rng = np.random.default_rng(seed)
+        p, keys, kp = make_prompts(cfg.batch_size, cfg.seq_len, None, cfg.n_digits, rng)
+        full = np.concatenate([p, keys], axis=1)  # prompt + answer
+        x = torch.from_numpy(full[:, :-1])
+        y = torch.from_numpy(full[:, 1:]).clone()
+        # the first occurrence of the key is unpredictable: do not train on it
+        cols = torch.arange(y.shape[1])[None, :]
+        first = (cols >= torch.from_numpy(kp)[:, None]) & (cols < torch.from_numpy(kp)[:, None] + cfg.n_digits)
+        y[first] = -100
+        return x, y
+
+    return get_batch
+
+
+def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, log=None, progress=None):
+    """The model of point ``train`` (trains it, resuming from its checkpoint, when missing)."""
+    from lmsci.models.gpt import GPT, GPTConfig
+    from lmsci.train.trainer import TrainConfig, train
+
+    d = run.point_dir("train")
+    if (d / "model" / "model.safetensors").is_file():
+        return GPT.from_pretrained(d / "model").eval(), None
+    fixed, ans = passkey_layout(cfg.n_digits)
+    g = GPTConfig(vocab_size=VOCAB_SIZE, seq_len=cfg.seq_len + ans, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                  d_model=cfg.d_model, pos="rope", norm="rmsnorm", bias=False)
+    model = GPT(g, seed=seed)
+    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                     device="cpu", checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
+    res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=d / "ckpt", progress=progress)
+    model.save_pretrained(d / "model")
+    return model.eval(), res
+
+
+@torch.no_grad()
+def answer(model, prompts: torch.Tensor, n_digits: int, method: str, cfg: PasskeyConfig) -> torch.Tensor:
+    """Greedy answer ``[batch, n_digits]`` for ``prompts [batch, n]`` under ``method``."""
+    from lmsci.methods.lm_infinite import AttentionPatch
+
+    if method == "truncation":
+        ids = prompts[:, -cfg.seq_len:]
+        out = []
+        for _ in range(n_digits):
+            nxt = model(ids)[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt)
+            ids = torch.cat([ids, nxt], dim=1)[:, -cfg.seq_len:]
+        return torch.cat(out, dim=1)
+    patch = AttentionPatch(model, _policy(cfg, method))
+    out = []
+    with patch, patch.stream() as s:
+        logits = s.feed(prompts)
+        for _ in range(n_digits):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt)
+            logits = s.feed(nxt)
+    return torch.cat(out, dim=1)
+
+
+@register("passkey-retrieval")
+class PasskeyRetrieval(Experiment):
+    """LM-Infinite's top-k middle tokens recover pass keys beyond the window; truncation and plain LM-Infinite lose them.
+
+    Source: Han et al. 2024, arXiv 2308.16137, Sec. 5.3, Table 2, App. A.
+    """
+
+    claim = ("Pass keys placed beyond the local window are lost by truncation and by LM-Infinite without "
+             "top-k, and recovered by LM-Infinite with top-k middle-token re-attention.")
+    source = "Han et al., LM-Infinite, NAACL 2024, arXiv 2308.16137, Sec. 5.3, Table 2, App. A"
+    Config = PasskeyConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~6 min on 2 CPU cores", "paper": "~1 GPU-hour"}
+
+    def validate(self, cfg: PasskeyConfig) -> None:
+        fixed, _ = passkey_layout(cfg.n_digits)
+        if cfg.seq_len < fixed + 8:
+            raise ConfigError("seq_len", cfg.seq_len, f">= {fixed + 8} for n_digits={cfg.n_digits}")
+        if cfg.d_model % cfg.n_heads or (cfg.d_model // cfg.n_heads) % 2:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of 2*n_heads={2 * cfg.n_heads}")
+        if cfg.top_k_from_layer >= cfg.n_layers:
+            raise ConfigError("top_k_from_layer", cfg.top_k_from_layer, f"< n_layers={cfg.n_layers}")
+        if any(f < 1 for f in cfg.length_factors):
+            raise ConfigError("length_factors", cfg.length_factors, "integers >= 1")
+        if any(not 0 <= d <= 1 for d in cfg.depths):
+            raise ConfigError("depths", cfg.depths, "numbers in [0, 1]")
+        if cfg.n_global >= cfg.seq_len:
+            raise ConfigError("n_global", cfg.n_global, f"< seq_len={cfg.seq_len}")
+
+    def points(self, cfg: PasskeyConfig) -> list[Point]:
+        return [Point("train", {"kind": "train"})] + [Point(f"eval-x{f}", {"kind": "eval", "factor": f})
+                                                     for f in sorted(set(cfg.length_factors))]
+
+    def point_seed(self, cfg, point):
+        return derive_seed(cfg.seed, self.name, point.id)
+
+    def run_point(self, cfg: PasskeyConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        torch.set_num_threads(cfg.threads)
+        train_seed = derive_seed(cfg.seed, self.name, "train")
+        if point.params["kind"] == "train":
+            bar = ctx.progress(cfg.steps, "train")
+            model, res = train_or_load(cfg, ctx.run, train_seed, log=lambda m: ctx.log(**m), progress=bar)
+            bar.close()
+            final = res.final if res is not None else {}
+            return {"kind": "train", "factor": None, "train_loss": final.get("loss"), "params": model.num_params()}
+        model, _ = train_or_load(cfg, ctx.run, train_seed)
+        f = point.params["factor"]
+        n = cfg.seq_len * f
+        rng = np.random.default_rng(ctx.seed)
+        row: dict[str, Any] = {"kind": "eval", "factor": f, "length": n}
+        counts = {m: [0, 0, 0, 0] for m in METHODS}  # correct_all, n_all, correct_beyond, n_beyond
+        for depth in cfg.depths:
+            p, keys, kp = make_prompts(cfg.n_samples, n, depth, cfg.n_digits, rng)
+            beyond = (kp + 1 + cfg.n_digits * 2 + 1) <= (n - cfg.seq_len)  # whole key sentence outside window
+            pt, kt = torch.from_numpy(p), torch.from_numpy(keys)
+            for m in METHODS:
+                got = answer(model, pt, cfg.n_digits, m, cfg)
+                ok = (got == kt).all(dim=1).numpy()
+                row[f"acc_{m}_d{depth}"] = float(ok.mean())
+                c = counts[m]
+                c[0] += int(ok.sum())
+                c[1] += len(ok)
+                c[2] += int(ok[beyond].sum())
+                c[3] += int(beyond.sum())
+        for m, (ca, na, cb, nb) in counts.items():
+            row[f"acc_{m}"] = ca / na
+            row[f"correct_beyond_{m}"] = cb
+            row[f"n_beyond_{m}"] = nb
+        return row
+
+    def verdicts(self, cfg: PasskeyConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ev = results[results["kind"] == "eval"]
+        if ev.empty:
+            return []
+        out = []
+        nb = int(ev["n_beyond_lm_infinite_topk"].sum())
+        acc = {m: (float(ev[f"correct_beyond_{m}"].sum()) / nb if nb else float("nan")) for m in METHODS}
+        best_other = max(acc["truncation"], acc["lm_infinite"])
+        gain = acc["lm_infinite_topk"] - best_other
+        # normal-approximation CI of a difference of two proportions (independent approximation)
+        p1, p2 = acc["lm_infinite_topk"], best_other
+        se = float(np.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / nb)) if nb else float("nan")
+        out.append(Verdict(
+            claim="Top-k middle-token attention recovers pass keys beyond the window that truncation and "
+                  "LM-Infinite without top-k lose",
+            statistic=f"accuracy on the {nb} prompts whose key lies outside the last L={cfg.seq_len} tokens: "
+                      "LM-Infinite+top-k minus the better of truncation / LM-Infinite without top-k",
+            value=gain, threshold=f">= {cfg.gain_threshold} and 95% CI above 0",
+            reproduced=bool(nb > 0 and gain >= cfg.gain_threshold and gain - 1.96 * se > 0),
+            ci=(gain - 1.96 * se, gain + 1.96 * se) if nb else None,
+            details={f"acc_beyond_{m}": v for m, v in acc.items()} | {"n_beyond": nb},
+            note="" if gain >= cfg.gain_threshold else
+            "Retrieval by top-k needs a retrieval head whose logit ranks the key tokens first at the fixed distance; "
+            "a larger model trained longer forms sharper heads."))
+        inwin = ev[ev["factor"] == 1]
+        if not inwin.empty:
+            a = float(inwin["acc_vanilla"].iloc[0])
+            out.append(Verdict(
+                claim="Sanity: the trained model retrieves the key at its training length",
+                statistic=f"vanilla accuracy at length L={cfg.seq_len} (all depths)", value=a, threshold=">= 0.8",
+                reproduced=bool(a >= 0.8),
+                details={f"acc_{m}_at_L": float(inwin[f"acc_{m}"].iloc[0]) for m in METHODS}))
+        return out
+
+    def figures(self, cfg: PasskeyConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ev = results[results["kind"] == "eval"].sort_values("factor")
+        if ev.empty:
+            return []
+        fig, axes = plt.subplots(1, len(METHODS) + 1, figsize=(4 * (len(METHODS) + 1), 3.6))
+        for m in METHODS:
+            axes[0].plot(ev["length"], ev[f"acc_{m}"], marker="o", label=m)
+        axes[0].set_xscale("log", base=2)
+        axes[0].axvline(cfg.seq_len, color="gray", ls=":", lw=0.8)
+        axes[0].set_xlabel("prompt length (tokens)")
+        axes[0].set_ylabel("accuracy (all digits)")
+        axes[0].set_ylim(-0.05, 1.05)
+        axes[0].legend(fontsize=7)
+        axes[0].set_title("accuracy vs length")
+        for ax, m in zip(axes[1:], METHODS):
+            grid = np.array([[r[f"acc_{m}_d{d}"] for d in cfg.depths] for _, r in ev.iterrows()])
+            im = ax.imshow(grid.T, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+            ax.set_xticks(range(len(ev)), [str(int(x)) for x in ev["length"]], fontsize=7)
+            ax.set_yticks(range(len(cfg.depths)), [str(d) for d in cfg.depths], fontsize=7)
+            ax.set_xlabel("length")
+            ax.set_ylabel("key depth")
+            ax.set_title(m, fontsize=9)
+        fig.colorbar(im, ax=axes[-1])
+        fig.tight_layout()
+        fig.savefig(run.figures_dir / "passkey_accuracy.png", dpi=110)
+        plt.close(fig)
+        return [Figure("passkey_accuracy.png",
+                       f"Pass-key accuracy vs prompt length (dotted: training length L={cfg.seq_len}) and by key "
+                       "depth (heat maps) for each method.")]
