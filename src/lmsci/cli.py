@@ -155,6 +155,8 @@ def train_cmd(
     steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps [default: 2000]"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="sequences per step [default: 16]"),
     lr: Optional[float] = typer.Option(None, "--lr", help="peak learning rate [default: 3e-3]"),
+    warmup_steps: Optional[int] = typer.Option(
+        None, "--warmup-steps", help="linear warmup steps [default: 100, or steps // 10 when --steps < 100]"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="any other shakespeare-lm key=value"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (rerun into it to resume)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed [default: 0]"),
@@ -174,7 +176,8 @@ def train_cmd(
 
     opts = {"tokenizer": tokenizer, "vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers,
             "n_heads": n_heads, "d_head": d_head, "d_mlp": d_mlp, "pos": pos, "mlp": mlp, "norm": norm,
-            "dropout": dropout, "seq_len": seq_len, "steps": steps, "batch_size": batch_size, "lr": lr}
+            "dropout": dropout, "seq_len": seq_len, "steps": steps, "batch_size": batch_size, "lr": lr,
+            "warmup_steps": warmup_steps}
 
     def go():
         if corpus != "shakespeare":
@@ -182,6 +185,10 @@ def train_cmd(
         overrides = parse_overrides(set_ or [])
         overrides.update({k: v for k, v in opts.items() if v is not None})
         exp = ShakespeareLM()
+        default_warmup = exp.Config.model_fields["warmup_steps"].default
+        if "warmup_steps" not in overrides and isinstance(overrides.get("steps"), int) \
+                and overrides["steps"] < default_warmup:
+            overrides["warmup_steps"] = overrides["steps"] // 10
         cfg = resolve_config(exp.Config, "quick", overrides, seed)
         exp.validate(cfg)
         dest = out or Path("runs") / "train" / time.strftime("%Y-%m-%dT%H-%M-%S")
