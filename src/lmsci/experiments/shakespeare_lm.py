@@ -247,7 +247,10 @@ class ShakespeareLM(Experiment):
         ax.axhline(r["bigram_nll"], ls="--", color="k", label=f"bigram baseline {r['bigram_nll']:.3f}")
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("NLL (nats/token)")
-        ax.set_ylim(max(0.0, min(float(r["train_nll"]), float(r["val_nll"])) - 0.3), float(r["unigram_nll"]) + 0.6)
+        curves = [float(r["train_nll"]), float(r["val_nll"]), float(r["bigram_nll"]), float(r["unigram_nll"])]
+        if "val_nll" in m:
+            curves += m["val_nll"].dropna().tolist() + m["train_nll"].dropna().tolist()
+        ax.set_ylim(max(0.0, min(curves) - 0.2), max(curves) + 0.3)
         ax.set_title(f"shakespeare-lm: {r['tokenizer']} tokens, {int(r['n_params']):,} params")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
