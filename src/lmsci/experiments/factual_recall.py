@@ -1,0 +1,653 @@
+"""Experiment ``factual-recall``: facts stored scale linearly with parameters.
+
+Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative
+Memories", arXiv 2412.06538 (ICLR 2025), Theorems 3-4 and Figure 4 (left: facts vs parameters;
+right: the attention/MLP trade-off). Protocol from the official code (``run.py``,
+``fact_recall_sweep.py``, ``param_scaling_sweep.py``): S = R = ``size`` facts ``size**2``, D
+answers per relation, ``n_noise = S + R``, T = 32, frozen random embeddings, AdamW (weight decay
+0), fresh noise every step, a test set of fresh sequences over the same facts, early stop once the
+test accuracy reaches the threshold (0.99); a size counts as stored if *any* learning rate of the
+list reaches the threshold (the paper's retry rule: 1e-3, 3e-3, 1e-2 tried in turn); the largest
+stored size is found by a search over ``size``; parameters counted as ``4 H d_h d + 2 m d``.
+
+Two kinds of sweep points (``point.params["kind"]``):
+
+* ``capacity``: one model family (``alpha``, ``beta``: ``d_head = alpha * d / H``,
+  ``d_mlp = beta * d``; ``beta = 0`` is attention-only) at one ``d_model``; result = the largest
+  fact count stored. All families at one ``d_model`` train together as one stacked computation
+  (probes x learning rates as members of one :class:`OneLayerTransformer` stack).
+* ``tradeoff``: one (n_heads, d_mlp) cell of the trade-off map at a fixed fact count; result =
+  the best test accuracy.
+
+Search (per capacity point, several probes per round, all trained at once): the first round
+probes sizes around ``sqrt(guide_ratio * params)`` (only to place the bracket; the answer does not
+depend on it); later rounds gallop up/down until a bracket [largest stored, smallest not stored]
+exists, then split the bracket with up to ``probes_per_round`` interior sizes (a k-ary
+bisection) until the two ends are adjacent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.registry import register
+from lmsci.models.associative import OneLayerSpec, OneLayerTransformer
+from lmsci.runs import RunDir, Verdict, derive_seed
+from lmsci.worlds.factual_recall import FactualRecallWorld, sample_stack
+
+GUIDE_RATIO = 0.15  # the authors' guide line, facts ~ 0.15 x params (plotting.ipynb, c0 = 0.15)
+
+
+class FactualRecallConfig(ExperimentConfig):
+    """Configuration of ``factual-recall`` (field defaults = the ``quick`` preset).
+
+    World: ``answers_per_relation`` (D), ``seq_len`` (T); S = R = size, ``n_noise = S + R``.
+    Capacity sweep: ``d_models`` x families, where a family is ``(alpha, beta)`` with
+    ``d_head = max(1, round(alpha * d / n_heads))`` and ``d_mlp = round(beta * d)``; the families
+    are ``attn_only_alphas`` (beta = 0) and every ``(alpha, beta)`` of ``mlp_alphas x mlp_betas``.
+    Trade-off map: ``tradeoff_heads x tradeoff_mlps`` at ``d_model = tradeoff_d_model``,
+    ``d_head = tradeoff_d_head`` and S = R = ``tradeoff_size``.
+    """
+
+    answers_per_relation: int = Field(8, ge=1, le=1024, description="D, answers per relation")
+    seq_len: int = Field(32, ge=3, le=4096, description="T, sequence length")
+    # capacity sweep
+    d_models: list[int] = Field([8, 11, 16, 22, 32], min_length=1, description="d_model grid")
+    n_heads: int = Field(4, ge=1, le=256, description="H for the capacity sweep")
+    attn_only_alphas: list[float] = Field([2.0], description="attention-only families (d_head = alpha*d/H)")
+    mlp_alphas: list[float] = Field([0.5], description="attention+MLP families: alpha values")
+    mlp_betas: list[float] = Field([2.0], description="attention+MLP families: beta values (d_mlp = beta*d)")
+    size_min: int = Field(2, ge=2, description="smallest S = R searched")
+    size_max: int = Field(128, ge=2, description="largest S = R searched")
+    probes_per_round: int = Field(3, ge=1, le=16, description="sizes trained at once per search round")
+    max_rounds: int = Field(8, ge=1, le=64, description="search rounds per capacity point")
+    lrs: list[float] = Field([3e-3, 1e-2, 3e-2], min_length=1, description="learning rates (retry rule)")
+    lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="LR schedule over steps")
+    steps: int = Field(1500, ge=1, description="max AdamW steps per training run")
+    batch_size: int = Field(512, ge=1, description="fresh sequences per step")
+    eval_every: int = Field(50, ge=1, description="steps between test evaluations")
+    n_eval: int = Field(1024, ge=16, description="test sequences (fresh noise, same facts)")
+    threshold: float = Field(0.99, gt=0, le=1, description="test accuracy that counts as stored")
+    # trade-off map
+    tradeoff: bool = Field(True, description="also run the attention/MLP trade-off map")
+    tradeoff_d_model: int = Field(16, ge=1)
+    tradeoff_d_head: int = Field(4, ge=1)
+    tradeoff_size: int = Field(12, ge=1, description="S = R of the trade-off map (facts = size**2)")
+    tradeoff_heads: list[int] = Field([1, 2, 3, 4, 6, 8], description="H values of the map")
+    tradeoff_mlps: list[int] = Field([0, 8, 16, 32, 64, 128], description="d_mlp values of the map")
+    tradeoff_lr: float = Field(3e-2, gt=0)
+    tradeoff_steps: int = Field(1500, ge=1)
+    stack_size: int = Field(64, ge=1, description="max models trained at once in the trade-off map")
+    threads: int = Field(1, ge=0, description="torch threads while training (0 = torch's default); tiny "
+                         "models run fastest on 1 thread, and far faster than on 2 on a shared machine")
+
+    PRESETS = {
+        "smoke": {
+            "d_models": [8, 12], "n_heads": 2, "attn_only_alphas": [2.0], "mlp_alphas": [1.0],
+            "mlp_betas": [1.0], "size_min": 2, "size_max": 8, "lrs": [3e-2], "steps": 120,
+            "batch_size": 128, "eval_every": 40, "n_eval": 128, "threshold": 0.9, "max_rounds": 2,
+            "probes_per_round": 2, "seq_len": 12, "tradeoff_d_model": 8, "tradeoff_d_head": 2,
+            "tradeoff_size": 3, "tradeoff_heads": [1, 2], "tradeoff_mlps": [0, 8],
+            "tradeoff_steps": 100,
+        },
+        "quick": {},
+        "paper": {
+            "d_models": [8, 11, 16, 22, 32, 45, 64, 90, 128, 181], "n_heads": 8,
+            "attn_only_alphas": [4.0, 2.0, 1.0, 0.5, 0.25],
+            "mlp_alphas": [4.0, 2.0, 1.0, 0.5, 0.25], "mlp_betas": [4.0, 2.0, 1.0, 0.5, 0.25],
+            "size_min": 8, "size_max": 512, "lrs": [1e-3, 3e-3, 1e-2], "lr_schedule": "constant",
+            "steps": 16384, "batch_size": 1024, "eval_every": 128, "n_eval": 1024,
+            "probes_per_round": 1, "max_rounds": 16, "tradeoff_d_model": 32, "tradeoff_d_head": 8,
+            "tradeoff_size": 32, "tradeoff_heads": [1, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32],
+            "tradeoff_mlps": [1] + list(range(8, 129, 8)), "tradeoff_lr": 1e-2,
+            "tradeoff_steps": 16384, "stack_size": 256, "threads": 0,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# batched training of a stack of one-layer transformers
+
+
+class _Member:
+    """One training run inside a stack: a world, a model size, a learning rate."""
+
+    def __init__(self, key: Any, world: FactualRecallWorld, spec: OneLayerSpec, lr: float, seed: int):
+        self.key, self.world, self.spec, self.lr, self.seed = key, world, spec, lr, seed
+        self.best_acc, self.steps_run, self.final_loss = 0.0, 0, float("nan")
+        self.reached_at: int | None = None
+
+
+def train_stack(members: list[_Member], d_model: int, *, steps: int, batch_size: int, eval_every: int,
+                n_eval: int, threshold: float, schedule: str, seed: int, done_key=None, log=None,
+                progress=None) -> None:
+    """Train every member with AdamW (weight decay 0) as one stacked computation.
+
+    A member stops (and leaves the stack) as soon as its test accuracy reaches ``threshold``; if
+    ``done_key(member)`` is given, all members sharing that key stop together (the LR retry rule:
+    one learning rate storing the facts is enough). Results are written on the members:
+    ``best_acc`` (max test accuracy over evaluations, as in the official ``run.py``),
+    ``reached_at`` (step or None), ``steps_run``, ``final_loss`` (train CE, nats).
+
+    Source: arXiv 2412.06538 Section 6 / official ``run.py`` (AdamW, fresh batches, early stop).
+    """
+    if not members:
+        return
+    V = max(m.world.vocab_size for m in members)
+    A = max(m.world.n_answers for m in members)
+    specs = [OneLayerSpec(m.spec.n_heads, m.spec.d_head, m.spec.d_mlp, m.world.n_answers, m.world.vocab_size)
+             for m in members]
+    model = OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members])
+    live = list(members)
+    gen = torch.Generator().manual_seed(int(seed))
+    evals = [m.world.eval_set(n_eval, derive_seed(m.seed, "eval")) for m in live]
+    ev_x = torch.stack([e.input_ids for e in evals])
+    ev_y = torch.stack([e.targets for e in evals])
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
+    base_lr = torch.tensor([m.lr for m in live])
+    done_key = done_key or (lambda m: id(m))
+    for step in range(1, steps + 1):
+        if schedule == "cosine":
+            lr = base_lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))
+        else:
+            lr = base_lr
+        batch = sample_stack([m.world for m in live], batch_size, gen)
+        logits = model(batch.input_ids)  # [M, B, A]
+        M = len(live)
+        losses = torch.nn.functional.cross_entropy(logits.reshape(M * batch_size, A), batch.targets.reshape(-1),
+                                                   reduction="none").view(M, batch_size).mean(1)
+        for p in model.parameters():
+            p.grad = None
+        losses.sum().backward()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                m1, m2 = state[n]
+                g = p.grad
+                m1.mul_(b1).add_(g, alpha=1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                upd = (m1 / (1 - b1**step)) / ((m2 / (1 - b2**step)).sqrt_().add_(eps))
+                p.sub_(upd * lr.view(-1, *[1] * (p.dim() - 1)))
+        if progress is not None:
+            progress.update(1)
+        if step % eval_every and step != steps:
+            continue
+        with torch.no_grad():
+            acc = (model(ev_x).argmax(-1) == ev_y).float().mean(1)
+        loss_list = losses.detach().tolist()
+        for i, m in enumerate(live):
+            m.best_acc = max(m.best_acc, float(acc[i]))
+            m.steps_run, m.final_loss = step, loss_list[i]
+            if m.best_acc >= threshold and m.reached_at is None:
+                m.reached_at = step
+        if log is not None:
+            log(step, live, acc.tolist(), loss_list)
+        finished = {done_key(m) for m in live if m.reached_at is not None}
+        keep = [i for i, m in enumerate(live) if done_key(m) not in finished]
+        if not keep:
+            break
+        if len(keep) < len(live):
+            model.keep(keep)
+            idx = torch.tensor(keep)
+            state = {n: (a[idx].clone(), b[idx].clone()) for n, (a, b) in state.items()}
+            live = [live[i] for i in keep]
+            base_lr, ev_x, ev_y = base_lr[idx], ev_x[idx], ev_y[idx]
+    if progress is not None:
+        progress.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the search over fact counts
+
+
+def next_probes(lo: int, hi: int, guess: int, k: int, size_min: int, size_max: int) -> list[int]:
+    """Sizes to try next, given the largest stored size ``lo`` and smallest failed size ``hi``.
+
+    ``lo = size_min - 1`` means nothing stored yet, ``hi = size_max + 1`` nothing failed yet.
+    Returns [] when the search is over (``hi - lo <= 1``).
+    """
+    if hi - lo <= 1:
+        return []
+    if lo < size_min and hi > size_max:  # first round: geometric probes around the guess
+        g = min(max(guess, size_min), size_max)
+        cands = [round(g * 2 ** (e / 2)) for e in range(-(k // 2) * 1, k - k // 2)] if k > 1 else [g]
+    elif hi > size_max:  # everything stored so far: gallop up
+        cands = [round(lo * 2 ** ((i + 1) / 2)) for i in range(k)]
+        cands = [max(c, lo + 1 + i) for i, c in enumerate(cands)]
+    elif lo < size_min:  # nothing stored so far: gallop down
+        cands = [round(hi * 2 ** (-(i + 1) / 2)) for i in range(k)]
+        cands = [min(c, hi - 1 - i) for i, c in enumerate(cands)]
+    else:  # k-ary split of the open bracket (lo, hi)
+        n = min(k, hi - lo - 1)
+        cands = [lo + round((hi - lo) * (i + 1) / (n + 1)) for i in range(n)]
+    out = sorted({min(max(c, size_min), size_max) for c in cands if lo < c < hi})
+    return out or [(lo + hi) // 2]
+
+
+def update_bracket(lo: int, hi: int, outcomes: dict[int, bool], size_max: int) -> tuple[int, int]:
+    """New (lo, hi) after probing: lo = largest stored size, hi = smallest failed size above lo.
+
+    A failure at or below a stored size (non-monotone noise) is ignored; ``hi = size_max + 1``
+    means no failure above ``lo`` is known.
+    """
+    lo = max([lo] + [s for s, ok in outcomes.items() if ok])
+    cands = [s for s, ok in outcomes.items() if not ok and s > lo] + ([hi] if hi > lo else [])
+    return lo, (min(cands) if cands else size_max + 1)
+
+
+def family_name(alpha: float, beta: float) -> str:
+    return f"attn_a{alpha:g}" if beta == 0 else f"attn+mlp_a{alpha:g}_b{beta:g}"
+
+
+def loglog_fit(params: np.ndarray, facts: np.ndarray, groups: np.ndarray | None = None) -> dict[str, float]:
+    """Least-squares fit of ``log facts = c_g + slope * log params`` (one intercept per group).
+
+    Returns slope, its standard error, the 95% CI (Student t with n - p degrees of freedom), the
+    intercept(s) and n. With a single group this is ``scipy.stats.linregress``.
+
+    Raises:
+        ValueError: fewer than (groups + 2) points (no degrees of freedom left for a CI).
+    """
+    from scipy import stats
+
+    x, y = np.log(np.asarray(params, float)), np.log(np.asarray(facts, float))
+    g = np.zeros(len(x), int) if groups is None else pd.factorize(np.asarray(groups))[0]
+    n_g = int(g.max()) + 1 if len(g) else 0
+    if len(x) < n_g + 2:
+        raise ValueError(f"need at least {n_g + 2} points for a slope CI, got {len(x)}")
+    if n_g == 1:
+        r = stats.linregress(x, y)
+        t = stats.t.ppf(0.975, len(x) - 2)
+        return {"slope": r.slope, "stderr": r.stderr, "ci_lo": r.slope - t * r.stderr,
+                "ci_hi": r.slope + t * r.stderr, "intercept": r.intercept, "n": len(x), "r2": r.rvalue**2}
+    X = np.column_stack([x] + [(g == k).astype(float) for k in range(n_g)])
+    coef, res, *_ = np.linalg.lstsq(X, y, rcond=None)
+    dof = len(x) - X.shape[1]
+    sigma2 = float(np.sum((y - X @ coef) ** 2) / dof)
+    cov = sigma2 * np.linalg.inv(X.T @ X)
+    se = math.sqrt(cov[0, 0])
+    t = stats.t.ppf(0.975, dof)
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return {"slope": coef[0], "stderr": se, "ci_lo": coef[0] - t * se, "ci_hi": coef[0] + t * se,
+            "intercept": float(np.mean(coef[1:])), "n": len(x),
+            "r2": 1 - sigma2 * dof / ss_tot if ss_tot > 0 else float("nan")}
+
+
+@register("factual-recall")
+class FactualRecall(Experiment):
+    """Facts stored scale linearly with parameters (Nichani, Lee, Bietti 2024, Theorems 3-4, Fig. 4)."""
+
+    claim = ("The number of facts a one-layer transformer stores (>= 99% recall) grows linearly with its "
+             "parameter count, and attention or MLP parameters can each hold the facts.")
+    source = ("Nichani, Lee, Bietti, 'Understanding Factual Recall in Transformers via Associative Memories', "
+              "arXiv 2412.06538 (ICLR 2025), Theorems 3-4, Figure 4")
+    Config = FactualRecallConfig
+    time_estimate = {"smoke": "~10 s", "quick": "~8 min on 2 CPU cores", "paper": "days on one GPU"}
+
+    # -- grid ------------------------------------------------------------------------------
+    @staticmethod
+    def families(cfg: FactualRecallConfig) -> list[tuple[float, float]]:
+        fams = [(float(a), 0.0) for a in cfg.attn_only_alphas]
+        fams += [(float(a), float(b)) for a in cfg.mlp_alphas for b in cfg.mlp_betas]
+        return list(dict.fromkeys(fams))
+
+    def validate(self, cfg: FactualRecallConfig) -> None:
+        if cfg.size_max < cfg.size_min:
+            raise ConfigError("size_max", cfg.size_max, f">= size_min = {cfg.size_min}")
+        for name in ("d_models", "tradeoff_heads"):
+            bad = [v for v in getattr(cfg, name) if v < 1]
+            if bad:
+                raise ConfigError(name, getattr(cfg, name), "positive integers")
+        if any(v < 0 for v in cfg.tradeoff_mlps):
+            raise ConfigError("tradeoff_mlps", cfg.tradeoff_mlps, "integers >= 0")
+        for name in ("attn_only_alphas", "mlp_alphas"):
+            if any(a <= 0 for a in getattr(cfg, name)):
+                raise ConfigError(name, getattr(cfg, name), "positive numbers")
+        if any(b <= 0 for b in cfg.mlp_betas):
+            raise ConfigError("mlp_betas", cfg.mlp_betas, "positive numbers (beta = 0 is attn_only_alphas)")
+        if any(lr <= 0 for lr in cfg.lrs):
+            raise ConfigError("lrs", cfg.lrs, "positive learning rates")
+        if not self.families(cfg):
+            raise ConfigError("attn_only_alphas/mlp_alphas", [], "at least one model family")
+        if len(cfg.d_models) * len(self.families(cfg)) < 1:
+            raise ConfigError("d_models", cfg.d_models, "a non-empty grid")
+
+    def points(self, cfg: FactualRecallConfig) -> list[Point]:
+        pts = []
+        for d in cfg.d_models:
+            for a, b in self.families(cfg):
+                dh = max(1, round(a * d / cfg.n_heads))
+                m = round(b * d)
+                spec = OneLayerSpec(cfg.n_heads, dh, m)
+                fam = family_name(a, b)
+                pts.append(Point(f"cap_{fam}_d{d}", {
+                    "kind": "capacity", "family": fam, "alpha": a, "beta": b, "d_model": d,
+                    "n_heads": cfg.n_heads, "d_head": dh, "d_mlp": m, "params": spec.num_params(d)}))
+        if cfg.tradeoff:
+            d = cfg.tradeoff_d_model
+            for h in cfg.tradeoff_heads:
+                for m in cfg.tradeoff_mlps:
+                    pts.append(Point(f"trade_H{h}_m{m}", {
+                        "kind": "tradeoff", "d_model": d, "n_heads": h, "d_head": cfg.tradeoff_d_head,
+                        "d_mlp": m, "attn_params": d * cfg.tradeoff_d_head * h, "mlp_params": d * m,
+                        "params": OneLayerSpec(h, cfg.tradeoff_d_head, m).num_params(d),
+                        "size": cfg.tradeoff_size, "facts": cfg.tradeoff_size**2}))
+        return pts
+
+    def groups(self, cfg: FactualRecallConfig, points: list[Point]) -> list[list[Point]]:
+        cap: dict[int, list[Point]] = {}
+        trade: list[Point] = []
+        for p in points:
+            if p.params["kind"] == "capacity":
+                cap.setdefault(p.params["d_model"], []).append(p)
+            else:
+                trade.append(p)
+        out = [cap[d] for d in sorted(cap)]
+        out += [trade[i: i + cfg.stack_size] for i in range(0, len(trade), cfg.stack_size)]
+        return out
+
+    # -- running ---------------------------------------------------------------------------
+    def run_point(self, cfg, point, ctx):
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        old = torch.get_num_threads()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        try:
+            if points[0].params["kind"] == "capacity":
+                return self._capacity(cfg, points, ctxs)
+            return self._tradeoff(cfg, points, ctxs)
+        finally:
+            torch.set_num_threads(old)
+
+    def _world(self, cfg: FactualRecallConfig, size: int, seed: int) -> FactualRecallWorld:
+        return FactualRecallWorld(size, size, cfg.answers_per_relation, seq_len=cfg.seq_len, seed=seed)
+
+    @staticmethod
+    def _logger(ctx_of: dict[Any, PointContext], extra):
+        def log(step, live, accs, losses):
+            for m, a, l in zip(live, accs, losses):
+                ctx_of[m.key[0]].log(step=step, loss=l, test_acc=a, **extra(m))
+        return log
+
+    def _capacity(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        d = points[0].params["d_model"]
+        k = cfg.probes_per_round
+        st = {}
+        for p, c in zip(points, ctxs):
+            guess = int(round(math.sqrt(GUIDE_RATIO * p.params["params"])))
+            st[p.id] = {"lo": cfg.size_min - 1, "hi": cfg.size_max + 1, "guess": guess, "trials": [],
+                        "runs": 0, "steps": 0}
+        ctx_of = {p.id: c for p, c in zip(points, ctxs)}
+        for rnd in range(cfg.max_rounds):
+            members = []
+            for p, c in zip(points, ctxs):
+                s = st[p.id]
+                for size in next_probes(s["lo"], s["hi"], s["guess"], k, cfg.size_min, cfg.size_max):
+                    world = self._world(cfg, size, derive_seed(c.seed, "facts", size))
+                    spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
+                    for lr in cfg.lrs:
+                        members.append(_Member((p.id, size, lr), world, spec, lr,
+                                               derive_seed(c.seed, "init", size, lr)))
+            if not members:
+                break
+            bar = ctxs[0].progress(cfg.steps, f"d{d}:round{rnd}")
+            train_stack(members, d, steps=cfg.steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
+                        n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
+                        seed=derive_seed(ctxs[0].seed, "data", rnd), done_key=lambda m: m.key[:2],
+                        log=self._logger(ctx_of, lambda m: {"round": rnd, "size": m.key[1], "lr": m.key[2]}),
+                        progress=bar)
+            by_point: dict[str, dict[int, bool]] = {}
+            for m in members:
+                pid, size, lr = m.key
+                s = st[pid]
+                s["runs"] += 1
+                s["steps"] += m.steps_run
+                s["trials"].append({"round": rnd, "size": size, "lr": lr, "acc": round(m.best_acc, 4),
+                                    "steps": m.steps_run, "stored": m.reached_at is not None})
+                ok = by_point.setdefault(pid, {}).get(size, False) or m.reached_at is not None
+                by_point[pid][size] = ok
+            for pid, outcomes in by_point.items():
+                st[pid]["lo"], st[pid]["hi"] = update_bracket(st[pid]["lo"], st[pid]["hi"], outcomes,
+                                                              cfg.size_max)
+        rows = []
+        for p in points:
+            s = st[p.id]
+            lo, hi = s["lo"], s["hi"]
+            cap = max(lo, 0) if lo >= cfg.size_min else 0
+            censored = "below_range" if lo < cfg.size_min else ("at_size_max" if lo >= cfg.size_max else
+                                                                 ("unresolved" if hi - lo > 1 else ""))
+            rows.append({**p.params, "capacity_size": cap, "facts": cap * cap, "bracket_hi": hi,
+                         "censored": censored, "runs": s["runs"], "steps_total": s["steps"],
+                         "facts_per_param": cap * cap / p.params["params"],
+                         "trials": json.dumps(s["trials"])})
+        return rows
+
+    def _tradeoff(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        d = cfg.tradeoff_d_model
+        # one fact table for the whole map (a pure function of the config seed)
+        world = self._world(cfg, cfg.tradeoff_size, derive_seed(cfg.seed, "tradeoff-facts"))
+        members = []
+        for p, c in zip(points, ctxs):
+            spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
+            members.append(_Member((p.id,), world, spec, cfg.tradeoff_lr, derive_seed(c.seed, "init")))
+        ctx_of = {p.id: c for p, c in zip(points, ctxs)}
+        bar = ctxs[0].progress(cfg.tradeoff_steps, "tradeoff")
+        train_stack(members, d, steps=cfg.tradeoff_steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
+                    n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
+                    seed=derive_seed(cfg.seed, "tradeoff-data", points[0].id),
+                    log=self._logger(ctx_of, lambda m: {}), progress=bar)
+        return [{**p.params, "accuracy": m.best_acc, "stored": m.reached_at is not None,
+                 "steps_run": m.steps_run, "final_loss": m.final_loss} for p, m in zip(points, members)]
+
+    # -- analysis ---------------------------------------------------------------------------
+    @staticmethod
+    def _cap(results: pd.DataFrame) -> pd.DataFrame:
+        if "kind" not in results:
+            return results.iloc[0:0]
+        df = results[results["kind"] == "capacity"].copy()
+        if df.empty:
+            return df
+        df["censored"] = df["censored"].fillna("").astype(str)
+        return df
+
+    @staticmethod
+    def _usable(df: pd.DataFrame) -> pd.DataFrame:
+        return df[(df["censored"] == "") & (df["facts"] > 0)]
+
+    def verdicts(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        out = []
+        cap = self._cap(results)
+        rule = "95% CI of the slope contains 1 and is narrower than 0.7"
+        if not cap.empty:
+            use = self._usable(cap)
+            fams = sorted(use["family"].unique()) if not use.empty else []
+            try:
+                fit = loglog_fit(use["params"].values, use["facts"].values, use["family"].values)
+                ok = fit["ci_lo"] <= 1 <= fit["ci_hi"] and fit["ci_hi"] - fit["ci_lo"] < 0.7
+                out.append(Verdict(
+                    claim="Facts stored scale linearly with parameters (Theorems 3-4, Fig. 4 left)",
+                    statistic="log-log slope of facts vs params (pooled over families, one intercept each)",
+                    value=float(fit["slope"]), threshold=rule, reproduced=bool(ok),
+                    ci=(float(fit["ci_lo"]), float(fit["ci_hi"])),
+                    details={"n_points": int(fit["n"]), "families": fams, "r2": float(fit["r2"]),
+                             "excluded_censored": int(len(cap) - len(use)),
+                             "median_facts_per_param": float(use["facts_per_param"].median())},
+                    note=("" if ok else "At CPU scale the step budget (quick: 1.5k steps vs the paper's 16k) "
+                          "and the coarse size grid (facts = size^2) limit the search; the paper preset "
+                          "(d up to 181, 16k steps, 3 LRs) would settle it."),
+                ))
+            except ValueError as e:
+                out.append(Verdict("Facts stored scale linearly with parameters", "log-log slope", None, rule,
+                                   False, note=f"not enough uncensored capacity points: {e}"))
+            for fam in fams:
+                sub = use[use["family"] == fam]
+                try:
+                    f = loglog_fit(sub["params"].values, sub["facts"].values)
+                except ValueError:
+                    continue
+                ok = f["ci_lo"] <= 1 <= f["ci_hi"] and f["ci_hi"] - f["ci_lo"] < 0.7
+                out.append(Verdict(f"Linear scaling for family {fam}", "log-log slope of facts vs params",
+                                   float(f["slope"]), rule, bool(ok), ci=(float(f["ci_lo"]), float(f["ci_hi"])),
+                                   details={"n_points": int(f["n"]), "r2": float(f["r2"])}))
+        tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
+        if not tr.empty:
+            stored = tr[tr["accuracy"] >= cfg.threshold]
+            hmin = tr["n_heads"].min()
+            attn_only = stored[stored["d_mlp"] == 0]
+            mlp_heavy = stored[stored["n_heads"] == hmin]
+            ok = not attn_only.empty and not mlp_heavy.empty
+            out.append(Verdict(
+                claim="Either attention or MLP parameters can hold the facts (Theorem 4, Fig. 4 right)",
+                statistic=f"cells storing {int(tr['facts'].iloc[0])} facts at >= {cfg.threshold:g} accuracy",
+                value=float(len(stored)),
+                threshold=(f"some attention-only cell (d_mlp = 0) and some cell with the fewest heads "
+                           f"(H = {hmin}) store the facts"),
+                reproduced=bool(ok),
+                details={"attention_only_min_attn_params": (int(attn_only["attn_params"].min())
+                                                            if not attn_only.empty else None),
+                         f"H{hmin}_min_mlp_params": (int(mlp_heavy["mlp_params"].min())
+                                                     if not mlp_heavy.empty else None),
+                         "cells": int(len(tr))},
+                note="" if ok else "Widen tradeoff_heads / tradeoff_mlps or raise tradeoff_steps.",
+            ))
+        return out
+
+    def figures(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        figs = []
+        cap = self._cap(results)
+        if not cap.empty:
+            fig, ax = plt.subplots(figsize=(6.4, 4.8))
+            use = self._usable(cap)
+            colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+            try:
+                pooled = loglog_fit(use["params"].values, use["facts"].values, use["family"].values)
+            except ValueError:
+                pooled = None
+            for i, fam in enumerate(sorted(cap["family"].unique())):
+                c = colors[i % len(colors)]
+                sub = cap[cap["family"] == fam].sort_values("params")
+                good = sub[(sub["censored"] == "") & (sub["facts"] > 0)]
+                bad = sub[~sub.index.isin(good.index) & (sub["facts"] > 0)]
+                ax.plot(good["params"], good["facts"], "o-", color=c, label=fam)
+                if not bad.empty:
+                    ax.plot(bad["params"], bad["facts"], "x", color=c, ms=8, label=f"{fam} (censored)")
+                try:
+                    f = loglog_fit(good["params"].values, good["facts"].values)
+                    xs = np.geomspace(good["params"].min(), good["params"].max(), 20)
+                    ax.plot(xs, np.exp(f["intercept"]) * xs ** f["slope"], ":", color=c, lw=1,
+                            label=f"  fit slope {f['slope']:.2f} [{f['ci_lo']:.2f}, {f['ci_hi']:.2f}]")
+                except ValueError:
+                    pass
+            lo, hi = cap["params"].min() / 1.5, cap["params"].max() * 1.5
+            xs = np.geomspace(lo, hi, 20)
+            ax.plot(xs, GUIDE_RATIO * xs, "k--", lw=1, label=f"guide: facts = {GUIDE_RATIO} x params")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("parameters (4·H·d_h·d + 2·m·d)")
+            ax.set_ylabel(f"facts stored (S·R at ≥ {cfg.threshold:g} accuracy)")
+            title = "Facts stored vs parameters"
+            if pooled:
+                title += f" — pooled slope {pooled['slope']:.2f} [{pooled['ci_lo']:.2f}, {pooled['ci_hi']:.2f}]"
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left")
+            fig.tight_layout()
+            fig.savefig(run.figures_dir / "facts_vs_params.png", dpi=120)
+            plt.close(fig)
+            figs.append(Figure("facts_vs_params.png",
+                               "Facts stored vs parameters (log-log) with per-family fits and the authors' "
+                               "guide line facts ≈ 0.15 × params (cf. Fig. 4 left)"))
+            # search trace: best accuracy vs probed size, one panel per family
+            fams = sorted(cap["family"].unique())
+            fig, axes = plt.subplots(1, len(fams), figsize=(5 * len(fams), 3.8), squeeze=False)
+            for ax, fam in zip(axes[0], fams):
+                sub = cap[cap["family"] == fam].sort_values("d_model")
+                for i, (_, r) in enumerate(sub.iterrows()):
+                    tr = pd.DataFrame(json.loads(r["trials"]))
+                    if tr.empty:
+                        continue
+                    best = tr.groupby("size")["acc"].max()
+                    ax.plot(best.index ** 2, best.values, "o-", color=colors[i % len(colors)], ms=3,
+                            label=f"d={r['d_model']} ({r['params']} params)")
+                ax.axhline(cfg.threshold, color="k", ls="--", lw=1)
+                ax.set_xscale("log")
+                ax.set_xlabel("facts S·R probed")
+                ax.set_ylabel("best test accuracy over LRs")
+                ax.set_title(fam, fontsize=10)
+                ax.legend(fontsize=7)
+                ax.grid(True, alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(run.figures_dir / "capacity_search.png", dpi=110)
+            plt.close(fig)
+            figs.append(Figure("capacity_search.png",
+                               "The capacity search: best test accuracy (over learning rates) at each probed "
+                               "fact count; the dashed line is the storage threshold"))
+        tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
+        if not tr.empty:
+            piv = tr.pivot_table(index="mlp_params", columns="attn_params", values="accuracy")
+            fig, ax = plt.subplots(figsize=(6.4, 4.8))
+            im = ax.imshow(piv.values, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1)
+            ax.set_xticks(range(len(piv.columns)), [str(c) for c in piv.columns], rotation=45)
+            ax.set_yticks(range(len(piv.index)), [str(i) for i in piv.index])
+            for (yi, xi), v in np.ndenumerate(piv.values):
+                if not np.isnan(v):
+                    ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                            color="k" if v > 0.6 else "w", fontweight="bold" if v >= cfg.threshold else None)
+            ax.set_xlabel(f"attention parameters d·d_h·H (d={cfg.tradeoff_d_model}, d_h={cfg.tradeoff_d_head})")
+            ax.set_ylabel("MLP parameters d·m")
+            ax.set_title(f"Accuracy storing {cfg.tradeoff_size ** 2} facts (S=R={cfg.tradeoff_size}, "
+                         f"D={cfg.answers_per_relation})", fontsize=10)
+            fig.colorbar(im, ax=ax, label="test accuracy")
+            fig.tight_layout()
+            fig.savefig(run.figures_dir / "tradeoff_map.png", dpi=120)
+            plt.close(fig)
+            figs.append(Figure("tradeoff_map.png",
+                               "Attention/MLP trade-off: accuracy over (attention params × MLP params) at a "
+                               "fixed fact count; bold = stored (cf. Fig. 4 right)"))
+        return figs
+
+    def report_sections(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        parts = ["## Method\n",
+                 f"World: S = R = size subjects and relations, D = {cfg.answers_per_relation} answers per relation "
+                 f"(disjoint blocks), n_noise = S + R, T = {cfg.seq_len}; facts = S·R. Model: one-layer "
+                 f"transformer, frozen random embeddings, H = {cfg.n_heads} heads, d_h = alpha·d/H, "
+                 "MLP width m = beta·d (beta = 0: attention-only); params = 4·H·d_h·d + 2·m·d. "
+                 f"Training: AdamW (wd 0), batch {cfg.batch_size}, up to {cfg.steps} steps, LR schedule "
+                 f"`{cfg.lr_schedule}`, test set {cfg.n_eval} fresh sequences, stop at test accuracy "
+                 f"≥ {cfg.threshold:g}. A size is stored if any LR in {cfg.lrs} reaches the threshold. "
+                 f"Capacity = largest stored size² found by a k-ary search (k = {cfg.probes_per_round}) over "
+                 f"size ∈ [{cfg.size_min}, {cfg.size_max}]. The fit is ordinary least squares of log facts on "
+                 "log params with one intercept per family; the 95% CI uses Student's t.\n"]
+        cap = self._cap(results)
+        if not cap.empty:
+            cols = ["family", "d_model", "n_heads", "d_head", "d_mlp", "params", "capacity_size", "facts",
+                    "facts_per_param", "bracket_hi", "censored", "runs"]
+            parts.append("## Capacity per model\n")
+            parts.append(markdown_table(cap[cols].sort_values(["family", "params"])))
+        tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
+        if not tr.empty:
+            parts.append("## Trade-off map: smallest MLP that stores the facts, per head count\n")
+            rows = []
+            for h, sub in tr.groupby("n_heads"):
+                ok = sub[sub["accuracy"] >= cfg.threshold]
+                rows.append({"n_heads": h, "attn_params": int(sub["attn_params"].iloc[0]),
+                             "min_mlp_params_stored": int(ok["mlp_params"].min()) if not ok.empty else "none",
+                             "best_accuracy": float(sub["accuracy"].max())})
+            parts.append(markdown_table(pd.DataFrame(rows)))
+        return "\n".join(parts)
