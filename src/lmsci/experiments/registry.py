@@ -12,9 +12,14 @@ _REGISTRY: dict[str, type[Experiment]] = {}
 # Modules that define experiments; imported on first lookup so `import lmsci` stays light.
 EXPERIMENT_MODULES = [
     "lmsci.experiments.factual_recall",
+    "lmsci.experiments.hallucination_stage",
     "lmsci.experiments.shakespeare_lm",
     "lmsci.experiments.length_generalization",
     "lmsci.experiments.passkey_retrieval",
+    "lmsci.experiments.knowledge_extraction",
+    "lmsci.experiments.celebrity",
+    "lmsci.experiments.reversal_curse",
+    "lmsci.experiments.knowledge_capacity",
 ]
 
 _loaded = False

@@ -1,0 +1,300 @@
+"""Experiment ``hallucination-stage``: sequential learning, relation first (Theorem 6, Figure 5).
+
+Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative
+Memories", arXiv 2412.06538 (ICLR 2025), Section 5, Theorem 6 and Figure 5; the official notebook
+``sequential-learning.ipynb`` (``eshnich/factual-recall-iclr``) for the set-up: S = 16, R = 4,
+D = 8, 20 noise tokens, T = 32, structured facts ``a*(s, r) = 8 r + floor(8 s / 16)``, one-hot
+embeddings (d = vocab = 41), one linear-attention head ``F_lin`` with ``A, V`` initialised to
+``1e-5``, plain gradient descent at lr 0.1, batch 1024, 8192 steps.
+
+Losses (as in the notebook, on a fixed test set of fresh sequences):
+
+* total loss: cross-entropy of the answer, nats;
+* relation-only loss: ``-log`` of the probability mass on the correct relation's answer block
+  ``A_r`` (the model knows the relation);
+* subject-only loss: ``-log`` of the mass on the answers whose index within their block equals the
+  target's (``a mod D``; with the structured facts this is the subject's answer slot).
+
+Theorem 6: gradient flow first fits ``p*(a | r)`` (predicting from the relation alone, a
+"hallucination" stage where the loss plateaus near ``log D``) before it learns the subjects. The
+plateau is detected from the total-loss curve alone (flat stretch strictly between the initial
+level and the final level) and then compared with ``log D``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.registry import register
+from lmsci.models.associative import LinearAttentionModel
+from lmsci.runs import RunDir, Verdict, derive_seed
+from lmsci.worlds.factual_recall import FactualRecallWorld
+
+
+class HallucinationConfig(ExperimentConfig):
+    """Configuration of ``hallucination-stage`` (field defaults = the ``quick`` preset)."""
+
+    n_subjects: int = Field(16, ge=1, description="S")
+    n_relations: int = Field(4, ge=1, description="R")
+    answers_per_relation: int = Field(8, ge=2, description="D")
+    n_noise: int = Field(20, ge=1)
+    seq_len: int = Field(32, ge=3, description="T")
+    facts: Literal["structured", "random"] = "structured"
+    variants: list[Literal["linear-onehot", "softmax-random"]] = Field(
+        ["linear-onehot"], min_length=1,
+        description="linear attention + one-hot embeddings (Theorem 6, Fig. 5 left); softmax attention + "
+                    "random embeddings (Fig. 5 right)")
+    n_seeds: int = Field(3, ge=1, le=100, description="independent runs per variant")
+    init_scale: float = Field(1e-5, gt=0)
+    lr: float = Field(0.1, gt=0, description="plain gradient descent step size")
+    steps: int = Field(8192, ge=10)
+    batch_size: int = Field(1024, ge=1)
+    eval_every: int = Field(64, ge=1)
+    n_eval: int = Field(8192, ge=16, description="test sequences (the notebook uses 65536)")
+    # plateau detection
+    flat_tol: float = Field(0.15, gt=0, description="max |d loss| per 10% of training on the plateau (nats)")
+    margin: float = Field(0.25, gt=0, description="plateau must lie this far (nats) inside the initial and final levels")
+    min_plateau_frac: float = Field(0.05, gt=0, lt=1, description="min plateau length as a fraction of steps")
+    level_tol: float = Field(0.15, gt=0, description="max |level - log D| / log D to count as near log D")
+    threads: int = Field(1, ge=0, description="torch threads (0 = torch's default)")
+
+    PRESETS = {
+        "smoke": {"steps": 600, "eval_every": 20, "n_eval": 1024, "batch_size": 256, "lr": 1.0,
+                  "init_scale": 1e-3, "n_seeds": 1},
+        "quick": {},
+        "paper": {"n_eval": 65536, "n_seeds": 5, "variants": ["linear-onehot", "softmax-random"], "threads": 0},
+    }
+
+
+def answer_losses(logits: torch.Tensor, targets: torch.Tensor, D: int) -> dict[str, torch.Tensor]:
+    """Total, relation-only and subject-only losses (mean nats) and accuracies.
+
+    Args:
+        logits: ``[batch, n_answers]`` with ``n_answers = D * R`` (relation r owns ``[rD, (r+1)D)``).
+        targets: ``[batch]`` answer classes.
+        D: answers per relation.
+
+    Source: the notebook's ``rel_loss`` / ``sub_loss`` (``sequential-learning.ipynb``).
+    """
+    p = torch.softmax(logits, -1)
+    idx = torch.arange(logits.shape[-1], device=logits.device)
+    same_rel = (idx[None, :] // D) == (targets[:, None] // D)
+    same_sub = (idx[None, :] % D) == (targets[:, None] % D)
+    tiny = torch.finfo(p.dtype).tiny
+    pred = logits.argmax(-1)
+    return {
+        "loss": torch.nn.functional.cross_entropy(logits, targets),
+        "rel_loss": -torch.log((p * same_rel).sum(-1).clamp_min(tiny)).mean(),
+        "subj_loss": -torch.log((p * same_sub).sum(-1).clamp_min(tiny)).mean(),
+        "acc": (pred == targets).float().mean(),
+        "rel_acc": (pred // D == targets // D).float().mean(),
+    }
+
+
+def detect_plateau(steps: np.ndarray, loss: np.ndarray, *, flat_tol: float, margin: float,
+                   min_len: int, per: float = 1000.0) -> dict | None:
+    """The longest flat stretch of a loss curve strictly between its initial and final levels.
+
+    A point is flat when the centred slope ``|L[i+1] - L[i-1]| / (steps[i+1] - steps[i-1])``
+    is below ``flat_tol`` nats per ``per`` steps; it must also lie ``margin`` nats below the initial
+    loss and above the final loss. Returns ``{"start", "end", "level", "length"}`` (steps, median
+    loss) for the longest such run of at least ``min_len`` steps, or None.
+    """
+    n = len(loss)
+    if n < 3:
+        return None
+    ok = np.zeros(n, bool)
+    lo_level, hi_level = loss[-1] + margin, loss[0] - margin
+    for i in range(1, n - 1):
+        slope = abs(loss[i + 1] - loss[i - 1]) / max(steps[i + 1] - steps[i - 1], 1) * per
+        ok[i] = slope < flat_tol and lo_level < loss[i] < hi_level
+    best, i = None, 0
+    while i < n:
+        if ok[i]:
+            j = i
+            while j + 1 < n and ok[j + 1]:
+                j += 1
+            length = steps[j] - steps[i]
+            if length >= min_len and (best is None or length > best["length"]):
+                best = {"start": int(steps[i]), "end": int(steps[j]), "length": int(length),
+                        "level": float(np.median(loss[i: j + 1])), "i0": i, "i1": j}
+            i = j + 1
+        else:
+            i += 1
+    return best
+
+
+@register("hallucination-stage")
+class HallucinationStage(Experiment):
+    """Relation-first sequential learning with a hallucination plateau near log D (Theorem 6, Fig. 5)."""
+
+    claim = ("Trained by gradient descent, the linear-attention model first predicts from the relation alone: "
+             "the loss plateaus near log D (a hallucination stage) before the subjects are learned.")
+    source = ("Nichani, Lee, Bietti, 'Understanding Factual Recall in Transformers via Associative Memories', "
+              "arXiv 2412.06538 (ICLR 2025), Theorem 6, Figure 5")
+    Config = HallucinationConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~2 min on 2 CPU cores", "paper": "~10 min on CPU"}
+
+    def validate(self, cfg: HallucinationConfig) -> None:
+        if cfg.eval_every > cfg.steps // 3:
+            raise ConfigError("eval_every", cfg.eval_every, f"<= steps/3 = {cfg.steps // 3} (the curve needs points)")
+
+    def points(self, cfg: HallucinationConfig) -> list[Point]:
+        return [Point(f"{v}_seed{k}", {"variant": v, "run": k}) for v in cfg.variants for k in range(cfg.n_seeds)]
+
+    def world(self, cfg: HallucinationConfig, seed: int) -> FactualRecallWorld:
+        return FactualRecallWorld(cfg.n_subjects, cfg.n_relations, cfg.answers_per_relation, cfg.n_noise,
+                                  cfg.seq_len, facts=cfg.facts, seed=seed)
+
+    def run_point(self, cfg: HallucinationConfig, point: Point, ctx: PointContext) -> dict:
+        old = torch.get_num_threads()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        try:
+            return self._run(cfg, point, ctx)
+        finally:
+            torch.set_num_threads(old)
+
+    def _run(self, cfg: HallucinationConfig, point: Point, ctx: PointContext) -> dict:
+        world = self.world(cfg, derive_seed(ctx.seed, "facts"))
+        attention, embedding = point.params["variant"].split("-")
+        model = LinearAttentionModel(world.vocab_size, world.n_answers, embedding=embedding, attention=attention,
+                                     init_scale=cfg.init_scale, seed=derive_seed(ctx.seed, "embed"))
+        ev = world.eval_set(cfg.n_eval, derive_seed(ctx.seed, "eval"))
+        gen = torch.Generator().manual_seed(derive_seed(ctx.seed, "data"))
+        D = world.D
+        curve = []
+        bar = ctx.progress(cfg.steps, "GD")
+        params = list(model.parameters())
+        for step in range(cfg.steps + 1):
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                with torch.no_grad():
+                    m = {k: float(v) for k, v in answer_losses(model(ev.input_ids), ev.targets, D).items()}
+                curve.append({"step": step, **m})
+                ctx.log(step=step, **m)
+            if step == cfg.steps:
+                break
+            b = world.sample(cfg.batch_size, gen)
+            loss = torch.nn.functional.cross_entropy(model(b.input_ids), b.targets)
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    p.sub_(cfg.lr * g)
+            bar.update(1)
+        bar.close()
+        df = pd.DataFrame(curve)
+        df.to_csv(ctx.artifact_dir / "curve.csv", index=False)
+        return {**point.params, **self._analyse(cfg, df, D, world.n_answers)}
+
+    def _analyse(self, cfg: HallucinationConfig, df: pd.DataFrame, D: int, n_answers: int) -> dict:
+        pl = detect_plateau(df["step"].values, df["loss"].values, flat_tol=cfg.flat_tol, margin=cfg.margin,
+                            min_len=int(cfg.min_plateau_frac * cfg.steps), per=cfg.steps / 10)
+        out = {"log_D": math.log(D), "log_n_answers": math.log(n_answers), "initial_loss": float(df["loss"].iloc[0]),
+               "final_loss": float(df["loss"].iloc[-1]), "final_acc": float(df["acc"].iloc[-1]),
+               "plateau": pl is not None, "plateau_start": None, "plateau_end": None, "plateau_level": None,
+               "plateau_rel_loss": None, "plateau_subj_loss": None, "level_rel_err": None}
+        if pl:
+            seg = df.iloc[pl["i0"]: pl["i1"] + 1]
+            out.update(plateau_start=pl["start"], plateau_end=pl["end"], plateau_level=pl["level"],
+                       plateau_rel_loss=float(seg["rel_loss"].median()),
+                       plateau_subj_loss=float(seg["subj_loss"].median()),
+                       level_rel_err=abs(pl["level"] - math.log(D)) / math.log(D))
+        return out
+
+    def _ok(self, cfg: HallucinationConfig, r) -> bool:
+        return bool(r["plateau"]) and float(r["level_rel_err"]) <= cfg.level_tol and float(r["plateau_rel_loss"]) < 0.25
+
+    def verdicts(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        out = []
+        for v, sub in results.groupby("variant", sort=False):
+            oks = [self._ok(cfg, r) for _, r in sub.iterrows()]
+            found = sub[sub["plateau"].astype(bool)]
+            level = float(found["plateau_level"].mean()) if not found.empty else None
+            ci = None
+            if len(found) >= 2:
+                from scipy import stats
+
+                sem = float(stats.sem(found["plateau_level"].astype(float)))
+                t = stats.t.ppf(0.975, len(found) - 1)
+                ci = (level - t * sem, level + t * sem)
+            main = v == "linear-onehot"
+            out.append(Verdict(
+                claim=("Relation-only (hallucination) plateau near log D before the subjects are learned"
+                       + (" (Theorem 6, Fig. 5 left)" if main else f" — variant {v} (Fig. 5 right)")),
+                statistic="plateau level of the total test loss (nats), mean over runs",
+                value=level,
+                threshold=(f"in every run a plateau (|dL| < {cfg.flat_tol} nats per 10% of training, for >= "
+                           f"{cfg.min_plateau_frac:.0%} of training, {cfg.margin} nats inside the initial and final "
+                           f"levels) with |level - log D| <= {cfg.level_tol:.0%} of log D = {math.log(cfg.answers_per_relation):.3f} "
+                           "and relation-only loss < 0.25 on it"),
+                reproduced=bool(all(oks)), ci=ci,
+                details={"runs": len(sub), "runs_ok": int(sum(oks)), "log_D": math.log(cfg.answers_per_relation),
+                         "plateau_start_mean": float(found["plateau_start"].mean()) if not found.empty else None,
+                         "plateau_end_mean": float(found["plateau_end"].mean()) if not found.empty else None,
+                         "plateau_rel_loss_mean": float(found["plateau_rel_loss"].mean()) if not found.empty else None,
+                         "plateau_subj_loss_mean": float(found["plateau_subj_loss"].mean()) if not found.empty else None,
+                         "final_loss_mean": float(sub["final_loss"].mean())},
+                note="" if all(oks) else ("Check the curves: the plateau may need more steps (the paper trains "
+                                          "8192 GD steps at lr 0.1 with init 1e-5) or a different tolerance."),
+            ))
+        return out
+
+    def _curves(self, run: RunDir, pid: str) -> pd.DataFrame | None:
+        p = run.path / "points" / pid / "curve.csv"
+        return pd.read_csv(p) if p.exists() else None
+
+    def figures(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        figs = []
+        for v, sub in results.groupby("variant", sort=False):
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            for k, (_, r) in enumerate(sub.iterrows()):
+                df = self._curves(run, r["point"])
+                if df is None:
+                    continue
+                a = 1.0 if k == 0 else 0.35
+                ax.plot(df["step"], df["loss"], color="C0", alpha=a, label="total loss" if k == 0 else None)
+                ax.plot(df["step"], df["rel_loss"], color="C1", alpha=a, label="relation-only loss" if k == 0 else None)
+                ax.plot(df["step"], df["subj_loss"], color="C2", alpha=a, label="subject-only loss" if k == 0 else None)
+                if r["plateau"]:
+                    ax.axvspan(r["plateau_start"], r["plateau_end"], color="C3", alpha=0.08 if k else 0.15,
+                               label="detected plateau" if k == 0 else None)
+            D = cfg.answers_per_relation
+            ax.axhline(math.log(D), color="k", ls="--", lw=1, label=f"log D = {math.log(D):.2f}")
+            ax.axhline(math.log(D * cfg.n_relations), color="gray", ls=":", lw=1,
+                       label=f"log(DR) = {math.log(D * cfg.n_relations):.2f}")
+            ax.set_xlabel("gradient-descent step")
+            ax.set_ylabel("test loss (nats)")
+            ax.set_title(f"{v}: S={cfg.n_subjects}, R={cfg.n_relations}, D={D}, {len(sub)} run(s)", fontsize=10)
+            ax.legend(fontsize=8)
+            ax.grid(True, alpha=0.3)
+            fig.tight_layout()
+            fn = f"losses_{v}.png"
+            fig.savefig(run.figures_dir / fn, dpi=120)
+            plt.close(fig)
+            figs.append(Figure(fn, f"Total, relation-only and subject-only test loss ({v}); shaded: the detected "
+                                   "plateau (cf. Fig. 5)"))
+        return figs
+
+    def report_sections(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        cols = ["point", "plateau", "plateau_start", "plateau_end", "plateau_level", "log_D", "level_rel_err",
+                "plateau_rel_loss", "plateau_subj_loss", "initial_loss", "final_loss", "final_acc"]
+        return ("## Method\n\nPlain GD (lr {lr}, batch {b}, {s} steps) on the factual-recall world with "
+                "{facts} facts (S={S}, R={R}, D={D}, {N} noise tokens, T={T}); losses on {ne} fresh test "
+                "sequences every {ee} steps. The plateau is detected on the total loss only (see the threshold); "
+                "its level is then compared with log D.\n\n## Plateaus\n\n").format(
+            lr=cfg.lr, b=cfg.batch_size, s=cfg.steps, facts=cfg.facts, S=cfg.n_subjects, R=cfg.n_relations,
+            D=cfg.answers_per_relation, N=cfg.n_noise, T=cfg.seq_len, ne=cfg.n_eval, ee=cfg.eval_every,
+        ) + markdown_table(results[[c for c in cols if c in results]])
