@@ -1,0 +1,148 @@
+"""Knowledge capacity: bits of knowledge a model demonstrably stores about a bioS world.
+
+Source: Allen-Zhu & Li, "Physics of Language Models: Part 3.3, Knowledge Capacity Scaling Laws",
+arXiv 2404.05405, Section 3 (bit-complexity lower bound, Theorem 3.2 for bioD(N, K, C, D, L, T)),
+specialised to bioS(N) as in ``physics_of_lms.md`` Section 3.4:
+
+    bits(model) = N * max(0, log2(N0 - N) - p1)                          (name term)
+                + sum_a N * max(0, log2|pool_a| - CE_a)                   (one term per attribute)
+
+with every loss in bits:
+
+* ``p1``: the model's mean cross-entropy (summed over the name's tokens) of generating a person's
+  full name at the start of a biography (given ``<bos>``); a model that has learned exactly the
+  set of N names has ``p1 = log2 N`` and the term is ``log2((N0 - N) / N)`` bits per person; a
+  model at chance over the ``N0`` possible names has ``p1 = log2 N0`` and the term clips to 0.
+* ``CE_a``: the mean cross-entropy (summed over the value's tokens) of attribute ``a``'s value
+  given the name and the preceding sentences, measured only on value tokens, never on template
+  tokens. Attributes are scored in the biography's canonical order, so by the chain rule the sum
+  of the ``CE_a`` is the cross-entropy of all attributes jointly given the name.
+  ``company_city`` is determined by ``company`` (which precedes it), so its pool term is 0 bits.
+* The bioD dictionary term is 0: bioS pools are fixed and not learned from data.
+
+Each term is clipped at zero after averaging over people (the conservative form of the bound).
+The capacity ratio is bits / parameters; :func:`bits_per_param` counts **all** parameters
+(token and position embeddings and the unembedding included, tied weights once) by default
+and also reports the ratio over non-embedding parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lmsci.errors import ConfigError
+from lmsci.measure.accuracy import forward_in_batches
+
+LN2 = math.log(2.0)
+
+
+def span_ce_bits(model: torch.nn.Module, docs: Sequence[Any], keys: Sequence[str], batch_size: int = 256,
+                 device: str = "cpu") -> dict[str, np.ndarray]:
+    """Cross-entropy in bits of each document's value tokens (first span of each key), teacher forced.
+
+    Args:
+        model: ``input_ids [batch, seq] -> logits [batch, seq, vocab]``.
+        docs: objects with ``ids`` and ``spans`` (``{key: [(start, end), ...]}``).
+        keys: which spans to score (e.g. ``"name"``, ``"birth_date"``).
+
+    Returns:
+        key -> float array ``[len(docs)]`` of summed -log2 p over the span's tokens.
+    """
+    def fn(logits, ids, rows):
+        logp = F.log_softmax(logits, -1)  # [b, T, V]
+        tok = logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # [b, T-1]: log p(ids[t+1] | <= t)
+        res = []
+        for b, r in enumerate(rows):
+            row = {}
+            for k in keys:
+                s, e = docs[r].spans[k][0]
+                row[k] = float(-tok[b, s - 1:e - 1].sum()) / LN2
+            res.append(row)
+        return res
+
+    rows = forward_in_batches(model, [d.ids for d in docs], fn, batch_size, device)
+    return {k: np.array([r[k] for r in rows]) for k in keys}
+
+
+def stored_bits(n_people: int, n0: int, name_ce_bits: float, attr_ce_bits: dict[str, float],
+                pool_bits: dict[str, float]) -> dict[str, float]:
+    """The Part 3.3 lower bound on stored bits for bioS(N) (module docstring), term by term.
+
+    Args:
+        n_people: N.
+        n0: the number of possible full names (1.6e8 for bioS).
+        name_ce_bits: mean bits to generate a person's name (p1 in bits).
+        attr_ce_bits: attribute -> mean bits of its value given the name.
+        pool_bits: attribute -> log2 of its pool size (0 for a determined attribute).
+
+    Returns:
+        ``{"name": ..., <attr>: ..., "total": ...}`` in bits (whole population).
+
+    Raises:
+        ConfigError: ``n_people`` not in [1, n0), or an attribute without a pool size.
+    """
+    if not 1 <= n_people < n0:
+        raise ConfigError("n_people", n_people, f"an integer in [1, n0={n0})")
+    out = {"name": n_people * max(0.0, math.log2(n0 - n_people) - float(name_ce_bits))}
+    for a, ce in attr_ce_bits.items():
+        if a not in pool_bits:
+            raise ConfigError("attr_ce_bits", a, f"one of {sorted(pool_bits)}")
+        out[a] = n_people * max(0.0, float(pool_bits[a]) - float(ce))
+    out["total"] = sum(v for k, v in out.items())
+    return out
+
+
+def ideal_bits(n_people: int, n0: int, pool_bits: dict[str, float]) -> float:
+    """Stored bits of a perfect model (``p1 = log2 N``, every ``CE_a = 0``)."""
+    return stored_bits(n_people, n0, math.log2(n_people), {a: 0.0 for a in pool_bits}, pool_bits)["total"]
+
+
+def count_params(model: torch.nn.Module, non_embedding: bool = False) -> int:
+    """Parameters counted for the capacity ratio: all (default) or without embeddings/unembedding.
+
+    Uses ``model.num_params`` when present (lmsci GPT), otherwise counts unique tensors.
+    """
+    if hasattr(model, "num_params"):
+        return int(model.num_params(non_embedding=non_embedding))
+    if non_embedding:
+        raise ConfigError("non_embedding", True, "False for models without num_params()")
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def bits_per_param(bits: float, model: torch.nn.Module) -> dict[str, float]:
+    """Capacity ratio R = bits / params, over all parameters and over non-embedding parameters."""
+    n_all, n_ne = count_params(model), count_params(model, non_embedding=True)
+    return {"params": n_all, "params_non_embedding": n_ne, "bits_per_param": bits / n_all,
+            "bits_per_param_non_embedding": bits / max(n_ne, 1)}
+
+
+def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, people: Sequence[int] | None = None,
+                 fullname: bool = False, batch_size: int = 256, device: str = "cpu") -> dict[str, Any]:
+    """Stored bits of ``model`` about ``world`` (a :class:`lmsci.worlds.bios.BiosWorld`).
+
+    Renders one evaluation biography per person (canonical order, templates drawn from ``seed``,
+    pronouns unless ``fullname``), scores the name and each attribute's value tokens, and applies
+    :func:`stored_bits`. When ``people`` is a subset, the mean losses over it are extrapolated to
+    all ``world.n`` people.
+
+    Returns:
+        ``{"bits": {...terms..., "total"}, "name_ce_bits": p1, "ce_bits": {attr: CE_a},
+        "ideal_bits": perfect-model total}``.
+    """
+    from lmsci.worlds.bios import ATTRS
+
+    people = range(world.n) if people is None else people
+    docs = [world.bio(int(i), np.random.default_rng([seed, 31, int(i)]), fullname=fullname) for i in people]
+    ce = span_ce_bits(model, docs, ["name", *ATTRS], batch_size, device)
+    pool = world.value_bits()
+    name_ce = float(ce["name"].mean())
+    attr_ce = {a: float(ce[a].mean()) for a in ATTRS}
+    bits = stored_bits(world.n, world.pools.n0, name_ce, attr_ce, pool)
+    return {"bits": bits, "name_ce_bits": name_ce, "ce_bits": attr_ce,
+            "ideal_bits": ideal_bits(world.n, world.pools.n0, pool)}

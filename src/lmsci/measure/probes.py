@@ -1,0 +1,140 @@
+"""P-probing and Q-probing: is an attribute linearly decodable from the hidden state at the name?
+
+Source: Allen-Zhu & Li, Part 3.1 (arXiv 2309.14316), Section 5 (P-probing: a linear probe on the
+last-layer hidden states of a biography predicts each attribute; with augmented pretraining all
+attributes are decodable at the position right after the name, with bioS single only right
+before the attribute) and Section 6 (Q-probing: the input is the name alone). The paper probes
+the first token of each attribute value with a low-rank update of the embedding plus a linear
+head; here the model is frozen and the probe is multinomial logistic regression (L2, L-BFGS)
+on the hidden state read through a GPT hook point (default ``final``, ``[batch, seq, d_model]``).
+
+Targets: the first token of each attribute value (birth month, city stem, university stem,
+major modifier, company stem, company-city stem). Probes are fit on one set of people and
+scored on a disjoint set; the majority-class rate of the test set is the chance baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lmsci.measure.accuracy import pad_batch
+
+
+@torch.no_grad()
+def hidden_at(model: torch.nn.Module, seqs: Sequence[Sequence[int]], positions: Sequence[int],
+              hook: str = "final", batch_size: int = 256, device: str = "cpu") -> torch.Tensor:
+    """Hidden states ``[len(seqs), d_model]`` at ``positions`` read from hook point ``hook``.
+
+    Requires a model with ``run_with_cache(input_ids, names)`` (lmsci GPT).
+    """
+    was = model.training
+    model.eval()
+    out = []
+    try:
+        for s in range(0, len(seqs), batch_size):
+            ids = pad_batch(seqs[s:s + batch_size]).to(device)
+            _, cache = model.run_with_cache(ids, [hook])
+            h = cache[hook]  # [b, T, d_model]
+            pos = torch.as_tensor(list(positions[s:s + batch_size]), device=h.device)
+            out.append(h[torch.arange(len(pos), device=h.device), pos].float().cpu())
+    finally:
+        model.train(was)
+    return torch.cat(out)
+
+
+def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
+                     n_classes: int, l2: float = 1e-3, max_iter: int = 100) -> dict[str, float]:
+    """Multinomial logistic regression (full-batch L-BFGS, L2 penalty ``l2``) on standardised features.
+
+    Args:
+        x_train: ``[n_train, d]``; y_train: ``[n_train]`` class ids in ``[0, n_classes)``.
+
+    Returns:
+        ``{"train_acc", "test_acc", "chance"}`` (chance = majority-class rate on the test set).
+    """
+    mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
+    xtr, xte = (x_train - mu) / sd, (x_test - mu) / sd
+    W = torch.zeros(xtr.shape[1], n_classes, requires_grad=True)
+    b = torch.zeros(n_classes, requires_grad=True)
+    opt = torch.optim.LBFGS([W, b], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(xtr @ W + b, y_train) + l2 * (W ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        tr = float(((xtr @ W + b).argmax(1) == y_train).float().mean())
+        te = float(((xte @ W + b).argmax(1) == y_test).float().mean())
+    chance = float(torch.bincount(y_test, minlength=n_classes).max()) / max(len(y_test), 1)
+    return {"train_acc": tr, "test_acc": te, "chance": chance}
+
+
+def _first_token_labels(world: Any, people: Sequence[int], attr: str) -> tuple[torch.Tensor, int]:
+    toks = [world.vocab.stoi[world.value_words(int(i), attr)[0]] for i in people]
+    uniq = {t: k for k, t in enumerate(sorted({world.vocab.stoi[w] for w in _first_words(world, attr)}))}
+    return torch.tensor([uniq[t] for t in toks]), len(uniq)
+
+
+def _first_words(world: Any, attr: str) -> list[str]:
+    from lmsci.worlds.bios import MONTHS
+
+    p = world.pools
+    if attr == "birth_date":
+        return list(MONTHS)
+    if attr in ("birth_city", "company_city"):
+        return [a + "@@" for a, _, _ in p.cities]
+    return [v[0] for v in {"university": p.universities, "major": p.majors, "company": p.companies}[attr]]
+
+
+def _probe_all(world, h_train, h_test, train_people, test_people, attrs) -> dict[str, dict[str, float]]:
+    out = {}
+    for a in attrs:
+        ytr, k = _first_token_labels(world, train_people, a)
+        yte, _ = _first_token_labels(world, test_people, a)
+        out[a] = fit_linear_probe(h_train, ytr, h_test, yte, k)
+    return out
+
+
+def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
+            seed: int, hook: str = "final", fullname: bool = False, attrs: Sequence[str] | None = None,
+            device: str = "cpu") -> dict[str, dict[str, float]]:
+    """P-probing at the last token of the name in a biography (canonical order, seeded templates).
+
+    Returns:
+        attribute -> ``{"train_acc", "test_acc", "chance"}`` of the first value token.
+    """
+    from lmsci.worlds.bios import ATTRS
+
+    attrs = list(attrs or ATTRS)
+
+    def feats(people):
+        docs = [world.bio(int(i), np.random.default_rng([seed, 41, int(i)]), fullname=fullname) for i in people]
+        return hidden_at(model, [d.ids for d in docs], [d.spans["name"][0][1] - 1 for d in docs], hook, device=device)
+
+    return _probe_all(world, feats(train_people), feats(test_people), train_people, test_people, attrs)
+
+
+def q_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
+            hook: str = "final", attrs: Sequence[str] | None = None, device: str = "cpu") -> dict[str, dict[str, float]]:
+    """Q-probing: the input is ``<bos> NAME`` only; probe at the last name token.
+
+    Returns:
+        attribute -> ``{"train_acc", "test_acc", "chance"}``.
+    """
+    from lmsci.worlds.bios import ATTRS
+
+    attrs = list(attrs or ATTRS)
+
+    def feats(people):
+        seqs = [[world.vocab.bos_id] + world.vocab.encode(world.name_words(int(i))) for i in people]
+        return hidden_at(model, seqs, [len(s) - 1 for s in seqs], hook, device=device)
+
+    return _probe_all(world, feats(train_people), feats(test_people), train_people, test_people, attrs)
