@@ -1,0 +1,488 @@
+"""Robust fitting of scaling-law forms: Huber loss, bounds, a grid of starts, bootstrap, held-out error.
+
+The recipe is Besiroglu et al.'s (2024, "Chinchilla Scaling: A replication attempt", arXiv 2404.10102,
+Section 2), which corrected Hoffmann et al.'s Approach 3:
+
+* the objective is the **sum** (not the mean) of Huber losses with ``delta = 1e-3`` of the residuals
+  ``log y - log y_hat`` (log-space forms) or ``y - y_hat`` (the accuracy sigmoid);
+* the parameters are fitted in log space (``A = exp(a)``) with the prediction written as a log-sum-exp;
+* L-BFGS-B (``scipy.optimize.minimize``) runs from the best points of a grid of initialisations;
+  we evaluate the objective on the whole grid at once and start the local optimiser from the
+  ``n_starts`` best grid points (``n_starts=None`` runs all of them, as Epoch did);
+* confidence intervals come from a nonparametric bootstrap (resampling the data points with
+  replacement), each resample warm-started at the full-data optimum; gradients are analytic.
+
+Speed. Per-start L-BFGS-B costs ~20-30 ms here (and far more when OpenBLAS threads contend on a
+loaded machine, so local fits run under ``threadpool_limits(1)``). Two batched numpy passes therefore
+do the bulk of the work, with SciPy's L-BFGS-B as the final word:
+
+* the grid of starts is screened by a *batched* damped Gauss-Newton / IRLS descent (Levenberg-Marquardt
+  on the Huber majoriser ``w_i = min(1, delta/|r_i|)``, a step accepted only when the exact objective
+  decreases) run on all starts at once; L-BFGS-B then polishes the ``n_starts`` best end points;
+* the bootstrap runs the same batched descent on all resamples at once (``method="batched"``,
+  default), warm-started at the full-data optimum; ``method="lbfgsb"`` refits each resample with
+  L-BFGS-B instead (slower; the tests check both agree).
+
+Measured on the shared 2-core machine (``lmsci fit`` prints it): Chinchilla, 240 points, 1,000
+resamples: about a second batched (tens of seconds with per-resample L-BFGS-B).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+from threadpoolctl import threadpool_limits
+
+from lmsci.errors import ConfigError, DataError
+from lmsci.laws.forms import Form, get_form
+
+Array = np.ndarray
+
+
+# --------------------------------------------------------------------------------------------
+def huber(r: Array, delta: float) -> tuple[Array, Array]:
+    """Huber loss of residuals ``r`` and its derivative ``clip(r, -delta, delta)``."""
+    a = np.abs(r)
+    val = np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+    return val, np.clip(r, -delta, delta)
+
+
+def _target(form: Form, y: Array) -> Array:
+    return np.log(y) if form.space == "log" else np.asarray(y, dtype=float)
+
+
+@dataclass
+class FitResult:
+    """A fitted form.
+
+    Attributes:
+        form: the form.
+        params: natural parameter values ``{name: value}``.
+        theta: fit-space parameters ``[p]``.
+        objective: the minimised sum of losses (Huber or squared), in fit space.
+        n: number of data points used.
+        k: number of free parameters.
+        loss: ``"huber"`` or ``"l2"``; ``delta`` the Huber threshold.
+        fixed: parameters held fixed (natural values).
+        rmse: in-sample root mean squared residual in fit space (log y for log-space forms).
+        aic, bic: Gaussian information criteria on the fit-space residuals:
+            ``n log(RSS/n) + 2k`` and ``n log(RSS/n) + k log n``.
+        boot: bootstrap natural parameters ``[B, p]`` (``None`` without bootstrap).
+        boot_seconds: wall time of the bootstrap.
+        fit_seconds: wall time of the multi-start fit.
+        n_starts: number of local optimisations run.
+    """
+
+    form: Form
+    params: dict[str, float]
+    theta: Array
+    objective: float
+    n: int
+    k: int
+    loss: str
+    delta: float
+    fixed: dict[str, float]
+    rmse: float
+    aic: float
+    bic: float
+    boot: Array | None = None
+    boot_theta: Array | None = None
+    boot_seconds: float = 0.0
+    fit_seconds: float = 0.0
+    n_starts: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def predict(self, X: dict[str, Array]) -> Array:
+        """Predicted y at inputs ``X`` (arrays keyed by the form's inputs)."""
+        return self.form.predict(self.theta, X)
+
+    def ci(self, name: str, level: float = 0.95) -> tuple[float, float] | None:
+        """Percentile bootstrap interval of parameter ``name`` (None without bootstrap or when fixed)."""
+        if self.boot is None or name in self.fixed:
+            return None
+        i = self.form.param_names.index(name)
+        q = (1 - level) / 2
+        lo, hi = np.quantile(self.boot[:, i], [q, 1 - q])
+        return float(lo), float(hi)
+
+    def se(self, name: str) -> float | None:
+        """Bootstrap standard error of parameter ``name``."""
+        if self.boot is None or name in self.fixed:
+            return None
+        return float(np.std(self.boot[:, self.form.param_names.index(name)], ddof=1))
+
+    def table(self, level: float = 0.95) -> pd.DataFrame:
+        """One row per parameter: value, bootstrap SE and percentile CI."""
+        rows = []
+        for name in self.form.param_names:
+            ci = self.ci(name, level)
+            rows.append({"param": name, "value": self.params[name], "se": self.se(name),
+                         "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None,
+                         "fixed": name in self.fixed})
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "law": self.form.name, "equation": self.form.equation, "source": self.form.source,
+            "params": self.params, "fixed": self.fixed, "n": self.n, "k": self.k, "loss": self.loss,
+            "delta": self.delta, "objective": self.objective, "rmse": self.rmse, "aic": self.aic,
+            "bic": self.bic, "n_starts": self.n_starts, "fit_seconds": self.fit_seconds,
+            "n_boot": 0 if self.boot is None else int(len(self.boot)), "boot_seconds": self.boot_seconds,
+            "ci95": {n: self.ci(n) for n in self.form.param_names},
+            "se": {n: self.se(n) for n in self.form.param_names},
+        }
+
+
+class _Problem:
+    """Objective and gradient over the free parameters, with per-point weights (bootstrap counts)."""
+
+    def __init__(self, form: Form, X: dict[str, Array], y: Array, loss: str, delta: float,
+                 fixed: dict[str, float]):
+        self.form, self.X, self.t = form, X, _target(form, y)
+        self.loss, self.delta = loss, delta
+        names = form.param_names
+        self.free = np.array([n not in fixed for n in names])
+        self.base = np.zeros(len(names))
+        for n, v in fixed.items():
+            spec = form.params[names.index(n)]
+            self.base[names.index(n)] = np.log(v) if spec.log else v
+        # scale the objective so L-BFGS-B's absolute tolerances are meaningful at delta = 1e-3
+        self.scale = 1.0 / delta if loss == "huber" else 1.0
+
+    def full(self, z: Array) -> Array:
+        th = np.array(np.broadcast_to(self.base, z.shape[:-1] + self.base.shape), dtype=float)
+        th[..., self.free] = z
+        return th
+
+    def residuals(self, theta: Array) -> Array:
+        return self.t - self.form.f(theta, self.X)
+
+    def values(self, z: Array, w: Array | None = None) -> Array:
+        """Objective for a batch of free-parameter vectors ``z [m, k]`` (no gradient)."""
+        r = self.residuals(self.full(z))
+        v = huber(r, self.delta)[0] if self.loss == "huber" else 0.5 * r * r
+        if w is not None:
+            v = v * w
+        v = np.where(np.isfinite(v), v, np.inf)
+        return v.sum(axis=-1) * self.scale
+
+    def fun_grad(self, z: Array, w: Array | None) -> tuple[float, Array]:
+        th = self.full(z)
+        f, J = self.form.fj(th, self.X)
+        r = self.t - f
+        if self.loss == "huber":
+            v, d = huber(r, self.delta)
+        else:
+            v, d = 0.5 * r * r, r
+        if w is not None:
+            v, d = v * w, d * w
+        val = float(v.sum()) * self.scale
+        g = -(J[:, self.free].T @ d) * self.scale
+        if not np.isfinite(val) or not np.all(np.isfinite(g)):
+            return 1e300, np.zeros_like(z)
+        return val, g
+
+    def batched_descent(self, Z0: Array, W: Array | None = None, iters: int = 200, tol: float = 1e-12,
+                        chunk: int = 512) -> tuple[Array, Array]:
+        """Minimise the objective from many starts at once (damped Gauss-Newton on the IRLS majoriser).
+
+        Args:
+            Z0: free-parameter starts ``[m, k]``.
+            W: per-start point weights ``[m, n]`` (bootstrap counts) or None.
+        Returns:
+            (Z ``[m, k]``, objective ``[m]``).
+        """
+        Zs, Vs = [], []
+        for i in range(0, len(Z0), chunk):
+            w = None if W is None else W[i : i + chunk]
+            z, v = self._descent_chunk(np.array(Z0[i : i + chunk], dtype=float), w, iters, tol)
+            Zs.append(z)
+            Vs.append(v)
+        return np.concatenate(Zs), np.concatenate(Vs)
+
+    def _descent_chunk(self, z, W, iters, tol):
+        lo = np.array([b[0] for b in self.bounds()])
+        hi = np.array([b[1] for b in self.bounds()])
+        z = np.clip(z, lo, hi)
+        m, k = z.shape
+        obj = self.values(z, W)
+        lam = np.full(m, 1e-2)
+        active = np.isfinite(obj)
+        eye = np.eye(k)
+        for _ in range(iters):
+            idx = np.flatnonzero(active)
+            if idx.size == 0:
+                break
+            za = z[idx]
+            f, J = self.form.fj(self.full(za), self.X)
+            J = J[..., self.free]
+            r = self.t - f
+            if self.loss == "huber":
+                w = np.minimum(1.0, self.delta / np.maximum(np.abs(r), 1e-300))
+            else:
+                w = np.ones_like(r)
+            if W is not None:
+                w = w * W[idx]
+            JW = J * w[..., None]
+            H = np.einsum("mnk,mnl->mkl", JW, J)
+            g = np.einsum("mnk,mn->mk", JW, r)
+            dg = np.einsum("mkk->mk", H)
+            Hd = H + (lam[idx, None] * (dg + 1e-12))[..., None] * eye
+            try:
+                step = np.linalg.solve(Hd, g[..., None])[..., 0]
+            except np.linalg.LinAlgError:
+                step = g / (np.maximum(dg, 1e-12) * (1 + lam[idx, None]))
+            step = np.where(np.isfinite(step), step, 0.0)
+            zn = np.clip(za + step, lo, hi)
+            vn = self.values(zn, None if W is None else W[idx])
+            acc = vn < obj[idx]
+            rel = np.where(acc, (obj[idx] - vn) / np.maximum(np.abs(obj[idx]), 1e-300), 0.0)
+            z[idx[acc]] = zn[acc]
+            obj[idx[acc]] = vn[acc]
+            lam[idx] = np.where(acc, np.maximum(lam[idx] * 0.3, 1e-9), lam[idx] * 10.0)
+            done = (acc & (rel < tol)) | (lam[idx] > 1e10)
+            active[idx[done]] = False
+        return z, obj
+
+    def bounds(self) -> list[tuple[float, float]]:
+        return [p.bounds for p, fr in zip(self.form.params, self.free) if fr]
+
+    def local(self, z0: Array, w: Array | None = None, maxiter: int = 2000):
+        b = self.bounds()
+        z0 = np.clip(z0, [x[0] for x in b], [x[1] for x in b])
+        with threadpool_limits(1):
+            return minimize(self.fun_grad, z0, args=(w,), jac=True, method="L-BFGS-B", bounds=b,
+                            options={"maxiter": maxiter, "ftol": 1e-14, "gtol": 1e-10, "maxcor": 20})
+
+
+def _clean_inputs(form: Form, X: dict[str, Array], y: Array) -> tuple[dict[str, Array], Array]:
+    missing = [v for v in form.inputs if v not in X]
+    if missing:
+        raise DataError(f"law {form.name!r} needs inputs {list(form.inputs)}; missing {missing} "
+                        f"(have {sorted(X)})")
+    Xc = {v: np.asarray(X[v], dtype=float).ravel() for v in form.inputs}
+    y = np.asarray(y, dtype=float).ravel()
+    for v, a in Xc.items():
+        if a.shape != y.shape:
+            raise DataError(f"input {v} has {a.size} values but y has {y.size}")
+        bad = np.flatnonzero(~np.isfinite(a) | (a <= 0))
+        if bad.size:
+            raise DataError(f"input {v} must be finite and > 0; bad at rows {bad[:10].tolist()}")
+    bad = np.flatnonzero(~np.isfinite(y) | ((y <= 0) if form.space == "log" else False))
+    if bad.size:
+        raise DataError(f"target must be finite{' and > 0' if form.space == 'log' else ''}; "
+                        f"bad at rows {bad[:10].tolist()}")
+    return Xc, y
+
+
+def fit(
+    form: Form | str,
+    X: dict[str, Array],
+    y: Array,
+    *,
+    loss: str = "huber",
+    delta: float = 1e-3,
+    n_starts: int | None = 8,
+    fixed: dict[str, float] | None = None,
+    init: dict[str, float] | None = None,
+    n_boot: int = 0,
+    seed: int = 0,
+    boot_method: str = "batched",
+    screen_iters: int = 150,
+) -> FitResult:
+    """Fit ``form`` to data by minimising the summed Huber (or squared) loss of fit-space residuals.
+
+    Args:
+        form: a :class:`Form` or its name (see ``lmsci.laws.forms.FORMS``).
+        X: inputs keyed by variable (``"N"``, ``"D"``, ``"C"``, ``"S"``, ``"x"``), each ``[n]``.
+        y: targets ``[n]`` (loss in nats/token, > 0, for log-space forms; accuracy for ``sigmoid``).
+        loss: ``"huber"`` (Besiroglu et al. 2024) or ``"l2"`` (ordinary least squares).
+        delta: Huber threshold on the fit-space residual (1e-3 on log loss, as Besiroglu et al.).
+        n_starts: the whole grid of starts is first descended in one batched pass; L-BFGS-B then
+            polishes the ``n_starts`` best distinct end points. None = L-BFGS-B from every raw grid
+            point (Besiroglu et al.'s procedure verbatim; slow).
+        fixed: parameters to hold fixed (natural values); defaults to the form's ``default_fixed``.
+        init: an extra starting point (natural values), always tried.
+        n_boot: bootstrap resamples for confidence intervals (0 = none).
+        seed: seed of the bootstrap resampling.
+        boot_method: ``"batched"`` (all resamples at once) or ``"lbfgsb"`` (one L-BFGS-B per resample).
+        screen_iters: iterations of the batched screening descent.
+
+    Returns:
+        a :class:`FitResult`.
+
+    Raises:
+        DataError: missing inputs, non-finite or non-positive values (rows named), too few points.
+        ConfigError: unknown loss, non-positive delta, unknown fixed parameter.
+    """
+    form = get_form(form) if isinstance(form, str) else form
+    if loss not in ("huber", "l2"):
+        raise ConfigError("loss", loss, "'huber' or 'l2'")
+    if not delta > 0:
+        raise ConfigError("delta", delta, "a number > 0")
+    fixed = dict(form.default_fixed if fixed is None else fixed)
+    for name in fixed:
+        if name not in form.param_names:
+            raise ConfigError("fixed", name, f"one of {form.param_names}")
+    X, y = _clean_inputs(form, X, y)
+    k = len(form.params) - len(fixed)
+    if y.size < k + 1:
+        raise DataError(f"law {form.name!r} has {k} free parameters and needs at least {k + 1} points; "
+                        f"got {y.size}")
+    prob = _Problem(form, X, y, loss, delta, fixed)
+    t0 = time.perf_counter()
+    grid = np.unique(form.grid()[:, prob.free], axis=0)
+    if init is not None:
+        th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
+        grid = np.vstack([th[prob.free][None], grid])
+    if n_starts is None:  # Epoch's recipe verbatim: L-BFGS-B from every grid point
+        starts = grid
+    else:  # screen the whole grid with the batched descent (successive halving), polish the best
+        Z, V = prob.batched_descent(grid, iters=10 if len(grid) > 256 else screen_iters)
+        if len(grid) > 256:
+            keep = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")[: max(64, 4 * n_starts)]
+            Z, V = prob.batched_descent(Z[keep], iters=screen_iters)
+        order = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")
+        starts = []
+        for i in order:
+            if not np.isfinite(V[i]):
+                break
+            if all(np.max(np.abs(Z[i] - s)) > 1e-3 for s in starts):
+                starts.append(Z[i])
+            if len(starts) >= max(1, n_starts):
+                break
+        starts = np.array(starts) if starts else grid[:1]
+    best = None
+    for z0 in starts:
+        res = prob.local(z0)
+        if np.isfinite(res.fun) and (best is None or res.fun < best.fun):
+            best = res
+    if best is None:
+        raise DataError(f"law {form.name!r}: no starting point gave a finite objective")
+    fit_s = time.perf_counter() - t0
+    theta = prob.full(best.x)
+    r = prob.residuals(theta)
+    rss = float(np.sum(r * r))
+    n = y.size
+    ll_term = n * np.log(max(rss / n, 1e-300))
+    res = FitResult(
+        form=form, params=form.from_theta(theta), theta=theta, objective=float(best.fun / prob.scale), n=n,
+        k=k, loss=loss, delta=delta, fixed=fixed, rmse=float(np.sqrt(rss / n)),
+        aic=float(ll_term + 2 * k), bic=float(ll_term + k * np.log(n)), fit_seconds=fit_s,
+        n_starts=len(starts),
+    )
+    if n_boot > 0:
+        bootstrap(res, X, y, n_boot=n_boot, seed=seed, method=boot_method)
+    return res
+
+
+def bootstrap(res: FitResult, X: dict[str, Array], y: Array, n_boot: int = 1000, seed: int = 0,
+              method: str = "batched") -> FitResult:
+    """Nonparametric bootstrap: refit on ``n_boot`` resamples (with replacement) of the points.
+
+    Each resample is encoded as integer weights (multinomial counts), which is the same objective
+    as a resampled data set, and its fit is warm-started at the full-data optimum ``res.theta``.
+    ``method="batched"`` descends all resamples at once (see the module docstring);
+    ``"lbfgsb"`` runs SciPy's L-BFGS-B per resample. Fills ``res.boot`` (natural parameters
+    ``[n_boot, p]``), ``res.boot_theta`` and ``res.boot_seconds`` in place.
+
+    Raises:
+        ConfigError: unknown ``method``.
+    """
+    if method not in ("batched", "lbfgsb"):
+        raise ConfigError("boot_method", method, "'batched' or 'lbfgsb'")
+    form = res.form
+    X, y = _clean_inputs(form, X, y)
+    prob = _Problem(form, X, y, res.loss, res.delta, res.fixed)
+    rng = np.random.default_rng(seed)
+    n = y.size
+    W = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)
+    z0 = res.theta[prob.free]
+    t0 = time.perf_counter()
+    if method == "batched":
+        Z, _ = prob.batched_descent(np.repeat(z0[None], n_boot, axis=0), W, iters=300)
+        out = prob.full(Z)
+    else:
+        out = np.empty((n_boot, len(form.params)))
+        for b in range(n_boot):
+            out[b] = prob.full(prob.local(z0, W[b]).x)
+    res.boot_theta = out
+    res.boot = form.natural_array(out)
+    res.boot_seconds = time.perf_counter() - t0
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+def split_by(X: dict[str, Array], var: str, frac: float) -> tuple[Array, Array]:
+    """Boolean masks (train, test): the smallest ``frac`` of points by ``X[var]`` vs the rest."""
+    v = np.asarray(X[var], dtype=float)
+    cut = np.quantile(v, frac)
+    train = v <= cut
+    return train, ~train
+
+
+def heldout_error(
+    form: Form | str, X: dict[str, Array], y: Array, *, split_var: str = "C", frac: float = 0.75,
+    **fit_kw,
+) -> dict[str, float]:
+    """Extrapolation error: fit on the small end (smallest ``frac`` by ``split_var``), score on the rest.
+
+    The score is the RMSE of fit-space residuals (log y for log-space forms) on the held-out large
+    end, as BNSL's evaluation (Caballero et al. 2022, arXiv 2210.14891, Section 3) reports
+    RMSLE on held-out extrapolation points, and the mean absolute relative error of y.
+
+    Raises:
+        DataError: ``split_var`` missing, or too few points on either side.
+    """
+    form = get_form(form) if isinstance(form, str) else form
+    if split_var not in X:
+        raise DataError(f"held-out split variable {split_var!r} not in the data (have {sorted(X)})")
+    train, test = split_by(X, split_var, frac)
+    if test.sum() < 2:
+        raise DataError(f"held-out split by {split_var} at fraction {frac} leaves {int(test.sum())} test points")
+    Xt = {k: np.asarray(v)[train] for k, v in X.items()}
+    Xh = {k: np.asarray(v)[test] for k, v in X.items()}
+    y = np.asarray(y, dtype=float)
+    res = fit(form, Xt, y[train], **fit_kw)
+    pred = res.predict({k: Xh[k] for k in form.inputs})
+    tgt = _target(form, y[test])
+    ptr = _target(form, pred)
+    return {
+        "law": form.name, "split_var": split_var, "frac": frac, "n_train": int(train.sum()),
+        "n_test": int(test.sum()), "rmse_train": res.rmse,
+        "rmse_test": float(np.sqrt(np.mean((tgt - ptr) ** 2))),
+        "mare_test": float(np.mean(np.abs(pred - y[test]) / np.abs(y[test]))),
+        "cut": float(np.quantile(np.asarray(X[split_var], dtype=float), frac)),
+    }
+
+
+def compare_forms(
+    forms: list[str | Form], X: dict[str, Array], y: Array, *, split_var: str = "C", frac: float = 0.75,
+    **fit_kw,
+) -> pd.DataFrame:
+    """Model comparison: in-sample RMSE, AIC, BIC and held-out extrapolation error per form.
+
+    Forms whose inputs are missing from ``X`` are skipped. Sorted by held-out RMSE (best first).
+    ``delta_aic``/``delta_bic`` are relative to the best form by that criterion.
+    """
+    rows = []
+    for f in forms:
+        form = get_form(f) if isinstance(f, str) else f
+        if any(v not in X for v in form.inputs):
+            continue
+        r = fit(form, X, y, **fit_kw)
+        h = heldout_error(form, X, y, split_var=split_var, frac=frac, **fit_kw)
+        rows.append({"law": form.name, "k": r.k, "n": r.n, "rmse": r.rmse, "aic": r.aic, "bic": r.bic,
+                     "rmse_heldout": h["rmse_test"], "mare_heldout": h["mare_test"],
+                     "n_train": h["n_train"], "n_test": h["n_test"]})
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["delta_aic"] = df["aic"] - df["aic"].min()
+        df["delta_bic"] = df["bic"] - df["bic"].min()
+        df = df.sort_values("rmse_heldout").reset_index(drop=True)
+    return df
