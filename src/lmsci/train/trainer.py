@@ -336,8 +336,9 @@ def train(
                 if k != "step" and isinstance(v, (int, float)):
                     tb.add_scalar(k, v, rec["step"])
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed) ^ 0x5EED)
+    cuda_devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(int(seed) ^ 0x5EED)  # seeds CPU and CUDA generators (dropout)
 
         ckpt = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None else None
         if ckpt is not None:
