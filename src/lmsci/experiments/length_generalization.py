@@ -20,7 +20,7 @@ Sweep points (each resumable): ``train`` (model + checkpoint in its point direct
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 from typing import Any
 
 import numpy as np
@@ -60,11 +60,11 @@ class LengthGeneralizationConfig(ExperimentConfig):
     seq_len: int = Field(64, ge=8, le=4096)
     eval_factor: int = Field(32, ge=2, le=1024)
     n_eval_seqs: int = Field(8, ge=2, le=256)
-    n_layers: int = Field(3, ge=1, le=48)
-    d_model: int = Field(96, ge=8, le=4096)
+    n_layers: int = Field(2, ge=1, le=48)
+    d_model: int = Field(64, ge=8, le=4096)
     n_heads: int = Field(4, ge=1, le=64)
-    steps: int = Field(700, ge=1)
-    batch_size: int = Field(32, ge=1)
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
     n_global: int = Field(10, ge=0)
@@ -73,14 +73,14 @@ class LengthGeneralizationConfig(ExperimentConfig):
     margin: float = Field(0.05, gt=0, le=1)
     rise_threshold: float = Field(0.25, gt=0)
     profile_seqs: int = Field(2, ge=1, le=16)
-    threads: int = Field(2, ge=1, le=64)
+    threads: int = Field(1, ge=1, le=64)
 
     PRESETS = {
         "smoke": {"seq_len": 16, "eval_factor": 4, "n_eval_seqs": 2, "n_layers": 1, "d_model": 16,
                   "n_heads": 2, "steps": 3, "batch_size": 4, "warmup_steps": 1, "ablation_n_global": [0, 10],
                   "profile_seqs": 1},
         "quick": {},
-        "paper": {"seq_len": 512, "eval_factor": 64, "n_eval_seqs": 32, "n_layers": 8, "d_model": 512,
+        "paper": {"seq_len": 512, "threads": 8, "eval_factor": 64, "n_eval_seqs": 32, "n_layers": 8, "d_model": 512,
                   "n_heads": 8, "steps": 20000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 500,
                   "ablation_n_global": [0, 1, 2, 10, 100, 1000], "profile_seqs": 8},
     }
@@ -97,6 +97,7 @@ def _policies(cfg: LengthGeneralizationConfig) -> dict[str, Any]:
     return out
 
 
+@functools.lru_cache(maxsize=2)
 def _corpus():
     from lmsci.worlds.shakespeare import prepare
 

@@ -110,7 +110,7 @@ class PasskeyConfig(ExperimentConfig):
     n_layers: int = Field(2, ge=2, le=48)
     d_model: int = Field(64, ge=8, le=4096)
     n_heads: int = Field(4, ge=1, le=64)
-    steps: int = Field(1200, ge=1)
+    steps: int = Field(800, ge=1)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
@@ -119,13 +119,13 @@ class PasskeyConfig(ExperimentConfig):
     top_k_from_layer: int = Field(1, ge=0)
     top_k_distance: int | None = Field(None, ge=1)
     gain_threshold: float = Field(0.3, gt=0, le=1)
-    threads: int = Field(2, ge=1, le=64)
+    threads: int = Field(1, ge=1, le=64)
 
     PRESETS = {
         "smoke": {"seq_len": 32, "n_digits": 2, "length_factors": [1, 4], "depths": [0.2, 0.8], "n_samples": 3,
                   "d_model": 16, "n_heads": 2, "steps": 3, "batch_size": 4, "warmup_steps": 1},
         "quick": {},
-        "paper": {"seq_len": 256, "n_digits": 5, "length_factors": [1, 2, 4, 8, 16, 32], "n_samples": 100,
+        "paper": {"seq_len": 256, "threads": 8, "n_digits": 5, "length_factors": [1, 2, 4, 8, 16, 32], "n_samples": 100,
                   "n_layers": 4, "d_model": 256, "n_heads": 8, "steps": 10000, "batch_size": 64, "lr": 1e-3,
                   "warmup_steps": 300, "n_global": 10, "top_k_from_layer": 2},
     }
