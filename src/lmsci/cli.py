@@ -233,6 +233,50 @@ def generate_cmd(
         typer.echo(text)
 
 
+@app.command("fit")
+def fit_cmd(
+    data: Path = typer.Argument(..., help="CSV of training runs, one per row"),
+    law: str = typer.Option("chinchilla", "--law", "-l", help="chinchilla | kaplan_n | kaplan_d | kaplan_c | "
+                            "kaplan_nd | kaplan_ns | bnsl | bnsl0 | bnsl2 | sigmoid"),
+    n_col: Optional[str] = typer.Option(None, "--n-col", help="column of parameters N"),
+    d_col: Optional[str] = typer.Option(None, "--d-col", help="column of training tokens D"),
+    c_col: Optional[str] = typer.Option(None, "--c-col", help="column of training FLOP C (D = C/6N if no D)"),
+    s_col: Optional[str] = typer.Option(None, "--s-col", help="column of optimizer steps S (kaplan_ns)"),
+    loss_col: Optional[str] = typer.Option(None, "--loss-col", help="column of the target (loss, or accuracy)"),
+    x: Optional[str] = typer.Option(None, "--x", help="input variable of a BNSL law: N, D, C or S"),
+    drop_highest: int = typer.Option(0, "--drop-highest", help="drop the k runs with the highest loss"),
+    bootstrap: int = typer.Option(1000, "--bootstrap", "-b", help="bootstrap resamples (0 = no intervals)"),
+    budget: Optional[list[float]] = typer.Option(None, "--budget", help="FLOP budget for the allocation (repeatable)"),
+    seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="directory for figures, fit.json, params.csv"),
+) -> None:
+    """Fit a scaling law (Huber on log loss, many starts, bootstrap CIs); print constants and allocation."""
+    from lmsci.laws.analysis import analyze
+    from lmsci.laws.datasets import load_csv
+    from lmsci.laws.forms import get_form
+
+    def go():
+        form = get_form(law, x=x)
+        if x is not None and x not in ("N", "D", "C", "S"):
+            raise ConfigError("--x", x, "N, D, C or S")
+        if bootstrap < 0 or drop_highest < 0:
+            raise ConfigError("--bootstrap/--drop-highest", min(bootstrap, drop_highest), "an integer >= 0")
+        d = load_csv(data, n_col=n_col, d_col=d_col, c_col=c_col, s_col=s_col, loss_col=loss_col,
+                     need=tuple(v for v in form.inputs if v != "x") if not law.startswith("bnsl") else (),
+                     positive_target=form.space == "log", min_points=1)
+        d = d.drop_highest(drop_highest)
+        k = len(form.params) - len(form.default_fixed)
+        if len(d) < k + 2:
+            from lmsci.errors import DataError
+
+            raise DataError(f"{len(d)} runs (CSV lines {d.lines.tolist()}) are too few for law {form.name!r} "
+                            f"with {k} free parameters; need at least {k + 2}")
+        return analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out)
+
+    an = _guard(go)
+    typer.echo(an.text())
+
+
 def main() -> None:  # console script entry point
     app()
 

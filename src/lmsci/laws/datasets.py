@@ -110,6 +110,7 @@ def from_frame(
     lines = np.arange(len(df)) + 2
     used = {v: c for v, c in cols.items() if c is not None}
     arrays: dict[str, Array] = {}
+    problems = []
     for v, c in used.items():
         a = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
         bad = ~np.isfinite(a)
@@ -117,10 +118,12 @@ def from_frame(
             bad |= ~(a > 0)
         if bad.any():
             rule = "finite" if (v == "y" and not positive_target) else "finite and > 0"
-            raise DataError(f"column {c!r} ({v}) must be {rule}; bad values at CSV lines "
+            problems.append(f"column {c!r} ({v}) must be {rule}; bad values at CSV lines "
                             f"{lines[bad][:20].tolist()}{' ...' if bad.sum() > 20 else ''} "
                             f"(values {df[c].to_numpy()[bad][:5].tolist()})")
         arrays[v] = a
+    if problems:
+        raise DataError("; ".join(problems))
     columns = dict(used)
     if "D" not in arrays and "C" in arrays and "N" in arrays:
         arrays["D"] = arrays["C"] / (6.0 * arrays["N"])
