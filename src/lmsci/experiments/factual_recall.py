@@ -51,7 +51,7 @@ GUIDE_RATIO = 0.15  # the authors' guide line, facts ~ 0.15 x params (plotting.i
 class FactualRecallConfig(ExperimentConfig):
     """Configuration of ``factual-recall`` (field defaults = the ``quick`` preset).
 
-    World: ``answers_per_relation`` (D), ``seq_len`` (T); S = R = size, ``n_noise = S + R``.
+    World: ``answers_per_relation`` (D), ``seq_len`` (T); (S, R) on ``fact_grid``, ``n_noise = S + R``.
     Capacity sweep: ``d_models`` x families, where a family is ``(alpha, beta)`` with
     ``d_head = max(1, round(alpha * d / n_heads))`` and ``d_mlp = round(beta * d)``; the families
     are ``attn_only_alphas`` (beta = 0) and every ``(alpha, beta)`` of ``mlp_alphas x mlp_betas``.
@@ -67,6 +67,9 @@ class FactualRecallConfig(ExperimentConfig):
     attn_only_alphas: list[float] = Field([2.0], description="attention-only families (d_head = alpha*d/H)")
     mlp_alphas: list[float] = Field([0.5], description="attention+MLP families: alpha values")
     mlp_betas: list[float] = Field([2.0], description="attention+MLP families: beta values (d_mlp = beta*d)")
+    fact_grid: Literal["square", "near-square"] = Field(
+        "near-square", description="searched (S, R): 'square' S = R = level (the paper); 'near-square' "
+        "S = ceil(level/2), R = floor(level/2), twice as fine in facts")
     size_min: int = Field(2, ge=2, description="smallest S = R searched")
     size_max: int = Field(128, ge=2, description="largest S = R searched")
     probes_per_round: int = Field(3, ge=1, le=16, description="sizes trained at once per search round")
@@ -94,7 +97,7 @@ class FactualRecallConfig(ExperimentConfig):
     PRESETS = {
         "smoke": {
             "d_models": [8, 12], "n_heads": 2, "attn_only_alphas": [2.0], "mlp_alphas": [1.0],
-            "mlp_betas": [1.0], "size_min": 2, "size_max": 8, "lrs": [3e-2], "steps": 120,
+            "mlp_betas": [1.0], "size_min": 2, "size_max": 6, "lrs": [3e-2], "steps": 120,
             "batch_size": 128, "eval_every": 40, "n_eval": 128, "threshold": 0.9, "max_rounds": 2,
             "probes_per_round": 2, "seq_len": 12, "tradeoff_d_model": 8, "tradeoff_d_head": 2,
             "tradeoff_size": 3, "tradeoff_heads": [1, 2], "tradeoff_mlps": [0, 8],
@@ -106,6 +109,7 @@ class FactualRecallConfig(ExperimentConfig):
             "attn_only_alphas": [4.0, 2.0, 1.0, 0.5, 0.25],
             "mlp_alphas": [4.0, 2.0, 1.0, 0.5, 0.25], "mlp_betas": [4.0, 2.0, 1.0, 0.5, 0.25],
             "size_min": 8, "size_max": 512, "lrs": [1e-3, 3e-3, 1e-2], "lr_schedule": "constant",
+            "fact_grid": "square",
             "steps": 16384, "batch_size": 1024, "eval_every": 128, "n_eval": 1024,
             "probes_per_round": 1, "max_rounds": 16, "tradeoff_d_model": 32, "tradeoff_d_head": 8,
             "tradeoff_size": 32, "tradeoff_heads": [1, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32],
@@ -371,7 +375,23 @@ class FactualRecall(Experiment):
         finally:
             torch.set_num_threads(old)
 
-    def _world(self, cfg: FactualRecallConfig, size: int, seed: int) -> FactualRecallWorld:
+    @staticmethod
+    def level_sr(cfg: FactualRecallConfig, level: int) -> tuple[int, int]:
+        """(S, R) of a search level: S = R = level ('square') or (ceil(level/2), floor(level/2))."""
+        if cfg.fact_grid == "square":
+            return level, level
+        return (level + 1) // 2, level // 2
+
+    @staticmethod
+    def level_bounds(cfg: FactualRecallConfig) -> tuple[int, int]:
+        k = 1 if cfg.fact_grid == "square" else 2
+        return k * cfg.size_min, k * cfg.size_max
+
+    def _world(self, cfg: FactualRecallConfig, level: int, seed: int) -> FactualRecallWorld:
+        S, R = self.level_sr(cfg, level)
+        return FactualRecallWorld(S, R, cfg.answers_per_relation, seq_len=cfg.seq_len, seed=seed)
+
+    def _square_world(self, cfg: FactualRecallConfig, size: int, seed: int) -> FactualRecallWorld:
         return FactualRecallWorld(size, size, cfg.answers_per_relation, seq_len=cfg.seq_len, seed=seed)
 
     @staticmethod
@@ -384,17 +404,18 @@ class FactualRecall(Experiment):
     def _capacity(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         d = points[0].params["d_model"]
         k = cfg.probes_per_round
+        lmin, lmax = self.level_bounds(cfg)
         st = {}
         for p, c in zip(points, ctxs):
-            guess = int(round(math.sqrt(GUIDE_RATIO * p.params["params"])))
-            st[p.id] = {"lo": cfg.size_min - 1, "hi": cfg.size_max + 1, "guess": guess, "trials": [],
+            guess = int(round(math.sqrt(GUIDE_RATIO * p.params["params"]) * (1 if cfg.fact_grid == "square" else 2)))
+            st[p.id] = {"lo": lmin - 1, "hi": lmax + 1, "guess": guess, "trials": [],
                         "runs": 0, "steps": 0}
         ctx_of = {p.id: c for p, c in zip(points, ctxs)}
         for rnd in range(cfg.max_rounds):
             members = []
             for p, c in zip(points, ctxs):
                 s = st[p.id]
-                for size in next_probes(s["lo"], s["hi"], s["guess"], k, cfg.size_min, cfg.size_max):
+                for size in next_probes(s["lo"], s["hi"], s["guess"], k, lmin, lmax):
                     world = self._world(cfg, size, derive_seed(c.seed, "facts", size))
                     spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
                     for lr in cfg.lrs:
@@ -406,7 +427,7 @@ class FactualRecall(Experiment):
             train_stack(members, d, steps=cfg.steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
                         n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
                         seed=derive_seed(ctxs[0].seed, "data", rnd), done_key=lambda m: m.key[:2],
-                        log=self._logger(ctx_of, lambda m: {"round": rnd, "size": m.key[1], "lr": m.key[2]}),
+                        log=self._logger(ctx_of, lambda m: {"round": rnd, "level": m.key[1], "facts": m.world.n_facts, "lr": m.key[2]}),
                         progress=bar)
             by_point: dict[str, dict[int, bool]] = {}
             for m in members:
@@ -414,30 +435,33 @@ class FactualRecall(Experiment):
                 s = st[pid]
                 s["runs"] += 1
                 s["steps"] += m.steps_run
-                s["trials"].append({"round": rnd, "size": size, "lr": lr, "acc": round(m.best_acc, 4),
+                s["trials"].append({"round": rnd, "level": size, "S": m.world.S, "R": m.world.R,
+                                    "facts": m.world.n_facts, "lr": lr, "acc": round(m.best_acc, 4),
                                     "steps": m.steps_run, "stored": m.reached_at is not None})
                 ok = by_point.setdefault(pid, {}).get(size, False) or m.reached_at is not None
                 by_point[pid][size] = ok
             for pid, outcomes in by_point.items():
                 st[pid]["lo"], st[pid]["hi"] = update_bracket(st[pid]["lo"], st[pid]["hi"], outcomes,
-                                                              cfg.size_max)
+                                                              lmax)
         rows = []
         for p in points:
             s = st[p.id]
             lo, hi = s["lo"], s["hi"]
-            cap = max(lo, 0) if lo >= cfg.size_min else 0
-            censored = "below_range" if lo < cfg.size_min else ("at_size_max" if lo >= cfg.size_max else
-                                                                 ("unresolved" if hi - lo > 1 else ""))
-            rows.append({**p.params, "capacity_size": cap, "facts": cap * cap, "bracket_hi": hi,
+            S, R = self.level_sr(cfg, lo) if lo >= lmin else (0, 0)
+            censored = "below_range" if lo < lmin else ("at_size_max" if lo >= lmax else
+                                                        ("unresolved" if hi - lo > 1 else ""))
+            hS, hR = self.level_sr(cfg, hi)
+            rows.append({**p.params, "capacity_level": max(lo, 0), "S": S, "R": R, "facts": S * R,
+                         "facts_next_failed": hS * hR if hi <= lmax else None,
                          "censored": censored, "runs": s["runs"], "steps_total": s["steps"],
-                         "facts_per_param": cap * cap / p.params["params"],
+                         "facts_per_param": S * R / p.params["params"],
                          "trials": json.dumps(s["trials"])})
         return rows
 
     def _tradeoff(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         d = cfg.tradeoff_d_model
         # one fact table for the whole map (a pure function of the config seed)
-        world = self._world(cfg, cfg.tradeoff_size, derive_seed(cfg.seed, "tradeoff-facts"))
+        world = self._square_world(cfg, cfg.tradeoff_size, derive_seed(cfg.seed, "tradeoff-facts"))
         members = []
         for p, c in zip(points, ctxs):
             spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
@@ -485,7 +509,7 @@ class FactualRecall(Experiment):
                              "excluded_censored": int(len(cap) - len(use)),
                              "median_facts_per_param": float(use["facts_per_param"].median())},
                     note=("" if ok else "At CPU scale the step budget (quick: 1.5k steps vs the paper's 16k) "
-                          "and the coarse size grid (facts = size^2) limit the search; the paper preset "
+                          "and the coarse fact grid limit the search; the paper preset "
                           "(d up to 181, 16k steps, 3 LRs) would settle it."),
                 ))
             except ValueError as e:
@@ -580,8 +604,8 @@ class FactualRecall(Experiment):
                     tr = pd.DataFrame(json.loads(r["trials"]))
                     if tr.empty:
                         continue
-                    best = tr.groupby("size")["acc"].max()
-                    ax.plot(best.index ** 2, best.values, "o-", color=colors[i % len(colors)], ms=3,
+                    best = tr.groupby("facts")["acc"].max()
+                    ax.plot(best.index, best.values, "o-", color=colors[i % len(colors)], ms=3,
                             label=f"d={r['d_model']} ({r['params']} params)")
                 ax.axhline(cfg.threshold, color="k", ls="--", lw=1)
                 ax.set_xscale("log")
@@ -630,14 +654,15 @@ class FactualRecall(Experiment):
                  "MLP width m = beta·d (beta = 0: attention-only); params = 4·H·d_h·d + 2·m·d. "
                  f"Training: AdamW (wd 0), batch {cfg.batch_size}, up to {cfg.steps} steps, LR schedule "
                  f"`{cfg.lr_schedule}`, test set {cfg.n_eval} fresh sequences, stop at test accuracy "
-                 f"≥ {cfg.threshold:g}. A size is stored if any LR in {cfg.lrs} reaches the threshold. "
-                 f"Capacity = largest stored size² found by a k-ary search (k = {cfg.probes_per_round}) over "
-                 f"size ∈ [{cfg.size_min}, {cfg.size_max}]. The fit is ordinary least squares of log facts on "
+                 f"≥ {cfg.threshold:g}. A fact set is stored if any LR in {cfg.lrs} reaches the threshold. "
+                 f"Capacity = the largest stored S·R, found by a k-ary search (k = {cfg.probes_per_round}) over "
+                 f"the `{cfg.fact_grid}` grid of (S, R) with S, R ∈ [{cfg.size_min}, {cfg.size_max}] "
+                 "('square': S = R; 'near-square': S = R or S = R + 1). The fit is ordinary least squares of log facts on "
                  "log params with one intercept per family; the 95% CI uses Student's t.\n"]
         cap = self._cap(results)
         if not cap.empty:
-            cols = ["family", "d_model", "n_heads", "d_head", "d_mlp", "params", "capacity_size", "facts",
-                    "facts_per_param", "bracket_hi", "censored", "runs"]
+            cols = ["family", "d_model", "n_heads", "d_head", "d_mlp", "params", "S", "R", "facts",
+                    "facts_per_param", "facts_next_failed", "censored", "runs"]
             parts.append("## Capacity per model\n")
             parts.append(markdown_table(cap[cols].sort_values(["family", "params"])))
         tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
