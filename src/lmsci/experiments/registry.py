@@ -20,6 +20,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.celebrity",
     "lmsci.experiments.reversal_curse",
     "lmsci.experiments.knowledge_capacity",
+    "lmsci.experiments.chinchilla_refit",
 ]
 
 _loaded = False

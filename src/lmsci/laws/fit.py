@@ -486,3 +486,30 @@ def compare_forms(
         df["delta_bic"] = df["bic"] - df["bic"].min()
         df = df.sort_values("rmse_heldout").reset_index(drop=True)
     return df
+
+
+# --------------------------------------------------------------------------------------------
+def save_fit(res: FitResult, path) -> None:
+    """Store a fit (parameters, bootstrap samples, metadata) as ``.npz`` so figures can be redrawn."""
+    import json
+
+    meta = {k: v for k, v in res.to_dict().items() if k not in ("ci95", "se")}
+    meta["x"] = res.form.inputs[0] if res.form.name.startswith("bnsl") else None
+    np.savez(path, theta=res.theta, boot_theta=np.zeros((0, len(res.theta))) if res.boot_theta is None
+             else res.boot_theta, meta=np.array(json.dumps(meta)))
+
+
+def load_fit(path) -> FitResult:
+    """Load a fit written by :func:`save_fit`."""
+    import json
+
+    z = np.load(path, allow_pickle=False)
+    meta = json.loads(str(z["meta"]))
+    form = get_form(meta["law"], x=meta.get("x"))
+    bt = z["boot_theta"]
+    return FitResult(
+        form=form, params=meta["params"], theta=z["theta"], objective=meta["objective"], n=meta["n"], k=meta["k"],
+        loss=meta["loss"], delta=meta["delta"], fixed=meta["fixed"], rmse=meta["rmse"], aic=meta["aic"],
+        bic=meta["bic"], boot=form.natural_array(bt) if len(bt) else None, boot_theta=bt if len(bt) else None,
+        boot_seconds=meta["boot_seconds"], fit_seconds=meta["fit_seconds"], n_starts=meta["n_starts"],
+    )
