@@ -59,7 +59,7 @@ class LengthGeneralizationConfig(ExperimentConfig):
 
     seq_len: int = Field(64, ge=8, le=4096)
     eval_factor: int = Field(32, ge=2, le=1024)
-    n_eval_seqs: int = Field(8, ge=2, le=256)
+    n_eval_seqs: int = Field(16, ge=2, le=256)
     n_layers: int = Field(2, ge=1, le=48)
     d_model: int = Field(64, ge=8, le=4096)
     n_heads: int = Field(4, ge=1, le=64)
@@ -396,16 +396,21 @@ class LengthGeneralization(Experiment):
                 axes[0].plot(pos, z["vanilla_runmax"][i], color=f"C{i}", lw=1, label=f"layer {i} vanilla")
                 axes[0].plot(pos, z["lm_infinite_runmax"][i], color=f"C{i}", lw=1, ls="--",
                              label=f"layer {i} LM-Inf")
-                axes[1].plot(pos, z["vanilla_max_logit"][i], color=f"C{i}", lw=0.6)
-                axes[1].plot(pos, z["lm_infinite_max_logit"][i], color=f"C{i}", lw=0.6, ls="--")
-            axes[2].plot(pos, np.nanmean(z["vanilla_entropy"], 0), "k-", lw=0.8, label="vanilla")
-            axes[2].plot(pos, np.nanmean(z["lm_infinite_entropy"], 0), "C0-", lw=0.8, label="LM-Infinite")
+                for key, ls in (("vanilla_max_logit", "-"), ("lm_infinite_max_logit", "--")):
+                    c, mu, _ = bucket_mean(z[key][i][None], log_buckets(len(pos), first=4, per_octave=4))
+                    axes[1].plot(c + 1, mu, color=f"C{i}", lw=1.2, ls=ls, marker=".", ms=3)
+            ents = {}
+            for key in ("vanilla_entropy", "lm_infinite_entropy"):
+                c, mu, _ = bucket_mean(np.nanmean(z[key], 0)[None], log_buckets(len(pos), first=4, per_octave=4))
+                ents[key] = (c + 1, mu)
+            axes[2].plot(*ents["vanilla_entropy"], "k-", marker=".", label="vanilla")
+            axes[2].plot(*ents["lm_infinite_entropy"], "C0-", marker=".", label="LM-Infinite")
             axes[2].plot(pos, np.log(pos), "k:", lw=0.8, label="ln n (uniform)")
             axes[0].set_xlabel("distance from the last query")
             axes[0].set_ylabel("running max logit (max over heads)")
             axes[0].set_title("Thm 1: logit vs distance (last query)")
             axes[1].set_xlabel("query position + 1")
-            axes[1].set_ylabel("max logit over keys and heads")
+            axes[1].set_ylabel("max logit over keys and heads (bucket mean)")
             axes[1].set_title("max logit vs position (solid vanilla, dashed LM-Inf)")
             axes[2].set_xlabel("query position + 1")
             axes[2].set_ylabel("attention entropy (nats)")

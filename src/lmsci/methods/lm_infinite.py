@@ -72,7 +72,8 @@ class AttentionPolicy:
         top_k_from_layer: top-k is used in layers with index ``>= top_k_from_layer`` (paper's h).
         top_k_distance: the distance at which middle keys are scored (paper: L/2; default
             ``n_local // 2``).
-        block_size: queries per block in the long path (default ``n_local``, or 256 for ``full``).
+        block_size: queries per block in the long path (default ``n_local`` clipped to [32, 128]; 256 for
+            ``full``); the long path scores ``n_global + n_local + block_size`` keys per query at most.
     """
 
     kind: PolicyKind = "full"
@@ -132,7 +133,7 @@ class AttentionPolicy:
     def block(self) -> int:
         if self.block_size is not None:
             return self.block_size
-        return 256 if self.kind == "full" else max(self.n_local, 32)
+        return 256 if self.kind == "full" else max(32, min(self.n_local, 128))
 
     def cache_budget(self) -> int | None:
         """Max KV entries a streaming cache needs (None = unbounded: full attention or top-k)."""
@@ -352,11 +353,15 @@ def policy_attention(
         valid = dist >= 0
         if W is not None:
             valid &= (dist < W) | (kp[None, :] < G)
-        if C is not None and bool((dist >= C).any()):
-            alt = scorer.scores(qb, kb, torch.full_like(qp, C), torch.zeros_like(kp))
-            if stats is not None:
-                stats.score_elements += alt.numel()
-            logits = torch.where(dist >= C, alt, logits)
+        if C is not None:
+            # keys at distance >= C form a prefix of the (ascending) key columns: score only those again
+            ncol = int(torch.searchsorted(kp, qp[-1] - C, right=True).item())
+            if ncol:
+                alt = scorer.scores(qb, kb[:, :, :ncol], torch.full_like(qp, C), torch.zeros_like(kp[:ncol]))
+                if stats is not None:
+                    stats.score_elements += alt.numel()
+                logits = torch.cat([torch.where(dist[:, :ncol] >= C, alt, logits[..., :ncol]), logits[..., ncol:]],
+                                   dim=-1)
         if sinks and bool((qp > c_sink).any()) and n_g:
             ns = min(n_g, kb.shape[2])
             alt = scorer.scores(qb, kb[:, :, :ns], qp.clamp(max=c_sink), kp[:ns])
