@@ -309,10 +309,13 @@ class LinearAttentionModel(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``input_ids [batch, seq]`` long -> logits ``[batch, n_answers]`` at the last position."""
         counts = count_tokens(input_ids, self.vocab_size)  # [B, vocab]
-        x_last = self.embed[input_ids[:, -1]]  # [B, d]
-        s = (x_last @ self.A) @ self.embed.T  # [B, vocab]: s_z = x_T^T A e_z
+        onehot = self.embedding == "onehot"
+        if onehot:  # e_z = unit vectors: s_z = A[z_T, z], and sum_z w_z e_z = w
+            s = self.A[input_ids[:, -1]]  # [B, vocab]
+        else:
+            s = (self.embed[input_ids[:, -1]] @ self.A) @ self.embed.T  # [B, vocab]: s_z = x_T^T A e_z
         if self.attention_kind == "linear":
             w = counts * s
         else:
             w = torch.softmax(s + torch.log(counts), dim=-1)
-        return (w @ self.embed) @ self.V
+        return (w if onehot else w @ self.embed) @ self.V
