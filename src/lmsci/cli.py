@@ -248,6 +248,7 @@ def fit_cmd(
     bootstrap: int = typer.Option(1000, "--bootstrap", "-b", help="bootstrap resamples (0 = no intervals)"),
     budget: Optional[list[float]] = typer.Option(None, "--budget", help="FLOP budget for the allocation (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
+    grid: str = typer.Option("full", "--grid", help="starting grid: full (4,500 for chinchilla) | coarse"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="directory for figures, fit.json, params.csv"),
 ) -> None:
     """Fit a scaling law (Huber on log loss, many starts, bootstrap CIs); print constants and allocation."""
@@ -271,7 +272,7 @@ def fit_cmd(
 
             raise DataError(f"{len(d)} runs (CSV lines {d.lines.tolist()}) are too few for law {form.name!r} "
                             f"with {k} free parameters; need at least {k + 2}")
-        return analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out)
+        return analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out, grid=grid)
 
     an = _guard(go)
     typer.echo(an.text())

@@ -100,6 +100,8 @@ def analyze(
     n_starts: int | None = 8,
     loss: str = "huber",
     delta: float = 1e-3,
+    grid: str = "full",
+    figures: bool = True,
 ) -> Analysis:
     """Fit ``law`` to ``data`` with bootstrap CIs; allocation, Approach 2, held-out error; figures in ``out``.
 
@@ -113,6 +115,12 @@ def analyze(
         heldout_frac: fraction of runs (smallest by ``heldout_var``) used to fit in the extrapolation test.
         heldout_var: the variable ordering runs for the held-out split (default ``C``, else the first input).
         out: directory for figures and ``fit.json``/``params.csv``/``allocation.csv`` (None = nothing written).
+        grid: ``"full"`` (the form's grid of starts; 4,500 for Chinchilla as Besiroglu et al.) or
+            ``"coarse"`` (first/middle/last value per parameter; 243 for Chinchilla).
+        figures: draw figures into ``out``.
+
+    Raises:
+        ConfigError: unknown ``grid``.
 
     Raises:
         DataError: the data lack the law's inputs, have too few points, or bad values.
@@ -129,8 +137,13 @@ def analyze(
     if missing:
         raise DataError(f"law {form.name!r} needs {list(form.inputs)}; the data lack {missing} "
                         f"(have {sorted(data.X)}); map columns with --n-col/--d-col/--c-col/--s-col")
+    if grid not in ("full", "coarse"):
+        from lmsci.errors import ConfigError
+
+        raise ConfigError("grid", grid, "'full' or 'coarse'")
+    starts = form.grid() if grid == "full" else form.coarse_grid()
     X = {k: v for k, v in data.X.items()}
-    res = fit(form, X, data.y, n_boot=n_boot, seed=seed, n_starts=n_starts, loss=loss, delta=delta)
+    res = fit(form, X, data.y, n_boot=n_boot, seed=seed, n_starts=n_starts, loss=loss, delta=delta, grid=starts)
     an = Analysis(fit=res, params=res.table())
     two_var = set(form.inputs) == {"N", "D"} and form.space == "log"
     if two_var:
@@ -144,32 +157,35 @@ def analyze(
     hv = heldout_var or ("C" if "C" in X else form.inputs[0])
     try:
         an.heldout = heldout_error(form, X, data.y, split_var=hv, frac=heldout_frac, n_starts=n_starts, loss=loss,
-                                   delta=delta)
+                                   delta=delta, grid=starts)
     except DataError as e:
         an.heldout = None
         an.params.attrs["heldout_error"] = str(e)
     if out is not None:
-        write_outputs(an, data, Path(out))
+        write_outputs(an, data, Path(out), figures=figures)
     return an
 
 
-def write_outputs(an: Analysis, data: ScalingData, out: Path) -> None:
-    """Write ``fit.json``, ``params.csv``, ``allocation.csv`` and figures into ``out``."""
+def write_outputs(an: Analysis, data: ScalingData, out: Path, figures: bool = True) -> None:
+    """Write ``fit.json``, ``params.csv``, ``allocation.csv`` and (optionally) figures into ``out``."""
     from lmsci.laws.plots import plot_fit, plot_isoflop, plot_isoloss, plot_residuals
 
     out.mkdir(parents=True, exist_ok=True)
     res = an.fit
     name = res.form.name
+    an.params.to_csv(out / "params.csv", index=False)
+    (out / "fit.json").write_text(json.dumps(an.to_json(), indent=2, default=_json_default))
+    if an.allocation is not None:
+        an.allocation.to_csv(out / "allocation.csv", index=False)
+    if not figures:
+        return
     an.figures.append(plot_fit(res, data.X, data.y, out / f"{name}_fit.png"))
     an.figures.append(plot_residuals(res, data.X, data.y, out / f"{name}_residuals.png"))
     if an.allocation is not None:
         an.figures.append(plot_isoloss(res, data.X, data.y, out / f"{name}_isoloss.png", approach2=an.approach2))
-        an.allocation.to_csv(out / "allocation.csv", index=False)
         if an.approach2 is not None:
             C = data.X["C"] if "C" in data.X else 6 * data.X["N"] * data.X["D"]
             an.figures.append(plot_isoflop(data.X["N"], C, data.y, an.approach2, out / f"{name}_isoflop.png", res))
-    an.params.to_csv(out / "params.csv", index=False)
-    (out / "fit.json").write_text(json.dumps(an.to_json(), indent=2, default=_json_default))
 
 
 def _json_default(o):

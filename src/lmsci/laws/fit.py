@@ -294,6 +294,7 @@ def fit(
     seed: int = 0,
     boot_method: str = "batched",
     screen_iters: int = 150,
+    grid: Array | None = None,
 ) -> FitResult:
     """Fit ``form`` to data by minimising the summed Huber (or squared) loss of fit-space residuals.
 
@@ -312,6 +313,8 @@ def fit(
         seed: seed of the bootstrap resampling.
         boot_method: ``"batched"`` (all resamples at once) or ``"lbfgsb"`` (one L-BFGS-B per resample).
         screen_iters: iterations of the batched screening descent.
+        grid: starting points in fit space ``[m, p]`` replacing the form's grid (all parameters,
+            fixed ones included).
 
     Returns:
         a :class:`FitResult`.
@@ -336,7 +339,7 @@ def fit(
                         f"got {y.size}")
     prob = _Problem(form, X, y, loss, delta, fixed)
     t0 = time.perf_counter()
-    grid = np.unique(form.grid()[:, prob.free], axis=0)
+    grid = np.unique((form.grid() if grid is None else np.atleast_2d(grid))[:, prob.free], axis=0)
     if init is not None:
         th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
         grid = np.vstack([th[prob.free][None], grid])

@@ -142,6 +142,11 @@ class Form:
         """The Cartesian product of the parameters' starting grids, ``[n_starts, p]``."""
         return np.array(list(itertools.product(*[p.grid for p in self.params])), dtype=float)
 
+    def coarse_grid(self) -> Array:
+        """A smaller grid: the first, middle and last starting value of each parameter, ``[<=3^p, p]``."""
+        axes = [sorted({p.grid[0], p.grid[len(p.grid) // 2], p.grid[-1]}) for p in self.params]
+        return np.array(list(itertools.product(*axes)), dtype=float)
+
 
 def _col(theta: Array, i: int) -> Array:
     return theta[..., i : i + 1]

@@ -1,0 +1,99 @@
+"""`lmsci fit` and the chinchilla-refit experiment: outputs, bad CSVs exit 2 naming rows, smoke run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lmsci.cli import app
+from lmsci.config import resolve_config
+from lmsci.errors import ConfigError
+from lmsci.experiments.registry import get
+from lmsci.laws.datasets import chinchilla_csv_path, load_csv
+from lmsci.laws.forms import get_form
+from lmsci.sweep import run_experiment
+
+
+def _write_synthetic(path, n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    N = np.exp(rng.uniform(np.log(1e6), np.log(1e9), n))
+    D = np.exp(rng.uniform(np.log(1e8), np.log(1e11), n))
+    truth = {"N_c": 8.8e13, "alpha_N": 0.076}
+    loss = get_form("kaplan_n").predict(truth, {"N": N}) * np.exp(rng.normal(0, 0.002, n))
+    pd.DataFrame({"params": N, "flops": 6 * N * D, "val": loss}).to_csv(path, index=False)
+
+
+def test_cli_fit_prints_constants_and_writes_figures(tmp_path):
+    csv = tmp_path / "runs.csv"
+    _write_synthetic(csv)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["fit", str(csv), "--law", "kaplan_n", "--n-col", "params", "--c-col", "flops",
+                                 "--loss-col", "val", "--bootstrap", "50", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "alpha_N = 0.07" in r.output and "held-out extrapolation" in r.output
+    assert (out / "kaplan_n_fit.png").exists() and (out / "kaplan_n_residuals.png").exists()
+    js = json.loads((out / "fit.json").read_text())
+    lo, hi = js["fit"]["ci95"]["alpha_N"]
+    assert js["fit"]["n_boot"] == 50 and lo < js["fit"]["params"]["alpha_N"] < hi
+    assert abs(js["fit"]["params"]["alpha_N"] - 0.076) < 0.003
+
+
+def test_cli_fit_chinchilla_allocation_and_isoloss(tmp_path):
+    d = load_csv(chinchilla_csv_path())
+    sub = pd.read_csv(chinchilla_csv_path()).iloc[np.argsort(d.y)[:120]]
+    csv = tmp_path / "c.csv"
+    sub.to_csv(csv, index=False)
+    out = tmp_path / "o"
+    r = CliRunner().invoke(app, ["fit", str(csv), "--bootstrap", "30", "--budget", "5.76e23", "--grid", "coarse",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "tokens/param" in r.output and "N_opt" in r.output
+    assert (out / "chinchilla_isoloss.png").exists() and (out / "allocation.csv").exists()
+
+
+@pytest.mark.parametrize("content,args,needle", [
+    ("N,D,loss\n1e6,1e8,3.1\n2e6,-1,3.0\n4e6,4e8,nan\n", [], "CSV lines [3]"),
+    ("N,D,loss\n1e6,1e8,3.1\n2e6,-1,3.0\n4e6,4e8,nan\n", [], "CSV lines [4]"),
+    ("N,D,loss\n1e6,1e8,3.1\n2e6,2e8,3.0\n", [], "too few"),
+    ("N,D,loss\n1e6,1e8,3.1\n", ["--n-col", "params"], "'params'"),
+    ("N,D\n1e6,1e8\n", [], "no loss column"),
+    ("N,loss\n1e6,3\n", [], "needs D"),
+    ("N,D,loss\n1e6,1e8,3.1\n", ["--law", "chinchila"], "Did you mean 'chinchilla'"),
+    ("N,D,loss\n1e6,1e8,abc\n", [], "CSV lines [2]"),
+])
+def test_cli_fit_bad_csv_exits_2_naming_the_problem(tmp_path, content, args, needle):
+    csv = tmp_path / "bad.csv"
+    csv.write_text(content)
+    r = CliRunner().invoke(app, ["fit", str(csv), "--bootstrap", "0", *args])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+
+
+def test_cli_fit_missing_file(tmp_path):
+    r = CliRunner().invoke(app, ["fit", str(tmp_path / "nope.csv")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_chinchilla_refit_smoke(tmp_path):
+    cls = get("chinchilla-refit")
+    cfg = resolve_config(cls.Config, "smoke")
+    run = run_experiment(cls(), cfg, tmp_path / "run", progress=False)
+    res = run.results().iloc[0]
+    assert int(res["n_fit"]) == 240 and (tmp_path / "run" / "input" / "chinchilla_svg_extracted.csv").exists()
+    assert abs(res["alpha"] - 0.3478) < 0.01 and abs(res["beta"] - 0.3658) < 0.01 and abs(res["E"] - 1.8172) < 0.02
+    v = run.verdicts()
+    assert v[0].reproduced and v[0].value < 1.0
+    assert (tmp_path / "run" / "figures" / "isoloss.png").exists()
+    assert "Hoffmann" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_chinchilla_refit_bad_data_path(tmp_path):
+    cls = get("chinchilla-refit")
+    cfg = resolve_config(cls.Config, "smoke", [f"data={tmp_path / 'missing.csv'}"])
+    with pytest.raises(ConfigError) as ei:
+        cls().validate(cfg)
+    assert ei.value.field == "data"
