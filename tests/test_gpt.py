@@ -227,3 +227,17 @@ def test_generate_and_save_load(tmp_path):
         GPT.from_pretrained(tmp_path / "nothing")
     with pytest.raises(ConfigError, match="seq_len"):
         GPT(tiny())(ids(T=17))
+
+
+@pytest.mark.parametrize("pos", POS)
+def test_kv_cache_generation_equals_recompute(pos):
+    m = GPT(tiny(pos=pos, mlp="swiglu" if pos == "rope" else "gelu"), seed=5).eval()
+    prompt = ids(B=2, T=5)
+    # 20 new tokens: the first 11 with the cache, the rest beyond seq_len=16 recomputed on the crop
+    a = m.generate(prompt, 20, temperature=0.8, generator=torch.Generator().manual_seed(2), use_cache=True)
+    b = m.generate(prompt, 20, temperature=0.8, generator=torch.Generator().manual_seed(2), use_cache=False)
+    assert torch.equal(a, b)
+    cache = [{} for _ in m.blocks]
+    full = m(a[:, :12])
+    step = torch.cat([m(a[:, :7], kv_cache=cache), m(a[:, 7:11], kv_cache=cache), m(a[:, 11:12], kv_cache=cache)], 1)
+    assert torch.allclose(full, step, atol=1e-5)

@@ -23,8 +23,9 @@ Variants (``GPTConfig``):
     - ``"uni"``: Physics of LMs Part 1's GPT_uni (Allen-Zhu & Li 2023, arXiv 2305.13673, sec. 5/App.):
       attention is *fixed and uniform*: head ``h`` (0-based) averages the values of the last
       ``uni_window(h) = 2**(h+1) - 1`` tokens (1, 3, 7, 15, ...; the token itself included, truncated at
-      the start of the sequence). Only the value and output projections are learned (there are no query
-      or key weights; ``attend`` receives ``q = k = None``).
+      the start of the sequence), as in the reproduction ``HJXA/Physics_of_LM`` (``Part1/model/gpt2/
+      modeling_gpt2_variants.py``, ``GPTUniAttention``: ``window_size = 2**(h+1) - 1``). Only the value and
+      output projections are learned (no query or key weights; ``attend`` receives ``q = k = None``).
 * ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"swiglu"`` (Shazeer 2020,
   arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP) or ``"none"`` (attention-only).
 * ``norm``: pre-norm ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019, arXiv 1910.07467), eps 1e-5.
@@ -350,8 +351,12 @@ class Attention(nn.Module):
         m = torch.zeros(visible.shape, dtype=dtype, device=q_pos.device).masked_fill(~visible, float("-inf"))
         return m if bias is None else m + bias.to(dtype)
 
-    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
-        """``x [B, T, d_model]``, ``pos [T]`` long -> ``[B, T, d_model]``."""
+    def forward(self, x: Tensor, pos: Tensor, cache: dict[str, Tensor] | None = None) -> Tensor:
+        """``x [B, T, d_model]``, ``pos [T]`` long -> ``[B, T, d_model]``.
+
+        ``cache``: this layer's key/value cache (``{"k", "v", "pos"}``, keys un-rotated), extended in place;
+        the new queries attend to the cached keys and their own (used by ``GPT.generate``).
+        """
         B, T, _ = x.shape
         H, D = self.n_heads, self.d_head
         if self.pos == "uni":
@@ -359,7 +364,16 @@ class Attention(nn.Module):
             v = self.qkv(x).view(B, T, H, D).transpose(1, 2)
         else:
             q, k, v = self.qkv(x).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
-        z = self.attend(q, k, v, pos, pos)  # [B, H, T, D]
+        k_pos = pos
+        if cache is not None:
+            if "v" in cache:
+                k = torch.cat([cache["k"], k], dim=2) if k is not None else None
+                v = torch.cat([cache["v"], v], dim=2)
+                k_pos = torch.cat([cache["pos"], pos])
+            if k is not None:
+                cache["k"] = k
+            cache["v"], cache["pos"] = v, k_pos
+        z = self.attend(q, k, v, pos, k_pos)  # [B, H, T, D]
         z = self.hook_z(z.transpose(1, 2))  # [B, T, H, D]
         out = self.proj(z.reshape(B, T, H * D))
         if self.dropout and self.training:
@@ -410,9 +424,9 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = (
             HookPoint(p + "resid_pre"), HookPoint(p + "resid_mid"), HookPoint(p + "resid_post"))
 
-    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+    def forward(self, x: Tensor, pos: Tensor, cache: dict[str, Tensor] | None = None) -> Tensor:
         x = self.hook_resid_pre(x)
-        x = x + self.attn(self.ln1(x), pos)
+        x = x + self.attn(self.ln1(x), pos, cache)
         if self.has_mlp:
             x = self.hook_resid_mid(x)
             x = x + self.mlp(self.ln2(x))
@@ -505,24 +519,33 @@ class GPT(nn.Module):
         return 6 * n + 12 * self.cfg.n_layers * self.cfg.n_heads * self.cfg.head_dim * T
 
     # -- forward ----------------------------------------------------------------------------
-    def forward(self, input_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, *, kv_cache: list[dict[str, Tensor]] | None = None) -> Tensor:
         """``input_ids [batch, seq]`` long -> logits ``[batch, seq, vocab_size]``.
 
+        ``kv_cache``: optional list of ``n_layers`` dicts (start with empty dicts) holding the keys and
+        values of earlier calls; ``input_ids`` then continue the cached sequence (positions start after it).
+
         Raises:
-            ConfigError: ``seq`` above ``cfg.seq_len`` with learned positions.
+            ConfigError: positions beyond ``cfg.seq_len`` with learned positions.
         """
         B, T = input_ids.shape
-        if T > self.cfg.seq_len and self.cfg.pos == "learned":
-            raise ConfigError("input_ids.shape[1]", T, f"at most seq_len={self.cfg.seq_len} with pos='learned'")
-        pos = torch.arange(T, device=input_ids.device)
+        start = 0
+        if kv_cache is not None:
+            if len(kv_cache) != len(self.blocks):
+                raise ConfigError("kv_cache", f"{len(kv_cache)} layers", f"a list of n_layers={len(self.blocks)} dicts")
+            if kv_cache and "pos" in kv_cache[0]:
+                start = int(kv_cache[0]["pos"][-1]) + 1
+        if start + T > self.cfg.seq_len and self.cfg.pos == "learned":
+            raise ConfigError("input_ids.shape[1]", start + T, f"at most seq_len={self.cfg.seq_len} with pos='learned'")
+        pos = torch.arange(start, start + T, device=input_ids.device)
         x = self.wte(input_ids)
         if self.cfg.pos == "learned":
             x = x + self.wpe(pos)
         if self.cfg.dropout and self.training:
             x = F.dropout(x, self.cfg.dropout)
         x = self.hook_embed(x)
-        for block in self.blocks:
-            x = block(x, pos)
+        for i, block in enumerate(self.blocks):
+            x = block(x, pos, None if kv_cache is None else kv_cache[i])
         x = self.hook_final(self.ln_f(x))
         return self.lm_head(x)
 
@@ -610,12 +633,15 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        use_cache: bool = True,
     ) -> Tensor:
         """Sample ``max_new_tokens`` tokens after ``input_ids [batch, seq]``; returns ``[batch, seq + new]``.
 
         ``temperature == 0`` is greedy decoding; ``top_k`` keeps the k most likely tokens. The context is
         cropped to the last ``cfg.seq_len`` tokens. Randomness only from ``generator`` (default: a
-        generator seeded with 0). No KV cache (recomputes the context each step).
+        generator seeded with 0). With ``use_cache`` a key/value cache serves every step while the
+        sequence fits in ``seq_len``; beyond, each step recomputes the cropped context (same results as
+        ``use_cache=False`` up to float rounding).
 
         Raises:
             ConfigError: negative ``max_new_tokens``/``temperature`` or ``top_k < 1``.
@@ -631,9 +657,16 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         ids = input_ids
+        cache: list[dict[str, Tensor]] | None = [{} for _ in self.blocks] if use_cache and len(self.blocks) else None
+        n_cached = 0
         try:
             for _ in range(max_new_tokens):
-                logits = self(ids[:, -self.cfg.seq_len:])[:, -1, :].float()
+                if cache is not None and ids.shape[1] <= self.cfg.seq_len:
+                    logits = self(ids[:, n_cached:], kv_cache=cache)[:, -1, :].float()
+                    n_cached = ids.shape[1]
+                else:
+                    cache = None
+                    logits = self(ids[:, -self.cfg.seq_len:])[:, -1, :].float()
                 if temperature == 0:
                     nxt = logits.argmax(-1, keepdim=True)
                 else:
