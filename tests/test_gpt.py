@@ -46,6 +46,9 @@ def test_config_defaults_and_errors():
         tiny(pos="rope", d_head=7)
     with pytest.raises(ConfigError):
         tiny(unknown_field=1)
+    with pytest.raises(ConfigError, match="n_layers"):
+        GPTConfig.model_validate(dict(vocab_size=5, seq_len=4, n_layers=-1, n_heads=1, d_model=4))
+    assert GPTConfig.model_validate(c.model_dump()) == c
 
 
 def test_num_params_formula():

@@ -125,6 +125,14 @@ class GPTConfig(StrictModel):
         except ValidationError as err:
             raise validation_to_config_error(err, data) from None
 
+    @classmethod
+    def model_validate(cls, obj: Any, **kw: Any) -> GPTConfig:  # type: ignore[override]
+        """Validate a dict; errors are :class:`ConfigError` (as for the constructor)."""
+        try:
+            return super().model_validate(obj, **kw)
+        except ValidationError as err:
+            raise validation_to_config_error(err, obj if isinstance(obj, dict) else {}) from None
+
     @model_validator(mode="after")
     def _check(self) -> GPTConfig:
         if self.d_head is None and self.d_model % self.n_heads != 0:
