@@ -96,6 +96,7 @@ def tiny_llama_dir(tmp_path_factory):
 def test_load_hf_local_and_hooks_by_module_path(tiny_llama_dir):
     w = load_hf(tiny_llama_dir)
     assert type(w.model).__name__ == "LlamaForCausalLM" and "model.layers.1.self_attn" in w.module_names()
+    assert not w.training and w.train().training and not w.eval().training
     x = torch.randint(0, 70, (2, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         clean = w(x)
@@ -150,3 +151,17 @@ def test_hf_architecture_names():
     assert hf_architecture(GPTConfig(vocab_size=5, seq_len=4, n_layers=1, n_heads=1, d_model=4)) == "gpt2"
     assert hf_architecture(GPTConfig(vocab_size=5, seq_len=4, n_layers=1, n_heads=1, d_model=4, pos="rope",
                                      mlp="swiglu", norm="rmsnorm")) == "llama"
+
+
+def test_lmsci_instrument_runs_on_hf_model(tmp_path):
+    """An lmsci instrument (linear-probe features) reads the same hidden states via GPT hook names
+    and via HF module paths of the exported model."""
+    from lmsci.measure.probes import hidden_at
+
+    m = perturbed(**CASES["llama"])
+    export_hf(m, tmp_path)
+    w = load_hf(tmp_path)
+    seqs, pos = [[1, 2, 3, 4], [5, 6, 7]], [3, 2]
+    ours = hidden_at(m, seqs, pos, hook="blocks.1.resid_post")
+    theirs = hidden_at(w, seqs, pos, hook="model.layers.1")
+    assert ours.shape == (2, 32) and (ours - theirs).abs().max().item() < EXPORT_ATOL

@@ -305,6 +305,27 @@ class HFModel:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    # nn.Module-like conveniences, so instruments written for lmsci GPT (``eval()``, ``train(mode)``,
+    # ``training``, ``parameters()``, ``run_with_cache``) accept an HFModel too
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    def eval(self) -> HFModel:
+        self.model.eval()
+        return self
+
+    def train(self, mode: bool = True) -> HFModel:
+        self.model.train(mode)
+        return self
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.model.parameters()
+
+    def to(self, *args: Any, **kw: Any) -> HFModel:
+        self.model.to(*args, **kw)
+        return self
+
     def module_names(self) -> list[str]:
         """All addressable module paths (``named_modules`` order, root excluded)."""
         return [n for n, _ in self.model.named_modules() if n]
