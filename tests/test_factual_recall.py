@@ -164,6 +164,12 @@ def test_train_stack_learns_and_stops_early():
     assert ms[0].reached_at is not None and ms[0].best_acc >= 0.95
     # the LR retry rule: one LR storing the facts ends the other runs of the same size
     assert ms[1].steps_run == ms[0].steps_run < 400 and ms[1].best_acc < 0.95
+    # same seeds, same results (CPU determinism)
+    again = [_Member(("a", 1, lr), w, OneLayerSpec(2, 8, 16), lr, 7) for lr in (3e-2, 1e-9)]
+    train_stack(again, 16, steps=400, batch_size=64, eval_every=20, n_eval=128, threshold=0.95,
+                schedule="constant", seed=0, done_key=lambda m: m.key[:2])
+    assert [(m.best_acc, m.steps_run, m.final_loss) for m in again] == \
+        [(m.best_acc, m.steps_run, m.final_loss) for m in ms]
 
 
 def test_search_helpers():
