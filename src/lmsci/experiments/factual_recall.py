@@ -632,8 +632,8 @@ class FactualRecall(Experiment):
             piv = tr.pivot_table(index="mlp_params", columns="attn_params", values="accuracy")
             fig, ax = plt.subplots(figsize=(6.4, 4.8))
             im = ax.imshow(piv.values, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1)
-            ax.set_xticks(range(len(piv.columns)), [str(c) for c in piv.columns], rotation=45)
-            ax.set_yticks(range(len(piv.index)), [str(i) for i in piv.index])
+            ax.set_xticks(range(len(piv.columns)), [str(int(c)) for c in piv.columns], rotation=45)
+            ax.set_yticks(range(len(piv.index)), [str(int(i)) for i in piv.index])
             for (yi, xi), v in np.ndenumerate(piv.values):
                 if not np.isnan(v):
                     ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7,
