@@ -229,3 +229,30 @@ def test_hf_llama_gqa_patch_exact_removal_and_streaming():
                 assert s.max_cache <= 3 + 12 + 1
             torch.testing.assert_close(torch.cat(outs, 1), long, atol=1e-5, rtol=1e-5)
         assert torch.equal(m(x).logits, ref)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gpt_neox"])
+def test_other_hf_families_patch(family):
+    import transformers as tf
+
+    if family == "qwen2":
+        cfg = tf.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        cls = tf.Qwen2ForCausalLM
+    else:  # Pythia-style: fused QKV, partial rotary
+        cfg = tf.GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, max_position_embeddings=64, rotary_pct=0.5)
+        cls = tf.GPTNeoXForCausalLM
+    torch.manual_seed(0)
+    m = cls(cfg).eval()
+    x = torch.randint(0, 64, (1, 30), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = m(x).logits
+        with patched(m, lm_infinite_policy(64, 4)):
+            torch.testing.assert_close(m(x).logits, ref, atol=1e-5, rtol=1e-5)
+        with patched(m, lm_infinite_policy(8, 2)) as p:
+            long = m(x).logits
+            with p.stream() as s:
+                outs = [s.feed(x[:, i:i + 3]) for i in range(0, 30, 3)]
+            torch.testing.assert_close(torch.cat(outs, 1), long, atol=1e-5, rtol=1e-5)
+        assert torch.equal(m(x).logits, ref)

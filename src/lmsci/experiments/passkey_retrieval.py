@@ -4,7 +4,7 @@ Source: Han et al., "LM-Infinite", NAACL 2024, arXiv 2308.16137, Section 5.3 and
 retrieval: Truncate-to-4K 44.0 avg, LM-Infinite with top-5 middle tokens 81.2 avg at 6K-16K on
 Llama-2-7b-chat), Appendix A (k, layer h, distance); task format of Mohtashami & Jaggi, "Landmark
 Attention", arXiv 2305.16300 (filler "The grass is green. The sky is blue. ...", "The pass key is
-{KEY}. Remember it.", "What is the pass key? The pass key is").
+{KEY}. Remember it.", "What is the pass key? The pass key is"); the key is stated once.
 
 Scaled down to CPU: a small controlled world with a token vocabulary (digits, the repeating filler
 sentence, key and query markers). A RoPE GPT is trained on prompts of exactly ``seq_len`` tokens with
@@ -49,8 +49,8 @@ METHODS = ("vanilla", "truncation", "lm_infinite", "lm_infinite_topk")
 
 def passkey_layout(n_digits: int) -> tuple[int, int]:
     """(fixed tokens in a prompt excluding the answer, answer length)."""
-    # INTRO x4 | filler | KEY d1..dn REMEMBER d1..dn | filler | QUERY  -> answer d1..dn
-    return 4 + 1 + n_digits + 1 + n_digits + 1, n_digits
+    # INTRO x4 | filler | KEY d1..dn REMEMBER | filler | QUERY  -> answer d1..dn
+    return 4 + 1 + n_digits + 1 + 1, n_digits
 
 
 def make_prompts(n: int, length: int, depth: float | np.ndarray | None, n_digits: int,
@@ -79,7 +79,7 @@ def make_prompts(n: int, length: int, depth: float | np.ndarray | None, n_digits
     for i in range(n):
         fill = np.resize(np.roll(FILLER, -int(phase[i])), n_fill)
         cut = int(round(d[i] * n_fill))
-        key_sent = np.concatenate([[KEY], keys[i], [REMEMBER], keys[i]])
+        key_sent = np.concatenate([[KEY], keys[i], [REMEMBER]])
         seq = np.concatenate([[INTRO] * 4, fill[:cut], key_sent, fill[cut:], [QUERY]])
         prompts[i] = seq
         key_pos[i] = 4 + cut
@@ -148,7 +148,7 @@ def _train_batch_fn(cfg: PasskeyConfig):
         full = np.concatenate([p, keys], axis=1)  # prompt + answer
         x = torch.from_numpy(full[:, :-1])
         y = torch.from_numpy(full[:, 1:]).clone()
-        # the first occurrence of the key is unpredictable: do not train on it
+        # the key itself is unpredictable where it is stated: do not train on it (only on its recall)
         cols = torch.arange(y.shape[1])[None, :]
         first = (cols >= torch.from_numpy(kp)[:, None]) & (cols < torch.from_numpy(kp)[:, None] + cfg.n_digits)
         y[first] = -100
@@ -249,10 +249,10 @@ class PasskeyRetrieval(Experiment):
         n = cfg.seq_len * f
         rng = np.random.default_rng(ctx.seed)
         row: dict[str, Any] = {"kind": "eval", "factor": f, "length": n}
-        counts = {m: [0, 0, 0, 0] for m in METHODS}  # correct_all, n_all, correct_beyond, n_beyond
+        counts = {m: [0, 0, 0, 0, 0] for m in METHODS}  # correct_all, n_all, correct_beyond, n_beyond, first_beyond
         for depth in cfg.depths:
             p, keys, kp = make_prompts(cfg.n_samples, n, depth, cfg.n_digits, rng)
-            beyond = (kp + 1 + cfg.n_digits * 2 + 1) <= (n - cfg.seq_len)  # whole key sentence outside window
+            beyond = (kp + cfg.n_digits + 2) <= (n - cfg.seq_len)  # whole key sentence outside the window
             pt, kt = torch.from_numpy(p), torch.from_numpy(keys)
             for m in METHODS:
                 got = answer(model, pt, cfg.n_digits, m, cfg)
@@ -263,9 +263,11 @@ class PasskeyRetrieval(Experiment):
                 c[1] += len(ok)
                 c[2] += int(ok[beyond].sum())
                 c[3] += int(beyond.sum())
-        for m, (ca, na, cb, nb) in counts.items():
+                c[4] += int((got[:, 0] == kt[:, 0]).numpy()[beyond].sum())
+        for m, (ca, na, cb, nb, fb) in counts.items():
             row[f"acc_{m}"] = ca / na
             row[f"correct_beyond_{m}"] = cb
+            row[f"first_digit_beyond_{m}"] = fb
             row[f"n_beyond_{m}"] = nb
         return row
 
@@ -293,6 +295,18 @@ class PasskeyRetrieval(Experiment):
             note="" if gain >= cfg.gain_threshold else
             "Retrieval by top-k needs a retrieval head whose logit ranks the key tokens first at the fixed distance; "
             "a larger model trained longer forms sharper heads."))
+        fd = {m: (float(ev[f"first_digit_beyond_{m}"].sum()) / nb if nb else float("nan")) for m in METHODS}
+        g1 = fd["lm_infinite_topk"] - max(fd["truncation"], fd["lm_infinite"])
+        q1, q2 = fd["lm_infinite_topk"], max(fd["truncation"], fd["lm_infinite"])
+        se1 = float(np.sqrt((q1 * (1 - q1) + q2 * (1 - q2)) / nb)) if nb else float("nan")
+        out.append(Verdict(
+            claim="Top-k re-attention retrieves the first key digit beyond the window (one retrieval step)",
+            statistic="first-digit accuracy beyond the window: LM-Infinite+top-k minus the better of truncation / "
+                      "LM-Infinite without top-k (chance = 1/9 for the first digit)",
+            value=g1, threshold=f">= {cfg.gain_threshold} and 95% CI above 0",
+            reproduced=bool(nb > 0 and g1 >= cfg.gain_threshold and g1 - 1.96 * se1 > 0),
+            ci=(g1 - 1.96 * se1, g1 + 1.96 * se1) if nb else None,
+            details={f"first_digit_beyond_{m}": v for m, v in fd.items()}))
         inwin = ev[ev["factor"] == 1]
         if not inwin.empty:
             a = float(inwin["acc_vanilla"].iloc[0])

@@ -9,8 +9,8 @@ All instruments run the model through the blockwise attention harness of
 :mod:`lmsci.methods.lm_infinite` (any :class:`~lmsci.methods.lm_infinite.AttentionPolicy`; the default
 ``full`` policy reproduces the model's own attention) and keep only per-query-row reductions, so memory
 is O(n * (block + keys per block)) rather than O(n^2): they run at long lengths. Supported models: lmsci
-GPT with ``pos`` in ``rope``/``alibi`` and Hugging Face Llama-family causal LMs (Llama, Mistral, Qwen2, ...,
-grouped-query attention included).
+GPT with ``pos`` in ``rope``/``alibi``, Hugging Face Llama-family causal LMs (Llama, Mistral, Qwen2, ...,
+grouped-query attention included) and GPT-NeoX/Pythia (fused QKV, partial rotary).
 """
 
 from __future__ import annotations

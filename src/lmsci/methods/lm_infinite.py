@@ -24,9 +24,9 @@ expresses every policy's position treatment:
   from the query at position min(i, n_local - 1), recent keys keep their true distance.
 
 Patches (:class:`AttentionPatch`) install the harness on an lmsci GPT (``blocks[i].attn.attend``,
-RoPE or ALiBi) or on a Hugging Face Llama-family model (``layers[i].self_attn.forward``; Llama,
+RoPE or ALiBi), on a Hugging Face Llama-family model (``layers[i].self_attn.forward``; Llama,
 Mistral, Qwen2 and other models with ``q_proj/k_proj/v_proj/o_proj`` and a rotary embedding;
-grouped-query attention included); :meth:`AttentionPatch.remove` restores the original methods, so
+grouped-query attention included) or on GPT-NeoX/Pythia (fused QKV, partial rotary); :meth:`AttentionPatch.remove` restores the original methods, so
 outputs are bit-identical afterwards. :meth:`AttentionPatch.stream` opens a streaming session whose
 KV cache (un-rotated keys, absolute positions) is trimmed to ``n_global + n_local`` entries after
 every call, so memory stays bounded for any stream length (unless top-k needs the middle keys).
@@ -521,6 +521,15 @@ def _hf_layers(model: Any):
     return base, layers
 
 
+def _neox_layers(model: Any):
+    base = getattr(model, "gpt_neox", None)
+    if base is None or not hasattr(base, "layers") or getattr(base, "rotary_emb", None) is None:
+        return None
+    if not hasattr(base.layers[0], "attention") or not hasattr(base.layers[0].attention, "query_key_value"):
+        return None
+    return base, base.layers
+
+
 def gpt_scorer(attn: Any, cfg: Any) -> Scorer:
     """The positional scorer of an lmsci GPT attention module (``cfg.pos`` in ``rope``/``alibi``).
 
@@ -545,18 +554,23 @@ def gpt_scorer(attn: Any, cfg: Any) -> Scorer:
 
 
 def hf_scorer(base: Any, attn: Any) -> Scorer:
-    """RoPE scorer of a Hugging Face Llama-family model (uses its ``rotary_emb`` and ``rotate_half``)."""
+    """RoPE scorer of a Hugging Face model (its ``rotary_emb`` tables and ``rotate_half``; partial rotary
+    as in GPT-NeoX/Pythia when the tables are narrower than ``head_dim``)."""
     rot = base.rotary_emb
     mod = sys.modules[type(attn).__module__]
     rh = getattr(mod, "rotate_half", rotate_half)
-    dummy = attn.q_proj.weight
+    dummy = next(attn.parameters())
 
     def cos_sin(pos: Tensor) -> tuple[Tensor, Tensor]:
         cos, sin = rot(dummy, pos[None, :].to(dummy.device))
         return cos[0], sin[0]
 
     def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        return x * cos + rh(x) * sin
+        r = cos.shape[-1]
+        if r == x.shape[-1]:
+            return x * cos + rh(x) * sin
+        xr, xp = x[..., :r], x[..., r:]
+        return torch.cat([xr * cos + rh(xr) * sin, xp], dim=-1)
 
     return RoPEScorer(cos_sin, float(attn.scaling), rotate)
 
@@ -564,8 +578,9 @@ def hf_scorer(base: Any, attn: Any) -> Scorer:
 class AttentionPatch:
     """An attention policy installed on a model; removable; usable as a context manager.
 
-    Supports lmsci GPT models with ``pos in ("rope", "alibi")`` (replaces ``blocks[i].attn.attend``)
-    and Hugging Face Llama-family causal LMs (replaces ``model.layers[i].self_attn.forward``).
+    Supports lmsci GPT models with ``pos in ("rope", "alibi")`` (replaces ``blocks[i].attn.attend``),
+    Hugging Face Llama-family causal LMs (replaces ``model.layers[i].self_attn.forward``) and
+    GPT-NeoX/Pythia (replaces ``gpt_neox.layers[i].attention.forward``).
 
     Attributes:
         model: the patched model. policy: the :class:`AttentionPolicy`.
@@ -592,10 +607,16 @@ class AttentionPatch:
             base, layers = _hf_layers(model)
             self._modules = [layer.self_attn for layer in layers]
             self._scorers = [hf_scorer(base, a) for a in self._modules]
+        elif _neox_layers(model) is not None:
+            self.kind = "neox"
+            base, layers = _neox_layers(model)
+            self._modules = [layer.attention for layer in layers]
+            self._scorers = [hf_scorer(base, a) for a in self._modules]
         else:
             raise ConfigError("model", type(model).__name__,
-                              "an lmsci GPT (pos='rope' or 'alibi') or a Hugging Face Llama-family model "
-                              "(layers[i].self_attn with q_proj/k_proj/v_proj/o_proj and rotary_emb)")
+                              "an lmsci GPT (pos='rope' or 'alibi'), a Hugging Face Llama-family model "
+                              "(layers[i].self_attn with q_proj/k_proj/v_proj/o_proj and rotary_emb) or a "
+                              "GPT-NeoX/Pythia model")
         self.applied = False
 
     # -- install / remove ---------------------------------------------------------------------
@@ -607,7 +628,8 @@ class AttentionPatch:
         for i, m in enumerate(self._modules):
             had = name in m.__dict__
             self._saved.append((m, name, had, m.__dict__.get(name)))
-            fn = self._gpt_attend(i) if self.kind == "gpt" else self._hf_forward(i, m)
+            fn = {"gpt": lambda: self._gpt_attend(i), "hf": lambda: self._hf_forward(i, m),
+                  "neox": lambda: self._neox_forward(i, m)}[self.kind]()
             object.__setattr__(m, name, fn)
         self.applied = True
         return self
@@ -659,6 +681,24 @@ class AttentionPatch:
             return self._run(i, q, k, v, q_pos.flatten()[-q.shape[2]:], k_pos.flatten()[-k.shape[2]:])
 
         return attend
+
+    def _neox_forward(self, i: int, mod: Any) -> Callable:
+        def forward(hidden_states: Tensor, attention_mask: Any = None, layer_past: Any = None,
+                    position_embeddings: Any = None, **kwargs: Any):
+            if layer_past is not None and layer_past.get_seq_length(mod.layer_idx) > 0:
+                raise ConfigError("layer_past", "a filled HF cache",
+                                  "None: decode through AttentionPatch.stream() (bounded cache)")
+            b, n, _ = hidden_states.shape
+            qkv = mod.query_key_value(hidden_states).view(b, n, -1, 3 * mod.head_size).transpose(1, 2)
+            q, k, v = qkv.chunk(3, dim=-1)
+            pos_ids = kwargs.get("position_ids")
+            pos = (pos_ids[0] if pos_ids is not None else torch.arange(n, device=q.device)).long()
+            if self.session is not None:
+                pos = pos - pos[0]
+            o = self._run(i, q, k, v, pos, pos)
+            return mod.dense(o.transpose(1, 2).reshape(b, n, -1)), None
+
+        return forward
 
     def _hf_forward(self, i: int, mod: Any) -> Callable:
         def forward(hidden_states: Tensor, position_embeddings: Any = None, attention_mask: Any = None,
