@@ -21,6 +21,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.reversal_curse",
     "lmsci.experiments.knowledge_capacity",
     "lmsci.experiments.chinchilla_refit",
+    "lmsci.experiments.scaling_sweep",
 ]
 
 _loaded = False

@@ -5,7 +5,7 @@ last-layer hidden states of a biography predicts each attribute; with augmented 
 attributes are decodable at the position right after the name, with bioS single only right
 before the attribute) and Section 6 (Q-probing: the input is the name alone). The paper probes
 the first token of each attribute value with a low-rank update of the embedding plus a linear
-head; here the model is frozen and the probe is multinomial logistic regression (L2, L-BFGS)
+head; here the model is frozen and the probe is multinomial logistic regression (L2, L-BFGS in SciPy)
 on the hidden state read through a GPT hook point (default ``final``, ``[batch, seq, d_model]``).
 
 Targets: the first token of each attribute value (birth month, city stem, university stem,
@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lmsci.measure.accuracy import pad_batch
 
@@ -48,8 +47,8 @@ def hidden_at(model: torch.nn.Module, seqs: Sequence[Sequence[int]], positions: 
 
 
 def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
-                     n_classes: int, l2: float = 1e-3, max_iter: int = 100) -> dict[str, float]:
-    """Multinomial logistic regression (full-batch L-BFGS, L2 penalty ``l2``) on standardised features.
+                     n_classes: int, l2: float = 1e-3, max_iter: int = 200) -> dict[str, float]:
+    """Multinomial logistic regression (L-BFGS via ``scipy.optimize``, L2 penalty ``l2``) on standardised features.
 
     Args:
         x_train: ``[n_train, d]``; y_train: ``[n_train]`` class ids in ``[0, n_classes)``.
@@ -57,23 +56,32 @@ def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch
     Returns:
         ``{"train_acc", "test_acc", "chance"}`` (chance = majority-class rate on the test set).
     """
-    mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
-    xtr, xte = (x_train - mu) / sd, (x_test - mu) / sd
-    W = torch.zeros(xtr.shape[1], n_classes, requires_grad=True)
-    b = torch.zeros(n_classes, requires_grad=True)
-    opt = torch.optim.LBFGS([W, b], max_iter=max_iter, line_search_fn="strong_wolfe")
+    from scipy.optimize import minimize
 
-    def closure():
-        opt.zero_grad()
-        loss = F.cross_entropy(xtr @ W + b, y_train) + l2 * (W ** 2).sum()
-        loss.backward()
-        return loss
+    xtr_t, xte_t = x_train.double().numpy(), x_test.double().numpy()
+    ytr, yte = y_train.numpy(), y_test.numpy()
+    mu, sd = xtr_t.mean(0), xtr_t.std(0) + 1e-6
+    xtr = np.hstack([(xtr_t - mu) / sd, np.ones((len(xtr_t), 1))])
+    xte = np.hstack([(xte_t - mu) / sd, np.ones((len(xte_t), 1))])
+    n, d = xtr.shape
+    onehot = np.eye(n_classes)[ytr]
 
-    opt.step(closure)
-    with torch.no_grad():
-        tr = float(((xtr @ W + b).argmax(1) == y_train).float().mean())
-        te = float(((xte @ W + b).argmax(1) == y_test).float().mean())
-    chance = float(torch.bincount(y_test, minlength=n_classes).max()) / max(len(y_test), 1)
+    def f(wflat):
+        W = wflat.reshape(d, n_classes)
+        z = xtr @ W
+        z -= z.max(1, keepdims=True)
+        lse = np.log(np.exp(z).sum(1, keepdims=True))
+        logp = z - lse
+        loss = -(onehot * logp).sum() / n + l2 * (W[:-1] ** 2).sum()
+        g = xtr.T @ (np.exp(logp) - onehot) / n
+        g[:-1] += 2 * l2 * W[:-1]
+        return loss, g.ravel()
+
+    res = minimize(f, np.zeros(d * n_classes), jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
+    W = res.x.reshape(d, n_classes)
+    tr = float(((xtr @ W).argmax(1) == ytr).mean())
+    te = float(((xte @ W).argmax(1) == yte).mean())
+    chance = float(np.bincount(yte, minlength=n_classes).max()) / max(len(yte), 1)
     return {"train_acc": tr, "test_acc": te, "chance": chance}
 
 

@@ -1,0 +1,199 @@
+"""Shared machinery of the knowledge experiments (bioS): configs, data streams, training, evaluation.
+
+Used by ``knowledge-extraction``, ``celebrity-helps-minority``, ``reversal-curse`` and
+``knowledge-capacity``. Source: Allen-Zhu & Li, Physics of Language Models Parts 3.1 / 3.2 / 3.3
+(arXiv 2309.14316, 2309.14402, 2404.05405); Berglund et al., arXiv 2309.12288.
+
+A pretraining *stream* is a list of epochs; each epoch renders biographies (the same ones every
+epoch for bioS single / multiM, freshly drawn ones when ``fresh``), optionally adds QA documents
+(mixed training), shuffles them across people and packs them into ``seq_len`` windows with no
+person twice in a window (:func:`lmsci.worlds.bios.pack`). ``exposures`` counts biographies per
+person actually consumed by the optimizer steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from lmsci.config import StrictModel
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import PointContext
+from lmsci.measure.accuracy import exact_match, inverse_accuracy, qa_accuracy
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.train.trainer import TrainConfig, train
+from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
+
+
+class ModelSpec(StrictModel):
+    """A GPT-2-style model with rotary positions, no dropout (Part 3.1 / 3.3: "GPT2 with rotary")."""
+
+    d_model: int = Field(64, ge=8)
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    pos: Literal["rope", "learned"] = "rope"
+    tie_embeddings: bool = True  # GPT-2 ties the input and output embeddings
+
+
+class DataSpec(StrictModel):
+    """How biographies are written (Part 3.1, Section 2): multiplicity M, permute, fullname."""
+
+    multiplicity: int = Field(1, ge=1, le=100)
+    permute: bool = False
+    fullname: bool = False
+
+
+SINGLE = DataSpec()
+AUGMENTED = DataSpec(multiplicity=5, permute=True, fullname=True)
+
+
+def check_model(spec: ModelSpec, field: str = "model") -> None:
+    """Raise ConfigError when ``d_model`` is not divisible into even-sized heads."""
+    if spec.d_model % spec.n_heads or (spec.d_model // spec.n_heads) % 2:
+        raise ConfigError(f"{field}.d_model", spec.d_model,
+                          f"a multiple of 2*n_heads={2 * spec.n_heads} (even head size for rotary)")
+
+
+def make_model(world: BiosWorld, spec: ModelSpec, seq_len: int, seed: int) -> GPT:
+    """A fresh GPT for ``world``'s vocabulary."""
+    return GPT(GPTConfig(vocab_size=len(world.vocab), seq_len=seq_len, n_layers=spec.n_layers,
+                         n_heads=spec.n_heads, d_model=spec.d_model, pos=spec.pos,
+                         tie_embeddings=spec.tie_embeddings), seed=seed)
+
+
+def concat_packed(parts: Sequence[Packed]) -> Packed:
+    return Packed(torch.cat([p.input_ids for p in parts]), torch.cat([p.targets for p in parts]),
+                  [x for p in parts for x in p.people], [x for p in parts for x in p.kinds])
+
+
+def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
+               specs: Sequence[tuple[Sequence[int], DataSpec]], fresh: bool = False, reverse: bool = False,
+               extra_docs: Sequence[Doc] = (), shuffle: bool = True) -> Packed:
+    """Pretraining windows giving every person ``exposures`` biographies.
+
+    Args:
+        specs: ``[(people, DataSpec), ...]``: who gets which kind of biography (celebrities can be
+            augmented while the minority is single).
+        fresh: render new biographies (new templates, new order) every epoch.
+        reverse: add the reversed-direction sentence to every biography.
+        extra_docs: documents added to every epoch (QA of P_train for mixed training).
+
+    The number of epochs is ``ceil(exposures / M)`` for the largest multiplicity M; a person with a
+    smaller M repeats their biographies proportionally so that everyone gets ``exposures``.
+    """
+    m_max = max(s.multiplicity for _, s in specs)
+    epochs = math.ceil(exposures / m_max)
+    fixed: list[Doc] = []
+    if not fresh:
+        for people, s in specs:
+            docs = bio_docs(world, people, multiplicity=s.multiplicity, permute=s.permute, fullname=s.fullname,
+                            seed=seed, reverse=reverse)
+            fixed += docs * (m_max // s.multiplicity)
+    parts = []
+    for e in range(epochs):
+        if fresh:
+            docs = []
+            for people, s in specs:
+                docs += bio_docs(world, people, multiplicity=m_max, permute=s.permute, fullname=s.fullname,
+                                 seed=seed, reverse=reverse, epoch=e + 1)
+        else:
+            docs = fixed
+        parts.append(pack(list(docs) + list(extra_docs), seq_len, seed=seed * 100003 + e, shuffle=shuffle))
+    return concat_packed(parts)
+
+
+def qa_stream(world: BiosWorld, people: Sequence[int], *, epochs: int, seed: int, seq_len: int,
+              inverse: bool = False, forward: bool = True) -> Packed:
+    """QA fine-tuning windows: the six forward questions (and/or the inverse question) of ``people``."""
+    docs: list[Doc] = []
+    if forward:
+        docs += qa_docs(world, people)
+    if inverse:
+        docs += [world.inverse_qa(int(i)) for i in people]
+    return concat_packed([pack(docs, seq_len, seed=seed * 7919 + e) for e in range(epochs)])
+
+
+class TrainSpec(StrictModel):
+    """Optimizer settings of one training phase (AdamW, warmup + cosine, lmsci.train.trainer)."""
+
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(32, ge=1)
+    weight_decay: float = Field(0.1, ge=0)
+    warmup_frac: float = Field(0.05, ge=0, le=0.5)
+
+
+def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, seed: int, ctx: PointContext | None,
+                 phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0) -> dict[str, Any]:
+    """Train on all windows of ``packed`` once, in order (the windows are already shuffled).
+
+    Returns:
+        ``{"steps", "tokens_seen", "final_loss", "seconds", "tokens_per_s"}``.
+    """
+    B = spec.batch_size
+    W = packed.input_ids.shape[0]
+    steps = max(1, W // B)
+    cfg = TrainConfig(steps=steps, batch_size=B, lr=spec.lr, warmup_steps=int(spec.warmup_frac * steps),
+                      min_lr_ratio=0.1, weight_decay=spec.weight_decay, grad_clip=1.0, device=device,
+                      log_every=max(1, steps // 50), eval_every=eval_every)
+    x, y = packed.input_ids, packed.targets
+
+    def get_batch(step: int, g: torch.Generator):
+        idx = torch.arange(step * B, step * B + B) % W
+        return x[idx], y[idx]
+
+    log = (lambda m: ctx.log(phase=phase, **m)) if ctx is not None else None
+    bar = ctx.progress(steps, phase) if ctx is not None else None
+    try:
+        res = train(model, get_batch, cfg, seed=seed, log=log, progress=bar, eval_fn=eval_fn)
+    finally:
+        if bar is not None:
+            bar.close()
+    return {"steps": res.steps, "tokens_seen": res.tokens_seen, "final_loss": float(res.final.get("loss", float("nan"))),
+            "seconds": res.seconds, "tokens_per_s": res.tokens_seen / max(res.seconds, 1e-9), "windows_used": steps * B}
+
+
+def exposures_of(packed: Packed, n_people: int, windows_used: int, people: Sequence[int] | None = None) -> float:
+    """Mean number of biographies per person (of ``people``) in the first ``windows_used`` windows."""
+    c = packed.exposures(n_people, windows_used)
+    return float(c[np.asarray(people)].mean() if people is not None else c.mean())
+
+
+def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, fullname: bool,
+               device: str = "cpu") -> float:
+    """Memorisation: exact-match of every attribute value inside a (seeded) biography, given its prefix."""
+    docs = [world.bio(int(i), np.random.default_rng([seed, 53, int(i)]), fullname=fullname) for i in people]
+    hits = []
+    for a in ATTRS:
+        for d in docs:
+            d.spans["_v"] = d.spans[a]
+        hits.append(exact_match(model, docs, span_key="_v", stop=0, device=device))
+    return float(np.mean(hits))
+
+
+def qa_metrics(model: torch.nn.Module, world: BiosWorld, train_people, test_people, prefix: str = "",
+               device: str = "cpu", inverse: bool = False) -> dict[str, float]:
+    """Forward QA accuracy (mean and per attribute) on P_train and P_test, optionally inverse search."""
+    out: dict[str, float] = {}
+    for tag, ppl in (("train", train_people), ("test", test_people)):
+        acc = qa_accuracy(model, world, ppl, device=device)
+        out[f"{prefix}qa_{tag}"] = acc["mean"]
+        for a in ATTRS:
+            out[f"{prefix}qa_{tag}_{a}"] = acc[a]
+        if inverse:
+            out[f"{prefix}inverse_{tag}"] = inverse_accuracy(model, world, ppl, device=device)
+    return out
+
+
+def binom_ci(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson 95% interval of a proportion ``p`` over ``n`` trials."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
