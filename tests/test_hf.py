@@ -117,6 +117,9 @@ def test_load_hf_local_and_hooks_by_module_path(tiny_llama_dir):
                 raise RuntimeError("boom")
         assert all(len(m._forward_hooks) == 0 for m in w.model.modules())
         assert torch.allclose(w(x), clean)
+        pats = w.attention_patterns(x)
+        assert len(pats) == 2 and pats[0].shape == (2, 4, 10, 10)
+        assert torch.allclose(pats[1].sum(-1), torch.ones(2, 4, 10), atol=1e-5) and torch.all(pats[0].triu(1) == 0)
     with pytest.raises(UnknownNameError, match="model.layers.0.self_attn"):
         with w.hooks([("model.layers.0.self_atn", lambda o, h: None)]):
             pass
@@ -133,6 +136,12 @@ def test_patch_semantics_match_between_lmsci_and_hf(tmp_path):
         with w.hooks([("model.layers.1.mlp", lambda a, hook: torch.zeros_like(a))]):
             theirs = w(X)
     assert (ours - theirs).abs().max().item() < EXPORT_ATOL
+    # attention patterns agree too (lmsci hook point vs HF output_attentions)
+    with torch.no_grad():
+        _, cache = m.run_with_cache(X, "blocks.*.attn.pattern")
+        pats = w.attention_patterns(X)
+    for i in range(2):
+        assert (cache[f"blocks.{i}.attn.pattern"] - pats[i]).abs().max().item() < 1e-5
 
 
 def test_hub_unreachable_error_is_plain(monkeypatch, tmp_path):

@@ -403,6 +403,20 @@ class HFModel:
             logits = self(input_ids)
         return logits, c
 
+    def attention_patterns(self, input_ids: Tensor) -> list[Tensor]:
+        """Attention probabilities of every layer, each ``[batch, n_heads, q, k]`` (HF ``output_attentions``;
+        needs ``attn_implementation="eager"``, the :func:`load_hf` default).
+
+        Raises:
+            ConfigError: the model runs a fused attention that does not return its weights.
+        """
+        out = self.model(input_ids=input_ids.to(self.device), use_cache=False, output_attentions=True)
+        att = getattr(out, "attentions", None)
+        if not att or any(a is None for a in att):
+            raise ConfigError("attn_implementation", self.config._attn_implementation,
+                              "'eager' to read attention weights (load_hf(..., attn_implementation='eager'))")
+        return list(att)
+
     @torch.no_grad()
     def generate(self, input_ids: Tensor, max_new_tokens: int, **kw: Any) -> Tensor:
         """``model.generate`` (HF's own); returns ``[batch, seq + new]``."""
