@@ -97,3 +97,32 @@ def test_chinchilla_refit_bad_data_path(tmp_path):
     with pytest.raises(ConfigError) as ei:
         cls().validate(cfg)
     assert ei.value.field == "data"
+
+
+def test_scaling_sweep_smoke(tmp_path):
+    pytest.importorskip("lmsci.models.gpt")
+    pytest.importorskip("lmsci.train.trainer")
+    pytest.importorskip("lmsci.worlds.shakespeare")
+    cls = get("scaling-sweep")
+    cfg = resolve_config(cls.Config, "smoke")
+    run = run_experiment(cls(), cfg, tmp_path / "ss", progress=False)
+    res = run.results()
+    assert len(res) == 9 and set(res["d_model"]) == {8, 12, 16}
+    assert np.allclose(res["C"], 6 * res["N"] * res["D"])
+    assert (res["val_nll"] > 0).all() and np.isfinite(res["val_nll"]).all()
+    v = run.verdicts()
+    assert len(v) == 3 and all(np.isfinite(x.value) for x in v)
+    assert "Model comparison" in (tmp_path / "ss" / "report.md").read_text()
+    # resumable: a rerun into the same directory trains nothing new
+    run2 = run_experiment(cls(), cfg, tmp_path / "ss", progress=False)
+    assert len(run2.results()) == 9
+
+
+def test_scaling_sweep_rejects_bad_grid():
+    cls = get("scaling-sweep")
+    with pytest.raises(ConfigError) as ei:
+        cls().validate(resolve_config(cls.Config, "smoke", ["d_models=[9, 12, 16]"]))
+    assert ei.value.field == "d_models"
+    with pytest.raises(ConfigError) as ei:
+        cls().validate(resolve_config(cls.Config, "smoke", ["laws=[chinchila]"]))
+    assert ei.value.field == "laws"

@@ -97,7 +97,7 @@ def analyze(
     heldout_frac: float = 0.75,
     heldout_var: str | None = None,
     out: str | Path | None = None,
-    n_starts: int | None = 8,
+    n_starts: int | None = 4,
     loss: str = "huber",
     delta: float = 1e-3,
     grid: str = "full",

@@ -252,12 +252,12 @@ class _Problem:
     def bounds(self) -> list[tuple[float, float]]:
         return [p.bounds for p, fr in zip(self.form.params, self.free) if fr]
 
-    def local(self, z0: Array, w: Array | None = None, maxiter: int = 2000):
+    def local(self, z0: Array, w: Array | None = None, maxiter: int = 1000):
         b = self.bounds()
         z0 = np.clip(z0, [x[0] for x in b], [x[1] for x in b])
         with threadpool_limits(1):
             return minimize(self.fun_grad, z0, args=(w,), jac=True, method="L-BFGS-B", bounds=b,
-                            options={"maxiter": maxiter, "ftol": 1e-14, "gtol": 1e-10, "maxcor": 20})
+                            options={"maxiter": maxiter, "ftol": 1e-12, "gtol": 1e-9, "maxcor": 20})
 
 
 def _clean_inputs(form: Form, X: dict[str, Array], y: Array) -> tuple[dict[str, Array], Array]:
@@ -287,14 +287,15 @@ def fit(
     *,
     loss: str = "huber",
     delta: float = 1e-3,
-    n_starts: int | None = 8,
+    n_starts: int | None = 4,
     fixed: dict[str, float] | None = None,
     init: dict[str, float] | None = None,
     n_boot: int = 0,
     seed: int = 0,
     boot_method: str = "batched",
     screen_iters: int = 150,
-    grid: Array | None = None,
+    grid: Array | str | None = None,
+    polish_rtol: float = 0.01,
 ) -> FitResult:
     """Fit ``form`` to data by minimising the summed Huber (or squared) loss of fit-space residuals.
 
@@ -314,7 +315,10 @@ def fit(
         boot_method: ``"batched"`` (all resamples at once) or ``"lbfgsb"`` (one L-BFGS-B per resample).
         screen_iters: iterations of the batched screening descent.
         grid: starting points in fit space ``[m, p]`` replacing the form's grid (all parameters,
-            fixed ones included).
+            fixed ones included), or ``"full"`` (the form's grid, default) or ``"coarse"``
+            (:meth:`Form.coarse_grid`).
+        polish_rtol: only end points of the batched screening whose objective is within this
+            relative margin of the best are polished (at most ``n_starts`` of them).
 
     Returns:
         a :class:`FitResult`.
@@ -339,7 +343,13 @@ def fit(
                         f"got {y.size}")
     prob = _Problem(form, X, y, loss, delta, fixed)
     t0 = time.perf_counter()
-    grid = np.unique((form.grid() if grid is None else np.atleast_2d(grid))[:, prob.free], axis=0)
+    if grid is None or (isinstance(grid, str) and grid == "full"):
+        grid = form.grid()
+    elif isinstance(grid, str):
+        if grid != "coarse":
+            raise ConfigError("grid", grid, "'full', 'coarse' or an array of starts")
+        grid = form.coarse_grid()
+    grid = np.unique(np.atleast_2d(grid)[:, prob.free], axis=0)
     if init is not None:
         th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
         grid = np.vstack([th[prob.free][None], grid])
@@ -353,7 +363,7 @@ def fit(
         order = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")
         starts = []
         for i in order:
-            if not np.isfinite(V[i]):
+            if not np.isfinite(V[i]) or (starts and V[i] > V[order[0]] * (1 + polish_rtol) + 1e-12):
                 break
             if all(np.max(np.abs(Z[i] - s)) > 1e-3 for s in starts):
                 starts.append(Z[i])
