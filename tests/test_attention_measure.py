@@ -130,5 +130,5 @@ def test_passkey_smoke(tmp_path):
     run = run_experiment(PasskeyRetrieval(), cfg, tmp_path / "pk", progress=False, log=lambda *a: None)
     res = run.results()
     assert list(res["point"]) == ["train", "eval-x2"]
-    assert 0 <= res["acc_lm_infinite_topk"].dropna().iloc[0] <= 1
+    assert 0 <= res["acc_lm_infinite_topk_h0"].dropna().iloc[0] <= 1
     assert run.verdicts()

@@ -20,6 +20,7 @@ Sweep points (each resumable): ``train`` (model + checkpoint in its point direct
 
 from __future__ import annotations
 
+import json
 import functools
 from typing import Any
 
@@ -128,6 +129,8 @@ def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, log=N
     res = train(model, make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), tc, seed=seed, log=log,
                 checkpoint_dir=d / "ckpt", progress=progress)
     model.save_pretrained(d / "model")
+    (d / "model" / "train_summary.json").write_text(json.dumps({"loss": res.final.get("loss"),
+                                                               "tokens_seen": res.tokens_seen}))
     return model.eval(), res
 
 
@@ -189,10 +192,11 @@ class LengthGeneralization(Experiment):
             bar = ctx.progress(cfg.steps, "train")
             model, res = train_or_load(cfg, ctx.run, ctx.seed, log=lambda m: ctx.log(**m), progress=bar)
             bar.close()
-            final = res.final if res is not None else {}
+            p = ctx.run.point_dir("train") / "model" / "train_summary.json"
+            final = {"loss": res.final.get("loss"), "tokens_seen": res.tokens_seen} if res is not None else (
+                json.loads(p.read_text()) if p.is_file() else {})
             return {"kind": "train", "method": "", "train_loss": final.get("loss"),
-                    "params": model.num_params(), "steps": cfg.steps,
-                    "tokens_seen": res.tokens_seen if res is not None else None}
+                    "params": model.num_params(), "steps": cfg.steps, "tokens_seen": final.get("tokens_seen")}
         model, _ = train_or_load(cfg, ctx.run, ctx.seed)
         if kind == "eval":
             return self._eval(cfg, point.params["method"], model, ctx)

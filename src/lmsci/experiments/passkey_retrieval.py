@@ -13,13 +13,15 @@ for ``f`` in ``length_factors`` at the depths in ``depths``. Answers are decoded
 streaming session (bounded cache without top-k; full cache with top-k, which needs the middle keys).
 Accuracy = all ``n_digits`` digits exact. Methods: ``vanilla`` (full attention at full length),
 ``truncation`` (keep the last ``seq_len`` tokens), ``lm_infinite`` (Lambda mask + ceiling) and
-``lm_infinite_topk`` (plus top-k middle tokens in layers ``>= top_k_from_layer``).
+``lm_infinite_topk_h<h>`` (plus top-k middle tokens in layers ``>= h``, for the configured h and the
+ablation values).
 
 Sweep points: ``train`` (model checkpoint in its point directory) and one ``eval-x<f>`` point per length.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,7 @@ WORD_ID = {w: W0 + i for i, w in enumerate(WORDS)}
 KEY, REMEMBER, QUERY, INTRO = W0 + len(WORDS), W0 + len(WORDS) + 1, W0 + len(WORDS) + 2, W0 + len(WORDS) + 3
 VOCAB_SIZE = INTRO + 1
 FILLER = np.array([WORD_ID[w] for w in FILLER_SENTENCE], dtype=np.int64)
-METHODS = ("vanilla", "truncation", "lm_infinite", "lm_infinite_topk")
+BASE_METHODS = ("vanilla", "truncation", "lm_infinite")
 
 
 def passkey_layout(n_digits: int) -> tuple[int, int]:
@@ -97,8 +99,9 @@ class PasskeyConfig(ExperimentConfig):
         n_samples: prompts per (length, depth).
         n_layers, d_model, n_heads, steps, batch_size, lr, warmup_steps: the RoPE GPT and its training.
         n_global: LM-Infinite starting tokens. top_k: middle tokens re-attended (paper: 5).
-        top_k_from_layer: first layer using top-k (paper's h). top_k_distance: distance the middle keys are
-            scored at (None = L/2, the paper's choice).
+        top_k_from_layer: first layer using top-k (paper's h; the verdict's method). top_k_layer_ablation:
+            further values of h evaluated (paper App. A ablates h). top_k_distance: distance the middle keys
+            are scored at (None = L/2, the paper's choice).
         gain_threshold: top-k must beat the best other method on keys beyond the window by this much accuracy.
     """
 
@@ -116,7 +119,8 @@ class PasskeyConfig(ExperimentConfig):
     warmup_steps: int = Field(50, ge=0)
     n_global: int = Field(4, ge=0)
     top_k: int = Field(5, ge=1)
-    top_k_from_layer: int = Field(1, ge=0)
+    top_k_from_layer: int = Field(0, ge=0)
+    top_k_layer_ablation: list[int] = Field(default_factory=lambda: [1])
     top_k_distance: int | None = Field(None, ge=1)
     gain_threshold: float = Field(0.3, gt=0, le=1)
     threads: int = Field(1, ge=1, le=64)
@@ -131,13 +135,22 @@ class PasskeyConfig(ExperimentConfig):
     }
 
 
+def methods(cfg: PasskeyConfig) -> list[str]:
+    """Method names: the baselines, then LM-Infinite + top-k from each layer h of the ablation."""
+    hs = sorted(set(cfg.top_k_layer_ablation) | {cfg.top_k_from_layer})
+    return list(BASE_METHODS) + [f"lm_infinite_topk_h{h}" for h in hs]
+
+
 def _policy(cfg: PasskeyConfig, method: str):
     from lmsci.methods.lm_infinite import full_policy, lm_infinite_policy
 
     if method in ("vanilla", "truncation"):
         return full_policy()
-    return lm_infinite_policy(cfg.seq_len, cfg.n_global, top_k=cfg.top_k if method == "lm_infinite_topk" else 0,
-                              top_k_from_layer=cfg.top_k_from_layer, top_k_distance=cfg.top_k_distance)
+    if method == "lm_infinite":
+        return lm_infinite_policy(cfg.seq_len, cfg.n_global)
+    h = int(method.rsplit("_h", 1)[1])
+    return lm_infinite_policy(cfg.seq_len, cfg.n_global, top_k=cfg.top_k, top_k_from_layer=h,
+                              top_k_distance=cfg.top_k_distance)
 
 
 def _train_batch_fn(cfg: PasskeyConfig):
@@ -173,7 +186,14 @@ def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, log=None, progress
                      device="cpu", checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
     res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=d / "ckpt", progress=progress)
     model.save_pretrained(d / "model")
+    (d / "model" / "train_summary.json").write_text(json.dumps({"loss": res.final.get("loss"),
+                                                               "tokens_seen": res.tokens_seen}))
     return model.eval(), res
+
+
+def _summary(run: RunDir) -> dict:
+    p = run.point_dir("train") / "model" / "train_summary.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
 
 
 @torch.no_grad()
@@ -221,6 +241,8 @@ class PasskeyRetrieval(Experiment):
             raise ConfigError("d_model", cfg.d_model, f"a multiple of 2*n_heads={2 * cfg.n_heads}")
         if cfg.top_k_from_layer >= cfg.n_layers:
             raise ConfigError("top_k_from_layer", cfg.top_k_from_layer, f"< n_layers={cfg.n_layers}")
+        if any(not 0 <= h < cfg.n_layers for h in cfg.top_k_layer_ablation):
+            raise ConfigError("top_k_layer_ablation", cfg.top_k_layer_ablation, f"layers in [0, {cfg.n_layers})")
         if any(f < 1 for f in cfg.length_factors):
             raise ConfigError("length_factors", cfg.length_factors, "integers >= 1")
         if any(not 0 <= d <= 1 for d in cfg.depths):
@@ -242,19 +264,19 @@ class PasskeyRetrieval(Experiment):
             bar = ctx.progress(cfg.steps, "train")
             model, res = train_or_load(cfg, ctx.run, train_seed, log=lambda m: ctx.log(**m), progress=bar)
             bar.close()
-            final = res.final if res is not None else {}
+            final = res.final if res is not None else _summary(ctx.run)
             return {"kind": "train", "factor": None, "train_loss": final.get("loss"), "params": model.num_params()}
         model, _ = train_or_load(cfg, ctx.run, train_seed)
         f = point.params["factor"]
         n = cfg.seq_len * f
         rng = np.random.default_rng(ctx.seed)
         row: dict[str, Any] = {"kind": "eval", "factor": f, "length": n}
-        counts = {m: [0, 0, 0, 0, 0] for m in METHODS}  # correct_all, n_all, correct_beyond, n_beyond, first_beyond
+        counts = {m: [0, 0, 0, 0, 0] for m in methods(cfg)}  # correct_all, n_all, correct_beyond, n_beyond, first_beyond
         for depth in cfg.depths:
             p, keys, kp = make_prompts(cfg.n_samples, n, depth, cfg.n_digits, rng)
             beyond = (kp + cfg.n_digits + 2) <= (n - cfg.seq_len)  # whole key sentence outside the window
             pt, kt = torch.from_numpy(p), torch.from_numpy(keys)
-            for m in METHODS:
+            for m in methods(cfg):
                 got = answer(model, pt, cfg.n_digits, m, cfg)
                 ok = (got == kt).all(dim=1).numpy()
                 row[f"acc_{m}_d{depth}"] = float(ok.mean())
@@ -276,18 +298,21 @@ class PasskeyRetrieval(Experiment):
         if ev.empty:
             return []
         out = []
-        nb = int(ev["n_beyond_lm_infinite_topk"].sum())
-        acc = {m: (float(ev[f"correct_beyond_{m}"].sum()) / nb if nb else float("nan")) for m in METHODS}
+        main = f"lm_infinite_topk_h{cfg.top_k_from_layer}"
+        ms = methods(cfg)
+        nb = int(ev[f"n_beyond_{main}"].sum())
+        acc = {m: (float(ev[f"correct_beyond_{m}"].sum()) / nb if nb else float("nan")) for m in ms}
         best_other = max(acc["truncation"], acc["lm_infinite"])
-        gain = acc["lm_infinite_topk"] - best_other
+        gain = acc[main] - best_other
         # normal-approximation CI of a difference of two proportions (independent approximation)
-        p1, p2 = acc["lm_infinite_topk"], best_other
+        p1, p2 = acc[main], best_other
         se = float(np.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / nb)) if nb else float("nan")
         out.append(Verdict(
             claim="Top-k middle-token attention recovers pass keys beyond the window that truncation and "
                   "LM-Infinite without top-k lose",
             statistic=f"accuracy on the {nb} prompts whose key lies outside the last L={cfg.seq_len} tokens: "
-                      "LM-Infinite+top-k minus the better of truncation / LM-Infinite without top-k",
+                      f"LM-Infinite+top-{cfg.top_k} (layers >= {cfg.top_k_from_layer}) minus the better of "
+                      "truncation / LM-Infinite without top-k",
             value=gain, threshold=f">= {cfg.gain_threshold} and 95% CI above 0",
             reproduced=bool(nb > 0 and gain >= cfg.gain_threshold and gain - 1.96 * se > 0),
             ci=(gain - 1.96 * se, gain + 1.96 * se) if nb else None,
@@ -295,9 +320,9 @@ class PasskeyRetrieval(Experiment):
             note="" if gain >= cfg.gain_threshold else
             "Retrieval by top-k needs a retrieval head whose logit ranks the key tokens first at the fixed distance; "
             "a larger model trained longer forms sharper heads."))
-        fd = {m: (float(ev[f"first_digit_beyond_{m}"].sum()) / nb if nb else float("nan")) for m in METHODS}
-        g1 = fd["lm_infinite_topk"] - max(fd["truncation"], fd["lm_infinite"])
-        q1, q2 = fd["lm_infinite_topk"], max(fd["truncation"], fd["lm_infinite"])
+        fd = {m: (float(ev[f"first_digit_beyond_{m}"].sum()) / nb if nb else float("nan")) for m in ms}
+        g1 = fd[main] - max(fd["truncation"], fd["lm_infinite"])
+        q1, q2 = fd[main], max(fd["truncation"], fd["lm_infinite"])
         se1 = float(np.sqrt((q1 * (1 - q1) + q2 * (1 - q2)) / nb)) if nb else float("nan")
         out.append(Verdict(
             claim="Top-k re-attention retrieves the first key digit beyond the window (one retrieval step)",
@@ -314,7 +339,7 @@ class PasskeyRetrieval(Experiment):
                 claim="Sanity: the trained model retrieves the key at its training length",
                 statistic=f"vanilla accuracy at length L={cfg.seq_len} (all depths)", value=a, threshold=">= 0.8",
                 reproduced=bool(a >= 0.8),
-                details={f"acc_{m}_at_L": float(inwin[f"acc_{m}"].iloc[0]) for m in METHODS}))
+                details={f"acc_{m}_at_L": float(inwin[f"acc_{m}"].iloc[0]) for m in ms}))
         return out
 
     def figures(self, cfg: PasskeyConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -326,8 +351,9 @@ class PasskeyRetrieval(Experiment):
         ev = results[results["kind"] == "eval"].sort_values("factor")
         if ev.empty:
             return []
-        fig, axes = plt.subplots(1, len(METHODS) + 1, figsize=(4 * (len(METHODS) + 1), 3.6))
-        for m in METHODS:
+        ms = methods(cfg)
+        fig, axes = plt.subplots(1, len(ms) + 1, figsize=(4 * (len(ms) + 1), 3.6))
+        for m in ms:
             axes[0].plot(ev["length"], ev[f"acc_{m}"], marker="o", label=m)
         axes[0].set_xscale("log", base=2)
         axes[0].axvline(cfg.seq_len, color="gray", ls=":", lw=0.8)
@@ -336,7 +362,7 @@ class PasskeyRetrieval(Experiment):
         axes[0].set_ylim(-0.05, 1.05)
         axes[0].legend(fontsize=7)
         axes[0].set_title("accuracy vs length")
-        for ax, m in zip(axes[1:], METHODS):
+        for ax, m in zip(axes[1:], ms):
             grid = np.array([[r[f"acc_{m}_d{d}"] for d in cfg.depths] for _, r in ev.iterrows()])
             im = ax.imshow(grid.T, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
             ax.set_xticks(range(len(ev)), [str(int(x)) for x in ev["length"]], fontsize=7)
