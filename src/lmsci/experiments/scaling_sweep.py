@@ -13,8 +13,9 @@ compute-optimal allocation (Approach 3, and Approach 2 from the IsoFLOP anti-dia
 the held-out extrapolation error of each form (fit on the smaller-compute runs, score on the rest);
 AIC/BIC.
 
-The model widths grow by ~sqrt(2) (N doubles) and the token budgets double, so runs on the grid's
-anti-diagonals share a compute budget and form IsoFLOP profiles.
+The model widths grow by ~sqrt(2) (N roughly doubles) and the token budgets double, so runs on the
+grid's anti-diagonals (``isoflop`` = width rank + token rank) share a compute budget to within
+~0.05 dex and form IsoFLOP profiles for Approach 2.
 
 Verdicts: (1) alpha > 0 and (2) beta > 0 with 95% bootstrap CIs excluding 0 (loss falls as a power
 law in N and in D); (3) the best form predicts the held-out larger-compute runs within 5% mean
@@ -57,7 +58,7 @@ class ScalingSweepConfig(ExperimentConfig):
         grid: starting grid of the fits (``full``: the form's grid, 4,500 starts for Chinchilla; ``coarse``).
     """
 
-    d_models: list[int] = Field(default_factory=lambda: [32, 44, 64, 88])
+    d_models: list[int] = Field(default_factory=lambda: [16, 24, 32, 44, 64])
     n_layers: int = Field(2, ge=1, le=48)
     n_heads: int = Field(4, ge=1)
     seq_len: int = Field(64, ge=4)
@@ -120,8 +121,9 @@ class ScalingSweep(Experiment):
                 raise ConfigError("laws", law, "laws of N, D or C (this sweep has no step-count variable)")
 
     def points(self, cfg: ScalingSweepConfig) -> list[Point]:
-        return [Point(f"d{d}_D{t}", {"d_model": d, "tokens": t}) for t in sorted(cfg.tokens)
-                for d in sorted(cfg.d_models)]
+        ds, ts = sorted(cfg.d_models), sorted(cfg.tokens)
+        return [Point(f"d{d}_D{t}", {"d_model": d, "tokens": t, "isoflop": i + j}) for j, t in enumerate(ts)
+                for i, d in enumerate(ds)]
 
     # ------------------------------------------------------------------------------------------
     def run_point(self, cfg: ScalingSweepConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
@@ -155,7 +157,7 @@ class ScalingSweep(Experiment):
             n_ne = model.num_params(non_embedding=True)
             D = int(steps * tpb)
             return {
-                "d_model": d, "n_layers": cfg.n_layers, "N": n_ne, "n_params_total": model.num_params(),
+                "d_model": d, "n_layers": cfg.n_layers, "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
                 "D": D, "C": 6.0 * n_ne * D, "steps": steps, "tokens_seen": int(res.tokens_seen),
                 "val_nll": float(val), "train_loss_final": float(res.final.get("loss", float("nan"))),
                 "tokens_per_s": float(np.median([r["tokens_per_s"] for r in recs])) if recs else float("nan"),
@@ -189,7 +191,8 @@ class ScalingSweep(Experiment):
             budgets = [float(X["C"].max()), float(X["C"].max() * 100), 1e18]
             out["allocation"] = allocation_table(r, budgets)
             out["exponents"] = allocation_exponents(r)
-        out["approach2"] = approach2(X["N"], X["C"], y, tol_dex=0.08, min_points=cfg.min_profile_points)
+        out["approach2"] = approach2(X["N"], X["C"], y, budget=results["isoflop"].to_numpy(),
+                                     min_points=cfg.min_profile_points)
         self._cache = (key, out)
         return out
 
@@ -245,6 +248,10 @@ class ScalingSweep(Experiment):
             ci = f" [{a2['a_ci'][0]:.3f}, {a2['a_ci'][1]:.3f}]" if a2.get("a_ci") else ""
             parts.append(f"\nApproach 2 (IsoFLOP anti-diagonals of the grid, parabola in log N, "
                          f"{a2['n_used']} usable profiles): N_opt ∝ C^{a2['a']:.3f}{ci}\n")
+            if a2["n_used"] < 2:
+                parts.append("\nApproach 2 is unresolved on this grid: fewer than two IsoFLOP profiles have an "
+                             "interior minimum (a parabola minimum inside the profile's range of N), i.e. the "
+                             "compute-optimal size lies outside the grid's model sizes at these budgets.\n")
             parts.append(markdown_table(a2["profiles"]))
         tps = results["tokens_per_s"].median()
         parts.append(f"\nTraining throughput: median {tps:.0f} tokens/s per run ({cfg.threads} thread(s)); "
