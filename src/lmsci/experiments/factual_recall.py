@@ -326,8 +326,10 @@ class FactualRecall(Experiment):
             raise ConfigError("lrs", cfg.lrs, "positive learning rates")
         if not self.families(cfg):
             raise ConfigError("attn_only_alphas/mlp_alphas", [], "at least one model family")
-        if len(cfg.d_models) * len(self.families(cfg)) < 1:
-            raise ConfigError("d_models", cfg.d_models, "a non-empty grid")
+        for name in ("d_models", "tradeoff_heads", "tradeoff_mlps", "attn_only_alphas", "mlp_alphas", "mlp_betas"):
+            vals = getattr(cfg, name)
+            if len(set(vals)) != len(vals):
+                raise ConfigError(name, vals, "distinct values (each is one sweep point)")
 
     def points(self, cfg: FactualRecallConfig) -> list[Point]:
         pts = []
