@@ -32,16 +32,16 @@ class CelebrityConfig(ExperimentConfig):
         exposures: biographies per person in pretraining (the same for celebrities and minority).
     """
 
-    n_people: int = Field(128, ge=4, le=1_000_000)
+    n_people: int = Field(24, ge=4, le=1_000_000)
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
     augmented: DataSpec = AUGMENTED
     model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
     exposures: int = Field(60, ge=1)
     seq_len: int = Field(256, ge=64)
-    qa_seq_len: int = Field(128, ge=32)
-    pretrain: TrainSpec = TrainSpec(lr=3e-3, batch_size=8)
-    finetune: TrainSpec = TrainSpec(lr=1e-3, batch_size=8, weight_decay=0.0)
-    ft_epochs: int = Field(10, ge=1)
+    qa_seq_len: int = Field(96, ge=32)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
+    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
+    ft_epochs: int = Field(30, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -85,7 +85,7 @@ class CelebrityHelpsMinority(Experiment):
                "params": model.num_params(), "pretrain_tokens": pre["tokens_seen"],
                "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority),
-               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, fullname=False, device=ctx.device)}
+               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device)}
         ft = qa_stream(world, celeb, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len)
         train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
         m = qa_metrics(model, world, celeb, minority, device=ctx.device)

@@ -38,11 +38,11 @@ class KnowledgeCapacityConfig(ExperimentConfig):
         exposures: biographies per person (100 or 1000 in the paper).
     """
 
-    n_people: list[int] = [40, 120]
+    n_people: list[int] = [10, 30]
     models: list[ModelSpec] = [ModelSpec(d_model=16, n_layers=1, n_heads=2), ModelSpec(d_model=32, n_layers=1, n_heads=2)]
     exposures: int = Field(100, ge=1)
     seq_len: int = Field(256, ge=64)
-    pretrain: TrainSpec = TrainSpec(lr=5e-3, batch_size=8, weight_decay=0.01)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4, weight_decay=0.01)
 
     PRESETS = {
         "smoke": {"n_people": [8], "models": [{"d_model": 8, "n_layers": 1, "n_heads": 2}], "exposures": 2,

@@ -73,7 +73,7 @@ def concat_packed(parts: Sequence[Packed]) -> Packed:
 
 def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                specs: Sequence[tuple[Sequence[int], DataSpec]], fresh: bool = False, reverse: bool = False,
-               extra_docs: Sequence[Doc] = (), shuffle: bool = True) -> Packed:
+               extra_docs: Sequence[Doc] = (), extra_epochs: int | None = None, shuffle: bool = True) -> Packed:
     """Pretraining windows giving every person ``exposures`` biographies.
 
     Args:
@@ -81,7 +81,8 @@ def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
             augmented while the minority is single).
         fresh: render new biographies (new templates, new order) every epoch.
         reverse: add the reversed-direction sentence to every biography.
-        extra_docs: documents added to every epoch (QA of P_train for mixed training).
+        extra_docs: documents added to the epochs (QA of P_train for mixed training).
+        extra_epochs: in how many epochs (spread evenly) ``extra_docs`` appear; default all.
 
     The number of epochs is ``ceil(exposures / M)`` for the largest multiplicity M; a person with a
     smaller M repeats their biographies proportionally so that everyone gets ``exposures``.
@@ -103,7 +104,9 @@ def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                                  seed=seed, reverse=reverse, epoch=e + 1)
         else:
             docs = fixed
-        parts.append(pack(list(docs) + list(extra_docs), seq_len, seed=seed * 100003 + e, shuffle=shuffle))
+        k = epochs if extra_epochs is None else max(1, min(extra_epochs, epochs))
+        extra = list(extra_docs) if (e * k) // epochs != ((e + 1) * k) // epochs else []
+        parts.append(pack(list(docs) + extra, seq_len, seed=seed * 100003 + e, shuffle=shuffle))
     return concat_packed(parts)
 
 
@@ -163,10 +166,12 @@ def exposures_of(packed: Packed, n_people: int, windows_used: int, people: Seque
     return float(c[np.asarray(people)].mean() if people is not None else c.mean())
 
 
-def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, fullname: bool,
+def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
                device: str = "cpu") -> float:
-    """Memorisation: exact-match of every attribute value inside a (seeded) biography, given its prefix."""
-    docs = [world.bio(int(i), np.random.default_rng([seed, 53, int(i)]), fullname=fullname) for i in people]
+    """Memorisation: exact match of every attribute value inside each person's first *training* biography
+    (the rendering :func:`lmsci.worlds.bios.bio_docs` made for pretraining), given its prefix."""
+    docs = [world.bio(int(i), np.random.default_rng([seed, 17, int(i), 0]), permute=spec.permute,
+                      fullname=spec.fullname) for i in people]
     hits = []
     for a in ATTRS:
         for d in docs:

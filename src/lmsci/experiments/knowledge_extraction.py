@@ -37,20 +37,22 @@ class KnowledgeExtractionConfig(ExperimentConfig):
             (biographies and QA of P_train together from scratch).
         exposures: biographies per person in pretraining.
         ft_epochs: passes over the QA of P_train in fine-tuning.
+        mixed_qa_epochs: in mixed training, how many times the QA of P_train is included.
         probes: run P- and Q-probing after BIO pretraining (``pretrain_ft`` points).
     """
 
-    n_people: int = Field(128, ge=4, le=1_000_000)
+    n_people: int = Field(24, ge=4, le=1_000_000)
     data: list[Literal["single", "augmented"]] = ["single", "augmented"]
     regimes: list[Literal["pretrain_ft", "mixed"]] = ["pretrain_ft", "mixed"]
     augmented: DataSpec = AUGMENTED
     model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
     exposures: int = Field(60, ge=1)
     seq_len: int = Field(256, ge=64)
-    qa_seq_len: int = Field(128, ge=32)
-    pretrain: TrainSpec = TrainSpec(lr=3e-3, batch_size=8)
-    finetune: TrainSpec = TrainSpec(lr=1e-3, batch_size=8, weight_decay=0.0)
-    ft_epochs: int = Field(10, ge=1)
+    qa_seq_len: int = Field(96, ge=32)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
+    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
+    ft_epochs: int = Field(30, ge=1)
+    mixed_qa_epochs: int = Field(20, ge=1)
     probes: bool = True
 
     PRESETS = {
@@ -90,13 +92,13 @@ class KnowledgeExtraction(Experiment):
         spec = SINGLE if d == "single" else cfg.augmented
         extra = qa_docs(world, tr) if regime == "mixed" else []
         stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(range(cfg.n_people), spec)], extra_docs=extra)
+                            specs=[(range(cfg.n_people), spec)], extra_docs=extra, extra_epochs=cfg.mixed_qa_epochs)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
         row = {"data": d, "regime": regime, "n_people": cfg.n_people, "params": model.num_params(),
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                "pretrain_tokens": pre["tokens_seen"], "tokens_per_s": pre["tokens_per_s"],
-               "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, fullname=spec.fullname,
+               "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, spec=spec,
                                         device=ctx.device)}
         if regime == "pretrain_ft":
             if cfg.probes:

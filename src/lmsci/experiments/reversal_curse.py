@@ -34,15 +34,15 @@ from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, qa_split
 class ReversalCurseConfig(ExperimentConfig):
     """Configuration of ``reversal-curse`` (defaults = quick preset)."""
 
-    n_people: int = Field(128, ge=4, le=1_000_000)
+    n_people: int = Field(24, ge=4, le=1_000_000)
     data: DataSpec = AUGMENTED
     model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
     exposures: int = Field(60, ge=1)
     seq_len: int = Field(256, ge=64)
-    qa_seq_len: int = Field(128, ge=32)
-    pretrain: TrainSpec = TrainSpec(lr=3e-3, batch_size=8)
-    finetune: TrainSpec = TrainSpec(lr=1e-3, batch_size=8, weight_decay=0.0)
-    ft_epochs: int = Field(10, ge=1)
+    qa_seq_len: int = Field(96, ge=32)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
+    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
+    ft_epochs: int = Field(30, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -106,7 +106,7 @@ class ReversalCurse(Experiment):
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
         row = {"reverse_in_training": rev, "n_people": cfg.n_people, "params": model.num_params(),
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
-               "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, fullname=cfg.data.fullname,
+               "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, spec=cfg.data,
                                         device=ctx.device)}
         ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len, inverse=True)
         train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
