@@ -7,6 +7,8 @@ D = 8, 20 noise tokens, T = 32, structured facts ``a*(s, r) = 8 r + floor(8 s / 
 embeddings (d = vocab = 41), one linear-attention head ``F_lin`` with ``A, V`` initialised to
 ``1e-5``, plain gradient descent at lr 0.1, batch 1024, 8192 steps.
 
+Besides the notebook's structured facts, the quick preset also runs a uniformly random fact table.
+
 Losses (as in the notebook, on a fixed test set of fresh sequences):
 
 * total loss: cross-entropy of the answer, nats;
@@ -48,13 +50,15 @@ class HallucinationConfig(ExperimentConfig):
     answers_per_relation: int = Field(8, ge=2, description="D")
     n_noise: int = Field(20, ge=1)
     seq_len: int = Field(32, ge=3, description="T")
-    facts: Literal["structured", "random"] = "structured"
+    fact_tables: list[Literal["structured", "random"]] = Field(
+        ["structured", "random"], min_length=1,
+        description="fact tables: 'structured' a = rD + floor(Ds/S) (the notebook) or 'random' (uniform in A_r)")
     variants: list[Literal["linear-onehot", "softmax-random"]] = Field(
         ["linear-onehot"], min_length=1,
         description="linear attention + one-hot embeddings (Theorem 6, Fig. 5 left); softmax attention + "
                     "random embeddings (Fig. 5 right; at lr 0.1 it learns far more slowly and needs more "
                     "than 8192 steps)")
-    n_seeds: int = Field(2, ge=1, le=100, description="independent runs per variant")
+    n_seeds: int = Field(1, ge=1, le=100, description="independent runs per (variant, fact table)")
     init_scale: float = Field(1e-5, gt=0)
     lr: float = Field(0.1, gt=0, description="plain gradient descent step size")
     steps: int = Field(8192, ge=10)
@@ -70,9 +74,9 @@ class HallucinationConfig(ExperimentConfig):
 
     PRESETS = {
         "smoke": {"steps": 600, "eval_every": 20, "n_eval": 1024, "batch_size": 256, "lr": 1.0,
-                  "init_scale": 1e-3, "n_seeds": 1},
+                  "init_scale": 1e-3, "n_seeds": 1, "fact_tables": ["structured"]},
         "quick": {},
-        "paper": {"n_eval": 65536, "n_seeds": 5, "threads": 0},
+        "paper": {"n_eval": 65536, "n_seeds": 3, "threads": 0},
     }
 
 
@@ -151,11 +155,12 @@ class HallucinationStage(Experiment):
             raise ConfigError("eval_every", cfg.eval_every, f"<= steps/3 = {cfg.steps // 3} (the curve needs points)")
 
     def points(self, cfg: HallucinationConfig) -> list[Point]:
-        return [Point(f"{v}_seed{k}", {"variant": v, "run": k}) for v in cfg.variants for k in range(cfg.n_seeds)]
+        return [Point(f"{v}_{f}_seed{k}", {"variant": v, "facts": f, "run": k})
+                for v in cfg.variants for f in cfg.fact_tables for k in range(cfg.n_seeds)]
 
-    def world(self, cfg: HallucinationConfig, seed: int) -> FactualRecallWorld:
+    def world(self, cfg: HallucinationConfig, facts: str, seed: int) -> FactualRecallWorld:
         return FactualRecallWorld(cfg.n_subjects, cfg.n_relations, cfg.answers_per_relation, cfg.n_noise,
-                                  cfg.seq_len, facts=cfg.facts, seed=seed)
+                                  cfg.seq_len, facts=facts, seed=seed)
 
     def run_point(self, cfg: HallucinationConfig, point: Point, ctx: PointContext) -> dict:
         old = torch.get_num_threads()
@@ -167,7 +172,7 @@ class HallucinationStage(Experiment):
             torch.set_num_threads(old)
 
     def _run(self, cfg: HallucinationConfig, point: Point, ctx: PointContext) -> dict:
-        world = self.world(cfg, derive_seed(ctx.seed, "facts"))
+        world = self.world(cfg, point.params["facts"], derive_seed(ctx.seed, "facts"))
         attention, embedding = point.params["variant"].split("-")
         model = LinearAttentionModel(world.vocab_size, world.n_answers, embedding=embedding, attention=attention,
                                      init_scale=cfg.init_scale, seed=derive_seed(ctx.seed, "embed"))
@@ -264,10 +269,11 @@ class HallucinationStage(Experiment):
                 df = self._curves(run, r["point"])
                 if df is None:
                     continue
-                a = 1.0 if k == 0 else 0.35
-                ax.plot(df["step"], df["loss"], color="C0", alpha=a, label="total loss" if k == 0 else None)
-                ax.plot(df["step"], df["rel_loss"], color="C1", alpha=a, label="relation-only loss" if k == 0 else None)
-                ax.plot(df["step"], df["subj_loss"], color="C2", alpha=a, label="subject-only loss" if k == 0 else None)
+                ls = "-" if r.get("facts", "structured") == "structured" else "--"
+                tag = f" ({r.get('facts', '')})"
+                ax.plot(df["step"], df["loss"], color="C0", ls=ls, label="total loss" + tag)
+                ax.plot(df["step"], df["rel_loss"], color="C1", ls=ls, label="relation-only loss" + tag)
+                ax.plot(df["step"], df["subj_loss"], color="C2", ls=ls, label="subject-only loss" + tag)
                 if r["plateau"]:
                     ax.axvspan(r["plateau_start"], r["plateau_end"], color="C3", alpha=0.08 if k else 0.15,
                                label="detected plateau" if k == 0 else None)
@@ -278,7 +284,7 @@ class HallucinationStage(Experiment):
             ax.set_xlabel("gradient-descent step")
             ax.set_ylabel("test loss (nats)")
             ax.set_title(f"{v}: S={cfg.n_subjects}, R={cfg.n_relations}, D={D}, {len(sub)} run(s)", fontsize=10)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7)
             ax.grid(True, alpha=0.3)
             fig.tight_layout()
             fn = f"losses_{v}.png"
@@ -291,12 +297,12 @@ class HallucinationStage(Experiment):
     def report_sections(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        cols = ["point", "plateau", "plateau_start", "plateau_end", "plateau_level", "log_D", "level_rel_err",
+        cols = ["point", "facts", "plateau", "plateau_start", "plateau_end", "plateau_level", "log_D", "level_rel_err",
                 "plateau_rel_loss", "plateau_subj_loss", "initial_loss", "final_loss", "final_acc"]
         return ("## Method\n\nPlain GD (lr {lr}, batch {b}, {s} steps) on the factual-recall world with "
-                "{facts} facts (S={S}, R={R}, D={D}, {N} noise tokens, T={T}); losses on {ne} fresh test "
+                "{facts} fact tables (S={S}, R={R}, D={D}, {N} noise tokens, T={T}); losses on {ne} fresh test "
                 "sequences every {ee} steps. The plateau is detected on the total loss only (see the threshold); "
                 "its level is then compared with log D.\n\n## Plateaus\n\n").format(
-            lr=cfg.lr, b=cfg.batch_size, s=cfg.steps, facts=cfg.facts, S=cfg.n_subjects, R=cfg.n_relations,
+            lr=cfg.lr, b=cfg.batch_size, s=cfg.steps, facts=" and ".join(cfg.fact_tables), S=cfg.n_subjects, R=cfg.n_relations,
             D=cfg.answers_per_relation, N=cfg.n_noise, T=cfg.seq_len, ne=cfg.n_eval, ee=cfg.eval_every,
         ) + markdown_table(results[[c for c in cols if c in results]])
