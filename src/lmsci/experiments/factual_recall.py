@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any, Literal
 
 import numpy as np
@@ -416,6 +417,7 @@ class FactualRecall(Experiment):
             st[p.id] = {"lo": lmin - 1, "hi": lmax + 1, "guess": guess, "trials": [],
                         "runs": 0, "steps": 0}
         ctx_of = {p.id: c for p, c in zip(points, ctxs)}
+        t_train, seqs = 0.0, 0
         for rnd in range(cfg.max_rounds):
             members = []
             for p, c in zip(points, ctxs):
@@ -429,11 +431,15 @@ class FactualRecall(Experiment):
             if not members:
                 break
             bar = ctxs[0].progress(cfg.steps, f"d{d}:round{rnd}")
+            t0 = time.perf_counter()
             train_stack(members, d, steps=cfg.steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
                         n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
                         seed=derive_seed(ctxs[0].seed, "data", rnd), done_key=lambda m: m.key[:2],
-                        log=self._logger(ctx_of, lambda m: {"round": rnd, "level": m.key[1], "facts": m.world.n_facts, "lr": m.key[2]}),
+                        log=self._logger(ctx_of, lambda m: {"round": rnd, "level": m.key[1],
+                                                            "facts": m.world.n_facts, "lr": m.key[2]}),
                         progress=bar)
+            t_train += time.perf_counter() - t0
+            seqs += sum(m.steps_run for m in members) * cfg.batch_size
             by_point: dict[str, dict[int, bool]] = {}
             for m in members:
                 pid, size, lr = m.key
@@ -460,6 +466,7 @@ class FactualRecall(Experiment):
                          "facts_next_failed": hS * hR if hi <= lmax else None,
                          "censored": censored, "runs": s["runs"], "steps_total": s["steps"],
                          "facts_per_param": S * R / p.params["params"],
+                         "group_train_seq_per_s": round(seqs / max(t_train, 1e-9)),
                          "trials": json.dumps(s["trials"])})
         return rows
 
