@@ -355,6 +355,10 @@ class FactualRecall(Experiment):
         return pts
 
     def groups(self, cfg: FactualRecallConfig, points: list[Point]) -> list[list[Point]]:
+        """Capacity points batched by ``d_model`` (all families at one d train as one stack); the
+        trade-off cells in chunks of ``stack_size``. Model weights are drawn per member, but the
+        training batches come from one generator per stack, so a group cut by a kill between two
+        result rows is recomputed (on resume) with statistically equivalent, not identical, data."""
         cap: dict[int, list[Point]] = {}
         trade: list[Point] = []
         for p in points:
