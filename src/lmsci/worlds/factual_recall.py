@@ -115,6 +115,20 @@ class FactualRecallWorld:
         """The answer classes A_r owned by relation ``r`` (disjoint across relations)."""
         return range(r * self.D, (r + 1) * self.D)
 
+    def relation_entropy(self) -> float:
+        """H(a* | r) in nats for uniform (s, r): the loss of predicting from the relation alone.
+
+        Equals log D when every answer of a block is used by the same number of subjects (the
+        structured table with D dividing S); smaller for unbalanced (e.g. random) tables.
+        Source: arXiv 2412.06538, Theorem 6 (the model first fits p*(a | r)).
+        """
+        h = 0.0
+        for r in range(self.R):
+            p = torch.bincount(self.fact_table[:, r], minlength=self.n_answers).double() / self.S
+            p = p[p > 0]
+            h += float(-(p * p.log()).sum())
+        return h / self.R
+
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         """Fresh sequences: uniform (s, r), fresh positions and noise drawn from ``generator``.
 
