@@ -162,7 +162,7 @@ class LengthGeneralization(Experiment):
              "the training length, while a sliding window without starting tokens degrades.")
     source = "Han et al., LM-Infinite, NAACL 2024, arXiv 2308.16137, Sec. 3-4, Table 1, Fig. 1/5, App. A"
     Config = LengthGeneralizationConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~8 min on 2 CPU cores", "paper": "~3 GPU-hours"}
+    time_estimate = {"smoke": "~20 s", "quick": "~3.5 min on 2 shared CPU cores (load 12)", "paper": "~3 GPU-hours"}
 
     def validate(self, cfg: LengthGeneralizationConfig) -> None:
         if cfg.d_model % cfg.n_heads or (cfg.d_model // cfg.n_heads) % 2:

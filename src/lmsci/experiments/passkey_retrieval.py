@@ -231,7 +231,7 @@ class PasskeyRetrieval(Experiment):
              "top-k, and recovered by LM-Infinite with top-k middle-token re-attention.")
     source = "Han et al., LM-Infinite, NAACL 2024, arXiv 2308.16137, Sec. 5.3, Table 2, App. A"
     Config = PasskeyConfig
-    time_estimate = {"smoke": "~5 s", "quick": "~6 min on 2 CPU cores", "paper": "~1 GPU-hour"}
+    time_estimate = {"smoke": "~5 s", "quick": "~7 min on 2 shared CPU cores (load 12)", "paper": "~1 GPU-hour"}
 
     def validate(self, cfg: PasskeyConfig) -> None:
         fixed, _ = passkey_layout(cfg.n_digits)

@@ -35,7 +35,6 @@ every call, so memory stays bounded for any stream length (unless top-k needs th
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Protocol
@@ -776,5 +775,5 @@ __all__ = [
     "ALiBiScorer", "policy_attention", "top_k_middle_keys", "full_policy", "lm_infinite_policy",
     "sliding_window_policy", "attention_sinks_policy", "apply_policy", "apply_lm_infinite", "remove_patch",
     "lm_infinite", "patched", "rope_cos_sin", "alibi_slopes", "rotate_half", "gpt_scorer", "hf_scorer",
-    "streaming_reference_nll", "math",
+    "streaming_reference_nll",
 ]
