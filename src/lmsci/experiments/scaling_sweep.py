@@ -94,7 +94,8 @@ class ScalingSweep(Experiment):
     source = ("Kaplan et al. 2020, arXiv 2001.08361, eqs. 1.1-1.5; Hoffmann et al. 2022, arXiv 2203.15556, "
               "eq. 2, Approaches 2-3; fitting as Besiroglu et al. 2024, arXiv 2404.10102")
     Config = ScalingSweepConfig
-    time_estimate = {"smoke": "15 s", "quick": "15 min (2 CPU cores, 1 thread)", "paper": "~1 day on one GPU"}
+    time_estimate = {"smoke": "15 s", "quick": "7-10 min (2 shared CPU cores, 1 thread)",
+                     "paper": "~1 day on one GPU"}
 
     def validate(self, cfg: ScalingSweepConfig) -> None:
         from lmsci.laws.forms import get_form
@@ -275,6 +276,7 @@ class ScalingSweep(Experiment):
             plot_residuals(r, an["X"], an["y"], fd / "residuals.png")
             figs.append(Figure("residuals.png", "Residuals of log validation NLL vs compute"))
             if an["approach2"]["n_profiles"]:
-                plot_isoflop(an["X"]["N"], an["X"]["C"], an["y"], an["approach2"], fd / "isoflop.png", r)
+                plot_isoflop(an["X"]["N"], an["X"]["C"], an["y"], an["approach2"], fd / "isoflop.png", r,
+                             budget=results["isoflop"].to_numpy())
                 figs.append(Figure("isoflop.png", "IsoFLOP profiles (grid anti-diagonals) with parabola fits"))
         return figs

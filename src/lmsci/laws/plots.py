@@ -108,13 +108,17 @@ def plot_isoloss(res: FitResult, X: dict[str, Array], y: Array, path: Path, fron
     return Path(path)
 
 
-def plot_isoflop(N: Array, C: Array, loss: Array, approach2: dict, path: Path, res: FitResult | None = None) -> Path:
-    """IsoFLOP profiles: loss vs N per compute budget, parabola fits and their minima (Approach 2)."""
+def plot_isoflop(N: Array, C: Array, loss: Array, approach2: dict, path: Path, res: FitResult | None = None,
+                 budget: Array | None = None) -> Path:
+    """IsoFLOP profiles: loss vs N per compute budget, parabola fits and their minima (Approach 2).
+
+    ``budget`` labels the profile of each run (as given to :func:`lmsci.laws.allocation.approach2`);
+    by default runs are grouped by log10 C within 0.05 dex."""
     from lmsci.laws.allocation import group_budgets
 
     plt = _plt()
     N, C, loss = (np.asarray(v, float) for v in (N, C, loss))
-    gid = group_budgets(C)
+    gid = group_budgets(C) if budget is None else np.unique(np.asarray(budget), return_inverse=True)[1]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     cmap = plt.get_cmap("plasma")
     prof = approach2["profiles"]
