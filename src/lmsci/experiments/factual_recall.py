@@ -540,8 +540,8 @@ class FactualRecall(Experiment):
                 ok = f["ci_lo"] <= 1 <= f["ci_hi"] and f["ci_lo"] > 0.5 and f["ci_hi"] < 1.5
                 consistent = f["ci_lo"] <= 1 <= f["ci_hi"]
                 note = "" if ok else (
-                    f"Consistent with 1 but too imprecise to decide from {int(f['n'])} points; the pooled fit above "
-                    "uses both families." if consistent else
+                    f"{fam}: consistent with 1 but too imprecise to decide from {int(f['n'])} points; the pooled fit "
+                    "uses all families." if consistent else
                     f"Slope inconsistent with 1 for {fam} at this scale (step budget {cfg.steps}).")
                 out.append(Verdict(f"Linear scaling for family {fam}", "log-log slope of facts vs params",
                                    float(f["slope"]), rule, bool(ok), ci=(float(f["ci_lo"]), float(f["ci_hi"])),
