@@ -88,7 +88,7 @@ class ChinchillaRefit(Experiment):
     source = ("Hoffmann et al. 2022, arXiv 2203.15556, Approach 3 (eq. 2, Fig. 4); Besiroglu et al. 2024, "
               "arXiv 2404.10102, Section 3 (Huber delta 1e-3 on log loss, L-BFGS grid, bootstrap)")
     Config = ChinchillaRefitConfig
-    time_estimate = {"smoke": "10 s", "quick": "40 s", "paper": "2 min"}
+    time_estimate = {"smoke": "10 s", "quick": "20 s", "paper": "1 min"}
 
     def validate(self, cfg: ChinchillaRefitConfig) -> None:
         p = _input_path(cfg)
