@@ -525,7 +525,8 @@ class FactualRecall(Experiment):
                              "excluded_censored": int(len(cap) - len(use)),
                              "median_facts_per_param": float(use["facts_per_param"].median())},
                     note=(f"Facts per parameter (median {use['facts_per_param'].median():.3f}) sit below the "
-                          f"paper's 0.15 guide, plausibly from shorter training ({cfg.steps} steps of batch {cfg.batch_size} here, 16,384 of 1,024 in the paper)."
+                          f"paper's 0.15 guide, plausibly from shorter training ({cfg.steps} steps of batch "
+                          f"{cfg.batch_size} here, 16,384 of 1,024 in the paper)."
                           if ok else
                           f"Not reproduced at this scale: the step budget ({cfg.steps} vs the paper's 16,384), the "
                           "noisy single-trial search and the small parameter range limit the fit; the paper preset "
