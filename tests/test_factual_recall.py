@@ -1,6 +1,6 @@
 """Factual-recall world, associative models, capacity search, fit, verdicts, and smoke runs.
 
-Source of the set-up: Nichani, Lee, Bietti, arXiv 2412.06538 (Section 3, Theorems 3-4 and 6).
+Source of the set-up: Nichani, Lee, Bietti, arXiv 2412.06538 (task, Theorems 3-4 and 6).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_sample_stack_matches_worlds():
 
 # -- models --------------------------------------------------------------------------------------
 def _naive_one_layer(model, i, spec, ids):
-    """Per-position reference implementation of F_TF (arXiv 2412.06538, Section 3)."""
+    """Per-position reference implementation of F_TF (arXiv 2412.06538)."""
     E = model.embed[i]
     X = E[ids]  # [B, T, d]
     out = 0

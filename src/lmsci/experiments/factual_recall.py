@@ -146,7 +146,7 @@ def train_stack(members: list[_Member], d_model: int, *, steps: int, batch_size:
     ``best_acc`` (max test accuracy over evaluations, as in the official ``run.py``),
     ``reached_at`` (step or None), ``steps_run``, ``final_loss`` (train CE, nats).
 
-    Source: arXiv 2412.06538 Section 6 / official ``run.py`` (AdamW, fresh batches, early stop).
+    Source: arXiv 2412.06538 experiments / official ``run.py`` (AdamW, fresh batches, early stop).
     """
     if not members:
         return

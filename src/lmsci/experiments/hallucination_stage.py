@@ -1,7 +1,7 @@
 """Experiment ``hallucination-stage``: sequential learning, relation first (Theorem 6, Figure 5).
 
 Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative
-Memories", arXiv 2412.06538 (ICLR 2025), Section 5, Theorem 6 and Figure 5; the official notebook
+Memories", arXiv 2412.06538 (ICLR 2025), Theorem 6 and Figure 5; the official notebook
 ``sequential-learning.ipynb`` (``eshnich/factual-recall-iclr``) for the set-up: S = 16, R = 4,
 D = 8, 20 noise tokens, T = 32, structured facts ``a*(s, r) = 8 r + floor(8 s / 16)``, one-hot
 embeddings (d = vocab = 41), one linear-attention head ``F_lin`` with ``A, V`` initialised to

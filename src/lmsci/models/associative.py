@@ -2,13 +2,13 @@
 
 Two models:
 
-* :class:`OneLayerTransformer`: the paper's one-layer transformer (Section 3, eq. (5)-(7); official
+* :class:`OneLayerTransformer`: the paper's one-layer transformer (definitions of ``attn``, ``F_MHSA``, ``F_TF``; official
   ``model.py: TF_one_layer``): frozen random embeddings and unembeddings (rows ~ N(0, 1/d)), H
   attention heads of dimension d_h computed only for the last query position, no positional
   encoding, output ``x = F_MHSA(X) + V^T relu(W F_MHSA(X))`` (the MLP is optional; without it the
   model is attention-only), logits over the answer classes ``u_a^T x``. The parameter count is the
   paper's ``4 * H * d_h * d + 2 * m * d`` (embeddings and the MLP bias not counted).
-* :class:`LinearAttentionModel`: the model of the optimisation-dynamics result (Section 5,
+* :class:`LinearAttentionModel`: the model of the optimisation-dynamics result (
   ``F_lin(X) = W_OV X^T X W_KQ x_T``, Theorem 6; notebook ``sequential-learning.ipynb``) with
   orthogonal (one-hot) embeddings, weights initialised to a small constant.
 
@@ -55,7 +55,7 @@ class OneLayerSpec:
     vocab_size: int | None = None
 
     def num_params(self, d_model: int) -> int:
-        """The paper's count ``4 * H * d_h * d + 2 * m * d`` (arXiv 2412.06538, Section 3)."""
+        """The paper's count ``4 * H * d_h * d + 2 * m * d`` (arXiv 2412.06538, model set-up)."""
         return 4 * self.n_heads * self.d_head * d_model + 2 * self.d_mlp * d_model
 
 
@@ -84,7 +84,7 @@ class OneLayerTransformer(nn.Module):
     Raises:
         ConfigError: a size < 1, an empty stack or a member larger than the stack's answers.
 
-    Source: arXiv 2412.06538, Section 3 (eq. for ``attn``, ``F_MHSA``, ``F_TF``), Theorems 3-4.
+    Source: arXiv 2412.06538, model set-up (``attn``, ``F_MHSA``, ``F_TF``), Theorems 3-4.
     """
 
     def __init__(self, d_model: int, vocab_size: int, n_answers: int,
@@ -279,7 +279,7 @@ class LinearAttentionModel(nn.Module):
     Raises:
         ConfigError: an unknown ``embedding``/``attention`` or a size < 1.
 
-    Source: arXiv 2412.06538, Section 5 (``F_lin``), Theorem 6, Fig. 5; notebook
+    Source: arXiv 2412.06538, optimisation dynamics (``F_lin``, Assumption 2), Theorem 6, Fig. 5; notebook
     ``sequential-learning.ipynb`` of ``eshnich/factual-recall-iclr``.
     """
 

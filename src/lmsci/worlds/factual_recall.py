@@ -1,7 +1,7 @@
 """The synthetic factual-recall world of Nichani, Lee & Bietti.
 
 Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative
-Memories", arXiv 2412.06538 (ICLR 2025), Section 3 (task), Assumption 1; the official code
+Memories", arXiv 2412.06538 (ICLR 2025), the synthetic task and Assumption 1; the official code
 ``eshnich/factual-recall-iclr`` (``task.py``, ``run.py``) for the defaults (``n_noise = S + R``,
 ``T = 32``, answers drawn uniformly inside each relation's block).
 
@@ -68,7 +68,7 @@ class FactualRecallWorld:
     Raises:
         ConfigError: a size out of range (the message names the field).
 
-    Source: arXiv 2412.06538, Section 3 and Assumption 1.
+    Source: arXiv 2412.06538, the synthetic task (Fig. 2) and Assumption 1.
     """
 
     def __init__(
