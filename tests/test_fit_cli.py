@@ -32,10 +32,13 @@ def test_cli_fit_prints_constants_and_writes_figures(tmp_path):
     _write_synthetic(csv)
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["fit", str(csv), "--law", "kaplan_n", "--n-col", "params", "--c-col", "flops",
-                                 "--loss-col", "val", "--bootstrap", "50", "--out", str(out)])
+                                 "--loss-col", "val", "--bootstrap", "50", "--compare", "kaplan_n,kaplan_d",
+                                 "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "alpha_N = 0.07" in r.output and "held-out extrapolation" in r.output
     assert (out / "kaplan_n_fit.png").exists() and (out / "kaplan_n_residuals.png").exists()
+    comp = pd.read_csv(out / "comparison.csv")  # data made from L(N): kaplan_n must beat kaplan_d held out
+    assert list(comp["law"]) == ["kaplan_n", "kaplan_d"] and "model comparison" in r.output
     js = json.loads((out / "fit.json").read_text())
     lo, hi = js["fit"]["ci95"]["alpha_N"]
     assert js["fit"]["n_boot"] == 50 and lo < js["fit"]["params"]["alpha_N"] < hi

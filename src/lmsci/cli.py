@@ -249,6 +249,8 @@ def fit_cmd(
     budget: Optional[list[float]] = typer.Option(None, "--budget", help="FLOP budget for the allocation (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
     grid: str = typer.Option("full", "--grid", help="starting grid: full (4,500 for chinchilla) | coarse"),
+    compare: Optional[str] = typer.Option(None, "--compare", help="also compare laws, e.g. chinchilla,kaplan_nd,"
+                                          "kaplan_n: held-out error (fit on the 75%% smallest C), AIC, BIC"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="directory for figures, fit.json, params.csv"),
 ) -> None:
     """Fit a scaling law (Huber on log loss, many starts, bootstrap CIs); print constants and allocation."""
@@ -272,10 +274,22 @@ def fit_cmd(
 
             raise DataError(f"{len(d)} runs (CSV lines {d.lines.tolist()}) are too few for law {form.name!r} "
                             f"with {k} free parameters; need at least {k + 2}")
-        return analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out, grid=grid)
+        an = analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out, grid=grid)
+        table = None
+        if compare:
+            from lmsci.laws.fit import compare_forms
 
-    an = _guard(go)
+            forms = [get_form(n.strip(), x=x or "C") for n in compare.split(",") if n.strip()]
+            table = compare_forms(forms, d.X, d.y, split_var="C" if "C" in d.X else forms[0].inputs[0], grid=grid)
+            if out is not None:
+                table.to_csv(Path(out) / "comparison.csv", index=False)
+        return an, table
+
+    an, table = _guard(go)
     typer.echo(an.text())
+    if table is not None:
+        typer.echo("\nmodel comparison (sorted by held-out RMSE of log y; laws lacking inputs skipped):")
+        typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 def main() -> None:  # console script entry point
