@@ -299,7 +299,7 @@ class FactualRecall(Experiment):
     source = ("Nichani, Lee, Bietti, 'Understanding Factual Recall in Transformers via Associative Memories', "
               "arXiv 2412.06538 (ICLR 2025), Theorems 3-4, Figure 4")
     Config = FactualRecallConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~2 min CPU, ~7 min wall on a busy shared 2-core machine",
+    time_estimate = {"smoke": "~10 s", "quick": "~3 min on 2 CPU cores (~7 min when the machine is shared)",
                      "paper": "days on one GPU"}
 
     # -- grid ------------------------------------------------------------------------------
