@@ -137,15 +137,16 @@ class KnowledgeCapacity(Experiment):
 
         fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
         for model, g in results.groupby("model", sort=False):
-            ax[0].scatter(g["params"], g["bits"], label=model, s=18 + 30 * np.log10(g["n_people"] / g["n_people"].min() + 1))
+            ax[0].scatter(g["params"], g["bits"].clip(lower=1.0), label=model,
+                          s=18 + 30 * np.log10(g["n_people"] / g["n_people"].min() + 1))
         pmin, pmax = results["params"].min() / 2, results["params"].max() * 2
         xs = np.array([pmin, pmax])
         ax[0].plot(xs, xs, "k--", lw=1, label="1 bit/param")
         ax[0].plot(xs, 2 * xs, "k:", lw=1, label="2 bits/param")
         ax[0].set_xscale("log")
-        ax[0].set_yscale("symlog", linthresh=100)
+        ax[0].set_yscale("log")
         ax[0].set_xlabel("parameters (all, tied embedding once)")
-        ax[0].set_ylabel("stored bits (Part 3.3 lower bound)")
+        ax[0].set_ylabel("stored bits (Part 3.3 lower bound; floor 1)")
         ax[0].set_title(f"bioS(N), {cfg.exposures} exposures")
         ax[0].legend(fontsize=8)
         for model, g in results.groupby("model", sort=False):
