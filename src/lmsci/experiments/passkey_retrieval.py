@@ -377,3 +377,20 @@ class PasskeyRetrieval(Experiment):
         return [Figure("passkey_accuracy.png",
                        f"Pass-key accuracy vs prompt length (dotted: training length L={cfg.seq_len}) and by key "
                        "depth (heat maps) for each method.")]
+
+    def report_sections(self, cfg: PasskeyConfig, results: pd.DataFrame, run: RunDir) -> str:
+        ev = results[results["kind"] == "eval"].sort_values("factor")
+        if ev.empty:
+            return ""
+        ms = methods(cfg)
+        lines = ["## Accuracy (all digits) by prompt length", "", "| length | " + " | ".join(ms) + " |",
+                 "|---" * (len(ms) + 1) + "|"]
+        for _, r in ev.iterrows():
+            lines.append(f"| {int(r['length'])} | " + " | ".join(f"{r[f'acc_{m}']:.2f}" for m in ms) + " |")
+        lines += ["", f"Window L={cfg.seq_len}, n_global={cfg.n_global}, top-k k={cfg.top_k} scored at distance "
+                  f"{cfg.top_k_distance or cfg.seq_len // 2}; `lm_infinite_topk_h<h>` re-attends in layers >= h. "
+                  "Truncation keeps the last L tokens and so also drops the starting tokens the model was trained "
+                  "with; keys inside the window can be lost that way too. Top-k scores every middle key at one "
+                  "fixed distance, so heads that locate a digit by its relative position to other tokens cannot "
+                  "use it; compare h=0 and h=1 (the paper ablates h in App. A)."]
+        return "\n".join(lines)
