@@ -158,3 +158,22 @@ def test_cli_run_show_report(tmp_path):
     assert r.exit_code == 0 and (out / "report.md").exists()
     r = CliRunner().invoke(app, ["show", str(out)])
     assert r.exit_code == 0 and "reproduced" in r.output
+
+
+def test_threads_set_while_points_run_and_restored(tmp_path):
+    import torch
+
+    seen = []
+    orig = Toy.run_point
+
+    def spy(self, cfg, point, ctx):
+        seen.append(torch.get_num_threads())
+        return orig(self, cfg, point, ctx)
+
+    before = torch.get_num_threads()
+    Toy.run_point = spy
+    try:
+        run_experiment(Toy(), resolve_config(ToyConfig, "smoke", ["threads=1"]), tmp_path / "t", progress=False)
+    finally:
+        Toy.run_point = orig
+    assert seen == [1, 1] and torch.get_num_threads() == before

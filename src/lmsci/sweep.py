@@ -9,6 +9,7 @@ into the same directory resumes. Local execution only; points are pure functions
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,20 @@ from lmsci.runs import RunDir, environment, resolve_device
 
 if TYPE_CHECKING:
     from lmsci.experiments.base import Experiment
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Use ``n`` torch intra-op threads inside the block (0: leave torch's setting), then restore."""
+    import torch
+
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def default_out(name: str) -> Path:
@@ -60,7 +75,8 @@ def run_experiment(
     for group in groups:
         ctxs = [PointContext(run, p, exp.point_seed(cfg, p), device, progress) for p in group]
         t0 = time.perf_counter()
-        rows = exp.run_group(cfg, group, ctxs)
+        with torch_threads(cfg.threads):
+            rows = exp.run_group(cfg, group, ctxs)
         dt = (time.perf_counter() - t0) / max(len(group), 1)
         for p, row in zip(group, rows):
             run.append_result(p.id, {**row, "seconds": round(dt, 3)})

@@ -375,15 +375,9 @@ class FactualRecall(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        old = torch.get_num_threads()
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        try:
-            if points[0].params["kind"] == "capacity":
-                return self._capacity(cfg, points, ctxs)
-            return self._tradeoff(cfg, points, ctxs)
-        finally:
-            torch.set_num_threads(old)
+        if points[0].params["kind"] == "capacity":
+            return self._capacity(cfg, points, ctxs)
+        return self._tradeoff(cfg, points, ctxs)
 
     @staticmethod
     def level_sr(cfg: FactualRecallConfig, level: int) -> tuple[int, int]:

@@ -164,15 +164,6 @@ class HallucinationStage(Experiment):
                                   cfg.seq_len, facts=facts, seed=seed)
 
     def run_point(self, cfg: HallucinationConfig, point: Point, ctx: PointContext) -> dict:
-        old = torch.get_num_threads()
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        try:
-            return self._run(cfg, point, ctx)
-        finally:
-            torch.set_num_threads(old)
-
-    def _run(self, cfg: HallucinationConfig, point: Point, ctx: PointContext) -> dict:
         world = self.world(cfg, point.params["facts"], derive_seed(ctx.seed, "facts"))
         attention, embedding = point.params["variant"].split("-")
         model = LinearAttentionModel(world.vocab_size, world.n_answers, embedding=embedding, attention=attention,

@@ -24,7 +24,6 @@ absolute relative error.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import numpy as np
@@ -69,7 +68,7 @@ class ScalingSweepConfig(ExperimentConfig):
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     weight_decay: float = Field(0.1, ge=0)
     eval_tokens: int = Field(32768, ge=64)
-    threads: int = Field(1, ge=1, le=256)
+    threads: int = Field(1, ge=0, description="torch threads per run (0 = torch's default)")
     n_boot: int = Field(1000, ge=0, le=100000)
     heldout_frac: float = Field(0.75, gt=0.2, lt=1.0)
     laws: list[str] = Field(default_factory=lambda: list(LAWS))
@@ -128,43 +127,37 @@ class ScalingSweep(Experiment):
 
     # ------------------------------------------------------------------------------------------
     def run_point(self, cfg: ScalingSweepConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
-        import torch
 
         from lmsci.models.gpt import GPT, GPTConfig
         from lmsci.train.trainer import TrainConfig, evaluate_nll, train
         from lmsci.worlds import shakespeare as sh
 
-        old = torch.get_num_threads()
-        torch.set_num_threads(cfg.threads)
-        try:
-            corpus = sh.prepare("char")
-            d = int(point.params["d_model"])
-            gcfg = GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
-                             n_heads=cfg.n_heads, d_model=d)
-            model = GPT(gcfg, seed=ctx.seed)
-            tpb = cfg.batch_size * cfg.seq_len
-            steps = max(2, int(point.params["tokens"]) // tpb)
-            tcfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                               warmup_steps=int(cfg.warmup_frac * steps), min_lr_ratio=cfg.min_lr_ratio,
-                               weight_decay=cfg.weight_decay, checkpoint_every=max(1, steps // 4),
-                               log_every=max(1, steps // 20), device=ctx.device)
-            get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
-            bar = ctx.progress(steps, "train")
-            res = train(model, get_batch, tcfg, seed=ctx.seed, log=lambda r: ctx.log(**r),
-                        checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
-            bar.close()
-            val = evaluate_nll(model, sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens))
-            recs = [r for r in res.history if "tokens_per_s" in r]
-            n_ne = model.num_params(non_embedding=True)
-            D = int(steps * tpb)
-            return {
-                "d_model": d, "n_layers": cfg.n_layers, "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
-                "D": D, "C": 6.0 * n_ne * D, "steps": steps, "tokens_seen": int(res.tokens_seen),
-                "val_nll": float(val), "train_loss_final": float(res.final.get("loss", float("nan"))),
-                "tokens_per_s": float(np.median([r["tokens_per_s"] for r in recs])) if recs else float("nan"),
-            }
-        finally:
-            torch.set_num_threads(old)
+        corpus = sh.prepare("char")
+        d = int(point.params["d_model"])
+        gcfg = GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
+                         n_heads=cfg.n_heads, d_model=d)
+        model = GPT(gcfg, seed=ctx.seed)
+        tpb = cfg.batch_size * cfg.seq_len
+        steps = max(2, int(point.params["tokens"]) // tpb)
+        tcfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
+                           warmup_steps=int(cfg.warmup_frac * steps), min_lr_ratio=cfg.min_lr_ratio,
+                           weight_decay=cfg.weight_decay, checkpoint_every=max(1, steps // 4),
+                           log_every=max(1, steps // 20), device=ctx.device)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        bar = ctx.progress(steps, "train")
+        res = train(model, get_batch, tcfg, seed=ctx.seed, log=lambda r: ctx.log(**r),
+                    checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
+        bar.close()
+        val = evaluate_nll(model, sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens))
+        recs = [r for r in res.history if "tokens_per_s" in r]
+        n_ne = model.num_params(non_embedding=True)
+        D = int(steps * tpb)
+        return {
+            "d_model": d, "n_layers": cfg.n_layers, "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
+            "D": D, "C": 6.0 * n_ne * D, "steps": steps, "tokens_seen": int(res.tokens_seen),
+            "val_nll": float(val), "train_loss_final": float(res.final.get("loss", float("nan"))),
+            "tokens_per_s": float(np.median([r["tokens_per_s"] for r in recs])) if recs else float("nan"),
+        }
 
     # ------------------------------------------------------------------------------------------
     def _analysis(self, cfg: ScalingSweepConfig, results: pd.DataFrame) -> dict[str, Any]:

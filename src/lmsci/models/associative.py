@@ -193,7 +193,7 @@ class OneLayerTransformer(nn.Module):
         """
         ids, _ = self._stack(input_ids)
         M, B, _ = ids.shape
-        H, dh, V = self.n_heads, self.d_head, self.vocab_size
+        V = self.vocab_size
         counts = count_tokens(ids, V)  # [M, B, V]
         x_last = self.embed[torch.arange(M, device=ids.device)[:, None], ids[:, :, -1]]  # [M, B, d]
         mask = self.head_mask[:, :, None, :]
