@@ -63,7 +63,7 @@ class FactualRecallConfig(ExperimentConfig):
     answers_per_relation: int = Field(8, ge=1, le=1024, description="D, answers per relation")
     seq_len: int = Field(32, ge=3, le=4096, description="T, sequence length")
     # capacity sweep
-    d_models: list[int] = Field([8, 10, 13, 16, 20], min_length=1, description="d_model grid")
+    d_models: list[int] = Field([8, 10, 13, 16, 20, 25, 32], min_length=1, description="d_model grid")
     n_heads: int = Field(4, ge=1, le=256, description="H for the capacity sweep")
     attn_only_alphas: list[float] = Field([2.0], description="attention-only families (d_head = alpha*d/H)")
     mlp_alphas: list[float] = Field([0.5], description="attention+MLP families: alpha values")
@@ -79,7 +79,7 @@ class FactualRecallConfig(ExperimentConfig):
     max_rounds: int = Field(8, ge=1, le=64, description="search rounds per capacity point")
     lrs: list[float] = Field([1e-2, 3e-2], min_length=1, description="learning rates (retry rule)")
     lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="LR schedule over steps")
-    steps: int = Field(1000, ge=1, description="max AdamW steps per training run")
+    steps: int = Field(2000, ge=1, description="max AdamW steps per training run")
     batch_size: int = Field(256, ge=1, description="fresh sequences per step")
     eval_every: int = Field(50, ge=1, description="steps between test evaluations")
     n_eval: int = Field(1024, ge=16, description="test sequences (fresh noise, same facts)")
@@ -299,7 +299,7 @@ class FactualRecall(Experiment):
     source = ("Nichani, Lee, Bietti, 'Understanding Factual Recall in Transformers via Associative Memories', "
               "arXiv 2412.06538 (ICLR 2025), Theorems 3-4, Figure 4")
     Config = FactualRecallConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~3 min on 2 CPU cores (~7 min when the machine is shared)",
+    time_estimate = {"smoke": "~10 s", "quick": "~6 min on 2 CPU cores",
                      "paper": "days on one GPU"}
 
     # -- grid ------------------------------------------------------------------------------
