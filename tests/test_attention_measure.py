@@ -18,8 +18,6 @@ from lmsci.measure.attention import (
 from lmsci.methods.lm_infinite import full_policy, lm_infinite_policy
 from lmsci.models.gpt import GPT, GPTConfig
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def gpt():

@@ -173,7 +173,7 @@ def test_threads_set_while_points_run_and_restored(tmp_path):
     before = torch.get_num_threads()
     Toy.run_point = spy
     try:
-        run_experiment(Toy(), resolve_config(ToyConfig, "smoke", ["threads=1"]), tmp_path / "t", progress=False)
+        run_experiment(Toy(), resolve_config(ToyConfig, "smoke", ["threads=2"]), tmp_path / "t", progress=False)
     finally:
         Toy.run_point = orig
-    assert seen == [1, 1] and torch.get_num_threads() == before
+    assert seen == [2, 2] and torch.get_num_threads() == before

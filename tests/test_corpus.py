@@ -34,15 +34,6 @@ SHAKESPEARE IS COPYRIGHT 1990-1993 BY WORLD LIBRARY, INC.>>
 """
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared, oversubscribed machine two
-    spinning OpenMP threads make them several times slower; restored after each test."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def play(title: str, n: int = 40) -> str:
     lines = [f"{title.upper()}\n\nby William Shakespeare\n\nACT I.\n"]

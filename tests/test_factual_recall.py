@@ -36,14 +36,6 @@ from lmsci.sweep import run_experiment
 from lmsci.worlds.factual_recall import FactualRecallWorld, sample_stack
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one thread is much faster than two on a shared machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
 
 # -- world ---------------------------------------------------------------------------------------
 def test_world_layout_and_sampling():

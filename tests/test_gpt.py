@@ -13,15 +13,6 @@ from lmsci.models.gpt import GPT, GPTConfig, t5_bucket, uni_window
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run faster on one thread, especially on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 POS = ["learned", "rope", "relative", "alibi", "nope", "uni"]
 
 

@@ -27,8 +27,6 @@ from lmsci.methods.lm_infinite import (
 )
 from lmsci.models.gpt import GPT, GPTConfig
 
-torch.set_num_threads(1)
-
 
 def _naive(q, k, v, scorer, policy):
     """Reference: an explicit n x n loop with LM-Infinite's / StreamingLLM's per-element rules."""

@@ -22,15 +22,6 @@ from lmsci.train.trainer import (
 V, T = 11, 8
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared, oversubscribed machine two
-    spinning OpenMP threads make them several times slower; restored after each test."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 class TinyLM(nn.Module):
     """Embedding -> one causal mixing layer -> LayerNorm -> unembedding, with dropout."""
