@@ -38,7 +38,7 @@ class KnowledgeCapacityConfig(ExperimentConfig):
         exposures: biographies per person (100 or 1000 in the paper).
     """
 
-    n_people: list[int] = [10, 30]
+    n_people: list[int] = [40, 120, 360]
     models: list[ModelSpec] = [ModelSpec(d_model=16, n_layers=1, n_heads=2), ModelSpec(d_model=32, n_layers=1, n_heads=2)]
     exposures: int = Field(100, ge=1)
     seq_len: int = Field(256, ge=64)

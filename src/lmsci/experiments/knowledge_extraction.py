@@ -41,12 +41,12 @@ class KnowledgeExtractionConfig(ExperimentConfig):
         probes: run P- and Q-probing after BIO pretraining (``pretrain_ft`` points).
     """
 
-    n_people: int = Field(24, ge=4, le=1_000_000)
+    n_people: int = Field(160, ge=4, le=1_000_000)
     data: list[Literal["single", "augmented"]] = ["single", "augmented"]
     regimes: list[Literal["pretrain_ft", "mixed"]] = ["pretrain_ft", "mixed"]
     augmented: DataSpec = AUGMENTED
     model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
-    exposures: int = Field(60, ge=1)
+    exposures: int = Field(100, ge=1)
     seq_len: int = Field(256, ge=64)
     qa_seq_len: int = Field(96, ge=32)
     pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)

@@ -34,10 +34,10 @@ from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, qa_split
 class ReversalCurseConfig(ExperimentConfig):
     """Configuration of ``reversal-curse`` (defaults = quick preset)."""
 
-    n_people: int = Field(24, ge=4, le=1_000_000)
+    n_people: int = Field(160, ge=4, le=1_000_000)
     data: DataSpec = AUGMENTED
     model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
-    exposures: int = Field(60, ge=1)
+    exposures: int = Field(100, ge=1)
     seq_len: int = Field(256, ge=64)
     qa_seq_len: int = Field(96, ge=32)
     pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
