@@ -64,7 +64,7 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~8 s", "quick": "~8 min on 2 shared CPU cores", "paper": "~days on 8 GPUs"}
+    time_estimate = {"smoke": "~8 s", "quick": "8 min wall measured (131 s CPU) on 2 shared cores", "paper": "~days on 8 GPUs"}
 
     def validate(self, cfg: CelebrityConfig) -> None:
         check_model(cfg.model)

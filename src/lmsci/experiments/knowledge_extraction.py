@@ -76,7 +76,7 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~15 min on 2 shared CPU cores", "paper": "~days on 8 GPUs"}
+    time_estimate = {"smoke": "~10 s", "quick": "11 min wall measured (266 s CPU) on 2 shared cores", "paper": "~days on 8 GPUs"}
 
     def validate(self, cfg: KnowledgeExtractionConfig) -> None:
         check_model(cfg.model)
@@ -103,10 +103,14 @@ class KnowledgeExtraction(Experiment):
         if regime == "pretrain_ft":
             if cfg.probes:
                 pp = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, device=ctx.device)
+                pb = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, position="before_value",
+                             device=ctx.device)
                 qp = q_probe(model, world, tr, te, device=ctx.device)
                 for a in ATTRS:
                     row[f"p_probe_{a}"], row[f"q_probe_{a}"] = pp[a]["test_acc"], qp[a]["test_acc"]
+                    row[f"p_probe_before_{a}"] = pb[a]["test_acc"]
                 row["p_probe"] = float(np.mean([pp[a]["test_acc"] for a in ATTRS]))
+                row["p_probe_before"] = float(np.mean([pb[a]["test_acc"] for a in ATTRS]))
                 row["q_probe"] = float(np.mean([qp[a]["test_acc"] for a in ATTRS]))
                 row["probe_chance"] = float(np.mean([qp[a]["chance"] for a in ATTRS]))
             ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len)
@@ -121,21 +125,25 @@ class KnowledgeExtraction(Experiment):
 
     def verdicts(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         out = []
-        s, a = self._get(results, "single", "pretrain_ft"), self._get(results, "augmented", "pretrain_ft")
         n = int(results["n_qa_test"].iloc[0])
-        if s is not None and a is not None:
+        for regime, label in (("pretrain_ft", "BIO pretrain -> QA fine-tune"), ("mixed", "mixed training")):
+            s, a = self._get(results, "single", regime), self._get(results, "augmented", regime)
+            if s is None or a is None:
+                continue
             ok = s <= 0.2 and a - s >= 0.3
-            rec_s = self._get(results, "single", "pretrain_ft", "bio_recall")
+            rec_s = self._get(results, "single", regime, "bio_recall")
             note = "" if ok else (
                 f"Not reproduced at CPU scale (N={cfg.n_people}, d_model={cfg.model.d_model}, "
-                f"{cfg.exposures} exposures; biography recall of single = {rec_s:.2f}). The paper uses N=100k people, "
-                "GPT-2 small with rotary, ~1000 passes; N >= 10k with a 10M-parameter model trained to full "
-                "memorisation (bio recall ~1) would settle it.")
+                f"{cfg.exposures} exposures; biography recall of single = {rec_s:.2f}). The paper uses N=100k people "
+                "(50k QA-train), GPT-2 small with rotary, ~1000 passes; with only N/2 QA-train people fine-tuning "
+                "memorises their answers instead of learning extraction. N >= 10k with a ~10M-parameter model "
+                "would settle it.")
             out.append(Verdict(
-                self.claim, "QA-test exact-match accuracy, BIO pretrain -> QA fine-tune: augmented minus single",
+                self.claim + f" [{label}]", f"QA-test exact-match accuracy, {label}: augmented minus single",
                 a - s, "single <= 0.20 and augmented - single >= 0.30", ok, ci=None,
                 details={"single": s, "augmented": a, "single_ci95": binom_ci(s, n), "augmented_ci95": binom_ci(a, n),
-                         "paper": {"single": 0.097, "augmented": 0.962}}, note=note))
+                         "paper": {"single": 0.097, "augmented": 0.962} if regime == "pretrain_ft" else {}},
+                note=note))
         ms, ps = self._get(results, "single", "mixed"), self._get(results, "single", "pretrain_ft")
         if ms is not None and ps is not None:
             ok = ms - ps >= 0.2
@@ -184,6 +192,8 @@ class KnowledgeExtraction(Experiment):
                         label=f"P-probe {r.data}")
                 ax.plot(np.arange(len(ATTRS)) + (k - 0.5) * w, [getattr(r, f"q_probe_{a}") for a in ATTRS], "s",
                         mfc="none", label=f"Q-probe {r.data}")
+                ax.plot(np.arange(len(ATTRS)) + (k - 0.5) * w, [getattr(r, f"p_probe_before_{a}") for a in ATTRS], "^",
+                        label=f"P-probe before value {r.data}")
             ax.axhline(float(sub["probe_chance"].mean()), color="gray", ls=":", label="majority class")
             ax.set_xticks(range(len(ATTRS)), ATTRS, fontsize=7)
             ax.set_ylabel("probe test accuracy (first value token)")
@@ -191,6 +201,7 @@ class KnowledgeExtraction(Experiment):
             fig.tight_layout()
             fig.savefig(run.figures_dir / "probes.png", dpi=110)
             plt.close(fig)
-            figs.append(Figure("probes.png", "Linear P-probes (at the name inside a biography) and Q-probes (name "
-                                             "alone) after BIO pretraining, on held-out people."))
+            figs.append(Figure("probes.png", "Linear probes of the first value token after BIO pretraining, fit on "
+                                             "P_train and scored on P_test: P-probe right after the name and right "
+                                             "before the value inside a biography, Q-probe on the name alone."))
         return figs

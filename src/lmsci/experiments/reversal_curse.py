@@ -26,6 +26,7 @@ from lmsci.experiments.knowledge_common import (
     make_model, qa_metrics, qa_stream, train_packed,
 )
 from lmsci.experiments.registry import register
+from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import span_ce_bits
 from lmsci.runs import RunDir, Verdict
 from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, qa_split
@@ -87,7 +88,7 @@ class ReversalCurse(Experiment):
              "(inverse search near 0%) unless the reversed direction is in its training data.")
     source = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288, Table 1"
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~8 s", "quick": "~10 min on 2 shared CPU cores", "paper": "~days on 8 GPUs"}
+    time_estimate = {"smoke": "~8 s", "quick": "10 min wall measured (188 s CPU) on 2 shared cores", "paper": "~days on 8 GPUs"}
 
     def validate(self, cfg: ReversalCurseConfig) -> None:
         check_model(cfg.model)
@@ -108,6 +109,13 @@ class ReversalCurse(Experiment):
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, spec=cfg.data,
                                         device=ctx.device)}
+        # the reversed sentence itself ("Born on DATE in CITY was NAME ."), completed on P_test before QA
+        # fine-tuning: the trained format of the inverse direction (Berglund et al.'s same-format test)
+        rdocs = [world.bio(int(i), np.random.default_rng([cfg.seed, 17, int(i), 0]), permute=cfg.data.permute,
+                           fullname=cfg.data.fullname, reverse=True) for i in te]
+        for d in rdocs:
+            d.spans["answer"] = d.spans["reverse_name"]
+        row["reverse_sentence_name_test"] = float(exact_match(model, rdocs, device=ctx.device).mean())
         ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len, inverse=True)
         train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
         row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
@@ -138,7 +146,17 @@ class ReversalCurse(Experiment):
                                  "name_logprob_gap_bits_forward_only": float(r.loc[False, "name_logprob_gap_bits_test"]),
                                  "name_logprob_gap_bits_with_reverse": float(r.loc[True, "name_logprob_gap_bits_test"]),
                                  "paper": {"gpt3_reverse_exact_match": 0.0, "part3.2_inverse_search": "~0%"}},
-                        note=note)]
+                        note=note),
+                Verdict("Only the trained direction is recalled: completing 'Born on DATE in CITY was ___' for "
+                        "P_test people works when such sentences were in pretraining and not otherwise.",
+                        "exact match of the name in the reversed sentence on P_test (before QA fine-tuning): "
+                        "with_reverse minus forward_only",
+                        float(r.loc[True, "reverse_sentence_name_test"] - r.loc[False, "reverse_sentence_name_test"]),
+                        "forward_only <= 0.10 and difference >= 0.30",
+                        bool(r.loc[False, "reverse_sentence_name_test"] <= 0.1 and
+                             r.loc[True, "reverse_sentence_name_test"] - r.loc[False, "reverse_sentence_name_test"] >= 0.3),
+                        details={"forward_only": float(r.loc[False, "reverse_sentence_name_test"]),
+                                 "with_reverse": float(r.loc[True, "reverse_sentence_name_test"])})]
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib

@@ -113,21 +113,39 @@ def _probe_all(world, h_train, h_test, train_people, test_people, attrs) -> dict
 
 def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
             seed: int, hook: str = "final", fullname: bool = False, attrs: Sequence[str] | None = None,
-            device: str = "cpu") -> dict[str, dict[str, float]]:
-    """P-probing at the last token of the name in a biography (canonical order, seeded templates).
+            position: str = "after_name", device: str = "cpu") -> dict[str, dict[str, float]]:
+    """P-probing inside a biography (canonical order, seeded templates).
+
+    Args:
+        position: ``"after_name"``: the first token after the name in the first sentence (sees the
+            name and one template word; in a causal model the last name token itself would equal
+            the Q-probe input); ``"before_value"``: the token right before each attribute's value.
 
     Returns:
         attribute -> ``{"train_acc", "test_acc", "chance"}`` of the first value token.
+
+    Raises:
+        ConfigError: unknown ``position``.
     """
+    from lmsci.errors import ConfigError
     from lmsci.worlds.bios import ATTRS
 
+    if position not in ("after_name", "before_value"):
+        raise ConfigError("position", position, "'after_name' or 'before_value'")
     attrs = list(attrs or ATTRS)
-
-    def feats(people):
-        docs = [world.bio(int(i), np.random.default_rng([seed, 41, int(i)]), fullname=fullname) for i in people]
-        return hidden_at(model, [d.ids for d in docs], [d.spans["name"][0][1] - 1 for d in docs], hook, device=device)
-
-    return _probe_all(world, feats(train_people), feats(test_people), train_people, test_people, attrs)
+    docs = {}
+    for tag, people in (("train", train_people), ("test", test_people)):
+        docs[tag] = [world.bio(int(i), np.random.default_rng([seed, 41, int(i)]), fullname=fullname) for i in people]
+    if position == "after_name":
+        h = {t: hidden_at(model, [d.ids for d in ds], [d.spans["name"][0][1] for d in ds], hook, device=device)
+             for t, ds in docs.items()}
+        return _probe_all(world, h["train"], h["test"], train_people, test_people, attrs)
+    out = {}
+    for a in attrs:
+        h = {t: hidden_at(model, [d.ids for d in ds], [d.spans[a][0][0] - 1 for d in ds], hook, device=device)
+             for t, ds in docs.items()}
+        out.update(_probe_all(world, h["train"], h["test"], train_people, test_people, [a]))
+    return out
 
 
 def q_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
