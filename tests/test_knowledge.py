@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,14 +16,6 @@ from lmsci.measure.probes import fit_linear_probe
 from lmsci.sweep import run_experiment
 from lmsci.worlds.bios import ATTRS, BiosWorld
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids spin-waiting on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class Oracle(torch.nn.Module):

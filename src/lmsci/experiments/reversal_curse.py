@@ -29,7 +29,7 @@ from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import span_ce_bits
 from lmsci.runs import RunDir, Verdict
-from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, qa_split
+from lmsci.worlds.bios import BiosWorld, Doc, qa_split
 
 
 class ReversalCurseConfig(ExperimentConfig):
