@@ -78,7 +78,7 @@ class KnowledgeCapacity(Experiment):
     claim = "With 100 exposures per person a GPT stores about 1 bit of knowledge per parameter (2 bits/param at 1000)."
     source = "Allen-Zhu & Li, Physics of LMs Part 3.3, arXiv 2404.05405, Section 4, Figure 1"
     Config = KnowledgeCapacityConfig
-    time_estimate = {"smoke": "~5 s", "quick": "7.6 min wall measured (threads=1, 6 points, 17.8M tokens) on 2 mostly free cores", "paper": "~weeks of GPU time"}
+    time_estimate = {"smoke": "~5 s", "quick": "7.6 min wall measured (threads=1, 6 points, 28.6M tokens) on 2 mostly free cores", "paper": "~weeks of GPU time"}
 
     def validate(self, cfg: KnowledgeCapacityConfig) -> None:
         for k, m in enumerate(cfg.models):
