@@ -19,11 +19,11 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.knowledge_common import (
     SINGLE, ModelSpec, TrainSpec, bio_stream, check_model, exposures_of, make_model, train_packed,
 )
-from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import bits_per_param, measure_bits
 from lmsci.runs import RunDir, Verdict
