@@ -80,7 +80,7 @@ class ScalingSweepConfig(ExperimentConfig):
                   "tokens": [256, 512, 1024], "eval_tokens": 512, "n_boot": 20, "grid": "coarse",
                   "laws": ["chinchilla", "kaplan_n"]},
         "quick": {},
-        "paper": {"d_models": [64, 90, 128, 180, 256, 360], "n_layers": 4, "seq_len": 256, "batch_size": 64,
+        "paper": {"d_models": [64, 96, 128, 192, 256, 384], "n_layers": 4, "seq_len": 256, "batch_size": 64,
                   "tokens": [2 ** k for k in range(22, 28)], "lr": 1e-3, "eval_tokens": 262144, "threads": 8},
     }
 

@@ -1,0 +1,36 @@
+"""Every registered experiment: all three presets resolve, validate and give a non-empty sweep;
+its catalog entry names a claim, a source with an arXiv id or reference, and a time per preset."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmsci.config import PRESET_NAMES, resolve_config
+from lmsci.experiments.registry import catalog
+
+NAMES = sorted(catalog())
+
+
+def test_catalog_has_the_issues_experiments():
+    assert {"factual-recall", "hallucination-stage", "shakespeare-lm", "length-generalization", "passkey-retrieval",
+            "knowledge-extraction", "celebrity-helps-minority", "reversal-curse", "knowledge-capacity",
+            "scaling-sweep", "chinchilla-refit"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_presets_resolve_validate_and_have_points(name, preset):
+    cls = catalog()[name]
+    cfg = resolve_config(cls.Config, preset)
+    assert cfg.preset == preset
+    exp = cls()
+    exp.validate(cfg)
+    points = exp.points(cfg)
+    assert points and len({p.id for p in points}) == len(points)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_catalog_entry(name):
+    cls = catalog()[name]
+    assert cls.claim and cls.source
+    assert set(cls.time_estimate) == set(PRESET_NAMES)
