@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.knowledge_common import (
-    AUGMENTED, SINGLE, DataSpec, ModelSpec, TrainSpec, binom_ci, bio_recall, bio_stream, check_model,
+    BiosQAConfig,
+    AUGMENTED, SINGLE, DataSpec, binom_ci, bio_recall, bio_stream, check_model,
     exposures_of, make_model, qa_metrics, qa_stream, train_packed,
 )
 from lmsci.experiments.registry import register
@@ -23,7 +23,7 @@ from lmsci.runs import RunDir, Verdict
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
 
 
-class CelebrityConfig(ExperimentConfig):
+class CelebrityConfig(BiosQAConfig):
     """Configuration of ``celebrity-helps-minority`` (defaults = quick preset).
 
     Attributes:
@@ -32,16 +32,8 @@ class CelebrityConfig(ExperimentConfig):
         exposures: biographies per person in pretraining (the same for celebrities and minority).
     """
 
-    n_people: int = Field(160, ge=4, le=1_000_000)
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
     augmented: DataSpec = AUGMENTED
-    model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
-    exposures: int = Field(100, ge=1)
-    seq_len: int = Field(256, ge=64)
-    qa_seq_len: int = Field(96, ge=32)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
-    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
-    ft_epochs: int = Field(30, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from lmsci.config import StrictModel
+from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
 from lmsci.measure.accuracy import exact_match, inverse_accuracy, qa_accuracy
@@ -128,6 +128,28 @@ class TrainSpec(StrictModel):
     batch_size: int = Field(32, ge=1)
     weight_decay: float = Field(0.1, ge=0)
     warmup_frac: float = Field(0.05, ge=0, le=0.5)
+
+
+
+class BiosQAConfig(ExperimentConfig):
+    """Fields shared by the bioS experiments that pretrain on biographies and then ask questions.
+
+    Attributes:
+        n_people: N individuals in the world.
+        model: the GPT trained (``d_model``, ``n_layers``, ``n_heads``).
+        exposures: biographies per person seen in pretraining.
+        seq_len: pretraining window length in tokens; ``qa_seq_len`` the QA fine-tuning window.
+        pretrain, finetune: optimizer settings of the two phases; ``ft_epochs`` QA fine-tuning epochs.
+    """
+
+    n_people: int = Field(160, ge=4, le=1_000_000)
+    model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
+    exposures: int = Field(100, ge=1)
+    seq_len: int = Field(256, ge=64)
+    qa_seq_len: int = Field(96, ge=32)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
+    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
+    ft_epochs: int = Field(30, ge=1)
 
 
 def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, seed: int, ctx: PointContext | None,

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.knowledge_common import (
-    AUGMENTED, SINGLE, DataSpec, ModelSpec, TrainSpec, binom_ci, bio_recall, bio_stream, check_model,
+    BiosQAConfig,
+    AUGMENTED, SINGLE, DataSpec, binom_ci, bio_recall, bio_stream, check_model,
     exposures_of, make_model, qa_metrics, qa_stream, train_packed,
 )
 from lmsci.experiments.registry import register
@@ -26,7 +26,7 @@ from lmsci.runs import RunDir, Verdict
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
 
-class KnowledgeExtractionConfig(ExperimentConfig):
+class KnowledgeExtractionConfig(BiosQAConfig):
     """Configuration of ``knowledge-extraction`` (defaults = quick preset).
 
     Attributes:
@@ -41,17 +41,9 @@ class KnowledgeExtractionConfig(ExperimentConfig):
         probes: run P- and Q-probing after BIO pretraining (``pretrain_ft`` points).
     """
 
-    n_people: int = Field(160, ge=4, le=1_000_000)
     data: list[Literal["single", "augmented"]] = ["single", "augmented"]
     regimes: list[Literal["pretrain_ft", "mixed"]] = ["pretrain_ft", "mixed"]
     augmented: DataSpec = AUGMENTED
-    model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
-    exposures: int = Field(100, ge=1)
-    seq_len: int = Field(256, ge=64)
-    qa_seq_len: int = Field(96, ge=32)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
-    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
-    ft_epochs: int = Field(30, ge=1)
     mixed_qa_epochs: int = Field(20, ge=1)
     probes: bool = True
 
