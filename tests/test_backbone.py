@@ -36,6 +36,7 @@ class ToyConfig(ExperimentConfig):
 class Toy(Experiment):
     claim = "toy claim"
     source = "none"
+    time_estimate = {"smoke": "1 s", "quick": "1 s", "paper": "1 s"}
     Config = ToyConfig
     calls: list[str] = []
     fail_at = -1  # simulate Ctrl-C at this point index
@@ -177,3 +178,18 @@ def test_threads_set_while_points_run_and_restored(tmp_path):
     finally:
         Toy.run_point = orig
     assert seen == [2, 2] and torch.get_num_threads() == before
+
+
+def test_dotted_overrides_do_not_leak_into_presets():
+    from lmsci.config import StrictModel
+
+    class Inner(StrictModel):
+        d_model: int = 8
+
+    class Outer(ExperimentConfig):
+        inner: Inner = Inner()
+        PRESETS = {"smoke": {"inner": {"d_model": 16}}, "quick": {}, "paper": {}}
+
+    assert resolve_config(Outer, "smoke", ["inner.d_model=18"]).inner.d_model == 18
+    assert Outer.PRESETS["smoke"] == {"inner": {"d_model": 16}}
+    assert resolve_config(Outer, "smoke").inner.d_model == 16

@@ -9,6 +9,7 @@ the value and what is allowed, before any work starts.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any, ClassVar
 
@@ -137,7 +138,7 @@ def resolve_config(
     if preset not in config_cls.PRESETS:
         raise UnknownNameError("preset", preset, config_cls.PRESETS.keys())
     data: dict[str, Any] = {}
-    for k, v in config_cls.PRESETS[preset].items():
+    for k, v in copy.deepcopy(config_cls.PRESETS[preset]).items():  # overrides must not edit PRESETS
         _set_dotted(data, k, v)
     data["preset"] = preset
     ov = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
