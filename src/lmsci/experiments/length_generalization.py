@@ -20,7 +20,6 @@ Sweep points (each resumable): ``train`` (model + checkpoint in its point direct
 
 from __future__ import annotations
 
-import json
 import functools
 from typing import Any
 
@@ -114,23 +113,20 @@ def _build_model(cfg: LengthGeneralizationConfig, vocab_size: int, seed: int):
 
 
 def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, log=None, progress=None):
-    """The trained model of point ``train`` (trains it, resuming from its checkpoint, when missing)."""
-    from lmsci.models.gpt import GPT
+    """The model of point ``train`` and its :class:`TrainResult`.
+
+    The trainer keeps its checkpoints in ``points/train/ckpt``: the first call trains (resuming after an
+    interruption), later calls find the final checkpoint and only load it.
+    """
     from lmsci.train.trainer import TrainConfig, train
     from lmsci.worlds.shakespeare import make_get_batch
 
-    d = run.point_dir("train")
-    if (d / "model" / "model.safetensors").is_file():
-        return GPT.from_pretrained(d / "model").eval(), None
     corpus = _corpus()
     model = _build_model(cfg, corpus.vocab_size, seed)
     tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                      device="cpu", checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
     res = train(model, make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), tc, seed=seed, log=log,
-                checkpoint_dir=d / "ckpt", progress=progress)
-    model.save_pretrained(d / "model")
-    (d / "model" / "train_summary.json").write_text(json.dumps({"loss": res.final.get("loss"),
-                                                               "tokens_seen": res.tokens_seen}))
+                checkpoint_dir=run.point_dir("train") / "ckpt", progress=progress)
     return model.eval(), res
 
 
@@ -191,11 +187,8 @@ class LengthGeneralization(Experiment):
             bar = ctx.progress(cfg.steps, "train")
             model, res = train_or_load(cfg, ctx.run, ctx.seed, log=lambda m: ctx.log(**m), progress=bar)
             bar.close()
-            p = ctx.run.point_dir("train") / "model" / "train_summary.json"
-            final = {"loss": res.final.get("loss"), "tokens_seen": res.tokens_seen} if res is not None else (
-                json.loads(p.read_text()) if p.is_file() else {})
-            return {"kind": "train", "method": "", "train_loss": final.get("loss"),
-                    "params": model.num_params(), "steps": cfg.steps, "tokens_seen": final.get("tokens_seen")}
+            return {"kind": "train", "method": "", "train_loss": res.final.get("loss"),
+                    "params": model.num_params(), "steps": cfg.steps, "tokens_seen": res.tokens_seen}
         model, _ = train_or_load(cfg, ctx.run, ctx.seed)
         if kind == "eval":
             return self._eval(cfg, point.params["method"], model, ctx)

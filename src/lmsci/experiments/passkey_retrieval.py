@@ -21,7 +21,6 @@ Sweep points: ``train`` (model checkpoint in its point directory) and one ``eval
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -171,29 +170,23 @@ def _train_batch_fn(cfg: PasskeyConfig):
 
 
 def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, log=None, progress=None):
-    """The model of point ``train`` (trains it, resuming from its checkpoint, when missing)."""
+    """The model of point ``train`` and its :class:`TrainResult`.
+
+    The trainer keeps its checkpoints in ``points/train/ckpt``: the first call trains (resuming after an
+    interruption), later calls find the final checkpoint and only load it.
+    """
     from lmsci.models.gpt import GPT, GPTConfig
     from lmsci.train.trainer import TrainConfig, train
 
-    d = run.point_dir("train")
-    if (d / "model" / "model.safetensors").is_file():
-        return GPT.from_pretrained(d / "model").eval(), None
     fixed, ans = passkey_layout(cfg.n_digits)
     g = GPTConfig(vocab_size=VOCAB_SIZE, seq_len=cfg.seq_len + ans, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                   d_model=cfg.d_model, pos="rope", norm="rmsnorm", bias=False)
     model = GPT(g, seed=seed)
     tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                      device="cpu", checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
-    res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=d / "ckpt", progress=progress)
-    model.save_pretrained(d / "model")
-    (d / "model" / "train_summary.json").write_text(json.dumps({"loss": res.final.get("loss"),
-                                                               "tokens_seen": res.tokens_seen}))
+    res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=run.point_dir("train") / "ckpt",
+                progress=progress)
     return model.eval(), res
-
-
-def _summary(run: RunDir) -> dict:
-    p = run.point_dir("train") / "model" / "train_summary.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
 
 
 @torch.no_grad()
@@ -263,8 +256,7 @@ class PasskeyRetrieval(Experiment):
             bar = ctx.progress(cfg.steps, "train")
             model, res = train_or_load(cfg, ctx.run, train_seed, log=lambda m: ctx.log(**m), progress=bar)
             bar.close()
-            final = res.final if res is not None else _summary(ctx.run)
-            return {"kind": "train", "factor": None, "train_loss": final.get("loss"), "params": model.num_params()}
+            return {"kind": "train", "factor": None, "train_loss": res.final.get("loss"), "params": model.num_params()}
         model, _ = train_or_load(cfg, ctx.run, train_seed)
         f = point.params["factor"]
         n = cfg.seq_len * f
