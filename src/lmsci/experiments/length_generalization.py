@@ -112,11 +112,12 @@ def _build_model(cfg: LengthGeneralizationConfig, vocab_size: int, seed: int):
     return GPT(g, seed=seed)
 
 
-def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, log=None, progress=None):
+def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, device: str = "cpu", log=None, progress=None):
     """The model of point ``train`` and its :class:`TrainResult`.
 
     The trainer keeps its checkpoints in ``points/train/ckpt``: the first call trains (resuming after an
-    interruption), later calls find the final checkpoint and only load it.
+    interruption), later calls find the final checkpoint and only load it. Training runs on ``device``;
+    the model is returned on the CPU, where the evaluation harness runs.
     """
     from lmsci.train.trainer import TrainConfig, train
     from lmsci.worlds.shakespeare import make_get_batch
@@ -124,10 +125,10 @@ def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, log=N
     corpus = _corpus()
     model = _build_model(cfg, corpus.vocab_size, seed)
     tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                     device="cpu", checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
+                     device=device, checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
     res = train(model, make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), tc, seed=seed, log=log,
                 checkpoint_dir=run.point_dir("train") / "ckpt", progress=progress)
-    return model.eval(), res
+    return model.cpu().eval(), res
 
 
 def eval_sequences(cfg: LengthGeneralizationConfig, n: int) -> torch.Tensor:
@@ -185,11 +186,11 @@ class LengthGeneralization(Experiment):
         kind = point.params["kind"]
         if kind == "train":
             bar = ctx.progress(cfg.steps, "train")
-            model, res = train_or_load(cfg, ctx.run, ctx.seed, log=lambda m: ctx.log(**m), progress=bar)
+            model, res = train_or_load(cfg, ctx.run, ctx.seed, ctx.device, log=lambda m: ctx.log(**m), progress=bar)
             bar.close()
             return {"kind": "train", "method": "", "train_loss": res.final.get("loss"),
                     "params": model.num_params(), "steps": cfg.steps, "tokens_seen": res.tokens_seen}
-        model, _ = train_or_load(cfg, ctx.run, ctx.seed)
+        model, _ = train_or_load(cfg, ctx.run, ctx.seed, ctx.device)
         if kind == "eval":
             return self._eval(cfg, point.params["method"], model, ctx)
         return self._profile(cfg, model, ctx)

@@ -169,11 +169,12 @@ def _train_batch_fn(cfg: PasskeyConfig):
     return get_batch
 
 
-def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, log=None, progress=None):
+def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, device: str = "cpu", log=None, progress=None):
     """The model of point ``train`` and its :class:`TrainResult`.
 
     The trainer keeps its checkpoints in ``points/train/ckpt``: the first call trains (resuming after an
-    interruption), later calls find the final checkpoint and only load it.
+    interruption), later calls find the final checkpoint and only load it. Training runs on ``device``;
+    the model is returned on the CPU, where the evaluation harness runs.
     """
     from lmsci.models.gpt import GPT, GPTConfig
     from lmsci.train.trainer import TrainConfig, train
@@ -183,10 +184,10 @@ def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, log=None, progress
                   d_model=cfg.d_model, pos="rope", norm="rmsnorm", bias=False)
     model = GPT(g, seed=seed)
     tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                     device="cpu", checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
+                     device=device, checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
     res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=run.point_dir("train") / "ckpt",
                 progress=progress)
-    return model.eval(), res
+    return model.cpu().eval(), res
 
 
 @torch.no_grad()
@@ -254,10 +255,10 @@ class PasskeyRetrieval(Experiment):
         train_seed = derive_seed(cfg.seed, self.name, "train")
         if point.params["kind"] == "train":
             bar = ctx.progress(cfg.steps, "train")
-            model, res = train_or_load(cfg, ctx.run, train_seed, log=lambda m: ctx.log(**m), progress=bar)
+            model, res = train_or_load(cfg, ctx.run, train_seed, ctx.device, log=lambda m: ctx.log(**m), progress=bar)
             bar.close()
             return {"kind": "train", "factor": None, "train_loss": res.final.get("loss"), "params": model.num_params()}
-        model, _ = train_or_load(cfg, ctx.run, train_seed)
+        model, _ = train_or_load(cfg, ctx.run, train_seed, ctx.device)
         f = point.params["factor"]
         n = cfg.seq_len * f
         rng = np.random.default_rng(ctx.seed)
