@@ -29,7 +29,7 @@ def _guard(fn, *args, **kwargs):
     """Run ``fn``; turn lmsci input errors into a clear message and exit code 2."""
     try:
         return fn(*args, **kwargs)
-    except (ConfigError, RunDirError, LmsciError) as e:
+    except LmsciError as e:  # ConfigError, RunDirError, DataError, ...
         fail(str(e))
 
 
@@ -68,9 +68,7 @@ def run_cmd(
     def go():
         cls = get(name)
         cfg = resolve_config(cls.Config, preset, set_ or [], seed)
-        exp = cls()
-        exp.validate(cfg)
-        return run_experiment(exp, cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True))
+        return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True))
 
     run = _guard(go)
     typer.echo(f"run directory: {run.path}")

@@ -140,13 +140,7 @@ class Verdict:
 
 
 def _jsonable(v: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(v, np.generic):
-            return v.item()
-    except ImportError:  # pragma: no cover
-        pass
+    """numpy/torch scalars to Python numbers (``.item()``); anything else unchanged."""
     if hasattr(v, "item") and callable(v.item):
         try:
             return v.item()
