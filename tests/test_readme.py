@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -23,11 +24,14 @@ def test_readme_python_example_runs(tmp_path):
         x = torch.randint(0, 65, (4, 17), generator=gen)
         return x[:, :-1], x[:, 1:]
 
-    ns = {"ids": torch.randint(0, 65, (2, 16), generator=g), "long_ids": torch.randint(0, 65, (1, 300), generator=g),
+    ns = {"ids": torch.randint(0, 65, (2, 16), generator=g), "targets": torch.randint(0, 65, (2, 16), generator=g),
+          "long_ids": torch.randint(0, 65, (1, 300), generator=g),
           "get_batch": get_batch}
     exec(block, ns)
     assert ns["long_logits"].shape == (1, 300, 65)
     assert not torch.equal(ns["patched"], ns["logits"])
+    ref = torch.nn.functional.cross_entropy(ns["model"](ns["ids"]).flatten(0, 1), ns["targets"].flatten(), reduction="sum")
+    assert ns["nll_sum"].item() == pytest.approx(ref.item(), rel=1e-5)
 
 
 def test_readme_commands_exist():

@@ -239,3 +239,16 @@ def test_progress_bar_gets_steps_and_postfix():
     bar = Bar()
     train(make_model(), get_batch_factory(), cfg(steps=7, log_every=2), seed=0, progress=bar)
     assert bar.n == 7 and set(bar.postfix) == {"loss", "tok_s"}
+
+
+def test_precision_bf16_on_cpu_trains_and_fp32_is_the_cpu_default():
+    a, b, c = make_model(dropout=0.0), make_model(dropout=0.0), make_model(dropout=0.0)
+    ra = train(a, get_batch_factory(), cfg(), seed=0)
+    rb = train(b, get_batch_factory(), cfg(precision="fp32"), seed=0)
+    rc = train(c, get_batch_factory(), cfg(precision="bf16"), seed=0)
+    assert [r["loss"] for r in ra.history] == [r["loss"] for r in rb.history]  # auto = fp32 on CPU
+    assert rc.history[-1]["loss"] < rc.history[0]["loss"]
+    assert rc.history[-1]["loss"] != ra.history[-1]["loss"]  # bf16 matmuls really ran
+    assert all(p.dtype == torch.float32 for p in c.parameters())
+    with pytest.raises(Exception, match="precision"):
+        cfg(precision="fp16")

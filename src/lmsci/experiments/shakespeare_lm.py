@@ -77,6 +77,7 @@ class ShakespeareLMConfig(ExperimentConfig):
     grad_clip: float = Field(1.0, ge=0)
     grad_accum: int = Field(1, ge=1)
     checkpoint_every: int = Field(500, ge=0)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
 
     eval_every: int = Field(200, ge=0)
     eval_tokens: int = Field(16384, ge=1)
@@ -143,7 +144,7 @@ class ShakespeareLM(Experiment):
                            min_lr_ratio=cfg.min_lr_ratio, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
                            grad_accum=cfg.grad_accum, eval_every=cfg.eval_every,
                            checkpoint_every=cfg.checkpoint_every, log_every=max(1, min(10, cfg.steps // 50)),
-                           device=ctx.device)
+                           device=ctx.device, precision=cfg.precision)
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
         val_curve = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         train_curve = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.eval_tokens)

@@ -536,6 +536,35 @@ class GPT(nn.Module):
         Raises:
             ConfigError: positions beyond ``cfg.seq_len`` with learned positions.
         """
+        return self.lm_head(self.final_hidden(input_ids, kv_cache=kv_cache))
+
+    def sum_nll(self, input_ids: Tensor, targets: Tensor) -> Tensor:
+        """Summed next-token cross-entropy in nats, without materialising the logits.
+
+        Equals ``F.cross_entropy(self(input_ids).flatten(0, 1), targets.flatten(), ignore_index=-100,
+        reduction="sum")`` to float rounding, computed by the fused chunked head
+        :func:`lmsci.models.loss.linear_cross_entropy` (faster on CPU and far smaller in memory when
+        ``vocab_size`` is large; the trainer uses it for every model that has this method). All hook
+        points fire as in :meth:`forward`.
+
+        Args:
+            input_ids: ``[batch, seq]`` long.
+            targets: ``[batch, seq]`` long, ``-100`` ignored.
+
+        Returns:
+            a scalar tensor (nats, summed over non-ignored targets).
+
+        Raises:
+            ValueError: a target outside ``[0, vocab_size)`` that is not ``-100``.
+            ConfigError: as :meth:`forward`.
+        """
+        from lmsci.models.loss import linear_cross_entropy
+
+        return linear_cross_entropy(self.final_hidden(input_ids), self.lm_head.weight, targets)
+
+    def final_hidden(self, input_ids: Tensor, *, kv_cache: list[dict[str, Tensor]] | None = None) -> Tensor:
+        """The residual stream after the final norm (hook point ``final``), ``[batch, seq, d_model]``;
+        :meth:`forward` applies ``lm_head`` to it. Arguments and errors as :meth:`forward`."""
         B, T = input_ids.shape
         start = 0
         if kv_cache is not None:
@@ -554,8 +583,7 @@ class GPT(nn.Module):
         x = self.hook_embed(x)
         for i, block in enumerate(self.blocks):
             x = block(x, pos, None if kv_cache is None else kv_cache[i])
-        x = self.hook_final(self.ln_f(x))
-        return self.lm_head(x)
+        return self.hook_final(self.ln_f(x))
 
     # -- hooks -------------------------------------------------------------------------------
     def _resolve(self, name: str | Callable[[str], bool]) -> list[HookPoint]:

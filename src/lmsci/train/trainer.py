@@ -12,8 +12,10 @@ Randomness comes only from ``seed``: batches are drawn by ``get_batch`` with a
 (dropout) runs inside :func:`torch.random.fork_rng` seeded from it, so the caller's global RNG
 state is left untouched. Both generator states are saved in the checkpoint.
 
-On CUDA the forward pass runs under bf16 autocast (that code path is present but only CPU is
-tested here). Losses are cross-entropy in nats/token; targets equal to ``-100`` are ignored.
+On CUDA the forward pass runs under bf16 autocast by default (that code path is present but only
+CPU is tested here); ``precision="bf16"`` asks for it on the CPU too. Losses are cross-entropy in
+nats/token; targets equal to ``-100`` are ignored. A model with a ``sum_nll`` method (lmsci's GPT)
+computes its loss through the fused head of :mod:`lmsci.models.loss`; the optimizer is fused AdamW.
 
 Source of the recipe: Karpathy, nanoGPT ``train.py`` (AdamW groups, warmup + cosine schedule);
 Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization", arXiv 1711.05101 (AdamW);
@@ -33,7 +35,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -72,6 +74,11 @@ class TrainConfig(StrictModel):
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
         tensorboard: also write the metrics as TensorBoard scalars (only if the ``tensorboard``
             package is installed; otherwise a warning) under ``checkpoint_dir/tensorboard``.
+        precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``fp32``, or ``bf16`` (autocast
+            on any device; on CPUs with AVX512-BF16 or AMX it speeds the trunk's matmuls -- measured
+            1.5x at d_model 256 on a 2-core AVX512-BF16 machine, 1.1x at d_model 128 -- but results
+            then differ from fp32 beyond rounding). Weights, optimizer state and the loss head
+            (:mod:`lmsci.models.loss`) stay fp32.
     """
 
     steps: int = Field(1000, ge=1)
@@ -88,6 +95,7 @@ class TrainConfig(StrictModel):
     log_every: int = Field(1, ge=1)
     device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
     tensorboard: bool = False
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
 
 
 @dataclass
@@ -134,13 +142,14 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with two groups: decay for parameters with ``ndim >= 2`` (matmul weights, embeddings),
-    no decay for biases and norm gains (nanoGPT's grouping)."""
+    no decay for biases and norm gains (nanoGPT's grouping). The fused implementation (one kernel
+    for all parameters; CPU and CUDA, torch >= 2.4; the default of Hugging Face's Trainer too)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), foreach=False)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=True)
 
 
 def _logits(out: Any) -> torch.Tensor:
@@ -151,9 +160,16 @@ def _logits(out: Any) -> torch.Tensor:
 def sum_nll(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Summed cross-entropy (nats) over non-ignored targets, and their count.
 
+    A model with a ``sum_nll(input_ids, targets)`` method (lmsci's :class:`~lmsci.models.gpt.GPT`:
+    a fused, chunked head that never materialises the logits) computes it itself; any other model
+    (Hugging Face, the associative memories) returns logits and ``F.cross_entropy`` is applied.
+
     Args:
         x: input ids ``[batch, seq]`` long. y: targets ``[batch, seq]`` long, ``-100`` ignored.
     """
+    own = getattr(model, "sum_nll", None)
+    if callable(own):
+        return own(x, y), int((y != IGNORE_INDEX).sum())
     logits = _logits(model(x))
     loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction="sum")
@@ -200,9 +216,10 @@ def seed_scope(seed: int) -> Iterator[None]:
         yield
 
 
-def _autocast(device: str):
-    if device.startswith("cuda"):
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def _autocast(device: str, precision: str = "auto"):
+    """bf16 autocast for ``precision="bf16"``, or ``"auto"`` on CUDA; otherwise nothing (fp32)."""
+    if precision == "bf16" or (precision == "auto" and device.startswith("cuda")):
+        return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -378,7 +395,7 @@ def train(
             if eval_fn is None:
                 return
             model.eval()
-            with torch.no_grad(), _autocast(device):
+            with torch.no_grad(), _autocast(device, cfg.precision):
                 metrics = eval_fn(model)
             model.train()
             emit({"step": step, **{k: float(v) if isinstance(v, (int, float)) else v
@@ -400,7 +417,7 @@ def train(
             loss_sum = 0.0
             for x, y in micro:
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with _autocast(device):
+                with _autocast(device, cfg.precision):
                     s, _ = sum_nll(model, x, y)
                 (s / max(n_tok, 1)).backward()
                 loss_sum += float(s.detach())
