@@ -77,31 +77,28 @@ def bench(shape: dict, args: argparse.Namespace) -> dict:
     tcfg = TrainConfig(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, grad_clip=1.0)
     trunk = torch.compile(ours.final_hidden) if args.compile else ours.final_hidden
 
-    def ours_step(opt):
+    def ours_loss(i: int) -> torch.Tensor:
+        x, y = data[i, :, :-1], data[i, :, 1:].clone()
+        y[:, -1] = IGNORE_INDEX  # HF's shift leaves the last position without a target
+        return linear_cross_entropy(trunk(x), ours.lm_head.weight, y) / int((y != IGNORE_INDEX).sum())
+
+    def hf_loss(i: int) -> torch.Tensor:
+        x = data[i, :, :-1]
+        return theirs(input_ids=x, labels=x, use_cache=False).loss
+
+    def make_step(model, loss_fn):
+        opt = make_optimizer(model, tcfg)
+
         def step(i: int) -> float:
-            x, y = data[i, :, :-1], data[i, :, 1:].clone()
-            y[:, -1] = IGNORE_INDEX  # HF's shift leaves the last position without a target
-            n = int((y != IGNORE_INDEX).sum())
-            loss = linear_cross_entropy(trunk(x), ours.lm_head.weight, y) / n
+            loss = loss_fn(i)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(ours.parameters(), tcfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
             opt.step()
             return loss.item()
         return step
 
-    def hf_step(opt):
-        def step(i: int) -> float:
-            x = data[i, :, :-1]
-            loss = theirs(input_ids=x, labels=x, use_cache=False).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(theirs.parameters(), tcfg.grad_clip)
-            opt.step()
-            return loss.item()
-        return step
-
-    runs = {"lmsci": ours_step(make_optimizer(ours, tcfg)), "hf": hf_step(make_optimizer(theirs, tcfg))}
+    runs = {"lmsci": make_step(ours, ours_loss), "hf": make_step(theirs, hf_loss)}
     last, warm = {}, {}
     for name, step in runs.items():
         t0 = time.perf_counter()

@@ -100,6 +100,8 @@ def test_run_writes_store_and_resumes(tmp_path):
     assert Toy.calls == ["p2", "p3"]  # p0, p1 are not recomputed
     assert list(run.results()["point"]) == ["p0", "p1", "p2", "p3"]
     assert "reproduced" in (tmp_path / "r" / "report.md").read_text()
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page and "reproduced" in page
     v = json.loads((tmp_path / "r" / "verdict.json").read_text())
     assert set(v) >= {"claim", "statistic", "value", "ci", "threshold", "reproduced"}
     env = json.loads((tmp_path / "r" / "environment.json").read_text())
@@ -193,3 +195,13 @@ def test_dotted_overrides_do_not_leak_into_presets():
     assert resolve_config(Outer, "smoke", ["inner.d_model=18"]).inner.d_model == 18
     assert Outer.PRESETS["smoke"] == {"inner": {"d_model": 16}}
     assert resolve_config(Outer, "smoke").inner.d_model == 16
+
+
+def test_markdown_to_html_tables_images_and_escaping():
+    from lmsci.report import markdown_to_html
+
+    page = markdown_to_html("# T\n\n| a | b |\n|---|---|\n| 1 | <x> |\n\n![cap](figures/f.png)\n", title="t&t")
+    assert "<h1>T</h1>" in page and "<td>1</td>" in page
+    assert '<img src="figures/f.png" alt="cap"' in page
+    assert "&lt;x&gt;" in page and "<x>" not in page  # raw HTML is escaped
+    assert "<title>t&amp;t</title>" in page

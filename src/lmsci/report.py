@@ -1,4 +1,8 @@
-"""Reports: verdict.json and report.md (with PNG figures), re-renderable from stored results."""
+"""Reports: verdict.json, report.md and report.html (with PNG figures), re-renderable from stored results.
+
+report.html is report.md rendered by ``markdown-it-py`` (CommonMark + tables) into one self-contained
+page (inline CSS; figures linked from ``figures/`` as in the markdown), for reading in a browser.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +55,8 @@ def verdict_table(verdicts: list[Verdict]) -> str:
 
 
 def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[Verdict]:
-    """Compute verdicts and figures from ``run``'s results and write verdict.json and report.md."""
+    """Compute verdicts and figures from ``run``'s results and write verdict.json, report.md and
+    report.html."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,5 +86,27 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
     parts.append("## Results\n")
     parts.append(markdown_table(results))
     parts.append("\n## Configuration\n\n```yaml\n" + run.config_yaml() + "```\n")
-    atomic_write_text(run.path / RunDir.REPORT, "\n".join(parts))
+    text = "\n".join(parts)
+    atomic_write_text(run.path / RunDir.REPORT, text)
+    atomic_write_text(run.path / RunDir.REPORT_HTML, markdown_to_html(text, title=f"lmsci: {exp.name}"))
     return verdicts
+
+
+_CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px;
+vertical-align:top}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:1em;overflow:auto}
+blockquote{border-left:4px solid #ddd;margin:0;padding:0 1em;color:#555}"""
+
+
+def markdown_to_html(text: str, title: str = "lmsci report") -> str:
+    """Render markdown (CommonMark with GitHub tables) to a complete HTML page with inline CSS.
+
+    Raw HTML in ``text`` is escaped, not passed through (``html=False``).
+    """
+    import html
+
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head>\n<body>\n{body}</body></html>\n")

@@ -162,6 +162,7 @@ class RunDir:
     RESULTS = "results.csv"
     VERDICT = "verdict.json"
     REPORT = "report.md"
+    REPORT_HTML = "report.html"
     META = "run.json"
 
     def __init__(self, path: str | Path):
