@@ -146,3 +146,18 @@ def test_trainer_uses_the_fused_head_and_trains_the_same():
     s, n = sum_nll(fused, x, y)
     assert n == y.numel()
     assert evaluate_nll(fused, [(x, y)]) == pytest.approx(s.item() / n, rel=1e-6)
+
+
+def test_second_backward_is_refused():
+    h, W = torch.randn(6, 4, requires_grad=True), torch.randn(9, 4, requires_grad=True)
+    loss = linear_cross_entropy(h, W, torch.arange(6))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="already run"):
+        loss.backward()
+
+
+def test_empty_input_gives_zero_loss_and_gradients():
+    h, W = torch.randn(0, 4, requires_grad=True), torch.randn(9, 4, requires_grad=True)
+    loss = linear_cross_entropy(h, W, torch.zeros(0, dtype=torch.long))
+    loss.backward()
+    assert loss.item() == 0.0 and W.grad.abs().max() == 0 and h.grad.shape == (0, 4)

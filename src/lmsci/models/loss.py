@@ -21,7 +21,8 @@ This is the technique of Liger Kernel's ``FusedLinearCrossEntropy`` (Hsu et al. 
 sec. 3.2) and, in spirit, Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009), written here
 with plain PyTorch ops.
 
-Limits: no double backward (the gradient is computed in the forward pass); no label smoothing.
+Limits: one backward pass per loss (the gradient is computed in the forward pass and scaled in
+place; ``retain_graph`` and double backward are not supported); no label smoothing.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         any_ignored = not bool(valid_all.all())
         safe = torch.where(valid_all, targets, torch.zeros_like(targets))
         grad_h = torch.empty_like(hidden) if need_hidden_grad else None
-        grad_w = torch.zeros_like(weight) if need_weight_grad else None
+        grad_w = None
+        if need_weight_grad:  # the first chunk writes it (no rows at all: zero)
+            grad_w = torch.empty_like(weight) if n else torch.zeros_like(weight)
         total = hidden.new_zeros((), dtype=torch.float64)
         for s in range(0, n, chunk_rows):
             h = hidden[s:s + chunk_rows]
@@ -77,16 +80,25 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_h is not None:
                 torch.mm(p, weight, out=grad_h[s:s + chunk_rows])
             if grad_w is not None:
-                grad_w.addmm_(p.t(), h)
+                if s == 0:
+                    torch.mm(p.t(), h, out=grad_w)
+                else:
+                    grad_w.addmm_(p.t(), h)
         ctx.save_for_backward(*(g for g in (grad_h, grad_w) if g is not None))
         ctx.has = (grad_h is not None, grad_w is not None)
         return total.to(hidden.dtype)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
+        # The stored gradients are scaled in place and handed to autograd (no copy of a
+        # [vocab_size, d_model] tensor), so a second backward through the same graph is refused.
+        if getattr(ctx, "consumed", False):
+            raise RuntimeError("linear_cross_entropy: backward was already run through this loss "
+                               "(retain_graph is not supported); compute the loss again")
+        ctx.consumed = True
         saved = list(ctx.saved_tensors)
-        gh = saved.pop(0) * grad_out if ctx.has[0] else None
-        gw = saved.pop(0) * grad_out if ctx.has[1] else None
+        gh = saved.pop(0).mul_(grad_out) if ctx.has[0] else None
+        gw = saved.pop(0).mul_(grad_out) if ctx.has[1] else None
         return gh, gw, None, None, None, None, None
 
 
