@@ -89,6 +89,7 @@ def test_bad_input_is_named():
 
 def test_default_chunk_rows():
     assert default_chunk_rows(50257) == (1 << 23) // 50257
+    assert default_chunk_rows(50257, d_model=768) == 768
     assert default_chunk_rows(10**9) == 16
 
 
