@@ -254,3 +254,23 @@ def test_other_hf_families_patch(family):
                 outs = [s.feed(x[:, i:i + 3]) for i in range(0, 30, 3)]
             torch.testing.assert_close(torch.cat(outs, 1), long, atol=1e-5, rtol=1e-5)
         assert torch.equal(m(x).logits, ref)
+
+
+def test_hf_patch_refuses_padding_and_mixed_positions_then_removes_the_check():
+    m = _tiny_llama()
+    x = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    pad = torch.ones(2, 12, dtype=torch.long)
+    pad[1, :3] = 0  # left padding on row 1
+    with torch.no_grad():
+        with lm_infinite(m, 64, 4):
+            ok = m(input_ids=x, attention_mask=torch.ones_like(pad)).logits  # all ones is fine
+            with pytest.raises(ConfigError) as e:
+                m(input_ids=x, attention_mask=pad)
+            assert e.value.field == "attention_mask"
+            pos = torch.stack([torch.arange(12), torch.arange(12) + 5])
+            with pytest.raises(ConfigError) as e:
+                m(input_ids=x, position_ids=pos)
+            assert e.value.field == "position_ids"
+        assert ok.shape == (2, 12, 64)
+        m(input_ids=x, attention_mask=pad)  # the check leaves with the patch
+        assert not m.model._forward_pre_hooks

@@ -529,6 +529,25 @@ def _neox_layers(model: Any):
     return base, base.layers
 
 
+def _refuse_padding(module: Any, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook on a patched Hugging Face base model: the patched attention computes plain
+    causal attention over one shared position sequence, so padded batches (an ``attention_mask`` with
+    zeros) or rows with different ``position_ids`` are refused instead of being silently mis-attended.
+
+    Raises:
+        ConfigError: naming ``attention_mask`` or ``position_ids``.
+    """
+    mask = kwargs.get("attention_mask")
+    if isinstance(mask, Tensor) and mask.dim() == 2 and not bool(mask.bool().all()):
+        raise ConfigError("attention_mask", "a mask with padded (zero) positions",
+                          "None or all ones under an attention patch (no padding support): run sequences "
+                          "of different lengths one at a time")
+    pos = kwargs.get("position_ids")
+    if isinstance(pos, Tensor) and pos.dim() == 2 and pos.shape[0] > 1 and not bool((pos == pos[:1]).all()):
+        raise ConfigError("position_ids", "rows with different positions",
+                          "the same positions for every row under an attention patch")
+
+
 def gpt_scorer(attn: Any, cfg: Any) -> Scorer:
     """The positional scorer of an lmsci GPT attention module (``cfg.pos`` in ``rope``/``alibi``).
 
@@ -587,7 +606,9 @@ class AttentionPatch:
         session: the open :class:`StreamingSession` or None.
 
     Raises:
-        ConfigError: unsupported model (names what is supported), or a GPT without RoPE/ALiBi.
+        ConfigError: unsupported model (names what is supported), or a GPT without RoPE/ALiBi; and,
+            while a Hugging Face model is patched, a call with a padded ``attention_mask`` or with
+            rows of different ``position_ids`` (the patched attention has no padding support).
     """
 
     def __init__(self, model: Any, policy: AttentionPolicy):
@@ -604,11 +625,13 @@ class AttentionPatch:
         elif _hf_layers(model) is not None:
             self.kind = "hf"
             base, layers = _hf_layers(model)
+            self._base = base
             self._modules = [layer.self_attn for layer in layers]
             self._scorers = [hf_scorer(base, a) for a in self._modules]
         elif _neox_layers(model) is not None:
             self.kind = "neox"
             base, layers = _neox_layers(model)
+            self._base = base
             self._modules = [layer.attention for layer in layers]
             self._scorers = [hf_scorer(base, a) for a in self._modules]
         else:
@@ -617,6 +640,7 @@ class AttentionPatch:
                               "(layers[i].self_attn with q_proj/k_proj/v_proj/o_proj and rotary_emb) or a "
                               "GPT-NeoX/Pythia model")
         self.applied = False
+        self._input_check: Any = None
 
     # -- install / remove ---------------------------------------------------------------------
     def apply(self) -> AttentionPatch:
@@ -630,6 +654,8 @@ class AttentionPatch:
             fn = {"gpt": lambda: self._gpt_attend(i), "hf": lambda: self._hf_forward(i, m),
                   "neox": lambda: self._neox_forward(i, m)}[self.kind]()
             object.__setattr__(m, name, fn)
+        if self.kind != "gpt":
+            self._input_check = self._base.register_forward_pre_hook(_refuse_padding, with_kwargs=True)
         self.applied = True
         return self
 
@@ -641,6 +667,9 @@ class AttentionPatch:
             else:
                 m.__dict__.pop(name, None)
         self._saved.clear()
+        if self._input_check is not None:
+            self._input_check.remove()
+            self._input_check = None
         self.applied = False
         self.session = None
 
