@@ -1,0 +1,40 @@
+"""The benchmark scripts run at their smallest settings and print what they promise (not timed here:
+ratios on a shared test machine mean nothing; these guard the scripts against rot)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _run(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_gpt_vs_hf_same_losses_and_a_ratio():
+    text = _run("bench_gpt_vs_hf.py", "--size", "tiny", "--windows", "2", "--steps", "1", "--warmup", "1",
+                "--threads", "1")
+    ratio = float(re.search(r"ratio lmsci/HF: total ([0-9.]+)x", text).group(1))
+    diff = float(re.search(r"loss difference after \d+ identical steps ([0-9.e+-]+)", text).group(1))
+    assert ratio > 0
+    assert diff < 1e-4  # the fused head and HF's logits path train the same model
+
+
+def test_lm_infinite_bench_prints_both_modes():
+    text = _run("bench_lm_infinite.py", "--lengths", "256", "--window", "64", "--n-layers", "1", "--d-model", "32",
+                "--n-heads", "2", "--decode", "4", "--threads", "1")
+    assert re.search(r"encode\s+n=\s*256 .*ratio=", text) and re.search(r"decode\s+n=\s*256 .*cache entries", text)
+    full, lmi = map(int, re.search(r"cache entries full=(\d+) lm_inf=(\d+)", text).groups())
+    assert lmi < full  # the LM-Infinite cache is bounded
+
+
+def test_laws_bootstrap_bench_agrees_with_lbfgsb():
+    text = _run("bench_laws_bootstrap.py", "--n-boot", "20", "--lbfgsb", "2")
+    diff = float(re.search(r"max \|difference\| of fit-space estimates: ([0-9.e+-]+)", text).group(1))
+    assert diff < 1e-2
