@@ -38,6 +38,17 @@ class Figure:
     caption: str
 
 
+def save_figure(fig: Any, run: RunDir, filename: str, caption: str, dpi: int = 110) -> Figure:
+    """Lay out a matplotlib figure, write it as ``run.figures_dir / filename`` at ``dpi``, close it,
+    and return its :class:`Figure` (what ``Experiment.figures`` lists)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(run.figures_dir / filename, dpi=dpi)
+    plt.close(fig)
+    return Figure(filename, caption)
+
+
 class PointContext:
     """What ``run_point`` gets besides config and point: its seed, device, logging and progress.
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
     AUGMENTED, SINGLE, DataSpec, binom_ci, bio_recall, bio_stream, check_model,
@@ -118,8 +118,6 @@ class CelebrityHelpsMinority(Experiment):
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("exact-match accuracy")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "celebrity.png", dpi=110)
-        plt.close(fig)
-        return [Figure("celebrity.png", "QA accuracy of the minority (single biographies, never QA-trained) "
-                                        "with and without augmented celebrities in the same pretraining.")]
+        return [save_figure(fig, run, "celebrity.png",
+                            "QA accuracy of the minority (single biographies, never QA-trained) "
+                            "with and without augmented celebrities in the same pretraining.")]

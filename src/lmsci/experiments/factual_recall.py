@@ -40,7 +40,7 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.models.associative import OneLayerSpec, OneLayerTransformer
 from lmsci.runs import RunDir, Verdict, derive_seed
@@ -622,13 +622,10 @@ class FactualRecall(Experiment):
             ax.set_title(title, fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7, loc="upper left")
-            fig.tight_layout()
-            fig.savefig(run.figures_dir / "facts_vs_params.png", dpi=120)
-            plt.close(fig)
-            figs.append(Figure("facts_vs_params.png",
-                               "Facts stored vs parameters (log-log) with per-family fits and the authors' "
-                               "guide line facts ≈ 0.15 × params (cf. Fig. 4 left); bars reach the smallest "
-                               "fact count that failed"))
+            figs.append(save_figure(fig, run, "facts_vs_params.png",
+                                    "Facts stored vs parameters (log-log) with per-family fits and the authors' "
+                                    "guide line facts ≈ 0.15 × params (cf. Fig. 4 left); bars reach the smallest "
+                                    "fact count that failed", dpi=120))
             # search trace: best accuracy vs probed size, one panel per family
             fams = sorted(cap["family"].unique())
             fig, axes = plt.subplots(1, len(fams), figsize=(5 * len(fams), 3.8), squeeze=False)
@@ -648,12 +645,9 @@ class FactualRecall(Experiment):
                 ax.set_title(fam, fontsize=10)
                 ax.legend(fontsize=7)
                 ax.grid(True, alpha=0.3)
-            fig.tight_layout()
-            fig.savefig(run.figures_dir / "capacity_search.png", dpi=110)
-            plt.close(fig)
-            figs.append(Figure("capacity_search.png",
-                               "The capacity search: best test accuracy (over learning rates) at each probed "
-                               "fact count; the dashed line is the storage threshold"))
+            figs.append(save_figure(fig, run, "capacity_search.png",
+                                    "The capacity search: best test accuracy (over learning rates) at each probed "
+                                    "fact count; the dashed line is the storage threshold"))
         tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
         if not tr.empty:
             piv = tr.pivot_table(index="mlp_params", columns="attn_params", values="accuracy")
@@ -670,12 +664,9 @@ class FactualRecall(Experiment):
             ax.set_title(f"Accuracy storing {cfg.tradeoff_size ** 2} facts (S=R={cfg.tradeoff_size}, "
                          f"D={cfg.answers_per_relation})", fontsize=10)
             fig.colorbar(im, ax=ax, label="test accuracy")
-            fig.tight_layout()
-            fig.savefig(run.figures_dir / "tradeoff_map.png", dpi=120)
-            plt.close(fig)
-            figs.append(Figure("tradeoff_map.png",
-                               "Attention/MLP trade-off: accuracy over (attention params × MLP params) at a "
-                               "fixed fact count; bold = stored (cf. Fig. 4 right)"))
+            figs.append(save_figure(fig, run, "tradeoff_map.png",
+                                    "Attention/MLP trade-off: accuracy over (attention params × MLP params) at a "
+                                    "fixed fact count; bold = stored (cf. Fig. 4 right)", dpi=120))
         return figs
 
     def report_sections(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> str:

@@ -36,7 +36,7 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.models.associative import LinearAttentionModel
 from lmsci.runs import RunDir, Verdict, derive_seed
@@ -290,12 +290,9 @@ class HallucinationStage(Experiment):
             ax.set_title(f"{v}: S={cfg.n_subjects}, R={cfg.n_relations}, D={D}, {len(sub)} run(s)", fontsize=10)
             ax.legend(fontsize=7)
             ax.grid(True, alpha=0.3)
-            fig.tight_layout()
-            fn = f"losses_{v}.png"
-            fig.savefig(run.figures_dir / fn, dpi=120)
-            plt.close(fig)
-            figs.append(Figure(fn, f"Total, relation-only and subject-only test loss ({v}); shaded: the detected "
-                                   "plateau (cf. Fig. 5)"))
+            figs.append(save_figure(fig, run, f"losses_{v}.png",
+                                    f"Total, relation-only and subject-only test loss ({v}); shaded: the detected "
+                                    "plateau (cf. Fig. 5)", dpi=120))
         return figs
 
     def report_sections(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> str:

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     SINGLE, ModelSpec, TrainSpec, bio_stream, check_model, exposures_of, make_model, train_packed,
 )
@@ -212,12 +212,10 @@ class KnowledgeCapacity(Experiment):
         ax[1].set_ylabel("bits / parameter")
         ax[1].set_title("capacity ratio (dotted: perfect-memory ceiling)")
         ax[1].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "capacity.png", dpi=110)
-        plt.close(fig)
-        return [Figure("capacity.png", "Left: stored bits against parameters with the 1 and 2 bits/param lines. "
-                                       "Right: bits per parameter against N; dotted lines are the ideal bits of "
-                                       "bioS(N) divided by parameters (the ratio a perfect memoriser would reach).")]
+        return [save_figure(fig, run, "capacity.png",
+                            "Left: stored bits against parameters with the 1 and 2 bits/param lines. "
+                            "Right: bits per parameter against N; dotted lines are the ideal bits of "
+                            "bioS(N) divided by parameters (the ratio a perfect memoriser would reach).")]
 
     def report_sections(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> str:
         peaks = self._peaks(results)

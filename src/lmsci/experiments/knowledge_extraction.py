@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
     AUGMENTED, SINGLE, DataSpec, binom_ci, bio_recall, bio_stream, check_model,
@@ -170,11 +170,9 @@ class KnowledgeExtraction(Experiment):
         ax[1].set_ylim(-0.02, 1.05)
         ax[1].set_title("QA-test accuracy per attribute")
         ax[1].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "extraction.png", dpi=110)
-        plt.close(fig)
-        figs = [Figure("extraction.png", "QA exact-match on P_train and P_test per condition; stars: memorisation "
-                                         "of the biographies (exact match of each value in a biography).")]
+        figs = [save_figure(fig, run, "extraction.png",
+                            "QA exact-match on P_train and P_test per condition; stars: memorisation "
+                            "of the biographies (exact match of each value in a biography).")]
         if "p_probe" in results:
             sub = results.dropna(subset=["p_probe"])
             fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -190,10 +188,8 @@ class KnowledgeExtraction(Experiment):
             ax.set_xticks(range(len(ATTRS)), ATTRS, fontsize=7)
             ax.set_ylabel("probe test accuracy (first value token)")
             ax.legend(fontsize=7)
-            fig.tight_layout()
-            fig.savefig(run.figures_dir / "probes.png", dpi=110)
-            plt.close(fig)
-            figs.append(Figure("probes.png", "Linear probes of the first value token after BIO pretraining, fit on "
-                                             "P_train and scored on P_test: P-probe right after the name and right "
-                                             "before the value inside a biography, Q-probe on the name alone."))
+            figs.append(save_figure(fig, run, "probes.png",
+                                    "Linear probes of the first value token after BIO pretraining, fit on "
+                                    "P_train and scored on P_test: P-probe right after the name and right "
+                                    "before the value inside a biography, Q-probe on the name alone."))
         return figs

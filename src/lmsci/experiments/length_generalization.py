@@ -30,7 +30,7 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, Verdict
 
@@ -398,12 +398,9 @@ class LengthGeneralization(Experiment):
             ax.set_ylabel("NLL (nats/token)")
             ax.set_title(t)
             ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "nll_by_position.png", dpi=110)
-        plt.close(fig)
-        figs.append(Figure("nll_by_position.png",
-                           f"NLL vs context length (log buckets, mean ± SE over sequences); dotted line = training "
-                           f"length L={L}. Left: methods; right: LM-Infinite n_global ablation."))
+        figs.append(save_figure(fig, run, "nll_by_position.png",
+                                f"NLL vs context length (log buckets, mean ± SE over sequences); dotted line = training "
+                                f"length L={L}. Left: methods; right: LM-Infinite n_global ablation."))
         pf = run.point_dir("profile") / "profile.npz"
         if pf.is_file():
             z = np.load(pf)
@@ -438,13 +435,10 @@ class LengthGeneralization(Experiment):
                 ax.axvline(L, color="gray", lw=0.8, ls=":")
             axes[0].legend(fontsize=6)
             axes[2].legend(fontsize=8)
-            fig.tight_layout()
-            fig.savefig(run.figures_dir / "logits_entropy.png", dpi=110)
-            plt.close(fig)
-            figs.append(Figure("logits_entropy.png",
-                               "Attention statistics on the evaluation text: running max of the last query's logits "
-                               "by distance, max logit per query position, and mean attention entropy (vanilla vs "
-                               "LM-Infinite)."))
+            figs.append(save_figure(fig, run, "logits_entropy.png",
+                                    "Attention statistics on the evaluation text: running max of the last query's logits "
+                                    "by distance, max logit per query position, and mean attention entropy (vanilla vs "
+                                    "LM-Infinite)."))
             coords, sep = z["pca_coords"], z["pca_separation"]
             nl = coords.shape[0]
             fig, axes = plt.subplots(1, nl, figsize=(3.6 * nl, 3.4), squeeze=False)
@@ -456,12 +450,9 @@ class LengthGeneralization(Experiment):
                 ax.set_title(f"layer {i}: separation {sep[i]:.1f}")
             axes[0, 0].legend(fontsize=7)
             fig.colorbar(sc, ax=axes[0, -1], label="position")
-            fig.tight_layout()
-            fig.savefig(run.figures_dir / "start_token_pca.png", dpi=110)
-            plt.close(fig)
-            figs.append(Figure("start_token_pca.png",
-                               "Thm 3: 2-D PCA of each layer's hidden states (batch-mean per position, first 2L "
-                               "positions); red = first 4 tokens; separation = centroid distance / spread."))
+            figs.append(save_figure(fig, run, "start_token_pca.png",
+                                    "Thm 3: 2-D PCA of each layer's hidden states (batch-mean per position, first 2L "
+                                    "positions); red = first 4 tokens; separation = centroid distance / spread."))
         return figs
 
     def report_sections(self, cfg: LengthGeneralizationConfig, results: pd.DataFrame, run: RunDir) -> str:

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, Verdict, derive_seed
 
@@ -363,12 +363,9 @@ class PasskeyRetrieval(Experiment):
             ax.set_ylabel("key depth")
             ax.set_title(m, fontsize=9)
         fig.colorbar(im, ax=axes[-1])
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "passkey_accuracy.png", dpi=110)
-        plt.close(fig)
-        return [Figure("passkey_accuracy.png",
-                       f"Pass-key accuracy vs prompt length (dotted: training length L={cfg.seq_len}) and by key "
-                       "depth (heat maps) for each method.")]
+        return [save_figure(fig, run, "passkey_accuracy.png",
+                            f"Pass-key accuracy vs prompt length (dotted: training length L={cfg.seq_len}) and by key "
+                            "depth (heat maps) for each method.")]
 
     def report_sections(self, cfg: PasskeyConfig, results: pd.DataFrame, run: RunDir) -> str:
         ev = results[results["kind"] == "eval"].sort_values("factor")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
     AUGMENTED, DataSpec, binom_ci, bio_recall, bio_stream, check_model, exposures_of,
@@ -166,8 +166,6 @@ class ReversalCurse(Experiment):
         ax.set_ylabel("exact-match accuracy")
         ax.legend(fontsize=8)
         ax.set_title("Reversal curse on bioS")
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "reversal.png", dpi=110)
-        plt.close(fig)
-        return [Figure("reversal.png", "Forward QA and inverse search (birth date + city -> name) with and without "
-                                       "the reversed direction in the pretraining biographies.")]
+        return [save_figure(fig, run, "reversal.png",
+                            "Forward QA and inverse search (birth date + city -> name) with and without "
+                            "the reversed direction in the pretraining biographies.")]

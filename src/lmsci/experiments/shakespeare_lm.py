@@ -29,7 +29,7 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, Verdict
 
@@ -255,10 +255,8 @@ class ShakespeareLM(Experiment):
         ax.set_title(f"shakespeare-lm: {r['tokenizer']} tokens, {int(r['n_params']):,} params")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(run.figures_dir / "loss_curves.png", dpi=120)
-        plt.close(fig)
-        return [Figure("loss_curves.png", "Training and validation loss (nats/token) with n-gram baselines")]
+        return [save_figure(fig, run, "loss_curves.png",
+                            "Training and validation loss (nats/token) with n-gram baselines", dpi=120)]
 
     def report_sections(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> str:
         r = results.iloc[-1]
