@@ -112,7 +112,7 @@ def _show(run_dir: Path) -> None:
         vt.add_row(v.claim, v.statistic, val, ci, v.threshold,
                    "[green]reproduced[/green]" if v.reproduced else "[red]not reproduced[/red]")
     con.print(vt)
-    con.print(f"report: {run.path / 'report.md'} (and report.html)")
+    con.print(f"report: {run.path / run.REPORT} (and {run.REPORT_HTML})")
 
 
 @app.command("show")
@@ -132,7 +132,7 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> N
         return run
 
     run = _guard(go)
-    typer.echo(f"wrote {run.path / 'report.md'} and {run.path / 'report.html'}")
+    typer.echo(f"wrote {run.path / run.REPORT} and {run.path / run.REPORT_HTML}")
 
 
 @app.command("train")

@@ -68,8 +68,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             nll = -torch.log(p_y)
             tiny = p_y < 1e-30  # softmax underflowed at the target: recompute those rows in log space
             if bool(tiny.any()):
-                lse = torch.logsumexp(logits[tiny], dim=-1)
-                nll[tiny] = lse - logits[tiny].gather(1, y[tiny]).squeeze(1)
+                rows = logits[tiny]
+                nll[tiny] = torch.logsumexp(rows, dim=-1) - rows.gather(1, y[tiny]).squeeze(1)
             if any_ignored:
                 valid = valid_all[s:s + chunk_rows]
                 nll = nll * valid

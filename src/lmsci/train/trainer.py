@@ -44,8 +44,7 @@ from pydantic import Field
 
 from lmsci.config import StrictModel
 from lmsci.errors import ConfigError
-
-IGNORE_INDEX = -100
+from lmsci.models.loss import IGNORE_INDEX
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 GetBatch = Callable[[int, torch.Generator], Batch]
