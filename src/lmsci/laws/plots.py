@@ -26,6 +26,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at 120 dpi to ``path``, close it, and return the path."""
+    fig.savefig(path, dpi=120)
+    _plt().close(fig)
+    return Path(path)
+
+
 def plot_fit(res: FitResult, X: dict[str, Array], y: Array, path: Path, title: str = "") -> Path:
     """Data and fitted curves: for two-variable laws, loss vs the second input in bins of the first."""
     plt = _plt()
@@ -65,9 +72,7 @@ def plot_fit(res: FitResult, X: dict[str, Array], y: Array, path: Path, title: s
     ax.set_title(title or f"{res.form.name}: {res.form.equation}", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     fig.subplots_adjust(left=0.13, right=0.95, bottom=0.13, top=0.92)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_isoloss(res: FitResult, X: dict[str, Array], y: Array, path: Path, frontier_C: Array | None = None,
@@ -103,9 +108,7 @@ def plot_isoloss(res: FitResult, X: dict[str, Array], y: Array, path: Path, fron
     ax.set_title(title or f"IsoLoss contours of the fitted {res.form.name} law", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     fig.subplots_adjust(left=0.13, right=0.9, bottom=0.13, top=0.92)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_isoflop(N: Array, C: Array, loss: Array, approach2: dict, path: Path, res: FitResult | None = None,
@@ -147,9 +150,7 @@ def plot_isoflop(N: Array, C: Array, loss: Array, approach2: dict, path: Path, r
     ax.set_title("IsoFLOP profiles (solid: parabola per budget; dotted: fitted law)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.subplots_adjust(left=0.13, right=0.95, bottom=0.13, top=0.92)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_residuals(res: FitResult, X: dict[str, Array], y: Array, path: Path, by: str | None = None) -> Path:
@@ -168,6 +169,4 @@ def plot_residuals(res: FitResult, X: dict[str, Array], y: Array, path: Path, by
     ax.set_title(f"{res.form.name} residuals (RMSE {res.rmse:.4f}, n={res.n})", fontsize=9)
     ax.grid(alpha=0.3)
     fig.subplots_adjust(left=0.13, right=0.95, bottom=0.13, top=0.92)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
