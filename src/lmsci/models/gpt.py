@@ -69,7 +69,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +84,7 @@ REL_MAX_DISTANCE = 128
 NORM_EPS = 1e-5
 
 HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
+T = TypeVar("T")
 
 
 class GPTConfig(StrictModel):
@@ -182,6 +183,38 @@ class HookPoint:
 
     def __repr__(self) -> str:
         return f"HookPoint({self.name!r}, {len(self.fns)} fns)"
+
+
+def select_names(name: str | Callable[[str], bool], table: Mapping[str, T]) -> list[tuple[str, T]]:
+    """The entries of ``table`` that ``name`` selects: a predicate on names, an exact name, or a glob
+    (``fnmatch``, when ``name`` has ``*?[``); ``[]`` when nothing matches (callers raise their own
+    :class:`UnknownNameError`). Used by :meth:`GPT.hooks` (hook points) and ``HFModel.hooks`` (module paths)."""
+    if callable(name):
+        return [(n, v) for n, v in table.items() if name(n)]
+    if name in table:
+        return [(name, table[name])]
+    if any(c in name for c in "*?["):
+        return [(n, v) for n, v in table.items() if fnmatch.fnmatchcase(n, name)]
+    return []
+
+
+def hook_plan(fwd_hooks: Iterable[tuple[Any, Callable]] | Mapping[Any, Callable],
+              cache: Iterable[str] | str | Callable[[str], bool] | None,
+              resolve: Callable[[Any], list[T]]) -> tuple[list[tuple[T, Callable]], dict[str, Tensor]]:
+    """Resolve every name of ``fwd_hooks`` and ``cache`` (raising before anything is attached) into
+    ``(target, fn)`` pairs, plus the dict the cache records into: the recording function stores
+    ``activation.detach()`` under ``hook.name``. Shared by :meth:`GPT.hooks` and ``HFModel.hooks``."""
+    items = list(fwd_hooks.items()) if isinstance(fwd_hooks, Mapping) else list(fwd_hooks)
+    plan: list[tuple[T, Callable]] = [(t, fn) for name, fn in items for t in resolve(name)]
+    store: dict[str, Tensor] = {}
+    if cache is not None:
+        names = [cache] if isinstance(cache, str) or callable(cache) else list(cache)
+
+        def record(x: Tensor, hook: Any) -> None:
+            store[hook.name] = x.detach()
+
+        plan += [(t, record) for n in names for t in resolve(n)]
+    return plan, store
 
 
 # ------------------------------------------------------------------------------------ positional
@@ -588,15 +621,10 @@ class GPT(nn.Module):
     # -- hooks -------------------------------------------------------------------------------
     def _resolve(self, name: str | Callable[[str], bool]) -> list[HookPoint]:
         points = self.hook_points
-        if callable(name):
-            return [h for n, h in points.items() if name(n)]
-        if name in points:
-            return [points[name]]
-        if any(c in name for c in "*?["):
-            found = [h for n, h in points.items() if fnmatch.fnmatchcase(n, name)]
-            if found:
-                return found
-        raise UnknownNameError("hook point", name, points.keys())
+        found = select_names(name, points)
+        if not found and not callable(name):
+            raise UnknownNameError("hook point", name, points.keys())
+        return [h for _, h in found]
 
     @contextmanager
     def hooks(
@@ -622,19 +650,7 @@ class GPT(nn.Module):
 
         All functions are removed on exit, also when the body raises.
         """
-        items = list(fwd_hooks.items()) if isinstance(fwd_hooks, Mapping) else list(fwd_hooks)
-        plan: list[tuple[HookPoint, HookFn]] = []
-        for name, fn in items:
-            plan += [(h, fn) for h in self._resolve(name)]
-        store: dict[str, Tensor] = {}
-        if cache is not None:
-            names = [cache] if isinstance(cache, str) or callable(cache) else list(cache)
-
-            def record(x: Tensor, hook: HookPoint) -> None:
-                store[hook.name] = x.detach()
-
-            for n in names:
-                plan += [(h, record) for h in self._resolve(n)]
+        plan, store = hook_plan(fwd_hooks, cache, self._resolve)
         attached: list[tuple[HookPoint, HookFn]] = []
         try:
             for h, fn in plan:

@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from lmsci.errors import ConfigError, LmsciError, UnknownNameError
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTConfig, hook_plan, select_names
 
 EXPORT_ATOL = 1e-4
 
@@ -341,14 +340,9 @@ class HFModel:
     def _resolve(self, name: str | Callable[[str], bool]) -> list[tuple[str, nn.Module]]:
         mods = dict(self.model.named_modules())
         mods.pop("", None)
-        if callable(name):
-            return [(n, m) for n, m in mods.items() if name(n)]
-        if name in mods:
-            return [(name, mods[name])]
-        if any(c in name for c in "*?["):
-            found = [(n, m) for n, m in mods.items() if fnmatch.fnmatchcase(n, name)]
-            if found:
-                return found
+        found = select_names(name, mods)
+        if found or callable(name):
+            return found
         close = difflib.get_close_matches(name, list(mods), n=8, cutoff=0.6)
         raise UnknownNameError("module path", name, close or [n for n in mods if n.count(".") <= 2])
 
@@ -375,22 +369,10 @@ class HFModel:
 
         Hooks are plain ``register_forward_hook`` handles, all removed on exit, also on exceptions.
         """
-        items = list(fwd_hooks.items()) if isinstance(fwd_hooks, Mapping) else list(fwd_hooks)
-        plan: list[tuple[str, nn.Module, HFHookFn]] = []
-        for name, fn in items:
-            plan += [(n, m, fn) for n, m in self._resolve(name)]
-        store: dict[str, Tensor] = {}
-        if cache is not None:
-            names = [cache] if isinstance(cache, str) or callable(cache) else list(cache)
-
-            def record(x: Tensor, hook: ModuleHook) -> None:
-                store[hook.name] = x.detach()
-
-            for n in names:
-                plan += [(p, m, record) for p, m in self._resolve(n)]
+        plan, store = hook_plan(fwd_hooks, cache, self._resolve)
         handles = []
         try:
-            for path, module, fn in plan:
+            for (path, module), fn in plan:
                 handles.append(module.register_forward_hook(_wrap(fn, ModuleHook(path, module))))
             yield store
         finally:
