@@ -51,10 +51,44 @@ def list_cmd() -> None:
     Console(width=160).print(t)
 
 
+@app.command("claims")
+def claims_cmd(
+    name: Optional[str] = typer.Argument(None, help="experiment name (default: every experiment)"),
+    as_json: bool = typer.Option(False, "--json", help="print the claims as JSON (the snapshot's format)"),
+) -> None:
+    """The registered claims: statement, source, the paper's value, statistic, rule, gates, presets."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from lmsci.claims import snapshot
+    from lmsci.experiments.registry import catalog, get
+
+    def go():
+        return {name: get(name)} if name else catalog()
+
+    exps = _guard(go)
+    if as_json:
+        typer.echo(json.dumps(snapshot(exps), indent=2))
+        return
+    t = Table(show_lines=True)
+    for col in ("experiment / claim", "statement and source", "paper", "statistic", "rule", "gates", "presets"):
+        t.add_column(col)
+    for ename, cls in exps.items():
+        for c in cls.claims:
+            seeds = {"seeds": f"CI across >= {c.min_seeds} seeds", "within-run": "within-run interval",
+                     "exact": "exact"}[c.uncertainty]
+            t.add_row(f"{ename}\n{c.id}" + (" (ablation)" if c.ablation else "") + f"\n[{c.digest()}]",
+                      f"{c.statement}\n[dim]{c.source}[/dim]", c.paper_value, c.statistic, f"{c.rule}\n({seeds})",
+                      "\n".join(f"{g.id}: {g.rule}" for g in c.gates) or "-", ", ".join(c.presets))
+    Console(width=200).print(t)
+
+
 @app.command("run")
 def run_cmd(
     name: str = typer.Argument(..., help="experiment name (see `lmsci list`)"),
-    preset: str = typer.Option("quick", "--preset", "-p", help="smoke | quick | paper"),
+    preset: str = typer.Option("quick", "--preset", "-p", help="smoke | quick | gpu | paper (gpu where the experiment has one)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a config key: key=value (repeatable)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (rerun into it to resume)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="master seed (default: the config's, 0)"),
@@ -103,15 +137,21 @@ def _show(run_dir: Path) -> None:
         for _, r in res.head(40).iterrows():
             t.add_row(*[f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols])
         con.print(t)
-    vt = Table(title="verdict")
-    for c in ("claim", "statistic", "value", "CI", "threshold", "verdict"):
+    from lmsci.report import _fmt_gates, _fmt_value
+
+    vt = Table(title="verdicts", show_lines=True)
+    for c in ("claim", "paper", "ours", "rule", "gates", "outcome"):
         vt.add_column(c)
-    for v in run.verdicts():
-        ci = f"[{v.ci[0]:.4g}, {v.ci[1]:.4g}]" if v.ci else ""
-        val = f"{v.value:.4g}" if isinstance(v.value, (int, float)) else str(v.value)
-        vt.add_row(v.claim, v.statistic, val, ci, v.threshold,
-                   "[green]reproduced[/green]" if v.reproduced else "[red]not reproduced[/red]")
+    colour = {"reproduced": "green", "not reproduced": "red", "inconclusive": "yellow"}
+    verdicts = run.verdicts()
+    for v in verdicts:
+        ours = f"{_fmt_value(v)}\n{v.ci_kind or ''} ({v.n_seeds} seed{'s' * (v.n_seeds != 1)})"
+        vt.add_row(v.claim_id + (" (ablation)" if v.ablation else ""), v.paper_value, ours, v.rule,
+                   _fmt_gates(v), f"[{colour.get(v.outcome, 'white')}]{v.outcome}[/]")
     con.print(vt)
+    for v in verdicts:
+        for r in v.reasons:
+            con.print(f"[yellow]{v.claim_id}[/]: inconclusive because {r}", highlight=False)
     con.print(f"report: {run.path / run.REPORT} (and {run.REPORT_HTML})")
 
 

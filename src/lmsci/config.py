@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lmsci.errors import ConfigError, UnknownNameError
 
-PRESET_NAMES = ("smoke", "quick", "paper")
+PRESET_NAMES = ("smoke", "quick", "paper")  # every experiment defines these; "gpu" where it has one
+ALL_PRESET_NAMES = ("smoke", "quick", "gpu", "paper")
 
 
 class StrictModel(BaseModel):
@@ -36,12 +37,15 @@ class ExperimentConfig(StrictModel):
         device: ``"auto"`` picks CUDA when available, else CPU.
         threads: torch intra-op threads while points are computed (0 keeps torch's default). Tiny
             models run faster on one thread: on a loaded 2-core machine two threads were 4-25x slower.
+        n_seeds: independent training seeds per sweep point; verdict intervals are across these seeds.
+            Seed k of point ``p`` runs as point ``p`` (k = 0) or ``p__s{k}`` with its own derived seed.
     """
 
     preset: str = "quick"
     seed: int = Field(0, ge=0, description="master seed")
     device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
     threads: int = Field(0, ge=0, description="torch intra-op threads while computing points (0 = torch's default)")
+    n_seeds: int = Field(1, ge=1, le=100, description="independent training seeds per sweep point")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"smoke": {}, "quick": {}, "paper": {}}
 

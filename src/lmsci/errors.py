@@ -50,6 +50,20 @@ class RunDirError(LmsciError):
     """A run directory is missing, incomplete or belongs to a different configuration."""
 
 
+class DivergedError(LmsciError):
+    """Training produced a non-finite loss; the point is recorded as diverged, not as a result.
+
+    Attributes:
+        step: the optimizer step at which the loss was first non-finite.
+        loss: the offending loss value.
+    """
+
+    def __init__(self, step: int, loss: float, what: str = "training loss"):
+        self.step, self.loss = int(step), float(loss)
+        super().__init__(f"{what} became non-finite ({loss}) at step {step}; the point is recorded as diverged "
+                         "(lower lr, or raise warmup_steps / grad_clip)")
+
+
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
     close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.5)

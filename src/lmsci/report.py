@@ -39,19 +39,78 @@ def markdown_table(df: pd.DataFrame, max_rows: int = 60) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fmt_value(v: Verdict) -> str:
+    if v.value is None:
+        return "n/a"
+    out = _fmt(v.value)
+    if v.ci:
+        out += f" [{v.ci[0]:.4g}, {v.ci[1]:.4g}]"
+    return out
+
+
+def _fmt_gates(v: Verdict) -> str:
+    marks = {True: "pass", False: "FAIL", None: "not measured"}
+    return "; ".join(f"{g.id}: {_fmt(g.value) if g.value is not None else '-'} ({marks[g.passed]})"
+                     for g in v.gates) or "none"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "/").replace("\n", " ")
+
+
 def verdict_table(verdicts: list[Verdict]) -> str:
+    """One row per claim: id, the paper's value, ours with its interval and seeds, the rule, the gates
+    and the outcome (ablations marked)."""
     rows = []
     for v in verdicts:
-        ci = f"[{v.ci[0]:.4g}, {v.ci[1]:.4g}]" if v.ci else ""
+        ours = _fmt_value(v) + (f" ({v.ci_kind})" if v.ci_kind else "") + f"; {v.n_seeds} seed{'s' * (v.n_seeds != 1)}"
         rows.append({
-            "claim": v.claim,
-            "statistic": v.statistic,
-            "value": v.value if v.value is not None else float("nan"),
-            "95% CI": ci,
-            "threshold": v.threshold,
-            "verdict": "**reproduced**" if v.reproduced else "**not reproduced**",
+            "claim": v.claim_id + (" (ablation)" if v.ablation else ""),
+            "paper": _cell(v.paper_value),
+            "ours": _cell(ours),
+            "statistic": _cell(v.statistic),
+            "rule": _cell(v.rule),
+            "gates": _cell(_fmt_gates(v)),
+            "outcome": f"**{v.outcome}**",
         })
     return markdown_table(pd.DataFrame(rows))
+
+
+def verdict_notes(verdicts: list[Verdict]) -> str:
+    """Each claim's statement and source, the reasons for an inconclusive outcome, and its note."""
+    parts = []
+    for v in verdicts:
+        parts.append(f"- **{v.claim_id}** ({v.outcome}): {v.claim} _Source: {v.source}._")
+        for r in v.reasons:
+            parts.append(f"  - inconclusive because {r}")
+        if v.note:
+            parts.append(f"  - note: {v.note}")
+    return "\n".join(parts) + "\n"
+
+
+def split_status(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(finished rows, diverged rows) of a results table (rows without a status count as finished)."""
+    if results.empty or "status" not in results:
+        return results, results.iloc[0:0]
+    ok = results["status"].fillna("ok") == "ok"
+    return results[ok].reset_index(drop=True), results[~ok].reset_index(drop=True)
+
+
+def compute_verdicts(exp: Experiment, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+    """Every registered claim's verdict from a results table: ``exp.verdicts`` on the finished rows,
+    an inconclusive verdict for each claim it did not judge, and a failed run-level gate on every
+    verdict when some point diverged (non-finite training loss)."""
+    from lmsci.claims import add_gate_failure, complete
+
+    ok, diverged = split_status(results)
+    verdicts = exp.verdicts(cfg, ok, run) if not ok.empty else []
+    verdicts = complete(exp.claims, verdicts, cfg.preset)
+    if not diverged.empty:
+        ids = ", ".join(map(str, diverged["point"].tolist()[:5]))
+        for v in verdicts:
+            add_gate_failure(v, "no-divergence", "every training point keeps a finite loss",
+                             f"{len(diverged)} of {len(results)} points diverged ({ids})")
+    return verdicts
 
 
 def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[Verdict]:
@@ -61,24 +120,30 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
 
     matplotlib.use("Agg")
     results = run.results()
-    verdicts = exp.verdicts(cfg, results, run) if not results.empty else []
+    verdicts = compute_verdicts(exp, cfg, results, run)
     run.write_verdict(verdicts)
-    figures = exp.figures(cfg, results, run) if not results.empty else []
+    ok, _ = split_status(results)
+    figures = exp.figures(cfg, ok, run) if not ok.empty else []
     env = run.environment()
+    segs = run.environment_segments()
     parts = [
         f"# {exp.name}\n",
         f"**Claim.** {exp.claim}\n",
         f"**Source.** {exp.source}\n",
-        f"**Preset.** `{cfg.preset}` · seed {cfg.seed} · device {env.get('device', '?')} · "
-        f"lmsci {env.get('lmsci_version', '?')} (commit {str(env.get('git_commit'))[:10]}) · "
-        f"torch {env.get('torch', '?')}\n",
-        "## Verdict\n",
-        verdict_table(verdicts) if verdicts else "_no finished points yet_\n",
+        f"**Preset.** `{cfg.preset}` · seed {cfg.seed} · {cfg.n_seeds} training seed{'s' * (cfg.n_seeds != 1)} · "
+        f"device {env.get('device', '?')} · lmsci {env.get('lmsci_version', '?')} "
+        f"(commit {str(env.get('git_commit'))[:10]}) · torch {env.get('torch', '?')}\n",
     ]
-    for v in verdicts:
-        if v.note:
-            parts.append(f"> {v.note}\n")
-    extra = exp.report_sections(cfg, results, run) if not results.empty else ""
+    if len(segs) > 1:
+        parts.append("**Resumed** on " + "; ".join(
+            f"commit {str(e.get('git_commit'))[:10]}, device {e.get('device')} ({e.get('started')})" for e in segs[1:])
+            + ". Each results row names the commit and device it was computed on.\n")
+    parts += [
+        "## Verdict\n",
+        verdict_table(verdicts) if verdicts else "_no registered claims_\n",
+        verdict_notes(verdicts) if verdicts else "",
+    ]
+    extra = exp.report_sections(cfg, ok, run) if not ok.empty else ""
     if extra:
         parts.append(extra.rstrip() + "\n")
     for f in figures:

@@ -7,7 +7,7 @@ Layout (see DESIGN.md)::
       environment.json   lmsci version, git commit, Python/torch/numpy versions, threads, device, seed
       metrics.jsonl      one line per logged training step, tagged with the sweep point id
       results.csv        one row per finished sweep point
-      verdict.json       claim, statistic, value, ci, threshold, reproduced
+      verdict.json       per claim: statement, paper value, statistic, value, CI, rule, gates, outcome
       report.md          the report, with figures/*.png
       points/<id>/       per-point artifacts (checkpoints, arrays) where an experiment needs them
 
@@ -23,7 +23,6 @@ import os
 import platform
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from typing import Any
 import pandas as pd
 
 import lmsci
-from lmsci.errors import RunDirError
+from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Verdict  # noqa: F401 (re-exported)
+from lmsci.errors import ConfigError, RunDirError
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -58,12 +58,22 @@ def derive_seed(seed: int, *keys: Any) -> int:
 
 
 def resolve_device(device: str = "auto") -> str:
-    """``"auto"`` becomes ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
-    if device != "auto":
-        return device
+    """``"auto"`` becomes ``"cuda"`` when a GPU is visible, else ``"cpu"``.
+
+    Raises:
+        ConfigError: ``device`` names CUDA (or a CUDA index) that this machine does not have.
+    """
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", device, "cpu or auto (no CUDA device is visible on this machine)")
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        if idx >= torch.cuda.device_count():
+            raise ConfigError("device", device, f"cuda:0 .. cuda:{torch.cuda.device_count() - 1}, cpu or auto")
+    return device
 
 
 def git_commit() -> str | None:
@@ -102,43 +112,6 @@ def environment(seed: int, device: str) -> dict[str, Any]:
     }
 
 
-@dataclass
-class Verdict:
-    """The outcome of testing a claim, computed from measurements.
-
-    Attributes:
-        claim: the published claim in one sentence.
-        statistic: what was measured (for example "log-log slope of facts vs params").
-        value: the measured value of the statistic.
-        threshold: the rule that decides (for example "95% CI contains 1").
-        reproduced: whether the rule held.
-        ci: a confidence interval for ``value`` when one exists.
-        details: further numbers behind the verdict.
-        note: caveats, e.g. what scale would settle a claim that did not reproduce on CPU.
-    """
-
-    claim: str
-    statistic: str
-    value: float | None
-    threshold: str
-    reproduced: bool
-    ci: tuple[float, float] | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ci"] = list(self.ci) if self.ci is not None else None
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        d = dict(d)
-        if d.get("ci") is not None:
-            d["ci"] = tuple(d["ci"])
-        return cls(**d)
-
-
 def _jsonable(v: Any) -> Any:
     """numpy/torch scalars to Python numbers (``.item()``); anything else unchanged."""
     if hasattr(v, "item") and callable(v.item):
@@ -172,12 +145,20 @@ class RunDir:
     def init(self, experiment: str, config_yaml: str, env: dict[str, Any]) -> bool:
         """Create the directory or check that it belongs to the same experiment and config.
 
+        On resume, a commit or device different from the last recorded environment segment is
+        appended to ``environment.json`` as a new segment (each results row also carries its own
+        commit and device).
+
         Returns:
             True when resuming an existing run, False for a new one.
 
         Raises:
-            RunDirError: the directory holds a different experiment or configuration.
+            RunDirError: the path is a file, or the directory holds a different experiment or
+                configuration, or its results table is unreadable.
         """
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"--out {self.path} is an existing file, not a run directory; "
+                              "choose a directory path (it is created when missing)")
         self.path.mkdir(parents=True, exist_ok=True)
         cfg_path = self.path / self.CONFIG
         if cfg_path.exists():
@@ -192,12 +173,31 @@ class RunDir:
                     f"{self.path} holds a run with a different configuration; rerun with the "
                     "same --preset/--set/--seed to resume, or choose another --out"
                 )
+            self.results()  # a corrupted table is reported before any work
             self._drop_unfinished_metrics()
+            self._add_environment_segment(env)
             return True
         atomic_write_text(self.path / self.META, json.dumps({"experiment": experiment}, indent=2))
         atomic_write_text(self.path / self.ENV, json.dumps(env, indent=2))
         atomic_write_text(cfg_path, config_yaml)
         return False
+
+    def _add_environment_segment(self, env: dict[str, Any]) -> None:
+        """Record a resumed segment when the code (commit) or the device changed since the last one."""
+        first = self.environment()
+        segs = self.environment_segments()
+        last = segs[-1] if segs else {}
+        if (env.get("git_commit"), env.get("device")) != (last.get("git_commit"), last.get("device")):
+            first.setdefault("resumed", []).append(env)
+            atomic_write_text(self.path / self.ENV, json.dumps(first, indent=2))
+
+    def environment_segments(self) -> list[dict[str, Any]]:
+        """The run's environment segments in order: the first run, then each resume on another commit
+        or device."""
+        first = self.environment()
+        if not first:
+            return []
+        return [{k: v for k, v in first.items() if k != "resumed"}, *first.get("resumed", [])]
 
     def meta(self) -> dict[str, Any]:
         p = self.path / self.META
@@ -265,7 +265,15 @@ class RunDir:
         p = self.path / self.RESULTS
         if not p.exists():
             return pd.DataFrame()
-        return pd.read_csv(p)
+        try:
+            df = pd.read_csv(p)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise RunDirError(f"{p} is corrupted and cannot be read ({type(e).__name__}: {str(e).strip()[:200]}); "
+                              "restore it, delete it to recompute every point, or choose another --out") from None
+        if "point" not in df.columns:
+            raise RunDirError(f"{p} has no 'point' column, so it is not an lmsci results table; "
+                              "restore it, delete it to recompute every point, or choose another --out")
+        return df
 
     def finished_ids(self) -> set[str]:
         df = self.results()
@@ -280,8 +288,8 @@ class RunDir:
 
     # -- verdict and report ----------------------------------------------------------------
     def write_verdict(self, verdicts: list[Verdict]) -> None:
-        data = [v.to_dict() for v in verdicts]
-        atomic_write_text(self.path / self.VERDICT, json.dumps(data if len(data) != 1 else data[0], indent=2))
+        """Write verdict.json: a list with one object per registered claim."""
+        atomic_write_text(self.path / self.VERDICT, json.dumps([v.to_dict() for v in verdicts], indent=2))
 
     def verdicts(self) -> list[Verdict]:
         p = self.path / self.VERDICT
@@ -289,4 +297,13 @@ class RunDir:
             return []
         data = json.loads(p.read_text())
         data = data if isinstance(data, list) else [data]
-        return [Verdict.from_dict(d) for d in data]
+        out = []
+        for d in data:
+            if "outcome" not in d:  # written before claims were registered (two outcomes, no claim id)
+                d = {"claim_id": "unregistered", "claim": d.get("claim", ""), "source": "", "paper_value": "",
+                     "statistic": d.get("statistic", ""), "rule": d.get("threshold", ""),
+                     "outcome": REPRODUCED if d.get("reproduced") else NOT_REPRODUCED,
+                     "value": d.get("value"), "ci": d.get("ci"), "details": d.get("details", {}),
+                     "note": d.get("note", "")}
+            out.append(Verdict.from_dict(d))
+        return out

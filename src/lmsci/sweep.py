@@ -48,23 +48,31 @@ def run_experiment(
 ) -> RunDir:
     """Run (or resume) ``exp`` with ``cfg`` into ``out`` and render its report.
 
+    Each results row carries ``status`` (``ok`` or ``diverged``: a point whose training loss became
+    non-finite is recorded, not retried), ``seed_index``, ``seconds``, and the ``commit`` and ``device``
+    it was computed on.
+
     Raises:
-        ConfigError: from ``exp.validate`` before any work starts.
-        RunDirError: ``out`` holds another experiment or configuration.
+        ConfigError: from ``exp.validate`` or an unavailable ``device``, before any work starts.
+        RunDirError: ``out`` is a file, holds another experiment or configuration, or a corrupted table.
     """
     from tqdm.auto import tqdm
 
     from lmsci.experiments.base import PointContext
     from lmsci.report import render_report
 
+    from lmsci.errors import DivergedError
+
     exp.validate(cfg)
-    points = exp.points(cfg)
+    points = exp.seeded_points(cfg)
     ids = [p.id for p in points]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{exp.name}: duplicate point ids in the sweep")
     device = resolve_device(cfg.device)
     run = RunDir(out or default_out(exp.name))
-    resumed = run.init(exp.name, config_to_yaml(cfg), environment(cfg.seed, device))
+    env = environment(cfg.seed, device)
+    resumed = run.init(exp.name, config_to_yaml(cfg), env)
+    provenance = {"commit": (env["git_commit"] or "")[:12] or "unknown", "device": device}
     done = run.finished_ids()
     todo = [p for p in points if p.id not in done]
     if resumed:
@@ -75,11 +83,15 @@ def run_experiment(
     for group in groups:
         ctxs = [PointContext(run, p, exp.point_seed(cfg, p), device, progress) for p in group]
         t0 = time.perf_counter()
-        with torch_threads(cfg.threads):
-            rows = exp.run_group(cfg, group, ctxs)
+        try:
+            with torch_threads(cfg.threads):
+                rows = [{**row, "status": "ok"} for row in exp.run_group(cfg, group, ctxs)]
+        except DivergedError as e:  # recorded, not recomputed on resume; verdicts see only "ok" rows
+            log(f"{', '.join(p.id for p in group)}: {e}")
+            rows = [{**p.params, "status": "diverged", "diverged_step": e.step} for p in group]
         dt = (time.perf_counter() - t0) / max(len(group), 1)
         for p, row in zip(group, rows):
-            run.append_result(p.id, {**row, "seconds": round(dt, 3)})
+            run.append_result(p.id, {**row, "seed_index": p.seed_index, "seconds": round(dt, 3), **provenance})
             bar.update(1)
     bar.close()
     render_report(exp, cfg, run)

@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
+from lmsci.claims import Claim, Verdict, judge
 from lmsci.config import ExperimentConfig
-from lmsci.runs import RunDir, Verdict, derive_seed
+from lmsci.runs import RunDir, derive_seed
 
 
 @dataclass(frozen=True)
@@ -22,12 +23,16 @@ class Point:
     """One point of a sweep.
 
     Attributes:
-        id: a stable, filename-safe identifier (for example ``"attn_H4_dh8_S64"``).
+        id: a stable, filename-safe identifier (for example ``"attn_H4_dh8_S64"``); seed k > 0 of a
+            point gets the suffix ``__s{k}``.
         params: the point's parameters (written to the results row by the experiment).
+        seed_index: which training seed of the point this is (0 .. n_seeds - 1); the executor writes it
+            to the results row as ``seed_index``.
     """
 
     id: str
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    seed_index: int = 0
 
 
 @dataclass
@@ -85,8 +90,12 @@ class Experiment:
 
     Class attributes:
         name: registry name (``lmsci run NAME``).
-        claim: the published claim tested, one sentence.
+        claim: the published claim tested, one sentence (the catalog's summary).
         source: paper, arXiv id, section/figure/theorem.
+        claims: the registered :class:`~lmsci.claims.Claim` s; ``verdicts`` returns one verdict per
+            claim (the report adds an inconclusive one for any claim left without).
+        seeded: whether points are repeated over ``cfg.n_seeds`` training seeds (False for a
+            deterministic computation, which then requires ``n_seeds == 1``).
         Config: the pydantic config class (defaults = quick preset; ``PRESETS`` for the rest).
         time_estimate: preset -> rough wall time on the intended hardware.
     """
@@ -94,6 +103,8 @@ class Experiment:
     name: ClassVar[str] = ""
     claim: ClassVar[str] = ""
     source: ClassVar[str] = ""
+    claims: ClassVar[list[Claim]] = []
+    seeded: ClassVar[bool] = True
     Config: ClassVar[type[ExperimentConfig]] = ExperimentConfig
     time_estimate: ClassVar[dict[str, str]] = {}
 
@@ -101,8 +112,41 @@ class Experiment:
         """Cross-field checks; raise :class:`lmsci.errors.ConfigError` before any work starts."""
 
     def points(self, cfg: ExperimentConfig) -> list[Point]:
-        """The sweep grid, in the order it is run."""
+        """The sweep grid of one seed, in the order it is run."""
         raise NotImplementedError
+
+    def seeded_points(self, cfg: ExperimentConfig) -> list[Point]:
+        """:meth:`points` repeated over ``cfg.n_seeds`` training seeds: seed 0 keeps each point's id,
+        seed k > 0 runs as ``<id>__s{k}`` (so its derived seed differs). Seeds of one point are adjacent,
+        so :meth:`groups` can stack them.
+
+        Raises:
+            ConfigError: ``n_seeds > 1`` for an experiment that is not seeded (deterministic).
+        """
+        base = self.points(cfg)
+        if not self.seeded:
+            if cfg.n_seeds != 1:
+                from lmsci.errors import ConfigError
+
+                raise ConfigError("n_seeds", cfg.n_seeds, f"1 ({self.name} is deterministic: it trains nothing)")
+            return base
+        return [Point(p.id if k == 0 else f"{p.id}__s{k}", dict(p.params), k)
+                for p in base for k in range(cfg.n_seeds)]
+
+    def get_claim(self, claim_id: str) -> Claim:
+        """The registered claim ``claim_id``.
+
+        Raises:
+            KeyError: no such claim (lists the registered ids).
+        """
+        for c in self.claims:
+            if c.id == claim_id:
+                return c
+        raise KeyError(f"{self.name}: no claim {claim_id!r}; registered: {[c.id for c in self.claims]}")
+
+    def judge(self, cfg: ExperimentConfig, claim_id: str, **kw: Any) -> Verdict:
+        """:func:`lmsci.claims.judge` for the registered claim ``claim_id`` at ``cfg.preset``."""
+        return judge(self.get_claim(claim_id), cfg.preset, **kw)
 
     def groups(self, cfg: ExperimentConfig, points: list[Point]) -> list[list[Point]]:
         """How points are batched for :meth:`run_group` (default: one at a time)."""

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from lmsci.config import StrictModel
-from lmsci.errors import ConfigError
+from lmsci.errors import ConfigError, DivergedError
 from lmsci.models.loss import IGNORE_INDEX
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -322,6 +322,7 @@ def train(
 
     Raises:
         ConfigError: the checkpoint in ``checkpoint_dir`` was written with a different config.
+        DivergedError: a training loss was non-finite (NaN or inf); training stops at that step.
     """
     from lmsci.runs import resolve_device
 
@@ -429,6 +430,8 @@ def train(
             step += 1
             tokens_seen += n_tok
             loss = loss_sum / max(n_tok, 1)
+            if not math.isfinite(loss):
+                raise DivergedError(step, loss)
             t_window += time.perf_counter() - t_step
             tok_window += n_tok
 

@@ -1,0 +1,363 @@
+"""Registered claims and the one engine that turns measurements into an outcome.
+
+A :class:`Claim` is data fixed before any result is seen: what is claimed, where (paper, arXiv id,
+figure), the paper's value, the statistic we compute, the rule that decides, the prerequisite
+:class:`Gate` s, and the presets at whose scale the claim can be decided. An experiment lists its claims
+in ``Experiment.claims``; its ``verdicts()`` computes the statistic and calls :func:`judge`, which alone
+decides the outcome:
+
+- ``reproduced``: every gate passed, the preset is at the claim's scale, enough training seeds, rule held;
+- ``not reproduced``: every gate passed, the preset is at the claim's scale, the rule failed;
+- ``inconclusive``: a gate failed or was not measured, the preset is below the claim's scale, the statistic
+  could not be computed (too few points, a fit that did not converge), or the rule held with fewer seeds
+  than the claim needs.
+
+A registered rule changes only with a dated line in ``CLAIMS.md`` naming the claim and its new digest
+(:meth:`Claim.digest`), in a commit of its own; ``tests/test_claims.py`` compares every claim with the
+checked-in snapshot ``tests/data/claims.json`` and looks for that line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+
+#: presets in increasing scale; a claim registered for ``presets`` is undecidable at any other preset
+ALL_PRESETS = ("smoke", "quick", "gpu", "paper")
+UNCERTAINTY = ("seeds", "within-run", "exact")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A prerequisite of a claim (for example "biography recall of the tested people >= 0.9").
+
+    Attributes:
+        id: short identifier, unique within the claim (``"memorised"``).
+        rule: the condition in words, with its threshold.
+    """
+
+    id: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim registered before its first run.
+
+    Attributes:
+        id: identifier unique within the experiment (``"linear-per-family"``).
+        statement: the claim in one sentence.
+        source: paper, arXiv id, section / figure / table.
+        paper_value: the paper's own number(s), as text.
+        statistic: what we compute, with units.
+        rule: the decision rule in words, with the CI level and the thresholds.
+        gates: prerequisites; any failed or unmeasured gate makes the outcome inconclusive.
+        presets: the presets at whose scale the claim can be decided; elsewhere it is inconclusive
+            ("preset below the claim's scale") and its value is still reported.
+        uncertainty: ``"seeds"`` (the CI is across training seeds: needs ``min_seeds``),
+            ``"within-run"`` (registered to be decided by a within-run interval), or ``"exact"``
+            (a deterministic computation, no interval needed).
+        min_seeds: for ``uncertainty="seeds"``, the fewest seeds that can give ``reproduced``.
+        ablation: a row reported beside the claims that decides nothing (its outcome is still computed).
+    """
+
+    id: str
+    statement: str
+    source: str
+    paper_value: str
+    statistic: str
+    rule: str
+    gates: tuple[Gate, ...] = ()
+    presets: tuple[str, ...] = ("quick", "gpu", "paper")
+    uncertainty: str = "seeds"
+    min_seeds: int = 3
+    ablation: bool = False
+
+    def __post_init__(self):
+        bad = [p for p in self.presets if p not in ALL_PRESETS]
+        if bad:
+            raise ValueError(f"claim {self.id!r}: presets {bad} not in {ALL_PRESETS}")
+        if self.uncertainty not in UNCERTAINTY:
+            raise ValueError(f"claim {self.id!r}: uncertainty={self.uncertainty!r} not in {UNCERTAINTY}")
+        ids = [g.id for g in self.gates]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"claim {self.id!r}: duplicate gate ids {ids}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gates"] = [asdict(g) for g in self.gates]
+        d["presets"] = list(self.presets)
+        return d
+
+    def digest(self) -> str:
+        """8 hex digits of a hash of the decision-relevant fields (statistic, rule, gates, presets,
+        uncertainty, min_seeds, ablation); a changed digest is a changed rule."""
+        d = self.to_dict()
+        keep = {k: d[k] for k in ("id", "statistic", "rule", "gates", "presets", "uncertainty", "min_seeds",
+                                  "ablation")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
+
+
+@dataclass
+class GateResult:
+    """A measured gate: its rule, the value that was measured and whether it passed (None: not measured)."""
+
+    id: str
+    rule: str
+    value: Any
+    passed: bool | None
+
+
+@dataclass
+class Verdict:
+    """The outcome of one claim in one run, with everything needed to read it.
+
+    Attributes:
+        claim_id, claim, source, paper_value, statistic, rule: copied from the :class:`Claim`.
+        outcome: ``"reproduced"``, ``"not reproduced"`` or ``"inconclusive"``.
+        value: our value of the statistic (None when it could not be computed).
+        ci: an interval for ``value`` (see ``ci_kind``).
+        ci_kind: what the interval is: ``"95% CI across 3 seeds (Student t)"``, ``"within-run bootstrap
+            95% CI"``, ``"range across models"``, ...
+        n_seeds: training seeds behind ``value``.
+        rule_passed: the rule's own result (None when not evaluated), whatever the outcome.
+        gates: measured gates.
+        reasons: why the outcome is inconclusive (empty otherwise).
+        details: further numbers behind the verdict.
+        note: caveats; for a claim not reproduced, what scale would settle it.
+        ablation: decides nothing (reported beside the claims).
+    """
+
+    claim_id: str
+    claim: str
+    source: str
+    paper_value: str
+    statistic: str
+    rule: str
+    outcome: str
+    value: float | None = None
+    ci: tuple[float, float] | None = None
+    ci_kind: str = ""
+    n_seeds: int = 1
+    rule_passed: bool | None = None
+    gates: list[GateResult] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    ablation: bool = False
+
+    @property
+    def reproduced(self) -> bool:
+        return self.outcome == REPRODUCED
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ci"] = list(self.ci) if self.ci is not None else None
+        return _clean(d)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        d = dict(d)
+        if d.get("ci") is not None:
+            d["ci"] = tuple(d["ci"])
+        d["gates"] = [GateResult(**g) for g in d.get("gates", [])]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _clean(v: Any) -> Any:
+    """numpy scalars to Python, NaN/inf to None, recursively (verdict.json is strict JSON)."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):
+        try:
+            v = v.item()
+        except (ValueError, RuntimeError):
+            return str(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+# -- the engine -------------------------------------------------------------------------------------
+def judge(
+    claim: Claim,
+    preset: str,
+    *,
+    value: float | None,
+    passed: bool | None,
+    ci: tuple[float, float] | None = None,
+    ci_kind: str = "",
+    n_seeds: int = 1,
+    gates: dict[str, tuple[Any, bool | None]] | None = None,
+    why_not_computed: str = "",
+    details: dict[str, Any] | None = None,
+    note: str = "",
+) -> Verdict:
+    """Decide a claim's outcome from its measured statistic and gates.
+
+    Args:
+        claim: the registered claim.
+        preset: the run's preset (``cfg.preset``).
+        value: the statistic (None when it could not be computed).
+        passed: whether the registered rule held (None: could not be evaluated, e.g. too few points or
+            a fit that did not converge; give ``why_not_computed``).
+        ci, ci_kind: the interval behind the rule and what it is.
+        n_seeds: number of training seeds behind ``value``.
+        gates: gate id -> (measured value, passed); every gate of the claim must appear, a missing one
+            counts as not measured (inconclusive).
+        why_not_computed: the reason when ``passed`` is None.
+        details, note: reported with the verdict.
+
+    Returns:
+        the :class:`Verdict`.
+
+    Raises:
+        ValueError: ``gates`` names a gate the claim does not register (a programming error).
+    """
+    gates = dict(gates or {})
+    unknown = set(gates) - {g.id for g in claim.gates}
+    if unknown:
+        raise ValueError(f"claim {claim.id!r}: unregistered gates {sorted(unknown)}")
+    reasons: list[str] = []
+    results = []
+    for g in claim.gates:
+        val, ok = gates.get(g.id, (None, None))
+        ok = None if ok is None else bool(ok)
+        results.append(GateResult(g.id, g.rule, _clean(val), ok))
+        if ok is None:
+            reasons.append(f"gate {g.id!r} not measured ({g.rule})")
+        elif not ok:
+            reasons.append(f"gate {g.id!r} failed: {g.rule} (measured {_fmt(val)})")
+    if preset not in claim.presets:
+        reasons.append(f"preset {preset!r} is below the scale the claim is registered for "
+                       f"({', '.join(claim.presets)})")
+    if passed is None:
+        reasons.append(why_not_computed or "the statistic could not be computed")
+    if passed and claim.uncertainty == "seeds" and n_seeds < claim.min_seeds:
+        reasons.append(f"{n_seeds} seed{'s' if n_seeds != 1 else ''}: the rule held, but the claim needs an "
+                       f"interval across at least {claim.min_seeds} training seeds")
+    if reasons:
+        outcome = INCONCLUSIVE
+    else:
+        outcome = REPRODUCED if passed else NOT_REPRODUCED
+    return Verdict(
+        claim_id=claim.id, claim=claim.statement, source=claim.source, paper_value=claim.paper_value,
+        statistic=claim.statistic, rule=claim.rule, outcome=outcome,
+        value=None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value),
+        ci=None if ci is None else (float(ci[0]), float(ci[1])), ci_kind=ci_kind, n_seeds=int(n_seeds),
+        rule_passed=None if passed is None else bool(passed), gates=results, reasons=reasons,
+        details=_clean(details or {}), note=note, ablation=claim.ablation,
+    )
+
+
+def not_measured(claim: Claim, preset: str, reason: str) -> Verdict:
+    """An inconclusive verdict for a claim whose statistic was not measured in this run."""
+    return judge(claim, preset, value=None, passed=None, why_not_computed=reason)
+
+
+def add_gate_failure(v: Verdict, gate_id: str, rule: str, value: Any) -> Verdict:
+    """Mark ``v`` inconclusive because of a run-level gate (for example a diverged training point)."""
+    v.gates.append(GateResult(gate_id, rule, _clean(value), False))
+    v.reasons.append(f"gate {gate_id!r} failed: {rule} (measured {_fmt(value)})")
+    v.outcome = INCONCLUSIVE
+    return v
+
+
+def complete(claims: Sequence[Claim], verdicts: Iterable[Verdict], preset: str) -> list[Verdict]:
+    """Order ``verdicts`` as the claims are registered and add an inconclusive verdict for every claim
+    that has none (nothing measured it in this run).
+
+    Raises:
+        ValueError: a verdict names a claim id that is not registered.
+    """
+    by_id = {}
+    ids = {c.id for c in claims}
+    for v in verdicts:
+        if v.claim_id not in ids:
+            raise ValueError(f"verdict for unregistered claim {v.claim_id!r}; registered: {sorted(ids)}")
+        by_id.setdefault(v.claim_id, []).append(v)
+    out = []
+    for c in claims:
+        out.extend(by_id.get(c.id) or [not_measured(c, preset, "no finished points measured it")])
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+# -- statistics across training seeds ---------------------------------------------------------------
+@dataclass
+class SeedStat:
+    """Mean of a statistic over training seeds with a Student-t interval.
+
+    Attributes:
+        mean: the mean over seeds.
+        lo, hi: the interval (equal to ``mean`` when n < 2).
+        n: number of seeds.
+        kind: a label for reports (``"95% CI across 3 seeds (Student t)"``).
+    """
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    kind: str
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        return (self.lo, self.hi) if self.n >= 2 else None
+
+
+def across_seeds(values: Iterable[float], level: float = 0.95) -> SeedStat:
+    """Student-t interval of the mean of per-seed values (non-finite values dropped).
+
+    Args:
+        values: one value per training seed.
+        level: confidence level.
+
+    Returns:
+        :class:`SeedStat`; with one seed the interval collapses to the value and ``kind`` says "1 seed".
+
+    Raises:
+        ValueError: no finite value.
+    """
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray([float(v) for v in values], dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        raise ValueError("across_seeds: no finite values")
+    m = float(x.mean())
+    if x.size < 2:
+        return SeedStat(m, m, m, 1, "1 seed (no interval across seeds)")
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return SeedStat(m, m - half, m + half, int(x.size),
+                    f"{round(level * 100)}% CI across {x.size} seeds (Student t)")
+
+
+def by_seed(results, column: str, agg: str = "mean") -> list[float]:
+    """One value per training seed: ``column`` aggregated (``agg``) within each ``seed_index``."""
+    if "seed_index" not in results:
+        return [float(getattr(results[column], agg)())]
+    return [float(v) for v in results.groupby("seed_index")[column].agg(agg).tolist()]
+
+
+# -- the registry's claims as data -------------------------------------------------------------------
+def snapshot(catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Every experiment's claims as plain data, with their digests (what ``tests/data/claims.json`` holds)."""
+    return {name: [{**c.to_dict(), "digest": c.digest()} for c in cls.claims] for name, cls in catalog.items()}
