@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmsci.config import PRESET_NAMES, resolve_config
+from lmsci.config import ALL_PRESET_NAMES, PRESET_NAMES, resolve_config
 from lmsci.experiments.registry import catalog
 
 NAMES = sorted(catalog())
@@ -18,15 +18,17 @@ def test_catalog_has_the_issues_experiments():
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("preset", PRESET_NAMES)
-def test_presets_resolve_validate_and_have_points(name, preset):
+def test_presets_resolve_validate_and_have_points(name):
     cls = catalog()[name]
-    cfg = resolve_config(cls.Config, preset)
-    assert cfg.preset == preset
-    exp = cls()
-    exp.validate(cfg)
-    points = exp.points(cfg)
-    assert points and len({p.id for p in points}) == len(points)
+    assert set(PRESET_NAMES) <= set(cls.Config.PRESETS) <= set(ALL_PRESET_NAMES)
+    for preset in cls.Config.PRESETS:
+        cfg = resolve_config(cls.Config, preset)
+        assert cfg.preset == preset
+        exp = cls()
+        exp.validate(cfg)
+        points = exp.seeded_points(cfg)
+        assert points and len({p.id for p in points}) == len(points)
+        assert len(points) == len(exp.points(cfg)) * (cfg.n_seeds if exp.seeded else 1)
 
 
 @pytest.mark.parametrize("name", NAMES)

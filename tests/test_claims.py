@@ -1,0 +1,136 @@
+"""The claims engine: three outcomes, gates, preset scale, seeds; the registry's claims as data, the
+checked-in snapshot and the dated CLAIMS.md line every registered rule needs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lmsci.claims import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Claim, Gate, Verdict, across_seeds, complete,
+                          judge, snapshot)
+from lmsci.experiments.registry import catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = ROOT / "tests" / "data" / "claims.json"
+CLAIMS_MD = ROOT / "CLAIMS.md"
+
+C = Claim("c", "x grows", "Someone 2024, arXiv 0000.00000, Fig. 1", "1.0", "slope", "CI inside (0.5, 1.5)",
+          gates=(Gate("trained", "train accuracy >= 0.9"),), presets=("quick", "paper"))
+
+
+def test_reproduced_needs_gates_scale_and_seeds():
+    v = judge(C, "quick", value=1.0, passed=True, ci=(0.8, 1.2), n_seeds=3, gates={"trained": (0.95, True)})
+    assert v.outcome == REPRODUCED and v.reproduced and not v.reasons
+    assert v.gates[0].passed is True and v.paper_value == "1.0"
+
+
+def test_rule_failure_is_not_reproduced():
+    v = judge(C, "quick", value=0.2, passed=False, n_seeds=3, gates={"trained": (0.95, True)})
+    assert v.outcome == NOT_REPRODUCED and v.rule_passed is False
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(gates={"trained": (0.5, False)}), "gate 'trained' failed"),
+    (dict(gates={}), "not measured"),
+    (dict(gates={"trained": (0.95, True)}, preset="smoke"), "below the scale"),
+    (dict(gates={"trained": (0.95, True)}, n_seeds=1), "1 seed"),
+])
+def test_inconclusive_reasons(kw, reason):
+    preset = kw.pop("preset", "quick")
+    kw.setdefault("n_seeds", 3)
+    v = judge(C, preset, value=1.0, passed=True, **kw)
+    assert v.outcome == INCONCLUSIVE
+    assert any(reason in r for r in v.reasons), v.reasons
+
+
+def test_failed_gate_beats_failed_rule_and_uncomputed_statistic():
+    assert judge(C, "quick", value=0.1, passed=False, n_seeds=3,
+                 gates={"trained": (0.1, False)}).outcome == INCONCLUSIVE
+    v = judge(C, "quick", value=None, passed=None, why_not_computed="fit did not converge",
+              gates={"trained": (1.0, True)})
+    assert v.outcome == INCONCLUSIVE and "fit did not converge" in v.reasons
+
+
+def test_one_seed_failure_is_still_not_reproduced_and_within_run_claims_need_no_seeds():
+    assert judge(C, "quick", value=0.1, passed=False, n_seeds=1,
+                 gates={"trained": (1, True)}).outcome == NOT_REPRODUCED
+    w = Claim("w", "s", "src", "p", "stat", "rule", uncertainty="within-run")
+    assert judge(w, "quick", value=1, passed=True, n_seeds=1).outcome == REPRODUCED
+
+
+def test_unregistered_gate_and_claim_are_programming_errors():
+    with pytest.raises(ValueError, match="unregistered gates"):
+        judge(C, "quick", value=1, passed=True, gates={"nope": (1, True)})
+    with pytest.raises(ValueError, match="unregistered claim"):
+        complete([C], [judge(Claim("other", "s", "x", "p", "s", "r"), "quick", value=1, passed=True)], "quick")
+
+
+def test_complete_fills_missing_claims_as_inconclusive_in_registered_order():
+    d = Claim("d", "s", "x", "p", "s", "r")
+    vs = complete([C, d], [judge(d, "quick", value=1, passed=True, n_seeds=3)], "quick")
+    assert [v.claim_id for v in vs] == ["c", "d"]
+    assert vs[0].outcome == INCONCLUSIVE and vs[1].outcome == REPRODUCED
+
+
+def test_verdict_roundtrip_is_strict_json():
+    v = judge(C, "quick", value=float("nan"), passed=None, details={"x": float("inf")})
+    d = json.loads(json.dumps(v.to_dict(), allow_nan=False))
+    assert Verdict.from_dict(d).to_dict() == d
+
+
+def test_across_seeds_student_t():
+    s = across_seeds([1.0, 2.0, 3.0])
+    assert s.n == 3 and s.mean == 2.0
+    assert s.hi - s.mean == pytest.approx(4.302653 * 1.0 / 3 ** 0.5, rel=1e-5)  # t_{0.975, 2} * sd / sqrt(n)
+    one = across_seeds([5.0, float("nan")])
+    assert one.n == 1 and one.ci is None and "1 seed" in one.kind
+    with pytest.raises(ValueError):
+        across_seeds([float("nan")])
+
+
+def test_claim_validation():
+    with pytest.raises(ValueError, match="presets"):
+        Claim("x", "s", "src", "p", "s", "r", presets=("huge",))
+    with pytest.raises(ValueError, match="uncertainty"):
+        Claim("x", "s", "src", "p", "s", "r", uncertainty="vibes")
+
+
+def test_digest_tracks_the_rule_not_the_wording_of_the_statement():
+    a = Claim("x", "statement", "src", "p", "stat", "rule")
+    assert a.digest() == Claim("x", "other words", "src2", "p2", "stat", "rule").digest()
+    assert a.digest() != Claim("x", "statement", "src", "p", "stat", "rule, loosened").digest()
+    assert a.digest() != Claim("x", "statement", "src", "p", "stat", "rule", presets=("paper",)).digest()
+
+
+# -- the registry ------------------------------------------------------------------------------------
+def test_every_experiment_registers_claims_with_unique_ids():
+    for name, cls in catalog().items():
+        ids = [c.id for c in cls.claims]
+        assert ids, f"{name} registers no claims"
+        assert len(set(ids)) == len(ids), f"{name}: duplicate claim ids {ids}"
+        for c in cls.claims:
+            assert c.statement and c.source and c.paper_value and c.statistic and c.rule, (name, c.id)
+
+
+def test_claims_match_the_checked_in_snapshot():
+    """A rule changes only together with tests/data/claims.json and a dated CLAIMS.md line."""
+    current = snapshot(catalog())
+    stored = json.loads(SNAPSHOT.read_text())
+    assert current == stored, (
+        "registered claims differ from tests/data/claims.json. If a rule really changes, write the snapshot "
+        "with `lmsci claims --json > tests/data/claims.json` and add a dated line to CLAIMS.md saying why, "
+        "in a commit of its own (never the commit that records the result it changes).")
+
+
+def test_every_registered_rule_has_a_dated_line_in_claims_md():
+    text = CLAIMS_MD.read_text()
+    missing = []
+    for name, cls in catalog().items():
+        for c in cls.claims:
+            pat = rf"^- \d{{4}}-\d{{2}}-\d{{2}} .*`{re.escape(name)}/{re.escape(c.id)}` \[{c.digest()}\]"
+            if not re.search(pat, text, flags=re.M):
+                missing.append(f"{name}/{c.id} [{c.digest()}]")
+    assert not missing, f"CLAIMS.md has no dated line for: {missing}"
