@@ -15,11 +15,13 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
-    AUGMENTED, SINGLE, DataSpec, binom_ci, bio_recall, bio_stream, check_model,
-    exposures_of, make_model, qa_metrics, qa_stream, train_packed,
+    AUGMENTED, MEMORISED, SINGLE, DataSpec, bio_recall, bio_stream, check_model,
+    exposures_of, make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed,
+    within_run,
 )
 from lmsci.experiments.registry import register
-from lmsci.runs import RunDir, Verdict
+from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
 
 
@@ -41,7 +43,7 @@ class CelebrityConfig(BiosQAConfig):
         "quick": {},
         "paper": {"n_people": 200_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50},
+                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
     }
 
 
@@ -56,7 +58,20 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~8 s", "quick": "8 min wall measured (131 s CPU) on 2 shared cores", "paper": "~days on 8 GPUs"}
+    time_estimate = {"smoke": "~8 s", "quick": "8 min wall measured (131 s CPU) on 2 shared cores, 1 seed",
+                     "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
+    claims = [
+        Claim("minority-lift",
+              "Augmented celebrities in pretraining (and QA fine-tuning on them) make the knowledge of unaugmented "
+              "minority people extractable by QA, which it is not when everyone is single.",
+              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4",
+              "minority QA accuracy: all single 4.4%, with augmented celebrities 86.8%",
+              "minority (P_test) QA exact match, with augmented celebrities minus all single, per seed; mean over "
+              "seeds (all single reported beside)",
+              "mean over seeds: all single <= 0.25 and with celebrities - all single >= 0.5 (95% Student-t CI "
+              "across seeds reported)",
+              gates=(MEMORISED,)),
+    ]
 
     def validate(self, cfg: CelebrityConfig) -> None:
         check_model(cfg.model)
@@ -70,7 +85,7 @@ class CelebrityHelpsMinority(Experiment):
         celeb, minority = qa_split(cfg.n_people, cfg.seed, cfg.celebrity_fraction)
         celeb_spec = cfg.augmented if point.params["celebrities"] else SINGLE
         stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(celeb, celeb_spec), (minority, SINGLE)])
+                            specs=[(celeb, celeb_spec), (minority, SINGLE)], order_seed=ctx.seed)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
         row = {"celebrities_augmented": bool(point.params["celebrities"]), "n_people": cfg.n_people,
@@ -78,7 +93,7 @@ class CelebrityHelpsMinority(Experiment):
                "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority),
                "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device)}
-        ft = qa_stream(world, celeb, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len)
+        ft = qa_stream(world, celeb, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len)
         train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
         m = qa_metrics(model, world, celeb, minority, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
@@ -86,22 +101,27 @@ class CelebrityHelpsMinority(Experiment):
         return row
 
     def verdicts(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        r = results.set_index("celebrities_augmented")
-        if True not in r.index or False not in r.index:
+        base = seed_values(results, "qa_minority", celebrities_augmented=False)
+        cel = seed_values(results, "qa_minority", celebrities_augmented=True)
+        seeds = paired(base, cel)
+        if not seeds:
             return []
-        base, cel = float(r.loc[False, "qa_minority"]), float(r.loc[True, "qa_minority"])
-        n = int(r.loc[True, "n_qa_minority"])
-        ok = cel - base >= 0.2
-        return [Verdict(self.claim, "minority QA exact-match accuracy: with augmented celebrities minus all single",
-                        cel - base, ">= 0.20", ok,
-                        details={"all_single": base, "with_celebrities": cel, "all_single_ci95": binom_ci(base, n),
-                                 "with_celebrities_ci95": binom_ci(cel, n),
-                                 "bio_recall_minority": {"all_single": float(r.loc[False, "bio_recall_minority"]),
-                                                         "with_celebrities": float(r.loc[True, "bio_recall_minority"])},
-                                 "paper": {"all_single": 0.044, "with_celebrities": 0.868}},
-                        note="" if ok else (f"Not reproduced at CPU scale (N={cfg.n_people}, d_model={cfg.model.d_model}, "
-                                            f"{cfg.exposures} exposures). The paper uses N=200k (100k celebrities) and "
-                                            "GPT-2 small; N >= 10k with a ~10M-parameter model would settle it."))]
+        n = int(results["n_qa_minority"].iloc[0])
+        rec_b = seed_values(results, "bio_recall_minority", celebrities_augmented=False)
+        rec_c = seed_values(results, "bio_recall_minority", celebrities_augmented=True)
+        lift = across_seeds([cel[k] - base[k] for k in seeds])
+        single = across_seeds([base[k] for k in seeds])
+        ok = single.mean <= 0.25 and lift.mean >= 0.5
+        return [self.judge(
+            cfg, "minority-lift", value=lift.mean, passed=ok, ci=lift.ci, ci_kind=lift.kind, n_seeds=lift.n,
+            gates={"memorised": recall_gate(rec_b, rec_c)},
+            details={"all_single": seed_summary(base), "with_celebrities": seed_summary(cel),
+                     "bio_recall_minority": {"all_single": rec_b, "with_celebrities": rec_c},
+                     "all_single_within_run": within_run(base, n), "with_celebrities_within_run": within_run(cel, n),
+                     "paper": {"all_single": 0.044, "with_celebrities": 0.868}},
+            note="" if ok else (f"At N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.exposures} exposures. The "
+                                "paper uses N=200k (100k celebrities) and GPT-2 small; N >= 10k with a ~10M-parameter "
+                                "model would settle it."))]
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -114,7 +134,9 @@ class CelebrityHelpsMinority(Experiment):
         ax.bar(x - 0.2, results["qa_celebrity"], 0.4, label="QA celebrities (fine-tuned on)")
         ax.bar(x + 0.2, results["qa_minority"], 0.4, label="QA minority (held out)")
         ax.plot(x, results["bio_recall_minority"], "k*", ms=10, label="minority bio recall")
-        ax.set_xticks(x, ["all single" if not c else "celebrities augmented" for c in results["celebrities_augmented"]])
+        multi = "seed_index" in results and results["seed_index"].max() > 0
+        ax.set_xticks(x, [("all single" if not r.celebrities_augmented else "celebrities augmented") +
+                          (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()])
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("exact-match accuracy")
         ax.legend(fontsize=8)

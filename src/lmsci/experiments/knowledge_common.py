@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import pandas as pd
 from pydantic import Field
 
+from lmsci.claims import Gate, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
@@ -73,7 +75,8 @@ def concat_packed(parts: Sequence[Packed]) -> Packed:
 
 def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                specs: Sequence[tuple[Sequence[int], DataSpec]], fresh: bool = False, reverse: bool = False,
-               extra_docs: Sequence[Doc] = (), extra_epochs: int | None = None, shuffle: bool = True) -> Packed:
+               extra_docs: Sequence[Doc] = (), extra_epochs: int | None = None, shuffle: bool = True,
+               order_seed: int | None = None) -> Packed:
     """Pretraining windows giving every person ``exposures`` biographies.
 
     Args:
@@ -83,6 +86,8 @@ def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
         reverse: add the reversed-direction sentence to every biography.
         extra_docs: documents added to the epochs (QA of P_train for mixed training).
         extra_epochs: in how many epochs (spread evenly) ``extra_docs`` appear; default all.
+        order_seed: seed of the shuffle across people (default ``seed``); a training seed passes its own
+            ``ctx.seed`` so that separately pretrained models see the same biographies in their own order.
 
     The number of epochs is ``ceil(exposures / M)`` for the largest multiplicity M; a person with a
     smaller M repeats their biographies proportionally so that everyone gets ``exposures``.
@@ -106,13 +111,15 @@ def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
             docs = fixed
         k = epochs if extra_epochs is None else max(1, min(extra_epochs, epochs))
         extra = list(extra_docs) if (e * k) // epochs != ((e + 1) * k) // epochs else []
-        parts.append(pack(list(docs) + extra, seq_len, seed=seed * 100003 + e, shuffle=shuffle))
+        o = seed if order_seed is None else order_seed
+        parts.append(pack(list(docs) + extra, seq_len, seed=o * 100003 + e, shuffle=shuffle))
     return concat_packed(parts)
 
 
 def qa_stream(world: BiosWorld, people: Sequence[int], *, epochs: int, seed: int, seq_len: int,
               inverse: bool = False, forward: bool = True) -> Packed:
-    """QA fine-tuning windows: the six forward questions (and/or the inverse question) of ``people``."""
+    """QA fine-tuning windows: the six forward questions (and/or the inverse question) of ``people``;
+    ``seed`` orders them (a training seed passes its own)."""
     docs: list[Doc] = []
     if forward:
         docs += qa_docs(world, people)
@@ -214,6 +221,58 @@ def qa_metrics(model: torch.nn.Module, world: BiosWorld, train_people, test_peop
         if inverse:
             out[f"{prefix}inverse_{tag}"] = inverse_accuracy(model, world, ppl, device=device)
     return out
+
+
+# -- verdicts: per-seed statistics and the shared gate -------------------------------------------------
+MEMORISED = Gate("memorised", "biography recall (exact match of each of the 6 attribute values given the "
+                              "biography prefix, on the pretrained model) of the people tested >= 0.9 in every "
+                              "model trained (every condition, every seed)")
+RECALL_MIN = 0.9
+
+
+def seed_values(results: pd.DataFrame, col: str, **where: Any) -> dict[int, float]:
+    """``{seed_index: value of col}`` for the rows matching ``where`` (column == value), one per seed
+    (rows of one seed averaged; a table without ``seed_index`` is seed 0)."""
+    m = results
+    for k, v in where.items():
+        m = m[m[k] == v]
+    if col not in m or not len(m):
+        return {}
+    if "seed_index" not in m:
+        return {0: float(m[col].mean())}
+    return {int(s): float(g[col].mean()) for s, g in m.groupby("seed_index")}
+
+
+def paired(*per_seed: dict[int, float]) -> list[int]:
+    """The seed indices present in every one of ``per_seed`` (sorted)."""
+    common = set(per_seed[0]) if per_seed else set()
+    for d in per_seed[1:]:
+        common &= set(d)
+    return sorted(common)
+
+
+def recall_gate(*per_seed: dict[int, float]) -> tuple[float | None, bool | None]:
+    """The ``memorised`` gate: the lowest recall over every (condition, seed); None when not measured."""
+    vals = [v for d in per_seed for v in d.values() if np.isfinite(v)]
+    if not vals:
+        return (None, None)
+    lo = float(min(vals))
+    return (lo, lo >= RECALL_MIN)
+
+
+def within_run(per_seed: dict[int, float], n: int) -> dict[str, Any]:
+    """Within-run binomial intervals for reports (they decide nothing): per seed, the Wilson 95% interval
+    of an accuracy over ``n`` questions."""
+    return {"kind": f"within-run Wilson 95% CI over {n} questions, per seed",
+            "per_seed": {int(k): [v, *binom_ci(v, n)] for k, v in per_seed.items()}}
+
+
+def seed_summary(per_seed: dict[int, float]) -> dict[str, Any]:
+    """``{"mean", "ci95", "per_seed", "kind"}`` of a per-seed accuracy, for the verdict's details."""
+    if not per_seed:
+        return {}
+    st = across_seeds(per_seed.values())
+    return {"mean": st.mean, "ci95": st.ci, "kind": st.kind, "per_seed": dict(per_seed)}
 
 
 def binom_ci(p: float, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -17,12 +17,14 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
-    AUGMENTED, SINGLE, DataSpec, binom_ci, bio_recall, bio_stream, check_model,
-    exposures_of, make_model, qa_metrics, qa_stream, train_packed,
+    AUGMENTED, MEMORISED, SINGLE, DataSpec, bio_recall, bio_stream, check_model,
+    exposures_of, make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed,
+    within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
-from lmsci.runs import RunDir, Verdict
+from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
 
@@ -53,7 +55,7 @@ class KnowledgeExtractionConfig(BiosQAConfig):
         "quick": {},
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50},
+                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
     }
 
 
@@ -68,7 +70,27 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~10 s", "quick": "11 min wall measured (266 s CPU) on 2 shared cores", "paper": "~days on 8 GPUs"}
+    time_estimate = {"smoke": "~10 s", "quick": "11 min wall measured (266 s CPU) on 2 shared cores, 1 seed",
+                     "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
+    claims = [
+        Claim("pretrain-ft-augmentation",
+              "After BIO pretraining and QA fine-tuning on P_train, QA on the held-out P_test is poor for bioS single "
+              "and high when the biographies are augmented (multi5 + permute + fullname).",
+              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-4, Figures 2-3",
+              "P_test QA accuracy: bioS single 9.7%, augmented 96.2%",
+              "P_test QA exact match after BIO pretrain -> QA fine-tune, augmented minus single, per seed; "
+              "mean over seeds (single reported beside)",
+              "mean over seeds: single <= 0.25 and augmented - single >= 0.5 (95% Student-t CI across seeds reported)",
+              gates=(MEMORISED,)),
+        Claim("mixed-vs-pretrain-ft",
+              "Mixed training (biographies + P_train QA from scratch) extracts knowledge for P_test far better than "
+              "BIO pretrain -> QA fine-tune on bioS single.",
+              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 3, Figure 2",
+              "P_test QA accuracy: mixed 86.6% vs pretrain -> fine-tune 9.7% (bioS single)",
+              "P_test QA exact match on bioS single, mixed minus pretrain -> fine-tune, per seed; mean over seeds",
+              "mean over seeds: mixed - pretrain_ft >= 0.4 (95% Student-t CI across seeds reported)",
+              gates=(MEMORISED,)),
+    ]
 
     def validate(self, cfg: KnowledgeExtractionConfig) -> None:
         check_model(cfg.model)
@@ -84,14 +106,19 @@ class KnowledgeExtraction(Experiment):
         spec = SINGLE if d == "single" else cfg.augmented
         extra = qa_docs(world, tr) if regime == "mixed" else []
         stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(range(cfg.n_people), spec)], extra_docs=extra, extra_epochs=cfg.mixed_qa_epochs)
+                            specs=[(range(cfg.n_people), spec)], extra_docs=extra, extra_epochs=cfg.mixed_qa_epochs,
+                            order_seed=ctx.seed)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
         row = {"data": d, "regime": regime, "n_people": cfg.n_people, "params": model.num_params(),
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
-               "pretrain_tokens": pre["tokens_seen"], "tokens_per_s": pre["tokens_per_s"],
-               "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, spec=spec,
-                                        device=ctx.device)}
+               "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
+               "tokens_per_s": pre["tokens_per_s"]}
+        # memorisation on the pretrained model, for the QA-test people (the gate) and the QA-train people
+        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=spec, device=ctx.device)
+        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device)
+        row.update({"bio_recall_train": rec_tr, "bio_recall_test": rec_te,
+                    "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
         if regime == "pretrain_ft":
             if cfg.probes:
                 pp = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, device=ctx.device)
@@ -105,46 +132,54 @@ class KnowledgeExtraction(Experiment):
                 row["p_probe_before"] = float(np.mean([pb[a]["test_acc"] for a in ATTRS]))
                 row["q_probe"] = float(np.mean([qp[a]["test_acc"] for a in ATTRS]))
                 row["probe_chance"] = float(np.mean([qp[a]["chance"] for a in ATTRS]))
-            ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len)
+            ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len)
             train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
         row.update(qa_metrics(model, world, tr, te, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
         return row
 
-    def _get(self, results: pd.DataFrame, d: str, r: str, col: str = "qa_test") -> float | None:
-        m = results[(results["data"] == d) & (results["regime"] == r)]
-        return float(m[col].iloc[0]) if len(m) else None
-
     def verdicts(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         out = []
-        n = int(results["n_qa_test"].iloc[0])
-        for regime, label in (("pretrain_ft", "BIO pretrain -> QA fine-tune"), ("mixed", "mixed training")):
-            s, a = self._get(results, "single", regime), self._get(results, "augmented", regime)
-            if s is None or a is None:
-                continue
-            ok = s <= 0.2 and a - s >= 0.3
-            rec_s = self._get(results, "single", regime, "bio_recall")
-            note = "" if ok else (
-                f"Not reproduced at CPU scale (N={cfg.n_people}, d_model={cfg.model.d_model}, "
-                f"{cfg.exposures} exposures; biography recall of single = {rec_s:.2f}). The paper uses N=100k people "
-                "(50k QA-train), GPT-2 small with rotary, ~1000 passes; with only N/2 QA-train people fine-tuning "
-                "memorises their answers instead of learning extraction. N >= 10k with a ~10M-parameter model "
-                "would settle it.")
-            out.append(Verdict(
-                self.claim + f" [{label}]", f"QA-test exact-match accuracy, {label}: augmented minus single",
-                a - s, "single <= 0.20 and augmented - single >= 0.30", ok, ci=None,
-                details={"single": s, "augmented": a, "single_ci95": binom_ci(s, n), "augmented_ci95": binom_ci(a, n),
-                         "paper": {"single": 0.097, "augmented": 0.962} if regime == "pretrain_ft" else {}},
-                note=note))
-        ms, ps = self._get(results, "single", "mixed"), self._get(results, "single", "pretrain_ft")
-        if ms is not None and ps is not None:
-            ok = ms - ps >= 0.2
-            out.append(Verdict(
-                "Mixed training (biographies + P_train QA from scratch) extracts knowledge for P_test far better than "
-                "BIO pretrain -> QA fine-tune on bioS single (paper: 86.6% vs 9.7%).",
-                "QA-test accuracy on bioS single: mixed minus pretrain->finetune", ms - ps, ">= 0.20", ok,
-                details={"mixed": ms, "pretrain_ft": ps, "mixed_ci95": binom_ci(ms, n)},
-                note="" if ok else "Not reproduced at CPU scale; needs the paper's N and model size (see above)."))
+        n = int(results["n_qa_test"].iloc[0]) if "n_qa_test" in results and len(results) else 0
+        qa = {(d, r): seed_values(results, "qa_test", data=d, regime=r)
+              for d in ("single", "augmented") for r in ("pretrain_ft", "mixed")}
+        rec = {(d, r): seed_values(results, "bio_recall_test", data=d, regime=r)
+               for d in ("single", "augmented") for r in ("pretrain_ft", "mixed")}
+        scale = (f"N={cfg.n_people} people ({cfg.n_people // 2} QA-train), d_model={cfg.model.d_model}, "
+                 f"{cfg.model.n_layers} layers, {cfg.exposures} exposures")
+
+        s, a = qa["single", "pretrain_ft"], qa["augmented", "pretrain_ft"]
+        seeds = paired(s, a)
+        if seeds:
+            diff = across_seeds([a[k] - s[k] for k in seeds])
+            single = across_seeds([s[k] for k in seeds])
+            ok = single.mean <= 0.25 and diff.mean >= 0.5
+            out.append(self.judge(
+                cfg, "pretrain-ft-augmentation", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind,
+                n_seeds=diff.n, gates={"memorised": recall_gate(rec["single", "pretrain_ft"],
+                                                                rec["augmented", "pretrain_ft"])},
+                details={"single": seed_summary(s), "augmented": seed_summary(a),
+                         "bio_recall_test": {"single": rec["single", "pretrain_ft"],
+                                             "augmented": rec["augmented", "pretrain_ft"]},
+                         "single_within_run": within_run(s, n), "augmented_within_run": within_run(a, n),
+                         "paper": {"single": 0.097, "augmented": 0.962}},
+                note="" if ok else (f"At {scale}; the paper uses N=100k people (50k QA-train), GPT-2 small with "
+                                    "rotary and ~1000 exposures. With few QA-train people fine-tuning can memorise "
+                                    "their answers instead of learning extraction; N >= 10k with a ~10M-parameter "
+                                    "model would settle it.")))
+        ms, ps = qa["single", "mixed"], qa["single", "pretrain_ft"]
+        seeds = paired(ms, ps)
+        if seeds:
+            diff = across_seeds([ms[k] - ps[k] for k in seeds])
+            ok = diff.mean >= 0.4
+            out.append(self.judge(
+                cfg, "mixed-vs-pretrain-ft", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
+                gates={"memorised": recall_gate(rec["single", "mixed"], rec["single", "pretrain_ft"])},
+                details={"mixed": seed_summary(ms), "pretrain_ft": seed_summary(ps),
+                         "bio_recall_test": {"mixed": rec["single", "mixed"], "pretrain_ft": rec["single", "pretrain_ft"]},
+                         "mixed_within_run": within_run(ms, n), "pretrain_ft_within_run": within_run(ps, n),
+                         "paper": {"mixed": 0.866, "pretrain_ft": 0.097}},
+                note="" if ok else f"At {scale}; the paper's scale (N=100k, GPT-2 small) would settle it."))
         return out
 
     def figures(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -154,7 +189,8 @@ class KnowledgeExtraction(Experiment):
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-        labels = [f"{r.data}\n{r.regime}" for r in results.itertuples()]
+        multi = "seed_index" in results and results["seed_index"].max() > 0
+        labels = [f"{r.data}\n{r.regime}" + (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()]
         x = np.arange(len(results))
         ax[0].bar(x - 0.2, results["qa_train"], 0.4, label="QA train (P_train)")
         ax[0].bar(x + 0.2, results["qa_test"], 0.4, label="QA test (P_test)")

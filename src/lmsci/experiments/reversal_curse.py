@@ -21,13 +21,14 @@ import pandas as pd
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
-    AUGMENTED, DataSpec, binom_ci, bio_recall, bio_stream, check_model, exposures_of,
-    make_model, qa_metrics, qa_stream, train_packed,
+    AUGMENTED, MEMORISED, DataSpec, bio_recall, bio_stream, check_model, exposures_of,
+    make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed, within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import span_ce_bits
-from lmsci.runs import RunDir, Verdict
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.runs import RunDir
 from lmsci.worlds.bios import BiosWorld, Doc, qa_split
 
 
@@ -42,8 +43,12 @@ class ReversalCurseConfig(BiosQAConfig):
         "quick": {},
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50},
+                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
     }
+
+FORWARD_QA = Gate("forward-qa", "forward QA exact match (name -> attributes) on the tested people (P_test) >= 0.5 in "
+                                "every model trained (both conditions, every seed)")
+FORWARD_QA_MIN = 0.5
 
 
 def _swap_answer(doc: Doc, name_ids: list[int]) -> Doc:
@@ -79,7 +84,33 @@ class ReversalCurse(Experiment):
              "(inverse search near 0%) unless the reversed direction is in its training data.")
     source = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288, Table 1"
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~8 s", "quick": "10 min wall measured (188 s CPU) on 2 shared cores", "paper": "~days on 8 GPUs"}
+    time_estimate = {"smoke": "~8 s", "quick": "10 min wall measured (188 s CPU) on 2 shared cores, 1 seed",
+                     "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
+    claims = [
+        Claim("reversal",
+              "Knowledge learned as 'name -> attributes' cannot be searched inversely ('attributes -> name') for "
+              "held-out people, unless the training text also states the names after the attributes.",
+              "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288, Table 1",
+              "inverse search ~0% (Part 3.2); reverse-direction exact match 0.0% (Berglund et al., Table 1); "
+              "inverse search works when the reversed direction is in the training data",
+              "P_test inverse-search exact match (birth date + city -> name) after QA fine-tuning on P_train, per "
+              "seed: forward-only, with the reversed sentence in pretraining, and their difference; value = mean "
+              "over seeds of the difference",
+              "mean over seeds: forward-only <= 0.1 and with-reverse >= 0.5, and the 95% Student-t CI across seeds "
+              "of (with-reverse - forward-only) above 0",
+              gates=(MEMORISED, FORWARD_QA)),
+        Claim("reverse-sentence",
+              "Before QA fine-tuning, completing 'Born on DATE in CITY was ___' for P_test people works only when "
+              "such sentences were in pretraining.",
+              "Berglund et al., arXiv 2309.12288, Section 2 (same-format test); Allen-Zhu & Li, arXiv 2309.14402, "
+              "Section 5",
+              "reverse-direction exact match 0.0% without the reversed direction in training",
+              "P_test exact match of the name in the reversed sentence on the pretrained model, with-reverse minus "
+              "forward-only, per seed; mean over seeds",
+              "mean over seeds: forward-only <= 0.1 and with-reverse - forward-only >= 0.3 (ablation: decides "
+              "nothing)",
+              gates=(MEMORISED,), ablation=True),
+    ]
 
     def validate(self, cfg: ReversalCurseConfig) -> None:
         check_model(cfg.model)
@@ -93,13 +124,17 @@ class ReversalCurse(Experiment):
         tr, te = qa_split(cfg.n_people, cfg.seed)
         rev = bool(point.params["reverse"])
         stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(range(cfg.n_people), cfg.data)], reverse=rev)
+                            specs=[(range(cfg.n_people), cfg.data)], reverse=rev, order_seed=ctx.seed)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
         row = {"reverse_in_training": rev, "n_people": cfg.n_people, "params": model.num_params(),
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
-               "bio_recall": bio_recall(model, world, range(cfg.n_people), seed=cfg.seed, spec=cfg.data,
-                                        device=ctx.device)}
+               "pretrain_steps": pre["steps"]}
+        # memorisation on the pretrained model, for the QA-test people (the gate) and the QA-train people
+        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=cfg.data, device=ctx.device)
+        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=cfg.data, device=ctx.device)
+        row.update({"bio_recall_train": rec_tr, "bio_recall_test": rec_te,
+                    "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
         # the reversed sentence itself ("Born on DATE in CITY was NAME ."), completed on P_test before QA
         # fine-tuning: the trained format of the inverse direction (Berglund et al.'s same-format test)
         rdocs = [world.bio(int(i), np.random.default_rng([cfg.seed, 17, int(i), 0]), permute=cfg.data.permute,
@@ -107,7 +142,7 @@ class ReversalCurse(Experiment):
         for d in rdocs:
             d.spans["answer"] = d.spans["reverse_name"]
         row["reverse_sentence_name_test"] = float(exact_match(model, rdocs, device=ctx.device).mean())
-        ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=cfg.seed, seq_len=cfg.qa_seq_len, inverse=True)
+        ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len, inverse=True)
         train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
         row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
         row["name_logprob_gap_bits_test"] = name_logprob_gap(model, world, te, cfg.seed, ctx.device)
@@ -115,39 +150,47 @@ class ReversalCurse(Experiment):
         return row
 
     def verdicts(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        r = results.set_index("reverse_in_training")
-        if True not in r.index or False not in r.index:
+        def per(col: str, rev: bool) -> dict[int, float]:
+            return seed_values(results, col, reverse_in_training=rev)
+
+        inv_f, inv_r = per("inverse_test", False), per("inverse_test", True)
+        seeds = paired(inv_f, inv_r)
+        if not seeds:
             return []
-        inv_f, inv_r = float(r.loc[False, "inverse_test"]), float(r.loc[True, "inverse_test"])
-        fwd_f = float(r.loc[False, "qa_test"])
-        n = int(r.loc[False, "n_test"])
-        ok = inv_f <= 0.1 and inv_r - inv_f >= 0.3
-        note = ""
-        if not ok:
-            note = (f"Not reproduced at CPU scale: inverse search on P_test with the reverse trained = {inv_r:.2f} "
-                    f"(biography recall {float(r.loc[True, 'bio_recall']):.2f}). The curse half (forward-only inverse "
-                    f"= {inv_f:.2f}) is the robust part; the lift needs full memorisation of the reversed sentences, "
-                    "e.g. N >= 10k with a ~10M-parameter model and >= 100 exposures.")
-        return [Verdict(self.claim, "inverse-search exact match on P_test: forward-only, and lift when reverse is trained",
-                        inv_f, "forward-only <= 0.10 and (with_reverse - forward-only) >= 0.30", ok,
-                        ci=binom_ci(inv_f, n),
-                        details={"inverse_test_forward_only": inv_f, "inverse_test_with_reverse": inv_r,
-                                 "inverse_train_forward_only": float(r.loc[False, "inverse_train"]),
-                                 "forward_qa_test_forward_only": fwd_f,
-                                 "name_logprob_gap_bits_forward_only": float(r.loc[False, "name_logprob_gap_bits_test"]),
-                                 "name_logprob_gap_bits_with_reverse": float(r.loc[True, "name_logprob_gap_bits_test"]),
-                                 "paper": {"gpt3_reverse_exact_match": 0.0, "part3.2_inverse_search": "~0%"}},
-                        note=note),
-                Verdict("Only the trained direction is recalled: completing 'Born on DATE in CITY was ___' for "
-                        "P_test people works when such sentences were in pretraining and not otherwise.",
-                        "exact match of the name in the reversed sentence on P_test (before QA fine-tuning): "
-                        "with_reverse minus forward_only",
-                        float(r.loc[True, "reverse_sentence_name_test"] - r.loc[False, "reverse_sentence_name_test"]),
-                        "forward_only <= 0.10 and difference >= 0.30",
-                        bool(r.loc[False, "reverse_sentence_name_test"] <= 0.1 and
-                             r.loc[True, "reverse_sentence_name_test"] - r.loc[False, "reverse_sentence_name_test"] >= 0.3),
-                        details={"forward_only": float(r.loc[False, "reverse_sentence_name_test"]),
-                                 "with_reverse": float(r.loc[True, "reverse_sentence_name_test"])})]
+        n = int(results["n_test"].iloc[0])
+        rec_f, rec_r = per("bio_recall_test", False), per("bio_recall_test", True)
+        fwd_f, fwd_r = per("qa_test", False), per("qa_test", True)
+        fwd = [v for d in (fwd_f, fwd_r) for v in d.values()]
+        fwd_gate = (min(fwd), min(fwd) >= FORWARD_QA_MIN) if fwd else (None, None)
+        diff = across_seeds([inv_r[k] - inv_f[k] for k in seeds])
+        mf, mr = across_seeds([inv_f[k] for k in seeds]).mean, across_seeds([inv_r[k] for k in seeds]).mean
+        ok = mf <= 0.1 and mr >= 0.5 and (diff.ci is None or diff.ci[0] > 0)
+        scale = f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.exposures} exposures"
+        out = [self.judge(
+            cfg, "reversal", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
+            gates={"memorised": recall_gate(rec_f, rec_r), "forward-qa": fwd_gate},
+            details={"inverse_test_forward_only": seed_summary(inv_f), "inverse_test_with_reverse": seed_summary(inv_r),
+                     "inverse_train_forward_only": per("inverse_train", False),
+                     "forward_qa_test": {"forward_only": fwd_f, "with_reverse": fwd_r},
+                     "bio_recall_test": {"forward_only": rec_f, "with_reverse": rec_r},
+                     "name_logprob_gap_bits": {"forward_only": per("name_logprob_gap_bits_test", False),
+                                               "with_reverse": per("name_logprob_gap_bits_test", True)},
+                     "forward_only_within_run": within_run(inv_f, n), "with_reverse_within_run": within_run(inv_r, n),
+                     "paper": {"gpt3_reverse_exact_match": 0.0, "part3.2_inverse_search": "~0%"}},
+            note="" if ok else (f"At {scale}: inverse search with the reverse trained = {mr:.2f}, forward-only = "
+                                f"{mf:.2f}. The lift needs the reversed sentences memorised, e.g. N >= 10k with a "
+                                "~10M-parameter model and >= 100 exposures."))]
+        sf, sr = per("reverse_sentence_name_test", False), per("reverse_sentence_name_test", True)
+        seeds = paired(sf, sr)
+        if seeds:
+            d = across_seeds([sr[k] - sf[k] for k in seeds])
+            f = across_seeds([sf[k] for k in seeds]).mean
+            out.append(self.judge(
+                cfg, "reverse-sentence", value=d.mean, passed=f <= 0.1 and d.mean >= 0.3, ci=d.ci, ci_kind=d.kind,
+                n_seeds=d.n, gates={"memorised": recall_gate(rec_f, rec_r)},
+                details={"forward_only": seed_summary(sf), "with_reverse": seed_summary(sr),
+                         "forward_only_within_run": within_run(sf, n), "with_reverse_within_run": within_run(sr, n)}))
+        return out
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -161,7 +204,9 @@ class ReversalCurse(Experiment):
                 ("inverse_test", "inverse (P_test)")]
         for k, (c, lab) in enumerate(cols):
             ax.bar(x + (k - 1) * 0.27, results[c], 0.27, label=lab)
-        ax.set_xticks(x, ["reverse in training" if v else "forward only" for v in results["reverse_in_training"]])
+        multi = "seed_index" in results and results["seed_index"].max() > 0
+        ax.set_xticks(x, [("reverse in training" if r.reverse_in_training else "forward only") +
+                          (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()])
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("exact-match accuracy")
         ax.legend(fontsize=8)
