@@ -25,6 +25,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--why", required=True, help="the reason written on each new line")
     ap.add_argument("--date", default=dt.date.today().isoformat())
+    ap.add_argument("--only", nargs="*", default=None, help="add CLAIMS.md lines only for these experiments")
     a = ap.parse_args()
     snap = snapshot(catalog())
     (ROOT / "tests" / "data").mkdir(parents=True, exist_ok=True)
@@ -33,6 +34,8 @@ def main() -> None:
     text = md.read_text()
     new = []
     for name, claims in snap.items():
+        if a.only is not None and name not in a.only:
+            continue
         for c in claims:
             key = f"`{name}/{c['id']}` [{c['digest']}]"
             if not re.search(rf"^- \d{{4}}-\d{{2}}-\d{{2}} .*{re.escape(key)}", text, flags=re.M):
