@@ -130,3 +130,18 @@ def test_passkey_smoke(tmp_path):
     assert list(res["point"]) == ["train", "eval-x2"]
     assert 0 <= res["acc_lm_infinite_topk_h0"].dropna().iloc[0] <= 1
     assert run.verdicts()
+
+
+def test_band_max_logit_compares_equal_key_counts():
+    from lmsci.errors import ConfigError
+    from lmsci.measure.attention import band_max_logit
+
+    row = np.arange(10.0)  # key position j has logit j; the last query is position 9
+    row[2] = -np.inf  # a masked key is skipped
+    # distances 0..9 -> key positions 9..0; bands of 3 keys: distances [0,3), [3,6), [6,9); distance 9 dropped
+    np.testing.assert_array_equal(band_max_logit(row, 3), [9.0, 6.0, 3.0])
+    both = band_max_logit(np.stack([row, -row]), 5)
+    np.testing.assert_array_equal(both, [[9.0, 4.0], [-5.0, 0.0]])
+    assert band_max_logit(np.full(6, -np.inf), 3).tolist() == [-np.inf, -np.inf]
+    with pytest.raises(ConfigError):
+        band_max_logit(row, 11)

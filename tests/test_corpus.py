@@ -166,11 +166,31 @@ def test_shakespeare_lm_smoke(texts_dir, tmp_path):
     m = RunDir(run.path).metrics()
     assert {"loss", "lr", "grad_norm", "tokens_seen", "val_nll", "train_nll"} <= set(m.columns)
     assert m["loss"].dropna().iloc[-1] < m["loss"].dropna().iloc[0]
-    assert len(run.verdicts()) == 2 and run.verdicts()[0].ci is not None
+    assert [v.claim_id for v in run.verdicts()] == ["beats-bigram", "beats-unigram"]
+    assert run.verdicts()[0].details["per_seed_within_run"][0]["within_run_bootstrap_95ci_over_windows_nats_per_char"]
     report = (run.path / "report.md").read_text()
     assert "bits per character" in report and "## Samples" in report and "loss_curves.png" in report
     assert (run.path / "figures" / "loss_curves.png").exists()
     assert (run.path / "points" / res["point"] / "model" / "lmsci_tokenizer.json").exists()
+
+
+def test_shakespeare_lm_diverged_smoke_run_is_recorded_and_inconclusive(texts_dir, tmp_path):
+    """`lmsci run shakespeare-lm --preset smoke --set lr=1e6`: the point is recorded as diverged, no traceback."""
+    from lmsci.claims import INCONCLUSIVE
+    from lmsci.config import resolve_config
+    from lmsci.experiments.registry import get
+    from lmsci.sweep import run_experiment
+
+    cls = get("shakespeare-lm")
+    cfg = resolve_config(cls.Config, "smoke", {"texts_dir": str(texts_dir), "cache_dir": str(tmp_path / "c"),
+                                               "val_fraction": 0.25, "lr": 1e6, "threads": 1})
+    run = run_experiment(cls(), cfg, tmp_path / "run", progress=False, log=lambda m: None)
+    res = run.results()
+    assert list(res["status"]) == ["diverged"]
+    vs = run.verdicts()
+    assert {v.claim_id for v in vs} == {c.id for c in cls.claims}
+    assert all(v.outcome == INCONCLUSIVE for v in vs)
+    assert not (run.path / "points" / res["point"].iloc[0] / "samples.txt").exists()  # no sampling after NaN
 
 
 def test_cli_train_resume_generate(texts_dir, tmp_path):

@@ -110,6 +110,31 @@ def running_max_by_distance(last_row: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(np.isfinite(flipped), flipped, -np.inf), axis=-1)
 
 
+def band_max_logit(last_row: np.ndarray, band: int) -> np.ndarray:
+    """Theorem 1 with equal key counts: the last query's maximum logit over the keys at distances
+    ``[k * band, (k + 1) * band)``, for every complete band ``k = 0 .. n // band - 1``.
+
+    Args:
+        last_row: ``[..., n]`` logits of the last query (position ``n - 1``) indexed by key position;
+            ``-inf`` entries are masked keys and are skipped.
+        band: keys per band (the training length L).
+
+    Returns:
+        ``[..., n // band]``; ``-inf`` where every key of a band is masked. Band k holds exactly
+        ``band`` keys, so band maxima compare maxima over equally many keys.
+
+    Raises:
+        ConfigError: ``band`` not in ``[1, n]``.
+    """
+    n = last_row.shape[-1]
+    if not 1 <= band <= n:
+        raise ConfigError("band", band, f"an integer in [1, {n}]")
+    nb = n // band
+    by_dist = last_row[..., ::-1][..., : nb * band]  # distance 0 first
+    by_dist = np.where(np.isfinite(by_dist), by_dist, -np.inf)
+    return by_dist.reshape(*by_dist.shape[:-1], nb, band).max(axis=-1)
+
+
 @torch.no_grad()
 def nll_by_position(model: Any, input_ids: Tensor, policy: AttentionPolicy | None = None,
                     chunk: int | None = None) -> np.ndarray:

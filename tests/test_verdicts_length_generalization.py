@@ -1,0 +1,90 @@
+"""length-generalization verdicts on synthetic results tables in the shape run_point writes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from lmsci.config import resolve_config
+from lmsci.experiments.length_generalization import LengthGeneralization
+from lmsci.runs import RunDir
+
+METHODS = ["vanilla", "sliding_window", "attention_sinks", "lm_infinite_G0", "lm_infinite_G1", "lm_infinite_G10",
+           "lm_infinite_G100"]
+
+
+def table(n_seeds: int, *, rise: float, lmi_ratio: float, sw_ratio: float, g0_penalty: float, ent_van: float,
+          ent_lmi: float, thm1: float, beyond: float, n_layers: int = 2, n_k: int = 31) -> pd.DataFrame:
+    rows = []
+    for k in range(n_seeds):
+        j = 0.01 * (k - 1)  # seed-to-seed scatter
+        sfx = f"__s{k}" if k else ""
+        ref = 2.0 + j
+        rows.append({"point": "train" + sfx, "kind": "train", "method": "", "seed_index": k, "status": "ok"})
+        for m in METHODS:
+            ratio = {"vanilla": (ref + rise) / ref, "sliding_window": sw_ratio, "attention_sinks": 1.0}.get(
+                m, lmi_ratio + (g0_penalty / ref if m == "lm_infinite_G0" else 0.0))
+            far = ref * (ratio + j)
+            rows.append({"point": f"eval-{m}{sfx}", "kind": "eval", "method": m, "seed_index": k, "status": "ok",
+                         "nll_in": ref + 0.1, "nll_in_se": 0.02, "nll_far": far, "nll_far_se": 0.02,
+                         "nll_last": far, "nll_last_se": 0.02, "nll_ref_in": ref, "far_minus_ref": far - ref,
+                         "far_minus_ref_se": 0.03, "far_ratio": far / ref, "far_ratio_se": 0.01,
+                         "n_global": None if m in ("vanilla", "sliding_window", "attention_sinks") else int(m[13:])})
+        rows.append({"point": "profile" + sfx, "kind": "profile", "method": "", "seed_index": k, "status": "ok",
+                     "vanilla_entropy_far_minus_inmax_by_layer": json.dumps([ent_van + j] * n_layers),
+                     "lm_infinite_entropy_far_minus_inmax_by_layer": json.dumps([ent_lmi + j] * n_layers),
+                     "thm1_band_minus_in": json.dumps([[thm1 + j] * n_k] * n_layers),
+                     "thm1_band_minus_in_se": json.dumps([[0.1] * n_k] * n_layers),
+                     "lmi_n_beyond_keys": 10, "lmi_beyond_minus_in_max": beyond + j})
+    return pd.DataFrame(rows)
+
+
+PAPER = dict(rise=2.5, lmi_ratio=1.0, sw_ratio=1.6, g0_penalty=1.0, ent_van=0.6, ent_lmi=0.0, thm1=1.5, beyond=-0.5)
+FAIL = dict(rise=0.05, lmi_ratio=1.3, sw_ratio=1.0, g0_penalty=-0.2, ent_van=-0.3, ent_lmi=0.4, thm1=-1.0, beyond=0.8)
+
+
+def outcomes(df, tmp_path, preset="quick"):
+    exp = LengthGeneralization()
+    cfg = resolve_config(LengthGeneralization.Config, preset, {})
+    vs = exp.verdicts(cfg, df, RunDir(tmp_path))
+    assert [v.claim_id for v in vs] == [c.id for c in exp.claims]
+    return {v.claim_id: v for v in vs}
+
+
+def test_paper_numbers_reproduce(tmp_path):
+    vs = outcomes(table(3, **PAPER), tmp_path)
+    assert {k: v.outcome for k, v in vs.items()} == {c.id: REPRODUCED for c in LengthGeneralization.claims}
+    assert vs["vanilla-nll-rises"].n_seeds == 3 and "3 seeds" in vs["vanilla-nll-rises"].ci_kind
+    assert "in_window_nll_reported_not_gated" in vs["lm-infinite-flat"].details
+
+
+def test_clear_failure_is_not_reproduced(tmp_path):
+    vs = outcomes(table(3, **FAIL), tmp_path)
+    assert {k: v.outcome for k, v in vs.items()} == {c.id: NOT_REPRODUCED for c in LengthGeneralization.claims}
+
+
+def test_one_seed_or_smoke_is_inconclusive(tmp_path):
+    vs = outcomes(table(1, **PAPER), tmp_path)
+    assert all(v.outcome == INCONCLUSIVE and v.rule_passed for v in vs.values())
+    assert any("1 seed" in r for r in vs["vanilla-nll-rises"].reasons)
+    vs = outcomes(table(3, **PAPER), tmp_path, preset="smoke")
+    assert all(v.outcome == INCONCLUSIVE for v in vs.values())
+
+
+def test_theorem1_needs_most_k_in_most_layers(tmp_path):
+    df = table(3, **PAPER)
+    prof = df["kind"] == "profile"
+    # layer 0 explodes at every k, layer 1 at only 10 of 31 k: one layer of two is not "most layers"
+    df.loc[prof, "thm1_band_minus_in"] = json.dumps([[1.5] * 31, [1.5] * 10 + [-1.0] * 21])
+    assert outcomes(df, tmp_path)["theorem1-logits-explode"].outcome == NOT_REPRODUCED
+
+
+def test_ceiling_bounds_holds_without_visible_far_keys(tmp_path):
+    df = table(3, **FAIL)
+    prof = df["kind"] == "profile"
+    df.loc[prof, "lmi_n_beyond_keys"] = 0
+    df.loc[prof, "lmi_beyond_minus_in_max"] = float("nan")
+    v = outcomes(df, tmp_path)["theorem1-ceiling-bounds"]
+    assert v.outcome == REPRODUCED and v.value is None

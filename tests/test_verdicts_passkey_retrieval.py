@@ -1,0 +1,74 @@
+"""passkey-retrieval verdicts on synthetic results tables in the shape run_point writes."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from lmsci.config import resolve_config
+from lmsci.experiments.passkey_retrieval import PasskeyRetrieval, ablation_layers, claim_layer, methods
+
+
+@pytest.mark.parametrize("n_layers,h", [(2, 0), (4, 1), (8, 1), (16, 3), (32, 5), (48, 8)])
+def test_claim_layer_is_the_paper_ratio(n_layers, h):
+    assert claim_layer(n_layers) == h
+
+
+def cfg_(preset="quick", **kw):
+    return resolve_config(PasskeyRetrieval.Config, preset, kw)
+
+
+def table(cfg, n_seeds: int, acc_beyond: dict[str, float], n_beyond: int = 60) -> pd.DataFrame:
+    rows = []
+    for k in range(n_seeds):
+        sfx = f"__s{k}" if k else ""
+        rows.append({"point": "train" + sfx, "kind": "train", "factor": None, "seed_index": k, "status": "ok"})
+        for f in cfg.length_factors:
+            nb = 0 if f == 1 else n_beyond
+            row = {"point": f"eval-x{f}{sfx}", "kind": "eval", "factor": f, "length": f * cfg.seq_len,
+                   "seed_index": k, "status": "ok"}
+            for m in methods(cfg):
+                a = min(1.0, max(0.0, acc_beyond[m] + 0.02 * (k - 1)))
+                row |= {f"acc_{m}": 0.95 if f == 1 else a, f"correct_beyond_{m}": round(a * nb),
+                        f"first_digit_beyond_{m}": round(min(1.0, a + 0.1) * nb), f"n_beyond_{m}": nb}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def verdicts(cfg, df, tmp_path):
+    from lmsci.runs import RunDir
+
+    return PasskeyRetrieval().verdicts(cfg, df, RunDir(tmp_path))
+
+
+# Table 2 of the paper: LM-Infinite + top-5 81.2%, Truncate-to-4K 44.0%
+PAPER = {"vanilla": 0.0, "truncation": 0.44, "lm_infinite": 0.10, "lm_infinite_topk_h0": 0.812,
+         "lm_infinite_topk_h1": 0.3}
+
+
+def test_paper_numbers_reproduce_and_other_h_is_an_ablation(tmp_path):
+    cfg = cfg_()
+    vs = verdicts(cfg, table(cfg, 3, PAPER), tmp_path)
+    assert [v.claim_id for v in vs] == ["topk-recovers-beyond-window", "topk-other-layers"]
+    main, abl = vs
+    assert main.outcome == REPRODUCED and main.details["h"] == 0 and main.n_seeds == 3
+    assert main.value == pytest.approx(0.812 - 0.44, abs=0.02)
+    assert abl.ablation and abl.details["h"] == 1 and abl.outcome == NOT_REPRODUCED  # reported, decides nothing
+    assert ablation_layers(cfg) == [1]
+
+
+def test_clear_failure_is_not_reproduced(tmp_path):
+    cfg = cfg_()
+    fail = PAPER | {"lm_infinite_topk_h0": 0.45}
+    assert verdicts(cfg, table(cfg, 3, fail), tmp_path)[0].outcome == NOT_REPRODUCED
+
+
+def test_one_seed_or_smoke_is_inconclusive(tmp_path):
+    cfg = cfg_()
+    v = verdicts(cfg, table(cfg, 1, PAPER), tmp_path)[0]
+    assert v.outcome == INCONCLUSIVE and v.rule_passed and any("1 seed" in r for r in v.reasons)
+    smoke = cfg_("smoke")
+    sm = {"vanilla": 0.0, "truncation": 0.0, "lm_infinite": 0.0, "lm_infinite_topk_h0": 0.9,
+          "lm_infinite_topk_h1": 0.9}
+    assert all(v.outcome == INCONCLUSIVE for v in verdicts(smoke, table(smoke, 3, sm), tmp_path))
