@@ -1,0 +1,112 @@
+"""hallucination-stage verdicts from synthetic results tables (the shape ``run_point`` writes), the window
+detector, and the quick preset's seeds.
+
+Source of the claim: Nichani, Lee, Bietti, arXiv 2412.06538, Theorem 6 and Fig. 5 (registered rule: issue 10).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from lmsci.config import resolve_config
+from lmsci.experiments.hallucination_stage import HallucinationConfig, HallucinationStage, hallucination_window
+from lmsci.report import compute_verdicts
+from lmsci.runs import RunDir
+
+LOG_D = math.log(8)
+H_RANDOM = 1.9  # H(a|r) of a random table is below log D
+
+
+def _rows(window_fracs: dict[str, list[float]]) -> pd.DataFrame:
+    rows = []
+    for table, fracs in window_fracs.items():
+        h = LOG_D if table == "structured" else H_RANDOM
+        for k, f in enumerate(fracs):
+            rows.append({"point": f"linear-onehot_{table}" + (f"__s{k}" if k else ""), "variant": "linear-onehot",
+                         "facts": table, "log_D": LOG_D, "H_a_given_r": h, "initial_loss": math.log(32),
+                         "final_loss": 0.02, "final_acc": 1.0, "plateau": f > 0, "plateau_level": h if f else None,
+                         "window_frac": f, "window_start": 500 if f else None,
+                         "window_end": 500 + int(f * 8192) if f else None, "window_level": h if f else None,
+                         "window_rel_loss": 0.01 if f else None, "window": f >= 0.1, "seed_index": k,
+                         "status": "ok"})
+    return pd.DataFrame(rows)
+
+
+def _verdicts(cfg, df, tmp_path):
+    return {v.claim_id: v for v in HallucinationStage().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+def test_papers_plateau_in_every_seed_is_reproduced(tmp_path):
+    cfg = resolve_config(HallucinationConfig, "quick")
+    # Fig. 5 left: the loss sits at log D for roughly steps 500-4000 of 8192 (about 40% of training)
+    vs = _verdicts(cfg, _rows({"structured": [0.42, 0.38, 0.45], "random": [0.3, 0.35, 0.28]}), tmp_path)
+    assert vs["plateau-structured"].outcome == "reproduced" and vs["plateau-structured"].n_seeds == 3
+    assert vs["plateau-random"].outcome == "reproduced"
+    assert abs(vs["plateau-structured"].value - 0.38) < 1e-9  # the shortest window over seeds
+    assert vs["plateau-structured"].details["seeds_with_window"] == "3/3"
+
+
+def test_one_seed_without_the_window_is_not_reproduced(tmp_path):
+    cfg = resolve_config(HallucinationConfig, "quick")
+    vs = _verdicts(cfg, _rows({"structured": [0.42, 0.03, 0.45], "random": [0.0, 0.0, 0.0]}), tmp_path)
+    assert vs["plateau-structured"].outcome == "not reproduced"
+    assert vs["plateau-structured"].details["seeds_with_window"] == "2/3"
+    assert vs["plateau-random"].outcome == "not reproduced" and vs["plateau-random"].value == 0
+
+
+def test_too_few_seeds_or_a_diverged_point_is_inconclusive(tmp_path):
+    cfg = resolve_config(HallucinationConfig, "quick")
+    vs = _verdicts(cfg, _rows({"structured": [0.42, 0.38]}), tmp_path)
+    assert vs["plateau-structured"].outcome == "inconclusive" and vs["plateau-structured"].rule_passed
+    assert "plateau-random" not in vs
+    # the run-level gate: a diverged point makes every claim inconclusive; an unmeasured claim is too
+    df = _rows({"structured": [0.42, 0.38, 0.45, 0.4]})
+    df.loc[3, "status"] = "diverged"
+    out = {v.claim_id: v for v in compute_verdicts(HallucinationStage(), cfg, df, RunDir(tmp_path))}
+    assert set(out) == {"plateau-structured", "plateau-random"}
+    assert out["plateau-structured"].outcome == "inconclusive"
+    assert any(g.id == "no-divergence" and g.passed is False for g in out["plateau-structured"].gates)
+    assert out["plateau-random"].outcome == "inconclusive"
+    # smoke is below the claims' scale
+    smoke = resolve_config(HallucinationConfig, "smoke")
+    v = _verdicts(smoke, _rows({"structured": [0.4, 0.4, 0.4]}), tmp_path)["plateau-structured"]
+    assert v.outcome == "inconclusive" and any("below the scale" in r for r in v.reasons)
+
+
+def test_window_detector():
+    steps = np.arange(0, 1000, 10)
+    loss = np.where(steps < 200, 3.4, np.where(steps < 600, LOG_D * 1.02, 0.05))
+    rel = np.where(steps < 150, 1.0, 0.01)
+    w = hallucination_window(steps, loss, rel, LOG_D)
+    assert w["start"] == 200 and w["end"] == 590 and w["length"] == 390
+    # the relation-only loss must be low on the window too
+    assert hallucination_window(steps, loss, np.ones_like(rel), LOG_D) is None
+    # a level 10% off H(a|r) is no window
+    assert hallucination_window(steps, np.where(loss == loss[30], LOG_D * 1.1, loss), rel, LOG_D) is None
+
+
+def test_quick_preset_uses_three_seeds_of_both_tables():
+    exp, cfg = HallucinationStage(), resolve_config(HallucinationConfig, "quick")
+    assert cfg.n_seeds == 3 and cfg.fact_tables == ["structured", "random"]
+    assert "n_seeds" not in HallucinationConfig.model_fields or \
+        HallucinationConfig.model_fields["n_seeds"].description == "independent training seeds per sweep point"
+    pts = exp.seeded_points(cfg)
+    assert [p.id for p in pts] == ["linear-onehot_structured", "linear-onehot_structured__s1",
+                                   "linear-onehot_structured__s2", "linear-onehot_random",
+                                   "linear-onehot_random__s1", "linear-onehot_random__s2"]
+    assert len({exp.point_seed(cfg, p) for p in pts}) == 6
+    assert {c.id for c in exp.claims} == {"plateau-structured", "plateau-random"}
+
+
+def test_a_non_finite_loss_is_recorded_as_diverged(tmp_path):
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(HallucinationConfig, "smoke", ["lr=1e30", "steps=60", "eval_every=20", "n_eval=64",
+                                                        "batch_size=32", "threads=1"])
+    run = run_experiment(HallucinationStage(), cfg, tmp_path / "hs", progress=False, log=lambda *_: None)
+    res = run.results()
+    assert (res["status"] == "diverged").all()
+    assert all(v.outcome == "inconclusive" for v in run.verdicts())
