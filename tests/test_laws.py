@@ -141,6 +141,65 @@ def test_bootstrap_1000_on_250_points_takes_seconds():
     assert dt < 30, f"bootstrap took {dt:.1f} s"  # ~2-5 s on 2 shared cores
 
 
+def test_converged_fit_reports_success():
+    X, y = chinchilla_data(n=120, seed=8)
+    r = fit("chinchilla", X, y, grid=CH_GRID, n_starts=2, n_boot=50, seed=0)
+    c = r.convergence()
+    assert r.converged and c["converged"] and "CONVERGENCE" in r.message
+    assert c["n_boot"] == 50 and c["n_boot_ok"] == 50 and c["n_boot_failed"] == 0
+    assert r.to_dict()["converged"] is True and r.to_dict()["n_boot_failed"] == 0
+
+
+def test_fit_that_runs_out_of_iterations_reports_failure():
+    X, y = chinchilla_data(n=120, seed=8)
+    r = fit("chinchilla", X, y, grid=CH_GRID[:1], n_starts=1, maxiter=1)
+    assert not r.converged and r.n_starts_converged == 0
+
+
+@pytest.mark.parametrize("method", ["batched", "lbfgsb"])
+def test_bootstrap_counts_and_excludes_resamples_that_did_not_converge(method):
+    from lmsci.laws.fit import bootstrap, wald_chi2
+
+    X, y = chinchilla_data(n=120, seed=9)
+    r = fit("chinchilla", X, y, grid=CH_GRID, n_starts=1)
+    bootstrap(r, X, y, n_boot=40, seed=0, method=method, maxiter=1)  # forced non-convergence
+    assert r.n_boot == 40 and r.n_boot_failed > 0
+    assert r.n_boot_ok == 40 - r.n_boot_failed == int(r.boot_converged.sum())
+    assert r.boot is None or len(r.boot) == r.n_boot_ok  # intervals use the converged resamples only
+    if r.n_boot_ok < 2:
+        assert r.ci("alpha") is None and r.se("alpha") is None
+    assert r.to_dict()["n_boot_failed"] == r.n_boot_failed
+    # the same resamples with the default iteration budget all converge
+    bootstrap(r, X, y, n_boot=40, seed=0, method=method)
+    assert r.n_boot_failed == 0 and r.boot.shape == (40, 5)
+    t = wald_chi2(r, CH)  # the truth is not rejected; a far-off parameter vector is
+    assert t["df"] == 5 and t["p"] > 0.001
+    assert wald_chi2(r, {**CH, "beta": 0.28})["p"] < 1e-6
+
+
+def test_cli_fit_starts_all_and_convergence_in_output(tmp_path):
+    import json
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from lmsci.cli import app
+
+    X, y = chinchilla_data(n=60, seed=10)
+    csv = tmp_path / "runs.csv"
+    pd.DataFrame({"N": X["N"], "D": X["D"], "loss": y}).to_csv(csv, index=False)
+    r = CliRunner().invoke(app, ["fit", str(csv), "--law", "kaplan_n", "--starts", "all", "--bootstrap", "30",
+                                 "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "optimiser: converged" in r.output and "did not converge and are excluded" in r.output
+    js = json.loads((tmp_path / "o" / "fit.json").read_text())
+    grid = len(get_form("kaplan_n").grid())
+    assert js["convergence"]["converged"] is True and js["fit"]["n_starts"] == grid
+    assert js["convergence"]["n_boot"] == 30
+    bad = CliRunner().invoke(app, ["fit", str(csv), "--starts", "some"])
+    assert bad.exit_code == 2 and "--starts" in bad.output
+
+
 def test_allocation_matches_closed_form():
     form = get_form("chinchilla")
     C = np.array([1e18, 1e21, 5.76e23])

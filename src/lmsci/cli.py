@@ -287,6 +287,9 @@ def fit_cmd(
     budget: Optional[list[float]] = typer.Option(None, "--budget", help="FLOP budget for the allocation (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
     grid: str = typer.Option("full", "--grid", help="starting grid: full (4,500 for chinchilla) | coarse"),
+    starts: str = typer.Option("4", "--starts", help="L-BFGS-B starts: N (the N best end points of a batched "
+                               "screening of the grid) | all (L-BFGS-B from every grid point, Besiroglu et al. "
+                               "verbatim; minutes for 4,500 starts)"),
     compare: Optional[str] = typer.Option(None, "--compare", help="also compare laws, e.g. chinchilla,kaplan_nd,"
                                           "kaplan_n: held-out error (fit on the 75%% smallest C), AIC, BIC"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="directory for figures, fit.json, params.csv"),
@@ -312,7 +315,10 @@ def fit_cmd(
 
             raise DataError(f"{len(d)} runs (CSV lines {d.lines.tolist()}) are too few for law {form.name!r} "
                             f"with {k} free parameters; need at least {k + 2}")
-        an = analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out, grid=grid)
+        if starts != "all" and not (starts.isdigit() and int(starts) >= 1):
+            raise ConfigError("--starts", starts, "'all' or an integer >= 1")
+        n_starts = None if starts == "all" else int(starts)
+        an = analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out, grid=grid, n_starts=n_starts)
         table = None
         if compare:
             from lmsci.laws.fit import compare_forms

@@ -38,10 +38,16 @@ class Analysis:
         lines = [f"law: {r.form.name}   {r.form.equation}", f"source: {r.form.source}",
                  f"points: {r.n}   free parameters: {r.k}   loss: {r.loss} (delta {r.delta:g})   "
                  f"local starts polished: {r.n_starts}   fit time {r.fit_seconds:.2f} s",
+                 f"optimiser: {'converged' if r.converged else 'DID NOT CONVERGE'} (best start: {r.message}; "
+                 f"{r.n_starts_converged} of {r.n_starts} L-BFGS-B starts converged)",
                  f"in-sample RMSE ({'log y' if r.form.space == 'log' else 'y'}): {r.rmse:.5f}   "
                  f"AIC {r.aic:.1f}   BIC {r.bic:.1f}"]
-        nb = 0 if r.boot is None else len(r.boot)
-        lines.append(f"\nparameters (95% percentile bootstrap CI, {nb} resamples, {r.boot_seconds:.2f} s):")
+        if r.n_boot:
+            lines.append(f"\nparameters (95% percentile bootstrap CI over the {r.n_boot_ok} of {r.n_boot} resamples "
+                         f"that converged; {r.n_boot_failed} did not converge and are excluded; "
+                         f"{r.boot_seconds:.2f} s):")
+        else:
+            lines.append("\nparameters (no bootstrap):")
         for _, row in self.params.iterrows():
             ci = "" if pd.isna(row["ci_low"]) else f"  [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"
             fx = "  (fixed)" if row["fixed"] else ""
@@ -73,7 +79,7 @@ class Analysis:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        d = {"fit": self.fit.to_dict()}
+        d = {"fit": self.fit.to_dict(), "convergence": self.fit.convergence()}
         if self.allocation is not None:
             d["allocation"] = self.allocation.to_dict(orient="records")
         if self.exponents is not None:
@@ -98,6 +104,7 @@ def analyze(
     heldout_var: str | None = None,
     out: str | Path | None = None,
     n_starts: int | None = 4,
+    heldout_n_starts: int | None | str = "same",
     loss: str = "huber",
     delta: float = 1e-3,
     grid: str = "full",
@@ -115,6 +122,10 @@ def analyze(
         heldout_frac: fraction of runs (smallest by ``heldout_var``) used to fit in the extrapolation test.
         heldout_var: the variable ordering runs for the held-out split (default ``C``, else the first input).
         out: directory for figures and ``fit.json``/``params.csv``/``allocation.csv`` (None = nothing written).
+        n_starts: L-BFGS-B polishes of the best end points of the batched screening of the grid;
+            None runs L-BFGS-B from every grid point (Besiroglu et al.'s recipe verbatim, 4,500 starts
+            for Chinchilla on the full grid).
+        heldout_n_starts: the same for the held-out extrapolation fit (``"same"``: ``n_starts``).
         grid: ``"full"`` (the form's grid of starts; 4,500 for Chinchilla as Besiroglu et al.) or
             ``"coarse"`` (first/middle/last value per parameter; 243 for Chinchilla).
         figures: draw figures into ``out``.
@@ -156,8 +167,9 @@ def analyze(
         an.approach2 = a2 if a2["n_profiles"] else None
     hv = heldout_var or ("C" if "C" in X else form.inputs[0])
     try:
-        an.heldout = heldout_error(form, X, data.y, split_var=hv, frac=heldout_frac, n_starts=n_starts, loss=loss,
-                                   delta=delta, grid=starts)
+        an.heldout = heldout_error(form, X, data.y, split_var=hv, frac=heldout_frac, loss=loss, delta=delta,
+                                   n_starts=n_starts if heldout_n_starts == "same" else heldout_n_starts,
+                                   grid=starts)
     except DataError as e:
         an.heldout = None
         an.params.attrs["heldout_error"] = str(e)

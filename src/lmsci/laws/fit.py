@@ -23,6 +23,15 @@ do the bulk of the work, with SciPy's L-BFGS-B as the final word:
   default), warm-started at the full-data optimum; ``method="lbfgsb"`` refits each resample with
   L-BFGS-B instead (slower; the tests check both agree).
 
+Convergence is recorded, never assumed. :attr:`FitResult.converged` is SciPy's
+``OptimizeResult.success`` for the best start (with its ``message``); a bootstrap resample converged
+when its L-BFGS-B run reports success (``method="lbfgsb"``), or when the batched descent stopped
+because a step no longer reduced the objective by more than ``tol`` relative (or no damped step
+reduced it at all), or, for a resample the batched descent left unfinished (out of iterations), when
+L-BFGS-B continued from its end point reports success.
+Resamples that did not converge are counted (:attr:`FitResult.n_boot_failed`) and excluded from
+every interval, standard error and covariance; ``fit.json`` and ``lmsci fit`` show the count.
+
 Measured on the shared 2-core machine (``lmsci fit`` prints it): Chinchilla, 240 points, 1,000
 resamples: about a second batched (tens of seconds with per-resample L-BFGS-B).
 """
@@ -72,10 +81,18 @@ class FitResult:
         rmse: in-sample root mean squared residual in fit space (log y for log-space forms).
         aic, bic: Gaussian information criteria on the fit-space residuals:
             ``n log(RSS/n) + 2k`` and ``n log(RSS/n) + k log n``.
-        boot: bootstrap natural parameters ``[B, p]`` (``None`` without bootstrap).
+        boot: bootstrap natural parameters ``[B, p]`` of the resamples that converged (``None``
+            without bootstrap); intervals, standard errors and covariances use only these.
+        boot_theta: the same in fit space.
         boot_seconds: wall time of the bootstrap.
         fit_seconds: wall time of the multi-start fit.
-        n_starts: number of local optimisations run.
+        n_starts: number of local optimisations (L-BFGS-B runs) started.
+        converged: SciPy's ``OptimizeResult.success`` of the best start's L-BFGS-B run.
+        message: the optimiser's message for the best start.
+        n_starts_converged: how many of the ``n_starts`` local runs reported success.
+        n_boot: bootstrap resamples requested (0 = none).
+        n_boot_failed: resamples that did not converge (excluded from ``boot``).
+        boot_converged: per requested resample, whether it converged ``[n_boot]`` (None without bootstrap).
     """
 
     form: Form
@@ -95,15 +112,45 @@ class FitResult:
     boot_seconds: float = 0.0
     fit_seconds: float = 0.0
     n_starts: int = 0
+    converged: bool = True
+    message: str = ""
+    n_starts_converged: int = 0
+    n_boot: int = 0
+    n_boot_failed: int = 0
+    boot_converged: Array | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def predict(self, X: dict[str, Array]) -> Array:
         """Predicted y at inputs ``X`` (arrays keyed by the form's inputs)."""
         return self.form.predict(self.theta, X)
 
+    @property
+    def n_boot_ok(self) -> int:
+        """Bootstrap resamples that converged (the ones behind every interval)."""
+        return 0 if self.boot is None else int(len(self.boot))
+
+    def convergence(self) -> dict[str, Any]:
+        """The convergence record: success flag and message of the best start, converged starts,
+        bootstrap resamples requested / converged / failed."""
+        return {"converged": bool(self.converged), "message": self.message, "n_starts": int(self.n_starts),
+                "n_starts_converged": int(self.n_starts_converged), "n_boot": int(self.n_boot),
+                "n_boot_ok": self.n_boot_ok, "n_boot_failed": int(self.n_boot_failed)}
+
+    def cov_theta(self) -> Array | None:
+        """Bootstrap covariance ``[k, k]`` of the free fit-space parameters (converged resamples only;
+        None with fewer than ``k + 1`` of them)."""
+        if self.boot_theta is None:
+            return None
+        free = [i for i, n in enumerate(self.form.param_names) if n not in self.fixed]
+        bt = self.boot_theta[:, free]
+        if len(bt) < len(free) + 1:
+            return None
+        return np.atleast_2d(np.cov(bt, rowvar=False))
+
     def ci(self, name: str, level: float = 0.95) -> tuple[float, float] | None:
-        """Percentile bootstrap interval of parameter ``name`` (None without bootstrap or when fixed)."""
-        if self.boot is None or name in self.fixed:
+        """Percentile bootstrap interval of parameter ``name`` over the converged resamples (None
+        without bootstrap, when fixed, or when fewer than 2 resamples converged)."""
+        if self.boot is None or name in self.fixed or len(self.boot) < 2:
             return None
         i = self.form.param_names.index(name)
         q = (1 - level) / 2
@@ -111,8 +158,8 @@ class FitResult:
         return float(lo), float(hi)
 
     def se(self, name: str) -> float | None:
-        """Bootstrap standard error of parameter ``name``."""
-        if self.boot is None or name in self.fixed:
+        """Bootstrap standard error of parameter ``name`` (converged resamples only)."""
+        if self.boot is None or name in self.fixed or len(self.boot) < 2:
             return None
         return float(np.std(self.boot[:, self.form.param_names.index(name)], ddof=1))
 
@@ -132,7 +179,9 @@ class FitResult:
             "params": self.params, "fixed": self.fixed, "n": self.n, "k": self.k, "loss": self.loss,
             "delta": self.delta, "objective": self.objective, "rmse": self.rmse, "aic": self.aic,
             "bic": self.bic, "n_starts": self.n_starts, "fit_seconds": self.fit_seconds,
-            "n_boot": 0 if self.boot is None else int(len(self.boot)), "boot_seconds": self.boot_seconds,
+            "converged": bool(self.converged), "message": self.message,
+            "n_starts_converged": int(self.n_starts_converged), "n_boot": int(self.n_boot),
+            "n_boot_ok": self.n_boot_ok, "n_boot_failed": int(self.n_boot_failed), "boot_seconds": self.boot_seconds,
             "ci95": {n: self.ci(n) for n in self.form.param_names},
             "se": {n: self.se(n) for n in self.form.param_names},
         }
@@ -188,22 +237,28 @@ class _Problem:
         return val, g
 
     def batched_descent(self, Z0: Array, W: Array | None = None, iters: int = 200, tol: float = 1e-12,
-                        chunk: int = 512) -> tuple[Array, Array]:
+                        chunk: int = 512, return_converged: bool = False):
         """Minimise the objective from many starts at once (damped Gauss-Newton on the IRLS majoriser).
 
         Args:
             Z0: free-parameter starts ``[m, k]``.
             W: per-start point weights ``[m, n]`` (bootstrap counts) or None.
+            iters: the most iterations per start.
+            return_converged: also return the per-start convergence mask.
         Returns:
-            (Z ``[m, k]``, objective ``[m]``).
+            (Z ``[m, k]``, objective ``[m]``), plus ``converged [m]`` when ``return_converged``: the
+            descent stopped because the relative decrease fell below ``tol`` or no damped step decreased
+            the objective, with a finite objective (not by running out of ``iters``).
         """
-        Zs, Vs = [], []
+        Zs, Vs, Cs = [], [], []
         for i in range(0, len(Z0), chunk):
             w = None if W is None else W[i : i + chunk]
-            z, v = self._descent_chunk(np.array(Z0[i : i + chunk], dtype=float), w, iters, tol)
+            z, v, c = self._descent_chunk(np.array(Z0[i : i + chunk], dtype=float), w, iters, tol)
             Zs.append(z)
             Vs.append(v)
-        return np.concatenate(Zs), np.concatenate(Vs)
+            Cs.append(c)
+        out = np.concatenate(Zs), np.concatenate(Vs)
+        return (*out, np.concatenate(Cs)) if return_converged else out
 
     def _descent_chunk(self, z, W, iters, tol):
         lo = np.array([b[0] for b in self.bounds()])
@@ -213,6 +268,7 @@ class _Problem:
         obj = self.values(z, W)
         lam = np.full(m, 1e-2)
         active = np.isfinite(obj)
+        conv = np.zeros(m, dtype=bool)
         eye = np.eye(k)
         for _ in range(iters):
             idx = np.flatnonzero(active)
@@ -247,7 +303,8 @@ class _Problem:
             lam[idx] = np.where(acc, np.maximum(lam[idx] * 0.3, 1e-9), lam[idx] * 10.0)
             done = (acc & (rel < tol)) | (lam[idx] > 1e10)
             active[idx[done]] = False
-        return z, obj
+            conv[idx[done]] = True
+        return z, obj, conv & np.isfinite(obj)
 
     def bounds(self) -> list[tuple[float, float]]:
         return [p.bounds for p, fr in zip(self.form.params, self.free) if fr]
@@ -296,6 +353,8 @@ def fit(
     screen_iters: int = 150,
     grid: Array | str | None = None,
     polish_rtol: float = 0.01,
+    maxiter: int = 1000,
+    boot_maxiter: int | None = None,
 ) -> FitResult:
     """Fit ``form`` to data by minimising the summed Huber (or squared) loss of fit-space residuals.
 
@@ -319,6 +378,9 @@ def fit(
             (:meth:`Form.coarse_grid`).
         polish_rtol: only end points of the batched screening whose objective is within this
             relative margin of the best are polished (at most ``n_starts`` of them).
+        maxiter: L-BFGS-B iterations per start.
+        boot_maxiter: iterations per bootstrap resample (None: 300 batched / ``maxiter`` L-BFGS-B);
+            resamples that run out are counted as not converged and excluded.
 
     Returns:
         a :class:`FitResult`.
@@ -371,8 +433,10 @@ def fit(
                 break
         starts = np.array(starts) if starts else grid[:1]
     best = None
+    n_ok = 0
     for z0 in starts:
-        res = prob.local(z0)
+        res = prob.local(z0, maxiter=maxiter)
+        n_ok += bool(res.success)
         if np.isfinite(res.fun) and (best is None or res.fun < best.fun):
             best = res
     if best is None:
@@ -387,22 +451,24 @@ def fit(
         form=form, params=form.from_theta(theta), theta=theta, objective=float(best.fun / prob.scale), n=n,
         k=k, loss=loss, delta=delta, fixed=fixed, rmse=float(np.sqrt(rss / n)),
         aic=float(ll_term + 2 * k), bic=float(ll_term + k * np.log(n)), fit_seconds=fit_s,
-        n_starts=len(starts),
+        n_starts=len(starts), converged=bool(best.success), message=str(best.message), n_starts_converged=n_ok,
     )
     if n_boot > 0:
-        bootstrap(res, X, y, n_boot=n_boot, seed=seed, method=boot_method)
+        bootstrap(res, X, y, n_boot=n_boot, seed=seed, method=boot_method, maxiter=boot_maxiter)
     return res
 
 
 def bootstrap(res: FitResult, X: dict[str, Array], y: Array, n_boot: int = 1000, seed: int = 0,
-              method: str = "batched") -> FitResult:
+              method: str = "batched", maxiter: int | None = None) -> FitResult:
     """Nonparametric bootstrap: refit on ``n_boot`` resamples (with replacement) of the points.
 
     Each resample is encoded as integer weights (multinomial counts), which is the same objective
     as a resampled data set, and its fit is warm-started at the full-data optimum ``res.theta``.
     ``method="batched"`` descends all resamples at once (see the module docstring);
-    ``"lbfgsb"`` runs SciPy's L-BFGS-B per resample. Fills ``res.boot`` (natural parameters
-    ``[n_boot, p]``), ``res.boot_theta`` and ``res.boot_seconds`` in place.
+    ``"lbfgsb"`` runs SciPy's L-BFGS-B per resample. ``maxiter`` caps the iterations per resample
+    (None: 300 batched, 1000 L-BFGS-B). Fills in place: ``res.boot`` (natural parameters of the
+    resamples that converged, ``[n_ok, p]``), ``res.boot_theta``, ``res.boot_converged`` (mask over
+    all ``n_boot``), ``res.n_boot``, ``res.n_boot_failed`` and ``res.boot_seconds``.
 
     Raises:
         ConfigError: unknown ``method``.
@@ -418,16 +484,67 @@ def bootstrap(res: FitResult, X: dict[str, Array], y: Array, n_boot: int = 1000,
     z0 = res.theta[prob.free]
     t0 = time.perf_counter()
     if method == "batched":
-        Z, _ = prob.batched_descent(np.repeat(z0[None], n_boot, axis=0), W, iters=300)
+        Z, _, ok = prob.batched_descent(np.repeat(z0[None], n_boot, axis=0), W,
+                                        iters=300 if maxiter is None else maxiter, return_converged=True)
+        # a resample still creeping along a flat valley when the batched descent stops is finished by
+        # L-BFGS-B from where it stopped; its success flag decides
+        for b in np.flatnonzero(~ok):
+            r = prob.local(Z[b], W[b], maxiter=1000 if maxiter is None else maxiter)
+            if bool(r.success) and np.isfinite(r.fun):
+                Z[b], ok[b] = r.x, True
         out = prob.full(Z)
     else:
         out = np.empty((n_boot, len(form.params)))
+        ok = np.zeros(n_boot, dtype=bool)
         for b in range(n_boot):
-            out[b] = prob.full(prob.local(z0, W[b]).x)
-    res.boot_theta = out
-    res.boot = form.natural_array(out)
+            r = prob.local(z0, W[b], maxiter=1000 if maxiter is None else maxiter)
+            out[b], ok[b] = prob.full(r.x), bool(r.success) and np.isfinite(r.fun)
+    ok &= np.all(np.isfinite(out), axis=1)
+    res.boot_converged = ok
+    res.n_boot, res.n_boot_failed = int(n_boot), int((~ok).sum())
+    # no converged resample: no intervals (the counts above still say what happened)
+    res.boot_theta = out[ok] if ok.any() else None
+    res.boot = form.natural_array(out[ok]) if ok.any() else None
     res.boot_seconds = time.perf_counter() - t0
     return res
+
+
+def wald_chi2(res: FitResult, params: dict[str, float]) -> dict[str, Any]:
+    """Chi-square test that the data's parameters equal ``params``, as Besiroglu et al. test Hoffmann's.
+
+    The statistic is ``(theta_0 - theta_hat)^T Sigma^-1 (theta_0 - theta_hat)`` over the free fit-space
+    parameters (``log E``, ``log A``, ``log B``, ``alpha``, ``beta`` for Chinchilla), with ``Sigma`` the
+    bootstrap covariance of the converged resamples (:meth:`FitResult.cov_theta`), referred to a
+    chi-square with as many degrees of freedom as free parameters (Epoch AI's ``data_analysis.ipynb``,
+    ``chi_squared_stat``: 238.4 on df = 5 for Hoffmann's constants, p = 1.7e-49).
+
+    Args:
+        res: a fit with a bootstrap.
+        params: the hypothesised natural parameter values (every free parameter).
+
+    Returns:
+        ``{"stat", "df", "p", "n_boot_ok"}``; ``stat`` and ``p`` are NaN when the covariance is unavailable
+        (no bootstrap, too few converged resamples) or singular.
+    """
+    from scipy.stats import chi2
+
+    free = [i for i, n in enumerate(res.form.param_names) if n not in res.fixed]
+    missing = [res.form.param_names[i] for i in free if res.form.param_names[i] not in params]
+    if missing:
+        raise ConfigError("params", sorted(params), f"values for every free parameter (missing {missing})")
+    th0 = res.form.to_theta({**res.params, **params})[free]
+    d = th0 - np.asarray(res.theta)[free]
+    cov = res.cov_theta()
+    out = {"stat": float("nan"), "df": len(free), "p": float("nan"), "n_boot_ok": res.n_boot_ok}
+    if cov is None:
+        return out
+    try:
+        stat = float(d @ np.linalg.solve(cov, d))
+    except np.linalg.LinAlgError:
+        return out
+    if np.isfinite(stat):
+        out["stat"], out["p"] = stat, float(chi2.sf(stat, len(free)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,7 +584,7 @@ def heldout_error(
     ptr = _target(form, pred)
     return {
         "law": form.name, "split_var": split_var, "frac": frac, "n_train": int(train.sum()),
-        "n_test": int(test.sum()), "rmse_train": res.rmse,
+        "n_test": int(test.sum()), "rmse_train": res.rmse, "converged": bool(res.converged),
         "rmse_test": float(np.sqrt(np.mean((tgt - ptr) ** 2))),
         "mare_test": float(np.mean(np.abs(pred - y[test]) / np.abs(y[test]))),
         "cut": float(np.quantile(np.asarray(X[split_var], dtype=float), frac)),
@@ -490,7 +607,8 @@ def compare_forms(
             continue
         r = fit(form, X, y, **fit_kw)
         h = heldout_error(form, X, y, split_var=split_var, frac=frac, **fit_kw)
-        rows.append({"law": form.name, "k": r.k, "n": r.n, "rmse": r.rmse, "aic": r.aic, "bic": r.bic,
+        rows.append({"law": form.name, "k": r.k, "n": r.n, "converged": bool(r.converged and h["converged"]),
+                     "rmse": r.rmse, "aic": r.aic, "bic": r.bic,
                      "rmse_heldout": h["rmse_test"], "mare_heldout": h["mare_test"],
                      "n_train": h["n_train"], "n_test": h["n_test"]})
     df = pd.DataFrame(rows)
@@ -525,4 +643,7 @@ def load_fit(path) -> FitResult:
         loss=meta["loss"], delta=meta["delta"], fixed=meta["fixed"], rmse=meta["rmse"], aic=meta["aic"],
         bic=meta["bic"], boot=form.natural_array(bt) if len(bt) else None, boot_theta=bt if len(bt) else None,
         boot_seconds=meta["boot_seconds"], fit_seconds=meta["fit_seconds"], n_starts=meta["n_starts"],
+        converged=meta.get("converged", True), message=meta.get("message", ""),
+        n_starts_converged=meta.get("n_starts_converged", 0), n_boot=meta.get("n_boot", len(bt)),
+        n_boot_failed=meta.get("n_boot_failed", 0),
     )
