@@ -137,7 +137,7 @@ def _show(run_dir: Path) -> None:
         for _, r in res.head(40).iterrows():
             t.add_row(*[f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols])
         con.print(t)
-    from lmsci.report import _fmt_gates, _fmt_value
+    from lmsci.report import _fmt_gates, _fmt_value, _seeds_label
 
     vt = Table(title="verdicts", show_lines=True)
     for c in ("claim", "paper", "ours", "rule", "gates", "outcome"):
@@ -145,7 +145,7 @@ def _show(run_dir: Path) -> None:
     colour = {"reproduced": "green", "not reproduced": "red", "inconclusive": "yellow"}
     verdicts = run.verdicts()
     for v in verdicts:
-        ours = f"{_fmt_value(v)}\n{v.ci_kind or ''} ({v.n_seeds} seed{'s' * (v.n_seeds != 1)})"
+        ours = f"{_fmt_value(v)}\n{_seeds_label(v)}"
         vt.add_row(v.claim_id + (" (ablation)" if v.ablation else ""), v.paper_value, ours, v.rule,
                    _fmt_gates(v), f"[{colour.get(v.outcome, 'white')}]{v.outcome}[/]")
     con.print(vt)

@@ -48,6 +48,14 @@ def _fmt_value(v: Verdict) -> str:
     return out
 
 
+def _seeds_label(v: Verdict) -> str:
+    """The interval's kind, and the number of seeds where the kind does not already say it."""
+    seeds = f"{v.n_seeds} seed{'s' * (v.n_seeds != 1)}"
+    if not v.ci_kind:
+        return seeds
+    return v.ci_kind if "seed" in v.ci_kind else f"{v.ci_kind}; {seeds}"
+
+
 def _fmt_gates(v: Verdict) -> str:
     marks = {True: "pass", False: "FAIL", None: "not measured"}
     return "; ".join(f"{g.id}: {_fmt(g.value) if g.value is not None else '-'} ({marks[g.passed]})"
@@ -63,7 +71,7 @@ def verdict_table(verdicts: list[Verdict]) -> str:
     and the outcome (ablations marked)."""
     rows = []
     for v in verdicts:
-        ours = _fmt_value(v) + (f" ({v.ci_kind})" if v.ci_kind else "") + f"; {v.n_seeds} seed{'s' * (v.n_seeds != 1)}"
+        ours = f"{_fmt_value(v)} ({_seeds_label(v)})"
         rows.append({
             "claim": v.claim_id + (" (ablation)" if v.ablation else ""),
             "paper": _cell(v.paper_value),
