@@ -61,11 +61,11 @@ def test_bits_formula_hand_computed():
 def test_measure_bits_perfect_and_chance_models():
     w = BiosWorld(50, seed=0)
     v = len(w.vocab)
-    perfect = measure_bits(Oracle(v), w, seed=0)
+    perfect = measure_bits(Oracle(v), w, seed=0, attrs=ATTRS)
     assert all(perfect["ce_bits"][a] < 1e-6 for a in ATTRS) and perfect["name_ce_bits"] < 1e-6
     expect = 50 * (math.log2(w.pools.n0 - 50) + sum(w.value_bits().values()))
     assert perfect["bits"]["total"] == pytest.approx(expect, rel=1e-6)
-    chance = measure_bits(Uniform(v), w, seed=0)
+    chance = measure_bits(Uniform(v), w, seed=0, attrs=ATTRS)
     assert chance["bits"]["total"] == 0.0
     assert chance["ce_bits"]["major"] == pytest.approx(2 * math.log2(v), rel=1e-5)  # two tokens at chance
 
@@ -73,10 +73,10 @@ def test_measure_bits_perfect_and_chance_models():
 def test_exact_match_perfect_and_wrong():
     w = BiosWorld(20, seed=1)
     v = len(w.vocab)
-    acc = qa_accuracy(Oracle(v), w, range(20))
+    acc = qa_accuracy(Oracle(v), w, range(20), ATTRS)
     assert acc["mean"] == 1.0 and all(acc[a] == 1.0 for a in ATTRS)
     assert inverse_accuracy(Oracle(v), w, range(20)) == 1.0
-    assert qa_accuracy(Uniform(v), w, range(20))["mean"] == 0.0
+    assert qa_accuracy(Uniform(v), w, range(20), ATTRS)["mean"] == 0.0
     docs = [w.qa(i, "birth_city") for i in range(5)]
     assert not exact_match(Uniform(v), docs).any()
 

@@ -15,7 +15,7 @@ from lmsci.config import ExperimentConfig
 from lmsci.runs import RunDir, Verdict, atomic_write_text
 
 if TYPE_CHECKING:
-    from lmsci.experiments.base import Experiment
+    from lmsci.contract import Experiment
 
 
 def _fmt(v) -> str:

@@ -17,7 +17,7 @@ from lmsci.config import ExperimentConfig, config_to_yaml
 from lmsci.runs import RunDir, environment, resolve_device
 
 if TYPE_CHECKING:
-    from lmsci.experiments.base import Experiment
+    from lmsci.contract import Experiment
 
 
 @contextmanager
@@ -58,7 +58,7 @@ def run_experiment(
     """
     from tqdm.auto import tqdm
 
-    from lmsci.experiments.base import PointContext
+    from lmsci.contract import PointContext
     from lmsci.report import render_report
 
     from lmsci.errors import DivergedError

@@ -149,7 +149,7 @@ class KnowledgeCapacity(Experiment):
                             specs=[(range(n), SINGLE)], fresh=True, order_seed=ctx.seed)
         model = make_model(world, spec, cfg.seq_len, ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
-        m = measure_bits(model, world, seed=cfg.seed + 1, device=ctx.device)
+        m = measure_bits(model, world, seed=cfg.seed + 1, attrs=ATTRS, device=ctx.device)
         bpp = bits_per_param(m["bits"]["total"], model)
         row = {"model": _model_id(spec), "n_layers": spec.n_layers, "d_model": spec.d_model, "n_people": n,
                "exposures": exposures_of(stream, n, pre["windows_used"]), "tokens_seen": pre["tokens_seen"],

@@ -29,7 +29,7 @@ from lmsci.experiments.base import PointContext
 from lmsci.measure.accuracy import exact_match, inverse_accuracy, qa_accuracy
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.train.trainer import TrainConfig, train
-from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
+from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
 
 
 class ModelSpec(StrictModel):
@@ -209,12 +209,24 @@ def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], 
     return float(np.mean(hits))
 
 
+def first_value_words(world: BiosWorld) -> dict[str, list[str]]:
+    """Attribute -> the candidate first words of its values in ``world`` (the classes of the P- and
+    Q-probes of :mod:`lmsci.measure.probes`): months for birth dates, ``"<city>@@"`` for cities, the
+    first word of each university, major and company."""
+    p = world.pools
+    first = {"birth_date": list(MONTHS), "birth_city": [a + "@@" for a, _, _ in p.cities],
+             "company_city": [a + "@@" for a, _, _ in p.cities]}
+    first.update({k: [v[0] for v in pool] for k, pool in
+                  (("university", p.universities), ("major", p.majors), ("company", p.companies))})
+    return {a: first[a] for a in ATTRS}
+
+
 def qa_metrics(model: torch.nn.Module, world: BiosWorld, train_people, test_people, prefix: str = "",
                device: str = "cpu", inverse: bool = False) -> dict[str, float]:
     """Forward QA accuracy (mean and per attribute) on P_train and P_test, optionally inverse search."""
     out: dict[str, float] = {}
     for tag, ppl in (("train", train_people), ("test", test_people)):
-        acc = qa_accuracy(model, world, ppl, device=device)
+        acc = qa_accuracy(model, world, ppl, ATTRS, device=device)
         out[f"{prefix}qa_{tag}"] = acc["mean"]
         for a in ATTRS:
             out[f"{prefix}qa_{tag}_{a}"] = acc[a]

@@ -18,7 +18,7 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
     AUGMENTED, MEMORISED, SINGLE, DataSpec, bio_recall, bio_stream, check_model,
-    exposures_of, make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed,
+    exposures_of, first_value_words, make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed,
     within_run,
 )
 from lmsci.experiments.registry import register
@@ -121,10 +121,11 @@ class KnowledgeExtraction(Experiment):
                     "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
         if regime == "pretrain_ft":
             if cfg.probes:
-                pp = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, device=ctx.device)
+                what = {"attrs": ATTRS, "value_words": first_value_words(world)}
+                pp = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, device=ctx.device, **what)
                 pb = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, position="before_value",
-                             device=ctx.device)
-                qp = q_probe(model, world, tr, te, device=ctx.device)
+                             device=ctx.device, **what)
+                qp = q_probe(model, world, tr, te, device=ctx.device, **what)
                 for a in ATTRS:
                     row[f"p_probe_{a}"], row[f"q_probe_{a}"] = pp[a]["test_acc"], qp[a]["test_acc"]
                     row[f"p_probe_before_{a}"] = pb[a]["test_acc"]

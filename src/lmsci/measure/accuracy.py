@@ -82,16 +82,15 @@ def first_token_match(model: torch.nn.Module, docs: Sequence[Any], span_key: str
     return np.asarray(forward_in_batches(model, [d.ids for d in docs], fn, batch_size, device), dtype=bool)
 
 
-def qa_accuracy(model: torch.nn.Module, world: Any, people: Sequence[int], attrs: Sequence[str] | None = None,
+def qa_accuracy(model: torch.nn.Module, world: Any, people: Sequence[int], attrs: Sequence[str],
                 batch_size: int = 256, device: str = "cpu") -> dict[str, float]:
     """Forward QA exact-match accuracy per attribute and its mean (``"mean"``) over ``people``.
 
     Args:
         world: a :class:`lmsci.worlds.bios.BiosWorld` (anything with ``qa(i, attr)``).
+        attrs: the attributes asked about (for bioS, ``lmsci.worlds.bios.ATTRS``).
     """
-    from lmsci.worlds.bios import ATTRS
-
-    attrs = list(attrs or ATTRS)
+    attrs = list(attrs)
     docs = [world.qa(int(i), a) for i in people for a in attrs]
     hit = exact_match(model, docs, batch_size=batch_size, device=device)
     out = {}

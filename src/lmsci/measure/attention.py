@@ -6,7 +6,7 @@ with the number of attended tokens), Theorem 3 / Figure 1(c) (starting tokens oc
 of the hidden-state space; PCA of layer states), Table 1 / Figure 3 (NLL by position).
 
 All instruments run the model through the blockwise attention harness of
-:mod:`lmsci.methods.lm_infinite` (any :class:`~lmsci.methods.lm_infinite.AttentionPolicy`; the default
+:mod:`lmsci.models.attention_harness` (any :class:`~lmsci.models.attention_harness.AttentionPolicy`; the default
 ``full`` policy reproduces the model's own attention) and keep only per-query-row reductions, so memory
 is O(n * (block + keys per block)) rather than O(n^2): they run at long lengths. Supported models: lmsci
 GPT with ``pos`` in ``rope``/``alibi``, Hugging Face Llama-family causal LMs (Llama, Mistral, Qwen2, ...,
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from lmsci.errors import ConfigError
-from lmsci.methods.lm_infinite import AttentionPatch, AttentionPolicy, full_policy
+from lmsci.models.attention_harness import AttentionPatch, AttentionPolicy, full_policy
 
 
 def _logits_of(out: Any) -> Tensor:

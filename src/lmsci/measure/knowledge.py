@@ -122,8 +122,9 @@ def bits_per_param(bits: float, model: torch.nn.Module) -> dict[str, float]:
             "bits_per_param_non_embedding": bits / max(n_ne, 1)}
 
 
-def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, people: Sequence[int] | None = None,
-                 fullname: bool = False, batch_size: int = 256, device: str = "cpu") -> dict[str, Any]:
+def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequence[str],
+                 people: Sequence[int] | None = None, fullname: bool = False, batch_size: int = 256,
+                 device: str = "cpu") -> dict[str, Any]:
     """Stored bits of ``model`` about ``world`` (a :class:`lmsci.worlds.bios.BiosWorld`).
 
     Renders one evaluation biography per person (canonical order, templates drawn from ``seed``,
@@ -131,18 +132,21 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, people: Seque
     :func:`stored_bits`. When ``people`` is a subset, the mean losses over it are extrapolated to
     all ``world.n`` people.
 
+    Args:
+        attrs: the attributes whose value tokens are scored (for bioS, ``lmsci.worlds.bios.ATTRS``; the
+            world's ``value_bits()`` must cover them).
+
     Returns:
         ``{"bits": {...terms..., "total"}, "name_ce_bits": p1, "ce_bits": {attr: CE_a},
         "ideal_bits": perfect-model total}``.
     """
-    from lmsci.worlds.bios import ATTRS
-
+    attrs = list(attrs)
     people = range(world.n) if people is None else people
     docs = [world.bio(int(i), np.random.default_rng([seed, 31, int(i)]), fullname=fullname) for i in people]
-    ce = span_ce_bits(model, docs, ["name", *ATTRS], batch_size, device)
+    ce = span_ce_bits(model, docs, ["name", *attrs], batch_size, device)
     pool = world.value_bits()
     name_ce = float(ce["name"].mean())
-    attr_ce = {a: float(ce[a].mean()) for a in ATTRS}
+    attr_ce = {a: float(ce[a].mean()) for a in attrs}
     bits = stored_bits(world.n, world.pools.n0, name_ce, attr_ce, pool)
     return {"bits": bits, "name_ce_bits": name_ce, "ce_bits": attr_ce,
             "ideal_bits": ideal_bits(world.n, world.pools.n0, pool)}

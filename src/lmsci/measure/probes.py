@@ -15,7 +15,7 @@ scored on a disjoint set; the majority-class rate of the test set is the chance 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,38 +85,42 @@ def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch
     return {"train_acc": tr, "test_acc": te, "chance": chance}
 
 
-def _first_token_labels(world: Any, people: Sequence[int], attr: str) -> tuple[torch.Tensor, int]:
+def _first_token_labels(world: Any, people: Sequence[int], attr: str,
+                        words: Sequence[str]) -> tuple[torch.Tensor, int]:
+    """Class labels of each person's first value token of ``attr`` among the candidate ``words``."""
     toks = [world.vocab.stoi[world.value_words(int(i), attr)[0]] for i in people]
-    uniq = {t: k for k, t in enumerate(sorted({world.vocab.stoi[w] for w in _first_words(world, attr)}))}
+    uniq = {t: k for k, t in enumerate(sorted({world.vocab.stoi[w] for w in words}))}
     return torch.tensor([uniq[t] for t in toks]), len(uniq)
 
 
-def _first_words(world: Any, attr: str) -> list[str]:
-    from lmsci.worlds.bios import MONTHS
-
-    p = world.pools
-    if attr == "birth_date":
-        return list(MONTHS)
-    if attr in ("birth_city", "company_city"):
-        return [a + "@@" for a, _, _ in p.cities]
-    return [v[0] for v in {"university": p.universities, "major": p.majors, "company": p.companies}[attr]]
-
-
-def _probe_all(world, h_train, h_test, train_people, test_people, attrs) -> dict[str, dict[str, float]]:
+def _probe_all(world, h_train, h_test, train_people, test_people, attrs,
+               value_words) -> dict[str, dict[str, float]]:
     out = {}
     for a in attrs:
-        ytr, k = _first_token_labels(world, train_people, a)
-        yte, _ = _first_token_labels(world, test_people, a)
+        ytr, k = _first_token_labels(world, train_people, a, value_words[a])
+        yte, _ = _first_token_labels(world, test_people, a, value_words[a])
         out[a] = fit_linear_probe(h_train, ytr, h_test, yte, k)
     return out
 
 
+def _check_value_words(attrs: Sequence[str], value_words: Mapping[str, Sequence[str]]) -> None:
+    from lmsci.errors import ConfigError
+
+    missing = [a for a in attrs if a not in value_words]
+    if missing:
+        raise ConfigError("value_words", sorted(value_words), f"a mapping covering every probed attribute {list(attrs)}",
+                          f"missing: {missing}")
+
+
 def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
-            seed: int, hook: str = "final", fullname: bool = False, attrs: Sequence[str] | None = None,
-            position: str = "after_name", device: str = "cpu") -> dict[str, dict[str, float]]:
+            seed: int, attrs: Sequence[str], value_words: Mapping[str, Sequence[str]], hook: str = "final",
+            fullname: bool = False, position: str = "after_name", device: str = "cpu") -> dict[str, dict[str, float]]:
     """P-probing inside a biography (canonical order, seeded templates).
 
     Args:
+        attrs: the attributes probed (for bioS, ``lmsci.worlds.bios.ATTRS``).
+        value_words: attribute -> the candidate first words of its values (the probe's classes; each
+            person's first value word must be among them).
         position: ``"after_name"``: the first token after the name in the first sentence (sees the
             name and one template word; in a causal model the last name token itself would equal
             the Q-probe input); ``"before_value"``: the token right before each attribute's value.
@@ -125,42 +129,45 @@ def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
         attribute -> ``{"train_acc", "test_acc", "chance"}`` of the first value token.
 
     Raises:
-        ConfigError: unknown ``position``.
+        ConfigError: unknown ``position``, or ``value_words`` lacks a probed attribute.
     """
     from lmsci.errors import ConfigError
-    from lmsci.worlds.bios import ATTRS
 
     if position not in ("after_name", "before_value"):
         raise ConfigError("position", position, "'after_name' or 'before_value'")
-    attrs = list(attrs or ATTRS)
+    attrs = list(attrs)
+    _check_value_words(attrs, value_words)
     docs = {}
     for tag, people in (("train", train_people), ("test", test_people)):
         docs[tag] = [world.bio(int(i), np.random.default_rng([seed, 41, int(i)]), fullname=fullname) for i in people]
     if position == "after_name":
         h = {t: hidden_at(model, [d.ids for d in ds], [d.spans["name"][0][1] for d in ds], hook, device=device)
              for t, ds in docs.items()}
-        return _probe_all(world, h["train"], h["test"], train_people, test_people, attrs)
+        return _probe_all(world, h["train"], h["test"], train_people, test_people, attrs, value_words)
     out = {}
     for a in attrs:
         h = {t: hidden_at(model, [d.ids for d in ds], [d.spans[a][0][0] - 1 for d in ds], hook, device=device)
              for t, ds in docs.items()}
-        out.update(_probe_all(world, h["train"], h["test"], train_people, test_people, [a]))
+        out.update(_probe_all(world, h["train"], h["test"], train_people, test_people, [a], value_words))
     return out
 
 
 def q_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
-            hook: str = "final", attrs: Sequence[str] | None = None, device: str = "cpu") -> dict[str, dict[str, float]]:
+            attrs: Sequence[str], value_words: Mapping[str, Sequence[str]], hook: str = "final",
+            device: str = "cpu") -> dict[str, dict[str, float]]:
     """Q-probing: the input is ``<bos> NAME`` only; probe at the last name token.
+
+    Args:
+        attrs, value_words: as for :func:`p_probe`.
 
     Returns:
         attribute -> ``{"train_acc", "test_acc", "chance"}``.
     """
-    from lmsci.worlds.bios import ATTRS
-
-    attrs = list(attrs or ATTRS)
+    attrs = list(attrs)
+    _check_value_words(attrs, value_words)
 
     def feats(people):
         seqs = [[world.vocab.bos_id] + world.vocab.encode(world.name_words(int(i))) for i in people]
         return hidden_at(model, seqs, [len(s) - 1 for s in seqs], hook, device=device)
 
-    return _probe_all(world, feats(train_people), feats(test_people), train_people, test_people, attrs)
+    return _probe_all(world, feats(train_people), feats(test_people), train_people, test_people, attrs, value_words)

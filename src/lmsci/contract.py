@@ -1,0 +1,183 @@
+"""The experiment contract: points of a sweep, one pure function per point, a verdict, figures.
+
+An experiment is a pipeline world -> model -> trainer -> instruments -> verdict -> report run over
+a sweep of points; each point is a pure function of (config, point, seed) so sweeps resume and
+parallelise. See DESIGN.md.
+
+The contract lives below the executor (:mod:`lmsci.sweep`), the report (:mod:`lmsci.report`) and the
+suite (:mod:`lmsci.suite`), which see an experiment only through it; experiments import it as
+``lmsci.experiments.base`` (a re-export), and nothing but the CLI, the suite and the registry imports
+``lmsci.experiments``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from lmsci.claims import Claim, Verdict, judge
+from lmsci.config import ExperimentConfig
+from lmsci.runs import RunDir, derive_seed
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep.
+
+    Attributes:
+        id: a stable, filename-safe identifier (for example ``"attn_H4_dh8_S64"``); seed k > 0 of a
+            point gets the suffix ``__s{k}``.
+        params: the point's parameters (written to the results row by the experiment).
+        seed_index: which training seed of the point this is (0 .. n_seeds - 1); the executor writes it
+            to the results row as ``seed_index``.
+    """
+
+    id: str
+    params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    seed_index: int = 0
+
+
+@dataclass
+class Figure:
+    """A figure written under ``RUN_DIR/figures/``; ``filename`` is relative to that folder."""
+
+    filename: str
+    caption: str
+
+
+def save_figure(fig: Any, run: RunDir, filename: str, caption: str, dpi: int = 110) -> Figure:
+    """Lay out a matplotlib figure, write it as ``run.figures_dir / filename`` at ``dpi``, close it,
+    and return its :class:`Figure` (what ``Experiment.figures`` lists)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(run.figures_dir / filename, dpi=dpi)
+    plt.close(fig)
+    return Figure(filename, caption)
+
+
+class PointContext:
+    """What ``run_point`` gets besides config and point: its seed, device, logging and progress.
+
+    Attributes:
+        point: the point being computed.
+        seed: the point's seed, derived from (config seed, point id).
+        device: the resolved torch device string.
+        run: the run directory.
+    """
+
+    def __init__(self, run: RunDir, point: Point, seed: int, device: str, show_progress: bool = True):
+        self.run, self.point, self.seed, self.device = run, point, seed, device
+        self.show_progress = show_progress
+
+    @property
+    def artifact_dir(self) -> Path:
+        """``RUN_DIR/points/<id>/`` for checkpoints and arrays of this point."""
+        return self.run.point_dir(self.point.id)
+
+    def log(self, **metrics: Any) -> None:
+        """Append a metrics line (step, loss, lr, tokens/s, ...) for this point."""
+        self.run.log_metrics(self.point.id, metrics)
+
+    def progress(self, total: int, desc: str = "train"):
+        """A tqdm progress bar over ``total`` steps (disabled when progress is off)."""
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=f"{self.point.id}:{desc}", leave=False, disable=not self.show_progress,
+                    dynamic_ncols=True)
+
+
+class Experiment:
+    """Base class of experiments. Subclasses set the class attributes and implement the methods.
+
+    Class attributes:
+        name: registry name (``lmsci run NAME``).
+        claim: the published claim tested, one sentence (the catalog's summary).
+        source: paper, arXiv id, section/figure/theorem.
+        claims: the registered :class:`~lmsci.claims.Claim` s; ``verdicts`` returns one verdict per
+            claim (the report adds an inconclusive one for any claim left without).
+        seeded: whether points are repeated over ``cfg.n_seeds`` training seeds (False for a
+            deterministic computation, which then requires ``n_seeds == 1``).
+        Config: the pydantic config class (defaults = quick preset; ``PRESETS`` for the rest).
+        time_estimate: preset -> rough wall time on the intended hardware.
+    """
+
+    name: ClassVar[str] = ""
+    claim: ClassVar[str] = ""
+    source: ClassVar[str] = ""
+    claims: ClassVar[list[Claim]] = []
+    seeded: ClassVar[bool] = True
+    Config: ClassVar[type[ExperimentConfig]] = ExperimentConfig
+    time_estimate: ClassVar[dict[str, str]] = {}
+
+    def validate(self, cfg: ExperimentConfig) -> None:
+        """Cross-field checks; raise :class:`lmsci.errors.ConfigError` before any work starts."""
+
+    def points(self, cfg: ExperimentConfig) -> list[Point]:
+        """The sweep grid of one seed, in the order it is run."""
+        raise NotImplementedError
+
+    def seeded_points(self, cfg: ExperimentConfig) -> list[Point]:
+        """:meth:`points` repeated over ``cfg.n_seeds`` training seeds: seed 0 keeps each point's id,
+        seed k > 0 runs as ``<id>__s{k}`` (so its derived seed differs). Seeds of one point are adjacent,
+        so :meth:`groups` can stack them.
+
+        Raises:
+            ConfigError: ``n_seeds > 1`` for an experiment that is not seeded (deterministic).
+        """
+        base = self.points(cfg)
+        if not self.seeded:
+            if cfg.n_seeds != 1:
+                from lmsci.errors import ConfigError
+
+                raise ConfigError("n_seeds", cfg.n_seeds, f"1 ({self.name} is deterministic: it trains nothing)")
+            return base
+        return [Point(p.id if k == 0 else f"{p.id}__s{k}", dict(p.params), k)
+                for p in base for k in range(cfg.n_seeds)]
+
+    def get_claim(self, claim_id: str) -> Claim:
+        """The registered claim ``claim_id``.
+
+        Raises:
+            KeyError: no such claim (lists the registered ids).
+        """
+        for c in self.claims:
+            if c.id == claim_id:
+                return c
+        raise KeyError(f"{self.name}: no claim {claim_id!r}; registered: {[c.id for c in self.claims]}")
+
+    def judge(self, cfg: ExperimentConfig, claim_id: str, **kw: Any) -> Verdict:
+        """:func:`lmsci.claims.judge` for the registered claim ``claim_id`` at ``cfg.preset``."""
+        return judge(self.get_claim(claim_id), cfg.preset, **kw)
+
+    def groups(self, cfg: ExperimentConfig, points: list[Point]) -> list[list[Point]]:
+        """How points are batched for :meth:`run_group` (default: one at a time)."""
+        return [[p] for p in points]
+
+    def run_point(self, cfg: ExperimentConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        """Train and measure one point; deterministic in (cfg, point, ctx.seed). Returns a results row."""
+        raise NotImplementedError
+
+    def run_group(
+        self, cfg: ExperimentConfig, points: list[Point], ctxs: list[PointContext]
+    ) -> list[dict[str, Any]]:
+        """Compute several points at once (override to batch tiny models); default loops."""
+        return [self.run_point(cfg, p, c) for p, c in zip(points, ctxs)]
+
+    def verdicts(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        """The claim's verdict(s), computed from the results table."""
+        raise NotImplementedError
+
+    def figures(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        """Write PNG figures into ``run.figures_dir`` and describe them."""
+        return []
+
+    def report_sections(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir) -> str:
+        """Extra markdown for the report (method notes, tables); default none."""
+        return ""
+
+    def point_seed(self, cfg: ExperimentConfig, point: Point) -> int:
+        return derive_seed(cfg.seed, self.name, point.id)

@@ -1,0 +1,98 @@
+"""Imports flow one way (DESIGN.md): experiments -> worlds/models/train/measure/methods/laws -> config/runs.
+
+A short AST check over every module of ``src/lmsci`` (imports inside functions and under
+``TYPE_CHECKING`` count too): a world never imports a model, a trainer, an instrument, an
+intervention or an experiment; a model never imports a world or an experiment; instruments
+(``measure``) and interventions (``methods``) are siblings and import neither each other nor a
+world's constants; nothing but the CLI, the suite and the registry imports ``lmsci.experiments``
+(the executor, the report and the run directory see an experiment through ``lmsci.contract``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "lmsci"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``lmsci...`` module that ``path`` imports (absolute, or relative resolved)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    pkg = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        pkg = pkg[:-1]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)  # `from lmsci import experiments`
+    return {m for m in out if m == "lmsci" or m.startswith("lmsci.")}
+
+
+MODULES = {_module_name(p): _imports(p) for p in sorted(SRC.rglob("*.py"))}
+
+
+def _in(mod: str, pkg: str) -> bool:
+    return mod == f"lmsci.{pkg}" or mod.startswith(f"lmsci.{pkg}.")
+
+
+def _violations(importer_pkgs: list[str], forbidden: list[str], allowed_importers: tuple[str, ...] = ()):
+    bad = []
+    for mod, imps in MODULES.items():
+        if not any(_in(mod, p) for p in importer_pkgs) or mod in allowed_importers:
+            continue
+        for imp in sorted(imps):
+            if any(_in(imp, f) for f in forbidden):
+                bad.append(f"{mod} imports {imp}")
+    return bad
+
+
+RULES = [
+    ("worlds", ["models", "train", "measure", "methods", "experiments"]),
+    ("models", ["worlds", "experiments"]),
+    ("measure", ["methods", "worlds", "experiments"]),
+    ("methods", ["measure", "worlds", "experiments"]),
+    ("sweep", ["experiments"]),
+    ("report", ["experiments"]),
+    ("runs", ["experiments"]),
+    ("claims", ["experiments"]),
+    ("config", ["experiments"]),
+    ("contract", ["experiments"]),
+]
+
+
+def test_the_check_sees_the_package():
+    assert len(MODULES) > 30 and "lmsci.contract" in MODULES and "lmsci.models.attention_harness" in MODULES
+    # it would notice a violation: the CLI does import experiments
+    assert any(_in(i, "experiments") for i in MODULES["lmsci.cli"])
+
+
+@pytest.mark.parametrize("pkg,forbidden", RULES, ids=[r[0] for r in RULES])
+def test_import_direction(pkg, forbidden):
+    assert _violations([pkg], forbidden) == []
+
+
+def test_only_cli_suite_and_registry_import_experiments():
+    outside = [m for m in MODULES if not _in(m, "experiments")]
+    bad = _violations([m.removeprefix("lmsci.") for m in outside if m != "lmsci"], ["experiments"],
+                      allowed_importers=("lmsci.cli", "lmsci.suite"))
+    assert MODULES.get("lmsci", set()).isdisjoint({"lmsci.experiments"})
+    assert bad == []
