@@ -109,6 +109,37 @@ def run_cmd(
     _show(run.path)
 
 
+@app.command("suite")
+def suite_cmd(
+    preset: str = typer.Option("quick", "--preset", "-p", help="smoke | quick | gpu | paper"),
+    only: Optional[str] = typer.Option(None, "--only", help="comma-separated experiments (default: all)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="suite directory (rerun into it to resume)"),
+    compare: Optional[Path] = typer.Option(None, "--compare", help="an earlier suite directory: mark every claim "
+                                           "whose outcome changed or whose value moved outside its interval"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto, for every experiment"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="key=value for every experiment "
+                                             "(seed, threads, n_seeds)"),
+    progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
+) -> None:
+    """Run every experiment (or --only some) at a preset into one directory; write the claims table
+    (claims.md, claims.csv, claims.html). Experiments that fail are error rows; the suite goes on."""
+    from lmsci.suite import CLAIMS_HTML, CLAIMS_MD, ERROR, run_suite
+
+    res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
+                 progress=progress, log=lambda m: typer.echo(m, err=True))
+    t = res.table
+    counts = t["outcome"].value_counts().to_dict() if not t.empty else {}
+    typer.echo(f"suite directory: {res.path}")
+    typer.echo(", ".join(f"{k}: {v}" for k, v in counts.items()) or "no claims")
+    for _, r in t[t["outcome"] == ERROR].iterrows():
+        typer.echo(f"error: {r['experiment']}: {r['error']}")
+    if res.changes is not None:
+        typer.echo(f"{len(res.changes)} claim(s) changed against {compare}")
+        for _, r in res.changes.iterrows():
+            typer.echo(f"  {r['experiment']} / {r['claim']}: {r['change']}")
+    typer.echo(f"claims table: {res.path / CLAIMS_MD} (and {CLAIMS_HTML}, claims.csv)")
+
+
 def _load_run(run_dir: Path):
     from lmsci.config import config_from_yaml
     from lmsci.experiments.registry import get

@@ -1,0 +1,152 @@
+"""`lmsci suite`: every experiment's smoke preset into one directory, the claims table, resume, errors
+as rows, and --compare against a doctored earlier table.
+
+The smoke suite of all 11 experiments took 141 s of wall time (47 s CPU) on the shared, loaded 2-core
+machine, so the CLI test runs a representative subset (a trained GPT, a one-layer associative model,
+attention policies, a bioS world); ``test_full_list`` checks that the full suite assembles every
+shipped experiment. Set ``LMSCI_FULL_SUITE=1`` to run all of them in the CLI test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lmsci.claims import OUTCOMES
+from lmsci.cli import app
+from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.experiments.registry import EXPERIMENT_MODULES, catalog
+from lmsci.suite import CLAIMS_CSV, COLUMNS, ERROR, mark_changes, suite_names, value_moved
+
+SUBSET = ["hallucination-stage", "passkey-retrieval", "reversal-curse", "shakespeare-lm"]
+FULL = os.environ.get("LMSCI_FULL_SUITE") == "1"
+runner = CliRunner()
+
+
+def _suite(*args: str):
+    return runner.invoke(app, ["suite", "--preset", "smoke", "--set", "threads=1", *args])
+
+
+def test_full_list():
+    names = suite_names()
+    shipped = {n for n, cls in catalog().items() if cls.__module__ in EXPERIMENT_MODULES}
+    assert set(names) == shipped and len(names) == len(EXPERIMENT_MODULES)
+    assert {"factual-recall", "knowledge-capacity", "chinchilla-refit", "scaling-sweep", *SUBSET} <= set(names)
+    assert suite_names("shakespeare-lm, reversal-curse,shakespeare-lm") == ["shakespeare-lm", "reversal-curse"]
+    with pytest.raises(UnknownNameError, match="shakespeare-lm"):
+        suite_names("shakespere-lm")
+    with pytest.raises(ConfigError):
+        suite_names(" , ")
+
+
+@pytest.fixture(scope="module")
+def smoke_suite(tmp_path_factory):
+    out = tmp_path_factory.mktemp("suite") / "smoke"
+    only = [] if FULL else ["--only", ",".join(SUBSET)]
+    res = _suite(*only, "--out", str(out))
+    assert res.exit_code == 0, res.output
+    return out, res.output
+
+
+def test_smoke_suite_writes_the_claims_table(smoke_suite):
+    out, output = smoke_suite
+    names = suite_names() if FULL else SUBSET
+    table = pd.read_csv(out / CLAIMS_CSV)
+    assert set(COLUMNS) <= set(table.columns)
+    # one row per registered claim of every experiment, in suite order, no error rows
+    expected = [(n, c.id) for n in names for c in catalog()[n].claims]
+    assert list(zip(table["experiment"], table["claim"])) == expected
+    assert set(table["outcome"]) <= set(OUTCOMES)
+    # smoke is below every claim's registered scale: nothing can be reproduced there
+    assert (table["outcome"] == "inconclusive").all()
+    assert (table["wall_s"] > 0).all() and (table["device"] == "cpu").all() and (table["seeds"] >= 1).all()
+    for n in names:
+        assert (out / n / "verdict.json").exists() and (out / n / "report.html").exists()
+    md = (out / "claims.md").read_text()
+    assert "| experiment | claim | source | paper value | ours | outcome | seeds | wall time (s) | device |" in md
+    assert f"[{names[0]}]({names[0]}/report.md)" in md
+    html = (out / "claims.html").read_text()
+    assert "<table>" in html and f'href="{names[0]}/report.html"' in html
+    assert "suite directory" in output
+
+
+def test_rerun_skips_finished_experiments_and_an_error_is_a_row(smoke_suite, tmp_path):
+    out, _ = smoke_suite
+    before = pd.read_csv(out / CLAIMS_CSV)
+    res = _suite("--only", ",".join(SUBSET[:2]), "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert res.output.count("finished earlier, skipped") == 2
+    after = pd.read_csv(out / CLAIMS_CSV)
+    pd.testing.assert_frame_equal(after, before[before["experiment"].isin(SUBSET[:2])].reset_index(drop=True))
+
+    # an experiment whose run directory is unusable (a file in its place) is an error row; the rest go on
+    bad = tmp_path / "s"
+    bad.mkdir()
+    (bad / "reversal-curse").write_text("not a run directory")
+    res = _suite("--only", "reversal-curse,shakespeare-lm", "--out", str(bad))
+    assert res.exit_code == 0, res.output
+    t = pd.read_csv(bad / CLAIMS_CSV)
+    err = t[t["outcome"] == ERROR]
+    assert list(err["experiment"]) == ["reversal-curse"] and "RunDirError" in err["error"].iloc[0]
+    assert (t[t["experiment"] == "shakespeare-lm"]["outcome"] == "inconclusive").all()
+    assert "error: reversal-curse" in res.output
+
+
+def test_compare_marks_changed_claims(smoke_suite, tmp_path):
+    out, _ = smoke_suite
+    only = ",".join(suite_names() if FULL else SUBSET)
+    assert _suite("--only", only, "--out", str(out)).exit_code == 0  # every experiment finished: all skipped
+    table = pd.read_csv(out / CLAIMS_CSV)
+    earlier = table.copy()
+    # doctor the earlier table: one outcome differs, one value sits outside the (earlier) interval
+    i_out = 0
+    i_val = int(table.index[table["value"].notna()][-1])
+    assert i_val != i_out
+    earlier.loc[i_out, "outcome"] = "reproduced"
+    v = float(table.loc[i_val, "value"])
+    earlier.loc[i_val, ["value", "ci_lo", "ci_hi"]] = [v + 10.0, v + 9.0, v + 11.0]
+    prev = tmp_path / "earlier"
+    prev.mkdir()
+    earlier.to_csv(prev / CLAIMS_CSV, index=False)
+
+    res = _suite("--only", only, "--out", str(out), "--compare", str(prev))
+    assert res.exit_code == 0, res.output
+    now = pd.read_csv(out / CLAIMS_CSV, keep_default_na=False)
+    changed = now.index[now["change"] != ""].tolist()
+    assert changed == sorted({i_out, i_val})
+    assert now.loc[i_out, "change"].startswith("outcome: reproduced -> inconclusive")
+    assert "value:" in now.loc[i_val, "change"] and "outside" in now.loc[i_val, "change"]
+    assert "2 claim(s) changed" in res.output
+    md = (out / "claims.md").read_text()
+    assert "**2 claims changed**" in md and "| change |" in md
+
+    # the same table compared with itself: nothing moved
+    assert (mark_changes(table, table)["change"] == "").all()
+
+
+def test_value_moved_rules():
+    assert not value_moved(1.0, 1.05, (0.9, 1.1), (0.95, 1.15))
+    assert value_moved(1.0, 1.3, (0.9, 1.1), (1.2, 1.4))           # outside both intervals
+    assert value_moved(1.0, 1.3, (0.9, 1.1), (None, None))         # outside the earlier interval
+    assert not value_moved(2.0, 2.0 + 1e-9)                         # exact statistic, same value
+    assert value_moved(2.0, 2.01)                                   # exact statistic, moved
+    assert value_moved(None, 1.0) and not value_moved(None, None)
+
+
+def test_bad_input_exits_2_before_any_work(tmp_path):
+    import torch
+
+    out = tmp_path / "never"
+    res = _suite("--only", "shakespere-lm", "--out", str(out))
+    assert res.exit_code == 2 and "shakespeare-lm" in res.output
+    res = runner.invoke(app, ["suite", "--preset", "tiny", "--out", str(out)])
+    assert res.exit_code == 2 and "preset" in res.output
+    res = _suite("--compare", str(tmp_path / "nowhere"), "--out", str(out))
+    assert res.exit_code == 2 and "claims.csv" in res.output
+    if not torch.cuda.is_available():
+        res = _suite("--device", "cuda", "--out", str(out))
+        assert res.exit_code == 2 and "device" in res.output and "cpu" in res.output
+    assert not out.exists()
