@@ -43,9 +43,20 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, DivergedError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.models.associative import OneLayerSpec, OneLayerTransformer
+from lmsci.measure.capacity import next_probes, search_capacity, update_bracket  # noqa: F401 (re-exported)
+from lmsci.models.associative import OneLayerSpec
 from lmsci.runs import RunDir, derive_seed
+from lmsci.train.stacked_assoc import StackMember as _Member
+from lmsci.train.stacked_assoc import train_stack as _train_stack
 from lmsci.worlds.factual_recall import FactualRecallWorld, sample_stack
+
+
+def train_stack(members: list[_Member], d_model: int, **kw) -> None:
+    """:func:`lmsci.train.stacked_assoc.train_stack` with this world's batches
+    (:func:`lmsci.worlds.factual_recall.sample_stack`); keyword arguments as there."""
+    _train_stack(members, d_model, sample=sample_stack, **kw)
+
+
 
 GUIDE_RATIO = 0.15  # the authors' guide line, facts ~ 0.15 x params (plotting.ipynb, c0 = 0.15)
 MIN_FAMILY_POINTS = 5  # uncensored capacity points a seed needs for its per-family slope (issue 10)
@@ -127,143 +138,6 @@ class FactualRecallConfig(ExperimentConfig):
             "tradeoff_steps": 16384, "stack_size": 256, "threads": 0, "n_seeds": 3,
         },
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# batched training of a stack of one-layer transformers
-
-
-class _Member:
-    """One training run inside a stack: a world, a model size, a learning rate."""
-
-    def __init__(self, key: Any, world: FactualRecallWorld, spec: OneLayerSpec, lr: float, seed: int):
-        self.key, self.world, self.spec, self.lr, self.seed = key, world, spec, lr, seed
-        self.best_acc, self.steps_run, self.final_loss = 0.0, 0, float("nan")
-        self.reached_at: int | None = None
-
-
-def train_stack(members: list[_Member], d_model: int, *, steps: int, batch_size: int, eval_every: int,
-                n_eval: int, threshold: float, schedule: str, seed: int, done_key=None, log=None,
-                progress=None) -> None:
-    """Train every member with AdamW (weight decay 0) as one stacked computation.
-
-    A member stops (and leaves the stack) as soon as its test accuracy reaches ``threshold``; if
-    ``done_key(member)`` is given, all members sharing that key stop together (the LR retry rule:
-    one learning rate storing the facts is enough). Results are written on the members:
-    ``best_acc`` (max test accuracy over evaluations, as in the official ``run.py``),
-    ``reached_at`` (step or None), ``steps_run``, ``final_loss`` (train CE, nats).
-
-    Source: arXiv 2412.06538 experiments / official ``run.py`` (AdamW, fresh batches, early stop).
-
-    Raises:
-        DivergedError: the summed training loss of the stack became non-finite (the whole stack is
-            recorded as diverged).
-    """
-    if not members:
-        return
-    V = max(m.world.vocab_size for m in members)
-    A = max(m.world.n_answers for m in members)
-    specs = [OneLayerSpec(m.spec.n_heads, m.spec.d_head, m.spec.d_mlp, m.world.n_answers, m.world.vocab_size)
-             for m in members]
-    model = OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members])
-    live = list(members)
-    gen = torch.Generator().manual_seed(int(seed))
-    evals = [m.world.eval_set(n_eval, derive_seed(m.seed, "eval")) for m in live]
-    ev_x = torch.stack([e.input_ids for e in evals])
-    ev_y = torch.stack([e.targets for e in evals])
-    b1, b2, eps = 0.9, 0.999, 1e-8
-    state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
-    base_lr = torch.tensor([m.lr for m in live])
-    done_key = done_key or (lambda m: id(m))
-    for step in range(1, steps + 1):
-        if schedule == "cosine":
-            lr = base_lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))
-        else:
-            lr = base_lr
-        batch = sample_stack([m.world for m in live], batch_size, gen)
-        logits = model(batch.input_ids)  # [M, B, A]
-        M = len(live)
-        losses = torch.nn.functional.cross_entropy(logits.reshape(M * batch_size, A), batch.targets.reshape(-1),
-                                                   reduction="none").view(M, batch_size).mean(1)
-        total = losses.sum()
-        if not torch.isfinite(total):
-            raise DivergedError(step, float(total.detach()))
-        for p in model.parameters():
-            p.grad = None
-        total.backward()
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                m1, m2 = state[n]
-                g = p.grad
-                m1.mul_(b1).add_(g, alpha=1 - b1)
-                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
-                upd = (m1 / (1 - b1**step)) / ((m2 / (1 - b2**step)).sqrt_().add_(eps))
-                p.sub_(upd * lr.view(-1, *[1] * (p.dim() - 1)))
-        if progress is not None:
-            progress.update(1)
-        if step % eval_every and step != steps:
-            continue
-        with torch.no_grad():
-            acc = (model(ev_x).argmax(-1) == ev_y).float().mean(1)
-        loss_list = losses.detach().tolist()
-        for i, m in enumerate(live):
-            m.best_acc = max(m.best_acc, float(acc[i]))
-            m.steps_run, m.final_loss = step, loss_list[i]
-            if m.best_acc >= threshold and m.reached_at is None:
-                m.reached_at = step
-        if log is not None:
-            log(step, live, acc.tolist(), loss_list)
-        finished = {done_key(m) for m in live if m.reached_at is not None}
-        keep = [i for i, m in enumerate(live) if done_key(m) not in finished]
-        if not keep:
-            break
-        if len(keep) < len(live):
-            model.keep(keep)
-            idx = torch.tensor(keep)
-            state = {n: (a[idx].clone(), b[idx].clone()) for n, (a, b) in state.items()}
-            live = [live[i] for i in keep]
-            base_lr, ev_x, ev_y = base_lr[idx], ev_x[idx], ev_y[idx]
-    if progress is not None:
-        progress.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# the search over fact counts
-
-
-def next_probes(lo: int, hi: int, guess: int, k: int, size_min: int, size_max: int) -> list[int]:
-    """Sizes to try next, given the largest stored size ``lo`` and smallest failed size ``hi``.
-
-    ``lo = size_min - 1`` means nothing stored yet, ``hi = size_max + 1`` nothing failed yet.
-    Returns [] when the search is over (``hi - lo <= 1``).
-    """
-    if hi - lo <= 1:
-        return []
-    if lo < size_min and hi > size_max:  # first round: geometric probes around the guess
-        g = min(max(guess, size_min), size_max)
-        cands = [round(g * 2 ** ((i - (k - 1) / 2) / 2)) for i in range(k)]  # half-octave steps
-    elif hi > size_max:  # everything stored so far: gallop up
-        cands = [round(lo * 2 ** ((i + 1) / 2)) for i in range(k)]
-        cands = [max(c, lo + 1 + i) for i, c in enumerate(cands)]
-    elif lo < size_min:  # nothing stored so far: gallop down
-        cands = [round(hi * 2 ** (-(i + 1) / 2)) for i in range(k)]
-        cands = [min(c, hi - 1 - i) for i, c in enumerate(cands)]
-    else:  # k-ary split of the open bracket (lo, hi)
-        n = min(k, hi - lo - 1)
-        cands = [lo + round((hi - lo) * (i + 1) / (n + 1)) for i in range(n)]
-    out = sorted({min(max(c, size_min), size_max) for c in cands if lo < c < hi})
-    return out or [(lo + hi) // 2]
-
-
-def update_bracket(lo: int, hi: int, outcomes: dict[int, bool], size_max: int) -> tuple[int, int]:
-    """New (lo, hi) after probing: lo = largest stored size, hi = smallest failed size above lo.
-
-    A failure at or below a stored size (non-monotone noise) is ignored; ``hi = size_max + 1``
-    means no failure above ``lo`` is known.
-    """
-    lo = max([lo] + [s for s, ok in outcomes.items() if ok])
-    cands = [s for s, ok in outcomes.items() if not ok and s > lo] + ([hi] if hi > lo else [])
-    return lo, (min(cands) if cands else size_max + 1)
 
 
 def family_name(alpha: float, beta: float) -> str:
@@ -494,25 +368,23 @@ class FactualRecall(Experiment):
         d = points[0].params["d_model"]
         k = cfg.probes_per_round
         lmin, lmax = self.level_bounds(cfg)
-        st = {}
-        for p, c in zip(points, ctxs):
-            guess = int(round(math.sqrt(cfg.guess_ratio * p.params["params"]) * (1 if cfg.fact_grid == "square" else 2)))
-            st[p.id] = {"lo": lmin - 1, "hi": lmax + 1, "guess": guess, "trials": [],
-                        "runs": 0, "steps": 0}
+        guesses = {p.id: int(round(math.sqrt(cfg.guess_ratio * p.params["params"])
+                                   * (1 if cfg.fact_grid == "square" else 2))) for p in points}
+        point_of = {p.id: (p, c) for p, c in zip(points, ctxs)}
+        st = {p.id: {"trials": [], "runs": 0, "steps": 0} for p in points}
         ctx_of = {p.id: c for p, c in zip(points, ctxs)}
         t_train, seqs = 0.0, 0
-        for rnd in range(cfg.max_rounds):
+
+        def try_levels(rnd: int, probes: list[tuple[str, int]]) -> dict[str, dict[int, bool]]:
+            nonlocal t_train, seqs
             members = []
-            for p, c in zip(points, ctxs):
-                s = st[p.id]
-                for size in next_probes(s["lo"], s["hi"], s["guess"], k, lmin, lmax):
-                    world = self._world(cfg, size, derive_seed(c.seed, "facts", size))
-                    spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
-                    for lr in cfg.lrs:
-                        members.append(_Member((p.id, size, lr), world, spec, lr,
-                                               derive_seed(c.seed, "init", size, lr)))
-            if not members:
-                break
+            for pid, size in probes:
+                p, c = point_of[pid]
+                world = self._world(cfg, size, derive_seed(c.seed, "facts", size))
+                spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
+                for lr in cfg.lrs:
+                    members.append(_Member((p.id, size, lr), world, spec, lr,
+                                           derive_seed(c.seed, "init", size, lr)))
             bar = ctxs[0].progress(cfg.steps, f"d{d}:round{rnd}")
             t0 = time.perf_counter()
             train_stack(members, d, steps=cfg.steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
@@ -534,16 +406,16 @@ class FactualRecall(Experiment):
                                     "steps": m.steps_run, "stored": m.reached_at is not None})
                 ok = by_point.setdefault(pid, {}).get(size, False) or m.reached_at is not None
                 by_point[pid][size] = ok
-            for pid, outcomes in by_point.items():
-                st[pid]["lo"], st[pid]["hi"] = update_bracket(st[pid]["lo"], st[pid]["hi"], outcomes,
-                                                              lmax)
+            return by_point
+
+        found = search_capacity(guesses, try_levels, level_min=lmin, level_max=lmax, probes_per_round=k,
+                                max_rounds=cfg.max_rounds)
         rows = []
         for p in points:
             s = st[p.id]
-            lo, hi = s["lo"], s["hi"]
+            lo, hi = found[p.id].lo, found[p.id].hi
             S, R = self.level_sr(cfg, lo) if lo >= lmin else (0, 0)
-            censored = "below_range" if lo < lmin else ("at_size_max" if lo >= lmax else
-                                                        ("unresolved" if hi - lo > 1 else ""))
+            censored = found[p.id].censoring(lmin, lmax)
             hS, hR = self.level_sr(cfg, hi)
             rows.append({**p.params, "capacity_level": max(lo, 0), "S": S, "R": R, "facts": S * R,
                          "facts_next_failed": hS * hR if hi <= lmax else None,

@@ -1,0 +1,355 @@
+"""Stacked training: K same-shaped models trained as one computation.
+
+``train_stacked(models, get_batch, cfg, seeds=[...])`` trains K models of one architecture (lmsci's
+:class:`~lmsci.models.gpt.GPT` or any ``nn.Module`` mapping ``[batch, seq]`` ids to logits) with the
+recipe of :func:`lmsci.train.trainer.train`, but in one process step for all of them:
+
+* the K parameter sets are stacked along a new leading dimension (``[K, *shape]``) with
+  :func:`torch.func.stack_module_state`, and one forward/backward runs the K models at once through
+  :func:`torch.func.vmap` over :func:`torch.func.functional_call` of a copy of the model -- every matmul becomes one batched matmul over the K members;
+* one optimizer step updates the stack: AdamW is element-wise, so AdamW over the stacked tensors is
+  K independent AdamWs; the weight-decay grouping is decided on each member's own shape (decay for
+  ``ndim >= 2``, none for biases and norm gains: :func:`lmsci.train.trainer.make_optimizer`);
+* gradient clipping is by each member's own global norm (not the stack's), with the arithmetic of
+  :func:`torch.nn.utils.clip_grad_norm_` (``coef = min(1, max_norm / (norm + 1e-6))``);
+* the learning rate follows :func:`lmsci.train.trainer.lr_at` (warmup + cosine), the same for all;
+* member k draws its batches through ``get_batch(step, generator_k)`` with its own
+  ``torch.Generator`` seeded from ``seeds[k]``, exactly as ``train(model_k, ..., seed=seeds[k])``;
+* every member gets its own history (step, loss, lr, grad_norm, tokens_seen, tokens_per_s).
+
+Member k's losses and weights equal those of ``train(models[k], get_batch, cfg, seed=seeds[k])`` to
+float rounding (tested: relative 1e-5 on every loss over 20 steps). Differences are rounding only:
+batched and single matmuls sum in different orders, and the loss is computed from the logits with
+``F.cross_entropy`` rather than the trainer's fused head (:mod:`lmsci.models.loss`, whose custom
+autograd function has no vmap rule).
+
+Divergence: a non-finite loss of member k marks that member diverged at that step
+(``StackedResult.diverged[k] = DivergedError(step, loss)``); its weights are copied out as they are
+after that step (what ``train`` leaves behind when it raises), its history ends there, and the other
+members train on unaffected (every operation is per member, so a NaN cannot cross members). Training
+stops early only when every member has diverged. :func:`train_stacked` never raises DivergedError
+itself; the caller decides (``StackedResult.raise_for(k)`` raises member k's error).
+
+Not supported (``ConfigError``): dropout (vmap would draw different random masks than K separate
+runs), checkpoints (a stack is meant to be short; an interrupted stack reruns from step 0).
+
+Source: the technique of PyTorch's "Model ensembling" tutorial (torch.func: ``stack_module_state``
++ ``vmap`` over ``functional_call``, https://pytorch.org/tutorials/intermediate/ensembling.html)
+and the torch.func API docs (https://pytorch.org/docs/stable/func.html), applied here to training.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import functional_call, stack_module_state, vmap
+
+from lmsci.errors import ConfigError, DivergedError
+from lmsci.models.loss import IGNORE_INDEX
+from lmsci.train.trainer import GetBatch, TrainConfig, TrainResult, _autocast, _logits, lr_at
+
+EvalFn = Callable[[nn.Module], dict[str, float]]
+LogFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class StackedResult:
+    """What :func:`train_stacked` returns.
+
+    Attributes:
+        members: one :class:`~lmsci.train.trainer.TrainResult` per member, in input order (a
+            diverged member's history ends at its diverging step).
+        diverged: ``{k: DivergedError(step, loss)}`` for each member whose loss became non-finite.
+        steps: optimizer steps the stack ran.
+        tokens_per_s: all members' target tokens per second of training steps (the stack's throughput).
+        seconds: wall time of the call.
+    """
+
+    members: list[TrainResult] = field(default_factory=list)
+    diverged: dict[int, DivergedError] = field(default_factory=dict)
+    steps: int = 0
+    tokens_per_s: float = 0.0
+    seconds: float = 0.0
+
+    def raise_for(self, k: int) -> None:
+        """Raise member ``k``'s :class:`DivergedError` if it diverged; otherwise do nothing."""
+        if k in self.diverged:
+            raise self.diverged[k]
+
+
+def _check_same_shape(models: Sequence[nn.Module]) -> None:
+    ref = [(n, tuple(p.shape)) for n, p in models[0].named_parameters()]
+    for i, m in enumerate(models[1:], 1):
+        mine = [(n, tuple(p.shape)) for n, p in m.named_parameters()]
+        if mine != ref:
+            raise ConfigError(f"models[{i}]", "a different architecture",
+                              "models of one shape (same parameter names and shapes as models[0])")
+    if type(models[0]) is not type(models[-1]) or any(type(m) is not type(models[0]) for m in models):
+        raise ConfigError("models", "mixed module classes", "K instances of one class")
+
+
+def _dropout_of(model: nn.Module) -> float:
+    cfg = getattr(model, "cfg", None)
+    p = float(getattr(cfg, "dropout", 0.0) or 0.0)
+    return max([p] + [float(m.p) for m in model.modules() if isinstance(m, nn.Dropout)])
+
+
+class StackedModels:
+    """K same-shaped models as one stacked function (the ensembling recipe of torch.func).
+
+    Args:
+        models: K modules of one class and parameter layout (tied weights are kept tied: the
+            stacked dict holds a tied tensor once, and ``functional_call`` re-ties it).
+        device: where the stacked parameters live.
+
+    Attributes:
+        params: ``{name: tensor [K, *shape]}``, leaf tensors with ``requires_grad``.
+        buffers: ``{name: tensor [K, *shape]}``.
+        base: a copy of ``models[0]`` whose code (not values) runs every member.
+    """
+
+    def __init__(self, models: Sequence[nn.Module], device: str | torch.device = "cpu"):
+        if len(models) == 0:
+            raise ConfigError("models", "[]", "at least one model")
+        _check_same_shape(models)
+        self.models = list(models)
+        self.k = len(models)
+        params, buffers = stack_module_state(list(models))
+        self.params = {n: p.detach().to(device).requires_grad_(True) for n, p in params.items()}
+        self.buffers = {n: b.to(device) for n, b in buffers.items()}
+        # a copy whose own values are never read (functional_call swaps in the stacked ones); not moved
+        # to "meta" as in the tutorial, because Module.to("meta") unties tied weights (tie_embeddings)
+        self.base = copy.deepcopy(models[0]).to(device)
+        self.base.train()
+
+    def _member_nll(self, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = _logits(functional_call(self.base, (params, buffers), (x,)))
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+
+    def sum_nll(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Summed next-token cross-entropy (nats) per member.
+
+        Args:
+            x: input ids ``[K, batch, seq]`` long (member k's batch is ``x[k]``).
+            y: targets ``[K, batch, seq]`` long, ``-100`` ignored.
+
+        Returns:
+            ``[K]`` float tensor, member k's loss summed over its non-ignored targets.
+        """
+        with warnings.catch_warnings():  # CPU SDPA has no batching rule: vmap loops over K there
+            warnings.filterwarnings("ignore", message=".*batching rule.*")
+            return vmap(self._member_nll)(self.params, self.buffers, x, y)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [K, batch, seq]`` -> logits ``[K, batch, seq, vocab_size]`` (member k on ``x[k]``)."""
+        def one(params, buffers, xi):
+            return _logits(functional_call(self.base, (params, buffers), (xi,)))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*batching rule.*")
+            return vmap(one)(self.params, self.buffers, x)
+
+    def member_norms(self) -> torch.Tensor:
+        """Each member's global gradient norm ``[K]`` (L2 over all its parameters' gradients)."""
+        sq = [p.grad.detach().float().pow(2).reshape(self.k, -1).sum(1)
+              for p in self.params.values() if p.grad is not None]
+        return torch.stack(sq).sum(0).sqrt()
+
+    @torch.no_grad()
+    def write_back(self, k: int, model: nn.Module | None = None) -> nn.Module:
+        """Copy member ``k``'s stacked parameters and buffers into ``model`` (default ``models[k]``)."""
+        model = self.models[k] if model is None else model
+        for n, p in model.named_parameters():
+            p.copy_(self.params[n][k])
+        for n, b in model.named_buffers():
+            if n in self.buffers:
+                b.copy_(self.buffers[n][k])
+        return model
+
+
+def make_stacked_optimizer(stack: StackedModels, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over the stacked tensors with :func:`lmsci.train.trainer.make_optimizer`'s grouping,
+    decided on the member shape (``ndim - 1 >= 2``: decay; biases and norm gains: none). Fused, as
+    the single-model trainer. Element-wise, so it equals K separate AdamWs."""
+    params = list(stack.params.values())
+    decay = [p for p in params if p.dim() - 1 >= 2]
+    no_decay = [p for p in params if p.dim() - 1 < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=True)
+
+
+def train_stacked(
+    models: Sequence[nn.Module],
+    get_batch: GetBatch | Sequence[GetBatch],
+    cfg: TrainConfig,
+    *,
+    seeds: Sequence[int],
+    eval_fn: EvalFn | Sequence[EvalFn] | None = None,
+    log: LogFn | Sequence[LogFn | None] | None = None,
+    progress: Any = None,
+) -> StackedResult:
+    """Train K same-shaped models in place as one stacked computation (see the module docstring).
+
+    Args:
+        models: K modules of one class and parameter layout, each mapping input ids
+            ``[batch, seq]`` long to logits ``[batch, seq, vocab_size]`` (or ``.logits``); moved to
+            ``cfg.device``; their weights are the trained ones on return.
+        get_batch: one ``get_batch(step, generator) -> (input_ids [batch, seq], targets [batch, seq])``
+            for all members, or one per member; every member's batches must have the same shape.
+        cfg: the :class:`~lmsci.train.trainer.TrainConfig`, shared by all members. ``eval_every``,
+            ``log_every``, ``grad_accum``, ``precision`` act as in ``train``; ``checkpoint_every``
+            and ``tensorboard`` are ignored.
+        seeds: K seeds; member k's batch generator is ``torch.Generator().manual_seed(seeds[k])``.
+        eval_fn: ``eval_fn(model) -> dict`` (one for all, or one per member), called with member
+            k's weights written into ``models[k]``, in eval mode without gradients, every
+            ``cfg.eval_every`` steps and after the last step.
+        log: receives member k's records (one callable gets every member's records with an added
+            ``member`` key; a sequence gives each member its own, records as ``train`` emits them).
+        progress: a tqdm-like bar, updated once per stacked step.
+
+    Returns:
+        :class:`StackedResult`.
+
+    Raises:
+        ConfigError: fewer seeds (or batch functions, eval functions, logs) than models, models of
+            different shapes, dropout > 0, or batches of different shapes across members.
+    """
+    from lmsci.runs import resolve_device
+
+    t_start = time.perf_counter()
+    K = len(models)
+    if len(seeds) != K:
+        raise ConfigError("seeds", len(seeds), f"one seed per model ({K})")
+
+    def per_member(obj, name):
+        if obj is None or callable(obj):
+            return [obj] * K
+        if len(obj) != K:
+            raise ConfigError(name, len(obj), f"one callable or one per model ({K})")
+        return list(obj)
+
+    get_batches = per_member(get_batch, "get_batch")
+    eval_fns = per_member(eval_fn, "eval_fn")
+    shared_log = callable(log)
+    logs = per_member(log, "log")
+    drop = max(_dropout_of(m) for m in models)
+    if drop > 0:
+        raise ConfigError("dropout", drop, "0.0 (stacked training would draw other dropout masks than "
+                          "separate runs; train such models with lmsci.train.trainer.train)")
+    device = resolve_device(cfg.device)
+    for m in models:
+        m.to(device)
+    stack = StackedModels(models, device)
+    opt = make_stacked_optimizer(stack, cfg)
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    result = StackedResult(members=[TrainResult() for _ in range(K)])
+    alive = [True] * K
+    tokens_seen = [0] * K
+    step = 0
+
+    def emit(k: int, rec: dict[str, Any]) -> None:
+        result.members[k].history.append(rec)
+        if logs[k] is not None:
+            logs[k]({**rec, "member": k} if shared_log else dict(rec))
+
+    def evaluate() -> None:
+        for k in range(K):
+            if not alive[k] or eval_fns[k] is None:
+                continue
+            model = stack.write_back(k)
+            model.eval()
+            with torch.no_grad(), _autocast(device, cfg.precision):
+                metrics = eval_fns[k](model)
+            model.train()
+            emit(k, {"step": step, **{n: float(v) if isinstance(v, (int, float)) else v
+                                      for n, v in metrics.items()}})
+
+    t_window, tok_window, t_train, tok_train = 0.0, [0] * K, 0.0, 0
+    while step < cfg.steps and any(alive):
+        t_step = time.perf_counter()
+        lr = lr_at(step, cfg)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        # member k's micro-batches, drawn in the order train() draws them
+        micro = [[get_batches[k](step, gens[k]) for _ in range(cfg.grad_accum)] for k in range(K)]
+        n_tok = [sum(int((y != IGNORE_INDEX).sum()) for _, y in micro[k]) for k in range(K)]
+        denom = torch.tensor([max(n, 1) for n in n_tok], dtype=torch.float32, device=device)
+        for p in stack.params.values():
+            p.grad = None
+        loss_sum = torch.zeros(K, dtype=torch.float64)
+        for a in range(cfg.grad_accum):
+            xs, ys = [micro[k][a][0] for k in range(K)], [micro[k][a][1] for k in range(K)]
+            if any(x.shape != xs[0].shape for x in xs) or any(y.shape != ys[0].shape for y in ys):
+                raise ConfigError("get_batch", [tuple(x.shape) for x in xs],
+                                  "batches of one shape for every member of a stack")
+            x = torch.stack(xs).to(device, non_blocking=True)
+            y = torch.stack(ys).to(device, non_blocking=True)
+            with _autocast(device, cfg.precision):
+                s = stack.sum_nll(x, y)  # [K]
+            (s / denom).sum().backward()
+            loss_sum += s.detach().double().cpu()
+        norms = stack.member_norms()  # [K]
+        if cfg.grad_clip > 0:
+            coef = torch.clamp(cfg.grad_clip / (norms + 1e-6), max=1.0)
+            with torch.no_grad():
+                for p in stack.params.values():
+                    if p.grad is not None:
+                        p.grad.mul_(coef.to(p.grad.dtype).view(-1, *[1] * (p.dim() - 1)))
+        opt.step()
+        step += 1
+        dt = time.perf_counter() - t_step
+        t_window += dt
+        t_train += dt
+        norm_list = norms.tolist()
+        for k in range(K):
+            if not alive[k]:
+                continue
+            tokens_seen[k] += n_tok[k]
+            tok_window[k] += n_tok[k]
+            tok_train += n_tok[k]
+            loss = float(loss_sum[k]) / max(n_tok[k], 1)
+            if not math.isfinite(loss):
+                alive[k] = False
+                result.diverged[k] = DivergedError(step, loss)
+                stack.write_back(k)
+                result.members[k].steps, result.members[k].tokens_seen = step, tokens_seen[k]
+                continue
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                emit(k, {"step": step, "loss": loss, "lr": lr, "grad_norm": norm_list[k],
+                         "tokens_seen": tokens_seen[k], "tokens_per_s": tok_window[k] / max(t_window, 1e-9)})
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            t_window, tok_window = 0.0, [0] * K
+            if progress is not None:
+                losses = [r.history[-1]["loss"] for r in result.members if r.history and "loss" in r.history[-1]]
+                if losses:
+                    progress.set_postfix(loss=f"{sum(losses) / len(losses):.4f}", refresh=False)
+        if progress is not None:
+            progress.update(1)
+        if step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0):
+            evaluate()
+
+    for k in range(K):
+        r = result.members[k]
+        if alive[k]:
+            stack.write_back(k)
+            r.steps, r.tokens_seen = step, tokens_seen[k]
+        train_recs = [h for h in r.history if "grad_norm" in h]
+        eval_recs = [h for h in r.history if "grad_norm" not in h]
+        r.final = {**(train_recs[-1] if train_recs else {}), **(eval_recs[-1] if eval_recs else {})}
+    result.steps = step
+    result.tokens_per_s = tok_train / max(t_train, 1e-9)
+    result.seconds = time.perf_counter() - t_start
+    for r in result.members:
+        r.seconds = result.seconds
+    return result
+

@@ -1,0 +1,159 @@
+"""Stacked training of one-layer associative-memory transformers (many sizes, worlds and learning rates).
+
+:func:`train_stack` trains M members -- each a task, a model size (:class:`OneLayerSpec`), a learning rate
+and an initialisation seed -- as *one* :class:`~lmsci.models.associative.OneLayerTransformer` stack (the
+leading dimension of every weight is the member; members of different sizes are padded and masked, so
+each computes exactly its own model). One hand-written Adam step updates all members (weight decay 0,
+per-member learning rates, an optional cosine schedule); members leave the stack as soon as they reach
+the accuracy threshold. Where the members are same-shaped GPTs, :mod:`lmsci.train.stacked` is the
+general tool; this one exists because the associative models differ in size inside one stack.
+
+Moved here from ``lmsci.experiments.factual_recall`` (issue 12, item 6) without a change in arithmetic:
+the factual-recall results are identical before and after the move.
+
+Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative Memories",
+arXiv 2412.06538, experiments / the official ``run.py`` (AdamW with weight decay 0, fresh batches every
+step, early stop once the test accuracy reaches the threshold).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from lmsci.errors import DivergedError
+from lmsci.models.associative import OneLayerSpec, OneLayerTransformer
+from lmsci.runs import derive_seed
+
+
+class AssocTask(Protocol):
+    """What a member's task offers: ``vocab_size`` and ``n_answers`` (ints) and
+    ``eval_set(n, seed)`` returning an object with ``input_ids [n, seq]`` long and ``targets [n]`` long
+    (e.g. :class:`lmsci.worlds.factual_recall.FactualRecallWorld`)."""
+
+    vocab_size: int
+    n_answers: int
+
+    def eval_set(self, n: int, seed: int) -> Any: ...
+
+
+# sample(worlds, batch_size, generator) -> batch with input_ids [M, batch, seq], targets [M, batch]
+SampleStack = Callable[[Sequence[Any], int, torch.Generator], Any]
+
+
+class StackMember:
+    """One training run inside a stack: a task (``world``), a model size, a learning rate, a seed.
+
+    Results are written on it by :func:`train_stack`: ``best_acc`` (max test accuracy over the
+    evaluations), ``reached_at`` (first evaluation step at which ``best_acc >= threshold``, or None),
+    ``steps_run``, ``final_loss`` (train cross-entropy at the last evaluation, nats).
+    ``key`` is the caller's label (any hashable).
+    """
+
+    def __init__(self, key: Any, world: AssocTask, spec: OneLayerSpec, lr: float, seed: int):
+        self.key, self.world, self.spec, self.lr, self.seed = key, world, spec, lr, seed
+        self.best_acc, self.steps_run, self.final_loss = 0.0, 0, float("nan")
+        self.reached_at: int | None = None
+
+
+def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack, steps: int, batch_size: int,
+                eval_every: int, n_eval: int, threshold: float, schedule: str, seed: int, done_key=None, log=None,
+                progress=None) -> None:
+    """Train every member with AdamW (weight decay 0) as one stacked computation.
+
+    A member stops (and leaves the stack) as soon as its test accuracy reaches ``threshold``; if
+    ``done_key(member)`` is given, all members sharing that key stop together (the LR retry rule:
+    one learning rate storing the facts is enough). Results are written on the members:
+    ``best_acc`` (max test accuracy over evaluations, as in the official ``run.py``),
+    ``reached_at`` (step or None), ``steps_run``, ``final_loss`` (train CE, nats).
+
+    Args:
+        members: the runs; every member's ``world.eval_set(n_eval, derive_seed(member.seed, "eval"))``
+            is its test set.
+        d_model: the shared residual width of the stack.
+        sample: ``sample(worlds, batch_size, generator)`` -> a batch with ``input_ids [M, batch, seq]``
+            long and ``targets [M, batch]`` long, one slice per live member (e.g.
+            :func:`lmsci.worlds.factual_recall.sample_stack`); its randomness only from ``generator``.
+        steps, batch_size: optimizer steps and sequences per member per step.
+        eval_every: evaluate (test accuracy, early stop, ``log``) every this many steps and at the last.
+        n_eval: test sequences per member. threshold: test accuracy that counts as stored.
+        schedule: ``"cosine"`` (to 0 over ``steps``) or anything else for a constant learning rate.
+        seed: seeds the one batch generator of the stack.
+        done_key: see above. log: ``log(step, live_members, accs, losses)`` after each evaluation.
+        progress: a tqdm-like bar (``update``, ``close``).
+
+    Source: arXiv 2412.06538 experiments / official ``run.py`` (AdamW, fresh batches, early stop).
+
+    Raises:
+        DivergedError: the summed training loss of the stack became non-finite (the whole stack is
+            recorded as diverged).
+    """
+    if not members:
+        return
+    V = max(m.world.vocab_size for m in members)
+    A = max(m.world.n_answers for m in members)
+    specs = [OneLayerSpec(m.spec.n_heads, m.spec.d_head, m.spec.d_mlp, m.world.n_answers, m.world.vocab_size)
+             for m in members]
+    model = OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members])
+    live = list(members)
+    gen = torch.Generator().manual_seed(int(seed))
+    evals = [m.world.eval_set(n_eval, derive_seed(m.seed, "eval")) for m in live]
+    ev_x = torch.stack([e.input_ids for e in evals])
+    ev_y = torch.stack([e.targets for e in evals])
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
+    base_lr = torch.tensor([m.lr for m in live])
+    done_key = done_key or (lambda m: id(m))
+    for step in range(1, steps + 1):
+        if schedule == "cosine":
+            lr = base_lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))
+        else:
+            lr = base_lr
+        batch = sample([m.world for m in live], batch_size, gen)
+        logits = model(batch.input_ids)  # [M, B, A]
+        M = len(live)
+        losses = torch.nn.functional.cross_entropy(logits.reshape(M * batch_size, A), batch.targets.reshape(-1),
+                                                   reduction="none").view(M, batch_size).mean(1)
+        total = losses.sum()
+        if not torch.isfinite(total):
+            raise DivergedError(step, float(total.detach()))
+        for p in model.parameters():
+            p.grad = None
+        total.backward()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                m1, m2 = state[n]
+                g = p.grad
+                m1.mul_(b1).add_(g, alpha=1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                upd = (m1 / (1 - b1**step)) / ((m2 / (1 - b2**step)).sqrt_().add_(eps))
+                p.sub_(upd * lr.view(-1, *[1] * (p.dim() - 1)))
+        if progress is not None:
+            progress.update(1)
+        if step % eval_every and step != steps:
+            continue
+        with torch.no_grad():
+            acc = (model(ev_x).argmax(-1) == ev_y).float().mean(1)
+        loss_list = losses.detach().tolist()
+        for i, m in enumerate(live):
+            m.best_acc = max(m.best_acc, float(acc[i]))
+            m.steps_run, m.final_loss = step, loss_list[i]
+            if m.best_acc >= threshold and m.reached_at is None:
+                m.reached_at = step
+        if log is not None:
+            log(step, live, acc.tolist(), loss_list)
+        finished = {done_key(m) for m in live if m.reached_at is not None}
+        keep = [i for i, m in enumerate(live) if done_key(m) not in finished]
+        if not keep:
+            break
+        if len(keep) < len(live):
+            model.keep(keep)
+            idx = torch.tensor(keep)
+            state = {n: (a[idx].clone(), b[idx].clone()) for n, (a, b) in state.items()}
+            live = [live[i] for i in keep]
+            base_lr, ev_x, ev_y = base_lr[idx], ev_x[idx], ev_y[idx]
+    if progress is not None:
+        progress.close()
