@@ -78,6 +78,7 @@ class Family:
             ``sliding_window`` attribute, set from ``config.layer_types``).
         final_norm, lm_head: paths of the final norm and the output head.
         max_positions: config attribute bounding positions for absolute-position models.
+        softmax_fp32: the family's eager attention takes its softmax in float32 (all but GPT-2).
     """
 
     name: str
@@ -103,6 +104,7 @@ class Family:
     window: str | None = None
     position_embedding: str | None = None
     max_positions: str | None = None
+    softmax_fp32: bool = True
 
 
 def _llama_like(name: str, **kw: Any) -> Family:
@@ -132,7 +134,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("gpt2", embedding="transformer.wte", position_embedding="transformer.wpe", blocks="transformer.h",
            attention="attn", mlp="mlp", final_norm="transformer.ln_f", lm_head="lm_head", o_proj="c_proj",
            q_proj=None, k_proj=None, v_proj=None, qkv_proj="c_attn", positions="absolute", rotary=None,
-           max_positions="n_positions"),
+           max_positions="n_positions", softmax_fp32=False),
     Family("lmsci-gpt", embedding="wte", blocks="blocks", attention="attn", mlp="mlp", final_norm="ln_f",
            lm_head="lm_head", o_proj="proj", q_proj=None, k_proj=None, v_proj=None, qkv_proj="qkv",
            rotary=None),
@@ -354,15 +356,16 @@ def arch_of(model: Any) -> ModelArch:
     """Resolve ``model`` (lmsci GPT, ``transformers`` causal LM, or :class:`~lmsci.models.hf.HFModel`).
 
     Raises:
-        ConfigError: field ``model family`` for a family not in :data:`SUPPORTED` (names the family and
-            the supported list); field ``transformers`` for a version outside :data:`TRANSFORMERS_RANGE`;
+        ConfigError: field ``model`` for a family not in :data:`SUPPORTED` (names the family and the
+            supported list); field ``transformers`` for a version outside :data:`TRANSFORMERS_RANGE`;
             field ``model`` for a base model without its LM head or a layout the family does not have.
     """
     if type(model).__name__ == "HFModel":
         model = model.model
     name = family_name(model)
     if name not in FAMILIES:
-        raise ConfigError("model family", name, ", ".join(SUPPORTED))
+        raise ConfigError("model", f"family {name!r} ({type(model).__name__})",
+                          "a model of a supported family: " + ", ".join(SUPPORTED))
     fam = FAMILIES[name]
     if name != "lmsci-gpt":
         check_transformers_version()

@@ -28,12 +28,14 @@ expresses every policy's position treatment:
   from the query at position min(i, n_local - 1), recent keys keep their true distance.
 
 Patches (:class:`AttentionPatch`) install the harness on an lmsci GPT (``blocks[i].attn.attend``,
-RoPE or ALiBi), on a Hugging Face Llama-family model (``layers[i].self_attn.forward``; Llama,
-Mistral, Qwen2 and other models with ``q_proj/k_proj/v_proj/o_proj`` and a rotary embedding;
-grouped-query attention included) or on GPT-NeoX/Pythia (fused QKV, partial rotary); :meth:`AttentionPatch.remove` restores the original methods, so
-outputs are bit-identical afterwards. :meth:`AttentionPatch.stream` opens a streaming session whose
-KV cache (un-rotated keys, absolute positions) is trimmed to ``n_global + n_local`` entries after
-every call, so memory stays bounded for any stream length (unless top-k needs the middle keys).
+RoPE or ALiBi) or on any family of the architecture map :mod:`lmsci.models.arch` (Llama, Mistral,
+Mixtral, Qwen2/3, Gemma 1/2/3, OLMo 2, Phi-3, GPT-NeoX, GPT-2) through ``transformers.AttentionInterface``
+(:mod:`lmsci.models.hf_attention`): the family's own attention module runs, with its norms, rotary
+embedding, soft-cap and sliding window, and hands its queries and keys to the harness.
+:meth:`AttentionPatch.remove` restores the original attention, so outputs are bit-identical afterwards.
+:meth:`AttentionPatch.stream` opens a streaming session whose KV cache (un-rotated keys, absolute
+positions) is trimmed to ``n_global + n_local`` entries after every call (and to the model's own
+window), so memory stays bounded for any stream length (unless top-k needs the middle keys).
 """
 
 from __future__ import annotations
@@ -702,9 +704,9 @@ class AttentionPatch:
     def _run(self, i: int, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         if self.session is not None:
             return self.session._attend(i, q, k, v, q_pos, self._scorers[i], self.policy, self.stats,
-                                        self.recorder)
+                                        self.recorder, softmax_dtype=torch.promote_types(q.dtype, torch.float32))
         return policy_attention(q, k, v, q_pos, k_pos, self._scorers[i], self.policy, i, self.recorder,
-                                self.stats)
+                                self.stats, softmax_dtype=torch.promote_types(q.dtype, torch.float32))
 
     def _gpt_attend(self, i: int) -> Callable:
         def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
