@@ -1,0 +1,274 @@
+"""``benign-overfitting``: the minimum-norm interpolator of noisy data has small excess risk when the covariance
+has many low-variance directions (Bartlett, Long, Lugosi, Tsigler, "Benign overfitting in linear regression",
+PNAS 2020, arXiv 1906.11300, Theorems 4 and 6).
+
+World: x ~ N(0, Sigma) with Sigma = diag(lambda) known exactly, y = x^T theta* + eps, eps ~ N(0, sigma^2),
+theta* of norm ``theta_norm`` supported on the spikes. Spectra:
+
+- ``benign_m{m}``: ``n_spikes`` eigenvalues of ``spike`` and m "junk" eigenvalues of
+  ``tail_sum_over_n * n / m`` (the junk variance in total is fixed; more junk directions, each smaller);
+- ``isotropic_p{p}``: Sigma = I_p with p = ``iso_near`` * n (the harmful control: p near n) and p = the
+  largest m + n_spikes (reported: there the interpolator learns little and the risk is bias).
+
+Instrument: theta_hat = pinv(X) y (zero training error); the exact excess risk
+(theta_hat - theta*)^T Sigma (theta_hat - theta*) in units of sigma^2, its exact noise part
+sigma^2 tr(C Sigma C^T), C = X^T (X X^T)^{-1}, and the effective ranks r_0, r_k, R_k, k* (b = 1) of each
+spectrum against the theorem's conditions (r_0 = o(n), k*/n small, n/R_{k*} small). A seed is an independent
+draw of X, theta* and the noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.risk import effective_ranks, excess_risk, min_norm_fit, variance_term
+from lmsci.report import markdown_table
+from lmsci.runs import RunDir
+from lmsci.worlds.linear_models import gaussian_design, linear_targets, spiked_spectrum, sphere_vector
+
+INTERP = Gate("interpolates", "max_n |x_n^T theta_hat - y_n| / max_n |y_n| <= 1e-8 in every run (zero training error)")
+BLLT = "Bartlett, Long, Lugosi, Tsigler, PNAS 2020, arXiv 1906.11300"
+
+
+class BenignConfig(ExperimentConfig):
+    """Configuration of ``benign-overfitting`` (defaults = quick preset).
+
+    Attributes:
+        n: training samples. n_spikes, spike: the signal eigenvalues. tail_counts: the junk-direction counts m
+            (each junk eigenvalue is tail_sum_over_n * n / m). sigma: noise sd. theta_norm: ||theta*||.
+        iso_near: the harmful control's p / n (near 1, above it). b: the constant of k* = min{k : r_k >= b n}.
+    """
+
+    n_seeds: int = Field(3, ge=1, le=100)
+    n: int = Field(200, ge=4)
+    n_spikes: int = Field(5, ge=1)
+    spike: float = Field(1.0, gt=0)
+    tail_counts: list[int] = [1000, 2000, 5000, 10000, 20000]
+    tail_sum_over_n: float = Field(0.1, gt=0)
+    sigma: float = Field(0.5, gt=0)
+    theta_norm: float = Field(1.0, ge=0)
+    iso_near: float = Field(1.2, gt=1)
+    b: float = Field(1.0, gt=0)
+
+    PRESETS = {
+        "smoke": {"n": 30, "tail_counts": [150, 600, 3000]},
+        "quick": {},
+        "paper": {"n_seeds": 10, "n": 500, "tail_counts": [2500, 5000, 12500, 25000, 50000]},
+    }
+
+
+@register("benign-overfitting")
+class BenignOverfitting(Experiment):
+    """Min-norm interpolation on spiked covariances (benign) and isotropic ones near p = n (harmful).
+
+    Source: Bartlett, Long, Lugosi, Tsigler, PNAS 2020, arXiv 1906.11300, Theorems 4 and 6.
+    """
+
+    claim = ("The minimum-norm interpolator of noisy data has excess risk well below the noise level when the "
+             "covariance has many small eigenvalues (r_0 = o(n), k*/n and n/R_{k*} small), falling as junk "
+             "directions are added; with isotropic features and p near n it exceeds the noise level.")
+    source = f"{BLLT}, Theorems 4 and 6, Definition 3"
+    Config = BenignConfig
+    time_estimate = {"smoke": "~3 s", "quick": "~30 s on 2 shared cores (3 seeds, d up to 20,005)",
+                     "paper": "~5 min on 2 cores (10 seeds, n = 500, d up to 50,005; estimated)"}
+    claims = [
+        Claim("interpolates",
+              "The minimum-norm solution interpolates the noisy training data (zero training error).",
+              f"{BLLT}, eq. (2)", "theta_hat = X^T (X X^T)^{-1} y fits every training label exactly",
+              "max over runs of ||X theta_hat - y||_inf / ||y||_inf",
+              "<= 1e-8 in every run of every spectrum", uncertainty="exact"),
+        Claim("benign-risk",
+              "With a spiked covariance whose many junk directions absorb the noise, the interpolator's excess "
+              "risk is far below the noise level.",
+              f"{BLLT}, Theorem 4 (upper bound sigma^2 (k*/n + n/R_k*) + bias)",
+              "benign when r_0 = o(n), k*/n -> 0, n/R_{k*} -> 0",
+              "exact excess risk / sigma^2 at the largest junk count, mean over seeds",
+              "upper end of the 95% Student-t CI across seeds < 0.1", gates=(INTERP,)),
+        Claim("risk-falls-with-junk",
+              "At fixed total junk variance, the excess risk falls as the number of junk directions grows.",
+              f"{BLLT}, Theorem 4: the variance term sigma^2 n / R_{{k*}} with R_{{k*}} = m",
+              "variance term ~ sigma^2 (k*/n + n/m)",
+              "mean over seeds of excess risk / sigma^2 at each junk count m",
+              "the across-seed means strictly decrease along the m grid and, in every seed, the risk at the largest "
+              "m is below the risk at the smallest", gates=(INTERP,)),
+        Claim("isotropic-harmful",
+              "With isotropic features and p near n, the interpolator's excess risk exceeds the noise level.",
+              f"{BLLT}, Theorem 4 lower bound (n/R_0 = n/p not small); Hastie et al. arXiv 1903.08560",
+              "variance sigma^2 n/(p - n - 1) for p > n + 1 (isotropic)",
+              "exact excess risk / sigma^2 with Sigma = I_p, p = iso_near * n, mean over seeds",
+              "lower end of the 95% Student-t CI across seeds > 1", gates=(INTERP,)),
+        Claim("effective-ranks",
+              "The effective ranks place the benign spectra inside the theorem's benign conditions and the "
+              "isotropic control near p = n outside them.",
+              f"{BLLT}, Definition 3, Theorem 4",
+              "benign iff r_0 = o(n), k*/n -> 0, n/R_{k*} -> 0",
+              "r_0/n, k*/n, n/R_{k*} and the variance term k*/n + n/R_{k*} with b = 1, from the known spectra",
+              "every benign spectrum has k* = n_spikes and r_0 < n; at the largest junk count k*/n + n/R_{k*} <= 0.1; "
+              "the isotropic control at p = iso_near * n has k*/n + n/R_{k*} >= 0.5", uncertainty="exact"),
+    ]
+
+    def validate(self, cfg: BenignConfig) -> None:
+        if sorted(set(cfg.tail_counts)) != list(cfg.tail_counts):
+            raise ConfigError("tail_counts", cfg.tail_counts, "strictly increasing junk counts")
+        if cfg.tail_counts[0] <= cfg.n:
+            raise ConfigError("tail_counts", cfg.tail_counts, f"every count > n = {cfg.n} (overparameterised)")
+        if cfg.n_spikes >= cfg.n:
+            raise ConfigError("n_spikes", cfg.n_spikes, f"< n = {cfg.n}")
+        if int(round(cfg.iso_near * cfg.n)) <= cfg.n + 1:
+            raise ConfigError("iso_near", cfg.iso_near, f"p = iso_near * n > n + 1 (p = {cfg.iso_near * cfg.n:g})")
+        if cfg.tail_sum_over_n * cfg.n / cfg.tail_counts[0] > cfg.spike:
+            raise ConfigError("tail_sum_over_n", cfg.tail_sum_over_n, "junk eigenvalues below the spike")
+
+    def spectra(self, cfg: BenignConfig) -> dict[str, np.ndarray]:
+        """Point id -> eigenvalues (non-increasing)."""
+        out = {f"benign_m{m}": spiked_spectrum(cfg.n_spikes, cfg.spike, m, cfg.tail_sum_over_n * cfg.n / m)
+               for m in cfg.tail_counts}
+        p_near = int(round(cfg.iso_near * cfg.n))
+        out[f"isotropic_p{p_near}"] = np.ones(p_near)
+        out[f"isotropic_p{cfg.tail_counts[-1] + cfg.n_spikes}"] = np.ones(cfg.tail_counts[-1] + cfg.n_spikes)
+        return out
+
+    def points(self, cfg: BenignConfig) -> list[Point]:
+        p_near = int(round(cfg.iso_near * cfg.n))
+        pts = []
+        for pid, lam in self.spectra(cfg).items():
+            kind = "benign" if pid.startswith("benign") else ("isotropic_near" if pid == f"isotropic_p{p_near}"
+                                                               else "isotropic_wide")
+            pts.append(Point(pid, {"spectrum": kind, "p": int(lam.size)}))
+        return pts
+
+    def run_point(self, cfg: BenignConfig, point: Point, ctx: PointContext) -> dict:
+        lam = self.spectra(cfg)[point.id.split("__")[0]]
+        rng = np.random.default_rng(ctx.seed)
+        theta = np.zeros(lam.size)
+        theta[:cfg.n_spikes] = sphere_vector(cfg.n_spikes, cfg.theta_norm, rng)
+        X = gaussian_design(cfg.n, lam, rng)
+        y = linear_targets(X, theta, cfg.sigma, rng)
+        th = min_norm_fit(X, y)
+        s2 = cfg.sigma ** 2
+        er = effective_ranks(lam, cfg.n, cfg.b, k_max=min(lam.size, 2 * cfg.n))
+        terms = er.bound_terms()
+        risk = excess_risk(th, theta, lam)
+        var = variance_term(X, lam, cfg.sigma)
+        return {"spectrum": point.params["spectrum"], "p": int(lam.size),
+                "m": int(lam.size - cfg.n_spikes) if point.params["spectrum"] == "benign" else 0,
+                "train_residual": float(np.max(np.abs(X @ th - y)) / np.max(np.abs(y))),
+                "excess_risk_over_sigma2": risk / s2, "variance_over_sigma2": var / s2,
+                "bias_over_sigma2": excess_risk(min_norm_fit(X, X @ theta), theta, lam) / s2,
+                "theta_hat_norm": float(np.linalg.norm(th)),
+                "r0_over_n": terms["r0_over_n"], "k_star": er.k_star if er.k_star is not None else -1,
+                "kstar_over_n": terms["kstar_over_n"], "n_over_Rkstar": terms["n_over_Rkstar"],
+                "variance_term_over_sigma2": terms["variance_term_over_sigma2"], "n": cfg.n}
+
+    # -- verdicts -----------------------------------------------------------------------------------
+    def verdicts(self, cfg: BenignConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        if results.empty or "spectrum" not in results:
+            return []
+        df = results[results.get("status", "ok") == "ok"] if "status" in results else results
+        if "seed_index" not in df:
+            df = df.assign(seed_index=0)
+        out = []
+        res = df["train_residual"].max()
+        gate = {"interpolates": (float(res), bool(res <= 1e-8))}
+        out.append(self.judge(cfg, "interpolates", value=res, passed=bool(res <= 1e-8), n_seeds=df["seed_index"].nunique(),
+                              details={"runs": int(len(df))}))
+        ben = df[df["spectrum"] == "benign"]
+        piv = ben.pivot_table(index="m", columns="seed_index", values="excess_risk_over_sigma2").sort_index()
+        if len(piv):
+            last = across_seeds(piv.iloc[-1].dropna())
+            ok = None if last.n < 2 else last.hi < 0.1
+            out.append(self.judge(cfg, "benign-risk", value=last.mean, passed=ok, ci=last.ci, ci_kind=last.kind, gates=gate,
+                                  n_seeds=last.n, why_not_computed="one seed: no interval across seeds",
+                                  details={"m": int(piv.index[-1]), "by_seed": piv.iloc[-1].tolist()}))
+            if len(piv) >= 2:
+                mean = piv.mean(axis=1)
+                dec = bool(np.all(np.diff(mean.to_numpy()) < 0))
+                each = bool(np.all(piv.iloc[-1] < piv.iloc[0]))
+                out.append(self.judge(cfg, "risk-falls-with-junk", value=float(mean.iloc[-1] / mean.iloc[0]),
+                                      passed=dec and each, n_seeds=int(piv.shape[1]), gates=gate,
+                                      ci_kind="ratio of across-seed means (largest / smallest m)",
+                                      details={"mean_by_m": {int(k): float(v) for k, v in mean.items()},
+                                               "strictly_decreasing": dec, "last_below_first_every_seed": each}))
+        near = df[df["spectrum"] == "isotropic_near"]["excess_risk_over_sigma2"]
+        if len(near):
+            st = across_seeds(near)
+            out.append(self.judge(cfg, "isotropic-harmful", value=st.mean, passed=None if st.n < 2 else st.lo > 1,
+                                  ci=st.ci, ci_kind=st.kind, n_seeds=st.n, gates=gate,
+                                  why_not_computed="one seed: no interval across seeds",
+                                  details={"p": int(df[df["spectrum"] == "isotropic_near"]["p"].iloc[0]),
+                                           "variance_over_sigma2": float(df[df["spectrum"] == "isotropic_near"]
+                                                                         ["variance_over_sigma2"].mean())}))
+        first = df.groupby("p").first()
+        bens = df[df["spectrum"] == "benign"].groupby("m").first().sort_index()
+        nr = df[df["spectrum"] == "isotropic_near"]
+        if len(bens) and len(nr):
+            kst_ok = bool((bens["k_star"] == cfg.n_spikes).all() and (bens["r0_over_n"] < 1).all())
+            last_term = float(bens["variance_term_over_sigma2"].iloc[-1])
+            iso_term = float(nr["variance_term_over_sigma2"].iloc[0])
+            ok = kst_ok and last_term <= 0.1 and iso_term >= 0.5
+            out.append(self.judge(cfg, "effective-ranks", value=last_term, passed=ok,
+                                  ci_kind="exact (from the known spectra)",
+                                  details={"benign": bens[["r0_over_n", "k_star", "kstar_over_n", "n_over_Rkstar",
+                                                           "variance_term_over_sigma2"]].reset_index()
+                                           .to_dict(orient="records"),
+                                           "isotropic_near_variance_term": iso_term, "b": cfg.b,
+                                           "spectra": int(len(first))}))
+        return out
+
+    def figures(self, cfg: BenignConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        if "spectrum" not in results:
+            return []
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        ax = axes[0]
+        ben = results[results["spectrum"] == "benign"]
+        g = ben.groupby("m")
+        ax.plot(g["excess_risk_over_sigma2"].mean(), "o-", label="benign spectrum: excess risk")
+        ax.plot(g["variance_over_sigma2"].mean(), "s--", label="benign: noise (variance) part")
+        ax.plot(g["variance_term_over_sigma2"].mean(), "k:", label="theorem's term k*/n + n/R_k*")
+        for _, r in results[results["spectrum"] != "benign"].groupby("p"):
+            ax.axhline(r["excess_risk_over_sigma2"].mean(), color="C3" if r["spectrum"].iloc[0] == "isotropic_near"
+                       else "C4", ls="--", label=f"isotropic p = {int(r['p'].iloc[0])}")
+        ax.axhline(0.1, color="grey", lw=0.8, label="0.1 sigma^2")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="-.", label="sigma^2")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("junk directions m (total junk variance fixed)")
+        ax.set_ylabel("excess risk / sigma^2")
+        ax.legend(fontsize=7)
+        ax = axes[1]
+        f = ben.groupby("m").first()
+        ax.plot(f.index, f["r0_over_n"], "o-", label="r_0 / n")
+        ax.plot(f.index, f["kstar_over_n"], "s-", label="k* / n")
+        ax.plot(f.index, f["n_over_Rkstar"], "^-", label="n / R_k*")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("junk directions m")
+        ax.set_title(f"theorem's conditions (b = {cfg.b:g}, n = {cfg.n})")
+        ax.legend(fontsize=8)
+        return [save_figure(fig, run, "benign_overfitting.png",
+                            "Left: exact excess risk of the minimum-norm interpolator (units of sigma^2) against the "
+                            "number of junk directions, with its noise part, the theorem's variance term and the "
+                            "isotropic controls. Right: the effective-rank quantities of Bartlett et al.'s theorem.")]
+
+    def report_sections(self, cfg: BenignConfig, results: pd.DataFrame, run: RunDir) -> str:
+        if "spectrum" not in results:
+            return ""
+        cols = ["excess_risk_over_sigma2", "variance_over_sigma2", "bias_over_sigma2", "train_residual", "r0_over_n", "k_star",
+                "kstar_over_n", "n_over_Rkstar", "variance_term_over_sigma2"]
+        tab = results.groupby(["spectrum", "p"])[cols].mean().reset_index()
+        return ("### Mean over seeds by spectrum\n\n" + markdown_table(tab) +
+                f"\nEffective ranks with b = {cfg.b:g} (Bartlett et al. Def. 3): r_k = sum_(i>k) lambda_i / "
+                "lambda_(k+1), R_k = (sum_(i>k) lambda_i)^2 / sum_(i>k) lambda_i^2, k* = min{k : r_k >= b n}. The "
+                "theorem's variance term is sigma^2 (k*/n + n/R_k*) up to universal constants.\n")

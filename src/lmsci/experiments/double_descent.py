@@ -1,0 +1,450 @@
+"""``double-descent``: the classical U-curve, the interpolation peak of min-norm least squares, and its exact
+isotropic asymptotics.
+
+Three parts, each a curve of test risk against model complexity, one row per (part, complexity, seed):
+
+1. ``ucurve`` (ESL Fig. 2.11, Hastie, Tibshirani, Friedman, Sec. 2.9): least squares on Legendre polynomials of
+   degree 0 .. ``max_degree`` on n = ``ucurve_n`` noisy samples of a smooth function. Training error falls
+   monotonically (nested models); test error is U-shaped.
+2. ``digits`` and ``linear`` (Belkin, Hsu, Ma, Mandal, PNAS 2019, arXiv 1812.11118; Nakkiran, Venkat, Kakade,
+   Ma, arXiv 2003.01897): min-norm least squares (``lstsq``, machine-precision cut-off) on N random ReLU
+   features of scikit-learn's ``load_digits`` (n = ``digits_n`` training images, ``label_noise`` of their labels
+   flipped, one-hot squared loss), and on the first p coordinates of a misspecified isotropic linear model
+   (D = ``linear_D`` coordinates, theta* spread uniformly over all of them, n = ``linear_n``). The test risk
+   peaks at the interpolation threshold (N = n, p = n) and descends again; ridge with lambda = ``ridge``
+   (objective (1/n)||Phi theta - y||^2 + lambda ||theta||^2, features scaled by 1/sqrt(N)) removes the peak.
+3. ``isotropic`` (Hastie, Montanari, Rosset, Tibshirani, Ann. Statist. 2022, arXiv 1903.08560, Thm 1): Monte
+   Carlo excess risk ||beta_hat - beta||^2 of min-norm least squares with x ~ N(0, I_p), p = gamma n, against
+   sigma^2 gamma/(1 - gamma) (gamma < 1) and r^2 (1 - 1/gamma) + sigma^2/(gamma - 1) (gamma > 1).
+
+A seed is an independent draw of everything random (data, split, label flips, features, theta*); within a seed
+every complexity level of a part shares the same draw (nested features), so each seed gives one curve.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.risk import isotropic_risk, min_norm_fit, ridge_fit
+from lmsci.report import markdown_table
+from lmsci.runs import RunDir, derive_seed
+from lmsci.worlds.linear_models import (
+    digits_split, gaussian_design, legendre_features, polynomial_task, relu_feature_weights, relu_features,
+    smooth_target, sphere_vector,
+)
+
+BHMM = "Belkin, Hsu, Ma, Mandal, PNAS 2019, arXiv 1812.11118, Fig. 1-2; Nakkiran et al., arXiv 2003.01897"
+INTERP = Gate("interpolates", "min-norm training MSE <= 1e-6 at every N >= n on both tasks, every seed (the solver "
+                              "interpolates; one that regularises quietly hides the peak)")
+HMRT = "Hastie, Montanari, Rosset, Tibshirani, Ann. Statist. 2022, arXiv 1903.08560, Theorem 1"
+ESL = "Hastie, Tibshirani, Friedman, The Elements of Statistical Learning, 2nd ed., Sec. 2.9, Fig. 2.11"
+
+
+class DoubleDescentConfig(ExperimentConfig):
+    """Configuration of ``double-descent`` (defaults = quick preset).
+
+    Attributes:
+        n_seeds: independent draws of data and features (each gives one curve per part).
+        ucurve_n, ucurve_sigma, max_degree: the polynomial task (n samples, noise sd, degrees 0 .. max_degree).
+        digits_n, label_noise, digits_features: training images, flipped-label fraction, the feature-count grid
+            (must contain digits_n, digits_n/2 and 10 digits_n).
+        linear_n, linear_D, linear_sigma, linear_p: the misspecified linear model (grid must contain linear_n,
+            linear_n/2 and 10 linear_n <= linear_D).
+        ridge: lambda of the ridge comparison.
+        iso_n, gammas, iso_reps, iso_r2, iso_sigma2: the isotropic Monte Carlo (reps per seed and gamma).
+        ucurve_test, digits_test: test points of the U-curve task (the digits test set is the rest of the 1,797).
+    """
+
+    n_seeds: int = Field(3, ge=1, le=100)
+    ucurve_n: int = Field(40, ge=5)
+    ucurve_sigma: float = Field(0.4, gt=0)
+    max_degree: int = Field(18, ge=3)
+    ucurve_test: int = Field(5000, ge=100)
+    digits_n: int = Field(200, ge=10, le=1700)
+    label_noise: float = Field(0.2, ge=0, lt=1)
+    digits_features: list[int] = [20, 50, 100, 150, 180, 190, 200, 210, 220, 250, 300, 400, 600, 1000, 2000]
+    linear_n: int = Field(100, ge=4)
+    linear_D: int = Field(1000, ge=8)
+    linear_sigma: float = Field(0.5, ge=0)
+    linear_p: list[int] = [10, 25, 50, 75, 90, 95, 100, 105, 110, 125, 150, 200, 300, 500, 1000]
+    ridge: float = Field(1e-3, gt=0)
+    iso_n: int = Field(200, ge=10)
+    gammas: list[float] = [0.25, 0.5, 0.7, 1.3, 1.5, 2.0, 3.0, 5.0, 10.0]
+    iso_reps: int = Field(40, ge=1)
+    iso_r2: float = Field(1.0, ge=0)
+    iso_sigma2: float = Field(0.25, ge=0)
+
+    PRESETS = {
+        "smoke": {"n_seeds": 3, "max_degree": 8, "ucurve_test": 500, "digits_n": 40,
+                  "digits_features": [10, 20, 36, 40, 44, 80, 400], "linear_n": 20, "linear_D": 200,
+                  "linear_p": [5, 10, 18, 20, 22, 40, 200], "iso_n": 40, "gammas": [0.5, 2.0], "iso_reps": 3},
+        "quick": {},
+        "paper": {"n_seeds": 10, "digits_n": 1000, "linear_n": 200, "linear_D": 4000,
+                  "digits_features": [100, 250, 500, 800, 900, 950, 1000, 1050, 1100, 1250, 1500, 2000, 4000,
+                                      10000],
+                  "linear_p": [20, 50, 100, 150, 180, 190, 200, 210, 220, 250, 300, 400, 1000, 2000, 4000],
+                  "iso_n": 1000, "iso_reps": 100},
+    }
+
+
+def _need(grid: list, values: dict[str, float], field: str) -> None:
+    for what, v in values.items():
+        if v not in grid:
+            raise ConfigError(field, grid, f"a grid containing {what} = {v} (the rules compare risks there; "
+                                           "a grid without N = n misses the peak)")
+
+
+@register("double-descent")
+class DoubleDescent(Experiment):
+    """U-curve, double descent at the interpolation threshold, ridge, and Hastie et al.'s exact risk.
+
+    Source: ESL Fig. 2.11; Belkin et al. arXiv 1812.11118; Nakkiran et al. arXiv 2003.01897; Hastie et al.
+    arXiv 1903.08560.
+    """
+
+    claim = ("Test error is U-shaped in complexity below the interpolation threshold, peaks at features = samples "
+             "for min-norm least squares and descends again beyond it; ridge removes the peak; the isotropic risk "
+             "follows Hastie et al.'s exact formula.")
+    source = f"{ESL}; {BHMM}; {HMRT}"
+    Config = DoubleDescentConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~1-2 min on 2 shared cores (3 seeds)",
+                     "paper": "~20 min on 2 cores (10 seeds, n = 1000 digits, p up to 10,000; estimated)"}
+    claims = [
+        Claim("u-curve",
+              "Below the interpolation threshold training error falls monotonically with polynomial degree while "
+              "test error is U-shaped.",
+              ESL, "Fig. 2.11: training error decreasing, test error U-shaped in model complexity",
+              "test MSE ratio min(test at degree 0, test at the largest degree) / min over degrees, per seed; "
+              "mean over seeds",
+              "in every seed the training MSE is non-increasing in degree (relative tolerance 1e-9) and the ratio is "
+              ">= 1.2, and the argmin of the across-seed mean test curve is neither the smallest nor the largest "
+              "degree (95% Student-t CI of the ratio across seeds reported)"),
+        Claim("peak-at-threshold",
+              "The test risk of min-norm least squares peaks at the interpolation threshold (features = samples), "
+              "for random ReLU features of load_digits and for a misspecified linear model.",
+              BHMM, "risk peaks at N = n (Belkin et al. Fig. 2: N = n = 10^4 random Fourier features on MNIST)",
+              "|argmax_N mean-over-seeds test risk / n - 1| on each task; the larger of the two tasks",
+              "<= 0.1 on both tasks (argmax of the across-seed mean curve; per-seed argmaxima reported)",
+              gates=(INTERP,)),
+        Claim("second-descent",
+              "Past the threshold the min-norm test risk descends again: at 10x the samples it is below the risk at "
+              "half the samples.",
+              BHMM, "the second descent: risk at N >> n below the classical optimum region",
+              "test risk at N = 10 n divided by test risk at N = n/2, per seed, on each task; the larger task mean",
+              "upper end of the 95% Student-t CI across seeds < 1 on both tasks",
+              gates=(INTERP,)),
+        Claim("ridge-removes-peak-digits",
+              "Ridge with lambda = 1e-3 removes the interpolation peak on random ReLU features of load_digits.",
+              "Nakkiran, Venkat, Kakade, Ma, arXiv 2003.01897 (optimal ridge mitigates double descent); "
+              "../shared/research/impossibility_and_theory.md Sec. 5d",
+              "ridge 1e-3 removes the peak (lmsci's measurement in the research notes)",
+              "ridge test risk at N = n divided by max(ridge risk at N = n/2, ridge risk at N = 2n), per seed "
+              "(> 1: a peak); the same ratio for min-norm reported",
+              "upper end of the 95% Student-t CI across seeds of the ridge ratio <= 1 and the min-norm ratio's mean "
+              ">= 1.5 (a peak existed to remove)", gates=(INTERP,)),
+        Claim("ridge-removes-peak-linear",
+              "Ridge with lambda = 1e-3 removes the interpolation peak on the misspecified linear model.",
+              "Nakkiran, Venkat, Kakade, Ma, arXiv 2003.01897",
+              "optimally tuned ridge removes the peak (the paper tunes lambda; 1e-3 is fixed here)",
+              "ridge test risk at p = n divided by max(ridge risk at p = n/2, ridge risk at p = 2n), per seed; the "
+              "same ratio for min-norm reported",
+              "upper end of the 95% Student-t CI across seeds of the ridge ratio <= 1 and the min-norm ratio's mean "
+              ">= 1.5 (a peak existed to remove)", gates=(INTERP,)),
+        Claim("isotropic-exact",
+              "Monte Carlo excess risk of min-norm least squares with isotropic Gaussian features matches "
+              "Hastie et al.'s limiting formula away from gamma = 1.",
+              HMRT, "sigma^2 gamma/(1-gamma) for gamma < 1; r^2 (1 - 1/gamma) + sigma^2/(gamma - 1) for gamma > 1",
+              "|mean over seeds of (Monte Carlo risk / exact risk) - 1| at each gamma of the grid (|gamma - 1| >= "
+              "0.25); the largest over gammas",
+              "<= 0.05 at every gamma (95% Student-t CI across seeds of the worst gamma reported)"),
+    ]
+
+    # -- configuration ------------------------------------------------------------------------------
+    def validate(self, cfg: DoubleDescentConfig) -> None:
+        n = cfg.digits_n
+        if min(cfg.digits_features) < 1:
+            raise ConfigError("digits_features", cfg.digits_features, "positive feature counts")
+        _need(cfg.digits_features, {"n": n, "n/2": n // 2, "2n": 2 * n, "10n": 10 * n}, "digits_features")
+        if n % 2:
+            raise ConfigError("digits_n", n, "an even number (the rules use n/2)")
+        m = cfg.linear_n
+        if m % 2:
+            raise ConfigError("linear_n", m, "an even number (the rules use n/2)")
+        if max(cfg.linear_p) > cfg.linear_D or min(cfg.linear_p) < 1:
+            raise ConfigError("linear_p", cfg.linear_p, f"feature counts in 1 .. linear_D = {cfg.linear_D}")
+        _need(cfg.linear_p, {"n": m, "n/2": m // 2, "2n": 2 * m, "10n": 10 * m}, "linear_p")
+        bad = [g for g in cfg.gammas if not g > 0]
+        if bad:
+            raise ConfigError("gammas", cfg.gammas, "gamma = p/n > 0")
+        near = [g for g in cfg.gammas if abs(g - 1) < 0.25]
+        if near:
+            raise ConfigError("gammas", cfg.gammas, "|gamma - 1| >= 0.25 (the risk diverges at gamma = 1, where "
+                                                    "finite-n Monte Carlo cannot match the limit)")
+        if cfg.max_degree + 1 >= cfg.ucurve_n:
+            raise ConfigError("max_degree", cfg.max_degree, f"< ucurve_n - 1 = {cfg.ucurve_n - 1} (the classical "
+                                                            "regime, below interpolation)")
+
+    def points(self, cfg: DoubleDescentConfig) -> list[Point]:
+        pts = [Point(f"ucurve_d{d}", {"part": "ucurve", "level": d}) for d in range(cfg.max_degree + 1)]
+        pts += [Point(f"digits_N{N}", {"part": "digits", "level": N}) for N in sorted(set(cfg.digits_features))]
+        pts += [Point(f"linear_p{p}", {"part": "linear", "level": p}) for p in sorted(set(cfg.linear_p))]
+        pts += [Point(f"isotropic_g{g:g}", {"part": "isotropic", "level": float(g)}) for g in sorted(set(cfg.gammas))]
+        return pts
+
+    # -- computation --------------------------------------------------------------------------------
+    def run_point(self, cfg: DoubleDescentConfig, point: Point, ctx: PointContext) -> dict:
+        part, level = point.params["part"], point.params["level"]
+        # one draw per (part, seed): every complexity level of a seed sees the same data and nested features
+        rng = np.random.default_rng(derive_seed(cfg.seed, self.name, part, point.seed_index))
+        row = {"part": part, "level": level}
+        if part == "ucurve":
+            x, y = polynomial_task(cfg.ucurve_n, cfg.ucurve_sigma, rng)
+            xt = rng.uniform(-1, 1, cfg.ucurve_test)
+            A = legendre_features(x, level)
+            th = min_norm_fit(A, y)
+            row["n"] = cfg.ucurve_n
+            row["train_risk"] = float(np.mean((A @ th - y) ** 2))
+            # expected squared prediction error on fresh noisy samples: E(f_hat - f)^2 + sigma^2
+            row["test_risk"] = float(np.mean((legendre_features(xt, level) @ th - smooth_target(xt)) ** 2)
+                                     + cfg.ucurve_sigma ** 2)
+        elif part == "digits":
+            Xtr, Ytr, Xte, lte = digits_split(cfg.digits_n, cfg.label_noise, rng)
+            W = relu_feature_weights(Xtr.shape[1], max(cfg.digits_features), rng)[:, :level]
+            Ftr, Fte = relu_features(Xtr, W), relu_features(Xte, W)
+            Yte = np.eye(10)[lte]
+            row["n"] = cfg.digits_n
+            for tag, th in (("", min_norm_fit(Ftr, Ytr)), ("ridge_", ridge_fit(Ftr, Ytr, cfg.ridge))):
+                P = Fte @ th
+                row[f"{tag}train_risk"] = float(np.mean(np.sum((Ftr @ th - Ytr) ** 2, 1)))
+                row[f"{tag}test_risk"] = float(np.mean(np.sum((P - Yte) ** 2, 1)))
+                row[f"{tag}test_error"] = float(np.mean(P.argmax(1) != lte))
+        elif part == "linear":
+            theta = sphere_vector(cfg.linear_D, 1.0, rng)
+            X = rng.standard_normal((cfg.linear_n, cfg.linear_D))
+            y = X @ theta + cfg.linear_sigma * rng.standard_normal(cfg.linear_n)
+            Xp = X[:, :level] / np.sqrt(level)
+            rest = float(theta[level:] @ theta[level:])
+            row["n"] = cfg.linear_n
+            for tag, th in (("", min_norm_fit(Xp, y)), ("ridge_", ridge_fit(Xp, y, cfg.ridge))):
+                beta = th / np.sqrt(level)
+                row[f"{tag}train_risk"] = float(np.mean((Xp @ th - y) ** 2))
+                # exact prediction risk for x ~ N(0, I_D): ||beta - theta_p||^2 + ||theta_rest||^2 + sigma^2
+                row[f"{tag}test_risk"] = float(np.sum((beta - theta[:level]) ** 2) + rest + cfg.linear_sigma ** 2)
+        elif part == "isotropic":
+            n = cfg.iso_n
+            p = max(1, int(round(level * n)))
+            sig = np.sqrt(cfg.iso_sigma2)
+            risks = np.empty(cfg.iso_reps)
+            for r in range(cfg.iso_reps):  # independent Monte Carlo replicates (a loop over designs, not samples)
+                X = gaussian_design(n, np.ones(p), rng)
+                beta = sphere_vector(p, np.sqrt(cfg.iso_r2), rng)
+                y = X @ beta + sig * rng.standard_normal(n)
+                risks[r] = np.sum((min_norm_fit(X, y) - beta) ** 2)
+            row.update({"n": n, "p": p, "gamma_eff": p / n, "test_risk": float(risks.mean()),
+                        "mc_se": float(risks.std(ddof=1) / np.sqrt(len(risks))) if len(risks) > 1 else float("nan"),
+                        "exact_risk": float(isotropic_risk(p / n, cfg.iso_r2, cfg.iso_sigma2))})
+        else:  # pragma: no cover - points() only makes the four parts
+            raise ConfigError("part", part, "ucurve, digits, linear, isotropic")
+        return row
+
+    # -- verdicts -----------------------------------------------------------------------------------
+    @staticmethod
+    def _curves(results: pd.DataFrame, part: str, col: str) -> pd.DataFrame:
+        """levels x seeds table of ``col`` for ``part``."""
+        df = results[(results["part"] == part) & (results.get("status", "ok") == "ok")]
+        if "seed_index" not in df:
+            df = df.assign(seed_index=0)
+        return df.pivot_table(index="level", columns="seed_index", values=col, aggfunc="mean").sort_index()
+
+    def verdicts(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        out: list[Verdict] = []
+        if "part" not in results or results.empty:
+            return out
+        parts = set(results["part"])
+        if "ucurve" in parts:
+            out.append(self._ucurve(cfg, results))
+        tasks = {"digits": cfg.digits_n, "linear": cfg.linear_n}
+        if parts & set(tasks):
+            out.extend(self._threshold(cfg, results, {k: v for k, v in tasks.items() if k in parts}))
+        if "isotropic" in parts:
+            out.append(self._isotropic(cfg, results))
+        return out
+
+    def _ucurve(self, cfg, results) -> Verdict:
+        tr, te = self._curves(results, "ucurve", "train_risk"), self._curves(results, "ucurve", "test_risk")
+        seeds = [s for s in te.columns if te[s].notna().all() and tr[s].notna().all()]
+        if len(te) < 3 or not seeds:
+            return self.judge(cfg, "u-curve", value=None, passed=None, why_not_computed="fewer than 3 degrees")
+        mono = {int(s): bool(np.all(np.diff(tr[s].to_numpy()) <= 1e-9 * tr[s].abs().max())) for s in seeds}
+        ratio = {int(s): float(min(te[s].iloc[0], te[s].iloc[-1]) / te[s].min()) for s in seeds}
+        mean = te[seeds].mean(axis=1)
+        arg = mean.idxmin()
+        interior = mean.index[0] < arg < mean.index[-1]
+        st = across_seeds(ratio.values())
+        ok = all(mono.values()) and min(ratio.values()) >= 1.2 and interior
+        return self.judge(cfg, "u-curve", value=st.mean, passed=ok, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
+                          details={"ratio_by_seed": ratio, "train_monotone_by_seed": mono,
+                                   "argmin_degree_mean_curve": float(arg), "degrees": [float(mean.index[0]),
+                                                                                      float(mean.index[-1])],
+                                   "mean_test_curve": {float(k): float(v) for k, v in mean.items()}})
+
+    def _threshold(self, cfg, results, tasks: dict[str, int]) -> list[Verdict]:
+        out = []
+        peak, desc, ridge = {}, {}, {}
+        worst_train = []
+        for task, n in tasks.items():
+            tr = self._curves(results, task, "train_risk")
+            tr = tr[tr.index >= n]
+            if len(tr):
+                worst_train.append(float(np.nanmax(tr.to_numpy())))
+        gate = {"interpolates": (max(worst_train), max(worst_train) <= 1e-6) if len(worst_train) == 2
+                else (None, None)}
+        for task, n in tasks.items():
+            mn, rg = self._curves(results, task, "test_risk"), self._curves(results, task, "ridge_test_risk")
+            seeds = [s for s in mn.columns if mn[s].notna().all()]
+            if not seeds:
+                continue
+            mean = mn[seeds].mean(axis=1)
+            peak[task] = {"argmax_mean": float(mean.idxmax()), "n": n,
+                          "dev": abs(float(mean.idxmax()) / n - 1),
+                          "argmax_by_seed": {int(s): float(mn[s].idxmax()) for s in seeds}}
+            need = {n // 2, n, 2 * n, 10 * n}
+            if need <= set(mn.index):
+                r = [float(mn.loc[10 * n, s] / mn.loc[n // 2, s]) for s in seeds]
+                desc[task] = (across_seeds(r), r)
+                rr = [float(rg.loc[n, s] / max(rg.loc[n // 2, s], rg.loc[2 * n, s])) for s in seeds
+                      if s in rg.columns]
+                mr = [float(mn.loc[n, s] / max(mn.loc[n // 2, s], mn.loc[2 * n, s])) for s in seeds]
+                ridge[task] = (across_seeds(rr) if rr else None, across_seeds(mr), rr, mr)
+        # peak
+        if set(peak) == set(tasks) and len(tasks) == 2:
+            dev = max(p["dev"] for p in peak.values())
+            n_s = min(len(p["argmax_by_seed"]) for p in peak.values())
+            out.append(self.judge(cfg, "peak-at-threshold", value=dev, passed=dev <= 0.1, n_seeds=n_s, gates=gate,
+                                  ci_kind="argmax of the across-seed mean curve", details={"tasks": peak}))
+        else:
+            out.append(self.judge(cfg, "peak-at-threshold", value=None, passed=None,
+                                  why_not_computed="both tasks (digits, linear) are needed"))
+        # second descent
+        if set(desc) == {"digits", "linear"}:
+            worst = max(desc, key=lambda k: desc[k][0].mean)
+            st = desc[worst][0]
+            ok = all(d[0].n >= 2 and d[0].hi < 1 for d in desc.values())
+            out.append(self.judge(cfg, "second-descent", value=st.mean, passed=ok if st.n >= 2 else None, gates=gate,
+                                  why_not_computed="one seed: no interval across seeds", ci=st.ci, ci_kind=st.kind,
+                                  n_seeds=min(d[0].n for d in desc.values()),
+                                  details={k: {"mean": d[0].mean, "ci": d[0].ci, "by_seed": d[1]}
+                                           for k, d in desc.items()} | {"worst_task": worst}))
+        else:
+            out.append(self.judge(cfg, "second-descent", value=None, passed=None,
+                                  why_not_computed="the grid lacks N = n/2 or 10 n on a task"))
+        for task in ("digits", "linear"):
+            cid = f"ridge-removes-peak-{task}"
+            if task not in ridge or ridge[task][0] is None:
+                out.append(self.judge(cfg, cid, value=None, passed=None,
+                                      why_not_computed=f"no ridge curve with N = n/2, n, 2n on {task}"))
+                continue
+            rs, ms, rr, mr = ridge[task]
+            ok = None if rs.n < 2 else (rs.hi <= 1 and ms.mean >= 1.5)
+            out.append(self.judge(cfg, cid, value=rs.mean, passed=ok, ci=rs.ci, ci_kind=rs.kind, n_seeds=rs.n, gates=gate,
+                                  why_not_computed="one seed: no interval across seeds",
+                                  details={"ridge": cfg.ridge, "ridge_ratio_by_seed": rr, "min_norm_ratio_mean": ms.mean,
+                                           "min_norm_ratio_by_seed": mr}))
+        return out
+
+    def _isotropic(self, cfg, results) -> Verdict:
+        mc, ex = self._curves(results, "isotropic", "test_risk"), self._curves(results, "isotropic", "exact_risk")
+        seeds = [s for s in mc.columns if mc[s].notna().all()]
+        if not seeds:
+            return self.judge(cfg, "isotropic-exact", value=None, passed=None, why_not_computed="no Monte Carlo rows")
+        rel = mc[seeds] / ex[seeds] - 1  # gammas x seeds
+        dev = rel.mean(axis=1).abs()
+        worst = dev.idxmax()
+        st = across_seeds(rel.loc[worst].to_numpy())
+        ok = bool(dev.max() <= 0.05)
+        return self.judge(cfg, "isotropic-exact", value=float(dev.max()), passed=ok, ci=st.ci,
+                          ci_kind=st.kind + f" (relative deviation at gamma = {worst:g})", n_seeds=st.n,
+                          details={"relative_deviation_by_gamma": {float(g): float(v) for g, v in rel.mean(axis=1).items()},
+                                   "worst_gamma": float(worst), "r2": cfg.iso_r2, "sigma2": cfg.iso_sigma2,
+                                   "n": cfg.iso_n})
+
+    # -- figures and report -------------------------------------------------------------------------
+    def figures(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figs = []
+        fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+        specs = [("ucurve", "polynomial degree", "squared error", None),
+                 ("digits", "random ReLU features N", "test squared error (one-hot)", cfg.digits_n),
+                 ("linear", "features used p", "prediction risk", cfg.linear_n),
+                 ("isotropic", "gamma = p/n", "excess risk", cfg.iso_n)]
+        for ax, (part, xl, yl, n) in zip(axes, specs):
+            if part not in set(results.get("part", [])):
+                ax.set_visible(False)
+                continue
+            cols = [("test_risk", "test (min-norm)" if part != "ucurve" else "test", "C0"),
+                    ("train_risk", "train", "C2"), ("ridge_test_risk", f"test (ridge {cfg.ridge:g})", "C1")]
+            for col, lab, c in cols:
+                if col not in results or part == "isotropic" and col != "test_risk":
+                    continue
+                cur = self._curves(results, part, col)
+                if cur.empty or cur.isna().all().all():
+                    continue
+                for s in cur.columns:
+                    ax.plot(cur.index, cur[s], color=c, alpha=0.25, lw=0.8)
+                ax.plot(cur.index, cur.mean(axis=1), "o-", color=c, ms=3, label=lab + (" (Monte Carlo)" if part ==
+                                                                                 "isotropic" else ""))
+            if part == "isotropic":
+                g = np.linspace(0.05, 12, 800)
+                g = g[np.abs(g - 1) > 0.02]
+                ax.plot(g, isotropic_risk(g, cfg.iso_r2, cfg.iso_sigma2), "k-", lw=1, label="Hastie et al. exact")
+                ax.axvline(1, color="r", ls="--", lw=1, label="interpolation threshold")
+                ax.set_xscale("log")
+            elif n is not None:
+                ax.axvline(n, color="r", ls="--", lw=1, label=f"interpolation threshold ({n})")
+                ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel(xl)
+            ax.set_ylabel(yl)
+            ax.set_title(part)
+            ax.legend(fontsize=7)
+        figs.append(save_figure(fig, run, "double_descent.png",
+                                "Risk against complexity (mean over seeds bold, single seeds faint): the U-curve of "
+                                "polynomial least squares (ESL Fig. 2.11); min-norm and ridge test risk on random "
+                                "ReLU features of load_digits and on a misspecified linear model with the "
+                                "interpolation threshold marked; Monte Carlo isotropic risk against Hastie et al.'s "
+                                "formula."))
+        if "test_error" in results and "digits" in set(results["part"]):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for col, lab, c in (("test_error", "min-norm", "C0"), ("ridge_test_error", f"ridge {cfg.ridge:g}", "C1")):
+                cur = self._curves(results, "digits", col)
+                ax.plot(cur.index, cur.mean(axis=1), "o-", color=c, ms=3, label=lab)
+            ax.axvline(cfg.digits_n, color="r", ls="--", lw=1, label="N = n")
+            ax.set_xscale("log")
+            ax.set_xlabel("random ReLU features N")
+            ax.set_ylabel("test 0-1 error")
+            ax.legend(fontsize=8)
+            figs.append(save_figure(fig, run, "digits_zero_one.png",
+                                    "Zero-one test error of random ReLU features on load_digits (mean over seeds)."))
+        return figs
+
+    def report_sections(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir) -> str:
+        if "part" not in results:
+            return ""
+        cols = [c for c in ("train_risk", "test_risk", "ridge_test_risk", "test_error", "ridge_test_error",
+                            "exact_risk") if c in results]
+        tab = results.groupby(["part", "level"])[cols].mean().reset_index()
+        return ("### Mean over seeds by part and complexity\n\n" + markdown_table(tab, max_rows=80) +
+                "\nMin-norm fits use `numpy.linalg.lstsq` with the machine-precision cut-off (or the exact dual "
+                "solve for p > 2n); ridge minimises (1/n)||Phi theta - y||^2 + lambda ||theta||^2 on features scaled "
+                "by 1/sqrt(N).\n")

@@ -1,0 +1,290 @@
+"""``implicit-bias``: gradient descent on the logistic and exponential losses over separable data converges in
+direction to the hard-margin SVM (Soudry, Hoffer, Nacson, Gunasekar, Srebro, "The implicit bias of gradient
+descent on separable data", JMLR 2018, arXiv 1710.10345, Theorem 3 and Section 3).
+
+World: n points x = (z, 1) in R^d (intercept folded in as a constant coordinate, so GD and the SVM are both
+homogeneous), z ~ N(0, I_{d-1}), labels of a random teacher with margin >= ``margin`` (rejection); a held-out
+set of ``n_test`` points drawn without rejection. A seed is an independent data set; both losses run on the
+same data set of a seed. Separability is checked by a linear program before any work; non-separable data
+(``label_flip`` > 0 flips training labels and usually makes them so) raise :class:`~lmsci.errors.DataError`.
+
+Instruments: w_hat = argmin ||w||^2 s.t. y_n w^T x_n >= 1 from scikit-learn's linear ``SVC`` (C = 1e10, on the
+symmetrised set so the intercept is 0), checked against SciPy's SLSQP; full-batch GD from 0 on the mean loss
+with step 1/L (L = sigma_max(X)^2 / n), logged at geometric steps; the angle between w(t) and w_hat against
+1/log t, the training loss against t on log-log axes, and ||w(t)|| - ||w_hat|| log t.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.margin import LOSSES, angle, check_separable, gd_linear_batch, hard_margin_svm, \
+    implicit_bias_stats, svm_slsqp
+from lmsci.report import markdown_table
+from lmsci.runs import RunDir, derive_seed
+from lmsci.worlds.linear_models import separable_data
+
+SOUDRY = "Soudry, Hoffer, Nacson, Gunasekar, Srebro, JMLR 2018, arXiv 1710.10345"
+SVM_GATE = Gate("svm-agrees", "in every seed the scikit-learn SVC direction and the SciPy SLSQP hard-margin solution "
+                              "differ by at most 1e-4 rad")
+
+
+class ImplicitBiasConfig(ExperimentConfig):
+    """Configuration of ``implicit-bias`` (defaults = quick preset).
+
+    Attributes:
+        n, d, margin: training points, dimension (last coordinate the folded intercept), teacher margin.
+        n_test: held-out points (drawn without the margin rejection).
+        steps: GD steps T. n_log: geometric logging points. t_min: the angle fit uses t >= t_min.
+        tail_decades: the loss slope and norm residual use t in [T / 10^tail_decades, T].
+        losses: which losses to run. label_flip: fraction of training labels flipped (0: separable; > 0 is for
+            testing the refusal).
+    """
+
+    n_seeds: int = Field(3, ge=1, le=100)
+    n: int = Field(40, ge=2)
+    d: int = Field(10, ge=2)
+    margin: float = Field(0.1, ge=0)
+    n_test: int = Field(2000, ge=0)
+    steps: int = Field(1_000_000, ge=100)
+    n_log: int = Field(200, ge=10)
+    t_min: int = Field(100, ge=2)
+    tail_decades: float = Field(2.0, gt=0)
+    losses: list[str] = ["logistic", "exponential"]
+    label_flip: float = Field(0.0, ge=0, lt=1)
+
+    PRESETS = {
+        "smoke": {"steps": 3000, "n_test": 200, "n_log": 60, "tail_decades": 1.0},
+        "quick": {},
+        "paper": {"n_seeds": 10, "steps": 10_000_000, "n_log": 300},
+    }
+
+
+@register("implicit-bias")
+class ImplicitBias(Experiment):
+    """GD on separable data: direction -> hard-margin SVM at rate 1/log t, ||w|| ~ ||w_hat|| log t, loss ~ 1/t.
+
+    Source: Soudry et al., arXiv 1710.10345, Theorem 3.
+    """
+
+    claim = ("Gradient descent on the logistic or exponential loss over linearly separable data converges in "
+             "direction to the hard-margin SVM, with the angle falling like 1/log t, ||w(t)|| - ||w_hat|| log t "
+             "bounded and the training loss falling like 1/t.")
+    source = f"{SOUDRY}, Theorem 3, Section 3"
+    Config = ImplicitBiasConfig
+    time_estimate = {"smoke": "~3 s", "quick": "~3 min on 2 shared cores (1e6 GD steps, 3 seeds x 2 losses batched)",
+                     "paper": "~30 min on 2 cores (1e7 steps, 10 seeds; estimated)"}
+    claims = [
+        Claim("angle-rate",
+              "The angle between w(t) and the hard-margin SVM direction falls like 1/log t.",
+              f"{SOUDRY}, Theorem 3 (||w(t)/||w(t)|| - w_hat/||w_hat||| = O(1/log t))",
+              "O(1/log t) (O(log log t / log t) in degenerate cases)",
+              "R^2 and slope of a least-squares line of the angle (rad) against 1/log t over logged t >= t_min, "
+              "per seed and loss; the smallest R^2 reported (mean and 95% Student-t CI across seeds)",
+              "in every seed and for both losses: R^2 >= 0.9, slope > 0 and the angle at T below the angle at t_min",
+              gates=(SVM_GATE,)),
+        Claim("norm-log-t",
+              "||w(t)|| - ||w_hat|| log t stays bounded: the norm grows like ||w_hat|| log t.",
+              f"{SOUDRY}, Theorem 3 (w(t) = w_hat log t + rho(t), rho bounded)",
+              "rho(t) bounded (O(log log t) in degenerate cases)",
+              "range of ||w(t)|| - ||w_hat|| log t over t in [T/10^tail_decades, T] divided by ||w_hat|| log(10^"
+              "tail_decades) (the growth of the log t term over that window), per seed and loss; the largest",
+              "<= 0.15 in every seed and for both losses", gates=(SVM_GATE,)),
+        Claim("loss-rate",
+              "The training loss falls like 1/t.",
+              f"{SOUDRY}, Theorem 3 / Section 3 (L(w(t)) = O(1/t))",
+              "log-log slope -1",
+              "least-squares slope of log training loss against log t over t in [T/10^tail_decades, T], per seed and "
+              "loss; the one farthest from -1",
+              "within 0.1 of -1 in every seed and for both losses", gates=(SVM_GATE,)),
+        Claim("heldout-loss-rises",
+              "Held-out logistic loss can rise late in training while the held-out 0-1 error does not rise.",
+              f"{SOUDRY}, Section 3 and Fig. 1 (validation loss increases, validation error keeps improving)",
+              "validation loss grows like log t on misclassified points; 0-1 error still falls",
+              "fraction of (seed, loss) runs whose held-out logistic loss at T exceeds its minimum over training by "
+              "> 1% while the held-out 0-1 error at T is at most the error at the step of that minimum",
+              "reported beside the claims (decides nothing): > 0", gates=(SVM_GATE,), ablation=True),
+    ]
+
+    # -- configuration and data ---------------------------------------------------------------------
+    def validate(self, cfg: ImplicitBiasConfig) -> None:
+        bad = [l for l in cfg.losses if l not in LOSSES]
+        if bad or not cfg.losses or len(set(cfg.losses)) != len(cfg.losses):
+            raise ConfigError("losses", cfg.losses, "distinct names from " + ", ".join(LOSSES))
+        if cfg.steps < 10 ** cfg.tail_decades * 10 or cfg.t_min * 10 > cfg.steps:
+            raise ConfigError("steps", cfg.steps, f">= 10 t_min and >= 10^(tail_decades + 1) (fitting windows)")
+        for k in range(cfg.n_seeds):  # refuse non-separable data before any work (an LP per seed: milliseconds)
+            X, y, _, _ = self.data(cfg, k)
+            check_separable(X, y)
+
+    def data(self, cfg: ImplicitBiasConfig, seed_index: int):
+        """(X, y, X_test, y_test) of seed ``seed_index`` (shared by the losses)."""
+        rng = np.random.default_rng(derive_seed(cfg.seed, self.name, "data", seed_index))
+        X, y, Xt, yt = separable_data(cfg.n, cfg.d, cfg.margin, rng, n_test=cfg.n_test)
+        if cfg.label_flip > 0:
+            flip = rng.random(len(y)) < cfg.label_flip
+            y = np.where(flip, -y, y)
+        return X, y, Xt, yt
+
+    def points(self, cfg: ImplicitBiasConfig) -> list[Point]:
+        return [Point(loss, {"loss": loss}) for loss in cfg.losses]
+
+    def groups(self, cfg: ImplicitBiasConfig, points: list[Point]) -> list[list[Point]]:
+        return [points] if points else []
+
+    def run_point(self, cfg: ImplicitBiasConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: ImplicitBiasConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """All (seed, loss) runs in one batched GD loop (the per-step cost is numpy call overhead)."""
+        data = {k: self.data(cfg, k) for k in sorted({p.seed_index for p in points})}
+        svm = {}
+        for k, (X, y, _, _) in data.items():
+            w_hat = hard_margin_svm(X, y)
+            w_sl = svm_slsqp(X, y)
+            svm[k] = (w_hat, float(angle(w_hat, w_sl)[0]))
+        Xb = np.stack([data[p.seed_index][0] for p in points])
+        yb = np.stack([data[p.seed_index][1] for p in points])
+        test = cfg.n_test > 0
+        out = gd_linear_batch(Xb, yb, [p.params["loss"] for p in points], cfg.steps, n_log=cfg.n_log,
+                              X_test=np.stack([data[p.seed_index][2] for p in points]) if test else None,
+                              y_test=np.stack([data[p.seed_index][3] for p in points]) if test else None)
+        rows = []
+        t = out["t"]
+        for i, (p, ctx) in enumerate(zip(points, ctxs)):
+            w_hat, svm_angle = svm[p.seed_index]
+            X, y = data[p.seed_index][:2]
+            st = implicit_bias_stats(t, out["w"][i], out["loss"][i], w_hat, cfg.t_min, cfg.tail_decades)
+            W = out["w"][i]
+            curve = pd.DataFrame({"t": t, "angle": angle(W, w_hat), "loss": out["loss"][i],
+                                  "norm": np.linalg.norm(W, axis=1),
+                                  "margin_gap": 1 / np.linalg.norm(w_hat) - np.min((X @ W.T) * y[:, None], 0)
+                                  / np.linalg.norm(W, axis=1)})
+            row = {"loss": p.params["loss"], "steps": cfg.steps, "lr": float(out["lr"][i]), "svm_angle": svm_angle,
+                   **st, "margin_gap_final": float(curve["margin_gap"].iloc[-1])}
+            if test:
+                tl, te = out["test_logistic"][i], out["test_error"][i]
+                curve["test_logistic"], curve["test_error"] = tl, te
+                j = int(np.argmin(tl))
+                row.update({"test_logistic_final": float(tl[-1]), "test_logistic_min": float(tl[j]),
+                            "t_test_logistic_min": int(t[j]), "test_error_final": float(te[-1]),
+                            "test_error_at_min_loss": float(te[j]), "test_error_first": float(te[0])})
+            curve.to_csv(ctx.artifact_dir / "curve.csv", index=False)
+            rows.append(row)
+        return rows
+
+    # -- verdicts -----------------------------------------------------------------------------------
+    def verdicts(self, cfg: ImplicitBiasConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        if results.empty or "loss" not in results:
+            return []
+        df = results[results["status"] == "ok"] if "status" in results else results
+        if "seed_index" not in df:
+            df = df.assign(seed_index=0)
+        n_seeds = int(df.groupby("loss")["seed_index"].nunique().min()) if len(df) else 0
+        losses_ok = set(df["loss"]) >= set(cfg.losses)
+        gate = {"svm-agrees": (float(df["svm_angle"].max()), bool(df["svm_angle"].max() <= 1e-4))}
+        note = "" if losses_ok else f"losses run: {sorted(set(df['loss']))}; registered for {cfg.losses}"
+
+        def by_loss(col):
+            return {l: across_seeds(g[col]) for l, g in df.groupby("loss")}
+
+        out = []
+        r2 = by_loss("angle_r2")
+        ok = losses_ok and bool((df["angle_r2"] >= 0.9).all() and (df["angle_slope"] > 0).all()
+                                and (df["angle_final"] < df["angle_start"]).all())
+        worst = min(r2, key=lambda l: r2[l].mean)
+        out.append(self.judge(cfg, "angle-rate", value=float(df["angle_r2"].min()), passed=ok, ci=r2[worst].ci,
+                              ci_kind=r2[worst].kind + f" (R^2, {worst})", n_seeds=n_seeds, gates=gate, note=note,
+                              details={"r2": {l: s.mean for l, s in r2.items()},
+                                       "slope": {l: s.mean for l, s in by_loss("angle_slope").items()},
+                                       "angle_final_rad": {l: s.mean for l, s in by_loss("angle_final").items()}}))
+        nr = by_loss("norm_residual_range")
+        worst = max(nr, key=lambda l: nr[l].mean)
+        ok = losses_ok and bool((df["norm_residual_range"] <= 0.15).all())
+        out.append(self.judge(cfg, "norm-log-t", value=float(df["norm_residual_range"].max()), passed=ok,
+                              ci=nr[worst].ci, ci_kind=nr[worst].kind + f" ({worst})", n_seeds=n_seeds, gates=gate,
+                              note=note, details={"by_loss": {l: s.mean for l, s in nr.items()},
+                                                  "norm_slope_ratio": {l: s.mean for l, s in
+                                                                       by_loss("norm_slope_ratio").items()}}))
+        dev = (df["loss_slope"] + 1).abs()
+        ls = by_loss("loss_slope")
+        worst = str(df.loc[dev.idxmax(), "loss"])
+        out.append(self.judge(cfg, "loss-rate", value=float(df.loc[dev.idxmax(), "loss_slope"]),
+                              passed=losses_ok and bool((dev <= 0.1).all()), ci=ls[worst].ci,
+                              ci_kind=ls[worst].kind + f" ({worst})", n_seeds=n_seeds, gates=gate, note=note,
+                              details={"by_loss": {l: s.mean for l, s in ls.items()}}))
+        if "test_logistic_final" in df:
+            rise = (df["test_logistic_final"] > 1.01 * df["test_logistic_min"]) & \
+                   (df["test_error_final"] <= df["test_error_at_min_loss"])
+            out.append(self.judge(cfg, "heldout-loss-rises", value=float(rise.mean()), passed=bool(rise.any()),
+                                  n_seeds=n_seeds, gates=gate, ci_kind="fraction of (seed, loss) runs",
+                                  details={"runs": df[["loss", "seed_index", "test_logistic_min", "test_logistic_final",
+                                                       "test_error_at_min_loss", "test_error_final"]]
+                                           .to_dict(orient="records")}))
+        return out
+
+    # -- figures and report -------------------------------------------------------------------------
+    def _curve(self, run: RunDir, pid: str) -> pd.DataFrame | None:
+        p = run.path / "points" / pid / "curve.csv"
+        return pd.read_csv(p) if p.exists() else None
+
+    def figures(self, cfg: ImplicitBiasConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        if results.empty or "point" not in results:
+            return []
+        fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+        colors = {"logistic": "C0", "exponential": "C1"}
+        for _, r in results.iterrows():
+            c = self._curve(run, r["point"])
+            if c is None:
+                continue
+            col = colors.get(r["loss"], "k")
+            lab = r["loss"] if int(r.get("seed_index", 0) or 0) == 0 else None
+            k = c["t"] >= cfg.t_min
+            axes[0].plot(1 / np.log(c.loc[k, "t"]), c.loc[k, "angle"], color=col, lw=1, label=lab)
+            axes[1].loglog(c["t"], c["loss"], color=col, lw=1, label=lab)
+            axes[2].semilogx(c["t"], c["norm"] - r["w_hat_norm"] * np.log(c["t"]), color=col, lw=1, label=lab)
+            if "test_logistic" in c:
+                axes[3].semilogx(c["t"], c["test_logistic"], color=col, lw=1, label=lab and f"{lab}: held-out loss")
+                axes[3].semilogx(c["t"], c["test_error"], color=col, lw=1, ls="--",
+                                 label=lab and f"{lab}: held-out 0-1 error")
+        t = np.geomspace(cfg.t_min, cfg.steps, 50)
+        axes[1].loglog(t, 1 / t, "k:", lw=1, label="1/t")
+        axes[0].set_xlabel("1 / log t")
+        axes[0].set_ylabel("angle(w(t), w_hat) [rad]")
+        axes[0].set_xlim(left=0)
+        axes[0].set_ylim(bottom=0)
+        axes[1].set_xlabel("GD step t")
+        axes[1].set_ylabel("training loss")
+        axes[2].set_xlabel("GD step t")
+        axes[2].set_ylabel("||w(t)|| - ||w_hat|| log t")
+        axes[3].set_xlabel("GD step t")
+        axes[3].set_ylabel("held-out logistic loss / 0-1 error")
+        for ax in axes:
+            ax.legend(fontsize=7)
+        return [save_figure(fig, run, "implicit_bias.png",
+                            "GD on separable data (one line per seed and loss): angle to the hard-margin SVM against "
+                            "1/log t (a line through the origin is the 1/log t rate), training loss against t "
+                            "(dotted: 1/t), ||w(t)|| - ||w_hat|| log t, and held-out logistic loss and 0-1 error.")]
+
+    def report_sections(self, cfg: ImplicitBiasConfig, results: pd.DataFrame, run: RunDir) -> str:
+        if results.empty or "loss" not in results:
+            return ""
+        cols = [c for c in ("loss", "seed_index", "angle_final", "angle_r2", "angle_slope", "loss_slope",
+                            "norm_residual_range", "norm_slope_ratio", "margin_gap_final", "w_hat_norm", "svm_angle",
+                            "test_logistic_min", "test_logistic_final", "test_error_at_min_loss", "test_error_final")
+                if c in results]
+        return ("### Per run\n\n" + markdown_table(results[cols]) +
+                f"\nGD step 1/L with L = sigma_max(X)^2 / n on the mean loss; angle fit over t >= {cfg.t_min}; loss "
+                f"slope and norm residual over the last {cfg.tail_decades:g} decades of {cfg.steps} steps.\n")
