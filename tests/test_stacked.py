@@ -156,3 +156,32 @@ def test_capacity_search_instrument_finds_each_items_threshold():
     low = search_capacity({"x": 8}, lambda r, p: {k: {lv: False for _, lv in p} for k, _ in p},
                           level_min=4, level_max=64, probes_per_round=2, max_rounds=10)
     assert low["x"].censoring(4, 64) == "below_range"
+
+
+def test_scaling_sweep_stacks_the_seeds_of_a_point_with_unchanged_results(tmp_path):
+    """scaling-sweep (smoke, 2 seeds): the seeds of one (N, D) point form one group, trained stacked;
+    every member's row equals the unstacked run_point row to float rounding."""
+    from lmsci.config import resolve_config
+    from lmsci.contract import PointContext
+    from lmsci.experiments.scaling_sweep import ScalingSweep, ScalingSweepConfig
+    from lmsci.runs import RunDir
+
+    exp = ScalingSweep()
+    cfg = resolve_config(ScalingSweepConfig, "smoke", ["n_seeds=2", "threads=1"])
+    points = exp.seeded_points(cfg)
+    groups = exp.groups(cfg, points)
+    assert len(groups) == len(points) // 2 and all(len(g) == 2 for g in groups)
+    assert all(len({(p.params["d_model"], p.params["tokens"]) for p in g}) == 1 for g in groups)
+    assert len(exp.groups(cfg.model_copy(update={"stack_seeds": False}), points)) == len(points)
+    group = min(groups, key=lambda g: (g[0].params["tokens"], g[0].params["d_model"]))
+    run = RunDir(tmp_path / "run")
+    run.init(exp.name, "x", {})
+    ctxs = [PointContext(run, p, exp.point_seed(cfg, p), "cpu", False) for p in group]
+    stacked = exp.run_group(cfg, group, ctxs)
+    alone = [exp.run_point(cfg, p, PointContext(RunDir(tmp_path / f"a{i}"), p, c.seed, "cpu", False))
+             for i, (p, c) in enumerate(zip(group, ctxs))]
+    for a, b in zip(alone, stacked):
+        assert a["steps"] == b["steps"] and a["N"] == b["N"] and a["tokens_seen"] == b["tokens_seen"]
+        assert _rel(a["val_nll"], b["val_nll"]) < 1e-5
+        assert _rel(a["train_loss_final"], b["train_loss_final"]) < 1e-5
+    assert _rel(stacked[0]["val_nll"], stacked[1]["val_nll"]) > 1e-5  # two different seeds

@@ -114,6 +114,9 @@ class ScalingSweepConfig(ExperimentConfig):
     grid: Literal["full", "coarse"] = "full"
     n_starts: int | None = Field(8, ge=1, le=4500)
     n_seeds: int = Field(2, ge=1, le=100, description="independent training seeds per (N, D) point")
+    stack_seeds: bool = Field(True, description="train the seeds of one (N, D) point as one stacked computation "
+                              "(lmsci.train.stacked; same results to float rounding, no mid-point checkpoints); "
+                              "False: one after another with checkpoints")
 
     PRESETS = {
         "smoke": {"d_models": [8, 12, 16], "n_layers": 1, "n_heads": 2, "seq_len": 16, "batch_size": 4,
@@ -203,38 +206,87 @@ class ScalingSweep(Experiment):
                 for i, d in enumerate(ds)]
 
     # ------------------------------------------------------------------------------------------
-    def run_point(self, cfg: ScalingSweepConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+    def groups(self, cfg: ScalingSweepConfig, points: list[Point]) -> list[list[Point]]:
+        """With ``stack_seeds`` the training seeds of one (N, D) point form one group, trained as one
+        stacked computation by :func:`lmsci.train.stacked.train_stacked` (same shape, same steps); each
+        seed keeps its own initialisation and batch seed, so its results equal an unstacked run's to
+        float rounding (tested on the smoke preset). A stack keeps no checkpoints: a group cut by a kill
+        is retrained from step 0 on resume (to the same results). If one seed of a stack diverges, the
+        group is recorded as diverged (the executor records a group's outcome as one)."""
+        if not cfg.stack_seeds:
+            return super().groups(cfg, points)
+        by: dict[tuple[int, int], list[Point]] = {}
+        for p in points:
+            by.setdefault((int(p.params["d_model"]), int(p.params["tokens"])), []).append(p)
+        return list(by.values())
 
-        from lmsci.models.gpt import GPT, GPTConfig
-        from lmsci.train.trainer import TrainConfig, evaluate_nll, train
+    def _setup(self, cfg: ScalingSweepConfig, point: Point):
+        from lmsci.models.gpt import GPTConfig
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare("char")
         d = int(point.params["d_model"])
         gcfg = GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
                          n_heads=cfg.n_heads, d_model=d)
-        model = GPT(gcfg, seed=ctx.seed)
         tpb = cfg.batch_size * cfg.seq_len
         steps = max(2, int(point.params["tokens"]) // tpb)
-        tcfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
+        return corpus, gcfg, steps, tpb
+
+    def _tcfg(self, cfg: ScalingSweepConfig, steps: int, device: str):
+        from lmsci.train.trainer import TrainConfig
+
+        return TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
                            warmup_steps=int(cfg.warmup_frac * steps), min_lr_ratio=cfg.min_lr_ratio,
                            weight_decay=cfg.weight_decay, checkpoint_every=max(1, steps // 4),
-                           log_every=max(1, steps // 20), device=ctx.device)
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
-        bar = ctx.progress(steps, "train")
-        res = train(model, get_batch, tcfg, seed=ctx.seed, log=lambda r: ctx.log(**r),
-                    checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
-        bar.close()
+                           log_every=max(1, steps // 20), device=device)
+
+    def _row(self, cfg: ScalingSweepConfig, point: Point, model, res, corpus, steps: int, tpb: int) -> dict[str, Any]:
+        from lmsci.train.trainer import evaluate_nll
+        from lmsci.worlds import shakespeare as sh
+
         val = evaluate_nll(model, sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens))
         recs = [r for r in res.history if "tokens_per_s" in r]
         n_ne = model.num_params(non_embedding=True)
         D = int(steps * tpb)
         return {
-            "d_model": d, "n_layers": cfg.n_layers, "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
+            "d_model": int(point.params["d_model"]), "n_layers": cfg.n_layers, "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
             "D": D, "C": 6.0 * n_ne * D, "steps": steps, "tokens_seen": int(res.tokens_seen),
             "val_nll": float(val), "train_loss_final": float(res.final.get("loss", float("nan"))),
             "tokens_per_s": float(np.median([r["tokens_per_s"] for r in recs])) if recs else float("nan"),
         }
+
+    def run_point(self, cfg: ScalingSweepConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        from lmsci.models.gpt import GPT
+        from lmsci.train.trainer import train
+        from lmsci.worlds import shakespeare as sh
+
+        corpus, gcfg, steps, tpb = self._setup(cfg, point)
+        model = GPT(gcfg, seed=ctx.seed)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        bar = ctx.progress(steps, "train")
+        res = train(model, get_batch, self._tcfg(cfg, steps, ctx.device), seed=ctx.seed, log=lambda r: ctx.log(**r),
+                    checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
+        bar.close()
+        return self._row(cfg, point, model, res, corpus, steps, tpb)
+
+    def run_group(self, cfg: ScalingSweepConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        """The seeds of one (N, D) point trained as one stack (see :meth:`groups`)."""
+        if len(points) == 1:
+            return [self.run_point(cfg, points[0], ctxs[0])]
+        from lmsci.models.gpt import GPT
+        from lmsci.train.stacked import train_stacked
+        from lmsci.worlds import shakespeare as sh
+
+        corpus, gcfg, steps, tpb = self._setup(cfg, points[0])
+        models = [GPT(gcfg, seed=c.seed) for c in ctxs]
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        bar = ctxs[0].progress(steps, f"train x{len(points)} (stacked)")
+        res = train_stacked(models, get_batch, self._tcfg(cfg, steps, ctxs[0].device), seeds=[c.seed for c in ctxs],
+                            log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
+        bar.close()
+        for k in sorted(res.diverged):
+            res.raise_for(k)
+        return [self._row(cfg, p, m, r, corpus, steps, tpb) for p, m, r in zip(points, models, res.members)]
 
     # ------------------------------------------------------------------------------------------
     def _analysis(self, cfg: ScalingSweepConfig, results: pd.DataFrame) -> dict[str, Any]:
