@@ -367,6 +367,24 @@ def fit_cmd(
         typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
+@app.command("check-model")
+def check_model_cmd(
+    path_or_id: str = typer.Argument(..., help="a checkpoint directory (config.json + weights) or a hub id"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float64"),
+    seq_len: int = typer.Option(48, "--seq-len", help="length of the random test input"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Check that every attention intervention is exact on a model: its family, the interventions it
+    supports, and each one's largest logit difference against the unpatched model (exit 1 above the
+    dtype's tolerance, 2 for an unsupported family or a directory without config.json)."""
+    from lmsci.models.check import check_model
+
+    report = _guard(check_model, path_or_id, dtype=dtype, seq_len=seq_len)
+    typer.echo(report.to_json() if as_json else report.text())
+    if not report.passed:
+        raise typer.Exit(1)
+
+
 def main() -> None:  # console script entry point
     app()
 
