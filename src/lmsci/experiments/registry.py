@@ -22,6 +22,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.knowledge_capacity",
     "lmsci.experiments.chinchilla_refit",
     "lmsci.experiments.scaling_sweep",
+    "lmsci.experiments.grokking",
     "lmsci.experiments.double_descent",
     "lmsci.experiments.benign_overfitting",
     "lmsci.experiments.implicit_bias",

@@ -26,9 +26,12 @@ Variants (``GPTConfig``):
       the start of the sequence), as in the reproduction ``HJXA/Physics_of_LM`` (``Part1/model/gpt2/
       modeling_gpt2_variants.py``, ``GPTUniAttention``: ``window_size = 2**(h+1) - 1``). Only the value and
       output projections are learned (no query or key weights; ``attend`` receives ``q = k = None``).
-* ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"swiglu"`` (Shazeer 2020,
+* ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"relu"`` (``W_out ReLU(W_in x)``, the MLP of
+  Nanda et al. 2023, arXiv 2301.05217, and of Power et al. 2022), ``"swiglu"`` (Shazeer 2020,
   arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP) or ``"none"`` (attention-only).
-* ``norm``: pre-norm ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019, arXiv 1910.07467), eps 1e-5.
+* ``norm``: pre-norm ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019, arXiv 1910.07467), eps 1e-5, or
+  ``"none"`` (no normalisation anywhere, ``ln1``/``ln2``/``ln_f`` are identities: Nanda et al. 2023's grokking
+  transformer).
 * ``tie_embeddings``: share the token embedding with the unembedding.
 * ``bias``: biases in the linear layers and LayerNorms (the unembedding never has a bias).
 
@@ -113,8 +116,8 @@ class GPTConfig(StrictModel):
     d_head: int | None = Field(None, ge=1)
     d_mlp: int | None = Field(None, ge=1)
     pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni"] = "learned"
-    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    mlp: Literal["gelu", "relu", "swiglu", "none"] = "gelu"
+    norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
     tie_embeddings: bool = False
     bias: bool = True
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
@@ -285,6 +288,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _norm(cfg: GPTConfig) -> nn.Module:
+    if cfg.norm == "none":
+        return nn.Identity()
     if cfg.norm == "layernorm":
         return nn.LayerNorm(cfg.d_model, eps=NORM_EPS, bias=cfg.bias)
     return nn.RMSNorm(cfg.d_model, eps=NORM_EPS)
@@ -423,13 +428,13 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """GELU MLP (``fc`` -> GELU -> ``proj``) or SwiGLU (``proj(SiLU(gate x) * up x)``)."""
+    """GELU or ReLU MLP (``fc`` -> GELU/ReLU -> ``proj``) or SwiGLU (``proj(SiLU(gate x) * up x)``)."""
 
     def __init__(self, cfg: GPTConfig, layer: int):
         super().__init__()
         self.kind = cfg.mlp
         d, h = cfg.d_model, cfg.mlp_dim
-        if cfg.mlp == "gelu":
+        if cfg.mlp in ("gelu", "relu"):
             self.fc = nn.Linear(d, h, bias=cfg.bias)
         else:
             self.gate = nn.Linear(d, h, bias=cfg.bias)
@@ -440,8 +445,9 @@ class MLP(nn.Module):
         self.hook_pre, self.hook_post, self.hook_out = HookPoint(p + "pre"), HookPoint(p + "post"), HookPoint(p + "out")
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "gelu":
-            h = self.hook_post(F.gelu(self.hook_pre(self.fc(x))))
+        if self.kind in ("gelu", "relu"):
+            act = F.gelu if self.kind == "gelu" else F.relu
+            h = self.hook_post(act(self.hook_pre(self.fc(x))))
         else:
             h = self.hook_post(F.silu(self.hook_pre(self.gate(x))) * self.up(x))
         out = self.proj(h)
