@@ -5,8 +5,8 @@ d_model 128, 4 layers, vocab 256, seq 128) and stack size (``--ks``), trains the
 ``--steps`` steps with :func:`lmsci.train.trainer.train` one after another and with
 :func:`lmsci.train.stacked.train_stacked` at once, in alternating timed windows in one process (so
 load drift on a shared machine hits both arms alike), and prints tokens/s of both arms, their
-ratio, the MFU of each (FLOPs/token = ``6 N + 12 n_layers d_model T``, Kaplan et al. 2020, Table 1,
-from :meth:`GPT.flops_per_token`; peak ``--peak`` GFLOP/s) and the largest relative difference
+ratio (of wall time, and of process CPU time, which load on a shared machine disturbs less), the
+MFU of each (FLOPs/token = ``6 N + 12 n_layers d_model T``, Kaplan et al. 2020, Table 1, from :meth:`GPT.flops_per_token`; peak ``--peak`` GFLOP/s) and the largest relative difference
 between the two arms' final losses (the arms train the same models on the same batches).
 
 Usage::
@@ -67,17 +67,19 @@ def main() -> None:
             # warm-up of both arms (allocator, thread pool, first-call overheads)
             train(GPT(gc, seed=0), gb, tc.model_copy(update={"steps": 2}), seed=0)
             train_stacked([GPT(gc, seed=s) for s in seeds], gb, tc.model_copy(update={"steps": 2}), seeds=seeds)
-            t_seq = t_stk = 0.0
+            t_seq = t_stk = c_seq = c_stk = 0.0
             diff = 0.0
             for _ in range(args.windows):
                 models = [GPT(gc, seed=s) for s in seeds]
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 seq_losses = [train(m, gb, tc, seed=s).final["loss"] for m, s in zip(models, seeds)]
                 t_seq += time.perf_counter() - t0
+                c_seq += time.process_time() - c0
                 models = [GPT(gc, seed=s) for s in seeds]
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 res = train_stacked(models, gb, tc, seeds=seeds)
                 t_stk += time.perf_counter() - t0
+                c_stk += time.process_time() - c0
                 stk_losses = [r.final["loss"] for r in res.members]
                 diff = max([diff] + [abs(a - b) / abs(a) for a, b in zip(seq_losses, stk_losses)])
             tps_seq = tokens * args.windows / t_seq
@@ -85,8 +87,9 @@ def main() -> None:
             mfu_seq = tps_seq * fpt / (args.peak * 1e9)
             mfu_stk = tps_stk * fpt / (args.peak * 1e9)
             print(f"size={size:>5} params={n_params:>9,} K={K:>2}  sequential {tps_seq:>10,.0f} tok/s "
-                  f"(MFU {100 * mfu_seq:.2f}%)  stacked {tps_stk:>10,.0f} tok/s (MFU {100 * mfu_stk:.2f}%)  "
-                  f"ratio stacked/sequential {tps_stk / tps_seq:.2f}x  max rel. loss difference {diff:.1e}")
+                  f"(MFU {100 * mfu_seq:.3g}%)  stacked {tps_stk:>10,.0f} tok/s (MFU {100 * mfu_stk:.3g}%)  "
+                  f"ratio stacked/sequential {tps_stk / tps_seq:.2f}x  (per CPU second: {c_seq / c_stk:.2f}x)  "
+                  f"max rel. loss difference {diff:.1e}")
 
 
 if __name__ == "__main__":

@@ -38,3 +38,12 @@ def test_laws_bootstrap_bench_agrees_with_lbfgsb():
     text = _run("bench_laws_bootstrap.py", "--n-boot", "20", "--lbfgsb", "2")
     diff = float(re.search(r"max \|difference\| of fit-space estimates: ([0-9.e+-]+)", text).group(1))
     assert diff < 1e-2
+
+
+def test_stacked_bench_prints_ratio_mfu_and_equal_losses():
+    text = _run("bench_stacked.py", "--sizes", "tiny", "--ks", "2", "--steps", "3", "--windows", "1", "--threads", "1")
+    ratio = float(re.search(r"ratio stacked/sequential ([0-9.]+)x", text).group(1))
+    mfu = float(re.search(r"stacked\s+[0-9,]+ tok/s \(MFU ([0-9.e+-]+)%\)", text).group(1))
+    diff = float(re.search(r"max rel\. loss difference ([0-9.e+-]+)", text).group(1))
+    assert ratio > 0 and mfu > 0
+    assert diff < 1e-5  # the stacked arm trains the same models on the same batches
