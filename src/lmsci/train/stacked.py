@@ -2,11 +2,13 @@
 
 ``train_stacked(models, get_batch, cfg, seeds=[...])`` trains K models of one architecture (lmsci's
 :class:`~lmsci.models.gpt.GPT` or any ``nn.Module`` mapping ``[batch, seq]`` ids to logits) with the
-recipe of :func:`lmsci.train.trainer.train`, but in one process step for all of them:
+recipe of :func:`lmsci.train.trainer.train`, but with one step for all of them:
 
 * the K parameter sets are stacked along a new leading dimension (``[K, *shape]``) with
   :func:`torch.func.stack_module_state`, and one forward/backward runs the K models at once through
-  :func:`torch.func.vmap` over :func:`torch.func.functional_call` of a copy of the model -- every matmul becomes one batched matmul over the K members;
+  :func:`torch.func.vmap` over :func:`torch.func.functional_call` of a copy of the model -- every
+  matmul becomes one batched matmul over the K members (on CPU, scaled_dot_product_attention has
+  no batching rule and vmap loops over the members there);
 * one optimizer step updates the stack: AdamW is element-wise, so AdamW over the stacked tensors is
   K independent AdamWs; the weight-decay grouping is decided on each member's own shape (decay for
   ``ndim >= 2``, none for biases and norm gains: :func:`lmsci.train.trainer.make_optimizer`);
@@ -30,8 +32,9 @@ members train on unaffected (every operation is per member, so a NaN cannot cros
 stops early only when every member has diverged. :func:`train_stacked` never raises DivergedError
 itself; the caller decides (``StackedResult.raise_for(k)`` raises member k's error).
 
-Not supported (``ConfigError``): dropout (vmap would draw different random masks than K separate
-runs), checkpoints (a stack is meant to be short; an interrupted stack reruns from step 0).
+Not supported: dropout (``ConfigError``: vmap would draw other random masks than K separate runs);
+checkpoints (there is no ``checkpoint_dir``: an interrupted stack reruns from step 0, to the same
+results). Tested on CPU only; the code path is device-agnostic (``cfg.device``).
 
 Source: the technique of PyTorch's "Model ensembling" tutorial (torch.func: ``stack_module_state``
 + ``vmap`` over ``functional_call``, https://pytorch.org/tutorials/intermediate/ensembling.html)
