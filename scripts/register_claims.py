@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from lmsci.claims import snapshot
-from lmsci.experiments.registry import catalog
+from lmsci.experiments.registry import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--date", default=dt.date.today().isoformat())
     ap.add_argument("--only", nargs="*", default=None, help="add CLAIMS.md lines only for these experiments")
     a = ap.parse_args()
-    snap = snapshot(catalog())
+    snap = snapshot(shipped())
     (ROOT / "tests" / "data").mkdir(parents=True, exist_ok=True)
     (ROOT / "tests" / "data" / "claims.json").write_text(json.dumps(snap, indent=2) + "\n")
     md = ROOT / "CLAIMS.md"

@@ -11,7 +11,7 @@ import pytest
 
 from lmsci.claims import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Claim, Gate, Verdict, across_seeds, complete,
                           judge, snapshot)
-from lmsci.experiments.registry import catalog
+from lmsci.experiments.registry import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "tests" / "data" / "claims.json"
@@ -107,7 +107,7 @@ def test_digest_tracks_the_rule_not_the_wording_of_the_statement():
 
 # -- the registry ------------------------------------------------------------------------------------
 def test_every_experiment_registers_claims_with_unique_ids():
-    for name, cls in catalog().items():
+    for name, cls in shipped().items():
         ids = [c.id for c in cls.claims]
         assert ids, f"{name} registers no claims"
         assert len(set(ids)) == len(ids), f"{name}: duplicate claim ids {ids}"
@@ -117,7 +117,7 @@ def test_every_experiment_registers_claims_with_unique_ids():
 
 def test_claims_match_the_checked_in_snapshot():
     """A rule changes only together with tests/data/claims.json and a dated CLAIMS.md line."""
-    current = snapshot(catalog())
+    current = snapshot(shipped())
     stored = json.loads(SNAPSHOT.read_text())
     assert current == stored, (
         "registered claims differ from tests/data/claims.json. If a rule really changes, write the snapshot "
@@ -128,7 +128,7 @@ def test_claims_match_the_checked_in_snapshot():
 def test_every_registered_rule_has_a_dated_line_in_claims_md():
     text = CLAIMS_MD.read_text()
     missing = []
-    for name, cls in catalog().items():
+    for name, cls in shipped().items():
         for c in cls.claims:
             pat = rf"^- \d{{4}}-\d{{2}}-\d{{2}} .*`{re.escape(name)}/{re.escape(c.id)}` \[{c.digest()}\]"
             if not re.search(pat, text, flags=re.M):

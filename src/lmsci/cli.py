@@ -63,10 +63,10 @@ def claims_cmd(
     from rich.table import Table
 
     from lmsci.claims import snapshot
-    from lmsci.experiments.registry import catalog, get
+    from lmsci.experiments.registry import get, shipped
 
     def go():
-        return {name: get(name)} if name else catalog()
+        return {name: get(name)} if name else shipped()
 
     exps = _guard(go)
     if as_json:

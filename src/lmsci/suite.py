@@ -56,11 +56,11 @@ def suite_names(only: str | Sequence[str] | None = None) -> list[str]:
         UnknownNameError: a name in ``only`` is not registered (with a did-you-mean).
         ConfigError: ``only`` names no experiment.
     """
-    from lmsci.experiments.registry import EXPERIMENT_MODULES, catalog
+    from lmsci.experiments.registry import catalog, shipped
 
     names = list(catalog())
     if only is None:
-        return [n for n, cls in catalog().items() if cls.__module__ in EXPERIMENT_MODULES]
+        return list(shipped())
     asked = [n.strip() for n in (only.split(",") if isinstance(only, str) else only) if n.strip()]
     if not asked:
         raise ConfigError("--only", only, "a comma-separated list of experiment names (see `lmsci list`)")

@@ -68,3 +68,9 @@ def catalog() -> dict[str, type[Experiment]]:
     """All registered experiments, by name."""
     _load_all()
     return dict(sorted(_REGISTRY.items()))
+
+
+def shipped() -> dict[str, type[Experiment]]:
+    """The experiments lmsci ships (defined in ``EXPERIMENT_MODULES``), by name; experiments that a test or
+    a user registers elsewhere are left out (the claims snapshot, ``lmsci claims`` and the suite use this)."""
+    return {n: cls for n, cls in catalog().items() if cls.__module__ in EXPERIMENT_MODULES}
