@@ -132,6 +132,26 @@ def test_gd_direction_approaches_the_svm_and_stats_are_computed():
         gd_linear(X, y, "hinge", 100)
 
 
+def test_batched_gd_matches_a_plain_gradient_descent_loop():
+    rng = np.random.default_rng(4)
+    X, y, _, _ = separable_data(20, 4, 0.1, rng)
+    lr = 0.3
+    for loss in ("logistic", "exponential"):
+        w = np.zeros(4)
+        ref = {}
+        for t in range(1, 301):
+            u = y * (X @ w)
+            dl = -1.0 / (1.0 + np.exp(u)) if loss == "logistic" else -np.exp(-u)  # d loss / d u
+            w = w - lr * X.T @ (dl * y) / len(y)
+            ref[t] = w.copy()
+        out = gd_linear(X, y, loss, 300, lr=lr, n_log=20)
+        for t, wt in zip(out["t"], out["w"]):
+            np.testing.assert_allclose(wt, ref[int(t)], rtol=1e-10, atol=1e-12)
+        u = y * (X @ ref[300])
+        want = np.logaddexp(0, -u).mean() if loss == "logistic" else np.exp(-u).mean()
+        assert out["loss"][-1] == pytest.approx(want, rel=1e-10)
+
+
 # -- configuration errors ---------------------------------------------------------------------------
 def test_bad_configs_are_refused_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match="gammas"):
