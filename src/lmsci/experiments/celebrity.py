@@ -40,7 +40,7 @@ class CelebrityConfig(BiosQAConfig):
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
                   "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64},
-        "quick": {},
+        "quick": {"n_seeds": 3},  # 136 s per seed measured alone (2026-11-23): 3 seeds fit the 15-minute budget
         "paper": {"n_people": 200_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
                   "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
@@ -58,7 +58,7 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~8 s", "quick": "8 min wall measured (131 s CPU) on 2 shared cores, 1 seed",
+    time_estimate = {"smoke": "~8 s", "quick": "~7 min, 3 seeds (one seed: 136 s wall measured, one thread beside another run)",
                      "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
     claims = [
         Claim("minority-lift",
