@@ -12,8 +12,9 @@ two arms' final losses (the arms train the same models on the same batches).
 
 On a CPU, stacking saves per-step overhead (Python, dispatch, optimizer launches), not arithmetic: a
 batched matmul over K members is no faster than K matmuls. The gain is therefore large when a step
-has few tokens and disappears when the matmuls dominate (measured on a loaded 2-core machine:
-0.1M parameters, K = 4, 2 x 32 tokens per step 1.50x; 8 x 64 tokens per step about 1x).
+has few tokens and shrinks as the matmuls grow (measured on a loaded 2-core machine, see README:
+0.1M parameters, 2 x 32 tokens per step, 1 thread, K = 4: 1.50x; 8 x 64 tokens, 2 threads, K = 8: 2.39x;
+1M parameters, 8 x 128 tokens, K = 4: 0.68x, K = 8: 1.33x).
 
 Usage::
 
