@@ -49,7 +49,8 @@ def run_experiment(
     """Run (or resume) ``exp`` with ``cfg`` into ``out`` and render its report.
 
     Each results row carries ``status`` (``ok`` or ``diverged``: a point whose training loss became
-    non-finite is recorded, not retried), ``seed_index``, ``seconds``, and the ``commit`` and ``device``
+    non-finite is recorded, not retried; a row from ``run_group`` may set ``status`` itself, as for one
+    diverged member of a stack), ``seed_index``, ``seconds``, and the ``commit`` and ``device``
     it was computed on.
 
     Raises:
@@ -85,7 +86,7 @@ def run_experiment(
         t0 = time.perf_counter()
         try:
             with torch_threads(cfg.threads):
-                rows = [{**row, "status": "ok"} for row in exp.run_group(cfg, group, ctxs)]
+                rows = [{"status": "ok", **row} for row in exp.run_group(cfg, group, ctxs)]  # a row may say "diverged"
         except DivergedError as e:  # recorded, not recomputed on resume; verdicts see only "ok" rows
             log(f"{', '.join(p.id for p in group)}: {e}")
             rows = [{**p.params, "status": "diverged", "diverged_step": e.step} for p in group]
