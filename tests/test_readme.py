@@ -36,7 +36,7 @@ def test_readme_python_example_runs(tmp_path):
 
 def test_readme_commands_exist():
     text = README.read_text()
-    used = set(re.findall(r"^lmsci (\w+)", text, re.M))
+    used = set(re.findall(r"^lmsci ([\w-]+)", text, re.M))
     assert {"run", "show", "report", "train", "generate", "fit"} <= used
     for cmd in used:
         assert CliRunner().invoke(app, [cmd, "--help"]).exit_code == 0, cmd
