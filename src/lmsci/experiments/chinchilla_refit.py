@@ -115,7 +115,7 @@ class ChinchillaRefit(Experiment):
               "arXiv 2404.10102, Section 3 (Huber delta 1e-3 on log loss, L-BFGS grid, bootstrap)")
     Config = ChinchillaRefitConfig
     seeded = False
-    time_estimate = {"smoke": "10 s", "quick": "2-3 min (4,500 L-BFGS-B starts, 2 shared CPU cores)",
+    time_estimate = {"smoke": "10 s", "quick": "2 min measured (4,500 L-BFGS-B starts, one thread beside another run)",
                      "paper": "2-3 min"}
 
     _GATES_FIT = (

@@ -188,8 +188,8 @@ class FactualRecall(Experiment):
               "arXiv 2412.06538 (ICLR 2025), Theorems 3-4, Figure 4")
     Config = FactualRecallConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "~12 min on 2 quiet CPU cores with 3 seeds and the 7 x 8 trade-off map (estimated, "
-                              "not yet measured; 1 seed and a 6 x 5 map measured 4 min 52 s)",
+                     "quick": "14 min measured on 2 CPU cores (threads=2, 3 seeds, 210 points; 22.6 min on one "
+                              "thread beside another run)",
                      "paper": "days on one GPU"}
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025)"
     _SLOPE_RULE = ("95% CI across training seeds (Student t) of the per-seed slope lies inside (0.5, 1.5) and "

@@ -116,7 +116,7 @@ class KnowledgeCapacity(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.3, arXiv 2404.05405, Section 4, Figure 1"
     Config = KnowledgeCapacityConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "7.6 min wall measured (threads=1, 6 points, 28.6M tokens) on 2 mostly free cores, 1 seed",
+                     "quick": "10.5 min measured (threads=1, 6 points, 1 seed, beside another run)",
                      "paper": "~weeks of GPU time per seed, 3 seeds (estimated)"}
     claims = list(CLAIM_BY_EXPOSURES.values())
 

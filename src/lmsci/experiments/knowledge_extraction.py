@@ -70,7 +70,7 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~10 s", "quick": "11 min wall measured (266 s CPU) on 2 shared cores, 1 seed",
+    time_estimate = {"smoke": "~10 s", "quick": "5 min 12 s measured (1 seed, one thread beside another run)",
                      "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
     claims = [
         Claim("pretrain-ft-augmentation",

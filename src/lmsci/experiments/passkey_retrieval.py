@@ -275,8 +275,7 @@ class PasskeyRetrieval(Experiment):
         ),
     ]
     time_estimate = {"smoke": "~5 s (1 seed)",
-                     "quick": "~3-6 min on 2 CPU cores with 3 seeds (estimated: 3x the 1-seed measurement of "
-                              "1-2 min on a quiet machine)",
+                     "quick": "4.5 min measured (3 seeds, one thread beside another run)",
                      "paper": "~3 GPU-hours with 3 seeds (estimated)"}
 
     def validate(self, cfg: PasskeyConfig) -> None:

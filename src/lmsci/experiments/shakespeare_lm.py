@@ -137,7 +137,7 @@ class ShakespeareLM(Experiment):
             rule="lower end of the 95% CI across seeds (Student t) > 0",
         ),
     ]
-    time_estimate = {"smoke": "5 s", "quick": "~9 min on one thread of a loaded 2-core machine (1 seed)",
+    time_estimate = {"smoke": "5 s", "quick": "9.6 min measured on one thread beside another run (1 seed)",
                      "paper": "~30 min on one GPU (1 seed)"}
 
     def validate(self, cfg: ShakespeareLMConfig) -> None:
