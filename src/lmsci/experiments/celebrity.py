@@ -58,7 +58,7 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~8 s", "quick": "~7 min, 3 seeds (one seed: 136 s wall measured, one thread beside another run)",
+    time_estimate = {"smoke": "~8 s", "quick": "5.4 min measured (3 seeds, one thread beside another run)",
                      "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
     claims = [
         Claim("minority-lift",

@@ -84,7 +84,7 @@ class ReversalCurse(Experiment):
              "(inverse search near 0%) unless the reversed direction is in its training data.")
     source = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288, Table 1"
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~8 s", "quick": "~8 min, 3 seeds (one seed: 159 s wall measured, one thread beside another run)",
+    time_estimate = {"smoke": "~8 s", "quick": "8.7 min measured (3 seeds, one thread beside the test suite)",
                      "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
     claims = [
         Claim("reversal",
