@@ -350,13 +350,6 @@ def across_seeds(values: Iterable[float], level: float = 0.95) -> SeedStat:
                     f"{round(level * 100)}% CI across {x.size} seeds (Student t)")
 
 
-def by_seed(results, column: str, agg: str = "mean") -> list[float]:
-    """One value per training seed: ``column`` aggregated (``agg``) within each ``seed_index``."""
-    if "seed_index" not in results:
-        return [float(getattr(results[column], agg)())]
-    return [float(v) for v in results.groupby("seed_index")[column].agg(agg).tolist()]
-
-
 # -- the registry's claims as data -------------------------------------------------------------------
 def snapshot(catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Every experiment's claims as plain data, with their digests (what ``tests/data/claims.json`` holds)."""
