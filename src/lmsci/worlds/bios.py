@@ -475,7 +475,8 @@ class BiosWorld:
         return "He" if i % 2 == 0 else "She"
 
     def bio(self, i: int, rng: np.random.Generator | None = None, *, templates: list[int] | None = None,
-            permute: bool = False, fullname: bool = False, reverse: bool = False) -> Doc:
+            permute: bool = False, fullname: bool = False, reverse: bool = False,
+            order: list[int] | None = None, reverse_template: int | None = None) -> Doc:
         """A biography of person ``i``: six sentences, then optionally a reversed-direction sentence.
 
         Args:
@@ -487,6 +488,10 @@ class BiosWorld:
             fullname: every sentence uses the full name; otherwise only the first sentence does
                 and the rest use He/She by id parity, consistently after permuting.
             reverse: append one sentence stating (birth date, birth city) -> name (value before name).
+            order: explicit sentence order (indices into :data:`ATTRS`); overrides ``permute``.
+            reverse_template: explicit index into :data:`REVERSE_TEMPLATES`; overrides ``rng`` for it.
+                (``order`` and ``reverse_template`` let :mod:`lmsci.worlds.bios_stream` be checked
+                token for token against this reference renderer.)
 
         Returns:
             A :class:`Doc` whose ``spans`` give each attribute's value tokens (and ``"name"``).
@@ -495,9 +500,12 @@ class BiosWorld:
             if rng is None:
                 raise ValueError("bio() needs rng or templates")
             templates = [int(rng.integers(len(TEMPLATES[a]))) for a in ATTRS]
-        order = list(range(len(ATTRS)))
-        if permute:
+        if order is not None:
+            order = [int(x) for x in order]
+        elif permute:
             order = [int(x) for x in rng.permutation(len(ATTRS))]
+        else:
+            order = list(range(len(ATTRS)))
         name = self.name_words(i)
         words: list[str] = [BOS]
         spans: dict[str, list[tuple[int, int]]] = {}
@@ -510,7 +518,10 @@ class BiosWorld:
             spans.setdefault(attr, []).append((len(words) + a, len(words) + b))
             words += sent
         if reverse:
-            t = REVERSE_TEMPLATES[int(rng.integers(len(REVERSE_TEMPLATES)))] if rng is not None else REVERSE_TEMPLATES[0]
+            if reverse_template is not None:
+                t = REVERSE_TEMPLATES[int(reverse_template)]
+            else:
+                t = REVERSE_TEMPLATES[int(rng.integers(len(REVERSE_TEMPLATES)))] if rng is not None else REVERSE_TEMPLATES[0]
             words += self._fill_reverse(i, t, spans, len(words))
         words.append(EOS)
         ids = self.vocab.encode(words)
