@@ -162,6 +162,37 @@ REVERSE_TEMPLATES: tuple[str, ...] = (
 )
 """Reversed-direction sentences (value before name) used by ``reversal-curse`` when the reverse is trained."""
 
+# Reversed biographies (Part 3.2, Section 5): the person is described by relative clauses and the full
+# name comes only AFTER the attributes ("The person that was born on DATE , that grew up in CITY , ... is
+# NAME ."), so that predicting the name requires the attributes -> name direction to be stored (a
+# biography that starts with the name would let the model copy it from context). Every word below is
+# already in the bioS vocabulary (the vocabulary, hence every other experiment, is unchanged).
+REVERSE_FRAGMENTS: dict[str, tuple[str, ...]] = {
+    "birth_date": ("that was born on {v}", "born on {v}", "that came into the world on {v}", "that arrived on {v}",
+                   "that celebrates a birthday on {v}"),
+    "birth_city": ("that grew up in {v}", "born in {v}", "that hails from {v}", "that was raised in {v}",
+                   "that comes from {v}"),
+    "university": ("that studied at {v}", "that graduated from {v}", "that attended {v}", "that was a student at {v}",
+                   "that enrolled at {v}"),
+    "major": ("that majored in {v}", "that specialized in {v}", "that focused on {v}", "that chose {v} as a major",
+              "that concentrated on {v}"),
+    "company": ("that worked for {v}", "that was employed by {v}", "that joined {v}", "that was hired by {v}",
+                "that had a job at {v}"),
+    "company_city": ("that worked in {v}", "that was based in {v}", "that relocated to {v}", "that moved to {v} for work",
+                     "that commuted to {v}"),
+}
+"""Training clauses of reversed biographies, 5 per attribute (value inside, no name)."""
+REVERSE_OPENERS: tuple[str, ...] = ("The person", "A person")
+REVERSE_NAME_CLAUSES: tuple[str, ...] = ("is {n} .", "was {n} .", "has the name {n} .")
+"""How a reversed sentence ends: the full name, after every attribute of the sentence."""
+REVERSE_HELD_OUT: dict[str, str] = {
+    "birth_date": "that entered life on {v}", "birth_city": "that is a native of {v}",
+    "university": "that is an alumnus of {v}", "major": "that holds a degree in {v}",
+    "company": "that was recruited by {v}", "company_city": "that was stationed in {v}",
+    "opener": "The person", "name": "holds the name {n} .",
+}
+"""The held-out reversed template (never in training) of the attributes-only evaluation prompt."""
+
 
 def _words(s: str) -> list[str]:
     return s.split()
@@ -397,7 +428,8 @@ class BiosWorld:
     def _all_words(self) -> set[str]:
         p = self.pools
         w: set[str] = set()
-        for t in list(TEMPLATES.values()) + [tuple(QA_TEMPLATES.values()), REVERSE_TEMPLATES, (INVERSE_QA_TEMPLATE,)]:
+        for t in list(TEMPLATES.values()) + [tuple(QA_TEMPLATES.values()), REVERSE_TEMPLATES, (INVERSE_QA_TEMPLATE,)] + \
+                [*REVERSE_FRAGMENTS.values(), REVERSE_OPENERS, REVERSE_NAME_CLAUSES, tuple(REVERSE_HELD_OUT.values())]:
             for s in t:
                 w.update(x for x in _words(s) if not x.startswith("{"))
         w.update(["He", "She", "his", "her", "Answer", ":", ",", "."])
@@ -540,6 +572,72 @@ class BiosWorld:
             else:
                 out.append(w)
         return out
+
+    def bio_reversed(self, i: int, rng: np.random.Generator | None = None, *, groups: int = 1, permute: bool = True,
+                     held_out: bool = False) -> Doc:
+        """A *reversed* biography: attributes first, the full name after them (Part 3.2, Section 5).
+
+        The six attributes (in a random order when ``permute``) are split into ``groups`` consecutive
+        sentences ``"The person that ... , that ... is NAME ."``: ``groups=1`` names the person once, after
+        all six attributes; ``groups=6`` ends each one-attribute sentence with the name (lmsci's reading of
+        the paper's reverse1 / reverse6 data; reverse2 = two sentences of three attributes). The name
+        never precedes the attributes of its sentence, so it cannot be copied from context.
+
+        Args:
+            rng: draws the clauses, opener, name clause and order; unused when ``held_out``.
+            groups: sentences (1 to 6).
+            held_out: the evaluation template (:data:`REVERSE_HELD_OUT`, never trained), canonical order,
+                one sentence.
+
+        Returns:
+            A :class:`Doc` of kind ``"bio_reverse"``: ``spans`` give each attribute's value and ``"name"``
+            (one span per sentence, each after that sentence's attributes).
+
+        Raises:
+            ConfigError: ``groups`` not in 1..6.
+        """
+        if not 1 <= groups <= len(ATTRS):
+            raise ConfigError("groups", groups, f"an integer in [1, {len(ATTRS)}]")
+        if not held_out and rng is None:
+            raise ValueError("bio_reversed() needs rng unless held_out")
+        order = list(range(len(ATTRS)))
+        if permute and not held_out:
+            order = [int(x) for x in rng.permutation(len(ATTRS))]
+        if held_out:
+            groups = 1
+        pick = (lambda xs: xs[int(rng.integers(len(xs)))])  # noqa: E731
+        words: list[str] = [BOS]
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for chunk in np.array_split(np.asarray(order), groups):
+            words += _words(REVERSE_HELD_OUT["opener"] if held_out else pick(REVERSE_OPENERS))
+            for k, j in enumerate(chunk):
+                attr = ATTRS[int(j)]
+                if k:
+                    words.append(",")
+                for w in _words(REVERSE_HELD_OUT[attr] if held_out else pick(REVERSE_FRAGMENTS[attr])):
+                    if w == "{v}":
+                        v = self.value_words(i, attr)
+                        spans.setdefault(attr, []).append((len(words), len(words) + len(v)))
+                        words += v
+                    else:
+                        words.append(w)
+            for w in _words(REVERSE_HELD_OUT["name"] if held_out else pick(REVERSE_NAME_CLAUSES)):
+                if w == "{n}":
+                    n = self.name_words(i)
+                    spans.setdefault("name", []).append((len(words), len(words) + len(n)))
+                    words += n
+                else:
+                    words.append(w)
+        words.append(EOS)
+        ids = self.vocab.encode(words)
+        return Doc(ids, [0] + [1] * (len(ids) - 1), i, spans, "bio_reverse")
+
+    def reverse_prompt(self, i: int) -> Doc:
+        """Attributes-only evaluation prompt in the held-out reversed template; ``spans["answer"]`` is the
+        name, the only place the name occurs (Berglund et al., arXiv 2309.12288, held-out prompts)."""
+        d = self.bio_reversed(i, held_out=True)
+        d.spans["answer"] = [d.spans["name"][0]]
+        return d
 
     def qa(self, i: int, attr: str) -> Doc:
         """Forward QA: ``<bos> What is the birth city of NAME ? Answer : VALUE . <eos>``.
