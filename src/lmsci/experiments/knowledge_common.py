@@ -9,12 +9,20 @@ epoch for bioS single / multiM, freshly drawn ones when ``fresh``), optionally a
 (mixed training), shuffles them across people and packs them into ``seq_len`` windows with no
 person twice in a window (:func:`lmsci.worlds.bios.pack`). ``exposures`` counts biographies per
 person actually consumed by the optimizer steps.
+
+The papers' protocol (issue 11): QA fine-tuning is LoRA through ``peft`` (:func:`finetune_qa`,
+:mod:`lmsci.train.finetune`; ``finetune.method = "full"`` is the ablation); extraction is judged only
+when the pretrained model has memorised the biographies of the people tested (:data:`MEMORISED`,
+recall >= 0.9; :func:`train_packed` checks recall during pretraining and can stop once a target
+holds, recording the steps it took); mixed training puts biographies and QA in separate windows
+with QA at 80% of the tokens (:func:`mixed_stream`, Part 3.1 Appendix C).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -26,8 +34,9 @@ from lmsci.claims import Gate, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
-from lmsci.measure.accuracy import exact_match, inverse_accuracy, qa_accuracy
+from lmsci.measure.accuracy import inverse_accuracy, qa_accuracy
 from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train.trainer import TrainConfig, train
 from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
 
@@ -76,7 +85,7 @@ def concat_packed(parts: Sequence[Packed]) -> Packed:
 def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                specs: Sequence[tuple[Sequence[int], DataSpec]], fresh: bool = False, reverse: bool = False,
                extra_docs: Sequence[Doc] = (), extra_epochs: int | None = None, shuffle: bool = True,
-               order_seed: int | None = None) -> Packed:
+               order_seed: int | None = None, max_distinct_epochs: int | None = None) -> Packed:
     """Pretraining windows giving every person ``exposures`` biographies.
 
     Args:
@@ -88,6 +97,9 @@ def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
         extra_epochs: in how many epochs (spread evenly) ``extra_docs`` appear; default all.
         order_seed: seed of the shuffle across people (default ``seed``); a training seed passes its own
             ``ctx.seed`` so that separately pretrained models see the same biographies in their own order.
+        max_distinct_epochs: with fixed biographies (not ``fresh``) and no ``extra_docs``, pack at most this
+            many epochs (each its own shuffle) and repeat them cyclically; the Python packer costs ~250 us
+            per document, so a 10k-person, 400-exposure stream would otherwise spend ~15 minutes packing.
 
     The number of epochs is ``ceil(exposures / M)`` for the largest multiplicity M; a person with a
     smaller M repeats their biographies proportionally so that everyone gets ``exposures``.
@@ -101,7 +113,11 @@ def bio_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                             seed=seed, reverse=reverse)
             fixed += docs * (m_max // s.multiplicity)
     parts = []
+    cap = max_distinct_epochs if (max_distinct_epochs and not fresh and not extra_docs) else None
     for e in range(epochs):
+        if cap is not None and e >= cap:
+            parts.append(parts[e % cap])
+            continue
         if fresh:
             docs = []
             for people, s in specs:
@@ -144,9 +160,19 @@ class BiosQAConfig(ExperimentConfig):
     Attributes:
         n_people: N individuals in the world.
         model: the GPT trained (``d_model``, ``n_layers``, ``n_heads``).
-        exposures: biographies per person seen in pretraining.
+        exposures: biographies per person seen in pretraining (the budget: with ``memorise_stop`` set,
+            pretraining may stop earlier, see :func:`train_packed`).
         seq_len: pretraining window length in tokens; ``qa_seq_len`` the QA fine-tuning window.
-        pretrain, finetune: optimizer settings of the two phases; ``ft_epochs`` QA fine-tuning epochs.
+        pretrain: optimizer settings of pretraining.
+        finetune: QA fine-tuning (:class:`lmsci.train.finetune.FinetuneSpec`: ``method`` ``"lora"`` (the
+            papers' protocol, Part 3.1 Section 4.1) or ``"full"`` (the ablation), rank, lr, ...).
+        ft_epochs: passes over the QA of the fine-tuned people (each pass its own shuffle).
+        memorise_check_every: check biography recall of the tested people every this many pretraining
+            steps (0: only at the end); the steps it took to reach the gate are recorded.
+        memorise_stop: stop pretraining at the first check whose recall (on up to ``memorise_check_people``
+            tested people) is at least this; None: always train the whole ``exposures`` budget.
+        memorise_check_people: how many tested people the in-training checks use.
+        max_distinct_epochs: cap on distinct packings of fixed biographies (:func:`bio_stream`).
     """
 
     n_people: int = Field(160, ge=4, le=1_000_000)
@@ -155,38 +181,210 @@ class BiosQAConfig(ExperimentConfig):
     seq_len: int = Field(256, ge=64)
     qa_seq_len: int = Field(96, ge=32)
     pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
-    finetune: TrainSpec = TrainSpec(lr=3e-3, batch_size=4, weight_decay=0.0)
+    finetune: FinetuneSpec = FinetuneSpec(batch_size=16)
     ft_epochs: int = Field(30, ge=1)
+    memorise_check_every: int = Field(0, ge=0)
+    memorise_stop: float | None = Field(None, gt=0, le=1)
+    memorise_check_people: int = Field(300, ge=1)
+    max_distinct_epochs: int | None = Field(None, ge=1)
+
+
+class _Memorised(Exception):
+    """Raised from the trainer's evaluation hook to stop pretraining once the memorisation target holds."""
 
 
 def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, seed: int, ctx: PointContext | None,
-                 phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0) -> dict[str, Any]:
-    """Train on all windows of ``packed`` once, in order (the windows are already shuffled).
+                 phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0,
+                 recall_fn: Callable[[torch.nn.Module], float] | None = None, check_every: int = 0,
+                 stop_at: float | None = None, checkpoint: bool = False) -> dict[str, Any]:
+    """Train on the windows of ``packed`` once, in order (the windows are already shuffled), optionally
+    until a memorisation target holds (Part 3.3 Remark A.2: the papers train far past memorisation; at
+    small scale we train until the gate holds and record when it did).
+
+    Args:
+        recall_fn: ``recall_fn(model) -> recall in [0, 1]``, called every ``check_every`` steps and after
+            the last step (in eval mode, no gradients); its values are logged as ``recall_check``.
+        stop_at: stop at the first check whose recall is ``>= stop_at`` (None: train every window).
+        checkpoint: save/resume trainer checkpoints under ``ctx.artifact_dir / phase`` every
+            ``check_every`` steps (or 10% of the steps), so that a run killed and rerun into the same
+            directory resumes (commands of at most 10 minutes chain).
 
     Returns:
-        ``{"steps", "tokens_seen", "final_loss", "seconds", "tokens_per_s"}``.
+        ``{"steps", "tokens_seen", "final_loss", "seconds", "tokens_per_s", "windows_used",
+        "recall_checks": [(step, recall), ...], "steps_to_gate": first checked step with recall >=
+        RECALL_MIN (None if never), "stopped_early"}``.
     """
     B = spec.batch_size
     W = packed.input_ids.shape[0]
     steps = max(1, W // B)
+    every = check_every if recall_fn is not None else eval_every
+    ck_every = (every or max(1, steps // 10)) if checkpoint and ctx is not None else 0
     cfg = TrainConfig(steps=steps, batch_size=B, lr=spec.lr, warmup_steps=int(spec.warmup_frac * steps),
                       min_lr_ratio=0.1, weight_decay=spec.weight_decay, grad_clip=1.0, device=device,
-                      log_every=max(1, steps // 50), eval_every=eval_every)
+                      log_every=max(1, steps // 50), eval_every=every, checkpoint_every=ck_every)
     x, y = packed.input_ids, packed.targets
+    done = [0]  # optimizer steps taken (the step of the last batch drawn, plus one)
 
     def get_batch(step: int, g: torch.Generator):
+        done[0] = step + 1
         idx = torch.arange(step * B, step * B + B) % W
         return x[idx], y[idx]
 
-    log = (lambda m: ctx.log(phase=phase, **m)) if ctx is not None else None
+    checks: list[tuple[int, float]] = []
+    last_loss = [float("nan")]
+
+    def evaluate(m: torch.nn.Module) -> dict[str, float]:
+        out = dict(eval_fn(m)) if eval_fn is not None else {}
+        if recall_fn is not None:
+            r = float(recall_fn(m))
+            checks.append((done[0], r))
+            out["recall_check"] = r
+            if stop_at is not None and r >= stop_at and done[0] < steps:
+                if ctx is not None:
+                    ctx.log(phase=phase, step=done[0], recall_check=r, stopped="memorised")
+                raise _Memorised()
+        return out
+
+    def log_fn(m: dict[str, Any]) -> None:
+        if "loss" in m:
+            last_loss[0] = float(m["loss"])
+        if ctx is not None:
+            ctx.log(phase=phase, **m)
+
     bar = ctx.progress(steps, phase) if ctx is not None else None
+    ckdir = (ctx.artifact_dir / phase) if ck_every else None
+    t0 = time.perf_counter()
+    stopped = False
     try:
-        res = train(model, get_batch, cfg, seed=seed, log=log, progress=bar, eval_fn=eval_fn)
+        res = train(model, get_batch, cfg, seed=seed, log=log_fn, progress=bar,
+                    eval_fn=evaluate if (eval_fn is not None or recall_fn is not None) else None,
+                    checkpoint_dir=ckdir)
+        n_steps, tokens, final_loss = res.steps, res.tokens_seen, float(res.final.get("loss", float("nan")))
+    except _Memorised:
+        model.train()
+        stopped = True
+        n_steps = done[0]
+        tokens = int((y[: n_steps * B] != -100).sum())
+        final_loss = last_loss[0]
     finally:
         if bar is not None:
             bar.close()
-    return {"steps": res.steps, "tokens_seen": res.tokens_seen, "final_loss": float(res.final.get("loss", float("nan"))),
-            "seconds": res.seconds, "tokens_per_s": res.tokens_seen / max(res.seconds, 1e-9), "windows_used": steps * B}
+    secs = time.perf_counter() - t0
+    gate = next((s for s, r in checks if r >= RECALL_MIN), None)
+    return {"steps": n_steps, "tokens_seen": tokens, "final_loss": final_loss, "seconds": secs,
+            "tokens_per_s": tokens / max(secs, 1e-9), "windows_used": n_steps * B, "recall_checks": checks,
+            "steps_to_gate": gate, "stopped_early": stopped}
+
+
+def mixed_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
+                 specs: Sequence[tuple[Sequence[int], DataSpec]], qa: Sequence[Doc], qa_ratio: float = 0.8,
+                 order_seed: int | None = None, max_distinct_epochs: int | None = None,
+                 max_distinct_qa: int = 8) -> Packed:
+    """Mixed training windows (Part 3.1, Appendix C): every window holds only biographies or only QA
+    documents, and QA windows carry ``qa_ratio`` of all document tokens (QA_r = 0.8 in the paper).
+
+    The biography windows are those of :func:`bio_stream` (every person ``exposures`` biographies); QA
+    windows are packings of ``qa`` (each its own shuffle; at most ``max_distinct_qa`` distinct packings,
+    repeated cyclically) until their tokens reach ``qa_ratio / (1 - qa_ratio)`` times the biography
+    tokens; then all windows are put in one seeded random order.
+
+    Returns:
+        :class:`~lmsci.worlds.bios.Packed` (``kinds`` per window: all ``"bio"`` or all ``"qa"``).
+
+    Raises:
+        ConfigError: ``qa_ratio`` outside ``[0, 1)``; no QA documents with ``qa_ratio > 0``.
+    """
+    if not 0.0 <= qa_ratio < 1.0:
+        raise ConfigError("qa_ratio", qa_ratio, "a fraction in [0, 1)")
+    bio = bio_stream(world, exposures=exposures, seed=seed, seq_len=seq_len, specs=specs, order_seed=order_seed,
+                     max_distinct_epochs=max_distinct_epochs)
+    if qa_ratio == 0.0:
+        return bio
+    if not qa:
+        raise ConfigError("qa", 0, "QA documents when qa_ratio > 0")
+    pad = world.vocab.pad_id
+    need = qa_ratio / (1.0 - qa_ratio) * int((bio.input_ids != pad).sum())
+    o = seed if order_seed is None else order_seed
+    packs: list[Packed] = []
+    parts: list[Packed] = []
+    have = 0
+    while have < need:
+        k = len(parts)
+        if k < max_distinct_qa:
+            packs.append(pack(list(qa), seq_len, seed=o * 7919 + 104729 + k))
+        p = packs[k % len(packs)]
+        n_tok = (p.input_ids != pad).sum(1)
+        csum = torch.cumsum(n_tok, 0)
+        if have + int(csum[-1]) <= need:
+            parts.append(p)
+            have += int(csum[-1])
+        else:  # the last, partial packing: as many windows as bring the QA tokens closest to the target
+            rem = need - have
+            j = int((csum <= rem).sum())
+            if j < len(csum) and abs(int(csum[j]) - rem) < abs((int(csum[j - 1]) if j > 0 else 0) - rem):
+                j += 1
+            if j > 0:
+                parts.append(Packed(p.input_ids[:j], p.targets[:j], p.people[:j], p.kinds[:j]))
+                have += int(csum[j - 1])
+            break
+    allw = concat_packed([bio, *parts])
+    perm = torch.from_numpy(np.random.default_rng([o, 31, 0x51]).permutation(allw.input_ids.shape[0]))
+    return Packed(allw.input_ids[perm], allw.targets[perm], [allw.people[i] for i in perm.tolist()],
+                  [allw.kinds[i] for i in perm.tolist()])
+
+
+def token_fractions(packed: Packed, pad_id: int = 0) -> dict[str, float]:
+    """Share of document tokens (non-pad) in windows of each kind, plus ``"mixed_windows"``: the share
+    of windows holding more than one kind (0 for :func:`mixed_stream`)."""
+    n_tok = (packed.input_ids != pad_id).sum(1).tolist()
+    total = max(1, sum(n_tok))
+    out: dict[str, float] = {}
+    mixed = 0
+    for n, ks in zip(n_tok, packed.kinds):
+        kinds = set(ks)
+        if len(kinds) > 1:
+            mixed += 1
+            continue
+        k = next(iter(kinds)) if kinds else "empty"
+        out[k] = out.get(k, 0.0) + n / total
+    out["mixed_windows"] = mixed / max(1, len(n_tok))
+    return out
+
+
+def finetune_qa(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], spec: FinetuneSpec, *,
+                epochs: int, seed: int, seq_len: int, ctx: PointContext | None = None, phase: str = "qa_finetune",
+                device: str = "cpu", inverse: bool = False, forward: bool = True) -> tuple[torch.nn.Module, dict]:
+    """QA fine-tuning on ``people`` (their six forward questions and/or the inverse question), LoRA or
+    full per ``spec.method`` (:func:`lmsci.train.finetune.finetune`).
+
+    Returns:
+        ``(model, info)``: the fine-tuned model (a ``peft.PeftModel`` for LoRA; use it for every later
+        measurement) and ``{"ft_steps", "ft_seconds", "ft_trainable_params", "ft_final_loss"}``.
+    """
+    packed = qa_stream(world, people, epochs=epochs, seed=seed, seq_len=seq_len, inverse=inverse, forward=forward)
+    log = (lambda m: ctx.log(phase=phase, **m)) if ctx is not None else None
+    steps = max(1, -(-packed.input_ids.shape[0] // spec.batch_size)) * spec.epochs
+    bar = ctx.progress(steps, phase) if ctx is not None else None
+    try:
+        model, res = finetune(model, (packed.input_ids, packed.targets), spec, seed=seed, device=device, log=log,
+                              progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return model, {"ft_steps": res.steps, "ft_seconds": res.seconds,
+                   "ft_trainable_params": trainable_parameters(model)["trainable"],
+                   "ft_final_loss": float(res.final.get("loss", float("nan")))}
+
+
+def recall_checker(world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec, n: int,
+                   device: str = "cpu", check_seed: int = 0) -> Callable[[torch.nn.Module], float]:
+    """``recall_fn`` for :func:`train_packed`: :func:`bio_recall` on a fixed random subset of at most
+    ``n`` of ``people``."""
+    people = np.asarray(people)
+    if len(people) > n:
+        people = np.sort(np.random.default_rng([check_seed, 97]).choice(people, n, replace=False))
+    docs = training_bios(world, people, seed=seed, spec=spec)
+    return lambda m: recall_of_docs(m, docs, device=device)
 
 
 def exposures_of(packed: Packed, n_people: int, windows_used: int, people: Sequence[int] | None = None) -> float:
@@ -195,18 +393,40 @@ def exposures_of(packed: Packed, n_people: int, windows_used: int, people: Seque
     return float(c[np.asarray(people)].mean() if people is not None else c.mean())
 
 
+def training_bios(world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
+                  reverse: bool = False) -> list[Doc]:
+    """Each person's first *training* biography: the rendering :func:`lmsci.worlds.bios.bio_docs` made
+    for pretraining (same rng stream), one :class:`~lmsci.worlds.bios.Doc` per person."""
+    return [world.bio(int(i), np.random.default_rng([seed, 17, int(i), 0]), permute=spec.permute,
+                      fullname=spec.fullname, reverse=reverse) for i in people]
+
+
+def recall_of_docs(model: torch.nn.Module, docs: Sequence[Doc], *, device: str = "cpu",
+                   attrs: Sequence[str] = ATTRS) -> float:
+    """Mean over (document, attribute) of the greedy exact match of the attribute's value tokens given
+    the document's prefix (teacher forcing, one forward pass per batch)."""
+    from lmsci.measure.accuracy import forward_in_batches
+
+    if not docs:
+        return float("nan")
+
+    def fn(logits, ids, rows):
+        pred = logits.argmax(-1)
+        out = []
+        for b, r in enumerate(rows):
+            for a in attrs:
+                s, e = docs[r].spans[a][0]
+                out.append(bool(torch.equal(pred[b, s - 1:e - 1], ids[b, s:e])))
+        return out
+
+    return float(np.mean(forward_in_batches(model, [d.ids for d in docs], fn, device=device)))
+
+
 def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
                device: str = "cpu") -> float:
     """Memorisation: exact match of every attribute value inside each person's first *training* biography
     (the rendering :func:`lmsci.worlds.bios.bio_docs` made for pretraining), given its prefix."""
-    docs = [world.bio(int(i), np.random.default_rng([seed, 17, int(i), 0]), permute=spec.permute,
-                      fullname=spec.fullname) for i in people]
-    hits = []
-    for a in ATTRS:
-        for d in docs:
-            d.spans["_v"] = d.spans[a]
-        hits.append(exact_match(model, docs, span_key="_v", stop=0, device=device))
-    return float(np.mean(hits))
+    return recall_of_docs(model, training_bios(world, people, seed=seed, spec=spec), device=device)
 
 
 def first_value_words(world: BiosWorld) -> dict[str, list[str]]:
@@ -239,6 +459,17 @@ def qa_metrics(model: torch.nn.Module, world: BiosWorld, train_people, test_peop
 MEMORISED = Gate("memorised", "biography recall (exact match of each of the 6 attribute values given the "
                               "biography prefix, on the pretrained model) of the people tested >= 0.9 in every "
                               "model trained (every condition, every seed)")
+QA_LEARNED_MIN = 0.5
+
+
+def qa_learned_gate(*per_seed: dict[int, float]) -> tuple[float | None, bool | None]:
+    """The ``qa-learned`` gate: the lowest QA accuracy on the QA-trained people over every (condition,
+    seed) given, >= :data:`QA_LEARNED_MIN`; None when not measured."""
+    vals = [v for d in per_seed for v in d.values() if np.isfinite(v)]
+    if not vals:
+        return (None, None)
+    lo = float(min(vals))
+    return (lo, lo >= QA_LEARNED_MIN)
 RECALL_MIN = 0.9
 
 

@@ -10,12 +10,18 @@ on the hidden state read through a GPT hook point (default ``final``, ``[batch, 
 
 Targets: the first token of each attribute value (birth month, city stem, university stem,
 major modifier, company stem, company-city stem). Probes are fit on one set of people and
-scored on a disjoint set; the majority-class rate of the test set is the chance baseline.
+scored on a disjoint set; the majority-class rate of the test set is the chance baseline, and the
+same probe on a randomly initialised model of the same shape is the representation baseline
+(the paper's GPT_rand comparison).
+
+As the paper probes, P-probing reads the biographies the model was *trained on*: pass
+``bios`` (person -> its training biography, e.g. the first rendering of
+``lmsci.worlds.bios.bio_docs``); without it a fresh biography is rendered from ``seed``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,7 +120,8 @@ def _check_value_words(attrs: Sequence[str], value_words: Mapping[str, Sequence[
 
 def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
             seed: int, attrs: Sequence[str], value_words: Mapping[str, Sequence[str]], hook: str = "final",
-            fullname: bool = False, position: str = "after_name", device: str = "cpu") -> dict[str, dict[str, float]]:
+            fullname: bool = False, position: str = "after_name", device: str = "cpu",
+            bios: Callable[[int], Any] | Mapping[int, Any] | None = None) -> dict[str, dict[str, float]]:
     """P-probing inside a biography (canonical order, seeded templates).
 
     Args:
@@ -124,6 +131,8 @@ def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
         position: ``"after_name"``: the first token after the name in the first sentence (sees the
             name and one template word; in a causal model the last name token itself would equal
             the Q-probe input); ``"before_value"``: the token right before each attribute's value.
+        bios: person -> the biography probed (a ``Doc`` with ``ids`` and ``spans``; the training
+            biography, as the paper probes); None renders one per person from ``seed``.
 
     Returns:
         attribute -> ``{"train_acc", "test_acc", "chance"}`` of the first value token.
@@ -138,8 +147,10 @@ def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
     attrs = list(attrs)
     _check_value_words(attrs, value_words)
     docs = {}
+    get = (bios.__getitem__ if isinstance(bios, Mapping) else bios) if bios is not None else None
     for tag, people in (("train", train_people), ("test", test_people)):
-        docs[tag] = [world.bio(int(i), np.random.default_rng([seed, 41, int(i)]), fullname=fullname) for i in people]
+        docs[tag] = [get(int(i)) if get is not None else
+                     world.bio(int(i), np.random.default_rng([seed, 41, int(i)]), fullname=fullname) for i in people]
     if position == "after_name":
         h = {t: hidden_at(model, [d.ids for d in ds], [d.spans["name"][0][1] for d in ds], hook, device=device)
              for t, ds in docs.items()}
