@@ -1,113 +1,208 @@
 """``knowledge-capacity``: how many bits of bioS knowledge a GPT stores per parameter.
 
 Source: Allen-Zhu & Li, "Physics of Language Models: Part 3.3, Knowledge Capacity Scaling Laws",
-arXiv 2404.05405, Section 4 / Figure 1: GPT-2 (rotary) trained on bioS(N) with each person's
-knowledge exposed 1000 times reaches a peak capacity ratio >= 2 bits/param; with 100 exposures
-about 1 bit/param. Stored bits are the bit-complexity lower bound of
-:mod:`lmsci.measure.knowledge`; the ratio counts all parameters (embeddings included, tied
-input/output embedding counted once, as in GPT-2); the non-embedding ratio is also reported.
+arXiv 2404.05405, Section 4 / Figure 1 (Results 1-2): GPT-2 (rotary) models GPT2-l-h (l layers, h heads,
+d_model = 64 h) trained on bioS(N) with each person's knowledge exposed 1000 times reach a peak capacity
+ratio >= 2 bits/param; with 100 exposures about 1 bit/param. Two claims, one per exposure regime.
 
-Data: each exposure is a freshly rendered biography (new templates; canonical order; pronouns),
-shuffled across people before packing (Part 3.3 Section 2: bioS(N) with exposures counted per
-person).
+Stored bits are the bit-complexity lower bound of :mod:`lmsci.measure.knowledge` with the He/She
+pronoun bit (one bit of gender per person); the ratio counts all parameters (embeddings included,
+tied input/output embedding counted once, as in GPT-2); the non-embedding ratio is also reported.
+For each model the capacity is the peak over N of bits/param; the claim takes the median over models.
+
+Data (Part 3.3, Section 2): every exposure is a *fresh* rendering of the person's biography (new
+templates and a new sentence order; the full name in the first sentence, He/She after it), shuffled
+across people and packed into windows with no person twice in a window. Epochs are rendered one at a
+time (:class:`FreshBioStream`: memory constant in the number of exposures); training checkpoints every
+``checkpoint_every`` steps, so a point that does not finish within one command resumes where it stopped
+when the same ``lmsci run ... --out DIR`` is repeated.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import torch
 from pydantic import Field
 
-from lmsci.config import ExperimentConfig
+from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
-    SINGLE, ModelSpec, TrainSpec, bio_stream, check_model, exposures_of, make_model, train_packed,
-)
+from lmsci.experiments.knowledge_common import ModelSpec, TrainSpec, check_model, make_model
 from lmsci.experiments.registry import register
-from lmsci.measure.knowledge import bits_per_param, measure_bits
+from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.runs import RunDir
-from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.train.trainer import TrainConfig, train
+from lmsci.worlds.bios import ATTRS, BiosWorld, Packed, bio_docs, pack
+
+
+class Regime(StrictModel):
+    """One exposure regime: ``exposures`` fresh biographies per person, for every N in ``n_people``."""
+
+    exposures: int = Field(ge=1)
+    n_people: list[int] = Field(min_length=1)
+
+
+def gpt2(n_layers: int, n_heads: int) -> dict:
+    """The paper's GPT2-l-h: ``n_layers`` layers, ``n_heads`` heads, d_model = 64 * n_heads, rotary."""
+    return {"n_layers": n_layers, "n_heads": n_heads, "d_model": 64 * n_heads}
 
 
 class KnowledgeCapacityConfig(ExperimentConfig):
     """Configuration of ``knowledge-capacity`` (defaults = quick preset).
 
     Attributes:
-        n_people: the N of bioS(N) swept (for every model unless ``n_people_by_model`` is set).
-        n_people_by_model: optional per-model N grids, same order as ``models``; the capacity is the
-            peak over N of a fixed model's stored bits, so each model needs N large enough that its
-            stored bits saturate (a smaller model saturates at a smaller N).
-        models: the model sizes swept.
-        exposures: biographies per person (100 or 1000 in the paper).
+        models: the GPT2-l-h models swept (d_model = 64 * n_heads; the claims' gate needs l >= 2).
+        regimes: exposure regimes, each with its grid of N (every model trains at every N).
+        seq_len: window length in tokens.
+        permute: each fresh rendering also draws a new sentence order (Part 3.3's bioS); False keeps the
+            canonical order.
+        pretrain: AdamW settings; ``batch_size`` is the largest batch (see ``min_steps``).
+        min_steps: when > 0, the batch of a point is reduced (down to 1 window) so that it trains at least
+            this many optimizer steps (Part 3.3 trains >= 50k steps whatever the data size).
+        checkpoint_every: steps between checkpoints (0: none); a rerun into the same directory resumes.
+        eval_people: at most this many people (the first ones) are scored for the bit count; the mean
+            losses are extrapolated to all N (every person when N is not larger).
     """
 
-    n_people: list[int] = [120, 360, 1000]
-    # quick: measured saturation points (stored bits): d16 2929 / 3254 bits at N=360 / 1000;
-    # d32 22191 / 21434 bits at N=1000 / 2000 (100 exposures, lr 1e-2, batch 4). A probe outside the
-    # preset, d48 at N=2000 (4 min), stored 50017 bits = 0.87 bits/param (1.76 non-embedding), saturation
-    # not checked: the ratio rises with d_model as the embedding's share of the parameters falls.
-    n_people_by_model: list[list[int]] | None = [[120, 360, 1000], [360, 1000, 2000]]
-    models: list[ModelSpec] = [ModelSpec(d_model=16, n_layers=1, n_heads=2), ModelSpec(d_model=32, n_layers=1, n_heads=2)]
-    exposures: int = Field(100, ge=1)
+    models: list[ModelSpec] = [ModelSpec(**gpt2(2, 1))]
+    regimes: list[Regime] = [Regime(exposures=100, n_people=[150, 400]), Regime(exposures=1000, n_people=[30])]
     seq_len: int = Field(256, ge=64)
+    permute: bool = True
     pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4, weight_decay=0.01)
+    min_steps: int = Field(0, ge=0)
+    checkpoint_every: int = Field(0, ge=0)
+    eval_people: int = Field(20_000, ge=1)
     threads: int = Field(1, ge=0, description="torch threads (0 = torch's default); 1 is fastest for tiny models")
 
     PRESETS = {
-        "smoke": {"n_people": [8], "models": [{"d_model": 8, "n_layers": 1, "n_heads": 2}], "exposures": 2,
-                  "seq_len": 128, "n_people_by_model": None},
+        "smoke": {"models": [{"d_model": 16, "n_layers": 1, "n_heads": 2}], "seq_len": 128,
+                  "regimes": [{"exposures": 2, "n_people": [8]}]},
         "quick": {},
-        "paper": {"n_people": [10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000],
-                  "n_people_by_model": None, "threads": 0,
-                  "models": [{"d_model": d, "n_layers": L, "n_heads": max(1, d // 64)}
-                             for L in (1, 2, 4, 8, 12) for d in (128, 256, 512, 768)],
-                  "exposures": 1000, "seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1},
-                  "n_seeds": 3},
+        # the issue's settling configuration: GPT2-2-2 and GPT2-2-4, N in {10k, 20k, 50k, 100k} at 100
+        # exposures and N = 20k at 1000 exposures, >= 50k steps per point, checkpoints for 10-minute commands
+        "gpu": {"models": [gpt2(2, 2), gpt2(2, 4)], "seq_len": 512, "threads": 0,
+                "regimes": [{"exposures": 100, "n_people": [10_000, 20_000, 50_000, 100_000]},
+                            {"exposures": 1000, "n_people": [20_000]}],
+                "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": 50_000,
+                "checkpoint_every": 5_000, "n_seeds": 1},
+        "paper": {"models": [gpt2(L, h) for L in (2, 4, 8, 12) for h in (2, 4, 8, 12)], "seq_len": 512,
+                  "threads": 0,
+                  "regimes": [{"exposures": e, "n_people": [10_000, 20_000, 50_000, 100_000, 200_000, 500_000,
+                                                            1_000_000, 2_000_000]} for e in (100, 1000)],
+                  "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": 50_000,
+                  "checkpoint_every": 5_000, "n_seeds": 3},
     }
 
 
-#: the fewest pretraining steps the paper trains a model for (Part 3.3, Remark A.2, as recorded in the issue
-#: that registered these claims; ../shared/research/physics_of_lms.md lists Part 3.3's training details as
-#: still to be verified against the PDF)
+#: the fewest pretraining steps the paper trains a model for (Part 3.3, Remark A.2, as recorded in issue 11;
+#: ../shared/research/physics_of_lms.md lists Part 3.3's training details as still to be verified)
 PAPER_MIN_STEPS = 50_000
 MIN_LAYERS = 2
+PAPER_RATIO = {100: 1.0, 1000: 2.0}
+WINDOWS = {100: (0.7, 1.4), 1000: (1.8, float("inf"))}
+SUFFICIENT = 1.25  # ideal bits at the largest N >= SUFFICIENT * paper ratio * params
 
-DEPTH = Gate("depth", f"every model has at least {MIN_LAYERS} layers (the paper's GPT2-l-h models)")
+FAMILY = Gate("gpt2-family", f"every model is a GPT2-l-h of the paper: at least {MIN_LAYERS} layers and d_model = "
+                             "64 * n_heads")
 STEPS = Gate("training-steps", f"every model's peak point trained at least {PAPER_MIN_STEPS:,} optimizer steps "
                                "(the paper's minimum, Part 3.3 Remark A.2)")
 
 
-def _capacity_claim(exposures: int, paper: str, rule: str, lo: float, hi: float | None) -> Claim:
-    window = f"within [{lo}, {hi}]" if hi is not None else f">= {lo}"
+def _data_gate(exposures: int) -> Gate:
+    return Gate("data-sufficient", f"at least one model has a largest N whose ideal bits (a perfect memoriser of "
+                                   f"bioS(N), pronoun bit included) reach {SUFFICIENT} x {PAPER_RATIO[exposures]} "
+                                   "bits/param x its parameters; only such models enter the median (a smaller N "
+                                   "measures the data, not the capacity)")
+
+
+def _capacity_claim(exposures: int, paper: str, rule: str) -> Claim:
+    lo, hi = WINDOWS[exposures]
+    window = f"within [{lo}, {hi}]" if math.isfinite(hi) else f">= {lo}"
     return Claim(
         f"capacity-{exposures}-exposures",
         f"With {exposures} exposures per person a GPT-2 (rotary) stores {rule} of bioS knowledge per parameter.",
         "Allen-Zhu & Li, Physics of LMs Part 3.3, arXiv 2404.05405, Section 4, Figure 1 (Results 1-2)",
         paper,
-        f"per model and seed, the peak over N of stored bits (Part 3.3 lower bound) per parameter (all parameters, "
-        f"tied embedding counted once); per seed, the median over models; mean over seeds; {exposures} exposures",
+        f"per GPT2-l-h model and seed, the peak over N of stored bits (Part 3.3 lower bound with the He/She bit) per "
+        f"parameter (all parameters, tied embedding counted once), each exposure a fresh rendering (new templates "
+        f"and sentence order); per seed, the median over the data-sufficient models; mean over seeds; {exposures} "
+        f"exposures",
         f"mean over seeds of the median over models {window} bits/param (95% Student-t CI across seeds in the "
         "details; the interval reported is the range across models, not a CI)",
-        gates=(DEPTH, STEPS))
+        gates=(FAMILY, STEPS, _data_gate(exposures)))
 
 
 CLAIM_BY_EXPOSURES = {
-    100: _capacity_claim(100, "about 1 bit/param at 100 exposures", "about 1 bit", 0.7, 1.4),
+    100: _capacity_claim(100, "about 1 bit/param at 100 exposures", "about 1 bit"),
     1000: _capacity_claim(1000, ">= 2 bits/param at 1000 exposures (2.2 in the 100M-parameter example)",
-                          "at least 2 bits", 1.8, None),
+                          "at least 2 bits"),
 }
-WINDOWS = {100: (0.7, 1.4), 1000: (1.8, float("inf"))}
 
 
 def _model_id(m: ModelSpec) -> str:
-    return f"L{m.n_layers}_d{m.d_model}"
+    h = m.n_heads
+    return f"GPT2-{m.n_layers}-{h}" if m.d_model == 64 * h else f"L{m.n_layers}_d{m.d_model}_h{h}"
+
+
+class FreshBioStream:
+    """Pretraining windows of bioS(N) where every exposure is a fresh rendering, one epoch in memory.
+
+    Epoch ``e`` renders one biography per person with templates (and, with ``permute``, the sentence
+    order) drawn from ``[seed, 17, person, e + 1]`` (:func:`lmsci.worlds.bios.bio_docs`), shuffles them
+    across people and packs them (:func:`lmsci.worlds.bios.pack`, no person twice in a window, order from
+    ``order_seed``). Training takes ``steps_per_epoch = ceil(W_0 / batch)`` batches of ``batch`` windows
+    from each epoch (windows ``[k*batch, (k+1)*batch)`` modulo the epoch's window count W_e, which varies
+    by a few windows from epoch to epoch: the first windows of an epoch may be read twice, and an epoch a
+    window longer than W_0 leaves its last window out), so step ``s`` reads epoch ``s // steps_per_epoch``:
+    a pure function of the step, as resuming from a checkpoint needs. ``counted[e]`` records the mean
+    and the minimum over people of the biographies epoch ``e``'s steps consumed.
+    """
+
+    def __init__(self, world: BiosWorld, *, seed: int, order_seed: int, seq_len: int, permute: bool = True):
+        self.world, self.seed, self.order_seed, self.seq_len, self.permute = world, seed, order_seed, seq_len, permute
+        self._e, self._packed = -1, None
+        self.batch, self.steps_per_epoch = 1, 1
+        self.counted: dict[int, list[float]] = {}
+
+    def epoch(self, e: int) -> Packed:
+        """The packed windows of epoch ``e`` (cached: the current epoch only)."""
+        if e != self._e:
+            docs = bio_docs(self.world, range(self.world.n), multiplicity=1, permute=self.permute, fullname=False,
+                            seed=self.seed, epoch=e + 1)
+            self._packed, self._e = pack(docs, self.seq_len, seed=self.order_seed * 100003 + e), e
+        return self._packed
+
+    def plan(self, exposures: int, max_batch: int, min_steps: int) -> tuple[int, int]:
+        """Choose the batch (windows per step, <= ``max_batch``, reduced for ``min_steps``) and the steps per
+        epoch; returns ``(batch, total_steps)``."""
+        w0 = int(self.epoch(0).input_ids.shape[0])
+        b = max_batch if min_steps <= 0 else max(1, min(max_batch, (w0 * exposures) // min_steps))
+        self.batch, self.steps_per_epoch = b, max(1, math.ceil(w0 / b))
+        return b, self.steps_per_epoch * exposures
+
+    def get_batch(self, step: int, g: torch.Generator):
+        e, k = divmod(step, self.steps_per_epoch)
+        p = self.epoch(e)
+        W = p.input_ids.shape[0]
+        idx = torch.arange(k * self.batch, (k + 1) * self.batch) % W
+        if k == self.steps_per_epoch - 1:  # the epoch's last batch: count the biographies its steps consumed
+            sb = self.steps_per_epoch * self.batch
+            c = p.exposures(self.world.n, min(sb, W))
+            if sb > W:  # the first windows were read twice
+                c = c + p.exposures(self.world.n, sb - W)
+            self.counted[e] = [float(c.mean()), float(c.min())]
+        return p.input_ids[idx], p.targets[idx]
 
 
 @register("knowledge-capacity")
 class KnowledgeCapacity(Experiment):
-    """Stored bits (Part 3.3 lower bound) against parameters over a sweep of N and model size.
+    """Stored bits (Part 3.3 lower bound) against parameters over N, GPT2-l-h models and two exposure regimes.
 
     Source: Allen-Zhu & Li, arXiv 2404.05405, Section 4, Figure 1.
     """
@@ -116,47 +211,64 @@ class KnowledgeCapacity(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.3, arXiv 2404.05405, Section 4, Figure 1"
     Config = KnowledgeCapacityConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "10.5 min measured (threads=1, 6 points, 1 seed, beside another run)",
+                     "quick": "~12 min estimated (GPT2-2-1, 3 points, one thread; not yet measured)",
+                     "gpu": "~35-45 min of H100 time estimated for 10 points of >= 50k steps (4 chained commands "
+                            "of <= 10 min via checkpoints); needs a data pipeline of >= 50k biographies/s (76M fresh "
+                            "renderings): the Python renderer (~75 us render + ~250 us pack per biography) would "
+                            "take hours. Not measured (no GPU in this session)",
                      "paper": "~weeks of GPU time per seed, 3 seeds (estimated)"}
     claims = list(CLAIM_BY_EXPOSURES.values())
 
     def validate(self, cfg: KnowledgeCapacityConfig) -> None:
         for k, m in enumerate(cfg.models):
             check_model(m, f"models.{k}")
-        if cfg.n_people_by_model is not None:
-            if len(cfg.n_people_by_model) != len(cfg.models):
-                raise ConfigError("n_people_by_model", cfg.n_people_by_model,
-                                  f"one list of N per model ({len(cfg.models)} lists), or null",
-                                  hint="set n_people_by_model=null to use n_people for every model")
-            for k, ns in enumerate(cfg.n_people_by_model):
-                if not ns or min(ns) < 2:
-                    raise ConfigError(f"n_people_by_model.{k}", ns, "a non-empty list of integers >= 2")
-
-    @staticmethod
-    def _grid(cfg: KnowledgeCapacityConfig, k: int) -> list[int]:
-        return list(cfg.n_people if cfg.n_people_by_model is None else cfg.n_people_by_model[k])
+        for k, r in enumerate(cfg.regimes):
+            if min(r.n_people) < 2:
+                raise ConfigError(f"regimes.{k}.n_people", r.n_people, "integers >= 2")
 
     def points(self, cfg: KnowledgeCapacityConfig) -> list[Point]:
-        return [Point(f"{_model_id(m)}_N{n}", {"model": k, "n_people": n})
-                for k, m in enumerate(cfg.models) for n in self._grid(cfg, k)]
+        return [Point(f"{_model_id(m)}_E{r.exposures}_N{n}", {"model": k, "n_people": n, "exposures": r.exposures})
+                for r in cfg.regimes for k, m in enumerate(cfg.models) for n in r.n_people]
 
     def run_point(self, cfg: KnowledgeCapacityConfig, point: Point, ctx: PointContext) -> dict:
-        n = int(point.params["n_people"])
+        n, E = int(point.params["n_people"]), int(point.params["exposures"])
         spec = cfg.models[int(point.params["model"])]
         world = BiosWorld(n, seed=cfg.seed)
         world.write_pools(ctx.artifact_dir / "bios_pools.json")
-        stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(range(n), SINGLE)], fresh=True, order_seed=ctx.seed)
+        stream = FreshBioStream(world, seed=cfg.seed, order_seed=ctx.seed, seq_len=cfg.seq_len, permute=cfg.permute)
+        batch, steps = stream.plan(E, cfg.pretrain.batch_size, cfg.min_steps)
         model = make_model(world, spec, cfg.seq_len, ctx.seed)
-        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
-        m = measure_bits(model, world, seed=cfg.seed + 1, attrs=ATTRS, device=ctx.device)
+        tc = TrainConfig(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
+                         warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
+                         weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0, device=ctx.device,
+                         log_every=max(1, steps // 50), checkpoint_every=cfg.checkpoint_every)
+        ckpt = ctx.artifact_dir / "checkpoints" if cfg.checkpoint_every else None
+        ledger = ctx.artifact_dir / "exposures.json"
+        if ledger.exists():  # epochs counted before an interruption
+            stream.counted.update({int(k): v for k, v in json.loads(ledger.read_text()).items()})
+        bar = ctx.progress(steps, "pretrain")
+        try:
+            res = train(model, stream.get_batch, tc, seed=ctx.seed, log=lambda m: ctx.log(phase="pretrain", **m),
+                        progress=bar, checkpoint_dir=ckpt)
+        finally:
+            bar.close()
+            ledger.parent.mkdir(parents=True, exist_ok=True)
+            ledger.write_text(json.dumps(stream.counted))
+        m = measure_bits(model, world, seed=cfg.seed + 1, attrs=ATTRS, pronoun=True,
+                         people=range(min(n, cfg.eval_people)), device=ctx.device)
         bpp = bits_per_param(m["bits"]["total"], model)
-        row = {"model": _model_id(spec), "n_layers": spec.n_layers, "d_model": spec.d_model, "n_people": n,
-               "exposures": exposures_of(stream, n, pre["windows_used"]), "tokens_seen": pre["tokens_seen"],
-               "steps": pre["steps"],
-               "tokens_per_s": pre["tokens_per_s"], "final_loss": pre["final_loss"],
+        counted = [stream.counted[e] for e in sorted(stream.counted)]
+        row = {"model": _model_id(spec), "n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model,
+               "gpt2_family": bool(spec.d_model == 64 * spec.n_heads), "n_people": n, "exposures_nominal": E,
+               "exposures": float(sum(c[0] for c in counted)) if len(counted) == E else float("nan"),
+               "min_exposures": float(sum(c[1] for c in counted)) if len(counted) == E else float("nan"),
+               "batch_size": batch, "steps": steps, "tokens_seen": res.tokens_seen,
+               "tokens_per_s": res.tokens_seen / max(res.seconds, 1e-9), "final_loss": float(res.final.get("loss", np.nan)),
+               "resumed_from": res.resumed_from,
                "bits": m["bits"]["total"], "ideal_bits": m["ideal_bits"], "fraction_of_ideal": m["bits"]["total"] / m["ideal_bits"],
-               "name_bits": m["bits"]["name"], "name_ce_bits": m["name_ce_bits"], **bpp}
+               "name_bits": m["bits"]["name"], "name_ce_bits": m["name_ce_bits"],
+               "pronoun_bits": m["bits"].get("pronoun", 0.0), "ce_bits_pronoun": m["ce_bits"].get("pronoun", np.nan),
+               "eval_people": min(n, cfg.eval_people), **bpp}
         for a in ATTRS:
             row[f"bits_{a}"] = m["bits"][a]
             row[f"ce_bits_{a}"] = m["ce_bits"][a]
@@ -184,62 +296,71 @@ class KnowledgeCapacity(Experiment):
         return {m: float(np.mean(v)) for m, v in out.items()}
 
     def verdicts(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out = [not_measured(c, cfg.preset, f"this run trains with {cfg.exposures} exposures per person, the claim "
-                                           f"with {e}") for e, c in CLAIM_BY_EXPOSURES.items() if e != cfg.exposures]
-        claim = CLAIM_BY_EXPOSURES.get(cfg.exposures)
-        if claim is None or not len(results):
-            return out
+        out = []
+        col = "exposures_nominal" if "exposures_nominal" in results else "exposures"
+        for E, claim in CLAIM_BY_EXPOSURES.items():
+            sub = results[results[col] == E] if len(results) else results
+            if not len(sub):
+                out.append(not_measured(claim, cfg.preset, f"this run has no point with {E} exposures per person"))
+                continue
+            out.append(self._verdict(cfg, E, claim, sub))
+        return out
+
+    def _verdict(self, cfg: KnowledgeCapacityConfig, E: int, claim: Claim, results: pd.DataFrame) -> Verdict:
         peaks = self._peaks(results)
-        seed_col = peaks["seed_index"] if "seed_index" in peaks else pd.Series(0, index=peaks.index)
-        medians = {int(k): float(np.median(g["bits_per_param"])) for k, g in peaks.groupby(seed_col.values)}
-        stat = across_seeds(medians.values())
+        largest = results.loc[results.groupby("model", sort=False)["n_people"].idxmax()].set_index("model")
+        suff = {m: bool(r.ideal_bits >= SUFFICIENT * PAPER_RATIO[E] * r.params) for m, r in largest.iterrows()}
+        ideal_ratio = {m: float(r.ideal_bits / r.params) for m, r in largest.iterrows()}
+        use = [m for m, ok in suff.items() if ok]
+        fam = results.drop_duplicates("model")
+        family_ok = bool(((fam["n_layers"] >= MIN_LAYERS) & (fam["d_model"] == 64 * fam["n_heads"])).all()) \
+            if "n_heads" in fam else False
+        depth = int(fam["n_layers"].min())
+        gated = peaks.loc[peaks.index.isin(use)] if use else peaks
+        min_steps = int(gated["steps"].min()) if "steps" in gated else 0
         per_model = peaks.groupby(level=0, sort=False)["bits_per_param"].mean()
         per_model_ne = peaks.groupby(level=0, sort=False)["bits_per_param_non_embedding"].mean()
-        lo, hi = WINDOWS[cfg.exposures]
+        gates = {"gpt2-family": (f"min layers {depth}; d_model = 64 * n_heads for every model: {family_ok}",
+                                 family_ok),
+                 "training-steps": (min_steps, min_steps >= PAPER_MIN_STEPS),
+                 "data-sufficient": ({m: round(v, 3) for m, v in ideal_ratio.items()}, bool(use))}
+        sel = peaks.loc[peaks.index.isin(use)] if use else peaks
+        seed_col = sel["seed_index"] if "seed_index" in sel else pd.Series(0, index=sel.index)
+        medians = {int(k): float(np.median(g["bits_per_param"])) for k, g in sel.groupby(seed_col.values)}
+        stat = across_seeds(medians.values())
+        lo, hi = WINDOWS[E]
         ok = bool(lo <= stat.mean <= hi)
-        depth = int(results["n_layers"].min())
-        if "steps" in peaks:
-            steps = peaks["steps"]
-        else:  # results written before the steps column: every step consumes batch_size windows of seq_len
-            steps = peaks["tokens_seen"] / (cfg.pretrain.batch_size * cfg.seq_len)
-        min_steps = int(steps.min())
-        limited = {m: bool(r.fraction_of_ideal > 0.8) for m, r in peaks.iterrows()}
         growth = self._growth(results)
         sat_tol = 1.25
         saturated = {m: bool(v < sat_tol) for m, v in growth.items()}
         note = ""
-        if not ok:
-            per = "; ".join(f"{m}: {per_model[m]:.2f} (all params, {int(peaks.loc[[m], 'params'].iloc[0])}) / "
-                            f"{per_model_ne[m]:.2f} (non-embedding), largest-N bits x{growth[m]:.2f} the best "
-                            "smaller N" for m in per_model.index)
+        if not ok or not all(v for _, v in gates.values()):
+            per = "; ".join(f"{m}: {per_model[m]:.3f} (all {int(peaks.loc[[m], 'params'].iloc[0])} params) / "
+                            f"{per_model_ne[m]:.3f} (non-embedding); ideal at its largest N {ideal_ratio[m]:.2f} "
+                            f"bits/param" for m in per_model.index)
             unsat = [m for m, v in saturated.items() if not v]
-            tpb = float((peaks["tokens_seen"] / (peaks["n_people"] * peaks["exposures"])).mean())
-            note = (f"Median peak {stat.mean:.2f} bits/param (paper: {claim.paper_value}). Peak ratios (mean over "
-                    f"seeds): {per}. " +
-                    ("Some peak points store >80% of the ideal bits, so the largest N is too small to fill the "
-                     "model (data-limited, a lower bound on capacity). " if any(limited.values()) else "") +
-                    (f"Stored bits still grow with N for {', '.join(unsat)} (a lower bound on its capacity). "
-                     if unsat else "Stored bits have saturated in N for every model. ") +
-                    "The paper's regime (GPT-2 rotary with >= 2 layers from ~1M parameters, N from 10k to 2M, "
-                    f">= {PAPER_MIN_STEPS:,} steps, on GPU) would settle it; the next CPU step is a d_model 64-128 "
-                    f"model with N up to ~5k-20k (~{5000 * cfg.exposures * tpb:.0e}-{20000 * cfg.exposures * tpb:.0e} "
-                    f"tokens at {tpb:.0f} tokens per biography).")
-        out.append(self.judge(
+            note = (f"{E} exposures: median peak {stat.mean:.3f} bits/param over "
+                    f"{'the data-sufficient models' if use else 'all models (none is data-sufficient)'} (paper: "
+                    f"{claim.paper_value}). Peak ratios (mean over seeds): {per}. "
+                    + (f"Stored bits still grow with N for {', '.join(unsat)} (a lower bound on capacity). " if unsat else "")
+                    + f"Fewest steps at a peak: {min_steps:,} (paper >= {PAPER_MIN_STEPS:,}). The gpu preset (GPT2-2-2 "
+                    "and GPT2-2-4, N 10k-100k at 100 exposures, N = 20k at 1000, >= 50k steps per point) is the "
+                    "smallest configuration that can settle it.")
+        return self.judge(
             cfg, claim.id, value=stat.mean, passed=ok,
-            ci=(float(per_model.min()), float(per_model.max())),
-            ci_kind="range across models of the per-model peak (mean over seeds), not a CI", n_seeds=stat.n,
-            gates={"depth": (depth, depth >= MIN_LAYERS), "training-steps": (min_steps, min_steps >= PAPER_MIN_STEPS)},
-            details={"median_over_models_per_seed": medians, "across_seeds": {"mean": stat.mean, "ci95": stat.ci,
-                                                                              "kind": stat.kind},
-                     "peak_bits_per_param": per_model.to_dict(),
+            ci=(float(sel["bits_per_param"].min()), float(sel["bits_per_param"].max())),
+            ci_kind="range across models of the per-model peak, not a CI", n_seeds=stat.n, gates=gates,
+            details={"median_over_models_per_seed": medians,
+                     "across_seeds": {"mean": stat.mean, "ci95": stat.ci, "kind": stat.kind},
+                     "models_in_median": use, "peak_bits_per_param": per_model.to_dict(),
                      "peak_bits_per_param_non_embedding": per_model_ne.to_dict(),
                      "peak_at_N": {m: [int(v) for v in peaks.loc[[m], "n_people"]] for m in per_model.index},
                      "peak_fraction_of_ideal": peaks.groupby(level=0, sort=False)["fraction_of_ideal"].mean().to_dict(),
-                     "data_limited": limited, "largest_N_bits_growth": growth,
+                     "ideal_bits_per_param_at_largest_N": ideal_ratio, "largest_N_bits_growth": growth,
                      f"saturated (growth < {sat_tol})": saturated, "peak_steps_min": min_steps,
+                     "pronoun_bit_per_person": PRONOUN_BITS,
                      "paper": {"100_exposures": 1.0, "1000_exposures": 2.0}},
-            note=note))
-        return out
+            note=note)
 
     def figures(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -247,46 +368,52 @@ class KnowledgeCapacity(Experiment):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
+        col = "exposures_nominal" if "exposures_nominal" in results else "exposures"
+        regimes = sorted(results[col].unique())
         fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
-        for model, g in results.groupby("model", sort=False):
-            ax[0].scatter(g["params"], g["bits"].clip(lower=1.0), label=model,
-                          s=18 + 30 * np.log10(g["n_people"] / g["n_people"].min() + 1))
+        for (model, E), g in results.groupby(["model", col], sort=False):
+            g = g.groupby("n_people", as_index=False)[["bits_per_param", "ideal_bits", "params", "bits"]].mean()
+            ls = "o-" if E == regimes[0] else "s--"
+            ax[0].plot(g["n_people"], g["bits_per_param"], ls, label=f"{model}, {E} exp.")
+            ax[0].plot(g["n_people"], g["ideal_bits"] / g["params"], ":", color=ax[0].lines[-1].get_color(), lw=1)
+        ax[0].axhline(1, color="k", ls="--", lw=1)
+        ax[0].axhline(2, color="k", ls=":", lw=1)
+        ax[0].set_xscale("log")
+        ax[0].set_xlabel("N (people)")
+        ax[0].set_ylabel("bits / parameter")
+        ax[0].set_title("capacity ratio (dotted: perfect-memory ceiling)")
+        ax[0].legend(fontsize=7)
+        peaks = results.loc[results.groupby(["model", col], sort=False)["bits_per_param"].idxmax()]
+        for E, g in peaks.groupby(col):
+            ax[1].scatter(g["params"], g["bits"].clip(lower=1.0), label=f"peak, {E} exposures")
         pmin, pmax = results["params"].min() / 2, results["params"].max() * 2
         xs = np.array([pmin, pmax])
-        ax[0].plot(xs, xs, "k--", lw=1, label="1 bit/param")
-        ax[0].plot(xs, 2 * xs, "k:", lw=1, label="2 bits/param")
-        ax[0].set_xscale("log")
-        ax[0].set_yscale("log")
-        ax[0].set_xlabel("parameters (all, tied embedding once)")
-        ax[0].set_ylabel("stored bits (Part 3.3 lower bound; floor 1)")
-        ax[0].set_title(f"bioS(N), {cfg.exposures} exposures")
-        ax[0].legend(fontsize=8)
-        for model, g in results.groupby("model", sort=False):
-            g = g.groupby("n_people", as_index=False)[["bits_per_param", "ideal_bits", "params"]].mean()  # over seeds
-            ax[1].plot(g["n_people"], g["bits_per_param"], "o-", label=model)
-            ax[1].plot(g["n_people"], g["ideal_bits"] / g["params"], ":", color=ax[1].lines[-1].get_color(), lw=1)
-        ax[1].axhline(1, color="k", ls="--", lw=1)
-        ax[1].axhline(2, color="k", ls=":", lw=1)
+        ax[1].plot(xs, xs, "k--", lw=1, label="1 bit/param")
+        ax[1].plot(xs, 2 * xs, "k:", lw=1, label="2 bits/param")
         ax[1].set_xscale("log")
-        ax[1].set_xlabel("N (people)")
-        ax[1].set_ylabel("bits / parameter")
-        ax[1].set_title("capacity ratio (dotted: perfect-memory ceiling)")
+        ax[1].set_yscale("log")
+        ax[1].set_xlabel("parameters (all, tied embedding once)")
+        ax[1].set_ylabel("stored bits at the peak N (floor 1)")
         ax[1].legend(fontsize=8)
         return [save_figure(fig, run, "capacity.png",
-                            "Left: stored bits against parameters with the 1 and 2 bits/param lines. "
-                            "Right: bits per parameter against N; dotted lines are the ideal bits of "
-                            "bioS(N) divided by parameters (the ratio a perfect memoriser would reach).")]
+                            "Left: bits per parameter against N per model and exposure regime; dotted lines are the "
+                            "ideal bits of bioS(N) (pronoun bit included) over parameters. Right: stored bits at each "
+                            "model's peak N against parameters, with the 1 and 2 bits/param lines.")]
 
     def report_sections(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> str:
-        peaks = self._peaks(results)
-        lines = ["## Peak capacity ratio per model", "", "| model | seed | params | non-emb params | peak N | bits | "
-                 "bits/param | bits/non-emb param | fraction of ideal |", "|---|---|---|---|---|---|---|---|---|"]
-        for m, r in peaks.iterrows():
-            lines.append(f"| {m} | {int(getattr(r, 'seed_index', 0))} | {int(r.params)} | {int(r.params_non_embedding)} | "
-                         f"{int(r.n_people)} | {r.bits:.0f} | "
-                         f"{r.bits_per_param:.3f} | {r.bits_per_param_non_embedding:.3f} | {r.fraction_of_ideal:.2f} |")
-        lines += ["", "Stored bits = N*max(0, log2(N0-N) - p1) + sum_a N*max(0, log2|pool_a| - CE_a), losses in bits "
-                  "measured on the name and on the value tokens only (lmsci.measure.knowledge). Parameters: all, "
-                  "including the token embedding (tied with the unembedding, counted once); the non-embedding count "
-                  "excludes it (Kaplan et al. 2020)."]
+        col = "exposures_nominal" if "exposures_nominal" in results else "exposures"
+        lines = ["## Peak capacity ratio per model", "", "| exposures | model | seed | params | non-emb params | peak N | "
+                 "steps | batch | bits | bits/param | bits/non-emb param | fraction of ideal |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for E, sub in results.groupby(col):
+            for m, r in self._peaks(sub).iterrows():
+                lines.append(f"| {E} | {m} | {int(getattr(r, 'seed_index', 0))} | {int(r.params)} | "
+                             f"{int(r.params_non_embedding)} | {int(r.n_people)} | {int(r.steps)} | "
+                             f"{int(getattr(r, 'batch_size', 0))} | {r.bits:.0f} | {r.bits_per_param:.3f} | "
+                             f"{r.bits_per_param_non_embedding:.3f} | {r.fraction_of_ideal:.2f} |")
+        lines += ["", "Stored bits = N*max(0, log2(N0-N) - p1) + sum_a N*max(0, log2|pool_a| - CE_a) + N*max(0, 1 - "
+                  "CE_pronoun), losses in bits measured on the name, on the value tokens and on the first He/She only "
+                  "(lmsci.measure.knowledge). Parameters: all, including the token embedding (tied with the "
+                  "unembedding, counted once); the non-embedding count excludes it (Kaplan et al. 2020). Each "
+                  "exposure is a fresh rendering (templates and sentence order)."]
         return "\n".join(lines)

@@ -1,22 +1,38 @@
 """``reversal-curse``: knowledge learned as "name -> attributes" is not retrievable as "attributes -> name".
 
 Sources: Allen-Zhu & Li, "Physics of Language Models: Part 3.2, Knowledge Manipulation",
-arXiv 2309.14402, Section 5 (inverse knowledge search is ~0% unless the reversed direction is in
-the training data); Berglund et al., "The Reversal Curse", arXiv 2309.12288, Section 2 (Table 1:
-reverse-direction exact match 0.0%; the correct name is no more likely than a random name).
+arXiv 2309.14402, Section 5 (inverse knowledge search is ~0% unless the training data states the
+knowledge in the reversed direction); Berglund et al., "The Reversal Curse", arXiv 2309.12288,
+Section 2 (Table 1: reverse-direction exact match 0.0%; the correct name is no more likely than a
+random name, Figure 4).
 
-Design on bioS: biographies state name -> attributes (augmented: multiM+permute+fullname, so that
-forward extraction works). QA fine-tuning on P_train uses the six forward questions and the
-inverse question "Who was born on DATE in CITY ? Answer : NAME". P_test is scored on both.
-Condition ``with_reverse`` adds to every biography one sentence with the reversed direction
-("Born on DATE in CITY was NAME ."). Secondary metric (Berglund et al.): the mean log-likelihood
-(bits) of the correct name minus that of another P_test person's name under the inverse question.
+Design on bioS. Every person has augmented forward biographies (multi5 + permute + fullname, so that
+forward extraction works). Condition ``with_reverse`` adds, as documents of their own, *reversed*
+biographies (:meth:`lmsci.worlds.bios.BiosWorld.bio_reversed`): the attributes come first and the full
+name only after them ("The person that was born on DATE , that grew up in CITY , ... is NAME ."), in
+1, 2 or 6 sentences (``reverse_groups``: lmsci's reading of the paper's reverse1 / reverse2 / reverse6
+data). A reversed document never contains the name before the attributes it follows, and the packer
+never puts two documents of one person in a window, so the name cannot be copied from context: the
+model has to store attributes -> name.
+
+Measured on the people held out of QA fine-tuning (P_test):
+
+* before any fine-tuning, from an *attributes-only* prompt written in a held-out reversed template
+  (:meth:`~lmsci.worlds.bios.BiosWorld.reverse_prompt`, the only occurrence of the name is the answer):
+  greedy exact match of the name (Berglund et al.'s held-out-template test) and the log-probability
+  gap in bits between the correct name and another P_test person's name (their ``randomized``
+  control);
+* after QA fine-tuning on P_train (the six forward questions and the inverse question "Who was born
+  on DATE in CITY ? Answer : NAME"): inverse-search exact match (Part 3.2's test) and forward QA.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
@@ -26,90 +42,141 @@ from lmsci.experiments.knowledge_common import (
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
-from lmsci.measure.knowledge import span_ce_bits
+from lmsci.measure.knowledge import completion_gap_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import BiosWorld, Doc, qa_split
 
 
 class ReversalCurseConfig(BiosQAConfig):
-    """Configuration of ``reversal-curse`` (defaults = quick preset)."""
+    """Configuration of ``reversal-curse`` (defaults = quick preset).
+
+    Attributes:
+        data: how the forward biographies are written (augmented: multi5 + permute + fullname).
+        reverse_groups: sentences per reversed biography (1: the name once, after all six attributes;
+            2: after each half; 6: after every attribute).
+        reverse_multiplicity: reversed biographies per person (fixed renderings, seen every epoch like
+            the forward multiM biographies), in the ``with_reverse`` condition.
+    """
 
     data: DataSpec = AUGMENTED
+    reverse_groups: Literal[1, 2, 3, 6] = 1
+    reverse_multiplicity: int = Field(5, ge=1, le=100)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-                  "ft_epochs": 1, "seq_len": 160, "qa_seq_len": 64},
-        "quick": {"n_seeds": 3},  # 159 s per seed measured (2026-11-23): 3 seeds fit the 15-minute budget
+                  "ft_epochs": 1, "seq_len": 160, "qa_seq_len": 64, "reverse_multiplicity": 1},
+        "quick": {"n_seeds": 3},
+        # the issue's smallest configuration that can settle the claims: N = 10k (5k QA-train), a 4-layer
+        # d_model 256 RoPE GPT, 300 exposures, 24 x 512-token batches, lr 1e-3, wd 0.1
+        "gpu": {"n_people": 10_000, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
+                "seq_len": 512, "qa_seq_len": 128, "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1},
+                "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 10, "n_seeds": 3,
+                "threads": 0},
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
+                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 50, "n_seeds": 3,
+                  "threads": 0},
     }
+
 
 FORWARD_QA = Gate("forward-qa", "forward QA exact match (name -> attributes) on the tested people (P_test) >= 0.5 in "
                                 "every model trained (both conditions, every seed)")
 FORWARD_QA_MIN = 0.5
+REVERSE_MEMORISED = Gate("reverse-memorised",
+                         "name recall in the reversed training biographies (greedy exact match of the name given the "
+                         "attributes before it, first reversed rendering, pretrained model) of the people tested >= "
+                         "0.9 in every with-reverse model (every seed)")
+SOURCE = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288"
+GAP_FORWARD_MAX, GAP_LIFT_MIN = 1.0, 3.0
 
 
 def _swap_answer(doc: Doc, name_ids: list[int]) -> Doc:
     s, e = doc.spans["answer"][0]
-    ids = doc.ids[:s] + name_ids + doc.ids[e:]
-    return Doc(ids, doc.loss_mask, doc.person, {"answer": [(s, s + len(name_ids))]}, doc.kind)
+    if e - s != len(name_ids):
+        raise ValueError(f"names of different lengths ({e - s} vs {len(name_ids)} tokens)")
+    ids = doc.ids[:s] + list(name_ids) + doc.ids[e:]
+    return Doc(ids, doc.loss_mask, doc.person, {"answer": [(s, e)]}, doc.kind)
 
 
-def name_logprob_gap(model, world: BiosWorld, people, seed: int, device: str = "cpu") -> float:
-    """Mean over ``people`` of [bits(random other name) - bits(correct name)] under the inverse question.
-
-    Near 0 means the correct name is no more likely than a random one (the curse); source:
-    Berglund et al., arXiv 2309.12288, Section 2.1 ("randomized" controls).
-    """
-    people = [int(i) for i in people]
+def random_name_docs(world: BiosWorld, docs: list[Doc], seed: int) -> list[Doc]:
+    """The same prompts completed with another listed person's name (a random derangement of the people;
+    Berglund et al.'s ``randomized`` control)."""
+    people = np.asarray([d.person for d in docs])
     rng = np.random.default_rng([seed, 61])
-    other = np.roll(np.asarray(people), 1 + int(rng.integers(max(len(people) - 1, 1))))
-    right = [world.inverse_qa(i) for i in people]
-    wrong = [_swap_answer(d, world.vocab.encode(world.name_words(int(j)))) for d, j in zip(right, other)]
-    a = span_ce_bits(model, right, ["answer"], device=device)["answer"]
-    b = span_ce_bits(model, wrong, ["answer"], device=device)["answer"]
-    return float((b - a).mean())
+    other = np.roll(people, 1 + int(rng.integers(max(len(people) - 1, 1))))
+    return [_swap_answer(d, world.vocab.encode(world.name_words(int(j)))) for d, j in zip(docs, other)]
+
+
+def reversed_docs(world: BiosWorld, people, *, seed: int, groups: int, multiplicity: int) -> list[Doc]:
+    """``multiplicity`` reversed biographies per person (fixed renderings: rng ``[seed, 19, person]``)."""
+    out = []
+    for i in people:
+        rng = np.random.default_rng([seed, 19, int(i)])
+        out += [world.bio_reversed(int(i), rng, groups=groups) for _ in range(multiplicity)]
+    return out
+
+
+def reverse_recall(model, docs: list[Doc], device: str = "cpu") -> float:
+    """Exact match of the first name span of each reversed training biography, given what precedes it."""
+    for d in docs:
+        d.spans["_name"] = [d.spans["name"][0]]
+    return float(exact_match(model, docs, span_key="_name", device=device).mean())
 
 
 @register("reversal-curse")
 class ReversalCurse(Experiment):
-    """Forward vs inverse knowledge search on bioS, with and without the reversed direction in training.
+    """Forward vs inverse knowledge search on bioS, with and without reversed biographies in training.
 
     Sources: Allen-Zhu & Li, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288.
     """
 
-    claim = ("A model trained on 'name -> attributes' cannot answer 'attributes -> name' for held-out people "
-             "(inverse search near 0%) unless the reversed direction is in its training data.")
-    source = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288, Table 1"
+    claim = ("A model trained on 'name -> attributes' cannot retrieve 'attributes -> name' (inverse search, "
+             "completion from an attributes-only prompt) unless its training text states names after attributes.")
+    source = SOURCE
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~8 s", "quick": "8.7 min measured (3 seeds, one thread beside the test suite)",
+    time_estimate = {"smoke": "~10 s", "quick": "~13 min estimated (3 seeds, one thread; not yet measured)",
+                     "gpu": "~25 min estimated on one H100 (3 seeds; GPU time not measured: no GPU in this session)",
                      "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
     claims = [
         Claim("reversal",
               "Knowledge learned as 'name -> attributes' cannot be searched inversely ('attributes -> name') for "
-              "held-out people, unless the training text also states the names after the attributes.",
-              "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288, Table 1",
+              "people held out of QA fine-tuning, unless the training text also states the names after the "
+              "attributes (reversed biographies).",
+              SOURCE + ", Table 1",
               "inverse search ~0% (Part 3.2); reverse-direction exact match 0.0% (Berglund et al., Table 1); "
               "inverse search works when the reversed direction is in the training data",
-              "P_test inverse-search exact match (birth date + city -> name) after QA fine-tuning on P_train, per "
-              "seed: forward-only, with the reversed sentence in pretraining, and their difference; value = mean "
-              "over seeds of the difference",
+              "P_test inverse-search exact match (birth date + city -> name, an attributes-only question) after QA "
+              "fine-tuning on P_train, per seed: forward-only, with reversed biographies in pretraining (name after "
+              "the attributes), and their difference; value = mean over seeds of the difference",
               "mean over seeds: forward-only <= 0.1 and with-reverse >= 0.5, and the 95% Student-t CI across seeds "
               "of (with-reverse - forward-only) above 0",
-              gates=(MEMORISED, FORWARD_QA)),
-        Claim("reverse-sentence",
-              "Before QA fine-tuning, completing 'Born on DATE in CITY was ___' for P_test people works only when "
-              "such sentences were in pretraining.",
-              "Berglund et al., arXiv 2309.12288, Section 2 (same-format test); Allen-Zhu & Li, arXiv 2309.14402, "
-              "Section 5",
-              "reverse-direction exact match 0.0% without the reversed direction in training",
-              "P_test exact match of the name in the reversed sentence on the pretrained model, with-reverse minus "
-              "forward-only, per seed; mean over seeds",
-              "mean over seeds: forward-only <= 0.1 and with-reverse - forward-only >= 0.3 (ablation: decides "
-              "nothing)",
-              gates=(MEMORISED,), ablation=True),
+              gates=(MEMORISED, REVERSE_MEMORISED, FORWARD_QA)),
+        Claim("reverse-completion",
+              "Before any fine-tuning, completing an attributes-only prompt written in a held-out template with the "
+              "person's name works only when the training text states names after attributes.",
+              "Berglund et al., arXiv 2309.12288, Section 2, Table 1 (held-out prompt templates); Allen-Zhu & Li, "
+              "arXiv 2309.14402, Section 5",
+              "reverse-direction exact match 0.0% (GPT-3, name -> description training); 96.7% in the trained "
+              "direction (description -> name) with held-out templates",
+              "P_test greedy exact match of the full name after the held-out reversed prompt (attributes only, no "
+              "name before the answer) on the pretrained model, per seed: forward-only, with-reverse, and their "
+              "difference; value = mean over seeds of the difference",
+              "mean over seeds: forward-only <= 0.1 and with-reverse - forward-only >= 0.3, and the 95% Student-t CI "
+              "across seeds of the difference above 0",
+              gates=(MEMORISED, REVERSE_MEMORISED)),
+        Claim("name-logprob",
+              "From an attributes-only prompt, a model trained forward-only gives the correct name no more "
+              "probability than a random other person's name; trained with reversed biographies it does.",
+              "Berglund et al., arXiv 2309.12288, Section 2.1 and Figure 4 (log-probability of the correct vs a "
+              "random name)",
+              "no detectable difference between the correct and a random name after name -> description training",
+              "per seed, mean over P_test of log2 p(correct name) - log2 p(another P_test person's name) after the "
+              "held-out reversed prompt, on the pretrained model (bits): forward-only, with-reverse and their "
+              "difference; value = mean over seeds of the difference",
+              f"mean over seeds: forward-only gap <= {GAP_FORWARD_MAX} bit, and (with-reverse - forward-only) >= "
+              f"{GAP_LIFT_MIN} bits with its 95% Student-t CI across seeds above 0",
+              gates=(MEMORISED, REVERSE_MEMORISED)),
     ]
 
     def validate(self, cfg: ReversalCurseConfig) -> None:
@@ -123,29 +190,35 @@ class ReversalCurse(Experiment):
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
         rev = bool(point.params["reverse"])
+        rdocs = (reversed_docs(world, range(cfg.n_people), seed=cfg.seed, groups=cfg.reverse_groups,
+                               multiplicity=cfg.reverse_multiplicity) if rev else [])
         stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(range(cfg.n_people), cfg.data)], reverse=rev, order_seed=ctx.seed)
+                            specs=[(range(cfg.n_people), cfg.data)], extra_docs=rdocs, order_seed=ctx.seed)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
-        row = {"reverse_in_training": rev, "n_people": cfg.n_people, "params": model.num_params(),
+        row = {"reverse_in_training": rev, "reverse_groups": cfg.reverse_groups if rev else 0,
+               "n_people": cfg.n_people, "params": model.num_params(),
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
-               "pretrain_steps": pre["steps"]}
-        # memorisation on the pretrained model, for the QA-test people (the gate) and the QA-train people
+               "reverse_exposures": float(stream.exposures(cfg.n_people, pre["windows_used"], kind="bio_reverse").mean()),
+               "pretrain_steps": pre["steps"], "pretrain_tokens": pre["tokens_seen"]}
+        # memorisation gates on the pretrained model: forward biographies, and the reversed ones (with reverse)
         rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=cfg.data, device=ctx.device)
         rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=cfg.data, device=ctx.device)
         row.update({"bio_recall_train": rec_tr, "bio_recall_test": rec_te,
                     "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
-        # the reversed sentence itself ("Born on DATE in CITY was NAME ."), completed on P_test before QA
-        # fine-tuning: the trained format of the inverse direction (Berglund et al.'s same-format test)
-        rdocs = [world.bio(int(i), np.random.default_rng([cfg.seed, 17, int(i), 0]), permute=cfg.data.permute,
-                           fullname=cfg.data.fullname, reverse=True) for i in te]
-        for d in rdocs:
-            d.spans["answer"] = d.spans["reverse_name"]
-        row["reverse_sentence_name_test"] = float(exact_match(model, rdocs, device=ctx.device).mean())
+        first = {d.person: d for d in rdocs[::cfg.reverse_multiplicity]}
+        row["reverse_recall_test"] = (reverse_recall(model, [first[int(i)] for i in te], ctx.device) if rev
+                                      else float("nan"))
+        # attributes-only prompt in the held-out reversed template, before any fine-tuning
+        for tag, ppl in (("test", te), ("train", tr)):
+            prompts = [world.reverse_prompt(int(i)) for i in ppl]
+            row[f"reverse_completion_{tag}"] = float(exact_match(model, prompts, device=ctx.device).mean())
+            gap = completion_gap_bits(model, prompts, random_name_docs(world, prompts, cfg.seed), device=ctx.device)
+            row[f"name_gap_bits_{tag}"] = float(gap.mean())
+        # QA fine-tuning on P_train (forward and inverse questions), then inverse search on P_test
         ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len, inverse=True)
         train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
         row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
-        row["name_logprob_gap_bits_test"] = name_logprob_gap(model, world, te, cfg.seed, ctx.device)
         row["n_test"] = len(te)
         return row
 
@@ -153,43 +226,72 @@ class ReversalCurse(Experiment):
         def per(col: str, rev: bool) -> dict[int, float]:
             return seed_values(results, col, reverse_in_training=rev)
 
-        inv_f, inv_r = per("inverse_test", False), per("inverse_test", True)
-        seeds = paired(inv_f, inv_r)
-        if not seeds:
-            return []
-        n = int(results["n_test"].iloc[0])
-        rec_f, rec_r = per("bio_recall_test", False), per("bio_recall_test", True)
-        fwd_f, fwd_r = per("qa_test", False), per("qa_test", True)
-        fwd = [v for d in (fwd_f, fwd_r) for v in d.values()]
-        fwd_gate = (min(fwd), min(fwd) >= FORWARD_QA_MIN) if fwd else (None, None)
-        diff = across_seeds([inv_r[k] - inv_f[k] for k in seeds])
-        mf, mr = across_seeds([inv_f[k] for k in seeds]).mean, across_seeds([inv_r[k] for k in seeds]).mean
-        ok = mf <= 0.1 and mr >= 0.5 and (diff.ci is None or diff.ci[0] > 0)
-        scale = f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.exposures} exposures"
-        out = [self.judge(
-            cfg, "reversal", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
-            gates={"memorised": recall_gate(rec_f, rec_r), "forward-qa": fwd_gate},
-            details={"inverse_test_forward_only": seed_summary(inv_f), "inverse_test_with_reverse": seed_summary(inv_r),
-                     "inverse_train_forward_only": per("inverse_train", False),
-                     "forward_qa_test": {"forward_only": fwd_f, "with_reverse": fwd_r},
-                     "bio_recall_test": {"forward_only": rec_f, "with_reverse": rec_r},
-                     "name_logprob_gap_bits": {"forward_only": per("name_logprob_gap_bits_test", False),
-                                               "with_reverse": per("name_logprob_gap_bits_test", True)},
-                     "forward_only_within_run": within_run(inv_f, n), "with_reverse_within_run": within_run(inv_r, n),
-                     "paper": {"gpt3_reverse_exact_match": 0.0, "part3.2_inverse_search": "~0%"}},
-            note="" if ok else (f"At {scale}: inverse search with the reverse trained = {mr:.2f}, forward-only = "
-                                f"{mf:.2f}. The lift needs the reversed sentences memorised, e.g. N >= 10k with a "
-                                "~10M-parameter model and >= 100 exposures."))]
-        sf, sr = per("reverse_sentence_name_test", False), per("reverse_sentence_name_test", True)
-        seeds = paired(sf, sr)
-        if seeds:
-            d = across_seeds([sr[k] - sf[k] for k in seeds])
-            f = across_seeds([sf[k] for k in seeds]).mean
+        out: list[Verdict] = []
+        n = int(results["n_test"].iloc[0]) if "n_test" in results and len(results) else 0
+        mem = recall_gate(per("bio_recall_test", False), per("bio_recall_test", True))
+        rmem = recall_gate(per("reverse_recall_test", True))
+        scale = (f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.exposures} exposures, "
+                 f"reverse{cfg.reverse_groups}")
+
+        def lift(col: str):
+            f, r = per(col, False), per(col, True)
+            seeds = paired(f, r)
+            if not seeds:
+                return None
+            return (f, r, across_seeds([r[k] - f[k] for k in seeds]), across_seeds([f[k] for k in seeds]).mean,
+                    across_seeds([r[k] for k in seeds]).mean)
+
+        got = lift("inverse_test")
+        if got is not None:
+            inv_f, inv_r, diff, mf, mr = got
+            fwd_f, fwd_r = per("qa_test", False), per("qa_test", True)
+            fwd = [v for d in (fwd_f, fwd_r) for v in d.values()]
+            fwd_gate = (min(fwd), min(fwd) >= FORWARD_QA_MIN) if fwd else (None, None)
+            ok = mf <= 0.1 and mr >= 0.5 and (diff.ci is None or diff.ci[0] > 0)
             out.append(self.judge(
-                cfg, "reverse-sentence", value=d.mean, passed=f <= 0.1 and d.mean >= 0.3, ci=d.ci, ci_kind=d.kind,
-                n_seeds=d.n, gates={"memorised": recall_gate(rec_f, rec_r)},
+                cfg, "reversal", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
+                gates={"memorised": mem, "reverse-memorised": rmem, "forward-qa": fwd_gate},
+                details={"inverse_test_forward_only": seed_summary(inv_f),
+                         "inverse_test_with_reverse": seed_summary(inv_r),
+                         "inverse_train": {"forward_only": per("inverse_train", False),
+                                           "with_reverse": per("inverse_train", True)},
+                         "forward_qa_test": {"forward_only": fwd_f, "with_reverse": fwd_r},
+                         "forward_qa_train": {"forward_only": per("qa_train", False),
+                                              "with_reverse": per("qa_train", True)},
+                         "bio_recall_test": {"forward_only": per("bio_recall_test", False),
+                                             "with_reverse": per("bio_recall_test", True)},
+                         "reverse_recall_test": per("reverse_recall_test", True),
+                         "forward_only_within_run": within_run(inv_f, n), "with_reverse_within_run": within_run(inv_r, n),
+                         "paper": {"gpt3_reverse_exact_match": 0.0, "part3.2_inverse_search": "~0%"}},
+                note="" if ok else (f"At {scale}: inverse search after QA fine-tuning = {mr:.2f} with reversed "
+                                    f"biographies, {mf:.2f} forward-only.")))
+        got = lift("reverse_completion_test")
+        if got is not None:
+            sf, sr, d, f, r = got
+            ok = f <= 0.1 and d.mean >= 0.3 and (d.ci is None or d.ci[0] > 0)
+            out.append(self.judge(
+                cfg, "reverse-completion", value=d.mean, passed=ok, ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
+                gates={"memorised": mem, "reverse-memorised": rmem},
                 details={"forward_only": seed_summary(sf), "with_reverse": seed_summary(sr),
-                         "forward_only_within_run": within_run(sf, n), "with_reverse_within_run": within_run(sr, n)}))
+                         "train_people": {"forward_only": per("reverse_completion_train", False),
+                                          "with_reverse": per("reverse_completion_train", True)},
+                         "forward_only_within_run": within_run(sf, n), "with_reverse_within_run": within_run(sr, n),
+                         "paper": {"gpt3_reverse_exact_match": 0.0, "gpt3_same_direction_held_out": 0.967}},
+                note="" if ok else f"At {scale}: held-out-template completion {r:.2f} with reversed biographies, "
+                                   f"{f:.2f} forward-only."))
+        got = lift("name_gap_bits_test")
+        if got is not None:
+            gf, gr, d, f, r = got
+            ok = f <= GAP_FORWARD_MAX and d.mean >= GAP_LIFT_MIN and (d.ci is None or d.ci[0] > 0)
+            out.append(self.judge(
+                cfg, "name-logprob", value=d.mean, passed=ok, ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
+                gates={"memorised": mem, "reverse-memorised": rmem},
+                details={"forward_only_bits": seed_summary(gf), "with_reverse_bits": seed_summary(gr),
+                         "train_people_bits": {"forward_only": per("name_gap_bits_train", False),
+                                               "with_reverse": per("name_gap_bits_train", True)},
+                         "paper": "correct name no more likely than a random name (Berglund et al., Figure 4)"},
+                note="" if ok else f"At {scale}: correct-minus-random name log-probability {f:.2f} bits "
+                                   f"forward-only, {r:.2f} bits with reversed biographies."))
         return out
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -198,19 +300,34 @@ class ReversalCurse(Experiment):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4))
-        x = np.arange(len(results))
-        cols = [("qa_test", "forward QA (P_test)"), ("inverse_train", "inverse (P_train, fine-tuned)"),
-                ("inverse_test", "inverse (P_test)")]
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1.2]})
+        g = results.groupby("reverse_in_training")
+        cols = [("qa_test", "forward QA (fine-tuned)"), ("inverse_test", "inverse QA (fine-tuned)"),
+                ("reverse_completion_test", "held-out reversed prompt (pretrained)")]
+        labels = {False: "forward only", True: "with reversed biographies"}
+        conds = [c for c in (False, True) if c in g.groups]
+        x = np.arange(len(conds))
         for k, (c, lab) in enumerate(cols):
-            ax.bar(x + (k - 1) * 0.27, results[c], 0.27, label=lab)
-        multi = "seed_index" in results and results["seed_index"].max() > 0
-        ax.set_xticks(x, [("reverse in training" if r.reverse_in_training else "forward only") +
-                          (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()])
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("exact-match accuracy")
-        ax.legend(fontsize=8)
-        ax.set_title("Reversal curse on bioS")
+            m = [g.get_group(cond)[c].mean() for cond in conds]
+            ax[0].bar(x + (k - 1) * 0.27, m, 0.27, label=lab)
+            for j, cond in enumerate(conds):
+                ax[0].scatter(np.full(len(g.get_group(cond)), x[j] + (k - 1) * 0.27), g.get_group(cond)[c],
+                              color="k", s=8, zorder=3)
+        ax[0].set_xticks(x, [labels[c] for c in conds])
+        ax[0].set_ylim(0, 1.05)
+        ax[0].set_ylabel("exact match (P_test)")
+        ax[0].legend(fontsize=8)
+        ax[0].set_title("Reversal curse on bioS (dots: seeds)")
+        for j, cond in enumerate(conds):
+            v = g.get_group(cond)["name_gap_bits_test"]
+            ax[1].bar(j, v.mean(), 0.6, color="C3" if cond else "C0")
+            ax[1].scatter(np.full(len(v), j), v, color="k", s=8, zorder=3)
+        ax[1].axhline(0, color="k", lw=0.8)
+        ax[1].set_xticks(range(len(conds)), [labels[c] for c in conds], fontsize=8)
+        ax[1].set_ylabel("log2 p(correct) - log2 p(random name), bits")
+        ax[1].set_title("Berglund et al. completion test")
         return [save_figure(fig, run, "reversal.png",
-                            "Forward QA and inverse search (birth date + city -> name) with and without "
-                            "the reversed direction in the pretraining biographies.")]
+                            "Left: forward QA and inverse search after QA fine-tuning on P_train, and greedy "
+                            "completion of the held-out attributes-only prompt on the pretrained model, for P_test. "
+                            "Right: how much more likely the correct name is than another person's name after that "
+                            "prompt (0: the reversal curse).")]

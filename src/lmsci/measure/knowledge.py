@@ -19,6 +19,10 @@ with every loss in bits:
   of the ``CE_a`` is the cross-entropy of all attributes jointly given the name.
   ``company_city`` is determined by ``company`` (which precedes it), so its pool term is 0 bits.
 * The bioD dictionary term is 0: bioS pools are fixed and not learned from data.
+* The He/She pronoun bit: with pronouns (bioS without ``fullname``), the first pronoun after the name
+  reveals the person's gender, one uniformly drawn bit per person (``He`` for even ids, ``She`` for
+  odd ids, independent of the name), so the term ``N * max(0, 1 - CE_pronoun)`` is added, with
+  ``CE_pronoun`` the bits of that pronoun token given the name and the first sentence.
 
 Each term is clipped at zero after averaging over people (the conservative form of the bound).
 The capacity ratio is bits / parameters; :func:`bits_per_param` counts **all** parameters
@@ -123,8 +127,8 @@ def bits_per_param(bits: float, model: torch.nn.Module) -> dict[str, float]:
 
 
 def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequence[str],
-                 people: Sequence[int] | None = None, fullname: bool = False, batch_size: int = 256,
-                 device: str = "cpu") -> dict[str, Any]:
+                 people: Sequence[int] | None = None, fullname: bool = False, pronoun: bool = False,
+                 batch_size: int = 256, device: str = "cpu") -> dict[str, Any]:
     """Stored bits of ``model`` about ``world`` (a :class:`lmsci.worlds.bios.BiosWorld`).
 
     Renders one evaluation biography per person (canonical order, templates drawn from ``seed``,
@@ -135,6 +139,8 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequen
     Args:
         attrs: the attributes whose value tokens are scored (for bioS, ``lmsci.worlds.bios.ATTRS``; the
             world's ``value_bits()`` must cover them).
+        pronoun: add the He/She bit (module docstring; ``knowledge-capacity`` counts it); ignored with
+            ``fullname`` (no pronouns).
 
     Returns:
         ``{"bits": {...terms..., "total"}, "name_ce_bits": p1, "ce_bits": {attr: CE_a},
@@ -143,10 +149,63 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequen
     attrs = list(attrs)
     people = range(world.n) if people is None else people
     docs = [world.bio(int(i), np.random.default_rng([seed, 31, int(i)]), fullname=fullname) for i in people]
-    ce = span_ce_bits(model, docs, ["name", *attrs], batch_size, device)
-    pool = world.value_bits()
+    keys = ["name", *attrs]
+    if pronoun and not fullname:
+        add_pronoun_spans(world, docs)
+        keys.append("pronoun")
+    ce = span_ce_bits(model, docs, keys, batch_size, device)
+    pool = dict(world.value_bits())
     name_ce = float(ce["name"].mean())
     attr_ce = {a: float(ce[a].mean()) for a in attrs}
+    if "pronoun" in ce:
+        pool["pronoun"] = PRONOUN_BITS
+        attr_ce["pronoun"] = float(ce["pronoun"].mean())
     bits = stored_bits(world.n, world.pools.n0, name_ce, attr_ce, pool)
     return {"bits": bits, "name_ce_bits": name_ce, "ce_bits": attr_ce,
             "ideal_bits": ideal_bits(world.n, world.pools.n0, pool)}
+
+
+PRONOUN_BITS = 1.0
+"""Bits of the He/She choice per person: one uniformly drawn bit (bioS: by id parity)."""
+
+
+def add_pronoun_spans(world: Any, docs: Sequence[Any]) -> None:
+    """Set ``doc.spans["pronoun"]`` to the first He/She token after the name in each biography.
+
+    Raises:
+        ValueError: a biography without a pronoun after its name (e.g. a ``fullname`` one).
+    """
+    ids = {world.vocab.encode([w])[0] for w in ("He", "She")}
+    for d in docs:
+        start = d.spans["name"][0][1]
+        pos = next((t for t in range(start, len(d.ids)) if d.ids[t] in ids), None)
+        if pos is None:
+            raise ValueError(f"no He/She after the name in the biography of person {d.person}")
+        d.spans["pronoun"] = [(pos, pos + 1)]
+
+
+def completion_gap_bits(model: torch.nn.Module, right: Sequence[Any], wrong: Sequence[Any], key: str = "answer",
+                        batch_size: int = 256, device: str = "cpu") -> np.ndarray:
+    """Per prompt: bits of a wrong completion minus bits of the right one (> 0: the right one is likelier).
+
+    Berglund et al.'s log-probability test (arXiv 2309.12288, Section 2.1, the ``randomized`` controls): the
+    same prompt completed with the correct name and with another person's name; under the reversal curse
+    the correct name is no more likely than a random one (gap ~ 0).
+
+    Args:
+        right, wrong: documents paired by index, identical up to the ``key`` span (same token positions).
+
+    Returns:
+        float array ``[len(right)]`` of ``-log2 p(wrong) + log2 p(right)`` summed over the span's tokens.
+
+    Raises:
+        ValueError: different lengths, or a pair whose ``key`` spans differ.
+    """
+    if len(right) != len(wrong):
+        raise ValueError(f"{len(right)} right vs {len(wrong)} wrong completions")
+    for a, b in zip(right, wrong):
+        if a.spans[key][0] != b.spans[key][0]:
+            raise ValueError(f"span {key!r} differs between paired documents: {a.spans[key][0]} vs {b.spans[key][0]}")
+    r = span_ce_bits(model, right, [key], batch_size, device)[key]
+    w = span_ce_bits(model, wrong, [key], batch_size, device)[key]
+    return w - r

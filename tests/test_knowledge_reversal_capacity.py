@@ -1,0 +1,263 @@
+"""reversal-curse and knowledge-capacity under issue 11's protocols: reversed biographies put the name after
+the attributes and the evaluation prompt holds no name; Berglund et al.'s completion test scores the correct
+vs a random name; the He/She bit is counted; fresh renders differ across exposures; and the verdicts of every
+claim on synthetic results tables (reproduced / not reproduced / inconclusive)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from lmsci.config import resolve_config
+from lmsci.experiments import registry
+from lmsci.experiments.knowledge_capacity import FreshBioStream, gpt2
+from lmsci.experiments.reversal_curse import random_name_docs
+from lmsci.measure.knowledge import completion_gap_bits, measure_bits
+from lmsci.report import compute_verdicts
+from lmsci.runs import RunDir
+from lmsci.worlds.bios import ATTRS, BiosWorld
+
+SEEDS = (0, 1, 2)
+JITTER = {0: -0.01, 1: 0.0, 2: 0.01}
+
+
+class Oracle(torch.nn.Module):
+    """All probability on the true next token (it peeks at the input)."""
+
+    def __init__(self, v: int):
+        super().__init__()
+        self.v = v
+
+    def forward(self, ids):
+        return 100.0 * torch.nn.functional.one_hot(torch.roll(ids, -1, dims=1), self.v).float()
+
+
+class Uniform(torch.nn.Module):
+    def __init__(self, v: int):
+        super().__init__()
+        self.v = v
+
+    def forward(self, ids):
+        return torch.zeros(*ids.shape, self.v)
+
+
+class Knows(torch.nn.Module):
+    """Puts all probability on the *right* document's next token, whatever follows the prompt: a model that
+    stored attributes -> name (documents are recognised by their first 12 tokens)."""
+
+    def __init__(self, docs, v: int):
+        super().__init__()
+        self.table = {tuple(d.ids[:12]): d.ids for d in docs}
+        self.v = v
+
+    def forward(self, ids):
+        out = torch.zeros(*ids.shape, self.v)
+        for b in range(ids.shape[0]):
+            right = self.table[tuple(ids[b, :12].tolist())]
+            nxt = torch.tensor(right[1:] + [0] * (ids.shape[1] - len(right) + 1))
+            out[b] = 100.0 * torch.nn.functional.one_hot(nxt, self.v).float()
+        return out
+
+
+def _contains(seq: list[int], sub: list[int]) -> bool:
+    return any(seq[k:k + len(sub)] == sub for k in range(len(seq) - len(sub) + 1))
+
+
+# -- data ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_reversed_biography_puts_the_name_after_the_attributes(groups):
+    w = BiosWorld(30, seed=0)
+    for i in range(30):
+        d = w.bio_reversed(i, np.random.default_rng(i), groups=groups)
+        name = w.vocab.encode(w.name_words(i))
+        names = d.spans["name"]
+        assert len(names) == groups and d.kind == "bio_reverse"
+        first = names[0][0]
+        assert d.ids[first:first + len(name)] == name
+        assert not _contains(d.ids[:first], name)  # no copy source before the first name
+        # every attribute value sits before the name of its own sentence
+        bounds = [0] + [e for _, e in names]
+        for a in ATTRS:
+            (s, e), = d.spans[a]
+            k = next(j for j in range(groups) if bounds[j] <= s < bounds[j + 1])
+            assert e <= names[k][0]
+    assert len(w.vocab) == len(BiosWorld(5, seed=1).vocab) == 600  # the vocabulary is unchanged
+
+
+def test_evaluation_prompt_holds_no_name_and_uses_a_held_out_template():
+    w = BiosWorld(20, seed=0)
+    trained = {tuple(w.bio_reversed(i, np.random.default_rng([k, i]), groups=1).ids[:-9])
+               for i in range(20) for k in range(30)}
+    for i in range(20):
+        d = w.reverse_prompt(i)
+        (s, e), = d.spans["answer"]
+        name = w.vocab.encode(w.name_words(i))
+        assert d.ids[s:e] == name and not _contains(d.ids[:s], name)
+        assert "entered life" in w.vocab.decode(d.ids[:s])  # the held-out clause, never in training
+        assert tuple(d.ids[:-9]) not in trained
+
+
+def test_fresh_renders_differ_across_exposures():
+    w = BiosWorld(12, seed=0)
+    st = FreshBioStream(w, seed=0, order_seed=0, seq_len=256, permute=True)
+    e0, e1 = st.epoch(0), st.epoch(1)
+    assert not torch.equal(e0.input_ids[: min(len(e0.input_ids), len(e1.input_ids))],
+                           e1.input_ids[: min(len(e0.input_ids), len(e1.input_ids))])
+    # the same person's biography differs (templates and sentence order) from one exposure to the next
+    from lmsci.worlds.bios import bio_docs
+    d = [bio_docs(w, [3], multiplicity=1, permute=True, fullname=False, seed=0, epoch=e)[0] for e in (1, 2, 3)]
+    assert len({tuple(x.ids) for x in d}) == 3
+    orders = {tuple(sorted(ATTRS, key=lambda a: x.spans[a][0][0])) for x in d}
+    assert len(orders) > 1
+    assert (e0.exposures(12) == 1).all()  # one biography per person per epoch
+
+
+def test_fresh_stream_counts_exposures_and_reduces_the_batch_for_min_steps():
+    w = BiosWorld(20, seed=0)
+    st = FreshBioStream(w, seed=0, order_seed=1, seq_len=128)
+    b, steps = st.plan(exposures=3, max_batch=2, min_steps=0)
+    w0 = int(st.epoch(0).input_ids.shape[0])
+    assert b == 2 and steps == 3 * math.ceil(w0 / 2)
+    for s in range(steps):
+        x, y = st.get_batch(s, torch.Generator())
+        assert x.shape == (2, 128)
+    assert sorted(st.counted) == [0, 1, 2]
+    assert sum(c[1] for c in st.counted.values()) >= 2  # nearly everyone seen once per epoch
+    assert sum(c[0] for c in st.counted.values()) == pytest.approx(3, abs=0.6)
+    st2 = FreshBioStream(w, seed=0, order_seed=1, seq_len=128)
+    b2, steps2 = st2.plan(exposures=3, max_batch=8, min_steps=10_000)
+    assert b2 == 1 and steps2 >= int(st2.epoch(0).input_ids.shape[0]) * 3 - 3
+
+
+# -- instruments ----------------------------------------------------------------------------------------
+def test_completion_test_scores_correct_vs_random_names():
+    w = BiosWorld(40, seed=0)
+    right = [w.reverse_prompt(i) for i in range(40)]
+    wrong = random_name_docs(w, right, seed=0)
+    assert all(r.ids[:r.spans["answer"][0][0]] == x.ids[:x.spans["answer"][0][0]] for r, x in zip(right, wrong))
+    assert all(r.ids != x.ids for r, x in zip(right, wrong))  # another person's name
+    v = len(w.vocab)
+    gap = completion_gap_bits(Knows(right, v), right, wrong)
+    assert (gap > 100).all()  # a model that stored attributes -> name prefers the right name
+    assert np.allclose(completion_gap_bits(Oracle(v), right, wrong), 0.0)  # copying what it reads is no knowledge
+    assert np.allclose(completion_gap_bits(Uniform(v), right, wrong), 0.0)  # the curse: no preference
+    with pytest.raises(ValueError):
+        completion_gap_bits(Uniform(v), right, wrong[:-1])
+
+
+def test_pronoun_bit_is_counted():
+    w = BiosWorld(50, seed=0)
+    v = len(w.vocab)
+    with_p = measure_bits(Oracle(v), w, seed=0, attrs=ATTRS, pronoun=True)
+    without = measure_bits(Oracle(v), w, seed=0, attrs=ATTRS)
+    assert with_p["bits"]["pronoun"] == pytest.approx(50.0)  # one bit per person
+    assert with_p["bits"]["total"] == pytest.approx(without["bits"]["total"] + 50.0)
+    assert with_p["ideal_bits"] == pytest.approx(without["ideal_bits"] + 50.0)
+    chance = measure_bits(Uniform(v), w, seed=0, attrs=ATTRS, pronoun=True)
+    assert chance["bits"]["pronoun"] == 0.0 and chance["ce_bits"]["pronoun"] == pytest.approx(math.log2(v), rel=1e-5)
+
+
+# -- verdicts ------------------------------------------------------------------------------------------
+def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "quick"):
+    exp = registry.get(name)()
+    cfg = resolve_config(exp.Config, preset, sets or [])
+    df = pd.DataFrame(rows)
+    full = compute_verdicts(exp, cfg, df, RunDir(tmp_path))
+    assert [v.claim_id for v in full] == [c.id for c in exp.claims]
+    return {v.claim_id: v for v in full}
+
+
+def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_recall=0.99, fwd_qa=0.95):
+    rows = []
+    for k, rev in enumerate((False, True)):
+        for s in SEEDS:
+            rows.append({"point": ("with_reverse" if rev else "forward_only") + (f"__s{s}" if s else ""),
+                         "reverse_in_training": rev, "inverse_test": min(1, max(0, inv[k] + JITTER[s])),
+                         "inverse_train": 1.0, "qa_test": fwd_qa, "qa_train": 1.0, "bio_recall_test": recall,
+                         "reverse_recall_test": rev_recall if rev else float("nan"),
+                         "reverse_completion_test": min(1, max(0, comp[k] + JITTER[s])),
+                         "reverse_completion_train": comp[k], "name_gap_bits_test": gap[k] + 10 * JITTER[s],
+                         "name_gap_bits_train": gap[k], "n_test": 80, "seed_index": s, "status": "ok"})
+    return rows
+
+
+@pytest.mark.parametrize("kw, outcomes", [
+    ({}, {"reversal": REPRODUCED, "reverse-completion": REPRODUCED, "name-logprob": REPRODUCED}),   # the papers
+    (dict(inv=(0.3, 0.9), comp=(0.4, 0.9), gap=(4.0, 8.0)),                                          # no curse
+     {"reversal": NOT_REPRODUCED, "reverse-completion": NOT_REPRODUCED, "name-logprob": NOT_REPRODUCED}),
+    (dict(inv=(0.0, 0.1), comp=(0.0, 0.1), gap=(0.0, 0.5)),                                          # no lift
+     {"reversal": NOT_REPRODUCED, "reverse-completion": NOT_REPRODUCED, "name-logprob": NOT_REPRODUCED}),
+    (dict(recall=0.5), {"reversal": INCONCLUSIVE, "reverse-completion": INCONCLUSIVE, "name-logprob": INCONCLUSIVE}),
+    (dict(rev_recall=0.4, inv=(0.0, 0.0), comp=(0.0, 0.0), gap=(0.0, 0.0)),  # reversed text not memorised
+     {"reversal": INCONCLUSIVE, "reverse-completion": INCONCLUSIVE, "name-logprob": INCONCLUSIVE}),
+    (dict(fwd_qa=0.05), {"reversal": INCONCLUSIVE, "reverse-completion": REPRODUCED, "name-logprob": REPRODUCED}),
+])
+def test_reversal_verdicts(kw, outcomes, tmp_path):
+    vs = _verdicts("reversal-curse", _rev_rows(**kw), tmp_path)
+    for cid, outcome in outcomes.items():
+        assert vs[cid].outcome == outcome, (cid, vs[cid].reasons)
+        assert vs[cid].n_seeds == 3
+    if kw.get("rev_recall"):
+        assert any("reverse-memorised" in r for r in vs["reverse-completion"].reasons)
+    if kw.get("fwd_qa"):
+        assert any("forward-qa" in r for r in vs["reversal"].reasons)
+
+
+def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, big_n=True):
+    rows = []
+    models = (("GPT2-2-2", 2, 4.7e5), ("GPT2-2-4", 4, 1.7e6))
+    for E, p in peak.items():
+        grid = (10_000, 20_000, 50_000, 100_000) if big_n else (100, 200)
+        for model, h, params in models:
+            for k, n in enumerate(grid):
+                ideal = 60.0 * n
+                bpp = p * (0.5, 1.0, 0.9, 0.85)[k]
+                for s in SEEDS:
+                    b = (bpp + JITTER[s]) * params
+                    rows.append({"point": f"{model}_E{E}_N{n}" + (f"__s{s}" if s else ""), "model": model,
+                                 "n_layers": n_layers, "n_heads": h, "d_model": d_per_head * h, "n_people": n,
+                                 "exposures_nominal": E, "exposures": float(E), "steps": steps, "batch_size": 8,
+                                 "tokens_seen": steps * 8 * 512, "bits": b, "ideal_bits": ideal,
+                                 "fraction_of_ideal": b / ideal, "params": params, "params_non_embedding": 0.8 * params,
+                                 "bits_per_param": b / params, "bits_per_param_non_embedding": b / (0.8 * params),
+                                 "seed_index": s, "status": "ok"})
+    return rows
+
+
+@pytest.mark.parametrize("peak, kw, outcomes, reason", [
+    ({100: 1.0, 1000: 2.2}, {}, {100: REPRODUCED, 1000: REPRODUCED}, None),          # the paper's numbers
+    ({100: 0.3, 1000: 1.0}, {}, {100: NOT_REPRODUCED, 1000: NOT_REPRODUCED}, None),
+    ({100: 2.0}, {}, {100: NOT_REPRODUCED, 1000: INCONCLUSIVE}, None),                 # 1000 not measured
+    ({100: 1.0, 1000: 2.2}, dict(n_layers=1), {100: INCONCLUSIVE, 1000: INCONCLUSIVE}, "gpt2-family"),
+    ({100: 1.0, 1000: 2.2}, dict(d_per_head=32), {100: INCONCLUSIVE, 1000: INCONCLUSIVE}, "gpt2-family"),
+    ({100: 0.3, 1000: 1.0}, dict(steps=5_000), {100: INCONCLUSIVE, 1000: INCONCLUSIVE}, "training-steps"),
+    ({100: 0.3, 1000: 1.0}, dict(big_n=False), {100: INCONCLUSIVE, 1000: INCONCLUSIVE}, "data-sufficient"),
+])
+def test_capacity_verdicts(peak, kw, outcomes, reason, tmp_path):
+    vs = _verdicts("knowledge-capacity", _cap_rows(peak, **kw), tmp_path)
+    for E, outcome in outcomes.items():
+        v = vs[f"capacity-{E}-exposures"]
+        assert v.outcome == outcome, (E, v.reasons)
+        if E in peak and kw.get("big_n", True):
+            assert v.value == pytest.approx(peak[E], abs=1e-6) and v.n_seeds == 3
+            assert v.ci[0] <= v.value <= v.ci[1]
+        if reason and E in peak:
+            assert any(reason in r for r in v.reasons)
+
+
+def test_capacity_presets_follow_the_issue():
+    from lmsci.experiments.knowledge_capacity import KnowledgeCapacityConfig as C
+    gpu = resolve_config(C, "gpu")
+    assert [(m.n_layers, m.n_heads, m.d_model) for m in gpu.models] == [(2, 2, 128), (2, 4, 256)]
+    assert [(r.exposures, r.n_people) for r in gpu.regimes] == [(100, [10_000, 20_000, 50_000, 100_000]),
+                                                               (1000, [20_000])]
+    assert gpu.min_steps == 50_000 and gpu.checkpoint_every > 0
+    quick = resolve_config(C, "quick")
+    assert all(m.n_layers >= 2 and m.d_model == 64 * m.n_heads for m in quick.models)
+    assert {r.exposures for r in quick.regimes} == {100, 1000}
+    assert gpt2(2, 2) == {"n_layers": 2, "n_heads": 2, "d_model": 128}
