@@ -47,3 +47,12 @@ def test_stacked_bench_prints_ratio_mfu_and_equal_losses():
     diff = float(re.search(r"max rel\. loss difference ([0-9.e+-]+)", text).group(1))
     assert ratio > 0 and mfu > 0
     assert diff < 1e-5  # the stacked arm trains the same models on the same batches
+
+
+def test_bios_pipeline_bench_prints_rates_memory_and_a_ratio():
+    text = _run("bench_bios_pipeline.py", "--old-n", "30", "60", "--new-n", "100", "400",
+                "--bios", "800", "--seq-len", "256", "--batch-size", "4")
+    wall, cpu = map(float, re.search(r"ratio new/old: ([0-9.]+)x \(wall\), ([0-9.]+)x \(CPU\)", text).groups())
+    assert wall > 0 and cpu > 0
+    assert len(re.findall(r"^new  BioStream .* bios/s CPU .* peak +[0-9.]+ MB", text, flags=re.M)) == 2
+    assert re.search(r"peak memory: old x[0-9.]+ .*; new x[0-9.]+ ", text)

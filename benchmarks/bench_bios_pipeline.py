@@ -1,0 +1,125 @@
+"""bioS data pipeline: the Python path (``bio_docs`` + ``pack``) vs the streaming one (``bios_stream``).
+
+Both arms render, tokenise and pack bioS biographies (Allen-Zhu & Li, Physics of LMs Part 3.1,
+arXiv 2309.14316, Section 2; "bioS multi+permute": a fresh biography with new templates and a new
+sentence order per exposure, He/She after the first sentence) into ``--seq-len`` windows with no
+person twice in a window, on one core (numpy/torch one thread, numba kernels are single-threaded):
+
+* old: :func:`lmsci.worlds.bios.bio_docs` (one epoch of N biographies) + :func:`lmsci.worlds.bios.pack`,
+  materialised in RAM, as ``knowledge_common.bio_stream`` does per epoch;
+* new: iterating :class:`lmsci.worlds.bios_stream.BioStream` (``fresh=True, permute=True``) over
+  ``--bios`` biographies (``exposures = bios / N``), batches of ``--batch-size`` windows as LongTensors.
+
+It prints biographies per second of each arm (wall clock and process CPU time; the CPU figure is
+the one to trust on a shared machine), the peak traced memory (``tracemalloc``, numpy buffers
+included) of each arm at two N values, and the ratio new/old. The memory of the new arm is
+measured without the exposure counters (``count_exposures=False``; they add 16 bytes per person,
+as the world's own arrays add 88).
+
+Measured 2026-11-23 on the shared 2-core machine, under ``nice -n 19`` while it was loaded (load
+average 4-10 from other sessions), ``--threads 1``, seq_len 512 (default arguments):
+see the README section "bioS data pipeline" for the figures of that run.
+
+Usage::
+
+    nice -n 19 python benchmarks/bench_bios_pipeline.py
+    python benchmarks/bench_bios_pipeline.py --old-n 50 100 --new-n 200 2000 --bios 4000   # smallest
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import tracemalloc
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from lmsci.worlds.bios import BiosWorld, bio_docs, pack  # noqa: E402
+from lmsci.worlds.bios_stream import BioStream  # noqa: E402
+
+
+def old_arm(world: BiosWorld, seq_len: int, seed: int) -> int:
+    docs = bio_docs(world, range(world.n), multiplicity=1, permute=True, fullname=False, seed=seed, epoch=1)
+    packed = pack(docs, seq_len, seed=seed)
+    return int(packed.input_ids.shape[0])
+
+
+def new_arm(world: BiosWorld, seq_len: int, batch: int, exposures: int, seed: int, count: bool) -> int:
+    s = BioStream(world, seq_len=seq_len, batch_size=batch, exposures=exposures, seed=seed, permute=True,
+                  fresh=True, count_exposures=count)
+    w = 0
+    for b in s:
+        w += int(b.input_ids.shape[0])
+    if count:
+        assert int(s.exposures.min()) == int(s.exposures.max()) == exposures
+    return w
+
+
+def timed(fn) -> tuple[float, float, int]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def peak_mb(fn) -> float:
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old-n", nargs=2, type=int, default=[1000, 4000], help="two N for the old path")
+    ap.add_argument("--new-n", nargs=2, type=int, default=[10_000, 1_000_000], help="two N for the stream")
+    ap.add_argument("--bios", type=int, default=1_000_000, help="biographies per stream run")
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    L, B = args.seq_len, args.batch_size
+
+    # warm up both arms (imports, numba's compiled-kernel cache) on a tiny world
+    tiny = BiosWorld(50, seed=1)
+    old_arm(tiny, L, 0)
+    new_arm(tiny, L, B, 2, 0, True)
+
+    print(f"bioS pipeline, seq_len {L}, batch {B}, {args.threads} thread(s), load average "
+          f"{os.getloadavg()[0]:.1f}; biographies rendered + tokenised + packed")
+    rates_old, rates_new, mem_old, mem_new = [], [], [], []
+    for n in args.old_n:
+        world = BiosWorld(n, seed=args.seed)
+        wall, cpu, windows = timed(lambda: old_arm(world, L, args.seed))
+        mem = peak_mb(lambda: old_arm(world, L, args.seed))
+        rates_old.append((n / wall, n / cpu))
+        mem_old.append(mem)
+        print(f"old  bio_docs+pack  N={n:>9,}  x 1 exposure  : {n / wall:>10,.0f} bios/s wall "
+              f"{n / cpu:>10,.0f} bios/s CPU   peak {mem:8.1f} MB   ({windows} windows)")
+    for n in args.new_n:
+        world = BiosWorld(n, seed=args.seed)
+        e = max(1, args.bios // n)
+        wall, cpu, windows = timed(lambda: new_arm(world, L, B, e, args.seed, True))
+        mem = peak_mb(lambda: new_arm(world, L, B, e, args.seed, False))
+        rates_new.append((n * e / wall, n * e / cpu))
+        mem_new.append(mem)
+        print(f"new  BioStream      N={n:>9,}  x {e:>3} exposures: {n * e / wall:>10,.0f} bios/s wall "
+              f"{n * e / cpu:>10,.0f} bios/s CPU   peak {mem:8.1f} MB   ({windows} windows)")
+    old_w, old_c = np.mean([r[0] for r in rates_old]), np.mean([r[1] for r in rates_old])
+    new_w, new_c = np.mean([r[0] for r in rates_new]), np.mean([r[1] for r in rates_new])
+    print(f"ratio new/old: {new_w / old_w:.1f}x (wall), {new_c / old_c:.1f}x (CPU); "
+          f"new {new_c:,.0f} bios/s CPU vs target 100,000")
+    print(f"peak memory: old x{mem_old[1] / mem_old[0]:.2f} for N x{args.old_n[1] / args.old_n[0]:.0f}; "
+          f"new x{mem_new[1] / mem_new[0]:.2f} for N x{args.new_n[1] / args.new_n[0]:.0f}")
+
+
+if __name__ == "__main__":
+    main()
