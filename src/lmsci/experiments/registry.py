@@ -26,6 +26,8 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.double_descent",
     "lmsci.experiments.benign_overfitting",
     "lmsci.experiments.implicit_bias",
+    "lmsci.experiments.cfg_learning",
+    "lmsci.experiments.cfg_probing",
 ]
 
 _loaded = False

@@ -236,6 +236,24 @@ class CFG:
             bnd[l, -1] = True
         return CFGSample(tokens=syms + 1, ancestor=anc, boundary=bnd)
 
+    def sample_stream(self, m: int, rng: np.random.Generator) -> np.ndarray:
+        """``m`` independent strings, each followed by EOS, concatenated: ``[sum(len_i + 1)]`` int64.
+
+        All ``m`` trees are expanded together level by level (the same law as :meth:`sample`, without labels);
+        this is the fresh-sample training stream (physics_of_lms.md sec. 1.3: "always fresh samples")."""
+        syms = np.zeros(m, np.int64)
+        root = np.arange(m)
+        for l in range(self.depth):
+            nr, tab, ln = self._tables[l]
+            k = (rng.random(len(syms)) * nr[syms]).astype(np.int64)
+            lens = ln[syms, k]
+            rows = tab[syms, k]
+            mask = np.arange(rows.shape[1])[None, :] < lens[:, None]
+            syms = rows[mask]
+            root = np.repeat(root, lens)
+        ends = np.flatnonzero(np.r_[root[1:] != root[:-1], True])  # last token of each string
+        return np.insert(syms + 1, ends + 1, self.eos)
+
     def sample_many(self, n: int, rng: np.random.Generator) -> list[CFGSample]:
         """``n`` independent samples (see :meth:`sample`)."""
         return [self.sample(rng) for _ in range(n)]
