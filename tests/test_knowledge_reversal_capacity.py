@@ -15,12 +15,13 @@ import torch
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments import registry
-from lmsci.experiments.knowledge_capacity import FreshBioStream, gpt2
+from lmsci.experiments.knowledge_capacity import ResumableStream, gpt2, plan_batch
 from lmsci.experiments.reversal_curse import random_name_docs
 from lmsci.measure.knowledge import completion_gap_bits, measure_bits
 from lmsci.report import compute_verdicts
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_stream import BioStream
 
 SEEDS = (0, 1, 2)
 JITTER = {0: -0.01, 1: 0.0, 2: 0.01}
@@ -102,36 +103,33 @@ def test_evaluation_prompt_holds_no_name_and_uses_a_held_out_template():
         assert tuple(d.ids[:-9]) not in trained
 
 
+def _stream(w, E, batch=2, seq_len=128):
+    return BioStream(w, seq_len=seq_len, batch_size=batch, exposures=E, seed=0, permute=True, fresh=True, order_seed=1)
+
+
 def test_fresh_renders_differ_across_exposures():
     w = BiosWorld(12, seed=0)
-    st = FreshBioStream(w, seed=0, order_seed=0, seq_len=256, permute=True)
-    e0, e1 = st.epoch(0), st.epoch(1)
-    assert not torch.equal(e0.input_ids[: min(len(e0.input_ids), len(e1.input_ids))],
-                           e1.input_ids[: min(len(e0.input_ids), len(e1.input_ids))])
-    # the same person's biography differs (templates and sentence order) from one exposure to the next
-    from lmsci.worlds.bios import bio_docs
-    d = [bio_docs(w, [3], multiplicity=1, permute=True, fullname=False, seed=0, epoch=e)[0] for e in (1, 2, 3)]
-    assert len({tuple(x.ids) for x in d}) == 3
+    st = _stream(w, 3)
+    d = [st.training_bios([3], copy=e)[0] for e in (0, 1, 2)]  # exposure e of person 3, as trained on
+    assert len({tuple(x.ids) for x in d}) == 3  # new templates every exposure
     orders = {tuple(sorted(ATTRS, key=lambda a: x.spans[a][0][0])) for x in d}
-    assert len(orders) > 1
-    assert (e0.exposures(12) == 1).all()  # one biography per person per epoch
+    assert len(orders) > 1  # and a new sentence order
+    assert all(w.vocab.decode(x.ids).count(" He ") + w.vocab.decode(x.ids).count(" She ") == 5 for x in d)
 
 
-def test_fresh_stream_counts_exposures_and_reduces_the_batch_for_min_steps():
+def test_capacity_stream_exposures_min_steps_and_resume():
     w = BiosWorld(20, seed=0)
-    st = FreshBioStream(w, seed=0, order_seed=1, seq_len=128)
-    b, steps = st.plan(exposures=3, max_batch=2, min_steps=0)
-    w0 = int(st.epoch(0).input_ids.shape[0])
-    assert b == 2 and steps == 3 * math.ceil(w0 / 2)
-    for s in range(steps):
-        x, y = st.get_batch(s, torch.Generator())
-        assert x.shape == (2, 128)
-    assert sorted(st.counted) == [0, 1, 2]
-    assert sum(c[1] for c in st.counted.values()) >= 2  # nearly everyone seen once per epoch
-    assert sum(c[0] for c in st.counted.values()) == pytest.approx(3, abs=0.6)
-    st2 = FreshBioStream(w, seed=0, order_seed=1, seq_len=128)
-    b2, steps2 = st2.plan(exposures=3, max_batch=8, min_steps=10_000)
-    assert b2 == 1 and steps2 >= int(st2.epoch(0).input_ids.shape[0]) * 3 - 3
+    n_win = _stream(w, 3, batch=1).count_windows()
+    assert plan_batch(n_win, 8, 0) == (8, -(-n_win // 8))
+    b, steps = plan_batch(n_win, 8, 10_000)
+    assert b == 1 and steps == n_win  # the batch shrinks to reach the steps the paper trains
+    full = ResumableStream(_stream(w, 3))
+    xs = [full.get_batch(s)[0] for s in range(-(-n_win // 2))]
+    assert (full.stream.exposures == 3).all()  # every person exactly 3 fresh biographies
+    resumed = ResumableStream(_stream(w, 3))
+    assert torch.equal(resumed.get_batch(4)[0], xs[4])  # a resumed run skips to its step
+    with pytest.raises(ValueError):
+        resumed.get_batch(2)
 
 
 # -- instruments ----------------------------------------------------------------------------------------

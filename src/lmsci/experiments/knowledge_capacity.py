@@ -12,17 +12,16 @@ For each model the capacity is the peak over N of bits/param; the claim takes th
 
 Data (Part 3.3, Section 2): every exposure is a *fresh* rendering of the person's biography (new
 templates and a new sentence order; the full name in the first sentence, He/She after it), shuffled
-across people and packed into windows with no person twice in a window. Epochs are rendered one at a
-time (:class:`FreshBioStream`: memory constant in the number of exposures); training checkpoints every
-``checkpoint_every`` steps, so a point that does not finish within one command resumes where it stopped
-when the same ``lmsci run ... --out DIR`` is repeated.
+across people and packed into windows with no person twice in a window, rendered, tokenised and packed
+on the fly by :class:`lmsci.worlds.bios_stream.BioStream` (``fresh=True``: memory constant in N and in
+the exposures; each pass shows every person once, so the exposures are exact). Training checkpoints
+every ``checkpoint_every`` steps, so a point that does not finish within one command resumes where it
+stopped when the same ``lmsci run ... --out DIR`` is repeated.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -38,7 +37,8 @@ from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.runs import RunDir
 from lmsci.train.trainer import TrainConfig, train
-from lmsci.worlds.bios import ATTRS, BiosWorld, Packed, bio_docs, pack
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_stream import BioStream
 
 
 class Regime(StrictModel):
@@ -71,7 +71,7 @@ class KnowledgeCapacityConfig(ExperimentConfig):
     """
 
     models: list[ModelSpec] = [ModelSpec(**gpt2(2, 1))]
-    regimes: list[Regime] = [Regime(exposures=100, n_people=[150, 400]), Regime(exposures=1000, n_people=[30])]
+    regimes: list[Regime] = [Regime(exposures=100, n_people=[120, 300]), Regime(exposures=1000, n_people=[20])]
     seq_len: int = Field(256, ge=64)
     permute: bool = True
     pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4, weight_decay=0.01)
@@ -150,54 +150,30 @@ def _model_id(m: ModelSpec) -> str:
     return f"GPT2-{m.n_layers}-{h}" if m.d_model == 64 * h else f"L{m.n_layers}_d{m.d_model}_h{h}"
 
 
-class FreshBioStream:
-    """Pretraining windows of bioS(N) where every exposure is a fresh rendering, one epoch in memory.
+class ResumableStream:
+    """``get_batch(step, g)`` over a :class:`lmsci.worlds.bios_stream.BioStream` that tolerates a jump forward
+    (a run resumed from a checkpoint at step ``s`` asks for batch ``s`` first: the batches before it are
+    rendered and dropped, a few seconds per million biographies); steps must otherwise come in order."""
 
-    Epoch ``e`` renders one biography per person with templates (and, with ``permute``, the sentence
-    order) drawn from ``[seed, 17, person, e + 1]`` (:func:`lmsci.worlds.bios.bio_docs`), shuffles them
-    across people and packs them (:func:`lmsci.worlds.bios.pack`, no person twice in a window, order from
-    ``order_seed``). Training takes ``steps_per_epoch = ceil(W_0 / batch)`` batches of ``batch`` windows
-    from each epoch (windows ``[k*batch, (k+1)*batch)`` modulo the epoch's window count W_e, which varies
-    by a few windows from epoch to epoch: the first windows of an epoch may be read twice, and an epoch a
-    window longer than W_0 leaves its last window out), so step ``s`` reads epoch ``s // steps_per_epoch``:
-    a pure function of the step, as resuming from a checkpoint needs. ``counted[e]`` records the mean
-    and the minimum over people of the biographies epoch ``e``'s steps consumed.
-    """
+    def __init__(self, stream: BioStream):
+        self.stream, self._it, self.next_step = stream, iter(stream), 0
 
-    def __init__(self, world: BiosWorld, *, seed: int, order_seed: int, seq_len: int, permute: bool = True):
-        self.world, self.seed, self.order_seed, self.seq_len, self.permute = world, seed, order_seed, seq_len, permute
-        self._e, self._packed = -1, None
-        self.batch, self.steps_per_epoch = 1, 1
-        self.counted: dict[int, list[float]] = {}
+    def get_batch(self, step: int, g: torch.Generator | None = None):
+        if step < self.next_step:
+            raise ValueError(f"batch {step} requested after batch {self.next_step - 1}: steps must increase")
+        while self.next_step < step:
+            next(self._it)
+            self.next_step += 1
+        b = next(self._it)
+        self.next_step += 1
+        return b.input_ids, b.targets
 
-    def epoch(self, e: int) -> Packed:
-        """The packed windows of epoch ``e`` (cached: the current epoch only)."""
-        if e != self._e:
-            docs = bio_docs(self.world, range(self.world.n), multiplicity=1, permute=self.permute, fullname=False,
-                            seed=self.seed, epoch=e + 1)
-            self._packed, self._e = pack(docs, self.seq_len, seed=self.order_seed * 100003 + e), e
-        return self._packed
 
-    def plan(self, exposures: int, max_batch: int, min_steps: int) -> tuple[int, int]:
-        """Choose the batch (windows per step, <= ``max_batch``, reduced for ``min_steps``) and the steps per
-        epoch; returns ``(batch, total_steps)``."""
-        w0 = int(self.epoch(0).input_ids.shape[0])
-        b = max_batch if min_steps <= 0 else max(1, min(max_batch, (w0 * exposures) // min_steps))
-        self.batch, self.steps_per_epoch = b, max(1, math.ceil(w0 / b))
-        return b, self.steps_per_epoch * exposures
-
-    def get_batch(self, step: int, g: torch.Generator):
-        e, k = divmod(step, self.steps_per_epoch)
-        p = self.epoch(e)
-        W = p.input_ids.shape[0]
-        idx = torch.arange(k * self.batch, (k + 1) * self.batch) % W
-        if k == self.steps_per_epoch - 1:  # the epoch's last batch: count the biographies its steps consumed
-            sb = self.steps_per_epoch * self.batch
-            c = p.exposures(self.world.n, min(sb, W))
-            if sb > W:  # the first windows were read twice
-                c = c + p.exposures(self.world.n, sb - W)
-            self.counted[e] = [float(c.mean()), float(c.min())]
-        return p.input_ids[idx], p.targets[idx]
+def plan_batch(n_windows: int, max_batch: int, min_steps: int) -> tuple[int, int]:
+    """``(batch, steps)``: the largest batch <= ``max_batch`` that still gives ``min_steps`` optimizer steps
+    over ``n_windows`` windows (at least 1 window per step), and the resulting number of steps."""
+    b = max_batch if min_steps <= 0 else max(1, min(max_batch, n_windows // min_steps))
+    return b, max(1, math.ceil(n_windows / b))
 
 
 @register("knowledge-capacity")
@@ -211,11 +187,11 @@ class KnowledgeCapacity(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.3, arXiv 2404.05405, Section 4, Figure 1"
     Config = KnowledgeCapacityConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "~12 min estimated (GPT2-2-1, 3 points, one thread; not yet measured)",
-                     "gpu": "~35-45 min of H100 time estimated for 10 points of >= 50k steps (4 chained commands "
-                            "of <= 10 min via checkpoints); needs a data pipeline of >= 50k biographies/s (76M fresh "
-                            "renderings): the Python renderer (~75 us render + ~250 us pack per biography) would "
-                            "take hours. Not measured (no GPU in this session)",
+                     "quick": "~11 min estimated (GPT2-2-1, 3 points, 1 seed, one thread; not yet measured)",
+                     "gpu": "~35-45 min of H100 time estimated: 10 points of >= 50k optimizer steps (batch reduced "
+                            "to reach them) at ~4 ms per step, in 4-5 chained commands of <= 10 min (checkpoints "
+                            "every 5k steps; rerun into the same --out); 76M fresh biographies from the streaming "
+                            "pipeline (lmsci.worlds.bios_stream) on the host. Not measured (no GPU in this session)",
                      "paper": "~weeks of GPU time per seed, 3 seeds (estimated)"}
     claims = list(CLAIM_BY_EXPOSURES.values())
 
@@ -235,33 +211,31 @@ class KnowledgeCapacity(Experiment):
         spec = cfg.models[int(point.params["model"])]
         world = BiosWorld(n, seed=cfg.seed)
         world.write_pools(ctx.artifact_dir / "bios_pools.json")
-        stream = FreshBioStream(world, seed=cfg.seed, order_seed=ctx.seed, seq_len=cfg.seq_len, permute=cfg.permute)
-        batch, steps = stream.plan(E, cfg.pretrain.batch_size, cfg.min_steps)
+        def make(batch: int) -> BioStream:  # a fresh rendering per exposure, one pass per exposure
+            return BioStream(world, seq_len=cfg.seq_len, batch_size=batch, exposures=E, seed=cfg.seed,
+                             permute=cfg.permute, fullname=False, fresh=True, order_seed=ctx.seed)
+
+        batch, steps = plan_batch(make(1).count_windows(), cfg.pretrain.batch_size, cfg.min_steps)
+        stream = ResumableStream(make(batch))
         model = make_model(world, spec, cfg.seq_len, ctx.seed)
         tc = TrainConfig(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
                          warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
                          weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0, device=ctx.device,
                          log_every=max(1, steps // 50), checkpoint_every=cfg.checkpoint_every)
         ckpt = ctx.artifact_dir / "checkpoints" if cfg.checkpoint_every else None
-        ledger = ctx.artifact_dir / "exposures.json"
-        if ledger.exists():  # epochs counted before an interruption
-            stream.counted.update({int(k): v for k, v in json.loads(ledger.read_text()).items()})
         bar = ctx.progress(steps, "pretrain")
         try:
             res = train(model, stream.get_batch, tc, seed=ctx.seed, log=lambda m: ctx.log(phase="pretrain", **m),
                         progress=bar, checkpoint_dir=ckpt)
         finally:
             bar.close()
-            ledger.parent.mkdir(parents=True, exist_ok=True)
-            ledger.write_text(json.dumps(stream.counted))
+        counts = stream.stream.exposures  # biographies per person in the batches drawn (skipped ones included)
         m = measure_bits(model, world, seed=cfg.seed + 1, attrs=ATTRS, pronoun=True,
                          people=range(min(n, cfg.eval_people)), device=ctx.device)
         bpp = bits_per_param(m["bits"]["total"], model)
-        counted = [stream.counted[e] for e in sorted(stream.counted)]
         row = {"model": _model_id(spec), "n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model,
                "gpt2_family": bool(spec.d_model == 64 * spec.n_heads), "n_people": n, "exposures_nominal": E,
-               "exposures": float(sum(c[0] for c in counted)) if len(counted) == E else float("nan"),
-               "min_exposures": float(sum(c[1] for c in counted)) if len(counted) == E else float("nan"),
+               "exposures": float(counts.mean()), "min_exposures": int(counts.min()),
                "batch_size": batch, "steps": steps, "tokens_seen": res.tokens_seen,
                "tokens_per_s": res.tokens_seen / max(res.seconds, 1e-9), "final_loss": float(res.final.get("loss", np.nan)),
                "resumed_from": res.resumed_from,

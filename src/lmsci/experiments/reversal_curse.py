@@ -23,7 +23,9 @@ Measured on the people held out of QA fine-tuning (P_test):
   gap in bits between the correct name and another P_test person's name (their ``randomized``
   control);
 * after QA fine-tuning on P_train (the six forward questions and the inverse question "Who was born
-  on DATE in CITY ? Answer : NAME"): inverse-search exact match (Part 3.2's test) and forward QA.
+  on DATE in CITY ? Answer : NAME"; LoRA through peft by default, the papers' protocol, see
+  :func:`lmsci.experiments.knowledge_common.finetune_qa`): inverse-search exact match (Part 3.2's test)
+  and forward QA.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
     AUGMENTED, MEMORISED, DataSpec, bio_recall, bio_stream, check_model, exposures_of,
-    make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed, within_run,
+    finetune_qa, make_model, paired, qa_metrics, recall_gate, seed_summary, seed_values, train_packed, within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
@@ -65,17 +67,19 @@ class ReversalCurseConfig(BiosQAConfig):
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-                  "ft_epochs": 1, "seq_len": 160, "qa_seq_len": 64, "reverse_multiplicity": 1},
+                  "ft_epochs": 1, "seq_len": 160, "qa_seq_len": 64, "reverse_multiplicity": 1,
+                  "finetune": {"batch_size": 4, "rank": 2, "embedding_rank": 4}},
         "quick": {"n_seeds": 3},
         # the issue's smallest configuration that can settle the claims: N = 10k (5k QA-train), a 4-layer
         # d_model 256 RoPE GPT, 300 exposures, 24 x 512-token batches, lr 1e-3, wd 0.1
         "gpu": {"n_people": 10_000, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
                 "seq_len": 512, "qa_seq_len": 128, "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1},
-                "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 10, "n_seeds": 3,
-                "threads": 0},
+                "finetune": {"method": "lora", "lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 10,
+                "n_seeds": 3, "threads": 0},
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 50, "n_seeds": 3,
+                  "finetune": {"method": "lora", "lr": 3e-4, "batch_size": 48, "weight_decay": 0.01},
+                  "ft_epochs": 50, "n_seeds": 3,
                   "threads": 0},
     }
 
@@ -216,8 +220,10 @@ class ReversalCurse(Experiment):
             gap = completion_gap_bits(model, prompts, random_name_docs(world, prompts, cfg.seed), device=ctx.device)
             row[f"name_gap_bits_{tag}"] = float(gap.mean())
         # QA fine-tuning on P_train (forward and inverse questions), then inverse search on P_test
-        ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len, inverse=True)
-        train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
+        model, info = finetune_qa(model, world, tr, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
+                                  seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device, inverse=True)
+        row.update(info)
+        row["ft_method"] = cfg.finetune.method
         row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
         row["n_test"] = len(te)
         return row
