@@ -37,3 +37,7 @@ def test_catalog_entry(name):
     cls = catalog()[name]
     assert cls.claim and cls.source
     assert set(cls.time_estimate) == set(PRESET_NAMES)
+
+
+def test_catalog_has_issue_16s_experiments():
+    assert {"icl-linear-regression"} <= set(NAMES)

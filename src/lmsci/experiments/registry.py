@@ -28,6 +28,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.implicit_bias",
     "lmsci.experiments.cfg_learning",
     "lmsci.experiments.cfg_probing",
+    "lmsci.experiments.icl_linear_regression",
 ]
 
 _loaded = False
