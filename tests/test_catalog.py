@@ -41,3 +41,7 @@ def test_catalog_entry(name):
 
 def test_catalog_has_issue_16s_experiments():
     assert {"icl-linear-regression"} <= set(NAMES)
+
+
+def test_catalog_has_issue_18s_experiments():
+    assert {"calibration-hallucination"} <= set(NAMES)

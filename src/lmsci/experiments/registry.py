@@ -26,6 +26,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.double_descent",
     "lmsci.experiments.benign_overfitting",
     "lmsci.experiments.implicit_bias",
+    "lmsci.experiments.calibration_hallucination",
     "lmsci.experiments.cfg_learning",
     "lmsci.experiments.cfg_probing",
     "lmsci.experiments.icl_linear_regression",
