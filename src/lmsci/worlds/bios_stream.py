@@ -91,7 +91,6 @@ VALUE_COLS = {"birth_date": list(range(8, 13)), "birth_city": list(range(13, 17)
 N_COLS = 27
 _PERMS = np.array(list(itertools.permutations(range(len(ATTRS)))), dtype=np.int64)  # [720, 6]
 
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
@@ -128,23 +127,35 @@ def feistel_permutation(idx: np.ndarray, n: int, key: int) -> np.ndarray:
     """
     bits = max(2, int(n - 1).bit_length())
     bits += bits % 2
-    half = np.uint64(bits // 2)
-    mask = np.uint64((1 << (bits // 2)) - 1)
-    keys = [hash_u64(key, r, 977) for r in range(4)]
+    keys = np.array([hash_u64(key, r, 977)[()] for r in range(4)], dtype=np.uint64)
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    out = np.empty(idx.shape, dtype=np.int64)
+    _feistel_kernel(idx.ravel(), np.uint64(n), np.uint64(bits // 2), np.uint64((1 << (bits // 2)) - 1), keys,
+                    out.ravel())
+    return out
 
-    def enc(x):
-        left, right = x >> half, x & mask
-        with np.errstate(over="ignore"):
-            for k in keys:
-                left, right = right, left ^ (_mix(right ^ k) & mask)
-        return (left << half) | right
 
-    x = enc(np.asarray(idx, dtype=np.uint64))
-    bad = x >= np.uint64(n)
-    while bad.any():
-        x[bad] = enc(x[bad])
-        bad = x >= np.uint64(n)
-    return x.astype(np.int64)
+@njit(cache=True)
+def _mix1(x):  # pragma: no cover - compiled; the splitmix64 finaliser of _mix on one uint64
+    x = (x ^ (x >> _S30)) * _C1
+    x = (x ^ (x >> _S27)) * _C2
+    return x ^ (x >> _S31)
+
+
+@njit(cache=True)
+def _feistel_kernel(idx, n, half, mask, keys, out):  # pragma: no cover - compiled
+    for t in range(idx.shape[0]):
+        x = np.uint64(idx[t])
+        while True:
+            left = x >> half
+            right = x & mask
+            for r in range(4):
+                f = _mix1(right ^ keys[r]) & mask
+                left, right = right, left ^ f
+            x = (left << half) | right
+            if x < n:
+                break
+        out[t] = np.int64(x)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +251,9 @@ class BiosRenderer:
         self.major_tok = np.array([[s[w] for w in m] for m in p.majors], dtype=np.int64)
         self.comp_tok = np.array([[s[w] for w in c] for c in p.companies], dtype=np.int64)
         self.comp_city = np.array(p.company_city, dtype=np.int64)
+        self.name_tab = np.zeros((6, max(len(t) for t in self.name_tok)), dtype=np.int64)
+        for j, t in enumerate(self.name_tok):
+            self.name_tab[j, :len(t)] = t
 
         refs: list[int] = []
         starts, lens, voff, noff = [], [], [], []
@@ -293,22 +307,10 @@ class BiosRenderer:
         """The value vector of each person: int64 ``[len(people), 27]`` token ids (see module doc)."""
         w = self.world
         people = np.asarray(people, dtype=np.int64)
-        nm, at = w.names[people], w.attrs[people]
         V = np.empty((len(people), N_COLS), dtype=np.int64)
-        for j in range(6):
-            V[:, j] = self.name_tok[j][nm[:, j]]
-        par = people & 1
-        V[:, SUBJ], V[:, POSS] = self.subj_tok[par], self.poss_tok[par]
-        month, rest = np.divmod(at[:, 0], N_DAYS * N_YEARS)
-        day, year = np.divmod(rest, N_YEARS)
-        d = VALUE_COLS["birth_date"]
-        V[:, d[0]], V[:, d[1]], V[:, d[2]] = self.month_tok[month], self.day_tok[day], self.comma
-        V[:, d[3]], V[:, d[4]] = self.cent_tok[year], self.yy_tok[year]
-        V[:, 13:17] = self.city_tok[at[:, 1]]
-        V[:, 17:19] = self.univ_tok[at[:, 2]]
-        V[:, 19:21] = self.major_tok[at[:, 3]]
-        V[:, 21:23] = self.comp_tok[at[:, 4]]
-        V[:, 23:27] = self.city_tok[self.comp_city[at[:, 4]]]
+        _values_kernel(people, w.names, w.attrs, self.name_tab, self.subj_tok, self.poss_tok, self.month_tok,
+                       self.day_tok, self.comma, self.cent_tok, self.yy_tok, self.city_tok, self.univ_tok,
+                       self.major_tok, self.comp_tok, self.comp_city, V)
         return V
 
     # ---- choices ---------------------------------------------------------------------------
@@ -431,6 +433,35 @@ class BiosRenderer:
 # ---------------------------------------------------------------------------------------------
 # Packing (numba): the rule of lmsci.worlds.bios.pack on a running buffer
 # ---------------------------------------------------------------------------------------------
+@njit(cache=True)
+def _values_kernel(people, names, attrs, name_tab, subj_tok, poss_tok, month_tok, day_tok, comma, cent_tok, yy_tok,
+                   city_tok, univ_tok, major_tok, comp_tok, comp_city, V):  # pragma: no cover - compiled
+    """The value vector (module doc) of each person; see BiosRenderer.values."""
+    for d in range(people.shape[0]):
+        i = people[d]
+        for j in range(6):
+            V[d, j] = name_tab[j, names[i, j]]
+        V[d, 6] = subj_tok[i & 1]
+        V[d, 7] = poss_tok[i & 1]
+        date = attrs[i, 0]
+        month = date // (N_DAYS * N_YEARS)
+        rest = date % (N_DAYS * N_YEARS)
+        day = rest // N_YEARS
+        year = rest % N_YEARS
+        V[d, 8] = month_tok[month]
+        V[d, 9] = day_tok[day]
+        V[d, 10] = comma
+        V[d, 11] = cent_tok[year]
+        V[d, 12] = yy_tok[year]
+        for j in range(4):
+            V[d, 13 + j] = city_tok[attrs[i, 1], j]
+            V[d, 23 + j] = city_tok[comp_city[attrs[i, 4]], j]
+        for j in range(2):
+            V[d, 17 + j] = univ_tok[attrs[i, 2], j]
+            V[d, 19 + j] = major_tok[attrs[i, 3], j]
+            V[d, 21 + j] = comp_tok[attrs[i, 4], j]
+
+
 @njit(cache=True)
 def _expand(segs, seg_start, seg_len, refs, V, doc_off, out):  # pragma: no cover - compiled
     """Write each document's segments into ``out``: a ref >= 0 is a token id, -(c+1) is column c of V."""
@@ -764,13 +795,22 @@ class _Stream:
             x, y = torch.from_numpy(x), torch.from_numpy(y)
         return StreamBatch(x, y, w.doc_window, w.doc_person, w.doc_kind, w.doc_copy, isqa, w.ntok)
 
-    def get_batch_fn(self):
-        """A ``get_batch(step, generator)`` for :func:`lmsci.train.trainer.train` that returns the next
-        batch of this stream (steps must be consumed in order; raises StopIteration past the end)."""
-        it = iter(self)
+    def get_batch_fn(self, cycle: bool = False):
+        """A ``get_batch(step, generator)`` for :func:`lmsci.train.trainer.train` returning the next batch
+        of this stream, whatever ``step`` is (one call per micro-batch, in order). Past the end of the
+        stream it restarts it when ``cycle`` (counters restart too), else raises RuntimeError."""
+        state = {"it": iter(self)}
 
         def get_batch(step: int, g=None):
-            b = next(it)
+            try:
+                b = next(state["it"])
+            except StopIteration:
+                if not cycle:
+                    raise RuntimeError(f"the stream ended at step {step}: fewer batches than steps "
+                                       f"(count_windows() // batch_size = {self.count_windows() // self.batch_size})"
+                                       ) from None
+                state["it"] = iter(self)
+                b = next(state["it"])
             return b.input_ids, b.targets
 
         return get_batch
