@@ -25,6 +25,12 @@ def fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+BACKEND_HELP = ("where points are computed: local (one after another in this process) | ray (as tasks on a Ray "
+                "cluster, results written here; needs pip install 'lmsci[ray]')")
+ADDRESS_HELP = ("with --backend ray: the Ray head HOST:PORT (`ray start --head` prints it), ray://HOST:10001 or "
+                "auto [default: $RAY_ADDRESS, else a new Ray instance on this machine]")
+
+
 def _guard(fn, *args, **kwargs):
     """Run ``fn``; turn lmsci input errors into a clear message and exit code 2."""
     try:
@@ -93,16 +99,24 @@ def run_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (rerun into it to resume)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="master seed (default: the config's, 0)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show progress bars"),
+    backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
+    address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
     """Run (or resume) an experiment: data, training, measurement, report and verdict."""
+    from lmsci.backends import make_backend
     from lmsci.config import resolve_config
     from lmsci.experiments.registry import get
-    from lmsci.sweep import run_experiment
+    from lmsci.sweep import PointsFailedError, run_experiment
 
     def go():
+        b = make_backend(backend, address)
         cls = get(name)
         cfg = resolve_config(cls.Config, preset, set_ or [], seed)
-        return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True))
+        try:
+            return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True),
+                                  backend=b)
+        except PointsFailedError as e:  # not bad input: some points were lost, the rest recorded
+            fail(str(e), code=1)
 
     run = _guard(go)
     typer.echo(f"run directory: {run.path}")
@@ -120,13 +134,21 @@ def suite_cmd(
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="key=value for every experiment "
                                              "(seed, threads, n_seeds)"),
     progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
+    backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
+    address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
     """Run every experiment (or --only some) at a preset into one directory; write the claims table
     (claims.md, claims.csv, claims.html). Experiments that fail are error rows; the suite goes on."""
+    from lmsci.backends import make_backend
     from lmsci.suite import CLAIMS_HTML, CLAIMS_MD, ERROR, run_suite
 
-    res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
-                 progress=progress, log=lambda m: typer.echo(m, err=True))
+    b = _guard(make_backend, backend, address)
+    _guard(b.open)  # an unreachable cluster is reported before any work
+    try:
+        res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
+                     progress=progress, log=lambda m: typer.echo(m, err=True), backend=b)
+    finally:
+        b.close()
     t = res.table
     counts = t["outcome"].value_counts().to_dict() if not t.empty else {}
     typer.echo(f"suite directory: {res.path}")

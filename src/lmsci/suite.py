@@ -128,6 +128,7 @@ def run_suite(
     compare: str | Path | None = None,
     progress: bool = False,
     log: Callable[[str], None] = print,
+    backend: Any = None,
 ) -> SuiteResult:
     """Run (or resume) every experiment of the suite at ``preset`` into ``out`` and write the claims table.
 
@@ -140,6 +141,8 @@ def run_suite(
             ``seed``, ``threads``, ``n_seeds``, ``device``).
         compare: an earlier suite directory (or its ``claims.csv``) to mark changes against.
         progress: progress bars; log: where progress lines go.
+        backend: where each experiment's points are computed (:func:`lmsci.sweep.run_experiment`'s
+            ``backend``; default local).
 
     Returns:
         :class:`SuiteResult`.
@@ -161,7 +164,8 @@ def run_suite(
     if device is not None:
         ov["device"] = device
     if "device" in ov:
-        resolve_device(str(ov["device"]))  # ConfigError for cuda without CUDA, before any work
+        resolve = backend.resolve_device if backend is not None and backend.is_open else resolve_device
+        resolve(str(ov["device"]))  # ConfigError for cuda without CUDA (here or on the cluster), before any work
     earlier = load_claims_table(compare) if compare is not None else None
     path = Path(out) if out is not None else default_suite_out(preset)
     if path.exists() and not path.is_dir():
@@ -203,7 +207,7 @@ def run_suite(
             log(f"[{i}/{len(plan)}] {name} ({preset})")
             t0 = time.perf_counter()
             try:
-                run_experiment(exp, cfg, run.path, progress=progress, log=log)
+                run_experiment(exp, cfg, run.path, progress=progress, log=log, backend=backend)
                 result.ran.append(name)
             except LmsciError as e:
                 err = f"{type(e).__name__}: {e}"
