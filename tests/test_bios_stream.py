@@ -242,3 +242,24 @@ def test_bad_configs_raise(world):
         MixedStream(bio, QAStream(world, [1, 2], seq_len=128, batch_size=2), qa_fraction=0.8)
     with pytest.raises(ConfigError):
         MixedStream(bio, QAStream(world, [1, 2], seq_len=256, batch_size=2), qa_fraction=1.0)
+
+
+def test_to_packed_and_get_batch_fn(world):
+    kw = dict(seq_len=256, batch_size=4, exposures=2, seed=0, permute=True)
+    packed = BioStream(world, **kw).to_packed()
+    assert (packed.exposures(world.n) == 2).all() and packed.input_ids.shape[1] == 256
+    s = BioStream(world, **kw)
+    gb = s.get_batch_fn()
+    n = s.count_windows() // 4
+    for step in range(n):
+        x, y = gb(step, None)
+        assert (x.numpy() == packed.input_ids[4 * step:4 * step + 4].numpy()).all()
+    if s.count_windows() % 4:
+        gb(n, None)  # the last, partial batch
+    with pytest.raises(RuntimeError, match="stream ended"):
+        gb(n + 1, None)
+    again = s.get_batch_fn(cycle=True)
+    first = again(0)[0]
+    for step in range(1, -(-s.count_windows() // 4) + 1):  # one past the last batch: the first again
+        x, _ = again(step)
+    assert (x.numpy() == first.numpy()).all()
