@@ -16,9 +16,22 @@ included) of each arm at two N values, and the ratio new/old. The memory of the 
 measured without the exposure counters (``count_exposures=False``; they add 16 bytes per person,
 as the world's own arrays add 88).
 
-Measured 2026-11-23 on the shared 2-core machine, under ``nice -n 19`` while it was loaded (load
-average 4-10 from other sessions), ``--threads 1``, seq_len 512 (default arguments):
-see the README section "bioS data pipeline" for the figures of that run.
+Measured 2026-11-23 on the shared 2-core machine, under ``nice -n 19`` while it was heavily loaded
+(load average 14-17 from other sessions, so this process got about a tenth of a core and the wall
+figures are ~10x below the CPU ones), ``--threads 1``, default arguments (seq_len 512, batch 32):
+
+==========================  ===============  ===============  ===========
+arm, N x exposures          bios/s (CPU)     bios/s (wall)    peak memory
+==========================  ===============  ===============  ===========
+old, 1,000 x 1              7,226            452              3.4 MB
+old, 4,000 x 1              5,167            325              13.8 MB
+new, 10,000 x 100           319,530          19,529           14.4 MB
+new, 1,000,000 x 1          452,470          50,781           14.4 MB
+==========================  ===============  ===============  ===========
+
+ratio new/old 62x (CPU time; 90x wall), 386,000 biographies/s per core (target 100,000); peak memory
+of the old path x4.1 for 4x N (an epoch in RAM), of the stream x1.00 for 100x N (a chunk of 4,096
+documents and one batch in flight). An earlier run at load 17: 62x CPU, 53x wall.
 
 Usage::
 
