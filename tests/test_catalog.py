@@ -15,7 +15,7 @@ def test_catalog_has_the_issues_experiments():
     assert {"factual-recall", "hallucination-stage", "shakespeare-lm", "length-generalization", "passkey-retrieval",
             "knowledge-extraction", "celebrity-helps-minority", "reversal-curse", "knowledge-capacity",
             "scaling-sweep", "chinchilla-refit", "double-descent",
-            "benign-overfitting", "implicit-bias", "cfg-learning", "cfg-probing"} <= set(NAMES)
+            "benign-overfitting", "implicit-bias", "cfg-learning", "cfg-probing", "word-order"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
