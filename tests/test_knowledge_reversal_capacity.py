@@ -259,3 +259,20 @@ def test_capacity_presets_follow_the_issue():
     assert all(m.n_layers >= 2 and m.d_model == 64 * m.n_heads for m in quick.models)
     assert {r.exposures for r in quick.regimes} == {100, 1000}
     assert gpt2(2, 2) == {"n_layers": 2, "n_heads": 2, "d_model": 128}
+
+
+def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():
+    from lmsci.experiments.knowledge_common import bio_stream
+    from lmsci.experiments.reversal_curse import ReversalCurseConfig, pretraining_stream, reversed_docs
+    w = BiosWorld(12, seed=0)
+    cfg = resolve_config(ReversalCurseConfig, "quick", ["n_people=12", "exposures=15"])
+    r = reversed_docs(w, range(12), seed=0, groups=1, multiplicity=2)
+    a = pretraining_stream(w, cfg, r, order_seed=3)
+    b = bio_stream(w, exposures=15, seed=0, seq_len=cfg.seq_len, specs=[(range(12), cfg.data)], extra_docs=r,
+                   order_seed=3)
+    assert torch.equal(a.input_ids, b.input_ids) and a.people == b.people
+    assert (a.exposures(12, kind="bio_reverse") == 3 * 2).all() and (a.exposures(12) == 15).all()
+    cfg2 = resolve_config(ReversalCurseConfig, "quick", ["n_people=12", "exposures=15", "max_distinct_epochs=1"])
+    c = pretraining_stream(w, cfg2, r, order_seed=3)
+    n = c.input_ids.shape[0] // 3
+    assert torch.equal(c.input_ids[:n], c.input_ids[n:2 * n]) and (c.exposures(12) == 15).all()
