@@ -263,3 +263,30 @@ def test_to_packed_and_get_batch_fn(world):
     for step in range(1, -(-s.count_windows() // 4) + 1):  # one past the last batch: the first again
         x, _ = again(step)
     assert (x.numpy() == first.numpy()).all()
+
+
+def test_iter_from_resumes_exactly(world):
+    class Spec:
+        multiplicity, permute, fullname = 3, True, True
+
+    def streams():
+        bio = BioStream(world, seq_len=256, batch_size=5, exposures=3, seed=2, order_seed=4, chunk=50,
+                        people=[(np.arange(0, 60), Spec()), (np.arange(60, 300), Spec())])
+        fresh = BioStream(world, seq_len=256, batch_size=5, exposures=3, seed=2, permute=True, fresh=True, chunk=64)
+        qa = QAStream(world, np.arange(100), seq_len=256, batch_size=5, epochs=2, inverse=True, chunk=70)
+        mix = MixedStream(BioStream(world, seq_len=256, batch_size=5, exposures=2, seed=0, chunk=64),
+                          QAStream(world, np.arange(150), seq_len=256, batch_size=5, chunk=64), qa_fraction=0.8)
+        return [bio, fresh, qa, mix]
+
+    for full, part in zip(streams(), streams()):
+        ref = _all(full)
+        for k in (1, 7, len(ref) - 1):
+            got = [(b.input_ids.numpy(), b.targets.numpy(), b) for b in part.iter_from(k)]
+            assert len(got) == len(ref) - k
+            for (x, y, b), (rx, ry, rb) in zip(got, ref[k:]):
+                assert (x == rx).all() and (y == ry).all() and (b.doc_person == rb.doc_person).all()
+            assert (part.exposures == full.exposures).all() and (part.qa_exposures == full.qa_exposures).all()
+    s = streams()[0]
+    gb = s.get_batch_fn()
+    x, _ = gb(4)  # a run resumed at step 4 gets batch 4
+    assert (x.numpy() == _all(streams()[0])[4][0]).all()

@@ -56,8 +56,11 @@ API (all streams are iterables of :class:`StreamBatch`; iterate again to restart
   biographies or all QA, QA at ``qa_fraction`` of the (non-pad) tokens; ends with the bio stream.
 * ``stream.exposures`` / ``stream.qa_exposures``: int64 ``[N]`` documents per person in the batches
   yielded so far; ``stream.qa_token_fraction``; ``stream.count_windows()`` (exact, without rendering);
-  ``stream.get_batch_fn()`` for :func:`lmsci.train.trainer.train`; ``stream.to_packed()`` for code
-  that takes a :class:`lmsci.worlds.bios.Packed`.
+  ``stream.iter_from(k)``: the batches from batch k on, identical to those of a full iteration (resume
+  from a checkpoint; the skipped windows are packed from lengths only, ~3x faster than rendering);
+  ``stream.get_batch_fn()`` for :func:`lmsci.train.trainer.train` (its first call at step s starts at
+  batch s); ``stream.to_packed()`` for code that takes a :class:`lmsci.worlds.bios.Packed`;
+  ``bio.training_bios(people, copy)``: the exact biographies trained on, with spans.
 
 Benchmark: ``benchmarks/bench_bios_pipeline.py``.
 """
@@ -639,6 +642,33 @@ class _Packer:
         self.open_meta = (np.zeros(0, np.int64),) * 3  # person, kind, copy
         self.pending = Docs.empty() if tokens else Docs(None, *(np.zeros(0, np.int64),) * 6)
 
+    def snapshot(self) -> tuple:
+        """The state that decides placement (lengths and people of the open and deferred documents)."""
+        pd = self.pending
+        return (self.open_len, tuple(a.copy() for a in self.open_meta),
+                (pd.length.copy(), pd.loss_start.copy(), pd.person.copy(), pd.kind.copy(), pd.copy.copy()))
+
+    @classmethod
+    def restore(cls, snap: tuple, seq_len: int, check: bool, rerender, max_pending: int = 64) -> _Packer:
+        """A token packer in the state ``snap`` of a length-only one: the open window's and the deferred
+        documents are rendered again by ``rerender(person, kind, copy) -> Docs`` (renders are pure
+        functions of (person, copy))."""
+        pk = cls(seq_len, check, max_pending, tokens=True)
+        open_len, (op, ok, oc), (_, _, pp, pkind, pc) = snap
+        pk.open_len, pk.open_meta = int(open_len), (op, ok, oc)
+        if len(op):
+            d = rerender(op, ok, oc)
+            if int(d.length.sum()) != open_len:
+                raise RuntimeError("re-rendered open window does not match its recorded length")
+            pos = np.cumsum(d.length) - d.length
+            inp = np.zeros((1, seq_len), dtype=np.int64)
+            tgt = np.full((1, seq_len), IGNORE, dtype=np.int64)
+            _fill(d.tok, d.off, d.length, d.loss_start, np.zeros(len(d), np.int64), pos, seq_len, inp, tgt)
+            pk.open_inp, pk.open_tgt = inp[0], tgt[0]
+        if len(pp):
+            pk.pending = rerender(pp, pkind, pc)
+        return pk
+
     def feed(self, docs: Docs, final: bool = False) -> WindowBlock:
         L = self.L
         if len(docs) and int(docs.length.max()) > L:
@@ -713,7 +743,7 @@ class StreamBatch:
 
 
 class _Stream:
-    """Base: packs the documents of :meth:`_doc_chunks` into windows and batches them."""
+    """Base: packs the documents of the chunks of :meth:`_chunk_specs` into windows and batches them."""
 
     def __init__(self, world: BiosWorld, seq_len: int, batch_size: int, shuffle: bool, drop_last: bool,
                  count_exposures: bool, as_torch: bool, chunk: int):
@@ -744,14 +774,49 @@ class _Stream:
         """Fraction of the non-pad tokens yielded so far that are in QA windows (QA_r)."""
         return self.qa_tokens_yielded / max(self.tokens_yielded, 1)
 
-    def _doc_chunks(self, lengths_only: bool = False) -> Iterator[tuple[Docs, bool]]:
+    def _chunk_specs(self) -> Iterator[tuple]:
+        """The chunks of the stream, in order: tuples whose last item says whether it is the last."""
         raise NotImplementedError
 
-    def windows(self, tokens: bool = True) -> Iterator[WindowBlock]:
-        """Blocks of packed windows, in stream order (``tokens=False``: only lengths and metadata)."""
+    def _render_chunk(self, spec: tuple, lengths_only: bool) -> Docs:
+        raise NotImplementedError
+
+    def _rerender(self, person, kind, copy) -> Docs:
+        """Documents (person, kind, copy) rendered again, in the given order."""
+        raise NotImplementedError
+
+    def windows(self, tokens: bool = True, start: int = 0, on_skip=None) -> Iterator[WindowBlock]:
+        """Blocks of packed windows, in stream order, from window ``start`` on (``tokens=False``: only
+        lengths and metadata). Windows before ``start`` are packed from lengths only (no token is
+        rendered; the open window and deferred documents are rendered again where ``start`` falls);
+        ``on_skip(block)`` sees their metadata."""
+        specs = self._chunk_specs()
         packer = _Packer(self.seq_len, self.shuffle, tokens=tokens)
-        for docs, final in self._doc_chunks(lengths_only=not tokens):
-            blk = packer.feed(docs, final=final)
+        if start > 0:
+            lp = _Packer(self.seq_len, self.shuffle, tokens=False)
+            closed = 0
+            for sp in specs:
+                snap = lp.snapshot()
+                blk = lp.feed(self._render_chunk(sp, True), final=sp[-1])
+                if closed + blk.n <= start:
+                    closed += blk.n
+                    if on_skip is not None and blk.n:
+                        on_skip(blk)
+                    continue
+                if tokens:
+                    packer = _Packer.restore(snap, self.seq_len, self.shuffle, self._rerender)
+                    blk = packer.feed(self._render_chunk(sp, False), final=sp[-1])
+                else:
+                    packer = lp
+                drop = start - closed
+                if on_skip is not None and drop:
+                    on_skip(blk.slice(0, drop))
+                yield blk.slice(drop, blk.n)
+                break
+            else:
+                return
+        for sp in specs:
+            blk = packer.feed(self._render_chunk(sp, not tokens), final=sp[-1])
             if blk.n:
                 yield blk
 
@@ -760,11 +825,35 @@ class _Stream:
         return sum(b.n for b in self.windows(tokens=False))
 
     def __iter__(self) -> Iterator[StreamBatch]:
+        return self.iter_from(0)
+
+    def _count(self, w: WindowBlock) -> None:
+        if self.count_exposures:
+            bio = w.doc_kind == KIND_BIO
+            np.add.at(self.exposures, w.doc_person[bio], 1)
+            np.add.at(self.qa_exposures, w.doc_person[~bio], 1)
+
+    def iter_from(self, start_batch: int = 0) -> Iterator[StreamBatch]:
+        """The batches from batch ``start_batch`` on (0-based), as the same batches of a full iteration
+        (to resume training from a checkpoint): the windows before it are packed from lengths only,
+        about 3x faster than rendering them, and counted in :attr:`exposures` / :attr:`qa_exposures`
+        (not in ``windows_yielded``, ``tokens_yielded``, ``qa_token_fraction``)."""
         self._reset_counts()
+        B = self.batch_size
+        start = int(start_batch) * B
+        self.windows_skipped = 0
+
+        def skipped(w: WindowBlock) -> None:
+            self.windows_skipped += w.n
+            self._count(w)
+
+        return self._batches(self.windows(start=start, on_skip=skipped))
+
+    def _batches(self, blocks: Iterator[WindowBlock]) -> Iterator[StreamBatch]:
         B = self.batch_size
         buf: list[WindowBlock] = []
         have = 0
-        for blk in self.windows():
+        for blk in blocks:
             buf.append(blk)
             have += blk.n
             if have < B:
@@ -781,10 +870,7 @@ class _Stream:
 
     def _batch(self, w: WindowBlock) -> StreamBatch:
         isqa = w.is_qa
-        if self.count_exposures:
-            bio = w.doc_kind == KIND_BIO
-            np.add.at(self.exposures, w.doc_person[bio], 1)
-            np.add.at(self.qa_exposures, w.doc_person[~bio], 1)
+        self._count(w)
         self.windows_yielded += w.n
         self.tokens_yielded += int(w.ntok.sum())
         self.qa_tokens_yielded += int(w.ntok[isqa].sum())
@@ -797,11 +883,15 @@ class _Stream:
 
     def get_batch_fn(self, cycle: bool = False):
         """A ``get_batch(step, generator)`` for :func:`lmsci.train.trainer.train` returning the next batch
-        of this stream, whatever ``step`` is (one call per micro-batch, in order). Past the end of the
-        stream it restarts it when ``cycle`` (counters restart too), else raises RuntimeError."""
-        state = {"it": iter(self)}
+        of this stream (one call per micro-batch, in order). The first call starts at batch ``step``
+        (:meth:`iter_from`: a run resumed from a checkpoint at step s gets batch s); after that ``step``
+        is ignored. Past the end of the stream it restarts it when ``cycle`` (counters restart too),
+        else raises RuntimeError."""
+        state: dict[str, Any] = {"it": None}
 
         def get_batch(step: int, g=None):
+            if state["it"] is None:
+                state["it"] = self.iter_from(int(step))
             try:
                 b = next(state["it"])
             except StopIteration:
@@ -915,25 +1005,43 @@ class BioStream(_Stream):
         return self.renderer.bios(person, copies, self.seed, permute=self._perm[g], fullname=self._full[g],
                                   reverse=self.reverse, lengths_only=lengths_only)
 
-    def _doc_chunks(self, lengths_only: bool = False) -> Iterator[tuple[Docs, bool]]:
+    def _chunk_specs(self) -> Iterator[tuple]:
         n, C, E = self.n_members, self.chunk, self.exposures_per_person
         for p in range(E):
             key = int(hash_u64(self.order_seed, TAG_ORDER, p)[()] >> np.uint64(1))
             for s in range(0, n, C):
                 e = min(n, s + C)
-                m = feistel_permutation(np.arange(s, e), n, key)
-                yield self._render_members(m, p, lengths_only), (p == E - 1 and e == n)
+                yield p, s, e, key, (p == E - 1 and e == n)
+
+    def _render_chunk(self, spec: tuple, lengths_only: bool) -> Docs:
+        p, s, e, key, _ = spec
+        m = feistel_permutation(np.arange(s, e), self.n_members, key)
+        return self._render_members(m, p, lengths_only)
+
+    def _groups_of(self, people: np.ndarray) -> np.ndarray:
+        """The group of each person (the first group listing them)."""
+        people = np.asarray(people, dtype=np.int64)
+        if self._people is None:
+            return np.zeros(len(people), dtype=np.int64)
+        if getattr(self, "_sorter", None) is None:
+            self._sorter = np.argsort(self._people, kind="stable")
+        sp = self._people[self._sorter]
+        k = np.searchsorted(sp, people)
+        if (k >= len(sp)).any() or (sp[np.minimum(k, len(sp) - 1)] != people).any():
+            raise ConfigError("people", "not in the stream", "people listed in the stream's groups")
+        return np.searchsorted(self._bounds, self._sorter[k], side="right") - 1
+
+    def _rerender(self, person, kind, copy) -> Docs:
+        g = self._groups_of(person)
+        return self.renderer.bios(person, copy, self.seed, permute=self._perm[g], fullname=self._full[g],
+                                  reverse=self.reverse)
 
     def training_bios(self, people, copy: int = 0) -> list[Doc]:
         """The biographies ``copy`` (exposure ``copy`` when ``fresh``; copy ``copy mod M`` is what pass
         ``copy`` shows otherwise) of ``people``, as :class:`Doc` with spans: exactly what the stream
         trains on (e.g. for the memorisation check). People must be in the stream."""
         people = np.asarray(people, dtype=np.int64)
-        if self._people is None:
-            g = np.zeros(len(people), dtype=np.int64)
-        else:
-            where = {int(x): k for k, x in enumerate(self._people)}
-            g = np.searchsorted(self._bounds, np.array([where[int(i)] for i in people]), side="right") - 1
+        g = self._groups_of(people)
         copies = np.full(len(people), copy) if self.fresh else copy % self._mult[g]
         docs = self.renderer.bios(people, copies, self.seed, permute=self._perm[g], fullname=self._full[g],
                                   reverse=self.reverse)
@@ -990,17 +1098,23 @@ class QAStream(_Stream):
         if longest > seq_len:
             raise ConfigError("seq_len", seq_len, f">= the longest QA document ({longest} tokens)")
 
-    def _doc_chunks(self, lengths_only: bool = False) -> Iterator[tuple[Docs, bool]]:
-        K = len(self.items)
-        n, C = len(self.people) * K, self.chunk
+    def _chunk_specs(self) -> Iterator[tuple]:
+        n, C = len(self.people) * len(self.items), self.chunk
         passes = itertools.count() if self.epochs is None else range(self.epochs)
         for p in passes:
             key = int(hash_u64(self.order_seed, TAG_QA, p)[()] >> np.uint64(1))
             for s in range(0, n, C):
                 e = min(n, s + C)
-                m = feistel_permutation(np.arange(s, e), n, key)
-                last = self.epochs is not None and p == self.epochs - 1 and e == n
-                yield self.renderer.qa(self.people[m // K], self.items[m % K], lengths_only), last
+                yield p, s, e, key, (self.epochs is not None and p == self.epochs - 1 and e == n)
+
+    def _render_chunk(self, spec: tuple, lengths_only: bool) -> Docs:
+        _, s, e, key, _ = spec
+        K = len(self.items)
+        m = feistel_permutation(np.arange(s, e), len(self.people) * K, key)
+        return self.renderer.qa(self.people[m // K], self.items[m % K], lengths_only)
+
+    def _rerender(self, person, kind, copy) -> Docs:
+        return self.renderer.qa(person, copy)
 
 
 class MixedStream(_Stream):
@@ -1036,9 +1150,23 @@ class MixedStream(_Stream):
         self.bio, self.qa, self.qa_fraction = bio, qa, float(qa_fraction)
         self.seed = bio.order_seed if seed is None else int(seed)
 
-    def windows(self, tokens: bool = True, out: int = 256) -> Iterator[WindowBlock]:
+    def windows(self, tokens: bool = True, start: int = 0, on_skip=None) -> Iterator[WindowBlock]:
+        state = [0, 0, 0, 0, 0]
+        if start > 0:  # find where the sub-streams are after `start` windows, from lengths only
+            for blk in self._mix(False, state, limit=start):
+                if on_skip is not None:
+                    on_skip(blk)
+            if state[0] < start:
+                return
+        yield from self._mix(tokens, state)
+
+    def _mix(self, tokens: bool, state: list[int], limit: int | None = None,
+             out: int = 256) -> Iterator[WindowBlock]:
+        """Mixed windows from ``state = [window index, total tokens, QA tokens, bio windows taken, QA
+        windows taken]`` on (updated in place), at most ``limit`` windows in all."""
         L, r = self.seq_len, self.qa_fraction
-        srcs = [self.bio.windows(tokens), self.qa.windows(tokens)]
+        widx, total, qa_tok = state[0], state[1], state[2]
+        srcs = [self.bio.windows(tokens, start=state[3]), self.qa.windows(tokens, start=state[4])]
         cur: list[WindowBlock | None] = [None, None]
         at = [0, 0]
         done = [False, False]
@@ -1051,15 +1179,15 @@ class MixedStream(_Stream):
                     done[k] = True
             return not done[k]
 
-        total = qa_tok = 0
-        widx = 0
         picks: list[tuple[int, WindowBlock, int]] = []
         us: list[float] = []
-        while True:
+        base = -1
+        while limit is None or widx < limit:
             owed = r * (total + L) - qa_tok
-            if widx % 1024 == 0:  # the uniform draws of the next 1024 windows
-                us = (_below(hash_u64(self.seed, TAG_MIX, np.arange(widx, widx + 1024)), 1 << 30) / (1 << 30)).tolist()
-            u = us[widx % 1024]
+            if widx - widx % 1024 != base:  # the uniform draws of windows base .. base + 1023
+                base = widx - widx % 1024
+                us = (_below(hash_u64(self.seed, TAG_MIX, np.arange(base, base + 1024)), 1 << 30) / (1 << 30)).tolist()
+            u = us[widx - base]
             k = 1 if (r > 0 and u < min(max(owed / L, 0.0), 1.0)) else 0
             if k == 1 and not ensure(1):
                 k = 0
@@ -1072,6 +1200,8 @@ class MixedStream(_Stream):
             total += nt
             qa_tok += nt if k == 1 else 0
             widx += 1
+            state[0], state[1], state[2] = widx, total, qa_tok
+            state[3 + k] += 1
             if len(picks) >= out:
                 yield _assemble(picks)
                 picks = []
