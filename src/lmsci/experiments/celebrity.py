@@ -3,10 +3,13 @@
 Source: Allen-Zhu & Li, Part 3.1, arXiv 2309.14316, Section 4.4 ("celebrity helps minority"):
 with P_train ("celebrities") written with multi5+permute+fullname and P_test ("minority") with
 one bioS-single biography each, QA fine-tuning on the celebrities gives minority QA accuracy
-86.8%, against 4.4% when everyone is single.
+86.8%, against 4.4% when everyone is single. The protocol of issue 11: LoRA QA fine-tuning (Section 4.1)
+and a memorisation gate on the minority's biographies before the lift is judged.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -14,10 +17,10 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    BiosQAConfig,
-    AUGMENTED, MEMORISED, SINGLE, DataSpec, bio_recall, bio_stream, check_model,
-    exposures_of, make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed,
-    within_run,
+    AUGMENTED, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, BiosQAConfig, DataSpec, FinetuneSpec, TrainSpec,
+    bio_recall, bio_stream,
+    check_model, exposures_of, finetune_qa, make_model, paired, qa_learned_gate, qa_metrics, recall_checker,
+    recall_gate, seed_summary, seed_values, train_packed, within_run, md_table,
 )
 from lmsci.experiments.registry import register
 from lmsci.claims import Claim, Verdict, across_seeds
@@ -32,18 +35,45 @@ class CelebrityConfig(BiosQAConfig):
         n_people: N; a ``celebrity_fraction`` of them are celebrities (P_train), the rest the minority (P_test).
         augmented: how celebrities' biographies are written.
         exposures: biographies per person in pretraining (the same for celebrities and minority).
+        finetune: QA fine-tuning on the celebrities (LoRA by default, the papers' protocol).
     """
 
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
     augmented: DataSpec = AUGMENTED
+    # the quick preset (2 CPU cores, <= 15 minutes, 3 seeds): N = 600 (300 celebrities), 2-layer d_model 64, a
+    # 60-exposure budget with recall checks every 100 steps, stopping once 95% of 150 checked minority biographies
+    # are recalled (the gate itself is >= 0.9 on the whole minority); LoRA at lr 3e-3 (~400 steps here)
+    n_people: int = Field(600, ge=4, le=1_000_000)
+    exposures: int = Field(60, ge=1)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
+    finetune: FinetuneSpec = FinetuneSpec(rank=16, embedding_rank=128, lr=3e-3, weight_decay=0.01, batch_size=16)
+    ft_epochs: int = Field(20, ge=1)
+    memorise_check_every: int = Field(100, ge=0)
+    memorise_stop: float | None = Field(0.95, gt=0, le=1)
+    memorise_check_people: int = Field(150, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-                  "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64},
-        "quick": {"n_seeds": 3},  # 136 s per seed measured alone (2026-11-23): 3 seeds fit the 15-minute budget
+                  "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64, "finetune": {"batch_size": 4, "rank": 2,
+                  "embedding_rank": 4}, "memorise_check_every": 2, "memorise_check_people": 4},
+        "quick": {"n_seeds": 3},
+        # one H100, <= 30 minutes (estimated, not measured): N = 10k (5k celebrities), 4-layer d_model 256 RoPE GPT,
+        # 300 exposures, batch 24 x 512, lr 1e-3, wd 0.1, LoRA fine-tune on the celebrities at lr 1e-3 for ~3.6k
+        # steps (the papers' 3e-4 is for 50k steps); the whole budget trained; checkpoints chain
+        "gpu": {"n_people": 10_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
+                "seq_len": 512, "qa_seq_len": 128,
+                "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1, "warmup_frac": 0.02},
+                "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
+                             "batch_size": 48},
+                "ft_epochs": 40, "memorise_check_every": 1000, "memorise_check_people": 500, "memorise_stop": None,
+                "max_distinct_epochs": 10, "n_seeds": 3},
+        # the paper's scale (Section 4.4: N = 200k, 100k celebrities; GPT-2 small with rotary; LoRA fine-tune)
         "paper": {"n_people": 200_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
-                  "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
+                  "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1},
+                  "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 3e-4, "weight_decay": 0.01,
+                               "batch_size": 48},
+                  "ft_epochs": 50, "memorise_check_every": 5000, "memorise_check_people": 1000, "memorise_stop": None,
+                  "max_distinct_epochs": 20, "n_seeds": 3},
     }
 
 
@@ -58,19 +88,22 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~8 s", "quick": "5.4 min measured (3 seeds, one thread beside another run)",
-                     "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
+    time_estimate = {"smoke": "~10 s", "quick": "~15 min (estimated; 3 seeds, one thread beside another run)",
+                     "gpu": "~15 min on one H100, 3 seeds (estimated: ~1M tokens/s, 6 x 150M tokens)",
+                     "paper": "~80k steps of GPT-2 small per model: ~6 h on one H100 per model (estimated); "
+                              "2 arms x 3 seeds"}
     claims = [
         Claim("minority-lift",
-              "Augmented celebrities in pretraining (and QA fine-tuning on them) make the knowledge of unaugmented "
-              "minority people extractable by QA, which it is not when everyone is single.",
-              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4",
+              "Augmented celebrities in pretraining (and LoRA QA fine-tuning on them) make the knowledge of "
+              "unaugmented minority people extractable by QA, which it is not when everyone is single.",
+              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4 (LoRA fine-tuning Section 4.1)",
               "minority QA accuracy: all single 4.4%, with augmented celebrities 86.8%",
-              "minority (P_test) QA exact match, with augmented celebrities minus all single, per seed; mean over "
-              "seeds (all single reported beside)",
+              "minority (P_test) QA exact match after LoRA QA fine-tuning on the celebrities (rank 16 on the "
+              "attention qkv, rank up to 128 on the embedding), with augmented celebrities minus all single, per "
+              "seed; mean over seeds (all single reported beside)",
               "mean over seeds: all single <= 0.25 and with celebrities - all single >= 0.5 (95% Student-t CI "
               "across seeds reported)",
-              gates=(MEMORISED,)),
+              gates=(MEMORISED, QA_LEARNED)),
     ]
 
     def validate(self, cfg: CelebrityConfig) -> None:
@@ -85,16 +118,30 @@ class CelebrityHelpsMinority(Experiment):
         celeb, minority = qa_split(cfg.n_people, cfg.seed, cfg.celebrity_fraction)
         celeb_spec = cfg.augmented if point.params["celebrities"] else SINGLE
         stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(celeb, celeb_spec), (minority, SINGLE)], order_seed=ctx.seed)
-        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
-        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
+                            specs=[(celeb, celeb_spec), (minority, SINGLE)], order_seed=ctx.seed,
+                            max_distinct_epochs=cfg.max_distinct_epochs)
+        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
+        check = recall_checker(world, minority, seed=cfg.seed, spec=SINGLE, n=cfg.memorise_check_people,
+                               device=ctx.device)
+        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
+                           recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
+                           checkpoint=True)
         row = {"celebrities_augmented": bool(point.params["celebrities"]), "n_people": cfg.n_people,
-               "params": model.num_params(), "pretrain_tokens": pre["tokens_seen"],
+               "params": model.num_params(), "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
+               "pretrain_steps_budget": stream.input_ids.shape[0] // cfg.pretrain.batch_size,
+               "steps_to_gate": pre["steps_to_gate"], "stopped_early": pre["stopped_early"],
+               "recall_checks": json.dumps(pre["recall_checks"]), "pretrain_seconds": pre["seconds"],
                "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority),
-               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device)}
-        ft = qa_stream(world, celeb, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len)
-        train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
+               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device),
+               "bio_recall_celebrity": bio_recall(model, world, celeb, seed=cfg.seed, spec=celeb_spec,
+                                                  device=ctx.device)}
+        model, info = finetune_qa(model, world, celeb, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
+                                  seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device)
+        row.update(info)
+        row["ft_method"] = cfg.finetune.method
+        row["bio_recall_minority_after_ft"] = bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE,
+                                                         device=ctx.device)
         m = qa_metrics(model, world, celeb, minority, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)
@@ -109,19 +156,46 @@ class CelebrityHelpsMinority(Experiment):
         n = int(results["n_qa_minority"].iloc[0])
         rec_b = seed_values(results, "bio_recall_minority", celebrities_augmented=False)
         rec_c = seed_values(results, "bio_recall_minority", celebrities_augmented=True)
+        qa_cel = seed_values(results, "qa_celebrity", celebrities_augmented=True)
         lift = across_seeds([cel[k] - base[k] for k in seeds])
         single = across_seeds([base[k] for k in seeds])
         ok = single.mean <= 0.25 and lift.mean >= 0.5
+        gates = {"memorised": recall_gate(rec_b, rec_c), "qa-learned": qa_learned_gate(qa_cel)}
+        scale = (f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.exposures} "
+                 f"exposures, {cfg.finetune.method} fine-tuning")
+        if gates["memorised"][1] is False:
+            note = (f"The pretrained model did not memorise the minority's biographies (recall < {RECALL_MIN}) within "
+                    f"the budget at {scale}: the claim cannot be judged on CPU at this scale; the gpu preset (N=10k, "
+                    "4-layer d_model 256, 300 exposures) is the smallest that can settle it.")
+        elif gates["qa-learned"][1] is False:
+            note = f"Fine-tuning did not learn the celebrities' QA (QA accuracy < 0.5) at {scale}."
+        else:
+            note = "" if ok else (f"At {scale}. The paper uses N=200k (100k celebrities) and GPT-2 small; the gpu "
+                                  "preset (N=10k, ~3M-parameter model) is the smallest that can settle it.")
         return [self.judge(
             cfg, "minority-lift", value=lift.mean, passed=ok, ci=lift.ci, ci_kind=lift.kind, n_seeds=lift.n,
-            gates={"memorised": recall_gate(rec_b, rec_c)},
+            gates=gates,
             details={"all_single": seed_summary(base), "with_celebrities": seed_summary(cel),
+                     "qa_celebrity_with_celebrities": qa_cel,
                      "bio_recall_minority": {"all_single": rec_b, "with_celebrities": rec_c},
                      "all_single_within_run": within_run(base, n), "with_celebrities_within_run": within_run(cel, n),
                      "paper": {"all_single": 0.044, "with_celebrities": 0.868}},
-            note="" if ok else (f"At N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.exposures} exposures. The "
-                                "paper uses N=200k (100k celebrities) and GPT-2 small; N >= 10k with a ~10M-parameter "
-                                "model would settle it."))]
+            note=note)]
+
+    def report_sections(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> str:
+        cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures_minority",
+                            "bio_recall_minority", "bio_recall_celebrity", "qa_celebrity", "qa_minority",
+                            "bio_recall_minority_after_ft") if c in results]
+        if not len(results):
+            return ""
+        return "\n".join([
+            "## Protocol", "",
+            f"QA fine-tuning on the celebrities: **{cfg.finetune.method}** (rank {cfg.finetune.rank} on the attention "
+            f"qkv, rank {cfg.finetune.embedding_rank} on the embedding, lr {cfg.finetune.lr}, wd "
+            f"{cfg.finetune.weight_decay}, cosine to 10%; peft). Memorisation gate: minority biography recall >= "
+            f"{RECALL_MIN} on the pretrained model (`steps_to_gate`: the first check that met it); "
+            "`bio_recall_minority_after_ft` shows forgetting.", "",
+            md_table(results, cols), ""])
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib

@@ -460,6 +460,11 @@ MEMORISED = Gate("memorised", "biography recall (exact match of each of the 6 at
                               "biography prefix, on the pretrained model) of the people tested >= 0.9 in every "
                               "model trained (every condition, every seed)")
 QA_LEARNED_MIN = 0.5
+QA_LEARNED = Gate("qa-learned", "QA exact match on the QA-trained people (P_train) after fine-tuning >= 0.5 in "
+                                "the arm the claim expects to extract (augmented biographies / with celebrities), "
+                                "every seed: the fine-tuning learned the question format")
+QA_LEARNED_MIXED = Gate("qa-learned", "QA exact match on the QA-trained people (P_train) at the end of mixed training "
+                                      ">= 0.5, every seed: the mixed model learned the question format")
 
 
 def qa_learned_gate(*per_seed: dict[int, float]) -> tuple[float | None, bool | None]:
@@ -526,3 +531,15 @@ def binom_ci(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     c = (p + z * z / (2 * n)) / d
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
     return (max(0.0, c - h), min(1.0, c + h))
+
+
+def md_table(df: pd.DataFrame, cols: Sequence[str]) -> str:
+    """A markdown table of ``df[cols]`` (floats to 3 decimals) for ``report_sections``."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if not np.isfinite(v) else f"{v:.3f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df[list(cols)].itertuples(index=False)]
+    return "\n".join(lines)

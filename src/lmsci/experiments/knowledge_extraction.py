@@ -3,11 +3,15 @@
 Source: Allen-Zhu & Li, "Physics of Language Models: Part 3.1, Knowledge Storage and Extraction",
 arXiv 2309.14316, Sections 3-4 (Figures 2-3: BIO pretrain -> QA fine-tune on P_train, QA accuracy
 on P_test: bioS single ~9.7%, bioS multi5+permute+fullname ~96%; mixed training ~86.6%) and
-Section 5-6 (P-probing, Q-probing).
+Section 5-6 (P-probing, Q-probing); Appendix C (mixed training, QA_r = 0.8); the protocol of issue 11:
+LoRA QA fine-tuning (Section 4.1; Part 3.2, arXiv 2309.14402, footnote 19), a memorisation gate before
+extraction is judged (Part 3.3, arXiv 2404.05405, Remark A.2), probes on the training biographies
+against a randomly initialised model.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import numpy as np
@@ -16,10 +20,11 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    BiosQAConfig,
-    AUGMENTED, MEMORISED, SINGLE, DataSpec, bio_recall, bio_stream, check_model,
-    exposures_of, first_value_words, make_model, paired, qa_metrics, qa_stream, recall_gate, seed_summary, seed_values, train_packed,
-    within_run,
+    AUGMENTED, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, BiosQAConfig, DataSpec, FinetuneSpec,
+    TrainSpec, bio_recall,
+    bio_stream, check_model, exposures_of, finetune_qa, first_value_words, make_model, mixed_stream, paired,
+    qa_learned_gate, qa_metrics, recall_checker, recall_gate, seed_summary, seed_values, token_fractions,
+    train_packed, training_bios, within_run, md_table,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
@@ -33,70 +38,118 @@ class KnowledgeExtractionConfig(BiosQAConfig):
 
     Attributes:
         n_people: N individuals; half are P_train (QA seen in training), half P_test.
-        data: which biography kinds to compare (``single``: one fixed biography per person;
-            ``augmented``: the :attr:`augmented` spec, multiM + permute + fullname).
-        regimes: ``pretrain_ft`` (BIO pretrain, then QA fine-tune on P_train) and/or ``mixed``
-            (biographies and QA of P_train together from scratch).
-        exposures: biographies per person in pretraining.
+        arms: the (biography kind, regime) models trained: ``single`` (one fixed biography per person)
+            or ``augmented`` (the :attr:`augmented` spec, multiM + permute + fullname) with
+            ``pretrain_ft`` (BIO pretrain, then QA fine-tune on P_train, LoRA by default) or ``mixed``
+            (biographies and QA of P_train together from scratch). The claims need
+            ``single_pretrain_ft``, ``augmented_pretrain_ft`` and ``single_mixed``.
+        exposures: biographies per person in pretraining (the budget; see ``memorise_stop``).
+        mixed_exposures: biographies per person in mixed training (None: ``exposures``); QA adds
+            ``qa_ratio / (1 - qa_ratio)`` times the biography tokens on top.
+        qa_ratio: QA share of the tokens in mixed training (QA_r, Part 3.1 Appendix C: 0.8); every window
+            holds only biographies or only QA.
         ft_epochs: passes over the QA of P_train in fine-tuning.
-        mixed_qa_epochs: in mixed training, how many times the QA of P_train is included.
-        probes: run P- and Q-probing after BIO pretraining (``pretrain_ft`` points).
+        probes: P- and Q-probing after BIO pretraining (``pretrain_ft`` points), on the training
+            biographies, with a randomly initialised model of the same shape as the baseline.
+        probe_people: at most this many people per side (fit on P_train, score on P_test).
     """
 
-    data: list[Literal["single", "augmented"]] = ["single", "augmented"]
-    regimes: list[Literal["pretrain_ft", "mixed"]] = ["pretrain_ft", "mixed"]
+    arms: list[Literal["single_pretrain_ft", "augmented_pretrain_ft", "single_mixed", "augmented_mixed"]] = [
+        "single_pretrain_ft", "augmented_pretrain_ft", "single_mixed"]
     augmented: DataSpec = AUGMENTED
-    mixed_qa_epochs: int = Field(20, ge=1)
+    qa_ratio: float = Field(0.8, ge=0, lt=1)
     probes: bool = True
+    probe_people: int = Field(5000, ge=10)
+    # the quick preset (2 CPU cores, <= 15 minutes): N = 600 (300 QA-train), 2-layer d_model 64, an 80-exposure
+    # budget with recall checks every 100 steps, stopping once 95% of 150 checked P_test biographies are recalled
+    # (the gate itself is >= 0.9 on all of P_test); LoRA at lr 3e-3 (the papers' 3e-4 is for ~50k steps; here
+    # there are ~400); one seed (three do not fit: mixed training alone costs 5x the biography tokens)
+    n_people: int = Field(600, ge=4, le=1_000_000)
+    exposures: int = Field(80, ge=1)
+    mixed_exposures: int | None = Field(40, ge=1)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
+    finetune: FinetuneSpec = FinetuneSpec(rank=16, embedding_rank=128, lr=3e-3, weight_decay=0.01, batch_size=16)
+    ft_epochs: int = Field(20, ge=1)
+    memorise_check_every: int = Field(100, ge=0)
+    memorise_stop: float | None = Field(0.95, gt=0, le=1)
+    memorise_check_people: int = Field(150, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-                  "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64},
-        "quick": {},
+                  "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64, "finetune": {"batch_size": 4, "rank": 2,
+                  "embedding_rank": 4}, "memorise_check_every": 2, "memorise_check_people": 4,
+                  "mixed_exposures": 2},
+        "quick": {"n_seeds": 1},
+        # one H100, <= 30 minutes (estimated, not measured): N = 10k (5k QA-train), 4-layer d_model 256 RoPE GPT,
+        # 300 exposures (100 in mixed training, plus 4x their tokens of QA), batch 24 x 512, lr 1e-3, wd 0.1; LoRA
+        # fine-tune (rank 16 on qkv, rank 128 on the embedding, wd 0.01, cosine to 10%) at lr 1e-3 for ~3.6k steps
+        # (the papers' 3e-4 is for 50k steps); the whole budget is trained (no early stop), recall checked every
+        # 1000 steps; trainer checkpoints let 10-minute commands chain (rerun into the same --out)
+        "gpu": {"n_people": 10_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
+                "mixed_exposures": 100, "seq_len": 512, "qa_seq_len": 128,
+                "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1, "warmup_frac": 0.02},
+                "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
+                             "batch_size": 48},
+                "ft_epochs": 40, "memorise_check_every": 1000, "memorise_check_people": 500, "memorise_stop": None,
+                "max_distinct_epochs": 10, "n_seeds": 3, "probe_people": 5000},
+        # the papers' scale (Part 3.1: N = 100k, GPT-2 small with rotary, 512-token windows, batch 96, ~80k
+        # steps, lr 1e-3, wd 0.1; LoRA QA fine-tune rank 8-16 (q/v) + 128 (embedding), lr 3e-4, batch 48)
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
-                  "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
-                  "finetune": {"lr": 3e-4, "batch_size": 48, "weight_decay": 0.0}, "ft_epochs": 50, "n_seeds": 3},
+                  "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1},
+                  "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 3e-4, "weight_decay": 0.01,
+                               "batch_size": 48},
+                  "ft_epochs": 50, "memorise_check_every": 5000, "memorise_check_people": 1000, "memorise_stop": None,
+                  "mixed_exposures": None, "max_distinct_epochs": 20, "n_seeds": 3},
     }
 
 
 @register("knowledge-extraction")
 class KnowledgeExtraction(Experiment):
-    """BIO pretrain -> QA fine-tune, and mixed training, for bioS single vs augmented.
+    """BIO pretrain -> QA fine-tune (LoRA), and mixed training, for bioS single vs augmented.
 
-    Source: Allen-Zhu & Li, arXiv 2309.14316, Sections 3-6.
+    Source: Allen-Zhu & Li, arXiv 2309.14316, Sections 3-6, Appendix C.
     """
 
     claim = ("Without biography augmentation, knowledge memorised in pretraining is not extractable by QA "
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~10 s", "quick": "5 min 12 s measured (1 seed, one thread beside another run)",
-                     "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
+    time_estimate = {"smoke": "~15 s", "quick": "~15 min (estimated; one thread beside another run)",
+                     "gpu": "~30 min on one H100, 3 seeds (estimated: ~1M tokens/s, 3 x 1.1B tokens)",
+                     "paper": "~80k steps of GPT-2 small per model: ~1 day per model on 8 V100 (the paper), "
+                              "~6 h on one H100 (estimated); 3 arms x 3 seeds"}
     claims = [
         Claim("pretrain-ft-augmentation",
-              "After BIO pretraining and QA fine-tuning on P_train, QA on the held-out P_test is poor for bioS single "
-              "and high when the biographies are augmented (multi5 + permute + fullname).",
-              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-4, Figures 2-3",
+              "After BIO pretraining and LoRA QA fine-tuning on P_train, QA on the held-out P_test is poor for bioS "
+              "single and high when the biographies are augmented (multi5 + permute + fullname).",
+              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-4 (Figures 2-3; LoRA "
+              "fine-tuning Section 4.1)",
               "P_test QA accuracy: bioS single 9.7%, augmented 96.2%",
-              "P_test QA exact match after BIO pretrain -> QA fine-tune, augmented minus single, per seed; "
-              "mean over seeds (single reported beside)",
+              "P_test QA exact match after BIO pretrain -> LoRA QA fine-tune (rank 16 on the attention qkv, rank "
+              "up to 128 on the embedding), augmented minus single, per seed; mean over seeds (single reported "
+              "beside)",
               "mean over seeds: single <= 0.25 and augmented - single >= 0.5 (95% Student-t CI across seeds reported)",
-              gates=(MEMORISED,)),
+              gates=(MEMORISED, QA_LEARNED)),
         Claim("mixed-vs-pretrain-ft",
               "Mixed training (biographies + P_train QA from scratch) extracts knowledge for P_test far better than "
               "BIO pretrain -> QA fine-tune on bioS single.",
-              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 3, Figure 2",
+              "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 3 (Figure 2) and Appendix C",
               "P_test QA accuracy: mixed 86.6% vs pretrain -> fine-tune 9.7% (bioS single)",
-              "P_test QA exact match on bioS single, mixed minus pretrain -> fine-tune, per seed; mean over seeds",
+              "P_test QA exact match on bioS single, mixed training (windows all biographies or all QA, QA at 80% of "
+              "the tokens) minus pretrain -> LoRA fine-tune, per seed; mean over seeds",
               "mean over seeds: mixed - pretrain_ft >= 0.4 (95% Student-t CI across seeds reported)",
-              gates=(MEMORISED,)),
+              gates=(MEMORISED, QA_LEARNED_MIXED)),
     ]
 
     def validate(self, cfg: KnowledgeExtractionConfig) -> None:
         check_model(cfg.model)
 
     def points(self, cfg: KnowledgeExtractionConfig) -> list[Point]:
-        return [Point(f"{d}_{r}", {"data": d, "regime": r}) for d in cfg.data for r in cfg.regimes]
+        out = []
+        for arm in cfg.arms:
+            d, r = arm.split("_", 1)
+            out.append(Point(arm, {"data": d, "regime": r}))
+        return out
 
     def run_point(self, cfg: KnowledgeExtractionConfig, point: Point, ctx: PointContext) -> dict:
         d, regime = point.params["data"], point.params["regime"]
@@ -104,16 +157,28 @@ class KnowledgeExtraction(Experiment):
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
         spec = SINGLE if d == "single" else cfg.augmented
-        extra = qa_docs(world, tr) if regime == "mixed" else []
-        stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(range(cfg.n_people), spec)], extra_docs=extra, extra_epochs=cfg.mixed_qa_epochs,
-                            order_seed=ctx.seed)
-        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
-        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
+        specs = [(range(cfg.n_people), spec)]
+        if regime == "mixed":
+            stream = mixed_stream(world, exposures=cfg.mixed_exposures or cfg.exposures, seed=cfg.seed,
+                                  seq_len=cfg.seq_len, specs=specs, qa=qa_docs(world, tr), qa_ratio=cfg.qa_ratio,
+                                  order_seed=ctx.seed, max_distinct_epochs=cfg.max_distinct_epochs)
+        else:
+            stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len, specs=specs,
+                                order_seed=ctx.seed, max_distinct_epochs=cfg.max_distinct_epochs)
+        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
+        check = recall_checker(world, te, seed=cfg.seed, spec=spec, n=cfg.memorise_check_people, device=ctx.device)
+        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
+                           recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
+                           checkpoint=True)
+        frac = token_fractions(stream, world.vocab.pad_id)
         row = {"data": d, "regime": regime, "n_people": cfg.n_people, "params": model.num_params(),
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
-               "tokens_per_s": pre["tokens_per_s"]}
+               "pretrain_steps_budget": stream.input_ids.shape[0] // cfg.pretrain.batch_size,
+               "steps_to_gate": pre["steps_to_gate"], "stopped_early": pre["stopped_early"],
+               "recall_checks": json.dumps(pre["recall_checks"]), "tokens_per_s": pre["tokens_per_s"],
+               "pretrain_seconds": pre["seconds"], "qa_token_fraction": frac.get("qa", 0.0),
+               "mixed_windows": frac["mixed_windows"]}
         # memorisation on the pretrained model, for the QA-test people (the gate) and the QA-train people
         rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=spec, device=ctx.device)
         rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device)
@@ -121,67 +186,117 @@ class KnowledgeExtraction(Experiment):
                     "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
         if regime == "pretrain_ft":
             if cfg.probes:
-                what = {"attrs": ATTRS, "value_words": first_value_words(world)}
-                pp = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, device=ctx.device, **what)
-                pb = p_probe(model, world, tr, te, seed=cfg.seed, fullname=False, position="before_value",
-                             device=ctx.device, **what)
-                qp = q_probe(model, world, tr, te, device=ctx.device, **what)
-                for a in ATTRS:
-                    row[f"p_probe_{a}"], row[f"q_probe_{a}"] = pp[a]["test_acc"], qp[a]["test_acc"]
-                    row[f"p_probe_before_{a}"] = pb[a]["test_acc"]
-                row["p_probe"] = float(np.mean([pp[a]["test_acc"] for a in ATTRS]))
-                row["p_probe_before"] = float(np.mean([pb[a]["test_acc"] for a in ATTRS]))
-                row["q_probe"] = float(np.mean([qp[a]["test_acc"] for a in ATTRS]))
-                row["probe_chance"] = float(np.mean([qp[a]["chance"] for a in ATTRS]))
-            ft = qa_stream(world, tr, epochs=cfg.ft_epochs, seed=ctx.seed, seq_len=cfg.qa_seq_len)
-            train_packed(model, ft, cfg.finetune, seed=ctx.seed + 1, ctx=ctx, phase="qa_finetune", device=ctx.device)
+                row.update(self._probes(cfg, world, model, tr, te, spec, ctx))
+            model, info = finetune_qa(model, world, tr, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
+                                      seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device)
+            row.update(info)
+            row["ft_method"] = cfg.finetune.method
+            # forgetting: biography recall of the held-out people after fine-tuning
+            row["bio_recall_test_after_ft"] = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device)
         row.update(qa_metrics(model, world, tr, te, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
+        return row
+
+    def _probes(self, cfg, world, model, tr, te, spec, ctx) -> dict:
+        """P-probes (after the name, before each value) on the training biographies and the Q-probe, on the
+        pretrained model and on a randomly initialised one of the same shape (the baseline)."""
+        k = cfg.probe_people
+        ptr, pte = tr[:k], te[:k]
+        bios = {int(b.person): b for b in training_bios(world, np.concatenate([ptr, pte]), seed=cfg.seed, spec=spec)}
+        what = {"attrs": ATTRS, "value_words": first_value_words(world), "device": ctx.device}
+        rand = make_model(world, cfg.model, cfg.seq_len, ctx.seed + 7).to(ctx.device)
+        row: dict = {"probe_people_train": len(ptr), "probe_people_test": len(pte)}
+        for tag, m in (("", model), ("_rand", rand)):
+            pp = p_probe(m, world, ptr, pte, seed=cfg.seed, bios=bios, **what)
+            pb = p_probe(m, world, ptr, pte, seed=cfg.seed, bios=bios, position="before_value", **what)
+            qp = q_probe(m, world, ptr, pte, **what)
+            for a in ATTRS:
+                row[f"p_probe{tag}_{a}"], row[f"q_probe{tag}_{a}"] = pp[a]["test_acc"], qp[a]["test_acc"]
+                row[f"p_probe_before{tag}_{a}"] = pb[a]["test_acc"]
+            row[f"p_probe{tag}"] = float(np.mean([pp[a]["test_acc"] for a in ATTRS]))
+            row[f"p_probe_before{tag}"] = float(np.mean([pb[a]["test_acc"] for a in ATTRS]))
+            row[f"q_probe{tag}"] = float(np.mean([qp[a]["test_acc"] for a in ATTRS]))
+            if not tag:
+                row["probe_chance"] = float(np.mean([qp[a]["chance"] for a in ATTRS]))
         return row
 
     def verdicts(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         out = []
         n = int(results["n_qa_test"].iloc[0]) if "n_qa_test" in results and len(results) else 0
-        qa = {(d, r): seed_values(results, "qa_test", data=d, regime=r)
-              for d in ("single", "augmented") for r in ("pretrain_ft", "mixed")}
-        rec = {(d, r): seed_values(results, "bio_recall_test", data=d, regime=r)
-               for d in ("single", "augmented") for r in ("pretrain_ft", "mixed")}
+        arms = [(d, r) for d in ("single", "augmented") for r in ("pretrain_ft", "mixed")]
+        qa = {k: seed_values(results, "qa_test", data=k[0], regime=k[1]) for k in arms}
+        qa_tr = {k: seed_values(results, "qa_train", data=k[0], regime=k[1]) for k in arms}
+        rec = {k: seed_values(results, "bio_recall_test", data=k[0], regime=k[1]) for k in arms}
         scale = (f"N={cfg.n_people} people ({cfg.n_people // 2} QA-train), d_model={cfg.model.d_model}, "
-                 f"{cfg.model.n_layers} layers, {cfg.exposures} exposures")
+                 f"{cfg.model.n_layers} layers, {cfg.exposures} exposures, {cfg.finetune.method} fine-tuning")
+
+        def gate_note(gates: dict) -> str:
+            bad = [g for g, (_, ok) in gates.items() if ok is False]
+            if "memorised" in bad:
+                return (f" The pretrained model did not memorise the biographies of the people tested (recall < "
+                        f"{RECALL_MIN}) within the {cfg.exposures}-exposure budget at {scale}: extraction cannot be "
+                        "judged on CPU at this scale; the gpu preset (N=10k, 4-layer d_model 256, 300 exposures) "
+                        "is the smallest that can settle it.")
+            if bad:
+                return " Fine-tuning did not learn the QA of the P_train people (QA-train < 0.5)."
+            return ""
 
         s, a = qa["single", "pretrain_ft"], qa["augmented", "pretrain_ft"]
         seeds = paired(s, a)
         if seeds:
             diff = across_seeds([a[k] - s[k] for k in seeds])
-            single = across_seeds([s[k] for k in seeds])
-            ok = single.mean <= 0.25 and diff.mean >= 0.5
+            ok = diff.mean >= 0.5 and across_seeds([s[k] for k in seeds]).mean <= 0.25
+            gates = {"memorised": recall_gate(rec["single", "pretrain_ft"], rec["augmented", "pretrain_ft"]),
+                     "qa-learned": qa_learned_gate(qa_tr["augmented", "pretrain_ft"])}
             out.append(self.judge(
                 cfg, "pretrain-ft-augmentation", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind,
-                n_seeds=diff.n, gates={"memorised": recall_gate(rec["single", "pretrain_ft"],
-                                                                rec["augmented", "pretrain_ft"])},
+                n_seeds=diff.n, gates=gates,
                 details={"single": seed_summary(s), "augmented": seed_summary(a),
+                         "qa_train": {"single": qa_tr["single", "pretrain_ft"],
+                                      "augmented": qa_tr["augmented", "pretrain_ft"]},
                          "bio_recall_test": {"single": rec["single", "pretrain_ft"],
                                              "augmented": rec["augmented", "pretrain_ft"]},
                          "single_within_run": within_run(s, n), "augmented_within_run": within_run(a, n),
                          "paper": {"single": 0.097, "augmented": 0.962}},
-                note="" if ok else (f"At {scale}; the paper uses N=100k people (50k QA-train), GPT-2 small with "
-                                    "rotary and ~1000 exposures. With few QA-train people fine-tuning can memorise "
-                                    "their answers instead of learning extraction; N >= 10k with a ~10M-parameter "
-                                    "model would settle it.")))
+                note=gate_note(gates).strip() or ("" if ok else (
+                    f"At {scale}; the paper uses N=100k people (50k QA-train), GPT-2 small with rotary and ~1000 "
+                    "exposures. The gpu preset (N=10k, 4-layer d_model 256) is the smallest that can settle it."))))
         ms, ps = qa["single", "mixed"], qa["single", "pretrain_ft"]
         seeds = paired(ms, ps)
         if seeds:
             diff = across_seeds([ms[k] - ps[k] for k in seeds])
             ok = diff.mean >= 0.4
+            gates = {"memorised": recall_gate(rec["single", "mixed"], rec["single", "pretrain_ft"]),
+                     "qa-learned": qa_learned_gate(qa_tr["single", "mixed"])}
             out.append(self.judge(
                 cfg, "mixed-vs-pretrain-ft", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
-                gates={"memorised": recall_gate(rec["single", "mixed"], rec["single", "pretrain_ft"])},
+                gates=gates,
                 details={"mixed": seed_summary(ms), "pretrain_ft": seed_summary(ps),
+                         "qa_train_mixed": qa_tr["single", "mixed"],
                          "bio_recall_test": {"mixed": rec["single", "mixed"], "pretrain_ft": rec["single", "pretrain_ft"]},
                          "mixed_within_run": within_run(ms, n), "pretrain_ft_within_run": within_run(ps, n),
                          "paper": {"mixed": 0.866, "pretrain_ft": 0.097}},
-                note="" if ok else f"At {scale}; the paper's scale (N=100k, GPT-2 small) would settle it."))
+                note=gate_note(gates).strip() or ("" if ok else
+                                                  f"At {scale}; the paper's scale (N=100k, GPT-2 small) would settle it.")))
         return out
+
+    def report_sections(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> str:
+        cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures",
+                            "qa_token_fraction", "bio_recall_test", "qa_train", "qa_test", "bio_recall_test_after_ft",
+                            "p_probe", "p_probe_rand", "p_probe_before", "p_probe_before_rand", "q_probe",
+                            "q_probe_rand") if c in results]
+        if not len(results):
+            return ""
+        lines = ["## Protocol", "",
+                 f"QA fine-tuning: **{cfg.finetune.method}** (rank {cfg.finetune.rank} on the attention qkv, rank "
+                 f"{cfg.finetune.embedding_rank} on the embedding, lr {cfg.finetune.lr}, wd {cfg.finetune.weight_decay}"
+                 f", cosine to 10%; peft). Memorisation gate: biography recall of P_test >= {RECALL_MIN} on the "
+                 f"pretrained model (checked every {cfg.memorise_check_every or 'last'} steps; `steps_to_gate` is the "
+                 f"first check that met it). Mixed training: windows all biographies or all QA, QA at "
+                 f"{cfg.qa_ratio:.0%} of the tokens (measured: `qa_token_fraction`). Probes read the training "
+                 "biographies; `_rand` columns are the same probes on a randomly initialised model.", "",
+                 md_table(results, cols), ""]
+        return "\n".join(lines)
 
     def figures(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -221,6 +336,9 @@ class KnowledgeExtraction(Experiment):
                         mfc="none", label=f"Q-probe {r.data}")
                 ax.plot(np.arange(len(ATTRS)) + (k - 0.5) * w, [getattr(r, f"p_probe_before_{a}") for a in ATTRS], "^",
                         label=f"P-probe before value {r.data}")
+                if f"p_probe_rand_{ATTRS[0]}" in sub:
+                    ax.plot(np.arange(len(ATTRS)) + (k - 0.5) * w, [getattr(r, f"p_probe_rand_{a}") for a in ATTRS],
+                            "x", color="gray", label=f"P-probe, random-init model {r.data}")
             ax.axhline(float(sub["probe_chance"].mean()), color="gray", ls=":", label="majority class")
             ax.set_xticks(range(len(ATTRS)), ATTRS, fontsize=7)
             ax.set_ylabel("probe test accuracy (first value token)")
@@ -228,5 +346,6 @@ class KnowledgeExtraction(Experiment):
             figs.append(save_figure(fig, run, "probes.png",
                                     "Linear probes of the first value token after BIO pretraining, fit on "
                                     "P_train and scored on P_test: P-probe right after the name and right "
-                                    "before the value inside a biography, Q-probe on the name alone."))
+                                    "before the value inside each person's training biography, Q-probe on the "
+                                    "name alone; crosses: the after-name P-probe on a randomly initialised model."))
         return figs

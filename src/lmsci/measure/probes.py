@@ -5,8 +5,8 @@ last-layer hidden states of a biography predicts each attribute; with augmented 
 attributes are decodable at the position right after the name, with bioS single only right
 before the attribute) and Section 6 (Q-probing: the input is the name alone). The paper probes
 the first token of each attribute value with a low-rank update of the embedding plus a linear
-head; here the model is frozen and the probe is multinomial logistic regression (L2, L-BFGS in SciPy)
-on the hidden state read through a GPT hook point (default ``final``, ``[batch, seq, d_model]``).
+head; here the model is frozen and the probe is multinomial logistic regression (L2, L-BFGS)
+(torch L-BFGS) on the hidden state read through a GPT hook point (default ``final``, ``[batch, seq, d_model]``).
 
 Targets: the first token of each attribute value (birth month, city stem, university stem,
 major modifier, company stem, company-city stem). Probes are fit on one set of people and
@@ -54,7 +54,11 @@ def hidden_at(model: torch.nn.Module, seqs: Sequence[Sequence[int]], positions: 
 
 def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
                      n_classes: int, l2: float = 1e-3, max_iter: int = 200) -> dict[str, float]:
-    """Multinomial logistic regression (L-BFGS via ``scipy.optimize``, L2 penalty ``l2``) on standardised features.
+    """Multinomial logistic regression (full-batch L-BFGS in torch, float64, L2 penalty ``l2`` on the
+    weights, not the bias) on features standardised with the training set's mean and std.
+
+    Only classes present in the training set get a logit (a class never seen in training cannot be
+    predicted by any probe); test labels of other classes count as errors.
 
     Args:
         x_train: ``[n_train, d]``; y_train: ``[n_train]`` class ids in ``[0, n_classes)``.
@@ -62,32 +66,32 @@ def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch
     Returns:
         ``{"train_acc", "test_acc", "chance"}`` (chance = majority-class rate on the test set).
     """
-    from scipy.optimize import minimize
+    xtr, xte = x_train.double(), x_test.double()
+    ytr, yte = y_train.long(), y_test.long()
+    mu, sd = xtr.mean(0), xtr.std(0, unbiased=False) + 1e-6
+    xtr, xte = (xtr - mu) / sd, (xte - mu) / sd
+    seen = torch.unique(ytr)  # sorted class ids present in training
+    remap = torch.full((n_classes,), -1, dtype=torch.long)
+    remap[seen] = torch.arange(len(seen))
+    t = remap[ytr]
+    k = len(seen)
+    W = torch.zeros(xtr.shape[1], k, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(k, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=max_iter, history_size=10, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-9, tolerance_change=1e-12)
 
-    xtr_t, xte_t = x_train.double().numpy(), x_test.double().numpy()
-    ytr, yte = y_train.numpy(), y_test.numpy()
-    mu, sd = xtr_t.mean(0), xtr_t.std(0) + 1e-6
-    xtr = np.hstack([(xtr_t - mu) / sd, np.ones((len(xtr_t), 1))])
-    xte = np.hstack([(xte_t - mu) / sd, np.ones((len(xte_t), 1))])
-    n, d = xtr.shape
-    onehot = np.eye(n_classes)[ytr]
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(xtr @ W + b, t) + l2 * (W * W).sum()
+        loss.backward()
+        return loss
 
-    def f(wflat):
-        W = wflat.reshape(d, n_classes)
-        z = xtr @ W
-        z -= z.max(1, keepdims=True)
-        lse = np.log(np.exp(z).sum(1, keepdims=True))
-        logp = z - lse
-        loss = -(onehot * logp).sum() / n + l2 * (W[:-1] ** 2).sum()
-        g = xtr.T @ (np.exp(logp) - onehot) / n
-        g[:-1] += 2 * l2 * W[:-1]
-        return loss, g.ravel()
-
-    res = minimize(f, np.zeros(d * n_classes), jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
-    W = res.x.reshape(d, n_classes)
-    tr = float(((xtr @ W).argmax(1) == ytr).mean())
-    te = float(((xte @ W).argmax(1) == yte).mean())
-    chance = float(np.bincount(yte, minlength=n_classes).max()) / max(len(yte), 1)
+    with torch.enable_grad():
+        opt.step(closure)
+    with torch.no_grad():
+        tr = float((seen[(xtr @ W + b).argmax(1)] == ytr).double().mean())
+        te = float((seen[(xte @ W + b).argmax(1)] == yte).double().mean()) if len(yte) else float("nan")
+    chance = float(torch.bincount(yte, minlength=n_classes).max()) / max(len(yte), 1)
     return {"train_acc": tr, "test_acc": te, "chance": chance}
 
 

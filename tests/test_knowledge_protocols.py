@@ -1,0 +1,223 @@
+"""The protocol fixes of issue 11 for the bioS extraction experiments (Physics of LMs Part 3.1, arXiv 2309.14316):
+LoRA fine-tuning through peft trains only the adapters; the memorisation gate makes a verdict inconclusive; mixed
+training windows hold one kind of document with QA at 80% of the tokens; pretraining stops at the memorisation
+target and records when; probes read the training biographies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from lmsci.config import resolve_config
+from lmsci.experiments import registry
+from lmsci.experiments.knowledge_common import (
+    SINGLE, ModelSpec, TrainSpec, bio_stream, make_model, mixed_stream, recall_of_docs, token_fractions, train_packed,
+    training_bios,
+)
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir
+from lmsci.train.finetune import FinetuneSpec, add_lora, finetune, trainable_parameters
+from lmsci.worlds.bios import BiosWorld, qa_docs, qa_split
+
+
+def _tiny_gpt(seed: int = 0) -> GPT:
+    return GPT(GPTConfig(vocab_size=64, seq_len=32, n_layers=2, n_heads=2, d_model=16, pos="rope"), seed=seed)
+
+
+def _windows(n: int = 8, T: int = 32, V: int = 64):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, V, (n, T), generator=g)
+    return x, torch.roll(x, -1, 1)
+
+
+# -- 1. LoRA through peft -------------------------------------------------------------------------
+def test_lora_trains_only_the_adapters():
+    model = _tiny_gpt()
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    spec = FinetuneSpec(rank=4, embedding_rank=8, lr=1e-2, batch_size=4)
+    tuned, res = finetune(model, _windows(), spec, seed=0)
+    assert res.steps == 2
+    names = [n for n, p in tuned.named_parameters() if p.requires_grad]
+    # adapters on every block's qkv and on the embedding, nothing else trainable
+    assert names and all("lora_" in n for n in names)
+    assert sum(".qkv.lora_A" in n for n in names) == 2 and any("wte.lora_embedding_A" in n for n in names)
+    base = tuned.get_base_model()
+    changed_adapters = 0
+    for k, v in base.state_dict().items():
+        if "lora_" in k:
+            changed_adapters += int("lora_B" in k or "lora_embedding_B" in k) and int(v.abs().sum() > 0)
+            continue
+        assert torch.equal(v, before[k.replace(".base_layer", "")]), k  # base weight untouched
+    assert changed_adapters >= 3  # B starts at zero; after training it is not
+    counts = trainable_parameters(tuned)
+    assert 0 < counts["trainable"] < counts["total"] // 2
+    # the adapters change the model's output
+    x, _ = _windows(2)
+    assert not torch.allclose(tuned(x), _tiny_gpt()(x))
+
+
+def test_full_finetune_changes_the_base_weights():
+    model = _tiny_gpt()
+    w0 = model.blocks[0].attn.qkv.weight.detach().clone()
+    tuned, _ = finetune(model, _windows(), FinetuneSpec(method="full", lr=1e-2, batch_size=4), seed=0)
+    assert tuned is model and not torch.equal(model.blocks[0].attn.qkv.weight, w0)
+
+
+def test_lora_on_a_hugging_face_model():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2))
+    pm = add_lora(hf, FinetuneSpec(rank=2, embedding_rank=4))
+    names = [n for n, p in pm.named_parameters() if p.requires_grad]
+    assert any("c_attn.lora_A" in n for n in names) and any("wte.lora_embedding_A" in n for n in names)
+    assert all("lora_" in n for n in names)
+
+
+# -- 3. mixed training windows ---------------------------------------------------------------------
+def test_mixed_windows_hold_one_kind_with_qa_at_80_percent():
+    world = BiosWorld(120, seed=0)
+    tr, _ = qa_split(120, 0)
+    packed = mixed_stream(world, exposures=3, seed=0, seq_len=256, specs=[(range(120), SINGLE)],
+                          qa=qa_docs(world, tr), qa_ratio=0.8)
+    frac = token_fractions(packed, world.vocab.pad_id)
+    assert frac["mixed_windows"] == 0.0
+    assert all(len(set(k)) == 1 for k in packed.kinds)
+    assert frac["qa"] == pytest.approx(0.8, abs=0.01) and frac["bio"] == pytest.approx(0.2, abs=0.01)
+    # every person still gets its 3 biographies; only P_train people have QA
+    assert (packed.exposures(120) == 3).all()
+    qa_people = {p for ps, ks in zip(packed.people, packed.kinds) for p, k in zip(ps, ks) if k == "qa"}
+    assert qa_people == set(int(i) for i in tr)
+    # the old way (QA packed into biography windows) mixes kinds inside windows
+    old = bio_stream(world, exposures=3, seed=0, seq_len=256, specs=[(range(120), SINGLE)],
+                     extra_docs=qa_docs(world, tr))
+    assert token_fractions(old, world.vocab.pad_id)["mixed_windows"] > 0.5
+
+
+# -- 2. memorisation first ------------------------------------------------------------------------
+def test_pretraining_stops_at_the_memorisation_target_and_records_when():
+    world = BiosWorld(16, seed=0)
+    stream = bio_stream(world, exposures=20, seed=0, seq_len=128, specs=[(range(16), SINGLE)])
+    model = make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 128, 0)
+    calls = iter([0.2, 0.5, 0.93, 0.99, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    res = train_packed(model, stream, TrainSpec(lr=1e-3, batch_size=2), seed=0, ctx=None, phase="p",
+                       recall_fn=lambda m: next(calls), check_every=2, stop_at=0.95)
+    assert res["stopped_early"] and res["steps"] == 8 and res["windows_used"] == 16
+    assert res["steps_to_gate"] == 6  # first check >= 0.9
+    assert [s for s, _ in res["recall_checks"]] == [2, 4, 6, 8]
+    # without a stop target the whole budget is trained
+    calls2 = iter([0.0] * 100)
+    res2 = train_packed(make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 128, 0), stream,
+                        TrainSpec(lr=1e-3, batch_size=2), seed=0, ctx=None, phase="p",
+                        recall_fn=lambda m: next(calls2), check_every=5, stop_at=None)
+    assert not res2["stopped_early"] and res2["steps"] == stream.input_ids.shape[0] // 2
+    assert res2["steps_to_gate"] is None
+
+
+def test_recall_of_an_untrained_model_is_low():
+    world = BiosWorld(10, seed=0)
+    docs = training_bios(world, range(10), seed=0, spec=SINGLE)
+    assert recall_of_docs(make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0), docs) < 0.1
+
+
+# -- 6. probes on the training biographies --------------------------------------------------------
+def test_p_probe_reads_the_biographies_given():
+    from lmsci.experiments.knowledge_common import first_value_words
+    from lmsci.measure.probes import p_probe
+    from lmsci.worlds.bios import ATTRS
+
+    world = BiosWorld(40, seed=0)
+    tr, te = qa_split(40, 0)
+    bios = {int(b.person): b for b in training_bios(world, range(40), seed=0, spec=SINGLE)}
+    asked = []
+
+    def get(i):
+        asked.append(i)
+        return bios[i]
+
+    model = make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0)
+    out = p_probe(model, world, tr, te, seed=0, attrs=ATTRS[:1], value_words=first_value_words(world), bios=get)
+    assert sorted(asked) == sorted(int(i) for i in np.concatenate([tr, te]))
+    assert 0.0 <= out["birth_date"]["test_acc"] <= 1.0
+
+
+# -- verdicts of the registered claims -------------------------------------------------------------
+SEEDS = (0, 1, 2)
+JIT = {0: -0.01, 1: 0.0, 2: 0.01}
+
+
+def _verdicts(name, rows, tmp_path):
+    exp = registry.get(name)()
+    cfg = resolve_config(exp.Config, "quick", [])
+    return {v.claim_id: v for v in exp.verdicts(cfg, pd.DataFrame(rows), RunDir(tmp_path))}
+
+
+def _ke_rows(acc, recall=0.99, qa_train=1.0):
+    rows = []
+    for (d, r), a in acc.items():
+        for s in SEEDS:
+            rows.append({"point": f"{d}_{r}" + (f"__s{s}" if s else ""), "data": d, "regime": r,
+                         "qa_test": min(1.0, max(0.0, a + JIT[s])), "qa_train": qa_train, "bio_recall_test": recall,
+                         "n_qa_test": 300 * 6, "seed_index": s, "status": "ok"})
+    return rows
+
+
+PAPER = {("single", "pretrain_ft"): 0.097, ("augmented", "pretrain_ft"): 0.962, ("single", "mixed"): 0.866}
+
+
+@pytest.mark.parametrize("acc, kw, outcome, reason", [
+    (PAPER, {}, REPRODUCED, None),
+    ({**PAPER, ("augmented", "pretrain_ft"): 0.30, ("single", "mixed"): 0.2}, {}, NOT_REPRODUCED, None),
+    (PAPER, {"recall": 0.6}, INCONCLUSIVE, "memorised"),
+    # the fine-tune never learned the QA: a low augmented accuracy says nothing about extraction
+    ({**PAPER, ("augmented", "pretrain_ft"): 0.1}, {"qa_train": 0.2}, INCONCLUSIVE, "qa-learned"),
+])
+def test_knowledge_extraction_verdicts(acc, kw, outcome, reason, tmp_path):
+    vs = _verdicts("knowledge-extraction", _ke_rows(acc, **kw), tmp_path)
+    for cid in ("pretrain-ft-augmentation", "mixed-vs-pretrain-ft"):
+        assert vs[cid].outcome == outcome, (cid, vs[cid].reasons)
+        if reason:
+            assert any(reason in r for r in vs[cid].reasons)
+    assert vs["pretrain-ft-augmentation"].value == pytest.approx(acc["augmented", "pretrain_ft"] - acc["single", "pretrain_ft"])
+
+
+def _celeb_rows(single, celeb, recall=0.99, qa_cel=1.0):
+    rows = []
+    for aug, a in ((False, single), (True, celeb)):
+        for s in SEEDS:
+            rows.append({"point": ("celebrities_augmented" if aug else "baseline_all_single") + (f"__s{s}" if s else ""),
+                         "celebrities_augmented": aug, "qa_minority": min(1.0, max(0.0, a + JIT[s])),
+                         "qa_celebrity": qa_cel, "bio_recall_minority": recall, "n_qa_minority": 1800,
+                         "seed_index": s, "status": "ok"})
+    return rows
+
+
+@pytest.mark.parametrize("single, celeb, kw, outcome, reason", [
+    (0.044, 0.868, {}, REPRODUCED, None),
+    (0.05, 0.20, {}, NOT_REPRODUCED, None),
+    (0.044, 0.868, {"recall": 0.7}, INCONCLUSIVE, "memorised"),
+    (0.05, 0.10, {"qa_cel": 0.3}, INCONCLUSIVE, "qa-learned"),
+])
+def test_celebrity_verdicts(single, celeb, kw, outcome, reason, tmp_path):
+    v = _verdicts("celebrity-helps-minority", _celeb_rows(single, celeb, **kw), tmp_path)["minority-lift"]
+    assert v.outcome == outcome, v.reasons
+    if reason:
+        assert any(reason in r for r in v.reasons)
+    if reason == "memorised":
+        assert "gpu preset" in v.note  # the verdict says what scale would settle it
+
+
+def test_presets_use_lora_and_the_gpu_preset_is_the_issue_scale():
+    for name in ("knowledge-extraction", "celebrity-helps-minority"):
+        exp = registry.get(name)()
+        for preset in ("quick", "gpu", "paper"):
+            cfg = resolve_config(exp.Config, preset, [])
+            assert cfg.finetune.method == "lora"
+        gpu = resolve_config(exp.Config, "gpu", [])
+        assert gpu.n_people == 10_000 and gpu.model.d_model == 256 and gpu.model.n_layers == 4
+        assert gpu.pretrain.batch_size == 24 and gpu.seq_len == 512 and gpu.pretrain.lr == 1e-3
+        assert gpu.finetune.weight_decay == 0.01 and gpu.finetune.embedding_rank == 128
+        paper = resolve_config(exp.Config, "paper", [])
+        assert paper.finetune.lr == 3e-4 and paper.n_people >= 100_000 and paper.model.d_model == 768
