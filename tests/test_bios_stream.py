@@ -290,3 +290,12 @@ def test_iter_from_resumes_exactly(world):
     gb = s.get_batch_fn()
     x, _ = gb(4)  # a run resumed at step 4 gets batch 4
     assert (x.numpy() == _all(streams()[0])[4][0]).all()
+
+
+def test_people_must_be_listed(world):
+    with pytest.raises(ConfigError):
+        BioStream(world, seq_len=256, batch_size=2, exposures=1, seed=0, people=[])
+    with pytest.raises(ConfigError):
+        BioStream(world, seq_len=256, batch_size=2, exposures=1, seed=0, people=[world.n])
+    s = BioStream(world, seq_len=256, batch_size=2, exposures=1, seed=0, people=range(10))
+    assert sum(len(b.doc_person) for b in s) == 10 and (s.exposures[:10] == 1).all()

@@ -964,10 +964,9 @@ class BioStream(_Stream):
         self.seed = int(seed)
         self.order_seed = self.seed if order_seed is None else int(order_seed)
         self.fresh, self.reverse = bool(fresh), bool(reverse)
-        if people is None or (len(people) and not isinstance(people[0], tuple)):
-            groups = [(people, _Spec(multiplicity, permute, fullname))]
-        else:
-            groups = list(people)
+        is_groups = people is not None and len(people) > 0 and all(
+            isinstance(x, (tuple, list)) and len(x) == 2 and hasattr(x[1], "multiplicity") for x in people)
+        groups = list(people) if is_groups else [(people, _Spec(multiplicity, permute, fullname))]
         specs = [_Spec(int(s.multiplicity), bool(s.permute), bool(s.fullname)) for _, s in groups]
         for s in specs:
             if s.multiplicity < 1:
