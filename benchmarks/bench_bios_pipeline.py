@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lmsci.worlds.bios import BiosWorld, bio_docs, pack  # noqa: E402
-from lmsci.worlds.bios_stream import BioStream  # noqa: E402
+from lmsci.worlds.bios_stream import BioStream, MixedStream, QAStream  # noqa: E402
 
 
 def old_arm(world: BiosWorld, seq_len: int, seed: int) -> int:
@@ -72,6 +72,17 @@ def new_arm(world: BiosWorld, seq_len: int, batch: int, exposures: int, seed: in
     if count:
         assert int(s.exposures.min()) == int(s.exposures.max()) == exposures
     return w
+
+
+def mixed_arm(world: BiosWorld, seq_len: int, batch: int, exposures: int, seed: int) -> tuple[int, float]:
+    """Mixed training (Part 3.1 App. C): bioS multi5+permute+fullname biographies of everyone and the
+    QA of half of the people, QA at 80% of the tokens; returns (documents, QA token fraction)."""
+    bio = BioStream(world, seq_len=seq_len, batch_size=batch, exposures=exposures, seed=seed, multiplicity=5,
+                    permute=True, fullname=True)
+    qa = QAStream(world, np.arange(0, world.n, 2), seq_len=seq_len, batch_size=batch, order_seed=seed)
+    mix = MixedStream(bio, qa, qa_fraction=0.8)
+    docs = sum(len(b.doc_person) for b in mix)
+    return docs, mix.qa_token_fraction
 
 
 def timed(fn) -> tuple[float, float, int]:
@@ -126,6 +137,12 @@ def main() -> None:
         mem_new.append(mem)
         print(f"new  BioStream      N={n:>9,}  x {e:>3} exposures: {n * e / wall:>10,.0f} bios/s wall "
               f"{n * e / cpu:>10,.0f} bios/s CPU   peak {mem:8.1f} MB   ({windows} windows)")
+    n = args.new_n[0]
+    world = BiosWorld(n, seed=args.seed)
+    e = max(1, args.bios // n // 5)
+    wall, cpu, (docs, qa_r) = timed(lambda: mixed_arm(world, L, B, e, args.seed))
+    print(f"new  MixedStream    N={n:>9,}  x {e:>3} exposures: {docs / wall:>10,.0f} docs/s wall "
+          f"{docs / cpu:>10,.0f} docs/s CPU   QA_r {qa_r:.4f} (target 0.8)   ({docs:,} documents)")
     old_w, old_c = np.mean([r[0] for r in rates_old]), np.mean([r[1] for r in rates_old])
     new_w, new_c = np.mean([r[0] for r in rates_new]), np.mean([r[1] for r in rates_new])
     print(f"ratio new/old: {new_w / old_w:.1f}x (wall), {new_c / old_c:.1f}x (CPU); "
