@@ -34,10 +34,10 @@ def lverdicts(df, tmp_path, preset="gpu"):
 def test_learning_papers_numbers_are_reproduced(tmp_path):
     # paper: GPT_rot near 100% on cfg3f, absolute GPT lower, GPT_uni close to GPT_rot
     vs = lverdicts(learning_rows({"rope": [0.99, 0.985, 0.995], "learned": [0.90, 0.88, 0.93],
-                                  "uni": [0.97, 0.95, 0.98]}), tmp_path)
+                                  "uni": [0.97, 0.95, 0.98], "posonly": [0.96, 0.97, 0.95]}), tmp_path)
     assert vs["gen-accuracy"].outcome == "reproduced" and vs["gen-accuracy"].n_seeds == 3
     assert vs["rot-beats-abs"].outcome == "reproduced" and vs["rot-beats-abs"].ci[0] > 0
-    assert vs["uni-effective"].outcome == "reproduced"
+    assert vs["uni-effective"].outcome == "reproduced" and vs["pos-effective"].outcome == "reproduced"
 
 
 def test_learning_failures_are_not_reproduced(tmp_path):
@@ -47,15 +47,16 @@ def test_learning_failures_are_not_reproduced(tmp_path):
     assert vs["rot-beats-abs"].outcome == "not reproduced"  # CI straddles 0
     # GPT_rot did not learn: the uni ratio is gated
     assert vs["uni-effective"].outcome == "inconclusive" and any("rot-learned" in r for r in vs["uni-effective"].reasons)
-    vs = lverdicts(learning_rows({"rope": [0.99, 0.98, 0.99], "uni": [0.3, 0.2, 0.4]}), tmp_path)
-    assert vs["uni-effective"].outcome == "not reproduced"
+    vs = lverdicts(learning_rows({"rope": [0.99, 0.98, 0.99], "uni": [0.3, 0.2, 0.4], "posonly": [0.5, 0.6, 0.7]}),
+                   tmp_path)
+    assert vs["uni-effective"].outcome == "not reproduced" and vs["pos-effective"].outcome == "not reproduced"
 
 
 def test_learning_inconclusive_below_scale_or_unmeasured(tmp_path):
     # quick runs GPT_rot only: the variant claims are not measured and registered for gpu/paper anyway
     vs = lverdicts(learning_rows({"rope": [0.99, 0.99, 0.98]}), tmp_path, preset="quick")
     assert vs["gen-accuracy"].outcome == "reproduced"
-    assert vs["rot-beats-abs"].outcome == "inconclusive" and vs["uni-effective"].outcome == "inconclusive"
+    assert {vs[c].outcome for c in ("rot-beats-abs", "uni-effective", "pos-effective")} == {"inconclusive"}
     vs = lverdicts(learning_rows({"rope": [0.99, 0.99]}), tmp_path)
     assert vs["gen-accuracy"].outcome == "inconclusive" and vs["gen-accuracy"].rule_passed  # 2 seeds
     vs = lverdicts(learning_rows({"rope": [0.99, 0.99, 0.99]}), tmp_path, preset="smoke")
@@ -114,7 +115,7 @@ def test_smoke_runs_end_to_end(tmp_path):
     run = run_experiment(CFGLearning(), resolve_config(CFGLearningConfig, "smoke", {"threads": 1}), tmp_path / "l",
                          progress=False, log=lambda *a, **k: None)
     res = pd.read_csv(run.path / "results.csv")
-    assert set(res["variant"]) == {"rope", "uni"} and (res["status"] == "ok").all()
+    assert set(res["variant"]) == {"rope", "posonly"} and (res["status"] == "ok").all()
     assert res["acc_bos"].between(0, 1).all() and (res["kl"] > 0).all() and (res["nll_grammar"] > 0).all()
     assert (run.path / "figures" / "generation_accuracy.png").exists()
     run = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p",

@@ -49,10 +49,10 @@ class CFGProbingConfig(CFGModelConfig):
         "smoke": {"steps": 4, "n_layers": 1, "d_model": 16, "n_heads": 2, "seq_len": 32, "batch_size": 4,
                   "n_probe_train": 6, "n_probe_test": 4, "n_gen": 4, "n_seeds": 1, "warmup_steps": 1},
         "quick": {},
-        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni"], "n_layers": 6, "n_heads": 8,
+        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni", "posonly"], "n_layers": 6, "n_heads": 8,
                 "d_model": 256, "seq_len": 512, "batch_size": 64, "steps": 3000, "lr": 1e-3, "warmup_steps": 200,
                 "n_probe_train": 300, "n_probe_test": 100, "n_gen": 200, "threads": 0},
-        "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni"], "n_layers": 12,
+        "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"], "n_layers": 12,
                   "n_heads": 12, "d_model": 768, "seq_len": 512, "batch_size": 96, "steps": 100_000, "lr": 3e-4,
                   "warmup_steps": 1000, "n_probe_train": 2000, "n_probe_test": 500, "n_gen": 1000, "threads": 0},
     }
@@ -69,7 +69,7 @@ class CFGProbing(Experiment):
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
                      "quick": "~12 min estimated (3 seeds x ~4 min on one loaded core; cfg3b-small, 800 steps)",
-                     "gpu": "~20 min estimated on one H100, not measured (cfg3f, 3 variants x 3 seeds)",
+                     "gpu": "~25 min estimated on one H100, not measured (cfg3f, 4 variants x 3 seeds)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
 
     _SRC = "Allen-Zhu & Li, arXiv 2305.13673, sec. 4, 'predict NT ancestor (%)' table"

@@ -26,6 +26,12 @@ Variants (``GPTConfig``):
       the start of the sequence), as in the reproduction ``HJXA/Physics_of_LM`` (``Part1/model/gpt2/
       modeling_gpt2_variants.py``, ``GPTUniAttention``: ``window_size = 2**(h+1) - 1``). Only the value and
       output projections are learned (no query or key weights; ``attend`` receives ``q = k = None``).
+    - ``"posonly"``: Physics of LMs Part 1's GPT_pos (arXiv 2305.13673): attention logits depend *only* on the
+      causal distance ``q_pos - k_pos`` (no ``q k^T`` term): each layer learns one logit per (head, distance)
+      for distances ``0 .. seq_len - 1`` (``rel_bias_dist``, initialised to 0 = uniform causal attention;
+      larger distances share the last entry); values are still content. As in the reproduction
+      ``HJXA/Physics_of_LM`` (``modeling_gpt2_variants.py``, ``GPT_Rel_Pos_Attention(mode='pos')``: a learned
+      bias per exact relative position, softmax, no query/key product). Only value and output projections.
 * ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"relu"`` (``W_out ReLU(W_in x)``, the MLP of
   Nanda et al. 2023, arXiv 2301.05217, and of Power et al. 2022), ``"swiglu"`` (Shazeer 2020,
   arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP) or ``"none"`` (attention-only).
@@ -115,7 +121,7 @@ class GPTConfig(StrictModel):
     d_model: int = Field(ge=1)
     d_head: int | None = Field(None, ge=1)
     d_mlp: int | None = Field(None, ge=1)
-    pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni"] = "learned"
+    pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni", "posonly"] = "learned"
     mlp: Literal["gelu", "relu", "swiglu", "none"] = "gelu"
     norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
     tie_embeddings: bool = False
@@ -308,13 +314,15 @@ class Attention(nn.Module):
         self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
         inner = self.n_heads * self.d_head
         self.pos = cfg.pos
-        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos == "uni" else 3 * inner, bias=cfg.bias)
+        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in ("uni", "posonly") else 3 * inner, bias=cfg.bias)
         self.proj = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
         self.dropout = cfg.dropout
         if cfg.pos == "relative":
             self.rel_bias = nn.Parameter(torch.zeros(cfg.n_heads, REL_BUCKETS))
         if cfg.pos == "alibi":
             self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
+        if cfg.pos == "posonly":
+            self.rel_bias_dist = nn.Parameter(torch.zeros(cfg.n_heads, cfg.seq_len))
         if cfg.pos == "uni":
             w = torch.tensor([uni_window(h) for h in range(cfg.n_heads)], dtype=torch.long)
             self.register_buffer("windows", w, persistent=False)
@@ -365,6 +373,19 @@ class Attention(nn.Module):
             if drop:
                 pattern = F.dropout(pattern, drop)
             return pattern @ v
+        if self.pos == "posonly":
+            dist = q_pos[..., :, None] - k_pos[..., None, :]  # [q, k] or [B, q, k]
+            bias = self.rel_bias_dist[:, dist.clamp(0, self.rel_bias_dist.shape[1] - 1)]  # [H, q, k] or [H, B, q, k]
+            if dist.dim() == 3:
+                bias = bias.transpose(0, 1)
+            else:
+                bias = bias.unsqueeze(0)
+            scores = bias.to(v.dtype).masked_fill((dist < 0).unsqueeze(-3), float("-inf"))
+            scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
+            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+            if drop:
+                pattern = F.dropout(pattern, drop)
+            return pattern @ v
         assert q is not None and k is not None
         if self.pos == "rope":
             if same:
@@ -405,7 +426,7 @@ class Attention(nn.Module):
         """
         B, T, _ = x.shape
         H, D = self.n_heads, self.d_head
-        if self.pos == "uni":
+        if self.pos in ("uni", "posonly"):
             q = k = None
             v = self.qkv(x).view(B, T, H, D).transpose(1, 2)
         else:
