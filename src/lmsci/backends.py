@@ -249,11 +249,15 @@ class RayBackend:
             self._open = True
             return
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True,
-                     configure_logging=True)
-        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
-            raise ConfigError("address", address or "(a new local Ray instance)", "a running Ray cluster's address "
-                              "(HOST:PORT, ray://HOST:10001 or auto)", hint=f"ray.init failed: {e}") from None
+            ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True)
+        except Exception as e:  # noqa: BLE001 (a failed start raises a bare Exception)
+            ray.shutdown()  # stop whatever a failed local start left running
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if address:
+                raise ConfigError("address", address, "a running Ray cluster's HOST:PORT, ray://HOST:10001 or auto",
+                                  hint=f"Ray could not connect: {first}") from None
+            raise ConfigError("address", None, "a running Ray cluster's HOST:PORT (none: start Ray on this machine, "
+                              "which failed)", hint=f"Ray did not start here: {first}") from None
         self._owns_ray = True
         self._open = True
 

@@ -25,10 +25,10 @@ def fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-BACKEND_HELP = ("where points are computed: local (one after another in this process) | ray (as tasks on a Ray "
-                "cluster, results written here; needs pip install 'lmsci[ray]')")
+BACKEND_HELP = ("where points are computed: local (one after another in this process) | ray (as Ray tasks on a "
+                "cluster; rows come back to this run directory; needs pip install 'lmsci\\[ray]')")
 ADDRESS_HELP = ("with --backend ray: the Ray head HOST:PORT (`ray start --head` prints it), ray://HOST:10001 or "
-                "auto [default: $RAY_ADDRESS, else a new Ray instance on this machine]")
+                "auto (default: $RAY_ADDRESS, else a new Ray instance on this machine)")
 
 
 def _guard(fn, *args, **kwargs):
