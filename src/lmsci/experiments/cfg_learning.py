@@ -85,7 +85,7 @@ class CFGLearningConfig(CFGModelConfig):
         "quick": {},
         "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni", "posonly"], "n_layers": 6, "n_heads": 8,
                 "d_model": 256, "seq_len": 512, "batch_size": 64, "steps": 3000, "lr": 1e-3, "warmup_steps": 200,
-                "cut": 50, "n_gen": 500, "n_kl": 32, "threads": 0},
+                "cut": 50, "n_gen": 500, "n_kl": 8, "threads": 0},
         "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"], "n_layers": 12,
                   "n_heads": 12, "d_model": 768, "seq_len": 512, "batch_size": 96, "steps": 100_000, "lr": 3e-4,
                   "warmup_steps": 1000, "cut": 50, "n_gen": 2000, "n_kl": 100, "threads": 0},
@@ -171,7 +171,8 @@ class CFGLearning(Experiment):
     time_estimate = {"smoke": "~10 s",
                      "quick": "~12 min estimated (3 seeds x ~4 min on one loaded core; cfg3b-small, 800 steps)",
                      "gpu": "~25 min estimated on one H100, not measured (cfg3f, 4 variants x 3 seeds, 3000 steps of "
-                            "a 6-layer d256 GPT, batch 64 x 512; the KL DP runs on the CPU)",
+                            "a 6-layer d256 GPT, batch 64 x 512; the exact KL DP runs on the CPU, ~5-10 s per cfg3f "
+                            "string, hence n_kl = 8)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, batch 96 x 512, 100k steps; physics_of_lms.md "
                               "sec. 1.3)"}
 
