@@ -16,22 +16,24 @@ included) of each arm at two N values, and the ratio new/old. The memory of the 
 measured without the exposure counters (``count_exposures=False``; they add 16 bytes per person,
 as the world's own arrays add 88).
 
-Measured 2026-11-23 on the shared 2-core machine, under ``nice -n 19`` while it was heavily loaded
-(load average 14-17 from other sessions, so this process got about a tenth of a core and the wall
-figures are ~10x below the CPU ones), ``--threads 1``, default arguments (seq_len 512, batch 32):
+Measured 2026-11-23 19:21 on the shared 2-core machine, under ``nice -n 19`` while it was heavily
+loaded (load average 15-17 from other sessions, so this process got about a tenth of a core and the
+wall figures are ~8x below the CPU ones), ``--threads 1``, default arguments (seq_len 512, batch 32):
 
-==========================  ===============  ===============  ===========
-arm, N x exposures          bios/s (CPU)     bios/s (wall)    peak memory
-==========================  ===============  ===============  ===========
-old, 1,000 x 1              7,226            452              3.4 MB
-old, 4,000 x 1              5,167            325              13.8 MB
-new, 10,000 x 100           319,530          19,529           14.4 MB
-new, 1,000,000 x 1          452,470          50,781           14.4 MB
-==========================  ===============  ===============  ===========
+==============================  ===============  ===============  ===========
+arm, N x exposures              per s (CPU)      per s (wall)     peak memory
+==============================  ===============  ===============  ===========
+old, 1,000 x 1                  6,192 bios       681 bios         3.4 MB
+old, 4,000 x 1                  5,433 bios       669 bios         13.8 MB
+new, 10,000 x 100               372,119 bios     44,459 bios      14.4 MB
+new, 1,000,000 x 1              574,435 bios     67,866 bios      14.4 MB
+mixed, 10,000 x 20, QA_r 0.8    572,799 docs     68,926 docs      (QA_r 0.8000)
+==============================  ===============  ===============  ===========
 
-ratio new/old 62x (CPU time; 90x wall), 386,000 biographies/s per core (target 100,000); peak memory
-of the old path x4.1 for 4x N (an epoch in RAM), of the stream x1.00 for 100x N (a chunk of 4,096
-documents and one batch in flight). An earlier run at load 17: 62x CPU, 53x wall.
+ratio new/old 81x (CPU time; 83x wall), 473,000 biographies/s per core (target 100,000); peak
+memory of the old path x4.1 for 4x N (an epoch in RAM), of the stream x1.00 for 100x N (a chunk of
+4,096 documents and one batch in flight). Earlier runs of the same day (before two kernels moved to
+numba, load 14-17): 53-62x.
 
 Usage::
 

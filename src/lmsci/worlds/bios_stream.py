@@ -12,7 +12,8 @@ How it works
   id (>= 0) or a reference ``-(col + 1)`` to column ``col`` of a per-document value vector of 27
   token ids (6 name tokens, He/She, his/her, the 5 + 4 + 2 + 2 + 2 + 4 tokens of the six attribute
   values). A biography is ``<bos>``, six sentence segments (and optionally a reversed sentence),
-  ``<eos>``; a chunk of documents is rendered by one ragged numpy gather.
+  ``<eos>``; the segment ids of a chunk of documents are chosen with vectorised numpy, and two small
+  numba kernels fill the value vectors and expand the segments into tokens.
 * Randomness is *counter-based*: the template of attribute ``a`` in copy ``c`` of person ``i``'s
   biography is ``splitmix64(seed, i, c, a)`` mapped to the template list (and likewise the sentence
   order, uniform over the 720 permutations, and the reversed template). A biography is therefore a
