@@ -40,7 +40,7 @@ def test_catalog_entry(name):
 
 
 def test_catalog_has_issue_16s_experiments():
-    assert {"icl-linear-regression"} <= set(NAMES)
+    assert {"icl-linear-regression", "icl-kernel-regression"} <= set(NAMES)
 
 
 def test_catalog_has_issue_18s_experiments():

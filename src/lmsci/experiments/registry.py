@@ -31,6 +31,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.cfg_probing",
     "lmsci.experiments.word_order",
     "lmsci.experiments.icl_linear_regression",
+    "lmsci.experiments.icl_kernel_regression",
 ]
 
 _loaded = False
