@@ -427,6 +427,8 @@ class ICLKernelRegression(Experiment):
                                (axes[1], "corr_similarity", "Pearson(a_i, P(o|x_test)^T P(o|x_i))")):
             m = np.mean([h[key] for h in heats], axis=0)
             im = ax.imshow(m, aspect="auto", cmap="viridis")
+            ax.set_xticks(range(m.shape[1]))
+            ax.set_yticks(range(m.shape[0]))
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
             ax.set_title(title, fontsize=8)
