@@ -27,14 +27,21 @@ if TYPE_CHECKING:
 
 @contextmanager
 def torch_threads(n: int):
-    """Use ``n`` torch intra-op threads inside the block (0: leave torch's setting), then restore."""
+    """Use ``n`` torch intra-op threads and ``n`` BLAS/OpenMP threads for numpy and scipy (threadpoolctl) inside
+    the block (0: leave both as they are), then restore. Limiting BLAS too matters for the numpy-only
+    experiments: OpenBLAS threads that spin-wait on a loaded machine made a 10 s Monte Carlo take minutes."""
     import torch
+    from threadpoolctl import threadpool_limits
 
     old = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
     try:
-        yield
+        if n:
+            with threadpool_limits(n):
+                yield
+        else:
+            yield
     finally:
         torch.set_num_threads(old)
 
@@ -117,6 +124,9 @@ class LocalBackend:
         """:func:`lmsci.runs.environment` of this machine."""
         return environment(seed, device)
 
+    def check(self, cfg: ExperimentConfig, device: str) -> None:
+        """Nothing beyond the config's own checks."""
+
     def run_groups(self, exp: Experiment, cfg: ExperimentConfig, groups: list[list[Point]], run: RunDir,
                    device: str, progress: bool, log: Callable[[str], Any]) -> Iterator[GroupResult]:
         """Yield each group's rows as soon as it is computed, in sweep order; an exception stops the run."""
@@ -149,8 +159,8 @@ def run_experiment(
             :class:`lmsci.backends.RayBackend`; one not yet open is opened here and closed at the end.
 
     Raises:
-        ConfigError: from ``exp.validate``, an unavailable ``device`` or an unreachable backend, before
-            any work starts.
+        ConfigError: from ``exp.validate``, an unavailable ``device``, an unreachable backend or a group
+            the backend cannot place (more ``threads`` than any node has), before any work starts.
         RunDirError: ``out`` is a file, holds another experiment or configuration, or a corrupted table.
         PointsFailedError: a backend lost some points (their worker died); the others are recorded
             and the report is not rendered; a rerun into ``out`` computes the lost ones.
@@ -169,6 +179,7 @@ def run_experiment(
     backend.open()  # connect (ConfigError when unreachable) before any work
     try:
         device = backend.resolve_device(cfg.device)
+        backend.check(cfg, device)  # e.g. a task that no node of a cluster can hold
         run = RunDir(out or default_out(exp.name))
         env = backend.environment(cfg.seed, device)
         resumed = run.init(exp.name, config_to_yaml(cfg), env)

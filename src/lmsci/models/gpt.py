@@ -317,6 +317,10 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in ("uni", "posonly") else 3 * inner, bias=cfg.bias)
         self.proj = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
         self.dropout = cfg.dropout
+        # True: attention as explicit matmul/softmax instead of fused scaled_dot_product_attention (same values to
+        # rounding). torch.func.vmap has no batching rule for CPU SDPA and loops over the members there; the
+        # explicit path batches (set by lmsci.train.stacked for stacked training).
+        self.explicit = False
         if cfg.pos == "relative":
             self.rel_bias = nn.Parameter(torch.zeros(cfg.n_heads, REL_BUCKETS))
         if cfg.pos == "alibi":
@@ -360,7 +364,7 @@ class Attention(nn.Module):
             ``[batch, n_heads, q, d_head]``.
         """
         same = q_pos is k_pos
-        need_explicit = self.hook_scores.active or self.hook_pattern.active
+        need_explicit = self.explicit or self.hook_scores.active or self.hook_pattern.active
         drop = self.dropout if self.training else 0.0
         if self.pos == "uni":
             dist = q_pos[..., :, None] - k_pos[..., None, :]

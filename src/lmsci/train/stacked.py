@@ -7,8 +7,9 @@ recipe of :func:`lmsci.train.trainer.train`, but with one step for all of them:
 * the K parameter sets are stacked along a new leading dimension (``[K, *shape]``) with
   :func:`torch.func.stack_module_state`, and one forward/backward runs the K models at once through
   :func:`torch.func.vmap` over :func:`torch.func.functional_call` of a copy of the model -- every
-  matmul becomes one batched matmul over the K members (on CPU, scaled_dot_product_attention has
-  no batching rule and vmap loops over the members there);
+  matmul becomes one batched matmul over the K members (lmsci GPT attention switches to its explicit
+  matmul/softmax path, ``Attention.explicit``: on CPU, scaled_dot_product_attention has no batching rule
+  and vmap would loop over the members there);
 * one optimizer step updates the stack: AdamW is element-wise, so AdamW over the stacked tensors is
   K independent AdamWs; the weight-decay grouping is decided on each member's own shape (decay for
   ``ndim >= 2``, none for biases and norm gains: :func:`lmsci.train.trainer.make_optimizer`);
@@ -133,6 +134,9 @@ class StackedModels:
         # to "meta" as in the tutorial, because Module.to("meta") unties tied weights (tie_embeddings)
         self.base = copy.deepcopy(models[0]).to(device)
         self.base.train()
+        for m in self.base.modules():  # batchable attention under vmap (lmsci GPT: Attention.explicit)
+            if hasattr(m, "explicit") and hasattr(m, "hook_scores"):
+                m.explicit = True
 
     def _member_nll(self, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = _logits(functional_call(self.base, (params, buffers), (x,)))
