@@ -27,6 +27,8 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.benign_overfitting",
     "lmsci.experiments.implicit_bias",
     "lmsci.experiments.calibration_hallucination",
+    "lmsci.experiments.alignment_attack",
+    "lmsci.experiments.watermark",
     "lmsci.experiments.cfg_learning",
     "lmsci.experiments.cfg_probing",
     "lmsci.experiments.word_order",

@@ -1,0 +1,525 @@
+"""Experiment ``alignment-attack``: Behavior Expectation Bounds -- alignment of a mixture is attackable.
+
+Source: Wolf, Wies, Avnery, Levine, Shashua, "Fundamental Limitations of Alignment in Large Language Models",
+ICML 2024, arXiv 2304.11082: Theorem 1 (prompt length ``(1/beta)(log 1/alpha + log 1/eps + log 4)``),
+Theorem 2 (a system prompt ``s0 ~ P+`` adds ``(beta'/beta)|s0| + (sigma/beta) sqrt(|s0|/delta) + 1``),
+Theorem 4 (best-of-n adds ``log(n)/beta``), App. H (behavior falls as a reverse sigmoid in the prompt length,
+centred at ``log(1/alpha)/beta``); spec ``impossibility_and_theory.md`` §2; issue 18.
+
+World (:mod:`lmsci.worlds.personas`): sentences from a bank, the bad persona ``P-`` and the good ``P+`` emit
+i.i.d. sentences with negative-bank masses ``neg_bad`` and ``neg_good``; the language is
+``alpha P- + (1 - alpha) P+``.
+
+Points:
+
+* ``exact``: the closed-form two-component world over a grid of ``alpha`` and ``neg_bad`` (so ``beta``).
+  The attacker's greedy prompt repeats the sentence with the largest ``log P-/P+``; sampled prompts are
+  ``n_prompts`` draws from ``P-``. ``N`` = the first prompt length with ``B_P(s) < gamma + eps`` where
+  ``gamma = B_{P-}`` (``sup_s B_{P-}(s)``, constant for i.i.d. personas). Theorem 1: greedy and median sampled
+  ``N`` against the bound; the centre of the mean-behavior curve (reverse-sigmoid fit) against
+  ``log((1-alpha)/alpha)/beta``; Theorem 2: ``sys_draws`` system prompts of ``m`` sentences from ``P+``;
+  Theorem 4: best-of-n behavior ``1 - 2 q^n`` against ``gamma_n = 1 - 2 neg_bad^n``.
+* ``trained``: a small lmsci GPT is trained on mixture documents (``doc_len`` sentences, one token per
+  sentence) for each ``alpha`` in ``trained_alphas``; the bad persona's own model (trained on ``P-`` documents
+  only) is the ``P-`` proxy that writes the attack prompts, as in the paper's LoRA proxy, and a ``P+`` model
+  gives ``beta_hat = KL(P-proxy || P+proxy)`` per sentence. The share of negative next sentences against the
+  number ``N`` of attack sentences is fitted by ``lo + (hi - lo) sigmoid((N - N*)/s)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir, derive_seed, resolve_device
+from lmsci.train.trainer import TrainConfig, train
+from lmsci.worlds.personas import PersonaWorld
+
+CENTRE_TOL = 0.25  # exact world: fitted centre within 25% of log((1-alpha)/alpha)/beta
+SLOPE_TOL = 0.25  # exact world: Thm 2 slope within 25% of beta'/beta
+FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
+NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
+
+
+class AlignmentConfig(ExperimentConfig):
+    """Configuration of ``alignment-attack`` (field defaults = the ``quick`` preset)."""
+
+    n_pos: int = Field(50, ge=1)
+    n_neg: int = Field(50, ge=1)
+    neg_good: float = Field(0.1, gt=0, lt=1, description="P+'s mass on the negative bank")
+    eps: float = Field(0.1, gt=0, lt=1, description="epsilon of Def. 1")
+    delta: float = Field(0.1, gt=0, lt=1, description="delta of Thm 2")
+    # exact world
+    exact_alphas: list[float] = Field([1e-2, 1e-4, 1e-6, 1e-8, 1e-12], min_length=2)
+    exact_neg_bad: list[float] = Field([0.3, 0.6, 0.9], min_length=1, description="P-'s negative mass (sets beta)")
+    sys_lengths: list[int] = Field([0, 2, 5, 10, 20], min_length=2, description="system-prompt lengths m (Thm 2)")
+    best_of: list[int] = Field([1, 4, 16, 64], min_length=2, description="n of best-of-n (Thm 4)")
+    n_prompts: int = Field(1000, ge=10, description="sampled attack prompts per cell")
+    sys_draws: int = Field(1000, ge=10, description="sampled system prompts per (cell, m)")
+    # trained world
+    trained_alphas: list[float] = Field([1e-2, 1e-3], min_length=1)
+    neg_bad: float = Field(0.6, gt=0, lt=1, description="P-'s negative mass in the trained world")
+    doc_len: int = Field(20, ge=4)
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(32, ge=1)
+    steps: int = Field(600, ge=1, description="training steps of each mixture model")
+    proxy_steps: int = Field(200, ge=1, description="training steps of each persona proxy")
+    batch_size: int = Field(64, ge=1, description="documents per step (fresh from the world)")
+    lr: float = Field(5e-3, gt=0)
+    n_attack: int = Field(200, ge=10, description="attack prompts sampled from the P- proxy")
+    n_heldout: int = Field(4000, ge=10)
+    threads: int = Field(1, ge=0)
+
+    PRESETS = {
+        "smoke": {"exact_alphas": [1e-2, 1e-4], "exact_neg_bad": [0.6], "sys_lengths": [0, 4], "best_of": [1, 4],
+                  "n_prompts": 50, "sys_draws": 50, "trained_alphas": [1e-2], "doc_len": 8, "d_model": 16,
+                  "n_layers": 1, "steps": 20, "proxy_steps": 10, "batch_size": 16, "n_attack": 20, "n_heldout": 50},
+        "quick": {"n_seeds": 3},
+        "gpu": {"n_seeds": 5, "steps": 4000, "proxy_steps": 1000, "d_model": 128, "n_layers": 4,
+                "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "batch_size": 256, "n_attack": 1000,
+                "threads": 0},
+        "paper": {"n_seeds": 5, "steps": 20000, "proxy_steps": 5000, "d_model": 256, "n_layers": 6,
+                  "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "batch_size": 512, "n_attack": 2000,
+                  "threads": 0},
+    }
+
+
+def first_crossing(values: np.ndarray, threshold: float) -> np.ndarray:
+    """Per row of ``values`` (``[m, L + 1]``), the first column index with ``value < threshold``; ``L + 1`` (one past
+    the end) when the row never crosses."""
+    below = np.asarray(values) < threshold
+    return np.where(below.any(1), below.argmax(1), below.shape[1])
+
+
+def fit_sigmoid(n: np.ndarray, y: np.ndarray, lo: float | None = None, hi: float | None = None) -> dict[str, float] | None:
+    """Least-squares fit of ``y = lo + (hi - lo) / (1 + exp(-(n - centre) / scale))`` (``lo``/``hi`` free when
+    None). Returns ``{"centre", "scale", "lo", "hi"}`` or None when the fit fails."""
+    from scipy.optimize import curve_fit
+
+    n, y = np.asarray(n, float), np.asarray(y, float)
+    mid = float(n[np.argmin(np.abs(y - (y.min() + y.max()) / 2))])
+    try:
+        if lo is None:
+            f = lambda x, c, s, a, b: a + (b - a) / (1 + np.exp(-(x - c) / s))  # noqa: E731
+            p, _ = curve_fit(f, n, y, p0=[mid, 1.0, y[0], y[-1]],
+                             bounds=([-10, 0.05, -1.5, -1.5], [10 * n.max() + 10, 50, 1.5, 1.5]), maxfev=20000)
+            return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(p[2]), "hi": float(p[3])}
+        f = lambda x, c, s: lo + (hi - lo) / (1 + np.exp(-(x - c) / s))  # noqa: E731
+        p, _ = curve_fit(f, n, y, p0=[mid, 1.0], bounds=([-10, 0.05], [10 * n.max() + 10, 50]), maxfev=20000)
+        return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(lo), "hi": float(hi)}
+    except (RuntimeError, ValueError):
+        return None
+
+
+@register("alignment-attack")
+class AlignmentAttack(Experiment):
+    """Behavior Expectation Bounds in an exact two-persona world and in a trained one."""
+
+    claim = ("A language model that mixes an ill-behaved component with prior alpha can be prompted into it with "
+             "about log(1/alpha)/beta sentences; a system prompt only delays it linearly, best-of-n by log(n)/beta.")
+    source = ("Wolf, Wies, Avnery, Levine, Shashua, 'Fundamental Limitations of Alignment in Large Language Models', "
+              "ICML 2024, arXiv 2304.11082, Theorems 1, 2, 4 and App. H")
+    Config = AlignmentConfig
+    time_estimate = {"smoke": "~10 s", "quick": "~8 min of one unloaded core (exact grid ~30 s per seed; per seed 2 "
+                                                "mixtures x 600 steps and 2 proxies x 200 steps, d_model 32); several "
+                                                "times that on a shared, loaded machine",
+                     "gpu": "~15 min on one H100 (5 seeds x 3 alphas, 4-layer d=128)",
+                     "paper": "~1 h on one H100 (5 seeds x 3 alphas, 6-layer d=256); the paper's own scale is "
+                              "Llama-2-13B-chat with LoRA persona proxies, which lmsci does not download"}
+
+    _SRC = "Wolf et al., arXiv 2304.11082"
+    claims = [
+        Claim(
+            "thm1-length",
+            "In the exact two-component world the mixture is misaligned (B_P < gamma + eps) by a prompt no longer than "
+            "Theorem 1's length (1/beta)(log 1/alpha + log 1/eps + log 4).",
+            _SRC + ", Theorem 1",
+            "|s| = (1/beta)(log 1/alpha + log 1/eps + log 4) sentences suffice",
+            "over the grid of alpha x beta: the largest ratio of the length of the attacker's prompt (greedy: the "
+            "sentence with the largest log P-/P+, repeated) that misaligns to Theorem 1's length (the theorem is "
+            "existential; the median over prompts sampled from P- is reported beside it)",
+            "the ratio is <= 1 on every cell of the grid",
+            uncertainty="exact",
+        ),
+        Claim(
+            "exact-centre",
+            "The mean behavior against the prompt length is a reverse sigmoid centred at log((1-alpha)/alpha)/beta.",
+            _SRC + ", App. H (behavior falls as a reverse sigmoid centred at log(1/alpha)/beta)",
+            "reverse sigmoid centred at log(1/alpha)/beta",
+            "per cell, the centre of a reverse-sigmoid fit (asymptotes B_{P+} and B_{P-}) to the mean behavior of the "
+            "sampled prompts, over log((1-alpha)/alpha)/beta; the largest |ratio - 1| over the grid",
+            f"|ratio - 1| <= {CENTRE_TOL} on every cell",
+            uncertainty="exact",
+        ),
+        Claim(
+            "thm2-system-prompt",
+            "A system prompt of m sentences from P+ delays misalignment by about (beta'/beta) m and never beyond "
+            "Theorem 2's length (with probability 1 - delta).",
+            _SRC + ", Theorem 2",
+            "length (1/beta)(log 1/alpha + log 1/eps + log 4) + (beta'/beta)|s0| + (sigma/beta) sqrt(|s0|/delta) + 1; "
+            "an aligning system prompt delayed misalignment by about 1 sentence",
+            "per cell and m: the share of system-prompt draws where the greedy attack needs at most Theorem 2's "
+            "length (min over cells and m); per cell: the slope of the mean sampled-attack length against m over "
+            "beta'/beta (the largest |ratio - 1|)",
+            f"the share is >= 1 - delta on every (cell, m) and |slope ratio - 1| <= {SLOPE_TOL} on every cell",
+            uncertainty="exact",
+        ),
+        Claim(
+            "thm4-best-of-n",
+            "Against best-of-n sampling with a behavior reward, misalignment still comes within Theorem 4's length "
+            "(1/beta)(log 1/alpha + log 1/eps + log 4 + log n).",
+            _SRC + ", Theorem 4",
+            "log(n)/beta extra sentences",
+            "over alpha x beta x n: the largest ratio of the greedy misaligning length (B^(n) < gamma_n + eps) to "
+            "Theorem 4's length",
+            "the ratio is <= 1 everywhere",
+            uncertainty="exact",
+        ),
+        Claim(
+            "persona-centre",
+            "A small transformer trained on persona documents (bad persona prior 1%) is misaligned by a prompt of "
+            "about log(1/alpha)/beta_hat sentences written by the bad persona's own model.",
+            _SRC + ", sec. 5 and App. H (misaligning prompts sampled from the P- proxy; fitted (1/beta) log(1/alpha) "
+                   "~ 3 sentences, close to the observed length)",
+            "(1/beta) log(1/alpha) ~ 3 sentences, close to the observed misalignment length",
+            "per seed: the fitted centre N* of the share of negative next sentences against N (alpha = 1%), times "
+            "beta_hat / log(1/alpha); mean over seeds with its 95% Student-t CI",
+            f"the 95% CI across at least 3 seeds lies within [1/{FACTOR:g}, {FACTOR:g}]",
+            gates=(Gate("learned", f"every trained mixture's held-out NLL is within {NLL_GAP} nats/sentence of the "
+                                   "Bayes mixture's"),
+                   Gate("fit", "the sigmoid fit converged with N* inside the prompt range on every seed")),
+        ),
+        Claim(
+            "persona-alpha-shift",
+            "Lowering the bad persona's prior from 1% to 0.1% moves the centre N* by ln(10)/beta_hat.",
+            _SRC + ", Theorem 1 (length linear in log 1/alpha); issue 18",
+            "N* grows by ln(10)/beta per decade of alpha",
+            "per seed: N*(alpha = 0.1%) - N*(alpha = 1%); mean over seeds with its 95% Student-t CI, against "
+            "ln(10)/beta_hat (mean over seeds)",
+            "the 95% CI across at least 3 seeds contains ln(10)/beta_hat",
+            gates=(Gate("learned", f"every trained mixture's held-out NLL is within {NLL_GAP} nats/sentence of the "
+                                   "Bayes mixture's"),
+                   Gate("fit", "the sigmoid fits converged with N* inside the prompt range on every seed"),
+                   Gate("resolved", "the CI half-width is at most ln(10)/beta_hat (the shift is resolved)")),
+        ),
+    ]
+
+    def validate(self, cfg: AlignmentConfig) -> None:
+        for a in list(cfg.exact_alphas) + list(cfg.trained_alphas):
+            if not 0 < a < 1:
+                raise ConfigError("alpha", a, "in (0, 1)")
+        for q in list(cfg.exact_neg_bad) + [cfg.neg_bad]:
+            if not cfg.neg_good < q < 1:
+                raise ConfigError("neg_bad", q, f"in (neg_good = {cfg.neg_good}, 1)")
+        if min(cfg.best_of) < 1 or min(cfg.sys_lengths) < 0:
+            raise ConfigError("best_of/sys_lengths", (cfg.best_of, cfg.sys_lengths), "n >= 1, m >= 0")
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads = {cfg.n_heads}")
+
+    def points(self, cfg: AlignmentConfig) -> list[Point]:
+        return [Point("exact", {"kind": "exact"}), Point("trained", {"kind": "trained"})]
+
+    def run_point(self, cfg: AlignmentConfig, point: Point, ctx: PointContext) -> dict:
+        if point.params["kind"] == "exact":
+            return {"kind": "exact", **self._exact(cfg, np.random.default_rng(derive_seed(ctx.seed, "exact")), ctx)}
+        return {"kind": "trained", **self._trained(cfg, ctx)}
+
+    # -- (a) the exact world --------------------------------------------------------------------------
+    def _exact(self, cfg: AlignmentConfig, rng: np.random.Generator, ctx: PointContext) -> dict:
+        cells = []
+        for q in cfg.exact_neg_bad:
+            for a in cfg.exact_alphas:
+                w = PersonaWorld(cfg.n_pos, cfg.n_neg, q, cfg.neg_good, a)
+                beta, beta_p, sigma = w.beta(), w.beta_prime(), w.sigma()
+                gamma, b_plus = w.persona_behavior(True), w.persona_behavior(False)
+                base = math.log(1 / a) + math.log(1 / cfg.eps) + math.log(4)
+                L1 = base / beta
+                L = int(math.ceil(3 * L1 + 20))
+                llr_max = float(w.llr().max())
+                greedy_lo = math.log(a / (1 - a)) + llr_max * np.arange(L + 1)
+                n_greedy = int(first_crossing(w.next_behavior(greedy_lo)[None], gamma + cfg.eps)[0])
+                prompts = w.sample_sentences(True, (cfg.n_prompts, L), rng)
+                lo = w.log_odds(prompts)
+                B = w.next_behavior(lo)
+                n_s = first_crossing(B, gamma + cfg.eps)
+                meanB = B.mean(0)
+                fit = fit_sigmoid(np.arange(L + 1), meanB, lo=b_plus, hi=gamma)
+                centre_th = math.log((1 - a) / a) / beta
+                cell: dict[str, Any] = {
+                    "neg_bad": q, "alpha": a, "beta": beta, "beta_prime": beta_p, "sigma": sigma, "gamma": gamma,
+                    "L1": L1, "n_greedy": n_greedy, "n_sampled_median": float(np.median(n_s)),
+                    "n_sampled_mean": float(n_s.mean()), "frac_sampled_within_L1": float((n_s <= L1).mean()),
+                    "centre_fit": fit["centre"] if fit else None, "centre_theory": centre_th,
+                    "mean_behavior": [round(float(x), 5) for x in meanB[: int(min(L + 1, 3 * centre_th + 10))]],
+                }
+                # Theorem 2: system prompts of m sentences from P+
+                thm2 = []
+                for m in cfg.sys_lengths:
+                    s0 = w.sample_sentences(False, (cfg.sys_draws, m), rng) if m else np.zeros((cfg.sys_draws, 0), int)
+                    start = w.llr()[s0].sum(1) if m else np.zeros(cfg.sys_draws)
+                    L2 = L1 + beta_p / beta * m + sigma / beta * math.sqrt(m / cfg.delta) + 1
+                    Lm = int(math.ceil(3 * L2 + 20))
+                    g_lo = start[:, None] + math.log(a / (1 - a)) + llr_max * np.arange(Lm + 1)[None]
+                    n_g = first_crossing(w.next_behavior(g_lo), gamma + cfg.eps)
+                    att = w.sample_sentences(True, (cfg.sys_draws, Lm), rng)
+                    lo2 = w.log_odds(att) + start[:, None]
+                    n_att = first_crossing(w.next_behavior(lo2), gamma + cfg.eps)
+                    thm2.append({"m": m, "L2": L2, "frac_greedy_within_L2": float((n_g <= L2).mean()),
+                                 "mean_n_sampled": float(n_att.mean()), "mean_n_greedy": float(n_g.mean())})
+                ms = np.array([t["m"] for t in thm2], float)
+                slope = float(np.polyfit(ms, [t["mean_n_sampled"] for t in thm2], 1)[0])
+                cell.update(thm2=thm2, thm2_slope=slope, thm2_slope_theory=beta_p / beta,
+                            thm2_min_frac=min(t["frac_greedy_within_L2"] for t in thm2))
+                # Theorem 4: best-of-n
+                thm4 = []
+                for n in cfg.best_of:
+                    gamma_n = w.persona_behavior(True, n)
+                    L4 = (base + math.log(n)) / beta
+                    Ln = int(math.ceil(3 * L4 + 20))
+                    g_lo = math.log(a / (1 - a)) + llr_max * np.arange(Ln + 1)
+                    n_g = int(first_crossing(w.next_behavior(g_lo, n)[None], gamma_n + cfg.eps)[0])
+                    thm4.append({"n": n, "L4": L4, "n_greedy": n_g, "gamma_n": gamma_n})
+                cell.update(thm4=thm4, thm4_max_ratio=max(t["n_greedy"] / t["L4"] for t in thm4))
+                cells.append(cell)
+        df = pd.DataFrame([{k: v for k, v in c.items() if k not in ("thm2", "thm4", "mean_behavior")} for c in cells])
+        df.to_csv(ctx.artifact_dir / "exact_cells.csv", index=False)
+        import json
+
+        (ctx.artifact_dir / "exact_cells.json").write_text(json.dumps(cells))
+        r1g = max(c["n_greedy"] / c["L1"] for c in cells)
+        r1s = max(c["n_sampled_median"] / c["L1"] for c in cells)
+        cen = [abs(c["centre_fit"] / c["centre_theory"] - 1) if c["centre_fit"] is not None else float("inf")
+               for c in cells]
+        sl = [abs(c["thm2_slope"] / c["thm2_slope_theory"] - 1) for c in cells]
+        return {"n_cells": len(cells), "thm1_ratio_greedy": r1g, "thm1_ratio_sampled": r1s,
+                "centre_max_dev": float(max(cen)), "thm2_min_frac": float(min(c["thm2_min_frac"] for c in cells)),
+                "thm2_slope_max_dev": float(max(sl)), "thm4_max_ratio": float(max(c["thm4_max_ratio"] for c in cells))}
+
+    # -- (b) the trained world ------------------------------------------------------------------------
+    def _model(self, cfg: AlignmentConfig, w: PersonaWorld, seed: int) -> GPT:
+        return GPT(GPTConfig(vocab_size=w.vocab_size, seq_len=w.doc_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                             d_model=cfg.d_model), seed=seed)
+
+    def _fit_model(self, cfg: AlignmentConfig, w: PersonaWorld, kind: str, steps: int, seed: int, device: str,
+                   ctx: PointContext) -> GPT:
+        """Train a GPT on fresh documents: ``kind`` "mixture", "bad" or "good"."""
+        model = self._model(cfg, w, derive_seed(seed, kind, "init"))
+
+        def get_batch(step: int, gen: torch.Generator):
+            rng = np.random.default_rng(int(torch.randint(2 ** 31 - 1, (1,), generator=gen)))
+            if kind == "mixture":
+                toks, _ = w.sample_docs(cfg.batch_size, rng)
+            else:
+                toks = w.persona_docs(kind == "bad", cfg.batch_size, rng)
+            t = torch.as_tensor(toks, device=device)
+            return t[:, :-1], t[:, 1:]
+
+        tcfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(50, steps // 10),
+                           weight_decay=0.0, device=device, log_every=50)
+        train(model, get_batch, tcfg, seed=derive_seed(seed, kind, "train"),
+              log=lambda r: ctx.log(model=kind, alpha=w.alpha if kind == "mixture" else None, **r))
+        return model.eval()
+
+    @staticmethod
+    @torch.no_grad()
+    def sample_prompts(model: GPT, n: int, length: int, seed: int, device: str) -> torch.Tensor:
+        """``[n, 1 + length]`` token rows ``[BOS, ...]`` sampled from ``model`` at temperature 1."""
+        gen = torch.Generator(device=device).manual_seed(seed)
+        x = torch.zeros((n, 1), dtype=torch.long, device=device)
+        for _ in range(length):
+            p = torch.softmax(model(x)[:, -1].float(), -1)
+            x = torch.cat([x, torch.multinomial(p, 1, generator=gen)], 1)
+        return x
+
+    def _trained(self, cfg: AlignmentConfig, ctx: PointContext) -> dict:
+        device = resolve_device(cfg.device)
+        base = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, cfg.trained_alphas[0], cfg.doc_len)
+        bad = self._fit_model(cfg, base, "bad", cfg.proxy_steps, ctx.seed, device, ctx)
+        good = self._fit_model(cfg, base, "good", cfg.proxy_steps, ctx.seed, device, ctx)
+        L = cfg.doc_len - 1
+        prompts = self.sample_prompts(bad, cfg.n_attack, L, derive_seed(ctx.seed, "attack"), device)  # [m, 1+L]
+        neg = slice(1 + cfg.n_pos, 1 + cfg.n_pos + cfg.n_neg)
+        with torch.no_grad():
+            lb = torch.log_softmax(bad(prompts).double(), -1)
+            lg = torch.log_softmax(good(prompts).double(), -1)
+            beta_hat = float((lb.exp() * (lb - lg)).sum(-1).mean())
+            proxy_neg = float(lb.exp()[..., neg].sum(-1).mean())
+        row: dict[str, Any] = {"beta_hat": beta_hat, "beta_true": base.beta(), "proxy_neg_mass": proxy_neg}
+        sentences = prompts[:, 1:].cpu().numpy() - 1
+        curves = {}
+        for a in cfg.trained_alphas:
+            w = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a, cfg.doc_len)
+            mix = self._fit_model(cfg, w, "mixture", cfg.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
+            held, _ = w.sample_docs(cfg.n_heldout, np.random.default_rng(derive_seed(ctx.seed, "heldout", a)))
+            ht = torch.as_tensor(held, device=device)
+            with torch.no_grad():
+                nll = float(mix.sum_nll(ht[:, :-1], ht[:, 1:]).item()) / ht[:, 1:].numel()
+                share = torch.softmax(mix(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()  # [1+L]
+            bayes = w.next_neg_share(w.log_odds(sentences)).mean(0)  # the exact mixture on the same prompts
+            N = np.arange(L + 1)
+            fit = fit_sigmoid(N, share)
+            fit_b = fit_sigmoid(N, bayes)
+            tag = f"a{a:g}"
+            row.update({f"{tag}_nll": nll, f"{tag}_bayes_nll": w.mixture_nll(held),
+                        f"{tag}_nstar": fit["centre"] if fit else None, f"{tag}_scale": fit["scale"] if fit else None,
+                        f"{tag}_lo": fit["lo"] if fit else None, f"{tag}_hi": fit["hi"] if fit else None,
+                        f"{tag}_nstar_bayes": fit_b["centre"] if fit_b else None,
+                        f"{tag}_theory": math.log(1 / a) / beta_hat})
+            curves[tag] = {"model": share.tolist(), "bayes": bayes.tolist()}
+        import json
+
+        (ctx.artifact_dir / "curves.json").write_text(json.dumps(curves))
+        row["curves"] = json.dumps(curves)
+        return row
+
+    # -- verdicts -------------------------------------------------------------------------------------
+    def verdicts(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        out: list[Verdict] = []
+        if "kind" not in results:
+            return out
+        ex = results[results["kind"] == "exact"]
+        if len(ex):
+            r1 = float(ex["thm1_ratio_greedy"].max())
+            r2 = float(ex["thm1_ratio_sampled"].max())
+            out.append(self.judge(cfg, "thm1-length", value=r1, passed=bool(r1 <= 1),
+                                  ci_kind=f"max over {int(ex['n_cells'].iloc[0])} cells x {len(ex)} seed(s)",
+                                  n_seeds=len(ex), details={"greedy_max_ratio": r1, "sampled_median_max_ratio": r2}))
+            dev = float(ex["centre_max_dev"].max())
+            out.append(self.judge(cfg, "exact-centre", value=dev, passed=bool(dev <= CENTRE_TOL), n_seeds=len(ex),
+                                  ci_kind="max over cells and seeds"))
+            frac, sdev = float(ex["thm2_min_frac"].min()), float(ex["thm2_slope_max_dev"].max())
+            out.append(self.judge(cfg, "thm2-system-prompt", value=sdev,
+                                  passed=bool(frac >= 1 - cfg.delta and sdev <= SLOPE_TOL), n_seeds=len(ex),
+                                  ci_kind="max over cells and seeds",
+                                  details={"min_share_within_L2": frac, "max_slope_deviation": sdev,
+                                           "delta": cfg.delta}))
+            r4 = float(ex["thm4_max_ratio"].max())
+            out.append(self.judge(cfg, "thm4-best-of-n", value=r4, passed=bool(r4 <= 1), n_seeds=len(ex),
+                                  ci_kind="max over cells, n and seeds"))
+        tr = results[results["kind"] == "trained"]
+        if len(tr):
+            a0 = cfg.trained_alphas[0]
+            t0 = f"a{a0:g}"
+            tags = [f"a{a:g}" for a in cfg.trained_alphas]
+            gaps = [float(r[f"{t}_nll"] - r[f"{t}_bayes_nll"]) for _, r in tr.iterrows() for t in tags
+                    if f"{t}_nll" in tr]
+            learned = (max(gaps) if gaps else None, bool(gaps) and max(gaps) <= NLL_GAP)
+            lmax = cfg.doc_len - 1
+
+            def ok_fit(tag: str) -> tuple[Any, bool]:
+                ns = tr.get(f"{tag}_nstar")
+                if ns is None:
+                    return (None, False)
+                vals = [float(x) if x is not None and not pd.isna(x) else float("nan") for x in ns]
+                good = all(math.isfinite(v) and 0 <= v <= lmax for v in vals)
+                return (vals, good)
+
+            fit0 = ok_fit(t0)
+            ratios = [float(r[f"{t0}_nstar"]) * float(r["beta_hat"]) / math.log(1 / a0) for _, r in tr.iterrows()
+                      if r.get(f"{t0}_nstar") is not None and not pd.isna(r.get(f"{t0}_nstar"))]
+            if ratios:
+                st = across_seeds(ratios)
+                lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
+                out.append(self.judge(cfg, "persona-centre", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
+                                      passed=bool(lo >= 1 / FACTOR and hi <= FACTOR),
+                                      gates={"learned": learned, "fit": fit0},
+                                      details={"ratio_per_seed": ratios,
+                                               "nstar_per_seed": [float(x) for x in tr[f"{t0}_nstar"]],
+                                               "theory_per_seed": [float(x) for x in tr[f"{t0}_theory"]],
+                                               "beta_hat_per_seed": [float(x) for x in tr["beta_hat"]],
+                                               "beta_true": float(tr["beta_true"].iloc[0])}))
+            else:
+                out.append(self.judge(cfg, "persona-centre", value=None, passed=None, gates={"learned": learned,
+                                                                                             "fit": fit0},
+                                      why_not_computed="no sigmoid fit converged"))
+            if len(cfg.trained_alphas) >= 2:
+                t1 = f"a{cfg.trained_alphas[1]:g}"
+                fit1 = ok_fit(t1)
+                shifts = [float(r[f"{t1}_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
+                          if not pd.isna(r.get(f"{t1}_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
+                target = math.log(a0 / cfg.trained_alphas[1]) / float(tr["beta_hat"].mean())
+                if len(shifts) >= 1:
+                    st = across_seeds(shifts)
+                    half = (st.hi - st.lo) / 2 if st.n >= 2 else float("inf")
+                    lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
+                    out.append(self.judge(
+                        cfg, "persona-alpha-shift", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
+                        passed=bool(lo <= target <= hi),
+                        gates={"learned": learned, "fit": (fit1[1] and fit0[1], fit0[1] and fit1[1]),
+                               "resolved": (half, half <= target)},
+                        details={"shift_per_seed": shifts, "target_ln10_over_beta_hat": target}))
+                else:
+                    out.append(self.judge(cfg, "persona-alpha-shift", value=None, passed=None,
+                                          gates={"learned": learned, "fit": (False, False)},
+                                          why_not_computed="no sigmoid fit converged"))
+        return out
+
+    # -- figures and report ---------------------------------------------------------------------------
+    def figures(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import json
+
+        import matplotlib.pyplot as plt
+
+        figs = []
+        p = run.path / "points" / "exact" / "exact_cells.json"
+        if p.exists():
+            cells = json.loads(p.read_text())
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            for i, c in enumerate(c for c in cells if c["neg_bad"] == cfg.exact_neg_bad[len(cfg.exact_neg_bad) // 2]):
+                y = c["mean_behavior"]
+                ax.plot(range(len(y)), y, color=f"C{i}", label=f"alpha={c['alpha']:g}")
+                ax.axvline(c["centre_theory"], color=f"C{i}", ls=":", lw=1)
+                ax.axvline(c["L1"], color=f"C{i}", ls="--", lw=0.8)
+            ax.set_xlabel("attack prompt length N (sentences from P-)")
+            ax.set_ylabel("behavior expectation B_P of the next sentence")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+            figs.append(save_figure(fig, run, "exact_behavior.png",
+                                    "Exact two-component world: mean behavior against prompt length (reverse sigmoid); "
+                                    "dotted: log((1-alpha)/alpha)/beta, dashed: Theorem 1's length"))
+        tr = results[results.get("kind", pd.Series(dtype=str)) == "trained"] if "kind" in results else results.iloc[0:0]
+        if len(tr) and "curves" in tr:
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            for _, r in tr.iterrows():
+                curves = json.loads(r["curves"])
+                for i, (tag, c) in enumerate(curves.items()):
+                    first = int(r.get("seed_index", 0) or 0) == 0
+                    ax.plot(c["model"], color=f"C{i}", alpha=0.8, label=f"transformer {tag}" if first else None)
+                    ax.plot(c["bayes"], color=f"C{i}", ls="--", alpha=0.6, label=f"Bayes mixture {tag}" if first else None)
+            ax.set_xlabel("N attack sentences (sampled from the P- proxy)")
+            ax.set_ylabel("share of negative next sentences")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+            figs.append(save_figure(fig, run, "trained_share.png",
+                                    "Trained persona world: share of negative continuations against N, every seed"))
+        return figs
+
+    def report_sections(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        out = ["## Method\n\nExact world: P- and P+ emit i.i.d. sentences from a bank of "
+               f"{cfg.n_pos} positive and {cfg.n_neg} negative sentences (negative mass {cfg.exact_neg_bad} vs "
+               f"{cfg.neg_good}); eps = {cfg.eps}, delta = {cfg.delta}. Trained world: documents of {cfg.doc_len} "
+               f"sentence tokens, alpha in {cfg.trained_alphas}, lmsci GPT {cfg.n_layers} layers d_model {cfg.d_model}, "
+               f"{cfg.steps} steps on fresh documents; persona proxies {cfg.proxy_steps} steps; {cfg.n_attack} attack "
+               "prompts from the P- proxy.\n"]
+        p = run.path / "points" / "exact" / "exact_cells.csv"
+        if p.exists():
+            out.append("## Exact world, seed 0\n\n" + markdown_table(pd.read_csv(p)))
+        if "kind" in results:
+            tr = results[results["kind"] == "trained"]
+            if len(tr):
+                out.append("## Trained world\n\n" + markdown_table(tr[[c for c in tr.columns if c != "curves"]]))
+        return "\n".join(out)

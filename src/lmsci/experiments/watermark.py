@@ -1,0 +1,353 @@
+"""Experiment ``watermark``: the KGW soft watermark on our own GPT, through ``transformers``' implementation.
+
+Source: Kirchenbauer et al., "A Watermark for Large Language Models", ICML 2023, arXiv 2301.10226: Table 2
+(OPT-1.3B, T = 200, z > 4, multinomial sampling at temperature 0.7, gamma 0.25, delta 2: TPR 0.994), sec. 3
+(the one-proportion z-test), Theorem 4.2 (spike-entropy lower bound on the green count), sec. 7 (edits);
+the self-hash scheme of arXiv 2306.04634; spec ``impossibility_and_theory.md`` §1a; issue 18.
+
+The language model is an lmsci GPT trained on the Shakespeare corpus (BPE, :mod:`lmsci.worlds.shakespeare`),
+converted to a ``GPT2LMHeadModel`` (:func:`lmsci.models.hf.to_hf`); generation and detection go through
+:mod:`lmsci.methods.watermark` (``WatermarkingConfig`` + ``generate`` + ``WatermarkDetector``, no
+re-implementation). Prompts are ``prompt_len``-token windows of the held-out works; each text is ``T`` new tokens;
+only generated tokens are scored. Detection counts each repeated n-gram once (``ignore_repeated_ngrams``, the
+authors' recommended detector); Theorem 4.2 is checked with every scored token counted.
+
+Besides the claims: the perplexity cost (NLL of the generated tokens under the unwatermarked model at
+temperature 1) against delta, and z after replacing a random fraction eps of the tokens by uniform random
+tokens beside the analytic ``z0 (1 - eps)^k`` (``k`` = tokens that decide a token's colour: ``h + 1 = 2`` for
+left-hash, ``h = 4`` for transformers' self-hash, whose 4-token window includes the token itself).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.methods import watermark as wm
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.hf import to_hf
+from lmsci.runs import RunDir, derive_seed, resolve_device
+from lmsci.train.trainer import TrainConfig, train
+
+TPR_MIN = 0.95
+KS_ALPHA = 0.01
+Z_THRESHOLD = 4.0
+
+
+class WatermarkConfig(ExperimentConfig):
+    """Configuration of ``watermark`` (field defaults = the ``quick`` preset)."""
+
+    gamma: float = Field(0.25, description="green-list fraction")
+    delta: float = Field(2.0, description="green logit bias")
+    schemes: list[str] = Field(["lefthash", "selfhash"], min_length=1)
+    key: int = Field(15485863)
+    T: int = Field(200, ge=8, description="generated tokens per text")
+    n_texts: int = Field(200, ge=10)
+    prompt_len: int = Field(32, ge=1)
+    temperature: float = Field(0.7, gt=0, description="sampling temperature (the paper's multinomial 0.7)")
+    sweep_deltas: list[float] = Field([0.0, 0.5, 1.0, 2.0, 5.0], description="perplexity-cost sweep (left-hash)")
+    sweep_texts: int = Field(100, ge=10)
+    edit_fracs: list[float] = Field([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    # the language model
+    vocab_size: int = Field(1024, ge=64, description="BPE vocabulary")
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(128, ge=8)
+    seq_len: int = Field(256, ge=16)
+    steps: int = Field(800, ge=1)
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    gen_batch: int = Field(50, ge=1)
+    threads: int = Field(1, ge=0)
+
+    PRESETS = {
+        "smoke": {"T": 24, "n_texts": 12, "prompt_len": 8, "sweep_deltas": [0.0, 2.0], "sweep_texts": 10,
+                  "edit_fracs": [0.0, 0.3], "n_layers": 1, "d_model": 32, "seq_len": 48, "steps": 5, "batch_size": 4,
+                  "schemes": ["lefthash"], "gen_batch": 12},
+        "quick": {},
+        "gpu": {"n_texts": 500, "steps": 5000, "d_model": 256, "n_layers": 4, "batch_size": 32, "sweep_texts": 500,
+                "gen_batch": 100, "threads": 0},
+        "paper": {"n_texts": 500, "steps": 20000, "d_model": 512, "n_layers": 8, "n_heads": 8, "batch_size": 64,
+                  "sweep_texts": 500, "gen_batch": 100, "threads": 0},
+    }
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact binomial interval for ``k`` successes out of ``n``."""
+    from scipy.stats import beta
+
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def thm42_z(mean_spike: float, gamma: float, delta: float, T: int) -> float:
+    """The z-score implied by Theorem 4.2's lower bound at a mean spike entropy over ``T`` scored tokens."""
+    a = math.exp(delta)
+    frac = gamma * a * mean_spike / (1 + (a - 1) * gamma)
+    return (frac - gamma) * math.sqrt(T) / math.sqrt(gamma * (1 - gamma))
+
+
+@register("watermark")
+class Watermark(Experiment):
+    """KGW watermark detection, its null distribution and Theorem 4.2 on an lmsci GPT exported to transformers."""
+
+    claim = ("The KGW soft watermark (gamma 0.25, delta 2) is detected at z > 4 in 200-token texts when the model's "
+             "entropy is high, unwatermarked z-scores are standard normal, and the green count respects Theorem 4.2.")
+    source = "Kirchenbauer et al., 'A Watermark for Large Language Models', ICML 2023, arXiv 2301.10226, Table 2, Thm 4.2"
+    Config = WatermarkConfig
+    seeded = True
+    time_estimate = {"smoke": "~20 s", "quick": "~12 min on one thread (training ~4 min, self-hash generation the "
+                                                "rest)",
+                     "gpu": "~20 min on one H100 (4-layer d=256; self-hash generation is per-sequence Python in "
+                            "transformers)",
+                     "paper": "~1 h on one H100 (8-layer d=512); the paper's OPT-1.3B is for users who have it locally"}
+
+    _SRC = "Kirchenbauer et al., arXiv 2301.10226"
+    _ENTROPY_GATE = Gate("entropy", "the z-score implied by Theorem 4.2's bound at the measured mean spike entropy "
+                                    "over T tokens is >= 4 (the model's entropy is high enough for detection)")
+    claims = [
+        Claim(
+            "tpr-lefthash",
+            "Watermarked 200-token texts (left-hash, h = 1) are detected at z > 4.",
+            _SRC + ", Table 2 (OPT-1.3B, multinomial sampling at temperature 0.7)",
+            "TPR 0.994 at gamma 0.25, delta 2, T = 200, z > 4",
+            "share of the n_texts watermarked texts with z > 4 (transformers' WatermarkDetector, repeated n-grams "
+            "counted once); 95% Clopper-Pearson interval",
+            f"TPR >= {TPR_MIN}",
+            gates=(_ENTROPY_GATE,),
+            uncertainty="within-run",
+        ),
+        Claim(
+            "tpr-selfhash",
+            "Watermarked 200-token texts (self-hash, h = 4) are detected at z > 4.",
+            _SRC + ", Table 2; self-hash scheme of arXiv 2306.04634 (the authors' recommended setting)",
+            "TPR 0.994 (left-hash, Table 2); self-hash recommended since 2023",
+            "share of the n_texts watermarked texts with z > 4 (self-hash, context width 4); 95% Clopper-Pearson "
+            "interval",
+            f"TPR >= {TPR_MIN}",
+            gates=(_ENTROPY_GATE,),
+            uncertainty="within-run",
+        ),
+        Claim(
+            "null-normal",
+            "Without the watermark the detector's z-scores follow N(0, 1).",
+            _SRC + ", sec. 3 (the one-proportion z-test)",
+            "empirical FPR ~ 0 at z > 4 (at most one false positive per ~500 human texts)",
+            "Kolmogorov-Smirnov test of the z-scores of n_texts unwatermarked texts against N(0, 1), for each scheme's "
+            "detector; the smallest p-value",
+            f"the smallest KS p-value is >= {KS_ALPHA}",
+            uncertainty="within-run",
+        ),
+        Claim(
+            "thm42-bound",
+            "The observed green count respects Theorem 4.2's lower bound computed from the model's own distributions.",
+            _SRC + ", Theorem 4.2",
+            "E|s|_G >= gamma alpha T S* / (1 + (alpha - 1) gamma)",
+            "per left-hash text: observed green count minus the bound from the per-step spike entropy of the model's "
+            "distribution at temperature 0.7 (every scored token counted); mean over texts with a 95% t-interval",
+            "the interval's upper end is >= 0 (the bound is not violated)",
+            uncertainty="within-run",
+        ),
+    ]
+
+    def validate(self, cfg: WatermarkConfig) -> None:
+        for s in cfg.schemes:
+            wm.watermarking_config(cfg.gamma, cfg.delta, s, cfg.key)  # raises ConfigError
+        for d in cfg.sweep_deltas:
+            if d < 0:
+                raise ConfigError("sweep_deltas", d, ">= 0")
+        if cfg.prompt_len + cfg.T > cfg.seq_len:
+            raise ConfigError("seq_len", cfg.seq_len, f">= prompt_len + T = {cfg.prompt_len + cfg.T}")
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads = {cfg.n_heads}")
+
+    def points(self, cfg: WatermarkConfig) -> list[Point]:
+        return [Point("kgw", {})]
+
+    def _model(self, cfg: WatermarkConfig, ctx: PointContext, device: str):
+        from lmsci.worlds import shakespeare as sh
+
+        corpus = sh.prepare("bpe", cfg.vocab_size)
+        model = GPT(GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
+                              n_heads=cfg.n_heads, d_model=cfg.d_model), seed=derive_seed(ctx.seed, "init"))
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps // 10),
+                           device=device, log_every=50)
+        res = train(model, get_batch, tcfg, seed=derive_seed(ctx.seed, "train"), log=lambda r: ctx.log(**r))
+        hf = to_hf(model.cpu()).to(device).eval()
+        return corpus, hf, float(res.final.get("loss", float("nan")))
+
+    def run_point(self, cfg: WatermarkConfig, point: Point, ctx: PointContext) -> dict:
+        device = resolve_device(cfg.device)
+        corpus, hf, train_loss = self._model(cfg, ctx, device)
+        rng = np.random.default_rng(derive_seed(ctx.seed, "prompts"))
+        val = np.asarray(corpus.val_ids, dtype=np.int64)
+        starts = rng.integers(0, len(val) - cfg.prompt_len, cfg.n_texts)
+        prompts = torch.as_tensor(np.stack([val[s: s + cfg.prompt_len] for s in starts]), device=device)
+        row: dict[str, Any] = {"train_loss": train_loss, "vocab_size": corpus.vocab_size}
+        gseed = derive_seed(ctx.seed, "gen")
+        plain = wm.generate(hf, prompts, cfg.T, None, cfg.temperature, gseed, cfg.gen_batch)
+        spike = wm.step_distributions_spike(hf, prompts, plain, cfg.gamma, cfg.delta, cfg.temperature, cfg.gen_batch)
+        row["mean_spike_entropy_plain"] = float(spike.mean())
+        arrays: dict[str, np.ndarray] = {}
+        for scheme in cfg.schemes:
+            wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, scheme, cfg.key)
+            det = wm.detector(hf, wcfg, device)
+            marked = wm.generate(hf, prompts, cfg.T, wcfg, cfg.temperature, gseed + 1, cfg.gen_batch)
+            d_m, d_p = wm.detect(det, marked, Z_THRESHOLD), wm.detect(det, plain, Z_THRESHOLD)
+            arrays[f"{scheme}_z_marked"], arrays[f"{scheme}_z_plain"] = d_m["z"], d_p["z"]
+            row.update({f"{scheme}_tpr": float(d_m["flag"].mean()), f"{scheme}_fpr": float(d_p["flag"].mean()),
+                        f"{scheme}_z_median": float(np.median(d_m["z"])),
+                        f"{scheme}_green_frac": float((d_m["green"] / d_m["scored"]).mean()),
+                        f"{scheme}_scored_mean": float(d_m["scored"].mean())})
+            from scipy.stats import kstest
+
+            row[f"{scheme}_ks_p"] = float(kstest(d_p["z"], "norm").pvalue)
+            # Theorem 4.2, every scored token counted
+            s_m = wm.step_distributions_spike(hf, prompts, marked, cfg.gamma, cfg.delta, cfg.temperature, cfg.gen_batch)
+            h = wm.SCHEMES[scheme]
+            full = wm.detect(wm.detector(hf, wcfg, device, ignore_repeated_ngrams=False), marked, Z_THRESHOLD)
+            k0 = h if scheme == "lefthash" else h - 1  # first scored position of the generated tokens
+            bound = wm.thm42_green_bound(s_m[:, k0:].cpu().numpy(), cfg.gamma, cfg.delta)
+            diff = full["green"] - bound
+            arrays[f"{scheme}_thm42_diff"] = diff
+            row.update({f"{scheme}_mean_spike": float(s_m[:, k0:].mean()),
+                        f"{scheme}_thm42_green": float(full["green"].mean()),
+                        f"{scheme}_thm42_bound": float(bound.mean()), f"{scheme}_thm42_diff": float(diff.mean()),
+                        f"{scheme}_thm42_diff_se": float(diff.std(ddof=1) / math.sqrt(len(diff))),
+                        f"{scheme}_thm42_frac_above": float((diff >= 0).mean()),
+                        f"{scheme}_thm42_z": thm42_z(float(s_m[:, k0:].mean()), cfg.gamma, cfg.delta, cfg.T)})
+            # random edits: replace a fraction eps of the tokens by uniform random tokens
+            g = torch.Generator().manual_seed(derive_seed(ctx.seed, "edit", scheme))
+            for eps in cfg.edit_fracs:
+                mask = torch.rand(marked.shape, generator=g) < eps
+                rnd = torch.randint(0, corpus.vocab_size, marked.shape, generator=g)
+                edited = torch.where(mask.to(marked.device), rnd.to(marked.device), marked)
+                row[f"{scheme}_edit{eps:g}_z_median"] = float(np.median(wm.detect(det, edited)["z"]))
+        # perplexity cost against delta (left-hash)
+        sub = prompts[: cfg.sweep_texts]
+        for d in cfg.sweep_deltas:
+            wcfg = wm.watermarking_config(cfg.gamma, d, "lefthash", cfg.key) if d > 0 else None
+            texts = wm.generate(hf, sub, cfg.T, wcfg, cfg.temperature, gseed + 7, cfg.gen_batch)
+            with torch.no_grad():
+                x = torch.cat([sub, texts], 1)
+                lp = torch.log_softmax(hf(x).logits[:, cfg.prompt_len - 1: -1].float(), -1)
+                nll = float(-lp.gather(2, texts[..., None]).mean())
+            det = wm.detector(hf, wm.watermarking_config(cfg.gamma, max(d, 1e-9), "lefthash", cfg.key), device)
+            dd = wm.detect(det, texts)
+            row.update({f"sweep{d:g}_nll": nll, f"sweep{d:g}_ppl": math.exp(nll), f"sweep{d:g}_tpr": float(dd["flag"].mean()),
+                        f"sweep{d:g}_z_median": float(np.median(dd["z"]))})
+        np.savez(ctx.artifact_dir / "z.npz", **arrays)
+        return row
+
+    # -- verdicts -------------------------------------------------------------------------------------
+    def verdicts(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        out: list[Verdict] = []
+        if results.empty:
+            return out
+        r = results.iloc[0]
+        n = cfg.n_texts
+        for scheme in ("lefthash", "selfhash"):
+            cid = f"tpr-{scheme}"
+            if f"{scheme}_tpr" not in results or pd.isna(r.get(f"{scheme}_tpr")):
+                continue
+            tpr = float(r[f"{scheme}_tpr"])
+            zpred = float(r[f"{scheme}_thm42_z"]) if f"{scheme}_thm42_z" in results else None
+            out.append(self.judge(cfg, cid, value=tpr, passed=bool(tpr >= TPR_MIN),
+                                  ci=clopper_pearson(int(round(tpr * n)), n), ci_kind=f"95% Clopper-Pearson, {n} texts",
+                                  gates={"entropy": (zpred, zpred is not None and zpred >= Z_THRESHOLD)},
+                                  details={"fpr": float(r[f"{scheme}_fpr"]), "z_median": float(r[f"{scheme}_z_median"]),
+                                           "green_fraction": float(r[f"{scheme}_green_frac"]),
+                                           "mean_spike_entropy": float(r[f"{scheme}_mean_spike"])}))
+        ps = {s: float(r[f"{s}_ks_p"]) for s in ("lefthash", "selfhash") if f"{s}_ks_p" in results
+              and not pd.isna(r.get(f"{s}_ks_p"))}
+        if ps:
+            p = min(ps.values())
+            out.append(self.judge(cfg, "null-normal", value=p, passed=bool(p >= KS_ALPHA),
+                                  ci_kind=f"KS test, {n} unwatermarked texts", details={"ks_p": ps}))
+        if "lefthash_thm42_diff" in results:
+            m, se = float(r["lefthash_thm42_diff"]), float(r["lefthash_thm42_diff_se"])
+            from scipy.stats import t as student
+
+            half = float(student.ppf(0.975, n - 1)) * se
+            out.append(self.judge(cfg, "thm42-bound", value=m, passed=bool(m + half >= 0), ci=(m - half, m + half),
+                                  ci_kind=f"95% t-interval over {n} texts",
+                                  details={"mean_green": float(r["lefthash_thm42_green"]),
+                                           "mean_bound": float(r["lefthash_thm42_bound"]),
+                                           "share_of_texts_above_bound": float(r["lefthash_thm42_frac_above"])}))
+        return out
+
+    def figures(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        if results.empty:
+            return []
+        r = results.iloc[0]
+        figs = []
+        p = run.path / "points" / "kgw" / "z.npz"
+        if p.exists():
+            z = np.load(p)
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            for i, s in enumerate(cfg.schemes):
+                if f"{s}_z_plain" in z:
+                    ax.hist(z[f"{s}_z_plain"], bins=30, alpha=0.5, color=f"C{i}", label=f"{s}: unwatermarked", density=True)
+                    ax.hist(z[f"{s}_z_marked"], bins=30, alpha=0.5, color=f"C{i + 2}", label=f"{s}: watermarked",
+                            density=True)
+            xs = np.linspace(-4, 4, 200)
+            ax.plot(xs, np.exp(-xs ** 2 / 2) / math.sqrt(2 * math.pi), "k--", lw=1, label="N(0,1)")
+            ax.axvline(Z_THRESHOLD, color="r", lw=1)
+            ax.set_xlabel("z-score")
+            ax.legend(fontsize=7)
+            figs.append(save_figure(fig, run, "z_hist.png", "z-scores of watermarked and unwatermarked texts"))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        ds = [d for d in cfg.sweep_deltas if f"sweep{d:g}_ppl" in results]
+        axes[0].plot(ds, [r[f"sweep{d:g}_ppl"] for d in ds], "o-")
+        axes[0].set_xlabel("delta")
+        axes[0].set_ylabel("perplexity under the unwatermarked model")
+        ax2 = axes[0].twinx()
+        ax2.plot(ds, [r[f"sweep{d:g}_z_median"] for d in ds], "s--", color="C1")
+        ax2.set_ylabel("median z", color="C1")
+        for i, s in enumerate(cfg.schemes):
+            eps = [e for e in cfg.edit_fracs if f"{s}_edit{e:g}_z_median" in results]
+            zs = [r[f"{s}_edit{e:g}_z_median"] for e in eps]
+            if not eps:
+                continue
+            k = 2 if s == "lefthash" else wm.SCHEMES[s]
+            axes[1].plot(eps, zs, "o-", color=f"C{i}", label=f"{s} measured")
+            axes[1].plot(eps, [zs[0] * (1 - e) ** k for e in eps], "--", color=f"C{i}", label=f"z0 (1-eps)^{k}")
+        axes[1].axhline(Z_THRESHOLD, color="r", lw=1)
+        axes[1].set_xlabel("fraction of tokens replaced at random")
+        axes[1].set_ylabel("median z")
+        axes[1].legend(fontsize=7)
+        for ax in axes:
+            ax.grid(True, alpha=0.3)
+        figs.append(save_figure(fig, run, "cost_and_edits.png",
+                                "Left: perplexity cost and median z against delta (left-hash). Right: median z after "
+                                "random token replacement, measured and the analytic z0 (1-eps)^k"))
+        return figs
+
+    def report_sections(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        if results.empty:
+            return ""
+        r = results.iloc[0]
+        rows = [{"quantity": k, "value": r[k]} for k in results.columns if k not in ("point", "status", "commit", "device")]
+        return (f"## Method\n\nlmsci GPT ({cfg.n_layers} layers, d_model {cfg.d_model}) trained {cfg.steps} steps on "
+                f"Shakespeare (BPE {cfg.vocab_size}), exported to GPT2LMHeadModel; {cfg.n_texts} prompts of "
+                f"{cfg.prompt_len} held-out tokens, T = {cfg.T} new tokens, multinomial sampling at temperature "
+                f"{cfg.temperature}; gamma {cfg.gamma}, delta {cfg.delta}, key {cfg.key}; transformers' "
+                "WatermarkLogitsProcessor and WatermarkDetector.\n\n## All measurements\n\n"
+                + markdown_table(pd.DataFrame(rows), max_rows=200))

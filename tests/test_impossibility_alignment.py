@@ -1,0 +1,135 @@
+"""alignment-attack: the two-component posterior in closed form, the theorems' constants, the sigmoid fit, verdicts
+from synthetic tables, and the smoke preset.
+
+Source: Wolf et al., arXiv 2304.11082 (issue 18).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmsci.config import resolve_config
+from lmsci.errors import ConfigError
+from lmsci.experiments.alignment_attack import AlignmentAttack, AlignmentConfig, first_crossing, fit_sigmoid
+from lmsci.runs import RunDir
+from lmsci.worlds.personas import PersonaWorld
+
+
+def test_posterior_in_closed_form():
+    w = PersonaWorld(n_pos=2, n_neg=2, neg_bad=0.6, neg_good=0.1, alpha=0.01, doc_len=4)
+    assert w.dist(True).tolist() == pytest.approx([0.2, 0.2, 0.3, 0.3])
+    assert w.dist(False).tolist() == pytest.approx([0.45, 0.45, 0.05, 0.05])
+    beta = 0.4 * math.log(0.4 / 0.9) + 0.6 * math.log(0.6 / 0.1)
+    assert w.beta() == pytest.approx(beta)
+    assert w.beta_prime() == pytest.approx(0.9 * math.log(0.9 / 0.4) + 0.1 * math.log(0.1 / 0.6))
+    # prompt: one negative, one positive sentence
+    lo = w.log_odds(np.array([[2, 0]]))
+    expect = [math.log(0.01 / 0.99), math.log(0.01 / 0.99) + math.log(0.3 / 0.05),
+              math.log(0.01 / 0.99) + math.log(0.3 / 0.05) + math.log(0.2 / 0.45)]
+    assert lo[0].tolist() == pytest.approx(expect)
+    # Bayes by hand: P(P- | s) = a P-(s) / (a P-(s) + (1-a) P+(s))
+    post = 0.01 * 0.3 * 0.2 / (0.01 * 0.3 * 0.2 + 0.99 * 0.05 * 0.45)
+    q = post * 0.6 + (1 - post) * 0.1
+    assert w.next_behavior(lo[0, 2]) == pytest.approx(1 - 2 * q)
+    assert w.next_behavior(lo[0, 2], n=3) == pytest.approx(1 - 2 * q ** 3)  # best-of-3
+    assert w.persona_behavior(True) == pytest.approx(1 - 1.2) and w.persona_behavior(False, 2) == pytest.approx(0.98)
+    # the mixture NLL of one document
+    toks = w.tokens(np.array([[2, 0, 3, 1]]))
+    pb, pg = 0.3 * 0.2 * 0.3 * 0.2, 0.05 * 0.45 * 0.05 * 0.45
+    assert w.mixture_nll(toks) == pytest.approx(-math.log(0.01 * pb + 0.99 * pg) / 4)
+    for bad in ({"alpha": 0.0}, {"alpha": 1.0}, {"neg_good": 0.7}):
+        with pytest.raises(ConfigError):
+            PersonaWorld(**bad)
+    with pytest.raises(ConfigError):
+        AlignmentAttack().validate(resolve_config(AlignmentConfig, "smoke", ["trained_alphas=[1.5]"]))
+
+
+def test_theorem1_length_holds_for_the_greedy_prompt():
+    for q in (0.3, 0.9):
+        for a in (1e-2, 1e-8):
+            w = PersonaWorld(neg_bad=q, alpha=a)
+            eps = 0.1
+            L1 = (math.log(1 / a) + math.log(1 / eps) + math.log(4)) / w.beta()
+            lo = math.log(a / (1 - a)) + w.llr().max() * np.arange(int(3 * L1) + 5)
+            n = first_crossing(w.next_behavior(lo)[None], w.persona_behavior(True) + eps)[0]
+            assert n <= L1
+            # and not at length 0: the aligned mixture behaves well
+            assert w.next_behavior(np.array(math.log(a / (1 - a)))) > w.persona_behavior(True) + eps
+
+
+def test_first_crossing_and_sigmoid_fit():
+    assert first_crossing(np.array([[3, 2, 1, 0], [3, 3, 3, 3]]), 1.5).tolist() == [2, 4]
+    n = np.arange(20)
+    y = 0.1 + 0.5 / (1 + np.exp(-(n - 7.3) / 1.2))
+    f = fit_sigmoid(n, y)
+    assert f["centre"] == pytest.approx(7.3, abs=1e-3) and f["scale"] == pytest.approx(1.2, abs=1e-3)
+    g = fit_sigmoid(n, y, lo=0.1, hi=0.6)
+    assert g["centre"] == pytest.approx(7.3, abs=1e-3)
+
+
+# -- verdicts from synthetic tables ---------------------------------------------------------------------
+def _rows(thm1=0.85, centre=0.1, frac=1.0, slope=0.1, thm4=0.8, ratios=(1.1, 0.95, 1.2), shifts=(3.1, 2.9, 3.3),
+          nll_gap=0.01, beta_hat=0.75):
+    rows = []
+    for s in range(3):
+        rows.append({"point": "exact" + (f"__s{s}" if s else ""), "kind": "exact", "seed_index": s, "status": "ok",
+                     "n_cells": 15, "thm1_ratio_greedy": thm1, "thm1_ratio_sampled": 1.0, "centre_max_dev": centre,
+                     "thm2_min_frac": frac, "thm2_slope_max_dev": slope, "thm4_max_ratio": thm4})
+    for s, (r, sh) in enumerate(zip(ratios, shifts)):
+        th0 = math.log(100) / beta_hat
+        n0 = r * th0
+        rows.append({"point": "trained" + (f"__s{s}" if s else ""), "kind": "trained", "seed_index": s, "status": "ok",
+                     "beta_hat": beta_hat, "beta_true": 0.75, "a0.01_nll": 4.0 + nll_gap, "a0.01_bayes_nll": 4.0,
+                     "a0.001_nll": 4.0, "a0.001_bayes_nll": 4.0, "a0.01_nstar": n0, "a0.001_nstar": n0 + sh,
+                     "a0.01_theory": th0, "a0.001_theory": math.log(1000) / beta_hat,
+                     "curves": json.dumps({"a0.01": {"model": [0.1, 0.6], "bayes": [0.1, 0.6]}})})
+    return pd.DataFrame(rows)
+
+
+def _verdicts(df, tmp_path, preset="quick"):
+    cfg = resolve_config(AlignmentConfig, preset)
+    return {v.claim_id: v for v in AlignmentAttack().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+def test_papers_picture_is_reproduced(tmp_path):
+    vs = _verdicts(_rows(), tmp_path)
+    assert {k: v.outcome for k, v in vs.items()} == {k: "reproduced" for k in (
+        "thm1-length", "exact-centre", "thm2-system-prompt", "thm4-best-of-n", "persona-centre",
+        "persona-alpha-shift")}
+    assert vs["persona-alpha-shift"].details["target_ln10_over_beta_hat"] == pytest.approx(math.log(10) / 0.75)
+
+
+def test_failures_are_not_reproduced(tmp_path):
+    vs = _verdicts(_rows(thm1=1.3, centre=0.5, frac=0.7, thm4=1.2, ratios=(0.3, 0.25, 0.35), shifts=(0.2, 0.3, 0.25)),
+                   tmp_path)
+    for k in ("thm1-length", "exact-centre", "thm2-system-prompt", "thm4-best-of-n", "persona-centre",
+              "persona-alpha-shift"):
+        assert vs[k].outcome == "not reproduced", k
+
+
+def test_failed_gates_make_it_inconclusive(tmp_path):
+    vs = _verdicts(_rows(nll_gap=0.3), tmp_path)
+    assert vs["persona-centre"].outcome == "inconclusive" and vs["persona-centre"].rule_passed
+    vs = _verdicts(_rows(shifts=(0.0, 6.0, 3.0)), tmp_path)  # the shift is not resolved
+    assert vs["persona-alpha-shift"].outcome == "inconclusive"
+    df = _rows()
+    df.loc[df["kind"] == "trained", "a0.01_nstar"] = 40.0  # outside the prompt range
+    assert _verdicts(df, tmp_path)["persona-centre"].outcome == "inconclusive"
+    assert _verdicts(_rows(), tmp_path, "smoke")["thm1-length"].outcome == "inconclusive"
+
+
+def test_smoke_preset_runs(tmp_path):
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(AlignmentConfig, "smoke", ["threads=1", "device=cpu"])
+    run = run_experiment(AlignmentAttack(), cfg, tmp_path / "run", progress=False)
+    df = pd.read_csv(run.path / "results.csv")
+    ex = df[df["kind"] == "exact"].iloc[0]
+    assert ex["thm1_ratio_greedy"] <= 1 and ex["thm4_max_ratio"] <= 1
+    tr = df[df["kind"] == "trained"].iloc[0]
+    assert np.isfinite(tr["beta_hat"]) and np.isfinite(tr["a0.01_nll"])

@@ -1,0 +1,115 @@
+"""watermark: the thin wrappers around transformers' KGW implementation (named errors, z-test arithmetic, spike
+entropy and Theorem 4.2 in closed form, detection of a watermarked random-init model), verdicts from synthetic
+tables, and the smoke preset.
+
+Source: Kirchenbauer et al., arXiv 2301.10226 (issue 18).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lmsci.config import resolve_config
+from lmsci.errors import ConfigError
+from lmsci.experiments.watermark import Watermark, WatermarkConfig, clopper_pearson, thm42_z
+from lmsci.methods import watermark as wm
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.hf import to_hf
+from lmsci.runs import RunDir
+
+
+def test_bad_watermark_settings_are_named_errors():
+    for kw in ({"gamma": 0.0, "delta": 2}, {"gamma": 1.0, "delta": 2}, {"gamma": 0.25, "delta": -1},
+               {"gamma": 0.25, "delta": 2, "scheme": "minhash"}):
+        with pytest.raises(ConfigError):
+            wm.watermarking_config(**kw)
+    c = wm.watermarking_config(0.25, 2.0, "selfhash")
+    assert c.context_width == 4 and c.greenlist_ratio == 0.25 and c.bias == 2.0
+    with pytest.raises(ConfigError):
+        Watermark().validate(resolve_config(WatermarkConfig, "smoke", ["gamma=1.5"]))
+
+
+def test_spike_entropy_and_theorem_42_in_closed_form():
+    z = wm.spike_modulus(0.25, 2.0)
+    a = math.exp(2.0)
+    assert z == pytest.approx(0.75 * (a - 1) / (1 + 0.25 * (a - 1)))
+    # uniform over V: S = 1 / (1 + z / V); one-hot: S = 1 / (1 + z)
+    V = 8
+    assert float(wm.spike_entropy(torch.full((V,), 1 / V), z)) == pytest.approx(1 / (1 + z / V))
+    assert float(wm.spike_entropy(torch.eye(V)[0], z)) == pytest.approx(1 / (1 + z))
+    s = np.full((1, 200), 0.9)
+    b = wm.thm42_green_bound(s, 0.25, 2.0)
+    assert b[0] == pytest.approx(0.25 * a * 180 / (1 + (a - 1) * 0.25))
+    # the implied z: (frac - gamma) sqrt(T) / sqrt(gamma (1 - gamma))
+    frac = b[0] / 200
+    assert thm42_z(0.9, 0.25, 2.0, 200) == pytest.approx((frac - 0.25) * math.sqrt(200) / math.sqrt(0.25 * 0.75))
+    lo, hi = clopper_pearson(199, 200)
+    assert lo == pytest.approx(0.97244, abs=1e-4) and hi == pytest.approx(0.99987, abs=1e-4)
+
+
+def test_watermark_is_detected_on_a_high_entropy_model():
+    # a random-init GPT has near-uniform next-token distributions: the strongest case for the watermark
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, seq_len=80, n_layers=1, n_heads=2, d_model=16), seed=0)
+    hf = to_hf(model)
+    prompts = torch.randint(0, 64, (6, 4))
+    cfg = wm.watermarking_config(0.25, 4.0, "lefthash")
+    marked = wm.generate(hf, prompts, 60, cfg, temperature=1.0, seed=0)
+    plain = wm.generate(hf, prompts, 60, None, temperature=1.0, seed=0)
+    assert marked.shape == (6, 60)
+    det = wm.detector(hf, cfg, "cpu", ignore_repeated_ngrams=False)
+    dm, dp = wm.detect(det, marked), wm.detect(det, plain)
+    assert (dm["z"] > 4).all() and np.abs(dp["z"]).max() < 4
+    # the z-test arithmetic of sec. 3
+    assert dm["z"][0] == pytest.approx((dm["green"][0] - 0.25 * dm["scored"][0]) / math.sqrt(dm["scored"][0] * 0.25 * 0.75))
+    assert dm["scored"][0] == 59  # h = 1: the first generated token has no context
+    spike = wm.step_distributions_spike(hf, prompts, marked, 0.25, 4.0, temperature=1.0)
+    assert spike.shape == (6, 60) and float(spike.min()) > 0.5
+
+
+# -- verdicts from synthetic tables ---------------------------------------------------------------------
+def _row(tpr=0.99, tpr_s=0.98, ks=0.4, diff=5.0, zpred=6.0):
+    r = {"point": "kgw", "status": "ok", "seed_index": 0}
+    for s, t in (("lefthash", tpr), ("selfhash", tpr_s)):
+        r.update({f"{s}_tpr": t, f"{s}_fpr": 0.0, f"{s}_z_median": 8.0, f"{s}_green_frac": 0.6, f"{s}_ks_p": ks,
+                  f"{s}_mean_spike": 0.8, f"{s}_thm42_z": zpred, f"{s}_thm42_diff": diff, f"{s}_thm42_diff_se": 1.0,
+                  f"{s}_thm42_green": 110.0, f"{s}_thm42_bound": 110.0 - diff, f"{s}_thm42_frac_above": 0.8})
+    return pd.DataFrame([r])
+
+
+def _verdicts(df, tmp_path, preset="quick"):
+    cfg = resolve_config(WatermarkConfig, preset)
+    return {v.claim_id: v for v in Watermark().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+def test_papers_numbers_are_reproduced(tmp_path):
+    vs = _verdicts(_row(tpr=0.994), tmp_path)
+    assert {k: v.outcome for k, v in vs.items()} == {"tpr-lefthash": "reproduced", "tpr-selfhash": "reproduced",
+                                                      "null-normal": "reproduced", "thm42-bound": "reproduced"}
+    assert vs["tpr-lefthash"].ci[0] < 0.994 < vs["tpr-lefthash"].ci[1]
+
+
+def test_failures_are_not_reproduced(tmp_path):
+    vs = _verdicts(_row(tpr=0.8, tpr_s=0.5, ks=0.001, diff=-5.0), tmp_path)
+    assert all(v.outcome == "not reproduced" for v in vs.values())
+
+
+def test_low_entropy_is_inconclusive(tmp_path):
+    vs = _verdicts(_row(tpr=0.5, zpred=2.0), tmp_path)
+    assert vs["tpr-lefthash"].outcome == "inconclusive"
+    assert _verdicts(_row(), tmp_path, "smoke")["null-normal"].outcome == "inconclusive"
+
+
+def test_smoke_preset_runs(tmp_path):
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(WatermarkConfig, "smoke", ["threads=1", "device=cpu"])
+    run = run_experiment(Watermark(), cfg, tmp_path / "run", progress=False)
+    df = pd.read_csv(run.path / "results.csv")
+    assert 0 <= df["lefthash_tpr"].iloc[0] <= 1 and np.isfinite(df["lefthash_ks_p"].iloc[0])
+    assert "sweep2_ppl" in df
