@@ -221,3 +221,22 @@ def test_presets_use_lora_and_the_gpu_preset_is_the_issue_scale():
         assert gpu.finetune.weight_decay == 0.01 and gpu.finetune.embedding_rank == 128
         paper = resolve_config(exp.Config, "paper", [])
         assert paper.finetune.lr == 3e-4 and paper.n_people >= 100_000 and paper.model.d_model == 768
+
+
+def test_streaming_pipeline_trains_mixed_windows_and_counts_exposures():
+    """The gpu/paper presets' pipeline (lmsci.worlds.bios_stream) through the same training function."""
+    from lmsci.experiments.knowledge_common import exposures_of, pretraining_data, recall_checker
+
+    world = BiosWorld(30, seed=0)
+    tr, te = qa_split(30, 0)
+    stream, bios_fn = pretraining_data(world, pipeline="stream", exposures=4, seed=0, seq_len=256, batch_size=4,
+                                       specs=[(range(30), SINGLE)], order_seed=1, qa=tr, qa_ratio=0.8)
+    model = make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0)
+    check = recall_checker(world, te, seed=0, spec=SINGLE, n=5, bios_fn=bios_fn)
+    res = train_packed(model, stream, TrainSpec(lr=1e-3, batch_size=4), seed=0, ctx=None, phase="p",
+                       recall_fn=check, check_every=3)
+    assert res["steps"] == res["steps_budget"] and len(res["recall_checks"]) >= 2
+    assert token_fractions(stream)["qa"] == pytest.approx(0.8, abs=0.05)
+    assert 3.0 <= exposures_of(stream, 30, res["windows_used"]) <= 4.0
+    docs = bios_fn(te[:3])
+    assert [d.person for d in docs] == [int(i) for i in te[:3]] and all("birth_date" in d.spans for d in docs)

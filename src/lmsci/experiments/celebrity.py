@@ -10,6 +10,7 @@ and a memorisation gate on the minority's biographies before the lift is judged.
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     AUGMENTED, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, BiosQAConfig, DataSpec, FinetuneSpec, TrainSpec,
-    bio_recall, bio_stream,
+    bio_recall, bio_stream, pretraining_data,
     check_model, exposures_of, finetune_qa, make_model, paired, qa_learned_gate, qa_metrics, recall_checker,
     recall_gate, seed_summary, seed_values, train_packed, within_run, md_table,
 )
@@ -36,10 +37,13 @@ class CelebrityConfig(BiosQAConfig):
         augmented: how celebrities' biographies are written.
         exposures: biographies per person in pretraining (the same for celebrities and minority).
         finetune: QA fine-tuning on the celebrities (LoRA by default, the papers' protocol).
+        pipeline: ``"packed"`` (whole epochs packed in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`,
+            rendered and packed on the fly; gpu and paper presets).
     """
 
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
     augmented: DataSpec = AUGMENTED
+    pipeline: Literal["packed", "stream"] = "packed"
     # the quick preset (2 CPU cores, <= 15 minutes, 3 seeds): N = 600 (300 celebrities), 2-layer d_model 64, a
     # 60-exposure budget with recall checks every 100 steps, stopping once 95% of 150 checked minority biographies
     # are recalled (the gate itself is >= 0.9 on the whole minority); LoRA at lr 3e-3 (~400 steps here)
@@ -66,14 +70,14 @@ class CelebrityConfig(BiosQAConfig):
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
                              "batch_size": 48},
                 "ft_epochs": 40, "memorise_check_every": 1000, "memorise_check_people": 500, "memorise_stop": None,
-                "max_distinct_epochs": 10, "n_seeds": 3},
+                "pipeline": "stream", "n_seeds": 3},
         # the paper's scale (Section 4.4: N = 200k, 100k celebrities; GPT-2 small with rotary; LoRA fine-tune)
         "paper": {"n_people": 200_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1},
                   "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 3e-4, "weight_decay": 0.01,
                                "batch_size": 48},
                   "ft_epochs": 50, "memorise_check_every": 5000, "memorise_check_people": 1000, "memorise_stop": None,
-                  "max_distinct_epochs": 20, "n_seeds": 3},
+                  "pipeline": "stream", "n_seeds": 3},
     }
 
 
@@ -117,31 +121,33 @@ class CelebrityHelpsMinority(Experiment):
         world.write_pools(ctx.run.path / "bios_pools.json")
         celeb, minority = qa_split(cfg.n_people, cfg.seed, cfg.celebrity_fraction)
         celeb_spec = cfg.augmented if point.params["celebrities"] else SINGLE
-        stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len,
-                            specs=[(celeb, celeb_spec), (minority, SINGLE)], order_seed=ctx.seed,
-                            max_distinct_epochs=cfg.max_distinct_epochs)
+        stream, bios_fn = pretraining_data(world, pipeline=cfg.pipeline, exposures=cfg.exposures, seed=cfg.seed,
+                                           seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
+                                           specs=[(celeb, celeb_spec), (minority, SINGLE)], order_seed=ctx.seed,
+                                           max_distinct_epochs=cfg.max_distinct_epochs)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
         check = recall_checker(world, minority, seed=cfg.seed, spec=SINGLE, n=cfg.memorise_check_people,
-                               device=ctx.device)
+                               device=ctx.device, bios_fn=bios_fn)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
                            recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
                            checkpoint=True)
         row = {"celebrities_augmented": bool(point.params["celebrities"]), "n_people": cfg.n_people,
                "params": model.num_params(), "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
-               "pretrain_steps_budget": stream.input_ids.shape[0] // cfg.pretrain.batch_size,
+               "pipeline": cfg.pipeline, "pretrain_steps_budget": pre["steps_budget"],
                "steps_to_gate": pre["steps_to_gate"], "stopped_early": pre["stopped_early"],
                "recall_checks": json.dumps(pre["recall_checks"]), "pretrain_seconds": pre["seconds"],
                "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority),
-               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device),
+               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device,
+                                                 bios_fn=bios_fn),
                "bio_recall_celebrity": bio_recall(model, world, celeb, seed=cfg.seed, spec=celeb_spec,
-                                                  device=ctx.device)}
+                                                  device=ctx.device, bios_fn=bios_fn)}
         model, info = finetune_qa(model, world, celeb, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
                                   seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device)
         row.update(info)
         row["ft_method"] = cfg.finetune.method
         row["bio_recall_minority_after_ft"] = bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE,
-                                                         device=ctx.device)
+                                                         device=ctx.device, bios_fn=bios_fn)
         m = qa_metrics(model, world, celeb, minority, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)

@@ -193,7 +193,7 @@ class _Memorised(Exception):
     """Raised from the trainer's evaluation hook to stop pretraining once the memorisation target holds."""
 
 
-def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, seed: int, ctx: PointContext | None,
+def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, *, seed: int, ctx: PointContext | None,
                  phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0,
                  recall_fn: Callable[[torch.nn.Module], float] | None = None, check_every: int = 0,
                  stop_at: float | None = None, checkpoint: bool = False) -> dict[str, Any]:
@@ -202,6 +202,9 @@ def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, see
     small scale we train until the gate holds and record when it did).
 
     Args:
+        packed: the windows: a :class:`~lmsci.worlds.bios.Packed`, or a streaming
+            :class:`lmsci.worlds.bios_stream.BioStream` / ``MixedStream`` whose ``batch_size`` is
+            ``spec.batch_size`` (its ``exposures`` then count what the optimizer consumed).
         recall_fn: ``recall_fn(model) -> recall in [0, 1]``, called every ``check_every`` steps and after
             the last step (in eval mode, no gradients); its values are logged as ``recall_check``.
         stop_at: stop at the first check whose recall is ``>= stop_at`` (None: train every window).
@@ -210,25 +213,40 @@ def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, see
             directory resumes (commands of at most 10 minutes chain).
 
     Returns:
-        ``{"steps", "tokens_seen", "final_loss", "seconds", "tokens_per_s", "windows_used",
+        ``{"steps", "steps_budget", "tokens_seen", "final_loss", "seconds", "tokens_per_s", "windows_used",
         "recall_checks": [(step, recall), ...], "steps_to_gate": first checked step with recall >=
         RECALL_MIN (None if never), "stopped_early"}``.
     """
     B = spec.batch_size
-    W = packed.input_ids.shape[0]
+    streamed = not isinstance(packed, Packed)
+    if streamed:  # a lmsci.worlds.bios_stream stream (BioStream / MixedStream) with this batch size
+        if packed.batch_size != B:
+            raise ConfigError("pretrain.batch_size", B, f"the stream's batch_size {packed.batch_size}")
+        W = packed.count_windows()
+    else:
+        W = packed.input_ids.shape[0]
     steps = max(1, W // B)
     every = check_every if recall_fn is not None else eval_every
     ck_every = (every or max(1, steps // 10)) if checkpoint and ctx is not None else 0
     cfg = TrainConfig(steps=steps, batch_size=B, lr=spec.lr, warmup_steps=int(spec.warmup_frac * steps),
                       min_lr_ratio=0.1, weight_decay=spec.weight_decay, grad_clip=1.0, device=device,
                       log_every=max(1, steps // 50), eval_every=every, checkpoint_every=ck_every)
-    x, y = packed.input_ids, packed.targets
     done = [0]  # optimizer steps taken (the step of the last batch drawn, plus one)
+    tokens_drawn = [0]
+    if streamed:
+        stream_batch = packed.get_batch_fn()
+    else:
+        x, y = packed.input_ids, packed.targets
 
     def get_batch(step: int, g: torch.Generator):
         done[0] = step + 1
-        idx = torch.arange(step * B, step * B + B) % W
-        return x[idx], y[idx]
+        if streamed:
+            xb, yb = stream_batch(step, g)
+        else:
+            idx = torch.arange(step * B, step * B + B) % W
+            xb, yb = x[idx], y[idx]
+        tokens_drawn[0] += int((yb != -100).sum())
+        return xb, yb
 
     checks: list[tuple[int, float]] = []
     last_loss = [float("nan")]
@@ -264,14 +282,14 @@ def train_packed(model: torch.nn.Module, packed: Packed, spec: TrainSpec, *, see
         model.train()
         stopped = True
         n_steps = done[0]
-        tokens = int((y[: n_steps * B] != -100).sum())
+        tokens = tokens_drawn[0]
         final_loss = last_loss[0]
     finally:
         if bar is not None:
             bar.close()
     secs = time.perf_counter() - t0
     gate = next((s for s, r in checks if r >= RECALL_MIN), None)
-    return {"steps": n_steps, "tokens_seen": tokens, "final_loss": final_loss, "seconds": secs,
+    return {"steps": n_steps, "steps_budget": steps, "tokens_seen": tokens, "final_loss": final_loss, "seconds": secs,
             "tokens_per_s": tokens / max(secs, 1e-9), "windows_used": n_steps * B, "recall_checks": checks,
             "steps_to_gate": gate, "stopped_early": stopped}
 
@@ -333,9 +351,60 @@ def mixed_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                   [allw.kinds[i] for i in perm.tolist()])
 
 
+def pretraining_data(world: BiosWorld, *, pipeline: str, exposures: int, seed: int, seq_len: int, batch_size: int,
+                     specs: Sequence[tuple[Sequence[int], DataSpec]], order_seed: int,
+                     qa: Sequence[int] | None = None, qa_ratio: float = 0.8,
+                     max_distinct_epochs: int | None = None) -> tuple[Any, Callable[[np.ndarray], list[Doc]]]:
+    """The pretraining windows and the function giving each person's (first) training biography.
+
+    Args:
+        pipeline: ``"packed"`` (:func:`bio_stream` / :func:`mixed_stream`, a whole
+            :class:`~lmsci.worlds.bios.Packed` in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`:
+            rendered, tokenised and packed on the fly, constant memory; for the gpu and paper presets).
+        qa: the people whose QA is mixed in (mixed training, every window all biographies or all QA,
+            QA at ``qa_ratio`` of the tokens); None: biographies only.
+
+    Returns:
+        ``(windows, bios_fn)``; ``windows`` goes to :func:`train_packed`, ``bios_fn(people)`` to
+        :func:`bio_recall` / :func:`recall_checker` / the probes.
+    """
+    if pipeline == "stream":
+        from lmsci.worlds.bios_stream import BioStream, MixedStream, QAStream
+
+        groups = [(np.asarray(list(p), dtype=np.int64), sp) for p, sp in specs]
+        bio = BioStream(world, seq_len=seq_len, batch_size=batch_size, exposures=exposures, seed=seed,
+                        people=groups, order_seed=order_seed)
+        bios_fn = lambda people: bio.training_bios(np.asarray(people, dtype=np.int64), 0)  # noqa: E731
+        if qa is None:
+            return bio, bios_fn
+        qs = QAStream(world, np.asarray(qa, dtype=np.int64), seq_len=seq_len, batch_size=batch_size, epochs=None,
+                      order_seed=order_seed)
+        return MixedStream(bio, qs, qa_fraction=qa_ratio, batch_size=batch_size), bios_fn
+    if pipeline != "packed":
+        raise ConfigError("pipeline", pipeline, "'packed' or 'stream'")
+    spec_of = {}
+    for p, sp in specs:
+        for i in p:
+            spec_of[int(i)] = sp
+
+    def bios_fn(people: np.ndarray) -> list[Doc]:
+        return [training_bios(world, [int(i)], seed=seed, spec=spec_of[int(i)])[0] for i in people]
+
+    if qa is None:
+        return bio_stream(world, exposures=exposures, seed=seed, seq_len=seq_len, specs=specs, order_seed=order_seed,
+                          max_distinct_epochs=max_distinct_epochs), bios_fn
+    return mixed_stream(world, exposures=exposures, seed=seed, seq_len=seq_len, specs=specs,
+                        qa=qa_docs(world, qa), qa_ratio=qa_ratio, order_seed=order_seed,
+                        max_distinct_epochs=max_distinct_epochs), bios_fn
+
+
 def token_fractions(packed: Packed, pad_id: int = 0) -> dict[str, float]:
     """Share of document tokens (non-pad) in windows of each kind, plus ``"mixed_windows"``: the share
-    of windows holding more than one kind (0 for :func:`mixed_stream`)."""
+    of windows holding more than one kind (0 for :func:`mixed_stream`). For a ``bios_stream`` stream:
+    its ``qa_token_fraction`` over the batches yielded (every window is one kind by construction)."""
+    if not isinstance(packed, Packed):
+        q = float(getattr(packed, "qa_token_fraction", 0.0))
+        return {"qa": q, "bio": 1.0 - q, "mixed_windows": 0.0}
     n_tok = (packed.input_ids != pad_id).sum(1).tolist()
     total = max(1, sum(n_tok))
     out: dict[str, float] = {}
@@ -377,19 +446,22 @@ def finetune_qa(model: torch.nn.Module, world: BiosWorld, people: Sequence[int],
 
 
 def recall_checker(world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec, n: int,
-                   device: str = "cpu", check_seed: int = 0) -> Callable[[torch.nn.Module], float]:
+                   device: str = "cpu", check_seed: int = 0,
+                   bios_fn: Callable[[np.ndarray], list[Doc]] | None = None) -> Callable[[torch.nn.Module], float]:
     """``recall_fn`` for :func:`train_packed`: :func:`bio_recall` on a fixed random subset of at most
-    ``n`` of ``people``."""
+    ``n`` of ``people`` (``bios_fn(people) -> docs``: the training biographies of another pipeline,
+    e.g. ``BioStream.training_bios``; default :func:`training_bios`)."""
     people = np.asarray(people)
     if len(people) > n:
         people = np.sort(np.random.default_rng([check_seed, 97]).choice(people, n, replace=False))
-    docs = training_bios(world, people, seed=seed, spec=spec)
+    docs = bios_fn(people) if bios_fn is not None else training_bios(world, people, seed=seed, spec=spec)
     return lambda m: recall_of_docs(m, docs, device=device)
 
 
-def exposures_of(packed: Packed, n_people: int, windows_used: int, people: Sequence[int] | None = None) -> float:
-    """Mean number of biographies per person (of ``people``) in the first ``windows_used`` windows."""
-    c = packed.exposures(n_people, windows_used)
+def exposures_of(packed: Packed | Any, n_people: int, windows_used: int, people: Sequence[int] | None = None) -> float:
+    """Mean number of biographies per person (of ``people``) in the first ``windows_used`` windows (for a
+    stream: in the batches it yielded, which :func:`train_packed` stops drawing when training stops)."""
+    c = packed.exposures(n_people, windows_used) if isinstance(packed, Packed) else np.asarray(packed.exposures)
     return float(c[np.asarray(people)].mean() if people is not None else c.mean())
 
 
@@ -423,10 +495,12 @@ def recall_of_docs(model: torch.nn.Module, docs: Sequence[Doc], *, device: str =
 
 
 def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
-               device: str = "cpu") -> float:
+               device: str = "cpu", bios_fn: Callable[[np.ndarray], list[Doc]] | None = None) -> float:
     """Memorisation: exact match of every attribute value inside each person's first *training* biography
-    (the rendering :func:`lmsci.worlds.bios.bio_docs` made for pretraining), given its prefix."""
-    return recall_of_docs(model, training_bios(world, people, seed=seed, spec=spec), device=device)
+    (the rendering :func:`lmsci.worlds.bios.bio_docs` made for pretraining, or ``bios_fn(people)`` for
+    another pipeline such as ``BioStream.training_bios``), given its prefix."""
+    docs = bios_fn(np.asarray(people)) if bios_fn is not None else training_bios(world, people, seed=seed, spec=spec)
+    return recall_of_docs(model, docs, device=device)
 
 
 def first_value_words(world: BiosWorld) -> dict[str, list[str]]:

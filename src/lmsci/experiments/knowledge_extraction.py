@@ -21,7 +21,7 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     AUGMENTED, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, BiosQAConfig, DataSpec, FinetuneSpec,
-    TrainSpec, bio_recall,
+    TrainSpec, bio_recall, pretraining_data,
     bio_stream, check_model, exposures_of, finetune_qa, first_value_words, make_model, mixed_stream, paired,
     qa_learned_gate, qa_metrics, recall_checker, recall_gate, seed_summary, seed_values, token_fractions,
     train_packed, training_bios, within_run, md_table,
@@ -52,6 +52,8 @@ class KnowledgeExtractionConfig(BiosQAConfig):
         probes: P- and Q-probing after BIO pretraining (``pretrain_ft`` points), on the training
             biographies, with a randomly initialised model of the same shape as the baseline.
         probe_people: at most this many people per side (fit on P_train, score on P_test).
+        pipeline: ``"packed"`` (whole epochs packed in memory, :func:`bio_stream`) or ``"stream"``
+            (:mod:`lmsci.worlds.bios_stream`, rendered and packed on the fly; gpu and paper presets).
     """
 
     arms: list[Literal["single_pretrain_ft", "augmented_pretrain_ft", "single_mixed", "augmented_mixed"]] = [
@@ -60,6 +62,7 @@ class KnowledgeExtractionConfig(BiosQAConfig):
     qa_ratio: float = Field(0.8, ge=0, lt=1)
     probes: bool = True
     probe_people: int = Field(5000, ge=10)
+    pipeline: Literal["packed", "stream"] = "packed"
     # the quick preset (2 CPU cores, <= 15 minutes): N = 600 (300 QA-train), 2-layer d_model 64, an 80-exposure
     # budget with recall checks every 100 steps, stopping once 95% of 150 checked P_test biographies are recalled
     # (the gate itself is >= 0.9 on all of P_test); LoRA at lr 3e-3 (the papers' 3e-4 is for ~50k steps; here
@@ -86,12 +89,12 @@ class KnowledgeExtractionConfig(BiosQAConfig):
         # (the papers' 3e-4 is for 50k steps); the whole budget is trained (no early stop), recall checked every
         # 1000 steps; trainer checkpoints let 10-minute commands chain (rerun into the same --out)
         "gpu": {"n_people": 10_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
-                "mixed_exposures": 100, "seq_len": 512, "qa_seq_len": 128,
+                "mixed_exposures": 100, "seq_len": 512, "qa_seq_len": 128, "pipeline": "stream",
                 "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1, "warmup_frac": 0.02},
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
                              "batch_size": 48},
                 "ft_epochs": 40, "memorise_check_every": 1000, "memorise_check_people": 500, "memorise_stop": None,
-                "max_distinct_epochs": 10, "n_seeds": 3, "probe_people": 5000},
+                "n_seeds": 3, "probe_people": 5000},
         # the papers' scale (Part 3.1: N = 100k, GPT-2 small with rotary, 512-token windows, batch 96, ~80k
         # steps, lr 1e-3, wd 0.1; LoRA QA fine-tune rank 8-16 (q/v) + 128 (embedding), lr 3e-4, batch 48)
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
@@ -99,7 +102,7 @@ class KnowledgeExtractionConfig(BiosQAConfig):
                   "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 3e-4, "weight_decay": 0.01,
                                "batch_size": 48},
                   "ft_epochs": 50, "memorise_check_every": 5000, "memorise_check_people": 1000, "memorise_stop": None,
-                  "mixed_exposures": None, "max_distinct_epochs": 20, "n_seeds": 3},
+                  "mixed_exposures": None, "pipeline": "stream", "n_seeds": 3},
     }
 
 
@@ -157,52 +160,52 @@ class KnowledgeExtraction(Experiment):
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
         spec = SINGLE if d == "single" else cfg.augmented
-        specs = [(range(cfg.n_people), spec)]
-        if regime == "mixed":
-            stream = mixed_stream(world, exposures=cfg.mixed_exposures or cfg.exposures, seed=cfg.seed,
-                                  seq_len=cfg.seq_len, specs=specs, qa=qa_docs(world, tr), qa_ratio=cfg.qa_ratio,
-                                  order_seed=ctx.seed, max_distinct_epochs=cfg.max_distinct_epochs)
-        else:
-            stream = bio_stream(world, exposures=cfg.exposures, seed=cfg.seed, seq_len=cfg.seq_len, specs=specs,
-                                order_seed=ctx.seed, max_distinct_epochs=cfg.max_distinct_epochs)
+        mixed = regime == "mixed"
+        stream, bios_fn = pretraining_data(
+            world, pipeline=cfg.pipeline, exposures=(cfg.mixed_exposures or cfg.exposures) if mixed else cfg.exposures,
+            seed=cfg.seed, seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
+            specs=[(range(cfg.n_people), spec)], order_seed=ctx.seed, qa=tr if mixed else None,
+            qa_ratio=cfg.qa_ratio, max_distinct_epochs=cfg.max_distinct_epochs)
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
-        check = recall_checker(world, te, seed=cfg.seed, spec=spec, n=cfg.memorise_check_people, device=ctx.device)
+        check = recall_checker(world, te, seed=cfg.seed, spec=spec, n=cfg.memorise_check_people, device=ctx.device,
+                               bios_fn=bios_fn)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
                            recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
                            checkpoint=True)
         frac = token_fractions(stream, world.vocab.pad_id)
         row = {"data": d, "regime": regime, "n_people": cfg.n_people, "params": model.num_params(),
-               "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
+               "pipeline": cfg.pipeline, "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
-               "pretrain_steps_budget": stream.input_ids.shape[0] // cfg.pretrain.batch_size,
+               "pretrain_steps_budget": pre["steps_budget"],
                "steps_to_gate": pre["steps_to_gate"], "stopped_early": pre["stopped_early"],
                "recall_checks": json.dumps(pre["recall_checks"]), "tokens_per_s": pre["tokens_per_s"],
                "pretrain_seconds": pre["seconds"], "qa_token_fraction": frac.get("qa", 0.0),
                "mixed_windows": frac["mixed_windows"]}
         # memorisation on the pretrained model, for the QA-test people (the gate) and the QA-train people
-        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=spec, device=ctx.device)
-        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device)
+        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=spec, device=ctx.device, bios_fn=bios_fn)
+        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device, bios_fn=bios_fn)
         row.update({"bio_recall_train": rec_tr, "bio_recall_test": rec_te,
                     "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
         if regime == "pretrain_ft":
             if cfg.probes:
-                row.update(self._probes(cfg, world, model, tr, te, spec, ctx))
+                row.update(self._probes(cfg, world, model, tr, te, bios_fn, ctx))
             model, info = finetune_qa(model, world, tr, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
                                       seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device)
             row.update(info)
             row["ft_method"] = cfg.finetune.method
             # forgetting: biography recall of the held-out people after fine-tuning
-            row["bio_recall_test_after_ft"] = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device)
+            row["bio_recall_test_after_ft"] = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device,
+                                                         bios_fn=bios_fn)
         row.update(qa_metrics(model, world, tr, te, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
         return row
 
-    def _probes(self, cfg, world, model, tr, te, spec, ctx) -> dict:
+    def _probes(self, cfg, world, model, tr, te, bios_fn, ctx) -> dict:
         """P-probes (after the name, before each value) on the training biographies and the Q-probe, on the
         pretrained model and on a randomly initialised one of the same shape (the baseline)."""
         k = cfg.probe_people
         ptr, pte = tr[:k], te[:k]
-        bios = {int(b.person): b for b in training_bios(world, np.concatenate([ptr, pte]), seed=cfg.seed, spec=spec)}
+        bios = {int(b.person): b for b in bios_fn(np.concatenate([ptr, pte]))}
         what = {"attrs": ATTRS, "value_words": first_value_words(world), "device": ctx.device}
         rand = make_model(world, cfg.model, cfg.seq_len, ctx.seed + 7).to(ctx.device)
         row: dict = {"probe_people_train": len(ptr), "probe_people_test": len(pte)}
