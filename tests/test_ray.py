@@ -122,6 +122,31 @@ def test_ray_not_installed_says_how_to_install(monkeypatch, tmp_path):
     assert r.exit_code == 2 and "pip install 'lmsci[ray]'" in r.output
 
 
+# -- the task body, without Ray ------------------------------------------------------------------------
+def test_task_body_returns_rows_metrics_and_files(tmp_path):
+    from lmsci.backends import _restore, _unpack, run_group_task
+    from lmsci.config import config_to_yaml
+    from lmsci.runs import RunDir, environment
+
+    cfg = resolve_config(ToyConfig, "smoke", ["threads=1"])
+    exp, pts = Toy(), Toy().points(cfg)
+    run = RunDir(tmp_path / "r")
+    run.init(exp.name, config_to_yaml(cfg), environment(cfg.seed, "cpu"))
+    seeds = [exp.point_seed(cfg, p) for p in pts[:2]]
+    out = run_group_task(exp, cfg, pts[:2], seeds, "cpu", str(run.path), config_to_yaml(cfg), None)
+    assert out["files"] is None and (run.path / "points" / "b" / "value.txt").read_text() == "1"  # sees the dir
+    assert [r["x"] for r in out["rows"]] == [0, 1] and {r["status"] for r in out["rows"]} == {"ok"}
+    assert [pid for pid, _ in out["metrics"]] == ["a", "b"] and not (run.path / RunDir.METRICS).exists()
+    shipped = run_group_task(exp, cfg, pts[2:], seeds, "cpu", str(tmp_path / "elsewhere"), config_to_yaml(cfg), None)
+    _unpack(shipped["files"], tmp_path / "back")  # a worker without the run directory returns its files
+    assert (tmp_path / "back" / "points" / "d" / "value.txt").read_text() == "3"
+    assert not (tmp_path / "elsewhere").exists()
+    bad = resolve_config(ToyConfig, "smoke", ["fail=true"])
+    err = run_group_task(exp, bad, pts[1:2], seeds[:1], "cpu", str(run.path), config_to_yaml(bad), None)
+    e = _restore(err["raised"])
+    assert isinstance(e, ConfigError) and e.field == "x" and "toy's bad point" in str(e)
+
+
 # -- on a local 2-CPU Ray instance -------------------------------------------------------------------
 def test_smoke_run_gives_the_local_results_table(cluster, tmp_path):
     from lmsci.experiments.registry import get
@@ -168,6 +193,10 @@ def test_files_shipped_back_and_task_errors_keep_their_type(cluster, tmp_path):
     with pytest.raises(ConfigError, match="toy's bad point") as ei:
         run_experiment(Toy(), bad, tmp_path / "f", progress=False, log=lambda m: None, backend=RayBackend(window=1))
     assert ei.value.field == "x"
+    with pytest.raises(ConfigError, match="at most 2") as ei:  # no node has 64 CPUs: no task could ever start
+        run_experiment(Toy(), resolve_config(ToyConfig, "smoke", ["threads=64"]), tmp_path / "t", progress=False,
+                       backend=RayBackend())
+    assert ei.value.field == "threads" and not (tmp_path / "t").exists()
     assert sorted(RunDirResults(tmp_path / "f")) == ["a"]  # window 1: b failed, nothing after it was started
 
 

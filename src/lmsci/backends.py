@@ -309,9 +309,22 @@ class RayBackend:
         env = environment(seed, "cpu")
         env["device"] = device
         env["cuda_device"] = None
-        env["backend"] = {"name": "ray", "ray": ray.__version__, "address": self.address or "local",
+        env["backend"] = {"name": "ray", "ray": ray.__version__, "address": ray.get_runtime_context().gcs_address,
                           "nodes": sum(1 for n in ray.nodes() if n.get("Alive")), "resources": self.resources()}
         return env
+
+    def check(self, cfg: ExperimentConfig, device: str) -> None:
+        """Raise :class:`ConfigError` (field ``threads``) when no node of the cluster has the CPUs (or GPU)
+        one task reserves, so that no task would ever be scheduled."""
+        import ray
+
+        opts = self._task_options(cfg, device)
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        fits = [r for r in nodes if r.get("CPU", 0) >= opts["num_cpus"] and r.get("GPU", 0) >= opts["num_gpus"]]
+        if not fits:
+            most = max((int(r.get("CPU", 0)) for r in nodes if r.get("GPU", 0) >= opts["num_gpus"]), default=0)
+            raise ConfigError("threads", cfg.threads, f"at most {most} (the most CPUs of one Ray node"
+                              + (" with a GPU)" if opts["num_gpus"] else ")"))
 
     def _task_options(self, cfg: ExperimentConfig, device: str) -> dict[str, Any]:
         return {"num_cpus": max(int(cfg.threads), 1), "num_gpus": 1 if device.startswith("cuda") else 0,
