@@ -93,9 +93,9 @@ class CelebrityHelpsMinority(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
     time_estimate = {"smoke": "~10 s", "quick": "~15 min (estimated; 3 seeds, one thread beside another run)",
-                     "gpu": "~15 min on one H100, 3 seeds (estimated: ~1M tokens/s, 6 x 150M tokens)",
-                     "paper": "~80k steps of GPT-2 small per model: ~6 h on one H100 per model (estimated); "
-                              "2 arms x 3 seeds"}
+                     "gpu": "~20 min on one H100 (estimated, not measured: ~0.8M tokens/s; 6 models x ~0.16B tokens)",
+                     "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
+                              "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
     claims = [
         Claim("minority-lift",
               "Augmented celebrities in pretraining (and LoRA QA fine-tuning on them) make the knowledge of "

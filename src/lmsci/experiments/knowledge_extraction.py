@@ -118,9 +118,12 @@ class KnowledgeExtraction(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
     time_estimate = {"smoke": "~15 s", "quick": "~15 min (estimated; one thread beside another run)",
-                     "gpu": "~30 min on one H100, 3 seeds (estimated: ~1M tokens/s, 3 x 1.1B tokens)",
-                     "paper": "~80k steps of GPT-2 small per model: ~1 day per model on 8 V100 (the paper), "
-                              "~6 h on one H100 (estimated); 3 arms x 3 seeds"}
+                     "gpu": "~35 min on one H100 (estimated, not measured: ~0.8M tokens/s for the 4-layer d_model 256 "
+                            "model in bf16; 3 seeds x (0.14B single + 0.18B augmented + 0.24B mixed) tokens); the "
+                            "first point starts on CPU (5 steps shown at N=10k with exposures=1)",
+                     "paper": "N=100k, GPT-2 small, 80k steps of 96 x 512 tokens (~4B tokens) per pretraining: ~3 h on "
+                              "one H100 at ~0.4M tokens/s (estimated); mixed training 5x the tokens; 3 arms x 3 seeds "
+                              "~70 H100-hours"}
     claims = [
         Claim("pretrain-ft-augmentation",
               "After BIO pretraining and LoRA QA fine-tuning on P_train, QA on the held-out P_test is poor for bioS "
