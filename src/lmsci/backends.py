@@ -248,6 +248,11 @@ class RayBackend:
         if ray.is_initialized():  # this process is connected already (a notebook, a test): use that connection
             self._open = True
             return
+        # a driver retries the head's GCS about once a second, 20 times by default: bound it by connect_timeout
+        wait_var = "RAY_gcs_server_port_wait_time_s"
+        saved = os.environ.get(wait_var)
+        if address and saved is None:
+            os.environ[wait_var] = str(max(int(self.connect_timeout), 1))
         try:
             ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True)
         except Exception as e:  # noqa: BLE001 (a failed start raises a bare Exception)
@@ -258,6 +263,9 @@ class RayBackend:
                                   hint=f"Ray could not connect: {first}") from None
             raise ConfigError("address", None, "a running Ray cluster's HOST:PORT (none: start Ray on this machine, "
                               "which failed)", hint=f"Ray did not start here: {first}") from None
+        finally:
+            if address and saved is None:
+                os.environ.pop(wait_var, None)
         self._owns_ray = True
         self._open = True
 
