@@ -44,4 +44,4 @@ def test_catalog_has_issue_16s_experiments():
 
 
 def test_catalog_has_issue_18s_experiments():
-    assert {"calibration-hallucination", "alignment-attack", "watermark"} <= set(NAMES)
+    assert {"calibration-hallucination", "alignment-attack", "watermark", "watermark-removal"} <= set(NAMES)

@@ -29,6 +29,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.calibration_hallucination",
     "lmsci.experiments.alignment_attack",
     "lmsci.experiments.watermark",
+    "lmsci.experiments.watermark_removal",
     "lmsci.experiments.cfg_learning",
     "lmsci.experiments.cfg_probing",
     "lmsci.experiments.word_order",
