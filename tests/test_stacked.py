@@ -64,6 +64,12 @@ def test_stacked_equals_separate_training(extra):
         ev2 = [h["w_norm"] for h in r2.history if "w_norm" in h]
         assert len(ev1) == len(ev2) == 2 and max(_rel(a, b) for a, b in zip(ev1, ev2)) < 1e-5
         for (n, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
+            if n.endswith("attn.qkv.bias"):
+                # the key bias has an exactly zero gradient (softmax ignores a constant added to every key's
+                # logit); Adam turns each arm's rounding noise there into lr-sized steps, so only the query and
+                # value biases are comparable between two summation orders
+                d = GC.n_heads * GC.head_dim
+                p1, p2 = torch.cat([p1[:d], p1[2 * d:]]), torch.cat([p2[:d], p2[2 * d:]])
             assert torch.allclose(p1, p2, rtol=1e-4, atol=1e-5), n
     # the members really differ (different seeds, different batches), and the shared log names them
     assert _rel(res.members[0].final["loss"], res.members[1].final["loss"]) > 1e-5
