@@ -23,7 +23,7 @@ def ckpts(tmp_path_factory):
             num_key_value_heads=2, head_dim=8, max_position_embeddings=128, initializer_range=0.3,
         )).save_pretrained(root / "qwen3")
         tf.PhiForCausalLM(tf.PhiConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                       num_attention_heads=4)).save_pretrained(root / "phi")
+                                       num_attention_heads=4, pad_token_id=0)).save_pretrained(root / "phi")
     (root / "empty").mkdir()
     return root
 
