@@ -89,6 +89,7 @@ def test_probing_papers_numbers_are_reproduced(tmp_path):
     vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.45, 0.5, 0.6, 0.7, 0.85]), tmp_path)
     assert {v.outcome for v in vs.values()} == {"reproduced"}
     assert abs(vs["probe-beats-random"].value - (0.977 - 0.5)) < 1e-9
+    assert vs["probe-beats-random-at-end"].ablation and vs["probe-beats-random-at-end"].rule_passed
 
 
 def test_probing_failures_and_gate(tmp_path):
