@@ -184,3 +184,5 @@ def test_smoke_preset_runs(tmp_path):
     assert len(df) == 2 and (df["mle_hall"] == 0).all()
     assert np.isfinite(df["tf_mis"]).all() and (df["gt_slack"] > -1).all()
     assert math.isfinite(df["mf"].iloc[0])
+    report = (run.path / "report.md").read_text()
+    assert "Hallucination is inevitable" in report and "| True |" in report

@@ -297,6 +297,14 @@ class CalibrationHallucination(Experiment):
         ok = ys >= 0
         row["tf_sampled_hall"] = float((~fmask[ys[ok]]).sum() / len(ys))
         row["tf_sampled_nonsense"] = float((~ok).mean())
+        # Xu et al. (arXiv 2401.11817) diagonal input: the model's greedy completion of one prefix of slot values
+        # (the report constructs a ground truth that disagrees with every trained model; no verdict)
+        pre = [derive_seed(ctx.seed, "diag", j) % s for j, s in enumerate(world.slots[:-1])]
+        x = torch.as_tensor([[BOS] + [int(v + o) for v, o in zip(pre, world.offsets[:-1])]], device=device)
+        with torch.no_grad():
+            last = model(x)[0, -1, int(world.offsets[-1]): int(world.offsets[-1]) + world.slots[-1]]
+        row["diag_input"] = "-".join(str(v) for v in pre)
+        row["diag_answer"] = int(last.argmax())
         return row
 
     # -- verdicts -------------------------------------------------------------------------------------
@@ -424,4 +432,30 @@ class CalibrationHallucination(Experiment):
                 f"checkpoint with the best held-out NLL; temperatures 1 and {cfg.cold_temperature}. The bound is the "
                 "authors' simplified corollary MF - Mis_b - 300|F|/|H| - 7/sqrt(n).\n\n"
                 "## Decomposition (means over seeds)\n\n" + markdown_table(agg)
-                + "\n## Every run\n\n" + markdown_table(results[[c for c in cols if c in results]]))
+                + "\n## Every run\n\n" + markdown_table(results[[c for c in cols if c in results]])
+                + self._diagonal_section(cfg, results))
+
+    @staticmethod
+    def _diagonal_section(cfg: CalibrationConfig, results: pd.DataFrame) -> str:
+        """Xu, Jain, Kankanhalli, "Hallucination is Inevitable", arXiv 2401.11817: for the finite, enumerable family
+        of models trained in this run, a computable ground truth on which every one of them errs (diagonalisation;
+        a demonstration, not a measurement, and no verdict)."""
+        if "diag_answer" not in results or results["diag_answer"].isna().all():
+            return ""
+        k = cfg.slots[-1]
+        rows = []
+        for inp, sub in results.dropna(subset=["diag_answer"]).groupby("diag_input", sort=False):
+            answers = {int(a) for a in sub["diag_answer"]}
+            truth = next((v for v in range(k) if v not in answers), None)
+            for _, r in sub.iterrows():
+                rows.append({"model (point)": r["point"], "diagonal input (slot values)": inp,
+                             "model's greedy answer": int(r["diag_answer"]), "constructed f(input)": truth,
+                             "errs": truth is not None and truth != int(r["diag_answer"])})
+        from lmsci.report import markdown_table
+
+        return ("\n## Hallucination is inevitable (Xu, Jain, Kankanhalli, arXiv 2401.11817)\n\nDiagonalisation over the "
+                "finite family of transformers trained in this run (h_1 .. h_m, enumerated by run point): each h_i gets "
+                "its own input x_i (a prefix of slot values), and the ground truth f is defined on x_i as the smallest "
+                "answer that no model gives on x_i (and anything elsewhere). f is computable, and every h_i differs from "
+                "it on x_i: every model in the family hallucinates on f. This is the theorem's construction shown on our "
+                "models, not a measurement, and it decides nothing.\n\n" + markdown_table(pd.DataFrame(rows)))
