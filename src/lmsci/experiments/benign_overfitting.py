@@ -76,7 +76,7 @@ class BenignOverfitting(Experiment):
              "directions are added; with isotropic features and p near n it exceeds the noise level.")
     source = f"{BLLT}, Theorems 4 and 6, Definition 3"
     Config = BenignConfig
-    time_estimate = {"smoke": "~3 s", "quick": "216 s wall measured on 2 heavily loaded shared cores at nice 19 (33 s inside points; d up to 20,005, 3 seeds)",
+    time_estimate = {"smoke": "~3 s", "quick": "13 s wall, 10 s CPU measured on the loaded 2-core machine (2026-11-23, one BLAS thread; d up to 20,005, 3 seeds)",
                      "paper": "~5 min on 2 cores (10 seeds, n = 500, d up to 50,005; estimated)"}
     claims = [
         Claim("interpolates",

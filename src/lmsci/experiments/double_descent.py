@@ -114,7 +114,7 @@ class DoubleDescent(Experiment):
              "follows Hastie et al.'s exact formula.")
     source = f"{ESL}; {BHMM}; {HMRT}"
     Config = DoubleDescentConfig
-    time_estimate = {"smoke": "~5 s", "quick": "945 s wall measured on 2 heavily loaded shared cores at nice 19 (446 s inside points, 300 s of it the isotropic Monte Carlo); ~1-2 min on idle cores (estimated)",
+    time_estimate = {"smoke": "~5 s", "quick": "31 s wall, 22 s CPU measured on the loaded 2-core machine (2026-11-23, one BLAS and torch thread; the earlier 945 s were OpenBLAS threads spinning under load, now limited by the executor)",
                      "paper": "~20 min on 2 cores (10 seeds, n = 1000 digits, p up to 10,000; estimated)"}
     claims = [
         Claim("u-curve",

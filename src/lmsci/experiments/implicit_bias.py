@@ -79,7 +79,7 @@ class ImplicitBias(Experiment):
              "bounded and the training loss falling like 1/t.")
     source = f"{SOUDRY}, Theorem 3, Section 3"
     Config = ImplicitBiasConfig
-    time_estimate = {"smoke": "~3 s", "quick": "1874 s wall measured on 2 heavily loaded shared cores at nice 19 with the earlier 43 us/step loop; the current step costs ~13 us of CPU (1e6 steps, 3 seeds x 2 losses batched: ~15 s CPU)",
+    time_estimate = {"smoke": "~3 s", "quick": "39 s wall, 27 s CPU measured on the loaded 2-core machine (2026-11-23, one thread; 1e6 GD steps, 3 seeds x 2 losses batched)",
                      "paper": "~30 min on 2 cores (1e7 steps, 10 seeds; estimated)"}
     claims = [
         Claim("angle-rate",
