@@ -401,8 +401,9 @@ class Grokking(Experiment):
     Config = GrokkingConfig
     time_estimate = {
         "smoke": "~5 s",
-        "quick": "18 min measured on 2 CPU cores, threads=2 (3 seeds + 3 wd = 0 controls of 3,000 full-batch steps "
-                 "at p = 59): over the 15-minute budget",
+        "quick": "42 min wall measured 2026-11-23 at one thread beside another run on the loaded 2-core machine "
+                 "(3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, ~0.14 s a step there); 18 min "
+                 "earlier at 2 threads: over the 10-minute target of issue 17",
         "paper": "p = 113, 40k steps, 3 seeds + 3 controls: ~0.16 s a step on one CPU core = ~1.8 h per run (~11 h on "
                  "CPU), minutes per run on a GPU (the gpu preset: 25k steps, ~20-30 min on one H100, estimated)",
     }
@@ -717,8 +718,8 @@ class GrokkingFractions(Experiment):
     Config = GrokkingFractionsConfig
     time_estimate = {
         "smoke": "~5 s",
-        "quick": "~5-10 min on 2 CPU cores (6 fractions of x/y mod 59, 1 seed, each stopped at test accuracy 0.99 or "
-                 "3,000 steps; estimated); the measured wall time is in the report",
+        "quick": "23 min wall measured 2026-11-23 at one thread beside another run on the loaded 2-core machine "
+                 "(6 fractions of x/y mod 59, 1 seed, each stopped at test accuracy 0.99 or 3,000 steps)",
         "paper": "x/y mod 97, 6 fractions x 3 seeds, up to 1e5 full-batch steps each: ~0.15 s a step on one CPU core "
                  "(days on CPU), hours on a GPU (the gpu preset caps at 20k steps, 1 seed; estimated)",
     }
