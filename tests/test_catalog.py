@@ -15,7 +15,7 @@ def test_catalog_has_the_issues_experiments():
     assert {"factual-recall", "hallucination-stage", "shakespeare-lm", "length-generalization", "passkey-retrieval",
             "knowledge-extraction", "celebrity-helps-minority", "reversal-curse", "knowledge-capacity",
             "scaling-sweep", "chinchilla-refit", "double-descent",
-            "benign-overfitting", "implicit-bias", "cfg-learning", "cfg-probing", "word-order"} <= set(NAMES)
+            "benign-overfitting", "implicit-bias", "cfg-learning", "cfg-probing"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -36,7 +36,7 @@ def test_presets_resolve_validate_and_have_points(name):
 def test_catalog_entry(name):
     cls = catalog()[name]
     assert cls.claim and cls.source
-    assert set(cls.time_estimate) == set(PRESET_NAMES)
+    assert set(PRESET_NAMES) <= set(cls.time_estimate) <= set(cls.Config.PRESETS)  # "gpu" where it has that preset
 
 
 def test_catalog_has_issue_16s_experiments():

@@ -241,14 +241,44 @@ def test_progress_bar_gets_steps_and_postfix():
     assert bar.n == 7 and set(bar.postfix) == {"loss", "tok_s"}
 
 
-def test_precision_bf16_on_cpu_trains_and_fp32_is_the_cpu_default():
+def test_precision_bf16_on_cpu_trains_and_fp32_is_the_default():
     a, b, c = make_model(dropout=0.0), make_model(dropout=0.0), make_model(dropout=0.0)
     ra = train(a, get_batch_factory(), cfg(), seed=0)
     rb = train(b, get_batch_factory(), cfg(precision="fp32"), seed=0)
     rc = train(c, get_batch_factory(), cfg(precision="bf16"), seed=0)
-    assert [r["loss"] for r in ra.history] == [r["loss"] for r in rb.history]  # auto = fp32 on CPU
+    assert [r["loss"] for r in ra.history] == [r["loss"] for r in rb.history]  # the default is fp32
+    assert TrainConfig().precision == "fp32"
     assert rc.history[-1]["loss"] < rc.history[0]["loss"]
     assert rc.history[-1]["loss"] != ra.history[-1]["loss"]  # bf16 matmuls really ran
     assert all(p.dtype == torch.float32 for p in c.parameters())
-    with pytest.raises(Exception, match="precision"):
-        cfg(precision="fp16")
+    for bad in ("fp16", "auto"):
+        with pytest.raises(Exception, match="precision"):
+            cfg(precision=bad)
+
+
+def test_checkpoints_keep_the_cuda_rng_state_when_cuda_is_available(tmp_path, monkeypatch):
+    """Issue 12 item 3: a checkpoint holds every CUDA generator's state (torch.cuda.get_rng_state_all) where
+    CUDA is available, and resuming restores it; without CUDA only the CPU state is kept. CUDA is faked here
+    (this machine has none): the states are opaque byte tensors to the trainer."""
+    import lmsci.train.trainer as tr
+
+    c = cfg(steps=4, checkpoint_every=2)
+    train(make_model(), get_batch_factory(), c, seed=3, checkpoint_dir=tmp_path / "cpu")
+    state = torch.load(latest_checkpoint(tmp_path / "cpu") / "trainer_state.pt", weights_only=True)
+    assert "torch_rng" in state and ("cuda_rng" in state) == torch.cuda.is_available()
+
+    fake = [torch.arange(8, dtype=torch.uint8), torch.arange(8, 16, dtype=torch.uint8)]
+    restored = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, i: restored.__setitem__(i, s.clone()))
+    train(make_model(), get_batch_factory(), c, seed=3, checkpoint_dir=tmp_path / "cuda")
+    state = torch.load(latest_checkpoint(tmp_path / "cuda") / "trainer_state.pt", weights_only=True)
+    assert [s.tolist() for s in state["cuda_rng"]] == [s.tolist() for s in fake]
+    tr.set_rng_state(state)
+    assert sorted(restored) == [0, 1] and all(torch.equal(restored[i], fake[i]) for i in (0, 1))
+    # train() itself restores them when it resumes from the checkpoint
+    restored.clear()
+    train(make_model(), get_batch_factory(), c, seed=3, checkpoint_dir=tmp_path / "cuda")
+    assert sorted(restored) == [0, 1] and torch.equal(restored[1], fake[1])

@@ -14,7 +14,7 @@ import re
 from typing import Any, ClassVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lmsci.errors import ConfigError, UnknownNameError
 
@@ -39,6 +39,10 @@ class ExperimentConfig(StrictModel):
             models run faster on one thread: on a loaded 2-core machine two threads were 4-25x slower.
         n_seeds: independent training seeds per sweep point; verdict intervals are across these seeds.
             Seed k of point ``p`` runs as point ``p`` (k = 0) or ``p__s{k}`` with its own derived seed.
+        precision: arithmetic of the training forward passes: ``fp32`` (the default, on CPU and GPU alike)
+            or ``bf16`` (autocast; weights, optimizer state and the loss head stay fp32). An experiment
+            accepts the values in its config's ``PRECISIONS`` (``("fp32",)`` unless it trains through
+            :func:`lmsci.train.trainer.train` and says otherwise); any other value is a ConfigError.
     """
 
     preset: str = "quick"
@@ -46,8 +50,20 @@ class ExperimentConfig(StrictModel):
     device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
     threads: int = Field(0, ge=0, description="torch intra-op threads while computing points (0 = torch's default)")
     n_seeds: int = Field(1, ge=1, le=100, description="independent training seeds per sweep point")
+    precision: str = Field("fp32", description="training arithmetic: fp32 or bf16 where the experiment's PRECISIONS "
+                           "has it (same default on CPU and GPU)")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"smoke": {}, "quick": {}, "paper": {}}
+    #: the precisions this experiment honours (the others are refused before any work)
+    PRECISIONS: ClassVar[tuple[str, ...]] = ("fp32",)
+
+    @field_validator("precision")
+    @classmethod
+    def _precision_supported(cls, v: str) -> str:
+        if v not in cls.PRECISIONS:
+            why = "" if "bf16" in cls.PRECISIONS else " (this experiment's training loop runs in fp32 only)"
+            raise ValueError(" or ".join(repr(p) for p in cls.PRECISIONS) + why)
+        return v
 
 
 def _parse_value(text: str) -> Any:

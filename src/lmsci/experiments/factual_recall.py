@@ -125,6 +125,15 @@ class FactualRecallConfig(ExperimentConfig):
             "tradeoff_steps": 60,
         },
         "quick": {"n_seeds": 3},
+        # one H100: d spans 8x (quick: 4x, which left the attention-only slope unresolved), 2x the quick steps at
+        # 2x its batch, and a trade-off map at the paper's d = 32, d_h = 8 with 256 facts and wider MLPs (quick's
+        # MLP cells did not store at H = 1). facts-per-param stays at the paper preset (it needs 16,384 steps).
+        "gpu": {
+            "d_models": [8, 11, 16, 22, 32, 45, 64], "size_max": 256, "steps": 4096, "batch_size": 512,
+            "eval_every": 64, "tradeoff_d_model": 32, "tradeoff_d_head": 8, "tradeoff_size": 16,
+            "tradeoff_mlps": [0, 16, 32, 48, 64, 96, 128, 192], "tradeoff_lr": 1e-2, "tradeoff_steps": 4096,
+            "stack_size": 256, "threads": 0, "n_seeds": 3,
+        },
         "paper": {
             "d_models": [8, 11, 16, 22, 32, 45, 64, 90, 128, 181], "n_heads": 8,
             "attn_only_alphas": [4.0, 2.0, 1.0, 0.5, 0.25],
@@ -190,6 +199,9 @@ class FactualRecall(Experiment):
     time_estimate = {"smoke": "~10 s",
                      "quick": "14 min measured on 2 CPU cores (threads=2, 3 seeds, 210 points; 22.6 min on one "
                               "thread beside another run)",
+                     "gpu": "~25 min on one H100 (7 widths x 2 families x 3 seeds, stacked search of up to 8 rounds of "
+                            "4,096 steps with early stop, plus the 56-cell trade-off map; "
+                            "estimated, not measured: no GPU in the session that wrote it)",
                      "paper": "days on one GPU"}
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025)"
     _SLOPE_RULE = ("95% CI across training seeds (Student t) of the per-seed slope lies inside (0.5, 1.5) and "
@@ -392,7 +404,7 @@ class FactualRecall(Experiment):
                         seed=derive_seed(ctxs[0].seed, "data", rnd), done_key=lambda m: m.key[:2],
                         log=self._logger(ctx_of, lambda m: {"round": rnd, "level": m.key[1],
                                                             "facts": m.world.n_facts, "lr": m.key[2]}),
-                        progress=bar)
+                        progress=bar, device=ctxs[0].device)
             t_train += time.perf_counter() - t0
             seqs += sum(m.steps_run for m in members) * cfg.batch_size
             by_point: dict[str, dict[int, bool]] = {}
@@ -442,7 +454,7 @@ class FactualRecall(Experiment):
         train_stack(members, d, steps=cfg.tradeoff_steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
                     n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
                     seed=derive_seed(cfg.seed, "tradeoff-data", points[0].id),
-                    log=self._logger(ctx_of, lambda m: {}), progress=bar)
+                    log=self._logger(ctx_of, lambda m: {}), progress=bar, device=ctxs[0].device)
         return [{**p.params, "accuracy": m.best_acc, "stored": m.reached_at is not None,
                  "steps_run": m.steps_run, "final_loss": m.final_loss} for p, m in zip(points, members)]
 

@@ -85,6 +85,8 @@ class HallucinationConfig(ExperimentConfig):
         "smoke": {"steps": 600, "eval_every": 20, "n_eval": 1024, "batch_size": 256, "lr": 1.0,
                   "init_scale": 1e-3, "fact_tables": ["structured"]},
         "quick": {"n_seeds": 3},
+        # one H100: quick already settles both claims; the GPU affords the notebook's test set
+        "gpu": {"n_eval": 65536, "n_seeds": 3, "threads": 0},
         "paper": {"n_eval": 65536, "n_seeds": 3, "threads": 0},
     }
 
@@ -184,6 +186,8 @@ class HallucinationStage(Experiment):
     Config = HallucinationConfig
     time_estimate = {"smoke": "~5 s",
                      "quick": "78 s measured (2 fact tables x 3 seeds, one thread beside another run)",
+                     "gpu": "~3 min on one H100 (2 tables x 3 seeds x 8,192 GD steps; "
+                            "estimated, not measured: no GPU in the session that wrote it)",
                      "paper": "~5 min CPU"}
 
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025), Theorem 6 and Fig. 5 left"
@@ -230,9 +234,10 @@ class HallucinationStage(Experiment):
         world = self.world(cfg, point.params["facts"], derive_seed(ctx.seed, "facts"))
         attention, embedding = point.params["variant"].split("-")
         model = LinearAttentionModel(world.vocab_size, world.n_answers, embedding=embedding, attention=attention,
-                                     init_scale=cfg.init_scale, seed=derive_seed(ctx.seed, "embed"))
+                                     init_scale=cfg.init_scale, seed=derive_seed(ctx.seed, "embed")).to(ctx.device)
         ev = world.eval_set(cfg.n_eval, derive_seed(ctx.seed, "eval"))
-        gen = torch.Generator().manual_seed(derive_seed(ctx.seed, "data"))
+        ev_x, ev_y = ev.input_ids.to(ctx.device), ev.targets.to(ctx.device)
+        gen = torch.Generator().manual_seed(derive_seed(ctx.seed, "data"))  # batches drawn on the CPU, then moved
         D = world.D
         curve = []
         bar = ctx.progress(cfg.steps, "GD")
@@ -240,13 +245,13 @@ class HallucinationStage(Experiment):
         for step in range(cfg.steps + 1):
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 with torch.no_grad():
-                    m = {k: float(v) for k, v in answer_losses(model(ev.input_ids), ev.targets, D).items()}
+                    m = {k: float(v) for k, v in answer_losses(model(ev_x), ev_y, D).items()}
                 curve.append({"step": step, **m})
                 ctx.log(step=step, **m)
             if step == cfg.steps:
                 break
             b = world.sample(cfg.batch_size, gen)
-            loss = torch.nn.functional.cross_entropy(model(b.input_ids), b.targets)
+            loss = torch.nn.functional.cross_entropy(model(b.input_ids.to(ctx.device)), b.targets.to(ctx.device))
             if not torch.isfinite(loss):
                 raise DivergedError(step, float(loss.detach()))
             grads = torch.autograd.grad(loss, params)

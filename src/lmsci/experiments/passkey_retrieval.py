@@ -129,10 +129,14 @@ class PasskeyConfig(ExperimentConfig):
     threads: int = Field(1, ge=0, description="torch threads (0 = torch's default); 1 is fastest for tiny models")
     n_seeds: int = Field(3, ge=1, le=100, description="independent training seeds per sweep point")
 
+    PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
     PRESETS = {
         "smoke": {"seq_len": 32, "n_digits": 2, "length_factors": [1, 4], "depths": [0.2, 0.8], "n_samples": 3,
                   "d_model": 16, "n_heads": 2, "steps": 3, "batch_size": 4, "warmup_steps": 1, "n_seeds": 1},
         "quick": {},
+        # one H100: 4 layers (claim layer h = 1), 5x the quick training, 50 prompts per (length, depth)
+        "gpu": {"seq_len": 128, "n_samples": 50, "n_layers": 4, "d_model": 128, "n_heads": 4, "steps": 4000,
+                "batch_size": 64, "lr": 1e-3, "warmup_steps": 200, "threads": 0},
         "paper": {"seq_len": 256, "threads": 8, "n_digits": 5, "length_factors": [1, 2, 4, 8, 16, 32], "n_samples": 100,
                   "n_layers": 4, "d_model": 256, "n_heads": 8, "steps": 10000, "batch_size": 64, "lr": 1e-3,
                   "warmup_steps": 300, "n_global": 10},
@@ -194,13 +198,13 @@ def _train_batch_fn(cfg: PasskeyConfig):
     return get_batch
 
 
-def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, device: str = "cpu", log=None, progress=None,
+def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, device: str = "auto", log=None, progress=None,
                   train_id: str = "train"):
     """The model of point ``train_id`` (``train`` or ``train__s{k}``) and its :class:`TrainResult`.
 
     The trainer keeps its checkpoints in ``points/<train_id>/ckpt``: the first call trains (resuming after
-    an interruption), later calls find the final checkpoint and only load it. Training runs on ``device``;
-    the model is returned on the CPU, where the evaluation harness runs.
+    an interruption), later calls find the final checkpoint and only load it. Training runs on ``device``
+    and the model is returned there, in eval mode: the evaluation harness runs on the model's device.
     """
     from lmsci.models.gpt import GPT, GPTConfig
     from lmsci.train.trainer import TrainConfig, train
@@ -210,16 +214,21 @@ def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, device: str = "cpu
                   d_model=cfg.d_model, pos="rope", norm="rmsnorm", bias=False)
     model = GPT(g, seed=seed)
     tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                     device=device, checkpoint_every=max(cfg.steps // 4, 1), log_every=max(cfg.steps // 50, 1))
+                     device=device, precision=cfg.precision, checkpoint_every=max(cfg.steps // 4, 1),
+                     log_every=max(cfg.steps // 50, 1))
     res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=run.point_dir(train_id) / "ckpt",
                 progress=progress)
-    return model.cpu().eval(), res
+    return model.eval(), res
 
 
 @torch.no_grad()
 def answer(model, prompts: torch.Tensor, n_digits: int, method: str, cfg: PasskeyConfig) -> torch.Tensor:
-    """Greedy answer ``[batch, n_digits]`` for ``prompts [batch, n]`` under ``method``."""
+    """Greedy answer ``[batch, n_digits]`` for ``prompts [batch, n]`` under ``method``, on the model's device
+    (``prompts`` is moved there; the answer stays there)."""
     from lmsci.methods.lm_infinite import AttentionPatch
+    from lmsci.models.device import device_of
+
+    prompts = prompts.to(device_of(model))
 
     if method == "truncation":
         ids = prompts[:, -cfg.seq_len:]
@@ -276,6 +285,8 @@ class PasskeyRetrieval(Experiment):
     ]
     time_estimate = {"smoke": "~5 s (1 seed)",
                      "quick": "4.5 min measured (3 seeds, one thread beside another run)",
+                     "gpu": "~10 min on one H100 (3 seeds x 4,000 steps, 7 methods x 250 prompts up to 2,048 tokens; "
+                            "estimated, not measured: no GPU in the session that wrote it)",
                      "paper": "~3 GPU-hours with 3 seeds (estimated)"}
 
     def validate(self, cfg: PasskeyConfig) -> None:
@@ -320,7 +331,7 @@ class PasskeyRetrieval(Experiment):
             beyond = (kp + cfg.n_digits + 2) <= (n - cfg.seq_len)  # whole key sentence outside the window
             pt, kt = torch.from_numpy(p), torch.from_numpy(keys)
             for m in methods(cfg):
-                got = answer(model, pt, cfg.n_digits, m, cfg)
+                got = answer(model, pt, cfg.n_digits, m, cfg).cpu()
                 ok = (got == kt).all(dim=1).numpy()
                 row[f"acc_{m}_d{depth}"] = float(ok.mean())
                 c = counts[m]

@@ -68,7 +68,7 @@ def _exponent_claim(p: str, what: str, pv: float, bv: float, k: str, kv: float) 
         rule=f"95% bootstrap CI over runs inside ({EXP_RANGE[0]}, {EXP_RANGE[1]}): lower end > "
              f"{EXP_RANGE[0]} and upper end < {EXP_RANGE[1]}",
         gates=(_G_CONV, _G_BOOT, _G_GRID),
-        presets=("quick", "paper"),
+        presets=("quick", "gpu", "paper"),
         uncertainty="within-run",
         min_seeds=1,
     )
@@ -118,11 +118,16 @@ class ScalingSweepConfig(ExperimentConfig):
                               "(lmsci.train.stacked; same results to float rounding, no mid-point checkpoints); "
                               "False: one after another with checkpoints")
 
+    PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
     PRESETS = {
         "smoke": {"d_models": [8, 12, 16], "n_layers": 1, "n_heads": 2, "seq_len": 16, "batch_size": 4,
                   "tokens": [256, 512, 1024], "eval_tokens": 512, "n_boot": 20, "grid": "coarse",
                   "laws": ["chinchilla", "kaplan_n"]},
         "quick": {},
+        # one H100: a 4-layer grid spanning ~32x in N and 16x in D (the quick grid leaves alpha unresolved), 3 seeds
+        "gpu": {"d_models": [32, 44, 64, 88, 128, 180], "n_layers": 4, "seq_len": 128, "batch_size": 64,
+                "tokens": [2 ** k for k in range(19, 24)], "lr": 2e-3, "eval_tokens": 131072, "threads": 0,
+                "n_seeds": 3},
         "paper": {"d_models": [64, 96, 128, 192, 256, 384], "n_layers": 4, "seq_len": 256, "batch_size": 64,
                   "tokens": [2 ** k for k in range(22, 28)], "lr": 1e-3, "eval_tokens": 262144, "threads": 8,
                   "n_seeds": 3, "n_starts": None},
@@ -138,7 +143,10 @@ class ScalingSweep(Experiment):
               "eq. 2, Approaches 2-3; fitting as Besiroglu et al. 2024, arXiv 2404.10102")
     Config = ScalingSweepConfig
     time_estimate = {"smoke": "30 s", "quick": "6 min 10 s measured (2 seeds x 20 runs, one after another, 1 thread "
-                     "beside another run; seeds now train stacked)", "paper": "~3 days on one GPU (3 seeds)"}
+                     "beside another run; seeds now train stacked)",
+                     "gpu": "~15 min on one H100 (30 (N, D) cells x 3 stacked seeds, ~12k stacked steps, then the fits; "
+                            "estimated, not measured: no GPU in the session that wrote it)",
+                     "paper": "~3 days on one GPU (3 seeds)"}
 
     claims = [
         _exponent_claim("alpha", "parameters N", 0.34, 0.348, "N", 0.076),
@@ -155,7 +163,7 @@ class ScalingSweep(Experiment):
                       "loss across seeds, ddof 1)",
             rule=f"held-out RMSE < noise floor + {NOISE_MARGIN} nats (the noise floor needs >= 2 seeds)",
             gates=(_G_CONV, _G_GRID),
-            presets=("quick", "paper"),
+            presets=("quick", "gpu", "paper"),
             uncertainty="seeds",
             min_seeds=2,
         ),
@@ -169,7 +177,7 @@ class ScalingSweep(Experiment):
                       "reported",
             rule="ablation, decides nothing: the difference <= 0",
             gates=(Gate("converged", "every compared fit's best start reports success"),),
-            presets=("quick", "paper"),
+            presets=("quick", "gpu", "paper"),
             uncertainty="exact",
             min_seeds=1,
             ablation=True,
@@ -238,7 +246,7 @@ class ScalingSweep(Experiment):
         return TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
                            warmup_steps=int(cfg.warmup_frac * steps), min_lr_ratio=cfg.min_lr_ratio,
                            weight_decay=cfg.weight_decay, checkpoint_every=max(1, steps // 4),
-                           log_every=max(1, steps // 20), device=device)
+                           log_every=max(1, steps // 20), device=device, precision=cfg.precision)
 
     def _row(self, cfg: ScalingSweepConfig, point: Point, model, res, corpus, steps: int, tpb: int) -> dict[str, Any]:
         from lmsci.train.trainer import evaluate_nll

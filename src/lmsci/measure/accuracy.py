@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmsci.models.device import resolve_model_device
+
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:
     """Right-pad token lists into a long tensor ``[batch, max_len]``."""
@@ -30,9 +32,11 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:
 
 @torch.no_grad()
 def forward_in_batches(model: torch.nn.Module, seqs: Sequence[Sequence[int]], fn, batch_size: int = 256,
-                       device: str = "cpu", pad_id: int = 0) -> list[Any]:
+                       device: str | torch.device | None = None, pad_id: int = 0) -> list[Any]:
     """Run ``model`` over right-padded ``seqs`` and call ``fn(logits [b, T, vocab], ids [b, T], rows)``
-    per batch; returns the concatenated list of ``fn``'s per-row outputs (in the order of ``seqs``)."""
+    per batch; returns the concatenated list of ``fn``'s per-row outputs (in the order of ``seqs``).
+    ``device``: where the batches go (default: the model's device)."""
+    device = resolve_model_device(model, device)
     was_training = model.training
     model.eval()
     out: list[Any] = []
@@ -49,7 +53,7 @@ def forward_in_batches(model: torch.nn.Module, seqs: Sequence[Sequence[int]], fn
 
 
 def exact_match(model: torch.nn.Module, docs: Sequence[Any], span_key: str = "answer", stop: int = 1,
-                batch_size: int = 256, device: str = "cpu") -> np.ndarray:
+                batch_size: int = 256, device: str | torch.device | None = None) -> np.ndarray:
     """Greedy-decoding exact match of each document's answer span.
 
     Args:
@@ -73,7 +77,7 @@ def exact_match(model: torch.nn.Module, docs: Sequence[Any], span_key: str = "an
 
 
 def first_token_match(model: torch.nn.Module, docs: Sequence[Any], span_key: str = "answer", batch_size: int = 256,
-                      device: str = "cpu") -> np.ndarray:
+                      device: str | torch.device | None = None) -> np.ndarray:
     """Whether the arg-max prediction of the answer's first token is right (Part 3.1's first-token accuracy)."""
     def fn(logits, ids, rows):
         return [bool(logits[b, docs[r].spans[span_key][0][0] - 1].argmax() == ids[b, docs[r].spans[span_key][0][0]])
@@ -83,7 +87,7 @@ def first_token_match(model: torch.nn.Module, docs: Sequence[Any], span_key: str
 
 
 def qa_accuracy(model: torch.nn.Module, world: Any, people: Sequence[int], attrs: Sequence[str],
-                batch_size: int = 256, device: str = "cpu") -> dict[str, float]:
+                batch_size: int = 256, device: str | torch.device | None = None) -> dict[str, float]:
     """Forward QA exact-match accuracy per attribute and its mean (``"mean"``) over ``people``.
 
     Args:
@@ -102,7 +106,7 @@ def qa_accuracy(model: torch.nn.Module, world: Any, people: Sequence[int], attrs
 
 
 def inverse_accuracy(model: torch.nn.Module, world: Any, people: Sequence[int], batch_size: int = 256,
-                     device: str = "cpu") -> float:
+                     device: str | torch.device | None = None) -> float:
     """Inverse-search exact match (birth date and city -> full name) over ``people`` (Part 3.2, Section 5)."""
     docs = [world.inverse_qa(int(i)) for i in people]
     return float(exact_match(model, docs, batch_size=batch_size, device=device).mean())

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from lmsci.errors import ConfigError
 from lmsci.models.attention_harness import AttentionPatch, AttentionPolicy, full_policy
+from lmsci.models.device import device_of
 
 
 def _logits_of(out: Any) -> Tensor:
@@ -73,6 +74,7 @@ def attention_profile(model: Any, input_ids: Tensor, policy: AttentionPolicy | N
     """
     if input_ids.dim() != 2:
         raise ConfigError("input_ids", tuple(input_ids.shape), "a [batch, seq] tensor")
+    input_ids = input_ids.to(device_of(model))
     n = input_ids.shape[1]
     patch = AttentionPatch(model, policy or full_policy())
     L = _n_layers(patch)
@@ -147,7 +149,10 @@ def nll_by_position(model: Any, input_ids: Tensor, policy: AttentionPolicy | Non
         chunk: with a policy, feed the input through a streaming session in chunks of this many
             tokens (bounded KV cache; ``1`` is StreamingLLM's token-by-token protocol); None = one pass
             through the blockwise long path.
+
+    ``input_ids`` is moved to the model's device; the result comes back as a NumPy array.
     """
+    input_ids = input_ids.to(device_of(model))
     if policy is None:
         out = _logits_of(model(input_ids))
     else:
@@ -243,6 +248,7 @@ def start_token_pca(model: Any, input_ids: Tensor, n_start: int = 4,
     n = input_ids.shape[1]
     if not 1 <= n_start <= n - 2:
         raise ConfigError("n_start", n_start, f"an integer in [1, {n - 2}]")
+    input_ids = input_ids.to(device_of(model))
     if policy is not None:
         with AttentionPatch(model, policy):
             hs = _hidden_states(model, input_ids)

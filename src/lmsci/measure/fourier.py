@@ -14,11 +14,12 @@ import numpy as np
 import torch
 
 
-def fourier_basis(p: int) -> torch.Tensor:
-    """Orthonormal Fourier basis over Z_p, ``[p, p]`` (rows): row 0 the constant ``1/sqrt(p)``, rows ``2k-1`` and
-    ``2k`` the cosine and sine of frequency ``k = 1 .. (p-1)/2`` scaled to unit norm (p odd). Nanda et al. sec. 4."""
-    x = torch.arange(p, dtype=torch.float64)
-    rows = [torch.full((p,), 1.0, dtype=torch.float64)]
+def fourier_basis(p: int, device: str | torch.device | None = None) -> torch.Tensor:
+    """Orthonormal Fourier basis over Z_p, ``[p, p]`` float64 on ``device`` (default CPU) (rows): row 0 the constant
+    ``1/sqrt(p)``, rows ``2k-1`` and ``2k`` the cosine and sine of frequency ``k = 1 .. (p-1)/2`` scaled to unit norm
+    (p odd). Nanda et al. sec. 4."""
+    x = torch.arange(p, dtype=torch.float64, device=device)
+    rows = [torch.full((p,), 1.0, dtype=torch.float64, device=device)]
     for k in range(1, (p - 1) // 2 + 1):
         rows += [torch.cos(2 * math.pi * k * x / p), torch.sin(2 * math.pi * k * x / p)]
     B = torch.stack(rows)
@@ -34,8 +35,8 @@ def embedding_spectrum(W_E: torch.Tensor) -> tuple[np.ndarray, float]:
         share they sum to 1.
     """
     p = W_E.shape[0]
-    C = fourier_basis(p) @ W_E.detach().double().cpu()
-    e = (C ** 2).sum(1)
+    C = fourier_basis(p, device=W_E.device) @ W_E.detach().double()  # on W_E's device
+    e = (C ** 2).sum(1).cpu()
     total = float(e.sum()) or 1.0
     shares = (e[1::2] + e[2::2]).numpy() / total
     return shares, float(e[0]) / total
@@ -66,7 +67,8 @@ def fourier_logit_split(logits_grid: torch.Tensor, keys: list[int]) -> tuple[tor
     """
     p = logits_grid.shape[0]
     L = logits_grid.double()
-    s = (torch.arange(p)[:, None] + torch.arange(p)[None, :]).double()
+    r = torch.arange(p, device=L.device)
+    s = (r[:, None] + r[None, :]).double()  # on the logits' device
     dirs = []
     for k in keys:
         w = 2 * math.pi * k / p

@@ -158,7 +158,7 @@ class OneLayerTransformer(nn.Module):
         Used to drop finished members from a batched training run. Optimiser state must be
         sliced the same way by the caller.
         """
-        idx = torch.as_tensor(members, dtype=torch.long)
+        idx = torch.as_tensor(members, dtype=torch.long, device=self.embed.device)
         for name, p in list(self._parameters.items()):
             if p is not None:
                 self._parameters[name] = nn.Parameter(p.detach()[idx].clone())

@@ -261,7 +261,7 @@ class ALiBiScorer:
 
     def scores(self, q: Tensor, k: Tensor, qa: Tensor, ka: Tensor) -> Tensor:
         dist = (qa[:, None] - ka[None, :]).to(q.dtype)
-        return (q @ k.transpose(-1, -2)) * self.scale - self.slopes.to(q.dtype)[:, None, None] * dist
+        return (q @ k.transpose(-1, -2)) * self.scale - self.slopes.to(q.device, q.dtype)[:, None, None] * dist
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -442,7 +442,7 @@ def top_k_middle_keys(q_last: Tensor, k: Tensor, k_pos: Tensor, q_position: int,
     """
     W, G = policy.window, policy.n_start
     mid_idx = torch.nonzero((k_pos >= G) & (k_pos <= q_position - W)).flatten()
-    ml = scorer.scores(q_last, k[:, :, mid_idx], torch.tensor([policy.mid_distance]),
+    ml = scorer.scores(q_last, k[:, :, mid_idx], torch.tensor([policy.mid_distance], device=q_last.device),
                        torch.zeros_like(mid_idx))
     _, ti = ml[:, :, 0].topk(min(policy.top_k, mid_idx.numel()), dim=-1)
     return k_pos[mid_idx][ti]

@@ -113,7 +113,7 @@ class StackedModels:
     Args:
         models: K modules of one class and parameter layout (tied weights are kept tied: the
             stacked dict holds a tied tensor once, and ``functional_call`` re-ties it).
-        device: where the stacked parameters live.
+        device: where the stacked parameters live (default: where ``models[0]``'s parameters are).
 
     Attributes:
         params: ``{name: tensor [K, *shape]}``, leaf tensors with ``requires_grad``.
@@ -121,12 +121,14 @@ class StackedModels:
         base: a copy of ``models[0]`` whose code (not values) runs every member.
     """
 
-    def __init__(self, models: Sequence[nn.Module], device: str | torch.device = "cpu"):
+    def __init__(self, models: Sequence[nn.Module], device: str | torch.device | None = None):
         if len(models) == 0:
             raise ConfigError("models", "[]", "at least one model")
         _check_same_shape(models)
         self.models = list(models)
         self.k = len(models)
+        if device is None:
+            device = next(iter(models[0].parameters())).device
         params, buffers = stack_module_state(list(models))
         self.params = {n: p.detach().to(device).requires_grad_(True) for n, p in params.items()}
         self.buffers = {n: b.to(device) for n, b in buffers.items()}

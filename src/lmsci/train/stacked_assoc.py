@@ -61,7 +61,7 @@ class StackMember:
 
 def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack, steps: int, batch_size: int,
                 eval_every: int, n_eval: int, threshold: float, schedule: str, seed: int, done_key=None, log=None,
-                progress=None) -> None:
+                progress=None, device: str | torch.device = "cpu") -> None:
     """Train every member with AdamW (weight decay 0) as one stacked computation.
 
     A member stops (and leaves the stack) as soon as its test accuracy reaches ``threshold``; if
@@ -84,6 +84,9 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
         seed: seeds the one batch generator of the stack.
         done_key: see above. log: ``log(step, live_members, accs, losses)`` after each evaluation.
         progress: a tqdm-like bar (``update``, ``close``).
+        device: where the stack, its optimizer state and every batch live (``ctx.device``; the batches
+            and the initial weights are drawn on the CPU from their seeds, so a run does not depend
+            on the device beyond float rounding).
 
     Source: arXiv 2412.06538 experiments / official ``run.py`` (AdamW, fresh batches, early stop).
 
@@ -97,15 +100,15 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
     A = max(m.world.n_answers for m in members)
     specs = [OneLayerSpec(m.spec.n_heads, m.spec.d_head, m.spec.d_mlp, m.world.n_answers, m.world.vocab_size)
              for m in members]
-    model = OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members])
+    model = OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members]).to(device)
     live = list(members)
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator().manual_seed(int(seed))  # batches are drawn on the CPU, then moved
     evals = [m.world.eval_set(n_eval, derive_seed(m.seed, "eval")) for m in live]
-    ev_x = torch.stack([e.input_ids for e in evals])
-    ev_y = torch.stack([e.targets for e in evals])
+    ev_x = torch.stack([e.input_ids for e in evals]).to(device)
+    ev_y = torch.stack([e.targets for e in evals]).to(device)
     b1, b2, eps = 0.9, 0.999, 1e-8
     state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
-    base_lr = torch.tensor([m.lr for m in live])
+    base_lr = torch.tensor([m.lr for m in live], device=device)
     done_key = done_key or (lambda m: id(m))
     for step in range(1, steps + 1):
         if schedule == "cosine":
@@ -113,9 +116,9 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
         else:
             lr = base_lr
         batch = sample([m.world for m in live], batch_size, gen)
-        logits = model(batch.input_ids)  # [M, B, A]
+        logits = model(batch.input_ids.to(device))  # [M, B, A]
         M = len(live)
-        losses = torch.nn.functional.cross_entropy(logits.reshape(M * batch_size, A), batch.targets.reshape(-1),
+        losses = torch.nn.functional.cross_entropy(logits.reshape(M * batch_size, A), batch.targets.to(device).reshape(-1),
                                                    reduction="none").view(M, batch_size).mean(1)
         total = losses.sum()
         if not torch.isfinite(total):
@@ -151,7 +154,7 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
             break
         if len(keep) < len(live):
             model.keep(keep)
-            idx = torch.tensor(keep)
+            idx = torch.tensor(keep, device=device)
             state = {n: (a[idx].clone(), b[idx].clone()) for n, (a, b) in state.items()}
             live = [live[i] for i in keep]
             base_lr, ev_x, ev_y = base_lr[idx], ev_x[idx], ev_y[idx]

@@ -10,10 +10,12 @@ bit-for-bit the same weights and losses as the uninterrupted run (tested).
 Randomness comes only from ``seed``: batches are drawn by ``get_batch`` with a
 ``torch.Generator`` seeded from it, and anything in the model that uses torch's global RNG
 (dropout) runs inside :func:`torch.random.fork_rng` seeded from it, so the caller's global RNG
-state is left untouched. Both generator states are saved in the checkpoint.
+state is left untouched. The generator states are saved in the checkpoint: the batch generator, torch's
+CPU generator and, when CUDA is available, every CUDA device's generator (restored on resume).
 
-On CUDA the forward pass runs under bf16 autocast by default (that code path is present but only
-CPU is tested here); ``precision="bf16"`` asks for it on the CPU too. Losses are cross-entropy in
+Precision is ``fp32`` by default on every device; ``precision="bf16"`` runs the forward pass under bf16
+autocast on the training device (CPU or CUDA; the CUDA path is not exercised on this CPU-only
+machine's tests). Losses are cross-entropy in
 nats/token; targets equal to ``-100`` are ignored. A model with a ``sum_nll`` method (lmsci's GPT)
 computes its loss through the fused head of :mod:`lmsci.models.loss`; the optimizer is fused AdamW.
 
@@ -73,7 +75,7 @@ class TrainConfig(StrictModel):
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
         tensorboard: also write the metrics as TensorBoard scalars (only if the ``tensorboard``
             package is installed; otherwise a warning) under ``checkpoint_dir/tensorboard``.
-        precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``fp32``, or ``bf16`` (autocast
+        precision: ``fp32`` (the default on every device), or ``bf16`` (autocast
             on any device; on CPUs with AVX512-BF16 or AMX it speeds the trunk's matmuls -- measured
             1.5x at d_model 256 on a 2-core AVX512-BF16 machine, 1.1x at d_model 128 -- but results
             then differ from fp32 beyond rounding). Weights, optimizer state and the loss head
@@ -94,7 +96,7 @@ class TrainConfig(StrictModel):
     log_every: int = Field(1, ge=1)
     device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
     tensorboard: bool = False
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    precision: Literal["fp32", "bf16"] = "fp32"
 
 
 @dataclass
@@ -215,11 +217,31 @@ def seed_scope(seed: int) -> Iterator[None]:
         yield
 
 
-def _autocast(device: str, precision: str = "auto"):
-    """bf16 autocast for ``precision="bf16"``, or ``"auto"`` on CUDA; otherwise nothing (fp32)."""
-    if precision == "bf16" or (precision == "auto" and device.startswith("cuda")):
+def _autocast(device: str, precision: str = "fp32"):
+    """bf16 autocast on ``device``'s type for ``precision="bf16"``; otherwise nothing (fp32)."""
+    if precision == "bf16":
         return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def rng_state() -> dict[str, Any]:
+    """torch's global generator states: ``{"torch_rng": CPU state}`` plus ``"cuda_rng"`` (one state per CUDA
+    device, :func:`torch.cuda.get_rng_state_all`) when CUDA is available. Saved in every checkpoint."""
+    state: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` saved (the CUDA states only where CUDA is available and they were saved;
+    a checkpoint written on a machine with fewer devices restores the ones it has)."""
+    torch.set_rng_state(state["torch_rng"])
+    cuda = state.get("cuda_rng")
+    if cuda and torch.cuda.is_available():
+        n = min(len(cuda), torch.cuda.device_count())
+        for i in range(n):
+            torch.cuda.set_rng_state(cuda[i], i)
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,11 +295,13 @@ def save_checkpoint(checkpoint_dir: str | Path, model: nn.Module, state: dict[st
 
 
 def load_checkpoint(path: str | Path, model: nn.Module) -> dict[str, Any]:
-    """Load weights from ``path/model.safetensors`` into ``model`` and return the trainer state."""
+    """Load weights from ``path/model.safetensors`` into ``model`` (copied into its tensors on whatever device
+    they are) and return the trainer state."""
     from safetensors.torch import load_model
 
     path = Path(path)
-    load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    # read on the host, then load_state_dict copies into the model's own tensors (on its device)
+    load_model(model, str(path / "model.safetensors"), device="cpu")
     return torch.load(path / "trainer_state.pt", weights_only=True)
 
 
@@ -330,7 +354,7 @@ def train(
     device = resolve_device(cfg.device)
     model.to(device)
     opt = make_optimizer(model, cfg)
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator().manual_seed(int(seed))  # CPU on purpose: the same batches on every device
     result = TrainResult()
     step, tokens_seen = 0, 0
 
@@ -353,7 +377,8 @@ def train(
                 if k != "step" and isinstance(v, (int, float)):
                     tb.add_scalar(k, v, rec["step"])
 
-    cuda_devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    # fork (and so restore on exit) every CUDA generator: a resumed run restores all their states
+    cuda_devices = list(range(torch.cuda.device_count())) if device.startswith("cuda") and torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(int(seed) ^ 0x5EED)  # seeds CPU and CUDA generators (dropout)
 
@@ -371,7 +396,7 @@ def train(
                 raise ConfigError("seed", seed, f"{state['seed']} (the checkpoint's seed)")
             opt.load_state_dict(state["optimizer"])
             gen.set_state(state["batch_rng"])
-            torch.set_rng_state(state["torch_rng"])
+            set_rng_state(state)
             step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
             result.history = json.loads(state["history"])
             result.resumed_from = step
@@ -387,7 +412,7 @@ def train(
             save_checkpoint(checkpoint_dir, model, {
                 "step": step, "tokens_seen": tokens_seen, "seed": int(seed),
                 "config": cfg.model_dump(mode="json"), "optimizer": opt.state_dict(),
-                "batch_rng": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "batch_rng": gen.get_state(), **rng_state(),
                 "history": json.dumps(result.history),
             })
 
