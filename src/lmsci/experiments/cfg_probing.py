@@ -49,9 +49,9 @@ class CFGProbingConfig(CFGModelConfig):
         "smoke": {"steps": 4, "n_layers": 1, "d_model": 16, "n_heads": 2, "seq_len": 32, "batch_size": 4,
                   "n_probe_train": 6, "n_probe_test": 4, "n_gen": 4, "n_seeds": 1, "warmup_steps": 1},
         "quick": {},
-        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni", "posonly"], "n_layers": 6, "n_heads": 8,
+        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned"], "n_layers": 6, "n_heads": 8,
                 "d_model": 256, "seq_len": 512, "batch_size": 64, "steps": 3000, "lr": 1e-3, "warmup_steps": 200,
-                "n_probe_train": 300, "n_probe_test": 100, "n_gen": 200, "threads": 0},
+                "n_probe_train": 150, "n_probe_test": 50, "n_gen": 200, "threads": 0},
         "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"], "n_layers": 12,
                   "n_heads": 12, "d_model": 768, "seq_len": 512, "batch_size": 96, "steps": 100_000, "lr": 3e-4,
                   "warmup_steps": 1000, "n_probe_train": 2000, "n_probe_test": 500, "n_gen": 1000, "threads": 0},
@@ -69,7 +69,8 @@ class CFGProbing(Experiment):
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
                      "quick": "486 s measured (3 seeds of 800 steps on cfg3b-small, one thread beside another run)",
-                     "gpu": "~25 min estimated on one H100, not measured (cfg3f, 4 variants x 3 seeds)",
+                     "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the L-BFGS "
+                            "probes run on the CPU)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
 
     _SRC = "Allen-Zhu & Li, arXiv 2305.13673, sec. 4, 'predict NT ancestor (%)' table"
