@@ -107,7 +107,7 @@ class CalibrationHallucination(Experiment):
     source = ("Kalai & Vempala, 'Calibrated Language Models Must Hallucinate', STOC 2024, arXiv 2311.14648, "
               "sec. 4-5 (simplified corollary)")
     Config = CalibrationConfig
-    time_estimate = {"smoke": "~5 s", "quick": "~10 min on one thread (3 Zipf points x 3 seeds, |Y| = 4e6)",
+    time_estimate = {"smoke": "~5 s", "quick": "128 s measured (3 Zipf points x 3 seeds, |Y| = 4e6; one thread beside another run)",
                      "gpu": "~20 min on one H100 (8 points x 5 seeds, |Y| = 1e8 scored in full on the host: "
                             "~8 GB RAM)",
                      "paper": "~2 h on one H100 (8 points x 5 seeds, |Y| = 3e8: ~25 GB host RAM; 8-layer d=512)"}
