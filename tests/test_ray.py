@@ -253,7 +253,7 @@ def test_resume_after_the_driver_is_killed(cluster, tmp_path):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         t0 = time.time()
-        while not (out / "results.csv").exists() and time.time() - t0 < 180 and p.poll() is None:
+        while not (out / "results.csv").exists() and time.time() - t0 < 400 and p.poll() is None:
             time.sleep(0.05)
         p.send_signal(signal.SIGKILL)  # the driver dies with points in flight
         err = p.communicate()[1]

@@ -86,9 +86,15 @@ def probe(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         with socket.create_connection(hp, timeout=timeout):
             pass
     except OSError as e:
-        why = "timed out" if isinstance(e, TimeoutError | socket.timeout) else (e.strerror or str(e))
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
         raise ConfigError("address", address, "the HOST:PORT of a running Ray head (`ray start --head` prints it; "
-                          "port 6379 by default)", hint=f"Nothing answered there within {timeout:g} s ({why})") from None
+                          "port 6379 by default)",
+                          hint=f"Nothing answered there within {timeout:g} s ({why})") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 @lru_cache(maxsize=1)
@@ -257,7 +263,12 @@ class RayBackend:
             ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True)
         except Exception as e:  # noqa: BLE001 (a failed start raises a bare Exception)
             ray.shutdown()  # stop whatever a failed local start left running
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first, root = _first_line(e), e
+            while root.__cause__ is not None:  # e.g. an AuthenticationError under "Failed to connect"
+                root = root.__cause__
+            if root is not e:  # Ray embeds the last connection error's traceback: its last line says what
+                lines = [x for x in str(root).strip().splitlines() if x.strip()] or [type(root).__name__]
+                first += f" ({lines[-1].strip()[:400]})"
             if address:
                 raise ConfigError("address", address, "a running Ray cluster's HOST:PORT, ray://HOST:10001 or auto",
                                   hint=f"Ray could not connect: {first}") from None
