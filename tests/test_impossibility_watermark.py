@@ -32,6 +32,8 @@ def test_bad_watermark_settings_are_named_errors():
     assert c.context_width == 4 and c.greenlist_ratio == 0.25 and c.bias == 2.0
     with pytest.raises(ConfigError):
         Watermark().validate(resolve_config(WatermarkConfig, "smoke", ["gamma=1.5"]))
+    with pytest.raises(ConfigError):  # a paper-preset model must be a local directory: nothing is downloaded
+        Watermark().validate(resolve_config(WatermarkConfig, "paper", ["hf_model=facebook/opt-1.3b"]))
 
 
 def test_spike_entropy_and_theorem_42_in_closed_form():
