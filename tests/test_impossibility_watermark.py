@@ -114,4 +114,4 @@ def test_smoke_preset_runs(tmp_path):
     run = run_experiment(Watermark(), cfg, tmp_path / "run", progress=False)
     df = pd.read_csv(run.path / "results.csv")
     assert 0 <= df["lefthash_tpr"].iloc[0] <= 1 and np.isfinite(df["lefthash_ks_p"].iloc[0])
-    assert "sweep2_ppl" in df
+    assert "sweep2_ppl" in df and 0 < df["top40_mass_plain"].iloc[0] <= 1

@@ -224,6 +224,7 @@ class Watermark(Experiment):
         plain = wm.generate(hf, prompts, cfg.T, None, cfg.temperature, gseed, cfg.gen_batch)
         spike = wm.step_distributions_spike(hf, prompts, plain, cfg.gamma, cfg.delta, cfg.temperature, cfg.gen_batch)
         row["mean_spike_entropy_plain"] = float(spike.mean())
+        row["top40_mass_plain"] = float(wm.top_k_mass(hf, prompts, plain, 40, cfg.temperature, cfg.gen_batch).mean())
         arrays: dict[str, np.ndarray] = {}
         for scheme in cfg.schemes:
             wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, scheme, cfg.key)
@@ -293,7 +294,12 @@ class Watermark(Experiment):
                                   gates={"entropy": (zpred, zpred is not None and zpred >= Z_THRESHOLD)},
                                   details={"fpr": float(r[f"{scheme}_fpr"]), "z_median": float(r[f"{scheme}_z_median"]),
                                            "green_fraction": float(r[f"{scheme}_green_frac"]),
-                                           "mean_spike_entropy": float(r[f"{scheme}_mean_spike"])}))
+                                           "mean_spike_entropy": float(r[f"{scheme}_mean_spike"]),
+                                           "top40_mass_plain": (float(r["top40_mass_plain"]) if "top40_mass_plain" in results
+                                                                else None)},
+                                  note=("transformers' self-hash tests only the 40 most likely candidates for "
+                                        "self-greenness, so the bias acts on at most the top-40 mass (details)"
+                                        if scheme == "selfhash" else "")))
         ps = {s: float(r[f"{s}_ks_p"]) for s in ("lefthash", "selfhash") if f"{s}_ks_p" in results
               and not pd.isna(r.get(f"{s}_ks_p"))}
         if ps:

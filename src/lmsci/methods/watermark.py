@@ -132,3 +132,18 @@ def step_distributions_spike(hf_model: Any, prompts: torch.Tensor, gen: torch.Te
         logits = hf_model(x).logits[:, P - 1: -1].float() / temperature
         out.append(spike_entropy(torch.softmax(logits, -1), z))
     return torch.cat(out)
+
+
+@torch.no_grad()
+def top_k_mass(hf_model: Any, prompts: torch.Tensor, gen: torch.Tensor, k: int = 40, temperature: float = 0.7,
+               batch_size: int = 50) -> torch.Tensor:
+    """``[n, T]`` probability mass of the ``k`` most likely next tokens (at ``temperature``) at each generated
+    position. transformers' self-hash processor only tests the top 40 candidates for self-greenness
+    (``_score_rejection_sampling``), so this mass caps how much the bias can move."""
+    out = []
+    P = prompts.shape[1]
+    for s in range(0, len(prompts), batch_size):
+        x = torch.cat([prompts[s: s + batch_size], gen[s: s + batch_size]], 1)
+        p = torch.softmax(hf_model(x).logits[:, P - 1: -1].float() / temperature, -1)
+        out.append(p.topk(min(k, p.shape[-1]), -1).values.sum(-1))
+    return torch.cat(out)
