@@ -174,3 +174,12 @@ def test_lmsci_instrument_runs_on_hf_model(tmp_path):
     ours = hidden_at(m, seqs, pos, hook="blocks.1.resid_post")
     theirs = hidden_at(w, seqs, pos, hook="model.layers.1")
     assert ours.shape == (2, 32) and (ours - theirs).abs().max().item() < EXPORT_ATOL
+    # the same lmsci hook names resolve on the HF model through the architecture map
+    mapped = hidden_at(w, seqs, pos, hook="blocks.1.resid_post")
+    assert torch.equal(mapped, theirs)
+    for name in ("final", "blocks.0.mlp.out", "blocks.0.attn.out"):
+        a, b = hidden_at(m, seqs, pos, hook=name), hidden_at(w, seqs, pos, hook=name)
+        assert (a - b).abs().max().item() < EXPORT_ATOL, name
+    assert w.arch_path("blocks.0.mlp.out") == "model.layers.0.mlp"
+    with pytest.raises(UnknownNameError):
+        hidden_at(w, seqs, pos, hook="blocks.9.resid_post")

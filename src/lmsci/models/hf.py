@@ -337,9 +337,44 @@ class HFModel:
         """``input_ids [batch, seq]`` -> logits ``[batch, seq, vocab_size]`` (extra kwargs go to the HF forward)."""
         return self.model(input_ids=input_ids.to(self.device), use_cache=False, **kw).logits
 
+    def arch_path(self, name: str) -> str | None:
+        """The module path of an lmsci hook name on this model, through the architecture map
+        (:func:`lmsci.models.arch.arch_of`), or None when ``name`` is not one of them.
+
+        Names: ``blocks.{i}.resid_post`` (block i's output), ``blocks.{i}.attn.out`` (the attention module's
+        output), ``blocks.{i}.mlp.out`` (the MLP's output), ``final`` (the final norm's output), ``embed``
+        (the token embedding's output; lmsci GPT's ``embed`` adds learned positions, which rotary families
+        do not have). Instruments written with these names (probes, attention and knowledge instruments) run
+        on every family the map supports.
+
+        Raises:
+            ConfigError: a family the map does not support (names the family and the supported list).
+        """
+        import re
+
+        from lmsci.models.arch import arch_of
+
+        m = re.fullmatch(r"blocks\.(\d+)\.(resid_post|attn\.out|mlp\.out)", name)
+        if m is None and name not in ("final", "embed"):
+            return None
+        arch = arch_of(self.model)
+        if name == "final":
+            return arch.family.final_norm
+        if name == "embed":
+            return arch.family.embedding
+        i = int(m.group(1))
+        if not 0 <= i < arch.n_layers:
+            raise UnknownNameError("hook", name, [f"blocks.{j}.{m.group(2)}" for j in range(arch.n_layers)])
+        return {"resid_post": arch.block_path(i), "attn.out": arch.attention_path(i),
+                "mlp.out": arch.mlp_path(i)}[m.group(2)]
+
     def _resolve(self, name: str | Callable[[str], bool]) -> list[tuple[str, nn.Module]]:
         mods = dict(self.model.named_modules())
         mods.pop("", None)
+        if isinstance(name, str) and name not in mods:
+            path = self.arch_path(name)
+            if path is not None:  # an lmsci hook name: the mapped module, keyed by the name asked for
+                return [(name, self.model.get_submodule(path))]
         found = select_names(name, mods)
         if found or callable(name):
             return found
