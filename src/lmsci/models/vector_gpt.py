@@ -31,8 +31,9 @@ class VectorGPT(nn.Module):
         cfg: the trunk's architecture (``vocab_size`` is unused and may be 1; ``seq_len`` bounds the prompt length).
         d_in: input vector width.
         d_out: output width per position (1 for regression).
-        seed: initialisation seed (read-in/out ``normal(0, 0.02)`` as GPT-2, biases zero); the global torch
-            RNG is neither used nor advanced.
+        seed: initialisation seed (trunk: GPT-2 init; read-in/out: PyTorch's ``nn.Linear`` default
+            ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` as in Garg et al.'s code); the global torch RNG is neither used
+            nor advanced.
 
     Modules: ``read_in`` (``Linear(d_in, d_model)``), ``gpt`` (the trunk), ``read_out`` (``Linear(d_model, d_out)``).
 
@@ -54,8 +55,11 @@ class VectorGPT(nn.Module):
         g = torch.Generator().manual_seed(seed + 1)
         with torch.no_grad():
             for lin in (self.read_in, self.read_out):
-                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * 0.02)
-                lin.bias.zero_()
+                # PyTorch's nn.Linear default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias, as in Garg et
+                # al.'s code (plain nn.Linear read-in/out); drawn from ``g`` so the global RNG is untouched
+                bound = 1.0 / lin.in_features ** 0.5
+                lin.weight.copy_((torch.rand(lin.weight.shape, generator=g) * 2 - 1) * bound)
+                lin.bias.copy_((torch.rand(lin.bias.shape, generator=g) * 2 - 1) * bound)
 
     def hidden(self, inputs: Tensor) -> Tensor:
         """``inputs [batch, seq, d_in]`` float -> the final-norm residual stream ``[batch, seq, d_model]``.
