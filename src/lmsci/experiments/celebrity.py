@@ -92,7 +92,7 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~15 min (estimated; 3 seeds, one thread beside another run)",
+    time_estimate = {"smoke": "~10 s", "quick": "15.2 min measured (911 s, 3 seeds, one thread beside another run, 2026-11-23)",
                      "gpu": "~20 min on one H100 (estimated, not measured: ~0.8M tokens/s; 6 models x ~0.16B tokens)",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
                               "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
