@@ -195,7 +195,8 @@ class ICLKernelRegression(Experiment):
     source = "Han, Wang, Zhao, Ji, arXiv 2305.12766 (TMLR 2025), Thm 1, Tables 2-3, Fig. 3; Xie et al., arXiv 2111.02080"
     Config = ICLKernelRegressionConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "~12 min (3 stacked seeds of 1500 steps, 2 layers x 64, 16 tasks x 16 states x 16 observations; estimate)",
+                     "quick": "416 s measured (3 stacked seeds of 1500 steps, 2 layers x 64, 16 tasks x 16 states x 16 "
+                              "observations; one thread beside another run on a loaded machine)",
                      "gpu": "~25 min on one H100 (the paper's HMM sizes: 8 tasks, 80 states, 100 observations; "
                             "3 seeds x 20k steps, 6 x 256; estimate, not measured)",
                      "paper": "~3 h on one GPU per seed (GPT-2 small size, 100k steps; estimate)"}
