@@ -132,9 +132,9 @@ class AlignmentAttack(Experiment):
     source = ("Wolf, Wies, Avnery, Levine, Shashua, 'Fundamental Limitations of Alignment in Large Language Models', "
               "ICML 2024, arXiv 2304.11082, Theorems 1, 2, 4 and App. H")
     Config = AlignmentConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~8 min of one unloaded core (exact grid ~30 s per seed; per seed 2 "
-                                                "mixtures x 600 steps and 2 proxies x 200 steps, d_model 32); several "
-                                                "times that on a shared, loaded machine",
+    time_estimate = {"smoke": "~10 s", "quick": "111 s measured (exact grid + per seed 2 mixtures x 600 steps and 2 "
+                                                "proxies x 200 steps, d_model 32, 3 seeds; one thread beside another "
+                                                "run)",
                      "gpu": "~15 min on one H100 (5 seeds x 3 alphas, 4-layer d=128)",
                      "paper": "~1 h on one H100 (5 seeds x 3 alphas, 6-layer d=256); the paper's own scale is "
                               "Llama-2-13B-chat with LoRA persona proxies, which lmsci does not download"}
