@@ -155,7 +155,7 @@ class ReversalCurse(Experiment):
              "completion from an attributes-only prompt) unless its training text states names after attributes.")
     source = SOURCE
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~13 min estimated (3 seeds, one thread; 46 ms per pretraining step as measured before issue 11)",
+    time_estimate = {"smoke": "~10 s", "quick": "13.1 min measured (784 s, 3 seeds, one thread, beside another run; 2026-11-23)",
                      "gpu": "~30-40 min estimated on one H100 host, 3 seeds: ~2 + 4 min of training per seed "
                             "(forward-only ~0.2B, with-reverse ~0.4B tokens at ~1.5M tokens/s), plus ~1.5-3 min of "
                             "Python data preparation per model on the host (N = 10k world, 4 distinct packings). "
