@@ -64,9 +64,6 @@ MIN_HEAVY_NUMEL = 64  # smaller CPU ops (bookkeeping on a few numbers) are not r
 # expected failure until fixed, and a strict one: once it keeps its work on the device the test fails and asks
 # for the entry to be removed. Found by this test on 2026-11-23 (issue 12, item 3).
 KNOWN_PINNED = {
-    "grokking": "grokking.py trains and evaluates the modular-arithmetic transformer on the CPU whatever the device "
-                "(train_modular -> answer_logits: the model and the (x, y) pairs are never moved to ctx.device)",
-    "grokking-fractions": "same code path as grokking (grokking.py train_modular on the CPU)",
     "knowledge-extraction": "measure/probes.py fit_linear_probe fits the P/Q probes on CPU copies of the hidden "
                             "states (hidden_at(..., device='cpu') default, .float().cpu())",
     "cfg-probing": "measure/probes.py fit_linear_probe (via measure/cfg_lm.py probe_parse) on CPU copies of the "

@@ -291,9 +291,11 @@ def train_modular(cfg: ModularTrainConfig, *, p: int, op: str, train_frac: float
         DivergedError: a non-finite training loss.
     """
     data = modular_data(p, op, train_frac, seed=derive_seed(seed, "split"))
-    model = grokking_model(p, cfg.d_model, cfg.n_heads, cfg.d_mlp, seed=derive_seed(seed, "init"))
-    x_tr, y_tr = data.train()
-    x_te, y_te = data.test()
+    dev = torch.device(ctx.device) if ctx is not None else torch.device("cpu")
+    # initialised on the CPU (nanda_init's generator, identical on every device), then moved
+    model = grokking_model(p, cfg.d_model, cfg.n_heads, cfg.d_mlp, seed=derive_seed(seed, "init")).to(dev)
+    x_tr, y_tr = (t.to(dev) for t in data.train())
+    x_te, y_te = (t.to(dev) for t in data.test())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=weight_decay, betas=(cfg.beta1, cfg.beta2))
     warm = cfg.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, 1.0) if warm else 1.0)
@@ -357,16 +359,17 @@ def progress_measures(model: GPT, data, checkpoints: dict[int, dict], n_key: int
         ``weight_norm`` and ``share_k{k}`` for every frequency.
     """
     p = data.p
+    dev = next(model.parameters()).device
     order = sorted(checkpoints)
     model.load_state_dict(checkpoints[order[-1]])
     final_shares, _ = embedding_spectrum(model.wte.weight[:p])
     keys = key_frequencies(final_shares, n_key)
-    grid_ids = torch.stack([torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p),
-                            torch.full((p * p,), p)], 1)
+    grid_ids = torch.stack([torch.arange(p, device=dev).repeat_interleave(p), torch.arange(p, device=dev).repeat(p),
+                            torch.full((p * p,), p, device=dev)], 1)
     z = (grid_ids[:, 0] + grid_ids[:, 1]) % p
     # rows of data.input_ids -> index into the x-major grid (add: x * p + y)
-    flat = data.input_ids[:, 0] * p + data.input_ids[:, 1]
-    tr, te = flat[data.train_idx], flat[data.test_idx]
+    flat = (data.input_ids[:, 0] * p + data.input_ids[:, 1]).to(dev)
+    tr, te = flat[data.train_idx.to(dev)], flat[data.test_idx.to(dev)]
     rows = []
     for s in order:
         model.load_state_dict(checkpoints[s])
