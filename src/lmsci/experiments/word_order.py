@@ -135,8 +135,8 @@ class WordOrder(Experiment):
     source = ("Sinha et al., UnNatural Language Inference, arXiv 2101.00010; Pham et al., Out of Order, arXiv "
               "2012.15180")
     Config = WordOrderConfig
-    time_estimate = {"smoke": "~15 s", "quick": "~12 min estimated (2 tasks x 3 seeds of 2000 steps, MiniLM import and "
-                     "encoding, 3 seeds of a 300-step CFG GPT) on one loaded core; 392 s measured with 600 steps",
+    time_estimate = {"smoke": "~15 s", "quick": "510 s measured (2 tasks x 3 seeds of 2000 steps, MiniLM, 3 seeds of a "
+                     "300-step CFG GPT; one thread beside another run)",
                      "gpu": "~5 min estimated on one H100 (not measured)",
                      "paper": "~15 min on one GPU (controlled tasks at q = 100; roberta-large-mnli not implemented)"}
 
