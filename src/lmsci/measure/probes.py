@@ -32,11 +32,17 @@ from lmsci.measure.accuracy import pad_batch
 
 @torch.no_grad()
 def hidden_at(model: torch.nn.Module, seqs: Sequence[Sequence[int]], positions: Sequence[int],
-              hook: str = "final", batch_size: int = 256, device: str = "cpu") -> torch.Tensor:
-    """Hidden states ``[len(seqs), d_model]`` at ``positions`` read from hook point ``hook``.
+              hook: str = "final", batch_size: int = 256, device: str | torch.device | None = None) -> torch.Tensor:
+    """Hidden states ``[len(seqs), d_model]`` (float32, on the model's device) at ``positions`` read from hook
+    point ``hook``.
 
-    Requires a model with ``run_with_cache(input_ids, names)`` (lmsci GPT).
+    Requires a model with ``run_with_cache(input_ids, names)``: an lmsci GPT, or an
+    :class:`~lmsci.models.hf.HFModel` (module paths, or lmsci hook names through the architecture map).
+    ``device``: where the inputs go (default: the model's device).
     """
+    from lmsci.models.device import resolve_model_device
+
+    device = resolve_model_device(model, device)
     was = model.training
     model.eval()
     out = []
@@ -46,7 +52,7 @@ def hidden_at(model: torch.nn.Module, seqs: Sequence[Sequence[int]], positions: 
             _, cache = model.run_with_cache(ids, [hook])
             h = cache[hook]  # [b, T, d_model]
             pos = torch.as_tensor(list(positions[s:s + batch_size]), device=h.device)
-            out.append(h[torch.arange(len(pos), device=h.device), pos].float().cpu())
+            out.append(h[torch.arange(len(pos), device=h.device), pos].float())
     finally:
         model.train(was)
     return torch.cat(out)
@@ -65,18 +71,21 @@ def fit_linear_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch
 
     Returns:
         ``{"train_acc", "test_acc", "chance"}`` (chance = majority-class rate on the test set).
+
+    The fit runs on ``x_train``'s device (labels and test features are moved there).
     """
-    xtr, xte = x_train.double(), x_test.double()
-    ytr, yte = y_train.long(), y_test.long()
+    dev = x_train.device
+    xtr, xte = x_train.double(), x_test.to(dev).double()
+    ytr, yte = y_train.to(dev).long(), y_test.to(dev).long()
     mu, sd = xtr.mean(0), xtr.std(0, unbiased=False) + 1e-6
     xtr, xte = (xtr - mu) / sd, (xte - mu) / sd
     seen = torch.unique(ytr)  # sorted class ids present in training
-    remap = torch.full((n_classes,), -1, dtype=torch.long)
-    remap[seen] = torch.arange(len(seen))
+    remap = torch.full((n_classes,), -1, dtype=torch.long, device=dev)
+    remap[seen] = torch.arange(len(seen), device=dev)
     t = remap[ytr]
     k = len(seen)
-    W = torch.zeros(xtr.shape[1], k, dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(k, dtype=torch.float64, requires_grad=True)
+    W = torch.zeros(xtr.shape[1], k, dtype=torch.float64, device=dev, requires_grad=True)
+    b = torch.zeros(k, dtype=torch.float64, device=dev, requires_grad=True)
     opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=max_iter, history_size=10, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-9, tolerance_change=1e-12)
 
