@@ -189,7 +189,8 @@ class ICLLinearRegression(Experiment):
     source = ("Garg et al., arXiv 2208.01066, Fig. 2 and App. A.2; Akyurek et al., arXiv 2211.15661, Sec. 4-5")
     Config = ICLLinearRegressionConfig
     time_estimate = {"smoke": "~3 s",
-                     "quick": "793 s measured (3 seeds of 4000 steps, d = 5, one thread, beside another run on a loaded machine); with the earlier read-in init normal(0, 0.02), which left every seed on the initial plateau",
+                     "quick": "551 s measured (3 seeds of 4000 steps, d = 5, one thread, beside another run on a loaded "
+                              "machine; the models leave the plateau but stay 2-5x above least squares at n = 2d)",
                      "gpu": "~25 min on one H100 (3 seeds of 60k steps, d = 20, 6 layers x 128; estimate)",
                      "paper": "~3 days on one GPU per seed (500k steps, d = 20, 12 layers x 256, as Garg et al.)"}
 
