@@ -92,6 +92,7 @@ class DoubleDescentConfig(ExperimentConfig):
                   "linear_p": [20, 50, 100, 150, 180, 190, 200, 210, 220, 250, 300, 400, 1000, 2000, 4000],
                   "iso_n": 1000, "iso_reps": 100},
     }
+    PRESETS["gpu"] = {**PRESETS["paper"], "threads": 0}  # no GPU work: the paper scale on the machine's cores
 
 
 def _need(grid: list, values: dict[str, float], field: str) -> None:
@@ -114,7 +115,7 @@ class DoubleDescent(Experiment):
              "follows Hastie et al.'s exact formula.")
     source = f"{ESL}; {BHMM}; {HMRT}"
     Config = DoubleDescentConfig
-    time_estimate = {"smoke": "~5 s", "quick": "31 s wall, 22 s CPU measured on the loaded 2-core machine (2026-11-23, one BLAS and torch thread; the earlier 945 s were OpenBLAS threads spinning under load, now limited by the executor)",
+    time_estimate = {"gpu": "the paper configuration (numpy/scipy only, no GPU work) on the GPU machine's 16 CPU cores: ~5 min (estimated, not measured)", "smoke": "~5 s", "quick": "31 s wall, 22 s CPU measured on the loaded 2-core machine (2026-11-23, one BLAS and torch thread; the earlier 945 s were OpenBLAS threads spinning under load, now limited by the executor)",
                      "paper": "~20 min on 2 cores (10 seeds, n = 1000 digits, p up to 10,000; estimated)"}
     claims = [
         Claim("u-curve",

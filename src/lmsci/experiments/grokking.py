@@ -404,6 +404,8 @@ class Grokking(Experiment):
     Config = GrokkingConfig
     time_estimate = {
         "smoke": "~5 s",
+        "gpu": "p = 113, fraction 0.3, 25k full-batch steps, 3 seeds + 3 wd = 0 controls: ~20-30 min on one H100 "
+               "(estimated, not measured)",
         "quick": "42 min wall measured 2026-11-23 at one thread beside another run on the loaded 2-core machine "
                  "(3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, ~0.14 s a step there); 18 min "
                  "earlier at 2 threads: over the 10-minute target of issue 17",
@@ -721,6 +723,8 @@ class GrokkingFractions(Experiment):
     Config = GrokkingFractionsConfig
     time_estimate = {
         "smoke": "~5 s",
+        "gpu": "x/y mod 97, 6 fractions, each capped at 20k full-batch steps: ~20 min on one H100 (estimated, "
+               "not measured)",
         "quick": "23 min wall measured 2026-11-23 at one thread beside another run on the loaded 2-core machine "
                  "(6 fractions of x/y mod 59, 1 seed, each stopped at test accuracy 0.99 or 3,000 steps)",
         "paper": "x/y mod 97, 6 fractions x 3 seeds, up to 1e5 full-batch steps each: ~0.15 s a step on one CPU core "

@@ -65,6 +65,7 @@ class ImplicitBiasConfig(ExperimentConfig):
         "quick": {},
         "paper": {"n_seeds": 10, "steps": 10_000_000, "n_log": 300},
     }
+    PRESETS["gpu"] = {**PRESETS["paper"], "threads": 0}  # no GPU work: the paper scale on the machine's cores
 
 
 @register("implicit-bias")
@@ -79,7 +80,7 @@ class ImplicitBias(Experiment):
              "bounded and the training loss falling like 1/t.")
     source = f"{SOUDRY}, Theorem 3, Section 3"
     Config = ImplicitBiasConfig
-    time_estimate = {"smoke": "~3 s", "quick": "39 s wall, 27 s CPU measured on the loaded 2-core machine (2026-11-23, one thread; 1e6 GD steps, 3 seeds x 2 losses batched)",
+    time_estimate = {"gpu": "the paper configuration (1e7 GD steps, 10 seeds; numpy only, no GPU work) on the GPU machine's CPU cores: ~20 min (estimated, not measured)", "smoke": "~3 s", "quick": "39 s wall, 27 s CPU measured on the loaded 2-core machine (2026-11-23, one thread; 1e6 GD steps, 3 seeds x 2 losses batched)",
                      "paper": "~30 min on 2 cores (1e7 steps, 10 seeds; estimated)"}
     claims = [
         Claim("angle-rate",
