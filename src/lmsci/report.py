@@ -26,6 +26,15 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def quantity_table(results: pd.DataFrame, row: int = 0, max_rows: int = 200,
+                   skip: tuple[str, ...] = ("point", "status", "commit", "device")) -> str:
+    """One results row as a two-column markdown table (``quantity | value``), without the executor's
+    bookkeeping columns ``skip``; for experiments whose run is a single point."""
+    r = results.iloc[row]
+    return markdown_table(pd.DataFrame([{"quantity": k, "value": r[k]} for k in results.columns if k not in skip]),
+                          max_rows=max_rows)
+
+
 def markdown_table(df: pd.DataFrame, max_rows: int = 60) -> str:
     """A GitHub-flavoured markdown table of ``df`` (first ``max_rows`` rows)."""
     if df.empty:

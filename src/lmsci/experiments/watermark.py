@@ -367,15 +367,13 @@ class Watermark(Experiment):
         return figs
 
     def report_sections(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> str:
-        from lmsci.report import markdown_table
+        from lmsci.report import quantity_table
 
         if results.empty:
             return ""
-        r = results.iloc[0]
-        rows = [{"quantity": k, "value": r[k]} for k in results.columns if k not in ("point", "status", "commit", "device")]
         return (f"## Method\n\nlmsci GPT ({cfg.n_layers} layers, d_model {cfg.d_model}) trained {cfg.steps} steps on "
                 f"Shakespeare (BPE {cfg.vocab_size}), exported to GPT2LMHeadModel; {cfg.n_texts} prompts of "
                 f"{cfg.prompt_len} held-out tokens, T = {cfg.T} new tokens, multinomial sampling at temperature "
                 f"{cfg.temperature}; gamma {cfg.gamma}, delta {cfg.delta}, key {cfg.key}; transformers' "
                 "WatermarkLogitsProcessor and WatermarkDetector.\n\n## All measurements\n\n"
-                + markdown_table(pd.DataFrame(rows), max_rows=200))
+                + quantity_table(results))

@@ -252,13 +252,11 @@ class WatermarkRemoval(Experiment):
         return [save_figure(fig, run, "walk.png", "Median z-score and the attacker's quality change along the walk")]
 
     def report_sections(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> str:
-        from lmsci.report import markdown_table
+        from lmsci.report import quantity_table
 
         if results.empty:
             return ""
-        r = results.iloc[0]
-        rows = [{"quantity": k, "value": r[k]} for k in results.columns if k not in ("point", "status", "commit", "device")]
         return (f"## Method\n\nGenerator, attacker and judge: lmsci GPTs ({cfg.n_layers} layers, d_model {cfg.d_model}, "
                 f"{cfg.steps} steps each, different seeds) on Shakespeare BPE {cfg.vocab_size}. {cfg.n_texts} watermarked "
                 f"texts of T = {cfg.T} tokens ({cfg.scheme}, gamma {cfg.gamma}, delta {cfg.delta}); {cfg.walk_steps} walk "
-                f"steps, span {cfg.span}, tau {cfg.tau}.\n\n## Measurements\n\n" + markdown_table(pd.DataFrame(rows)))
+                f"steps, span {cfg.span}, tau {cfg.tau}.\n\n## Measurements\n\n" + quantity_table(results, max_rows=60))
