@@ -23,13 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmsci.models.device import resolve_model_device
+
 from lmsci.measure.probes import fit_linear_probe
 
 
 @torch.no_grad()
 def generate_strings(model: torch.nn.Module, grammar: Any, prefixes: Sequence[Sequence[int]], *, max_len: int,
                      temperature: float = 1.0, seed: int = 0, batch_size: int = 128,
-                     device: str = "cpu") -> list[np.ndarray | None]:
+                     device: str | torch.device | None = None) -> list[np.ndarray | None]:
     """Sample a completion of ``BOS + prefix`` until EOS; prefixes of one call must have equal length.
 
     Args:
@@ -43,6 +45,7 @@ def generate_strings(model: torch.nn.Module, grammar: Any, prefixes: Sequence[Se
         ``[m]``: the string (prefix + completion, terminals only, without EOS) or None when no EOS came within
         ``max_len`` tokens.
     """
+    device = resolve_model_device(model, device)
     lens = {len(p) for p in prefixes}
     if len(lens) > 1:
         raise ValueError(f"generate_strings: prefixes of several lengths {sorted(lens)}")
@@ -72,9 +75,10 @@ def generation_accuracy(grammar: Any, strings: Sequence[np.ndarray | None]) -> f
 
 @torch.no_grad()
 def model_next_token_dists(model: torch.nn.Module, grammar: Any, tokens: Sequence[int],
-                           device: str = "cpu") -> np.ndarray:
+                           device: str | torch.device | None = None) -> np.ndarray:
     """The model's next-token distribution after every prefix of ``tokens`` (fed as ``BOS + tokens``), restricted
     to ``(EOS, t_1..t_|T|)`` and renormalised: ``[n + 1, |T| + 1]`` (column order as the grammar's)."""
+    device = resolve_model_device(model, device)
     was = model.training
     model.eval()
     try:
@@ -94,7 +98,7 @@ def kl_per_position(p_true: np.ndarray, q_model: np.ndarray, eps: float = 1e-5) 
     return (p * (np.log(p) - np.log(q))).sum(1)
 
 
-def mean_kl(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int]], device: str = "cpu") -> dict:
+def mean_kl(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int]], device: str | torch.device | None = None) -> dict:
     """Mean over positions (all prefixes of every string, EOS position included) of KL(true || model), and the
     sanity value of physics_of_lms.md sec. 1.5 on the same strings: a "model" equal to the truth except that it
     puts probability 1 on EOS after the whole string (the paper's demo: 0.015178 on one cfg3f sample).
@@ -102,6 +106,7 @@ def mean_kl(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int
     Returns:
         ``{"kl": nats, "kl_sanity": nats, "n_positions": int}``.
     """
+    device = resolve_model_device(model, device)
     kls, sanity = [], []
     for s in strings:
         p = grammar.next_token_dists(s)
@@ -117,9 +122,10 @@ def mean_kl(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int
 
 @torch.no_grad()
 def hidden_states(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int]], hook: str = "final",
-                  device: str = "cpu") -> list[np.ndarray]:
+                  device: str | torch.device | None = None) -> list[np.ndarray]:
     """Hidden state at every token of each string (fed as ``BOS + tokens``; the state at token ``i`` has read
     tokens ``0..i``): one ``[n_i, d_model]`` float32 array per string, read from GPT hook point ``hook``."""
+    device = resolve_model_device(model, device)
     was = model.training
     model.eval()
     out = []

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from lmsci.models.device import resolve_model_device
 import torch.nn.functional as F
 
 from lmsci.errors import ConfigError
@@ -47,7 +49,7 @@ LN2 = math.log(2.0)
 
 
 def span_ce_bits(model: torch.nn.Module, docs: Sequence[Any], keys: Sequence[str], batch_size: int = 256,
-                 device: str = "cpu") -> dict[str, np.ndarray]:
+                 device: str | torch.device | None = None) -> dict[str, np.ndarray]:
     """Cross-entropy in bits of each document's value tokens (first span of each key), teacher forced.
 
     Args:
@@ -58,6 +60,7 @@ def span_ce_bits(model: torch.nn.Module, docs: Sequence[Any], keys: Sequence[str
     Returns:
         key -> float array ``[len(docs)]`` of summed -log2 p over the span's tokens.
     """
+    device = resolve_model_device(model, device)
     def fn(logits, ids, rows):
         logp = F.log_softmax(logits, -1)  # [b, T, V]
         tok = logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # [b, T-1]: log p(ids[t+1] | <= t)
@@ -128,7 +131,7 @@ def bits_per_param(bits: float, model: torch.nn.Module) -> dict[str, float]:
 
 def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequence[str],
                  people: Sequence[int] | None = None, fullname: bool = False, pronoun: bool = False,
-                 batch_size: int = 256, device: str = "cpu") -> dict[str, Any]:
+                 batch_size: int = 256, device: str | torch.device | None = None) -> dict[str, Any]:
     """Stored bits of ``model`` about ``world`` (a :class:`lmsci.worlds.bios.BiosWorld`).
 
     Renders one evaluation biography per person (canonical order, templates drawn from ``seed``,
@@ -146,6 +149,7 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequen
         ``{"bits": {...terms..., "total"}, "name_ce_bits": p1, "ce_bits": {attr: CE_a},
         "ideal_bits": perfect-model total}``.
     """
+    device = resolve_model_device(model, device)
     attrs = list(attrs)
     people = range(world.n) if people is None else people
     docs = [world.bio(int(i), np.random.default_rng([seed, 31, int(i)]), fullname=fullname) for i in people]
@@ -185,7 +189,7 @@ def add_pronoun_spans(world: Any, docs: Sequence[Any]) -> None:
 
 
 def completion_gap_bits(model: torch.nn.Module, right: Sequence[Any], wrong: Sequence[Any], key: str = "answer",
-                        batch_size: int = 256, device: str = "cpu") -> np.ndarray:
+                        batch_size: int = 256, device: str | torch.device | None = None) -> np.ndarray:
     """Per prompt: bits of a wrong completion minus bits of the right one (> 0: the right one is likelier).
 
     Berglund et al.'s log-probability test (arXiv 2309.12288, Section 2.1, the ``randomized`` controls): the
@@ -201,6 +205,7 @@ def completion_gap_bits(model: torch.nn.Module, right: Sequence[Any], wrong: Seq
     Raises:
         ValueError: different lengths, or a pair whose ``key`` spans differ.
     """
+    device = resolve_model_device(model, device)
     if len(right) != len(wrong):
         raise ValueError(f"{len(right)} right vs {len(wrong)} wrong completions")
     for a, b in zip(right, wrong):

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from lmsci.measure.accuracy import pad_batch
+from lmsci.models.device import resolve_model_device
 
 
 @torch.no_grad()
@@ -40,8 +41,6 @@ def hidden_at(model: torch.nn.Module, seqs: Sequence[Sequence[int]], positions: 
     :class:`~lmsci.models.hf.HFModel` (module paths, or lmsci hook names through the architecture map).
     ``device``: where the inputs go (default: the model's device).
     """
-    from lmsci.models.device import resolve_model_device
-
     device = resolve_model_device(model, device)
     was = model.training
     model.eval()
@@ -133,7 +132,7 @@ def _check_value_words(attrs: Sequence[str], value_words: Mapping[str, Sequence[
 
 def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
             seed: int, attrs: Sequence[str], value_words: Mapping[str, Sequence[str]], hook: str = "final",
-            fullname: bool = False, position: str = "after_name", device: str = "cpu",
+            fullname: bool = False, position: str = "after_name", device: str | torch.device | None = None,
             bios: Callable[[int], Any] | Mapping[int, Any] | None = None) -> dict[str, dict[str, float]]:
     """P-probing inside a biography (canonical order, seeded templates).
 
@@ -153,6 +152,7 @@ def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
     Raises:
         ConfigError: unknown ``position``, or ``value_words`` lacks a probed attribute.
     """
+    device = resolve_model_device(model, device)
     from lmsci.errors import ConfigError
 
     if position not in ("after_name", "before_value"):
@@ -178,7 +178,7 @@ def p_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
 
 def q_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], test_people: Sequence[int], *,
             attrs: Sequence[str], value_words: Mapping[str, Sequence[str]], hook: str = "final",
-            device: str = "cpu") -> dict[str, dict[str, float]]:
+            device: str | torch.device | None = None) -> dict[str, dict[str, float]]:
     """Q-probing: the input is ``<bos> NAME`` only; probe at the last name token.
 
     Args:
@@ -187,6 +187,7 @@ def q_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
     Returns:
         attribute -> ``{"train_acc", "test_acc", "chance"}``.
     """
+    device = resolve_model_device(model, device)
     attrs = list(attrs)
     _check_value_words(attrs, value_words)
 
