@@ -56,3 +56,12 @@ def test_bios_pipeline_bench_prints_rates_memory_and_a_ratio():
     assert wall > 0 and cpu > 0
     assert len(re.findall(r"^new  BioStream .* bios/s CPU .* peak +[0-9.]+ MB", text, flags=re.M)) == 2
     assert re.search(r"peak memory: old x[0-9.]+ .*; new x[0-9.]+ ", text)
+
+
+def test_arch_overhead_bench_prints_the_ratio_and_exact_logits():
+    text = _run("bench_arch_overhead.py", "--n", "64", "--d-model", "32", "--n-layers", "1", "--n-heads", "2",
+                "--repeats", "1", "--threads", "1")
+    ratio = float(re.search(r"overhead full_policy/unpatched: ([0-9.]+)x", text).group(1))
+    assert ratio > 0
+    diff = float(re.search(r"full_policy\s+[0-9.]+ s\s+ratio=[0-9.]+\s+max\|dlogit\|=([0-9.e+-]+)", text).group(1))
+    assert diff == 0.0  # the full policy through AttentionInterface changes nothing
