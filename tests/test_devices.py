@@ -64,8 +64,6 @@ MIN_HEAVY_NUMEL = 64  # smaller CPU ops (bookkeeping on a few numbers) are not r
 # expected failure until fixed, and a strict one: once it keeps its work on the device the test fails and asks
 # for the entry to be removed. Found by this test on 2026-11-23 (issue 12, item 3).
 KNOWN_PINNED = {
-    "cfg-probing": "measure/probes.py fit_linear_probe (via measure/cfg_lm.py probe_parse) on CPU copies of the "
-                   "hidden states (by design per commit 1a6164a: 'the L-BFGS probes run on the CPU')",
 }
 
 

@@ -122,9 +122,10 @@ def mean_kl(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int
 
 @torch.no_grad()
 def hidden_states(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequence[int]], hook: str = "final",
-                  device: str | torch.device | None = None) -> list[np.ndarray]:
+                  device: str | torch.device | None = None) -> list[torch.Tensor]:
     """Hidden state at every token of each string (fed as ``BOS + tokens``; the state at token ``i`` has read
-    tokens ``0..i``): one ``[n_i, d_model]`` float32 array per string, read from GPT hook point ``hook``."""
+    tokens ``0..i``): one ``[n_i, d_model]`` float32 tensor per string, on the model's device, read from GPT hook
+    point ``hook``."""
     device = resolve_model_device(model, device)
     was = model.training
     model.eval()
@@ -133,7 +134,7 @@ def hidden_states(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequen
         for s in strings:
             ids = torch.tensor([[grammar.bos] + list(map(int, s))], dtype=torch.long, device=device)
             _, cache = model.run_with_cache(ids, [hook])
-            out.append(cache[hook][0, 1:].float().cpu().numpy())
+            out.append(cache[hook][0, 1:].float())
     finally:
         model.train(was)
     return out
@@ -146,7 +147,8 @@ def probe_parse(h_train: Sequence[np.ndarray], lab_train: Sequence[Any], h_test:
     and the NT-end (boundary) bit.
 
     Args:
-        h_train, h_test: per string ``[n_i, d]`` hidden states (:func:`hidden_states`).
+        h_train, h_test: per string ``[n_i, d]`` hidden states (:func:`hidden_states`; tensors or arrays). The
+            probes fit on the device of the hidden states.
         lab_train, lab_test: per string objects with ``ancestor [depth, n_i]`` and ``boundary [depth, n_i]``.
         levels: NT levels to probe (1 .. depth-1; level 0 is the root, constant).
         n_classes: symbols per level (``sizes``).
@@ -155,8 +157,8 @@ def probe_parse(h_train: Sequence[np.ndarray], lab_train: Sequence[Any], h_test:
         ``{level: {"ancestor", "ancestor_chance", "ancestor_at_end", "ancestor_at_end_chance", "boundary",
         "boundary_chance"}}`` test accuracies and majority-class rates.
     """
-    xtr = torch.from_numpy(np.concatenate(h_train))
-    xte = torch.from_numpy(np.concatenate(h_test))
+    xtr = torch.cat([torch.as_tensor(h) for h in h_train])
+    xte = torch.cat([torch.as_tensor(h) for h in h_test]).to(xtr.device)
     out = {}
     for l in levels:
         atr = np.concatenate([s.ancestor[l] for s in lab_train])
@@ -166,8 +168,8 @@ def probe_parse(h_train: Sequence[np.ndarray], lab_train: Sequence[Any], h_test:
         k = int(n_classes[l])
         a = fit_linear_probe(xtr, torch.from_numpy(atr), xte, torch.from_numpy(ate), k, l2=l2)
         etr, ete = btr.astype(bool), bte.astype(bool)
-        e = fit_linear_probe(xtr[torch.from_numpy(etr)], torch.from_numpy(atr[etr]), xte[torch.from_numpy(ete)],
-                             torch.from_numpy(ate[ete]), k, l2=l2)
+        e = fit_linear_probe(xtr[torch.from_numpy(etr).to(xtr.device)], torch.from_numpy(atr[etr]),
+                             xte[torch.from_numpy(ete).to(xtr.device)], torch.from_numpy(ate[ete]), k, l2=l2)
         b = fit_linear_probe(xtr, torch.from_numpy(btr), xte, torch.from_numpy(bte), 2, l2=l2)
         out[int(l)] = {"ancestor": a["test_acc"], "ancestor_chance": a["chance"],
                        "ancestor_at_end": e["test_acc"], "ancestor_at_end_chance": e["chance"],
