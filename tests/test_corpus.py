@@ -222,6 +222,9 @@ def test_cli_train_resume_generate(texts_dir, tmp_path):
     assert r.exit_code == 2 and "alphabet" in r.output
     r = CliRunner().invoke(app, ["generate", str(tmp_path)])
     assert r.exit_code == 2 and "no trained model" in r.output
+    if not torch.cuda.is_available():  # the device is checked before the model is read
+        r = CliRunner().invoke(app, ["generate", str(out), "--device", "cuda"])
+        assert r.exit_code == 2 and "device" in r.output
     r = CliRunner().invoke(app, ["train", "--corpus", "shakespear", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "shakespeare" in r.output and not (tmp_path / "x").exists()
 

@@ -299,23 +299,26 @@ def generate_cmd(
     top_k: Optional[int] = typer.Option(None, "--top-k", min=1),
     num_samples: int = typer.Option(1, "--num-samples", min=1),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N (auto: cuda when visible)"),
 ) -> None:
     """Sample text from a trained model saved with its tokenizer."""
     import torch
 
     from lmsci.experiments.shakespeare_lm import find_model_dir
     from lmsci.models.gpt import GPT
+    from lmsci.runs import resolve_device
     from lmsci.worlds.tokenizers import load_tokenizer
 
     def go():
+        dev = resolve_device(device)
         d = find_model_dir(run_dir)
         tok = load_tokenizer(d)
-        model = GPT.from_pretrained(d)
-        ids = torch.tensor([tok.encode(prompt)] * num_samples, dtype=torch.long)
+        model = GPT.from_pretrained(d, device=dev)
+        ids = torch.tensor([tok.encode(prompt)] * num_samples, dtype=torch.long, device=dev)
         if ids.shape[1] == 0:
             raise ConfigError("--prompt", prompt, "a non-empty text")
         out = model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k,
-                             generator=torch.Generator().manual_seed(seed))
+                             generator=torch.Generator(device=dev).manual_seed(seed))
         return [tok.decode(row.tolist()) for row in out]
 
     for i, text in enumerate(_guard(go)):
