@@ -10,7 +10,6 @@ and a memorisation gate on the minority's biographies before the lift is judged.
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    AUGMENTED, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, BiosQAConfig, DataSpec, FinetuneSpec, TrainSpec,
+    MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig,
     bio_recall, bio_stream, pretraining_data,
     check_model, exposures_of, finetune_qa, make_model, paired, qa_learned_gate, qa_metrics, recall_checker,
     recall_gate, seed_summary, seed_values, train_packed, within_run, md_table,
@@ -29,7 +28,7 @@ from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
 
 
-class CelebrityConfig(BiosQAConfig):
+class CelebrityConfig(MemoriseFirstConfig):
     """Configuration of ``celebrity-helps-minority`` (defaults = quick preset).
 
     Attributes:
@@ -42,19 +41,9 @@ class CelebrityConfig(BiosQAConfig):
     """
 
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
-    augmented: DataSpec = AUGMENTED
-    pipeline: Literal["packed", "stream"] = "packed"
-    # the quick preset (2 CPU cores, <= 15 minutes, 3 seeds): N = 600 (300 celebrities), 2-layer d_model 64, a
-    # 60-exposure budget with recall checks every 100 steps, stopping once 95% of 150 checked minority biographies
-    # are recalled (the gate itself is >= 0.9 on the whole minority); LoRA at lr 3e-3 (~400 steps here)
-    n_people: int = Field(600, ge=4, le=1_000_000)
+    # the quick preset (2 CPU cores, <= 15 minutes, 3 seeds): MemoriseFirstConfig's protocol (N = 600, so 300
+    # celebrities; recall checked on the minority) with a 60-exposure budget
     exposures: int = Field(60, ge=1)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
-    finetune: FinetuneSpec = FinetuneSpec(rank=16, embedding_rank=128, lr=3e-3, weight_decay=0.01, batch_size=16)
-    ft_epochs: int = Field(20, ge=1)
-    memorise_check_every: int = Field(100, ge=0)
-    memorise_stop: float | None = Field(0.95, gt=0, le=1)
-    memorise_check_people: int = Field(150, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},

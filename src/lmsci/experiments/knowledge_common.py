@@ -189,6 +189,26 @@ class BiosQAConfig(ExperimentConfig):
     max_distinct_epochs: int | None = Field(None, ge=1)
 
 
+class MemoriseFirstConfig(BiosQAConfig):
+    """:class:`BiosQAConfig` with the quick-scale protocol that knowledge-extraction and celebrity-helps-minority
+    share (issue 11): N = 600, pretraining at lr 1e-2 with batch 8, recall checks of 150 tested people every 100
+    steps, stopping once 95% of them are recalled (the gate itself is >= 0.9 on every tested person), then LoRA
+    QA fine-tuning (rank 16, embedding rank 128) at lr 3e-3 for 20 epochs (the papers' 3e-4 is for ~50k steps;
+    here there are ~400). ``augmented`` is how augmented biographies are written; ``pipeline`` is ``"packed"``
+    (whole epochs packed in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`, rendered and packed on the
+    fly; the gpu and paper presets)."""
+
+    augmented: DataSpec = AUGMENTED
+    pipeline: Literal["packed", "stream"] = "packed"
+    n_people: int = Field(600, ge=4, le=1_000_000)
+    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
+    finetune: FinetuneSpec = FinetuneSpec(rank=16, embedding_rank=128, lr=3e-3, weight_decay=0.01, batch_size=16)
+    ft_epochs: int = Field(20, ge=1)
+    memorise_check_every: int = Field(100, ge=0)
+    memorise_stop: float | None = Field(0.95, gt=0, le=1)
+    memorise_check_people: int = Field(150, ge=1)
+
+
 class _Memorised(Exception):
     """Raised from the trainer's evaluation hook to stop pretraining once the memorisation target holds."""
 

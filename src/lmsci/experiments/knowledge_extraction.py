@@ -20,8 +20,8 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    AUGMENTED, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, BiosQAConfig, DataSpec, FinetuneSpec,
-    TrainSpec, bio_recall, pretraining_data,
+    MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig,
+    bio_recall, pretraining_data,
     bio_stream, check_model, exposures_of, finetune_qa, first_value_words, make_model, mixed_stream, paired,
     qa_learned_gate, qa_metrics, recall_checker, recall_gate, seed_summary, seed_values, token_fractions,
     train_packed, training_bios, within_run, md_table,
@@ -33,7 +33,7 @@ from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
 
-class KnowledgeExtractionConfig(BiosQAConfig):
+class KnowledgeExtractionConfig(MemoriseFirstConfig):
     """Configuration of ``knowledge-extraction`` (defaults = quick preset).
 
     Attributes:
@@ -58,24 +58,14 @@ class KnowledgeExtractionConfig(BiosQAConfig):
 
     arms: list[Literal["single_pretrain_ft", "augmented_pretrain_ft", "single_mixed", "augmented_mixed"]] = [
         "single_pretrain_ft", "augmented_pretrain_ft", "single_mixed"]
-    augmented: DataSpec = AUGMENTED
     qa_ratio: float = Field(0.8, ge=0, lt=1)
     probes: bool = True
     probe_people: int = Field(5000, ge=10)
-    pipeline: Literal["packed", "stream"] = "packed"
-    # the quick preset (2 CPU cores, <= 15 minutes): N = 600 (300 QA-train), 2-layer d_model 64, an 80-exposure
-    # budget with recall checks every 100 steps, stopping once 95% of 150 checked P_test biographies are recalled
-    # (the gate itself is >= 0.9 on all of P_test); LoRA at lr 3e-3 (the papers' 3e-4 is for ~50k steps; here
-    # there are ~400); one seed (three do not fit: mixed training alone costs 5x the biography tokens)
-    n_people: int = Field(600, ge=4, le=1_000_000)
+    # the quick preset (2 CPU cores, <= 15 minutes): MemoriseFirstConfig's protocol (N = 600, so 300 QA-train;
+    # recall checked on P_test) with an 80-exposure budget; one seed (three do not fit: mixed training alone costs
+    # 5x the biography tokens)
     exposures: int = Field(80, ge=1)
     mixed_exposures: int | None = Field(40, ge=1)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
-    finetune: FinetuneSpec = FinetuneSpec(rank=16, embedding_rank=128, lr=3e-3, weight_decay=0.01, batch_size=16)
-    ft_epochs: int = Field(20, ge=1)
-    memorise_check_every: int = Field(100, ge=0)
-    memorise_stop: float | None = Field(0.95, gt=0, le=1)
-    memorise_check_people: int = Field(150, ge=1)
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
