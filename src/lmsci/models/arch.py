@@ -79,6 +79,13 @@ class Family:
         final_norm, lm_head: paths of the final norm and the output head.
         max_positions: config attribute bounding positions for absolute-position models.
         softmax_fp32: the family's eager attention takes its softmax in float32 (all but GPT-2).
+        mlp_in: the MLP submodule whose output is the pre-activation (``blocks.{i}.mlp.pre``: ``c_fc``,
+            ``dense_h_to_4h``, the SwiGLU ``gate_proj``) or None (fused gate/up projection, MoE).
+        mlp_down: the MLP's down projection, whose *input* is the neuron activations (``blocks.{i}.mlp.post``,
+            ``act(gate) * up`` for SwiGLU) and whose weight holds one value vector per neuron (Geva et al.,
+            arXiv 2012.14913), or None (MoE: no single down projection).
+        mlp_down_conv1d: the down projection is a GPT-2 ``Conv1D`` (weight ``[d_mlp, d_model]``) rather than
+            an ``nn.Linear`` (weight ``[d_model, d_mlp]``).
     """
 
     name: str
@@ -105,6 +112,9 @@ class Family:
     position_embedding: str | None = None
     max_positions: str | None = None
     softmax_fp32: bool = True
+    mlp_in: str | None = "gate_proj"
+    mlp_down: str | None = "down_proj"
+    mlp_down_conv1d: bool = False
 
 
 def _llama_like(name: str, **kw: Any) -> Family:
@@ -117,7 +127,7 @@ def _llama_like(name: str, **kw: Any) -> Family:
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     _llama_like("llama"),
     _llama_like("mistral", window="config"),
-    _llama_like("mixtral", window="config"),
+    _llama_like("mixtral", window="config", mlp_in=None, mlp_down=None),
     _llama_like("qwen2", window="layer"),
     _llama_like("qwen3", window="layer", q_norm="q_norm", k_norm="k_norm", qk_norm_scope="head"),
     _llama_like("gemma"),
@@ -126,18 +136,19 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                 rotary_by_layer_type=True),
     _llama_like("olmo2", q_norm="q_norm", k_norm="k_norm", qk_norm_scope="full"),
     _llama_like("phi3", window="config", q_proj=None, k_proj=None, v_proj=None, qkv_proj="qkv_proj",
-                partial_rotary=True),
+                partial_rotary=True, mlp_in=None),
     Family("gpt_neox", embedding="gpt_neox.embed_in", blocks="gpt_neox.layers", attention="attention",
            mlp="mlp", final_norm="gpt_neox.final_layer_norm", lm_head="embed_out", o_proj="dense",
            q_proj=None, k_proj=None, v_proj=None, qkv_proj="query_key_value", rotary="gpt_neox.rotary_emb",
-           partial_rotary=True),
+           partial_rotary=True, mlp_in="dense_h_to_4h", mlp_down="dense_4h_to_h"),
     Family("gpt2", embedding="transformer.wte", position_embedding="transformer.wpe", blocks="transformer.h",
            attention="attn", mlp="mlp", final_norm="transformer.ln_f", lm_head="lm_head", o_proj="c_proj",
            q_proj=None, k_proj=None, v_proj=None, qkv_proj="c_attn", positions="absolute", rotary=None,
-           max_positions="n_positions", softmax_fp32=False),
+           max_positions="n_positions", softmax_fp32=False, mlp_in="c_fc", mlp_down="c_proj",
+           mlp_down_conv1d=True),
     Family("lmsci-gpt", embedding="wte", blocks="blocks", attention="attn", mlp="mlp", final_norm="ln_f",
            lm_head="lm_head", o_proj="proj", q_proj=None, k_proj=None, v_proj=None, qkv_proj="qkv",
-           rotary=None),
+           rotary=None, mlp_in="fc", mlp_down="proj"),
 )}
 SUPPORTED = tuple(FAMILIES)
 
@@ -246,6 +257,57 @@ class ModelArch:
     def mlp_path(self, i: int) -> str:
         return f"{self.block_path(i)}.{self.family.mlp}"
 
+    def mlp_in_path(self, i: int) -> str:
+        """Module path whose output is layer ``i``'s MLP pre-activation ``[B, T, d_mlp]`` (``blocks.{i}.mlp.pre``;
+        the gate projection for SwiGLU).
+
+        Raises:
+            ConfigError: the family has no separate pre-activation module (fused gate/up, MoE); a layer
+                index out of range (names the range).
+        """
+        self._check_layer(i)
+        name = self.family.mlp_in
+        if self.family.name == "lmsci-gpt" and not hasattr(self.mlp(i), "fc"):
+            name = "gate"
+        if name is None:
+            raise ConfigError("hook", f"blocks.{i}.mlp.pre", f"a family with a separate MLP pre-activation "
+                              f"module ({self.name} fuses it or routes experts); blocks.{{i}}.mlp.post and "
+                              "blocks.{i}.mlp.out exist")
+        return f"{self.mlp_path(i)}.{name}"
+
+    def mlp_down_path(self, i: int) -> str:
+        """Module path of layer ``i``'s MLP down projection; its *input* is the neuron activations
+        ``[B, T, d_mlp]`` (``blocks.{i}.mlp.post``).
+
+        Raises:
+            ConfigError: the family has no single down projection (MoE); a layer index out of range.
+        """
+        self._check_layer(i)
+        if self.family.mlp_down is None:
+            raise ConfigError("hook", f"blocks.{i}.mlp.post", f"a family with one MLP down projection per layer "
+                              f"({self.name} routes tokens to experts); blocks.{{i}}.mlp.out exists")
+        return f"{self.mlp_path(i)}.{self.family.mlp_down}"
+
+    def mlp_down(self, i: int) -> nn.Module:
+        return self.module(self.mlp_down_path(i))
+
+    def mlp_values(self, i: int) -> Tensor:
+        """Layer ``i``'s value vectors, ``[d_mlp, d_model]``: row ``k`` is what neuron ``k`` adds to the residual
+        stream per unit of activation (the ``k``-th column of the down projection ``W_out``; Geva et al.,
+        arXiv 2012.14913, Sec. 2). A view of the weight (Linear: its transpose; GPT-2 Conv1D: the weight
+        itself), so an in-place edit of it edits the model.
+
+        Raises:
+            ConfigError: as :meth:`mlp_down_path`.
+        """
+        w = self.mlp_down(i).weight
+        return w if self.family.mlp_down_conv1d else w.t()
+
+    def _check_layer(self, i: int) -> None:
+        n = self.n_layers
+        if not (isinstance(i, int) and 0 <= i < n):
+            raise ConfigError("layer", i, f"an integer in [0, {n - 1}] ({n} layers)")
+
     def embedding(self) -> nn.Module:
         return self.module(self.family.embedding)
 
@@ -347,7 +409,8 @@ class ModelArch:
             "rotary": self.family.rotary, "partial_rotary": self.family.partial_rotary,
             "sliding_windows": [self.sliding_window(i) for i in range(n)],
             "softcap": [self.softcap(i) for i in range(n)] if self.family.softcap else None,
-            "mlp": self.mlp_path(0).replace(".0.", ".{i}."), "final_norm": self.family.final_norm,
+            "mlp": self.mlp_path(0).replace(".0.", ".{i}."),
+            "mlp_down": self.family.mlp_down, "final_norm": self.family.final_norm,
             "max_positions": self.max_positions, "interventions": list(self.interventions()),
         }
 

@@ -342,39 +342,62 @@ class HFModel:
         (:func:`lmsci.models.arch.arch_of`), or None when ``name`` is not one of them.
 
         Names: ``blocks.{i}.resid_post`` (block i's output), ``blocks.{i}.attn.out`` (the attention module's
-        output), ``blocks.{i}.mlp.out`` (the MLP's output), ``final`` (the final norm's output), ``embed``
-        (the token embedding's output; lmsci GPT's ``embed`` adds learned positions, which rotary families
-        do not have). Instruments written with these names (probes, attention and knowledge instruments) run
-        on every family the map supports.
+        output), ``blocks.{i}.mlp.out`` (the MLP's output), ``blocks.{i}.mlp.pre`` (the MLP pre-activation
+        ``[B, T, d_mlp]``: output of ``c_fc`` / ``dense_h_to_4h`` / the SwiGLU ``gate_proj``, as lmsci GPT's
+        ``mlp.pre``), ``blocks.{i}.mlp.post`` (the neuron activations ``[B, T, d_mlp]``, ``act(pre)`` or
+        ``act(gate) * up`` for SwiGLU: the *input* of the down projection, so this name returns the down
+        projection's path and :meth:`hooks` attaches a forward pre-hook there; see :meth:`arch_site`),
+        ``final`` (the final norm's output), ``embed`` (the token embedding's output; lmsci GPT's ``embed``
+        adds learned positions, which rotary families do not have). Instruments written with these names
+        (probes, attention, knowledge, key-value-memory instruments) run on every family the map supports.
 
         Raises:
-            ConfigError: a family the map does not support (names the family and the supported list).
+            ConfigError: a family the map does not support (names the family and the supported list); an
+                MLP name on a family without that module (MoE, fused gate/up).
+            UnknownNameError: a layer index out of range (lists the names that exist).
+        """
+        site = self.arch_site(name)
+        return None if site is None else site[0]
+
+    def arch_site(self, name: str) -> tuple[str, str] | None:
+        """``(module path, "output" | "input")`` of an lmsci hook name on this model (see :meth:`arch_path`):
+        ``"input"`` for ``blocks.{i}.mlp.post`` (the down projection's first positional input), ``"output"``
+        for the others; None when ``name`` is not an lmsci hook name.
+
+        Raises:
+            as :meth:`arch_path`.
         """
         import re
 
         from lmsci.models.arch import arch_of
 
-        m = re.fullmatch(r"blocks\.(\d+)\.(resid_post|attn\.out|mlp\.out)", name)
+        m = re.fullmatch(r"blocks\.(\d+)\.(resid_post|attn\.out|mlp\.out|mlp\.pre|mlp\.post)", name)
         if m is None and name not in ("final", "embed"):
             return None
         arch = arch_of(self.model)
         if name == "final":
-            return arch.family.final_norm
+            return arch.family.final_norm, "output"
         if name == "embed":
-            return arch.family.embedding
+            return arch.family.embedding, "output"
         i = int(m.group(1))
         if not 0 <= i < arch.n_layers:
             raise UnknownNameError("hook", name, [f"blocks.{j}.{m.group(2)}" for j in range(arch.n_layers)])
+        kind = m.group(2)
+        if kind == "mlp.post":
+            return arch.mlp_down_path(i), "input"
+        if kind == "mlp.pre":
+            return arch.mlp_in_path(i), "output"
         return {"resid_post": arch.block_path(i), "attn.out": arch.attention_path(i),
-                "mlp.out": arch.mlp_path(i)}[m.group(2)]
+                "mlp.out": arch.mlp_path(i)}[kind], "output"
 
     def _resolve(self, name: str | Callable[[str], bool]) -> list[tuple[str, nn.Module]]:
         mods = dict(self.model.named_modules())
         mods.pop("", None)
         if isinstance(name, str) and name not in mods:
-            path = self.arch_path(name)
-            if path is not None:  # an lmsci hook name: the mapped module, keyed by the name asked for
-                return [(name, self.model.get_submodule(path))]
+            site = self.arch_site(name)
+            if site is not None:  # an lmsci hook name: the mapped module, keyed by the name asked for
+                module = self.model.get_submodule(site[0])
+                return [(name, _InputOf(module) if site[1] == "input" else module)]
         found = select_names(name, mods)
         if found or callable(name):
             return found
@@ -408,7 +431,10 @@ class HFModel:
         handles = []
         try:
             for (path, module), fn in plan:
-                handles.append(module.register_forward_hook(_wrap(fn, ModuleHook(path, module))))
+                if isinstance(module, _InputOf):  # blocks.{i}.mlp.post: the down projection's input
+                    handles.append(module.module.register_forward_pre_hook(_wrap_input(fn, ModuleHook(path, module.module))))
+                else:
+                    handles.append(module.register_forward_hook(_wrap(fn, ModuleHook(path, module))))
             yield store
         finally:
             for h in handles:
@@ -438,6 +464,29 @@ class HFModel:
     def generate(self, input_ids: Tensor, max_new_tokens: int, **kw: Any) -> Tensor:
         """``model.generate`` (HF's own); returns ``[batch, seq + new]``."""
         return self.model.generate(input_ids.to(self.device), max_new_tokens=max_new_tokens, **kw)
+
+
+@dataclass(frozen=True)
+class _InputOf:
+    """A hook site that is a module's first positional *input* (``blocks.{i}.mlp.post``: the down projection's)."""
+
+    module: nn.Module
+
+
+def _wrap_input(fn: HFHookFn, hook: ModuleHook):
+    def pre_hook(module: nn.Module, args: tuple) -> Any:
+        if not args or not isinstance(args[0], Tensor):
+            raise TypeError(f"module {hook.name!r} was not called with a tensor as its first positional input")
+        main = args[0]
+        new = fn(main, hook)
+        if new is None:
+            return None
+        if not isinstance(new, Tensor) or new.shape != main.shape:
+            got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
+            raise ValueError(f"hook on {hook.name!r} returned {got}; expected a tensor of shape {tuple(main.shape)}")
+        return (new, *args[1:])
+
+    return pre_hook
 
 
 def _wrap(fn: HFHookFn, hook: ModuleHook):
