@@ -175,3 +175,202 @@ def test_diverged():
     steer.P1.data.fill_(float("nan"))
     with pytest.raises(DivergedError):
         train_steer(model, *_task(4), steer=steer, steps=2)
+
+
+# ------------------------------------------------------------------------------------ transfer
+
+
+def _orthogonal(d: int, seed: int) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed)))
+    return q
+
+
+@pytest.mark.parametrize("method", ["lstsq", "procrustes"])
+def test_transfer_recovers_a_planted_rotation(method):
+    from lmsci.methods.lm_steer import fit_embedding_map, transfer_steer
+
+    src = _gpt(0)
+    Q = _orthogonal(D, 7)
+    tgt = _gpt(1)
+    with torch.no_grad():  # the target's output embeddings are the source's, rotated: E_t = E_s Q
+        tgt.lm_head.weight.copy_(src.lm_head.weight @ Q)
+    steer = LMSteer(D, rank=4, epsilon=0.5, seed=2)
+    moved, emap = transfer_steer(steer, src, tgt, method=method, holdout=0.25)
+    assert emap.heldout_error < 1e-4 and emap.heldout_error_inverse < 1e-4
+    assert emap.n_fit == 24 and emap.n_heldout == 8
+    # W' = Q^T W Q: the steered target logits equal the steered source logits for corresponding hidden states
+    torch.testing.assert_close(moved.matrix("attr"), Q.T @ steer.matrix("attr") @ Q, rtol=1e-4, atol=1e-5)
+    assert moved.names == steer.names and moved.dummies == steer.dummies
+    h = torch.randn(2, 3, D, generator=torch.Generator().manual_seed(4))
+    s = steer.values(attr=2.0).expand(2, -1)
+    torch.testing.assert_close(moved.shift(h @ Q, s) @ tgt.lm_head.weight.T, steer.shift(h, s) @ src.lm_head.weight.T,
+                               rtol=1e-4, atol=1e-5)
+    # unrelated embeddings: the held-out error is large
+    rand = torch.randn(200, D, generator=torch.Generator().manual_seed(5))
+    bad = fit_embedding_map(torch.randn(200, D, generator=torch.Generator().manual_seed(6)), rand, method)
+    assert bad.heldout_error > 0.9
+
+
+def test_procrustes_matches_scipy_and_handles_widths():
+    from scipy.linalg import orthogonal_procrustes
+
+    from lmsci.methods.lm_steer import fit_embedding_map
+
+    g = torch.Generator().manual_seed(0)
+    Es, Et = torch.randn(100, 8, generator=g), torch.randn(100, 8, generator=g)
+    emap = fit_embedding_map(Es, Et, "procrustes", holdout=0.0)
+    R, _ = orthogonal_procrustes(Et.double().numpy(), Es.double().numpy())
+    c = emap.A.double().norm() / torch.tensor(R).norm()
+    torch.testing.assert_close(emap.A.double() / c, torch.tensor(R), rtol=1e-4, atol=1e-5)
+    # different widths: a planted linear map from a 6-wide to an 8-wide space is recovered by least squares
+    M = torch.randn(6, 8, generator=g)
+    E6 = torch.randn(100, 6, generator=g)
+    wide = fit_embedding_map(E6, E6 @ M, "lstsq")
+    assert wide.heldout_error < 1e-4 and wide.A.shape == (8, 6) and wide.B.shape == (6, 8)
+    moved = wide.map_steer(LMSteer(6, rank=6))
+    assert moved.d_model == 8 and moved.rank == 6
+    with pytest.raises(ConfigError, match="method"):
+        fit_embedding_map(Es, Et, "adam")
+    with pytest.raises(ConfigError, match="steer.d_model"):
+        wide.map_steer(LMSteer(8))
+
+
+def test_shared_tokens():
+    from lmsci.methods.lm_steer import shared_tokens
+
+    src, tgt = shared_tokens({"a": 0, "b": 1, "c": 2}, {"c": 5, "a": 9, "z": 1})
+    assert src.tolist() == [0, 2] and tgt.tolist() == [9, 5]
+
+
+# ------------------------------------------------------------------------------------ highlighting, SVD
+
+
+def test_max_subspans_finds_planted_spans():
+    from lmsci.methods.lm_steer import max_subspans
+
+    x = [-0.1] * 30
+    x[5:9] = [1.0, 2.0, 1.5, 0.5]
+    x[20:22] = [3.0, 1.0]
+    spans, total = max_subspans(x, n_spans=4, max_len=10)
+    assert spans == [(5, 9), (20, 22)] and total == pytest.approx(9.0)
+    spans, _ = max_subspans(x, n_spans=1, max_len=10)
+    assert spans == [(5, 9)]
+    spans, total = max_subspans(x, n_spans=1, max_len=2)
+    assert spans == [(20, 22)] and total == pytest.approx(4.0)
+    spans, total = max_subspans(x, n_spans=3, max_len=2)  # spans never touch: (5,7) and (8,9) or (6,8)
+    assert spans == [(5, 7), (8, 9), (20, 22)] or spans == [(6, 8), (20, 22)] or len(spans) == 3
+    assert all(b < c for (_, b), (c, _) in zip(spans, spans[1:]))
+    assert max_subspans([-1.0, -2.0], 3, 3) == ([], 0.0)
+    # brute force on random scores: the DP optimum equals exhaustive search over 1-2 spans of length <= 3
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        s = torch.randn(9, generator=g).tolist()
+        cands = [0.0] + [sum(s[a:b]) for a in range(9) for b in range(a + 1, min(9, a + 3) + 1)]
+        cands += [sum(s[a:b]) + sum(s[c:e]) for a in range(9) for b in range(a + 1, min(9, a + 3) + 1)
+                  for c in range(b + 1, 9) for e in range(c + 1, min(9, c + 3) + 1)]
+        assert max_subspans(s, 2, 3)[1] == pytest.approx(max(cands))
+    with pytest.raises(ConfigError, match="max_len"):
+        max_subspans(x, 2, 0)
+
+
+def test_highlight_returns_the_planted_span():
+    """A steer that promotes tokens 0..3: the positive-vs-negative log-likelihood difference peaks there."""
+    from lmsci.methods.lm_steer import highlight
+
+    model = _gpt()
+    steer = LMSteer(D, rank=1, epsilon=1.0, dummy=False)
+    g = torch.Generator().manual_seed(9)
+    a, b = torch.linalg.qr(torch.randn(D, 2, generator=g))[0].T  # orthonormal
+    with torch.no_grad():  # every final hidden state has a component 5 a (ln_f bias); tokens 0..3 share b
+        model.ln_f.bias += 5 * a
+        model.lm_head.weight[:4] += 0.2 * b
+        steer.P1.data[0, :, 0] = a * 5  # W = 5 a b^T: h W = 5 (h . a) b promotes tokens 0..3
+        steer.P2.data[0, :, 0] = b
+    ids = torch.tensor([20, 21, 22, 23, 24, 1, 2, 3, 0, 25, 26, 27, 28, 29])
+    hl = highlight(model, steer, ids, {"attr": 1.0}, {"attr": -1.0}, n_spans=1, max_len=4)
+    assert hl.spans == [(5, 9)], (hl.spans, hl.delta)
+    assert hl.delta.shape == (13,) and hl.score > 0
+
+
+def test_svd_probe_names_the_planted_tokens():
+    from lmsci.methods.lm_steer import svd_probe
+
+    model = _gpt()
+    E = model.lm_head.weight.detach()
+    steer = LMSteer(D, rank=1, epsilon=1.0, dummy=False)
+    target = 11
+    u = torch.randn(D, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        steer.P1.data[0, :, 0] = u
+        steer.P2.data[0, :, 0] = -E[target] * 5  # W = u (-5 e_11)^T : rank 1, right singular vector -e_11/|e_11|
+    dirs = svd_probe(steer, model, k=2, n_tokens=3, decode=lambda i: f"t{i}")
+    assert dirs[0].top_ids[0] == target and dirs[0].top_tokens[0] == "t11"
+    assert dirs[0].singular_value == pytest.approx(float(u.norm() * 5 * E[target].norm()), rel=1e-4)
+    assert dirs[1].singular_value < 1e-4
+    assert dirs[0].bottom_scores[0] <= dirs[0].bottom_scores[-1] <= dirs[0].top_scores[-1]
+    # with contexts the sign follows the steer: h . u > 0 means the steer lowers token 11 (W has -e_11)
+    dirs = svd_probe(steer, E, k=1, n_tokens=3, contexts=u[None])
+    assert dirs[0].bottom_ids[0] == target
+    with pytest.raises(ConfigError, match="embeddings"):
+        svd_probe(steer, torch.zeros(V, D + 1))
+
+
+# ------------------------------------------------------------------------------------ baselines
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama", "neox-untied"])
+@pytest.mark.parametrize("baseline", ["offset", "actadd"])
+def test_baselines_train_in_the_same_harness(kind, baseline):
+    model = MODELS[kind]()
+    m = as_steerable(model)
+    params = dict(model.named_parameters()) if kind == "gpt" else dict(m.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    steer = LogitOffset(V) if baseline == "offset" else ActAdd(D, layer=0)
+    data, labels = _task()
+    vals = steer.values(batch=len(labels))
+    vals[:, 0] = labels
+    train_intervention(model, steer, data, vals, steps=30, batch_size=16, lr=0.1)
+    for n, p in params.items():
+        assert torch.equal(p, before[n]) and p.grad is None, n
+    ids = _prompt()
+    base = logits_of(m, ids)
+    with steering(model, steer, torch.zeros(steer.K)):
+        assert torch.equal(logits_of(m, ids), base)
+    mass = {}
+    for v in (1.0, -1.0):
+        with steering(model, steer, steer.values(attr=v)):
+            probs = logits_of(m, ids)[:, -1].softmax(-1)
+        mass[v] = probs[:, :8].sum(-1).mean().item()
+    # (ActAdd acts before the final norm, which bounds what it can do to a random model with a small unembedding)
+    assert mass[1.0] > mass[-1.0] + (0.1 if baseline == "offset" else 0.02)
+    # the scale knob: values scale the intervention linearly
+    with steering(model, steer, steer.values(attr=2.0, dummy=0.0)):
+        two = logits_of(m, ids)
+    with steering(model, steer, steer.values(attr=1.0, dummy=0.0)):
+        one = logits_of(m, ids)
+    if baseline == "offset":
+        torch.testing.assert_close(two - base, 2 * (one - base), rtol=1e-4, atol=1e-5)
+    else:
+        assert not torch.allclose(two, one)
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+def test_actadd_from_contrast(kind):
+    model = MODELS[kind]()
+    data, labels = _task(16)
+    steer = ActAdd.from_contrast(model, 0, data[labels > 0], data[labels < 0])
+    assert steer.names == ("attr",) and steer.K == 1
+    m = as_steerable(model)
+    with m.hooks(cache="blocks.0.resid_post") as cache:
+        logits_of(m, data[labels > 0])
+    mp = cache["blocks.0.resid_post"].mean((0, 1))
+    with m.hooks(cache="blocks.0.resid_post") as cache:
+        logits_of(m, data[labels < 0])
+    mn = cache["blocks.0.resid_post"].mean((0, 1))
+    torch.testing.assert_close(steer.vectors[0].detach(), mp - mn, rtol=1e-4, atol=1e-5)
+    with steering(model, steer, torch.tensor([1.0])):
+        with m.hooks(cache="blocks.0.resid_post") as cache:
+            logits_of(m, data[labels < 0])
+    torch.testing.assert_close(cache["blocks.0.resid_post"].mean((0, 1)), mp, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="layer"):
+        ActAdd.from_contrast(model, 3, data[:2], data[2:4])

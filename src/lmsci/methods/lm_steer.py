@@ -64,6 +64,7 @@ Baselines in the same harness: :class:`~lmsci.methods.steering.LogitOffset`, :cl
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -266,5 +267,301 @@ def train_steer(
                               on_step=on_step)
 
 
+# ------------------------------------------------------------------------------------ transfer
+
+
+@dataclass
+class EmbeddingMap:
+    """A linear map between two LMs' output-embedding spaces, fitted on shared tokens.
+
+    Row convention (embeddings are rows of ``E``): ``E_tgt A ~ E_src`` and ``E_src B ~ E_tgt``.
+
+    Attributes:
+        A: ``[d_tgt, d_src]`` target -> source. B: ``[d_src, d_tgt]`` source -> target.
+        method: ``"lstsq"`` or ``"procrustes"``.
+        fit_error: relative Frobenius error ``||E_src B - E_tgt|| / ||E_tgt||`` on the fitted tokens.
+        heldout_error: the same on the held-out shared tokens (NaN when ``holdout = 0``): how well the map
+            generalises beyond the tokens it was fitted on (0 = exact, about 1 or more = no relation).
+        heldout_error_inverse: ``||E_tgt A - E_src|| / ||E_src||`` on the held-out tokens.
+        n_fit, n_heldout: token counts.
+    """
+
+    A: Tensor
+    B: Tensor
+    method: str
+    fit_error: float
+    heldout_error: float
+    heldout_error_inverse: float
+    n_fit: int
+    n_heldout: int
+
+    def map_steer(self, steer: LMSteer) -> LMSteer:
+        """The steer carried to the target space: with ``e_src ~ A^T e_tgt`` and ``e_tgt ~ B^T e_src`` (column
+        vectors), ``e_tgt <- B^T (I + eps W) A^T e_tgt ~ (I + eps B^T W A^T) e_tgt``, so ``W' = B^T W A^T``, i.e.
+        ``P1' = B^T P1``, ``P2' = A P2`` (``[d_tgt, r]``). For an orthogonal Procrustes map ``A = R``, ``B = R^T``
+        this is ``W' = R W R^T`` (the paper's ``H^T W H`` with ``H = R^T``, App. F; the code uses one row-normalised
+        least-squares matrix for both factors). Same names, dummies, rank (capped at ``d_tgt``: above it ``P1' = W'``,
+        ``P2' = I``) and epsilon; on the device of ``A``.
+
+        Raises:
+            ConfigError: a steer whose width is not ``d_src``.
+        """
+        d_t, d_s = self.A.shape
+        if steer.d_model != d_s:
+            raise ConfigError("steer.d_model", steer.d_model, f"the source width {d_s} of this map")
+        out = LMSteer(d_t, steer.names, rank=min(steer.rank, d_t), epsilon=steer.epsilon, dummy=False,
+                      device=self.A.device)
+        out.dummies = steer.dummies
+        P1, P2 = steer.P1.detach().to(self.A), steer.P2.detach().to(self.A)
+        P1t = torch.einsum("st,ksr->ktr", self.B, P1)                       # B^T P1  [K, d_t, r]
+        P2t = torch.einsum("ts,ksr->ktr", self.A, P2)                       # A P2    [K, d_t, r]
+        if steer.rank > d_t:  # a rank above the target width: store W' itself (P1' = W', P2' = I)
+            P1t = torch.einsum("ktr,kur->ktu", P1t, P2t)
+            P2t = torch.eye(d_t, device=self.A.device).expand(steer.K, -1, -1)
+        out.P1.data.copy_(P1t.float())
+        out.P2.data.copy_(P2t.float())
+        return out
+
+
+def _rel(pred: Tensor, true: Tensor) -> float:
+    den = float(true.norm())
+    return float((pred - true).norm()) / den if den > 0 else float("nan")
+
+
+def fit_embedding_map(E_src: Tensor, E_tgt: Tensor, method: str = "lstsq", holdout: float = 0.2,
+                      seed: int = 0) -> EmbeddingMap:
+    """Fit the map between two output-embedding spaces on shared tokens, in closed form (float64).
+
+    Args:
+        E_src: ``[n, d_src]`` source embeddings of the shared tokens. E_tgt: ``[n, d_tgt]``, the same tokens, same
+            order, in the target model.
+        method: ``"lstsq"`` -- ``A = argmin ||E_tgt A - E_src||_F`` and ``B = argmin ||E_src B - E_tgt||_F`` (the
+            authors' ``steer_transfer.py`` solves these by least squares; the paper v1 App. F by Adam);
+            ``"procrustes"`` -- a scaled (semi-)orthogonal map: ``R = U V^T`` from the SVD ``E_tgt^T E_src =
+            U S V^T`` (Schoenemann 1966; ``scipy.linalg.orthogonal_procrustes`` when ``d_src = d_tgt``), scale
+            ``c = tr(S) / ||E_tgt||^2``; ``A = c R``, ``B = R^T / c``.
+        holdout: fraction of the shared tokens held out (random, ``seed``) to measure the mapping error.
+
+    Raises:
+        ConfigError: unknown ``method``; mismatched token counts; ``holdout`` outside [0, 1); fewer fitted
+            tokens than ``max(d_src, d_tgt)`` for ``lstsq`` (an under-determined fit).
+    """
+    if method not in ("lstsq", "procrustes"):
+        raise ConfigError("method", method, "'lstsq' or 'procrustes'")
+    if E_src.dim() != 2 or E_tgt.dim() != 2 or E_src.shape[0] != E_tgt.shape[0]:
+        raise ConfigError("E_tgt", tuple(E_tgt.shape), f"[n, d_tgt] with n = {E_src.shape[0]} shared tokens as E_src")
+    if not 0 <= holdout < 1:
+        raise ConfigError("holdout", holdout, "a fraction in [0, 1)")
+    n = E_src.shape[0]
+    dev = E_src.device
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed))).to(dev)
+    n_ho = int(round(holdout * n))
+    fit, ho = perm[n_ho:], perm[:n_ho]
+    Xs, Xt = E_src.detach().double(), E_tgt.detach().to(dev).double()
+    S_fit, T_fit = Xs[fit], Xt[fit]
+    if method == "lstsq":
+        if len(fit) < max(Xs.shape[1], Xt.shape[1]):
+            raise ConfigError("shared tokens", len(fit), f">= max(d_src, d_tgt) = {max(Xs.shape[1], Xt.shape[1])} "
+                              "fitted tokens for a least-squares map")
+        A = torch.linalg.lstsq(T_fit, S_fit).solution
+        B = torch.linalg.lstsq(S_fit, T_fit).solution
+    else:
+        U, S, Vh = torch.linalg.svd(T_fit.T @ S_fit, full_matrices=False)
+        R = U @ Vh                                                           # [d_t, d_s]
+        c = float(S.sum() / (T_fit ** 2).sum().clamp(min=1e-300))
+        A, B = c * R, R.T / c
+    nan = float("nan")
+    return EmbeddingMap(
+        A=A.float(), B=B.float(), method=method, fit_error=_rel(S_fit @ B, T_fit),
+        heldout_error=_rel(Xs[ho] @ B, Xt[ho]) if n_ho else nan,
+        heldout_error_inverse=_rel(Xt[ho] @ A, Xs[ho]) if n_ho else nan, n_fit=len(fit), n_heldout=n_ho)
+
+
+def shared_tokens(vocab_src: Mapping[str, int], vocab_tgt: Mapping[str, int], top_k: int | None = None) -> tuple[Tensor, Tensor]:
+    """Token ids of the strings both vocabularies have (``tokenizer.get_vocab()``), ordered by source id, the first
+    ``top_k`` of them (the authors' code: the first 4000): ``(src_ids [n], tgt_ids [n])`` long tensors."""
+    common = sorted((i, vocab_tgt[s]) for s, i in vocab_src.items() if s in vocab_tgt)[:top_k]
+    src = torch.tensor([a for a, _ in common], dtype=torch.long)
+    tgt = torch.tensor([b for _, b in common], dtype=torch.long)
+    return src, tgt
+
+
+def transfer_steer(steer: LMSteer, source_model: Any, target_model: Any, source_ids: Tensor | None = None,
+                   target_ids: Tensor | None = None, method: str = "lstsq", holdout: float = 0.2,
+                   seed: int = 0) -> tuple[LMSteer, EmbeddingMap]:
+    """Carry ``steer`` (trained on ``source_model``) to ``target_model`` (paper v1 App. F; code
+    ``experiments/steer_transfer.py``) through :func:`fit_embedding_map` on the output embeddings of the shared
+    tokens ``source_ids``/``target_ids`` (``[n]`` each; default: every id when both vocabularies have the same size,
+    i.e. one tokenizer -- otherwise use :func:`shared_tokens`). Returns ``(steer on the target, the map with its
+    held-out error)``. The paper generates with the transferred steer at a reduced ``0.5 eps0``.
+
+    Raises:
+        ConfigError: different vocabulary sizes without ids; a steer of another width than the source; see
+            :func:`fit_embedding_map`.
+    """
+    Es, Et = output_embeddings(source_model), output_embeddings(target_model)
+    if steer.d_model != Es.shape[1]:
+        raise ConfigError("steer.d_model", steer.d_model, f"the source model's width {Es.shape[1]}")
+    if source_ids is None or target_ids is None:
+        if Es.shape[0] != Et.shape[0]:
+            raise ConfigError("source_ids/target_ids", None, "shared token ids (shared_tokens(...)) when the "
+                              f"vocabularies differ ({Es.shape[0]} vs {Et.shape[0]})")
+        source_ids = target_ids = torch.arange(Es.shape[0])
+    emap = fit_embedding_map(Es[source_ids.to(Es.device)], Et[target_ids.to(Et.device)].to(Es.device), method,
+                             holdout, seed)
+    emap.A, emap.B = emap.A.to(Et.device), emap.B.to(Et.device)
+    return emap.map_steer(steer), emap
+
+
+# ------------------------------------------------------------------------------------ highlighting
+
+
+def max_subspans(scores: Sequence[float] | Tensor, n_spans: int = 4, max_len: int = 10) -> tuple[list[tuple[int, int]], float]:
+    """At most ``n_spans`` disjoint contiguous spans, each of at most ``max_len`` items, maximising the summed
+    ``scores`` (the authors' ``find_max_subspans``, ``lm_steer/models/model_utils.py``).
+
+    Dynamic programme over ``best[k][i]`` = the best total within the first ``i`` items using at most ``k`` spans:
+    ``best[k][i] = max(best[k][i-1], max_{1<=l<=max_len} best[k-1][i-l-1] + sum(scores[i-l:i]))``; O(T n_spans
+    max_len). Spans are separated by at least one item (the authors' DP lets spans touch and then reads the
+    segments off the in/out tags, so two touching spans come back as one segment longer than ``max_length``; here
+    every returned span is at most ``max_len``). Spans with a non-positive sum are never chosen (fewer spans are
+    returned then). Returns ``([(start, end), ...] half-open, sorted by start; total)``.
+
+    Raises:
+        ConfigError: ``n_spans`` or ``max_len`` below 1.
+    """
+    if int(n_spans) < 1:
+        raise ConfigError("n_spans", n_spans, ">= 1")
+    if int(max_len) < 1:
+        raise ConfigError("max_len", max_len, ">= 1")
+    x = [float(v) for v in (scores.tolist() if isinstance(scores, Tensor) else scores)]
+    T = len(x)
+    csum = [0.0]
+    for v in x:
+        csum.append(csum[-1] + v)
+    best = [[0.0] * (T + 1) for _ in range(n_spans + 1)]
+    choice: list[list[int]] = [[0] * (T + 1) for _ in range(n_spans + 1)]  # 0 = skip item i-1, l = span length
+    for k in range(1, n_spans + 1):
+        prev, cur, ch = best[k - 1], best[k], choice[k]
+        for i in range(1, T + 1):
+            cur[i], ch[i] = cur[i - 1], 0
+            for ln in range(1, min(max_len, i) + 1):
+                val = (prev[i - ln - 1] if i - ln >= 1 else 0.0) + csum[i] - csum[i - ln]  # a gap before the span
+                if val > cur[i] + 1e-12:
+                    cur[i], ch[i] = val, ln
+    spans, k, i = [], n_spans, T
+    while i > 0 and k > 0:
+        ln = choice[k][i]
+        if ln == 0:
+            i -= 1
+        else:
+            spans.append((i - ln, i))
+            i, k = i - ln - 1, k - 1
+    return sorted(spans), best[n_spans][T]
+
+
+@dataclass
+class Highlight:
+    """Keyword highlighting of one text (:func:`highlight`).
+
+    Attributes:
+        spans: ``[(start, end), ...]`` half-open token positions in the input ids (sorted).
+        delta: ``[T-1]`` float, ``delta[t-1] = log P_a(x_t | x_<t) - log P_b(x_t | x_<t)`` (nats), t = 1..T-1.
+        score: the summed delta over the spans.
+    """
+
+    spans: list[tuple[int, int]]
+    delta: Tensor
+    score: float
+
+
+def highlight(model: Any, steer: Steer, input_ids: Tensor, values_a: Tensor | Mapping[str, float],
+              values_b: Tensor | Mapping[str, float], n_spans: int = 4, max_len: int = 10) -> Highlight:
+    """The words of a text that carry a style: per-token log-likelihood difference between two steer settings
+    (e.g. ``{"attr": 1}`` vs ``{"attr": -1}``), then :func:`max_subspans` (authors' ``evidence_words``, defaults
+    ``n_spans = 4``, ``max_len = 10``). ``input_ids``: ``[T]`` or ``[1, T]``. The delta of target ``t`` belongs to
+    token ``t`` (the +1 shift of the authors' code), so spans index ``input_ids`` directly."""
+    ids = input_ids if input_ids.dim() == 2 else input_ids[None]
+    if ids.shape[0] != 1:
+        raise ConfigError("input_ids", tuple(input_ids.shape), "one text: [T] or [1, T]")
+    delta = (token_logprobs(model, ids, steer, values_a) - token_logprobs(model, ids, steer, values_b))[0]
+    spans, score = max_subspans(delta, n_spans, max_len)
+    return Highlight([(a + 1, b + 1) for a, b in spans], delta.detach(), score)
+
+
+# ------------------------------------------------------------------------------------ SVD probe
+
+
+@dataclass
+class SVDDirection:
+    """One singular direction of a steer's ``W`` (:func:`svd_probe`).
+
+    Attributes:
+        index: rank of the direction (0 = largest singular value). singular_value: ``S_j``.
+        top_ids, top_scores: the ``n_tokens`` tokens with the largest ``E v_j`` (descending).
+        bottom_ids, bottom_scores: the ``n_tokens`` with the smallest (ascending).
+        top_tokens, bottom_tokens: their strings when ``decode`` was given, else None.
+    """
+
+    index: int
+    singular_value: float
+    top_ids: list[int]
+    top_scores: list[float]
+    bottom_ids: list[int]
+    bottom_scores: list[float]
+    top_tokens: list[str] | None = None
+    bottom_tokens: list[str] | None = None
+
+
+@torch.no_grad()
+def svd_probe(steer: LMSteer, embeddings: Any, name: str | None = None, k: int = 10, n_tokens: int = 20,
+              contexts: Tensor | None = None, decode: Any = None) -> list[SVDDirection]:
+    """The words a steer's dimensions act on (paper v1 App. G; code ``experiments/pca_analysis.py``).
+
+    ``W = P1 P2^T`` of steer ``name`` (default the first attribute) = ``U diag(S) V^T``. A position with hidden state
+    ``h`` moves by ``eps sum_j S_j (h . u_j) v_j``, so token ``v``'s logit moves by ``eps sum_j S_j (h . u_j)
+    (v_j . e_v)``: direction ``j`` raises the tokens with large ``E v_j`` and lowers those with small ``E v_j``
+    when ``h . u_j > 0``. For each of the first ``k`` directions the tokens are scored by ``E v_j``
+    (``E = embeddings [V, d]``, or the output embeddings of a model) and the ``n_tokens`` highest and lowest are
+    returned. SVD signs are arbitrary; each ``(u_j, v_j)`` pair is flipped so that ``mean(contexts @ u_j) >= 0``
+    when ``contexts [N, d]`` (hidden states of typical positions) are given -- then "top" tokens are those the steer
+    promotes at positive steer values -- else so that the largest ``|E v_j|`` is positive.
+
+    Raises:
+        ConfigError: ``k`` or ``n_tokens`` below 1; embeddings of another width.
+    """
+    if int(k) < 1:
+        raise ConfigError("k", k, ">= 1")
+    if int(n_tokens) < 1:
+        raise ConfigError("n_tokens", n_tokens, ">= 1")
+    E = embeddings if isinstance(embeddings, Tensor) else output_embeddings(embeddings)
+    E = E.detach().float()
+    if E.dim() != 2 or E.shape[1] != steer.d_model:
+        raise ConfigError("embeddings", tuple(E.shape), f"[V, d] with d = {steer.d_model}")
+    W = steer.matrix(name).to(E.device)
+    U, S, Vh = torch.linalg.svd(W)
+    n_tok = min(int(n_tokens), E.shape[0])
+    out = []
+    for j in range(min(int(k), S.shape[0])):
+        u, v = U[:, j], Vh[j]
+        scores = E @ v
+        if contexts is not None:
+            flip = float((contexts.to(E.device).float() @ u).mean()) < 0
+        else:
+            flip = float(scores[scores.abs().argmax()]) < 0
+        if flip:
+            scores = -scores
+        top = torch.topk(scores, n_tok)
+        bot = torch.topk(-scores, n_tok)
+        d = SVDDirection(j, float(S[j]), top.indices.tolist(), top.values.tolist(), bot.indices.tolist(),
+                         (-bot.values).tolist())
+        if decode is not None:
+            d.top_tokens = [decode(i) for i in d.top_ids]
+            d.bottom_tokens = [decode(i) for i in d.bottom_ids]
+        out.append(d)
+    return out
+
+
 __all__ = ["EPSILON0", "LMSteer", "train_steer", "generate", "token_logprobs", "steering", "Steer", "LogitOffset",
-           "ActAdd", "hidden_size", "output_embeddings", "as_steerable"]
+           "ActAdd", "hidden_size", "output_embeddings", "as_steerable", "EmbeddingMap", "fit_embedding_map",
+           "shared_tokens", "transfer_steer", "max_subspans", "Highlight", "highlight", "SVDDirection", "svd_probe"]
