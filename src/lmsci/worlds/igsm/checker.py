@@ -1,0 +1,256 @@
+"""Full-solution checker for iGSM (the metric of Part 2.1 / 2.2, not the loss).
+
+Source: Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Section 3 ("we check the full solution, not only the
+answer"); official ``tools/tools_test.true_correct``: final answer, every mod-23 calculation, every
+dependency, missing (required but absent) and unneeded (present but not required) parameters.
+
+:func:`check_solution` parses a generated solution sentence by sentence::
+
+    Define <param name> as <sym>; [<t> = <hint> = <numbers> = <v>; ...] so <sym> = <hint> = <numbers> = <v>.
+    Define <param name> as [BACK].          (a retracted wrong step of retry data: counted, skipped)
+
+and verifies, per sentence:
+
+* **calculation** (``n_calc_errors``): every number in ``<numbers>`` that stands for a symbol equals that
+  symbol's stated value, and ``<v>`` equals the arithmetic mod 23 of ``<numbers>``;
+* **dependency** (``n_dep_errors``): the parameter exists, is defined once, the parameters its
+  expression uses are exactly its dependencies in the problem, each already defined in the
+  solution, and every symbol is known;
+* **definition** (``n_def_errors``, strict only): the stated value equals the problem's formula
+  (operator, constant) applied to the stated values of its dependencies;
+* **hint** (``n_hint_mismatches``, strict only): a constant in ``<hint>`` equals the number in its place
+  in ``<numbers>`` (the official checker does not compare them).
+
+``correct`` is the official-compatible verdict (``true_correct``): the final answer is right, the text
+parsed, and there are no calculation or dependency errors and no missing parameters (unneeded ones
+are allowed and reported). ``strict_correct`` also needs no definition or hint errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from lmsci.worlds.igsm.world import ANS, BACK, SOL, Problem, _apply, param_expr
+
+_INT = re.compile(r"^-?\d+$")
+_BIN = re.compile(r"^(\S+) ([+*-]) (\S+)$")
+
+
+@dataclass
+class SolutionCheck:
+    """Verdict on one generated solution (see the module docstring for each count)."""
+
+    correct: bool
+    strict_correct: bool
+    answer_correct: bool
+    answer: int | None
+    n_steps: int = 0
+    n_calc_errors: int = 0
+    n_dep_errors: int = 0
+    n_def_errors: int = 0
+    n_hint_mismatches: int = 0
+    n_parse_errors: int = 0
+    n_retries: int = 0
+    missing: list = field(default_factory=list)
+    unneeded: list = field(default_factory=list)
+    n_unneeded_ops: int = 0
+    errors: list = field(default_factory=list)
+
+    @property
+    def n_missing(self) -> int:
+        return len(self.missing)
+
+    @property
+    def n_unneeded(self) -> int:
+        return len(self.unneeded)
+
+
+def split_generated(text: str) -> tuple[str, str | None]:
+    """(solution part, answer part or None) of a document or of a generated continuation: the text
+    after the last ``<sol>`` (all of it if absent), cut at ``<ans>``; ``<eos>``/``<pad>`` removed."""
+    if SOL in text:
+        text = text.rsplit(SOL, 1)[1]
+    ans = None
+    if ANS in text:
+        text, ans = text.split(ANS, 1)
+        ans = ans.replace("<eos>", " ").replace("<pad>", " ").strip().split(" ")[0] if ans.strip() else ""
+    return text.replace("<eos>", " ").replace("<pad>", " "), ans
+
+
+def _tree_refs(e, out):
+    if e[0] == "ref":
+        out.append(e[1])
+    elif e[0] == "bin":
+        _tree_refs(e[2], out)
+        _tree_refs(e[3], out)
+    return out
+
+
+def check_solution(problem: Problem, text: str) -> SolutionCheck:
+    """Check a generated solution of ``problem``.
+
+    Args:
+        problem: the :class:`~lmsci.worlds.igsm.world.Problem` asked.
+        text: the full document, the prompt plus the generated continuation, or the continuation
+            alone (everything after the last ``<sol>``; an ``<ans> n`` tail is read as the answer,
+            otherwise the question parameter's stated value is).
+
+    Returns:
+        :class:`SolutionCheck`. Never raises on malformed text (counted as parse errors).
+    """
+    sol, ans_txt = split_generated(text)
+    mod = problem.mod
+    name2p = problem.name_to_param
+    necessary = set(problem.necessary)
+    sym_val: dict = {}       # symbol -> stated value
+    sym_param: dict = {}     # symbol -> parameter
+    defined: dict = {}       # parameter -> stated value
+    chk = SolutionCheck(correct=False, strict_correct=False, answer_correct=False, answer=None)
+    err = chk.errors.append
+    sentences = [s.strip() for s in sol.split(".")]
+    for s in sentences:
+        if not s:
+            continue
+        chk.n_steps += 1
+        parts = [x.strip() for x in s.split(";")]
+        m = re.match(r"^Define (.+) as (\S+)$", parts[0])
+        if not m:
+            chk.n_parse_errors += 1
+            err(f"unparsed sentence {s[:80]!r}")
+            continue
+        pname, sym = m.group(1), m.group(2)
+        if sym == BACK:
+            chk.n_retries += 1
+            continue
+        p = name2p.get(pname)
+        if p is None:
+            chk.n_dep_errors += 1
+            err(f"unknown parameter {pname!r}")
+            continue
+        if p in defined:
+            chk.n_dep_errors += 1
+            err(f"{pname!r} defined twice")
+        if len(parts) < 2 or not parts[-1].startswith("so "):
+            chk.n_parse_errors += 1
+            err(f"no 'so' step in {s[:80]!r}")
+            continue
+        local: dict = {}  # intermediate symbol -> (value, tree)
+        ok = True
+        final = None
+        for n, step in enumerate(parts[1:]):
+            is_final = n == len(parts) - 2
+            if is_final:
+                step = step[3:]
+            pieces = [x.strip() for x in step.split(" = ")]
+            lhs, rhs = pieces[0], pieces[1:]
+            if (is_final and lhs != sym) or not rhs:
+                chk.n_parse_errors += 1
+                err(f"bad step {step!r}")
+                ok = False
+                break
+            try:
+                val, tree, calc_ok, hint_ok = _eval_step(rhs, sym_val, sym_param, local, mod)
+            except _DepError as e:
+                chk.n_dep_errors += 1
+                err(f"{pname}: {e}")
+                ok = False
+                break
+            except (ValueError, IndexError):
+                chk.n_parse_errors += 1
+                err(f"bad step {step!r}")
+                ok = False
+                break
+            if not calc_ok:
+                chk.n_calc_errors += 1
+                err(f"{pname}: calculation {step!r}")
+            if not hint_ok:
+                chk.n_hint_mismatches += 1
+            if is_final:
+                final = (val, tree)
+            else:
+                local[lhs] = (val, tree)
+        if not ok or final is None:
+            continue
+        val, tree = final
+        # dependencies: the parameters used are exactly p's dependencies, each defined before
+        used = _tree_refs(tree, [])
+        true_expr = param_expr(problem, p)
+        want = _tree_refs(true_expr, [])
+        if sorted(used) != sorted(want):
+            chk.n_dep_errors += 1
+            err(f"{pname}: uses {sorted(used)} instead of {sorted(want)}")
+        else:
+            # definition: the problem's formula on the stated values of the dependencies
+            vals = {u: defined[u] for u in used}
+            if _eval_tree(true_expr, vals, mod) != val:
+                chk.n_def_errors += 1
+                err(f"{pname}: value {val} does not follow the problem's definition")
+        defined[p] = val
+        sym_val[sym] = val
+        sym_param[sym] = p
+    # answer
+    if ans_txt is not None and _INT.match(ans_txt or ""):
+        chk.answer = int(ans_txt)
+    elif problem.question_param in defined:
+        chk.answer = defined[problem.question_param]
+    chk.answer_correct = chk.answer is not None and chk.answer == problem.answer
+    chk.missing = [p for p in problem.necessary if p not in defined]
+    chk.unneeded = [p for p in defined if p not in necessary]
+    from lmsci.worlds.igsm.world import _cost
+
+    chk.n_unneeded_ops = sum(_cost(problem, p) for p in chk.unneeded)
+    chk.correct = (chk.answer_correct and chk.n_parse_errors == 0 and chk.n_calc_errors == 0
+                   and chk.n_dep_errors == 0 and not chk.missing)
+    chk.strict_correct = chk.correct and chk.n_def_errors == 0 and chk.n_hint_mismatches == 0
+    return chk
+
+
+class _DepError(Exception):
+    pass
+
+
+def _operand(tok: str, sym_val, sym_param, local, mod):
+    """(value, tree) of a hint operand: a constant, a parameter symbol or an intermediate symbol."""
+    if _INT.match(tok):
+        return int(tok) % mod, ("num", int(tok) % mod)
+    if tok in local:
+        return local[tok]
+    if tok in sym_val:
+        return sym_val[tok], ("ref", sym_param[tok])
+    raise _DepError(f"symbol {tok!r} used before it is defined")
+
+
+def _eval_step(rhs: list, sym_val, sym_param, local, mod):
+    """rhs of ``lhs = hint [= numbers] = value`` -> (value, tree, calc_ok, hint_ok)."""
+    if len(rhs) == 1:  # "so a = 5": a constant
+        v = int(rhs[0])
+        return v, ("num", v % mod), True, True
+    hint, value = rhs[0], int(rhs[-1])
+    m = _BIN.match(hint)
+    if not m:  # "so a = b = 6": a copy
+        if len(rhs) != 2:
+            raise ValueError(hint)
+        v, tree = _operand(hint, sym_val, sym_param, local, mod)
+        return value, tree, v == value, True
+    a, op, b = m.groups()
+    va, ta = _operand(a, sym_val, sym_param, local, mod)
+    vb, tb = _operand(b, sym_val, sym_param, local, mod)
+    if len(rhs) != 3:
+        raise ValueError(hint)
+    mc = _BIN.match(rhs[1])
+    if not mc or mc.group(2) != op:
+        raise ValueError(rhs[1])
+    ca, cb = int(mc.group(1)), int(mc.group(3))
+    hint_ok = (ta[0] != "num" or ca == va) and (tb[0] != "num" or cb == vb)
+    calc_ok = ((ta[0] == "num" or ca == va) and (tb[0] == "num" or cb == vb)
+               and _apply(op, ca, cb) == value % mod and 0 <= value < mod)
+    return value, ("bin", op, ta, tb), calc_ok, hint_ok
+
+
+def _eval_tree(e, vals, mod):
+    if e[0] == "num":
+        return e[1] % mod
+    if e[0] == "ref":
+        return vals[e[1]]
+    return _apply(e[1], _eval_tree(e[2], vals, mod), _eval_tree(e[3], vals, mod))

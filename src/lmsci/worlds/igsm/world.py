@@ -1,0 +1,962 @@
+"""The iGSM world: hidden category structure, dependency graph, problems and detailed solutions.
+
+Source: Ye, Xu, Li, Allen-Zhu, "Physics of Language Models: Part 2.1, Grade-School Math and the Hidden
+Reasoning Process", arXiv 2407.20311, Section 2 and App. B-C (official generator
+``facebookresearch/iGSM``: ``math_gen/problem_gen.py``, ``data_gen/prototype/id_gen.py``); spec in
+``shared/research/physics_of_lms.md`` section 2. This is our own implementation of that generator
+(own names, own sampler), with the same objects and text format:
+
+* **Structure graph**: one chain of categories (:data:`~lmsci.worlds.igsm.names.CHAINS`), a window of
+  ``d`` in {2, 3, 4} adjacent levels, ``l_i`` in [w0, w1] items per level (w0 <= w1 in {2, 3, 4}) from
+  one name sub-pool per level, and ``e`` edges between adjacent levels (``e = min`` of two
+  U[(d-1) w0, max_edge], clipped to what is feasible). Every item has a parent (below the top) and a
+  child (above the bottom).
+* **Parameters**: instance ``(0, i, j, x)`` = "each item(i,j)'s item(i+1,x)", one per edge (``ip``
+  of them, <= max_edge); abstract ``(1, i, j, k)`` = "each item(i,j)'s category k" for k > i,
+  computed by summing products along the structure graph. ``(-1, 0, 0, 0)`` is the random-number source.
+* **Dependency graph** (:attr:`Problem.graph`, a ``networkx.DiGraph`` over all parameters): every
+  instance parameter is a constant, or "equals X", or the sum / difference of 2, or the sum of 3-4
+  parameters (instance or abstract), optionally "a more than" / "a times as much as" that.
+  Arithmetic is mod 23 (constants 0..22, multipliers 1..22).
+* **op**: the number of operations of the (shortest) solution = sum over the necessary parameters of
+  max(1, binary operations in its sentence) = the number of ``;`` in the solution (a constant
+  ``so e = 6`` and a copy ``so J = e = 6`` count 1, a sum of k terms k - 1, a modifier 1, an
+  abstract parameter over c children c - 1 (or 2c - 1 when it multiplies)).
+
+Sampler (ours; the official one redraws the whole structure on each rejection, ~16 attempts per
+problem): op is drawn *per problem* (``light``: min of two U{1..max_op}, or ``uniform``), then a
+structure, then the dependency design is built backwards from the question parameter with an exact
+op budget: parameters get a random rank, a parameter may only depend on lower ranks (acyclic), each
+necessary parameter's definition is drawn subject to the remaining budget, and leftover budget is
+spent by +1 moves (add a modifier, add a parent). Attempts that miss the op exactly, or whose
+template hash (solution sketch without names, numbers and symbols, mod 23) falls outside the split
+(train 0..15, test 16..22), are rejected and redrawn. Unnecessary parameters then get random
+definitions over lower ranks (they may use necessary ones).
+
+Text (``detail_level = 0``): ``Define <param> as <sym>; [<sym2> = <hint> = <numbers> = <v>; ...] so
+<sym> = <hint> = <numbers> = <v>.``; symbols drawn from the 52 letters a-zA-Z. The document is
+``<prob> problem <sol> solution <ans> answer`` (the official ``[222] problem [223] solution [224]
+answer``), ``pq`` (problem sentences, then the question) or ``qp`` (question first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import random
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Literal, Optional
+
+import numpy as np
+
+from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.worlds.igsm.names import CHAINS, POOLS
+
+RAND = (-1, 0, 0, 0)
+SYMBOLS = string.ascii_lowercase + string.ascii_uppercase
+TRAIN_HASHES = frozenset(range(16))
+TEST_HASHES = frozenset(range(16, 23))
+PROB, SOL, ANS = "<prob>", "<sol>", "<ans>"
+BACK = "[BACK]"
+
+Param = tuple  # (l, i, j, k)
+
+
+@dataclass(frozen=True)
+class IGSMConfig:
+    """One iGSM world (difficulty and text options).
+
+    Args:
+        name: the world's name (e.g. ``"igsm-med"``).
+        max_op: largest op of training problems (``min(U,U)`` / uniform over 1..max_op).
+        max_edge: most instance parameters (edges of the structure graph) in a problem.
+        max_eval_op: largest op that :meth:`IGSMWorld.sample` accepts for ``split="test"`` (out-of-
+            distribution evaluation, e.g. med: 23, hard: 32); default ``max_op + 8``.
+        op_dist: ``"light"`` (the paper's min of two uniforms) or ``"uniform"`` (balanced op).
+        mod: the modulus (23; fixed by the paper's format, other values are refused).
+        fmt: ``"pq"`` (problem then question) or ``"qp"``.
+        reask: :meth:`IGSMWorld.stream` yields re-asked problems (same statement, another question).
+        retry_rate: q in [0, 1) of the retry data (Part 2.2); 0 = error-free.
+        retry_weak: wrong steps drawn from future necessary parameters ("retry_weak") instead of
+            not-yet-computable ones.
+        chains: category chains used (keys of :data:`~lmsci.worlds.igsm.names.CHAINS`).
+        tokenizer: ``"word"`` (word level over the world's vocabulary) or ``"bpe"`` (byte-level BPE).
+
+    Raises:
+        ConfigError: any field out of range (before any work).
+    """
+
+    name: str = "igsm"
+    max_op: int = 15
+    max_edge: int = 20
+    max_eval_op: Optional[int] = None
+    op_dist: Literal["light", "uniform"] = "light"
+    mod: int = 23
+    fmt: Literal["pq", "qp"] = "pq"
+    reask: bool = False
+    retry_rate: float = 0.0
+    retry_weak: bool = False
+    chains: tuple[str, ...] = tuple(CHAINS)
+    tokenizer: Literal["word", "bpe"] = "word"
+
+    def __post_init__(self):
+        if self.max_eval_op is None:
+            object.__setattr__(self, "max_eval_op", self.max_op + 8)
+        if not isinstance(self.max_op, int) or self.max_op < 1:
+            raise ConfigError("max_op", self.max_op, "an integer >= 1")
+        if not isinstance(self.max_edge, int) or self.max_edge < 2:
+            raise ConfigError("max_edge", self.max_edge, "an integer >= 2")
+        if not isinstance(self.max_eval_op, int) or not self.max_op <= self.max_eval_op <= len(SYMBOLS):
+            raise ConfigError("max_eval_op", self.max_eval_op, f"an integer in [max_op={self.max_op}, {len(SYMBOLS)}]")
+        need = min_edges_for_op(self.max_eval_op)
+        if self.max_edge < need:
+            raise ConfigError("max_edge", self.max_edge,
+                              f">= {need} for op up to max_eval_op={self.max_eval_op} (max_op={self.max_op})",
+                              "max_edge too small for op: raise max_edge or lower max_op / max_eval_op")
+        if self.op_dist not in ("light", "uniform"):
+            raise UnknownNameError("op_dist", self.op_dist, ["light", "uniform"])
+        if self.mod != 23:
+            raise ConfigError("mod", self.mod, "23 (the iGSM format's arithmetic)")
+        if self.fmt not in ("pq", "qp"):
+            raise UnknownNameError("fmt", self.fmt, ["pq", "qp"])
+        check_retry_rate(self.retry_rate)
+        if not self.chains:
+            raise ConfigError("chains", self.chains, f"a non-empty subset of {sorted(CHAINS)}")
+        for c in self.chains:
+            if c not in CHAINS:
+                raise UnknownNameError("chains", c, CHAINS)
+        if self.tokenizer not in ("word", "bpe"):
+            raise UnknownNameError("tokenizer", self.tokenizer, ["word", "bpe"])
+
+
+def min_edges_for_op(op: int) -> int:
+    """Smallest ``max_edge`` for which the sampler reaches ``op`` (about op / 2: each instance parameter
+    carries at most 4 operations and abstract ones more; we ask for a margin so rejections stay rare)."""
+    return max(2, math.ceil(op / 2))
+
+
+def check_retry_rate(q: float) -> float:
+    """Raises ConfigError unless 0 <= q < 1."""
+    if not isinstance(q, (int, float)) or not 0.0 <= float(q) < 1.0:
+        raise ConfigError("retry_rate", q, "a number in [0, 1)")
+    return float(q)
+
+
+#: Named worlds. med and hard are the paper's (Part 2.1 App. B); tiny and small are CPU-sized
+#: worlds from the same generator.
+IGSM_WORLDS: dict[str, IGSMConfig] = {
+    "igsm-tiny": IGSMConfig(name="igsm-tiny", max_op=6, max_edge=8, max_eval_op=10),
+    "igsm-small": IGSMConfig(name="igsm-small", max_op=10, max_edge=12, max_eval_op=14),
+    "igsm-med": IGSMConfig(name="igsm-med", max_op=15, max_edge=20, max_eval_op=23),
+    "igsm-hard": IGSMConfig(name="igsm-hard", max_op=21, max_edge=28, max_eval_op=32),
+}
+
+
+def get_world_config(name: str, **overrides) -> IGSMConfig:
+    """The named world's config with ``overrides`` applied. Raises UnknownNameError / ConfigError."""
+    if name not in IGSM_WORLDS:
+        raise UnknownNameError("world", name, IGSM_WORLDS)
+    return replace(IGSM_WORLDS[name], **overrides)
+
+
+# ----------------------------------------------------------------------------------------------------
+# definitions and expressions
+
+
+@dataclass(frozen=True)
+class Definition:
+    """How an instance parameter is defined in the problem text.
+
+    ``parents`` empty: the constant ``c``. Otherwise ``base`` = the parent (one), the sum of the
+    parents (``op="sum"``, 2-4) or ``p0 - p1`` (``op="diff"``); then ``mod_op`` ``"add"`` gives
+    ``c + base``, ``"mul"`` gives ``c * base``, ``None`` gives ``base``.
+    """
+
+    parents: tuple = ()
+    op: Optional[str] = None
+    mod_op: Optional[str] = None
+    c: int = 0
+
+    @property
+    def cost(self) -> int:
+        k = len(self.parents)
+        if k <= 1:
+            return 1
+        return (k - 1) + (1 if self.mod_op else 0)
+
+    def evaluate(self, vals, mod: int = 23) -> int:
+        """The value given the parents' values (``vals[p]`` for every parent)."""
+        if not self.parents:
+            return self.c % mod
+        if self.op == "diff":
+            base = vals[self.parents[0]] - vals[self.parents[1]]
+        else:
+            base = sum(vals[p] for p in self.parents)
+        if self.mod_op == "add":
+            base = self.c + base
+        elif self.mod_op == "mul":
+            base = self.c * base
+        return base % mod
+
+
+def _left_sum(terms: list):
+    e = terms[0]
+    for t in terms[1:]:
+        e = ("bin", "+", e, t)
+    return e
+
+
+def inst_expr(d: Definition):
+    """Expression tree of an instance parameter (``("num", v) | ("ref", p) | ("bin", op, l, r)``),
+    binarised left to right as the official ``Expression.binarify``."""
+    if not d.parents:
+        return ("num", d.c)
+    refs = [("ref", p) for p in d.parents]
+    if len(refs) == 1:
+        base = refs[0]
+    elif d.op == "diff":
+        base = ("bin", "-", refs[0], refs[1])
+    else:
+        base = _left_sum(refs)
+    if d.mod_op == "add":
+        return ("bin", "+", ("num", d.c), base)
+    if d.mod_op == "mul":
+        return ("bin", "*", ("num", d.c), base)
+    return base
+
+
+# ----------------------------------------------------------------------------------------------------
+# the problem
+
+
+@dataclass
+class Problem:
+    """One iGSM problem with its hidden structure and error-free solution.
+
+    Attributes:
+        chain, layers: the category chain and the ``d`` category names used (top first).
+        names: ``names[i][j]`` item j of layer i.
+        children: ``children[i][j]`` sorted child indices (layer i+1) of item (i, j).
+        defs: instance parameter -> :class:`Definition`.
+        problem_order: instance parameters in the order of the problem's sentences.
+        question_param: the parameter asked for; ``necessary``: the solution's parameters in order.
+        values: every parameter -> its value mod 23.
+        symbols: necessary parameter -> its symbol in the solution.
+        sentences / question / solution_sentences: the rendered text pieces (no final ``.``).
+        op: operations of the solution; template_hash: sketch hash mod 23; attempts: sampler attempts
+            (1 + rejections) spent on this problem; fmt: its default format.
+    """
+
+    chain: str
+    layers: tuple
+    names: list
+    children: list
+    defs: dict
+    problem_order: list
+    question_param: Param
+    necessary: list
+    values: dict
+    symbols: dict
+    sentences: list
+    question: str
+    solution_sentences: list
+    op: int
+    template_hash: int
+    attempts: int = 1
+    fmt: str = "pq"
+    mod: int = 23
+
+    # --- names -------------------------------------------------------------------------------------
+    def mention(self, p: Param) -> str:
+        """The parameter as the problem text names it (``each X's Y``)."""
+        l, i, j, k = p
+        return f"each {self.names[i][j]}'s {self.names[i + 1][k] if l == 0 else self.layers[k]}"
+
+    def param_name(self, p: Param) -> str:
+        """The parameter as the solution names it (``X's Y``)."""
+        l, i, j, k = p
+        return f"{self.names[i][j]}'s {self.names[i + 1][k] if l == 0 else self.layers[k]}"
+
+    @cached_property
+    def all_params(self) -> list:
+        """Every parameter of the structure: instance ones (edges), then abstract ones."""
+        d = len(self.layers)
+        inst = [(0, i, j, x) for i in range(d - 1) for j in range(len(self.names[i])) for x in self.children[i][j]]
+        abst = [(1, i, j, k) for i in range(d - 1) for j in range(len(self.names[i])) for k in range(i + 1, d)]
+        return inst + abst
+
+    @cached_property
+    def name_to_param(self) -> dict:
+        return {self.param_name(p): p for p in self.all_params}
+
+    # --- graph -------------------------------------------------------------------------------------
+    def preds(self, p: Param) -> tuple:
+        """Direct dependencies of ``p`` (the random source ``RAND`` for constants and modifiers)."""
+        if p[0] == 0:
+            d = self.defs[p]
+            return (tuple(d.parents) + ((RAND,) if (d.mod_op or not d.parents) else ()))
+        _, i, j, k = p
+        ch = self.children[i][j]
+        out = [(0, i, j, x) for x in ch]
+        if k > i + 1:
+            out += [(1, i + 1, x, k) for x in ch]
+        return tuple(out)
+
+    @cached_property
+    def graph(self):
+        """Dependency graph (``networkx.DiGraph``, edge u -> v: v depends on u) over every parameter
+        and the random source ``(-1, 0, 0, 0)`` (the official ``whole_template``)."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_node(RAND)
+        g.add_nodes_from(self.all_params)
+        for p in self.all_params:
+            for q in self.preds(p):
+                g.add_edge(q, p)
+        return g
+
+    @cached_property
+    def structure(self):
+        """Structure graph (``networkx.DiGraph``) over items ``(i, j)``, edges parent -> child."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for i, row in enumerate(self.names):
+            for j, n in enumerate(row):
+                g.add_node((i, j), name=n, layer=self.layers[i])
+        for i, row in enumerate(self.children):
+            for j, ch in enumerate(row):
+                for x in ch:
+                    g.add_edge((i, j), (i + 1, x))
+        return g
+
+    @property
+    def answer(self) -> int:
+        return self.values[self.question_param]
+
+    @property
+    def n_instance_params(self) -> int:
+        """ip: the number of instance parameters (edges)."""
+        return len(self.defs)
+
+    # --- text --------------------------------------------------------------------------------------
+    @property
+    def solution(self) -> str:
+        """The error-free solution text (leading space, every sentence ending in ``.``)."""
+        return "".join(" " + s + "." for s in self.solution_sentences)
+
+    def problem_text(self, fmt: Optional[str] = None) -> str:
+        """Problem sentences and question in format ``fmt`` (``pq`` or ``qp``; default the problem's)."""
+        fmt = fmt or self.fmt
+        body = "".join(" " + s + "." for s in self.sentences)
+        if fmt == "pq":
+            return body + " " + self.question
+        if fmt == "qp":
+            return " " + self.question + body
+        raise UnknownNameError("fmt", fmt, ["pq", "qp"])
+
+    def prompt(self, fmt: Optional[str] = None) -> str:
+        """What a model continues: ``<prob> problem <sol>``."""
+        return PROB + self.problem_text(fmt) + SOL
+
+    def text(self, fmt: Optional[str] = None, retry_rate: float = 0.0, rng=None,
+             retry_weak: bool = False) -> tuple[str, np.ndarray]:
+        """The training document ``<prob> problem <sol> solution <ans> answer`` and its mistake mask.
+
+        With ``retry_rate = q > 0`` (Part 2.2, arXiv 2408.16293, ``id_retry_gen.py``) each correct
+        solution sentence is preceded by wrong steps ``Define <param> as [BACK].``: one with
+        probability q, a second with q^2, ... (q/(1-q) per step on average). The wrong parameter is
+        one not yet computed and not yet computable (``can_next = 0``), or with ``retry_weak`` a
+        future necessary one. ``rng``: a ``random.Random`` or seed (required when q > 0).
+
+        Returns:
+            ``(text, mask)``: ``mask`` bool ``[len(text)]`` is True on the characters of each mistake
+            ``" Define <param> as"`` (the `` [BACK].`` that retracts it is not masked), so a trainer
+            can drop the loss on mistakes (label masking) with :meth:`IGSMTokenizer.token_mask`.
+
+        Raises:
+            ConfigError: q outside [0, 1), or q > 0 without ``rng``.
+        """
+        q = check_retry_rate(retry_rate)
+        head = self.prompt(fmt)
+        if q == 0.0:
+            t = head + self.solution + ANS + f" {self.answer}"
+            return t, np.zeros(len(t), dtype=bool)
+        if rng is None:
+            raise ConfigError("rng", rng, "a random.Random or an int seed when retry_rate > 0")
+        rnd = rng if isinstance(rng, random.Random) else random.Random(rng)
+        parts, spans, pos = [head], [], len(head)
+        known: set = set()
+        nec = self.necessary
+        allp = self.all_params
+        for t, s in enumerate(self.solution_sentences):
+            if rnd.random() < q:
+                if retry_weak:
+                    pool = nec[t + 1:]
+                else:
+                    pool = [p for p in allp if p not in known
+                            and not all(u in known or u == RAND for u in self.preds(p))]
+                while pool:
+                    w = " Define " + self.param_name(pool[rnd.randrange(len(pool))]) + " as"
+                    spans.append((pos, pos + len(w)))
+                    parts.append(w + " " + BACK + ".")
+                    pos += len(w) + len(BACK) + 2
+                    if rnd.random() >= q:
+                        break
+            sent = " " + s + "."
+            parts.append(sent)
+            pos += len(sent)
+            known.add(nec[t])
+        parts.append(ANS + f" {self.answer}")
+        text = "".join(parts)
+        mask = np.zeros(len(text), dtype=bool)
+        for a, b in spans:
+            mask[a:b] = True
+        return text, mask
+
+    # --- positions for probes ---------------------------------------------------------------------
+    def positions(self, fmt: Optional[str] = None) -> dict:
+        """Character positions in ``text(fmt)[0]`` (a probe reads the prefix ``text[:pos]``):
+        ``end_problem`` (after the problem sentences, before the question in pq), ``end_question``
+        (after the question), ``sol_start`` (after ``<sol>``), ``steps[t]`` (after solution sentence
+        t, t = 0..len(necessary)-1)."""
+        fmt = fmt or self.fmt
+        body = "".join(" " + s + "." for s in self.sentences)
+        qtxt = " " + self.question
+        n0 = len(PROB)
+        if fmt == "pq":
+            end_problem, end_question = n0 + len(body), n0 + len(body) + len(qtxt)
+        else:
+            end_question, end_problem = n0 + len(qtxt), n0 + len(qtxt) + len(body)
+        sol_start = n0 + len(body) + len(qtxt) + len(SOL)
+        steps, pos = [], sol_start
+        for s in self.solution_sentences:
+            pos += len(s) + 2
+            steps.append(pos)
+        return {"end_problem": end_problem, "end_question": end_question, "sol_start": sol_start, "steps": steps}
+
+
+# ----------------------------------------------------------------------------------------------------
+# the sampler
+
+
+class _Reject(Exception):
+    pass
+
+
+def _softmax_choice(rnd: random.Random, rel: float) -> int:
+    # official: values {2,3,4} with logits -(rel - {0.2, 0.5, 0.8})^2
+    w = [math.exp(-(rel - c) ** 2) for c in (0.2, 0.5, 0.8)]
+    u = rnd.random() * sum(w)
+    for v, wi in zip((2, 3, 4), w):
+        u -= wi
+        if u < 0:
+            return v
+    return 4
+
+
+class IGSMWorld:
+    """Sampler of iGSM problems for one :class:`IGSMConfig`.
+
+    ``sample(seed_or_rng, op=None, split="train")`` draws one problem (op drawn from ``op_dist`` when
+    None); ``stream(seed, split, op=None)`` yields problems for ever, deterministic per seed, in
+    constant memory. Counters ``attempts`` / ``problems`` give the rejection rate.
+
+    Raises (from ``sample``):
+        ConfigError: ``op`` above ``max_op`` for the train split, above ``max_eval_op`` for test, or < 1;
+            unknown ``split``.
+    """
+
+    MAX_ATTEMPTS = 2000
+
+    def __init__(self, cfg: IGSMConfig | str = "igsm-med"):
+        self.cfg = get_world_config(cfg) if isinstance(cfg, str) else cfg
+        self.attempts = 0
+        self.problems = 0
+
+    # --- public -----------------------------------------------------------------------------------
+    def draw_op(self, rnd: random.Random) -> int:
+        """op per problem: ``light`` min(U{1..max_op}, U{1..max_op}) (P(op=k) = (2(max_op-k)+1)/max_op^2)
+        or ``uniform``."""
+        m = self.cfg.max_op
+        if self.cfg.op_dist == "uniform":
+            return rnd.randint(1, m)
+        return min(rnd.randint(1, m), rnd.randint(1, m))
+
+    def check_op(self, op: int, split: str) -> None:
+        if split not in ("train", "test"):
+            raise UnknownNameError("split", split, ["train", "test"])
+        hi = self.cfg.max_op if split == "train" else self.cfg.max_eval_op
+        if not isinstance(op, (int, np.integer)) or not 1 <= op <= hi:
+            raise ConfigError("op", op, f"an integer in [1, {hi}] for split={split!r} of {self.cfg.name} "
+                                        f"(max_op={self.cfg.max_op}, max_eval_op={self.cfg.max_eval_op})")
+
+    def sample(self, rng=None, *, op: Optional[int] = None, split: str = "train") -> Problem:
+        """One problem; ``rng`` is a ``random.Random`` or an int seed. See the class docstring."""
+        if op is not None:
+            self.check_op(op, split)
+        elif split not in ("train", "test"):
+            raise UnknownNameError("split", split, ["train", "test"])
+        rnd = rng if isinstance(rng, random.Random) else random.Random(rng)
+        target = op if op is not None else self.draw_op(rnd)
+        hashes = TRAIN_HASHES if split == "train" else TEST_HASHES
+        for attempt in range(1, self.MAX_ATTEMPTS + 1):
+            self.attempts += 1
+            try:
+                p = self._attempt(rnd, target, hashes)
+            except _Reject:
+                continue
+            p.attempts = attempt
+            self.problems += 1
+            return p
+        raise RuntimeError(f"iGSM sampler found no op={target} problem in {self.MAX_ATTEMPTS} attempts "
+                           f"({self.cfg})")
+
+    def stream(self, seed: int, split: str = "train", op: Optional[int] = None) -> Iterator[Problem]:
+        """Problems for ever (op drawn per problem unless fixed), deterministic per ``seed``.
+        With ``cfg.reask`` each problem is re-asked (:meth:`reask`)."""
+        rnd = random.Random(seed)
+        while True:
+            p = self.sample(rnd, op=op, split=split)
+            if self.cfg.reask:
+                r = self.reask(p, rnd)
+                if r is None:
+                    continue
+                p = r
+            yield p
+
+    @property
+    def rejections_per_problem(self) -> float:
+        return (self.attempts - self.problems) / max(1, self.problems)
+
+    # --- structure --------------------------------------------------------------------------------
+    def _structure(self, rnd: random.Random, target: int):
+        cfg = self.cfg
+        rel = (target - 1) / max(1, cfg.max_edge - 1)
+        chain = cfg.chains[rnd.randrange(len(cfg.chains))]
+        for _ in range(100):
+            d = _softmax_choice(rnd, rel)
+            t0, t1 = _softmax_choice(rnd, rel), _softmax_choice(rnd, rel)
+            w0, w1 = min(t0, t1), max(t0, t1)
+            widths = [rnd.randint(w0, w1) for _ in range(d)]
+            lo = sum(max(widths[i], widths[i + 1]) for i in range(d - 1))
+            hi = min(cfg.max_edge, sum(widths[i] * widths[i + 1] for i in range(d - 1)))
+            if lo <= hi:
+                break
+        else:
+            raise _Reject
+        a = max((d - 1) * w0, lo)
+        e = min(rnd.randint(a, max(a, cfg.max_edge)), rnd.randint(a, max(a, cfg.max_edge)))
+        e = min(max(e, lo), hi)
+        start = rnd.randint(0, 4 - d)
+        cats = CHAINS[chain][start:start + d]
+        names = [rnd.sample(POOLS[c][rnd.randrange(5)], w) for c, w in zip(cats, widths)]
+        # edges: every lower item a parent, every upper item a child, then random extra edges
+        adj = [[set() for _ in range(widths[i])] for i in range(d - 1)]
+        n = 0
+        for i in range(d - 1):
+            for x in range(widths[i + 1]):
+                adj[i][rnd.randrange(widths[i])].add(x)
+                n += 1
+            for j in range(widths[i]):
+                if not adj[i][j]:
+                    adj[i][j].add(rnd.randrange(widths[i + 1]))
+                    n += 1
+        if n < e:
+            free = [(i, j, x) for i in range(d - 1) for j in range(widths[i]) for x in range(widths[i + 1])
+                    if x not in adj[i][j]]
+            for i, j, x in rnd.sample(free, min(len(free), e - n)):
+                adj[i][j].add(x)
+        children = [[sorted(s) for s in row] for row in adj]
+        return chain, tuple(cats), names, children
+
+    # --- one attempt ------------------------------------------------------------------------------
+    def _attempt(self, rnd: random.Random, target: int, hashes) -> Problem:
+        chain, layers, names, children = self._structure(rnd, target)
+        d = len(layers)
+        inst = [(0, i, j, x) for i in range(d - 1) for j in range(len(names[i])) for x in children[i][j]]
+        rnd.shuffle(inst)
+        rank = {p: r for r, p in enumerate(inst)}
+        deps: dict = {}
+        acost: dict = {}
+        abst = []
+        for i in range(d - 2, -1, -1):
+            for j in range(len(names[i])):
+                ch = children[i][j]
+                c = len(ch)
+                for k in range(i + 1, d):
+                    a = (1, i, j, k)
+                    dd = [(0, i, j, x) for x in ch]
+                    if k > i + 1:
+                        dd += [(1, i + 1, x, k) for x in ch]
+                        acost[a] = 2 * c - 1
+                    else:
+                        acost[a] = max(1, c - 1)
+                    deps[a] = dd
+                    rank[a] = max(rank[u] for u in dd)
+                    abst.append(a)
+        # order: by rank, instance before abstract of the same rank, deeper abstract first
+        order = sorted(inst + abst, key=lambda p: (rank[p], p[0], -p[1]))
+        pos = {p: n for n, p in enumerate(order)}
+
+        defs: dict = {}
+        nec: set = set()
+        total = 0
+        pending: list = []  # heap of (-rank, param)
+
+        def closure_new(p, extra: set) -> int:
+            """cost of adding p (and what it forces) to nec ∪ extra; adds to extra."""
+            if p in nec or p in extra:
+                return 0
+            extra.add(p)
+            if p[0] == 0:
+                return 1
+            return acost[p] + sum(closure_new(u, extra) for u in deps[p])
+
+        def commit(extra: set) -> None:
+            nonlocal total
+            for p in extra:
+                nec.add(p)
+                if p[0] == 0:
+                    total += 1
+                    heapq.heappush(pending, (-rank[p], p))
+                else:
+                    total += acost[p]
+
+        # question
+        qs = inst + abst
+        for _ in range(20):
+            qp = qs[rnd.randrange(len(qs))]
+            ex: set = set()
+            if closure_new(qp, ex) <= target:
+                commit(ex)
+                break
+        else:
+            raise _Reject
+
+        def define(p, slack_pool: int):
+            """Draw p's definition within budget; returns (Definition, extra set, delta)."""
+            cands = order[:pos[p]]
+            R = target - total
+            npend = len(pending) + 1
+            desire = R / npend
+            kmax = min(4, len(cands))
+            best = None
+            for _ in range(8):
+                if kmax == 0:
+                    break
+                if desire >= 1.5:
+                    wk = (0.5, 1.5, 2.0, 2.0, 1.5)
+                elif desire > 0.3:
+                    wk = (1.0, 2.0, 2.0, 1.0, 0.5)
+                else:
+                    wk = (2.0, 2.0, 0.7, 0.2, 0.1)
+                k = rnd.choices(range(kmax + 1), weights=wk[:kmax + 1])[0]
+                if k == 0:
+                    break
+                reuse = [c for c in cands if c in nec]
+                fresh = [c for c in cands if c not in nec]
+                p_new = min(0.9, max(0.15, desire / 2.5))
+                chosen: list = []
+                for _ in range(k):
+                    src = fresh if (fresh and (not reuse or rnd.random() < p_new)) else reuse
+                    src = [c for c in src if c not in chosen] or [c for c in cands if c not in chosen]
+                    chosen.append(src[rnd.randrange(len(src))])
+                if k == 2 and rnd.random() < 0.5:
+                    op_ = "diff"
+                else:
+                    op_ = "sum" if k >= 2 else None
+                mod_op = None
+                if rnd.random() < 0.5:
+                    mod_op = "add" if rnd.random() < 0.5 else "mul"
+                df = Definition(tuple(chosen), op_, mod_op, rnd.randint(1, 22) if mod_op == "mul" else rnd.randint(0, 22))
+                ex: set = set()
+                delta = df.cost - 1 + sum(closure_new(c, ex) for c in chosen)
+                if delta <= R:
+                    return df, ex, delta
+                if best is None:
+                    best = None
+            return Definition((), None, None, rnd.randint(0, 22)), set(), 0
+
+        def run_pending():
+            nonlocal total
+            while pending:
+                _, p = heapq.heappop(pending)
+                df, ex, delta = define(p, 0)
+                defs[p] = df
+                total += df.cost - 1
+                commit(ex)
+
+        run_pending()
+        # spend the leftover budget with +1 moves (and growth moves that add a fresh parent)
+        for _ in range(60):
+            R = target - total
+            if R <= 0:
+                break
+            ps = [p for p in nec if p[0] == 0]
+            p = ps[rnd.randrange(len(ps))]
+            df = defs[p]
+            cands = order[:pos[p]]
+            k = len(df.parents)
+            move = rnd.random()
+            if k >= 2 and not df.mod_op and move < 0.35:
+                nd = replace(df, mod_op="add" if rnd.random() < 0.5 else "mul", c=rnd.randint(1, 22))
+                defs[p] = nd
+                total += 1
+                continue
+            if k >= 4 or not cands:
+                continue
+            opts = [c for c in cands if c not in df.parents]
+            if not opts:
+                continue
+            if move < 0.7:
+                opts_r = [c for c in opts if c in nec]
+                if opts_r:
+                    opts = opts_r
+            c = opts[rnd.randrange(len(opts))]
+            parents = df.parents + (c,)
+            op_ = "sum" if len(parents) >= 2 else None
+            if df.op == "diff" or (len(parents) == 2 and rnd.random() < 0.5):
+                op_ = "diff" if len(parents) == 2 else "sum"
+            mod_op, cc = df.mod_op, df.c
+            if not parents[:-1]:  # a constant becomes "equals c more/times than X" or "equals X"
+                mod_op = None if rnd.random() < 0.5 else ("add" if rnd.random() < 0.5 else "mul")
+                cc = rnd.randint(1, 22)
+            nd = Definition(parents, op_, mod_op, cc)
+            ex: set = set()
+            delta = nd.cost - df.cost + closure_new(c, ex)
+            if delta <= R:
+                defs[p] = nd
+                total += nd.cost - df.cost
+                commit(ex)
+                run_pending()
+        if total != target:
+            raise _Reject
+
+        # solution order: random topological order of the necessary parameters (question last)
+        indeg = {}
+        succ: dict = {p: [] for p in nec}
+        for p in nec:
+            ps = defs[p].parents if p[0] == 0 else deps[p]
+            indeg[p] = len(ps)
+            for u in ps:
+                succ[u].append(p)
+        ready = [p for p in nec if indeg[p] == 0]
+        ready.sort()
+        sol = []
+        while ready:
+            p = ready.pop(rnd.randrange(len(ready)))
+            sol.append(p)
+            for v in succ[p]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    ready.append(v)
+        assert len(sol) == len(nec) and sol[-1] == qp
+
+        # template hash over the solution sketch (no names, numbers, symbols)
+        idx = {p: n for n, p in enumerate(sol)}
+        sk = []
+        for p in sol:
+            if p[0] == 0:
+                df = defs[p]
+                sk.append((0, df.op, df.mod_op, tuple(idx[u] for u in df.parents)))
+            else:
+                sk.append((1, p[3] - p[1], tuple(idx[u] for u in deps[p])))
+        sk.append((d, len(inst)))
+        h = int.from_bytes(hashlib.blake2b(repr(sk).encode(), digest_size=8).digest(), "little") % 23
+        if h not in hashes:
+            raise _Reject
+
+        # unnecessary instance parameters: random definitions over lower ranks
+        for p in inst:
+            if p in defs:
+                continue
+            cands = order[:pos[p]]
+            k = rnd.choices(range(min(4, len(cands)) + 1), weights=(1.0, 2.0, 2.0, 1.0, 0.5)[:min(4, len(cands)) + 1])[0]
+            if k == 0:
+                defs[p] = Definition((), None, None, rnd.randint(0, 22))
+                continue
+            chosen = tuple(rnd.sample(cands, k))
+            op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
+            mod_op = None if rnd.random() < 0.5 else ("add" if rnd.random() < 0.5 else "mul")
+            defs[p] = Definition(chosen, op_, mod_op, rnd.randint(1, 22) if mod_op == "mul" else rnd.randint(0, 22))
+
+        # values of every parameter, in rank order
+        values: dict = {}
+        for p in order:
+            if p[0] == 0:
+                values[p] = defs[p].evaluate(values)
+            else:
+                _, i, j, k = p
+                if k == i + 1:
+                    values[p] = sum(values[u] for u in deps[p]) % 23
+                else:
+                    ch = children[i][j]
+                    values[p] = sum(values[(0, i, j, x)] * values[(1, i + 1, x, k)] for x in ch) % 23
+
+        problem_order = list(inst)
+        rnd.shuffle(problem_order)
+        prob = Problem(chain=chain, layers=layers, names=names, children=children, defs=defs,
+                       problem_order=problem_order, question_param=qp, necessary=sol, values=values, symbols={},
+                       sentences=[], question="", solution_sentences=[], op=target, template_hash=h,
+                       fmt=self.cfg.fmt)
+        render(prob, rnd)
+        return prob
+
+    def reask(self, problem: Problem, rng=None, op: Optional[int] = None) -> Optional[Problem]:
+        """The same problem statement asked about another parameter (Part 2.1 ``reask``): same
+        structure, definitions and numbers; a different question parameter, its own necessary set,
+        solution and op. ``op`` restricts to questions with that op. Returns None if none fits."""
+        rnd = rng if isinstance(rng, random.Random) else random.Random(rng)
+        cands = [p for p in problem.all_params if p != problem.question_param]
+        rnd.shuffle(cands)
+        for q in cands:
+            nec = nx_ancestors(problem, q)
+            o = sum(_cost(problem, p) for p in nec)
+            if op is not None and o != op:
+                continue
+            if o > self.cfg.max_eval_op:
+                continue
+            return _reasked(problem, q, nec, o, rnd)
+        return None
+
+
+def _cost(problem: Problem, p: Param) -> int:
+    if p[0] == 0:
+        return problem.defs[p].cost
+    _, i, j, k = p
+    c = len(problem.children[i][j])
+    return max(1, c - 1) if k == i + 1 else 2 * c - 1
+
+
+def nx_ancestors(problem: Problem, q: Param) -> set:
+    """``q`` and every parameter it depends on (without the random source)."""
+    out, stack = {q}, [q]
+    while stack:
+        p = stack.pop()
+        for u in problem.preds(p):
+            if u != RAND and u not in out:
+                out.add(u)
+                stack.append(u)
+    return out
+
+
+def _reasked(problem: Problem, q: Param, nec: set, op: int, rnd: random.Random) -> Problem:
+    indeg = {p: 0 for p in nec}
+    succ: dict = {p: [] for p in nec}
+    for p in nec:
+        for u in problem.preds(p):
+            if u != RAND:
+                indeg[p] += 1
+                succ[u].append(p)
+    ready = sorted(p for p in nec if indeg[p] == 0)
+    sol = []
+    while ready:
+        p = ready.pop(rnd.randrange(len(ready)))
+        sol.append(p)
+        for v in succ[p]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    new = replace(problem, question_param=q, necessary=sol, symbols={}, sentences=[], question="",
+                  solution_sentences=[], op=op)
+    new.__dict__.pop("graph", None)
+    render(new, rnd, keep_problem_order=True)
+    return new
+
+
+# ----------------------------------------------------------------------------------------------------
+# rendering
+
+
+def abstract_expr(problem: Problem, p: Param):
+    _, i, j, k = p
+    ch = problem.children[i][j]
+    if k == i + 1:
+        terms = [("ref", (0, i, j, x)) for x in ch]
+    else:
+        terms = [("bin", "*", ("ref", (0, i, j, x)), ("ref", (1, i + 1, x, k))) for x in ch]
+    return _left_sum(terms)
+
+
+def param_expr(problem: Problem, p: Param):
+    """Expression tree of parameter ``p`` (see :func:`inst_expr`)."""
+    return inst_expr(problem.defs[p]) if p[0] == 0 else abstract_expr(problem, p)
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    return (a + b) % 23 if op == "+" else ((a - b) % 23 if op == "-" else (a * b) % 23)
+
+
+def render(problem: Problem, rnd: random.Random, keep_problem_order: bool = False) -> None:
+    """Fill ``sentences``, ``question``, ``symbols`` and ``solution_sentences`` of ``problem``."""
+    m = problem.mention
+    if not problem.sentences:
+        sents = []
+        for p in problem.problem_order:
+            df = problem.defs[p]
+            if not df.parents:
+                sents.append(f"The number of {m(p)} equals {df.c}")
+                continue
+            ms = [m(u) for u in df.parents]
+            if len(ms) == 1:
+                base = ms[0]
+            elif df.op == "diff":
+                base = f"the difference of {ms[0]} and {ms[1]}"
+            elif len(ms) == 2:
+                base = f"the sum of {ms[0]} and {ms[1]}"
+            else:
+                base = "the sum of " + ", ".join(ms[:-1]) + " and " + ms[-1]
+            if df.mod_op == "add":
+                base = f"{df.c} more than {base}"
+            elif df.mod_op == "mul":
+                base = f"{df.c} times as much as {base}"
+            sents.append(f"The number of {m(p)} equals {base}")
+        problem.sentences = sents
+    l, i, j, k = problem.question_param
+    what = problem.names[i + 1][k] if l == 0 else problem.layers[k]
+    problem.question = f"How many {what} does {problem.names[i][j]} have?"
+
+    syms = rnd.sample(SYMBOLS, len(SYMBOLS))
+    si = 0
+    vals = problem.values
+    out = []
+    symbols = {}
+    for p in problem.necessary:
+        s = syms[si]
+        si += 1
+        symbols[p] = s
+        lines: list = []
+
+        def operand(e):
+            nonlocal si
+            if e[0] == "num":
+                return str(e[1]), e[1]
+            if e[0] == "ref":
+                return symbols[e[1]], vals[e[1]]
+            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
+            r = _apply(e[1], v1, v2)
+            t = syms[si]
+            si += 1
+            lines.append(f"{t} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}")
+            return t, r
+
+        e = param_expr(problem, p)
+        if e[0] == "num":
+            final = f"so {s} = {e[1]}"
+        elif e[0] == "ref":
+            final = f"so {s} = {symbols[e[1]]} = {vals[e[1]]}"
+        else:
+            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
+            r = _apply(e[1], v1, v2)
+            assert r == vals[p], (p, r, vals[p])
+            final = f"so {s} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}"
+        lines.append(final)
+        out.append(f"Define {problem.param_name(p)} as {s}; " + "; ".join(lines))
+    problem.symbols = symbols
+    problem.solution_sentences = out

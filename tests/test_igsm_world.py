@@ -1,0 +1,292 @@
+"""The iGSM world (lmsci.worlds.igsm): op exact, hash split, checker accepts every generated solution and
+rejects each kind of corruption, retry data and its mask, probe labels, tokenizer, determinism, errors."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from lmsci.errors import ConfigError
+from lmsci.worlds.igsm import BACK, IGSM_WORLDS, RAND, TEST_HASHES, TRAIN_HASHES, IGSMConfig, IGSMWorld
+from lmsci.worlds.igsm.checker import check_solution
+from lmsci.worlds.igsm.labels import probe_labels
+from lmsci.worlds.igsm.tokenizer import IGSMTokenizer, packed_windows
+
+
+@pytest.fixture(scope="module")
+def med():
+    return IGSMWorld("igsm-med")
+
+
+@pytest.fixture(scope="module")
+def problems(med):
+    rnd = random.Random(0)
+    return [med.sample(rnd) for _ in range(120)]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return IGSMTokenizer()
+
+
+def test_op_equals_requested_and_semicolons(med):
+    for op in (1, 2, 5, 9, 15):
+        for s in range(6):
+            p = med.sample(s, op=op)
+            assert p.op == op == p.solution.count(";")
+    for op in (18, 23):  # out of distribution, test split
+        p = med.sample(1, op=op, split="test")
+        assert p.op == op == p.solution.count(";")
+
+
+def test_light_distribution_per_problem(med):
+    rnd = random.Random(5)
+    ops = [med.draw_op(rnd) for _ in range(20000)]
+    freq1 = ops.count(1) / len(ops)
+    assert abs(freq1 - 29 / 225) < 0.01 and 15 in ops and max(ops) == 15  # op drawn per problem
+
+
+def test_hash_split_disjoint(med):
+    rnd = random.Random(1)
+    tr = {med.sample(rnd, op=6).template_hash for _ in range(40)}
+    te = {med.sample(rnd, op=6, split="test").template_hash for _ in range(20)}
+    assert tr <= TRAIN_HASHES and te <= TEST_HASHES and not tr & te
+
+
+def test_graph_is_dag_and_values_follow_it(problems):
+    for p in problems[:30]:
+        g = p.graph
+        assert isinstance(g, nx.DiGraph) and nx.is_directed_acyclic_graph(g)
+        assert set(p.necessary) == nx.ancestors(g, p.question_param) - {RAND} | {p.question_param}
+        assert p.n_instance_params <= 20 and all(0 <= v < 23 for v in p.values.values())
+        for q, df in p.defs.items():
+            assert df.evaluate(p.values) == p.values[q]
+        assert p.answer == p.values[p.question_param]
+
+
+def test_checker_accepts_every_generated_solution(problems):
+    for p in problems:
+        for fmt in ("pq", "qp"):
+            c = check_solution(p, p.text(fmt)[0])
+            assert c.correct and c.strict_correct and c.answer_correct, c.errors
+            assert not c.missing and not c.unneeded and c.n_retries == 0
+        # the continuation alone (what a model generates after the prompt) is enough
+        assert check_solution(p, p.solution).correct
+
+
+def _sentences(p):
+    return list(p.solution_sentences)
+
+
+def _join(sents):
+    return "".join(" " + s + "." for s in sents)
+
+
+def test_checker_rejects_a_changed_value(problems):
+    n = 0
+    for p in problems:
+        s = _sentences(p)
+        t = len(s) - 1
+        m = re.search(r"= (\d+)$", s[t])
+        v = (int(m.group(1)) + 5) % 23
+        s[t] = s[t][:m.start(1)] + str(v)
+        c = check_solution(p, _join(s))
+        assert not c.correct and not c.answer_correct
+        if ";" in s[t].split("so ")[-1] or s[t].count("=") > 1:
+            n += c.n_calc_errors > 0
+    assert n > 0
+
+
+def test_checker_rejects_a_wrong_calculation(problems):
+    hits = 0
+    for p in problems:
+        s = _sentences(p)
+        for t, sent in enumerate(s):
+            m = re.search(r"= (\d+) ([+*-]) (\d+) = (\d+)$", sent)
+            if m:
+                s[t] = sent[:m.start(4)] + str((int(m.group(4)) + 1) % 23)
+                c = check_solution(p, _join(s))
+                assert not c.correct and c.n_calc_errors >= 1
+                hits += 1
+                break
+    assert hits > 10
+
+
+def test_checker_rejects_a_wrong_dependency(problems):
+    hits = 0
+    for p in problems:
+        s = _sentences(p)
+        syms = p.symbols
+        for t in range(1, len(s)):
+            cur = p.necessary[t]
+            m = re.search(r"so \S+ = (\S+) = (\d+)$", s[t])  # a copy "so J = e = 6"
+            if not m:
+                continue
+            other = [q for q in p.necessary[:t] if syms[q] != m.group(1)]
+            if not other:
+                continue
+            q = other[0]
+            s[t] = s[t][:m.start(1)] + syms[q] + " = " + str(p.values[q])
+            c = check_solution(p, _join(s))
+            assert not c.correct and c.n_dep_errors >= 1, (cur, c.errors)
+            hits += 1
+            break
+    assert hits > 5
+
+
+def test_checker_rejects_a_missing_step(problems):
+    for p in problems[:40]:
+        if len(p.necessary) < 2:
+            continue
+        s = _sentences(p)
+        del s[0]
+        c = check_solution(p, _join(s))
+        assert not c.correct and p.necessary[0] in c.missing
+
+
+def test_checker_counts_an_unneeded_step(problems):
+    hits = 0
+    for p in problems:
+        const = [q for q, df in p.defs.items() if not df.parents and q not in set(p.necessary)]
+        free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in set(p.symbols.values())]
+        if not const or not free:
+            continue
+        q = const[0]
+        extra = f"Define {p.param_name(q)} as {free[0]}; so {free[0]} = {p.defs[q].c}"
+        c = check_solution(p, _join([extra] + _sentences(p)))
+        assert c.correct and c.unneeded == [q] and c.n_unneeded_ops == 1  # allowed, but reported
+        hits += 1
+    assert hits > 5
+
+
+def test_checker_survives_garbage(problems):
+    p = problems[0]
+    for txt in ("", "Define", "Define x as ; so = =", "blah. Define A's B as c; so c = 1 + = 3.", "<sol> <ans> x"):
+        c = check_solution(p, txt)
+        assert not c.correct
+
+
+def test_retry_rate_and_mask(problems):
+    q = 0.3
+    rnd = random.Random(3)
+    n_back = n_steps = 0
+    for p in problems:
+        text, mask = p.text(retry_rate=q, rng=rnd)
+        c = check_solution(p, text)
+        assert c.correct  # retracted steps do not count against the solution
+        n_back += c.n_retries
+        n_steps += len(p.necessary)
+        assert text.count(BACK) == c.n_retries
+        # the mask covers exactly the " Define X as" of each wrong step
+        spans = [(m.start(), m.end()) for m in re.finditer(r" Define [^.;]*? as(?= \[BACK\])", text)]
+        want = np.zeros(len(text), bool)
+        for a, b in spans:
+            want[a:b] = True
+        assert (mask == want).all()
+    rate = n_back / n_steps
+    assert 0.25 < rate < 0.6  # q/(1-q) = 0.43 per step, less where no wrong parameter exists
+
+
+def test_retry_wrong_params_are_not_computable(problems):
+    rnd = random.Random(4)
+    for p in problems[:40]:
+        text, _ = p.text(retry_rate=0.5, rng=rnd)
+        known: set = set()
+        for sent in text.split("<sol>")[1].split("<ans>")[0].split("."):
+            m = re.match(r" Define (.+) as (\S+)$", sent) or re.match(r" Define (.+) as (\S+);", sent)
+            if not m:
+                continue
+            q = p.name_to_param[m.group(1)]
+            if m.group(2) == BACK:
+                assert q not in known and not all(u in known or u == RAND for u in p.preds(q))
+            else:
+                known.add(q)
+        text_w, _ = p.text(retry_rate=0.5, rng=rnd, retry_weak=True)
+        for name in re.findall(r" Define ([^.;]+) as \[BACK\]", text_w):
+            assert p.name_to_param[name] in set(p.necessary)
+
+
+def test_probe_labels(problems, tok):
+    p = problems[3]
+    text = p.text()[0]
+    items = probe_labels(p)
+    nece = [i for i in items if i.task == "nece"]
+    assert sum(i.target for i in nece) == len(p.necessary)
+    assert all(text[:i.position_char].endswith("?") for i in nece)
+    dep = [i for i in items if i.task == "dep"]
+    g = p.graph
+    for i in dep[:200]:
+        assert i.target == int(i.param2 in nx.ancestors(g, i.param))
+    assert all(text[:i.position_char].endswith(".") and "How many" not in text[:i.position_char] for i in dep)
+    last = len(p.necessary)
+    known = [i for i in items if i.task == "known" and i.step == last]
+    assert {i.param for i in known if i.target} == set(p.necessary)
+    val = [i for i in items if i.task == "value" and i.step == last and i.target != 23]
+    assert all(p.values[i.param] == i.target for i in val)
+    nn = [i for i in items if i.task == "nece_next" and i.step == 0 and i.target]
+    assert nn and all(i.param in set(p.necessary) for i in nn)
+    ids, offs = tok.encode_with_offsets(text)
+    k = tok.token_index(offs, nece[0].position_char)
+    assert tok.decode(ids[:k + 1]) == text[:nece[0].position_char]
+    assert len(probe_labels(p, max_per_task=10, rng=0)) == 60
+
+
+def test_tokenizer_round_trip_and_specials(problems, tok):
+    for p in problems[:30]:
+        for t in (p.text()[0], p.text("qp")[0], p.text(retry_rate=0.5, rng=1)[0]):
+            ids = tok.encode(t)
+            assert tok.decode(ids) == t and max(ids) < tok.vocab_size
+    assert len({tok.pad_id, tok.bos_id, tok.eos_id, tok.back_id}) == 4
+    assert tok.encode(" 7") == [tok.token_id(" 7")]
+
+
+def test_packed_windows_and_mistake_masking(med, tok):
+    it = packed_windows(med, tok, seq_len=64, batch_size=3, seed=2, retry_rate=0.5, mask_mistakes=True)
+    x, y = next(it)
+    assert x.shape == y.shape == (3, 64)
+    assert (x[:, 1:] == y[:, :-1]).logical_or(y[:, :-1] == -100).all()
+    x2, y2 = next(packed_windows(med, tok, seq_len=64, batch_size=3, seed=2, retry_rate=0.5, mask_mistakes=True))
+    assert (x == x2).all() and (y == y2).all()
+    xs = [next(it)[1] for _ in range(5)]
+    assert any((b == -100).any() for b in xs)
+
+
+def test_determinism_per_seed(med):
+    a = [p.text()[0] for p, _ in zip(med.stream(7), range(5))]
+    b = [p.text()[0] for p, _ in zip(IGSMWorld("igsm-med").stream(7), range(5))]
+    c = [p.text()[0] for p, _ in zip(med.stream(8), range(5))]
+    assert a == b and a != c
+
+
+def test_reask_keeps_statement(problems, med):
+    p = problems[5]
+    r = med.reask(p, 0)
+    assert r is not None and r.question_param != p.question_param
+    assert r.sentences == p.sentences and check_solution(r, r.text()[0]).correct
+
+
+def test_named_worlds_and_bad_input(med):
+    assert {"igsm-tiny", "igsm-small", "igsm-med", "igsm-hard"} <= set(IGSM_WORLDS)
+    assert (IGSM_WORLDS["igsm-med"].max_op, IGSM_WORLDS["igsm-med"].max_edge) == (15, 20)
+    assert (IGSM_WORLDS["igsm-hard"].max_op, IGSM_WORLDS["igsm-hard"].max_edge) == (21, 28)
+    tiny = IGSMWorld("igsm-tiny")
+    assert tiny.sample(0, op=6).op == 6
+    with pytest.raises(ConfigError, match="op"):
+        med.sample(0, op=16)  # above max_op for training
+    with pytest.raises(ConfigError, match="op"):
+        med.sample(0, op=24, split="test")  # above max_eval_op
+    with pytest.raises(ConfigError, match="max_edge"):
+        IGSMConfig(max_op=15, max_edge=5)
+    with pytest.raises(ConfigError, match="chains"):
+        IGSMConfig(chains=("supermarket", "castle"))
+    for q in (-0.1, 1.0, 1.5):
+        with pytest.raises(ConfigError, match="retry_rate"):
+            IGSMConfig(retry_rate=q)
+        with pytest.raises(ConfigError, match="retry_rate"):
+            med.sample(0).text(retry_rate=q, rng=0)
+    with pytest.raises(ConfigError, match="world"):
+        IGSMWorld("igsm-huge")
