@@ -374,3 +374,50 @@ def test_actadd_from_contrast(kind):
     torch.testing.assert_close(cache["blocks.0.resid_post"].mean((0, 1)), mp, rtol=1e-4, atol=1e-5)
     with pytest.raises(ConfigError, match="layer"):
         ActAdd.from_contrast(model, 3, data[:2], data[2:4])
+
+
+# ------------------------------------------------------------------------------------ loss, io, analysis
+
+
+def test_fused_loss_equals_plain_and_padding_is_masked():
+    from lmsci.methods.steering import mean_nll, pad_batch
+
+    model = _gpt()
+    steer = LMSteer(D, epsilon=0.5, seed=1)
+    ids, mask = pad_batch([[1, 2, 3, 4, 5], [6, 7], [8, 9, 10]], pad_id=0)
+    with steering(model, steer, steer.values(attr=2.0)):
+        fused, plain = mean_nll(model, ids, mask), mean_nll(model, ids, mask, fused=False)
+        one = mean_nll(model, ids[1:2, :2], mask[1:2, :2])
+        other_pad = ids.clone()
+        other_pad[mask == 0] = 31
+        assert mean_nll(model, other_pad, mask).item() == pytest.approx(fused.item(), rel=1e-6)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    lp = token_logprobs(model, ids, steer, steer.values(attr=2.0), attention_mask=mask)
+    assert lp.shape == (3, 4) and lp[1, 1:].eq(0).all()
+    assert float(-lp.sum() / 7) == pytest.approx(fused.item(), rel=1e-5)
+    assert float(-lp[1, 0]) == pytest.approx(one.item(), rel=1e-5)
+
+
+def test_save_load_and_analysis(tmp_path):
+    from lmsci.methods.lm_steer import load_steer, save_steer, steer_analysis, unembed_inputs
+
+    model = _gpt()
+    data, labels = _task()
+    steer = train_steer(model, data, labels, steps=30, batch_size=16, epsilon=0.1, lr=0.05, rank=8)
+    for s in (steer, LogitOffset(V), ActAdd(D, 0, names=("x", "y"), dummy=False)):
+        with torch.no_grad():
+            for p in s.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+        back = load_steer(save_steer(s, tmp_path / type(s).__name__))
+        assert type(back) is type(s) and back.names == s.names and back.dummies == s.dummies
+        assert back.epsilon == s.epsilon
+        for a, b in zip(s.parameters(), back.parameters()):
+            assert torch.equal(a, b)
+    res = steer_analysis(model, steer, data[0])  # a positive text: best explained at a positive steer value
+    assert res["best"] > 0 and len(res["loss"]) == 7 and sum(res["distribution"]) == pytest.approx(1.0)
+    assert steer_analysis(model, steer, data[-1])["best"] < 0
+    h = unembed_inputs(model, data[:2], torch.tensor([[1] * 10, [1] * 4 + [0] * 6]))
+    assert h.shape == (14, D)
+    with model.hooks(cache="final") as cache:
+        model(data[:1])
+    torch.testing.assert_close(h[:10], cache["final"][0])

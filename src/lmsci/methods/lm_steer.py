@@ -53,8 +53,11 @@ Shapes and API (``B`` batch, ``T`` sequence, ``K`` steers, ``V`` vocabulary, ``d
 * :func:`generate`, :func:`token_logprobs` (from :mod:`lmsci.methods.steering`): decode / score with steer values.
 * :func:`fit_embedding_map`, :func:`transfer_steer`: a steer moved to another LM through a closed-form map between
   output-embedding spaces on shared tokens, with the held-out mapping error.
-* :func:`max_subspans`, :func:`highlight`: keyword highlighting by dynamic programming.
-* :func:`svd_probe`: per singular direction of ``W``, the tokens scoring highest and lowest.
+* :func:`max_subspans`, :func:`highlight`: keyword highlighting by dynamic programming; :func:`steer_analysis`:
+  the steer value that explains a text best.
+* :func:`svd_probe`: per singular direction of ``W``, the tokens scoring highest and lowest
+  (``contexts`` from :func:`unembed_inputs`).
+* :func:`save_steer`, :func:`load_steer`: a steer on disk (``steer.json`` + ``steer.safetensors``).
 
 Models: an lmsci GPT (the steer sits on hook point ``final``, the input of ``lm_head``) or any Hugging Face causal
 LM, tied or untied (a forward pre-hook on ``get_output_embeddings()``); see :mod:`lmsci.methods.steering`.
@@ -80,9 +83,12 @@ from lmsci.methods.steering import (
     generate,
     hidden_size,
     output_embeddings,
+    load_steer,
+    save_steer,
     steering,
     token_logprobs,
     train_intervention,
+    unembed_inputs,
 )
 from lmsci.models.device import device_of
 
@@ -122,6 +128,9 @@ class LMSteer(Steer):
         g = torch.Generator().manual_seed(int(seed))
         self.P1 = nn.Parameter((torch.randn(self.K, d, r, generator=g) * init_std).to(device))
         self.P2 = nn.Parameter((torch.randn(self.K, d, r, generator=g) * init_std).to(device))
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "d_model": self.d_model, "rank": self.rank}
 
     def check_model(self, model: Any) -> None:
         d = hidden_size(model)
@@ -489,6 +498,30 @@ def highlight(model: Any, steer: Steer, input_ids: Tensor, values_a: Tensor | Ma
     return Highlight([(a + 1, b + 1) for a, b in spans], delta.detach(), score)
 
 
+@torch.no_grad()
+def steer_analysis(model: Any, steer: Steer, input_ids: Tensor, name: str | None = None,
+                   grid: Sequence[float] = (-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0), dummy: float = 1.0,
+                   temperature: float = 10.0) -> dict[str, Any]:
+    """Which steer value explains a text best (the authors' ``steer_analysis``, ``model_base.py``; the demo's text
+    analyser): the mean NLL (nats/token) of ``input_ids`` (``[T]`` or ``[B, T]``, averaged over all targets) under
+    steer ``name`` (default the first attribute) at each value of ``grid`` (dummies at ``dummy``).
+
+    Returns:
+        ``{"grid": [G], "loss": [G], "best": the grid value of least loss, "distribution": softmax(temperature *
+        (mean(loss) - loss))}`` (the code's pseudo-distribution, temperature 10), as Python floats.
+    """
+    name = name if name is not None else steer.attributes[0]
+    ids = input_ids if input_ids.dim() == 2 else input_ids[None]
+    losses = []
+    for g in grid:
+        lp = token_logprobs(model, ids, steer, steer.values({name: float(g)}, dummy=dummy))
+        losses.append(float(-lp.mean()))
+    loss = torch.tensor(losses, dtype=torch.float64)
+    dist = torch.softmax(temperature * (loss.mean() - loss), 0)
+    return {"grid": [float(g) for g in grid], "loss": losses, "best": float(grid[int(loss.argmin())]),
+            "distribution": dist.tolist()}
+
+
 # ------------------------------------------------------------------------------------ SVD probe
 
 
@@ -564,4 +597,5 @@ def svd_probe(steer: LMSteer, embeddings: Any, name: str | None = None, k: int =
 
 __all__ = ["EPSILON0", "LMSteer", "train_steer", "generate", "token_logprobs", "steering", "Steer", "LogitOffset",
            "ActAdd", "hidden_size", "output_embeddings", "as_steerable", "EmbeddingMap", "fit_embedding_map",
-           "shared_tokens", "transfer_steer", "max_subspans", "Highlight", "highlight", "SVDDirection", "svd_probe"]
+           "shared_tokens", "transfer_steer", "max_subspans", "Highlight", "highlight", "SVDDirection", "svd_probe",
+           "steer_analysis", "save_steer", "load_steer", "unembed_inputs"]

@@ -43,15 +43,19 @@ Functions (shapes: ``B`` batch, ``T`` sequence, ``K`` steers, ``V`` vocabulary, 
 * :func:`token_logprobs` ``(model, input_ids, steer, values)`` -> ``[B, T-1]`` log P(x_t | x_<t) (nats).
 * :func:`generate` ``(model, input_ids, steer, values, max_new_tokens, **kw)`` -> ``[B, T + new]`` with the
   model's own ``generate`` and the steer active.
-* :func:`pad_batch`, :func:`as_token_lists`, :func:`hidden_size`, :func:`output_embeddings`.
+* :func:`save_steer` / :func:`load_steer` (``steer.json`` + ``steer.safetensors``).
+* :func:`mean_nll` (the training loss), :func:`unembed_inputs` ``-> [N, d]`` (final hidden states),
+  :func:`pad_batch`, :func:`as_token_lists`, :func:`hidden_size`, :func:`output_embeddings`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -144,6 +148,15 @@ class Steer(nn.Module):
     """
 
     site: str = ""
+    kinds: dict[str, type[Steer]] = {}
+
+    def __init_subclass__(cls, **kw: Any):
+        super().__init_subclass__(**kw)
+        Steer.kinds[cls.__name__] = cls
+
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this steer's shape (for :func:`save_steer`)."""
+        return {"names": list(self.names), "dummies": list(self.dummies), "epsilon": self.epsilon}
 
     def __init__(self, names: Sequence[str], dummy: bool = True, epsilon: float = 1.0):
         super().__init__()
@@ -335,6 +348,9 @@ class LogitOffset(Steer):
         self.vocab_size = int(vocab_size)
         self.bias = nn.Parameter(torch.zeros(self.K, self.vocab_size, device=device))
 
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "vocab_size": self.vocab_size}
+
     def check_model(self, model: GPT | HFModel) -> None:
         v = lm_head(model).out_features
         if v != self.vocab_size:
@@ -362,6 +378,9 @@ class ActAdd(Steer):
             raise ConfigError("layer", layer, ">= 0 (a block index)")
         self.d_model, self.layer = int(d_model), int(layer)
         self.vectors = nn.Parameter(torch.zeros(self.K, self.d_model, device=device))
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "d_model": self.d_model, "layer": self.layer}
 
     def check_model(self, model: GPT | HFModel) -> None:
         n = n_layers(model)
@@ -409,6 +428,40 @@ class ActAdd(Steer):
         return steer
 
 
+def save_steer(steer: Steer, directory: str | Path) -> Path:
+    """Write ``steer.json`` (kind, names, dummies, epsilon, shape) and ``steer.safetensors`` (its parameters)."""
+    from safetensors.torch import save_file
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "steer.json").write_text(json.dumps({"kind": type(steer).__name__, **steer.config()}, indent=2))
+    save_file({k: v.detach().contiguous().cpu() for k, v in steer.state_dict().items()}, str(d / "steer.safetensors"))
+    return d
+
+
+def load_steer(directory: str | Path, device: str | torch.device | None = None) -> Steer:
+    """Read a steer written by :func:`save_steer` (import :mod:`lmsci.methods.lm_steer` first for an LMSteer).
+
+    Raises:
+        ConfigError: a directory without the two files, or an unknown kind.
+    """
+    from safetensors.torch import load_file
+
+    d = Path(directory)
+    if not (d / "steer.json").is_file() or not (d / "steer.safetensors").is_file():
+        raise ConfigError("directory", str(d), "a directory with steer.json and steer.safetensors (save_steer)")
+    meta = json.loads((d / "steer.json").read_text())
+    kind = meta.pop("kind")
+    if kind not in Steer.kinds:
+        raise UnknownNameError("steer kind", kind, Steer.kinds)
+    dummies = tuple(meta.pop("dummies"))
+    steer = Steer.kinds[kind](**meta, dummy=False, device=device)
+    steer.dummies = dummies
+    steer.load_state_dict({k: v.to(device) if device is not None else v
+                           for k, v in load_file(str(d / "steer.safetensors")).items()})
+    return steer
+
+
 # ------------------------------------------------------------------------------------ data
 
 
@@ -451,6 +504,41 @@ def masked_nll(logits: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tenso
     tgt = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
     nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), tgt, ignore_index=-100, reduction="none")
     return nll, mask[:, 1:].to(nll.dtype)
+
+
+def mean_nll(model: Any, input_ids: Tensor, attention_mask: Tensor, fused: bool = True) -> Tensor:
+    """Mean next-token NLL (nats/token) over the real targets of ``input_ids [B, T]`` with ``attention_mask
+    [B, T]``, with whatever steer is attached. On an lmsci GPT, unless a steer acts on the logits, the fused
+    chunked head (``GPT.sum_nll``; hook point ``final`` fires there) avoids materialising ``[B, T, V]`` logits;
+    ``fused=False`` forces the plain path (equal to float rounding)."""
+    m = as_steerable(model)
+    tgt = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
+    n = (tgt != -100).sum().clamp(min=1)
+    logit_hooks = bool(lm_head(m)._forward_hooks) if isinstance(m, GPT) else True
+    if fused and isinstance(m, GPT) and not logit_hooks:
+        return m.sum_nll(input_ids[:, :-1], tgt) / n
+    nll, _ = masked_nll(logits_of(m, input_ids, attention_mask), input_ids, attention_mask)
+    return nll.sum() / n
+
+
+@torch.no_grad()
+def unembed_inputs(model: Any, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """The inputs of the unembedding (final hidden states) at the real positions: ``[N, d]`` with ``N`` the number
+    of non-padding tokens of ``input_ids [B, T]`` (e.g. the ``contexts`` of the SVD probe)."""
+    m = as_steerable(model)
+    ids = input_ids.to(device_of(m))
+    mask = torch.ones_like(ids) if attention_mask is None else attention_mask.to(ids.device)
+    store: list[Tensor] = []
+
+    def grab(module: nn.Module, args: tuple) -> None:
+        store.append(args[0].detach())
+
+    h = lm_head(m).register_forward_pre_hook(grab)
+    try:
+        logits_of(m, ids, mask)
+    finally:
+        h.remove()
+    return store[-1].reshape(ids.shape[0], ids.shape[1], -1)[mask.bool()]
 
 
 # ------------------------------------------------------------------------------------ training
@@ -496,7 +584,8 @@ def train_intervention(
         ``steer`` (trained in place); ``steer.history`` gets the per-step losses (nats/token).
 
     Raises:
-        ConfigError: ``values`` not ``[N, K]``; no data; non-positive ``steps``/``batch_size``/``lr``.
+        ConfigError: ``values`` not ``[N, K]``; no text of two or more tokens (shorter ones are dropped);
+            non-positive ``steps``/``batch_size``/``lr``.
         DivergedError: a non-finite loss.
     """
     m = as_steerable(model)
@@ -505,10 +594,12 @@ def train_intervention(
         max_length = min(max_length, m.cfg.seq_len)
     seqs = as_token_lists(data, tokenizer, max_length)
     values = torch.as_tensor(values, dtype=torch.float32)
-    if not seqs:
-        raise ConfigError("data", 0, "at least one text")
     if values.shape != (len(seqs), steer.K):
         raise ConfigError("values", tuple(values.shape), f"[N, K] = [{len(seqs)}, {steer.K}] ({steer.names})")
+    keep = [i for i, s in enumerate(seqs) if len(s) >= 2]  # a text of one token has no next-token target
+    if not keep:
+        raise ConfigError("data", len(seqs), "at least one text of two or more tokens")
+    seqs, values = [seqs[i] for i in keep], values[keep]
     for field, v in (("steps", steps), ("batch_size", batch_size)):
         if int(v) < 1:
             raise ConfigError(field, v, ">= 1")
@@ -536,8 +627,7 @@ def train_intervention(
                 idx, order = order[:batch_size], order[batch_size:]
                 ids, mask = pad_batch([seqs[i] for i in idx], pad_id, dev)
                 steer.set_values(values[idx].to(dev))
-                nll, tmask = masked_nll(logits_of(m, ids, mask), ids, mask)
-                loss = (nll * tmask).sum() / tmask.sum().clamp(min=1)
+                loss = mean_nll(m, ids, mask)
                 if l2:
                     loss = loss + l2 * steer.regularization()
                 val = float(loss.detach())
@@ -599,4 +689,5 @@ def generate(model: Any, input_ids: Tensor, steer: Steer | None = None,
 
 __all__ = ["SITES", "Steer", "SteerHandle", "LogitOffset", "ActAdd", "steering", "train_intervention",
            "token_logprobs", "generate", "as_steerable", "lm_head", "hidden_size", "output_embeddings", "n_layers",
-           "logits_of", "as_token_lists", "pad_batch", "masked_nll"]
+           "logits_of", "as_token_lists", "pad_batch", "masked_nll", "mean_nll", "unembed_inputs",
+           "save_steer", "load_steer"]
