@@ -65,3 +65,11 @@ def test_arch_overhead_bench_prints_the_ratio_and_exact_logits():
     assert ratio > 0
     diff = float(re.search(r"full_policy\s+[0-9.]+ s\s+ratio=[0-9.]+\s+max\|dlogit\|=([0-9.e+-]+)", text).group(1))
     assert diff == 0.0  # the full policy through AttentionInterface changes nothing
+
+
+def test_igsm_bench_prints_rate_rejections_and_memory():
+    text = _run("bench_igsm.py", "--n", "200", "--windows", "2", "--seq-len", "128")
+    rate, rej = re.search(r"igsm-med light op, train: ([0-9,]+) problems/s CPU .*, ([0-9.]+) rejections/problem",
+                          text).groups()
+    assert float(rate.replace(",", "")) > 0 and float(rej) >= 0
+    assert re.search(r"peak memory: [0-9.]+ MB", text) and re.search(r"40/40 generated solutions correct", text)

@@ -290,3 +290,28 @@ def test_named_worlds_and_bad_input(med):
             med.sample(0).text(retry_rate=q, rng=0)
     with pytest.raises(ConfigError, match="world"):
         IGSMWorld("igsm-huge")
+
+
+def test_bpe_tokenizer_round_trip_and_offsets(problems):
+    tiny = IGSMWorld("igsm-tiny")
+    bpe = IGSMTokenizer(tiny, kind="bpe", vocab_size=400, n_train=60, seed=0)
+    assert bpe.vocab_size <= 400 and bpe.back_id != bpe.unk_id
+    p = problems[0]
+    text, mask = p.text(retry_rate=0.5, rng=0)
+    ids, offs = bpe.encode_with_offsets(text)
+    assert bpe.decode(ids) == text and bpe.token_id("<sol>") in ids
+    tm = bpe.token_mask(offs, mask)
+    assert tm.any() == mask.any()
+    with pytest.raises(ConfigError, match="vocab_size"):
+        IGSMTokenizer(kind="bpe", vocab_size=100)
+
+
+def test_get_batch_fn_for_the_trainer(med, tok):
+    import torch
+
+    from lmsci.worlds.igsm.tokenizer import get_batch_fn
+
+    gb = get_batch_fn(med, tok, seq_len=32, batch_size=2)
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    (x1, y1), (x2, y2) = gb(0, g1), gb(0, g2)
+    assert x1.shape == (2, 32) and (x1 == x2).all() and (y1 == y2).all()
