@@ -315,3 +315,29 @@ def test_get_batch_fn_for_the_trainer(med, tok):
     g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     (x1, y1), (x2, y2) = gb(0, g1), gb(0, g2)
     assert x1.shape == (2, 32) and (x1 == x2).all() and (y1 == y2).all()
+
+
+def test_reinstantiate_keeps_the_template(problems):
+    from lmsci.worlds.igsm.variants import reinstantiate
+
+    for p in problems[:30]:
+        r = reinstantiate(p, 1)
+        assert (r.op, r.template_hash, r.question_param, r.necessary) == (p.op, p.template_hash, p.question_param,
+                                                                          p.necessary)
+        assert r.question != p.question or r.sentences != p.sentences
+        assert check_solution(r, r.text()[0]).strict_correct
+    assert len({reinstantiate(problems[0], s).answer for s in range(30)}) > 3
+
+
+def test_noop_sentences_change_nothing_needed(problems):
+    from lmsci.worlds.igsm.variants import add_noop
+
+    for p in problems[:40]:
+        r = add_noop(p, 2, n_sentences=3)
+        assert len(r.sentences) == len(p.sentences) + 3
+        assert r.answer == p.answer and r.solution == p.solution and r.op == p.op
+        assert check_solution(r, r.text()[0]).correct
+        assert not check_solution(p, r.text()[0]).n_parse_errors
+        new = set(r.all_params) - set(p.all_params)
+        assert new and not new & set(r.necessary)
+        assert any(any(str(x) in s for x in range(23)) for s in set(r.sentences) - set(p.sentences))

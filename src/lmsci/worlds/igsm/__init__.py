@@ -1,9 +1,27 @@
 """iGSM: the synthetic grade-school-math world of Physics of LMs Part 2.1 / 2.2 (arXiv 2407.20311,
-2408.16293). See :mod:`lmsci.worlds.igsm.world` (generator), :mod:`~lmsci.worlds.igsm.checker`
-(full-solution checker), :mod:`~lmsci.worlds.igsm.tokenizer` (word-level / BPE tokenizer, packed
-training windows) and :mod:`~lmsci.worlds.igsm.labels` (V-probing labels)."""
+2408.16293).
+
+Modules: :mod:`~lmsci.worlds.igsm.world` (config, named worlds, generator, problems, text, retry
+data), :mod:`~lmsci.worlds.igsm.checker` (full-solution checker), :mod:`~lmsci.worlds.igsm.labels`
+(V-probing labels), :mod:`~lmsci.worlds.igsm.tokenizer` (word-level / BPE tokenizer, packed training
+windows), :mod:`~lmsci.worlds.igsm.variants` (re-instantiation and no-op sentences),
+:mod:`~lmsci.worlds.igsm.names` (category chains and item names).
+
+Typical use::
+
+    world = IGSMWorld("igsm-med")                    # or IGSMWorld(IGSMConfig(...))
+    p = world.sample(seed, op=None, split="train")   # op drawn per problem ("light")
+    text, mistake_mask = p.text(retry_rate=0.2, rng=seed)
+    tok = IGSMTokenizer()                            # word level; kind="bpe" for byte-level BPE
+    ids = [tok.bos_id] + tok.encode(p.prompt())      # the model continues after <sol>
+    check_solution(p, generated_text).correct        # the official true_correct
+"""
 
 from lmsci.worlds.igsm.world import (  # noqa: F401
     ANS, BACK, IGSM_WORLDS, PROB, RAND, SOL, TEST_HASHES, TRAIN_HASHES, Definition, IGSMConfig, IGSMWorld, Problem,
     get_world_config,
 )
+from lmsci.worlds.igsm.checker import SolutionCheck, check_solution  # noqa: F401,E402
+from lmsci.worlds.igsm.labels import TASKS, ProbeItem, probe_labels  # noqa: F401,E402
+from lmsci.worlds.igsm.tokenizer import IGSMTokenizer, get_batch_fn, packed_windows  # noqa: F401,E402
+from lmsci.worlds.igsm.variants import add_noop, reinstantiate  # noqa: F401,E402
