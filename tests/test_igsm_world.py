@@ -341,3 +341,14 @@ def test_noop_sentences_change_nothing_needed(problems):
         new = set(r.all_params) - set(p.all_params)
         assert new and not new & set(r.necessary)
         assert any(any(str(x) in s for x in range(23)) for s in set(r.sentences) - set(p.sentences))
+
+
+def test_probe_inputs_match_the_query_text(problems, tok):
+    from lmsci.worlds.igsm.labels import probe_inputs, probe_query_text
+
+    p = problems[7]
+    items = probe_labels(p, max_per_task=4, rng=1)
+    seqs = probe_inputs(p, items, tok)
+    for it, s in zip(items, seqs):
+        assert s[0] == tok.bos_id and s[-1] == tok.token_id("[END]")
+        assert tok.decode(s[1:]) == probe_query_text(p, it)

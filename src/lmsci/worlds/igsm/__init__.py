@@ -22,6 +22,6 @@ from lmsci.worlds.igsm.world import (  # noqa: F401
     get_world_config,
 )
 from lmsci.worlds.igsm.checker import SolutionCheck, check_solution  # noqa: F401,E402
-from lmsci.worlds.igsm.labels import TASKS, ProbeItem, probe_labels  # noqa: F401,E402
+from lmsci.worlds.igsm.labels import TASKS, ProbeItem, probe_inputs, probe_labels, probe_query_text  # noqa: F401,E402
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer, get_batch_fn, packed_windows  # noqa: F401,E402
 from lmsci.worlds.igsm.variants import add_noop, reinstantiate  # noqa: F401,E402

@@ -94,3 +94,34 @@ def probe_labels(problem: Problem, tasks=TASKS, fmt: Optional[str] = None, max_p
             lst = rnd.sample(lst, max_per_task)
         out.extend(lst)
     return out
+
+
+def probe_query_text(problem: Problem, item: ProbeItem, fmt: Optional[str] = None) -> str:
+    """The V-probe input as text: the document prefix ``text[:position_char]`` followed by
+    ``[START] A [END]`` (``[START] A [MID] B [END]`` for ``dep``), A and B written as in the solution."""
+    prefix = problem.text(fmt)[0][:item.position_char]
+    if item.param2 is None:
+        return f"{prefix}[START] {item.param_text}[END]"
+    return f"{prefix}[START] {item.param_text}[MID] {item.param2_text}[END]"
+
+
+def probe_inputs(problem: Problem, items: list, tokenizer, fmt: Optional[str] = None) -> list[list[int]]:
+    """Token ids ``[<bos>, ..., [END]]`` of each item's V-probe query (the probe reads the hidden state at
+    the last token). Built from one tokenisation of the document, so the prefix tokens are exactly those
+    the language model saw when it read the document."""
+    text = problem.text(fmt)[0]
+    ids, offs = tokenizer.encode_with_offsets(text)
+    start, mid, end = (tokenizer.token_id(t) for t in ("[START]", "[MID]", "[END]"))
+    out = []
+    cache: dict = {}
+    for it in items:
+        k = tokenizer.token_index(offs, it.position_char)
+        if it.param_text not in cache:
+            cache[it.param_text] = tokenizer.encode(" " + it.param_text)
+        q = [start] + cache[it.param_text]
+        if it.param2 is not None:
+            if it.param2_text not in cache:
+                cache[it.param2_text] = tokenizer.encode(" " + it.param2_text)
+            q += [mid] + cache[it.param2_text]
+        out.append([tokenizer.bos_id] + ids[:k + 1] + q + [end])
+    return out
