@@ -9,18 +9,15 @@ and a memorisation gate on the minority's biographies before the lift is judged.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig,
-    bio_recall, bio_stream, pretraining_data,
-    check_model, exposures_of, finetune_qa, make_model, paired, qa_learned_gate, qa_metrics, recall_checker,
-    recall_gate, seed_summary, seed_values, train_packed, within_run, md_table,
+    MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of, md_table, paired,
+    pretrain_check_finetune, pretraining_data, qa_learned_gate, qa_metrics, recall_gate, seed_summary, seed_values,
+    within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.claims import Claim, Verdict, across_seeds
@@ -114,29 +111,14 @@ class CelebrityHelpsMinority(Experiment):
                                            seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
                                            specs=[(celeb, celeb_spec), (minority, SINGLE)], order_seed=ctx.seed,
                                            max_distinct_epochs=cfg.max_distinct_epochs)
-        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
-        check = recall_checker(world, minority, seed=cfg.seed, spec=SINGLE, n=cfg.memorise_check_people,
-                               device=ctx.device, bios_fn=bios_fn)
-        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
-                           recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
-                           checkpoint=True)
-        row = {"celebrities_augmented": bool(point.params["celebrities"]), "n_people": cfg.n_people,
-               "params": model.num_params(), "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
-               "pipeline": cfg.pipeline, "pretrain_steps_budget": pre["steps_budget"],
-               "steps_to_gate": pre["steps_to_gate"], "stopped_early": pre["stopped_early"],
-               "recall_checks": json.dumps(pre["recall_checks"]), "pretrain_seconds": pre["seconds"],
-               "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
-               "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority),
-               "bio_recall_minority": bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE, device=ctx.device,
-                                                 bios_fn=bios_fn),
-               "bio_recall_celebrity": bio_recall(model, world, celeb, seed=cfg.seed, spec=celeb_spec,
-                                                  device=ctx.device, bios_fn=bios_fn)}
-        model, info = finetune_qa(model, world, celeb, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
-                                  seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device)
-        row.update(info)
-        row["ft_method"] = cfg.finetune.method
-        row["bio_recall_minority_after_ft"] = bio_recall(model, world, minority, seed=cfg.seed, spec=SINGLE,
-                                                         device=ctx.device, bios_fn=bios_fn)
+        model, pre, row = pretrain_check_finetune(
+            cfg, world, stream, bios_fn, ctx, tested=minority, tested_spec=SINGLE,
+            recall={"minority": (minority, SINGLE), "celebrity": (celeb, celeb_spec)}, finetune_people=celeb,
+            forgetting=("minority",))
+        row.update({"celebrities_augmented": bool(point.params["celebrities"]), "n_people": cfg.n_people,
+                    "pipeline": cfg.pipeline,
+                    "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
+                    "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority)})
         m = qa_metrics(model, world, celeb, minority, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)
@@ -180,7 +162,7 @@ class CelebrityHelpsMinority(Experiment):
     def report_sections(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures_minority",
                             "bio_recall_minority", "bio_recall_celebrity", "qa_celebrity", "qa_minority",
-                            "bio_recall_minority_after_ft") if c in results]
+                            "bio_recall_minority_after_ft", "forgetting_minority") if c in results]
         if not len(results):
             return ""
         return "\n".join([
@@ -189,7 +171,9 @@ class CelebrityHelpsMinority(Experiment):
             f"qkv, rank {cfg.finetune.embedding_rank} on the embedding, lr {cfg.finetune.lr}, wd "
             f"{cfg.finetune.weight_decay}, cosine to 10%; peft). Memorisation gate: minority biography recall >= "
             f"{RECALL_MIN} on the pretrained model (`steps_to_gate`: the first check that met it); "
-            "`bio_recall_minority_after_ft` shows forgetting.", "",
+            "Forgetting: `qa_celebrity` is the QA accuracy on the fine-tuned people; `bio_recall_minority_after_ft` "
+            "the held-out (minority) biography recall after fine-tuning and `forgetting_minority` its drop from the "
+            "pretrained model (LoRA leaves the pretrained weights untouched).", "",
             md_table(results, cols), ""])
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

@@ -216,7 +216,7 @@ class _Memorised(Exception):
 def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, *, seed: int, ctx: PointContext | None,
                  phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0,
                  recall_fn: Callable[[torch.nn.Module], float] | None = None, check_every: int = 0,
-                 stop_at: float | None = None, checkpoint: bool = False) -> dict[str, Any]:
+                 stop_at: float | None = None, checkpoint: bool = False, precision: str = "fp32") -> dict[str, Any]:
     """Train on the windows of ``packed`` once, in order (the windows are already shuffled), optionally
     until a memorisation target holds (Part 3.3 Remark A.2: the papers train far past memorisation; at
     small scale we train until the gate holds and record when it did).
@@ -230,12 +230,15 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, 
         stop_at: stop at the first check whose recall is ``>= stop_at`` (None: train every window).
         checkpoint: save/resume trainer checkpoints under ``ctx.artifact_dir / phase`` every
             ``check_every`` steps (or 10% of the steps), so that a run killed and rerun into the same
-            directory resumes (commands of at most 10 minutes chain).
+            directory resumes (commands of at most 10 minutes chain); the recall checks made before the
+            interruption come back from the checkpoint's history.
+        precision: ``"fp32"`` or ``"bf16"`` (autocast, :class:`lmsci.train.trainer.TrainConfig`).
 
     Returns:
         ``{"steps", "steps_budget", "tokens_seen", "final_loss", "seconds", "tokens_per_s", "windows_used",
         "recall_checks": [(step, recall), ...], "steps_to_gate": first checked step with recall >=
-        RECALL_MIN (None if never), "stopped_early"}``.
+        RECALL_MIN (None if never), "stopped_early", "resumed_from": the step a checkpoint resumed from (0:
+        a fresh start)}``.
     """
     B = spec.batch_size
     streamed = not isinstance(packed, Packed)
@@ -250,7 +253,8 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, 
     ck_every = (every or max(1, steps // 10)) if checkpoint and ctx is not None else 0
     cfg = TrainConfig(steps=steps, batch_size=B, lr=spec.lr, warmup_steps=int(spec.warmup_frac * steps),
                       min_lr_ratio=0.1, weight_decay=spec.weight_decay, grad_clip=1.0, device=device,
-                      log_every=max(1, steps // 50), eval_every=every, checkpoint_every=ck_every)
+                      log_every=max(1, steps // 50), eval_every=every, checkpoint_every=ck_every,
+                      precision=precision)
     done = [0]  # optimizer steps taken (the step of the last batch drawn, plus one)
     tokens_drawn = [0]
     if streamed:
@@ -275,17 +279,19 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, 
         out = dict(eval_fn(m)) if eval_fn is not None else {}
         if recall_fn is not None:
             r = float(recall_fn(m))
-            checks.append((done[0], r))
-            out["recall_check"] = r
+            out["recall_check"] = r  # recorded in `checks` by log_fn when the trainer emits it
             if stop_at is not None and r >= stop_at and done[0] < steps:
+                checks.append((done[0], r))
                 if ctx is not None:
                     ctx.log(phase=phase, step=done[0], recall_check=r, stopped="memorised")
                 raise _Memorised()
         return out
 
-    def log_fn(m: dict[str, Any]) -> None:
+    def log_fn(m: dict[str, Any]) -> None:  # also receives the records of a checkpoint's history on resume
         if "loss" in m:
             last_loss[0] = float(m["loss"])
+        if "recall_check" in m:
+            checks.append((int(m["step"]), float(m["recall_check"])))
         if ctx is not None:
             ctx.log(phase=phase, **m)
 
@@ -293,11 +299,13 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, 
     ckdir = (ctx.artifact_dir / phase) if ck_every else None
     t0 = time.perf_counter()
     stopped = False
+    resumed_from = 0
     try:
         res = train(model, get_batch, cfg, seed=seed, log=log_fn, progress=bar,
                     eval_fn=evaluate if (eval_fn is not None or recall_fn is not None) else None,
                     checkpoint_dir=ckdir)
         n_steps, tokens, final_loss = res.steps, res.tokens_seen, float(res.final.get("loss", float("nan")))
+        resumed_from = res.resumed_from
     except _Memorised:
         model.train()
         stopped = True
@@ -311,7 +319,7 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, 
     gate = next((s for s, r in checks if r >= RECALL_MIN), None)
     return {"steps": n_steps, "steps_budget": steps, "tokens_seen": tokens, "final_loss": final_loss, "seconds": secs,
             "tokens_per_s": tokens / max(secs, 1e-9), "windows_used": n_steps * B, "recall_checks": checks,
-            "steps_to_gate": gate, "stopped_early": stopped}
+            "steps_to_gate": gate, "stopped_early": stopped, "resumed_from": resumed_from}
 
 
 def mixed_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
@@ -442,9 +450,10 @@ def token_fractions(packed: Packed, pad_id: int = 0) -> dict[str, float]:
 
 def finetune_qa(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], spec: FinetuneSpec, *,
                 epochs: int, seed: int, seq_len: int, ctx: PointContext | None = None, phase: str = "qa_finetune",
-                device: str = "cpu", inverse: bool = False, forward: bool = True) -> tuple[torch.nn.Module, dict]:
+                device: str = "cpu", inverse: bool = False, forward: bool = True,
+                precision: str = "fp32") -> tuple[torch.nn.Module, dict]:
     """QA fine-tuning on ``people`` (their six forward questions and/or the inverse question), LoRA or
-    full per ``spec.method`` (:func:`lmsci.train.finetune.finetune`).
+    full per ``spec.method`` (:func:`lmsci.train.finetune.finetune`; ``precision`` ``"fp32"`` or ``"bf16"``).
 
     Returns:
         ``(model, info)``: the fine-tuned model (a ``peft.PeftModel`` for LoRA; use it for every later
@@ -456,13 +465,77 @@ def finetune_qa(model: torch.nn.Module, world: BiosWorld, people: Sequence[int],
     bar = ctx.progress(steps, phase) if ctx is not None else None
     try:
         model, res = finetune(model, (packed.input_ids, packed.targets), spec, seed=seed, device=device, log=log,
-                              progress=bar)
+                              progress=bar, precision=precision)
     finally:
         if bar is not None:
             bar.close()
     return model, {"ft_steps": res.steps, "ft_seconds": res.seconds,
                    "ft_trainable_params": trainable_parameters(model)["trainable"],
                    "ft_final_loss": float(res.final.get("loss", float("nan")))}
+
+
+def pretrain_check_finetune(cfg: BiosQAConfig, world: BiosWorld, windows: Packed | Any,
+                            bios_fn: Callable[[np.ndarray], list[Doc]], ctx: PointContext, *,
+                            tested: Sequence[int], tested_spec: DataSpec,
+                            recall: dict[str, tuple[Sequence[int], DataSpec]],
+                            finetune_people: Sequence[int] | None = None, forgetting: Sequence[str] = (),
+                            before_finetune: Callable[[torch.nn.Module], dict[str, Any]] | None = None,
+                            ) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
+    """The memorisation-first protocol of issue 11: pretrain a fresh GPT on ``windows``, checking the biography
+    recall of ``tested`` people during training (:func:`recall_checker`, stopping at ``cfg.memorise_stop``,
+    checkpointing so that a killed run resumes), measure recall on the pretrained model, then (when
+    ``finetune_people`` is given) QA fine-tune on them (:func:`finetune_qa`, LoRA by default) and measure
+    recall again (forgetting). Shared by ``knowledge-extraction`` and ``celebrity-helps-minority``
+    (Allen-Zhu & Li, Part 3.1, arXiv 2309.14316, Sections 3-4; Part 3.3, arXiv 2404.05405, Remark A.2).
+
+    Args:
+        windows, bios_fn: from :func:`pretraining_data`.
+        tested, tested_spec: the people whose recall gates the claim, and how their biographies are written.
+        recall: ``{name: (people, spec)}``: ``row["bio_recall_<name>"]`` on the pretrained model.
+        finetune_people: the people whose QA is fine-tuned on (None: no fine-tuning, e.g. mixed training).
+        forgetting: names in ``recall`` measured again after fine-tuning: ``row["bio_recall_<name>_after_ft"]``
+            and ``row["forgetting_<name>"]`` (before minus after).
+        before_finetune: ``fn(pretrained model) -> dict`` merged into the row before fine-tuning (probes).
+
+    Returns:
+        ``(model, pretrain, row)``: the final model (a ``peft.PeftModel`` after LoRA fine-tuning), the
+        :func:`train_packed` record, and the row: ``params``, the pretraining record (``pretrain_tokens``,
+        ``pretrain_steps``, ``pretrain_steps_budget``, ``steps_to_gate``, ``stopped_early``, ``recall_checks``
+        (JSON), ``pretrain_seconds``, ``tokens_per_s``, ``resumed_from``), the recalls, and after fine-tuning
+        ``ft_steps``, ``ft_seconds``, ``ft_trainable_params``, ``ft_final_loss``, ``ft_method`` and the
+        forgetting columns.
+    """
+    import json
+
+    dev = ctx.device
+    model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(dev)
+    check = recall_checker(world, tested, seed=cfg.seed, spec=tested_spec, n=cfg.memorise_check_people, device=dev,
+                           bios_fn=bios_fn)
+    pre = train_packed(model, windows, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=dev,
+                       recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
+                       checkpoint=True, precision=cfg.precision)
+    row: dict[str, Any] = {
+        "params": model.num_params(), "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
+        "pretrain_steps_budget": pre["steps_budget"], "steps_to_gate": pre["steps_to_gate"],
+        "stopped_early": pre["stopped_early"], "recall_checks": json.dumps(pre["recall_checks"]),
+        "pretrain_seconds": pre["seconds"], "tokens_per_s": pre["tokens_per_s"], "resumed_from": pre["resumed_from"]}
+    for name, (people, spec) in recall.items():
+        row[f"bio_recall_{name}"] = bio_recall(model, world, people, seed=cfg.seed, spec=spec, device=dev,
+                                               bios_fn=bios_fn)
+    if before_finetune is not None:
+        row.update(before_finetune(model))
+    if finetune_people is None:
+        return model, pre, row
+    model, info = finetune_qa(model, world, finetune_people, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
+                              seq_len=cfg.qa_seq_len, ctx=ctx, device=dev, precision=cfg.precision)
+    row.update(info)
+    row["ft_method"] = cfg.finetune.method
+    for name in forgetting:
+        people, spec = recall[name]
+        after = bio_recall(model, world, people, seed=cfg.seed, spec=spec, device=dev, bios_fn=bios_fn)
+        row[f"bio_recall_{name}_after_ft"] = after
+        row[f"forgetting_{name}"] = row[f"bio_recall_{name}"] - after
+    return model, pre, row
 
 
 def recall_checker(world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec, n: int,

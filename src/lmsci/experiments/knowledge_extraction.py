@@ -11,7 +11,6 @@ against a randomly initialised model.
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 import numpy as np
@@ -20,11 +19,9 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig,
-    bio_recall, pretraining_data,
-    bio_stream, check_model, exposures_of, finetune_qa, first_value_words, make_model, mixed_stream, paired,
-    qa_learned_gate, qa_metrics, recall_checker, recall_gate, seed_summary, seed_values, token_fractions,
-    train_packed, training_bios, within_run, md_table,
+    MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
+    first_value_words, make_model, md_table, paired, pretrain_check_finetune, pretraining_data, qa_learned_gate,
+    qa_metrics, recall_gate, seed_summary, seed_values, token_fractions, within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
@@ -159,36 +156,18 @@ class KnowledgeExtraction(Experiment):
             seed=cfg.seed, seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
             specs=[(range(cfg.n_people), spec)], order_seed=ctx.seed, qa=tr if mixed else None,
             qa_ratio=cfg.qa_ratio, max_distinct_epochs=cfg.max_distinct_epochs)
-        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
-        check = recall_checker(world, te, seed=cfg.seed, spec=spec, n=cfg.memorise_check_people, device=ctx.device,
-                               bios_fn=bios_fn)
-        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
-                           recall_fn=check, check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
-                           checkpoint=True)
+        model, pre, row = pretrain_check_finetune(
+            cfg, world, stream, bios_fn, ctx, tested=te, tested_spec=spec,
+            recall={"train": (tr, spec), "test": (te, spec)},
+            finetune_people=None if mixed else tr, forgetting=("test",),
+            before_finetune=(lambda m: self._probes(cfg, world, m, tr, te, bios_fn, ctx)) if cfg.probes and not mixed else None)
         frac = token_fractions(stream, world.vocab.pad_id)
-        row = {"data": d, "regime": regime, "n_people": cfg.n_people, "params": model.num_params(),
-               "pipeline": cfg.pipeline, "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
-               "pretrain_tokens": pre["tokens_seen"], "pretrain_steps": pre["steps"],
-               "pretrain_steps_budget": pre["steps_budget"],
-               "steps_to_gate": pre["steps_to_gate"], "stopped_early": pre["stopped_early"],
-               "recall_checks": json.dumps(pre["recall_checks"]), "tokens_per_s": pre["tokens_per_s"],
-               "pretrain_seconds": pre["seconds"], "qa_token_fraction": frac.get("qa", 0.0),
-               "mixed_windows": frac["mixed_windows"]}
-        # memorisation on the pretrained model, for the QA-test people (the gate) and the QA-train people
-        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=spec, device=ctx.device, bios_fn=bios_fn)
-        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device, bios_fn=bios_fn)
-        row.update({"bio_recall_train": rec_tr, "bio_recall_test": rec_te,
-                    "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
-        if regime == "pretrain_ft":
-            if cfg.probes:
-                row.update(self._probes(cfg, world, model, tr, te, bios_fn, ctx))
-            model, info = finetune_qa(model, world, tr, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
-                                      seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device)
-            row.update(info)
-            row["ft_method"] = cfg.finetune.method
-            # forgetting: biography recall of the held-out people after fine-tuning
-            row["bio_recall_test_after_ft"] = bio_recall(model, world, te, seed=cfg.seed, spec=spec, device=ctx.device,
-                                                         bios_fn=bios_fn)
+        row.update({"data": d, "regime": regime, "n_people": cfg.n_people, "pipeline": cfg.pipeline,
+                    "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
+                    "qa_token_fraction": frac.get("qa", 0.0), "mixed_windows": frac["mixed_windows"]})
+        # memorisation on the pretrained model: the QA-test people (the gate), the QA-train people, and all
+        rec_tr, rec_te = row["bio_recall_train"], row["bio_recall_test"]
+        row["bio_recall"] = (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))
         row.update(qa_metrics(model, world, tr, te, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
         return row
@@ -279,6 +258,7 @@ class KnowledgeExtraction(Experiment):
     def report_sections(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures",
                             "qa_token_fraction", "bio_recall_test", "qa_train", "qa_test", "bio_recall_test_after_ft",
+                            "forgetting_test",
                             "p_probe", "p_probe_rand", "p_probe_before", "p_probe_before_rand", "q_probe",
                             "q_probe_rand") if c in results]
         if not len(results):
@@ -292,6 +272,16 @@ class KnowledgeExtraction(Experiment):
                  f"{cfg.qa_ratio:.0%} of the tokens (measured: `qa_token_fraction`). Probes read the training "
                  "biographies; `_rand` columns are the same probes on a randomly initialised model.", "",
                  md_table(results, cols), ""]
+        after = "bio_recall_test_after_ft"
+        ft = results.dropna(subset=[after]) if after in results else results[:0]
+        if len(ft):
+            fcols = [c for c in ("point", "ft_method", "qa_train", "bio_recall_test", "bio_recall_test_after_ft",
+                                 "forgetting_test") if c in ft]
+            lines += ["## Forgetting after QA fine-tuning", "",
+                      "QA accuracy on the fine-tuned people (P_train) and biography recall of the held-out people "
+                      "(P_test) before and after fine-tuning; `forgetting_test` = before - after (Part 3.1, Section 4.1: "
+                      "LoRA leaves the pretrained weights untouched, full fine-tuning may overwrite them).", "",
+                      md_table(ft, fcols), ""]
         return "\n".join(lines)
 
     def figures(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

@@ -145,14 +145,15 @@ def trainable_parameters(model: nn.Module) -> dict[str, int]:
 def finetune(model: nn.Module, windows: tuple[torch.Tensor, torch.Tensor], spec: FinetuneSpec, *, seed: int,
              device: str = "cpu", log: Callable[[dict[str, Any]], None] | None = None, progress: Any = None,
              eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
-             eval_every: int = 0) -> tuple[nn.Module, TrainResult]:
+             eval_every: int = 0, precision: str = "fp32") -> tuple[nn.Module, TrainResult]:
     """Fine-tune ``model`` on ``windows`` (LoRA or full, per ``spec.method``).
 
     Args:
         windows: ``(input_ids [W, T] long, targets [W, T] long)``, targets ``-100`` where no loss is taken;
             trained in order, ``spec.batch_size`` windows per step, ``spec.epochs`` passes
             (``ceil(W / batch_size) * epochs`` steps; the last batch of a pass wraps around).
-        seed: the trainer's seed.
+        seed: the trainer's seed, and the seed of the LoRA adapters' initialisation.
+        precision: ``"fp32"`` or ``"bf16"`` (autocast; :class:`lmsci.train.trainer.TrainConfig`).
 
     Returns:
         ``(model, result)``: the fine-tuned model (a ``peft.PeftModel`` wrapping ``model`` for LoRA;
@@ -165,10 +166,15 @@ def finetune(model: nn.Module, windows: tuple[torch.Tensor, torch.Tensor], spec:
     B = spec.batch_size
     steps = max(1, -(-W // B)) * spec.epochs
     if spec.method == "lora":
-        model = add_lora(model, spec)
+        # peft initialises the adapters (lora_A) from torch's global generator: seed it from ``seed`` so that the
+        # same seed gives the same fine-tuning whatever ran before in the process (the caller's state is kept)
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(int(seed) ^ 0x10FA)
+            model = add_lora(model, spec)
     tc = TrainConfig(steps=steps, batch_size=B, lr=spec.lr, warmup_steps=int(spec.warmup_frac * steps),
                      min_lr_ratio=spec.min_lr_ratio, weight_decay=spec.weight_decay, grad_clip=1.0, device=device,
-                     log_every=max(1, steps // 50), eval_every=eval_every)
+                     log_every=max(1, steps // 50), eval_every=eval_every, precision=precision)
     per_pass = max(1, -(-W // B))
 
     def get_batch(step: int, g: torch.Generator):
