@@ -421,3 +421,16 @@ def test_save_load_and_analysis(tmp_path):
     with model.hooks(cache="final") as cache:
         model(data[:1])
     torch.testing.assert_close(h[:10], cache["final"][0])
+
+
+def test_bfloat16_llama():
+    model = _llama().to(torch.bfloat16)
+    data, labels = _task(8)
+    steer = train_steer(model, data, labels, steps=2, batch_size=4, epsilon=0.1, lr=0.05)
+    assert steer.P1.dtype == torch.float32 and len(steer.history) == 2
+    ids = _prompt()
+    base = logits_of(as_steerable(model), ids)
+    with steering(model, steer, torch.zeros(steer.K)):
+        assert torch.equal(logits_of(as_steerable(model), ids), base)
+    with steering(model, steer, steer.values(attr=3.0)):
+        assert logits_of(as_steerable(model), ids).dtype == torch.bfloat16

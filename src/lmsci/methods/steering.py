@@ -90,14 +90,15 @@ def as_steerable(model: Any) -> GPT | HFModel:
             raise ConfigError("model", type(model).__name__,
                               "an lmsci GPT, an lmsci HFModel or a transformers causal LM with an lm_head")
     head = model.model.get_output_embeddings() if hasattr(model.model, "get_output_embeddings") else None
-    if not isinstance(head, nn.Linear):
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, nn.Module) or not isinstance(weight, Tensor) or weight.dim() != 2:
         raise ConfigError("model", f"{type(model.model).__name__} (output embeddings: {type(head).__name__})",
-                          "a causal LM with an lm_head (nn.Linear output embedding), e.g. LlamaForCausalLM; "
-                          "not a base model such as LlamaModel")
+                          "a causal LM with an lm_head (a linear output embedding, weight [vocab, d]), e.g. "
+                          "LlamaForCausalLM; not a base model such as LlamaModel")
     return model
 
 
-def lm_head(model: GPT | HFModel) -> nn.Linear:
+def lm_head(model: GPT | HFModel) -> nn.Module:
     """The unembedding module (``lm_head``; GPT-NeoX ``embed_out``), weight ``[V, d]``."""
     model = as_steerable(model)
     return model.lm_head if isinstance(model, GPT) else model.model.get_output_embeddings()
@@ -105,7 +106,12 @@ def lm_head(model: GPT | HFModel) -> nn.Linear:
 
 def hidden_size(model: Any) -> int:
     """``d``: the width of the input of the unembedding."""
-    return int(lm_head(model).in_features)
+    return int(lm_head(model).weight.shape[1])
+
+
+def vocab_size(model: Any) -> int:
+    """``V``: the number of logits (rows of the unembedding)."""
+    return int(lm_head(model).weight.shape[0])
 
 
 def output_embeddings(model: Any) -> Tensor:
@@ -352,7 +358,7 @@ class LogitOffset(Steer):
         return {**super().config(), "vocab_size": self.vocab_size}
 
     def check_model(self, model: GPT | HFModel) -> None:
-        v = lm_head(model).out_features
+        v = vocab_size(model)
         if v != self.vocab_size:
             raise ConfigError("vocab_size", self.vocab_size, f"the model's vocabulary size {v}")
 
@@ -688,6 +694,6 @@ def generate(model: Any, input_ids: Tensor, steer: Steer | None = None,
 
 
 __all__ = ["SITES", "Steer", "SteerHandle", "LogitOffset", "ActAdd", "steering", "train_intervention",
-           "token_logprobs", "generate", "as_steerable", "lm_head", "hidden_size", "output_embeddings", "n_layers",
-           "logits_of", "as_token_lists", "pad_batch", "masked_nll", "mean_nll", "unembed_inputs",
-           "save_steer", "load_steer"]
+           "token_logprobs", "generate", "as_steerable", "lm_head", "hidden_size", "vocab_size",
+           "output_embeddings", "n_layers", "logits_of", "as_token_lists", "pad_batch", "masked_nll", "mean_nll",
+           "unembed_inputs", "save_steer", "load_steer"]
