@@ -20,6 +20,7 @@ in constant memory.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import string
@@ -95,6 +96,14 @@ class IGSMTokenizer:
         if self.hf is not None:
             enc = self.hf.encode(text)
             return list(enc.ids), [tuple(o) for o in enc.offsets]
+        pieces = _PIECE.findall(text)
+        lens = [len(t) for t in pieces]
+        if sum(lens) == len(text):  # fast path: the pieces tile the text
+            get, unk = self.stoi.get, self.unk_id
+            ids = [get(t, -1) for t in pieces]
+            if -1 not in ids or not strict:
+                ends = list(itertools.accumulate(lens))
+                return [unk if i < 0 else i for i in ids], list(zip([0] + ends[:-1], ends))
         ids, offs = [], []
         pos = 0
         for m in _PIECE.finditer(text):
@@ -115,6 +124,12 @@ class IGSMTokenizer:
 
     def encode(self, text: str, strict: bool = True) -> list[int]:
         """Token ids of ``text`` (no ``<bos>``/``<eos>`` added)."""
+        if self.hf is not None:
+            return list(self.hf.encode(text).ids)
+        pieces = _PIECE.findall(text)
+        stoi = self.stoi
+        if all(t in stoi for t in pieces) and sum(map(len, pieces)) == len(text):
+            return [stoi[t] for t in pieces]
         return self.encode_with_offsets(text, strict)[0]
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -208,8 +223,12 @@ def packed_windows(world, tokenizer: IGSMTokenizer, seq_len: int, batch_size: in
             while len(buf_ids) < W:
                 p = next(probs)
                 text, cmask = p.text(fmt=fmt, retry_rate=q, rng=rnd, retry_weak=weak)
-                ids, offs = tokenizer.encode_with_offsets(text)
-                tm = tokenizer.token_mask(offs, cmask) if q > 0 else np.zeros(len(ids), dtype=bool)
+                if q > 0:
+                    ids, offs = tokenizer.encode_with_offsets(text)
+                    tm = tokenizer.token_mask(offs, cmask)
+                else:
+                    ids = tokenizer.encode(text)
+                    tm = np.zeros(len(ids), dtype=bool)
                 buf_ids = np.concatenate([buf_ids, [tokenizer.bos_id], ids, [tokenizer.eos_id]])
                 buf_m = np.concatenate([buf_m, [False], tm, [False]])
             ids_out[b], m_out[b] = buf_ids[:W], buf_m[:W]

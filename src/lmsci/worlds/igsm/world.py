@@ -402,7 +402,7 @@ class Problem:
                     pool = [p for p in allp if p not in known
                             and not all(u in known or u == RAND for u in self.preds(p))]
                 while pool:
-                    w = " Define " + self.param_name(pool[rnd.randrange(len(pool))]) + " as"
+                    w = " Define " + self.param_name(pool[_rb(rnd, len(pool))]) + " as"
                     spans.append((pos, pos + len(w)))
                     parts.append(w + " " + BACK + ".")
                     pos += len(w) + len(BACK) + 2
@@ -447,6 +447,21 @@ class Problem:
 
 class _Reject(Exception):
     pass
+
+
+def _rb(rnd: random.Random, n: int) -> int:
+    """Uniform integer in [0, n) (``random()``-based: ~3x faster than ``randrange``; bias < 2^-45)."""
+    return int(rnd.random() * n)
+
+
+def _pick(rnd: random.Random, weights) -> int:
+    """Index drawn with probability proportional to ``weights``."""
+    u = rnd.random() * sum(weights)
+    for i, w in enumerate(weights):
+        u -= w
+        if u < 0:
+            return i
+    return len(weights) - 1
 
 
 def _softmax_choice(rnd: random.Random, rel: float) -> int:
@@ -538,7 +553,7 @@ class IGSMWorld:
     def _structure(self, rnd: random.Random, target: int):
         cfg = self.cfg
         rel = (target - 1) / max(1, cfg.max_edge - 1)
-        chain = cfg.chains[rnd.randrange(len(cfg.chains))]
+        chain = cfg.chains[_rb(rnd, len(cfg.chains))]
         for _ in range(100):
             d = _softmax_choice(rnd, rel)
             t0, t1 = _softmax_choice(rnd, rel), _softmax_choice(rnd, rel)
@@ -555,17 +570,16 @@ class IGSMWorld:
         e = min(max(e, lo), hi)
         start = rnd.randint(0, 4 - d)
         cats = CHAINS[chain][start:start + d]
-        names = [rnd.sample(POOLS[c][rnd.randrange(5)], w) for c, w in zip(cats, widths)]
         # edges: every lower item a parent, every upper item a child, then random extra edges
         adj = [[set() for _ in range(widths[i])] for i in range(d - 1)]
         n = 0
         for i in range(d - 1):
             for x in range(widths[i + 1]):
-                adj[i][rnd.randrange(widths[i])].add(x)
+                adj[i][_rb(rnd, widths[i])].add(x)
                 n += 1
             for j in range(widths[i]):
                 if not adj[i][j]:
-                    adj[i][j].add(rnd.randrange(widths[i + 1]))
+                    adj[i][j].add(_rb(rnd, widths[i + 1]))
                     n += 1
         if n < e:
             free = [(i, j, x) for i in range(d - 1) for j in range(widths[i]) for x in range(widths[i + 1])
@@ -573,20 +587,20 @@ class IGSMWorld:
             for i, j, x in rnd.sample(free, min(len(free), e - n)):
                 adj[i][j].add(x)
         children = [[sorted(s) for s in row] for row in adj]
-        return chain, tuple(cats), names, children
+        return chain, tuple(cats), widths, children
 
     # --- one attempt ------------------------------------------------------------------------------
     def _attempt(self, rnd: random.Random, target: int, hashes) -> Problem:
-        chain, layers, names, children = self._structure(rnd, target)
+        chain, layers, widths, children = self._structure(rnd, target)
         d = len(layers)
-        inst = [(0, i, j, x) for i in range(d - 1) for j in range(len(names[i])) for x in children[i][j]]
+        inst = [(0, i, j, x) for i in range(d - 1) for j in range(widths[i]) for x in children[i][j]]
         rnd.shuffle(inst)
         rank = {p: r for r, p in enumerate(inst)}
         deps: dict = {}
         acost: dict = {}
         abst = []
         for i in range(d - 2, -1, -1):
-            for j in range(len(names[i])):
+            for j in range(widths[i]):
                 ch = children[i][j]
                 c = len(ch)
                 for k in range(i + 1, d):
@@ -631,7 +645,7 @@ class IGSMWorld:
         # question
         qs = inst + abst
         for _ in range(20):
-            qp = qs[rnd.randrange(len(qs))]
+            qp = qs[_rb(rnd, len(qs))]
             ex: set = set()
             if closure_new(qp, ex) <= target:
                 commit(ex)
@@ -639,73 +653,68 @@ class IGSMWorld:
         else:
             raise _Reject
 
-        def define(p, slack_pool: int):
-            """Draw p's definition within budget; returns (Definition, extra set, delta)."""
+        def define(p):
+            """Draw p's definition within the remaining budget; returns (Definition, extra set, delta)."""
             cands = order[:pos[p]]
             R = target - total
-            npend = len(pending) + 1
-            desire = R / npend
+            desire = R / (len(pending) + 1)
             kmax = min(4, len(cands))
-            best = None
+            if kmax == 0:
+                return Definition((), None, None, _rb(rnd, 23)), set(), 0
+            if desire >= 1.5:
+                wk = (0.5, 1.5, 2.0, 2.0, 1.5)
+            elif desire > 0.3:
+                wk = (1.0, 2.0, 2.0, 1.0, 0.5)
+            else:
+                wk = (2.0, 2.0, 0.7, 0.2, 0.1)
+            wk = wk[:kmax + 1]
+            reuse = [c for c in cands if c in nec]
+            fresh = [c for c in cands if c not in nec]
+            p_new = min(0.9, max(0.15, desire / 2.5))
             for _ in range(8):
-                if kmax == 0:
-                    break
-                if desire >= 1.5:
-                    wk = (0.5, 1.5, 2.0, 2.0, 1.5)
-                elif desire > 0.3:
-                    wk = (1.0, 2.0, 2.0, 1.0, 0.5)
-                else:
-                    wk = (2.0, 2.0, 0.7, 0.2, 0.1)
-                k = rnd.choices(range(kmax + 1), weights=wk[:kmax + 1])[0]
+                k = _pick(rnd, wk)
                 if k == 0:
                     break
-                reuse = [c for c in cands if c in nec]
-                fresh = [c for c in cands if c not in nec]
-                p_new = min(0.9, max(0.15, desire / 2.5))
                 chosen: list = []
                 for _ in range(k):
                     src = fresh if (fresh and (not reuse or rnd.random() < p_new)) else reuse
-                    src = [c for c in src if c not in chosen] or [c for c in cands if c not in chosen]
-                    chosen.append(src[rnd.randrange(len(src))])
-                if k == 2 and rnd.random() < 0.5:
-                    op_ = "diff"
-                else:
-                    op_ = "sum" if k >= 2 else None
+                    if chosen:
+                        src = [c for c in src if c not in chosen] or [c for c in cands if c not in chosen]
+                    chosen.append(src[_rb(rnd, len(src))])
+                op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
                 mod_op = None
                 if rnd.random() < 0.5:
                     mod_op = "add" if rnd.random() < 0.5 else "mul"
-                df = Definition(tuple(chosen), op_, mod_op, rnd.randint(1, 22) if mod_op == "mul" else rnd.randint(0, 22))
+                df = Definition(tuple(chosen), op_, mod_op, 1 + _rb(rnd, 22) if mod_op == "mul" else _rb(rnd, 23))
                 ex: set = set()
                 delta = df.cost - 1 + sum(closure_new(c, ex) for c in chosen)
                 if delta <= R:
                     return df, ex, delta
-                if best is None:
-                    best = None
-            return Definition((), None, None, rnd.randint(0, 22)), set(), 0
+            return Definition((), None, None, _rb(rnd, 23)), set(), 0
 
         def run_pending():
             nonlocal total
             while pending:
                 _, p = heapq.heappop(pending)
-                df, ex, delta = define(p, 0)
+                df, ex, delta = define(p)
                 defs[p] = df
                 total += df.cost - 1
                 commit(ex)
 
         run_pending()
         # spend the leftover budget with +1 moves (and growth moves that add a fresh parent)
-        for _ in range(60):
+        for _ in range(4 * max(0, target - total) + 8):
             R = target - total
             if R <= 0:
                 break
             ps = [p for p in nec if p[0] == 0]
-            p = ps[rnd.randrange(len(ps))]
+            p = ps[_rb(rnd, len(ps))]
             df = defs[p]
             cands = order[:pos[p]]
             k = len(df.parents)
             move = rnd.random()
             if k >= 2 and not df.mod_op and move < 0.35:
-                nd = replace(df, mod_op="add" if rnd.random() < 0.5 else "mul", c=rnd.randint(1, 22))
+                nd = replace(df, mod_op="add" if rnd.random() < 0.5 else "mul", c=1 + _rb(rnd, 22))
                 defs[p] = nd
                 total += 1
                 continue
@@ -718,7 +727,7 @@ class IGSMWorld:
                 opts_r = [c for c in opts if c in nec]
                 if opts_r:
                     opts = opts_r
-            c = opts[rnd.randrange(len(opts))]
+            c = opts[_rb(rnd, len(opts))]
             parents = df.parents + (c,)
             op_ = "sum" if len(parents) >= 2 else None
             if df.op == "diff" or (len(parents) == 2 and rnd.random() < 0.5):
@@ -726,7 +735,7 @@ class IGSMWorld:
             mod_op, cc = df.mod_op, df.c
             if not parents[:-1]:  # a constant becomes "equals c more/times than X" or "equals X"
                 mod_op = None if rnd.random() < 0.5 else ("add" if rnd.random() < 0.5 else "mul")
-                cc = rnd.randint(1, 22)
+                cc = 1 + _rb(rnd, 22)
             nd = Definition(parents, op_, mod_op, cc)
             ex: set = set()
             delta = nd.cost - df.cost + closure_new(c, ex)
@@ -750,7 +759,7 @@ class IGSMWorld:
         ready.sort()
         sol = []
         while ready:
-            p = ready.pop(rnd.randrange(len(ready)))
+            p = ready.pop(_rb(rnd, len(ready)))
             sol.append(p)
             for v in succ[p]:
                 indeg[v] -= 1
@@ -777,14 +786,14 @@ class IGSMWorld:
             if p in defs:
                 continue
             cands = order[:pos[p]]
-            k = rnd.choices(range(min(4, len(cands)) + 1), weights=(1.0, 2.0, 2.0, 1.0, 0.5)[:min(4, len(cands)) + 1])[0]
+            k = _pick(rnd, (1.0, 2.0, 2.0, 1.0, 0.5)[:min(4, len(cands)) + 1])
             if k == 0:
-                defs[p] = Definition((), None, None, rnd.randint(0, 22))
+                defs[p] = Definition((), None, None, _rb(rnd, 23))
                 continue
             chosen = tuple(rnd.sample(cands, k))
             op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
             mod_op = None if rnd.random() < 0.5 else ("add" if rnd.random() < 0.5 else "mul")
-            defs[p] = Definition(chosen, op_, mod_op, rnd.randint(1, 22) if mod_op == "mul" else rnd.randint(0, 22))
+            defs[p] = Definition(chosen, op_, mod_op, 1 + _rb(rnd, 22) if mod_op == "mul" else _rb(rnd, 23))
 
         # values of every parameter, in rank order
         values: dict = {}
@@ -799,6 +808,7 @@ class IGSMWorld:
                     ch = children[i][j]
                     values[p] = sum(values[(0, i, j, x)] * values[(1, i + 1, x, k)] for x in ch) % 23
 
+        names = [rnd.sample(POOLS[c][_rb(rnd, 5)], w) for c, w in zip(layers, widths)]
         problem_order = list(inst)
         rnd.shuffle(problem_order)
         prob = Problem(chain=chain, layers=layers, names=names, children=children, defs=defs,
@@ -857,7 +867,7 @@ def _reasked(problem: Problem, q: Param, nec: set, op: int, rnd: random.Random) 
     ready = sorted(p for p in nec if indeg[p] == 0)
     sol = []
     while ready:
-        p = ready.pop(rnd.randrange(len(ready)))
+        p = ready.pop(_rb(rnd, len(ready)))
         sol.append(p)
         for v in succ[p]:
             indeg[v] -= 1
@@ -922,7 +932,7 @@ def render(problem: Problem, rnd: random.Random, keep_problem_order: bool = Fals
     what = problem.names[i + 1][k] if l == 0 else problem.layers[k]
     problem.question = f"How many {what} does {problem.names[i][j]} have?"
 
-    syms = rnd.sample(SYMBOLS, len(SYMBOLS))
+    syms = rnd.sample(SYMBOLS, min(len(SYMBOLS), problem.op))
     si = 0
     vals = problem.values
     out = []
