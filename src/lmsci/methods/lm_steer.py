@@ -25,6 +25,8 @@ GPT2-Large). Several steers with per-example values ``s [B, K]`` sum linearly (`
 
 Hence continuous control (``k s`` scales the edit of ``h`` by ``k``) and composition (steers add, exactly, in the
 hidden space: :meth:`LMSteer.combine` concatenates steers into one module so ``W(s_a + s_b) = W(s_a) + W(s_b)``).
+Attaching two separately trained steers at once instead chains them (the second sees the first's output:
+``h + eps h W_a + eps h W_b + eps^2 h W_a W_b``); use :meth:`LMSteer.combine` for the exact sum.
 
 The dummy steer. In the authors' training (``experiments/training/train.py``: ``batch_stance[:, training_steer]
 = label``, ``batch_stance[:, dummy_steer] = 1``) a second steer is set to 1 for every training text, whatever
