@@ -45,3 +45,7 @@ def test_catalog_has_issue_16s_experiments():
 
 def test_catalog_has_issue_18s_experiments():
     assert {"calibration-hallucination", "alignment-attack", "watermark", "watermark-removal"} <= set(NAMES)
+
+
+def test_catalog_has_issue_19s_key_value_and_knowledge_neuron_experiments():
+    assert {"mlp-memories", "knowledge-neurons"} <= set(NAMES)

@@ -132,3 +132,127 @@ def test_bad_mlp_names_are_refused_by_name():
         arch_of(w).mlp_values(7)
     with torch.no_grad(), pytest.raises(UnknownNameError):
         w.run_with_cache(X, ["blocks.2.mlp.pre"])
+
+
+# ------------------------------------------------------------------------------------ key-value memories
+from lmsci.measure.kv_memories import KVMemories, key_value_memories, next_token_targets, value_logits  # noqa: E402
+
+
+@pytest.mark.parametrize("which", ["gpt", "gpt_neox"])
+def test_keys_values_and_agreement_match_brute_force(which):
+    m = GPT(GPTConfig(vocab_size=V, seq_len=16, n_layers=2, n_heads=4, d_model=32), seed=4).eval() \
+        if which == "gpt" else tiny_hf(which)
+    x = torch.randint(0, V, (6, T), generator=torch.Generator().manual_seed(5))
+    nxt = next_token_targets(x)
+    kv = key_value_memories(m, x, nxt, k=3, n_top=4, batch_size=4)  # batches of 4 exercise the running top-k
+    with torch.no_grad():
+        _, cache = m.run_with_cache(x, ["blocks.0.mlp.post", "blocks.1.mlp.post"])
+    for j in range(2):
+        a = cache[f"blocks.{j}.mlp.post"][:, :-1]  # the last position has no successor
+        flat = a.reshape(-1, a.shape[-1])
+        top = flat.max(0)
+        assert torch.allclose(kv.key_acts[j, :, 0], top.values, atol=1e-6)
+        w, p = kv.key_where[j, :, 0, 0], kv.key_where[j, :, 0, 1]
+        assert torch.equal(kv.key_next[j, :, 0], x[w, p + 1])
+        assert (kv.key_acts[j, :, :-1] >= kv.key_acts[j, :, 1:]).all()
+        lg = value_logits(m, j)
+        assert torch.equal(kv.value_top[j, :, 0], lg.argmax(1))
+        expect = (lg.argmax(1) == kv.key_next[j, :, 0]).float().mean()
+        assert abs(float(kv.agreement()[j]) - float(expect)) < 1e-9
+        ranks = (lg > lg.gather(1, kv.key_next[j, :, :1])).sum(1)
+        assert torch.equal(kv.next_rank[j], ranks)
+    assert kv.n_positions == 6 * (T - 1)
+
+
+def test_shuffled_baseline_is_the_exact_average_over_neuron_pairs():
+    g = torch.Generator().manual_seed(0)
+    n = 12
+    v = torch.randint(0, 4, (1, n, 1), generator=g)
+    k = torch.randint(0, 4, (1, n, 1), generator=g)
+    kv = KVMemories([0], torch.zeros(1, n, 1), torch.zeros(1, n, 1, 2, dtype=torch.long), k, v,
+                    torch.zeros(1, n, dtype=torch.long), n)
+    brute = np.mean([float(v[0, i, 0] == k[0, j, 0]) for i in range(n) for j in range(n) if i != j])
+    assert abs(float(kv.shuffled_agreement()[0]) - brute) < 1e-6
+    assert abs(float(kv.agreement()[0]) - float((v == k).float().mean())) < 1e-6
+
+
+def test_norm_gain_and_bad_input():
+    m = GPT(GPTConfig(vocab_size=V, seq_len=16, n_layers=2, n_heads=4, d_model=32), seed=4).eval()
+    with torch.no_grad():
+        m.ln_f.weight.mul_(torch.linspace(0.1, 3.0, 32))
+    a, b = value_logits(m, 0), value_logits(m, 0, norm="gain")
+    assert torch.allclose(b, (arch_of(m).mlp_values(0) * m.ln_f.weight) @ m.lm_head.weight.T, atol=1e-5)
+    assert not torch.allclose(a, b)
+    x = torch.randint(0, V, (2, T))
+    with pytest.raises(ConfigError, match=r"\[0, 1\]"):
+        key_value_memories(m, x, next_token_targets(x), layers=[2])
+    with pytest.raises(ConfigError, match="norm"):
+        value_logits(m, 0, norm="layernorm")
+    with pytest.raises(ConfigError, match="k="):
+        key_value_memories(m, x, next_token_targets(x), k=10_000)
+    with pytest.raises(ConfigError, match="next_tokens"):
+        key_value_memories(m, x, x[:, :-1])
+    with pytest.raises(ConfigError, match="d_mlp = 128"):
+        value_logits(m, 0, neurons=torch.tensor([0, 128]))
+    pad = next_token_targets(torch.tensor([[5, 6, 0, 0]]), pad_id=0)
+    assert pad.tolist() == [[6, -1, -1, -1]]
+
+
+# ------------------------------------------------------------------------------------ mlp-memories verdicts
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lmsci.config import resolve_config  # noqa: E402
+from lmsci.experiments.mlp_memories import MLPMemories, MLPMemoriesConfig  # noqa: E402
+from lmsci.runs import RunDir  # noqa: E402
+
+
+def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, trained: bool = True) -> pd.DataFrame:
+    rows = []
+    for kind, per_seed in agree.items():
+        for s, layers in enumerate(per_seed):
+            L = len(layers)
+            up, lo = layers[L // 2:], layers[:L // 2]
+            r = {"point": kind + (f"__s{s}" if s else ""), "kind": kind, "seed_index": s, "status": "ok",
+                 "n_layers": L, "trained": trained if not (kind == "bios" and s == 1) else trained}
+            for l, a in enumerate(layers):
+                r[f"agree_L{l}"], r[f"shuffled_L{l}"] = a, shuffled
+            r["agree_upper"], r["agree_lower"], r["shuffled_upper"] = np.mean(up), np.mean(lo), shuffled
+            r["depth_gap"] = r["agree_upper"] - r["agree_lower"]
+            r["upper_minus_shuffled"] = r["agree_upper"] - shuffled
+            r["upper_ratio"] = r["agree_upper"] / shuffled
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def _mm(df, tmp_path):
+    cfg = resolve_config(MLPMemoriesConfig, "quick")
+    return {v.claim_id: v for v in MLPMemories().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+def test_mlp_memories_papers_shape_is_reproduced(tmp_path):
+    # Geva et al. Fig. 4: ~0 in the lower layers, a few percent in the upper ones
+    up = {k: [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]
+          for k in ("shakespeare", "bios")}
+    vs = _mm(_mm_rows(up), tmp_path)
+    assert vs["rises-with-depth"].outcome == "reproduced" and vs["rises-with-depth"].n_seeds == 3
+    assert vs["upper-exceeds-shuffled"].outcome == "reproduced" and vs["upper-exceeds-shuffled"].value >= 3
+
+
+def test_mlp_memories_flat_or_chance_agreement_is_not_reproduced(tmp_path):
+    flat = {"shakespeare": [[0.02, 0.02, 0.02, 0.02]] * 3,
+            "bios": [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]}
+    vs = _mm(_mm_rows(flat), tmp_path)
+    assert vs["rises-with-depth"].outcome == "not reproduced"
+    assert vs["upper-exceeds-shuffled"].outcome == "reproduced"  # 0.02 / 0.005 = 4x on both
+    vs = _mm(_mm_rows(flat, shuffled=0.015), tmp_path)
+    assert vs["upper-exceeds-shuffled"].outcome == "not reproduced"  # 0.02 / 0.015 < 3
+
+
+def test_mlp_memories_untrained_model_is_inconclusive(tmp_path):
+    up = {k: [[0.001, 0.002, 0.02, 0.035]] * 3 for k in ("shakespeare", "bios")}
+    vs = _mm(_mm_rows(up, trained=False), tmp_path)
+    assert vs["rises-with-depth"].outcome == "inconclusive"
+    assert any("trained" in r for r in vs["rises-with-depth"].reasons)
+    one = {k: [[0.001, 0.002, 0.02, 0.035]] for k in ("shakespeare", "bios")}
+    assert _mm(_mm_rows(one), tmp_path)["upper-exceeds-shuffled"].outcome == "inconclusive"  # one seed

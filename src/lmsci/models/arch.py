@@ -138,7 +138,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     _llama_like("phi3", window="config", q_proj=None, k_proj=None, v_proj=None, qkv_proj="qkv_proj",
                 partial_rotary=True, mlp_in=None),
     Family("gpt_neox", embedding="gpt_neox.embed_in", blocks="gpt_neox.layers", attention="attention",
-           mlp="mlp", final_norm="gpt_neox.final_layer_norm", lm_head="embed_out", o_proj="dense",
+           mlp="mlp", final_norm="gpt_neox.final_layer_norm", lm_head="lm_head", o_proj="dense",
            q_proj=None, k_proj=None, v_proj=None, qkv_proj="query_key_value", rotary="gpt_neox.rotary_emb",
            partial_rotary=True, mlp_in="dense_h_to_4h", mlp_down="dense_4h_to_h"),
     Family("gpt2", embedding="transformer.wte", position_embedding="transformer.wpe", blocks="transformer.h",
@@ -315,7 +315,15 @@ class ModelArch:
         return self.module(self.family.final_norm)
 
     def lm_head(self) -> nn.Module:
-        return self.module(self.family.lm_head)
+        """The output head (its ``weight`` is ``[vocab_size, d_model]``); the model's own
+        ``get_output_embeddings()`` when the family's path is absent (a renamed attribute)."""
+        try:
+            return self.module(self.family.lm_head)
+        except AttributeError:
+            head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+            if head is None:
+                raise
+            return head
 
     def projections(self, i: int) -> dict[str, nn.Module]:
         """The attention projections of layer ``i``: ``{"q","k","v","o"}`` or ``{"qkv","o"}`` (fused)."""
