@@ -49,3 +49,7 @@ def test_catalog_has_issue_18s_experiments():
 
 def test_catalog_has_issue_19s_key_value_and_knowledge_neuron_experiments():
     assert {"mlp-memories", "knowledge-neurons"} <= set(NAMES)
+
+
+def test_catalog_has_issue_15s_experiments():
+    assert {"lm-steer"} <= set(NAMES)

@@ -35,6 +35,7 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.word_order",
     "lmsci.experiments.icl_linear_regression",
     "lmsci.experiments.icl_kernel_regression",
+    "lmsci.experiments.lm_steer",
     "lmsci.experiments.knowledge_neurons",
     "lmsci.experiments.mlp_memories",
 ]

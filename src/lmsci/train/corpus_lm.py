@@ -32,7 +32,7 @@ def train_corpus_gpt(get_batch: GetBatch, val_batches: Sequence[Batch] | None, v
         log: receives the trainer's records.
 
     Returns:
-        ``(model in eval mode on device, {"train_loss", "val_nll"})`` (nats/token; ``val_nll`` NaN without
+        ``(model in eval mode on device, gradients cleared, {"train_loss", "val_nll"})`` (nats/token; ``val_nll`` NaN without
         ``val_batches``).
 
     Raises:
@@ -47,5 +47,6 @@ def train_corpus_gpt(get_batch: GetBatch, val_batches: Sequence[Batch] | None, v
     val = float("nan")
     if val_batches is not None:
         val = evaluate_nll(model, val_batches)
+    model.zero_grad(set_to_none=True)  # no stale gradients on the returned (frozen-to-be) model
     model.eval()
     return model, {"train_loss": float(res.final.get("loss", float("nan"))), "val_nll": val}
