@@ -68,21 +68,21 @@ class MLPMemoriesConfig(ExperimentConfig):
     PRESETS = {
         "smoke": {"shakespeare": {"d_model": 16, "n_layers": 2, "n_heads": 2, "seq_len": 16,
                                   "steps": 3, "batch_size": 4, "key_windows": 8, "eval_tokens": 256},
-                  "bios": {"n_people": 8, "exposures": 2, "seq_len": 128, "check_every": 0,
+                  "bios": {"n_people": 8, "multiplicity": 1, "permute": False, "fullname": False, "exposures": 2, "seq_len": 128, "check_every": 0,
                            "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}},
                   "n_seeds": 1},
         "quick": {},
         # one H100 (estimated): 8-layer d_model 512 Shakespeare GPT on BPE-8192, 5k steps; 8-layer bioS GPT, N = 2000
         "gpu": {"shakespeare": {"vocab_size": 8192, "d_model": 512, "n_layers": 8, "n_heads": 8, "seq_len": 256,
                                 "steps": 5000, "batch_size": 64, "lr": 1e-3, "key_windows": 4096},
-                "bios": {"n_people": 2000, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "exposures": 400,
+                "bios": {"n_people": 2000, "multiplicity": 1, "permute": False, "fullname": False, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "exposures": 400,
                          "seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 32}, "check_every": 500},
                 "threads": 0},
         # the paper's scale: a 16-layer, 247M-parameter LM (Baevski & Auli) on WikiText-103 (not in lmsci's corpora;
         # the closest: a 16-layer d_model 1024 GPT on Shakespeare, which it would overfit)
         "paper": {"shakespeare": {"vocab_size": 16384, "d_model": 1024, "n_layers": 16, "n_heads": 16,
                                   "seq_len": 512, "steps": 20000, "batch_size": 64, "lr": 3e-4, "key_windows": 16384},
-                  "bios": {"n_people": 20_000, "model": {"d_model": 768, "n_layers": 16, "n_heads": 12},
+                  "bios": {"n_people": 20_000, "multiplicity": 1, "permute": False, "fullname": False, "model": {"d_model": 768, "n_layers": 16, "n_heads": 12},
                            "exposures": 600, "seq_len": 512, "pretrain": {"lr": 5e-4, "batch_size": 64},
                            "check_every": 2000},
                   "threads": 0},
