@@ -127,3 +127,18 @@ def test_shakespeare_genres_and_lines():
     assert not {w.name for w in a} & {w.name for w in b}
     assert {sh.genre_of(w.name) for w in a} == {sh.genre_of(w.name) for w in b} == {"comedy", "tragedy"}
     assert len(a) + len(b) == 26
+
+
+def test_conditional_nll_on_a_hugging_face_model_matches_its_logits():
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=1, n_head=2)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    prompt = torch.randint(0, 50, (3, 4))
+    gen = torch.randint(0, 50, (3, 5))
+    nll = ts.conditional_nll(hf, prompt, gen)
+    with torch.no_grad():
+        x = torch.cat([prompt, gen], 1)
+        lp = torch.log_softmax(hf(x).logits[:, :-1].float(), -1).gather(-1, x[:, 1:, None])[..., 0]
+    assert np.allclose(nll, -lp[:, 3:].mean(1).numpy(), atol=1e-5)

@@ -60,6 +60,7 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.knowledge_common import binom_ci
 from lmsci.experiments.registry import register
 from lmsci.measure import text_scores as ts
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -150,16 +151,6 @@ class LMSteerConfig(ExperimentConfig):
                 "n_highlight_lines": 300, "probe_dims": 5},
         "paper": {"threads": 0, "n_prompts": 10000, "n_samples": 25, "steer_steps": 1000},  # + model_path, data_path
     }
-
-
-def _bern_lo(p: float, n: int) -> float:
-    """Lower end of the 95% Wilson interval of a proportion ``p`` out of ``n``."""
-    if n == 0:
-        return float("nan")
-    z = 1.959964
-    c = (p + z * z / (2 * n)) / (1 + z * z / n)
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return c - h
 
 
 @register("lm-steer")
@@ -478,7 +469,7 @@ class LMSteerExperiment(Experiment):
         prompts, clf = data["prompts"], data["clf"]
         common = {"val_nll_A": stA["val_nll"], "val_nll_B": stB["val_nll"], "transfer_target": cfg.transfer_target, "val_nll_fluency": stF["val_nll"],
                   "bigram_nll": base["bigram_nll"], "unigram_nll": base["unigram_nll"],
-                  "clf_acc": data["clf_acc"], "clf_acc_lo": _bern_lo(data["clf_acc"], data["clf_n"]),
+                  "clf_acc": data["clf_acc"], "clf_acc_lo": binom_ci(data["clf_acc"], data["clf_n"])[0],
                   "clf_n": data["clf_n"], "n_prompts": int(prompts.shape[0]),
                   "steer_plays": ";".join(data["steer_plays"]), "scorer_plays": ";".join(data["scorer_plays"]),
                   "vocab_size": corpus.vocab_size}
