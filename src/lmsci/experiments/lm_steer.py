@@ -96,7 +96,8 @@ class LMSteerConfig(ExperimentConfig):
     min_words: int = Field(4, ge=1)
     max_words: int = Field(30, ge=1)
     vader_threshold: float = Field(0.5, gt=0, lt=1)
-    n_train_lines: int = Field(1000, ge=4, description="training lines per class per steer")
+    n_train_lines: int = Field(1000, ge=4, description="training lines per class per steer (the steer plays hold "
+                               "2,345 negative lines at VADER threshold 0.5)")
     lines_per_play: int | None = Field(None, ge=10, description="subsample each play's lines (None: all)")
     clf_C: float = Field(1.0, gt=0)
     # steer training (defaults: the README's GPT2-Large run, fewer steps)
@@ -147,7 +148,7 @@ class LMSteerConfig(ExperimentConfig):
         "quick": {},
         "gpu": {"threads": 0, "vocab_size": 4096, "seq_len": 128, "d_model": 256, "n_layers": 4, "n_heads": 8,
                 "steps": 4000, "batch_size": 32, "flu_d_model": 512, "flu_n_layers": 8, "flu_n_heads": 8,
-                "flu_steps": 4000, "n_train_lines": 3000, "steer_steps": 1000, "n_prompts": 100, "n_samples": 25,
+                "flu_steps": 4000, "n_train_lines": 2000, "steer_steps": 1000, "n_prompts": 100, "n_samples": 25,
                 "n_highlight_lines": 300, "probe_dims": 5},
         "paper": {"threads": 0, "n_prompts": 10000, "n_samples": 25, "steer_steps": 1000},  # + model_path, data_path
     }
