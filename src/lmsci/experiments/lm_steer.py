@@ -672,13 +672,18 @@ class LMSteerExperiment(Experiment):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for ax, a in zip(axes, ATTRS):
             mc = _mean_curve([c[a] for c in curves])
-            ax.plot(mc["s"], mc[a], "o-", color="C0")
+            ax.plot(mc["s"], mc[a], "o-", color="C0", label="steered (dummy steer at 1)")
+            for cv in curves:  # each seed of W, faint
+                ax.plot([c["s"] for c in cv[a]], [c[a] for c in cv[a]], "-", color="C0", alpha=0.25, lw=0.8)
+            if f"none__{a}" in results:
+                ax.axhline(float(results[f"none__{a}"].astype(float).mean()), ls=":", color="k", label="no steer")
+            ax.legend(fontsize=8, loc="upper left")
             ax.set_xlabel("steer value (units of eps0)")
             ax.set_ylabel("mean VADER compound" if a == "sentiment" else "mean classifier P(comedy)", color="C0")
             ax2 = ax.twinx()
             ax2.plot(mc["s"], mc["ppl"], "s--", color="C3")
             ax2.set_ylabel("perplexity under the fluency GPT", color="C3")
-            ax.set_title(f"{a} steer (mean of {len(curves)} seeds)")
+            ax.set_title(f"{a} steer (mean of {len(curves)} seed{'s' if len(curves) > 1 else ''} of W)")
             ax.grid(alpha=0.3)
         fig.tight_layout()
         return [save_figure(fig, run, "tradeoff.png", "Attribute score (left axis) and fluency perplexity (right axis) "
