@@ -53,3 +53,7 @@ def test_catalog_has_issue_19s_key_value_and_knowledge_neuron_experiments():
 
 def test_catalog_has_issue_15s_experiments():
     assert {"lm-steer"} <= set(NAMES)
+
+
+def test_catalog_has_issue_13s_igsm_experiments():
+    assert {"igsm-ood", "igsm-depth", "igsm-retry", "igsm-probing", "igsm-noop"} <= set(NAMES)

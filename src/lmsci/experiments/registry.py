@@ -38,6 +38,11 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.lm_steer",
     "lmsci.experiments.knowledge_neurons",
     "lmsci.experiments.mlp_memories",
+    "lmsci.experiments.igsm_ood",
+    "lmsci.experiments.igsm_depth",
+    "lmsci.experiments.igsm_retry",
+    "lmsci.experiments.igsm_probing",
+    "lmsci.experiments.igsm_noop",
 ]
 
 _loaded = False

@@ -1,0 +1,362 @@
+"""Shared machinery of the iGSM experiments (``igsm-ood``, ``igsm-depth``, ``igsm-retry``, ``igsm-probing``,
+``igsm-noop``): the configuration, training a GPT on streamed iGSM documents, and evaluating generated solutions
+per op bucket with the full-solution checker.
+
+Source: Ye, Xu, Li, Allen-Zhu, "Physics of Language Models: Part 2.1", arXiv 2407.20311 (sec. 2-3, App. F) and
+"Part 2.2", arXiv 2408.16293 (retry data); spec ``physics_of_lms.md`` sec. 2.4 (models and training: GPT2-l-h
+with rotary positions, AdamW betas (0.9, 0.98), cosine decay to 0.01x, lr 2e-3, wd 0.05, fresh problems packed
+into context windows) and sec. 2.5 (evaluation: fresh test-hash problems per op, greedy and beam 4, scored by the
+full-solution checker, the official ``true_correct``; unnecessary parameters per correct solution).
+
+Pieces:
+
+* :class:`IGSMCommonConfig` -- world, format, model shape, training and evaluation fields every experiment shares;
+  :func:`validate_common` checks them before any work (``ConfigError``).
+* :func:`train_members` -- train one model per seed context: the seeds of one point are trained as one stacked
+  computation (:func:`lmsci.train.stacked.train_stacked`) when ``stack_seeds`` and there are several, else one at a
+  time with the lmsci trainer (checkpointed, resumable). Documents are ``<bos> <prob> problem <sol> solution <ans>
+  answer <eos>`` packed into ``seq_len`` windows (:func:`lmsci.worlds.igsm.tokenizer.get_batch_fn`), with retry
+  data at ``retry_rate`` and the mistakes' loss masked or not.
+* :func:`test_set` / :func:`solve` / :func:`evaluate_ops` -- fresh test-hash problems per op (the same for every
+  point and training seed: drawn from ``cfg.seed``), decoded greedily and with beam search
+  (:mod:`lmsci.models.decode`), scored by :func:`lmsci.worlds.igsm.checker.check_solution`.
+* :class:`IGSMExperiment` -- the base class: ``groups`` stacks the seeds of each point; ``run_group`` trains and
+  hands every model to the subclass's ``measure``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Point, PointContext
+from lmsci.models.decode import beam_decode, greedy_decode
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import derive_seed
+from lmsci.train import trainer
+from lmsci.train.trainer import TrainConfig
+from lmsci.worlds.igsm import IGSMWorld, get_world_config
+from lmsci.worlds.igsm.checker import SolutionCheck, check_solution
+from lmsci.worlds.igsm.tokenizer import IGSMTokenizer, get_batch_fn
+
+
+class IGSMCommonConfig(ExperimentConfig):
+    """Fields shared by the iGSM experiments (defaults: a CPU-sized quick preset).
+
+    Attributes:
+        world: a named iGSM world (``igsm-tiny``, ``igsm-small``, ``igsm-med``, ``igsm-hard``).
+        op_dist: training op distribution, ``light`` (the paper's min of two uniforms) or ``uniform`` (balanced).
+        fmt: ``pq`` (problem, then question) or ``qp``.
+        tokenizer: ``word`` (word level over the world's vocabulary) or ``bpe`` (byte-level BPE via ``tokenizers``).
+        n_layers, n_heads, d_model, seq_len: the GPT (rotary positions, GPT2-l-h has d_model = 64 h).
+        steps, batch_size, lr, warmup_steps, weight_decay, min_lr_ratio: training (AdamW betas (0.9, 0.98), cosine
+            decay to ``min_lr_ratio * lr``; paper: lr 2e-3, wd 0.05, 1,000 warmup steps, decay to 0.01x).
+        stack_seeds: train the seeds of a point as one stacked computation.
+        n_eval: fresh test-hash problems per op bucket.
+        ood_extra: out-of-distribution ops evaluated: ``max_op + 1 .. max_op + ood_extra``.
+        beam: beam width of the second decoder (0: greedy only).
+        eval_batch: prompts per decoding batch.
+    """
+
+    world: str = "igsm-tiny"
+    op_dist: Literal["light", "uniform"] = "light"
+    fmt: Literal["pq", "qp"] = "pq"
+    tokenizer: Literal["word", "bpe"] = "word"
+    n_layers: int = Field(4, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(64, ge=8)
+    seq_len: int = Field(512, ge=64)
+    steps: int = Field(1500, ge=1)
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.05, ge=0)
+    min_lr_ratio: float = Field(0.01, ge=0, le=1)
+    stack_seeds: bool = True
+    n_eval: int = Field(24, ge=1)
+    ood_extra: int = Field(2, ge=1)
+    beam: int = Field(4, ge=0)
+    eval_batch: int = Field(32, ge=1)
+    max_new_tokens: int = Field(0, ge=0)
+
+    PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
+
+
+#: Preset pieces every iGSM experiment starts from (each adds its own fields).
+#: smoke: seconds; an untrained-in-effect model, decoding capped at 8 tokens.
+SMOKE = {"n_layers": 1, "n_heads": 2, "d_model": 16, "seq_len": 512, "steps": 2, "batch_size": 2, "warmup_steps": 0,
+         "n_eval": 2, "beam": 2, "max_new_tokens": 8, "n_seeds": 1}
+#: gpu: one H100, igsm-small (max_op 10, OOD to 12), a 6-layer d384 model, bf16, 3 seeds stacked (estimated).
+GPU = {"world": "igsm-small", "n_layers": 6, "n_heads": 6, "d_model": 384, "seq_len": 768, "batch_size": 96,
+       "steps": 5000, "warmup_steps": 300, "lr": 1e-3, "n_eval": 256, "eval_batch": 128, "n_seeds": 3,
+       "precision": "bf16", "threads": 0}
+#: paper: iGSM-med, GPT2-12-12 (d768), ctx 768, batch 512, 100k steps, lr 2e-3, wd 0.05, 1,000 warmup steps (sec. 2.4).
+PAPER = {"world": "igsm-med", "n_layers": 12, "n_heads": 12, "d_model": 768, "seq_len": 768, "batch_size": 512,
+         "steps": 100_000, "warmup_steps": 1000, "lr": 2e-3, "weight_decay": 0.05, "n_eval": 4096,
+         "eval_batch": 256, "n_seeds": 3, "precision": "bf16", "threads": 0, "stack_seeds": False}
+#: time estimates shared by the presets (the quick one is measured per experiment).
+TIME_GPU = ("~25 min estimated on one H100, not measured (3 seeds x 5000 steps x 96 x 768 tokens of a 6-layer d384 "
+            "model in bf16, ~1.1e17 FLOPs, plus decoding the test buckets)")
+TIME_PAPER = ("~1 day per model on one H100, estimated (GPT2-12-12, 100k steps x 512 x 768 = 39B tokens, ~2e19 FLOPs "
+              "at ~40% of bf16 peak); the paper used several A100s")
+
+
+def world_of(cfg: IGSMCommonConfig, **overrides: Any) -> IGSMWorld:
+    """The configured iGSM world (``overrides`` go to its :class:`~lmsci.worlds.igsm.IGSMConfig`)."""
+    return IGSMWorld(get_world_config(cfg.world, op_dist=cfg.op_dist, fmt=cfg.fmt, tokenizer=cfg.tokenizer,
+                                      **overrides))
+
+
+def tokenizer_of(cfg: IGSMCommonConfig, world: IGSMWorld) -> IGSMTokenizer:
+    """Word-level tokenizer (fixed vocabulary), or a BPE trained on the world's problems from ``cfg.seed``."""
+    return IGSMTokenizer(world, kind=cfg.tokenizer, seed=cfg.seed)
+
+
+def validate_common(cfg: IGSMCommonConfig, shapes: Sequence[tuple[int, int, int]] = ()) -> IGSMWorld:
+    """Check the shared fields (and the model ``shapes`` (n_layers, n_heads, d_model) an experiment trains).
+
+    Returns:
+        the world.
+
+    Raises:
+        ConfigError (UnknownNameError): an unknown world, a head width that does not divide ``d_model`` or is odd
+            (rotary), OOD ops beyond the world's ``max_eval_op``, a warmup longer than training.
+    """
+    world = world_of(cfg)
+    for L, H, D in list(shapes) or [(cfg.n_layers, cfg.n_heads, cfg.d_model)]:
+        if D % H or (D // H) % 2:
+            raise ConfigError("d_model", D, f"a multiple of n_heads={H} with an even head width (rotary positions)")
+        if L < 1:
+            raise ConfigError("n_layers", L, ">= 1")
+    hi = world.cfg.max_op + cfg.ood_extra
+    if hi > world.cfg.max_eval_op:
+        raise ConfigError("ood_extra", cfg.ood_extra, f"at most max_eval_op - max_op = "
+                          f"{world.cfg.max_eval_op - world.cfg.max_op} for {cfg.world}")
+    if cfg.warmup_steps >= cfg.steps and cfg.steps > 1:
+        raise ConfigError("warmup_steps", cfg.warmup_steps, f"< steps={cfg.steps}")
+    return world
+
+
+def build_gpt(cfg: IGSMCommonConfig, tok: IGSMTokenizer, shape: tuple[int, int, int], seed: int) -> GPT:
+    """A GPT2-l-h-style model (rotary positions, GELU MLP, LayerNorm, untied embeddings) of ``shape``."""
+    L, H, D = shape
+    return GPT(GPTConfig(vocab_size=tok.vocab_size, seq_len=cfg.seq_len, n_layers=L, n_heads=H, d_model=D,
+                         pos="rope"), seed=seed)
+
+
+@dataclass
+class Trained:
+    """One trained model of a seed context (``model`` None when training diverged)."""
+
+    model: GPT | None
+    final: dict
+    diverged: str = ""
+
+
+def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IGSMWorld, tok: IGSMTokenizer,
+                  shape: tuple[int, int, int], *, retry_rate: float = 0.0, retry_weak: bool = False,
+                  mask_mistakes: bool = False, tag: str = "") -> list[Trained]:
+    """Train one model per context (same shape and data recipe, each its own seed).
+
+    The data of member k are drawn from ``derive_seed(ctx_k.seed, "data", tag)``, its initialisation from
+    ``derive_seed(ctx_k.seed, "init", tag)``. Several contexts with ``cfg.stack_seeds`` train as one stacked
+    computation; otherwise each trains with :func:`lmsci.train.trainer.train` (checkpoints under the point's
+    artifact directory, so an interrupted run resumes).
+
+    Returns:
+        one :class:`Trained` per context, models in eval mode on the context's device.
+    """
+    device = ctxs[0].device
+    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
+                     warmup_steps=min(cfg.warmup_steps, max(cfg.steps - 1, 0)), weight_decay=cfg.weight_decay,
+                     min_lr_ratio=cfg.min_lr_ratio, betas=(0.9, 0.98), device=device,
+                     log_every=max(cfg.steps // 50, 1), checkpoint_every=max(cfg.steps // 4, 1),
+                     precision=cfg.precision)
+    get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.batch_size, retry_rate=retry_rate,
+                             retry_weak=retry_weak, mask_mistakes=mask_mistakes)
+    models = [build_gpt(cfg, tok, shape, derive_seed(c.seed, "init", tag)) for c in ctxs]
+    seeds = [derive_seed(c.seed, "data", tag) for c in ctxs]
+    out: list[Trained] = []
+    if len(ctxs) > 1 and cfg.stack_seeds:
+        from lmsci.train.stacked import train_stacked
+
+        logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))})
+                for c in ctxs]
+        bar = ctxs[0].progress(cfg.steps, f"train x{len(ctxs)}{tag}")
+        res = train_stacked(models, get_batch, tc, seeds=seeds, log=logs, progress=bar)
+        bar.close()
+        for k, m in enumerate(models):
+            if k in res.diverged:
+                out.append(Trained(None, {}, str(res.diverged[k])))
+            else:
+                out.append(Trained(m.to(device).eval(), res.members[k].final))
+        return out
+    for m, c, s in zip(models, ctxs, seeds):
+        bar = c.progress(cfg.steps, f"train{tag}")
+        res = trainer.train(m, get_batch, tc, seed=s, log=lambda rec, c=c: c.log(**rec),
+                    checkpoint_dir=c.artifact_dir / f"ckpt{tag}", progress=bar)
+        bar.close()
+        out.append(Trained(m.eval(), res.final))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- evaluation
+
+
+def test_set(cfg: IGSMCommonConfig, world: IGSMWorld, op: int | None, n: int, tag: str = "") -> list:
+    """``n`` fresh test-split problems (template hashes 16..22) with ``op`` operations (None: op drawn from the
+    training distribution, the in-distribution slice); drawn from ``cfg.seed`` only, so every point and training
+    seed is scored on the same problems."""
+    rnd = random.Random(derive_seed(cfg.seed, "igsm-test", str(op), tag))
+    return [world.sample(rnd, op=op, split="test") for _ in range(n)]
+
+
+def solve(model: GPT, tok: IGSMTokenizer, prompts: Sequence[str], *, beam: int = 1, max_new_tokens: int | None = None,
+          batch_size: int = 32) -> list[str]:
+    """Generated continuations (text after ``<sol>``) of the prompt texts (``Problem.prompt()``), greedy
+    (``beam = 1``) or beam search, on the model's device; each prompt is ``<bos>`` + its tokens."""
+    ids = [[tok.bos_id] + tok.encode(p) for p in prompts]
+    mx = max_new_tokens or model.cfg.seq_len
+    if beam <= 1:
+        gen = greedy_decode(model, ids, mx, tok.eos_id, batch_size=batch_size, pad_id=tok.pad_id)
+    else:
+        gen = beam_decode(model, ids, mx, tok.eos_id, num_beams=beam, batch_size=max(1, batch_size // beam),
+                          pad_id=tok.pad_id)
+    return [tok.decode(g) for g in gen]
+
+
+def check_all(problems: Sequence, texts: Sequence[str]) -> list[SolutionCheck]:
+    """:func:`check_solution` of each generated continuation against its problem."""
+    return [check_solution(p, t) for p, t in zip(problems, texts)]
+
+
+def summarize(checks: Sequence[SolutionCheck]) -> dict[str, float]:
+    """Bucket statistics: ``acc`` (full solution, official-compatible ``correct``), ``strict_acc``,
+    ``answer_acc`` (final answer only), ``unneeded_per_correct`` (unnecessary parameters per correct solution,
+    NaN without a correct one), ``retries`` (``[BACK]`` steps per problem)."""
+    n = max(len(checks), 1)
+    correct = [c for c in checks if c.correct]
+    return {"acc": sum(c.correct for c in checks) / n,
+            "strict_acc": sum(c.strict_correct for c in checks) / n,
+            "answer_acc": sum(c.answer_correct for c in checks) / n,
+            "unneeded_per_correct": float(np.mean([c.n_unneeded for c in correct])) if correct else float("nan"),
+            "retries": sum(c.n_retries for c in checks) / n}
+
+
+def evaluate_ops(cfg: IGSMCommonConfig, model: GPT, tok: IGSMTokenizer, world: IGSMWorld,
+                 ops: Sequence[int | None], *, beams: Sequence[int] = (1,), reask: bool = False) -> dict[str, float]:
+    """Full-solution statistics per op bucket and decoder, as a flat results row.
+
+    Keys: ``{stat}_{dec}_{bucket}`` with ``dec`` = ``greedy`` or ``beam{k}``, ``bucket`` = ``id`` (op from the
+    training distribution) or ``op{k}``, ``stat`` as :func:`summarize`; with ``reask`` also bucket ``reask``: the
+    ``max_op + ood_extra`` problems re-asked about another parameter with the same op (paper sec. 2.5).
+    """
+    row: dict[str, float] = {}
+    buckets: list[tuple[str, list]] = [("id" if op is None else f"op{op}", test_set(cfg, world, op, cfg.n_eval))
+                                       for op in ops]
+    if reask:
+        op = world.cfg.max_op + cfg.ood_extra
+        rnd = random.Random(derive_seed(cfg.seed, "igsm-reask"))
+        probs = []
+        for p in test_set(cfg, world, op, 4 * cfg.n_eval, "reask-src"):
+            r = world.reask(p, rnd, op=op)
+            if r is not None:
+                probs.append(r)
+            if len(probs) == cfg.n_eval:
+                break
+        buckets.append(("reask", probs))
+    for k in beams:
+        dec = "greedy" if k <= 1 else f"beam{k}"
+        for name, probs in buckets:
+            if not probs:
+                continue
+            texts = solve(model, tok, [p.prompt() for p in probs], beam=k, batch_size=cfg.eval_batch,
+                          max_new_tokens=cfg.max_new_tokens or None)
+            for stat, v in summarize(check_all(probs, texts)).items():
+                row[f"{stat}_{dec}_{name}"] = v
+    return row
+
+
+def ood_ops(cfg: IGSMCommonConfig, world: IGSMWorld) -> list[int]:
+    """The out-of-distribution ops ``max_op + 1 .. max_op + ood_extra``."""
+    return list(range(world.cfg.max_op + 1, world.cfg.max_op + cfg.ood_extra + 1))
+
+
+def ok_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The finished rows of a results table."""
+    return results[results["status"] == "ok"] if "status" in results else results
+
+
+def paired_diff(results: pd.DataFrame, key: str, a: Any, b: Any, col: str):
+    """Per training seed, ``col`` of the row with ``key == a`` minus that with ``key == b`` (paired by
+    ``seed_index``), as :func:`lmsci.claims.across_seeds`; None when no seed has both."""
+    ok = ok_rows(results)
+    if key not in ok or col not in ok:
+        return None
+    A = ok[ok[key] == a].set_index("seed_index")[col]
+    B = ok[ok[key] == b].set_index("seed_index")[col]
+    d = (A - B).dropna()
+    return across_seeds(d.values) if len(d) else None
+
+
+# ------------------------------------------------------------------------------------------------- base class
+
+
+class IGSMExperiment(Experiment):
+    """Base of the iGSM experiments: the seeds of each point are trained together (stacked) and each trained model
+    is measured by :meth:`measure`. Subclasses give :meth:`points` (with ``params`` naming the model shape and the
+    data recipe: ``n_layers``, ``n_heads``, ``d_model``, ``retry_rate``, ``retry_weak``, ``mask_mistakes``, any
+    of which default to the config) and :meth:`measure`."""
+
+    def validate(self, cfg: IGSMCommonConfig) -> None:
+        validate_common(cfg, [self.shape(cfg, p) for p in self.points(cfg)])
+
+    @staticmethod
+    def shape(cfg: IGSMCommonConfig, point: Point) -> tuple[int, int, int]:
+        p = point.params
+        return (int(p.get("n_layers", cfg.n_layers)), int(p.get("n_heads", cfg.n_heads)),
+                int(p.get("d_model", cfg.d_model)))
+
+    def groups(self, cfg: IGSMCommonConfig, points: list[Point]) -> list[list[Point]]:
+        by: dict[str, list[Point]] = {}
+        for p in points:
+            by.setdefault(p.id.split("__s")[0], []).append(p)
+        return list(by.values())
+
+    def run_point(self, cfg: IGSMCommonConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: IGSMCommonConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        world = world_of(cfg)
+        tok = tokenizer_of(cfg, world)
+        p0 = points[0].params
+        shape = self.shape(cfg, points[0])
+        trained = train_members(cfg, ctxs, world, tok, shape, retry_rate=float(p0.get("retry_rate", 0.0)),
+                                retry_weak=bool(p0.get("retry_weak", False)),
+                                mask_mistakes=bool(p0.get("mask_mistakes", False)))
+        rows = []
+        for p, c, t in zip(points, ctxs, trained):
+            row = {**p.params, "n_layers": shape[0], "n_heads": shape[1], "d_model": shape[2]}
+            if t.model is None:
+                rows.append({**row, "status": "diverged", "diverged": t.diverged})
+                continue
+            row["n_params"] = t.model.num_params()
+            row["n_params_non_embedding"] = t.model.num_params(non_embedding=True)
+            row["train_loss"] = float(t.final.get("loss", float("nan")))
+            row.update(self.measure(cfg, p, c, world, tok, t.model))
+            rows.append(row)
+        return rows
+
+    def measure(self, cfg: IGSMCommonConfig, point: Point, ctx: PointContext, world: IGSMWorld,
+                tok: IGSMTokenizer, model: GPT) -> dict[str, Any]:
+        raise NotImplementedError

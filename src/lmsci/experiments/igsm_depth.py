@@ -1,0 +1,154 @@
+"""Experiment ``igsm-depth``: at about equal parameter count, a deeper, narrower GPT beats a shallower, wider one on
+iGSM problems with more operations than seen in training.
+
+Source: Ye, Xu, Li, Allen-Zhu, "Physics of Language Models: Part 2.1", arXiv 2407.20311, Result 7 and Fig. 10-11
+(size-1 family GPT2-4-21, 8-15, 12-12, 16-10, 20-9: the 4-layer model loses out of distribution to 16-20-layer
+models of similar or smaller size; depth matters because reasoning needs many mental steps). Spec:
+physics_of_lms.md sec. 2.4, 2.8.
+
+Protocol: two shapes, ``deep`` and ``shallow`` (the shallow one has at least as many parameters: the comparison is
+conservative), each trained per seed on the same data recipe (seed k of both shapes reads the same problem stream),
+then scored on the same fresh test-hash problems at op ``max_op + 1 .. max_op + ood_extra`` (greedy, full-solution
+checker). The statistic is paired by seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           evaluate_ops, ok_rows, ood_ops)
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir, derive_seed
+
+LEARNED_GATE = 0.5   # registered gate: the deep model's in-distribution accuracy >= 0.5
+
+
+class IGSMDepthConfig(IGSMCommonConfig):
+    """Configuration of ``igsm-depth``.
+
+    Attributes:
+        deep, shallow: model shapes ``[n_layers, n_heads, d_model]`` (the shared ``n_layers``/``n_heads``/``d_model``
+            fields are unused here).
+    """
+
+    deep: list[int] = Field(default_factory=lambda: [6, 4, 48])
+    shallow: list[int] = Field(default_factory=lambda: [2, 4, 80])
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRESETS = {
+        "smoke": {**SMOKE, "deep": [2, 2, 16], "shallow": [1, 2, 24]},
+        "quick": {"steps": 200, "n_eval": 16},
+        # GPT2-l-h has d_model = 64 h: 12-6 (d384) vs 3-12 (d768), both ~21M non-embedding parameters
+        "gpu": {**GPU, "deep": [12, 6, 384], "shallow": [3, 12, 768], "steps": 3000},
+        # the paper's size-1 family: GPT2-16-10 vs GPT2-4-21
+        "paper": {**PAPER, "deep": [16, 10, 640], "shallow": [4, 21, 1344], "ood_extra": 8},
+    }
+
+
+@register("igsm-depth")
+class IGSMDepth(IGSMExperiment):
+    """Deeper-narrower vs shallower-wider GPTs of about equal size on iGSM, out of distribution."""
+
+    claim = ("At about equal parameter count, a deeper, narrower GPT trained on iGSM is more accurate than a "
+             "shallower, wider one on problems with more operations than seen in training.")
+    source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.1, arXiv 2407.20311, Result 7, Fig. 10-11"
+    Config = IGSMDepthConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (2 shapes x 3 seeds stacked, "
+                     "200 steps, igsm-tiny; greedy decoding of 3 buckets)",
+                     "gpu": TIME_GPU + "; two shapes", "paper": TIME_PAPER + "; 2 models per seed"}
+
+    claims = [
+        Claim(
+            "deeper-wins-ood",
+            "At about equal (or larger, for the shallow model) parameter count, the deeper, narrower model's "
+            "out-of-distribution full-solution accuracy exceeds the shallower, wider model's.",
+            "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Result 7, Fig. 10 (GPT2-4-21 vs 16-10/20-9)",
+            "GPT2-4-21 clearly below GPT2-16-10 / 20-9 on iGSM-med op 20-23 (figure; no single number)",
+            "per training seed, deep minus shallow greedy full-solution accuracy, averaged over op = max_op + 1 .. "
+            "max_op + ood_extra (the same fresh test-hash problems for both); mean over seeds with a 95% Student-t CI",
+            "mean > 0 and the CI's lower end > 0, over at least 3 seeds",
+            gates=(Gate("learned", f"mean over seeds of the deep model's greedy in-distribution full-solution "
+                                   f"accuracy >= {LEARNED_GATE}"),),
+        ),
+    ]
+
+    def validate(self, cfg: IGSMDepthConfig) -> None:
+        for name in ("deep", "shallow"):
+            if len(getattr(cfg, name)) != 3:
+                raise ConfigError(name, getattr(cfg, name), "[n_layers, n_heads, d_model]")
+        if cfg.deep[0] <= cfg.shallow[0]:
+            raise ConfigError("deep", cfg.deep, f"more layers than shallow={cfg.shallow}")
+        super().validate(cfg)
+
+    def points(self, cfg: IGSMDepthConfig) -> list[Point]:
+        return [Point(k, {"model": k, "n_layers": s[0], "n_heads": s[1], "d_model": s[2]})
+                for k, s in (("deep", cfg.deep), ("shallow", cfg.shallow))]
+
+    def point_seed(self, cfg: IGSMDepthConfig, point: Point) -> int:
+        # seed k of both shapes shares its data stream and test problems (a paired comparison); inits differ by shape
+        return derive_seed(cfg.seed, self.name, f"seed{point.seed_index}")
+
+    def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
+        ops = ood_ops(cfg, world)
+        row = evaluate_ops(cfg, model, tok, world, [None, *ops], beams=(1,))
+        row["acc_ood_mean"] = sum(row[f"acc_greedy_op{o}"] for o in ops) / len(ops)
+        return row
+
+    def verdicts(self, cfg: IGSMDepthConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = ok_rows(results)
+        if ok.empty or "acc_ood_mean" not in ok or set(ok["model"]) != {"deep", "shallow"}:
+            return [self.judge(cfg, "deeper-wins-ood", value=None, passed=None,
+                               why_not_computed="both the deep and the shallow model are needed")]
+        deep = ok[ok["model"] == "deep"].set_index("seed_index")
+        shal = ok[ok["model"] == "shallow"].set_index("seed_index")
+        d = (deep["acc_ood_mean"] - shal["acc_ood_mean"]).dropna()
+        learned = across_seeds(deep["acc_greedy_id"])
+        gate = {"learned": (learned.mean, learned.mean >= LEARNED_GATE)}
+        if d.empty:
+            return [self.judge(cfg, "deeper-wins-ood", value=None, passed=None, gates=gate,
+                               why_not_computed="no seed has both models")]
+        s = across_seeds(d.values)
+        passed = bool(s.mean > 0 and s.n >= 2 and s.lo > 0)
+        details = {"n_params": {"deep": int(deep["n_params"].iloc[0]), "shallow": int(shal["n_params"].iloc[0])},
+                   "acc_ood_mean": {"deep": round(float(deep["acc_ood_mean"].mean()), 4),
+                                    "shallow": round(float(shal["acc_ood_mean"].mean()), 4)},
+                   "acc_greedy_id": {"deep": round(float(deep["acc_greedy_id"].mean()), 4),
+                                     "shallow": round(float(shal["acc_greedy_id"].mean()), 4)}}
+        return [self.judge(cfg, "deeper-wins-ood", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
+                           gates=gate, details=details)]
+
+    def figures(self, cfg: IGSMDepthConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = ok_rows(results)
+        if ok.empty or "model" not in ok:
+            return []
+        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        for k, (name, sub) in enumerate(ok.groupby("model", sort=False)):
+            cols = ["acc_greedy_id"] + sorted([c for c in sub.columns if c.startswith("acc_greedy_op")],
+                                              key=lambda c: int(c.split("op")[-1]))
+            labels = ["in-dist"] + [c.split("_")[-1] for c in cols[1:]]
+            shape = f"{int(sub['n_layers'].iloc[0])}L d{int(sub['d_model'].iloc[0])}"
+            ax.plot(range(len(cols)), [sub[c].mean() for c in cols], "o-", color=f"C{k}",
+                    label=f"{name} ({shape}, {int(sub['n_params'].iloc[0]):,} params)")
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_ylabel("full-solution accuracy (greedy)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7)
+        return [save_figure(fig, run, "depth_accuracy.png", "Deep-narrow vs shallow-wide: accuracy in distribution "
+                            "and at each out-of-distribution op (mean over seeds; cf. Part 2.1 Fig. 10)")]
+
+    def report_sections(self, cfg: IGSMDepthConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        ok = ok_rows(results)
+        cols = ["point", "model", "seed_index", "n_layers", "n_heads", "d_model", "n_params", "train_loss",
+                "acc_greedy_id", "acc_ood_mean"] + [c for c in ok.columns if c.startswith("acc_greedy_op")]
+        return "## Results\n\n" + markdown_table(ok[[c for c in cols if c in ok]])

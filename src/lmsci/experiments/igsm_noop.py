@@ -1,0 +1,162 @@
+"""Experiment ``igsm-noop``: inserting "no-op" sentences (they mention parameters and numbers but change nothing the
+answer needs) into iGSM problems drops a trained GPT's full-solution accuracy (GSM-NoOp); and the accuracy varies
+across re-instantiations of the same solution templates (GSM-Symbolic).
+
+Source: Mirzadeh, Alizadeh, Shahrokhi, Tuzel, Bengio, Farajtabar, "GSM-Symbolic: Understanding the Limitations of
+Mathematical Reasoning in Large Language Models", arXiv 2410.05229: sec. 4.4 (GSM-NoOp: "seemingly relevant but
+ultimately inconsequential" statements; accuracy drops of up to 65% for state-of-the-art models) and sec. 4.1
+(performance varies across instantiations of one template: names and numbers changed). Seed lecture 000.
+
+Protocol here: a GPT trained on iGSM (as ``igsm-ood``) is scored (greedy, full-solution checker) on n_eval fresh
+test-hash problems, then on the same problems with ``n_noop`` no-op sentences inserted at random places
+(:func:`lmsci.worlds.igsm.add_noop`: sentences about a new top-level item, defined from existing parameters and
+constants; no existing parameter, the answer or the shortest solution changes). For GSM-Symbolic, each problem is
+re-instantiated ``n_instances`` times (:func:`lmsci.worlds.igsm.reinstantiate`: same template and hash, new names
+and numbers) and the accuracy per instantiation set is reported (std and range across the sets).
+iGSM problems already contain unnecessary parameters (the model is trained to skip them), so an iGSM model may
+resist no-ops: the verdict says so when it does.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           check_all, ok_rows, solve, summarize, test_set)
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir, derive_seed
+from lmsci.worlds.igsm import add_noop, reinstantiate
+
+DROP_MIN = 0.10      # registered rule: accuracy drop >= 10 points
+LEARNED_GATE = 0.5   # registered gate: accuracy on the original problems >= 0.5
+
+
+class IGSMNoOpConfig(IGSMCommonConfig):
+    """Configuration of ``igsm-noop``.
+
+    Attributes:
+        n_noop: no-op sentences inserted per problem.
+        n_instances: re-instantiations of each test problem (GSM-Symbolic sets; 0 disables).
+    """
+
+    n_noop: int = Field(2, ge=1)
+    n_instances: int = Field(4, ge=0)
+
+    PRESETS = {
+        "smoke": {**SMOKE, "n_instances": 2},
+        "quick": {"steps": 600, "n_eval": 32},
+        "gpu": {**GPU, "n_instances": 8},
+        "paper": {**PAPER, "n_eval": 1000, "n_instances": 50},
+    }
+
+
+@register("igsm-noop")
+class IGSMNoOp(IGSMExperiment):
+    """GSM-NoOp and GSM-Symbolic on an iGSM-trained GPT: no-op sentences and re-instantiated templates."""
+
+    claim = ("Inserting no-op sentences (parameters and numbers that change nothing needed) into iGSM problems drops "
+             "the trained GPT's full-solution accuracy by at least 10 points.")
+    source = ("Mirzadeh et al., GSM-Symbolic, arXiv 2410.05229, sec. 4.4 (GSM-NoOp) and sec. 4.1 (variance across "
+              "instantiations); applied to an iGSM model (Physics of LMs Part 2.1, arXiv 2407.20311)")
+    Config = IGSMNoOpConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, 600 steps, "
+                     "igsm-tiny; 32 problems x (2 + 4 re-instantiations) greedy)", "gpu": TIME_GPU,
+                     "paper": TIME_PAPER}
+
+    claims = [
+        Claim("noop-drop",
+              "No-op sentences drop the full-solution accuracy of a GPT trained on iGSM by at least 10 points.",
+              "Mirzadeh et al., arXiv 2410.05229, sec. 4.4 and Fig. 8 (GSM-NoOp)",
+              "drops of up to 65% for state-of-the-art LLMs on GSM8K-style problems (not measured on iGSM models; "
+              "an iGSM model, trained with unnecessary parameters in every problem, may resist)",
+              "per training seed, greedy full-solution accuracy on n_eval fresh test-hash problems (op from the training "
+              "distribution) minus accuracy on the same problems with n_noop no-op sentences inserted; mean over "
+              "seeds with a 95% Student-t CI",
+              f"mean over at least 3 seeds >= {DROP_MIN}",
+              gates=(Gate("learned", f"mean over seeds of the accuracy on the original problems >= {LEARNED_GATE} "
+                                     "(a drop of 10 points must be possible)"),)),
+    ]
+
+    def points(self, cfg: IGSMNoOpConfig) -> list[Point]:
+        return [Point("gpt", {"world": cfg.world})]
+
+    def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
+        probs = test_set(cfg, world, None, cfg.n_eval, "noop")
+        kw = {"batch_size": cfg.eval_batch, "max_new_tokens": cfg.max_new_tokens or None}
+        fits = lambda prompts: [len(tok.encode(p)) + 1 < cfg.seq_len for p in prompts]  # noqa: E731
+        rnd = random.Random(derive_seed(cfg.seed, "noop"))
+        noops = [add_noop(p, rnd, cfg.n_noop) for p in probs]
+        keep = [a and b for a, b in zip(fits([p.prompt() for p in probs]), fits([p.prompt() for p in noops]))]
+        probs = [p for p, k in zip(probs, keep) if k]
+        noops = [p for p, k in zip(noops, keep) if k]
+        orig = check_all(probs, solve(model, tok, [p.prompt() for p in probs], **kw))
+        noop = check_all(noops, solve(model, tok, [p.prompt() for p in noops], **kw))
+        row: dict[str, Any] = {"n_problems": len(probs)}
+        row.update({f"orig_{k}": v for k, v in summarize(orig).items()})
+        row.update({f"noop_{k}": v for k, v in summarize(noop).items()})
+        row["drop"] = row["orig_acc"] - row["noop_acc"]
+        row["flipped_to_wrong"] = sum(a.correct and not b.correct for a, b in zip(orig, noop)) / max(len(probs), 1)
+        row["flipped_to_right"] = sum(b.correct and not a.correct for a, b in zip(orig, noop)) / max(len(probs), 1)
+        accs = []
+        rr = random.Random(derive_seed(cfg.seed, "symbolic"))
+        for r in range(cfg.n_instances):
+            inst = [reinstantiate(p, rr) for p in probs]
+            accs.append(summarize(check_all(inst, solve(model, tok, [p.prompt() for p in inst], **kw)))["acc"])
+            row[f"symbolic_acc_{r}"] = accs[-1]
+        if accs:
+            row["symbolic_std"] = float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
+            row["symbolic_range"] = float(max(accs) - min(accs))
+        return row
+
+    def verdicts(self, cfg: IGSMNoOpConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = ok_rows(results)
+        if ok.empty or "drop" not in ok:
+            return [self.judge(cfg, "noop-drop", value=None, passed=None, why_not_computed="no finished model")]
+        base = across_seeds(ok["orig_acc"])
+        gate = {"learned": (base.mean, base.mean >= LEARNED_GATE)}
+        s = across_seeds(ok["drop"])
+        details = {"orig_acc": round(base.mean, 4), "noop_acc": round(float(ok["noop_acc"].mean()), 4),
+                   "flipped_to_wrong": round(float(ok["flipped_to_wrong"].mean()), 4),
+                   "flipped_to_right": round(float(ok["flipped_to_right"].mean()), 4)}
+        if "symbolic_std" in ok:
+            details["symbolic_std_across_instantiations"] = round(float(ok["symbolic_std"].mean()), 4)
+            details["symbolic_range_across_instantiations"] = round(float(ok["symbolic_range"].mean()), 4)
+        passed = bool(s.mean >= DROP_MIN)
+        note = ("the iGSM model resists the no-op sentences (its training problems already contain unnecessary "
+                "parameters)" if gate["learned"][1] and not passed else "")
+        return [self.judge(cfg, "noop-drop", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
+                           gates=gate, details=details, note=note)]
+
+    def figures(self, cfg: IGSMNoOpConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = ok_rows(results)
+        if ok.empty or "drop" not in ok:
+            return []
+        sym = [c for c in ok.columns if c.startswith("symbolic_acc_")]
+        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        labels = ["original", f"+{cfg.n_noop} no-op"] + [f"inst. {c.rsplit('_', 1)[-1]}" for c in sym]
+        vals = [ok["orig_acc"].mean(), ok["noop_acc"].mean()] + [ok[c].mean() for c in sym]
+        ax.bar(range(len(vals)), vals, color=["C0", "C3"] + ["C2"] * len(sym))
+        ax.set_xticks(range(len(vals)), labels, rotation=30, fontsize=7)
+        ax.set_ylabel("full-solution accuracy (greedy)")
+        ax.set_ylim(0, 1.02)
+        return [save_figure(fig, run, "noop_symbolic.png", "Accuracy on the original test problems, with no-op "
+                            "sentences inserted (GSM-NoOp), and on re-instantiations of the same templates "
+                            "(GSM-Symbolic; mean over seeds)")]
+
+    def report_sections(self, cfg: IGSMNoOpConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        ok = ok_rows(results)
+        cols = ["point", "seed_index", "train_loss", "n_problems", "orig_acc", "noop_acc", "drop", "flipped_to_wrong",
+                "flipped_to_right", "orig_answer_acc", "noop_answer_acc", "noop_unneeded_per_correct",
+                "symbolic_std", "symbolic_range"] + [c for c in ok.columns if c.startswith("symbolic_acc_")]
+        return "## Results\n\n" + markdown_table(ok[[c for c in cols if c in ok]])

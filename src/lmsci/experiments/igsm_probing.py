@@ -1,0 +1,202 @@
+"""Experiment ``igsm-probing``: before writing a solution, a GPT trained on iGSM already knows which parameters are
+needed (``nece``) and which depends on which (``dep``), as V-probes on its hidden states show.
+
+Source: Ye, Xu, Li, Allen-Zhu, "Physics of Language Models: Part 2.1", arXiv 2407.20311, sec. 4, Results 4-6 and
+Fig. 7(a) (iGSM-med, pq: nece 99.8% vs majority 74.7%; dep 99.7% vs 84.6% [fig-src]; can_next and nece_next also
+probed). Method (sec. 4, "V-probing"): truncate the document at the probe position, append ``[START] A [END]``
+(``[START] A [MID] B [END]`` for dep), freeze the model, train a rank-8 update of the input embedding and a linear
+head on the last-layer state at ``[END]``; compare with the same probe on a random-init model and with the majority
+rate. Spec: physics_of_lms.md sec. 2.6, 2.8. Instrument: :mod:`lmsci.measure.vprobe`; labels:
+:func:`lmsci.worlds.igsm.labels.probe_labels`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           build_gpt, evaluate_ops, ok_rows)
+from lmsci.experiments.registry import register
+from lmsci.measure.vprobe import vprobe_with_baselines
+from lmsci.runs import RunDir, derive_seed
+from lmsci.worlds.igsm import TASKS, probe_inputs, probe_labels
+
+GAP_MIN = 0.10       # registered rule: probe accuracy above max(majority, random-init probe) by >= 10 points
+LEARNED_GATE = 0.5   # registered gate: in-distribution full-solution accuracy >= 0.5
+N_CLASSES = {"nece": 2, "dep": 2, "known": 2, "can_next": 2, "nece_next": 2, "value": 24}
+
+
+class IGSMProbingConfig(IGSMCommonConfig):
+    """Configuration of ``igsm-probing``.
+
+    Attributes:
+        probe_tasks: V-probing tasks (``nece`` and ``dep`` decide the claims; the others are reported).
+        n_probe_train, n_probe_test: fresh problems whose queries train / test the probes (disjoint).
+        queries_per_problem: at most this many queries per problem and task (the paper's rule: 10).
+        probe_rank, probe_steps, probe_batch, probe_lr: the V-probe (rank of the embedding update, Adam steps).
+    """
+
+    probe_tasks: list[str] = Field(default_factory=lambda: ["nece", "dep", "can_next"])
+    n_probe_train: int = Field(120, ge=1)
+    n_probe_test: int = Field(40, ge=1)
+    queries_per_problem: int = Field(10, ge=1)
+    probe_rank: int = Field(8, ge=0)
+    probe_steps: int = Field(150, ge=1)
+    probe_batch: int = Field(32, ge=1)
+    probe_lr: float = Field(3e-3, gt=0)
+
+    PRESETS = {
+        "smoke": {**SMOKE, "n_probe_train": 3, "n_probe_test": 2, "queries_per_problem": 2, "probe_steps": 2,
+                  "probe_batch": 4},
+        "quick": {"steps": 500, "n_eval": 16},
+        "gpu": {**GPU, "n_probe_train": 1000, "n_probe_test": 300, "probe_steps": 1000, "probe_batch": 128,
+                "probe_tasks": ["nece", "dep", "can_next", "nece_next", "known", "value"]},
+        "paper": {**PAPER, "n_probe_train": 10000, "n_probe_test": 2000, "probe_steps": 5000, "probe_batch": 256,
+                  "probe_tasks": ["nece", "dep", "can_next", "nece_next", "known", "value"]},
+    }
+
+
+def probe_queries(problems: list, tok, task: str, per_problem: int, seed: int, max_len: int, fmt: str | None = None):
+    """V-probing inputs of ``task``: for each problem, up to ``per_problem`` items of
+    :func:`~lmsci.worlds.igsm.probe_labels` as token ids (:func:`~lmsci.worlds.igsm.probe_inputs`: ``<bos>`` + the
+    document prefix up to the probe position + ``[START] A [END]``, or ``[START] A [MID] B [END]`` for dep);
+    sequences longer than ``max_len`` are dropped.
+
+    Returns:
+        ``(seqs, labels)``: token-id lists and class ids.
+    """
+    rnd = random.Random(seed)
+    seqs, labels = [], []
+    for p in problems:
+        items = probe_labels(p, tasks=(task,), fmt=fmt, max_per_task=per_problem, rng=rnd)
+        for it, ids in zip(items, probe_inputs(p, items, tok, fmt)):
+            if len(ids) <= max_len:
+                seqs.append(ids)
+                labels.append(int(it.target))
+    return seqs, labels
+
+
+@register("igsm-probing")
+class IGSMProbing(IGSMExperiment):
+    """V-probing of nece / dep / can_next on a GPT trained on iGSM vs a random-init model and the majority rate."""
+
+    claim = ("The hidden states of a GPT trained on iGSM encode which parameters are necessary (nece) and which "
+             "depends on which (dep), before any solution step: V-probes beat the majority rate and a random-init model "
+             "by at least 10 points.")
+    source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.1, arXiv 2407.20311, sec. 4, Results 4-6, Fig. 7"
+    Config = IGSMProbingConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, 500 steps, "
+                     "igsm-tiny; 3 tasks x 2 models x 150 probe steps)", "gpu": TIME_GPU + "; plus ~5 min of probes",
+                     "paper": TIME_PAPER}
+
+    _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, sec. 4 and Fig. 7(a)"
+    _GATE = Gate("learned", f"mean over seeds of the greedy in-distribution full-solution accuracy >= {LEARNED_GATE} "
+                 "(the probed model reasons)")
+    _STAT = ("per training seed, V-probe test accuracy of {t} (rank-8 embedding update + linear head at [END], frozen "
+             "model, queries of fresh problems disjoint from the probe's training problems) minus the larger of the "
+             "majority rate and the same probe's accuracy on a random-init model of the same shape; mean over seeds "
+             "with a 95% Student-t CI")
+    claims = [
+        Claim("nece-probe", "At the end of the question, whether a parameter is necessary for the answer is decodable "
+              "from the model, at least 10 points above both the majority rate and a random-init model.",
+              _SRC, "nece 99.8% vs majority 74.7% (op <= 15, iGSM-med) [fig-src]", _STAT.format(t="nece"),
+              f"mean over at least 3 seeds >= {GAP_MIN}", gates=(_GATE,)),
+        Claim("dep-probe", "At the end of the problem (before the question), whether parameter A depends on B is "
+              "decodable from the model, at least 10 points above both the majority rate and a random-init model.",
+              _SRC, "dep 99.7% vs majority 84.6% (op <= 15, iGSM-med) [fig-src]", _STAT.format(t="dep"),
+              f"mean over at least 3 seeds >= {GAP_MIN}", gates=(_GATE,)),
+    ]
+
+    def validate(self, cfg: IGSMProbingConfig) -> None:
+        for t in cfg.probe_tasks:
+            if t not in TASKS:
+                raise ConfigError("probe_tasks", t, f"tasks in {TASKS}")
+        for t in ("nece", "dep"):
+            if t not in cfg.probe_tasks:
+                raise ConfigError("probe_tasks", cfg.probe_tasks, "a list containing nece and dep (they decide the claims)")
+        super().validate(cfg)
+
+    def points(self, cfg: IGSMProbingConfig) -> list[Point]:
+        return [Point("gpt", {"world": cfg.world})]
+
+    def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
+        row: dict[str, Any] = evaluate_ops(cfg, model, tok, world, [None], beams=(1,))
+        rand = build_gpt(cfg, tok, self.shape(cfg, point), derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
+        rnd = random.Random(derive_seed(cfg.seed, "probe-problems"))
+        tr = [world.sample(rnd, split="train") for _ in range(cfg.n_probe_train)]
+        te = [world.sample(rnd, split="train") for _ in range(cfg.n_probe_test)]
+        for task in cfg.probe_tasks:
+            xtr, ytr = probe_queries(tr, tok, task, cfg.queries_per_problem, derive_seed(cfg.seed, "q", task), cfg.seq_len)
+            xte, yte = probe_queries(te, tok, task, cfg.queries_per_problem, derive_seed(cfg.seed, "qt", task),
+                                     cfg.seq_len)
+            if not xtr or not xte:
+                continue
+            r = vprobe_with_baselines(model, rand, xtr, ytr, xte, yte, N_CLASSES[task], rank=cfg.probe_rank,
+                                      steps=cfg.probe_steps, batch_size=cfg.probe_batch, lr=cfg.probe_lr,
+                                      seed=derive_seed(ctx.seed, "probe", task), pad_id=tok.pad_id)
+            row[f"{task}_acc"] = r["acc"]
+            row[f"{task}_train_acc"] = r["train_acc"]
+            row[f"{task}_rand"] = r["random_init_acc"]
+            row[f"{task}_majority"] = r["majority"]
+            row[f"{task}_n_test"] = r["n_test"]
+            row[f"{task}_gap"] = r["acc"] - max(r["majority"], r["random_init_acc"])
+        return row
+
+    def verdicts(self, cfg: IGSMProbingConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = ok_rows(results)
+        if ok.empty or "acc_greedy_id" not in ok:
+            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model")
+                    for c in self.claims]
+        learned = across_seeds(ok["acc_greedy_id"])
+        gate = {"learned": (learned.mean, learned.mean >= LEARNED_GATE)}
+        details = {t: {k: round(float(ok[f"{t}_{k}"].mean()), 4) for k in ("acc", "rand", "majority")
+                       if f"{t}_{k}" in ok} for t in TASKS if f"{t}_acc" in ok}
+        out = []
+        for cid, t in (("nece-probe", "nece"), ("dep-probe", "dep")):
+            if f"{t}_gap" not in ok:
+                out.append(self.judge(cfg, cid, value=None, passed=None, gates=gate,
+                                      why_not_computed=f"the {t} probe was not fitted (no query fits seq_len?)"))
+                continue
+            s = across_seeds(ok[f"{t}_gap"])
+            out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean >= GAP_MIN), ci=s.ci, ci_kind=s.kind,
+                                  n_seeds=s.n, gates=gate, details=details))
+        return out
+
+    def figures(self, cfg: IGSMProbingConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = ok_rows(results)
+        tasks = [t for t in TASKS if f"{t}_acc" in ok]
+        if ok.empty or not tasks:
+            return []
+        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        x = range(len(tasks))
+        for k, (suffix, label) in enumerate((("acc", "trained model"), ("rand", "random-init model"),
+                                             ("majority", "majority rate"))):
+            ax.bar([i + (k - 1) * 0.27 for i in x], [ok[f"{t}_{suffix}"].mean() for t in tasks], 0.27, label=label)
+        ax.set_xticks(list(x), tasks)
+        ax.set_ylabel("V-probe test accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=7)
+        return [save_figure(fig, run, "probe_accuracy.png", "V-probe accuracy per task on the trained model vs the "
+                            "same probe on a random-init model and the majority rate (mean over seeds; cf. Part 2.1 "
+                            "Fig. 7)")]
+
+    def report_sections(self, cfg: IGSMProbingConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        ok = ok_rows(results)
+        cols = ["point", "seed_index", "train_loss", "acc_greedy_id"] + [
+            f"{t}_{k}" for t in TASKS for k in ("acc", "train_acc", "rand", "majority", "n_test") if f"{t}_{k}" in ok]
+        return ("## Method\n\nV-probe: rank-{r} update of the input embedding + linear head on the last-layer state at "
+                "[END], {s} Adam steps of {b} queries; {ntr} / {nte} fresh problems for probe training / testing, at "
+                "most {q} queries per problem and task.\n\n## Results\n\n").format(
+            r=cfg.probe_rank, s=cfg.probe_steps, b=cfg.probe_batch, ntr=cfg.n_probe_train, nte=cfg.n_probe_test,
+            q=cfg.queries_per_problem) + markdown_table(ok[[c for c in cols if c in ok]])

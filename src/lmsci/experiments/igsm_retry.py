@@ -1,0 +1,195 @@
+"""Experiment ``igsm-retry``: pretraining on iGSM data with retry steps (a wrong step, ``[BACK]``, then the right one)
+raises accuracy on the hardest problems over error-free pretraining; masking the mistakes' loss is not needed.
+
+Source: Ye, Xu, Li, Allen-Zhu, "Physics of Language Models: Part 2.2, How to Learn From Mistakes on Grade-School
+Math Problems", arXiv 2408.16293 (retry data ``id_retry_gen.py``: before each correct step, with probability q, a
+wrong "Define <not yet computable param> as [BACK]." repeated geometrically). Headline numbers [quote-3p]:
+GPT2-12-12 on iGSM-med op = 23, error-free 78% -> 94-95% with retry pretraining at q = 0.5; "masking mistakes is
+unnecessary"; at q = 0.2 the model retries < 0.3 times per problem, at q = 0.5 2-4 times. Spec: physics_of_lms.md
+sec. 2.7-2.8.
+
+Protocol: one model per (retry rate, masking) point and seed (seed k of every point reads the same problem
+stream; only the inserted mistakes differ), scored greedy with the full-solution checker (retracted ``[BACK]``
+steps are skipped and counted) on the same fresh test-hash problems in distribution and at the hardest op
+``max_op + ood_extra``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           evaluate_ops, ok_rows)
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir, derive_seed
+from lmsci.worlds.igsm.world import check_retry_rate
+
+LEARNED_GATE = 0.5   # registered gate: the error-free model's in-distribution accuracy >= 0.5
+
+
+class IGSMRetryConfig(IGSMCommonConfig):
+    """Configuration of ``igsm-retry``.
+
+    Attributes:
+        retry_rates: retry rates q > 0 compared with error-free pretraining (q = 0); each must be in (0, 1).
+        masked_rate: the rate at which a second model is trained with the mistakes' loss masked (0: none).
+        retry_weak: draw the wrong steps from future necessary parameters (Part 2.2's ``retry_weak``).
+    """
+
+    retry_rates: list[float] = Field(default_factory=lambda: [0.2, 0.5])
+    masked_rate: float = 0.5
+    retry_weak: bool = False
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRESETS = {
+        "smoke": {**SMOKE, "retry_rates": [0.5], "masked_rate": 0.5},
+        "quick": {"steps": 250, "n_eval": 16, "n_seeds": 1},
+        "gpu": {**GPU, "steps": 2500},
+        "paper": {**PAPER, "ood_extra": 8},
+    }
+
+
+def _key(q: float, masked: bool) -> str:
+    return f"q{q:g}" + ("_masked" if masked else "")
+
+
+@register("igsm-retry")
+class IGSMRetry(IGSMExperiment):
+    """Error-free vs retry-data pretraining on iGSM (and masked vs unmasked mistakes)."""
+
+    claim = ("Pretraining with retry data (q = 0.2, 0.5) raises full-solution accuracy on the hardest op bucket over "
+             "error-free pretraining; masking the mistakes' loss does not help.")
+    source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.2, arXiv 2408.16293, sec. 4-5"
+    Config = IGSMRetryConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (4 points x 1 seed, 250 steps, "
+                     "igsm-tiny)", "gpu": TIME_GPU + "; 4 points", "paper": TIME_PAPER + "; 4 models per seed"}
+
+    _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry pretraining results"
+    _GATE = Gate("learned", f"mean over seeds of the error-free model's greedy in-distribution full-solution accuracy "
+                 f">= {LEARNED_GATE}")
+    _STAT = ("per training seed, greedy full-solution accuracy at the hardest op (max_op + ood_extra) of the model "
+             "pretrained with retry data at q = {q} minus that of the error-free model (same fresh test-hash problems); "
+             "mean over seeds with a 95% Student-t CI")
+    claims = [
+        Claim("retry-helps-q0.5",
+              "Retry pretraining at q = 0.5 raises the hardest-op full-solution accuracy over error-free pretraining.",
+              _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry, q = 0.5) [quote-3p]", _STAT.format(q=0.5),
+              "mean > 0 and the CI's lower end > 0, over at least 3 seeds", gates=(_GATE,)),
+        Claim("retry-helps-q0.2",
+              "Retry pretraining at q = 0.2 raises the hardest-op full-solution accuracy over error-free pretraining.",
+              _SRC, "accuracy grows with q up to 0.5 (q = 0.2 already above error-free) [quote-3p]",
+              _STAT.format(q=0.2), "mean > 0 and the CI's lower end > 0, over at least 3 seeds", gates=(_GATE,)),
+        Claim("masking-unneeded",
+              "Masking the loss on the mistakes is not needed: the masked model is not more accurate than the "
+              "unmasked one.",
+              _SRC + " ('masking mistakes is unnecessary')",
+              "masked ~ unmasked (no gain) [quote-3p]",
+              "per training seed, hardest-op greedy accuracy of the model trained at masked_rate with the mistakes' "
+              "loss masked minus the unmasked model at the same rate; mean over seeds with a 95% Student-t CI",
+              "the CI's lower end <= 0 (masking gives no significant gain), over at least 3 seeds", gates=(_GATE,)),
+    ]
+
+    def validate(self, cfg: IGSMRetryConfig) -> None:
+        for q in cfg.retry_rates:
+            check_retry_rate(q)
+            if q == 0:
+                raise ConfigError("retry_rates", cfg.retry_rates, "rates in (0, 1) (q = 0 is always run)")
+        check_retry_rate(cfg.masked_rate)
+        super().validate(cfg)
+
+    def points(self, cfg: IGSMRetryConfig) -> list[Point]:
+        pts = [Point(_key(0.0, False), {"retry_rate": 0.0, "mask_mistakes": False, "retry_weak": False})]
+        pts += [Point(_key(q, False), {"retry_rate": q, "mask_mistakes": False, "retry_weak": cfg.retry_weak})
+                for q in cfg.retry_rates]
+        if cfg.masked_rate > 0:
+            pts.append(Point(_key(cfg.masked_rate, True), {"retry_rate": cfg.masked_rate, "mask_mistakes": True,
+                                                           "retry_weak": cfg.retry_weak}))
+        return pts
+
+    def point_seed(self, cfg: IGSMRetryConfig, point: Point) -> int:
+        # seed k of every point: the same initialisation and problem stream (a paired comparison)
+        return derive_seed(cfg.seed, self.name, f"seed{point.seed_index}")
+
+    def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
+        hard = world.cfg.max_op + cfg.ood_extra
+        row = evaluate_ops(cfg, model, tok, world, [None, hard], beams=(1,))
+        return {"hard_op": hard, "acc_hard": row[f"acc_greedy_op{hard}"],
+                "retries_hard": row[f"retries_greedy_op{hard}"], "retries_id": row["retries_greedy_id"], **row}
+
+    def verdicts(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = ok_rows(results)
+        if ok.empty or "acc_hard" not in ok:
+            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model")
+                    for c in self.claims]
+        keys = [_key(float(q), bool(m)) for q, m in zip(ok["retry_rate"], ok["mask_mistakes"])]
+        by = {k: g.set_index("seed_index") for k, g in ok.assign(key=keys).groupby("key")}
+        base = by.get(_key(0.0, False))
+        gate = {"learned": (None, None)}
+        if base is not None:
+            s0 = across_seeds(base["acc_greedy_id"])
+            gate = {"learned": (s0.mean, s0.mean >= LEARNED_GATE)}
+        details = {k: {"acc_hard": round(float(g["acc_hard"].mean()), 4),
+                       "acc_id": round(float(g["acc_greedy_id"].mean()), 4),
+                       "retries_per_problem_hard": round(float(g["retries_hard"].mean()), 3),
+                       "retries_per_problem_id": round(float(g["retries_id"].mean()), 3)} for k, g in by.items()}
+
+        def diff(a: str, b: str):
+            if a not in by or b not in by:
+                return None
+            d = (by[a]["acc_hard"] - by[b]["acc_hard"]).dropna()
+            return across_seeds(d.values) if len(d) else None
+
+        out = []
+        for q in (0.5, 0.2):
+            cid = f"retry-helps-q{q:g}"
+            s = diff(_key(q, False), _key(0.0, False))
+            if s is None:
+                out.append(self.judge(cfg, cid, value=None, passed=None, gates=gate,
+                                      why_not_computed=f"q = {q} or error-free pretraining was not run"))
+            else:
+                out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0),
+                                      ci=s.ci, ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details))
+        s = diff(_key(cfg.masked_rate, True), _key(cfg.masked_rate, False))
+        if s is None:
+            out.append(self.judge(cfg, "masking-unneeded", value=None, passed=None, gates=gate,
+                                  why_not_computed="the masked and unmasked models at masked_rate were not both run"))
+        else:
+            out.append(self.judge(cfg, "masking-unneeded", value=s.mean, passed=bool(s.lo <= 0), ci=s.ci,
+                                  ci_kind=s.kind, n_seeds=s.n, gates=gate))
+        return out
+
+    def figures(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = ok_rows(results)
+        if ok.empty or "acc_hard" not in ok:
+            return []
+        keys = [_key(float(q), bool(m)) for q, m in zip(ok["retry_rate"], ok["mask_mistakes"])]
+        g = ok.assign(key=keys).groupby("key", sort=False)
+        names = list(g.groups)
+        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        x = range(len(names))
+        ax.bar([i - 0.2 for i in x], [g.get_group(n)["acc_greedy_id"].mean() for n in names], 0.4, label="in-distribution")
+        ax.bar([i + 0.2 for i in x], [g.get_group(n)["acc_hard"].mean() for n in names], 0.4,
+               label=f"op = {int(ok['hard_op'].iloc[0])} (hardest)")
+        ax.set_xticks(list(x), names)
+        ax.set_ylabel("full-solution accuracy (greedy)")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=7)
+        return [save_figure(fig, run, "retry_accuracy.png", "Accuracy by pretraining data: error-free (q0), retry data "
+                            "at rate q, and retry data with the mistakes' loss masked (mean over seeds)")]
+
+    def report_sections(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        ok = ok_rows(results)
+        cols = ["point", "seed_index", "retry_rate", "mask_mistakes", "retry_weak", "train_loss", "acc_greedy_id",
+                "acc_hard", "retries_id", "retries_hard"]
+        return ("## Results\n\n`retries_*`: retracted `[BACK]` steps per problem in the greedy generations "
+                "(Part 2.2: < 0.3 at q = 0.2, 2-4 at q = 0.5).\n\n") + markdown_table(ok[[c for c in cols if c in ok]])

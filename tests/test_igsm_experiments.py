@@ -1,0 +1,140 @@
+"""Verdicts of the iGSM experiments (igsm-ood, igsm-depth, igsm-retry, igsm-probing, igsm-noop) on synthetic
+results tables: the paper's numbers (reproduced), a clear failure (not reproduced), a failed gate (inconclusive);
+config errors before any work; V-probe queries."""
+
+
+import pandas as pd
+import pytest
+
+from lmsci.errors import ConfigError
+from lmsci.experiments.igsm_depth import IGSMDepth, IGSMDepthConfig
+from lmsci.experiments.igsm_noop import IGSMNoOp, IGSMNoOpConfig
+from lmsci.experiments.igsm_ood import IGSMOOD, IGSMOODConfig
+from lmsci.experiments.igsm_probing import IGSMProbing, IGSMProbingConfig, probe_queries
+from lmsci.experiments.igsm_retry import IGSMRetry, IGSMRetryConfig
+
+R, N, I = "reproduced", "not reproduced", "inconclusive"
+
+
+def outcomes(exp, cfg, rows):
+    return {v.claim_id: v.outcome for v in exp.verdicts(cfg, pd.DataFrame(rows), None)}
+
+
+# ------------------------------------------------------------------------------------------------------ igsm-ood
+def _ood(acc_id, acc8, unneeded, jitter=(0.0, 0.01, -0.01)):
+    return [{"status": "ok", "seed_index": k, "max_op": 6, "acc_greedy_id": acc_id + j, "acc_greedy_op7": acc8 + 0.02,
+             "acc_greedy_op8": acc8 + j, "acc_beam4_op8": acc8, "acc_greedy_reask": acc8,
+             "unneeded_per_correct_greedy_id": unneeded + abs(j)} for k, j in enumerate(jitter)]
+
+
+def test_ood_verdicts():
+    exp, cfg = IGSMOOD(), IGSMOODConfig()
+    assert outcomes(exp, cfg, _ood(0.99, 0.92, 0.0)) == {"ood-accuracy": R, "planning": R}
+    assert outcomes(exp, cfg, _ood(0.97, 0.20, 0.8)) == {"ood-accuracy": N, "planning": N}
+    assert outcomes(exp, cfg, _ood(0.40, 0.92, 0.0)) == {"ood-accuracy": I, "planning": I}
+    # one seed: the rule holds but the claim needs 3 seeds
+    assert outcomes(exp, cfg, _ood(0.99, 0.92, 0.0, jitter=(0.0,)))["ood-accuracy"] == I
+
+
+# ---------------------------------------------------------------------------------------------------- igsm-depth
+def _depth(deep_ood, shallow_ood, deep_id=0.95):
+    rows = []
+    for k, j in enumerate((0.0, 0.02, -0.02)):
+        rows.append({"status": "ok", "seed_index": k, "model": "deep", "acc_ood_mean": deep_ood + j,
+                     "acc_greedy_id": deep_id, "n_params": 1000})
+        rows.append({"status": "ok", "seed_index": k, "model": "shallow", "acc_ood_mean": shallow_ood + j / 2,
+                     "acc_greedy_id": 0.9, "n_params": 1100})
+    return rows
+
+
+def test_depth_verdicts():
+    exp, cfg = IGSMDepth(), IGSMDepthConfig()
+    assert outcomes(exp, cfg, _depth(0.90, 0.60)) == {"deeper-wins-ood": R}
+    assert outcomes(exp, cfg, _depth(0.55, 0.60)) == {"deeper-wins-ood": N}
+    assert outcomes(exp, cfg, _depth(0.90, 0.60, deep_id=0.2)) == {"deeper-wins-ood": I}
+    assert outcomes(exp, cfg, [r for r in _depth(0.9, 0.6) if r["model"] == "deep"]) == {"deeper-wins-ood": I}
+
+
+# ---------------------------------------------------------------------------------------------------- igsm-retry
+def _retry(acc0, acc2, acc5, acc5m, id0=0.95):
+    rows = []
+    for k, j in enumerate((0.0, 0.01, -0.01)):
+        for q, m, a in ((0.0, False, acc0), (0.2, False, acc2), (0.5, False, acc5), (0.5, True, acc5m)):
+            rows.append({"status": "ok", "seed_index": k, "retry_rate": q, "mask_mistakes": m, "hard_op": 8,
+                         "acc_hard": a + j * (1 + q), "acc_greedy_id": id0, "retries_hard": 2 * q, "retries_id": q})
+    return rows
+
+
+def test_retry_verdicts():
+    exp, cfg = IGSMRetry(), IGSMRetryConfig()
+    want = {"retry-helps-q0.5": R, "retry-helps-q0.2": R, "masking-unneeded": R}
+    assert outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94)) == want
+    bad = outcomes(exp, cfg, _retry(0.78, 0.70, 0.70, 0.90))
+    assert bad == {"retry-helps-q0.5": N, "retry-helps-q0.2": N, "masking-unneeded": N}
+    assert set(outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, id0=0.1)).values()) == {I}
+
+
+# -------------------------------------------------------------------------------------------------- igsm-probing
+def _probe(nece, dep, acc_id=0.95):
+    rows = []
+    for k, j in enumerate((0.0, 0.005, -0.005)):
+        r = {"status": "ok", "seed_index": k, "acc_greedy_id": acc_id}
+        for t, (acc, maj, rand) in {"nece": nece, "dep": dep, "can_next": (0.9, 0.7, 0.75)}.items():
+            r.update({f"{t}_acc": acc + j, f"{t}_majority": maj, f"{t}_rand": rand,
+                      f"{t}_gap": acc + j - max(maj, rand)})
+        rows.append(r)
+    return rows
+
+
+def test_probing_verdicts():
+    exp, cfg = IGSMProbing(), IGSMProbingConfig()
+    assert outcomes(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85))) == {"nece-probe": R, "dep-probe": R}
+    # above majority but not above the random-init model by 10 points
+    assert outcomes(exp, cfg, _probe((0.90, 0.747, 0.85), (0.88, 0.846, 0.80))) == {"nece-probe": N, "dep-probe": N}
+    assert outcomes(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), acc_id=0.1)) == \
+        {"nece-probe": I, "dep-probe": I}
+
+
+# ----------------------------------------------------------------------------------------------------- igsm-noop
+def _noop(orig, noop):
+    return [{"status": "ok", "seed_index": k, "orig_acc": orig + j, "noop_acc": noop + j, "drop": orig - noop,
+             "flipped_to_wrong": orig - noop, "flipped_to_right": 0.0, "symbolic_std": 0.05, "symbolic_range": 0.1}
+            for k, j in enumerate((0.0, 0.01, -0.01))]
+
+
+def test_noop_verdicts():
+    exp, cfg = IGSMNoOp(), IGSMNoOpConfig()
+    assert outcomes(exp, cfg, _noop(0.90, 0.50)) == {"noop-drop": R}
+    v = exp.verdicts(cfg, pd.DataFrame(_noop(0.90, 0.88)), None)[0]
+    assert v.outcome == N and "resists" in v.note
+    assert outcomes(exp, cfg, _noop(0.20, 0.05)) == {"noop-drop": I}
+
+
+# ------------------------------------------------------------------------------------------------- config errors
+@pytest.mark.parametrize("exp,cfg", [
+    (IGSMOOD(), IGSMOODConfig(world="igsm-nope")),
+    (IGSMOOD(), IGSMOODConfig(ood_extra=5)),          # igsm-tiny evaluates up to op 10 = max_op + 4
+    (IGSMOOD(), IGSMOODConfig(ood_extra=1)),          # the claim reads max_op + 2
+    (IGSMOOD(), IGSMOODConfig(d_model=66, n_heads=4)),
+    (IGSMDepth(), IGSMDepthConfig(deep=[2, 4, 64], shallow=[4, 4, 32])),
+    (IGSMRetry(), IGSMRetryConfig(retry_rates=[1.0])),
+    (IGSMRetry(), IGSMRetryConfig(retry_rates=[0.0])),
+    (IGSMProbing(), IGSMProbingConfig(probe_tasks=["nece"])),
+    (IGSMProbing(), IGSMProbingConfig(probe_tasks=["nece", "dep", "colour"])),
+])
+def test_bad_config(exp, cfg):
+    with pytest.raises(ConfigError):
+        exp.validate(cfg)
+
+
+# ----------------------------------------------------------------------------------------- transforms and queries
+def test_probe_queries():
+    from lmsci.worlds.igsm import IGSMTokenizer, IGSMWorld
+
+    w = IGSMWorld("igsm-tiny")
+    tok = IGSMTokenizer(w)
+    p = w.sample(0)
+    seqs, labels = probe_queries([p], tok, "dep", 5, 0, 512)
+    assert 0 < len(seqs) <= 5 and set(labels) <= {0, 1}
+    assert seqs[0][-1] == tok.token_id("[END]") and tok.token_id("[MID]") in seqs[0]
+    assert probe_queries([p], tok, "nece", 5, 0, 8) == ([], [])  # longer than max_len: dropped
