@@ -51,7 +51,7 @@ class IGSMNoOpConfig(IGSMCommonConfig):
 
     PRESETS = {
         "smoke": {**SMOKE, "n_instances": 2},
-        "quick": {"steps": 600, "n_eval": 32},
+        "quick": {"steps": 900, "n_eval": 32},
         "gpu": {**GPU, "n_instances": 8},
         "paper": {**PAPER, "n_eval": 1000, "n_instances": 50},
     }
@@ -66,7 +66,7 @@ class IGSMNoOp(IGSMExperiment):
     source = ("Mirzadeh et al., GSM-Symbolic, arXiv 2410.05229, sec. 4.4 (GSM-NoOp) and sec. 4.1 (variance across "
               "instantiations); applied to an iGSM model (Physics of LMs Part 2.1, arXiv 2407.20311)")
     Config = IGSMNoOpConfig
-    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, 600 steps, "
+    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, 900 steps, "
                      "igsm-tiny; 32 problems x (2 + 4 re-instantiations) greedy)", "gpu": TIME_GPU,
                      "paper": TIME_PAPER}
 

@@ -37,7 +37,7 @@ class IGSMOODConfig(IGSMCommonConfig):
 
     PRESETS = {
         "smoke": {**SMOKE},
-        "quick": {},
+        "quick": {"steps": 1000, "n_eval": 16},
         "gpu": {**GPU},
         "paper": {**PAPER, "ood_extra": 8},
     }
@@ -59,7 +59,7 @@ class IGSMOOD(IGSMExperiment):
     source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.1, arXiv 2407.20311, Result 2, Fig. 3-4"
     Config = IGSMOODConfig
     time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, igsm-tiny, "
-                     "4-layer d64, 600 steps; decoding 10 buckets greedy + beam 4)",
+                     "4-layer d64, 1000 steps; decoding 10 buckets greedy + beam 4)",
                      "gpu": TIME_GPU, "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Result 2 and Fig. 3"

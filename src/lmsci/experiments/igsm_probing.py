@@ -48,9 +48,9 @@ class IGSMProbingConfig(IGSMCommonConfig):
     n_probe_test: int = Field(40, ge=1)
     queries_per_problem: int = Field(10, ge=1)
     probe_rank: int = Field(8, ge=0)
-    probe_steps: int = Field(150, ge=1)
-    probe_batch: int = Field(32, ge=1)
-    probe_lr: float = Field(3e-3, gt=0)
+    probe_steps: int = Field(80, ge=1)
+    probe_batch: int = Field(24, ge=1)
+    probe_lr: float = Field(5e-3, gt=0)
 
     PRESETS = {
         "smoke": {**SMOKE, "n_probe_train": 3, "n_probe_test": 2, "queries_per_problem": 2, "probe_steps": 2,
@@ -93,7 +93,7 @@ class IGSMProbing(IGSMExperiment):
     source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.1, arXiv 2407.20311, sec. 4, Results 4-6, Fig. 7"
     Config = IGSMProbingConfig
     time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, 500 steps, "
-                     "igsm-tiny; 3 tasks x 2 models x 150 probe steps)", "gpu": TIME_GPU + "; plus ~5 min of probes",
+                     "igsm-tiny; 3 tasks x 2 models x 80 probe steps of 24 queries)", "gpu": TIME_GPU + "; plus ~5 min of probes",
                      "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, sec. 4 and Fig. 7(a)"
