@@ -352,3 +352,11 @@ def test_probe_inputs_match_the_query_text(problems, tok):
     for it, s in zip(items, seqs):
         assert s[0] == tok.bos_id and s[-1] == tok.token_id("[END]")
         assert tok.decode(s[1:]) == probe_query_text(p, it)
+
+
+def test_tokenizer_kind_follows_the_world_config():
+    from lmsci.worlds.igsm import get_world_config
+
+    w = IGSMWorld(get_world_config("igsm-tiny", tokenizer="bpe"))
+    assert IGSMTokenizer(w, vocab_size=320, n_train=30).kind == "bpe"
+    assert IGSMTokenizer(IGSMWorld("igsm-tiny")).kind == "word"

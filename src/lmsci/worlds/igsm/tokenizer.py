@@ -45,8 +45,9 @@ class IGSMTokenizer:
     """Tokenizer of iGSM documents (see the module docstring).
 
     Args:
-        world: unused for ``word`` (the vocabulary is fixed for all worlds); kept for the API.
-        kind: ``"word"`` or ``"bpe"``.
+        world: an :class:`~lmsci.worlds.igsm.world.IGSMWorld`: its ``cfg.tokenizer`` is the default
+            ``kind`` and BPE is trained on its problems (the word vocabulary is the same for all worlds).
+        kind: ``"word"`` or ``"bpe"``; None: the world's ``cfg.tokenizer`` (``"word"`` without a world).
         vocab_size: BPE vocabulary size (>= 300).
         n_train: problems generated to train the BPE merges; ``seed`` their seed.
 
@@ -55,7 +56,10 @@ class IGSMTokenizer:
         DataError (``encode``, word level, ``strict=True``): a piece outside the vocabulary.
     """
 
-    def __init__(self, world=None, kind: str = "word", vocab_size: int = 2048, n_train: int = 2000, seed: int = 0):
+    def __init__(self, world=None, kind: Optional[str] = None, vocab_size: int = 2048, n_train: int = 2000,
+                 seed: int = 0):
+        if kind is None:
+            kind = getattr(getattr(world, "cfg", None), "tokenizer", "word")
         self.kind = kind
         if kind == "word":
             base = list(MARKERS) + list(TEMPLATE_WORDS) + list(PUNCT) + [str(i) for i in range(23)] + \
