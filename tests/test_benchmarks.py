@@ -73,3 +73,12 @@ def test_igsm_bench_prints_rate_rejections_and_memory():
                           text).groups()
     assert float(rate.replace(",", "")) > 0 and float(rej) >= 0
     assert re.search(r"peak memory: [0-9.]+ MB", text) and re.search(r"40/40 generated solutions correct", text)
+
+
+def test_grokking_bench_prints_ratio_and_equal_losses():
+    text = _run("bench_grokking.py", "--p", "13", "--d-model", "32", "--n-heads", "2", "--d-mlp", "64", "--members", "2",
+                "--steps", "3", "--windows", "1", "--threads", "1")
+    ratio = float(re.search(r"ratio 2 x single / stacked: ([0-9.]+)x", text).group(1))
+    diff = float(re.search(r"max rel\. loss difference stacked vs single over 3 steps: ([0-9.e+-]+)", text).group(1))
+    assert ratio > 0 and re.search(r"ratio 2 x single / vmap: [0-9.]+x", text)
+    assert diff < 1e-5  # stacked training trains the same models

@@ -255,3 +255,104 @@ def test_smoke_run_end_to_end(tmp_path):
     run2 = run_experiment(GrokkingFractions(), cfg2, tmp_path / "run2", progress=False, log=lambda *a, **k: None)
     res2 = pd.read_csv(run2.path / "results.csv")
     assert sorted(res2["train_frac"]) == [0.5, 0.8] and (res2["steps_run"] <= 40).all()
+
+
+# ------------------------------------------------------------------------------------------ stacked training
+
+
+def test_stacked_answer_logits_equal_each_models_answer_logits():
+    from lmsci.experiments.grokking import stacked_answer_logits
+
+    models = [grokking_model(13, d_model=32, n_heads=4, d_mlp=64, seed=s) for s in (1, 2, 3)]
+    ids = torch.stack([modular_data(13, "add", 0.5, seed=s).train()[0] for s in (1, 2, 3)])  # [3, B, 3]
+    P = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]) for n, _ in models[0].named_parameters()}
+    out = stacked_answer_logits(P, ids, n_heads=4, query_token=13)
+    ref = torch.stack([answer_logits(m, x) for m, x in zip(models, ids)]).detach()
+    assert out.shape == (3, ids.shape[1], 14)
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
+def _compare(stacked, single, rtol=1e-6):
+    a, b = stacked["curve"], single["curve"]
+    assert list(a["step"]) == list(b["step"]) and stacked["steps_run"] == single["steps_run"]
+    assert stacked["t_mem"] == single["t_mem"]
+    np.testing.assert_allclose(a["train_loss"], b["train_loss"], rtol=rtol)
+    np.testing.assert_allclose(a["test_loss"], b["test_loss"], rtol=1e-5)
+    np.testing.assert_allclose(a["train_acc"], b["train_acc"], atol=1e-6)
+    np.testing.assert_allclose(a["weight_norm"], b["weight_norm"], rtol=1e-5)
+    for (n, w1), w2 in zip(stacked["model"].named_parameters(), single["model"].parameters()):
+        if n == "blocks.0.attn.qkv.bias":  # the key bias has zero gradient (it shifts every score of a query
+            inner = w1.shape[0] // 3       # equally): Adam turns its rounding noise into +-lr steps; skip it
+            w1, w2 = torch.cat([w1[:inner], w1[2 * inner:]]), torch.cat([w2[:inner], w2[2 * inner:]])
+        assert torch.allclose(w1, w2, atol=2e-3), n  # Adam's normalised steps amplify rounding in tiny gradients
+
+
+def test_stacked_training_matches_single_model_training():
+    """Same seeds -> same curves: seeds with weight decay and wd = 0 controls, different training fractions (padded
+    rows), all in one stack, against train_modular one model at a time."""
+    from lmsci.experiments.grokking import ModularMember, train_modular, train_modular_stacked
+    from lmsci.runs import derive_seed
+
+    cfg = resolve_config(GrokkingConfig, "smoke", {"eval_every": 1, "threads": 1})
+    specs = [(0, 1.0, 0.6), (1, 0.0, 0.6), (2, 1.0, 0.4), (3, 0.5, 0.8)]
+    members = [ModularMember(modular_data(13, "add", f, seed=derive_seed(s, "split")), w, derive_seed(s, "init"),
+                             checkpoints=frozenset({0, 3})) for s, w, f in specs]
+    res = train_modular_stacked(cfg, members, 6)
+    for (s, w, f), r in zip(specs, res):
+        ref = train_modular(cfg, p=13, op="add", train_frac=f, weight_decay=w, steps=6, seed=s, checkpoints=[0, 3])
+        _compare(r, ref)
+        assert r["diverged"] is None and sorted(r["checkpoints"]) == [0, 3]
+        assert torch.equal(r["checkpoints"][0]["wte.weight"], ref["checkpoints"][0]["wte.weight"])  # the same init
+    assert res[0]["curve"]["weight_norm"].iloc[-1] < res[1]["curve"]["weight_norm"].iloc[-1]  # decay acts per member
+
+
+def test_members_that_stop_leave_the_stack_and_the_rest_go_on_unchanged(monkeypatch):
+    """stop_at_gen with a low threshold: members leave the stack at different steps (the stack and its padding
+    shrink), each curve still equals its single-model run."""
+    import lmsci.experiments.grokking as g
+    from lmsci.runs import derive_seed
+
+    monkeypatch.setattr(g, "ACC", 0.2)
+    cfg = resolve_config(GrokkingFractionsConfig, "smoke", {"eval_every": 5, "threads": 1})
+    specs = [(0, 0.8), (1, 0.5), (2, 0.8), (3, 0.3)]
+    members = [g.ModularMember(modular_data(7, "div", f, seed=derive_seed(s, "split")), 1.0, derive_seed(s, "init"),
+                               stop_at_gen=True) for s, f in specs]
+    res = g.train_modular_stacked(cfg, members, 40)
+    runs = [r["steps_run"] for r in res]
+    assert len(set(runs)) >= 2 and min(runs) < 40  # someone left early, someone stayed longer
+    for (s, f), r in zip(specs, res):
+        _compare(r, g.train_modular(cfg, p=7, op="div", train_frac=f, weight_decay=1.0, steps=40, seed=s,
+                                    stop_at_gen=True))
+
+
+def test_select_members_and_per_member_decay_equal_separate_adamws():
+    from lmsci.train.stacked import decay_members, select_members
+
+    gen = torch.Generator().manual_seed(0)
+    w0 = torch.randn(3, 4, 5, generator=gen)
+    grads = [torch.randn(3, 4, 5, generator=gen) for _ in range(6)]
+    wds = torch.tensor([1.0, 0.0, 0.3])
+    # reference: three separate AdamWs with their own weight decay
+    ref = []
+    for k in range(3):
+        w = w0[k].clone().requires_grad_(True)
+        opt = torch.optim.AdamW([w], lr=1e-2, weight_decay=float(wds[k]), betas=(0.9, 0.98))
+        for g_ in grads:
+            w.grad = g_[k].clone()
+            opt.step()
+        ref.append(w.detach())
+    # stacked: AdamW(wd=0) + decay_members; member 1 leaves after 3 steps
+    P = {"w": w0.clone().requires_grad_(True)}
+    opt = torch.optim.AdamW(list(P.values()), lr=1e-2, weight_decay=0.0, betas=(0.9, 0.98))
+    keep, wd = [0, 1, 2], wds
+    for i, g_ in enumerate(grads):
+        if i == 3:
+            keep = [0, 2]
+            P, opt = select_members(P, opt, [0, 2])
+            wd = wds[keep]
+        P["w"].grad = g_[keep].clone()
+        decay_members(P, 1e-2, wd)
+        opt.step()
+    assert torch.allclose(P["w"][0], ref[0], atol=1e-6) and torch.allclose(P["w"][1], ref[2], atol=1e-6)
+    with pytest.raises(ConfigError):
+        select_members(P, opt, [])

@@ -23,6 +23,15 @@ equal to ``model(ids)[:, -1]`` (tested) at about half the cost. The loss is the 
 output logits computed in float64 (``loss_dtype``; as Nanda's ``cross_entropy_high_precision``; the model runs in
 float32), and accuracy and the Fourier measures read the ``p`` residue logits.
 
+Training is stacked: every point of a run (the seeds of the weight-decay runs and of the wd = 0 controls in
+``grokking``; every fraction in ``grokking-fractions``) is one member of a stack trained by
+:func:`train_modular_stacked` (:func:`stacked_answer_logits`: the same function as :func:`answer_logits` from
+per-token key/value/score tables, every weight with a leading member dimension; AdamW over the stacked tensors
+with each member's own decoupled weight decay). Seeds, splits and inits are those of one-model-at-a-time training
+(:func:`train_modular`), whose curves it reproduces to float rounding (tested). On one CPU thread the per-step
+cost is the MLP's GEMMs: stacking itself saves little there; the tables halve the FLOPs a step
+(``benchmarks/bench_grokking.py``). On a GPU the stack turns K small launches into one.
+
 Progress measures (at checkpoints on a log-spaced plus regular step grid; key frequencies are those of the
 *final* model, as in Nanda et al., applied to every checkpoint):
 
@@ -46,6 +55,8 @@ loss is at most half the largest test loss seen between ``t_mem`` and ``t_gen``;
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -62,7 +73,7 @@ from lmsci.experiments.registry import register
 from lmsci.measure.fourier import embedding_spectrum, fourier_logit_split, key_frequencies, top_share
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.modular import check_modular, modular_data
+from lmsci.worlds.modular import ModularData, check_modular, modular_data
 
 # the registered thresholds (issue 17)
 ACC = 0.99              # "reaches" = accuracy >= 0.99
@@ -280,7 +291,12 @@ def spearman(x, y) -> float:
 def train_modular(cfg: ModularTrainConfig, *, p: int, op: str, train_frac: float, weight_decay: float, steps: int,
                   seed: int, checkpoints: list[int] | None = None, stop_at_gen: bool = False, ctx: PointContext | None = None
                   ) -> dict:
-    """Full-batch AdamW on one modular task.
+    """Full-batch AdamW on one modular task: the single-model reference.
+
+    One :class:`GPT` through :func:`answer_logits`, ``torch.optim.AdamW`` with the decay in its update and a
+    ``LambdaLR`` warmup. The experiments train with :func:`train_modular_stacked` (all points of a run as one
+    stack); this function is what that is tested against (same seeds -> same curves to float rounding) and what
+    ``benchmarks/bench_grokking.py`` times as "K x single".
 
     Returns:
         ``{"data", "model", "curve" (DataFrame: step, train_loss, train_acc, test_loss, test_acc, weight_norm),
@@ -340,6 +356,250 @@ def train_modular(cfg: ModularTrainConfig, *, p: int, op: str, train_frac: float
         bar.close()
     return {"data": data, "model": model, "curve": pd.DataFrame(rows), "t_mem": t_mem, "checkpoints": saved,
             "steps_run": step}
+
+
+# ------------------------------------------------------------------------------------------ stacked training
+
+
+def stacked_answer_logits(params: dict[str, torch.Tensor], input_ids: torch.Tensor, n_heads: int,
+                          query_token: int) -> torch.Tensor:
+    """Answer-position logits of K one-layer models at once, ``[K, batch, vocab_size]``.
+
+    Args:
+        params: the K models' parameters stacked, ``{GPT parameter name: [K, *shape]}`` (names and layouts of
+            :func:`grokking_model`: ``wte.weight [K, V, d]``, ``wpe.weight [K, T, d]``, ``blocks.0.attn.qkv.*``,
+            ``blocks.0.attn.proj.*``, ``blocks.0.mlp.fc.*``, ``blocks.0.mlp.proj.*``, ``lm_head.weight [K, V, d]``).
+        input_ids: ``[K, batch, T]`` long (member k's rows are ``input_ids[k]``); the last position of every row
+            holds ``query_token`` (the "=" token of :class:`~lmsci.worlds.modular.ModularData`: the caller checks).
+        n_heads: attention heads.
+        query_token: the token at the answer position.
+
+    Returns:
+        logits ``[K, batch, V]`` equal to ``answer_logits(model_k, input_ids[k])`` for every k (tested; float
+        rounding only).
+
+    The same function as :func:`answer_logits`, computed from per-token tables: a one-layer model's keys, values
+    and attention scores at position t depend only on the token there, so they are computed once for the ``V``
+    tokens at each of the T positions (``[K, T * V, .]``, independent of the batch) and gathered per example; the
+    answer position's query is one vector per member (its token is always ``query_token``). Per example only
+    the softmax over T keys, the value mixture, and the output projection, MLP and unembedding GEMMs remain
+    (about half the FLOPs of :func:`answer_logits`). Every matmul is batched over the K members (``bmm`` /
+    ``baddbmm`` on ``[K, ...]`` weights).
+    """
+    E, pos = params["wte.weight"], params["wpe.weight"]
+    K, V, d = E.shape
+    B, T = input_ids.shape[1], input_ids.shape[2]
+    W, b = params["blocks.0.attn.qkv.weight"], params["blocks.0.attn.qkv.bias"]
+    inner = W.shape[1] // 3
+    H = n_heads
+    D = inner // H
+    h = E[:, None] + pos[:, :, None]                                       # [K, T, V, d]: token v at position t
+    kv = torch.baddbmm(b[:, None, inner:], h.reshape(K, T * V, d), W[:, inner:].transpose(1, 2))  # [K, T*V, 2I]
+    h_q = h[:, T - 1, query_token]                                         # [K, d]: the answer position's input
+    q = torch.baddbmm(b[:, None, :inner], h_q[:, None], W[:, :inner].transpose(1, 2)).view(K, H, D)
+    k_tab, v_tab = kv.view(K, T * V, 2, inner).unbind(2)
+    scores = torch.einsum("khd,knhd->knh", q, k_tab.reshape(K, T * V, H, D)) * (1.0 / math.sqrt(D))  # [K, T*V, H]
+    flat = (input_ids + torch.arange(T, device=input_ids.device) * V).reshape(K, B * T, 1)
+    s = torch.gather(scores, 1, flat.expand(-1, -1, H)).view(K, B, T, H)
+    pattern = torch.softmax(s, dim=2)                                      # over the T keys
+    v = torch.gather(v_tab, 1, flat.expand(-1, -1, inner)).view(K, B, T, H, D)
+    z = (pattern[..., None] * v).sum(2).reshape(K, B, inner)
+    r = h_q[:, None] + torch.baddbmm(params["blocks.0.attn.proj.bias"][:, None], z,
+                                     params["blocks.0.attn.proj.weight"].transpose(1, 2))       # residual [K, B, d]
+    a = torch.relu(torch.baddbmm(params["blocks.0.mlp.fc.bias"][:, None], r,
+                                 params["blocks.0.mlp.fc.weight"].transpose(1, 2)))
+    r = r + torch.baddbmm(params["blocks.0.mlp.proj.bias"][:, None], a, params["blocks.0.mlp.proj.weight"].transpose(1, 2))
+    return torch.bmm(r, params["lm_head.weight"].transpose(1, 2))
+
+
+@dataclass
+class ModularMember:
+    """One model of a stack trained by :func:`train_modular_stacked`.
+
+    Attributes:
+        data: its task and train/test split.
+        weight_decay: its decoupled AdamW weight decay.
+        init_seed: the seed of :func:`grokking_model` (``nanda_init``).
+        checkpoints: steps at which its parameters are kept (for :func:`progress_measures`).
+        stop_at_gen: stop this member at the first evaluation with test accuracy >= 0.99.
+        log: receives its evaluation rows (``log(**row)``), e.g. ``PointContext.log``.
+    """
+
+    data: ModularData
+    weight_decay: float
+    init_seed: int
+    checkpoints: frozenset[int] = frozenset()
+    stop_at_gen: bool = False
+    log: Callable[..., None] | None = None
+
+
+def _pad_rows(xs: list[torch.Tensor], ys: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Member row sets of different sizes as ``[K, N_max, T]`` ids, ``[K, N_max]`` targets and a ``[K, N_max]``
+    validity mask (padding repeats each member's first row, masked out), plus the sizes."""
+    n = [int(x.shape[0]) for x in xs]
+    N = max(n)
+    X = torch.stack([torch.cat([x, x[:1].expand(N - len(x), -1)]) for x in xs]).to(device)
+    Y = torch.stack([torch.cat([y, y[:1].expand(N - len(y))]) for y in ys]).to(device)
+    mask = (torch.arange(N)[None, :] < torch.tensor(n)[:, None]).to(device)
+    return X, Y, mask, n
+
+
+def _masked_mean(v: torch.Tensor, mask: torch.Tensor, n: list[int]) -> torch.Tensor:
+    """Row means over the valid entries, ``[K]`` (a plain mean when nothing is padded)."""
+    if all(k == v.shape[1] for k in n):
+        return v.mean(1)
+    return (v * mask).sum(1) / torch.tensor(n, dtype=v.dtype, device=v.device)
+
+
+def train_modular_stacked(cfg: ModularTrainConfig, members: list[ModularMember], steps: int,
+                          device: str | torch.device = "cpu", progress=None) -> list[dict]:
+    """Full-batch AdamW on K modular tasks at once: the recipe of :func:`train_modular` for every member, one
+    stacked computation per step (the models, optimizer state and data carry a leading member dimension).
+
+    Every member is Nanda et al.'s one-layer transformer (:func:`grokking_model` with its ``init_seed``, built on
+    the CPU and moved to ``device``) trained on its own training set (sizes may differ: shorter sets are padded
+    and masked, so each member's loss is the mean over its own rows), with its own weight decay
+    (:func:`lmsci.train.stacked.decay_members`; AdamW itself runs with ``weight_decay=0``), the shared learning
+    rate, betas and linear warmup. Each step, for every member: the training loss (``cfg.loss_dtype``) and
+    accuracy from the training logits; its checkpoints; every ``cfg.eval_every`` steps and at the last step the
+    test loss/accuracy and weight norm; then one AdamW update. A member that stops (``stop_at_gen``) or whose
+    loss is non-finite leaves the stack (:func:`lmsci.train.stacked.select_members`); the others go on
+    unchanged. Member k's curve equals ``train_modular`` on the same data and seeds to float rounding (tested).
+
+    Returns:
+        one dict per member, as :func:`train_modular`'s (``data``, ``model`` (a :class:`GPT` holding the final
+        weights), ``curve``, ``t_mem``, ``checkpoints``, ``steps_run``) plus ``diverged``: the
+        :class:`DivergedError` of a member whose training loss became non-finite (its curve ends there), or None.
+
+    Raises:
+        ConfigError: no members, members of different moduli/operations' vocabularies, or rows whose last token
+            is not the "=" token.
+    """
+    from lmsci.train.stacked import decay_members, select_members
+
+    if not members:
+        raise ConfigError("members", [], "at least one member")
+    p = members[0].data.p
+    if any(m.data.p != p for m in members):
+        raise ConfigError("members", sorted({m.data.p for m in members}), "one modulus p for every member")
+    eq = members[0].data.eq_token
+    if any(not bool((m.data.input_ids[:, -1] == eq).all()) for m in members):
+        raise ConfigError("members", "rows without '=' last", f"every row ending in the '=' token ({eq})")
+    dev = torch.device(device)
+    K = len(members)
+    models = [grokking_model(p, cfg.d_model, cfg.n_heads, cfg.d_mlp, seed=m.init_seed).to(dev) for m in members]
+    names = [n for n, _ in models[0].named_parameters()]
+    params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(True)
+              for n in names}
+    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0,
+                            fused=True)
+    ldt = torch.float64 if cfg.loss_dtype == "float64" else torch.float32
+    warm = cfg.warmup_steps
+    alive = list(range(K))  # stack slot -> member
+
+    def tensors_of(slots: list[int]):
+        tr = [members[i].data.train() for i in slots]
+        te = [members[i].data.test() for i in slots]
+        return (_pad_rows([x for x, _ in tr], [y for _, y in tr], dev),
+                _pad_rows([x for x, _ in te], [y for _, y in te], dev),
+                torch.tensor([members[i].weight_decay for i in slots], dtype=torch.float64, device=dev))
+
+    (x_tr, y_tr, m_tr, n_tr), (x_te, y_te, m_te, n_te), wd = tensors_of(alive)
+    rows: list[list[dict]] = [[] for _ in range(K)]
+    t_mem: list[int | None] = [None] * K
+    saved: list[dict[int, dict]] = [{} for _ in range(K)]
+    steps_run = [0] * K
+    diverged: dict[int, DivergedError] = {}
+
+    def finish(slot_members: list[int], step: int) -> None:
+        with torch.no_grad():
+            for i in slot_members:
+                j = alive.index(i)
+                for n, w in models[i].named_parameters():
+                    w.copy_(params[n][j])
+                steps_run[i] = step
+
+    step = 0
+    for step in range(steps + 1):
+        logits = stacked_answer_logits(params, x_tr, cfg.n_heads, eq)                  # [A, N, V]
+        A, N, V = logits.shape
+        ce = F.cross_entropy(logits.to(ldt).reshape(A * N, V), y_tr.reshape(-1), reduction="none").view(A, N)
+        loss = _masked_mean(ce, m_tr, n_tr)                                            # [A]
+        with torch.no_grad():
+            correct = ((logits[..., :p].argmax(-1) == y_tr) & m_tr).sum(1)
+        loss_h, correct_h = loss.detach().tolist(), correct.tolist()
+        bad = [i for j, i in enumerate(alive) if not math.isfinite(loss_h[j])]
+        for j, i in enumerate(alive):
+            if i in bad:
+                diverged[i] = DivergedError(step, loss_h[j])
+                continue
+            tr_acc = correct_h[j] / n_tr[j]
+            if t_mem[i] is None and tr_acc >= ACC:
+                t_mem[i] = step
+            if step in members[i].checkpoints:
+                saved[i][step] = {n: params[n][j].detach().clone() for n in names}
+        done = list(bad)
+        if step % cfg.eval_every == 0 or step == steps:
+            with torch.no_grad():
+                lt = stacked_answer_logits(params, x_te, cfg.n_heads, eq)
+                Ae, Ne, Ve = lt.shape
+                te_loss = _masked_mean(F.cross_entropy(lt.float().reshape(Ae * Ne, Ve), y_te.reshape(-1),
+                                                       reduction="none").view(Ae, Ne), m_te, n_te).tolist()
+                te_correct = ((lt[..., :p].argmax(-1) == y_te) & m_te).sum(1).tolist()
+                wn = torch.sqrt(sum(w.detach().pow(2).reshape(A, -1).sum(1) for w in params.values())).tolist()
+            for j, i in enumerate(alive):
+                if i in bad:
+                    continue
+                row = {"step": step, "train_loss": loss_h[j], "train_acc": correct_h[j] / n_tr[j],
+                       "test_loss": te_loss[j], "test_acc": te_correct[j] / n_te[j], "weight_norm": wn[j]}
+                rows[i].append(row)
+                if members[i].log is not None:
+                    members[i].log(**row)
+                if members[i].stop_at_gen and row["test_acc"] >= ACC:
+                    done.append(i)
+        if step == steps:
+            break
+        if done:
+            finish(done, step)
+            keep = [j for j, i in enumerate(alive) if i not in done]
+            if not keep:
+                alive = []
+                break
+            params, opt = select_members(params, opt, keep)
+            alive = [alive[j] for j in keep]
+            (x_tr, y_tr, m_tr, n_tr), (x_te, y_te, m_te, n_te), wd = tensors_of(alive)
+            # the loss of the kept members, recomputed on the smaller stack (same values; the graph of the old one
+            # holds the dropped members' parameters)
+            logits = stacked_answer_logits(params, x_tr, cfg.n_heads, eq)
+            A, N, V = logits.shape
+            ce = F.cross_entropy(logits.to(ldt).reshape(A * N, V), y_tr.reshape(-1), reduction="none").view(A, N)
+            loss = _masked_mean(ce, m_tr, n_tr)
+        for w in params.values():
+            w.grad = None
+        loss.sum().backward()
+        lr = cfg.lr * (min((step + 1) / warm, 1.0) if warm else 1.0)  # LambdaLR of train_modular
+        decay_members(params, lr, wd)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        if progress is not None:
+            progress.update(1)
+    if alive:
+        finish(list(alive), step)
+    if progress is not None:
+        progress.close()
+    return [{"data": m.data, "model": models[i], "curve": pd.DataFrame(rows[i]), "t_mem": t_mem[i],
+             "checkpoints": saved[i], "steps_run": steps_run[i], "diverged": diverged.get(i)}
+            for i, m in enumerate(members)]
+
+
+def modular_member(prm: dict, ctx: PointContext, checkpoints: frozenset[int] = frozenset(),
+                   stop_at_gen: bool = False) -> ModularMember:
+    """A point's member of a stack: its split from ``derive_seed(ctx.seed, "split")``, its init from
+    ``derive_seed(ctx.seed, "init")`` (the seeds of :func:`train_modular`), its weight decay, and ``ctx.log``."""
+    return ModularMember(modular_data(prm["p"], prm["op"], prm["train_frac"], seed=derive_seed(ctx.seed, "split")),
+                         weight_decay=float(prm["weight_decay"]), init_seed=derive_seed(ctx.seed, "init"),
+                         checkpoints=checkpoints, stop_at_gen=stop_at_gen, log=ctx.log)
 
 
 def checkpoint_steps(steps: int, n_log: int) -> list[int]:
@@ -406,9 +666,10 @@ class Grokking(Experiment):
         "smoke": "~5 s",
         "gpu": "p = 113, fraction 0.3, 25k full-batch steps, 3 seeds + 3 wd = 0 controls: ~20-30 min on one H100 "
                "(estimated, not measured)",
-        "quick": "42 min wall measured 2026-11-23 at one thread beside another run on the loaded 2-core machine "
-                 "(3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, ~0.14 s a step there); 18 min "
-                 "earlier at 2 threads: over the 10-minute target of issue 17",
+        "quick": "3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, trained as one stack: ~150-200 ms "
+                 "a stacked step at one thread, ~8-10 min at one thread on a quiet core (estimated from "
+                 "benchmarks/bench_grokking.py; see times.txt of the quick queue for the measured wall time). Before "
+                 "stacking: 42 min wall measured 2026-11-23, one model after another at one thread on the loaded machine",
         "paper": "p = 113, 40k steps, 3 seeds + 3 controls: ~0.16 s a step on one CPU core = ~1.8 h per run (~11 h on "
                  "CPU), minutes per run on a GPU (the gpu preset: 25k steps, ~20-30 min on one H100, estimated)",
     }
@@ -484,13 +745,29 @@ class Grokking(Experiment):
                                       "weight_decay": 0.0}))
         return pts
 
-    # -- one point ---------------------------------------------------------------------------
+    # -- points: one stack ---------------------------------------------------------------------
+    def groups(self, cfg: GrokkingConfig, points: list[Point]) -> list[list[Point]]:
+        """Every seed of the main runs and of the wd = 0 controls trained as one stack."""
+        return [points] if points else []
+
     def run_point(self, cfg: GrokkingConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: GrokkingConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        ck = frozenset(checkpoint_steps(cfg.steps, cfg.n_checkpoints))
+        members = [modular_member(pt.params, c, checkpoints=ck if pt.params["kind"] == "grok" else frozenset())
+                   for pt, c in zip(points, ctxs)]
+        res = train_modular_stacked(cfg, members, cfg.steps, device=ctxs[0].device,
+                                    progress=ctxs[0].progress(cfg.steps, f"{len(points)} stacked"))
+        return [self._row(cfg, pt, c, r) for pt, c, r in zip(points, ctxs, res)]
+
+    def _row(self, cfg: GrokkingConfig, point: Point, ctx: PointContext, r: dict) -> dict:
+        """One point's results row from its trained member (curves and measures written to its artifact dir)."""
         kind = point.params["kind"]
         prm = point.params
-        ck = checkpoint_steps(cfg.steps, cfg.n_checkpoints) if kind == "grok" else []
-        r = train_modular(cfg, p=prm["p"], op=prm["op"], train_frac=prm["train_frac"],
-                          weight_decay=prm["weight_decay"], steps=cfg.steps, seed=ctx.seed, checkpoints=ck, ctx=ctx)
+        if r["diverged"] is not None:
+            r["curve"].to_csv(ctx.artifact_dir / "curve.csv", index=False)
+            return {**prm, "status": "diverged", "diverged_step": r["diverged"].step}
         curve = r["curve"]
         curve.to_csv(ctx.artifact_dir / "curve.csv", index=False)
         phases = detect_phases(curve["step"].values, curve["test_loss"].values, curve["test_acc"].values, r["t_mem"])
@@ -498,7 +775,8 @@ class Grokking(Experiment):
                "delay_ratio": (phases["t_gen"] / max(r["t_mem"], 1)) if (phases["t_gen"] is not None and r["t_mem"] is not None) else None,
                "final_train_acc": float(curve["train_acc"].iloc[-1]), "final_test_acc": float(curve["test_acc"].iloc[-1]),
                "max_test_acc": float(curve["test_acc"].max()), "final_test_loss": float(curve["test_loss"].iloc[-1]),
-               "final_weight_norm": float(curve["weight_norm"].iloc[-1]), "n_train": int(r["data"].train_idx.numel())}
+               "final_weight_norm": float(curve["weight_norm"].iloc[-1]), "n_train": int(r["data"].train_idx.numel()),
+               "steps_run": r["steps_run"]}
         if kind == "grok":
             meas, keys, shares = progress_measures(r["model"], r["data"], r["checkpoints"], cfg.n_key)
             meas.to_csv(ctx.artifact_dir / "measures.csv", index=False)
@@ -709,7 +987,8 @@ class Grokking(Experiment):
                 f"measures at {cfg.n_checkpoints} log-spaced checkpoints plus one every {max(1, cfg.steps // 40)} steps. "
                 f"Phases: memorisation until training accuracy >= 0.99 (t_train); circuit formation until the test loss "
                 f"falls to half its peak after t_train (t_clean); clean-up until test accuracy >= 0.99 (t_test). "
-                "The wd = 0 control trains the same model, seeds and steps without weight decay.\n\n## Runs\n\n")
+                "The wd = 0 control trains the same model, seeds and steps without weight decay. All runs are trained "
+                "as one stack (train_modular_stacked; same seeds and curves as one model at a time).\n\n## Runs\n\n")
         return text + markdown_table(results[[c for c in cols if c in results]])
 
 
@@ -725,8 +1004,9 @@ class GrokkingFractions(Experiment):
         "smoke": "~5 s",
         "gpu": "x/y mod 97, 6 fractions, each capped at 20k full-batch steps: ~20 min on one H100 (estimated, "
                "not measured)",
-        "quick": "23 min wall measured 2026-11-23 at one thread beside another run on the loaded 2-core machine "
-                 "(6 fractions of x/y mod 59, 1 seed, each stopped at test accuracy 0.99 or 3,000 steps)",
+        "quick": "6 fractions of x/y mod 59, 1 seed, trained as one stack, each leaving it at test accuracy 0.99 or "
+                 "after 3,000 steps: ~9,000 member-steps, ~5 min at one thread (estimated); before stacking 23 min wall "
+                 "measured 2026-11-23 at one thread on the loaded machine",
         "paper": "x/y mod 97, 6 fractions x 3 seeds, up to 1e5 full-batch steps each: ~0.15 s a step on one CPU core "
                  "(days on CPU), hours on a GPU (the gpu preset caps at 20k steps, 1 seed; estimated)",
     }
@@ -758,14 +1038,29 @@ class GrokkingFractions(Experiment):
         return [Point(f"{cfg.op}_p{cfg.p}_f{f:g}", {"kind": "sweep", "p": cfg.p, "op": cfg.op, "train_frac": float(f),
                                                    "weight_decay": cfg.weight_decay}) for f in cfg.train_fracs]
 
+    def groups(self, cfg: GrokkingFractionsConfig, points: list[Point]) -> list[list[Point]]:
+        """Every fraction (and seed) as one stack: a run leaves it when it generalises."""
+        return [points] if points else []
+
     def run_point(self, cfg: GrokkingFractionsConfig, point: Point, ctx: PointContext) -> dict:
-        prm = point.params
-        r = train_modular(cfg, p=prm["p"], op=prm["op"], train_frac=prm["train_frac"], weight_decay=prm["weight_decay"],
-                          steps=cfg.steps, seed=ctx.seed, stop_at_gen=True, ctx=ctx)
-        r["curve"].to_csv(ctx.artifact_dir / "curve.csv", index=False)
-        t_gen = first_step(r["curve"]["step"], r["curve"]["test_acc"], lambda v: v >= ACC)
-        return {**prm, "t_train": r["t_mem"], "t_test": t_gen, "steps_run": r["steps_run"],
-                "final_test_acc": float(r["curve"]["test_acc"].iloc[-1]), "n_train": int(r["data"].train_idx.numel())}
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: GrokkingFractionsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        members = [modular_member(pt.params, c, stop_at_gen=True) for pt, c in zip(points, ctxs)]
+        res = train_modular_stacked(cfg, members, cfg.steps, device=ctxs[0].device,
+                                    progress=ctxs[0].progress(cfg.steps, f"{len(points)} stacked"))
+        rows = []
+        for pt, c, r in zip(points, ctxs, res):
+            prm = pt.params
+            r["curve"].to_csv(c.artifact_dir / "curve.csv", index=False)
+            if r["diverged"] is not None:
+                rows.append({**prm, "status": "diverged", "diverged_step": r["diverged"].step})
+                continue
+            t_gen = first_step(r["curve"]["step"], r["curve"]["test_acc"], lambda v: v >= ACC)
+            rows.append({**prm, "t_train": r["t_mem"], "t_test": t_gen, "steps_run": r["steps_run"],
+                         "final_test_acc": float(r["curve"]["test_acc"].iloc[-1]),
+                         "n_train": int(r["data"].train_idx.numel())})
+        return rows
 
     def verdicts(self, cfg: GrokkingFractionsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         def num(v):
@@ -832,5 +1127,6 @@ class GrokkingFractions(Experiment):
         return (f"## Method\n\nx {cfg.op} y mod {cfg.p} at training fractions {cfg.train_fracs}; the model and optimiser "
                 f"of `grokking` (Nanda et al.'s one-layer transformer, full-batch AdamW lr {cfg.lr}, weight decay "
                 f"{cfg.weight_decay}); each run stops when test accuracy reaches 0.99 (checked every {cfg.eval_every} "
-                f"steps) or after {cfg.steps} steps.\n\n## Runs\n\n") + markdown_table(
+                f"steps) or after {cfg.steps} steps; all fractions are trained as one stack that a run leaves when it "
+                f"stops.\n\n## Runs\n\n") + markdown_table(
             results[[c for c in cols if c in results]])
