@@ -138,3 +138,18 @@ def test_probe_queries():
     assert 0 < len(seqs) <= 5 and set(labels) <= {0, 1}
     assert seqs[0][-1] == tok.token_id("[END]") and tok.token_id("[MID]") in seqs[0]
     assert probe_queries([p], tok, "nece", 5, 0, 8) == ([], [])  # longer than max_len: dropped
+
+
+def test_summarize_scores_reference_and_broken_solutions():
+    from lmsci.experiments.igsm_common import IGSMCommonConfig, check_all, summarize, test_set, world_of
+
+    cfg = IGSMCommonConfig()
+    w = world_of(cfg)
+    probs = test_set(cfg, w, 3, 6)
+    assert all(p.op == 3 for p in probs) and probs[0].prompt() == test_set(cfg, w, 3, 6)[0].prompt()  # fixed by seed
+    good = summarize(check_all(probs, [p.solution + f"<ans> {p.answer}" for p in probs]))
+    assert good["acc"] == 1.0 and good["unneeded_per_correct"] == 0.0 and good["retries"] == 0.0
+    wrong = summarize(check_all(probs, [p.solution + f"<ans> {(p.answer + 1) % 23}" for p in probs]))
+    assert wrong["acc"] == 0.0
+    cut = summarize(check_all(probs, [" ".join(p.solution.split(".")[-2:]) for p in probs]))
+    assert cut["acc"] < 1.0

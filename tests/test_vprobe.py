@@ -26,13 +26,13 @@ def test_readable_label_beats_majority_random_label_does_not():
     rng = np.random.default_rng(0)
     m = _model()
     before = {k: v.clone() for k, v in m.state_dict().items()}
-    tr, ytr = _data(300, rng)
-    te, yte = _data(300, rng)
-    r = vprobe(m, tr, ytr, te, yte, 2, steps=150, seed=1)
+    tr, ytr = _data(200, rng)
+    te, yte = _data(200, rng)
+    r = vprobe(m, tr, ytr, te, yte, 2, steps=100, seed=1)
     assert r.test_acc >= r.majority + 0.3, r
-    trn, ytrn = _data(300, rng, readable=False)
-    ten, yten = _data(300, rng, readable=False)
-    rn = vprobe(m, trn, ytrn, ten, yten, 2, steps=150, seed=1)
+    trn, ytrn = _data(200, rng, readable=False)
+    ten, yten = _data(200, rng, readable=False)
+    rn = vprobe(m, trn, ytrn, ten, yten, 2, steps=100, seed=1)
     assert rn.test_acc <= rn.majority + 0.08, rn
     # frozen: the model's weights and requires_grad flags are as before
     for k, v in m.state_dict().items():
