@@ -15,7 +15,8 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of, md_table, paired,
+    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
+    md_table, mean_tokens, model_seconds, paired,
     pretrain_check_finetune, pretraining_data, qa_learned_gate, qa_metrics, recall_gate, seed_summary, seed_values,
     within_run,
 )
@@ -56,7 +57,7 @@ class CelebrityConfig(MemoriseFirstConfig):
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
                              "batch_size": 48},
                 "ft_epochs": 40, "memorise_check_every": 1000, "memorise_check_people": 500, "memorise_stop": None,
-                "pipeline": "stream", "n_seeds": 3},
+                "pipeline": "stream", "n_seeds": 3, "precision": "bf16"},
         # the paper's scale (Section 4.4: N = 200k, 100k celebrities; GPT-2 small with rotary; LoRA fine-tune)
         "paper": {"n_people": 200_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1},
@@ -65,6 +66,20 @@ class CelebrityConfig(MemoriseFirstConfig):
                   "ft_epochs": 50, "memorise_check_every": 5000, "memorise_check_people": 1000, "memorise_stop": None,
                   "pipeline": "stream", "n_seeds": 3},
     }
+
+
+def estimate_h100_seconds(cfg: CelebrityConfig) -> float:
+    """Estimated wall seconds of a whole run on one H100 (:func:`knowledge_common.model_seconds`): per seed, two
+    models pretrained on N x exposures biographies (the celebrities augmented in one of them) and LoRA
+    fine-tuned on the celebrities' QA; recall and QA evaluation of everyone. Assumptions: knowledge_common's."""
+    n_cel = round(cfg.n_people * cfg.celebrity_fraction)
+    single, aug = mean_tokens("bio", SINGLE), mean_tokens("bio", cfg.augmented)
+    total = 0.0
+    for b_cel in (single, aug):
+        tokens = cfg.exposures * (n_cel * b_cel + (cfg.n_people - n_cel) * single)
+        total += model_seconds(cfg, bio_tokens=tokens, bio_docs=cfg.n_people * cfg.exposures, ft_people=n_cel,
+                               eval_docs=cfg.n_people * 9)
+    return total * cfg.n_seeds
 
 
 @register("celebrity-helps-minority")
@@ -78,8 +93,10 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~10 s", "quick": "15.2 min measured (911 s, 3 seeds, one thread beside another run, 2026-11-23)",
-                     "gpu": "~20 min on one H100 (estimated, not measured: ~0.8M tokens/s; 6 models x ~0.16B tokens)",
+    time_estimate = {"smoke": "~10 s", "quick": "23.9 min measured (1434 s wall, 909 s CPU, 3 seeds, one thread beside another run on a loaded machine, 2026-11-23; 911 s in the previous session)",
+                     "gpu": "11.5 min on one H100, estimated, not measured (estimate_h100_seconds: 3 seeds x 2 "
+                            "models x ~0.2B pretraining tokens at 22.9 MFLOP/token, LoRA fine-tuning on the 5k "
+                            "celebrities; " + H100_ASSUMPTIONS + ")",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
                               "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
     claims = [

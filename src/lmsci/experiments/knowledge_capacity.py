@@ -31,7 +31,8 @@ from pydantic import Field
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import ModelSpec, TrainSpec, check_model, make_model
+from lmsci.experiments.knowledge_common import (H100_ASSUMPTIONS, ModelSpec, TrainSpec, check_model, h100_seconds,
+                                                make_model, mean_tokens, vocab_size)
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
@@ -80,6 +81,8 @@ class KnowledgeCapacityConfig(ExperimentConfig):
     eval_people: int = Field(20_000, ge=1)
     threads: int = Field(1, ge=0, description="torch threads (0 = torch's default); 1 is fastest for tiny models")
 
+    PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
+
     PRESETS = {
         "smoke": {"models": [{"d_model": 16, "n_layers": 1, "n_heads": 2}], "seq_len": 128,
                   "regimes": [{"exposures": 2, "n_people": [8]}]},
@@ -90,7 +93,7 @@ class KnowledgeCapacityConfig(ExperimentConfig):
                 "regimes": [{"exposures": 100, "n_people": [10_000, 20_000, 50_000, 100_000]},
                             {"exposures": 1000, "n_people": [20_000]}],
                 "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": 50_000,
-                "checkpoint_every": 5_000, "n_seeds": 1},
+                "checkpoint_every": 5_000, "n_seeds": 1, "precision": "bf16"},
         "paper": {"models": [gpt2(L, h) for L in (2, 4, 8, 12) for h in (2, 4, 8, 12)], "seq_len": 512,
                   "threads": 0,
                   "regimes": [{"exposures": e, "n_people": [10_000, 20_000, 50_000, 100_000, 200_000, 500_000,
@@ -176,6 +179,30 @@ def plan_batch(n_windows: int, max_batch: int, min_steps: int) -> tuple[int, int
     return b, max(1, math.ceil(n_windows / b))
 
 
+CPU_CHECK = ""  # what the gpu preset's first point did on CPU (see the time estimate)
+
+
+def estimate_h100_seconds(cfg: KnowledgeCapacityConfig) -> float:
+    """Estimated wall seconds of a whole run on one H100 (:func:`knowledge_common.h100_seconds`): every point
+    trains on N x exposures fresh biographies (mean tokens of a canonical-name, He/She biography), in
+    ``plan_batch`` steps (at least ``min_steps``: the batch shrinks); the host renders and packs every
+    biography once for training and once from lengths only (``count_windows``); the bit count scores
+    ``min(N, eval_people)`` people (a biography each, forward only)."""
+    V, T = vocab_size(), cfg.seq_len
+    b = mean_tokens("bio")
+    fill = T * (1 - b / (2 * T))
+    total = 0.0
+    for r in cfg.regimes:
+        for m in cfg.models:
+            for n in r.n_people:
+                windows = n * r.exposures * b / fill
+                _, steps = plan_batch(int(windows), cfg.pretrain.batch_size, cfg.min_steps)
+                total += h100_seconds(m, V, T, tokens=n * r.exposures * b, steps=steps,
+                                      eval_tokens=min(n, cfg.eval_people) * 2 * b,
+                                      host_docs=n * r.exposures * (1 + 1 / 3))
+    return total * cfg.n_seeds
+
+
 @register("knowledge-capacity")
 class KnowledgeCapacity(Experiment):
     """Stored bits (Part 3.3 lower bound) against parameters over N, GPT2-l-h models and two exposure regimes.
@@ -188,10 +215,11 @@ class KnowledgeCapacity(Experiment):
     Config = KnowledgeCapacityConfig
     time_estimate = {"smoke": "~5 s",
                      "quick": "3.4 min measured (205 s, GPT2-2-1, 3 points, 1 seed, one thread, beside another run; 2026-11-23)",
-                     "gpu": "~35-45 min of H100 time estimated: 10 points of >= 50k optimizer steps (batch reduced "
-                            "to reach them) at ~4 ms per step, in 4-5 chained commands of <= 10 min (checkpoints "
-                            "every 5k steps; rerun into the same --out); 76M fresh biographies from the streaming "
-                            "pipeline (lmsci.worlds.bios_stream) on the host. Not measured (no GPU in this session)",
+                     "gpu": "24.1 min on one H100, estimated, not measured (estimate_h100_seconds: 10 points, "
+                            "4.6B tokens at 3.6 / 11.9 MFLOP/token for GPT2-2-2 / GPT2-2-4, 560k optimizer steps "
+                            "(>= 50k per point, the batch reduced to reach them; step-bound), 76M fresh biographies "
+                            "rendered on the host; " + H100_ASSUMPTIONS + "). Each point < 5 min; checkpoints every "
+                            "5k steps (rerun into the same --out to resume). " + CPU_CHECK,
                      "paper": "~weeks of GPU time per seed, 3 seeds (estimated)"}
     claims = list(CLAIM_BY_EXPOSURES.values())
 
@@ -221,7 +249,8 @@ class KnowledgeCapacity(Experiment):
         tc = TrainConfig(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
                          warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
                          weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0, device=ctx.device,
-                         log_every=max(1, steps // 50), checkpoint_every=cfg.checkpoint_every)
+                         log_every=max(1, steps // 50), checkpoint_every=cfg.checkpoint_every,
+                         precision=cfg.precision)
         ckpt = ctx.artifact_dir / "checkpoints" if cfg.checkpoint_every else None
         bar = ctx.progress(steps, "pretrain")
         try:

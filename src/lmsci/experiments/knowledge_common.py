@@ -154,6 +154,97 @@ class TrainSpec(StrictModel):
 
 
 
+# -- time estimates of the gpu presets (one H100) ---------------------------------------------------------
+#: Assumptions of the estimates (not measured: no GPU in the session that wrote them). A training step of
+#: lmsci's eager GPT costs ``tokens * flops_per_token / H100_ACHIEVED_FLOPS`` (bf16 autocast: 100 TFLOP/s is
+#: ~10% of the H100 SXM's 989 TFLOP/s dense bf16 peak; matmuls of d_model 128-256 run far below peak) plus a
+#: fixed ``STEP_OVERHEAD_S[0] + STEP_OVERHEAD_S[1] * n_layers`` seconds of kernel launches and Python per
+#: optimizer step (~40 launches per layer forward + backward, ~60 more for embedding, loss, clipping and the
+#: fused AdamW, at ~10 us each; the loss and grad-norm reads synchronise every step, so nothing overlaps).
+#: Host work (data) is added serially: ``HOST_DOCS_PER_S`` documents/s for the vectorised renderer and
+#: packer of :mod:`lmsci.worlds.bios_stream` (measured 473k biographies per CPU-second in
+#: benchmarks/bench_bios_pipeline.py), ``PY_DOCS_PER_S`` for the Python renderer + packer (75 + 250 us).
+H100_ASSUMPTIONS = ("assumed 100 TFLOP/s achieved in bf16 on one H100 SXM (~10% of its dense peak) + (0.5 + 0.5 x "
+                    "layers) ms per optimizer step + host data at 400k documents/s (knowledge_common."
+                    "H100_ACHIEVED_FLOPS, STEP_OVERHEAD_S, HOST_DOCS_PER_S)")
+H100_ACHIEVED_FLOPS = 100e12
+STEP_OVERHEAD_S = (0.5e-3, 0.5e-3)
+HOST_DOCS_PER_S = 400_000
+PY_DOCS_PER_S = 3_000
+GPU_BUDGET_S = 30 * 60
+
+
+def flops_per_token(spec: ModelSpec, vocab_size: int, seq_len: int, train: bool = True) -> float:
+    """FLOPs per token of a GPT (Kaplan et al. 2020, arXiv 2001.08361, Table 1): forward
+    ``2 * (12 * n_layers * d_model^2 + vocab_size * d_model) + 2 * n_layers * seq_len * d_model`` (matmul
+    parameters including the unembedding, plus attention scores and values); training 3x the forward."""
+    fwd = 2 * (12 * spec.n_layers * spec.d_model ** 2 + vocab_size * spec.d_model) + 2 * spec.n_layers * seq_len * spec.d_model
+    return float(3 * fwd if train else fwd)
+
+
+def h100_seconds(spec: ModelSpec, vocab_size: int, seq_len: int, *, tokens: float, steps: float,
+                 eval_tokens: float = 0.0, host_docs: float = 0.0, python_docs: float = 0.0) -> float:
+    """Estimated wall seconds on one H100 for ``tokens`` training tokens in ``steps`` optimizer steps, plus
+    ``eval_tokens`` of forward-only evaluation and the host's data work, under the assumptions above
+    (:data:`H100_ACHIEVED_FLOPS`, :data:`STEP_OVERHEAD_S`, :data:`HOST_DOCS_PER_S`, :data:`PY_DOCS_PER_S`)."""
+    compute = (tokens * flops_per_token(spec, vocab_size, seq_len)
+               + eval_tokens * flops_per_token(spec, vocab_size, seq_len, train=False)) / H100_ACHIEVED_FLOPS
+    overhead = steps * (STEP_OVERHEAD_S[0] + STEP_OVERHEAD_S[1] * spec.n_layers)
+    return float(compute + overhead + host_docs / HOST_DOCS_PER_S + python_docs / PY_DOCS_PER_S)
+
+
+def mean_tokens(kind: str, spec: DataSpec | None = None, groups: int = 1, n: int = 400) -> float:
+    """Mean tokens of one document of ``kind`` (``"bio"`` written as ``spec``, ``"bio_reverse"`` in ``groups``
+    sentences, ``"qa"`` (the six questions), ``"inverse_qa"``), from ``n`` renderings of a small world (the
+    vocabulary, templates and value lengths do not depend on N); for the estimates."""
+    from lmsci.worlds.bios_stream import INVERSE, BiosRenderer
+
+    r = BiosRenderer(BiosWorld(n, seed=0))
+    ppl = np.arange(n)
+    if kind == "bio":
+        sp = spec or SINGLE
+        d = r.bios(ppl, 0, 0, permute=sp.permute, fullname=sp.fullname, lengths_only=True)
+    elif kind == "bio_reverse":
+        d = r.bios_reversed(ppl, 0, 0, groups=groups, lengths_only=True)
+    elif kind in ("qa", "inverse_qa"):
+        d = r.qa(ppl, ppl % len(ATTRS) if kind == "qa" else INVERSE, lengths_only=True)
+    else:
+        raise ConfigError("kind", kind, "bio, bio_reverse, qa or inverse_qa")
+    return float(d.length.mean())
+
+
+def model_seconds(cfg: BiosQAConfig, *, bio_tokens: float, bio_docs: float, qa_tokens: float = 0.0,
+                  ft_people: int = 0, ft_questions: int = 6, eval_docs: float = 0.0) -> float:
+    """Estimated H100 seconds of one model of a bioS QA experiment (:func:`h100_seconds`): pretraining on
+    ``bio_tokens`` tokens of ``bio_docs`` biographies plus ``qa_tokens`` of mixed-in QA, the memorisation
+    checks (``memorise_check_people`` biographies every ``memorise_check_every`` steps), QA fine-tuning of
+    ``ft_people`` x ``ft_questions`` questions for ``ft_epochs``, and ``eval_docs`` evaluated documents (~60
+    tokens each). Windows hold ``seq_len * (1 - mean document / (2 seq_len))`` tokens on average. Host work at
+    :data:`HOST_DOCS_PER_S` for the ``"stream"`` pipeline, :data:`PY_DOCS_PER_S` otherwise."""
+    V, T, qa = vocab_size(), cfg.seq_len, mean_tokens("qa")
+    stream = getattr(cfg, "pipeline", "packed") == "stream"
+    docs = bio_docs + qa_tokens / qa
+    mean_doc = (bio_tokens + qa_tokens) / max(docs, 1.0)
+    tokens = bio_tokens + qa_tokens
+    steps = tokens / (cfg.pretrain.batch_size * T * (1 - mean_doc / (2 * T)))
+    checks = (steps / cfg.memorise_check_every if cfg.memorise_check_every else 1) * cfg.memorise_check_people
+    ev = (eval_docs + checks) * 60.0
+    host = {"host_docs": docs} if stream else {"python_docs": docs}
+    secs = h100_seconds(cfg.model, V, T, tokens=tokens, steps=steps, eval_tokens=ev, **host)
+    if ft_people:
+        ft_docs = ft_people * ft_questions * cfg.ft_epochs
+        ft_tok = ft_docs * qa
+        ft_steps = ft_tok / (cfg.finetune.batch_size * cfg.qa_seq_len * (1 - qa / (2 * cfg.qa_seq_len)))
+        host = {"host_docs": ft_docs} if stream else {"python_docs": ft_docs}
+        secs += h100_seconds(cfg.model, V, cfg.qa_seq_len, tokens=ft_tok, steps=ft_steps, **host)
+    return secs
+
+
+def vocab_size() -> int:
+    """The bioS vocabulary size (built from the pools, the same for every N)."""
+    return len(BiosWorld(4, seed=0).vocab)
+
+
 class BiosQAConfig(ExperimentConfig):
     """Fields shared by the bioS experiments that pretrain on biographies and then ask questions.
 
@@ -187,6 +278,8 @@ class BiosQAConfig(ExperimentConfig):
     memorise_stop: float | None = Field(None, gt=0, le=1)
     memorise_check_people: int = Field(300, ge=1)
     max_distinct_epochs: int | None = Field(None, ge=1)
+
+    PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer (pretraining, fine-tuning)
 
 
 class MemoriseFirstConfig(BiosQAConfig):
@@ -451,15 +544,26 @@ def token_fractions(packed: Packed, pad_id: int = 0) -> dict[str, float]:
 def finetune_qa(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], spec: FinetuneSpec, *,
                 epochs: int, seed: int, seq_len: int, ctx: PointContext | None = None, phase: str = "qa_finetune",
                 device: str = "cpu", inverse: bool = False, forward: bool = True,
-                precision: str = "fp32") -> tuple[torch.nn.Module, dict]:
+                precision: str = "fp32", pipeline: str = "packed") -> tuple[torch.nn.Module, dict]:
     """QA fine-tuning on ``people`` (their six forward questions and/or the inverse question), LoRA or
     full per ``spec.method`` (:func:`lmsci.train.finetune.finetune`; ``precision`` ``"fp32"`` or ``"bf16"``).
+    ``pipeline="packed"`` packs the QA windows in Python (:func:`qa_stream`, ~250 us per document);
+    ``"stream"`` renders and packs them with :class:`lmsci.worlds.bios_stream.QAStream` (the gpu and paper
+    presets: 5k people x 6 questions x 40 epochs would take ~5 minutes to pack in Python).
 
     Returns:
         ``(model, info)``: the fine-tuned model (a ``peft.PeftModel`` for LoRA; use it for every later
         measurement) and ``{"ft_steps", "ft_seconds", "ft_trainable_params", "ft_final_loss"}``.
     """
-    packed = qa_stream(world, people, epochs=epochs, seed=seed, seq_len=seq_len, inverse=inverse, forward=forward)
+    if pipeline == "stream":
+        from lmsci.worlds.bios_stream import QAStream
+
+        packed = QAStream(world, np.asarray(people, dtype=np.int64), seq_len=seq_len, batch_size=spec.batch_size,
+                          epochs=epochs, order_seed=seed, forward=forward, inverse=inverse).to_packed()
+    elif pipeline == "packed":
+        packed = qa_stream(world, people, epochs=epochs, seed=seed, seq_len=seq_len, inverse=inverse, forward=forward)
+    else:
+        raise ConfigError("pipeline", pipeline, "'packed' or 'stream'")
     log = (lambda m: ctx.log(phase=phase, **m)) if ctx is not None else None
     steps = max(1, -(-packed.input_ids.shape[0] // spec.batch_size)) * spec.epochs
     bar = ctx.progress(steps, phase) if ctx is not None else None
@@ -527,7 +631,8 @@ def pretrain_check_finetune(cfg: BiosQAConfig, world: BiosWorld, windows: Packed
     if finetune_people is None:
         return model, pre, row
     model, info = finetune_qa(model, world, finetune_people, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
-                              seq_len=cfg.qa_seq_len, ctx=ctx, device=dev, precision=cfg.precision)
+                              seq_len=cfg.qa_seq_len, ctx=ctx, device=dev, precision=cfg.precision,
+                              pipeline=getattr(cfg, "pipeline", "packed"))
     row.update(info)
     row["ft_method"] = cfg.finetune.method
     for name in forgetting:

@@ -19,8 +19,10 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
-    MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
-    first_value_words, make_model, md_table, paired, pretrain_check_finetune, pretraining_data, qa_learned_gate,
+    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model,
+    exposures_of,
+    first_value_words, make_model, md_table, mean_tokens, model_seconds, paired, pretrain_check_finetune,
+    pretraining_data, qa_learned_gate,
     qa_metrics, recall_gate, seed_summary, seed_values, token_fractions, within_run,
 )
 from lmsci.experiments.registry import register
@@ -81,7 +83,7 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
                              "batch_size": 48},
                 "ft_epochs": 40, "memorise_check_every": 1000, "memorise_check_people": 500, "memorise_stop": None,
-                "n_seeds": 3, "probe_people": 5000},
+                "n_seeds": 3, "probe_people": 5000, "precision": "bf16"},
         # the papers' scale (Part 3.1: N = 100k, GPT-2 small with rotary, 512-token windows, batch 96, ~80k
         # steps, lr 1e-3, wd 0.1; LoRA QA fine-tune rank 8-16 (q/v) + 128 (embedding), lr 3e-4, batch 48)
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
@@ -91,6 +93,30 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
                   "ft_epochs": 50, "memorise_check_every": 5000, "memorise_check_people": 1000, "memorise_stop": None,
                   "mixed_exposures": None, "pipeline": "stream", "n_seeds": 3},
     }
+
+
+CPU_CHECK = ""  # what the gpu preset's first point did on CPU (see the time estimate)
+
+
+def estimate_h100_seconds(cfg: KnowledgeExtractionConfig) -> float:
+    """Estimated wall seconds of a whole run on one H100 (:func:`knowledge_common.model_seconds` for every arm
+    and seed: pretraining tokens = N x exposures x mean biography tokens, plus ``qa_ratio / (1 - qa_ratio)`` of
+    that in QA for mixed training; LoRA fine-tuning on the N/2 QA-train people; recall, QA and probe evaluation).
+    The assumptions (achieved bf16 throughput, per-step overhead, host rates) are those of knowledge_common."""
+    n, ntr = cfg.n_people, cfg.n_people // 2
+    total = 0.0
+    for arm in cfg.arms:
+        d, regime = arm.split("_", 1)
+        b = mean_tokens("bio", SINGLE if d == "single" else cfg.augmented)
+        if regime == "mixed":
+            E = cfg.mixed_exposures or cfg.exposures
+            qa = n * E * b * cfg.qa_ratio / (1 - cfg.qa_ratio)
+            total += model_seconds(cfg, bio_tokens=n * E * b, bio_docs=n * E, qa_tokens=qa, eval_docs=n * 7)
+        else:
+            probes = 6 * min(cfg.probe_people, ntr) * 2 if cfg.probes else 0  # 2 models x (P, P-before, Q) x 2 sides
+            total += model_seconds(cfg, bio_tokens=n * cfg.exposures * b, bio_docs=n * cfg.exposures, ft_people=ntr,
+                                   eval_docs=n * 8 + probes)
+    return total * cfg.n_seeds
 
 
 @register("knowledge-extraction")
@@ -104,10 +130,12 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~15 s", "quick": "13.9 min measured (834 s, 1 seed, one thread beside another run, 2026-11-23)",
-                     "gpu": "~35 min on one H100 (estimated, not measured: ~0.8M tokens/s for the 4-layer d_model 256 "
-                            "model in bf16; 3 seeds x (0.14B single + 0.18B augmented + 0.24B mixed) tokens); the "
-                            "first point starts on CPU (5 steps shown at N=10k with exposures=1)",
+    time_estimate = {"smoke": "~15 s", "quick": "21.9 min measured (1312 s wall, 831 s CPU, 1 seed, one thread beside another run on a loaded machine, 2026-11-23; 834 s in the previous session)",
+                     "gpu": "20.7 min on one H100, estimated, not measured (estimate_h100_seconds: 3 seeds x "
+                            "(single 0.18B + augmented 0.26B + mixed 0.30B pretraining tokens at 22.9 MFLOP/token, "
+                            "~63k steps, LoRA fine-tuning 24M tokens per arm); " + H100_ASSUMPTIONS + "). Every point < 3 min; "
+                            "pretraining checkpoints every 1000 steps (rerun into the same --out to resume). "
+                            + CPU_CHECK,
                      "paper": "N=100k, GPT-2 small, 80k steps of 96 x 512 tokens (~4B tokens) per pretraining: ~3 h on "
                               "one H100 at ~0.4M tokens/s (estimated); mixed training 5x the tokens; 3 arms x 3 seeds "
                               "~70 H100-hours"}

@@ -40,8 +40,10 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import (
     BiosQAConfig,
-    AUGMENTED, MEMORISED, DataSpec, bio_recall, check_model, concat_packed, exposures_of,
-    finetune_qa, make_model, paired, qa_metrics, recall_gate, seed_summary, seed_values, train_packed, within_run,
+    AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed, exposures_of,
+    h100_seconds, mean_tokens, vocab_size,
+    finetune_qa, make_model, md_table, paired, qa_metrics, recall_gate, seed_summary, seed_values, train_packed,
+    within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
@@ -60,11 +62,21 @@ class ReversalCurseConfig(BiosQAConfig):
             2: after each half; 6: after every attribute).
         reverse_multiplicity: reversed biographies per person (fixed renderings, seen every epoch like
             the forward multiM biographies), in the ``with_reverse`` condition.
+        pipeline: ``"packed"`` (the quick preset: Python renderings, whole epochs packed in memory,
+            :func:`pretraining_stream`) or ``"stream"`` (gpu and paper presets: the forward and reversed
+            biographies rendered once by the vectorised :class:`lmsci.worlds.bios_stream.BiosRenderer` and
+            shuffled and packed on the fly by :class:`lmsci.worlds.bios_stream.DocStream`; constant memory in the
+            exposures). The packed path renders ~75 us and packs ~250 us per document in Python and holds every
+            epoch in RAM: at the gpu preset's N = 10k with reversed biographies (100k documents, 60 epochs) it
+            spent minutes before the first step and would hold ~6.7 GB of windows.
     """
 
     data: DataSpec = AUGMENTED
     reverse_groups: Literal[1, 2, 3, 6] = 1
     reverse_multiplicity: int = Field(5, ge=1, le=100)
+    pipeline: Literal["packed", "stream"] = "packed"
+
+    PRECISIONS = ("fp32", "bf16")
 
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -72,15 +84,18 @@ class ReversalCurseConfig(BiosQAConfig):
                   "finetune": {"batch_size": 4, "rank": 2, "embedding_rank": 4}},
         "quick": {"n_seeds": 3},
         # the issue's smallest configuration that can settle the claims: N = 10k (5k QA-train), a 4-layer
-        # d_model 256 RoPE GPT, 300 exposures, 24 x 512-token batches, lr 1e-3, wd 0.1
+        # d_model 256 RoPE GPT, 300 exposures, 24 x 512-token batches, lr 1e-3, wd 0.1; the streaming pipeline
+        # (vectorised rendering, DocStream packing: the Python packer spent minutes before the first step) and
+        # bf16 autocast; pretraining checkpoints every 10% of its steps, so commands of <= 10 minutes chain
+        # (rerun into the same --out)
         "gpu": {"n_people": 10_000, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
                 "seq_len": 512, "qa_seq_len": 128, "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1},
                 "finetune": {"method": "lora", "lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 10,
-                "n_seeds": 3, "threads": 0, "max_distinct_epochs": 4},
+                "n_seeds": 3, "threads": 0, "pipeline": "stream", "precision": "bf16"},
         "paper": {"n_people": 100_000, "exposures": 1000, "model": {"d_model": 768, "n_layers": 12, "n_heads": 12},
                   "seq_len": 512, "qa_seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 192},
                   "finetune": {"method": "lora", "lr": 3e-4, "batch_size": 48, "weight_decay": 0.01},
-                  "ft_epochs": 50, "n_seeds": 3,
+                  "ft_epochs": 50, "n_seeds": 3, "pipeline": "stream", "precision": "bf16",
                   "threads": 0},
     }
 
@@ -129,6 +144,36 @@ def reverse_recall(model, docs: list[Doc], device: str = "cpu") -> float:
     return float(exact_match(model, docs, span_key="_name", device=device).mean())
 
 
+def streamed_pretraining(world: BiosWorld, cfg: ReversalCurseConfig, reverse: bool, order_seed: int):
+    """The ``"stream"`` pipeline: ``(stream, forward_bios_fn, reversed_bios_fn)``. Every person's
+    ``data.multiplicity`` forward biographies and (with ``reverse``) ``reverse_multiplicity`` reversed ones are
+    rendered once by :class:`~lmsci.worlds.bios_stream.BiosRenderer` (counter-based choices keyed by
+    ``cfg.seed``), then seen ``ceil(exposures / M)`` times in a :class:`~lmsci.worlds.bios_stream.DocStream`
+    (each pass its own order, keyed by ``order_seed``; no person twice in a window). ``forward_bios_fn(people)``
+    and ``reversed_bios_fn(people)`` give each person's first rendering of each kind, as trained on."""
+    from lmsci.worlds.bios_stream import BiosRenderer, Docs, DocStream
+
+    r = BiosRenderer(world)
+    n, m, rm = cfg.n_people, cfg.data.multiplicity, cfg.reverse_multiplicity
+    people = np.arange(n, dtype=np.int64)
+    docs = r.bios(np.repeat(people, m), np.tile(np.arange(m), n), cfg.seed, permute=cfg.data.permute,
+                  fullname=cfg.data.fullname)
+    if reverse:
+        docs = Docs.concat(docs, r.bios_reversed(np.repeat(people, rm), np.tile(np.arange(rm), n), cfg.seed,
+                                                 groups=cfg.reverse_groups))
+    stream = DocStream(world, docs, seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
+                       epochs=math.ceil(cfg.exposures / m), order_seed=order_seed)
+
+    def fwd(ppl):
+        return r.to_doc_list(r.bios(np.asarray(ppl, dtype=np.int64), 0, cfg.seed, permute=cfg.data.permute,
+                                    fullname=cfg.data.fullname))
+
+    def rev(ppl):
+        return r.to_doc_list(r.bios_reversed(np.asarray(ppl, dtype=np.int64), 0, cfg.seed, groups=cfg.reverse_groups))
+
+    return stream, fwd, rev
+
+
 def pretraining_stream(world: BiosWorld, cfg: ReversalCurseConfig, extra: list[Doc], order_seed: int) -> Packed:
     """The pretraining windows: every epoch packs the fixed forward biographies (multiM) plus ``extra`` (the
     reversed biographies), shuffled across people, no person twice in a window; ``ceil(exposures / M)``
@@ -144,6 +189,40 @@ def pretraining_stream(world: BiosWorld, cfg: ReversalCurseConfig, extra: list[D
     return concat_packed([parts[e % distinct] for e in range(epochs)])
 
 
+CPU_CHECK = ""  # what the gpu preset's first point did on CPU (see the time estimate)
+
+
+def estimate_h100_seconds(cfg: ReversalCurseConfig) -> float:
+    """Estimated wall seconds of a whole run on one H100 (:func:`knowledge_common.h100_seconds`): per seed, the
+    forward-only model trains on N x ceil(exposures / M) x M forward biographies, the with-reverse model also on
+    as many passes over ``reverse_multiplicity`` reversed ones; LoRA fine-tuning on the N/2 QA-train people
+    (seven questions each); evaluation of ~12 documents per person (recall, held-out prompts with the correct
+    and a random name, forward and inverse QA), rendered in Python (~75 us each, a quarter of the packing rate)."""
+    V, T = vocab_size(), cfg.seq_len
+    m = cfg.data.multiplicity
+    epochs = math.ceil(cfg.exposures / m)
+    fwd = cfg.n_people * epochs * m
+    rev = cfg.n_people * epochs * cfg.reverse_multiplicity
+    tf, tr = mean_tokens("bio", cfg.data), mean_tokens("bio_reverse", groups=cfg.reverse_groups)
+    qa = (6 * mean_tokens("qa") + mean_tokens("inverse_qa")) / 7
+    stream = cfg.pipeline == "stream"
+    total = 0.0
+    for docs, tokens in ((fwd, fwd * tf), (fwd + rev, fwd * tf + rev * tr)):
+        mean_doc = tokens / docs
+        steps = tokens / (cfg.pretrain.batch_size * T * (1 - mean_doc / (2 * T)))
+        # the host: the stream packs every document twice (lengths-only count + the pass); the packed path renders
+        # and packs each once per distinct epoch in Python; evaluation documents are rendered in Python
+        host = 2 * docs if stream else 0.0
+        py = 12 * cfg.n_people / 4 + (0.0 if stream else docs / epochs * min(epochs, cfg.max_distinct_epochs or epochs))
+        total += h100_seconds(cfg.model, V, T, tokens=tokens, steps=steps, eval_tokens=12 * cfg.n_people * 60,
+                              host_docs=host, python_docs=py)
+        ft_docs = (cfg.n_people // 2) * 7 * cfg.ft_epochs
+        ft_steps = ft_docs * qa / (cfg.finetune.batch_size * cfg.qa_seq_len * (1 - qa / (2 * cfg.qa_seq_len)))
+        total += h100_seconds(cfg.model, V, cfg.qa_seq_len, tokens=ft_docs * qa, steps=ft_steps,
+                              **({"host_docs": ft_docs} if stream else {"python_docs": ft_docs}))
+    return total * cfg.n_seeds
+
+
 @register("reversal-curse")
 class ReversalCurse(Experiment):
     """Forward vs inverse knowledge search on bioS, with and without reversed biographies in training.
@@ -156,11 +235,12 @@ class ReversalCurse(Experiment):
     source = SOURCE
     Config = ReversalCurseConfig
     time_estimate = {"smoke": "~10 s", "quick": "13.1 min measured (784 s, 3 seeds, one thread, beside another run; 2026-11-23)",
-                     "gpu": "~30-40 min estimated on one H100 host, 3 seeds: ~2 + 4 min of training per seed "
-                            "(forward-only ~0.2B, with-reverse ~0.4B tokens at ~1.5M tokens/s), plus ~1.5-3 min of "
-                            "Python data preparation per model on the host (N = 10k world, 4 distinct packings). "
-                            "Not measured: no GPU in this session; on this loaded 2-core CPU the first point's data "
-                            "preparation alone took > 100 s",
+                     "gpu": "19.2 min on one H100, estimated, not measured (estimate_h100_seconds: 3 seeds x "
+                            "(forward-only 0.26B + with-reverse 0.43B pretraining tokens at 22.9 MFLOP/token, ~60k "
+                            "steps; streaming pipeline); " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
+                            "minutes in Python before the first step (measured on this loaded CPU: 162 s to render "
+                            "the 50k forward and 110 s the 50k reversed biographies, 27 s to pack each epoch, and "
+                            "60 epochs of windows held in RAM, ~8 GB). " + CPU_CHECK,
                      "paper": "~days on 8 GPUs per seed, 3 seeds (estimated)"}
     claims = [
         Claim("reversal",
@@ -214,24 +294,31 @@ class ReversalCurse(Experiment):
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
         rev = bool(point.params["reverse"])
-        rdocs = (reversed_docs(world, range(cfg.n_people), seed=cfg.seed, groups=cfg.reverse_groups,
-                               multiplicity=cfg.reverse_multiplicity) if rev else [])
-        stream = pretraining_stream(world, cfg, rdocs, order_seed=ctx.seed)
+        if cfg.pipeline == "stream":
+            stream, bios_fn, rev_fn = streamed_pretraining(world, cfg, rev, order_seed=ctx.seed)
+        else:
+            rdocs = (reversed_docs(world, range(cfg.n_people), seed=cfg.seed, groups=cfg.reverse_groups,
+                                   multiplicity=cfg.reverse_multiplicity) if rev else [])
+            stream = pretraining_stream(world, cfg, rdocs, order_seed=ctx.seed)
+            bios_fn = None
+            first = {d.person: d for d in rdocs[::cfg.reverse_multiplicity]}
+            rev_fn = lambda ppl: [first[int(i)] for i in ppl]  # noqa: E731
         model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
-        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device)
+        pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
+                           checkpoint=True, precision=cfg.precision)
+        rexp = (stream.exposures(cfg.n_people, pre["windows_used"], kind="bio_reverse") if isinstance(stream, Packed)
+                else stream.reverse_exposures)
         row = {"reverse_in_training": rev, "reverse_groups": cfg.reverse_groups if rev else 0,
-               "n_people": cfg.n_people, "params": model.num_params(),
+               "n_people": cfg.n_people, "params": model.num_params(), "pipeline": cfg.pipeline,
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
-               "reverse_exposures": float(stream.exposures(cfg.n_people, pre["windows_used"], kind="bio_reverse").mean()),
-               "pretrain_steps": pre["steps"], "pretrain_tokens": pre["tokens_seen"]}
+               "reverse_exposures": float(np.asarray(rexp).mean()),
+               "pretrain_steps": pre["steps"], "pretrain_tokens": pre["tokens_seen"], "resumed_from": pre["resumed_from"]}
         # memorisation gates on the pretrained model: forward biographies, and the reversed ones (with reverse)
-        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=cfg.data, device=ctx.device)
-        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=cfg.data, device=ctx.device)
+        rec_tr = bio_recall(model, world, tr, seed=cfg.seed, spec=cfg.data, device=ctx.device, bios_fn=bios_fn)
+        rec_te = bio_recall(model, world, te, seed=cfg.seed, spec=cfg.data, device=ctx.device, bios_fn=bios_fn)
         row.update({"bio_recall_train": rec_tr, "bio_recall_test": rec_te,
                     "bio_recall": (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))})
-        first = {d.person: d for d in rdocs[::cfg.reverse_multiplicity]}
-        row["reverse_recall_test"] = (reverse_recall(model, [first[int(i)] for i in te], ctx.device) if rev
-                                      else float("nan"))
+        row["reverse_recall_test"] = reverse_recall(model, rev_fn(te), ctx.device) if rev else float("nan")
         # attributes-only prompt in the held-out reversed template, before any fine-tuning
         for tag, ppl in (("test", te), ("train", tr)):
             prompts = [world.reverse_prompt(int(i)) for i in ppl]
@@ -240,9 +327,14 @@ class ReversalCurse(Experiment):
             row[f"name_gap_bits_{tag}"] = float(gap.mean())
         # QA fine-tuning on P_train (forward and inverse questions), then inverse search on P_test
         model, info = finetune_qa(model, world, tr, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
-                                  seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device, inverse=True)
+                                  seq_len=cfg.qa_seq_len, ctx=ctx, device=ctx.device, inverse=True,
+                                  precision=cfg.precision, pipeline=cfg.pipeline)
         row.update(info)
         row["ft_method"] = cfg.finetune.method
+        # forgetting: the held-out people's biography recall after fine-tuning, and its drop
+        row["bio_recall_test_after_ft"] = bio_recall(model, world, te, seed=cfg.seed, spec=cfg.data, device=ctx.device,
+                                                     bios_fn=bios_fn)
+        row["forgetting_test"] = rec_te - row["bio_recall_test_after_ft"]
         row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
         row["n_test"] = len(te)
         return row
@@ -318,6 +410,21 @@ class ReversalCurse(Experiment):
                 note="" if ok else f"At {scale}: correct-minus-random name log-probability {f:.2f} bits "
                                    f"forward-only, {r:.2f} bits with reversed biographies."))
         return out
+
+    def report_sections(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> str:
+        cols = [c for c in ("point", "pipeline", "pretrain_steps", "exposures", "reverse_exposures", "bio_recall_test",
+                            "reverse_recall_test", "qa_train", "inverse_train", "qa_test", "inverse_test",
+                            "bio_recall_test_after_ft", "forgetting_test") if c in results]
+        if not len(results):
+            return ""
+        return "\n".join([
+            "## Memorisation, QA fine-tuning and forgetting", "",
+            f"Reversed biographies: reverse{cfg.reverse_groups} (the name after the attributes of each of "
+            f"{cfg.reverse_groups} sentence(s)), {cfg.reverse_multiplicity} per person. QA fine-tuning "
+            f"({cfg.finetune.method}) on P_train: `qa_train` / `inverse_train` are its accuracy on the fine-tuned "
+            "people; `bio_recall_test_after_ft` is the held-out people's biography recall after it and "
+            "`forgetting_test` its drop from the pretrained model.", "",
+            md_table(results, cols), ""])
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -574,7 +575,9 @@ class BiosWorld:
         return out
 
     def bio_reversed(self, i: int, rng: np.random.Generator | None = None, *, groups: int = 1, permute: bool = True,
-                     held_out: bool = False) -> Doc:
+                     held_out: bool = False, order: Sequence[int] | None = None,
+                     fragments: Sequence[int] | None = None, openers: Sequence[int] | None = None,
+                     name_clauses: Sequence[int] | None = None) -> Doc:
         """A *reversed* biography: attributes first, the full name after them (Part 3.2, Section 5).
 
         The six attributes (in a random order when ``permute``) are split into ``groups`` consecutive
@@ -588,6 +591,11 @@ class BiosWorld:
             groups: sentences (1 to 6).
             held_out: the evaluation template (:data:`REVERSE_HELD_OUT`, never trained), canonical order,
                 one sentence.
+            order, fragments, openers, name_clauses: explicit choices instead of ``rng`` (all four together):
+                the attribute order, the clause of each attribute (index into :data:`REVERSE_FRAGMENTS`, in
+                :data:`ATTRS` order), and per sentence the opener and the name clause (indices into
+                :data:`REVERSE_OPENERS`, :data:`REVERSE_NAME_CLAUSES`); they let the vectorised renderer of
+                :mod:`lmsci.worlds.bios_stream` be checked token for token against this one.
 
         Returns:
             A :class:`Doc` of kind ``"bio_reverse"``: ``spans`` give each attribute's value and ``"name"``
@@ -598,30 +606,49 @@ class BiosWorld:
         """
         if not 1 <= groups <= len(ATTRS):
             raise ConfigError("groups", groups, f"an integer in [1, {len(ATTRS)}]")
-        if not held_out and rng is None:
-            raise ValueError("bio_reversed() needs rng unless held_out")
-        order = list(range(len(ATTRS)))
-        if permute and not held_out:
-            order = [int(x) for x in rng.permutation(len(ATTRS))]
+        explicit = order is not None
+        if explicit and (fragments is None or openers is None or name_clauses is None):
+            raise ValueError("bio_reversed(): order, fragments, openers and name_clauses go together")
+        if not held_out and rng is None and not explicit:
+            raise ValueError("bio_reversed() needs rng unless held_out or the choices are given")
+        if explicit:
+            order = [int(x) for x in order]
+            it_open, it_name = iter(int(x) for x in openers), iter(int(x) for x in name_clauses)
+        else:
+            order = list(range(len(ATTRS)))
+            if permute and not held_out:
+                order = [int(x) for x in rng.permutation(len(ATTRS))]
         if held_out:
             groups = 1
         pick = (lambda xs: xs[int(rng.integers(len(xs)))])  # noqa: E731
         words: list[str] = [BOS]
         spans: dict[str, list[tuple[int, int]]] = {}
         for chunk in np.array_split(np.asarray(order), groups):
-            words += _words(REVERSE_HELD_OUT["opener"] if held_out else pick(REVERSE_OPENERS))
+            if held_out:
+                words += _words(REVERSE_HELD_OUT["opener"])
+            else:
+                words += _words(REVERSE_OPENERS[next(it_open)] if explicit else pick(REVERSE_OPENERS))
             for k, j in enumerate(chunk):
                 attr = ATTRS[int(j)]
                 if k:
                     words.append(",")
-                for w in _words(REVERSE_HELD_OUT[attr] if held_out else pick(REVERSE_FRAGMENTS[attr])):
+                if held_out:
+                    clause = REVERSE_HELD_OUT[attr]
+                else:
+                    clause = (REVERSE_FRAGMENTS[attr][int(fragments[int(j)])] if explicit
+                              else pick(REVERSE_FRAGMENTS[attr]))
+                for w in _words(clause):
                     if w == "{v}":
                         v = self.value_words(i, attr)
                         spans.setdefault(attr, []).append((len(words), len(words) + len(v)))
                         words += v
                     else:
                         words.append(w)
-            for w in _words(REVERSE_HELD_OUT["name"] if held_out else pick(REVERSE_NAME_CLAUSES)):
+            if held_out:
+                end = REVERSE_HELD_OUT["name"]
+            else:
+                end = REVERSE_NAME_CLAUSES[next(it_name)] if explicit else pick(REVERSE_NAME_CLAUSES)
+            for w in _words(end):
                 if w == "{n}":
                     n = self.name_words(i)
                     spans.setdefault("name", []).append((len(words), len(words) + len(n)))

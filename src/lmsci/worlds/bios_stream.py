@@ -53,6 +53,8 @@ API (all streams are iterables of :class:`StreamBatch`; iterate again to restart
   ``fullname`` (e.g. ``knowledge_common.DataSpec``) for celebrity/minority data.
 * ``QAStream(world, people, seq_len=, batch_size=, epochs=None, order_seed=0, attrs=ATTRS,
   forward=True, inverse=False)``: QA windows (``epochs=None`` cycles for ever).
+* ``DocStream(world, docs, seq_len=, batch_size=, epochs=, order_seed=0)``: a fixed list of
+  :class:`~lmsci.worlds.bios.Doc` (e.g. reversed biographies) shuffled every pass and packed on the fly.
 * ``MixedStream(bio, qa, qa_fraction=0.8, batch_size=None, seed=None)``: every window is all
   biographies or all QA, QA at ``qa_fraction`` of the (non-pad) tokens; ends with the bio stream.
 * ``stream.exposures`` / ``stream.qa_exposures``: int64 ``[N]`` documents per person in the batches
@@ -79,11 +81,13 @@ from numba import njit
 
 from lmsci.errors import ConfigError
 from lmsci.worlds.bios import (ATTRS, BOS, EOS, INVERSE_QA_TEMPLATE, MONTHS, N_DAYS, N_YEARS, QA_TEMPLATES,
-                               REVERSE_TEMPLATES, TEMPLATES, YEAR0, BiosWorld, Doc, Packed)
+                               REVERSE_FRAGMENTS, REVERSE_NAME_CLAUSES, REVERSE_OPENERS, REVERSE_TEMPLATES, TEMPLATES,
+                               YEAR0, BiosWorld, Doc, Packed)
 
 IGNORE = -100
-KIND_BIO, KIND_QA, KIND_INVERSE_QA = 0, 1, 2
-KIND_NAMES = {KIND_BIO: "bio", KIND_QA: "qa", KIND_INVERSE_QA: "inverse_qa"}
+KIND_BIO, KIND_QA, KIND_INVERSE_QA, KIND_BIO_REVERSE = 0, 1, 2, 3
+KIND_NAMES = {KIND_BIO: "bio", KIND_QA: "qa", KIND_INVERSE_QA: "inverse_qa", KIND_BIO_REVERSE: "bio_reverse"}
+KIND_CODES = {v: k for k, v in KIND_NAMES.items()}
 INVERSE = len(ATTRS)
 """QA item code of the inverse question (forward questions are 0..5, the index in :data:`ATTRS`)."""
 
@@ -98,7 +102,7 @@ _PERMS = np.array(list(itertools.permutations(range(len(ATTRS)))), dtype=np.int6
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
-TAG_RENDER, TAG_ORDER, TAG_QA, TAG_MIX = 17, 23, 29, 31
+TAG_RENDER, TAG_ORDER, TAG_QA, TAG_MIX, TAG_DOCS, TAG_REVERSED = 17, 23, 29, 31, 37, 41
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -290,6 +294,15 @@ class BiosRenderer:
         # the reversed-direction sentence (value before name)
         rsl = {"{d}": VALUE_COLS["birth_date"], "{c}": VALUE_COLS["birth_city"], "{n}": NAME}
         self.rev_seg = np.array([add(t, rsl, None, "{n}") for t in REVERSE_TEMPLATES], dtype=np.int64)
+        # reversed biographies (BiosWorld.bio_reversed): openers, one clause per attribute, comma, name clauses
+        self.rbio_frag = np.full((len(ATTRS), max(len(REVERSE_FRAGMENTS[a]) for a in ATTRS)), -1, dtype=np.int64)
+        for ai, a in enumerate(ATTRS):
+            for f, tmpl in enumerate(REVERSE_FRAGMENTS[a]):
+                self.rbio_frag[ai, f] = add(tmpl, {"{v}": VALUE_COLS[a]}, "{v}", None)
+        self.n_frag = np.array([len(REVERSE_FRAGMENTS[a]) for a in ATTRS], dtype=np.int64)
+        self.rbio_open = np.array([add(t, {}, None, None) for t in REVERSE_OPENERS], dtype=np.int64)
+        self.rbio_name = np.array([add(t, {"{n}": NAME}, None, "{n}") for t in REVERSE_NAME_CLAUSES], dtype=np.int64)
+        self.seg_comma = add(",", {}, None, None)
         # QA documents, one segment each: <bos> question Answer : value . <eos>
         self.qa_seg = np.zeros(len(ATTRS) + 1, dtype=np.int64)
         for ai, a in enumerate(ATTRS):
@@ -379,6 +392,55 @@ class BiosRenderer:
         return Docs(tok, off, doc_len, np.ones(D, dtype=np.int64), people, np.full(D, KIND_BIO, dtype=np.int64),
                     copies.copy(), segs)
 
+    def reversed_choices(self, people, copies, seed: int, groups: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Counter-based choices of reversed biographies ``(person, copy)``: attribute order int64 ``[D, 6]``
+        (uniform over the 720 permutations), clause per attribute ``[D, 6]`` (ATTRS order), opener and name
+        clause per sentence ``[D, groups]`` (the arguments of :meth:`BiosWorld.bio_reversed`)."""
+        people = np.asarray(people, dtype=np.int64)
+        copies = np.broadcast_to(np.asarray(copies, dtype=np.int64), people.shape)
+        base = hash_u64(seed, TAG_REVERSED, people, copies)
+        with np.errstate(over="ignore"):
+            hs = _mix(base[:, None] + (np.arange(19, dtype=np.uint64)[None, :] + np.uint64(1)) * _GOLD)
+        order = _PERMS[_below(hs[:, 0], len(_PERMS))]
+        frag = _below(hs[:, 1:7], self.n_frag[None, :])
+        opener = _below(hs[:, 7:7 + groups], len(REVERSE_OPENERS))
+        name = _below(hs[:, 13:13 + groups], len(REVERSE_NAME_CLAUSES))
+        return order, frag, opener, name
+
+    def bios_reversed(self, people, copies, seed: int, *, groups: int = 1, lengths_only: bool = False) -> Docs:
+        """Render reversed biography ``copies[k]`` of person ``people[k]`` (Part 3.2, arXiv 2309.14402, Section
+        5; :meth:`BiosWorld.bio_reversed`): the six attributes in a random order split into ``groups`` sentences
+        ``"The person that ... , that ... is NAME ."``, the full name only after the attributes of its sentence.
+        Token-identical to :meth:`BiosWorld.bio_reversed` given the same choices (:meth:`reversed_choices`).
+        Kind ``"bio_reverse"``; loss on every token after ``<bos>``.
+
+        Raises:
+            ConfigError: ``groups`` not a divisor of 6 (1, 2, 3 or 6: equal sentences, as ``np.array_split``).
+        """
+        if groups not in (1, 2, 3, 6):
+            raise ConfigError("groups", groups, "1, 2, 3 or 6")
+        people = np.asarray(people, dtype=np.int64)
+        copies = np.broadcast_to(np.asarray(copies, dtype=np.int64), people.shape)
+        D, A = len(people), len(ATTRS)
+        order, frag, opener, name = self.reversed_choices(people, copies, seed, groups)
+        per = A // groups
+        cols = []
+        for g in range(groups):
+            cols.append(self.rbio_open[opener[:, g]])
+            for k in range(per):
+                if k:
+                    cols.append(np.full(D, self.seg_comma, dtype=np.int64))
+                a = order[:, g * per + k]
+                cols.append(self.rbio_frag[a, np.take_along_axis(frag, a[:, None], 1)[:, 0]])
+            cols.append(self.rbio_name[name[:, g]])
+        segs = np.stack([np.full(D, self.seg_bos, dtype=np.int64), *cols, np.full(D, self.seg_eos, dtype=np.int64)],
+                        axis=1)
+        tok, doc_len = self._gather(segs, people, lengths_only)
+        off = np.cumsum(doc_len) - doc_len
+        return Docs(tok, off, doc_len, np.ones(D, dtype=np.int64), people,
+                    np.full(D, KIND_BIO_REVERSE, dtype=np.int64), copies.copy(), segs)
+
     def qa(self, people, items, lengths_only: bool = False) -> Docs:
         """QA documents: ``items[k]`` in 0..5 asks attribute ``ATTRS[items[k]]`` of ``people[k]``
         (``<bos> QUESTION Answer : VALUE . <eos>``, :meth:`BiosWorld.qa`); :data:`INVERSE` asks the
@@ -403,6 +465,11 @@ class BiosRenderer:
                 if sg >= 0:
                     seg_attr[int(sg)] = ATTRS[ai]
         rev = set(int(x) for x in self.rev_seg)
+        for ai in range(len(ATTRS)):
+            for sg in self.rbio_frag[ai]:
+                if sg >= 0:
+                    seg_attr[int(sg)] = ATTRS[ai]
+        rname = set(int(x) for x in self.rbio_name)
         for k in range(len(docs)):
             o, n = int(docs.off[k]), int(docs.length[k])
             ids = [int(x) for x in docs.tok[o:o + n]]
@@ -412,7 +479,14 @@ class BiosRenderer:
             for sg in docs.segs[k]:
                 sg = int(sg)
                 L = int(self.seg_len[sg])
-                if kind == "bio":
+                if kind == "bio_reverse":
+                    if sg in seg_attr:
+                        a = pos + int(self.seg_voff[sg])
+                        spans.setdefault(seg_attr[sg], []).append((a, a + len(VALUE_COLS[seg_attr[sg]])))
+                    elif sg in rname:
+                        a = pos + int(self.seg_noff[sg])
+                        spans.setdefault("name", []).append((a, a + 6))
+                elif kind == "bio":
                     if sg in seg_attr:
                         vlen = len(VALUE_COLS[seg_attr[sg]])
                         if self.seg_noff[sg] >= 0:
@@ -429,7 +503,7 @@ class BiosRenderer:
                     spans["answer"] = [(a, a + vlen)]
                 pos += L
             ls = int(docs.loss_start[k])
-            mask = [0] * ls + [1] * (n - ls) if kind != "bio" else [0] + [1] * (n - 1)
+            mask = [0] * ls + [1] * (n - ls) if kind not in ("bio", "bio_reverse") else [0] + [1] * (n - 1)
             out.append(Doc(ids, mask, int(docs.person[k]), spans, kind))
         return out
 
@@ -597,7 +671,7 @@ class WindowBlock:
     @property
     def is_qa(self) -> np.ndarray:
         q = np.zeros(self.n, dtype=bool)
-        q[self.doc_window[self.doc_kind != KIND_BIO]] = True
+        q[self.doc_window[(self.doc_kind == KIND_QA) | (self.doc_kind == KIND_INVERSE_QA)]] = True
         return q
 
     def rows(self, idx: np.ndarray) -> WindowBlock:
@@ -766,6 +840,8 @@ class _Stream:
         """Biographies per person in the batches yielded so far (int64 ``[N]``; empty if not counted)."""
         self.qa_exposures = np.zeros(n, dtype=np.int64)
         """QA documents per person in the batches yielded so far."""
+        self.reverse_exposures = np.zeros(n, dtype=np.int64)
+        """Reversed biographies (kind ``"bio_reverse"``, :class:`DocStream`) per person in the batches so far."""
         self.windows_yielded = 0
         self.tokens_yielded = 0
         self.qa_tokens_yielded = 0
@@ -830,9 +906,11 @@ class _Stream:
 
     def _count(self, w: WindowBlock) -> None:
         if self.count_exposures:
-            bio = w.doc_kind == KIND_BIO
+            bio, rev = w.doc_kind == KIND_BIO, w.doc_kind == KIND_BIO_REVERSE
             np.add.at(self.exposures, w.doc_person[bio], 1)
-            np.add.at(self.qa_exposures, w.doc_person[~bio], 1)
+            np.add.at(self.qa_exposures, w.doc_person[~(bio | rev)], 1)
+            if rev.any():
+                np.add.at(self.reverse_exposures, w.doc_person[rev], 1)
 
     def iter_from(self, start_batch: int = 0) -> Iterator[StreamBatch]:
         """The batches from batch ``start_batch`` on (0-based), as the same batches of a full iteration
@@ -1115,6 +1193,98 @@ class QAStream(_Stream):
 
     def _rerender(self, person, kind, copy) -> Docs:
         return self.renderer.qa(person, copy)
+
+
+def docs_of(docs: Sequence[Doc]) -> Docs:
+    """The flat :class:`Docs` of a list of :class:`~lmsci.worlds.bios.Doc` (as :meth:`BiosWorld.bio`,
+    :meth:`BiosWorld.bio_reversed`, :meth:`BiosWorld.qa` make them); ``copy`` is each document's index in the list.
+
+    Raises:
+        ValueError: a loss mask that is not zeros followed by ones (the packer takes the loss from one index on).
+    """
+    n = len(docs)
+    length = np.array([len(d.ids) for d in docs], dtype=np.int64)
+    off = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(length[:-1], out=off[1:])
+    tok = np.fromiter((t for d in docs for t in d.ids), dtype=np.int32, count=int(length.sum()))
+    loss_start = np.empty(n, dtype=np.int64)
+    for k, d in enumerate(docs):
+        m = np.asarray(d.loss_mask, dtype=bool)
+        first = int(m.argmax()) if m.any() else len(m)
+        if not m[first:].all():
+            raise ValueError(f"document {k}: the loss mask must be zeros then ones")
+        loss_start[k] = first
+    person = np.array([d.person for d in docs], dtype=np.int64)
+    try:
+        kind = np.array([KIND_CODES[d.kind] for d in docs], dtype=np.int64)
+    except KeyError as e:
+        raise ConfigError("kind", e.args[0], sorted(KIND_CODES)) from None
+    return Docs(tok, off, length, loss_start, person, kind, np.arange(n, dtype=np.int64))
+
+
+class DocStream(_Stream):
+    """Fixed documents (any rendering, e.g. the Python :meth:`BiosWorld.bio` / :meth:`BiosWorld.bio_reversed`
+    ones) seen ``epochs`` times, each pass in a keyed pseudo-random order, packed on the fly by the packer
+    of this module (no person twice in a window): the windows of :func:`lmsci.worlds.bios.pack` over ``epochs``
+    shuffled copies, without materialising them (memory: the documents once, not ``epochs`` packings).
+
+    Used by ``reversal-curse``'s gpu and paper presets, whose forward (multiM) and reversed biographies
+    (Part 3.2, arXiv 2309.14402, Section 5) are rendered once in Python and then streamed.
+
+    Args:
+        world: the bioS world (vocabulary); docs: the documents (kinds ``"bio"``, ``"bio_reverse"``, ``"qa"``,
+            ``"inverse_qa"``): a list of :class:`~lmsci.worlds.bios.Doc`, or :class:`Docs` rendered by
+            :class:`BiosRenderer` (e.g. ``Docs.concat(renderer.bios(...), renderer.bios_reversed(...))``);
+            epochs: passes over them; order_seed: seed of the order of each pass.
+        seq_len, batch_size, shuffle, drop_last, count_exposures, as_torch, chunk: as :class:`BioStream`.
+
+    Counters: :attr:`exposures` (``"bio"`` documents per person), :attr:`reverse_exposures` (``"bio_reverse"``),
+    :attr:`qa_exposures` (QA). ``doc_copy`` of a batch is the document's index in ``docs``.
+
+    Raises:
+        ConfigError: no documents, ``epochs < 1``, or a document longer than ``seq_len``.
+    """
+
+    def __init__(self, world: BiosWorld, docs: Sequence[Doc] | Docs, *, seq_len: int, batch_size: int, epochs: int,
+                 order_seed: int = 0, shuffle: bool = True, drop_last: bool = False, count_exposures: bool = True,
+                 as_torch: bool = True, chunk: int = 4096):
+        super().__init__(world, seq_len, batch_size, shuffle, drop_last, count_exposures, as_torch, chunk)
+        if not len(docs):
+            raise ConfigError("docs", 0, "at least one document")
+        if epochs < 1:
+            raise ConfigError("epochs", epochs, "an integer >= 1")
+        if isinstance(docs, Docs):  # rendered by BiosRenderer (vectorised); copy becomes the index, as docs_of
+            if docs.tok is None:
+                raise ConfigError("docs", "lengths only", "rendered documents (with tokens)")
+            docs = Docs(docs.tok, docs.off, docs.length, docs.loss_start, docs.person, docs.kind,
+                        np.arange(len(docs), dtype=np.int64))
+        else:
+            docs = docs_of(docs)
+        self.docs = docs
+        self.epochs, self.order_seed = int(epochs), int(order_seed)
+        longest = int(self.docs.length.max())
+        if longest > seq_len:
+            raise ConfigError("seq_len", seq_len, f">= the longest document ({longest} tokens)")
+
+    def _chunk_specs(self) -> Iterator[tuple]:
+        n, C = len(self.docs), self.chunk
+        for p in range(self.epochs):
+            key = int(hash_u64(self.order_seed, TAG_DOCS, p)[()] >> np.uint64(1))
+            for s in range(0, n, C):
+                e = min(n, s + C)
+                yield p, s, e, key, (p == self.epochs - 1 and e == n)
+
+    def _render_chunk(self, spec: tuple, lengths_only: bool) -> Docs:
+        _, s, e, key, _ = spec
+        m = feistel_permutation(np.arange(s, e), len(self.docs), key)
+        if lengths_only:
+            d, ln = self.docs, self.docs.length[m]
+            return Docs(None, np.cumsum(ln) - ln, ln, d.loss_start[m], d.person[m], d.kind[m], m)
+        return self.docs.take(m)
+
+    def _rerender(self, person, kind, copy) -> Docs:
+        return self.docs.take(np.asarray(copy, dtype=np.int64))
 
 
 class MixedStream(_Stream):
