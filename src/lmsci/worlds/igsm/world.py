@@ -31,7 +31,8 @@ necessary parameter's definition is drawn subject to the remaining budget, and l
 spent by +1 moves (add a modifier, add a parent). Attempts that miss the op exactly, or whose
 template hash (solution sketch without names, numbers and symbols, mod 23) falls outside the split
 (train 0..15, test 16..22), are rejected and redrawn. Unnecessary parameters then get random
-definitions over lower ranks (they may use necessary ones).
+definitions over lower ranks as in the official ``design_unused`` (half of them "independent": they use
+only other independent unnecessary parameters; 1-4 terms, geometric; the random source with prob. 1/2).
 
 Text (``detail_level = 0``): ``Define <param> as <sym>; [<sym2> = <hint> = <numbers> = <v>; ...] so
 <sym> = <hint> = <numbers> = <v>.``; symbols drawn from the 52 letters a-zA-Z. The document is
@@ -782,18 +783,32 @@ class IGSMWorld:
         if h not in hashes:
             raise _Reject
 
-        # unnecessary instance parameters: random definitions over lower ranks
+        # unnecessary instance parameters (as the official ``design_unused``): with probability 1/2 an
+        # "independent" one that uses only earlier independent unnecessary ones, else any lower rank;
+        # n in 1..4 terms drawn geometrically (p = 1/2), one of them the random source with prob. 1/2
+        independent: list = []
         for p in inst:
             if p in defs:
                 continue
-            cands = order[:pos[p]]
-            k = _pick(rnd, (1.0, 2.0, 2.0, 1.0, 0.5)[:min(4, len(cands)) + 1])
+            indep = rnd.random() < 0.5
+            pool = independent if indep else order[:pos[p]]
+            mx = min(len(pool) + 1, 4)
+            n = 1
+            while n < mx and rnd.random() < 0.5:
+                n += 1
+            if n == len(pool) + 1:
+                use_rand, chosen = True, tuple(pool)
+            else:
+                use_rand = rnd.random() < 0.5
+                chosen = tuple(rnd.sample(pool, n - 1 if use_rand else n))
+            k = len(chosen)
+            if indep:
+                independent.append(p)
             if k == 0:
                 defs[p] = Definition((), None, None, _rb(rnd, 23))
                 continue
-            chosen = tuple(rnd.sample(cands, k))
             op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
-            mod_op = None if rnd.random() < 0.5 else ("add" if rnd.random() < 0.5 else "mul")
+            mod_op = ("add" if rnd.random() < 0.5 else "mul") if use_rand else None
             defs[p] = Definition(chosen, op_, mod_op, 1 + _rb(rnd, 22) if mod_op == "mul" else _rb(rnd, 23))
 
         # values of every parameter, in rank order
