@@ -29,8 +29,12 @@ structure, then the dependency design is built backwards from the question param
 op budget: parameters get a random rank, a parameter may only depend on lower ranks (acyclic), each
 necessary parameter's definition is drawn subject to the remaining budget, and leftover budget is
 spent by +1 moves (add a modifier, add a parent). Attempts that miss the op exactly, or whose
-template hash (solution sketch without names, numbers and symbols, mod 23) falls outside the split
-(train 0..15, test 16..22), are rejected and redrawn. Unnecessary parameters then get random
+template hash falls outside the split (train 0..15, test 16..22), are rejected and redrawn. The hash
+(blake2b mod 23) is over the solution sketch (per solution step: instance or abstract, operator,
+modifier kind, and the steps it uses; no names, numbers or symbols) plus the structure's depth d and
+its number of instance parameters ip; (d, ip) is our addition so that the few sketches of tiny ops
+(op = 1 has a single sketch) still fall on both sides of the split, so at low op a test problem can
+share its solution sketch (not its (d, ip)) with training problems. Unnecessary parameters then get random
 definitions over lower ranks as in the official ``design_unused`` (half of them "independent": they use
 only other independent unnecessary parameters; 1-4 terms, geometric; the random source with prob. 1/2).
 
