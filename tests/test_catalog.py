@@ -51,6 +51,10 @@ def test_catalog_has_issue_19s_key_value_and_knowledge_neuron_experiments():
     assert {"mlp-memories", "knowledge-neurons"} <= set(NAMES)
 
 
+def test_catalog_has_issue_19s_causal_tracing_and_messy_knowledge_experiments():
+    assert {"causal-tracing", "messy-knowledge"} <= set(NAMES)
+
+
 def test_catalog_has_issue_15s_experiments():
     assert {"lm-steer"} <= set(NAMES)
 

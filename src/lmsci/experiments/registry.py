@@ -38,6 +38,8 @@ EXPERIMENT_MODULES = [
     "lmsci.experiments.lm_steer",
     "lmsci.experiments.knowledge_neurons",
     "lmsci.experiments.mlp_memories",
+    "lmsci.experiments.causal_tracing",
+    "lmsci.experiments.messy_knowledge",
     "lmsci.experiments.igsm_ood",
     "lmsci.experiments.igsm_depth",
     "lmsci.experiments.igsm_retry",

@@ -1,0 +1,223 @@
+"""Causal tracing, ROME and gradient overlap on lmsci GPT and tiny Hugging Face models; causal-tracing verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.measure.causal_tracing import (
+    CATEGORIES, average_by_category, causal_trace, embedding_std, site_margin, thirds, token_categories,
+)
+from lmsci.measure.grad_overlap import param_group, span_logprob, span_logprobs, statement_gradients
+from lmsci.methods.rome import compute_rome, down_projection, edited, key_second_moment, mlp_keys
+from lmsci.models.gpt import GPT, GPTConfig
+
+V = 48
+IDS = [1, 7, 9, 11, 5, 20, 3]
+
+
+def gpt(n_layers: int = 3, mlp: str = "gelu", seed: int = 0, scale: float = 1.0) -> GPT:
+    m = GPT(GPTConfig(vocab_size=V, seq_len=16, n_layers=n_layers, n_heads=2, d_model=16, mlp=mlp), seed=seed)
+    if scale != 1.0:
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(scale)
+    return m.eval()
+
+
+def hf(name: str):
+    import transformers as tf
+
+    c = dict(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+             initializer_range=0.3, attn_implementation="eager")
+    if name == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=32, **c))
+    else:
+        model = tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(max_position_embeddings=32, rotary_pct=0.5, **c))
+    from lmsci.models.hf import HFModel
+
+    return HFModel(model.eval())
+
+
+def _exact_restorations(model, n_layers):
+    # the last layer's residual at the last token fixes the output: restoring it gives back the clean probability
+    with torch.no_grad():
+        top = int(model(torch.as_tensor(IDS)[None])[0, -1].argmax())
+    tr = causal_trace(model, IDS, (2, 3), answer=top, noise=10.0, samples=3, kinds=("resid", "mlp", "attn"))
+    assert tr.scores["resid"].shape == (len(IDS), n_layers)
+    assert abs(tr.high - tr.low) > 2e-5
+    assert tr.scores["resid"][-1, -1] == pytest.approx(tr.high, rel=0, abs=2e-6)
+    # tokens before the subject are unaffected by the corruption: restoring them changes nothing
+    assert tr.scores["resid"][0, 0] == pytest.approx(tr.low, rel=0, abs=2e-6)
+    return tr
+
+
+def test_causal_trace_exact_restorations_lmsci():
+    m = gpt(scale=3.0)
+    tr = _exact_restorations(m, 3)
+    assert tr.categories[2] == "last subject" and tr.categories[-1] == "last"
+    # the same noise draws for every cell: a second call is identical
+    tr2 = causal_trace(m, IDS, (2, 3), answer=tr.answer, noise=10.0, samples=3, kinds=("resid",))
+    np.testing.assert_allclose(tr2.scores["resid"], tr.scores["resid"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt_neox"])
+def test_causal_trace_on_hf(name):
+    _exact_restorations(hf(name), 2)
+
+
+def test_window_restores_more_layers():
+    m = gpt(n_layers=4, scale=8.0)
+    one = causal_trace(m, IDS, (1, 3), answer=4, noise=2.0, samples=4, kinds=("mlp",), window=1)
+    full = causal_trace(m, IDS, (1, 3), answer=4, noise=2.0, samples=4, kinds=("mlp",), window=8)
+    # a window covering every layer restores every MLP output at that token: the same for every centre
+    assert np.allclose(full.scores["mlp"], full.scores["mlp"][:, :1])
+    assert not np.allclose(one.scores["mlp"], full.scores["mlp"])
+
+
+def test_causal_trace_bad_input():
+    m = gpt()
+    with pytest.raises(ConfigError, match="subject"):
+        causal_trace(m, IDS, (3, 3), answer=1, noise=1.0)
+    with pytest.raises(ConfigError, match="answer"):
+        causal_trace(m, IDS, (1, 2), answer=V + 3, noise=1.0)
+    with pytest.raises(UnknownNameError, match="resid"):
+        causal_trace(m, IDS, (1, 2), answer=1, noise=1.0, kinds=("residual",))
+    with pytest.raises(UnknownNameError, match="blocks.0.attn.out"):  # a model without MLPs lacks mlp.out
+        causal_trace(gpt(mlp="none"), IDS, (1, 2), answer=1, noise=1.0, kinds=("mlp",))
+
+
+def test_categories_and_aggregation():
+    assert token_categories(8, (1, 4)) == ["before", "first subject", "middle subject", "last subject",
+                                           "first subsequent", "further", "further", "last"]
+    assert token_categories(3, (0, 1)) == ["last subject", "first subsequent", "last"]
+    m = gpt(scale=8.0)
+    nu = 3 * embedding_std(m, [IDS], [(1, 3)])
+    assert nu > 0
+    trs = [causal_trace(m, IDS, (1, 3), answer=a, noise=nu, samples=2) for a in (4, 5)]
+    aie = average_by_category(trs, "resid")
+    assert aie.shape == (len(CATEGORIES), 3)
+    assert np.isnan(aie[CATEGORIES.index("middle subject")]).all()  # a two-token subject has no middle
+    a = np.zeros((len(CATEGORIES), 6))
+    a[2, 3] = 1.0
+    a[5, 5] = 0.4
+    assert site_margin(a, "last subject", thirds(6)[1]) == pytest.approx(0.6)
+    assert site_margin(a, "last", thirds(6)[2]) == pytest.approx(-0.6)
+    assert thirds(6) == ([0, 1], [2, 3], [4, 5])
+
+
+# ---------------------------------------------------------------------------------------------- ROME
+def _rome(model, layer=1):
+    prompts = [IDS[:5], [1, 30, 31] + IDS[1:5]]
+    last = [3, 5]
+    x = torch.randint(3, V, (12, 10), generator=torch.Generator().manual_seed(0))
+    C = key_second_moment(model, layer, x)
+    return compute_rome(model, layer, prompts=prompts, subject_last=last, target=[17, 18], cov=C,
+                        kl_prompts=[[1, 7, 9, 11]], kl_positions=[3]), prompts, last
+
+
+@pytest.mark.parametrize("kind", ["lmsci", "llama", "gpt_neox"])
+def test_rome_realises_v_star_and_restores(kind):
+    model = gpt(scale=8.0) if kind == "lmsci" else hf(kind)
+    layer = 1 if kind == "lmsci" else 0  # (the last layer's MLP at the subject token cannot reach later tokens)
+    mod, _ = down_projection(model, layer)
+    w0 = mod.weight.detach().clone()
+    edit, prompts, last = _rome(model, layer)
+    assert torch.equal(mod.weight, w0)  # computing does not edit
+    before = span_logprobs(model, [prompts[0] + [17, 18]], [(5, 7)])[0]
+    out: list[torch.Tensor] = []
+    with edited(model, edit):
+        h = mod.register_forward_hook(lambda m, a, o: out.append(o.detach()))
+        with torch.no_grad():
+            model(torch.as_tensor(prompts[0])[None])
+        h.remove()
+        # the edited layer outputs v* at the unprefixed prompt's subject token (eq. 2, exact)
+        torch.testing.assert_close(out[0][0, last[0]].double(), edit.v_star.double(), rtol=1e-4, atol=1e-4)
+        after = span_logprobs(model, [prompts[0] + [17, 18]], [(5, 7)])[0]
+        # the update is rank one
+        sv = torch.linalg.svdvals((mod.weight - w0).double())
+        assert sv[1] < 1e-4 * sv[0]
+    assert torch.equal(mod.weight, w0)  # restored on exit
+    assert edit.info["nll_end"] < edit.info["nll_start"]
+    assert after > before
+
+
+def test_rome_keys_and_bad_input():
+    m = gpt()
+    k = mlp_keys(m, 0, [IDS, IDS[:4]], [3, 3])
+    assert k.shape == (2, 64)
+    torch.testing.assert_close(k[0], k[1])  # causal: the same prefix gives the same key
+    with pytest.raises(UnknownNameError, match="layer"):
+        down_projection(m, 3)
+    C = key_second_moment(m, 0, torch.as_tensor([IDS]))
+    with pytest.raises(ConfigError, match="subject_last"):
+        compute_rome(m, 0, prompts=[IDS], subject_last=[len(IDS)], target=[3], cov=C)
+    with pytest.raises(ConfigError, match="cov"):
+        compute_rome(m, 0, prompts=[IDS], subject_last=[2], target=[3], cov=torch.eye(3))
+    with pytest.raises(ConfigError, match="target"):
+        compute_rome(m, 0, prompts=[IDS], subject_last=[2], target=[], cov=C)
+    with pytest.raises(ConfigError):  # no MLP at all
+        down_projection(gpt(mlp="none"), 0)
+
+
+# ---------------------------------------------------------------------------------------------- overlap
+@pytest.mark.parametrize("kind", ["lmsci", "llama"])
+def test_gradient_overlap(kind):
+    model = gpt(scale=4.0) if kind == "lmsci" else hf(kind)
+    seqs = [IDS, IDS, [1, 8, 9, 11, 6, 21], [1, 30, 2, 4]]
+    spans = [(4, 6), (4, 6), (4, 6), (2, 4)]
+    G = statement_gradients(model, seqs, spans)
+    n_params = sum(p.numel() for p in (model.model if kind != "lmsci" else model).parameters())
+    assert G.grads.shape == (4, n_params)
+    assert max(e for _, e in G.groups.values()) == n_params
+    assert "layer 0" in G.groups and "layer 1" in G.groups
+    c = G.cosine()
+    np.testing.assert_allclose(np.diag(c), 1.0, atol=1e-6)
+    np.testing.assert_allclose(c, c.T, atol=1e-9)
+    assert c[0, 1] == pytest.approx(1.0, abs=1e-6)  # identical statements
+    assert abs(c[0, 2]) < 0.999
+    assert G.cosine("layer 0").shape == (4, 4)
+    with pytest.raises(UnknownNameError):
+        G.cosine("layer 9")
+    lp = span_logprobs(model, seqs, spans)
+    assert lp[0] == pytest.approx(float(span_logprob(model, IDS, (4, 6))), abs=1e-5)
+    np.testing.assert_allclose(G.logprobs, lp, atol=1e-5)
+    with pytest.raises(ConfigError, match="span"):
+        span_logprob(model, IDS, (0, 2))
+    assert param_group("gpt_neox.layers.3.mlp.dense_4h_to_h.weight") == "layer 3"
+    assert param_group("wte.weight") == "embed/head"
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+def _table(mlp, attn, recall=1.0, layers=6, te=0.5, eff=1.0, spec=0.9):
+    rows = []
+    for k, (m, a) in enumerate(zip(mlp, attn)):
+        rows.append({"point": "trace" + (f"__s{k}" if k else ""), "seed_index": k, "bio_recall": recall,
+                     "n_layers": layers, "total_effect": te, "mlp_margin": m, "attn_margin": a, "n_traced": 48,
+                     "efficacy": eff, "specificity": spec, "paraphrase": 0.9, "specificity_before": 0.95,
+                     "edit_top1": 1.0, "edit_layer": 2})
+    return pd.DataFrame(rows)
+
+
+def _verdicts(table, tmp_path):
+    from lmsci.config import resolve_config
+    from lmsci.experiments.registry import get
+    from lmsci.runs import RunDir
+
+    exp = get("causal-tracing")()
+    cfg = resolve_config(exp.Config, "quick", [])
+    return {v.claim_id: v.outcome for v in exp.verdicts(cfg, table, RunDir(tmp_path))}
+
+
+def test_verdicts_reproduced_failing_gated(tmp_path):
+    ok = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09]), tmp_path)
+    assert ok == {"mlp-early-site": "reproduced", "attn-late-site": "reproduced", "rome-edit": "reproduced"}
+    bad = _verdicts(_table([-0.05, -0.04, -0.06], [-0.1, -0.2, -0.1], eff=0.5, spec=0.4), tmp_path)
+    assert set(bad.values()) == {"not reproduced"}
+    gated = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09], recall=0.5), tmp_path)
+    assert set(gated.values()) == {"inconclusive"}
+    shallow = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09], layers=4), tmp_path)
+    assert shallow["mlp-early-site"] == "inconclusive" and shallow["rome-edit"] == "reproduced"
