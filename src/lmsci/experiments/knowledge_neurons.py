@@ -331,7 +331,9 @@ class KnowledgeNeurons(Experiment):
             "Suppress: activations set to 0; amplify: doubled; relative change of the answer probability. "
             "`other_*_abs`: mean |relative change| of other facts of the same attribute (different answer token); "
             "`random_suppress`: as many random neurons suppressed (control). Per-fact rows: "
-            "`points/<id>/facts.csv`.", "", md_table(results, cols), ""])
+            "`points/<id>/facts.csv`.", "", md_table(results, cols), "",
+            "Knowledge neurons per layer (all seeds; Dai et al. find them mostly in the top layers of BERT): "
+            + _layer_counts(results, cfg.bios.model.n_layers), ""])
 
     def figures(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -369,6 +371,15 @@ class KnowledgeNeurons(Experiment):
         return [save_figure(fig, run, "knowledge_neurons.png",
                             "Relative change of the answer probability when a fact's knowledge neurons are suppressed "
                             "or amplified (mean over facts per seed; stars: Dai et al.'s BERT numbers), and per fact.")]
+
+
+def _layer_counts(results: pd.DataFrame, n_layers: int) -> str:
+    """``"layer 1: n (x%), ..."`` from the ``neuron_layers`` column (layers numbered from 1)."""
+    layers = [l for v in results.get("neuron_layers", []) if isinstance(v, str) for l in json.loads(v)]
+    if not layers:
+        return "none found."
+    c = np.bincount(np.asarray(layers, dtype=int), minlength=n_layers)
+    return ", ".join(f"layer {l + 1}: {int(k)} ({100 * k / c.sum():.0f}%)" for l, k in enumerate(c)) + "."
 
 
 def _ci(st: Any) -> tuple[float, float]:
