@@ -299,8 +299,7 @@ class KnowledgeNeurons(Experiment):
             out.append(self.judge(cfg, "suppress-erases", value=s.mean, passed=ok, ci=s.ci, ci_kind=s.kind,
                                   n_seeds=s.n, gates=gates_common,
                                   details={**details, "other_facts_abs_change": {"mean": o.mean, "ci95": o.ci}},
-                                  note=note or ("" if ok else f"At {scale}; the paper attributes BERT-base's neurons "
-                                                              "on PARAREL, where answer probabilities are far from 1.")))
+                                  note=note or ("" if ok else _why_not(s.mean, _ci(s)[1], o.mean, scale))))
         else:
             out.append(self.judge(cfg, "suppress-erases", value=None, passed=None, gates=gates_common,
                                   why_not_computed="no seed has a fact with a knowledge neuron", details=details,
@@ -371,6 +370,18 @@ class KnowledgeNeurons(Experiment):
         return [save_figure(fig, run, "knowledge_neurons.png",
                             "Relative change of the answer probability when a fact's knowledge neurons are suppressed "
                             "or amplified (mean over facts per seed; stars: Dai et al.'s BERT numbers), and per fact.")]
+
+
+def _why_not(sup: float, sup_hi: float, other: float, scale: str) -> str:
+    """Which part of the suppress-erases rule failed, in words."""
+    parts = []
+    if not (sup <= -0.25 and sup_hi < 0):
+        parts.append(f"the facts' own probability changed by {100 * sup:.1f}% on average (rule: <= -25%, CI below 0)")
+    if not other < 0.05:
+        parts.append(f"other facts of the same relation changed by {100 * other:.1f}% on average in absolute value "
+                     "(rule: < 5%)")
+    return (f"At {scale}: " + "; ".join(parts) + ". The paper attributes BERT-base's neurons on PARAREL, where answer "
+            "probabilities are far from 1 and the neurons sit in the top layers.")
 
 
 def _layer_counts(results: pd.DataFrame, n_layers: int) -> str:
