@@ -45,8 +45,17 @@ def llama():
 PROMPT, ANSWER = [3, 1, 4, 1, 5, 9], 7
 
 
-@pytest.mark.parametrize("make", [gpt, lambda: gpt(pos="rope", mlp="swiglu", norm="rmsnorm"), llama],
-                         ids=["gpt-gelu", "gpt-swiglu", "hf-llama"])
+def gpt2_hf():
+    from lmsci.models.hf import HFModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        cfg = transformers.GPT2Config(vocab_size=40, n_positions=32, n_embd=32, n_layer=2, n_head=4, n_inner=48)
+        return HFModel(transformers.GPT2LMHeadModel(cfg).eval())
+
+
+@pytest.mark.parametrize("make", [gpt, lambda: gpt(pos="rope", mlp="swiglu", norm="rmsnorm"), llama, gpt2_hf],
+                         ids=["gpt-gelu", "gpt-swiglu", "hf-llama", "hf-gpt2"])
 def test_integrated_gradients_are_complete(make):
     """IG completeness: a layer's attributions sum to P(w) - P(0) (all of its neurons zeroed at the answer
     position), up to the Riemann error, which shrinks with m."""

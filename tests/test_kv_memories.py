@@ -138,7 +138,7 @@ def test_bad_mlp_names_are_refused_by_name():
 from lmsci.measure.kv_memories import KVMemories, key_value_memories, next_token_targets, value_logits  # noqa: E402
 
 
-@pytest.mark.parametrize("which", ["gpt", "gpt_neox"])
+@pytest.mark.parametrize("which", ["gpt", "gpt_neox", "gpt2"])
 def test_keys_values_and_agreement_match_brute_force(which):
     m = GPT(GPTConfig(vocab_size=V, seq_len=16, n_layers=2, n_heads=4, d_model=32), seed=4).eval() \
         if which == "gpt" else tiny_hf(which)
