@@ -9,7 +9,7 @@ import torch
 
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.measure.causal_tracing import (
-    CATEGORIES, average_by_category, causal_trace, embedding_std, site_margin, thirds, token_categories,
+    CATEGORIES, average_by_category, causal_trace, embedding_std, hookable, site_margin, thirds, token_categories,
 )
 from lmsci.measure.grad_overlap import param_group, span_logprob, span_logprobs, statement_gradients
 from lmsci.methods.rome import compute_rome, down_projection, edited, key_second_moment, mlp_keys
@@ -35,6 +35,9 @@ def hf(name: str):
              initializer_range=0.3, attn_implementation="eager")
     if name == "llama":
         model = tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=32, **c))
+    elif name == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                                                 initializer_range=0.3, attn_implementation="eager"))
     else:
         model = tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(max_position_embeddings=32, rotary_pct=0.5, **c))
     from lmsci.models.hf import HFModel
@@ -45,7 +48,7 @@ def hf(name: str):
 def _exact_restorations(model, n_layers):
     # the last layer's residual at the last token fixes the output: restoring it gives back the clean probability
     with torch.no_grad():
-        top = int(model(torch.as_tensor(IDS)[None])[0, -1].argmax())
+        top = int(hookable(model)(torch.as_tensor(IDS)[None])[0, -1].argmax())
     tr = causal_trace(model, IDS, (2, 3), answer=top, noise=10.0, samples=3, kinds=("resid", "mlp", "attn"))
     assert tr.scores["resid"].shape == (len(IDS), n_layers)
     assert abs(tr.high - tr.low) > 2e-5
@@ -67,6 +70,7 @@ def test_causal_trace_exact_restorations_lmsci():
 @pytest.mark.parametrize("name", ["llama", "gpt_neox"])
 def test_causal_trace_on_hf(name):
     _exact_restorations(hf(name), 2)
+    _exact_restorations(hf(name).model, 2)  # a bare transformers model is wrapped in HFModel
 
 
 def test_window_restores_more_layers():
@@ -119,11 +123,12 @@ def _rome(model, layer=1):
                         kl_prompts=[[1, 7, 9, 11]], kl_positions=[3]), prompts, last
 
 
-@pytest.mark.parametrize("kind", ["lmsci", "llama", "gpt_neox"])
+@pytest.mark.parametrize("kind", ["lmsci", "llama", "gpt_neox", "gpt2"])
 def test_rome_realises_v_star_and_restores(kind):
     model = gpt(scale=8.0) if kind == "lmsci" else hf(kind)
     layer = 1 if kind == "lmsci" else 0  # (the last layer's MLP at the subject token cannot reach later tokens)
-    mod, _ = down_projection(model, layer)
+    mod, transposed = down_projection(model, layer)
+    assert transposed == (kind == "gpt2")  # GPT-2's Conv1D stores [d_mlp, d_model]
     w0 = mod.weight.detach().clone()
     edit, prompts, last = _rome(model, layer)
     assert torch.equal(mod.weight, w0)  # computing does not edit
@@ -221,3 +226,21 @@ def test_verdicts_reproduced_failing_gated(tmp_path):
     assert set(gated.values()) == {"inconclusive"}
     shallow = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09], layers=4), tmp_path)
     assert shallow["mlp-early-site"] == "inconclusive" and shallow["rome-edit"] == "reproduced"
+
+
+def test_fact_prompts_and_bad_facts():
+    from lmsci.experiments.causal_tracing import fact_prompt
+    from lmsci.worlds.bios import BiosWorld
+
+    w = BiosWorld(5, seed=0)
+    f = fact_prompt(w, 2, "birth_city", 3)
+    words = [w.vocab.itos[t] for t in f["prompt"]]
+    assert words[f["subject"][0]:f["subject"][1]] == w.name_words(2)
+    assert [w.vocab.itos[t] for t in f["value"]] == w.value_words(2, "birth_city")
+    assert f["subject"][1] < len(f["prompt"])  # the template's words follow the subject
+    with pytest.raises(ConfigError, match="person"):
+        fact_prompt(w, 5, "birth_city", 0)
+    with pytest.raises(UnknownNameError, match="birth_city"):
+        fact_prompt(w, 0, "hometown", 0)
+    with pytest.raises(ConfigError, match="template"):
+        fact_prompt(w, 0, "birth_city", 99)

@@ -107,7 +107,19 @@ class CausalTracingConfig(MemoriseFirstConfig):
 
 def fact_prompt(world: BiosWorld, i: int, attr: str, template: int) -> dict[str, Any]:
     """``<bos> NAME <template prefix>`` of person ``i``'s ``attr`` sentence in template ``template``: the prompt
-    ids, the subject (name) range, the value's tokens."""
+    ids, the subject (name) range, the value's tokens.
+
+    Raises:
+        UnknownNameError: an attribute not in bioS. ConfigError: a person not in the world or a template out of range.
+    """
+    from lmsci.errors import ConfigError, UnknownNameError
+
+    if attr not in ATTRS:
+        raise UnknownNameError("attribute", attr, ATTRS)
+    if not 0 <= int(i) < world.n:
+        raise ConfigError("person", i, f"an index in [0, {world.n})")
+    if not 0 <= int(template) < len(TEMPLATES[attr]):
+        raise ConfigError("template", template, f"an index in [0, {len(TEMPLATES[attr])})")
     j = ATTRS.index(attr)
     order = [j] + [k for k in range(len(ATTRS)) if k != j]
     doc = world.bio(int(i), templates=[template if k == j else 0 for k in range(len(ATTRS))], order=order,
