@@ -108,3 +108,13 @@ def test_paper_preset_refuses_without_local_paths():
         LMSteerExperiment.check_paper_inputs(cfg)
     with pytest.raises(ConfigError, match="rank"):
         LMSteerExperiment().validate(resolve_config(LMSteerConfig, "quick", {"rank": 1000}))  # rank above d_model
+
+
+def test_weak_single_gain_is_noted_on_ratio_claims():
+    df = table()
+    df["genre_gain_pos"] = [-0.01, 0.0, 0.02]
+    vs = {v.claim_id: v for v in LMSteerExperiment().verdicts(resolve_config(LMSteerConfig, "quick"), df, None)}
+    assert "genre_pos" in vs["compositional"].note and "genre_pos" in vs["transfer"].note
+    assert vs["steering"].outcome == "not reproduced"
+    assert "genre" not in {v.claim_id: v for v in LMSteerExperiment().verdicts(
+        resolve_config(LMSteerConfig, "quick"), table(), None)}["compositional"].note

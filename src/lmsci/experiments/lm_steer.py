@@ -164,8 +164,8 @@ class LMSteerExperiment(Experiment):
     source = SRC + ", sec. 3.3-5, App. F-G"
     Config = LMSteerConfig
     seeded = True
-    time_estimate = {"smoke": "~10 s", "quick": "~8 min on one thread (estimated: 2 GPTs ~3 min, 3 seeds of steers "
-                                              "and generation ~5 min)",
+    time_estimate = {"smoke": "~10 s", "quick": "480 s measured (one thread, beside another run on a loaded 2-core "
+                                              "machine; 337 CPU-s)",
                      "gpu": "~25 min on one H100 (estimated, not measured: 3 GPTs of 4-8 layers x 4,000 steps, 100 "
                             "prompts x 25 samples per steer value)",
                      "paper": "not run: refuses with a ConfigError (needs local GPT2-Large/Jigsaw paths and an "
@@ -628,7 +628,7 @@ class LMSteerExperiment(Experiment):
             out.append(self.judge(cfg, "compositional", value=cs[w].mean, passed=all(s.mean >= 0.6 for s in cs.values()),
                                   ci=cs[w].ci, ci_kind=cs[w].kind, n_seeds=cs[w].n, gates=gates_for("compositional"),
                                   details={a: {"mean": s.mean, "ci": [s.lo, s.hi], "per_seed": col(f"comp_{a}_retention")}
-                                           for a, s in cs.items()}))
+                                           for a, s in cs.items()}, note=_weak_gain_note(stats)))
         # transfer
         tr = {a: col(f"transfer_{a}_retention") for a in ATTRS}
         if any(not np.isfinite(v).any() for v in tr.values()):
@@ -643,7 +643,7 @@ class LMSteerExperiment(Experiment):
                                   ci=ts_[w].ci, ci_kind=ts_[w].kind, n_seeds=ts_[w].n, gates=gates_for("transfer"),
                                   details={a: {"retention": tr[a], "spread_B_ci": [sp[a].lo, sp[a].hi],
                                                "map_heldout_rel_error": col(f"transfer_{a}_map_error")}
-                                           for a in ATTRS}))
+                                           for a in ATTRS}, note=_weak_gain_note(stats)))
         # highlighting and probe
         for cid, name, thr in (("highlighting", "highlight_enrichment", 2.0), ("probe", "probe_enrichment", 3.0)):
             v = col(name)
@@ -738,6 +738,14 @@ class LMSteerExperiment(Experiment):
                 if key in gen:
                     lines.append(f"- {key}: " + " | ".join(repr(t) for t in gen[key][:3]))
         return "\n".join(lines)
+
+
+def _weak_gain_note(stats: dict) -> str:
+    """A caveat naming the single-steer gains whose 95% CI across seeds reaches 0: a retention ratio over such a
+    small denominator is unstable (it can exceed 1 or change sign)."""
+    weak = [k for k, st in stats.items() if st.lo <= 0]
+    return ("" if not weak else "single-steer gains whose CI across seeds reaches 0 (" + ", ".join(weak) + "): the "
+            "retention ratios of these attributes divide by a gain not distinguishable from 0 and are unstable")
 
 
 def _nan_stat(fn, values) -> float:
