@@ -360,3 +360,13 @@ def test_tokenizer_kind_follows_the_world_config():
     w = IGSMWorld(get_world_config("igsm-tiny", tokenizer="bpe"))
     assert IGSMTokenizer(w, vocab_size=320, n_train=30).kind == "bpe"
     assert IGSMTokenizer(IGSMWorld("igsm-tiny")).kind == "word"
+
+
+def test_probe_positions_in_qp_format(problems):
+    p = problems[9]
+    text = p.text("qp")[0]
+    pos = p.positions("qp")
+    assert text[:pos["end_question"]].endswith("?") and text[:pos["end_problem"]].endswith(".")
+    assert text[pos["end_problem"]:].startswith("<sol>") and text[:pos["sol_start"]].endswith("<sol>")
+    assert [text[:s].endswith(".") for s in pos["steps"]] == [True] * len(p.necessary)
+    assert text[pos["steps"][-1]:].startswith("<ans>")
