@@ -434,3 +434,19 @@ def test_bfloat16_llama():
         assert torch.equal(logits_of(as_steerable(model), ids), base)
     with steering(model, steer, steer.values(attr=3.0)):
         assert logits_of(as_steerable(model), ids).dtype == torch.bfloat16
+
+
+def test_steer_trains_on_an_lm_that_still_holds_its_own_gradients():
+    """Gradients left on the LM by its own training are not a leak: training the steer leaves them unchanged."""
+    from lmsci.models.gpt import GPT, GPTConfig
+    from lmsci.methods import lm_steer as lm
+
+    model = GPT(GPTConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, seq_len=8), seed=0)
+    ids = torch.randint(0, 16, (4, 8), generator=torch.Generator().manual_seed(0))
+    model.sum_nll(ids[:, :-1], ids[:, 1:]).backward()
+    held = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert held
+    lm.train_steer(model, ids.tolist(), torch.ones(4), steps=2, batch_size=2)
+    for n, p in model.named_parameters():
+        if n in held:
+            assert torch.equal(p.grad, held[n])

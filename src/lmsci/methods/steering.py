@@ -616,6 +616,8 @@ def train_intervention(
     opt = torch.optim.Adam(params, lr=lr)
     lm_params = list(m.parameters())
     flags = [p.requires_grad for p in lm_params]
+    # gradients the LM already holds (e.g. from its own training) are not leaks: compare against them
+    before = [None if p.grad is None else p.grad.detach().clone() for p in lm_params]
     was_training = m.training
     g = torch.Generator().manual_seed(int(seed))
     order: list[int] = []
@@ -642,7 +644,8 @@ def train_intervention(
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if step == 0:
-                    leaked = [i for i, p in enumerate(lm_params) if p.grad is not None]
+                    leaked = [i for i, (p, b) in enumerate(zip(lm_params, before))
+                              if p.grad is not None and (b is None or not torch.equal(p.grad, b))]
                     if leaked:
                         raise RuntimeError(f"{len(leaked)} LM parameters received gradients; the LM must stay frozen")
                 if grad_clip:
