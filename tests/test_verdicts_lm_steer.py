@@ -65,8 +65,22 @@ def test_paper_pattern_is_reproduced():
 def test_clear_failure_is_not_reproduced():
     out = outcomes(table(gain=-0.05, slope=0.0, noise=0.05, retention=0.2, transfer=0.05, spread_b=-0.1,
                          highlight=1.0, probe=1.0))
-    for cid in ("steering", "continuous", "compositional", "transfer", "highlighting", "probe"):
+    for cid in ("steering", "continuous", "highlighting", "probe"):
         assert out[cid] == "not reproduced", (cid, out)
+    # retention divides by the single-steer gain: with no real gain it is undefined (gate), not a failure
+    for cid in ("compositional", "transfer"):
+        assert out[cid] == "inconclusive", (cid, out)
+    # real single-steer gains that composition and transfer lose are a failure
+    out = outcomes(table(retention=0.2, transfer=0.05, spread_b=-0.1))
+    for cid in ("compositional", "transfer"):
+        assert out[cid] == "not reproduced", (cid, out)
+
+
+def test_retention_over_a_gain_indistinguishable_from_zero_is_inconclusive():
+    df = table()
+    df["genre_gain_pos"] = [-0.01, 0.0, 0.02]  # the quick run's genre steer: CI across seeds reaches 0
+    out = outcomes(df)
+    assert out["compositional"] == "inconclusive" and out["transfer"] == "inconclusive", out
 
 
 def test_one_direction_failing_fails_steering():

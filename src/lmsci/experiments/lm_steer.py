@@ -176,6 +176,9 @@ class LMSteerExperiment(Experiment):
                                         "below the add-alpha unigram model's on the same works (it uses context)"),)
     _gate_clf = Gate("genre-classifier", "genre classifier accuracy on lines of plays it was not trained on "
                                          "(the steer plays) has a 95% Wilson lower bound above 0.5 (chance)")
+    _gate_gain = Gate("single-steer-gains", "every single-steer gain (each attribute, each direction, at +-5 eps0) has "
+                      "its 95% CI across seeds above 0: a retention ratio is defined only over a gain that is "
+                      "distinguishable from 0")
     _gate_flu = Gate("fluency-lm", "the fluency GPT's validation NLL is below the steered GPT's")
     claims = [
         Claim(
@@ -214,7 +217,7 @@ class LMSteerExperiment(Experiment):
                       "composed gain over the single-steer gain (gains signed toward the target, from no steer); "
                       "value = the smaller retention of the two attributes, mean across seeds",
             rule="for each attribute the mean retention across seeds >= 0.6",
-            gates=(*_gates_common, _gate_clf),
+            gates=(*_gates_common, _gate_clf, _gate_gain),
         ),
         Claim(
             id="transfer",
@@ -227,7 +230,7 @@ class LMSteerExperiment(Experiment):
                       "own steer, spread = score(+5 eps0) - score(-5 eps0); value = the smaller mean retention",
             rule="for each attribute the mean retention across seeds >= 0.3 and the lower end of the 95% CI across "
                  "seeds of the spread on B is > 0",
-            gates=(*_gates_common, _gate_clf),
+            gates=(*_gates_common, _gate_clf, _gate_gain),
         ),
         Claim(
             id="highlighting",
@@ -590,6 +593,8 @@ class LMSteerExperiment(Experiment):
         out = []
         # steering
         stats = {f"{a}_{d}": across_seeds(col(f"{a}_gain_{d}")) for a in ATTRS for d in ("pos", "neg")}
+        G["single-steer-gains"] = ({k: [st.lo, st.hi] for k, st in stats.items()},
+                                   bool(all(np.isfinite(st.lo) and st.lo > 0 for st in stats.values())))
         worst = min(stats, key=lambda k: stats[k].mean)
         out.append(self.judge(cfg, "steering", value=stats[worst].mean, passed=all(s.lo > 0 for s in stats.values()),
                               ci=stats[worst].ci, ci_kind=stats[worst].kind, n_seeds=stats[worst].n,
