@@ -37,7 +37,8 @@ from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.runs import RunDir
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train import trainer
+from lmsci.train.trainer import TrainConfig
 from lmsci.worlds.bios import ATTRS, BiosWorld
 from lmsci.worlds.bios_stream import BioStream
 
@@ -179,7 +180,13 @@ def plan_batch(n_windows: int, max_batch: int, min_steps: int) -> tuple[int, int
     return b, max(1, math.ceil(n_windows / b))
 
 
-CPU_CHECK = ""  # what the gpu preset's first point did on CPU (see the time estimate)
+#: what the gpu preset's first point did on CPU (part of the gpu time estimate)
+CPU_CHECK = (
+    "CPU check (2026-11-23, no GPU lent; a loaded 2-core machine): `lmsci run knowledge-capacity --preset"
+    " gpu --set device=cpu --set threads=1 --set precision=fp32 --set pretrain.batch_size=2 --set min_ste"
+    "ps=0 --set checkpoint_every=2` under `timeout 150` trained the first point (GPT2-2-2, 100 exposures,"
+    " N = 10k, fresh biographies streamed) to step 28; the same command again resumed from its checkpoint"
+    " and reached step 58")
 
 
 def estimate_h100_seconds(cfg: KnowledgeCapacityConfig) -> float:
@@ -254,7 +261,7 @@ class KnowledgeCapacity(Experiment):
         ckpt = ctx.artifact_dir / "checkpoints" if cfg.checkpoint_every else None
         bar = ctx.progress(steps, "pretrain")
         try:
-            res = train(model, stream.get_batch, tc, seed=ctx.seed, log=lambda m: ctx.log(phase="pretrain", **m),
+            res = trainer.train(model, stream.get_batch, tc, seed=ctx.seed, log=lambda m: ctx.log(phase="pretrain", **m),
                         progress=bar, checkpoint_dir=ckpt)
         finally:
             bar.close()

@@ -37,7 +37,8 @@ from lmsci.experiments.base import PointContext
 from lmsci.measure.accuracy import inverse_accuracy, qa_accuracy
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train import trainer
+from lmsci.train.trainer import TrainConfig
 from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
 
 
@@ -394,7 +395,7 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, 
     stopped = False
     resumed_from = 0
     try:
-        res = train(model, get_batch, cfg, seed=seed, log=log_fn, progress=bar,
+        res = trainer.train(model, get_batch, cfg, seed=seed, log=log_fn, progress=bar,
                     eval_fn=evaluate if (eval_fn is not None or recall_fn is not None) else None,
                     checkpoint_dir=ckdir)
         n_steps, tokens, final_loss = res.steps, res.tokens_seen, float(res.final.get("loss", float("nan")))

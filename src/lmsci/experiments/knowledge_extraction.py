@@ -95,7 +95,14 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
     }
 
 
-CPU_CHECK = ""  # what the gpu preset's first point did on CPU (see the time estimate)
+#: what the gpu preset's first point did on CPU (part of the gpu time estimate)
+CPU_CHECK = (
+    "CPU check (2026-11-23, no GPU lent; a loaded 2-core machine): `lmsci run knowledge-extraction --pres"
+    "et gpu --set device=cpu --set threads=1 --set precision=fp32 --set pretrain.batch_size=2 --set expos"
+    "ures=1 --set memorise_check_every=2 --set memorise_check_people=20` under `timeout 150` built the N "
+    "= 10k world and stream, trained the first point (single_pretrain_ft) to step 2 (recall check, checkp"
+    "oint); the same command again resumed from step 2 and reached step 4. With the preset's batch of 24,"
+    " one step took > 60 s on this CPU (and bf16 autocast is emulated on a CPU without AVX512-BF16)")
 
 
 def estimate_h100_seconds(cfg: KnowledgeExtractionConfig) -> float:
