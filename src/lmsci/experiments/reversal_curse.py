@@ -189,7 +189,14 @@ def pretraining_stream(world: BiosWorld, cfg: ReversalCurseConfig, extra: list[D
     return concat_packed([parts[e % distinct] for e in range(epochs)])
 
 
-CPU_CHECK = ""  # what the gpu preset's first point did on CPU (see the time estimate)
+#: what the gpu preset's first point did on CPU (part of the gpu time estimate)
+CPU_CHECK = (
+    "CPU check (2026-11-23, no GPU lent; a loaded 2-core machine): `lmsci run reversal-curse --preset gpu"
+    " --set device=cpu --set threads=1 --set precision=fp32 --set pretrain.batch_size=2 --set exposures=5"
+    "` under `timeout 150` (faulthandler stack dumps every 10 s) rendered the 100k forward and reversed b"
+    "iographies of N = 10k and was in the training loop from ~50 s on (the registry's imports took ~25 s)"
+    ", running steps until the timeout; before the streaming pipeline the same first point had not reache"
+    "d a step in 100 s")
 
 
 def estimate_h100_seconds(cfg: ReversalCurseConfig) -> float:
