@@ -92,8 +92,10 @@ class IGSMProbing(IGSMExperiment):
              "by at least 10 points.")
     source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.1, arXiv 2407.20311, sec. 4, Results 4-6, Fig. 7"
     Config = IGSMProbingConfig
-    time_estimate = {"smoke": "~5 s", "quick": "~10 CPU-minutes estimated at one thread (one seed, 500 steps, "
-                     "igsm-tiny; 3 tasks x 2 models x 80 probe steps of 24 queries)", "gpu": TIME_GPU + "; plus ~5 min of probes",
+    time_estimate = {"smoke": "~5 s", "quick": ("690 s wall, 449 s CPU measured (one seed, 500 steps, igsm-tiny; "
+                     "3 tasks x 2 models x 80 probe steps; "
+                     "one thread beside another run on a loaded 2-core machine)"),
+                     "gpu": TIME_GPU + "; plus ~5 min of probes",
                      "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, sec. 4 and Fig. 7(a)"
