@@ -666,10 +666,9 @@ class Grokking(Experiment):
         "smoke": "~5 s",
         "gpu": "p = 113, fraction 0.3, 25k full-batch steps, 3 seeds + 3 wd = 0 controls: ~20-30 min on one H100 "
                "(estimated, not measured)",
-        "quick": "3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, trained as one stack: ~150-200 ms "
-                 "a stacked step at one thread, ~8-10 min at one thread on a quiet core (estimated from "
-                 "benchmarks/bench_grokking.py; see times.txt of the quick queue for the measured wall time). Before "
-                 "stacking: 42 min wall measured 2026-11-23, one model after another at one thread on the loaded machine",
+        "quick": "3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, trained as one stack: 12.3 min wall "
+                 "(11.2 CPU-min user) measured 2026-11-23 at one thread beside another run on the loaded 2-core machine; "
+                 "before stacking 42 min wall there (one model after another)",
         "paper": "p = 113, 40k steps, 3 seeds + 3 controls: ~0.16 s a step on one CPU core = ~1.8 h per run (~11 h on "
                  "CPU), minutes per run on a GPU (the gpu preset: 25k steps, ~20-30 min on one H100, estimated)",
     }
@@ -1005,8 +1004,8 @@ class GrokkingFractions(Experiment):
         "gpu": "x/y mod 97, 6 fractions, each capped at 20k full-batch steps: ~20 min on one H100 (estimated, "
                "not measured)",
         "quick": "6 fractions of x/y mod 59, 1 seed, trained as one stack, each leaving it at test accuracy 0.99 or "
-                 "after 3,000 steps: ~9,000 member-steps, ~5 min at one thread (estimated); before stacking 23 min wall "
-                 "measured 2026-11-23 at one thread on the loaded machine",
+                 "after 3,000 steps: 8.7 min wall (7.7 CPU-min user) measured 2026-11-23 at one thread beside another "
+                 "run on the loaded 2-core machine; before stacking 23 min wall there",
         "paper": "x/y mod 97, 6 fractions x 3 seeds, up to 1e5 full-batch steps each: ~0.15 s a step on one CPU core "
                  "(days on CPU), hours on a GPU (the gpu preset caps at 20k steps, 1 seed; estimated)",
     }
