@@ -129,7 +129,7 @@ class MessyKnowledge(Experiment):
              "barely do, and learning a fact raises related but false statements.")
     source = "seed lecture 000 ('Where is knowledge stored': negation curse, over-ripple, cross-lingual barrier)"
     Config = MessyKnowledgeConfig
-    time_estimate = {"smoke": "~3 s", "quick": "~8 CPU-minutes at one thread (3 seeds; estimated from a 64-person dev run)",
+    time_estimate = {"smoke": "~3 s", "quick": "3.3 min measured (199 s wall, 182 s CPU, 3 seeds, one thread beside another run, 2026-11-23)",
                      "gpu": "~15 min on one H100 (estimated, not measured)",
                      "paper": "GPT-2 small on 20k people: ~3 GPU-hours per seed (estimated)"}
     claims = [
