@@ -664,8 +664,8 @@ class Grokking(Experiment):
     Config = GrokkingConfig
     time_estimate = {
         "smoke": "~5 s",
-        "gpu": "p = 113, fraction 0.3, 25k full-batch steps, 3 seeds + 3 wd = 0 controls: ~20-30 min on one H100 "
-               "(estimated, not measured)",
+        "gpu": "p = 113, fraction 0.3, 25k full-batch steps, 3 seeds + 3 wd = 0 controls: 173 s wall "
+               "measured 2026-11-26 on one H200, sharing it with 7 other lmsci processes (scripts/device_check.sh)",
         "quick": "3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, trained as one stack: 12.3 min wall "
                  "(11.2 CPU-min user) measured 2026-11-23 at one thread beside another run on the loaded 2-core machine; "
                  "before stacking 42 min wall there (one model after another)",
@@ -1001,8 +1001,8 @@ class GrokkingFractions(Experiment):
     Config = GrokkingFractionsConfig
     time_estimate = {
         "smoke": "~5 s",
-        "gpu": "x/y mod 97, 6 fractions, each capped at 20k full-batch steps: ~20 min on one H100 (estimated, "
-               "not measured)",
+        "gpu": "x/y mod 97, 6 fractions, each capped at 20k full-batch steps: 169 s wall "
+               "measured 2026-11-26 on one H200, sharing it with 7 other lmsci processes (scripts/device_check.sh)",
         "quick": "6 fractions of x/y mod 59, 1 seed, trained as one stack, each leaving it at test accuracy 0.99 or "
                  "after 3,000 steps: 8.7 min wall (7.7 CPU-min user) measured 2026-11-23 at one thread beside another "
                  "run on the loaded 2-core machine; before stacking 23 min wall there",

@@ -186,8 +186,8 @@ class HallucinationStage(Experiment):
     Config = HallucinationConfig
     time_estimate = {"smoke": "~5 s",
                      "quick": "78 s measured (2 fact tables x 3 seeds, one thread beside another run)",
-                     "gpu": "~3 min on one H100 (2 tables x 3 seeds x 8,192 GD steps; "
-                            "estimated, not measured: no GPU in the session that wrote it)",
+                     "gpu": "280 s wall (2 tables x 3 seeds x 8,192 GD steps; "
+                            "measured 2026-11-26 on one H200, sharing it with 7 other lmsci processes (scripts/device_check.sh))",
                      "paper": "~5 min CPU"}
 
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025), Theorem 6 and Fig. 5 left"
