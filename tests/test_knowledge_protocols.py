@@ -59,6 +59,53 @@ def test_lora_trains_only_the_adapters():
     assert not torch.allclose(tuned(x), _tiny_gpt()(x))
 
 
+def _adam_step_sizes(spec: FinetuneSpec, steps: int = 5, lr: float = 1e-3) -> tuple[float, float]:
+    """RMS change per step, in units of ``lr``, of the effective input embedding (rows of the tokens seen) and
+    of the first block's effective qkv weight, after ``steps`` Adam steps (full fine-tuning for method "full")."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=100, seq_len=32, n_layers=2, n_heads=4, d_model=64, pos="rope"), seed=1)
+    x = torch.randint(0, 100, (8, 32), generator=torch.Generator().manual_seed(1))
+    net = model if spec.method == "full" else add_lora(model, spec)
+
+    def effective():
+        with torch.no_grad():
+            if spec.method == "full":
+                return model.wte.weight.clone(), model.blocks[0].attn.qkv.weight.clone()
+            emb, qkv = net.base_model.model.wte, net.base_model.model.blocks[0].attn.qkv
+            E = emb.get_base_layer().weight + (emb.lora_embedding_B["default"] @ emb.lora_embedding_A["default"]).T \
+                * emb.scaling["default"]
+            W = qkv.get_base_layer().weight + qkv.lora_B["default"].weight @ qkv.lora_A["default"].weight \
+                * qkv.scaling["default"]
+            return E, W
+
+    E0, W0 = effective()
+    opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
+    for _ in range(steps):
+        logits = net(x)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, 100), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    E1, W1 = effective()
+    used = torch.unique(x)
+    rms = lambda d: float(d.pow(2).mean().sqrt()) / (lr * steps)  # noqa: E731
+    return rms((E1 - E0)[used]), rms(W1 - W0)
+
+
+def test_the_embedding_adapter_steps_like_the_attention_adapters():
+    """peft's embedding adapter (A = 0, B ~ N(0, 1)) at the attention's alpha/rank moved input embeddings ~15x a
+    full fine-tuning step per Adam step and erased biography recall; the default embedding_alpha is step-matched."""
+    emb, qkv = _adam_step_sizes(FinetuneSpec(rank=16, embedding_rank=128))
+    full_emb, full_qkv = _adam_step_sizes(FinetuneSpec(method="full"))
+    assert 0.5 < emb / qkv < 2.0
+    assert emb < 1.5 * full_emb and qkv < 1.5 * full_qkv
+    # the old scaling (alpha_emb / r_emb = alpha / rank = 2, here r_emb = d_model = 64) is the runaway this guards
+    hot, _ = _adam_step_sizes(FinetuneSpec(rank=16, embedding_rank=128, embedding_alpha=128.0))
+    assert hot > 8 * full_emb
+
+
 def test_full_finetune_changes_the_base_weights():
     model = _tiny_gpt()
     w0 = model.blocks[0].attn.qkv.weight.detach().clone()

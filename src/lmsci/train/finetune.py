@@ -26,6 +26,7 @@ library (``LoraConfig``, ``get_peft_model``; embedding LoRA via ``target_modules
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -47,6 +48,15 @@ class FinetuneSpec(StrictModel):
         alpha: LoRA scaling numerator (update = ``alpha / rank * B A``); default ``2 * rank``.
         embedding_rank: rank of the low-rank update of the input embedding (the papers: up to 128);
             capped at ``d_model``; 0 leaves the embedding frozen.
+        embedding_alpha: LoRA scaling numerator of the embedding update (its update is
+            ``embedding_alpha / r_emb * B A``). None (default): step-matched, :func:`matched_embedding_alpha`:
+            one Adam step moves a token's input embedding by the same fraction of a full fine-tuning step as
+            the attention adapters move their weights. peft initialises an embedding adapter with ``A = 0`` and
+            ``B ~ N(0, 1)`` (not ``A`` of scale ``1/sqrt(d_model)`` and ``B = 0`` as for a linear layer), so at
+            the attention's ``alpha / rank`` its steps are ``sqrt(3 * d_model)`` times larger relative to a
+            full fine-tuning step (about 28x at ``d_model`` 256): QA fine-tuning then rewrote every input
+            embedding the QA data touch and erased biography recall (0.998 -> 0.07 in 30 steps at lr 1e-3 on a
+            2-layer d_model 64 GPT, 2026-11-26; 0.74 with no embedding update).
         targets: module names (peft ``target_modules``: exact names or name suffixes) of the attention
             targets; None: ``["qkv"]`` for lmsci's GPT, peft's architecture default otherwise.
         lr, weight_decay, batch_size, warmup_frac, min_lr_ratio: AdamW and schedule (warmup then
@@ -58,6 +68,7 @@ class FinetuneSpec(StrictModel):
     rank: int = Field(16, ge=1)
     alpha: float | None = Field(None, gt=0)
     embedding_rank: int = Field(128, ge=0)
+    embedding_alpha: float | None = Field(None, gt=0)
     targets: list[str] | None = None
     lr: float = Field(3e-4, gt=0)
     weight_decay: float = Field(0.01, ge=0)
@@ -90,6 +101,23 @@ def _d_model(emb: nn.Module) -> int:
     return int(getattr(emb, "embedding_dim", 0) or emb.weight.shape[1])
 
 
+def matched_embedding_alpha(rank: int, alpha: float, embedding_rank: int, d_model: int) -> float:
+    """The embedding adapter's ``alpha`` whose Adam steps move input embeddings by the same fraction of a full
+    fine-tuning step as the linear adapters move their weights.
+
+    With Adam every adapter entry moves by about ``lr`` per step (same sign over steps while the gradient
+    keeps its sign). A linear adapter (peft: ``A`` Kaiming-uniform, std ``1/sqrt(3 d_model)``; ``B = 0``, the
+    entries that move) changes a weight entry by ``(alpha / rank) * sqrt(rank) / sqrt(3 d_model) * lr``; an
+    embedding adapter (``A = 0``, the entries that move; ``B ~ N(0, 1)``) changes an embedding coordinate by
+    ``(alpha_emb / r_emb) * sqrt(r_emb) * lr``; a full fine-tuning step is ``lr``. Equal fractions give
+    ``alpha_emb = (alpha / rank) * sqrt(rank * r_emb / (3 d_model))`` (3.27 for rank 16, alpha 32, r_emb 128,
+    d_model 256, against 256 at the attention's scaling).
+
+    Source: the initialisations of Hu et al., arXiv 2106.09685 (loralib) as peft implements them.
+    """
+    return float(alpha / rank * math.sqrt(rank * embedding_rank / (3.0 * d_model)))
+
+
 def add_lora(model: nn.Module, spec: FinetuneSpec) -> nn.Module:
     """Wrap ``model`` with LoRA adapters (``peft.get_peft_model``); only the adapters are trainable.
 
@@ -111,7 +139,8 @@ def add_lora(model: nn.Module, spec: FinetuneSpec) -> nn.Module:
     if spec.embedding_rank > 0:
         emb_name = _embedding_name(model)
         if emb_name is not None:
-            r_emb = min(spec.embedding_rank, _d_model(model.get_submodule(emb_name)))
+            d_model = _d_model(model.get_submodule(emb_name))
+            r_emb = min(spec.embedding_rank, d_model)
             if targets is None:  # peft's architecture default for the attention, plus the embedding
                 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAP
 
@@ -123,7 +152,9 @@ def add_lora(model: nn.Module, spec: FinetuneSpec) -> nn.Module:
             targets = targets + [emb_name]
             leaf = emb_name.split(".")[-1]
             rank_pattern[f"^{emb_name}$" if "." in emb_name else leaf] = r_emb
-            alpha_pattern[f"^{emb_name}$" if "." in emb_name else leaf] = 2.0 * r_emb * alpha / (2 * spec.rank)
+            alpha_pattern[f"^{emb_name}$" if "." in emb_name else leaf] = float(
+                spec.embedding_alpha if spec.embedding_alpha is not None
+                else matched_embedding_alpha(spec.rank, alpha, r_emb, d_model))
     cfg = LoraConfig(r=spec.rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
                      rank_pattern=rank_pattern, alpha_pattern=alpha_pattern)
     return get_peft_model(model, cfg)
