@@ -666,11 +666,12 @@ class Grokking(Experiment):
         "smoke": "~5 s",
         "gpu": "p = 113, fraction 0.3, 25k full-batch steps, 3 seeds + 3 wd = 0 controls: 173 s wall "
                "measured 2026-11-26 on one H200, sharing it with 7 other lmsci processes (scripts/device_check.sh)",
-        "quick": "3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, trained as one stack: 12.3 min wall "
-                 "(11.2 CPU-min user) measured 2026-11-23 at one thread beside another run on the loaded 2-core machine; "
-                 "before stacking 42 min wall there (one model after another)",
+        "quick": "3 seeds + 3 wd = 0 controls of 3,000 full-batch steps at p = 59, trained as one stack: 6.6 min wall "
+                 "(394 s; 743 CPU-s user) measured 2026-11-26 with threads=2 alone on the 2-core machine; 12.3 min wall "
+                 "at one thread beside another run (2026-11-23); before stacking 42 min wall there (one model after "
+                 "another)",
         "paper": "p = 113, 40k steps, 3 seeds + 3 controls: ~0.16 s a step on one CPU core = ~1.8 h per run (~11 h on "
-                 "CPU), minutes per run on a GPU (the gpu preset: 25k steps, ~20-30 min on one H100, estimated)",
+                 "CPU), minutes per run on a GPU (the gpu preset: 25k steps, 173 s on a shared H200, measured)",
     }
 
     _NANDA = "Nanda et al., arXiv 2301.05217, sec. 3 and Fig. 2/7 (mainline run p = 113, frac 0.3)"
