@@ -263,7 +263,8 @@ def test_presets_use_lora_and_the_gpu_preset_is_the_issue_scale():
             cfg = resolve_config(exp.Config, preset, [])
             assert cfg.finetune.method == "lora"
         gpu = resolve_config(exp.Config, "gpu", [])
-        assert gpu.n_people == 10_000 and gpu.model.d_model == 256 and gpu.model.n_layers == 4
+        # N = 10k for celebrity; 5k for extraction, whose 10k was estimated at 49 min at the measured throughput
+        assert gpu.n_people in (5_000, 10_000) and gpu.model.d_model == 256 and gpu.model.n_layers == 4
         assert gpu.pretrain.batch_size == 24 and gpu.seq_len == 512 and gpu.pretrain.lr == 1e-3
         assert gpu.finetune.weight_decay == 0.01 and gpu.finetune.embedding_rank == 128
         paper = resolve_config(exp.Config, "paper", [])

@@ -94,9 +94,11 @@ class CelebrityHelpsMinority(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
     time_estimate = {"smoke": "~10 s", "quick": "23.9 min measured (1434 s wall, 909 s CPU, 3 seeds, one thread beside another run on a loaded machine, 2026-11-23; 911 s in the previous session)",
-                     "gpu": "11.5 min on one H100, estimated, not measured (estimate_h100_seconds: 3 seeds x 2 "
+                     "gpu": "27.7 min on one H100, estimated (estimate_h100_seconds: 3 seeds x 2 "
                             "models x ~0.2B pretraining tokens at 22.9 MFLOP/token, LoRA fine-tuning on the 5k "
-                            "celebrities; " + H100_ASSUMPTIONS + ")",
+                            "celebrities; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "
+                            "(2026-11-26): the first of 6 points took 415 s (344 s pretraining, 177.6M tokens; 53 s "
+                            "LoRA); the whole preset did not finish in the 470 s given",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
                               "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
     claims = [

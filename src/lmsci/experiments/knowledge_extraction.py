@@ -72,12 +72,13 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
                   "embedding_rank": 4}, "memorise_check_every": 2, "memorise_check_people": 4,
                   "mixed_exposures": 2},
         "quick": {"n_seeds": 1},
-        # one H100, <= 30 minutes (estimated, not measured): N = 10k (5k QA-train), 4-layer d_model 256 RoPE GPT,
+        # one H100, <= 30 minutes (estimated from the throughput measured on an H200): N = 5k (2.5k QA-train; 10k
+        # before 2026-11-26, when the measured throughput put it at 49 min), 4-layer d_model 256 RoPE GPT,
         # 300 exposures (100 in mixed training, plus 4x their tokens of QA), batch 24 x 512, lr 1e-3, wd 0.1; LoRA
         # fine-tune (rank 16 on qkv, rank 128 on the embedding, wd 0.01, cosine to 10%) at lr 1e-3 for ~3.6k steps
         # (the papers' 3e-4 is for 50k steps); the whole budget is trained (no early stop), recall checked every
         # 1000 steps; trainer checkpoints let 10-minute commands chain (rerun into the same --out)
-        "gpu": {"n_people": 10_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
+        "gpu": {"n_people": 5_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
                 "mixed_exposures": 100, "seq_len": 512, "qa_seq_len": 128, "pipeline": "stream",
                 "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1, "warmup_frac": 0.02},
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
@@ -138,9 +139,9 @@ class KnowledgeExtraction(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
     time_estimate = {"smoke": "~15 s", "quick": "21.9 min measured (1312 s wall, 831 s CPU, 1 seed, one thread beside another run on a loaded machine, 2026-11-23; 834 s in the previous session)",
-                     "gpu": "20.7 min on one H100, estimated, not measured (estimate_h100_seconds: 3 seeds x "
-                            "(single 0.18B + augmented 0.26B + mixed 0.30B pretraining tokens at 22.9 MFLOP/token, "
-                            "~63k steps, LoRA fine-tuning 24M tokens per arm); " + H100_ASSUMPTIONS + "). Every point < 3 min; "
+                     "gpu": "24.6 min on one H100, estimated (estimate_h100_seconds: 3 seeds x (single 0.09B + "
+                            "augmented 0.13B + mixed 0.15B pretraining tokens at 22.9 MFLOP/token, ~32k steps, LoRA "
+                            "fine-tuning 12M tokens per arm); " + H100_ASSUMPTIONS + "). Every point < 5 min; "
                             "pretraining checkpoints every 1000 steps (rerun into the same --out to resume). "
                             + CPU_CHECK,
                      "paper": "N=100k, GPT-2 small, 80k steps of 96 x 512 tokens (~4B tokens) per pretraining: ~3 h on "

@@ -83,12 +83,13 @@ class ReversalCurseConfig(BiosQAConfig):
                   "ft_epochs": 1, "seq_len": 160, "qa_seq_len": 64, "reverse_multiplicity": 1,
                   "finetune": {"batch_size": 4, "rank": 2, "embedding_rank": 4}},
         "quick": {"n_seeds": 3},
-        # the smallest configuration that can settle the claims: N = 10k (5k QA-train), a 4-layer
+        # the smallest configuration that can settle the claims, at N = 5k (2.5k QA-train; the 10k
+        # was estimated at 45 min with the throughput measured on an H200 on 2026-11-26), a 4-layer
         # d_model 256 RoPE GPT, 300 exposures, 24 x 512-token batches, lr 1e-3, wd 0.1; the streaming pipeline
         # (vectorised rendering, DocStream packing: the Python packer spent minutes before the first step) and
         # bf16 autocast; pretraining checkpoints every 10% of its steps, so commands of <= 10 minutes chain
         # (rerun into the same --out)
-        "gpu": {"n_people": 10_000, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
+        "gpu": {"n_people": 5_000, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
                 "seq_len": 512, "qa_seq_len": 128, "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1},
                 "finetune": {"method": "lora", "lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 10,
                 "n_seeds": 3, "threads": 0, "pipeline": "stream", "precision": "bf16"},
@@ -242,8 +243,8 @@ class ReversalCurse(Experiment):
     source = SOURCE
     Config = ReversalCurseConfig
     time_estimate = {"smoke": "~10 s", "quick": "13.1 min measured (784 s, 3 seeds, one thread, beside another run; 2026-11-23)",
-                     "gpu": "19.2 min on one H100, estimated, not measured (estimate_h100_seconds: 3 seeds x "
-                            "(forward-only 0.26B + with-reverse 0.43B pretraining tokens at 22.9 MFLOP/token, ~60k "
+                     "gpu": "22.4 min on one H100, estimated (estimate_h100_seconds: 3 seeds x "
+                            "(forward-only 0.13B + with-reverse 0.22B pretraining tokens at 22.9 MFLOP/token, ~30k "
                             "steps; streaming pipeline); " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
                             "minutes in Python before the first step (measured on this loaded CPU: 162 s to render "
                             "the 50k forward and 110 s the 50k reversed biographies, 27 s to pack each epoch, and "
