@@ -92,14 +92,15 @@ def test_resumed_pretraining_keeps_the_recall_checks_made_before_the_kill(tmp_pa
 
 # the smoke results of celebrity-helps-minority and knowledge-extraction before the memorisation-first sequence
 # was lifted into knowledge_common.pretrain_check_finetune (commit 6d54970 with the seeded LoRA initialisation)
+# ft_final_loss since the step-matched LoRA embedding adapter (train.finetune.matched_embedding_alpha, 2026-11-26)
 BEFORE_LIFT = {
     "celebrity-helps-minority": {
-        "baseline_all_single": {"ft_final_loss": 6.226112083152488, "qa_minority": 0.0, "pretrain_steps": 1},
-        "celebrities_augmented": {"ft_final_loss": 5.811423247715212, "qa_minority": 0.0, "pretrain_steps": 6}},
+        "baseline_all_single": {"ft_final_loss": 6.2334442138671875, "qa_minority": 0.0, "pretrain_steps": 1},
+        "celebrities_augmented": {"ft_final_loss": 5.814022424086085, "qa_minority": 0.0, "pretrain_steps": 6}},
     "knowledge-extraction": {
-        "single_pretrain_ft": {"ft_final_loss": 6.222789689606311, "qa_test": 0.0, "pretrain_steps": 1,
+        "single_pretrain_ft": {"ft_final_loss": 6.230308981502757, "qa_test": 0.0, "pretrain_steps": 1,
                                "p_probe_before": 0.1111111111111111},
-        "augmented_pretrain_ft": {"ft_final_loss": 5.895166115682633, "qa_test": 0.0, "pretrain_steps": 7,
+        "augmented_pretrain_ft": {"ft_final_loss": 5.900301073418289, "qa_test": 0.0, "pretrain_steps": 7,
                                   "p_probe_before": 0.1111111111111111},
         "single_mixed": {"ft_final_loss": None, "qa_test": 0.0, "pretrain_steps": 7, "p_probe_before": None}},
 }
