@@ -93,7 +93,7 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~10 s", "quick": "23.9 min measured (1434 s wall, 909 s CPU, 3 seeds, one thread beside another run on a loaded machine, 2026-11-23; 911 s in the previous session)",
+    time_estimate = {"smoke": "~10 s", "quick": "10.5 min measured (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26); 1378 s wall, 905 s CPU at one thread beside two other runs",
                      "gpu": "27.7 min on one H100, estimated (estimate_h100_seconds: 3 seeds x 2 "
                             "models x ~0.2B pretraining tokens at 22.9 MFLOP/token, LoRA fine-tuning on the 5k "
                             "celebrities; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "

@@ -138,7 +138,7 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~15 s", "quick": "21.9 min measured (1312 s wall, 831 s CPU, 1 seed, one thread beside another run on a loaded machine, 2026-11-23; 834 s in the previous session)",
+    time_estimate = {"smoke": "~15 s", "quick": "13.3 CPU-min measured (801 s CPU, 1278 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 1 seed)",
                      "gpu": "24.6 min on one H100, estimated (estimate_h100_seconds: 3 seeds x (single 0.09B + "
                             "augmented 0.13B + mixed 0.15B pretraining tokens at 22.9 MFLOP/token, ~32k steps, LoRA "
                             "fine-tuning 12M tokens per arm); " + H100_ASSUMPTIONS + "). Every point < 5 min; "

@@ -242,7 +242,7 @@ class ReversalCurse(Experiment):
              "completion from an attributes-only prompt) unless its training text states names after attributes.")
     source = SOURCE
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~10 s", "quick": "13.1 min measured (784 s, 3 seeds, one thread, beside another run; 2026-11-23)",
+    time_estimate = {"smoke": "~10 s", "quick": "12.6 CPU-min measured (757 s CPU, 1233 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 3 seeds); 784 s wall beside one other run (2026-11-23)",
                      "gpu": "22.4 min on one H100, estimated (estimate_h100_seconds: 3 seeds x "
                             "(forward-only 0.13B + with-reverse 0.22B pretraining tokens at 22.9 MFLOP/token, ~30k "
                             "steps; streaming pipeline); " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
