@@ -117,9 +117,9 @@ class MLPMemories(Experiment):
              "the upper ones).")
     source = "Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories, EMNLP 2021, arXiv 2012.14913, Sec. 4"
     Config = MLPMemoriesConfig
-    time_estimate = {"smoke": "~5 s", "quick": "12.9 min measured for the first protocol (771 s wall, 491 s CPU, two runs at once on a "
-                                              "loaded 2-core machine); ~15 min CPU estimated for the current one (3 seeds x (~250 s "
-                                              "Shakespeare + ~50 s bioS))",
+    time_estimate = {"smoke": "~5 s", "quick": "10.6 min measured (638 s wall, 1222 s CPU, threads=2 alone on the 2-core machine, "
+                                              "2026-11-26); 931 s wall, 920 s CPU at one thread, beside another run for its first 12 "
+                                              "minutes",
                      "gpu": "~20 min on one H100 (estimated, not measured)",
                      "paper": "~2 H100-hours (estimated: a 16-layer LM of ~250M parameters, 20k steps)"}
     claims = [
