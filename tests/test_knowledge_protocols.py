@@ -64,10 +64,11 @@ def _adam_step_sizes(spec: FinetuneSpec, steps: int = 5, lr: float = 1e-3) -> tu
     of the first block's effective qkv weight, after ``steps`` Adam steps (full fine-tuning for method "full")."""
     import torch.nn.functional as F
 
-    torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=100, seq_len=32, n_layers=2, n_heads=4, d_model=64, pos="rope"), seed=1)
     x = torch.randint(0, 100, (8, 32), generator=torch.Generator().manual_seed(1))
-    net = model if spec.method == "full" else add_lora(model, spec)
+    with torch.random.fork_rng():  # peft draws the adapters from the global generator: seed it, leave it as it was
+        torch.manual_seed(0)
+        net = model if spec.method == "full" else add_lora(model, spec)
 
     def effective():
         with torch.no_grad():
@@ -264,7 +265,8 @@ def test_presets_use_lora_and_the_gpu_preset_is_the_issue_scale():
             assert cfg.finetune.method == "lora"
         gpu = resolve_config(exp.Config, "gpu", [])
         # N = 10k for celebrity; 5k for extraction, whose 10k was estimated at 49 min at the measured throughput
-        assert gpu.n_people in (5_000, 10_000) and gpu.model.d_model == 256 and gpu.model.n_layers == 4
+        n_people = 10_000 if name == "celebrity-helps-minority" else 5_000
+        assert gpu.n_people == n_people and gpu.model.d_model == 256 and gpu.model.n_layers == 4
         assert gpu.pretrain.batch_size == 24 and gpu.seq_len == 512 and gpu.pretrain.lr == 1e-3
         assert gpu.finetune.weight_decay == 0.01 and gpu.finetune.embedding_rank == 128
         paper = resolve_config(exp.Config, "paper", [])
