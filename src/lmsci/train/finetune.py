@@ -150,11 +150,10 @@ def add_lora(model: nn.Module, spec: FinetuneSpec) -> nn.Module:
                                       f"model_type {mt!r})")
                 targets = list(MAP[mt])
             targets = targets + [emb_name]
-            leaf = emb_name.split(".")[-1]
-            rank_pattern[f"^{emb_name}$" if "." in emb_name else leaf] = r_emb
-            alpha_pattern[f"^{emb_name}$" if "." in emb_name else leaf] = float(
-                spec.embedding_alpha if spec.embedding_alpha is not None
-                else matched_embedding_alpha(spec.rank, alpha, r_emb, d_model))
+            key = f"^{emb_name}$" if "." in emb_name else emb_name  # peft pattern: the exact module, or its leaf name
+            rank_pattern[key] = r_emb
+            alpha_pattern[key] = float(spec.embedding_alpha if spec.embedding_alpha is not None
+                                       else matched_embedding_alpha(spec.rank, alpha, r_emb, d_model))
     cfg = LoraConfig(r=spec.rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
                      rank_pattern=rank_pattern, alpha_pattern=alpha_pattern)
     return get_peft_model(model, cfg)
