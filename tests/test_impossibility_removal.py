@@ -13,7 +13,8 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.watermark_removal import RemovalConfig, WatermarkRemoval, ngram_overlap, token_logprobs
+from lmsci.experiments.watermark_removal import (RemovalConfig, WatermarkRemoval, ngram_overlap, propose_span,
+                                                 token_logprobs)
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.models.hf import to_hf
 from lmsci.runs import RunDir
@@ -32,6 +33,34 @@ def test_ngram_overlap_and_logprobs():
     assert lp.shape == (2, 5) and torch.allclose(lp, ref, atol=1e-4)
     with pytest.raises(ConfigError):
         WatermarkRemoval().validate(resolve_config(RemovalConfig, "smoke", ["delta=-1"]))
+
+
+@pytest.mark.parametrize("s,k", [(1, 3), (4, 3), (7, 3), (9, 1)])
+def test_propose_span_resamples_only_the_span_and_scores_like_a_full_pass(s, k):
+    model = GPT(GPTConfig(vocab_size=20, seq_len=16, n_layers=2, n_heads=2, d_model=8), seed=1)
+    hf = to_hf(model)
+    x = torch.randint(0, 20, (64, 10), generator=torch.Generator().manual_seed(0))
+    new, lp = propose_span(hf, x, s, k, torch.Generator().manual_seed(3))
+    outside = torch.ones(10, dtype=torch.bool)
+    outside[s: s + k] = False
+    assert torch.equal(new[:, outside], x[:, outside])
+    assert (new[:, s: s + k] != x[:, s: s + k]).any()  # 64 rows x k draws from 20 tokens: some change
+    assert lp.shape == (64, 10 - s)
+    assert torch.allclose(lp, token_logprobs(hf, new)[:, s - 1:], atol=1e-5)
+    with pytest.raises(ValueError):
+        propose_span(hf, x, 0, 2, torch.Generator())
+    with pytest.raises(ValueError):
+        propose_span(hf, x, 9, 2, torch.Generator())
+
+
+def test_propose_span_draws_from_the_model():
+    model = GPT(GPTConfig(vocab_size=20, seq_len=16, n_layers=1, n_heads=2, d_model=8), seed=2)
+    hf = to_hf(model)
+    x = torch.randint(0, 20, (1, 8), generator=torch.Generator().manual_seed(0)).repeat(20000, 1)
+    new, _ = propose_span(hf, x, 5, 1, torch.Generator().manual_seed(4))
+    p = torch.softmax(model(x[:1, :5])[0, -1], -1)
+    freq = torch.bincount(new[:, 5], minlength=20).float() / len(new)
+    assert (freq - p).abs().max() < 0.015  # 20,000 draws: the standard error is at most 0.0036
 
 
 def _row(z0=9.0, zf=1.2, dq=0.01):
@@ -60,3 +89,44 @@ def test_smoke_preset_runs(tmp_path):
     df = pd.read_csv(run.path / "results.csv")
     assert np.isfinite(df["zf_median"].iloc[0]) and 0 <= df["accept_rate"].iloc[0] <= 1
     assert (run.path / "points" / "walk" / "curve.csv").exists()
+
+
+def _export(tmp_path, name, vocab_size, tokenizer=None, seed=0):
+    from lmsci.models.hf import export_hf
+
+    model = GPT(GPTConfig(vocab_size=vocab_size, seq_len=48, n_layers=1, n_heads=2, d_model=16), seed=seed)
+    return str(export_hf(model, tmp_path / name, tokenizer))
+
+
+def test_local_models_are_checked_before_any_work(tmp_path):
+    g = _export(tmp_path, "g", 64)
+    a = _export(tmp_path, "a", 64, seed=1)
+    other = _export(tmp_path, "other", 80)
+    ex = WatermarkRemoval()
+    for sets, field in ([[f"generator_model={g}"], "attacker_model"],  # the three go together
+                        [[f"generator_model={g}", f"attacker_model={a}", "judge_model=facebook/opt-1.3b"],
+                         "judge_model"],  # never downloaded
+                        [[f"generator_model={g}", f"attacker_model={a}", f"judge_model={other}"], "attacker_model"]):
+        with pytest.raises(ConfigError) as err:
+            ex.validate(resolve_config(RemovalConfig, "smoke", sets))
+        assert err.value.field == field
+    ex.validate(resolve_config(RemovalConfig, "smoke", [f"generator_model={g}", f"attacker_model={a}",
+                                                         f"judge_model={a}"]))
+
+
+def test_smoke_preset_runs_on_local_hugging_face_models(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    from lmsci.sweep import run_experiment
+    from lmsci.worlds import shakespeare as sh
+
+    corpus = sh.prepare("bpe", 1024)
+    tok = PreTrainedTokenizerFast(tokenizer_object=corpus.tokenizer.hf)
+    dirs = [_export(tmp_path, n, corpus.vocab_size, tok if n == "g" else None, seed=i)
+            for i, n in enumerate(("g", "a", "j"))]
+    cfg = resolve_config(RemovalConfig, "smoke", ["threads=1", "device=cpu", f"generator_model={dirs[0]}",
+                                                  f"attacker_model={dirs[1]}", f"judge_model={dirs[2]}"])
+    run = run_experiment(WatermarkRemoval(), cfg, tmp_path / "run", progress=False)
+    df = pd.read_csv(run.path / "results.csv")
+    assert df["status"].iloc[0] == "ok" and np.isfinite(df["zf_median"].iloc[0])
+    assert not (run.path / "metrics.jsonl").exists() or "generator" not in (run.path / "metrics.jsonl").read_text()

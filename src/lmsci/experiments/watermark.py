@@ -196,9 +196,7 @@ class Watermark(Experiment):
             h = load_hf(cfg.hf_model, device)
             if h.tokenizer is None:
                 raise ConfigError("hf_model", cfg.hf_model, "a directory that also holds the model's tokenizer")
-            _, val = sh.split_works(sh.load_works())
-            ids = h.tokenizer("\n\n".join(w.text for w in val))["input_ids"]
-            corpus = SimpleNamespace(val_ids=np.asarray(ids, dtype=np.int64), vocab_size=int(h.model.config.vocab_size))
+            corpus = SimpleNamespace(val_ids=sh.val_ids_for(h.tokenizer), vocab_size=int(h.model.config.vocab_size))
             return corpus, h.model.eval(), float("nan")
 
         corpus = sh.prepare("bpe", cfg.vocab_size)

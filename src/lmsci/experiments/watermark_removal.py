@@ -5,13 +5,18 @@ Watermarking for Generative Models", ICML 2024, arXiv 2311.04378, Algorithm 1 (p
 oracle, random walk); counterpoint Harel-Canada et al., "Sandcastles in the Storm", arXiv 2505.06827
 (traceability of the walk's endpoint to its origin); spec ``impossibility_and_theory.md`` §1b; issue 18.
 
-Three lmsci GPTs are trained on Shakespeare (BPE, different seeds): the generator ``G`` (watermarked through
+Three lmsci GPTs are trained on Shakespeare (BPE, different seeds; one after another: at this shape, seq_len 256
+and d_model 128, stacking them with :func:`lmsci.train.stacked.train_stacked` was 0.94x as fast on 2 CPU threads):
+the generator ``G`` (watermarked through
 transformers' ``WatermarkLogitsProcessor``, left-hash, gamma 0.25, delta 2), the attacker's own model ``A`` and an
 independent judge ``J``. Each walk step, for every text at once:
 
 1. perturbation oracle: mask a random span of ``span`` generated tokens and resample it from ``A`` (no watermark)
    given the left context; Metropolis-Hastings acceptance ``min(1, A(suffix | new span) / A(suffix | old span))``
-   (the proposal ``A(span | left)`` cancels, so the walk's stationary law is ``A`` itself);
+   (the proposal ``A(span | left)`` cancels, so the walk's stationary law is ``A`` itself). One span start is
+   drawn per step for the whole batch of texts (each text's walk is the same Markov chain as with its own draw;
+   the draws are only coupled across texts), so the proposal and its scoring share one key/value cache of the
+   prefix: one forward pass' worth of tokens per step (:func:`propose_span`) instead of ``span + 1`` full passes;
 2. quality oracle: keep the proposal only if ``A``'s mean NLL of the generated tokens is at most the original
    text's plus ``tau`` nats/token (quality compared with the original, as in Algorithm 1).
 
@@ -68,6 +73,12 @@ class RemovalConfig(ExperimentConfig):
     steps: int = Field(800, ge=1, description="training steps of each of the three models")
     batch_size: int = Field(8, ge=1)
     lr: float = Field(2e-3, gt=0)
+    generator_model: str | None = Field(None, description="a local directory holding a Hugging Face causal LM and its "
+                                        "tokenizer to watermark instead of the trained generator GPT (e.g. OPT-1.3B, "
+                                        "the paper's); with attacker_model and judge_model, never downloaded")
+    attacker_model: str | None = Field(None, description="local causal LM of the perturbation and quality oracles "
+                                       "(same vocabulary as generator_model)")
+    judge_model: str | None = Field(None, description="local causal LM that judges quality (same vocabulary)")
     threads: int = Field(1, ge=0)
 
     PRESETS = {
@@ -95,6 +106,47 @@ def token_logprobs(model: Any, x: torch.Tensor) -> torch.Tensor:
     return lp.gather(2, x[:, 1:, None]).squeeze(2)
 
 
+@torch.no_grad()
+def propose_span(model: Any, x: torch.Tensor, s: int, k: int, generator: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The perturbation oracle: resample positions ``s .. s+k-1`` of every row of ``x`` from ``model``.
+
+    Args:
+        model: a Hugging Face causal LM (``model(ids, past_key_values=..., use_cache=True)``).
+        x: ``[n, L]`` long token ids; ``1 <= s`` and ``s + k <= L``.
+        s, k: the span's first position and its length (the same for every row).
+        generator: a CPU ``torch.Generator`` for the multinomial draws (temperature 1, no truncation).
+
+    Returns:
+        ``(new [n, L], lp [n, L-s])``: the proposal (``x`` outside the span) and the log-probabilities under
+        ``model`` of ``new[:, s:]`` given everything before them, equal to ``token_logprobs(model, new)[:, s-1:]``
+        to float rounding. The prefix ``x[:, :s]`` is run once and its key/value cache reused for the ``k`` draws
+        and for scoring the suffix, so a step costs one pass over ``L`` tokens.
+
+    Raises:
+        ValueError: a span outside ``[1, L)``.
+    """
+    n, L = x.shape
+    if not (1 <= s and k >= 1 and s + k <= L):
+        raise ValueError(f"span [{s}, {s + k}) must lie within [1, {L}]")
+    new = x.clone()
+    out = model(x[:, :s], use_cache=True)
+    cache, logits = out.past_key_values, out.logits[:, -1].float()
+    lps = []
+    for j in range(k):
+        logp = torch.log_softmax(logits, -1)
+        tok = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(x.device)
+        new[:, s + j] = tok
+        lps.append(logp.gather(1, tok[:, None]))
+        if j < k - 1:
+            out = model(tok[:, None], past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1].float()
+    if s + k < L:  # score the suffix given the new span: feed the span's last token and the suffix
+        logp = torch.log_softmax(model(new[:, s + k - 1: -1], past_key_values=cache).logits.float(), -1)
+        lps.append(logp.gather(2, new[:, s + k:, None]).squeeze(2))
+    return new, torch.cat(lps, 1)
+
+
 @register("watermark-removal")
 class WatermarkRemoval(Experiment):
     """Algorithm 1 of Watermarks in the Sand against KGW, with an independent judge and Sandcastles traceability."""
@@ -104,10 +156,13 @@ class WatermarkRemoval(Experiment):
     source = ("Zhang et al., 'Watermarks in the Sand', ICML 2024, arXiv 2311.04378, Algorithm 1; Harel-Canada et al., "
               "arXiv 2505.06827")
     Config = RemovalConfig
-    time_estimate = {"smoke": "~20 s", "quick": "1068 s measured (18 min, over the 15-minute budget: three models x 800 "
-                                                "steps, 200 walk steps over 50 texts; one thread beside another run)",
-                     "gpu": "~20 min on one H100", "paper": "~1 h on one H100 (the paper's T5-XL infiller and reward "
-                                                           "model are for users who have them locally)"}
+    time_estimate = {"smoke": "~20 s", "quick": "309 s measured (threads=2, nothing else running; three models x 800 "
+                                                "steps, then 200 walk steps over 50 texts)",
+                     "gpu": "~20 min on one H100", "paper": "~1 h on one H100 with the trained GPTs; with "
+                                                           "--set generator_model=DIR --set attacker_model=DIR "
+                                                           "--set judge_model=DIR "
+                                                           "(local causal LMs sharing a tokenizer, e.g. OPT-1.3B/2.7B/6.7B) "
+                                                           "the time of their forward passes"}
     claims = [
         Claim(
             "removal",
@@ -130,6 +185,32 @@ class WatermarkRemoval(Experiment):
             raise ConfigError("seq_len", cfg.seq_len, f">= prompt_len + T = {cfg.prompt_len + cfg.T}")
         if cfg.span >= cfg.T:
             raise ConfigError("span", cfg.span, f"< T = {cfg.T}")
+        self._check_local_models(cfg)
+
+    LOCAL = ("generator_model", "attacker_model", "judge_model")
+
+    def _check_local_models(self, cfg: RemovalConfig) -> None:
+        """All three local models or none; each a directory with a config; one vocabulary (ConfigError)."""
+        paths = {f: getattr(cfg, f) for f in self.LOCAL}
+        given = [f for f, v in paths.items() if v is not None]
+        if not given:
+            return
+        if len(given) < 3:
+            missing = [f for f in self.LOCAL if f not in given]
+            raise ConfigError(missing[0], None, "a local model directory: generator_model, attacker_model and "
+                                                "judge_model go together (they share one tokenizer)")
+        from pathlib import Path
+
+        from transformers import AutoConfig
+
+        vocab = {}
+        for f, v in paths.items():
+            if not (Path(v).is_dir() and (Path(v) / "config.json").is_file()):
+                raise ConfigError(f, v, "a local directory with a causal LM's config.json and weights "
+                                        "(lmsci does not download models)")
+            vocab[f] = int(AutoConfig.from_pretrained(v).vocab_size)
+        if len(set(vocab.values())) > 1:
+            raise ConfigError("attacker_model", vocab, "models with the generator's vocabulary (one tokenizer)")
 
     def points(self, cfg: RemovalConfig) -> list[Point]:
         return [Point("walk", {})]
@@ -149,10 +230,19 @@ class WatermarkRemoval(Experiment):
         from lmsci.worlds import shakespeare as sh
 
         device = resolve_device(cfg.device)
-        corpus = sh.prepare("bpe", cfg.vocab_size)
-        G, A, J = (self._train(cfg, corpus, role, ctx, device) for role in ("generator", "attacker", "judge"))
+        if cfg.generator_model is not None:  # the paper preset on a user's machine: local models, never downloaded
+            from lmsci.models.hf import load_hf
+
+            G, A, J = (load_hf(getattr(cfg, f), device, tokenizer=(f == "generator_model")) for f in self.LOCAL)
+            if G.tokenizer is None:
+                raise ConfigError("generator_model", cfg.generator_model, "a directory that also holds the tokenizer")
+            val = sh.val_ids_for(G.tokenizer)
+            G, A, J = (h.model.eval() for h in (G, A, J))
+        else:
+            corpus = sh.prepare("bpe", cfg.vocab_size)
+            G, A, J = (self._train(cfg, corpus, role, ctx, device) for role in ("generator", "attacker", "judge"))
+            val = np.asarray(corpus.val_ids, dtype=np.int64)
         rng = np.random.default_rng(derive_seed(ctx.seed, "prompts"))
-        val = np.asarray(corpus.val_ids, dtype=np.int64)
         starts = rng.integers(0, len(val) - cfg.prompt_len, cfg.n_texts)
         prompts = torch.as_tensor(np.stack([val[s: s + cfg.prompt_len] for s in starts]), device=device)
         wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, cfg.scheme, cfg.key)
@@ -164,7 +254,6 @@ class WatermarkRemoval(Experiment):
         q0 = -lpA.mean(1)  # original quality (NLL per token under A)
         g = torch.Generator(device="cpu").manual_seed(derive_seed(ctx.seed, "walk"))
         n = cfg.n_texts
-        rows = torch.arange(n, device=device)
         curve = []
         accepted = torch.zeros(n)
         for step in range(cfg.walk_steps + 1):
@@ -176,19 +265,11 @@ class WatermarkRemoval(Experiment):
                 ctx.log(**curve[-1])
             if step == cfg.walk_steps:
                 break
-            i = torch.randint(0, T - k + 1, (n,), generator=g).to(device)  # span start within the generated tokens
-            new = x.clone()
-            with torch.no_grad():
-                for j in range(k):
-                    pos = P + i + j  # absolute position being resampled
-                    logits = A(new).logits[rows, pos - 1].float()  # no watermark: the attacker's own model
-                    tok = torch.multinomial(torch.softmax(logits, -1).cpu(), 1, generator=g).squeeze(1)
-                    new[rows, pos] = tok.to(device)
-            lp_new = token_logprobs(A, new)[:, P - 1:]
+            i = int(torch.randint(0, T - k + 1, (1,), generator=g))  # span start within the generated tokens
+            new, lp_tail = propose_span(A, x, P + i, k, g)  # no watermark: the attacker's own model
+            lp_new = torch.cat([lpA[:, :i], lp_tail], 1)
             # MH: the suffix after the span, scored under A with the new vs the old span
-            idx = torch.arange(T, device=device)[None]
-            suffix = idx >= (i + k)[:, None]
-            log_ratio = ((lp_new - lpA) * suffix).sum(1)
+            log_ratio = (lp_new[:, i + k:] - lpA[:, i + k:]).sum(1)
             u = torch.rand(n, generator=g).to(device)
             mh = torch.log(u) < log_ratio
             quality_ok = (-lp_new.mean(1)) <= q0 + cfg.tau

@@ -45,6 +45,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -268,6 +269,26 @@ def prepare(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Corpus(train_ids, val_ids, tok, *names, len(train_text), len(val_text), path, False)
+
+
+def val_ids_for(tokenizer: Any, val_fraction: float = 0.1, split_seed: int = 0) -> np.ndarray:
+    """The held-out works (the validation split of :func:`split_works`) tokenized by another model's tokenizer.
+
+    For experiments that run a user's own Hugging Face model (e.g. OPT-1.3B from a local directory) on the same
+    held-out text lmsci's GPTs are evaluated on.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (``tokenizer(text)["input_ids"]``).
+        val_fraction, split_seed: see :func:`split_works`.
+
+    Returns:
+        ``[n_tokens]`` int64 token ids of the held-out works joined by blank lines.
+
+    Raises:
+        DataError: corpus package missing.
+    """
+    _, val = split_works(load_works(), val_fraction, split_seed)
+    return np.asarray(tokenizer(_join(val))["input_ids"], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------
