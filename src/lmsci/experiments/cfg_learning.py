@@ -64,7 +64,7 @@ class CFGModelConfig(ExperimentConfig):
     d_model: int = Field(64, ge=8)
     seq_len: int = Field(128, ge=8, description="context window (tokens, BOS included)")
     batch_size: int = Field(16, ge=1)
-    steps: int = Field(800, ge=1)
+    steps: int = Field(3000, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
     weight_decay: float = Field(0.1, ge=0)
