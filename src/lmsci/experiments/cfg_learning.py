@@ -169,7 +169,7 @@ class CFGLearning(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 3 (Fig. 4), sec. 5"
     Config = CFGLearningConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "661 s measured (3 seeds of 800 steps on cfg3b-small, one thread beside another run)",
+                     "quick": "711 s measured (3 seeds of 3000 steps on cfg3b-small, threads=2, nothing else running)",
                      "gpu": "~25 min estimated on one H100, not measured (cfg3f, 4 variants x 3 seeds, 3000 steps of "
                             "a 6-layer d256 GPT, batch 64 x 512; the exact KL DP runs on the CPU, ~5-10 s per cfg3f "
                             "string, hence n_kl = 8)",

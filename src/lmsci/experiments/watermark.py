@@ -236,6 +236,10 @@ class Watermark(Experiment):
             from scipy.stats import kstest
 
             row[f"{scheme}_ks_p"] = float(kstest(d_p["z"], "norm").pvalue)
+            # diagnostics of the null: N(0, 1) has mean 0 and sd 1 (a shift = a biased colouring of frequent tokens,
+            # a wider spread = green bits correlated within a text)
+            row[f"{scheme}_z_plain_mean"] = float(np.mean(d_p["z"]))
+            row[f"{scheme}_z_plain_sd"] = float(np.std(d_p["z"], ddof=1))
             # Theorem 4.2, every scored token counted
             s_m = wm.step_distributions_spike(hf, prompts, marked, cfg.gamma, cfg.delta, cfg.temperature, cfg.gen_batch)
             h = wm.SCHEMES[scheme]
@@ -302,7 +306,10 @@ class Watermark(Experiment):
         if ps:
             p = min(ps.values())
             out.append(self.judge(cfg, "null-normal", value=p, passed=bool(p >= KS_ALPHA),
-                                  ci_kind=f"KS test, {n} unwatermarked texts", details={"ks_p": ps}))
+                                  ci_kind=f"KS test, {n} unwatermarked texts",
+                                  details={"ks_p": ps, **{f"{s}_null_z_mean_sd": [float(r[f"{s}_z_plain_mean"]),
+                                                                                  float(r[f"{s}_z_plain_sd"])]
+                                                          for s in ps if f"{s}_z_plain_mean" in results}}))
         if "lefthash_thm42_diff" in results:
             m, se = float(r["lefthash_thm42_diff"]), float(r["lefthash_thm42_diff_se"])
             from scipy.stats import t as student
