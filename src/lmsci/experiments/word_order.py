@@ -77,7 +77,7 @@ class WordOrderConfig(ExperimentConfig):
     n_heads: int = Field(4, ge=1)
     d_model: int = Field(64, ge=8)
     batch_size: int = Field(64, ge=1)
-    steps: int = Field(2000, ge=1)
+    steps: int = Field(4000, ge=1)
     lr: float = Field(2e-3, gt=0)
     n_test: int = Field(400, ge=1)
     q: int = Field(20, ge=2, description="derangements per test example (paper: 100)")
@@ -94,7 +94,7 @@ class WordOrderConfig(ExperimentConfig):
         "smoke": {"steps": 5, "n_test": 8, "q": 3, "batch_size": 8, "d_model": 16, "n_heads": 2, "n_layers": 1,
                   "encoder": False, "cfg_steps": 2, "n_cfg_strings": 3, "n_seeds": 1},
         "quick": {},
-        "gpu": {"q": 100, "n_test": 2000, "steps": 2000, "d_model": 128, "n_layers": 4, "threads": 0},
+        "gpu": {"q": 100, "n_test": 2000, "steps": 4000, "d_model": 128, "n_layers": 4, "threads": 0},
         "paper": {"q": 100, "n_test": 5000, "steps": 5000, "d_model": 256, "n_layers": 4, "n_sentences": 1000,
                   "threads": 0},
     }
