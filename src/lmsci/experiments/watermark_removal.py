@@ -20,6 +20,10 @@ independent judge ``J``. Each walk step, for every text at once:
 2. quality oracle: keep the proposal only if ``A``'s mean NLL of the generated tokens is at most the original
    text's plus ``tau`` nats/token (quality compared with the original, as in Algorithm 1).
 
+At the paper's scale (``infiller_model``, ``reward_model``: local directories) the walk edits text as the paper's
+code does: a T5 infiller fills a masked span of ``span_words`` words and a reward model keeps the proposal when its
+reward is not below the original's (:mod:`lmsci.methods.span_infill`; no Metropolis-Hastings step, as in Algorithm 1).
+
 Measured: the median z-score (transformers' ``WatermarkDetector``) every ``detect_every`` steps; the judge's
 quality change (mean NLL per token of the final minus the original text under ``J``); traceability: the share of
 the final text's 4-grams found in its own origin against the largest share found in any other origin text.
@@ -79,6 +83,13 @@ class RemovalConfig(ExperimentConfig):
     attacker_model: str | None = Field(None, description="local causal LM of the perturbation and quality oracles "
                                        "(same vocabulary as generator_model)")
     judge_model: str | None = Field(None, description="local causal LM that judges quality (same vocabulary)")
+    infiller_model: str | None = Field(None, description="the paper's perturbation oracle: a local T5-style span "
+                                       "infiller (e.g. t5-v1_1-xl); the walk then edits text, masking span_words words "
+                                       "(needs the local generator_model, attacker_model, judge_model)")
+    reward_model: str | None = Field(None, description="the paper's quality oracle: a local reward model scoring "
+                                     "(prompt, response) pairs (e.g. reward-model-deberta-v3-large-v2); a proposal is "
+                                     "kept if its reward is not below the original's (needs infiller_model)")
+    span_words: int = Field(6, ge=1, description="words masked per step by the T5 infiller")
     threads: int = Field(1, ge=0)
 
     PRESETS = {
@@ -104,6 +115,13 @@ def token_logprobs(model: Any, x: torch.Tensor) -> torch.Tensor:
     """``[B, L-1]`` log-probabilities of ``x[:, 1:]`` under a Hugging Face causal LM."""
     lp = torch.log_softmax(model(x).logits[:, :-1].float(), -1)
     return lp.gather(2, x[:, 1:, None]).squeeze(2)
+
+
+def detect_each(det: Any, seqs: list[torch.Tensor]) -> np.ndarray:
+    """``[n]`` z-scores of token sequences of any lengths (one batch when they are equally long)."""
+    if len({len(x) for x in seqs}) == 1:
+        return wm.detect(det, torch.stack(seqs))["z"]
+    return np.array([float(wm.detect(det, x[None])["z"][0]) for x in seqs])
 
 
 @torch.no_grad()
@@ -158,11 +176,13 @@ class WatermarkRemoval(Experiment):
     Config = RemovalConfig
     time_estimate = {"smoke": "~20 s", "quick": "309 s measured (threads=2, nothing else running; three models x 800 "
                                                 "steps, then 200 walk steps over 50 texts)",
-                     "gpu": "~20 min on one H100", "paper": "~1 h on one H100 with the trained GPTs; with "
+                     "gpu": "~20 min on one H100", "paper": "~1 h on one H100 with the trained GPTs. The paper's own oracles run "
+                                                           "on a user's machine from local directories (never downloaded): "
                                                            "--set generator_model=DIR --set attacker_model=DIR "
-                                                           "--set judge_model=DIR "
-                                                           "(local causal LMs sharing a tokenizer, e.g. OPT-1.3B/2.7B/6.7B) "
-                                                           "the time of their forward passes"}
+                                                           "--set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
+                                                           "OPT-1.3B/2.7B/6.7B) --set infiller_model=DIR (t5-v1_1-xl) "
+                                                           "--set reward_model=DIR (reward-model-deberta-v3-large-v2); "
+                                                           "the time of their forward passes, 50 texts x 200 steps"}
     claims = [
         Claim(
             "removal",
@@ -186,6 +206,7 @@ class WatermarkRemoval(Experiment):
         if cfg.span >= cfg.T:
             raise ConfigError("span", cfg.span, f"< T = {cfg.T}")
         self._check_local_models(cfg)
+        self._check_text_oracles(cfg)
 
     LOCAL = ("generator_model", "attacker_model", "judge_model")
 
@@ -212,6 +233,21 @@ class WatermarkRemoval(Experiment):
         if len(set(vocab.values())) > 1:
             raise ConfigError("attacker_model", vocab, "models with the generator's vocabulary (one tokenizer)")
 
+    def _check_text_oracles(self, cfg: RemovalConfig) -> None:
+        """The paper's T5 infiller and reward model: local directories, on top of the three local LMs."""
+        from lmsci.methods import span_infill
+
+        if cfg.reward_model is not None and cfg.infiller_model is None:
+            raise ConfigError("infiller_model", None, "a local T5-style infiller directory: the reward-model quality "
+                                                      "oracle judges the text walk of the T5 perturbation oracle")
+        if cfg.infiller_model is not None:
+            if cfg.generator_model is None:
+                raise ConfigError("generator_model", None, "a local causal LM directory: the T5 walk edits text, "
+                                                           "which needs the generator's own tokenizer")
+            span_infill.check_infiller(cfg.infiller_model)
+        if cfg.reward_model is not None:
+            span_infill._local_dir("reward_model", cfg.reward_model)
+
     def points(self, cfg: RemovalConfig) -> list[Point]:
         return [Point("walk", {})]
 
@@ -236,24 +272,49 @@ class WatermarkRemoval(Experiment):
             G, A, J = (load_hf(getattr(cfg, f), device, tokenizer=(f == "generator_model")) for f in self.LOCAL)
             if G.tokenizer is None:
                 raise ConfigError("generator_model", cfg.generator_model, "a directory that also holds the tokenizer")
-            val = sh.val_ids_for(G.tokenizer)
+            val, G_tok = sh.val_ids_for(G.tokenizer), G.tokenizer
             G, A, J = (h.model.eval() for h in (G, A, J))
         else:
             corpus = sh.prepare("bpe", cfg.vocab_size)
             G, A, J = (self._train(cfg, corpus, role, ctx, device) for role in ("generator", "attacker", "judge"))
-            val = np.asarray(corpus.val_ids, dtype=np.int64)
+            val, G_tok = np.asarray(corpus.val_ids, dtype=np.int64), None
         rng = np.random.default_rng(derive_seed(ctx.seed, "prompts"))
         starts = rng.integers(0, len(val) - cfg.prompt_len, cfg.n_texts)
         prompts = torch.as_tensor(np.stack([val[s: s + cfg.prompt_len] for s in starts]), device=device)
         wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, cfg.scheme, cfg.key)
         det = wm.detector(G, wcfg, device)
         y0 = wm.generate(G, prompts, cfg.T, wcfg, cfg.temperature, derive_seed(ctx.seed, "gen"))
-        P, T, k = cfg.prompt_len, cfg.T, cfg.span
+        n, P = cfg.n_texts, cfg.prompt_len
+        if cfg.infiller_model is not None:
+            final, extra, curve = self._text_walk(cfg, G_tok, A, prompts, y0, det, ctx, device)
+        else:
+            final, extra, curve = self._token_walk(cfg, A, prompts, y0, det, ctx, device)
+        zf = detect_each(det, final)
+        z0 = wm.detect(det, y0)["z"]
+        nll_j0 = -token_logprobs(J, torch.cat([prompts, y0], 1))[:, P - 1:].mean(1).cpu().numpy()
+        nll_j1 = np.array([-float(token_logprobs(J, torch.cat([prompts[t], f])[None])[0, P - 1:].mean())
+                           for t, f in enumerate(final)])
+        dq = nll_j1 - nll_j0
+        y0n, fn = y0.cpu().numpy(), [f.cpu().numpy() for f in final]
+        own = np.array([ngram_overlap(fn[t], y0n[t], cfg.ngram) for t in range(n)])
+        other = np.array([max(ngram_overlap(fn[t], y0n[u], cfg.ngram) for u in range(n) if u != t) for t in range(n)])
+        pd.DataFrame(curve).to_csv(ctx.artifact_dir / "curve.csv", index=False)
+        np.savez(ctx.artifact_dir / "texts.npz", z0=z0, zf=zf, dq=dq, own=own, other=other)
+        return {"z0_median": float(np.median(z0)), "zf_median": float(np.median(zf)),
+                "zf_frac_below_2": float((zf < Z_END).mean()), "zf_frac_above_4": float((zf > Z_START).mean()),
+                "judge_dq_median": float(np.median(dq)), "judge_dq_mean": float(dq.mean()),
+                "trace_own_overlap": float(own.mean()), "trace_other_max_overlap": float(other.mean()),
+                "traceable_share": float((own > other).mean()), **extra}
+
+    def _token_walk(self, cfg: RemovalConfig, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
+                    ctx: PointContext, device: str) -> tuple[list[torch.Tensor], dict, list[dict]]:
+        """The CPU-scale walk: span resampling from the causal LM ``A`` with Metropolis-Hastings acceptance and the
+        attacker-NLL quality oracle; returns (final generated tokens per text, result fields, curve)."""
+        P, T, k, n = cfg.prompt_len, cfg.T, cfg.span, cfg.n_texts
         x = torch.cat([prompts, y0], 1)
         lpA = token_logprobs(A, x)[:, P - 1:]  # [n, T]: the attacker's log-probs of the generated tokens
         q0 = -lpA.mean(1)  # original quality (NLL per token under A)
         g = torch.Generator(device="cpu").manual_seed(derive_seed(ctx.seed, "walk"))
-        n = cfg.n_texts
         curve = []
         accepted = torch.zeros(n)
         for step in range(cfg.walk_steps + 1):
@@ -278,25 +339,66 @@ class WatermarkRemoval(Experiment):
             lpA = torch.where(take[:, None], lp_new, lpA)
             accepted += take.float().cpu()
         final = x[:, P:]
-        zf = wm.detect(det, final)["z"]
-        z0 = wm.detect(det, y0)["z"]
-        nll_j0 = -token_logprobs(J, torch.cat([prompts, y0], 1))[:, P - 1:].mean(1)
-        nll_j1 = -token_logprobs(J, x)[:, P - 1:].mean(1)
-        dq = (nll_j1 - nll_j0).cpu().numpy()
-        y0n, fn = y0.cpu().numpy(), final.cpu().numpy()
-        own = np.array([ngram_overlap(fn[t], y0n[t], cfg.ngram) for t in range(n)])
-        other = np.array([max(ngram_overlap(fn[t], y0n[u], cfg.ngram) for u in range(n) if u != t) for t in range(n)])
-        pd.DataFrame(curve).to_csv(ctx.artifact_dir / "curve.csv", index=False)
-        np.savez(ctx.artifact_dir / "texts.npz", z0=z0, zf=zf, dq=dq, own=own, other=other)
-        return {"z0_median": float(np.median(z0)), "zf_median": float(np.median(zf)),
-                "zf_frac_below_2": float((zf < Z_END).mean()), "zf_frac_above_4": float((zf > Z_START).mean()),
-                "judge_dq_median": float(np.median(dq)), "judge_dq_mean": float(dq.mean()),
-                "attacker_dq_median": float((-lpA.mean(1) - q0).median()),
-                "accept_rate": float(accepted.mean() / cfg.walk_steps),
-                "tokens_changed": float((final != y0).float().mean()),
-                "trace_own_overlap": float(own.mean()), "trace_other_max_overlap": float(other.mean()),
-                "traceable_share": float((own > other).mean()),
-                "analytic_z_random_edits": float(np.median(z0) * float((final == y0).float().mean()) ** 2)}
+        same = float((final == y0).float().mean())
+        extra = {"attacker_dq_median": float((-lpA.mean(1) - q0).median()),
+                 "accept_rate": float(accepted.mean() / cfg.walk_steps), "tokens_changed": 1 - same,
+                 "analytic_z_random_edits": float(np.median(wm.detect(det, y0)["z"]) * same ** 2)}
+        return list(final), extra, curve
+
+    def _text_walk(self, cfg: RemovalConfig, tok: Any, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
+                   ctx: PointContext, device: str) -> tuple[list[torch.Tensor], dict, list[dict]]:
+        """The paper-scale walk (Algorithm 1 as in the camera-ready code): each step masks ``span_words`` words of
+        every text and lets the T5 infiller fill them; the proposal is kept when the quality oracle (the reward
+        model, else ``A``'s NLL per token within ``tau``) finds it no worse than the original text. Texts are
+        re-tokenized with the generator's tokenizer ``tok`` for detection and cut at ``seq_len - prompt_len`` tokens
+        (an infill can lengthen a text); returns as :meth:`_token_walk`."""
+        from lmsci.methods import span_infill as si
+
+        infiller, itok = si.load_infiller(cfg.infiller_model, device)
+        rm = si.load_reward_model(cfg.reward_model, device) if cfg.reward_model is not None else None
+        P, n = cfg.prompt_len, cfg.n_texts
+        prompt_txt = tok.batch_decode(prompts.cpu().tolist())
+        orig = tok.batch_decode(y0.cpu().tolist())
+
+        cap = cfg.seq_len - P  # an infill can lengthen a text: keep it within the models' context
+
+        def encode(texts: list[str]) -> list[torch.Tensor]:
+            return [torch.as_tensor((tok(t, add_special_tokens=False)["input_ids"] or [0])[:cap], device=device)
+                    for t in texts]
+
+        def quality(texts: list[str]) -> np.ndarray:  # higher is better
+            if rm is not None:
+                return si.reward_scores(rm[0], rm[1], prompt_txt, texts)
+            return np.array([float(token_logprobs(A, torch.cat([prompts[t], y])[None])[0, P - 1:].mean())
+                             for t, y in enumerate(encode(texts))])
+
+        q0 = quality(orig)
+        tol = 0.0 if rm is not None else cfg.tau
+        rng = np.random.default_rng(derive_seed(ctx.seed, "walk"))
+        cur, q_cur, accepted, curve = list(orig), q0.copy(), np.zeros(n), []
+        for step in range(cfg.walk_steps + 1):
+            if step % cfg.detect_every == 0 or step == cfg.walk_steps:
+                z = detect_each(det, encode(cur))
+                curve.append({"step": step, "z_median": float(np.median(z)), "z_mean": float(np.mean(z)),
+                              "accept_rate": float(accepted.mean() / max(step, 1)),
+                              "quality_oracle_change": float(np.median(q0 - q_cur))})
+                ctx.log(**curve[-1])
+            if step == cfg.walk_steps:
+                break
+            spans = [si.mask_word_span(t, cfg.span_words, rng) for t in cur]
+            fills = si.infill(infiller, itok, [a for a, _ in spans], [b for _, b in spans],
+                              seed=derive_seed(ctx.seed, "infill", step))
+            cand = [" ".join(x for x in (a, f, b) if x) for (a, b), f in zip(spans, fills)]
+            qc = quality(cand)
+            take = qc >= q0 - tol  # quality compared with the ORIGINAL text (Algorithm 1)
+            cur = [c if t else u for c, u, t in zip(cand, cur, take)]
+            q_cur = np.where(take, qc, q_cur)
+            accepted += take
+        extra = {"accept_rate": float(accepted.mean() / cfg.walk_steps),
+                 ("reward_drop_median" if rm is not None else "attacker_dq_median"): float(np.median(q0 - q_cur)),
+                 "words_changed_proxy": float(np.mean([1 - ngram_overlap(np.array(c.split()), np.array(o.split()), 1)
+                                                       for c, o in zip(cur, orig)]))}
+        return encode(cur), extra, curve
 
     def verdicts(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         if results.empty or "zf_median" not in results:
@@ -309,7 +411,7 @@ class WatermarkRemoval(Experiment):
                                     "traceable_share": float(r["traceable_share"]),
                                     "own_vs_other_overlap": [float(r["trace_own_overlap"]),
                                                              float(r["trace_other_max_overlap"])],
-                                    "tokens_changed": float(r["tokens_changed"])},
+                                    "tokens_changed": float(r.get("tokens_changed", float("nan")))},
                            note="Sandcastles (arXiv 2505.06827): the endpoint's n-gram overlap with its origin against "
                                 "the largest with any other origin is reported as traceable_share.")]
 
@@ -327,8 +429,12 @@ class WatermarkRemoval(Experiment):
         ax.set_xlabel("walk step")
         ax.set_ylabel("median z-score")
         ax2 = ax.twinx()
-        ax2.plot(c["step"], c["quality_A_change"], "s-", color="C1", label="attacker NLL change")
-        ax2.set_ylabel("attacker NLL change (nats/token)", color="C1")
+        if "quality_A_change" in c:
+            ax2.plot(c["step"], c["quality_A_change"], "s-", color="C1", label="attacker NLL change")
+            ax2.set_ylabel("attacker NLL change (nats/token)", color="C1")
+        else:  # the text walk: the quality oracle's drop from the original (reward, or attacker NLL)
+            ax2.plot(c["step"], c["quality_oracle_change"], "s-", color="C1", label="quality oracle drop")
+            ax2.set_ylabel("quality oracle drop from the original", color="C1")
         ax.grid(True, alpha=0.3)
         return [save_figure(fig, run, "walk.png", "Median z-score and the attacker's quality change along the walk")]
 
@@ -337,7 +443,19 @@ class WatermarkRemoval(Experiment):
 
         if results.empty:
             return ""
-        return (f"## Method\n\nGenerator, attacker and judge: lmsci GPTs ({cfg.n_layers} layers, d_model {cfg.d_model}, "
-                f"{cfg.steps} steps each, different seeds) on Shakespeare BPE {cfg.vocab_size}. {cfg.n_texts} watermarked "
-                f"texts of T = {cfg.T} tokens ({cfg.scheme}, gamma {cfg.gamma}, delta {cfg.delta}); {cfg.walk_steps} walk "
-                f"steps, span {cfg.span}, tau {cfg.tau}.\n\n## Measurements\n\n" + quantity_table(results, max_rows=60))
+        if cfg.generator_model is not None:
+            models = (f"Generator, attacker and judge: local models {cfg.generator_model}, {cfg.attacker_model}, "
+                      f"{cfg.judge_model}.")
+        else:
+            models = (f"Generator, attacker and judge: lmsci GPTs ({cfg.n_layers} layers, d_model {cfg.d_model}, "
+                      f"{cfg.steps} steps each, different seeds) on Shakespeare BPE {cfg.vocab_size}.")
+        if cfg.infiller_model is not None:
+            oracle = (f"perturbation oracle: {cfg.infiller_model} fills a masked span of {cfg.span_words} words; quality "
+                      "oracle: " + (f"reward model {cfg.reward_model} (kept if not below the original's reward)"
+                                    if cfg.reward_model is not None else f"attacker NLL within tau {cfg.tau}"))
+        else:
+            oracle = (f"perturbation oracle: span of {cfg.span} tokens resampled from the attacker with Metropolis-"
+                      f"Hastings acceptance; quality oracle: attacker NLL within tau {cfg.tau}")
+        return (f"## Method\n\n{models} {cfg.n_texts} watermarked texts of T = {cfg.T} tokens ({cfg.scheme}, gamma "
+                f"{cfg.gamma}, delta {cfg.delta}); {cfg.walk_steps} walk steps; {oracle}.\n\n## Measurements\n\n"
+                + quantity_table(results, max_rows=60))
