@@ -135,8 +135,8 @@ class WordOrder(Experiment):
     source = ("Sinha et al., UnNatural Language Inference, arXiv 2101.00010; Pham et al., Out of Order, arXiv "
               "2012.15180")
     Config = WordOrderConfig
-    time_estimate = {"smoke": "~15 s", "quick": "510 s measured (2 tasks x 3 seeds of 2000 steps, MiniLM, 3 seeds of a "
-                     "300-step CFG GPT; one thread beside another run)",
+    time_estimate = {"smoke": "~15 s", "quick": "776 s measured (2 tasks x 3 seeds of 4000 steps, MiniLM, 3 seeds of a "
+                     "300-step CFG GPT; threads=2, with light other use for about a minute)",
                      "gpu": "~5 min estimated on one H100 (not measured)",
                      "paper": "~15 min on one GPU (controlled tasks at q = 100; roberta-large-mnli not implemented)"}
 
