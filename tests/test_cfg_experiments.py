@@ -124,3 +124,30 @@ def test_smoke_runs_end_to_end(tmp_path):
     res = pd.read_csv(run.path / "results.csv")
     assert {"anc_L1", "rand_anc_L1", "anc_end_L2", "bnd_L3"} <= set(res.columns)
     assert (run.path / "verdict.json").exists()
+
+
+def test_position_mixing_probe_reads_earlier_positions_a_pointwise_probe_cannot():
+    """The label at every position is the first token of the sequence; each hidden state is the one-hot of its own
+    token, so only a probe that mixes earlier positions (the paper's multi-head linear probe) can be right."""
+    import numpy as np
+    import torch
+
+    from lmsci.measure.probes import fit_linear_probe, fit_mixing_probe
+
+    rng = np.random.default_rng(0)
+
+    def data(n):
+        toks = [rng.integers(0, 4, int(rng.integers(6, 12))) for _ in range(n)]
+        return [torch.eye(4)[torch.from_numpy(t)] for t in toks], [np.full(len(t), t[0]) for t in toks]
+
+    htr, ytr = data(200)
+    hte, yte = data(100)
+    mix = fit_mixing_probe(htr, ytr, hte, yte, 4, steps=300, seed=0)
+    point = fit_linear_probe(torch.cat(htr), torch.from_numpy(np.concatenate(ytr)), torch.cat(hte),
+                             torch.from_numpy(np.concatenate(yte)), 4)
+    assert mix["test_acc"] > 0.95
+    assert point["test_acc"] < 0.5  # position 0 aside, a token says nothing about the first one
+    # positions marked -1 are read but not scored: scoring only position 0 is then a per-token lookup
+    first = [np.where(np.arange(len(y)) == 0, y, -1) for y in ytr]
+    first_te = [np.where(np.arange(len(y)) == 0, y, -1) for y in yte]
+    assert fit_mixing_probe(htr, first, hte, first_te, 4, steps=200)["test_acc"] == 1.0

@@ -7,11 +7,13 @@ GPT_rot, GPT_pos, GPT_uni; GPT_rand as the baseline). Spec: physics_of_lms.md se
 
 Protocol. The model is trained as in ``cfg-learning`` (same fields and recipe, :mod:`lmsci.experiments.cfg_learning`).
 Then, frozen, its last-layer hidden state (hook point ``final``) at every token of ``n_probe_train`` fresh strings
-trains one multinomial logistic-regression probe per NT level ``l = 1 .. depth-1`` (the paper's NT2 .. NT{depth}),
-for three targets: the level-``l`` NT ancestor of the token (generation-time parse), the ancestor at level-``l``
-NT-end positions only, and the NT-end bit. Accuracies on ``n_probe_test`` other fresh strings. The same probes on
-a model of the same architecture at its random initialisation (GPT_rand) are the baseline. The paper's probe also
-mixes earlier positions with position-only weights; this per-position probe is weaker or equal.
+trains one probe per NT level ``l = 1 .. depth-1`` (the paper's NT2 .. NT{depth}) for three targets: the level-``l``
+NT ancestor of the token (generation-time parse), the ancestor at level-``l`` NT-end positions only, and the NT-end
+bit. The probe is the paper's multi-head linear probe (sec. 4.1; :class:`lmsci.measure.probes.PositionMixingProbe`):
+linear in the hidden states of positions ``k <= i``, mixed by position-only attention weights. The same targets
+with a linear probe on position ``i`` alone are reported beside (``*_pw_*`` columns; the protocol until
+2026-11-26, see CLAIMS.md). Accuracies on ``n_probe_test`` other fresh strings. The same probes on a model of the
+same architecture at its random initialisation (GPT_rand) are the baseline.
 The generation accuracy from BOS (as in ``cfg-learning``) gates the claims: a model that did not learn the
 grammar is not the paper's subject.
 """
@@ -42,6 +44,8 @@ class CFGProbingConfig(CFGModelConfig):
 
     n_probe_train: int = Field(300, ge=2, description="fresh strings whose tokens train the probes")
     n_probe_test: int = Field(100, ge=1, description="fresh strings whose tokens test the probes")
+    probe_steps: int = Field(200, ge=1, description="AdamW steps of each multi-head position-mixing probe")
+    probe_heads: int = Field(4, ge=1, description="heads of each multi-head position-mixing probe")
     n_gen: int = Field(100, ge=1, description="generations from BOS for the 'learned' gate")
     l2: float = Field(1e-3, ge=0)
 
@@ -158,11 +162,15 @@ class CFGProbing(Experiment):
         for tag, m in (("", model), ("rand_", rand)):
             htr = hidden_states(m, g, [s.tokens for s in tr], device=ctx.device)
             hte = hidden_states(m, g, [s.tokens for s in te], device=ctx.device)
-            res = probe_parse(htr, tr, hte, te, levels, g.sizes, l2=cfg.l2)
+            res = probe_parse(htr, tr, hte, te, levels, g.sizes, l2=cfg.l2, mixing_steps=cfg.probe_steps,
+                              mixing_heads=cfg.probe_heads, seed=derive_seed(ctx.seed, "probe"))
             for l, d in res.items():
                 row[f"{tag}anc_L{l}"] = d["ancestor"]
                 row[f"{tag}anc_end_L{l}"] = d["ancestor_at_end"]
                 row[f"{tag}bnd_L{l}"] = d["boundary"]
+                row[f"{tag}anc_pw_L{l}"] = d["ancestor_pointwise"]
+                row[f"{tag}anc_end_pw_L{l}"] = d["ancestor_at_end_pointwise"]
+                row[f"{tag}bnd_pw_L{l}"] = d["boundary_pointwise"]
                 if not tag:
                     row[f"chance_anc_L{l}"] = d["ancestor_chance"]
                     row[f"chance_bnd_L{l}"] = d["boundary_chance"]
@@ -173,6 +181,8 @@ class CFGProbing(Experiment):
         row["anc_mean"] = float(np.mean([row[f"anc_L{l}"] for l in levels]))
         row["anc_end_mean"] = float(np.mean([row[f"anc_end_L{l}"] for l in levels]))
         row["rand_anc_mean"] = float(np.mean([row[f"rand_anc_L{l}"] for l in levels]))
+        row["anc_pw_mean"] = float(np.mean([row[f"anc_pw_L{l}"] for l in levels]))
+        row["rand_anc_pw_mean"] = float(np.mean([row[f"rand_anc_pw_L{l}"] for l in levels]))
         return row
 
     def verdicts(self, cfg: CFGProbingConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
@@ -245,8 +255,11 @@ class CFGProbing(Experiment):
 
         keep = [c for c in results.columns if c.startswith(("anc_", "rand_anc_", "bnd_", "chance_"))]
         cols = ["point", "variant", "seed_index", "acc_bos", "train_loss", *sorted(keep)]
-        return ("## Method\n\nProbes: multinomial logistic regression (L2 {l2}) on the last-layer state at each token, "
+        return ("## Method\n\nProbes: the paper's multi-head linear probe (last-layer states of positions k <= i, "
+                "mixed by position-only attention weights, {heads} heads, {steps} AdamW steps) and, in the `*_pw_*` columns, "
+                "multinomial logistic regression (L2 {l2}) on the state at position i alone; "
                 "{ntr} training strings, {nte} test strings, one probe per NT level and target; the random-init "
                 "model has the same architecture and is untrained. Level l here is the paper's NT(l+1).\n\n"
-                "## Results\n\n").format(l2=cfg.l2, ntr=cfg.n_probe_train, nte=cfg.n_probe_test) + \
+                "## Results\n\n").format(l2=cfg.l2, ntr=cfg.n_probe_train, nte=cfg.n_probe_test,
+                                          steps=cfg.probe_steps, heads=cfg.probe_heads) + \
             markdown_table(results[[c for c in cols if c in results]])

@@ -142,9 +142,12 @@ def hidden_states(model: torch.nn.Module, grammar: Any, strings: Sequence[Sequen
 
 def probe_parse(h_train: Sequence[np.ndarray], lab_train: Sequence[Any], h_test: Sequence[np.ndarray],
                 lab_test: Sequence[Any], levels: Sequence[int], n_classes: Sequence[int],
-                l2: float = 1e-3) -> dict[int, dict[str, float]]:
-    """Linear probes per NT level: the ancestor at every position, the ancestor at NT-end positions only,
-    and the NT-end (boundary) bit.
+                l2: float = 1e-3, mixing_steps: int = 300, mixing_heads: int = 8,
+                seed: int = 0) -> dict[int, dict[str, float]]:
+    """Probes per NT level: the ancestor at every position, the ancestor at NT-end positions only, and the NT-end
+    (boundary) bit -- each with the paper's multi-head position-mixing linear probe
+    (:func:`lmsci.measure.probes.fit_mixing_probe`, Allen-Zhu & Li arXiv 2305.13673 sec. 4.1) and, as
+    ``*_pointwise``, with a linear probe on the single position's hidden state (:func:`fit_linear_probe`).
 
     Args:
         h_train, h_test: per string ``[n_i, d]`` hidden states (:func:`hidden_states`; tensors or arrays). The
@@ -152,13 +155,19 @@ def probe_parse(h_train: Sequence[np.ndarray], lab_train: Sequence[Any], h_test:
         lab_train, lab_test: per string objects with ``ancestor [depth, n_i]`` and ``boundary [depth, n_i]``.
         levels: NT levels to probe (1 .. depth-1; level 0 is the root, constant).
         n_classes: symbols per level (``sizes``).
+        l2: the pointwise probes' L2 penalty. mixing_steps, mixing_heads, seed: the mixing probes' AdamW steps,
+            heads and initialisation.
 
     Returns:
         ``{level: {"ancestor", "ancestor_chance", "ancestor_at_end", "ancestor_at_end_chance", "boundary",
-        "boundary_chance"}}`` test accuracies and majority-class rates.
+        "boundary_chance", "ancestor_pointwise", "ancestor_at_end_pointwise", "boundary_pointwise"}}`` test
+        accuracies and majority-class rates (at the ancestor-at-end probe, scored on level-l NT ends only).
     """
-    xtr = torch.cat([torch.as_tensor(h) for h in h_train])
-    xte = torch.cat([torch.as_tensor(h) for h in h_test]).to(xtr.device)
+    from lmsci.measure.probes import fit_mixing_probe
+
+    htr = [torch.as_tensor(h) for h in h_train]
+    hte = [torch.as_tensor(h).to(htr[0].device) for h in h_test]
+    xtr, xte = torch.cat(htr), torch.cat(hte)
     out = {}
     for l in levels:
         atr = np.concatenate([s.ancestor[l] for s in lab_train])
@@ -171,7 +180,20 @@ def probe_parse(h_train: Sequence[np.ndarray], lab_train: Sequence[Any], h_test:
         e = fit_linear_probe(xtr[torch.from_numpy(etr).to(xtr.device)], torch.from_numpy(atr[etr]),
                              xte[torch.from_numpy(ete).to(xtr.device)], torch.from_numpy(ate[ete]), k, l2=l2)
         b = fit_linear_probe(xtr, torch.from_numpy(btr), xte, torch.from_numpy(bte), 2, l2=l2)
-        out[int(l)] = {"ancestor": a["test_acc"], "ancestor_chance": a["chance"],
-                       "ancestor_at_end": e["test_acc"], "ancestor_at_end_chance": e["chance"],
-                       "boundary": b["test_acc"], "boundary_chance": b["chance"]}
+
+        def mix(ys_tr, ys_te, n):
+            return fit_mixing_probe(htr, ys_tr, hte, ys_te, n, steps=mixing_steps, n_heads=mixing_heads, seed=seed)
+
+        def at_end(s):
+            return np.where(np.asarray(s.boundary[l]).astype(bool), s.ancestor[l], -1)
+
+        ma = mix([s.ancestor[l] for s in lab_train], [s.ancestor[l] for s in lab_test], k)
+        me = mix([at_end(s) for s in lab_train], [at_end(s) for s in lab_test], k)
+        mb = mix([np.asarray(s.boundary[l]).astype(np.int64) for s in lab_train],
+                 [np.asarray(s.boundary[l]).astype(np.int64) for s in lab_test], 2)
+        out[int(l)] = {"ancestor": ma["test_acc"], "ancestor_chance": ma["chance"],
+                       "ancestor_at_end": me["test_acc"], "ancestor_at_end_chance": me["chance"],
+                       "boundary": mb["test_acc"], "boundary_chance": mb["chance"],
+                       "ancestor_pointwise": a["test_acc"], "ancestor_at_end_pointwise": e["test_acc"],
+                       "boundary_pointwise": b["test_acc"]}
     return out

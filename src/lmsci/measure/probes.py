@@ -196,3 +196,90 @@ def q_probe(model: torch.nn.Module, world: Any, train_people: Sequence[int], tes
         return hidden_at(model, seqs, [len(s) - 1 for s in seqs], hook, device=device)
 
     return _probe_all(world, feats(train_people), feats(test_people), train_people, test_people, attrs, value_words)
+
+
+class PositionMixingProbe(torch.nn.Module):
+    """The "multi-head linear probe" of Physics of LMs Part 1 (Allen-Zhu & Li, arXiv 2305.13673, sec. 4.1).
+
+    At position ``i`` the class logits are ``sum_r sum_{k <= i} w_r(i, k) (h_k U_r) + b``: ``n_heads`` linear maps
+    ``U_r`` of the hidden states ``h_k`` of positions ``k <= i``, mixed by causal attention weights
+    ``w_r(i, k) = softmax_k <P_{i,r}, P_{k,r}>`` that depend on the positions only (learned ``P``). The output is
+    linear in the hidden states; the probe can read the parse information wherever the model stored it before
+    ``i`` (for example at the NT's boundary), which a single-position linear probe cannot.
+
+    Shapes: ``forward(h [batch, L, d]) -> [batch, L, n_classes]`` with ``L <= max_len``.
+    """
+
+    def __init__(self, d: int, n_classes: int, max_len: int, n_heads: int = 8, d_pos: int = 16, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.n_heads, self.n_classes = n_heads, n_classes
+        self.pos = torch.nn.Parameter(torch.randn(max_len, n_heads, d_pos, generator=g) * 0.1)
+        self.value = torch.nn.Linear(d, n_heads * n_classes)
+        with torch.no_grad():
+            self.value.weight.copy_(torch.randn(self.value.weight.shape, generator=g) / d ** 0.5)
+            self.value.bias.zero_()
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        B, L, _ = h.shape
+        P = self.pos[:L]
+        scores = torch.einsum("ihd,jhd->hij", P, P)
+        causal = torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
+        w = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # [H, L, L]
+        v = self.value(h).view(B, L, self.n_heads, self.n_classes)
+        return torch.einsum("hij,bjhk->bik", w, v)
+
+
+def fit_mixing_probe(h_train: Sequence[torch.Tensor], y_train: Sequence[np.ndarray], h_test: Sequence[torch.Tensor],
+                     y_test: Sequence[np.ndarray], n_classes: int, *, n_heads: int = 8, d_pos: int = 16,
+                     steps: int = 300, lr: float = 1e-2, weight_decay: float = 1e-4, seed: int = 0) -> dict[str, float]:
+    """Train a :class:`PositionMixingProbe` on frozen per-sequence hidden states and score it.
+
+    Args:
+        h_train, h_test: one ``[n_i, d]`` tensor per sequence (position 0 first; all on one device).
+        y_train, y_test: one ``[n_i]`` int array per sequence: the class at each position, or ``-1`` where the
+            position is not scored (for example only NT-end positions); every position is still read as input.
+        n_classes: number of classes.
+        n_heads, d_pos: the probe's heads and position-embedding width.
+        steps, lr, weight_decay: full-batch AdamW on the cross-entropy of the scored training positions;
+            features standardised with the training positions' mean and std.
+        seed: the probe's initialisation.
+
+    Returns:
+        ``{"train_acc", "test_acc", "chance"}``: accuracies on the scored positions; ``chance`` = the test rate of
+        the most frequent training class.
+
+    Source: Allen-Zhu & Li, arXiv 2305.13673, sec. 4.1 (multi-head linear probe with position-only mixing weights).
+    """
+    device = h_train[0].device
+
+    def pad(hs, ys):
+        L = max(len(h) for h in hs)
+        x = torch.zeros(len(hs), L, hs[0].shape[1], device=device)
+        y = torch.full((len(hs), L), -1, dtype=torch.long, device=device)
+        for i, (h, t) in enumerate(zip(hs, ys)):
+            x[i, : len(h)] = torch.as_tensor(h, device=device).float()
+            y[i, : len(t)] = torch.as_tensor(np.asarray(t), dtype=torch.long, device=device)
+        return x, y
+
+    xtr, ytr = pad(h_train, y_train)
+    xte, yte = pad(h_test, y_test)
+    flat = torch.cat([torch.as_tensor(h, device=device).float() for h in h_train])
+    mu, sd = flat.mean(0), flat.std(0, unbiased=False) + 1e-6
+    xtr, xte = (xtr - mu) / sd, (xte - mu) / sd
+    L = max(xtr.shape[1], xte.shape[1])
+    probe = PositionMixingProbe(xtr.shape[2], n_classes, L, n_heads, d_pos, seed).to(device)
+    opt = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=weight_decay)
+    with torch.enable_grad():
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(probe(xtr).flatten(0, 1), ytr.flatten(), ignore_index=-1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        mtr, mte = ytr >= 0, yte >= 0
+        tr = float((probe(xtr).argmax(-1)[mtr] == ytr[mtr]).float().mean())
+        te = float((probe(xte).argmax(-1)[mte] == yte[mte]).float().mean()) if mte.any() else float("nan")
+        counts = torch.bincount(ytr[mtr], minlength=n_classes)
+        chance = float((yte[mte] == counts.argmax()).float().mean()) if mte.any() else float("nan")
+    return {"train_acc": tr, "test_acc": te, "chance": chance}
