@@ -72,7 +72,7 @@ class CFGProbing(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 4 (NT-ancestor probing table)"
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "734 s measured (3 seeds of 3000 steps on cfg3b-small, threads=2, nothing else running)",
+                     "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, nothing else running)",
                      "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the L-BFGS "
                             "probes run on the CPU)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
