@@ -111,7 +111,7 @@ class Watermark(Experiment):
     source = "Kirchenbauer et al., 'A Watermark for Large Language Models', ICML 2023, arXiv 2301.10226, Table 2, Thm 4.2"
     Config = WatermarkConfig
     seeded = True
-    time_estimate = {"smoke": "~20 s", "quick": "496 s measured (one thread beside another run)",
+    time_estimate = {"smoke": "~20 s", "quick": "346 s measured (threads=2, nothing else running)",
                      "gpu": "~20 min on one H100 (4-layer d=256; self-hash generation is per-sequence Python in "
                             "transformers)",
                      "paper": "~1 h on one H100 (8-layer d=512); with --set hf_model=/local/opt-1.3b (the paper's "
