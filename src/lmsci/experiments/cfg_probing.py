@@ -73,8 +73,8 @@ class CFGProbing(Experiment):
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
                      "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, nothing else running)",
-                     "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the L-BFGS "
-                            "probes run on the CPU)",
+                     "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the mixing "
+                            "and L-BFGS probes fit on the device of the hidden states)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
 
     _SRC = "Allen-Zhu & Li, arXiv 2305.13673, sec. 4, 'predict NT ancestor (%)' table"
