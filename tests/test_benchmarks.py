@@ -83,3 +83,12 @@ def test_grokking_bench_prints_ratio_and_equal_losses():
     diff = float(re.search(r"max rel\. loss difference stacked vs single over 3 steps: ([0-9.e+-]+)", text).group(1))
     assert ratio > 0 and re.search(r"ratio 2 x single / vmap: [0-9.]+x", text)
     assert diff < 1e-5  # stacked training trains the same models
+
+
+def test_watermark_walk_bench_draws_the_same_and_prints_a_ratio():
+    text = _run("bench_watermark_walk.py", "--n-texts", "4", "--prompt-len", "8", "--T", "24", "--steps", "2",
+                "--windows", "1", "--threads", "1")
+    ratio = float(re.search(r"ratio full/cached: ([0-9.]+)x", text).group(1))
+    diff = float(re.search(r"max \|log-prob difference\|: ([0-9.e+-]+|nan)", text).group(1))
+    assert ratio > 0 and "same draws for one seed: True" in text
+    assert diff < 1e-4  # the cached proposal scores like a full pass
