@@ -56,22 +56,43 @@ def test_depth_verdicts():
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-retry
-def _retry(acc0, acc2, acc5, acc5m, id0=0.95):
+def _retry(acc0, acc2, acc5, acc5m, accw=None, id0=0.95):
     rows = []
+    arms = [(0.0, False, False, acc0), (0.2, False, False, acc2), (0.5, False, False, acc5), (0.5, True, False, acc5m)]
+    if accw is not None:
+        arms.append((0.5, False, True, accw))
     for k, j in enumerate((0.0, 0.01, -0.01)):
-        for q, m, a in ((0.0, False, acc0), (0.2, False, acc2), (0.5, False, acc5), (0.5, True, acc5m)):
-            rows.append({"status": "ok", "seed_index": k, "retry_rate": q, "mask_mistakes": m, "hard_op": 8,
-                         "acc_hard": a + j * (1 + q), "acc_greedy_id": id0, "retries_hard": 2 * q, "retries_id": q})
+        for q, m, w, a in arms:
+            row = {"status": "ok", "seed_index": k, "retry_rate": q, "mask_mistakes": m, "hard_op": 8,
+                   "acc_hard": a + j * (1 + q), "acc_greedy_id": id0, "retries_hard": 2 * q, "retries_id": q}
+            if accw is not None:  # tables from before the retry_weak point have no such column
+                row["retry_weak"] = w
+            rows.append(row)
     return rows
 
 
 def test_retry_verdicts():
     exp, cfg = IGSMRetry(), IGSMRetryConfig()
-    want = {"retry-helps-q0.5": R, "retry-helps-q0.2": R, "masking-unneeded": R}
-    assert outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94)) == want
-    bad = outcomes(exp, cfg, _retry(0.78, 0.70, 0.70, 0.90))
-    assert bad == {"retry-helps-q0.5": N, "retry-helps-q0.2": N, "masking-unneeded": N}
-    assert set(outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, id0=0.1)).values()) == {I}
+    want = {"retry-helps-q0.5": R, "retry-helps-q0.2": R, "masking-unneeded": R, "retry-weak-helps": R}
+    assert outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, accw=0.90)) == want
+    bad = outcomes(exp, cfg, _retry(0.78, 0.70, 0.70, 0.90, accw=0.70))
+    assert bad == {"retry-helps-q0.5": N, "retry-helps-q0.2": N, "masking-unneeded": N, "retry-weak-helps": N}
+    assert set(outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, accw=0.9, id0=0.1)).values()) == {I}
+    # the weak arm is its own point: the plain q = 0.5 arm is not mistaken for it, nor the other way round
+    only_weak_good = outcomes(exp, cfg, _retry(0.78, 0.70, 0.70, 0.90, accw=0.95))
+    assert only_weak_good["retry-weak-helps"] == R and only_weak_good["retry-helps-q0.5"] == N
+    old_table = outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94))
+    assert old_table["retry-helps-q0.5"] == R and old_table["retry-weak-helps"] == I
+
+
+def test_retry_points_and_keys():
+    ids = [p.id for p in IGSMRetry().points(IGSMRetryConfig())]
+    assert ids == ["q0", "q0.2", "q0.5", "q0.5_masked", "q0.5_weak"]
+    assert [p.id for p in IGSMRetry().points(IGSMRetryConfig(weak_rate=0.0))] == ids[:-1]
+    every_weak = IGSMRetry().points(IGSMRetryConfig(retry_weak=True))
+    assert [p.id for p in every_weak] == ["q0", "q0.2_weak", "q0.5_weak", "q0.5_weak_masked"]
+    with pytest.raises(ConfigError):
+        IGSMRetry().validate(IGSMRetryConfig(weak_rate=1.5))
 
 
 # -------------------------------------------------------------------------------------------------- igsm-probing

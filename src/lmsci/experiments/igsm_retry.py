@@ -39,12 +39,17 @@ class IGSMRetryConfig(IGSMCommonConfig):
     Attributes:
         retry_rates: retry rates q > 0 compared with error-free pretraining (q = 0); each must be in (0, 1).
         masked_rate: the rate at which a second model is trained with the mistakes' loss masked (0: none).
-        retry_weak: draw the wrong steps from future necessary parameters (Part 2.2's ``retry_weak``).
+        retry_weak: draw the wrong steps of every retry point from future necessary parameters (Part 2.2's
+            ``retry_weak``).
+        weak_rate: the rate of one more point whose wrong steps are retry_weak ones, compared with error-free
+            pretraining by the claim ``retry-weak-helps`` (0: none; ignored when ``retry_weak`` makes every point
+            weak).
     """
 
     retry_rates: list[float] = Field(default_factory=lambda: [0.2, 0.5])
     masked_rate: float = 0.5
     retry_weak: bool = False
+    weak_rate: float = 0.5
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
@@ -55,8 +60,15 @@ class IGSMRetryConfig(IGSMCommonConfig):
     }
 
 
-def _key(q: float, masked: bool) -> str:
-    return f"q{q:g}" + ("_masked" if masked else "")
+def _key(q: float, masked: bool, weak: bool = False) -> str:
+    return f"q{q:g}" + ("_weak" if weak and q > 0 else "") + ("_masked" if masked else "")
+
+
+def _row_keys(rows: pd.DataFrame) -> list[str]:
+    """The point key of each results row (tables written before the retry_weak column count as not weak)."""
+    weak = rows["retry_weak"] if "retry_weak" in rows else [False] * len(rows)
+    return [_key(float(q), bool(m), False if pd.isna(x) else bool(x))
+            for q, m, x in zip(rows["retry_rate"], rows["mask_mistakes"], weak)]
 
 
 @register("igsm-retry")
@@ -95,6 +107,15 @@ class IGSMRetry(IGSMExperiment):
               "per training seed, hardest-op greedy accuracy of the model trained at masked_rate with the mistakes' "
               "loss masked minus the unmasked model at the same rate; mean over seeds with a 95% Student-t CI",
               "the CI's lower end <= 0 (masking gives no significant gain), over at least 3 seeds", gates=(_GATE,)),
+        Claim("retry-weak-helps",
+              "Retry pretraining whose wrong steps are cheap fakes (retry_weak: a future necessary parameter, q = 0.5) "
+              "also raises the hardest-op full-solution accuracy over error-free pretraining.",
+              _SRC + " (retry_weak data 'significantly' improves accuracy)",
+              "significant gain over error-free pretraining [quote-3p]",
+              "per training seed, greedy full-solution accuracy at the hardest op of the model pretrained with "
+              "retry_weak data at q = weak_rate minus that of the error-free model (same fresh test-hash problems); "
+              "mean over seeds with a 95% Student-t CI",
+              "mean > 0 and the CI's lower end > 0, over at least 3 seeds", gates=(_GATE,)),
     ]
 
     def validate(self, cfg: IGSMRetryConfig) -> None:
@@ -103,15 +124,20 @@ class IGSMRetry(IGSMExperiment):
             if q == 0:
                 raise ConfigError("retry_rates", cfg.retry_rates, "rates in (0, 1) (q = 0 is always run)")
         check_retry_rate(cfg.masked_rate)
+        check_retry_rate(cfg.weak_rate)
         super().validate(cfg)
 
     def points(self, cfg: IGSMRetryConfig) -> list[Point]:
+        w = cfg.retry_weak
         pts = [Point(_key(0.0, False), {"retry_rate": 0.0, "mask_mistakes": False, "retry_weak": False})]
-        pts += [Point(_key(q, False), {"retry_rate": q, "mask_mistakes": False, "retry_weak": cfg.retry_weak})
+        pts += [Point(_key(q, False, w), {"retry_rate": q, "mask_mistakes": False, "retry_weak": w})
                 for q in cfg.retry_rates]
         if cfg.masked_rate > 0:
-            pts.append(Point(_key(cfg.masked_rate, True), {"retry_rate": cfg.masked_rate, "mask_mistakes": True,
-                                                           "retry_weak": cfg.retry_weak}))
+            pts.append(Point(_key(cfg.masked_rate, True, w), {"retry_rate": cfg.masked_rate, "mask_mistakes": True,
+                                                              "retry_weak": w}))
+        if cfg.weak_rate > 0 and not w:
+            pts.append(Point(_key(cfg.weak_rate, False, True), {"retry_rate": cfg.weak_rate, "mask_mistakes": False,
+                                                               "retry_weak": True}))
         return pts
 
     def point_seed(self, cfg: IGSMRetryConfig, point: Point) -> int:
@@ -129,8 +155,9 @@ class IGSMRetry(IGSMExperiment):
         if ok.empty or "acc_hard" not in ok:
             return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model")
                     for c in self.claims]
-        keys = [_key(float(q), bool(m)) for q, m in zip(ok["retry_rate"], ok["mask_mistakes"])]
+        keys = _row_keys(ok)
         by = {k: g.set_index("seed_index") for k, g in ok.assign(key=keys).groupby("key")}
+        w = cfg.retry_weak
         base = by.get(_key(0.0, False))
         gate = {"learned": (None, None)}
         if base is not None:
@@ -150,20 +177,29 @@ class IGSMRetry(IGSMExperiment):
         out = []
         for q in (0.5, 0.2):
             cid = f"retry-helps-q{q:g}"
-            s = diff(_key(q, False), _key(0.0, False))
+            s = diff(_key(q, False, w), _key(0.0, False))
             if s is None:
                 out.append(self.judge(cfg, cid, value=None, passed=None, gates=gate,
                                       why_not_computed=f"q = {q} or error-free pretraining was not run"))
             else:
                 out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0),
                                       ci=s.ci, ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details))
-        s = diff(_key(cfg.masked_rate, True), _key(cfg.masked_rate, False))
+        s = diff(_key(cfg.masked_rate, True, w), _key(cfg.masked_rate, False, w))
         if s is None:
             out.append(self.judge(cfg, "masking-unneeded", value=None, passed=None, gates=gate,
                                   why_not_computed="the masked and unmasked models at masked_rate were not both run"))
         else:
             out.append(self.judge(cfg, "masking-unneeded", value=s.mean, passed=bool(s.lo <= 0), ci=s.ci,
                                   ci_kind=s.kind, n_seeds=s.n, gates=gate))
+        s = diff(_key(cfg.weak_rate, False, True), _key(0.0, False)) if cfg.weak_rate > 0 and not w else None
+        if s is None:
+            out.append(self.judge(cfg, "retry-weak-helps", value=None, passed=None, gates=gate,
+                                  why_not_computed="the retry_weak point (weak_rate > 0, retry_weak off) or "
+                                                   "error-free pretraining was not run"))
+        else:
+            out.append(self.judge(cfg, "retry-weak-helps", value=s.mean,
+                                  passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0), ci=s.ci, ci_kind=s.kind,
+                                  n_seeds=s.n, gates=gate, details=details))
         return out
 
     def figures(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -172,8 +208,7 @@ class IGSMRetry(IGSMExperiment):
         ok = ok_rows(results)
         if ok.empty or "acc_hard" not in ok:
             return []
-        keys = [_key(float(q), bool(m)) for q, m in zip(ok["retry_rate"], ok["mask_mistakes"])]
-        g = ok.assign(key=keys).groupby("key", sort=False)
+        g = ok.assign(key=_row_keys(ok)).groupby("key", sort=False)
         names = list(g.groups)
         fig, ax = plt.subplots(figsize=(6.0, 3.6))
         x = range(len(names))
