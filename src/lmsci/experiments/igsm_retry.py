@@ -79,10 +79,9 @@ class IGSMRetry(IGSMExperiment):
              "error-free pretraining; masking the mistakes' loss does not help.")
     source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.2, arXiv 2408.16293, sec. 4-5"
     Config = IGSMRetryConfig
-    time_estimate = {"smoke": "~5 s", "quick": ("675 s wall, 502 s CPU measured (4 points x 1 seed, 250 steps, "
-                     "igsm-tiny; one thread beside "
-                     "another run on a loaded 2-core machine)"),
-                     "gpu": TIME_GPU + "; 4 points", "paper": TIME_PAPER + "; 4 models per seed"}
+    time_estimate = {"smoke": "~5 s", "quick": ("407 s measured (5 points x 1 seed, 250 steps, igsm-tiny; threads=2, "
+                     "nothing else running)"),
+                     "gpu": TIME_GPU + "; 5 points", "paper": TIME_PAPER + "; 5 models per seed"}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry pretraining results"
     _GATE = Gate("learned", f"mean over seeds of the error-free model's greedy in-distribution full-solution accuracy "
