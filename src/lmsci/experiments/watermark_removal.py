@@ -220,22 +220,18 @@ class WatermarkRemoval(Experiment):
             missing = [f for f in self.LOCAL if f not in given]
             raise ConfigError(missing[0], None, "a local model directory: generator_model, attacker_model and "
                                                 "judge_model go together (they share one tokenizer)")
-        from pathlib import Path
-
         from transformers import AutoConfig
 
-        vocab = {}
-        for f, v in paths.items():
-            if not (Path(v).is_dir() and (Path(v) / "config.json").is_file()):
-                raise ConfigError(f, v, "a local directory with a causal LM's config.json and weights "
-                                        "(lmsci does not download models)")
-            vocab[f] = int(AutoConfig.from_pretrained(v).vocab_size)
+        from lmsci.models.hf import local_model_dir
+
+        vocab = {f: int(AutoConfig.from_pretrained(local_model_dir(f, v)).vocab_size) for f, v in paths.items()}
         if len(set(vocab.values())) > 1:
             raise ConfigError("attacker_model", vocab, "models with the generator's vocabulary (one tokenizer)")
 
     def _check_text_oracles(self, cfg: RemovalConfig) -> None:
         """The paper's T5 infiller and reward model: local directories, on top of the three local LMs."""
         from lmsci.methods import span_infill
+        from lmsci.models.hf import local_model_dir
 
         if cfg.reward_model is not None and cfg.infiller_model is None:
             raise ConfigError("infiller_model", None, "a local T5-style infiller directory: the reward-model quality "
@@ -246,7 +242,7 @@ class WatermarkRemoval(Experiment):
                                                            "which needs the generator's own tokenizer")
             span_infill.check_infiller(cfg.infiller_model)
         if cfg.reward_model is not None:
-            span_infill._local_dir("reward_model", cfg.reward_model)
+            local_model_dir("reward_model", cfg.reward_model)
 
     def points(self, cfg: RemovalConfig) -> list[Point]:
         return [Point("walk", {})]

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lmsci.errors import ConfigError
+from lmsci.models.hf import local_model_dir
 
 SENTINEL, SENTINEL_END = "<extra_id_0>", "<extra_id_1>"
 #: the camera-ready sampling settings of the T5 perturbation oracle
@@ -33,30 +34,23 @@ INFILL_SAMPLING = dict(do_sample=True, top_p=0.8, top_k=40, repetition_penalty=1
                        max_new_tokens=12, min_length=6)
 
 
-def _local_dir(field: str, path: str | Path) -> Path:
-    p = Path(path).expanduser()
-    if not (p.is_dir() and (p / "config.json").is_file()):
-        raise ConfigError(field, str(path), "a local directory with a model's config.json, weights and tokenizer "
-                                            "(lmsci does not download models)")
-    return p
-
-
-def check_infiller(path: str | Path, field: str = "infiller_model") -> Any:
-    """The tokenizer of a local T5-style infiller, checked without loading the model (cheap, for validation).
+def check_infiller(path: str | Path, field: str = "infiller_model") -> tuple[Path, Any]:
+    """``(directory, tokenizer)`` of a local T5-style infiller, checked without loading the model (cheap, for
+    validation).
 
     Raises:
         ConfigError: not a local model directory, or a tokenizer without the ``<extra_id_0>`` sentinel.
     """
     from transformers import AutoTokenizer
 
-    p = _local_dir(field, path)
+    p = local_model_dir(field, path)
     try:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     except (OSError, ValueError, TypeError) as err:
         raise ConfigError(field, str(path), f"a directory that also holds the infiller's tokenizer ({err})") from err
     if tok.convert_tokens_to_ids(SENTINEL) in (None, tok.unk_token_id):
         raise ConfigError(field, str(path), f"a T5-style infiller whose tokenizer has the sentinel {SENTINEL}")
-    return tok
+    return p, tok
 
 
 def load_infiller(path: str | Path, device: str = "cpu", field: str = "infiller_model") -> tuple[Any, Any]:
@@ -67,8 +61,7 @@ def load_infiller(path: str | Path, device: str = "cpu", field: str = "infiller_
     """
     from transformers import AutoModelForSeq2SeqLM
 
-    tok = check_infiller(path, field)
-    p = _local_dir(field, path)
+    p, tok = check_infiller(path, field)
     with torch.random.fork_rng(devices=[]):
         model = AutoModelForSeq2SeqLM.from_pretrained(p, local_files_only=True)
     return model.to(device).eval(), tok
@@ -83,7 +76,7 @@ def load_reward_model(path: str | Path, device: str = "cpu", field: str = "rewar
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    p = _local_dir(field, path)
+    p = local_model_dir(field, path)
     tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     with torch.random.fork_rng(devices=[]):
         model = AutoModelForSequenceClassification.from_pretrained(p, local_files_only=True)

@@ -522,6 +522,20 @@ def _offline() -> bool:
         os.environ.get("TRANSFORMERS_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
+def local_model_dir(field: str, path: str | Path) -> Path:
+    """``path`` as a local model directory (one holding ``config.json``), for config fields that must name a model
+    on this machine (lmsci never downloads one).
+
+    Raises:
+        ConfigError: naming ``field``, when ``path`` is not a directory with a ``config.json``.
+    """
+    p = Path(path).expanduser()
+    if not (p.is_dir() and (p / "config.json").is_file()):
+        raise ConfigError(field, str(path), "a local directory with a model's config.json and weights "
+                                            "(lmsci does not download models)")
+    return p
+
+
 def _looks_like_path(s: str) -> bool:
     """Hub ids are ``name`` or ``owner/name``; anything else is meant as a local path."""
     return s.startswith((".", "/", "~")) or s.count("/") > 1 or "\\" in s or Path(s).exists()
