@@ -72,7 +72,8 @@ class CFGProbing(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 4 (NT-ancestor probing table)"
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, nothing else running)",
+                     "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, "
+                              "nothing else running)",
                      "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the mixing "
                             "and L-BFGS probes fit on the device of the hidden states)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
@@ -256,8 +257,8 @@ class CFGProbing(Experiment):
         keep = [c for c in results.columns if c.startswith(("anc_", "rand_anc_", "bnd_", "chance_"))]
         cols = ["point", "variant", "seed_index", "acc_bos", "train_loss", *sorted(keep)]
         return ("## Method\n\nProbes: the paper's multi-head linear probe (last-layer states of positions k <= i, "
-                "mixed by position-only attention weights, {heads} heads, {steps} AdamW steps) and, in the `*_pw_*` columns, "
-                "multinomial logistic regression (L2 {l2}) on the state at position i alone; "
+                "mixed by position-only attention weights, {heads} heads, {steps} AdamW steps) and, in the `*_pw_*` "
+                "columns, multinomial logistic regression (L2 {l2}) on the state at position i alone; "
                 "{ntr} training strings, {nte} test strings, one probe per NT level and target; the random-init "
                 "model has the same architecture and is untrained. Level l here is the paper's NT(l+1).\n\n"
                 "## Results\n\n").format(l2=cfg.l2, ntr=cfg.n_probe_train, nte=cfg.n_probe_test,

@@ -176,13 +176,13 @@ class WatermarkRemoval(Experiment):
     Config = RemovalConfig
     time_estimate = {"smoke": "~20 s", "quick": "309 s measured (threads=2, nothing else running; three models x 800 "
                                                 "steps, then 200 walk steps over 50 texts)",
-                     "gpu": "~20 min on one H100", "paper": "~1 h on one H100 with the trained GPTs. The paper's own oracles run "
-                                                           "on a user's machine from local directories (never downloaded): "
-                                                           "--set generator_model=DIR --set attacker_model=DIR "
-                                                           "--set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
-                                                           "OPT-1.3B/2.7B/6.7B) --set infiller_model=DIR (t5-v1_1-xl) "
-                                                           "--set reward_model=DIR (reward-model-deberta-v3-large-v2); "
-                                                           "the time of their forward passes, 50 texts x 200 steps"}
+                     "gpu": "~20 min on one H100",
+                     "paper": "~1 h on one H100 with the trained GPTs. The paper's own oracles run on a user's machine "
+                              "from local directories (never downloaded): --set generator_model=DIR --set "
+                              "attacker_model=DIR --set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
+                              "OPT-1.3B/2.7B/6.7B) --set infiller_model=DIR (t5-v1_1-xl) --set reward_model=DIR "
+                              "(reward-model-deberta-v3-large-v2); the time of their forward passes, 50 texts x 200 "
+                              "steps"}
     claims = [
         Claim(
             "removal",
@@ -281,12 +281,14 @@ class WatermarkRemoval(Experiment):
         det = wm.detector(G, wcfg, device)
         y0 = wm.generate(G, prompts, cfg.T, wcfg, cfg.temperature, derive_seed(ctx.seed, "gen"))
         n, P = cfg.n_texts, cfg.prompt_len
+        z0 = wm.detect(det, y0)["z"]
         if cfg.infiller_model is not None:
             final, extra, curve = self._text_walk(cfg, G_tok, A, prompts, y0, det, ctx, device)
         else:
             final, extra, curve = self._token_walk(cfg, A, prompts, y0, det, ctx, device)
         zf = detect_each(det, final)
-        z0 = wm.detect(det, y0)["z"]
+        if "tokens_changed" in extra:  # the token walk: z if the same share of tokens were edited at random
+            extra["analytic_z_random_edits"] = float(np.median(z0) * (1 - extra["tokens_changed"]) ** 2)
         nll_j0 = -token_logprobs(J, torch.cat([prompts, y0], 1))[:, P - 1:].mean(1).cpu().numpy()
         nll_j1 = np.array([-float(token_logprobs(J, torch.cat([prompts[t], f])[None])[0, P - 1:].mean())
                            for t, f in enumerate(final)])
@@ -337,8 +339,7 @@ class WatermarkRemoval(Experiment):
         final = x[:, P:]
         same = float((final == y0).float().mean())
         extra = {"attacker_dq_median": float((-lpA.mean(1) - q0).median()),
-                 "accept_rate": float(accepted.mean() / cfg.walk_steps), "tokens_changed": 1 - same,
-                 "analytic_z_random_edits": float(np.median(wm.detect(det, y0)["z"]) * same ** 2)}
+                 "accept_rate": float(accepted.mean() / cfg.walk_steps), "tokens_changed": 1 - same}
         return list(final), extra, curve
 
     def _text_walk(self, cfg: RemovalConfig, tok: Any, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
