@@ -173,16 +173,16 @@ class IGSMRetry(IGSMExperiment):
             d = (by[a]["acc_hard"] - by[b]["acc_hard"]).dropna()
             return across_seeds(d.values) if len(d) else None
 
-        out = []
-        for q in (0.5, 0.2):
-            cid = f"retry-helps-q{q:g}"
-            s = diff(_key(q, False, w), _key(0.0, False))
+        def gain_over_error_free(cid: str, key: str | None, missing: str) -> Verdict:
+            """A claim that the model at point ``key`` beats error-free pretraining at the hardest op."""
+            s = diff(key, _key(0.0, False)) if key is not None else None
             if s is None:
-                out.append(self.judge(cfg, cid, value=None, passed=None, gates=gate,
-                                      why_not_computed=f"q = {q} or error-free pretraining was not run"))
-            else:
-                out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0),
-                                      ci=s.ci, ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details))
+                return self.judge(cfg, cid, value=None, passed=None, gates=gate, why_not_computed=missing)
+            return self.judge(cfg, cid, value=s.mean, passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0), ci=s.ci,
+                              ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details)
+
+        out = [gain_over_error_free(f"retry-helps-q{q:g}", _key(q, False, w),
+                                    f"q = {q} or error-free pretraining was not run") for q in (0.5, 0.2)]
         s = diff(_key(cfg.masked_rate, True, w), _key(cfg.masked_rate, False, w))
         if s is None:
             out.append(self.judge(cfg, "masking-unneeded", value=None, passed=None, gates=gate,
@@ -190,15 +190,10 @@ class IGSMRetry(IGSMExperiment):
         else:
             out.append(self.judge(cfg, "masking-unneeded", value=s.mean, passed=bool(s.lo <= 0), ci=s.ci,
                                   ci_kind=s.kind, n_seeds=s.n, gates=gate))
-        s = diff(_key(cfg.weak_rate, False, True), _key(0.0, False)) if cfg.weak_rate > 0 and not w else None
-        if s is None:
-            out.append(self.judge(cfg, "retry-weak-helps", value=None, passed=None, gates=gate,
-                                  why_not_computed="the retry_weak point (weak_rate > 0, retry_weak off) or "
-                                                   "error-free pretraining was not run"))
-        else:
-            out.append(self.judge(cfg, "retry-weak-helps", value=s.mean,
-                                  passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0), ci=s.ci, ci_kind=s.kind,
-                                  n_seeds=s.n, gates=gate, details=details))
+        out.append(gain_over_error_free("retry-weak-helps",
+                                        _key(cfg.weak_rate, False, True) if cfg.weak_rate > 0 and not w else None,
+                                        "the retry_weak point (weak_rate > 0, retry_weak off) or error-free "
+                                        "pretraining was not run"))
         return out
 
     def figures(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
