@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lmsci.config import ALL_PRESET_NAMES, PRESET_NAMES, resolve_config
+from lmsci.errors import ConfigError
 from lmsci.experiments.registry import catalog
 
 NAMES = sorted(catalog())
@@ -26,6 +27,11 @@ def test_presets_resolve_validate_and_have_points(name):
         cfg = resolve_config(cls.Config, preset)
         assert cfg.preset == preset
         exp = cls()
+        if preset in cls.local_inputs:  # needs files the user supplies: refused, naming one, before any work
+            with pytest.raises(ConfigError) as err:
+                exp.validate(cfg)
+            assert err.value.field in cls.local_inputs[preset]
+            continue
         exp.validate(cfg)
         points = exp.seeded_points(cfg)
         assert points and len({p.id for p in points}) == len(points)

@@ -118,8 +118,9 @@ def test_paper_preset_refuses_without_local_paths():
     from lmsci.errors import ConfigError
 
     cfg = resolve_config(LMSteerConfig, "paper")
-    with pytest.raises(ConfigError, match="model_path"):
-        LMSteerExperiment.check_paper_inputs(cfg)
+    with pytest.raises(ConfigError, match="model_path") as err:
+        LMSteerExperiment().validate(cfg)
+    assert err.value.field == "model_path"
     with pytest.raises(ConfigError, match="rank"):
         LMSteerExperiment().validate(resolve_config(LMSteerConfig, "quick", {"rank": 1000}))  # rank above d_model
 

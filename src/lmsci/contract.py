@@ -103,6 +103,8 @@ class Experiment:
             deterministic computation, which then requires ``n_seeds == 1``).
         Config: the pydantic config class (defaults = quick preset; ``PRESETS`` for the rest).
         time_estimate: preset -> rough wall time on the intended hardware.
+        local_inputs: preset -> the config fields naming files the user must supply for it (a local model or
+            data set that lmsci cannot download); ``validate`` raises a ConfigError naming the first one missing.
     """
 
     name: ClassVar[str] = ""
@@ -112,6 +114,7 @@ class Experiment:
     seeded: ClassVar[bool] = True
     Config: ClassVar[type[ExperimentConfig]] = ExperimentConfig
     time_estimate: ClassVar[dict[str, str]] = {}
+    local_inputs: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def validate(self, cfg: ExperimentConfig) -> None:
         """Cross-field checks; raise :class:`lmsci.errors.ConfigError` before any work starts."""

@@ -39,9 +39,11 @@ Set-up (every number a config field):
   data, swept over steer values; their sentiment gain at LM-Steer's perplexity increase at 5 eps0 (reported, no
   rule).
 
-The ``paper`` preset documents the GPT2-Large detoxification setting (model and data by local path, never
-downloaded); without ``model_path`` and ``data_path`` it refuses with a ConfigError (no offline toxicity scorer
-and no GPT2-Large here).
+The ``paper`` preset runs the paper's own setting instead, GPT2-Large detoxification, from local files only
+(:mod:`lmsci.experiments.lm_steer_detox`: ``model_path``, ``fluency_model_path``, ``toxicity_model_path``,
+``data_path``; a local toxicity classifier stands in for the Perspective API); it judges the claims ``detox`` and
+``detox-tradeoff``, which only it measures, and without those paths it refuses with a ConfigError before any work.
+The Shakespeare claims are not measured at the paper preset.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
@@ -132,11 +134,26 @@ class LMSteerConfig(ExperimentConfig):
     transfer_target: str = Field("fluency", pattern="^(fluency|seed)$",
                                  description="the GPT the steers are transferred to: 'fluency' (the larger GPT: another "
                                              "width and seed) or 'seed' (a GPT B of A's shape from another seed)")
-    # the paper setting (local files only)
-    model_path: str | None = Field(None, description="paper preset: a local GPT2-Large directory (load_hf)")
-    fluency_model_path: str | None = Field(None, description="paper preset: a local GPT2-XL directory")
-    data_path: str | None = Field(None, description="paper preset: a directory with the Jigsaw split "
-                                  "(train_0.jsonl non-toxic, train_1.jsonl toxic) and nontoxic_prompts-10k.jsonl")
+    # the paper setting (local files only; lmsci.experiments.lm_steer_detox)
+    model_path: str | None = Field(None, description="paper preset: the steered causal LM, a local directory "
+                                   "(GPT2-Large in the paper)")
+    fluency_model_path: str | None = Field(None, description="paper preset: the perplexity judge sharing "
+                                           "model_path's tokenizer, a local directory (GPT2-XL in the paper; None: "
+                                           "the steered LM itself, unsteered)")
+    toxicity_model_path: str | None = Field(None, description="paper preset: a local sequence classifier of "
+                                            "toxicity (in place of the Perspective API)")
+    toxicity_label: str | None = Field(None, description="the classifier's toxic label (None: the one label named "
+                                       "*toxic* and not non-/not-toxic, else label 1 of two)")
+    data_path: str | None = Field(None, description="paper preset: a directory with the Jigsaw split (train_0.jsonl "
+                                  "non-toxic, train_1.jsonl toxic, dev_0.jsonl, dev_1.jsonl) and "
+                                  "nontoxic_prompts-10k.jsonl")
+    detox_train_per_class: int | None = Field(None, ge=1, description="Jigsaw training comments per class (None: all)")
+    detox_grid: list[float] = Field([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], min_length=2,
+                                    description="steer values of the paper setting (units of eps0; Table 5's ablation)")
+    top_p: float = Field(0.9, gt=0, le=1, description="paper setting: nucleus sampling (the paper's p = 0.9)")
+    gen_batch: int = Field(16, ge=1, description="paper setting: prompts per generation batch")
+    scorer_check_per_class: int = Field(1000, ge=2, description="Jigsaw dev comments per class for the toxicity "
+                                        "classifier's AUC gate")
 
     PRESETS = {
         "smoke": {"n_seeds": 1, "vocab_size": 1024, "lines_per_play": 60, "seq_len": 32, "d_model": 16, "n_layers": 1, "n_heads": 2,
@@ -150,7 +167,9 @@ class LMSteerConfig(ExperimentConfig):
                 "steps": 4000, "batch_size": 32, "flu_d_model": 512, "flu_n_layers": 8, "flu_n_heads": 8,
                 "flu_steps": 4000, "n_train_lines": 2000, "steer_steps": 1000, "n_prompts": 100, "n_samples": 25,
                 "n_highlight_lines": 300, "probe_dims": 5},
-        "paper": {"threads": 0, "n_prompts": 10000, "n_samples": 25, "steer_steps": 1000},  # + model_path, data_path
+        # + model_path, toxicity_model_path, data_path (and fluency_model_path): lmsci.experiments.lm_steer_detox
+        "paper": {"threads": 0, "n_prompts": 10000, "n_samples": 25, "gen_tokens": 20, "steer_steps": 1000,
+                  "steer_batch": 32, "rank": None, "epsilon": 1e-3, "steer_lr": 1e-2, "top_p": 0.9, "gen_batch": 16},
     }
 
 
@@ -164,13 +183,15 @@ class LMSteerExperiment(Experiment):
     source = SRC + ", sec. 3.3-5, App. F-G"
     Config = LMSteerConfig
     seeded = True
+    local_inputs = {"paper": ("model_path", "toxicity_model_path", "data_path")}
     time_estimate = {"smoke": "~10 s", "quick": "480 s measured (one thread, beside another run on a loaded 2-core "
                                               "machine; 337 CPU-s)",
                      "gpu": "~25 min on one H100 (estimated, not measured: 3 GPTs of 4-8 layers x 4,000 steps, 100 "
                             "prompts x 25 samples per steer value)",
-                     "paper": "not run: refuses with a ConfigError (needs local GPT2-Large/Jigsaw paths and an "
-                              "offline toxicity scorer); the paper's setting would take ~2 h per steer seed on one H100 "
-                              "for 10K prompts x 25 samples (estimated)"}
+                     "paper": "~1-2 h per seed of W on one H100, estimated, not measured (GPT2-Large: 1,000 steer "
+                              "steps x 32 x 256 tokens, then 6 steer values x 10K prompts x 25 continuations x 20 "
+                              "tokens, each scored by the toxicity classifier and GPT2-XL); 3 seeds ~3-6 h; needs the "
+                              "local files named by model_path, toxicity_model_path, data_path"}
 
     _gates_common = (Gate("lm-learned", "the steered GPT's validation NLL (held-out works) is at least 1 nat/token "
                                         "below the add-alpha unigram model's on the same works (it uses context)"),)
@@ -308,29 +329,18 @@ class LMSteerExperiment(Experiment):
     ]
 
     # ------------------------------------------------------------------------------------------ config
-    @staticmethod
-    def check_paper_inputs(cfg: LMSteerConfig) -> None:
-        """The paper preset needs local files; raises ConfigError (before any work) when they are not given.
-
-        The paper's setting is GPT2-Large steered away from toxicity (Jigsaw training data, 10K RealToxicityPrompts
-        prompts, Perspective API toxicity, GPT2-XL perplexity). Nothing is downloaded: ``model_path`` (GPT2-Large,
-        read with :func:`lmsci.models.hf.load_hf`) and ``data_path`` must be local. Even with them this version
-        refuses, because the toxicity scorer (Perspective API) cannot run offline; the Shakespeare presets are the
-        offline reproduction.
-        """
-        if cfg.model_path is None or cfg.data_path is None:
-            raise ConfigError("model_path/data_path", (cfg.model_path, cfg.data_path),
-                              "local paths to GPT2-Large (a directory load_hf reads) and to the Jigsaw / "
-                              "RealToxicityPrompts files, for the paper preset; nothing is downloaded")
-        for f, v in (("model_path", cfg.model_path), ("data_path", cfg.data_path)):
-            if not Path(v).expanduser().is_dir():
-                raise ConfigError(f, v, "an existing local directory")
-        raise ConfigError("preset", "paper", "quick or gpu: the GPT2-Large detoxification run needs a toxicity "
-                          "scorer, and the Perspective API it used cannot run offline (documented, not run)")
-
     def validate(self, cfg: LMSteerConfig) -> None:
-        if cfg.model_path is not None or cfg.data_path is not None or cfg.fluency_model_path is not None:
-            self.check_paper_inputs(cfg)
+        paths = {f: getattr(cfg, f) for f in ("model_path", "fluency_model_path", "toxicity_model_path", "data_path")}
+        if cfg.preset == "paper":
+            from lmsci.experiments import lm_steer_detox
+
+            lm_steer_detox.check_inputs(cfg)
+            return
+        given = [f for f, v in paths.items() if v is not None]
+        if given:
+            raise ConfigError(given[0], paths[given[0]], "unset outside the paper preset: the local-model "
+                              "detoxification setting runs with --preset paper; smoke, quick and gpu steer "
+                              "Shakespeare GPTs")
         if cfg.d_model % cfg.n_heads or cfg.flu_d_model % cfg.flu_n_heads:
             raise ConfigError("d_model", (cfg.d_model, cfg.flu_d_model), "multiples of n_heads / flu_n_heads")
         if cfg.rank is not None and cfg.rank > cfg.d_model:
@@ -490,7 +500,9 @@ class LMSteerExperiment(Experiment):
         from lmsci.worlds import shakespeare as sh
 
         if cfg.preset == "paper":
-            self.check_paper_inputs(cfg)
+            from lmsci.experiments import lm_steer_detox
+
+            return lm_steer_detox.run(cfg, points, ctxs)
         device = resolve_device(cfg.device)
         corpus = sh.prepare("bpe", cfg.vocab_size)
         tok = corpus.tokenizer
@@ -621,7 +633,17 @@ class LMSteerExperiment(Experiment):
                                bool(float(r0["val_nll_fluency"]) < float(r0["val_nll_A"])))}
 
     def verdicts(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        from lmsci.experiments import lm_steer_detox
+
         res = results.sort_values("seed_index") if "seed_index" in results else results
+        detox = lm_steer_detox.verdicts(self, cfg, res)
+        if "curves" not in res:  # the paper preset's detoxification rows
+            why = "measured on the Shakespeare GPTs (smoke, quick, gpu); the paper preset runs the detoxification setting"
+            return [not_measured(c, cfg.preset, why) for c in self.claims
+                    if c.id not in lm_steer_detox.CLAIMS] + detox
+        return self._shakespeare_verdicts(cfg, res) + detox
+
+    def _shakespeare_verdicts(self, cfg: LMSteerConfig, res: pd.DataFrame) -> list[Verdict]:
         r0 = res.iloc[0]
         G = self._gates(r0)
 
@@ -714,6 +736,10 @@ class LMSteerExperiment(Experiment):
     def figures(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
+        if "curves" not in results:
+            from lmsci.experiments import lm_steer_detox
+
+            return lm_steer_detox.figures(results, run)
         curves = [json.loads(c) for c in results["curves"]]
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for ax, a in zip(axes, ATTRS):
@@ -737,6 +763,10 @@ class LMSteerExperiment(Experiment):
 
     def report_sections(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> str:
         r = results.sort_values("seed_index").iloc[0] if "seed_index" in results else results.iloc[0]
+        if "curves" not in results:
+            from lmsci.experiments import lm_steer_detox
+
+            return lm_steer_detox.report_section(results, run)
         lines = ["## Measurements (seed 0 of W)\n", "| quantity | value |", "|---|---|",
                  f"| validation NLL A / B / fluency GPT (nats/token) | {r['val_nll_A']:.3f} / {r['val_nll_B']:.3f} / "
                  f"{r['val_nll_fluency']:.3f} |",
