@@ -81,6 +81,16 @@ def test_verdict_roundtrip_is_strict_json():
     assert Verdict.from_dict(d).to_dict() == d
 
 
+def test_an_interval_with_a_non_finite_end_is_dropped_and_the_report_prints_it():
+    from lmsci.report import _fmt_value
+
+    v = judge(C, "quick", value=0.5, passed=False, ci=(float("nan"), float("nan")), n_seeds=3)
+    assert v.ci is None and _fmt_value(v) == "0.5"
+    d = Verdict.from_dict(json.loads(json.dumps(v.to_dict(), allow_nan=False)))
+    assert _fmt_value(d) == "0.5"
+    assert _fmt_value(judge(C, "quick", value=0.5, passed=False, ci=(0.25, 0.75), n_seeds=3)) == "0.5 [0.25, 0.75]"
+
+
 def test_across_seeds_student_t():
     s = across_seeds([1.0, 2.0, 3.0])
     assert s.n == 3 and s.mean == 2.0

@@ -255,7 +255,8 @@ def judge(
         claim_id=claim.id, claim=claim.statement, source=claim.source, paper_value=claim.paper_value,
         statistic=claim.statistic, rule=claim.rule, outcome=outcome,
         value=None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value),
-        ci=None if ci is None else (float(ci[0]), float(ci[1])), ci_kind=ci_kind, n_seeds=int(n_seeds),
+        ci=None if ci is None or not all(math.isfinite(float(c)) for c in ci) else (float(ci[0]), float(ci[1])),
+        ci_kind=ci_kind, n_seeds=int(n_seeds),
         rule_passed=None if passed is None else bool(passed), gates=results, reasons=reasons,
         details=_clean(details or {}), note=note, ablation=claim.ablation,
     )

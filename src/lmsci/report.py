@@ -52,7 +52,7 @@ def _fmt_value(v: Verdict) -> str:
     if v.value is None:
         return "n/a"
     out = _fmt(v.value)
-    if v.ci:
+    if v.ci and all(c is not None for c in v.ci):
         out += f" [{v.ci[0]:.4g}, {v.ci[1]:.4g}]"
     return out
 
