@@ -99,10 +99,11 @@ class IGSMCommonConfig(ExperimentConfig):
 #: smoke: seconds; an untrained-in-effect model, decoding capped at 8 tokens.
 SMOKE = {"n_layers": 1, "n_heads": 2, "d_model": 16, "seq_len": 512, "steps": 2, "batch_size": 2, "warmup_steps": 0,
          "n_eval": 2, "beam": 2, "max_new_tokens": 8, "n_seeds": 1}
-#: gpu: one H100, igsm-small (max_op 10, OOD to 12), a 6-layer d384 model, bf16, 3 seeds stacked (estimated).
+#: gpu: one H100, igsm-small (max_op 10, OOD to 12), a 6-layer d384 model, bf16, 3 seeds trained one at a time
+#: (checkpointed, so a run longer than one command resumes).
 GPU = {"world": "igsm-small", "n_layers": 6, "n_heads": 6, "d_model": 384, "seq_len": 768, "batch_size": 96,
        "steps": 5000, "warmup_steps": 300, "lr": 1e-3, "n_eval": 256, "eval_batch": 128, "n_seeds": 3,
-       "precision": "bf16", "threads": 0, "max_new_tokens": 0}
+       "precision": "bf16", "threads": 0, "max_new_tokens": 0, "stack_seeds": False}
 #: paper: iGSM-med, GPT2-12-12 (d768), ctx 768, batch 512, 100k steps, lr 2e-3, wd 0.05, 1,000 warmup steps (sec. 2.4).
 PAPER = {"world": "igsm-med", "n_layers": 12, "n_heads": 12, "d_model": 768, "seq_len": 768, "batch_size": 512,
          "steps": 100_000, "warmup_steps": 1000, "lr": 2e-3, "weight_decay": 0.05, "n_eval": 4096,
