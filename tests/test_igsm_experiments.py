@@ -174,3 +174,21 @@ def test_summarize_scores_reference_and_broken_solutions():
     assert wrong["acc"] == 0.0
     cut = summarize(check_all(probs, [" ".join(p.solution.split(".")[-2:]) for p in probs]))
     assert cut["acc"] < 1.0
+
+
+@pytest.mark.parametrize("name", ["igsm-ood", "igsm-depth", "igsm-retry", "igsm-probing", "igsm-noop"])
+def test_gpu_time_estimates_come_from_the_estimator_and_long_presets_checkpoint(name):
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.igsm_common import estimate_gpu_train_seconds
+    from lmsci.experiments.registry import catalog
+
+    cls = catalog()[name]
+    cfg = resolve_config(cls.Config, "gpu")
+    ex = cls()
+    minutes = estimate_gpu_train_seconds(cfg, [ex.shape(cfg, p) for p in ex.points(cfg)]) / 60
+    text = cls.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(minutes)
+    assert minutes > 40  # at the measured small-model rate every iGSM gpu preset is over the 30-minute budget ...
+    assert "over the 30-minute budget" in text and not cfg.stack_seeds  # ... so it says so and checkpoints per seed

@@ -22,8 +22,8 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, ood_ops)
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           evaluate_ops, ok_rows, ood_ops, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
 
@@ -66,7 +66,7 @@ class IGSMDepth(IGSMExperiment):
     time_estimate = {"smoke": "~5 s", "quick": ("736 s wall, 702 s CPU measured one model at a time (2 shapes x 3 seeds, 200 "
                      "steps, igsm-tiny; one thread beside another run on the 2-core machine, 2026-11-26); with the 3 "
                      "seeds stacked under vmap it had taken 1834 s wall, 807 s CPU + 852 s system"),
-                     "gpu": TIME_GPU + "; two shapes", "paper": TIME_PAPER + "; 2 models per seed"}
+                     "gpu": time_gpu(137, "3 seeds x 3000 steps x 96 x 768 tokens of each of two shapes, GPT2-12-6 d384 and GPT2-3-12 d768"), "paper": TIME_PAPER + "; 2 models per seed"}
 
     claims = [
         Claim(

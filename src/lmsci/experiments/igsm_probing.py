@@ -21,8 +21,8 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           build_gpt, evaluate_ops, ok_rows)
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           build_gpt, evaluate_ops, ok_rows, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.measure.vprobe import vprobe_with_baselines
 from lmsci.runs import RunDir, derive_seed
@@ -95,7 +95,7 @@ class IGSMProbing(IGSMExperiment):
     time_estimate = {"smoke": "~5 s", "quick": ("690 s wall, 449 s CPU measured (one seed, 500 steps, igsm-tiny; "
                      "3 tasks x 2 models x 80 probe steps; "
                      "one thread beside another run on a loaded 2-core machine)"),
-                     "gpu": TIME_GPU + "; plus ~5 min of probes",
+                     "gpu": time_gpu(60, "3 seeds x 5000 steps x 96 x 768 tokens of a 6-layer d384 GPT, plus ~5 min of probes"),
                      "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, sec. 4 and Fig. 7(a)"

@@ -24,8 +24,8 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_GPU, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows)
+from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                           evaluate_ops, ok_rows, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.igsm.world import check_retry_rate
@@ -81,7 +81,7 @@ class IGSMRetry(IGSMExperiment):
     Config = IGSMRetryConfig
     time_estimate = {"smoke": "~5 s", "quick": ("407 s measured (5 points x 1 seed, 250 steps, igsm-tiny; threads=2, "
                      "nothing else running)"),
-                     "gpu": TIME_GPU + "; 5 points", "paper": TIME_PAPER + "; 5 models per seed"}
+                     "gpu": time_gpu(150, "5 points x 3 seeds x 2500 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER + "; 5 models per seed"}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry pretraining results"
     _GATE = Gate("learned", f"mean over seeds of the error-free model's greedy in-distribution full-solution accuracy "

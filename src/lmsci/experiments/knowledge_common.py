@@ -36,6 +36,8 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
 from lmsci.measure.accuracy import inverse_accuracy, qa_accuracy
 from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.train.estimate import GPU_ACHIEVED_FLOPS, GPU_BUDGET_S, STEP_OVERHEAD_S, gpu_seconds  # noqa: F401
+from lmsci.train.estimate import flops_per_token as _flops_per_token
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig
@@ -155,48 +157,31 @@ class TrainSpec(StrictModel):
 
 
 
-# -- time estimates of the gpu presets (one H100) ---------------------------------------------------------
-#: Assumptions of the estimates (the throughput measured once, on an H200, 2026-11-26; the rest assumed). A
-#: training step of lmsci's eager GPT costs ``tokens * flops_per_token / H100_ACHIEVED_FLOPS`` (bf16 autocast:
-#: 24 TFLOP/s, ~2.5% of the dense bf16 peak; matmuls of d_model 128-256 run far below peak) plus a
-#: fixed ``STEP_OVERHEAD_S[0] + STEP_OVERHEAD_S[1] * n_layers`` seconds of kernel launches and Python per
-#: optimizer step (~40 launches per layer forward + backward, ~60 more for embedding, loss, clipping and the
-#: fused AdamW, at ~10 us each; the loss and grad-norm reads synchronise every step, so nothing overlaps).
-#: Host work (data) is added serially: ``HOST_DOCS_PER_S`` documents/s for the vectorised renderer and
-#: packer of :mod:`lmsci.worlds.bios_stream` (measured 473k biographies per CPU-second in
-#: benchmarks/bench_bios_pipeline.py), ``PY_DOCS_PER_S`` for the Python renderer + packer (75 + 250 us).
+# -- time estimates of the gpu presets (one H100): lmsci.train.estimate, plus the host's data work -------------
+#: Host work (data) is added serially: ``HOST_DOCS_PER_S`` documents/s for the vectorised renderer and packer of
+#: :mod:`lmsci.worlds.bios_stream` (measured 473k biographies per CPU-second in benchmarks/bench_bios_pipeline.py),
+#: ``PY_DOCS_PER_S`` for the Python renderer + packer (75 + 250 us).
 H100_ASSUMPTIONS = ("24 TFLOP/s achieved in bf16, measured on an H200 on 2026-11-26 (celebrity-helps-minority's gpu "
                     "preset: 0.85M tokens/s at d_model 256 x 4 layers, batch 24 x 512), + (0.5 + 0.5 x layers) ms per "
-                    "optimizer step + host data at 400k documents/s (knowledge_common.H100_ACHIEVED_FLOPS, "
-                    "STEP_OVERHEAD_S, HOST_DOCS_PER_S)")
-# Measured, not assumed: the first point of celebrity-helps-minority's gpu preset ran at 0.85M tokens/s once it had
-# the GPU to itself (H200, bf16 autocast, d_model 256 x 4 layers, 11.4k tokens a step): 13.4 ms a step, of which the
-# step overhead below is 2.5 ms, leaves 2.6e11 FLOPs in 10.9 ms. The 100 TFLOP/s assumed before (10% of the dense
-# peak) was ~4x too high for models this small; an H100 is not faster at this size.
-H100_ACHIEVED_FLOPS = 24e12
-STEP_OVERHEAD_S = (0.5e-3, 0.5e-3)
+                    "optimizer step + host data at 400k documents/s (lmsci.train.estimate, "
+                    "knowledge_common.HOST_DOCS_PER_S)")
+H100_ACHIEVED_FLOPS = GPU_ACHIEVED_FLOPS
 HOST_DOCS_PER_S = 400_000
 PY_DOCS_PER_S = 3_000
-GPU_BUDGET_S = 30 * 60
 
 
 def flops_per_token(spec: ModelSpec, vocab_size: int, seq_len: int, train: bool = True) -> float:
-    """FLOPs per token of a GPT (Kaplan et al. 2020, arXiv 2001.08361, Table 1): forward
-    ``2 * (12 * n_layers * d_model^2 + vocab_size * d_model) + 2 * n_layers * seq_len * d_model`` (matmul
-    parameters including the unembedding, plus attention scores and values); training 3x the forward."""
-    fwd = 2 * (12 * spec.n_layers * spec.d_model ** 2 + vocab_size * spec.d_model) + 2 * spec.n_layers * seq_len * spec.d_model
-    return float(3 * fwd if train else fwd)
+    """:func:`lmsci.train.estimate.flops_per_token` of ``spec``."""
+    return _flops_per_token(spec.d_model, spec.n_layers, vocab_size, seq_len, train)
 
 
 def h100_seconds(spec: ModelSpec, vocab_size: int, seq_len: int, *, tokens: float, steps: float,
                  eval_tokens: float = 0.0, host_docs: float = 0.0, python_docs: float = 0.0) -> float:
     """Estimated wall seconds on one H100 for ``tokens`` training tokens in ``steps`` optimizer steps, plus
-    ``eval_tokens`` of forward-only evaluation and the host's data work, under the assumptions above
-    (:data:`H100_ACHIEVED_FLOPS`, :data:`STEP_OVERHEAD_S`, :data:`HOST_DOCS_PER_S`, :data:`PY_DOCS_PER_S`)."""
-    compute = (tokens * flops_per_token(spec, vocab_size, seq_len)
-               + eval_tokens * flops_per_token(spec, vocab_size, seq_len, train=False)) / H100_ACHIEVED_FLOPS
-    overhead = steps * (STEP_OVERHEAD_S[0] + STEP_OVERHEAD_S[1] * spec.n_layers)
-    return float(compute + overhead + host_docs / HOST_DOCS_PER_S + python_docs / PY_DOCS_PER_S)
+    ``eval_tokens`` of forward-only evaluation (:func:`lmsci.train.estimate.gpu_seconds`) and the host's data work
+    (:data:`HOST_DOCS_PER_S`, :data:`PY_DOCS_PER_S`)."""
+    return gpu_seconds(spec.d_model, spec.n_layers, vocab_size, seq_len, tokens=tokens, steps=steps,
+                       eval_tokens=eval_tokens) + host_docs / HOST_DOCS_PER_S + python_docs / PY_DOCS_PER_S
 
 
 def mean_tokens(kind: str, spec: DataSpec | None = None, groups: int = 1, n: int = 400) -> float:
