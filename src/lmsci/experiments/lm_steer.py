@@ -184,8 +184,8 @@ class LMSteerExperiment(Experiment):
     Config = LMSteerConfig
     seeded = True
     local_inputs = {"paper": ("model_path", "toxicity_model_path", "data_path")}
-    time_estimate = {"smoke": "~10 s", "quick": "480 s measured (one thread, beside another run on a loaded 2-core "
-                                              "machine; 337 CPU-s)",
+    time_estimate = {"smoke": "~10 s", "quick": "200 s wall measured at threads=2 on the 2-core machine, alone "
+                                              "(373 CPU-s; 2026-11-26)",
                      "gpu": "~25 min on one H100 (estimated, not measured: 3 GPTs of 4-8 layers x 4,000 steps, 100 "
                             "prompts x 25 samples per steer value)",
                      "paper": "~1-2 h per seed of W on one H100, estimated, not measured (GPT2-Large: 1,000 steer "
