@@ -666,11 +666,11 @@ class LMSteerExperiment(Experiment):
                               note="sentiment in VADER compound units, genre in P(comedy) units"))
         # continuous
         curves = [json.loads(c) for c in res["curves"]]
-        mean_curve = {a: _mean_curve([c[a] for c in curves]) for a in ATTRS}
-        rho = {a: ts.spearman(mean_curve[a]["s"], mean_curve[a][a]) for a in ATTRS}
+        mean_curves = {a: mean_curve([c[a] for c in curves]) for a in ATTRS}
+        rho = {a: ts.spearman(mean_curves[a]["s"], mean_curves[a][a]) for a in ATTRS}
         ppl_rho = {}
         for a in ATTRS:
-            s, p = np.asarray(mean_curve[a]["s"]), np.asarray(mean_curve[a]["ppl"])
+            s, p = np.asarray(mean_curves[a]["s"]), np.asarray(mean_curves[a]["ppl"])
             mags = sorted({abs(v) for v in s})
             ppl_rho[a] = ts.spearman(mags, [float(p[np.abs(s) == m].mean()) for m in mags])
         ppl_all = _nan_stat(np.mean, list(ppl_rho.values()))
@@ -681,7 +681,7 @@ class LMSteerExperiment(Experiment):
                               ci=(_nan_stat(np.min, per_seed_min), _nan_stat(np.max, per_seed_min)),
                               ci_kind="range across seeds of the per-seed smallest attribute Spearman",
                               gates=gates_for("continuous"), why_not_computed="" if ok is not None else "a constant curve",
-                              details={"spearman_score": rho, "spearman_abs_ppl": ppl_rho, "mean_curves": mean_curve}))
+                              details={"spearman_score": rho, "spearman_abs_ppl": ppl_rho, "mean_curves": mean_curves}))
         # compositional
         cs = {a: across_seeds(col(f"comp_{a}_retention")) if np.isfinite(col(f"comp_{a}_retention")).any() else None
               for a in ATTRS}
@@ -741,7 +741,7 @@ class LMSteerExperiment(Experiment):
         curves = [json.loads(c) for c in results["curves"]]
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for ax, a in zip(axes, ATTRS):
-            mc = _mean_curve([c[a] for c in curves])
+            mc = mean_curve([c[a] for c in curves])
             ax.plot(mc["s"], mc[a], "o-", color="C0", label="steered (dummy steer at 1)")
             for cv in curves:  # each seed of W, faint
                 ax.plot([c["s"] for c in cv[a]], [c[a] for c in cv[a]], "-", color="C0", alpha=0.25, lw=0.8)
@@ -834,7 +834,7 @@ def curves_at(curves: dict, attr: str, s: float) -> dict:
     return next(c for c in curves[attr] if c["s"] == s)
 
 
-def _mean_curve(per_seed: list[list[dict]]) -> dict[str, list[float]]:
+def mean_curve(per_seed: list[list[dict]]) -> dict[str, list[float]]:
     """Average a list of per-seed curves (same steer grid) key by key: ``{"s": [...], key: [...]}``."""
     keys = [k for k in per_seed[0][0] if k != "s"]
     out = {"s": [c["s"] for c in per_seed[0]]}

@@ -263,10 +263,11 @@ def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
                                       "paper": paper},
                              note="toxicity from a local classifier, not the Perspective API: compare reductions, "
                                   "not levels, with the paper"))
+    from lmsci.experiments.lm_steer import mean_curve
+
     curves = [json.loads(c) for c in res["detox_curve"]]
-    s = [c["s"] for c in curves[0]]
-    tox = [float(np.nanmean([cv[i]["avg_max_toxicity"] for cv in curves])) for i in range(len(s))]
-    ppl = [float(np.nanmean([cv[i]["ppl"] for cv in curves])) for i in range(len(s))]
+    mc = mean_curve(curves)
+    s, tox, ppl = mc["s"], mc["avg_max_toxicity"], mc["ppl"]
     r_tox, r_ppl = ts.spearman(s, tox), ts.spearman(s, ppl)
     ok = None if not (np.isfinite(r_tox) and np.isfinite(r_ppl)) else bool(r_tox <= -0.9 and r_ppl >= 0.9)
     out.append(exp.judge(cfg, "detox-tradeoff", value=r_tox, passed=ok, n_seeds=len(curves), gates=gates,
@@ -282,6 +283,7 @@ def figures(results: pd.DataFrame, run: Any) -> list:
     import matplotlib.pyplot as plt
 
     from lmsci.experiments.base import save_figure
+    from lmsci.experiments.lm_steer import mean_curve
 
     curves = [json.loads(c) for c in results["detox_curve"]]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -289,9 +291,9 @@ def figures(results: pd.DataFrame, run: Any) -> list:
     for cv in curves:
         ax.plot([c["s"] for c in cv], [c["avg_max_toxicity"] for c in cv], "-", color="C0", alpha=0.3, lw=0.8)
         ax2.plot([c["s"] for c in cv], [c["ppl"] for c in cv], "--", color="C3", alpha=0.3, lw=0.8)
-    s = [c["s"] for c in curves[0]]
-    ax.plot(s, [np.nanmean([cv[i]["avg_max_toxicity"] for cv in curves]) for i in range(len(s))], "o-", color="C0")
-    ax2.plot(s, [np.nanmean([cv[i]["ppl"] for cv in curves]) for i in range(len(s))], "s--", color="C3")
+    mc = mean_curve(curves)
+    ax.plot(mc["s"], mc["avg_max_toxicity"], "o-", color="C0")
+    ax2.plot(mc["s"], mc["ppl"], "s--", color="C3")
     ax.set_xlabel("steer value (units of eps0; 0 = no steer)")
     ax.set_ylabel("average maximum toxicity (local classifier)", color="C0")
     ax2.set_ylabel("perplexity under the fluency LM", color="C3")
@@ -304,17 +306,18 @@ def figures(results: pd.DataFrame, run: Any) -> list:
 
 def report_section(results: pd.DataFrame, run: Any) -> str:
     """A table of the detoxification metrics per steer value (mean over seeds) and sample continuations."""
+    from lmsci.experiments.lm_steer import mean_curve
+
     r = results.iloc[0]
-    curves = [json.loads(c) for c in results["detox_curve"]]
+    mc = mean_curve([json.loads(c) for c in results["detox_curve"]])
     keys = ("avg_max_toxicity", "toxicity_prob", "ppl", "dist_1", "dist_2", "dist_3")
     lines = [f"## Detoxification ({r['model_path']}; toxicity: {r['toxicity_model']} label "
              f"'{r['toxicity_label']}', dev ROC AUC {float(r['scorer_auc']):.3f}; fluency: {r['fluency_model']}; "
              f"{int(r['n_prompts'])} prompts)\n",
              "| steer value (eps0) | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-    for i, c in enumerate(curves[0]):
-        vals = [float(np.nanmean([cv[i][k] for cv in curves])) for k in keys]
-        lines.append(f"| {c['s']:g} | " + " | ".join(f"{v:.3f}" if k != "ppl" else f"{v:.1f}"
-                                                       for k, v in zip(keys, vals)) + " |")
+    for i, sv in enumerate(mc["s"]):
+        lines.append(f"| {sv:g} | " + " | ".join(f"{mc[k][i]:.3f}" if k != "ppl" else f"{mc[k][i]:.1f}"
+                                                    for k in keys) + " |")
     lines.append("\nPaper (GPT2-Large, Perspective API, Tables 1 and 5): avg. max toxicity 0.527 unsteered, 0.322 / "
                  "0.293 / 0.268 / 0.246 / 0.249 at 1-5 eps0; PPL 25.5 unsteered, 22.4-28.3 at 1-5 eps0.\n")
     g = Path(run.path) / "points" / str(r["point"]) / "generations.json" if "point" in r else None
