@@ -121,7 +121,8 @@ class HFTextClassifier:
         device: where the classifier runs. max_length: tokens kept per text (truncation).
 
     ``score(texts)`` -> ``[n]`` float64 probabilities: softmax over the labels, or a sigmoid for a model whose
-    ``problem_type`` is ``multi_label_classification`` (Detoxify-style multi-label heads).
+    ``problem_type`` is ``multi_label_classification`` (Detoxify-style multi-label heads); a text that is empty or
+    only whitespace (a continuation of end-of-text tokens) is scored as ``"."``.
 
     Raises:
         ConfigError: ``path`` not a local model directory (field ``path``); a ``label`` the model does not have,
