@@ -67,3 +67,16 @@ def test_catalog_has_issue_15s_experiments():
 
 def test_catalog_has_issue_13s_igsm_experiments():
     assert {"igsm-ood", "igsm-depth", "igsm-retry", "igsm-probing", "igsm-noop"} <= set(NAMES)
+
+
+def test_list_shows_every_experiment_with_its_gpu_time():
+    from typer.testing import CliRunner
+
+    from lmsci.cli import app
+
+    out = CliRunner().invoke(app, ["list"], terminal_width=400)
+    assert out.exit_code == 0, out.output
+    assert "gpu" in out.output.splitlines()[1]  # the header names the four presets' times
+    for name in NAMES:
+        assert name in out.output
+    assert "~150" in out.output and "~137" in out.output  # igsm-retry's and igsm-depth's gpu estimates (minutes)

@@ -48,12 +48,12 @@ def list_cmd() -> None:
     from lmsci.experiments.registry import catalog
 
     t = Table(show_lines=True)
-    for col in ("name", "claim", "source", "time (smoke / quick / paper)"):
+    for col in ("name", "claim", "source", "time (smoke / quick / gpu / paper)"):
         t.add_column(col)
     for name, cls in catalog().items():
         est = cls.time_estimate
         t.add_row(name, cls.claim, cls.source,
-                  " / ".join(est.get(p, "?") for p in ("smoke", "quick", "paper")))
+                  " / ".join(est.get(p, "-" if p == "gpu" else "?") for p in ("smoke", "quick", "gpu", "paper")))
     Console(width=160).print(t)
 
 
