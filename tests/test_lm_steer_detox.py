@@ -73,7 +73,8 @@ def test_inputs_are_checked_before_any_work(local, tmp_path):
     for over, field in (({"toxicity_model_path": None}, "toxicity_model_path"),
                         ({"model_path": str(tmp_path)}, "model_path"),  # no config.json
                         ({"fluency_model_path": local["other"]}, "fluency_model_path"),  # another tokenizer
-                        ({"detox_grid": "[1, 2]"}, "detox_grid")):
+                        ({"detox_grid": "[1, 2]"}, "detox_grid"),
+                        ({"rank": 17}, "rank")):  # the tiny LM's hidden size is 16
         with pytest.raises(ConfigError) as err:
             ex.validate(_cfg(local, **over))
         assert err.value.field == field, (over, err.value)

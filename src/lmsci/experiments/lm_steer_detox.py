@@ -61,8 +61,8 @@ def check_inputs(cfg: Any) -> None:
     Raises:
         ConfigError: naming the field -- ``model_path`` / ``toxicity_model_path`` / ``data_path`` missing;
             a path that is not a local model directory; a data file missing from ``data_path``; a
-            ``fluency_model_path`` whose tokenizer differs from ``model_path``'s; ``detox_grid`` without 0 and
-            ``steer_value``.
+            ``fluency_model_path`` whose tokenizer differs from ``model_path``'s; a ``rank`` above the model's
+            hidden size; ``detox_grid`` without 0 and ``steer_value``.
     """
     from transformers import AutoTokenizer
 
@@ -92,6 +92,13 @@ def check_inputs(cfg: Any) -> None:
         if not same:
             raise ConfigError("fluency_model_path", cfg.fluency_model_path,
                               "a causal LM sharing model_path's tokenizer (GPT2-XL for GPT2-Large)")
+    if cfg.rank is not None:
+        from transformers import AutoConfig
+
+        c = AutoConfig.from_pretrained(str(m))
+        d = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
+        if d is not None and cfg.rank > d:
+            raise ConfigError("rank", cfg.rank, f"at most the model's hidden size {d} (None: a full d x d map)")
     for v in (0.0, cfg.steer_value):
         if v not in cfg.detox_grid:
             raise ConfigError("detox_grid", cfg.detox_grid, f"steer values containing 0 and steer_value={cfg.steer_value}")
