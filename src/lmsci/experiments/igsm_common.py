@@ -22,6 +22,14 @@ Pieces:
   (:mod:`lmsci.models.decode`), scored by :func:`lmsci.worlds.igsm.checker.check_solution`.
 * :class:`IGSMExperiment` -- the base class: ``groups`` stacks the seeds of each point; ``run_group`` trains and
   hands every model to the subclass's ``measure``.
+
+What the quick presets can judge: nothing yet. A sizing pilot on 2026-11-26 (seed 777, used by no verdict) trained
+the quick model (4 layers, d_model 64, igsm-tiny, batch 8 x 512) for 4000 steps, 4x igsm-ood's quick preset, about
+17 minutes on 2 cores: greedy in-distribution full-solution accuracy stayed at 0-4% (48 fresh problems every 500
+steps; loss 1.22 -> 0.81 nats/token) and the model wrote well-formed solutions about the wrong entities. The
+learned-model gates (>= 0.5 or >= 0.9) are out of reach on a CPU in 15 minutes, so the quick verdicts are
+inconclusive and the quick presets check the pipeline end to end; the ``gpu`` presets are the smallest runs that
+can judge (:func:`estimate_gpu_train_seconds`).
 """
 
 from __future__ import annotations
