@@ -36,7 +36,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
 from lmsci.measure.accuracy import inverse_accuracy, qa_accuracy
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.train.estimate import GPU_ACHIEVED_FLOPS, GPU_BUDGET_S, STEP_OVERHEAD_S, gpu_seconds  # noqa: F401
+from lmsci.train.estimate import GPU_ASSUMPTIONS, GPU_BUDGET_S, STEP_OVERHEAD_S, gpu_seconds  # noqa: F401
 from lmsci.train.estimate import flops_per_token as _flops_per_token
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train import trainer
@@ -161,11 +161,7 @@ class TrainSpec(StrictModel):
 #: Host work (data) is added serially: ``HOST_DOCS_PER_S`` documents/s for the vectorised renderer and packer of
 #: :mod:`lmsci.worlds.bios_stream` (measured 473k biographies per CPU-second in benchmarks/bench_bios_pipeline.py),
 #: ``PY_DOCS_PER_S`` for the Python renderer + packer (75 + 250 us).
-H100_ASSUMPTIONS = ("24 TFLOP/s achieved in bf16, measured on an H200 on 2026-11-26 (celebrity-helps-minority's gpu "
-                    "preset: 0.85M tokens/s at d_model 256 x 4 layers, batch 24 x 512), + (0.5 + 0.5 x layers) ms per "
-                    "optimizer step + host data at 400k documents/s (lmsci.train.estimate, "
-                    "knowledge_common.HOST_DOCS_PER_S)")
-H100_ACHIEVED_FLOPS = GPU_ACHIEVED_FLOPS
+H100_ASSUMPTIONS = GPU_ASSUMPTIONS + " + host data at 400k documents/s (knowledge_common.HOST_DOCS_PER_S)"
 HOST_DOCS_PER_S = 400_000
 PY_DOCS_PER_S = 3_000
 

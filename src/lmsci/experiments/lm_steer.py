@@ -61,6 +61,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
+from lmsci.experiments import lm_steer_detox
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge_common import binom_ci
 from lmsci.experiments.registry import register
@@ -183,7 +184,7 @@ class LMSteerExperiment(Experiment):
     source = SRC + ", sec. 3.3-5, App. F-G"
     Config = LMSteerConfig
     seeded = True
-    local_inputs = {"paper": ("model_path", "toxicity_model_path", "data_path")}
+    local_inputs = {"paper": lm_steer_detox.LOCAL_INPUTS}
     time_estimate = {"smoke": "~10 s", "quick": "200 s wall measured at threads=2 on the 2-core machine, alone "
                                               "(373 CPU-s; 2026-11-26)",
                      "gpu": "~25 min on one H100 (estimated, not measured: 3 GPTs of 4-8 layers x 4,000 steps, 100 "
@@ -330,8 +331,6 @@ class LMSteerExperiment(Experiment):
     def validate(self, cfg: LMSteerConfig) -> None:
         paths = {f: getattr(cfg, f) for f in ("model_path", "fluency_model_path", "toxicity_model_path", "data_path")}
         if cfg.preset == "paper":
-            from lmsci.experiments import lm_steer_detox
-
             lm_steer_detox.check_inputs(cfg)
             return
         given = [f for f, v in paths.items() if v is not None]
@@ -498,8 +497,6 @@ class LMSteerExperiment(Experiment):
         from lmsci.worlds import shakespeare as sh
 
         if cfg.preset == "paper":
-            from lmsci.experiments import lm_steer_detox
-
             return lm_steer_detox.run(cfg, points, ctxs)
         device = resolve_device(cfg.device)
         corpus = sh.prepare("bpe", cfg.vocab_size)
@@ -631,8 +628,6 @@ class LMSteerExperiment(Experiment):
                                bool(float(r0["val_nll_fluency"]) < float(r0["val_nll_A"])))}
 
     def verdicts(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        from lmsci.experiments import lm_steer_detox
-
         res = results.sort_values("seed_index") if "seed_index" in results else results
         detox = lm_steer_detox.verdicts(self, cfg, res)
         if "curves" not in res:  # the paper preset's detoxification rows
@@ -735,8 +730,6 @@ class LMSteerExperiment(Experiment):
         import matplotlib.pyplot as plt
 
         if "curves" not in results:
-            from lmsci.experiments import lm_steer_detox
-
             return lm_steer_detox.figures(results, run)
         curves = [json.loads(c) for c in results["curves"]]
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -762,8 +755,6 @@ class LMSteerExperiment(Experiment):
     def report_sections(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> str:
         r = results.sort_values("seed_index").iloc[0] if "seed_index" in results else results.iloc[0]
         if "curves" not in results:
-            from lmsci.experiments import lm_steer_detox
-
             return lm_steer_detox.report_section(results, run)
         lines = ["## Measurements (seed 0 of W)\n", "| quantity | value |", "|---|---|",
                  f"| validation NLL A / B / fluency GPT (nats/token) | {r['val_nll_A']:.3f} / {r['val_nll_B']:.3f} / "

@@ -51,6 +51,8 @@ from lmsci.runs import derive_seed, resolve_device
 JIGSAW = ("train_0.jsonl", "train_1.jsonl", "dev_0.jsonl", "dev_1.jsonl")
 PROMPTS = "nontoxic_prompts-10k.jsonl"
 CLAIMS = ("detox", "detox-tradeoff")
+#: the config fields naming files the user must supply (``Experiment.local_inputs`` of the paper preset)
+LOCAL_INPUTS = ("model_path", "toxicity_model_path", "data_path")
 #: the registered gates' thresholds (lm-steer claims ``detox`` and ``detox-tradeoff``)
 MIN_AUC, MIN_BASE_TOX = 0.8, 0.1
 
@@ -68,7 +70,7 @@ def check_inputs(cfg: Any) -> None:
 
     from lmsci.models.hf import local_model_dir
 
-    missing = [f for f in ("model_path", "toxicity_model_path", "data_path") if getattr(cfg, f) is None]
+    missing = [f for f in LOCAL_INPUTS if getattr(cfg, f) is None]
     if missing:
         raise ConfigError(missing[0], None, "a local path: the paper preset steers a local causal LM (GPT2-Large) "
                           "with the Jigsaw split in data_path and scores toxicity with a local classifier; nothing "
@@ -180,8 +182,7 @@ def run(cfg: Any, points: list, ctxs: list) -> list[dict[str, Any]]:
     from lmsci.methods.steering import load_steer, save_steer
     from lmsci.models.hf import load_hf
 
-    check_inputs(cfg)
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device)  # the inputs were checked by validate (check_inputs) before any work
     A = load_hf(str(Path(cfg.model_path).expanduser()), device=device)
     tok = A.tokenizer
     if tok is None:
@@ -239,8 +240,7 @@ def run(cfg: Any, points: list, ctxs: list) -> list[dict[str, Any]]:
 def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
     """The two detoxification claims from the rows of :func:`run` (``res`` sorted by seed)."""
     if "detox_curve" not in res:
-        why = ("the detoxification setting runs only at the paper preset, from local files (model_path, "
-               "toxicity_model_path, data_path)")
+        why = f"the detoxification setting runs only at the paper preset, from local files ({', '.join(LOCAL_INPUTS)})"
         return [not_measured(exp.get_claim(c), cfg.preset, why) for c in CLAIMS]
     S = cfg.steer_value
 
