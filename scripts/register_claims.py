@@ -39,11 +39,15 @@ def main() -> None:
         for c in claims:
             key = f"`{name}/{c['id']}` [{c['digest']}]"
             if not re.search(rf"^- \d{{4}}-\d{{2}}-\d{{2}} .*{re.escape(key)}", text, flags=re.M):
-                kind = " (ablation, decides nothing)" if c["ablation"] else ""
+                kind = (" (check, holds by construction)" if c.get("kind") == "check"
+                        else " (ablation, decides nothing)" if c["ablation"] else "")
                 new.append(f"- {a.date} {key}{kind}: {a.why}. Rule: {c['rule']} "
                            f"Gates: {'; '.join(g['rule'] for g in c['gates']) or 'none'}. "
                            f"Presets: {', '.join(c['presets'])}; uncertainty: {c['uncertainty']}"
-                           + (f" (>= {c['min_seeds']} seeds)" if c["uncertainty"] == "seeds" else "") + ".")
+                           + (f" (>= {c['min_seeds']} seeds)" if c["uncertainty"] != "exact" else "")
+                           + (f". Null arm: {c['null']}" if c.get("null") else "")
+                           + ". Preset digests: " + (", ".join(f"{k} {v}" for k, v in c.get("preset_digests", {}).items())
+                                                   or "none") + ".")
     if new:
         md.write_text(text.rstrip("\n") + "\n" + "\n".join(new) + "\n")
     print(f"snapshot: {sum(len(v) for v in snap.values())} claims; {len(new)} new CLAIMS.md lines")

@@ -9,8 +9,23 @@ decides the outcome:
 - ``reproduced``: every gate passed, the preset is at the claim's scale, enough training seeds, rule held;
 - ``not reproduced``: every gate passed, the preset is at the claim's scale, the rule failed;
 - ``inconclusive``: a gate failed or was not measured, the preset is below the claim's scale, the statistic
-  could not be computed (too few points, a fit that did not converge), or the rule held with fewer seeds
-  than the claim needs.
+  could not be computed (too few points, a fit that did not converge), fewer seeds than the claim needs,
+  the null arm was not measured, or the null arm also meets the rule ("the rule cannot tell the effect from
+  its absence").
+
+Every registered item is of one of two kinds (:attr:`Claim.kind`):
+
+- a **claim**: an empirical statement about trained models or data that could come out either way. It has a
+  **null arm** (:attr:`Claim.null`): the same statistic, in the same run, on a configuration where the
+  effect is absent by construction (random init, shuffled labels, the manipulated factor removed, random
+  units of the same count). ``reproduced`` needs the real arm to meet the rule and the null arm not to.
+- a **check**: a property of the setup that holds by construction (a world's design, a closed-form bound, an
+  interpolation). Its outcomes are ``passed`` / ``failed`` / ``inconclusive``; checks are reported in their
+  own "design checks" section and never counted as reproduced claims.
+
+A verdict is also marked ``post_hoc`` when its preset, gate or rule changed after a result at that preset
+had been seen (:data:`POST_HOC`) and the run's master seed is one of those seen then, and ``pilot`` when its
+master seed is in the pilot range (>= :data:`PILOT_SEED_MIN`).
 
 A registered rule changes only with a dated line in ``CLAIMS.md`` naming the claim and its new digest
 (:meth:`Claim.digest`), in a commit of its own; ``tests/test_claims.py`` compares every claim with the
@@ -28,7 +43,55 @@ from typing import Any, Iterable, Sequence
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
-OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+#: a check's outcomes (a check is never "reproduced")
+PASSED = "passed"
+FAILED = "failed"
+OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, PASSED, FAILED)
+KINDS = ("claim", "check")
+
+#: master seeds at or above this are pilots and sizing runs (CLAIMS.md, "Pilots"): never published
+PILOT_SEED_MIN = 1_000_000
+
+#: what an inconclusive outcome says when the null arm meets the rule
+NULL_MEETS_RULE = "the rule cannot tell the effect from its absence"
+
+#: preset fields left out of a preset's digest (where and how fast it runs, not what it computes)
+NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset")
+
+#: Verdicts seen before a preset, gate or rule changed: ``"experiment/claim" -> {preset: [master seeds]}``.
+#: A verdict at that preset from one of those master seeds is ``post hoc`` (the change was made after seeing
+#: it) until the claim is rerun on a fresh master seed. Each entry has its dated line in CLAIMS.md.
+POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
+    "cfg-learning/gen-accuracy": {"quick": (0,)},
+    "cfg-learning/rot-beats-abs": {"quick": (0,)},
+    "cfg-learning/uni-effective": {"quick": (0,)},
+    "cfg-learning/pos-effective": {"quick": (0,)},
+    "cfg-probing/probe-ancestor": {"quick": (0,)},
+    "cfg-probing/probe-ancestor-at-end": {"quick": (0,)},
+    "cfg-probing/probe-beats-random": {"quick": (0,)},
+    "cfg-probing/probe-beats-random-at-end": {"quick": (0,)},
+    "word-order/redundant-unchanged": {"quick": (0,)},
+    "word-order/redundant-omega": {"quick": (0,)},
+    "word-order/critical-chance": {"quick": (0,)},
+    "word-order/encoder-derangement-nn": {"quick": (0,)},
+    "word-order/encoder-swap-similarity": {"quick": (0,)},
+    "word-order/cfg-shuffle-drop": {"quick": (0,)},
+    "celebrity-helps-minority/minority-lift": {"quick": (0,)},
+    "reversal-curse/reversal": {"quick": (0,)},
+    "reversal-curse/reverse-completion": {"quick": (0,)},
+    "reversal-curse/name-logprob": {"quick": (0,)},
+    "causal-tracing/mlp-early-site": {"quick": (0,)},
+    "causal-tracing/attn-late-site": {"quick": (0,)},
+    "causal-tracing/rome-edit": {"quick": (0,)},
+    "messy-knowledge/negation-curse": {"quick": (0,)},
+    "messy-knowledge/cross-lingual-barrier": {"quick": (0,)},
+    "messy-knowledge/over-ripple": {"quick": (0,)},
+    "messy-knowledge/over-ripple-specific": {"quick": (0,)},
+    "knowledge-extraction/pretrain-ft-augmentation": {"quick": (0,)},
+    "knowledge-extraction/mixed-vs-pretrain-ft": {"quick": (0,)},
+    "lm-steer/compositional": {"quick": (0,)},
+    "lm-steer/transfer": {"quick": (0,)},
+}
 
 #: presets in increasing scale; a claim registered for ``presets`` is undecidable at any other preset
 ALL_PRESETS = ("smoke", "quick", "gpu", "paper")
@@ -65,8 +128,14 @@ class Claim:
         uncertainty: ``"seeds"`` (the CI is across training seeds: needs ``min_seeds``),
             ``"within-run"`` (registered to be decided by a within-run interval), or ``"exact"``
             (a deterministic computation, no interval needed).
-        min_seeds: for ``uncertainty="seeds"``, the fewest seeds that can give ``reproduced``.
+        min_seeds: for every ``uncertainty`` but ``"exact"``, the fewest training seeds behind a decided
+            outcome (fewer give ``inconclusive``).
         ablation: a row reported beside the claims that decides nothing (its outcome is still computed).
+        kind: ``"claim"`` (could come out either way; needs a null arm) or ``"check"`` (holds by
+            construction; reported apart, never counted as reproduced).
+        null: the null arm in words: the configuration, measured in the same run with the same statistic,
+            where the claimed effect is absent by construction (required for a claim that is not an
+            ablation; ``tests/test_claims.py`` enforces it for the registry).
     """
 
     id: str
@@ -80,6 +149,8 @@ class Claim:
     uncertainty: str = "seeds"
     min_seeds: int = 3
     ablation: bool = False
+    kind: str = "claim"
+    null: str = ""
 
     def __post_init__(self):
         bad = [p for p in self.presets if p not in ALL_PRESETS]
@@ -87,6 +158,8 @@ class Claim:
             raise ValueError(f"claim {self.id!r}: presets {bad} not in {ALL_PRESETS}")
         if self.uncertainty not in UNCERTAINTY:
             raise ValueError(f"claim {self.id!r}: uncertainty={self.uncertainty!r} not in {UNCERTAINTY}")
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.id!r}: kind={self.kind!r} not in {KINDS}")
         ids = [g.id for g in self.gates]
         if len(set(ids)) != len(ids):
             raise ValueError(f"claim {self.id!r}: duplicate gate ids {ids}")
@@ -97,12 +170,22 @@ class Claim:
         d["presets"] = list(self.presets)
         return d
 
-    def digest(self) -> str:
+    @property
+    def needs_null(self) -> bool:
+        """Whether a decided outcome needs a measured null arm (a claim that is not an ablation)."""
+        return self.kind == "claim" and not self.ablation
+
+    def digest(self, preset_digests: dict[str, str] | None = None) -> str:
         """8 hex digits of a hash of the decision-relevant fields (statistic, rule, gates, presets,
-        uncertainty, min_seeds, ablation); a changed digest is a changed rule."""
+        uncertainty, min_seeds, ablation, kind, null) and of ``preset_digests`` (preset -> digest of its
+        resolved configuration, :func:`lmsci.config.preset_digest`; the registry's digest includes those of
+        every preset the claim is decided at, see :func:`registered_digest`); a changed digest is a
+        changed rule or preset."""
         d = self.to_dict()
         keep = {k: d[k] for k in ("id", "statistic", "rule", "gates", "presets", "uncertainty", "min_seeds",
-                                  "ablation")}
+                                  "ablation", "kind", "null")}
+        if preset_digests:
+            keep["preset_digests"] = dict(sorted(preset_digests.items()))
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -134,6 +217,13 @@ class Verdict:
         details: further numbers behind the verdict.
         note: caveats; for a claim not reproduced, what scale would settle it.
         ablation: decides nothing (reported beside the claims).
+        kind: ``"claim"`` or ``"check"`` (copied from the claim).
+        null: the null arm in words; null_value, null_passed: its statistic and whether it met the rule
+            (None: not measured).
+        post_hoc: the claim's preset, gate or rule changed after a result from this master seed at this
+            preset was seen (:data:`POST_HOC`); rerun on a fresh master seed to clear it.
+        pilot: the run's master seed is a pilot seed (>= :data:`PILOT_SEED_MIN`); never published.
+        master_seed: the run's master seed (None when unknown).
     """
 
     claim_id: str
@@ -153,6 +243,13 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     ablation: bool = False
+    kind: str = "claim"
+    null: str = ""
+    null_value: float | None = None
+    null_passed: bool | None = None
+    post_hoc: bool = False
+    pilot: bool = False
+    master_seed: int | None = None
 
     @property
     def reproduced(self) -> bool:
@@ -203,8 +300,11 @@ def judge(
     why_not_computed: str = "",
     details: dict[str, Any] | None = None,
     note: str = "",
+    null: tuple[Any, bool | None] | None = None,
+    experiment: str = "",
+    master_seed: int | None = None,
 ) -> Verdict:
-    """Decide a claim's outcome from its measured statistic and gates.
+    """Decide a claim's outcome from its measured statistic, its null arm and its gates.
 
     Args:
         claim: the registered claim.
@@ -218,6 +318,16 @@ def judge(
             counts as not measured (inconclusive).
         why_not_computed: the reason when ``passed`` is None.
         details, note: reported with the verdict.
+        null: (the null arm's statistic, whether the null arm meets the registered rule). Required for a
+            claim (``kind="claim"``, not an ablation): missing or ``passed`` None gives ``inconclusive``
+            ("null arm not measured"); a null arm that meets the rule gives ``inconclusive`` with
+            :data:`NULL_MEETS_RULE`, whatever the real arm did.
+        experiment, master_seed: the registry name and the run's master seed, for the ``post_hoc`` and
+            ``pilot`` marks (:meth:`lmsci.contract.Experiment.judge` passes both).
+
+    Outcomes: a claim gives reproduced / not reproduced / inconclusive; a check gives passed / failed /
+    inconclusive (it needs no null arm). Too few seeds (``n_seeds < min_seeds`` for any uncertainty but
+    ``exact``) make either decided outcome inconclusive.
 
     Returns:
         the :class:`Verdict`.
@@ -244,13 +354,25 @@ def judge(
                        f"({', '.join(claim.presets)})")
     if passed is None:
         reasons.append(why_not_computed or "the statistic could not be computed")
-    if passed and claim.uncertainty == "seeds" and n_seeds < claim.min_seeds:
-        reasons.append(f"{n_seeds} seed{'s' if n_seeds != 1 else ''}: the rule held, but the claim needs an "
-                       f"interval across at least {claim.min_seeds} training seeds")
+    if passed is not None and claim.uncertainty != "exact" and n_seeds < claim.min_seeds:
+        reasons.append(f"{n_seeds} seed{'s' if n_seeds != 1 else ''}: the claim needs an interval across at least "
+                       f"{claim.min_seeds} training seeds")
+    null_value, null_passed = (None, None) if null is None else null
+    null_passed = None if null_passed is None else bool(null_passed)
+    if claim.needs_null or null is not None:
+        if null_passed is None and claim.needs_null:
+            reasons.append(f"null arm not measured ({claim.null or 'none registered'})")
+        elif null_passed:
+            reasons.append(f"{NULL_MEETS_RULE}: the null arm ({claim.null or 'as registered'}) also meets the rule "
+                           f"(measured {_fmt(null_value)})")
     if reasons:
         outcome = INCONCLUSIVE
+    elif claim.kind == "check":
+        outcome = PASSED if passed else FAILED
     else:
         outcome = REPRODUCED if passed else NOT_REPRODUCED
+    key = f"{experiment}/{claim.id}"
+    post_hoc = master_seed is not None and int(master_seed) in POST_HOC.get(key, {}).get(preset, ())
     return Verdict(
         claim_id=claim.id, claim=claim.statement, source=claim.source, paper_value=claim.paper_value,
         statistic=claim.statistic, rule=claim.rule, outcome=outcome,
@@ -258,13 +380,26 @@ def judge(
         ci=None if ci is None or not all(math.isfinite(float(c)) for c in ci) else (float(ci[0]), float(ci[1])),
         ci_kind=ci_kind, n_seeds=int(n_seeds),
         rule_passed=None if passed is None else bool(passed), gates=results, reasons=reasons,
-        details=_clean(details or {}), note=note, ablation=claim.ablation,
+        details=_clean(details or {}), note=note, ablation=claim.ablation, kind=claim.kind, null=claim.null,
+        null_value=_num_or_none(null_value), null_passed=null_passed, post_hoc=bool(post_hoc),
+        pilot=master_seed is not None and int(master_seed) >= PILOT_SEED_MIN,
+        master_seed=None if master_seed is None else int(master_seed),
     )
 
 
-def not_measured(claim: Claim, preset: str, reason: str) -> Verdict:
+def _num_or_none(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def not_measured(claim: Claim, preset: str, reason: str, *, experiment: str = "",
+                 master_seed: int | None = None) -> Verdict:
     """An inconclusive verdict for a claim whose statistic was not measured in this run."""
-    return judge(claim, preset, value=None, passed=None, why_not_computed=reason)
+    return judge(claim, preset, value=None, passed=None, why_not_computed=reason, experiment=experiment,
+                 master_seed=master_seed)
 
 
 def add_gate_failure(v: Verdict, gate_id: str, rule: str, value: Any) -> Verdict:
@@ -352,6 +487,29 @@ def across_seeds(values: Iterable[float], level: float = 0.95) -> SeedStat:
 
 
 # -- the registry's claims as data -------------------------------------------------------------------
+def claim_preset_digests(exp_cls: Any, claim: Claim) -> dict[str, str]:
+    """preset -> :func:`lmsci.config.preset_digest` of the experiment's resolved configuration, for every
+    preset the claim is decided at that the experiment defines."""
+    from lmsci.config import preset_digest
+
+    have = getattr(exp_cls.Config, "PRESETS", {})
+    return {p: preset_digest(exp_cls.Config, p) for p in claim.presets if p in have}
+
+
+def registered_digest(exp_cls: Any, claim: Claim) -> str:
+    """The digest the registry records: the claim's decision fields and the resolved configuration of
+    every preset it is decided at (a preset change is a registered change, like a rule change)."""
+    return claim.digest(claim_preset_digests(exp_cls, claim))
+
+
 def snapshot(catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Every experiment's claims as plain data, with their digests (what ``tests/data/claims.json`` holds)."""
-    return {name: [{**c.to_dict(), "digest": c.digest()} for c in cls.claims] for name, cls in catalog.items()}
+    """Every experiment's claims as plain data, with their preset digests and registered digests (what
+    ``tests/data/claims.json`` holds)."""
+    out = {}
+    for name, cls in catalog.items():
+        rows = []
+        for c in cls.claims:
+            pd_ = claim_preset_digests(cls, c)
+            rows.append({**c.to_dict(), "preset_digests": pd_, "digest": c.digest(pd_)})
+        out[name] = rows
+    return out

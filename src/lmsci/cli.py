@@ -68,7 +68,7 @@ def claims_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from lmsci.claims import snapshot
+    from lmsci.claims import registered_digest, snapshot
     from lmsci.experiments.registry import get, shipped
 
     def go():
@@ -79,14 +79,18 @@ def claims_cmd(
         typer.echo(json.dumps(snapshot(exps), indent=2))
         return
     t = Table(show_lines=True)
-    for col in ("experiment / claim", "statement and source", "paper", "statistic", "rule", "gates", "presets"):
+    for col in ("experiment / claim", "statement and source", "paper", "statistic", "rule and null arm", "gates",
+                "presets"):
         t.add_column(col)
     for ename, cls in exps.items():
         for c in cls.claims:
-            seeds = {"seeds": f"CI across >= {c.min_seeds} seeds", "within-run": "within-run interval",
+            seeds = {"seeds": f"CI across >= {c.min_seeds} seeds", "within-run": f"within-run, >= {c.min_seeds} seeds",
                      "exact": "exact"}[c.uncertainty]
-            t.add_row(f"{ename}\n{c.id}" + (" (ablation)" if c.ablation else "") + f"\n[{c.digest()}]",
-                      f"{c.statement}\n[dim]{c.source}[/dim]", c.paper_value, c.statistic, f"{c.rule}\n({seeds})",
+            kind = " (check)" if c.kind == "check" else (" (ablation)" if c.ablation else "")
+            null = f"\nnull arm: {c.null}" if c.null else ""
+            t.add_row(f"{ename}\n{c.id}{kind}\n[{registered_digest(cls, c)}]",
+                      f"{c.statement}\n[dim]{c.source}[/dim]", c.paper_value, c.statistic,
+                      f"{c.rule}\n({seeds}){null}",
                       "\n".join(f"{g.id}: {g.rule}" for g in c.gates) or "-", ", ".join(c.presets))
     Console(width=200).print(t)
 

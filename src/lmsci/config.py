@@ -186,3 +186,33 @@ def config_from_yaml(config_cls: type[ExperimentConfig], text: str) -> Experimen
         return config_cls.model_validate(yaml.safe_load(text))
     except ValidationError as err:
         raise validation_to_config_error(err, {}) from None
+
+
+def preset_digest(config_cls: type[ExperimentConfig], preset: str) -> str:
+    """8 hex digits of a hash of ``preset``'s resolved configuration: every field but where and how fast it
+    runs (:data:`lmsci.claims.NON_SCIENCE_FIELDS`: device, threads, progress, out, preset). A claim's
+    registered digest includes it for every preset the claim is decided at, so a preset change is a
+    registered change (CLAIMS.md).
+
+    Raises:
+        UnknownNameError: the config has no such preset.
+        ConfigError: the preset does not validate on its own (for example it needs local files).
+    """
+    import hashlib
+    import json
+
+    from lmsci.claims import NON_SCIENCE_FIELDS
+
+    if preset not in config_cls.PRESETS:
+        raise UnknownNameError("preset", preset, list(config_cls.PRESETS))
+    data: dict[str, Any] = {}
+    for k, v in copy.deepcopy(config_cls.PRESETS[preset]).items():
+        _set_dotted(data, k, v)
+    data["preset"] = preset
+    try:
+        cfg = config_cls.model_validate(data)
+        dumped = cfg.model_dump(mode="json")
+    except ValidationError:
+        dumped = {**{k: f.default for k, f in config_cls.model_fields.items()}, **data}
+    keep = {k: v for k, v in dumped.items() if k not in NON_SCIENCE_FIELDS}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:8]

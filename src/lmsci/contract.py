@@ -153,7 +153,10 @@ class Experiment:
         raise KeyError(f"{self.name}: no claim {claim_id!r}; registered: {[c.id for c in self.claims]}")
 
     def judge(self, cfg: ExperimentConfig, claim_id: str, **kw: Any) -> Verdict:
-        """:func:`lmsci.claims.judge` for the registered claim ``claim_id`` at ``cfg.preset``."""
+        """:func:`lmsci.claims.judge` for the registered claim ``claim_id`` at ``cfg.preset`` (with this
+        experiment's name and the run's master seed, for the post hoc and pilot marks)."""
+        kw.setdefault("experiment", self.name)
+        kw.setdefault("master_seed", cfg.seed)
         return judge(self.get_claim(claim_id), cfg.preset, **kw)
 
     def groups(self, cfg: ExperimentConfig, points: list[Point]) -> list[list[Point]]:
