@@ -19,7 +19,8 @@ from lmsci.claims import OUTCOMES
 from lmsci.cli import app
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.experiments.registry import EXPERIMENT_MODULES, catalog
-from lmsci.suite import CLAIMS_CSV, COLUMNS, ERROR, mark_changes, suite_names, value_moved
+from lmsci.suite import (CLAIMS_CSV, COLUMNS, ERROR, SEED_DEPENDENT, claims_table, mark_changes, published_outcomes,
+                         suite_names, table_counts, update_published, value_moved)
 
 SUBSET = ["hallucination-stage", "passkey-retrieval", "reversal-curse", "shakespeare-lm"]
 FULL = os.environ.get("LMSCI_FULL_SUITE") == "1"
@@ -67,7 +68,9 @@ def test_smoke_suite_writes_the_claims_table(smoke_suite):
     for n in names:
         assert (out / n / "verdict.json").exists() and (out / n / "report.html").exists()
     md = (out / "claims.md").read_text()
-    assert "| experiment | claim | source | paper value | ours | outcome | seeds | wall time (s) | device |" in md
+    assert ("| experiment | claim | paper value | ours | null arm | outcome | seeds | master seeds | wall time (s) "
+            "| device | commit | date |") in md
+    assert "**Claims: 0 reproduced, 0 not reproduced" in md
     assert f"[{names[0]}]({names[0]}/report.md)" in md
     html = (out / "claims.html").read_text()
     assert "<table>" in html and f'href="{names[0]}/report.html"' in html
@@ -151,3 +154,59 @@ def test_bad_input_exits_2_before_any_work(tmp_path):
         res = _suite("--device", "cuda", "--out", str(out))
         assert res.exit_code == 2 and "device" in res.output and "cpu" in res.output
     assert not out.exists()
+
+
+def test_two_master_seeds_mark_seed_dependent_claims_and_update_the_published_table(tmp_path):
+    import json
+
+    out = tmp_path / "two"
+    res = _suite("--only", "shakespeare-lm", "--seeds", "0,1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert (out / "shakespeare-lm" / "verdict.json").exists() and (out / "shakespeare-lm.seed1" / "verdict.json").exists()
+    t = pd.read_csv(out / CLAIMS_CSV, keep_default_na=False)
+    assert (t["master_seeds"].astype(str) == "0,1").all()
+    assert all("seed 0:" in v and "seed 1:" in v for v in t["seed_values"])
+    assert set(t["outcome"]) == {"inconclusive"}  # smoke: below every claim's scale on both seeds
+
+    # the second seed's verdict differs on one claim: that claim becomes seed-dependent
+    vp = out / "shakespeare-lm.seed1" / "verdict.json"
+    data = json.loads(vp.read_text())
+    first = data["verdicts"][0] if isinstance(data, dict) else data[0]
+    first["outcome"] = "not reproduced"
+    vp.write_text(json.dumps(data))
+    t2 = claims_table(out, ["shakespeare-lm"])
+    assert t2.loc[0, "outcome"] == SEED_DEPENDENT and (t2.loc[1:, "outcome"] == "inconclusive").all()
+    assert table_counts(t2)["seed-dependent"] == 1
+
+    # publishing: a first table, then an update of one experiment keeps the other experiment's rows
+    pub = tmp_path / "results" / "smoke"
+    other = t2.copy()
+    other["experiment"] = "hallucination-stage"
+    update_published(pub, pd.concat([other, t2], ignore_index=True), "smoke", log=lambda m: None)
+    merged = update_published(pub, claims_table(out, ["shakespeare-lm"]).assign(commit="abc"), "smoke",
+                              log=lambda m: None)
+    assert list(merged["experiment"]).count("hallucination-stage") == len(other)
+    assert set(merged[merged["experiment"] == "shakespeare-lm"]["commit"]) == {"abc"}
+    assert (merged[merged["experiment"] == "hallucination-stage"]["outcome"] == other["outcome"].values).all()
+    assert "**Claims:" in (pub / "claims.md").read_text()
+    outcomes = published_outcomes(tmp_path / "results")
+    assert outcomes["smoke"][("shakespeare-lm", t2.loc[0, "claim"])].startswith(SEED_DEPENDENT)
+    with pytest.raises(Exception, match="preset"):
+        update_published(pub, t2, "quick", log=lambda m: None)
+
+
+def test_pilot_seeds_and_conflicting_seed_options_are_refused(tmp_path):
+    out = tmp_path / "never"
+    res = _suite("--only", "shakespeare-lm", "--seeds", "0,1000000", "--out", str(out))
+    assert res.exit_code == 2 and "--seeds" in res.output
+    res = runner.invoke(app, ["suite", "--preset", "smoke", "--only", "shakespeare-lm", "--seeds", "0,1",
+                              "--set", "seed=3", "--out", str(out)])
+    assert res.exit_code == 2 and "seed" in res.output
+    assert not out.exists()
+
+
+def test_claims_status_shows_the_published_outcome():
+    res = runner.invoke(app, ["claims", "shakespeare-lm", "--status"])
+    assert res.exit_code == 0, res.output
+    assert "beats-bigram" in res.output and ("not published" in res.output or "reproduced" in res.output
+                                             or "inconclusive" in res.output)

@@ -61,8 +61,11 @@ def list_cmd() -> None:
 def claims_cmd(
     name: Optional[str] = typer.Argument(None, help="experiment name (default: every experiment)"),
     as_json: bool = typer.Option(False, "--json", help="print the claims as JSON (the snapshot's format)"),
+    status: bool = typer.Option(False, "--status", help="one line per claim with its published outcome "
+                                "(results/quick and results/gpu)"),
 ) -> None:
-    """The registered claims: statement, source, the paper's value, statistic, rule, gates, presets."""
+    """The registered claims: statement, source, the paper's value, statistic, rule, null arm, gates,
+    presets (with --status: each one's published outcome)."""
     import json
 
     from rich.console import Console
@@ -77,6 +80,20 @@ def claims_cmd(
     exps = _guard(go)
     if as_json:
         typer.echo(json.dumps(snapshot(exps), indent=2))
+        return
+    if status:
+        from lmsci.suite import published_outcomes
+
+        pub = published_outcomes()
+        st = Table(show_lines=False)
+        for col in ("experiment", "claim", "kind", "quick", "gpu"):
+            st.add_column(col)
+        for ename, cls in exps.items():
+            for c in cls.claims:
+                kind = "check" if c.kind == "check" else ("ablation" if c.ablation else "claim")
+                st.add_row(ename, c.id, kind, *(pub.get(p, {}).get((ename, c.id), "not published")
+                                                for p in ("quick", "gpu")))
+        Console(width=160).print(st)
         return
     t = Table(show_lines=True)
     for col in ("experiment / claim", "statement and source", "paper", "statistic", "rule and null arm", "gates",
@@ -137,12 +154,17 @@ def suite_cmd(
     device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto, for every experiment"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="key=value for every experiment "
                                              "(seed, threads, n_seeds)"),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="master seeds, e.g. 0,1: each experiment runs once per "
+                                        "seed; a claim whose outcome differs between them is seed-dependent"),
+    update: Optional[Path] = typer.Option(None, "--update", help="a published table directory (results/quick): "
+                                          "replace the rows of the experiments run, keep the others"),
     progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
     """Run every experiment (or --only some) at a preset into one directory; write the claims table
-    (claims.md, claims.csv, claims.html). Experiments that fail are error rows; the suite goes on."""
+    (claims.md, claims.csv, claims.html), claims and design checks apart. Experiments that fail are error
+    rows; the suite goes on."""
     from lmsci.backends import make_backend
     from lmsci.suite import CLAIMS_HTML, CLAIMS_MD, ERROR, run_suite
 
@@ -150,11 +172,13 @@ def suite_cmd(
     _guard(b.open)  # an unreachable cluster is reported before any work
     try:
         res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
-                     progress=progress, log=lambda m: typer.echo(m, err=True), backend=b)
+                     progress=progress, log=lambda m: typer.echo(m, err=True), backend=b, seeds=seeds, update=update)
     finally:
         b.close()
+    from lmsci.suite import table_counts
+
     t = res.table
-    counts = t["outcome"].value_counts().to_dict() if not t.empty else {}
+    counts = table_counts(t)
     typer.echo(f"suite directory: {res.path}")
     typer.echo(", ".join(f"{k}: {v}" for k, v in counts.items()) or "no claims")
     for _, r in t[t["outcome"] == ERROR].iterrows():

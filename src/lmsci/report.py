@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from lmsci.config import ExperimentConfig
+from lmsci.claims import PILOT_SEED_MIN
 from lmsci.runs import RunDir, Verdict, atomic_write_text
 
 if TYPE_CHECKING:
@@ -75,9 +76,27 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "/").replace("\n", " ")
 
 
+def _fmt_null(v: Verdict) -> str:
+    """The null arm's value and whether it met the rule (``-`` for a check or an ablation without one)."""
+    if v.kind == "check" or (v.ablation and v.null_passed is None):
+        return "-"
+    if v.null_passed is None:
+        return "not measured"
+    val = _fmt(v.null_value) if v.null_value is not None else "n/a"
+    return f"{val} ({'MEETS the rule' if v.null_passed else 'fails the rule'})"
+
+
+def outcome_label(v: Verdict) -> str:
+    """The outcome with its marks: ``post hoc`` (rule, gate or preset changed after this seed's result was
+    seen) and ``pilot`` (a pilot master seed)."""
+    marks = [m for m, on in (("post hoc", v.post_hoc), ("pilot", v.pilot)) if on]
+    return v.outcome + (f" ({', '.join(marks)})" if marks else "")
+
+
 def verdict_table(verdicts: list[Verdict]) -> str:
-    """One row per claim: id, the paper's value, ours with its interval and seeds, the rule, the gates
-    and the outcome (ablations marked)."""
+    """One row per claim: id, the paper's value, ours with its interval and seeds, the null arm, the rule,
+    the gates and the outcome (ablations and post hoc / pilot verdicts marked). Checks go in
+    :func:`check_table`."""
     rows = []
     for v in verdicts:
         ours = f"{_fmt_value(v)} ({_seeds_label(v)})"
@@ -85,11 +104,20 @@ def verdict_table(verdicts: list[Verdict]) -> str:
             "claim": v.claim_id + (" (ablation)" if v.ablation else ""),
             "paper": _cell(v.paper_value),
             "ours": _cell(ours),
+            "null arm": _cell(_fmt_null(v)),
             "statistic": _cell(v.statistic),
             "rule": _cell(v.rule),
             "gates": _cell(_fmt_gates(v)),
-            "outcome": f"**{v.outcome}**",
+            "outcome": f"**{outcome_label(v)}**",
         })
+    return markdown_table(pd.DataFrame(rows))
+
+
+def check_table(verdicts: list[Verdict]) -> str:
+    """Design checks (true by construction: a world's design, a closed-form bound, an interpolation): id,
+    ours, the rule and passed / failed. Never counted as reproduced claims."""
+    rows = [{"check": v.claim_id, "ours": _cell(f"{_fmt_value(v)} ({_seeds_label(v)})"), "rule": _cell(v.rule),
+             "outcome": f"**{outcome_label(v)}**"} for v in verdicts]
     return markdown_table(pd.DataFrame(rows))
 
 
@@ -97,7 +125,9 @@ def verdict_notes(verdicts: list[Verdict]) -> str:
     """Each claim's statement and source, the reasons for an inconclusive outcome, and its note."""
     parts = []
     for v in verdicts:
-        parts.append(f"- **{v.claim_id}** ({v.outcome}): {v.claim} _Source: {v.source}._")
+        parts.append(f"- **{v.claim_id}** ({outcome_label(v)}): {v.claim} _Source: {v.source}._")
+        if v.null and v.kind != "check":
+            parts.append(f"  - null arm: {v.null}")
         for r in v.reasons:
             parts.append(f"  - inconclusive because {r}")
         if v.note:
@@ -155,11 +185,21 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
         parts.append("**Resumed** on " + "; ".join(
             f"commit {str(e.get('git_commit'))[:10]}, device {e.get('device')} ({e.get('started')})" for e in segs[1:])
             + ". Each results row names the commit and device it was computed on.\n")
+    claims_ = [v for v in verdicts if v.kind != "check"]
+    checks = [v for v in verdicts if v.kind == "check"]
     parts += [
         "## Verdict\n",
-        verdict_table(verdicts) if verdicts else "_no registered claims_\n",
-        verdict_notes(verdicts) if verdicts else "",
+        verdict_table(claims_) if claims_ else "_no registered claims_\n",
+        verdict_notes(claims_) if claims_ else "",
     ]
+    if checks:
+        parts += ["## Design checks\n",
+                  "True by construction (a world's design, a closed-form bound, an interpolation): they guard the "
+                  "setup and are never counted as reproduced claims.\n",
+                  check_table(checks), verdict_notes(checks)]
+    if getattr(cfg, "seed", 0) >= PILOT_SEED_MIN:
+        parts.append(f"> **Pilot.** Master seed {cfg.seed} is in the pilot range (>= {PILOT_SEED_MIN:,}): these "
+                     "verdicts size a preset or check a gate and are never published.\n")
     extra = exp.report_sections(cfg, ok, run) if not ok.empty else ""
     if extra:
         parts.append(extra.rstrip() + "\n")

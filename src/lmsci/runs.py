@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 import lmsci
-from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Verdict  # noqa: F401 (re-exported)
+from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, PILOT_SEED_MIN, REPRODUCED, Verdict  # noqa: F401 (re-exported)
 from lmsci.errors import ConfigError, RunDirError
 
 
@@ -91,6 +91,21 @@ def git_commit() -> str | None:
         return None
 
 
+def machine_description() -> str:
+    """A short description of this machine: CPU model, cores, and the BLAS core type when one is forced
+    (``OPENBLAS_CORETYPE``), for the claims table's machine column."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    blas = os.environ.get("OPENBLAS_CORETYPE")
+    return f"{cpu}, {os.cpu_count()} cores" + (f", OPENBLAS_CORETYPE={blas}" if blas else "")
+
+
 def environment(seed: int, device: str) -> dict[str, Any]:
     """Versions and machine facts recorded with every run."""
     import numpy
@@ -108,6 +123,8 @@ def environment(seed: int, device: str) -> dict[str, Any]:
         "device": device,
         "cuda_device": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
         "seed": seed,
+        "pilot": int(seed) >= PILOT_SEED_MIN,
+        "machine": machine_description(),
         "started": datetime.now().isoformat(timespec="seconds"),
     }
 

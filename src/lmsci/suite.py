@@ -1,10 +1,20 @@
 """The claims suite: every experiment (or a subset) at one preset into one directory, and the claims table.
 
-``lmsci suite --preset smoke|quick|gpu|paper [--only a,b] [--out DIR] [--compare EARLIER]`` runs each
-experiment into ``DIR/<experiment>/`` (an ordinary run directory, so each resumes on its own and a
-finished one is skipped), then writes the claims table, one row per registered claim:
+``lmsci suite --preset smoke|quick|gpu|paper [--only a,b] [--out DIR] [--seeds 0,1] [--compare EARLIER]
+[--update PUBLISHED]`` runs each experiment into ``DIR/<experiment>/`` (an ordinary run directory, so each
+resumes on its own and a finished one is skipped), and with several master seeds (``--seeds``) the further
+ones into ``DIR/<experiment>.seed<S>/``; then it writes the claims table, one row per registered item:
 
-    experiment, claim, source, paper value, ours (value, interval), outcome, seeds, wall time, device
+    experiment, claim, kind (claim or check), source, paper value, ours (value, interval), null arm,
+    outcome, seeds, post hoc, wall time, device (claims.csv adds commit, date and machine per row)
+
+With several master seeds a row's outcome is the seeds' common outcome, or ``seed-dependent`` (counted as
+inconclusive) when they differ, with every seed's value beside it. A row is ``post hoc`` when every master
+seed behind it is one at which the claim's preset, gate or rule changed after a result was seen
+(:data:`lmsci.claims.POST_HOC`); a fresh master seed clears it. Pilot seeds (>= 1,000,000) are refused.
+
+``--update PUBLISHED`` (for example ``results/quick/``) then replaces the rows of the experiments this call
+ran in the published table and keeps the others, each row with its own commit, date and machine.
 
 as ``DIR/claims.md``, ``DIR/claims.csv`` and ``DIR/claims.html``. An experiment that fails with an
 :class:`lmsci.errors.LmsciError` (a bad configuration for this preset, a corrupted run directory, ...)
@@ -35,10 +45,48 @@ from lmsci.runs import RunDir, atomic_write_text, resolve_device
 SUITE_FILE = "suite.json"
 CLAIMS_MD, CLAIMS_CSV, CLAIMS_HTML = "claims.md", "claims.csv", "claims.html"
 ERROR = "error"
+#: a row whose master seeds gave different outcomes (counted as inconclusive)
+SEED_DEPENDENT = "seed-dependent"
 
 #: the claims table's columns (claims.csv has these and the machine-readable ones after them)
-COLUMNS = ["experiment", "claim", "source", "paper_value", "ours", "outcome", "seeds", "wall_s", "device"]
-CSV_COLUMNS = COLUMNS + ["value", "ci_lo", "ci_hi", "ablation", "error", "change"]
+COLUMNS = ["experiment", "claim", "kind", "source", "paper_value", "ours", "null_arm", "outcome", "seeds",
+           "post_hoc", "wall_s", "device"]
+CSV_COLUMNS = COLUMNS + ["value", "ci_lo", "ci_hi", "null_value", "null_passed", "ablation", "master_seeds",
+                         "seed_outcomes", "seed_values", "pilot", "commit", "date", "machine", "error", "change"]
+
+
+def seed_run_name(name: str, seed: int, first: bool) -> str:
+    """The run directory of ``name`` at master seed ``seed`` inside a suite directory: the first master
+    seed keeps ``<name>``, the others run as ``<name>.seed<S>``."""
+    return name if first else f"{name}.seed{int(seed)}"
+
+
+def parse_seeds(seeds: str | Sequence[int] | None) -> list[int] | None:
+    """``"0,1"`` or ``[0, 1]`` -> ``[0, 1]`` (duplicates dropped, order kept).
+
+    Raises:
+        ConfigError: not integers, negative, or a pilot seed (>= 1,000,000: pilots are never published).
+    """
+    from lmsci.claims import PILOT_SEED_MIN
+
+    if seeds is None:
+        return None
+    items = [x.strip() for x in seeds.split(",")] if isinstance(seeds, str) else list(seeds)
+    out = []
+    for x in items:
+        if x == "":
+            continue
+        try:
+            v = int(x)
+        except (TypeError, ValueError):
+            raise ConfigError("--seeds", seeds, "comma-separated non-negative integers, e.g. 0,1") from None
+        if v < 0 or v >= PILOT_SEED_MIN:
+            raise ConfigError("--seeds", seeds, f"master seeds in [0, {PILOT_SEED_MIN:,}) (larger ones are pilots)")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise ConfigError("--seeds", seeds, "at least one master seed")
+    return out
 
 
 def default_suite_out(preset: str) -> Path:
@@ -129,6 +177,8 @@ def run_suite(
     progress: bool = False,
     log: Callable[[str], None] = print,
     backend: Any = None,
+    seeds: str | Sequence[int] | None = None,
+    update: str | Path | None = None,
 ) -> SuiteResult:
     """Run (or resume) every experiment of the suite at ``preset`` into ``out`` and write the claims table.
 
@@ -143,6 +193,10 @@ def run_suite(
         progress: progress bars; log: where progress lines go.
         backend: where each experiment's points are computed (:func:`lmsci.sweep.run_experiment`'s
             ``backend``; default local).
+        seeds: master seeds (``"0,1"``): each experiment runs once per seed and the table marks a claim whose
+            outcome differs between them ``seed-dependent``. Default: the configs' own seed (or ``--set seed``).
+        update: a published claims-table directory (``results/quick``): replace the rows of the experiments
+            run here, keep the others (:func:`update_published`).
 
     Returns:
         :class:`SuiteResult`.
@@ -163,6 +217,13 @@ def run_suite(
         raise ConfigError("preset", ov["preset"], "set with --preset, not --set")
     if device is not None:
         ov["device"] = device
+    seed_list = parse_seeds(seeds)
+    if seed_list is not None and "seed" in ov:
+        raise ConfigError("seed", ov["seed"], "either --seeds or --set seed=..., not both")
+    from lmsci.claims import PILOT_SEED_MIN
+
+    if update is not None and int(ov.get("seed", 0)) >= PILOT_SEED_MIN:
+        raise ConfigError("seed", ov["seed"], f"a published seed below {PILOT_SEED_MIN:,} (pilots are never published)")
     if "device" in ov:
         resolve = backend.resolve_device if backend is not None and backend.is_open else resolve_device
         resolve(str(ov["device"]))  # ConfigError for cuda without CUDA (here or on the cluster), before any work
@@ -176,57 +237,100 @@ def run_suite(
                           f"{state.get('overrides')}; rerun with the same --preset/--set/--device to resume, "
                           "or choose another --out")
     path.mkdir(parents=True, exist_ok=True)
-    state = {"preset": preset, "overrides": _jsonable_ov(ov), "experiments": state.get("experiments", {})}
+    if state and seed_list is not None and state.get("seeds") not in (None, seed_list):
+        raise RunDirError(f"{path} holds a suite at master seeds {state.get('seeds')}; rerun with the same --seeds "
+                          "to resume, or choose another --out")
+    state = {"preset": preset, "overrides": _jsonable_ov(ov), "experiments": state.get("experiments", {}),
+             **({"seeds": seed_list} if seed_list is not None else {})}
     _save_state(path, state)
 
     # every configuration first: a bad override is reported before any experiment runs
-    plan: list[tuple[str, Any, Any, str | None]] = []
+    plan: list[tuple[str, str, Any, Any, str | None]] = []
     for name in names:
         cls = get(name)
-        try:
-            plan.append((name, cls(), resolve_config(cls.Config, preset, ov), None))
-        except UnknownNameError as e:
-            if e.field != "preset":
-                raise
-            plan.append((name, cls(), None, f"no {preset!r} preset (has: {', '.join(cls.Config.PRESETS)})"))
-        except ConfigError as e:
-            plan.append((name, cls(), None, str(e)))
+        for k, sd in enumerate(seed_list or [None]):
+            run_name = name if sd is None else seed_run_name(name, sd, k == 0)
+            ov_k = ov if sd is None else {**ov, "seed": sd}
+            try:
+                plan.append((name, run_name, cls(), resolve_config(cls.Config, preset, ov_k), None))
+            except UnknownNameError as e:
+                if e.field != "preset":
+                    raise
+                plan.append((name, run_name, cls(), None,
+                             f"no {preset!r} preset (has: {', '.join(cls.Config.PRESETS)})"))
+            except ConfigError as e:
+                plan.append((name, run_name, cls(), None, str(e)))
 
     result = SuiteResult(path, pd.DataFrame(columns=CSV_COLUMNS))
     t_suite = time.perf_counter()
-    for i, (name, exp, cfg, err) in enumerate(plan, 1):
-        rec = state["experiments"].setdefault(name, {"wall_s": 0.0})
-        run = RunDir(path / name)
+    for i, (name, run_name, exp, cfg, err) in enumerate(plan, 1):
+        rec = state["experiments"].setdefault(run_name, {"wall_s": 0.0})
+        run = RunDir(path / run_name)
         if err is None and _finished(run, exp, cfg):
-            log(f"[{i}/{len(plan)}] {name}: finished earlier, skipped")
-            result.skipped.append(name)
+            log(f"[{i}/{len(plan)}] {run_name}: finished earlier, skipped")
+            result.skipped.append(run_name)
             rec["error"] = None
             _save_state(path, state)
             continue
         if err is None:
-            log(f"[{i}/{len(plan)}] {name} ({preset})")
+            log(f"[{i}/{len(plan)}] {run_name} ({preset})")
             t0 = time.perf_counter()
             try:
                 run_experiment(exp, cfg, run.path, progress=progress, log=log, backend=backend)
-                result.ran.append(name)
+                result.ran.append(run_name)
             except LmsciError as e:
                 err = f"{type(e).__name__}: {e}"
             rec["wall_s"] = round(float(rec.get("wall_s") or 0.0) + time.perf_counter() - t0, 3)
         rec["error"] = err
         if err:
-            log(f"[{i}/{len(plan)}] {name}: error: {err}")
+            log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
         _save_state(path, state)
     state["last_wall_s"] = round(time.perf_counter() - t_suite, 3)
     _save_state(path, state)
 
-    table = claims_table(path, [n for n, *_ in plan], state)
+    table = claims_table(path, list(dict.fromkeys(n for n, *_ in plan)), state, seeds=seed_list)
     changes = None
     if earlier is not None:
         table = mark_changes(table, earlier)
         changes = table[table["change"] != ""]
     result.table, result.changes = table, changes
     write_claims(path, table, preset, compare=compare, state=state)
+    if update is not None:
+        update_published(update, table, preset, log=log)
     return result
+
+
+def results_root() -> Path:
+    """The published tables' folder: ``results/`` of the checkout lmsci runs from (``LMSCI_RESULTS`` overrides)."""
+    import os
+
+    env = os.environ.get("LMSCI_RESULTS")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2] / "results"
+    return here if here.is_dir() else Path("results")
+
+
+def published_outcomes(root: str | Path | None = None) -> dict[str, dict[tuple[str, str], str]]:
+    """preset -> (experiment, claim) -> the published outcome (with ``post hoc`` and the row's date), read
+    from ``<root>/<preset>/claims.csv``; presets without a published table are absent."""
+    root = Path(root) if root is not None else results_root()
+    out: dict[str, dict[tuple[str, str], str]] = {}
+    for preset in ALL_PRESET_NAMES:
+        f = root / preset / CLAIMS_CSV
+        if not f.is_file():
+            continue
+        try:
+            t = load_claims_table(f)
+        except RunDirError:
+            continue
+        rows = {}
+        for _, r in t.iterrows():
+            o = str(r["outcome"]) + (" (post hoc)" if str(r.get("post_hoc")) == "True" else "")
+            date = r.get("date")
+            rows[(str(r["experiment"]), str(r["claim"]))] = o + (f", {date}" if isinstance(date, str) and date else "")
+        out[preset] = rows
+    return out
 
 
 def _jsonable_ov(ov: dict[str, Any]) -> dict[str, Any]:
@@ -253,40 +357,152 @@ def _wall(run: RunDir, rec: dict[str, Any]) -> float | None:
     return float(res["seconds"].sum()) if "seconds" in res else None
 
 
-def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The claims table of a suite directory, read back from each ``<path>/<name>/`` run directory.
+def _env_facts(run: RunDir) -> dict[str, str]:
+    """commit, date and machine of a run directory (its first environment segment)."""
+    try:
+        segs = run.environment_segments()
+    except (LmsciError, ValueError, json.JSONDecodeError):
+        segs = []
+    e = segs[0] if segs else {}
+    return {"commit": str(e.get("git_commit") or "")[:10], "date": str(e.get("started") or "")[:10],
+            "machine": str(e.get("machine") or e.get("platform") or "")}
+
+
+def _read_run(path: Path, run_name: str, rec: dict[str, Any]) -> tuple[list[Any], str, float | None, str, dict]:
+    """(verdicts, device, wall seconds, error, environment facts) of one run directory of a suite."""
+    run = RunDir(path / run_name)
+    try:
+        verdicts = run.verdicts() if run.path.is_dir() else []
+        device = _devices(run)
+        wall = _wall(run, rec)
+    except (LmsciError, ValueError, json.JSONDecodeError) as e:
+        return [], "", None, rec.get("error") or f"unreadable run directory: {e}", {}
+    err = rec.get("error") or ("" if verdicts else "no verdict.json (the run did not finish)")
+    return verdicts, device, wall, err, _env_facts(run)
+
+
+def _seed_value(v: Any) -> str:
+    from lmsci.report import _fmt_value
+
+    return f"{_fmt_value(v)} ({v.outcome})"
+
+
+def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] | None = None,
+                 seeds: Sequence[int] | None = None) -> pd.DataFrame:
+    """The claims table of a suite directory, read back from each ``<path>/<name>/`` run directory (and
+    ``<name>.seed<S>/`` for further master ``seeds``).
 
     One row per verdict in ``verdict.json``; an experiment recorded with an error (in ``suite.json``)
-    or without a verdict gets one error row.
+    or without a verdict gets one error row. With several master seeds, a row's outcome is their common
+    outcome or ``seed-dependent``, its value and interval those of the first seed, ``seed_values`` every
+    seed's, and ``post_hoc`` true only when every seed's verdict is post hoc.
     """
-    from lmsci.report import _fmt_value
+    from lmsci.report import _fmt_null, _fmt_value
 
     path = Path(path)
     state = state if state is not None else _state(path)
+    if seeds is None and state.get("seeds"):
+        seeds = state["seeds"]
+    exps = state.get("experiments") or {}
     rows = []
     for name in names:
-        rec = (state.get("experiments") or {}).get(name, {})
-        run = RunDir(path / name)
-        try:
-            verdicts = run.verdicts() if run.path.is_dir() else []
-            device = _devices(run)
-            wall = _wall(run, rec)
-        except (LmsciError, ValueError, json.JSONDecodeError) as e:
-            verdicts, device, wall = [], "", None
-            rec = {**rec, "error": rec.get("error") or f"unreadable run directory: {e}"}
-        if rec.get("error") or not verdicts:
-            rows.append({"experiment": name, "claim": "(error)", "source": "", "paper_value": "",
-                         "ours": "", "outcome": ERROR, "seeds": None, "wall_s": wall, "device": device,
-                         "value": None, "ci_lo": None, "ci_hi": None, "ablation": False,
-                         "error": rec.get("error") or "no verdict.json (the run did not finish)", "change": ""})
+        run_names = [name] if not seeds else [seed_run_name(name, s, k == 0) for k, s in enumerate(seeds)]
+        reads = [_read_run(path, rn, exps.get(rn, {})) for rn in run_names]
+        errors = [(rn, r[3]) for rn, r in zip(run_names, reads) if r[3]]
+        wall = sum(r[2] for r in reads if r[2] is not None) if any(r[2] is not None for r in reads) else None
+        device = ", ".join(dict.fromkeys(d for r in reads for d in r[1].split(", ") if d))
+        env = reads[0][4]
+        if errors:
+            rows.append({"experiment": name, "claim": "(error)", "kind": "", "source": "", "paper_value": "",
+                         "ours": "", "null_arm": "", "outcome": ERROR, "seeds": None, "post_hoc": False,
+                         "wall_s": wall, "device": device, "value": None, "ci_lo": None, "ci_hi": None,
+                         "null_value": None, "null_passed": None, "ablation": False,
+                         "master_seeds": ",".join(map(str, seeds or [])), "seed_outcomes": "", "seed_values": "",
+                         "pilot": False, **{k: env.get(k, "") for k in ("commit", "date", "machine")},
+                         "error": "; ".join(f"{rn}: {e}" for rn, e in errors) if len(run_names) > 1 else errors[0][1],
+                         "change": ""})
             continue
-        for v in verdicts:
-            rows.append({"experiment": name, "claim": v.claim_id, "source": v.source, "paper_value": v.paper_value,
-                         "ours": _fmt_value(v), "outcome": v.outcome, "seeds": v.n_seeds,
-                         "wall_s": None if wall is None else round(wall, 1), "device": device,
-                         "value": v.value, "ci_lo": v.ci[0] if v.ci else None, "ci_hi": v.ci[1] if v.ci else None,
-                         "ablation": bool(v.ablation), "error": "", "change": ""})
+        by_seed = [{v.claim_id: v for v in r[0]} for r in reads]
+        for v in reads[0][0]:
+            vs = [b.get(v.claim_id) for b in by_seed]
+            outcomes = [x.outcome if x is not None else "missing" for x in vs]
+            outcome = outcomes[0] if len(set(outcomes)) == 1 else SEED_DEPENDENT
+            msd = [x.master_seed for x in vs if x is not None]
+            rows.append({
+                "experiment": name, "claim": v.claim_id, "kind": v.kind, "source": v.source,
+                "paper_value": v.paper_value, "ours": _fmt_value(v), "null_arm": _fmt_null(v), "outcome": outcome,
+                "seeds": v.n_seeds, "post_hoc": all(x is not None and x.post_hoc for x in vs),
+                "wall_s": None if wall is None else round(wall, 1), "device": device,
+                "value": v.value, "ci_lo": v.ci[0] if v.ci else None, "ci_hi": v.ci[1] if v.ci else None,
+                "null_value": v.null_value, "null_passed": v.null_passed, "ablation": bool(v.ablation),
+                "master_seeds": ",".join(str(m) for m in msd if m is not None),
+                "seed_outcomes": "; ".join(outcomes) if len(vs) > 1 else "",
+                "seed_values": "; ".join(f"seed {m}: {_seed_value(x)}" for m, x in zip(seeds, vs) if x is not None)
+                if seeds and len(vs) > 1 else "",
+                "pilot": any(x is not None and x.pilot for x in vs),
+                **{k: env.get(k, "") for k in ("commit", "date", "machine")}, "error": "", "change": ""})
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
+
+
+def table_counts(table: pd.DataFrame) -> dict[str, int]:
+    """The headline counts of a claims table: claims reproduced / not reproduced / inconclusive (seed-dependent
+    ones included) / post hoc (among the decided claims), ablations, checks passed / failed / inconclusive,
+    errors."""
+    t = table
+    if t.empty:
+        return {}
+    kind = t["kind"].fillna("claim").astype(str) if "kind" in t else pd.Series(["claim"] * len(t), index=t.index)
+    abl = t["ablation"].astype(str).str.lower() == "true" if "ablation" in t else pd.Series(False, index=t.index)
+    ph = t["post_hoc"].astype(str).str.lower() == "true" if "post_hoc" in t else pd.Series(False, index=t.index)
+    err = t["outcome"] == ERROR
+    claims = t[(kind != "check") & ~abl & ~err]
+    checks = t[(kind == "check") & ~err]
+    return {
+        "reproduced": int((claims["outcome"] == "reproduced").sum()),
+        "not reproduced": int((claims["outcome"] == "not reproduced").sum()),
+        "inconclusive": int(claims["outcome"].isin(["inconclusive", SEED_DEPENDENT]).sum()),
+        "seed-dependent": int((claims["outcome"] == SEED_DEPENDENT).sum()),
+        "post hoc": int(ph[claims.index].sum()),
+        "ablations": int((abl & ~err).sum()),
+        "checks passed": int((checks["outcome"] == "passed").sum()),
+        "checks failed": int((checks["outcome"] == "failed").sum()),
+        "checks inconclusive": int(checks["outcome"].isin(["inconclusive", SEED_DEPENDENT]).sum()),
+        "errors": int(err.sum()),
+    }
+
+
+def update_published(published: str | Path, table: pd.DataFrame, preset: str,
+                     log: Callable[[str], None] = print) -> pd.DataFrame:
+    """Merge a suite's rows into a published claims table (``results/<preset>/claims.csv``): the rows of
+    the experiments in ``table`` replace theirs, every other row is kept as it was (each row carries its own
+    commit, date and machine), in catalog order; ``claims.md`` is rewritten.
+
+    Raises:
+        RunDirError: the published directory holds a table of another preset, or ``table`` has pilot rows.
+    """
+    from lmsci.experiments.registry import catalog
+
+    pub = Path(published)
+    pub.mkdir(parents=True, exist_ok=True)
+    if "pilot" in table and table["pilot"].astype(str).str.lower().eq("true").any():
+        raise RunDirError("pilot master seeds (>= 1,000,000) are never published; rerun on a published seed")
+    meta_p = pub / "published.json"
+    meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
+    if meta.get("preset", preset) != preset:
+        raise RunDirError(f"{pub} publishes preset {meta.get('preset')!r}, not {preset!r}")
+    old = load_claims_table(pub) if (pub / CLAIMS_CSV).exists() else pd.DataFrame(columns=CSV_COLUMNS)
+    names = set(table["experiment"])
+    keep = old[~old["experiment"].isin(names)]
+    merged = pd.concat([keep, table], ignore_index=True) if not keep.empty else table.copy()
+    order = {n: i for i, n in enumerate(catalog())}
+    merged = merged.assign(_o=merged["experiment"].map(lambda n: order.get(n, len(order)))) \
+        .sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
+    merged = merged.reindex(columns=CSV_COLUMNS)
+    atomic_write_text(pub / CLAIMS_CSV, merged.to_csv(index=False))
+    atomic_write_text(pub / CLAIMS_MD, claims_markdown(merged, preset, link=None, published=True))
+    atomic_write_text(meta_p, json.dumps({"preset": preset, "counts": table_counts(merged)}, indent=2) + "\n")
+    log(f"published table {pub / CLAIMS_CSV}: replaced {len(names)} experiment(s), kept {keep['experiment'].nunique()}")
+    return merged
 
 
 def load_claims_table(where: str | Path) -> pd.DataFrame:
@@ -380,16 +596,24 @@ def _md_cell(x: Any) -> str:
     return str(x).replace("|", "/").replace("\n", " ")
 
 
-def claims_markdown(table: pd.DataFrame, preset: str, *, link: str = "report.md", compare: Any = None,
-                    state: dict[str, Any] | None = None) -> str:
-    """The claims table as a markdown page (experiment names link to ``<name>/<link>``)."""
+def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "report.md", compare: Any = None,
+                    state: dict[str, Any] | None = None, published: bool = False) -> str:
+    """The claims table as a markdown page: the counts, the claims (and ablations), then the design checks
+    apart (experiment names link to ``<name>/<link>`` when ``link`` is given)."""
     state = state or {}
-    counts = table["outcome"].value_counts().to_dict() if not table.empty else {}
-    summary = " · ".join(f"{k}: {counts[k]}" for k in ("reproduced", "not reproduced", "inconclusive", ERROR)
-                         if k in counts)
-    parts = [f"# lmsci claims suite: preset `{preset}`\n",
-             f"{table['experiment'].nunique() if not table.empty else 0} experiments, "
-             f"{int((table['outcome'] != ERROR).sum()) if not table.empty else 0} claims. {summary}\n"]
+    c = table_counts(table)
+    title = f"# lmsci claims table: preset `{preset}`" + (" (published)" if published else "")
+    parts = [title + "\n"]
+    if c:
+        parts.append(f"{table['experiment'].nunique()} experiments. **Claims: {c['reproduced']} reproduced, "
+                     f"{c['not reproduced']} not reproduced, {c['inconclusive']} inconclusive** "
+                     f"({c['seed-dependent']} of them seed-dependent), {c['post hoc']} post hoc; "
+                     f"{c['ablations']} ablations (decide nothing). **Design checks: {c['checks passed']} passed, "
+                     f"{c['checks failed']} failed, {c['checks inconclusive']} inconclusive.** Errors: {c['errors']}.\n")
+        parts.append("A claim is reproduced only when its rule held and its null arm (the same statistic where the "
+                     "effect is absent by construction) did not; design checks hold by construction and are never "
+                     "counted as reproduced. Post hoc: the claim's preset, gate or rule changed after a result at "
+                     "this seed was seen (CLAIMS.md). Seed-dependent: the master seeds gave different outcomes.\n")
     if state.get("last_wall_s") is not None:
         parts.append(f"Wall time of the last `lmsci suite` call: {state['last_wall_s']:.0f} s "
                      "(experiments finished earlier were skipped).\n")
@@ -397,21 +621,41 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str = "report.md"
         n = int((table["change"] != "").sum())
         parts.append(f"Compared with `{compare}`: **{n} claim{'s' * (n != 1)} changed** (outcome, or value "
                      "outside its interval).\n")
-    cols = ["experiment", "claim", "source", "paper value", "ours", "outcome", "seeds", "wall time (s)", "device"]
-    if compare is not None:
-        cols.append("change")
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in table.iterrows():
-        claim = r["claim"] + (" (ablation)" if str(r["ablation"]) == "True" else "")
-        outcome = f"**{r['outcome']}**"
-        ours = r["ours"] if r["outcome"] != ERROR else r["error"]
-        cells = [f"[{r['experiment']}]({r['experiment']}/{link})", claim, r["source"], r["paper_value"], ours,
-                 outcome, "" if r["seeds"] is None or pd.isna(r["seeds"]) else str(int(r["seeds"])),
-                 r["wall_s"], r["device"]]
+    kind = table["kind"].fillna("claim").astype(str) if "kind" in table else pd.Series("claim", index=table.index)
+
+    def section(rows: pd.DataFrame, checks: bool) -> str:
+        cols = ["experiment", "check" if checks else "claim", "paper value", "ours"] + \
+            ([] if checks else ["null arm"]) + ["outcome", "seeds", "master seeds", "wall time (s)", "device", "commit",
+                                                "date"]
         if compare is not None:
-            cells.append(f"**{r['change']}**" if r["change"] else "")
-        lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
-    parts.append("\n".join(lines) + "\n")
+            cols.append("change")
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for _, r in rows.iterrows():
+            claim = r["claim"] + (" (ablation)" if str(r["ablation"]) == "True" else "")
+            marks = [m for m, on in (("post hoc", str(r.get("post_hoc")) == "True"),) if on]
+            outcome = f"**{r['outcome']}**" + (f" ({', '.join(marks)})" if marks else "")
+            ours = r["ours"] if r["outcome"] != ERROR else r["error"]
+            if isinstance(r.get("seed_values"), str) and r["seed_values"]:
+                ours = f"{ours}; {r['seed_values']}"
+            exp = f"[{r['experiment']}]({r['experiment']}/{link})" if link else r["experiment"]
+            cells = [exp, claim, r["paper_value"], ours] + ([] if checks else [r.get("null_arm", "")]) + [
+                outcome, "" if r["seeds"] is None or pd.isna(r["seeds"]) else str(int(r["seeds"])),
+                r.get("master_seeds", ""), r["wall_s"], r.get("device", ""), r.get("commit", ""), r.get("date", "")]
+            if compare is not None:
+                cells.append(f"**{r['change']}**" if r["change"] else "")
+            lines.append("| " + " | ".join(_md_cell(x) for x in cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    parts.append("## Claims\n")
+    parts.append(section(table[kind != "check"], checks=False))
+    if (kind == "check").any():
+        parts.append("## Design checks\n")
+        parts.append("True by construction (a world's design, a closed-form bound, an interpolation): they guard "
+                     "the setup and are never counted as reproduced.\n")
+        parts.append(section(table[kind == "check"], checks=True))
+    machines = sorted({str(m) for m in table.get("machine", pd.Series(dtype=str)).dropna() if str(m)})
+    if machines:
+        parts.append("Machines: " + "; ".join(machines) + ".\n")
     return "\n".join(parts)
 
 
