@@ -152,12 +152,17 @@ def test_fact_prompts_cut_before_the_value():
 
 
 # ---------------------------------------------------------------------------------------------------- verdicts
-def _rows(suppress, other, amplify, recall=(1.0, 1.0, 1.0), frac=(1.0, 1.0, 1.0)) -> pd.DataFrame:
+def _rows(suppress, other, amplify, recall=(1.0, 1.0, 1.0), frac=(1.0, 1.0, 1.0), random_suppress=-0.01,
+          random_amplify=(0.01, -0.01, 0.0), random2=(0.005, -0.004, 0.001)) -> pd.DataFrame:
+    """Per-seed rows; the null arms: random neurons suppressed (``random_suppress``, others moved 1%), amplified
+    (``random_amplify``) and a second random draw amplified (``random2``)."""
     rows = []
-    for k, (s, o, a, r, f) in enumerate(zip(suppress, other, amplify, recall, frac)):
+    for k, (s, o, a, r, f, ra, r2) in enumerate(zip(suppress, other, amplify, recall, frac, random_amplify, random2)):
         rows.append({"point": "bios" + (f"__s{k}" if k else ""), "seed_index": k, "status": "ok", "recall": r,
                      "frac_with_neurons": f, "share": 0.7, "mean_neurons": 3.2, "suppress": s,
-                     "other_suppress_abs": o, "amplify": a, "random_suppress": -0.01, "p_before": 0.6,
+                     "other_suppress_abs": o, "amplify": a, "random_suppress": random_suppress, "p_before": 0.6,
+                     "other_random_suppress_abs": 0.01, "random_amplify": ra, "random2_amplify": ra + r2,
+                     "amplify_vs_random": a - ra, "random2_vs_random": r2,
                      "fact_suppress": json.dumps([s - 0.05, s, s + 0.05]),
                      "fact_amplify": json.dumps([a - 0.05, a, a + 0.05])})
     return pd.DataFrame(rows)
@@ -197,3 +202,39 @@ def test_unmemorised_facts_or_no_neurons_are_inconclusive(tmp_path):
     vs = _verdicts(_rows([-0.29], [0.02], [0.31]), tmp_path)
     assert vs["suppress-erases"].outcome == "inconclusive"  # one seed
     assert np.isfinite(vs["suppress-erases"].value)
+
+
+def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    """Random neurons that erase the fact as well (or a random - random difference above 0) make the rule unable to
+    tell the knowledge neurons from any neurons: inconclusive, whatever the real arm did."""
+    vs = _verdicts(_rows([-0.29, -0.31, -0.27], [0.02, 0.01, 0.03], [0.31, 0.28, 0.33], random_suppress=-0.3,
+                         random2=(0.2, 0.25, 0.22)), tmp_path)
+    for cid in ("suppress-erases", "amplify-strengthens"):
+        assert vs[cid].outcome == "inconclusive" and vs[cid].null_passed is True and vs[cid].rule_passed is True
+        assert any("cannot tell" in r for r in vs[cid].reasons)
+    # amplification that is no larger than random neurons' is not reproduced (the first-order rise alone is not enough)
+    vs = _verdicts(_rows([-0.29, -0.31, -0.27], [0.02, 0.01, 0.03], [0.05, 0.04, 0.06],
+                         random_amplify=(0.05, 0.05, 0.05)), tmp_path)
+    assert vs["amplify-strengthens"].outcome == "not reproduced" and vs["amplify-strengthens"].null_passed is False
+
+
+def test_smoke_runs_end_to_end_and_null_arms_fail(tmp_path):
+    from lmsci.experiments.knowledge_neurons import same_layer_random
+    from lmsci.sweep import run_experiment
+
+    m = gpt()
+    sel = [(0, 1), (0, 5), (2, 7)]
+    rnd = same_layer_random(m, sel, np.random.default_rng(0))
+    assert sorted(l for l, _ in rnd) == [0, 0, 2] and not set(rnd) & set(sel)
+    cfg = resolve_config(KnowledgeNeuronsConfig, "smoke")
+    run = run_experiment(KnowledgeNeurons(), cfg, tmp_path / "kn", progress=False, log=lambda *a: None)
+    vs = {v.claim_id: v for v in run.verdicts()}
+    assert set(vs) == {"suppress-erases", "amplify-strengthens"}
+    res = run.results()
+    for v in vs.values():
+        assert v.outcome == "inconclusive"  # smoke: one seed, an unmemorised model
+        # the null arm (random neurons) never meets the rule; with no knowledge neuron found it is not computed
+        assert v.null_passed is not True
+        if v.value is not None:
+            assert v.null_passed is False, (v.claim_id, v.null_value)
+    assert "random2_vs_random" in res

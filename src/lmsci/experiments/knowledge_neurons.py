@@ -14,6 +14,13 @@ truncated before the value; its answer is the value's first token. Knowledge neu
 :mod:`lmsci.measure.attribution`; the interventions act at the answer position. "Other facts of the same
 relation" are other people's facts of the same attribute whose answer token differs (so that a neuron that
 promotes the answer token itself is not counted as a side effect on them).
+
+Claims and their null arms (measured in the same run): ``suppress-erases`` (the fact's probability falls by >= 25%,
+other facts move < 5%; null: as many random neurons in the same layers, none selected, suppressed the same way);
+``amplify-strengthens`` (the paired difference amplified knowledge neurons - amplified random neurons of the same
+count and layers has its CI across seeds above 0; null: the same difference with a second random draw in place of
+the knowledge neurons). Amplifying neurons selected for a positive attribution raises the probability to first
+order, so the claim is about the selected neurons beating random ones, not about the rise itself.
 """
 
 from __future__ import annotations
@@ -34,8 +41,7 @@ from lmsci.experiments.knowledge_common import (
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.attribution import (
-    NeuronEdit, adaptive_share, answer_probs, coarse_neurons, integrated_gradients, random_neurons, refine,
-    relative_change,
+    NeuronEdit, adaptive_share, answer_probs, coarse_neurons, integrated_gradients, refine, relative_change,
 )
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, bio_docs
@@ -106,6 +112,20 @@ def fact_prompts(docs: list[Doc], attr: str) -> tuple[list[list[int]], int]:
     return prompts, int(answer)
 
 
+def same_layer_random(model: Any, neurons: list[tuple[int, int]], rng: np.random.Generator) -> list[tuple[int, int]]:
+    """As many random neurons as ``neurons`` in each of their layers, none of them a selected one (the null arm of
+    both claims: a set of the same size and layer profile that attribution did not choose)."""
+    from lmsci.models.arch import arch_of
+
+    chosen = set(neurons)
+    out = []
+    for l in sorted({l for l, _ in neurons}):
+        k = sum(1 for m, _ in neurons if m == l)
+        pool = [i for i in range(int(arch_of(model).mlp_values(l).shape[0])) if (l, i) not in chosen]
+        out += [(l, int(pool[j])) for j in rng.choice(len(pool), size=min(k, len(pool)), replace=False)]
+    return sorted(out)
+
+
 class KnowledgeNeuronsConfig(ExperimentConfig):
     """Configuration of ``knowledge-neurons`` (defaults = the quick preset).
 
@@ -134,7 +154,7 @@ class KnowledgeNeuronsConfig(ExperimentConfig):
     PRESETS = {
         "smoke": {"bios": {"n_people": 8, "multiplicity": 2, "exposures": 2, "seq_len": 128, "check_every": 0,
                            "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}}, "n_facts": 3, "ig_steps": 4,
-                  "n_other": 2, "n_seeds": 1},
+                  "n_other": 2, "n_seeds": 2},
         "quick": {},
         # one H100 (estimated): N = 2000 people, 8-layer d_model 256 GPT trained to memorisation, 300 facts
         "gpu": {"bios": {"n_people": 2000, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "exposures": 400,
@@ -165,7 +185,10 @@ class KnowledgeNeurons(Experiment):
              "probability by ~29% while leaving other facts nearly unchanged; amplifying them raises it by ~31%.")
     source = "Dai et al., Knowledge Neurons in Pretrained Transformers, ACL 2022, arXiv 2104.08696, Secs. 3-4.1"
     Config = KnowledgeNeuronsConfig
-    time_estimate = {"smoke": "~5 s", "quick": "10.7 min measured (642 s wall, 404 s CPU, 3 seeds, one thread beside another run on a loaded 2-core machine, 2026-11-23)",
+    time_estimate = {"smoke": "~5 s", "quick": "~11 min (10.7 min measured before the null arms: 642 s wall, 404 s CPU, 3 seeds, one "
+                                              "thread beside another run on a loaded 2-core machine, 2026-11-23; the "
+                                              "random-neuron arms add 7 forward passes per fact, a few % of the "
+                                              "integrated gradients' cost)",
                      "gpu": "~20 min on one H100 (estimated, not measured)",
                      "paper": "~3 H100-hours (estimated: memorising 20k people with a 12-layer model, 3k facts x "
                               "5 prompts x 12 layers x 20 IG steps)"}
@@ -183,17 +206,26 @@ class KnowledgeNeurons(Experiment):
               "people, different answer token, their first biography prompt); Student-t 95% CI across seeds",
               "mean over seeds of the fact's relative change <= -0.25 with the CI's upper bound < 0, and mean over "
               "seeds of the other facts' mean |relative change| < 0.05",
-              gates=(MEMORISED, NEURONS_FOUND)),
+              gates=(MEMORISED, NEURONS_FOUND),
+              null="the same statistic with the fact's knowledge neurons replaced by as many random neurons in the "
+                   "same layers (none of them selected), suppressed the same way, in the same run: attribution did "
+                   "not choose them, so the fact is not erased by construction (the paper's random-neuron control)"),
         Claim("amplify-strengthens",
-              "Amplifying (doubling) a fact's knowledge neurons at the answer position raises its answer probability.",
+              "Amplifying (doubling) a fact's knowledge neurons at the answer position raises its answer probability "
+              "more than amplifying as many random neurons in the same layers.",
               "Dai et al., arXiv 2104.08696, Sec. 4.1 and Fig. 4 (searched: amplifying raises the correct "
               "probability by 31.17% on average)",
               "correct probability +31.17% on average under amplification",
-              "per seed: mean over facts with >= 1 knowledge neuron of the relative change of the answer probability "
-              "under amplification (x2); Student-t 95% CI across seeds",
+              "per seed: mean over facts with >= 1 knowledge neuron of the paired difference (relative change of the "
+              "answer probability when its knowledge neurons are amplified x2) - (the same when as many random "
+              "neurons in the same layers, none of them selected, are amplified x2); Student-t 95% CI across seeds "
+              "(the amplified change itself is reported beside)",
               "the CI's lower bound > 0 (the direction; memorised answers have probabilities near 1, which caps the "
               "relative rise at (1 - p) / p, so the paper's +31% is reported beside, not required)",
-              gates=(MEMORISED, NEURONS_FOUND)),
+              gates=(MEMORISED, NEURONS_FOUND),
+              null="the same paired difference with the knowledge neurons replaced by a second, independent draw of "
+                   "random neurons of the same count in the same layers (random - random), in the same run: zero in "
+                   "expectation by construction"),
     ]
 
     def validate(self, cfg: KnowledgeNeuronsConfig) -> None:
@@ -244,9 +276,20 @@ class KnowledgeNeurons(Experiment):
                         ch = relative_change(o_base, answer_probs(model, o_prompts, o_ans, edit=e))
                         rec[f"other_{mode}_abs"] = float(ch.abs().mean())
                         rec[f"other_{mode}"] = float(ch.mean())
-                rnd = random_neurons(model, len(neurons), layers, rng)
-                rec["random_suppress"] = float(relative_change(
-                    base, answer_probs(model, prompts, [ans] * len(prompts), edit=NeuronEdit(tuple(rnd), "suppress"))).mean())
+                # the null arms: random neurons of the same count in the same layers (two independent draws)
+                rnd = same_layer_random(model, neurons, rng)
+                rnd2 = same_layer_random(model, neurons, rng)
+                for tag, rn in (("random", rnd), ("random2", rnd2)):
+                    for mode in ("suppress", "amplify") if tag == "random" else ("amplify",):
+                        e = NeuronEdit(tuple(rn), mode, cfg.amplify_factor)
+                        rec[f"{tag}_{mode}"] = float(relative_change(
+                            base, answer_probs(model, prompts, [ans] * len(prompts), edit=e)).mean())
+                if others:
+                    e = NeuronEdit(tuple(rnd), "suppress")
+                    rec["other_random_suppress_abs"] = float(
+                        relative_change(o_base, answer_probs(model, o_prompts, o_ans, edit=e)).abs().mean())
+                rec["amplify_vs_random"] = rec["amplify"] - rec["random_amplify"]
+                rec["random2_vs_random"] = rec["random2_amplify"] - rec["random_amplify"]
             recs.append(rec)
         pd.DataFrame(recs).to_csv(ctx.artifact_dir / "facts.csv", index=False)
         with_n = [r for r in recs if r["n_neurons"] > 0]
@@ -262,6 +305,9 @@ class KnowledgeNeurons(Experiment):
                "p_before": mean_of("p_before"), "suppress": mean_of("suppress"), "amplify": mean_of("amplify"),
                "other_suppress_abs": mean_of("other_suppress_abs"), "other_suppress": mean_of("other_suppress"),
                "other_amplify_abs": mean_of("other_amplify_abs"), "random_suppress": mean_of("random_suppress"),
+               "other_random_suppress_abs": mean_of("other_random_suppress_abs"),
+               "random_amplify": mean_of("random_amplify"), "random2_amplify": mean_of("random2_amplify"),
+               "amplify_vs_random": mean_of("amplify_vs_random"), "random2_vs_random": mean_of("random2_vs_random"),
                "fact_suppress": json.dumps([round(r["suppress"], 6) for r in with_n]),
                "fact_amplify": json.dumps([round(r["amplify"], 6) for r in with_n]),
                "neuron_layers": json.dumps([l for r in with_n for l in r["layers"]])}
@@ -278,7 +324,8 @@ class KnowledgeNeurons(Experiment):
         fmin = min(fr.values()) if fr else float("nan")
         gates_common["neurons-found"] = (fmin, bool(fmin >= 0.5) if fr else None)
         sup, oth, amp = (seed_values(results, c) for c in ("suppress", "other_suppress_abs", "amplify"))
-        rnd = seed_values(results, "random_suppress")
+        rnd, rnd_oth = seed_values(results, "random_suppress"), seed_values(results, "other_random_suppress_abs")
+        avr, r2r = seed_values(results, "amplify_vs_random"), seed_values(results, "random2_vs_random")
         scale = (f"N={cfg.bios.n_people}, {cfg.bios.model.n_layers}-layer d_model {cfg.bios.model.d_model}, "
                  f"{cfg.n_facts} facts")
         note = ""
@@ -289,6 +336,8 @@ class KnowledgeNeurons(Experiment):
         seeds = sorted(k for k in sup if np.isfinite(sup[k]) and k in oth and np.isfinite(oth[k]))
         details = {"paper": {"suppress": -0.2903, "random_suppress": -0.0147, "amplify": 0.3117},
                    "per_seed": {"suppress": sup, "other_suppress_abs": oth, "amplify": amp, "random_suppress": rnd,
+                                "other_random_suppress_abs": rnd_oth, "amplify_vs_random": avr,
+                                "random2_vs_random": r2r, "random_amplify": seed_values(results, "random_amplify"),
                                 "recall": rec, "share": seed_values(results, "share"),
                                 "mean_neurons": seed_values(results, "mean_neurons")},
                    "ci_over_facts": _fact_cis(results)}
@@ -296,19 +345,36 @@ class KnowledgeNeurons(Experiment):
             s = across_seeds([sup[k] for k in seeds])
             o = across_seeds([oth[k] for k in seeds])
             ok = s.mean <= -0.25 and _ci(s)[1] < 0 and o.mean < 0.05
+            nseeds = [k for k in seeds if k in rnd and np.isfinite(rnd[k]) and k in rnd_oth and np.isfinite(rnd_oth[k])]
+            null: tuple[Any, bool | None] = (None, None)
+            if len(nseeds) == len(seeds):
+                ns = across_seeds([rnd[k] for k in nseeds])
+                no = across_seeds([rnd_oth[k] for k in nseeds])
+                null = (ns.mean, bool(ns.mean <= -0.25 and _ci(ns)[1] < 0 and no.mean < 0.05))
+                details["null_random_neurons"] = {"suppress": {"mean": ns.mean, "ci95": ns.ci},
+                                                  "other_abs": {"mean": no.mean, "ci95": no.ci}}
             out.append(self.judge(cfg, "suppress-erases", value=s.mean, passed=ok, ci=s.ci, ci_kind=s.kind,
-                                  n_seeds=s.n, gates=gates_common,
+                                  n_seeds=s.n, gates=gates_common, null=null,
                                   details={**details, "other_facts_abs_change": {"mean": o.mean, "ci95": o.ci}},
                                   note=note or ("" if ok else _why_not(s.mean, _ci(s)[1], o.mean, scale))))
         else:
             out.append(self.judge(cfg, "suppress-erases", value=None, passed=None, gates=gates_common,
                                   why_not_computed="no seed has a fact with a knowledge neuron", details=details,
                                   note=note))
-        seeds_a = sorted(k for k in amp if np.isfinite(amp[k]))
+        seeds_a = sorted(k for k in avr if np.isfinite(avr[k]))
         if seeds_a:
-            a = across_seeds([amp[k] for k in seeds_a])
+            a = across_seeds([avr[k] for k in seeds_a])
+            null = (None, None)
+            if all(k in r2r and np.isfinite(r2r[k]) for k in seeds_a):
+                na = across_seeds([r2r[k] for k in seeds_a])
+                null = (na.mean, bool(_ci(na)[0] > 0))
+                details = {**details, "null_random_vs_random": {"mean": na.mean, "ci95": na.ci}}
+            amp_f = [amp[k] for k in seeds_a if k in amp and np.isfinite(amp[k])]
+            amp_st = across_seeds(amp_f) if amp_f else None
             out.append(self.judge(cfg, "amplify-strengthens", value=a.mean, passed=bool(_ci(a)[0] > 0), ci=a.ci,
-                                  ci_kind=a.kind, n_seeds=a.n, gates=gates_common, details=details, note=note))
+                                  ci_kind=a.kind, n_seeds=a.n, gates=gates_common, null=null,
+                                  details={**details, "amplify": None if amp_st is None else
+                                           {"mean": amp_st.mean, "ci95": amp_st.ci}}, note=note))
         else:
             out.append(self.judge(cfg, "amplify-strengthens", value=None, passed=None, gates=gates_common,
                                   why_not_computed="no seed has a fact with a knowledge neuron", details=details,
@@ -318,7 +384,8 @@ class KnowledgeNeurons(Experiment):
     def report_sections(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "recall", "pretrain_steps", "share", "mean_coarse", "mean_neurons",
                             "frac_with_neurons", "p_before", "suppress", "amplify", "other_suppress_abs",
-                            "other_amplify_abs", "random_suppress") if c in results]
+                            "other_amplify_abs", "random_suppress", "other_random_suppress_abs", "random_amplify",
+                            "amplify_vs_random", "random2_vs_random") if c in results]
         if not len(results):
             return ""
         return "\n".join([
@@ -329,7 +396,10 @@ class KnowledgeNeurons(Experiment):
             f"steps of {cfg.share_step} to {cfg.min_neurons:g}-{cfg.max_neurons:g} neurons per fact on average. "
             "Suppress: activations set to 0; amplify: doubled; relative change of the answer probability. "
             "`other_*_abs`: mean |relative change| of other facts of the same attribute (different answer token); "
-            "`random_suppress`: as many random neurons suppressed (control). Per-fact rows: "
+            "`random_suppress`, `other_random_suppress_abs`: as many random neurons in the same layers suppressed "
+            "(the null arm of suppress-erases); `amplify_vs_random`: amplified change minus that of as many random "
+            "neurons (amplify-strengthens' statistic); `random2_vs_random`: the same with a second random draw in "
+            "place of the knowledge neurons (its null arm). Per-fact rows: "
             "`points/<id>/facts.csv`.", "", md_table(results, cols), "",
             "Knowledge neurons per layer (all seeds; Dai et al. find them mostly in the top layers of BERT): "
             + _layer_counts(results, cfg.bios.model.n_layers), ""])
