@@ -12,6 +12,18 @@ statement (gate: fact recall >= 0.9). Parameter overlap is the cosine of the gra
 ``log p(object | subject, relation)`` over all parameters (:mod:`lmsci.measure.grad_overlap`; per layer in the
 report). Over-ripple: the model is fine-tuned on one counterfactual fact ("X was born in Y'") and the log-probability
 of the related-but-false "X worked in Y'" is compared before and after (paired over facts).
+
+Claims and their null arms (issue 29), each measured in the same run on the same model:
+
+- ``negation-curse``: cos(fact, negation) minus cos(fact, another person's fact of the same relation and template);
+  null arm: the same difference with the negation replaced by a second such other-person fact (0 by symmetry).
+- ``cross-lingual-barrier``: cos(fact, translation) minus cos(fact, another person's fact in language 2) below
+  0.05; null arm: the same difference for the language-1 paraphrase against the other person's fact in that
+  template (no language change, so no barrier by construction).
+- ``over-ripple``: the rise of log P(Y' | "X worked in") minus the rise of log P(Y' | "Z worked in") for another
+  person Z (the same false object for another person decides); null arm: the same paired difference with X
+  replaced by a second other person Z2 (0 by symmetry). ``over-ripple-raw`` (X's rise against 0, the first
+  registration's statistic) is an ablation; the earlier ``over-ripple-specific`` ablation is now the claim.
 """
 
 from __future__ import annotations
@@ -77,7 +89,8 @@ class MessyKnowledgeConfig(ExperimentConfig):
     PRESETS = {
         "smoke": {"n_people": 6, "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}, "epochs": 1,
                   "memorise_check_every": 0, "n_pairs": 3, "n_matrix": 2, "n_ripple": 2, "ripple_steps": 2},
-        "quick": {"n_seeds": 3},
+        # 5 seeds (3 until issue 29): the across-seed interval then depends less on the master seed; ~6 minutes
+        "quick": {"n_seeds": 5},
         # one H100 (estimated, not measured): 2000 people, 8-layer d_model 256
         "gpu": {"n_people": 2000, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "epochs": 200,
                 "pretrain": {"lr": 1e-3, "batch_size": 128}, "memorise_check_every": 1000, "n_pairs": 200,
@@ -95,26 +108,46 @@ def fact_recall(model, statements: list[Statement], device: str) -> float:
     return float(exact_match(model, facts, stop=0, device=device).mean()) if facts else float("nan")
 
 
+#: the blocks of :func:`overlap_statements`, in order (each ``n_pairs`` statements; block k pairs with the fact at
+#: the same position, the two-hop block with the employer fact)
+BLOCKS = ("fact", "negation", "translation", "unrelated", "paraphrase", "two_hop", "employer", "same_template",
+          "same_template_2", "same_template_l2", "same_template_para")
+EXTRA_KINDS = ("same_template", "same_template_2", "same_template_l2", "same_template_para")
+"""Comparators of the registered statistics (issue 29): another person's fact of the same relation and template
+(``same_template``; a second other person: ``same_template_2``), that fact in language 2 (``same_template_l2``) and
+in the paraphrase template (``same_template_para``)."""
+
+
 def overlap_statements(world: MessyBiosWorld, n_pairs: int, rng: np.random.Generator) -> tuple[list[Statement], list[str]]:
     """``n_pairs`` facts (template 0, language 1, relations in turn) and their partners: blocks of statements in the
-    order fact, :data:`PAIR_KINDS` (two-hop partners are paired with the person's employer fact, which comes last)."""
+    order of :data:`BLOCKS` (two-hop partners are paired with the person's employer fact). The other people of
+    the ``same_template`` blocks are two distinct people other than the fact's (drawn after the rest, so that
+    the earlier blocks are those of the first registration)."""
     people = rng.permutation(world.n)[:n_pairs]
-    facts, neg, tr, un, para, emp, hop = [], [], [], [], [], [], []
+    b: dict[str, list[Statement]] = {k: [] for k in BLOCKS}
     for k, i in enumerate(people):
         i = int(i)
         r = RELATIONS[k % len(RELATIONS)]
-        facts.append(world.statement(i, r))
-        neg.append(world.statement(i, r, kind="negation"))
-        tr.append(world.statement(i, r, lang=2))
+        b["fact"].append(world.statement(i, r))
+        b["negation"].append(world.statement(i, r, kind="negation"))
+        b["translation"].append(world.statement(i, r, lang=2))
         j = int(rng.choice([p for p in range(world.n) if p != i]))
         r2 = RELATIONS[(k + 1 + int(rng.integers(len(RELATIONS) - 1))) % len(RELATIONS)]
-        un.append(world.statement(j, r2))
-        para.append(world.statement(i, r, template=1))
-        emp.append(world.statement(i, "company"))
-        hop.append(world.statement(i, "company_city", kind="two_hop"))
-    blocks = facts + neg + tr + un + para + hop + emp
-    labels = (["fact"] * len(facts) + ["negation"] * len(neg) + ["translation"] * len(tr) + ["unrelated"] * len(un)
-              + ["paraphrase"] * len(para) + ["two_hop"] * len(hop) + ["employer fact"] * len(emp))
+        b["unrelated"].append(world.statement(j, r2))
+        b["paraphrase"].append(world.statement(i, r, template=1))
+        b["employer"].append(world.statement(i, "company"))
+        b["two_hop"].append(world.statement(i, "company_city", kind="two_hop"))
+    for k, i in enumerate(people):
+        i = int(i)
+        r = RELATIONS[k % len(RELATIONS)]
+        j1, j2 = (int(v) for v in rng.choice([p for p in range(world.n) if p != i], 2, replace=False))
+        b["same_template"].append(world.statement(j1, r))
+        b["same_template_2"].append(world.statement(j2, r))
+        b["same_template_l2"].append(world.statement(j1, r, lang=2))
+        b["same_template_para"].append(world.statement(j1, r, template=1))
+    label = {"employer": "employer fact"}
+    blocks = [s for k in BLOCKS for s in b[k]]
+    labels = [label.get(k, k) for k in BLOCKS for _ in b[k]]
     return blocks, labels
 
 
@@ -129,44 +162,57 @@ class MessyKnowledge(Experiment):
              "barely do, and learning a fact raises related but false statements.")
     source = "seed lecture 000 ('Where is knowledge stored': negation curse, over-ripple, cross-lingual barrier)"
     Config = MessyKnowledgeConfig
-    time_estimate = {"smoke": "~3 s", "quick": "3.3 min measured (199 s wall, 182 s CPU, 3 seeds, one thread beside another run, 2026-11-23)",
+    time_estimate = {"smoke": "~3 s", "quick": "~6 min estimated for 5 seeds (3.3 min measured for 3 seeds: 199 s wall, 182 s CPU, one thread "
+                              "beside another run, 2026-11-23; issue 29 added two seeds and 4 x n_pairs gradients)",
                      "gpu": "~15 min on one H100 (estimated, not measured)",
                      "paper": "GPT-2 small on 20k people: ~3 GPU-hours per seed (estimated)"}
     claims = [
         Claim("negation-curse",
-              "The gradients of a fact and of its negation are positively aligned (the negation curse).",
+              "The gradient of a fact is more aligned with that of its negation than with that of another person's "
+              "fact written in the same template (the negation curse: 'X' and 'not X' share parameters).",
               "seed lecture 000, 'Knowledge seems to be stored messily: incompatible sentences positively align "
               "parameters'",
               "qualitative: 'X' and 'not X' positively align parameters",
-              "cosine of grad log p(object | prompt) over all parameters between 'X was born in Y .' and 'X was not "
-              "born in Y .' (same template, same object), mean over the measured facts, per seed",
-              "mean over seeds > 0 with the 95% Student-t CI across seeds entirely above 0",
-              gates=(MEMORISED_FACTS,)),
+              "per fact: cos(grad log p(object | prompt) of 'X was born in Y .', that of 'X was not born in Y .') minus "
+              "cos(the fact's gradient, that of 'Z was born in W .': another person Z, same relation, same template, "
+              "same language), gradients over all parameters; mean over the measured facts, per seed (the paraphrase "
+              "and other-relation cosines reported beside)",
+              "95% Student-t CI across seeds of the mean difference entirely above 0",
+              gates=(MEMORISED_FACTS,),
+              null="the same difference with the negation replaced by a second other person's fact of the same relation "
+                   "and template (shares no subject and no object with the fact by construction: expected 0 by "
+                   "symmetry), same facts, same model"),
         Claim("cross-lingual-barrier",
-              "The gradients of a fact and of its translation are less aligned than those of a fact and an unrelated "
-              "fact of the same language plus 0.05 (the cross-lingual barrier).",
+              "The gradient of a fact is barely more aligned with that of its language-2 translation than with that "
+              "of another person's fact in language 2 (the cross-lingual barrier).",
               "seed lecture 000, 'similar sentences with low parameter overlap: cross-lingual barrier'",
               "qualitative: the same fact in two languages shares few parameters",
-              "per seed: mean over facts of cos(fact, its language-2 translation) minus mean of cos(fact, an "
-              "unrelated fact: another person, another relation, same language)",
+              "per fact: cos(fact, its language-2 translation) minus cos(fact, another person's fact of the same "
+              "relation and template in language 2), gradients over all parameters; mean over facts, per seed",
               f"95% Student-t CI across seeds entirely below {BARRIER_MARGIN}",
-              gates=(MEMORISED_FACTS,)),
+              gates=(MEMORISED_FACTS,),
+              null="the same difference without the language change: cos(fact, its language-1 paraphrase) minus "
+                   "cos(fact, the same other person's fact in that paraphrase template, language 1); a restatement "
+                   "in the fact's own language, where no language barrier exists by construction"),
         Claim("over-ripple",
-              "After fine-tuning on a fact, the probability of the related-but-false statement rises with it "
-              "(over-ripple).",
+              "After fine-tuning on a fact about X, the probability of X's related-but-false statement rises more "
+              "than that of the same false object for another person (over-ripple follows the subject, not only the "
+              "object).",
               "seed lecture 000, 'Over-ripple: X: Leonardo is from USA; Leonardo speaks USA'",
               "qualitative: the related false statement's probability rises",
               "per fine-tuned counterfactual fact 'X was born in Y'' (Adam on its object tokens, from the pretrained "
-              "model): log P(Y' | 'X worked in') after minus before (nats); mean over facts, per seed",
-              "95% Student-t CI across seeds of the mean change entirely above 0",
-              gates=(MEMORISED_FACTS, EDIT_LEARNED)),
-        Claim("over-ripple-specific",
-              "The related-but-false statement of the fine-tuned person rises more than the same false object for "
-              "another person (the ripple follows the subject, not only the object).",
-              "lmsci control for seed lecture 000's over-ripple",
-              "(not in the seed)",
-              "per fine-tuned fact: [log P(Y' | 'X worked in') change] minus [log P(Y' | 'Z worked in') change] for a "
-              "random other person Z (nats); mean over facts, per seed",
+              "model): [log P(Y' | 'X worked in') after minus before] minus [log P(Y' | 'Z worked in') after minus "
+              "before] for a random other person Z (nats); mean over facts, per seed",
+              "95% Student-t CI across seeds of the mean paired difference entirely above 0",
+              gates=(MEMORISED_FACTS, EDIT_LEARNED),
+              null="the same paired difference with X replaced by a second other person Z2 (neither Z nor Z2 was "
+                   "edited: expected 0 by symmetry), on the same fine-tuned models"),
+        Claim("over-ripple-raw",
+              "After fine-tuning on a fact, the probability of the related-but-false statement rises (the first "
+              "registration's over-ripple statistic, without the other-person comparator).",
+              "seed lecture 000, 'Over-ripple: X: Leonardo is from USA; Leonardo speaks USA'",
+              "qualitative: the related false statement's probability rises",
+              "per fine-tuned fact: log P(Y' | 'X worked in') after minus before (nats); mean over facts, per seed",
               "95% Student-t CI across seeds entirely above 0",
               gates=(MEMORISED_FACTS, EDIT_LEARNED), ablation=True),
     ]
@@ -199,8 +245,8 @@ class MessyKnowledge(Experiment):
         sts, labels = overlap_statements(world, n, rng)
         G = statement_gradients(model, [s.ids for s in sts], [s.span for s in sts])
         cos = G.cosine()
-        idx = {k: np.arange(n) + n * b for b, k in enumerate(["fact", *PAIR_KINDS, "employer"])}
-        pairs = {k: (idx["fact"], idx[k]) for k in PAIR_KINDS if k != "two_hop"}
+        idx = {k: np.arange(n) + n * b for b, k in enumerate(BLOCKS)}
+        pairs = {k: (idx["fact"], idx[k]) for k in (*PAIR_KINDS, *EXTRA_KINDS) if k != "two_hop"}
         pairs["two_hop"] = (idx["employer"], idx["two_hop"])
         row: dict[str, Any] = {"n_people": cfg.n_people, "params": model.num_params(), "pretrain_steps": pre["steps"],
                                "pretrain_steps_budget": pre["steps_budget"], "fact_recall": recall,
@@ -214,6 +260,12 @@ class MessyKnowledge(Experiment):
             row[f"cos_{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
             per_layer[k] = {grp: float(G.cosine(grp)[a, b].mean()) for grp in G.groups}
         row["cos_per_layer"] = json.dumps(per_layer)
+        # the registered statistics (issue 29) and their null arms, per fact then averaged
+        c = {k: cos[a, b] for k, (a, b) in pairs.items()}
+        row["negation_vs_same_template"] = float(np.mean(c["negation"] - c["same_template"]))
+        row["null_negation_vs_same_template"] = float(np.mean(c["same_template_2"] - c["same_template"]))
+        row["translation_vs_same_template_l2"] = float(np.mean(c["translation"] - c["same_template_l2"]))
+        row["null_paraphrase_vs_same_template_para"] = float(np.mean(c["paraphrase"] - c["same_template_para"]))
         row["barrier_diff"] = row["cos_translation"] - row["cos_unrelated"]
         m = min(cfg.n_matrix, n)
         sel = np.concatenate([idx[k][:m] for k in ["fact", *PAIR_KINDS]])
@@ -228,16 +280,17 @@ class MessyKnowledge(Experiment):
         cities = world.pool("birth_city")
         cand = [i for i in rng.permutation(world.n)
                 if world.value_words(int(i), "birth_city") != world.value_words(int(i), "company_city")]
-        d_rel, d_ctl, d_tgt, p_after = [], [], [], []
+        d_rel, d_ctl, d_ctl2, d_tgt, p_after = [], [], [], [], []
         for i in cand[:cfg.n_ripple]:
             i = int(i)
             own = {tuple(world.value_words(i, r)) for r in ("birth_city", "company_city")}
             new = next(cities[int(k)] for k in rng.permutation(len(cities)) if tuple(cities[int(k)]) not in own)
             target = world.statement(i, "birth_city", value=new)
             related = world.related_false(i, "birth_city", value=new)
-            j = int(rng.choice([p for p in range(world.n) if p != i]))
+            j, j2 = (int(v) for v in rng.choice([p for p in range(world.n) if p != i], 2, replace=False))
             control = world.related_false(j, "birth_city", value=new)
-            probe = [target, related, control]
+            control2 = world.related_false(j2, "birth_city", value=new)
+            probe = [target, related, control, control2]
 
             def lps(m):
                 return span_logprobs(m, [s.ids for s in probe], [s.span for s in probe])
@@ -259,13 +312,16 @@ class MessyKnowledge(Experiment):
             d_tgt.append(after[0] - before[0])
             d_rel.append(after[1] - before[1])
             d_ctl.append(after[2] - before[2])
+            d_ctl2.append(after[3] - before[3])
             p_after.append(float(np.exp(after[0])))
         k = len(d_rel)
         return {"n_ripple": k, "ripple_target_dlogp": float(np.mean(d_tgt)) if k else np.nan,
                 "ripple_related_dlogp": float(np.mean(d_rel)) if k else np.nan,
                 "ripple_related_dlogp_sd": float(np.std(d_rel, ddof=1)) if k > 1 else np.nan,
                 "ripple_control_dlogp": float(np.mean(d_ctl)) if k else np.nan,
+                "ripple_control2_dlogp": float(np.mean(d_ctl2)) if k else np.nan,
                 "ripple_specific": float(np.mean(np.subtract(d_rel, d_ctl))) if k else np.nan,
+                "null_ripple_specific": float(np.mean(np.subtract(d_ctl2, d_ctl))) if k else np.nan,
                 "ripple_p_after": float(np.mean(p_after)) if k else np.nan}
 
     # ---- verdicts ------------------------------------------------------------------------------
@@ -274,55 +330,95 @@ class MessyKnowledge(Experiment):
             return []
         mem = recall_gate(seed_values(results, "fact_recall"))
         out = []
-        neg = seed_values(results, "cos_negation")
-        st = across_seeds(list(neg.values()))
-        out.append(self.judge(cfg, "negation-curse", value=st.mean, passed=bool(st.n >= 2 and st.ci[0] > 0),
-                              ci=st.ci, ci_kind=st.kind, n_seeds=st.n, gates={"memorised": mem},
-                              details={"per_seed": neg, "within_run_sd_over_facts": seed_values(results, "cos_negation_sd"),
-                                       "paraphrase": seed_values(results, "cos_paraphrase"),
-                                       "unrelated": seed_values(results, "cos_unrelated")}))
-        diff = seed_values(results, "barrier_diff")
-        st = across_seeds(list(diff.values()))
-        out.append(self.judge(cfg, "cross-lingual-barrier", value=st.mean,
-                              passed=bool(st.n >= 2 and st.ci[1] < BARRIER_MARGIN), ci=st.ci, ci_kind=st.kind,
-                              n_seeds=st.n, gates={"memorised": mem},
-                              details={"per_seed": diff, "translation": seed_values(results, "cos_translation"),
-                                       "unrelated": seed_values(results, "cos_unrelated"),
-                                       "two_hop": seed_values(results, "cos_two_hop")}))
-        rel = {k: v for k, v in seed_values(results, "ripple_related_dlogp").items() if np.isfinite(v)}
+
+        def seeds_ci(col: str):
+            d = {k: v for k, v in seed_values(results, col).items() if np.isfinite(v)}
+            return d, (across_seeds(list(d.values())) if d else None)
+
+        def above0(st) -> bool:
+            return bool(st is not None and st.n >= 2 and st.ci[0] > 0)
+
+        def below_margin(st) -> bool:
+            return bool(st is not None and st.n >= 2 and st.ci[1] < BARRIER_MARGIN)
+
+        def null_of(st, rule) -> tuple[float | None, bool | None]:
+            return (None, None) if st is None else (st.mean, rule(st))
+
+        neg, st = seeds_ci("negation_vs_same_template")
+        nneg, nst = seeds_ci("null_negation_vs_same_template")
+        if st is None:
+            out.append(self.judge(cfg, "negation-curse", value=None, passed=None, gates={"memorised": mem},
+                                  why_not_computed="this run has no negation_vs_same_template column"))
+        else:
+            out.append(self.judge(
+                cfg, "negation-curse", value=st.mean, passed=above0(st), ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
+                gates={"memorised": mem}, null=null_of(nst, above0),
+                details={"per_seed": neg, "null_per_seed": nneg, "null_ci": None if nst is None else nst.ci,
+                         "cos_negation": seed_values(results, "cos_negation"),
+                         "cos_same_template": seed_values(results, "cos_same_template"),
+                         "cos_same_template_2": seed_values(results, "cos_same_template_2"),
+                         "cos_paraphrase": seed_values(results, "cos_paraphrase"),
+                         "cos_unrelated (another relation)": seed_values(results, "cos_unrelated")}))
+        diff, st = seeds_ci("translation_vs_same_template_l2")
+        ndiff, nst = seeds_ci("null_paraphrase_vs_same_template_para")
+        if st is None:
+            out.append(self.judge(cfg, "cross-lingual-barrier", value=None, passed=None, gates={"memorised": mem},
+                                  why_not_computed="this run has no translation_vs_same_template_l2 column"))
+        else:
+            out.append(self.judge(
+                cfg, "cross-lingual-barrier", value=st.mean, passed=below_margin(st), ci=st.ci, ci_kind=st.kind,
+                n_seeds=st.n, gates={"memorised": mem}, null=null_of(nst, below_margin),
+                details={"per_seed": diff, "null_per_seed": ndiff, "null_ci": None if nst is None else nst.ci,
+                         "cos_translation": seed_values(results, "cos_translation"),
+                         "cos_same_template_l2": seed_values(results, "cos_same_template_l2"),
+                         "cos_paraphrase": seed_values(results, "cos_paraphrase"),
+                         "cos_same_template_para": seed_values(results, "cos_same_template_para"),
+                         "translation_minus_other_relation (first registration)": seed_values(results, "barrier_diff"),
+                         "cos_two_hop": seed_values(results, "cos_two_hop")}))
+        spec, st = seeds_ci("ripple_specific")
+        nspec, nst = seeds_ci("null_ripple_specific")
         pa = seed_values(results, "ripple_p_after")
         learned = (min(pa.values()), min(pa.values()) >= EDIT_LEARNED_MIN) if pa else (None, None)
-        if not rel:
-            out.append(self.judge(cfg, "over-ripple", value=None, passed=None,
-                                  gates={"memorised": mem, "edit-learned": learned},
+        gates = {"memorised": mem, "edit-learned": learned}
+        if st is None:
+            out.append(self.judge(cfg, "over-ripple", value=None, passed=None, gates=gates,
                                   why_not_computed="no fact with a related-but-false statement was fine-tuned"))
             return out
-        st = across_seeds(list(rel.values()))
-        out.append(self.judge(cfg, "over-ripple", value=st.mean, passed=bool(st.n >= 2 and st.ci[0] > 0), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates={"memorised": mem, "edit-learned": learned},
-                              details={"per_seed": rel, "target_dlogp": seed_values(results, "ripple_target_dlogp"),
-                                       "control_dlogp (another person, same false object)":
-                                           seed_values(results, "ripple_control_dlogp"),
+        out.append(self.judge(cfg, "over-ripple", value=st.mean, passed=above0(st), ci=st.ci, ci_kind=st.kind,
+                              n_seeds=st.n, gates=gates, null=null_of(nst, above0),
+                              details={"per_seed": spec, "null_per_seed (second other person)": nspec,
+                                       "null_ci": None if nst is None else nst.ci,
+                                       "related_dlogp (X)": seed_values(results, "ripple_related_dlogp"),
+                                       "control_dlogp (Z)": seed_values(results, "ripple_control_dlogp"),
+                                       "control2_dlogp (Z2)": seed_values(results, "ripple_control2_dlogp"),
+                                       "target_dlogp": seed_values(results, "ripple_target_dlogp"),
                                        "p_new_after": pa}))
-        spec = {k: v for k, v in seed_values(results, "ripple_specific").items() if np.isfinite(v)}
-        if spec:
-            st = across_seeds(list(spec.values()))
-            out.append(self.judge(cfg, "over-ripple-specific", value=st.mean, passed=bool(st.n >= 2 and st.ci[0] > 0),
-                                  ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                                  gates={"memorised": mem, "edit-learned": learned}, details={"per_seed": spec}))
+        rel, st = seeds_ci("ripple_related_dlogp")
+        if st is not None:
+            out.append(self.judge(cfg, "over-ripple-raw", value=st.mean, passed=above0(st), ci=st.ci,
+                                  ci_kind=st.kind, n_seeds=st.n, gates=gates, details={"per_seed": rel}))
         return out
 
     def report_sections(self, cfg: MessyKnowledgeConfig, results: pd.DataFrame, run: RunDir) -> str:
         if not len(results):
             return ""
         cols = [c for c in ("point", "pretrain_steps", "fact_recall", "negation_recall", "cos_negation",
-                            "cos_translation", "cos_unrelated", "cos_paraphrase", "cos_two_hop", "barrier_diff",
-                            "ripple_p_after", "ripple_target_dlogp", "ripple_related_dlogp", "ripple_control_dlogp", "ripple_specific")
+                            "cos_same_template", "cos_same_template_2", "negation_vs_same_template",
+                            "null_negation_vs_same_template", "cos_translation", "cos_same_template_l2",
+                            "translation_vs_same_template_l2", "cos_paraphrase", "cos_same_template_para",
+                            "null_paraphrase_vs_same_template_para", "cos_unrelated", "cos_two_hop", "barrier_diff",
+                            "ripple_p_after", "ripple_target_dlogp", "ripple_related_dlogp", "ripple_control_dlogp",
+                            "ripple_control2_dlogp", "ripple_specific", "null_ripple_specific")
                 if c in results]
         return "\n".join(["## Per seed", "", md_table(results, cols), "",
-                          "Cosines of grad log p(object | prompt) over all parameters; `cos_two_hop` pairs a person's "
-                          "employer fact with the two-hop statement of the employer's city. Over-ripple changes are in "
-                          "nats; the control is the same false object for another person.", ""])
+                          "Cosines of grad log p(object | prompt) over all parameters; `cos_same_template` (and `_2`): "
+                          "another person's fact of the same relation and template; `_l2`: that fact in language 2; "
+                          "`_para`: in the paraphrase template. `null_*` columns are the null arms of the registered "
+                          "differences. `cos_unrelated` is another person's fact of another relation; `cos_two_hop` "
+                          "pairs a person's employer fact with the two-hop statement of the employer's city. "
+                          "Over-ripple changes are in nats; `ripple_specific` (X's rise minus Z's, the same false object "
+                          "for another person) is over-ripple's statistic and `null_ripple_specific` (a second other "
+                          "person Z2's rise minus Z's) its null arm.", ""])
 
     def figures(self, cfg: MessyKnowledgeConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
