@@ -72,3 +72,27 @@ def test_one_seed_or_smoke_is_inconclusive(tmp_path):
     sm = {"vanilla": 0.0, "truncation": 0.0, "lm_infinite": 0.0, "lm_infinite_topk_h0": 0.9,
           "lm_infinite_topk_h1": 0.9}
     assert all(v.outcome == INCONCLUSIVE for v in verdicts(smoke, table(smoke, 3, sm), tmp_path))
+
+
+def test_null_arm_meeting_the_rule_or_missing_is_inconclusive(tmp_path):
+    cfg = cfg_()
+    main = verdicts(cfg, table(cfg, 3, PAPER), tmp_path)[0]
+    assert main.null_passed is False and main.null_value == pytest.approx(0.0 - 0.44, abs=0.02)
+    # vanilla retrieves as well as top-k: the rule cannot tell top-k's effect from its absence
+    v = verdicts(cfg, table(cfg, 3, PAPER | {"vanilla": 0.85}), tmp_path)[0]
+    assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed
+    assert any("cannot tell" in r for r in v.reasons)
+    df = table(cfg, 3, PAPER).drop(columns=[c for c in table(cfg, 3, PAPER) if c.endswith("_vanilla")])
+    v = verdicts(cfg, df, tmp_path)[0]
+    assert v.outcome == INCONCLUSIVE and any("null arm not measured" in r for r in v.reasons)
+
+
+def test_smoke_run_end_to_end_null_arm_fails_the_rule(tmp_path):
+    from lmsci.experiments.passkey_retrieval import PasskeyConfig
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(PasskeyConfig, "smoke", {"threads": 1})
+    run = run_experiment(PasskeyRetrieval(), cfg, tmp_path / "pk", progress=False, log=lambda *a: None)
+    main = [v for v in run.verdicts() if v.claim_id == "topk-recovers-beyond-window"][0]
+    # the untrained smoke model (3 steps) retrieves nothing with vanilla attention
+    assert main.null_passed is False and main.outcome == INCONCLUSIVE

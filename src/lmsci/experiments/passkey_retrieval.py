@@ -20,6 +20,10 @@ every other h evaluated (``top_k_layer_ablation``, default every layer) is repor
 Sweep points: ``train`` (model checkpoint in its point directory) and one ``eval-x<f>`` point per length;
 with ``n_seeds > 1`` each is repeated per training seed k as ``<id>__s{k}`` (seed k's eval points load
 ``train__s{k}``). The registered claims use a Student-t 95% CI across training seeds.
+
+Null arm of the claim (issue 29): the same gain with the top-k method replaced by ``vanilla`` (full attention
+at full length, no top-k re-attention, the same model and prompts): accuracy beyond the window minus the better
+of truncation and LM-Infinite without top-k. It must not meet the rule.
 """
 
 from __future__ import annotations
@@ -272,6 +276,8 @@ class PasskeyRetrieval(Experiment):
                       "LM-Infinite + top-5 from layer h = round(5/32 x n_layers) minus the better of truncation and "
                       "LM-Infinite without top-k, per training seed",
             rule="mean across seeds >= 0.3 and lower end of the 95% CI across seeds (Student t) > 0",
+            null="the same gain for vanilla attention (full attention at the full prompt length, no top-k "
+                 "re-attention; same models and prompts) in place of LM-Infinite + top-k",
         ),
         Claim(
             id="topk-other-layers",
@@ -371,22 +377,29 @@ class PasskeyRetrieval(Experiment):
 
         def verdict(claim_id: str, h: int) -> Verdict | None:
             m = f"lm_infinite_topk_h{h}"
-            gains, within = {}, {}
+            gains, within, null_gains = {}, {}, {}
             for k, d in per_seed.items():
                 acc, nb = d["acc"], d["n_beyond"]
                 if m not in acc or "truncation" not in acc or "lm_infinite" not in acc:
                     continue
                 p1, p2 = acc[m], max(acc["truncation"], acc["lm_infinite"])
                 gains[k] = p1 - p2
+                if "vanilla" in acc:
+                    null_gains[k] = acc["vanilla"] - p2
                 se = float(np.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / nb))
                 within[f"seed {k}"] = [gains[k] - 1.96 * se, gains[k] + 1.96 * se]
             if not gains:
                 return None
             st = across_seeds(gains.values())
+            null, nd = None, {}
+            if null_gains and len(null_gains) == len(gains):
+                ns = across_seeds(null_gains.values())
+                null = (ns.mean, bool(ns.mean >= GAIN and ns.lo > 0))
+                nd = {"null_per_seed_gain (vanilla in place of top-k)": null_gains, "null_ci": list(ns.ci or ())}
             return self.judge(
                 cfg, claim_id, value=st.mean, passed=bool(st.mean >= GAIN and st.lo > 0), ci=st.ci, ci_kind=st.kind,
-                n_seeds=st.n,
-                details={"h": h, "k": cfg.top_k, "h_rule": f"round(5/32 x {cfg.n_layers} layers) = {h_main}",
+                n_seeds=st.n, null=null,
+                details={**nd, "h": h, "k": cfg.top_k, "h_rule": f"round(5/32 x {cfg.n_layers} layers) = {h_main}",
                          "per_seed_gain": gains,
                          "within-run 95% CI per seed (normal approximation, difference of two proportions)": within,
                          "per_seed_accuracy_beyond_window": {k: d["acc"] for k, d in per_seed.items()},
