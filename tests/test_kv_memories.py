@@ -207,20 +207,27 @@ from lmsci.experiments.mlp_memories import MLPMemories, MLPMemoriesConfig  # noq
 from lmsci.runs import RunDir  # noqa: E402
 
 
-def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, trained: bool = True) -> pd.DataFrame:
+NULL_AGREE = [[0.005, 0.004, 0.006, 0.005], [0.006, 0.005, 0.004, 0.005], [0.004, 0.006, 0.005, 0.006]]
+
+
+def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, trained: bool = True,
+             null_agree: list[list[float]] = NULL_AGREE, null_shuffled: float = 0.005) -> pd.DataFrame:
+    """Per kind and seed rows; the null arm (the GPT at its initialisation) agrees at ``null_agree`` (default: at
+    the shuffled level, no depth trend)."""
     rows = []
     for kind, per_seed in agree.items():
         for s, layers in enumerate(per_seed):
             L = len(layers)
-            up, lo = layers[L // 2:], layers[:L // 2]
             r = {"point": kind + (f"__s{s}" if s else ""), "kind": kind, "seed_index": s, "status": "ok",
                  "n_layers": L, "trained": trained if not (kind == "bios" and s == 1) else trained}
-            for l, a in enumerate(layers):
-                r[f"agree_L{l}"], r[f"shuffled_L{l}"] = a, shuffled
-            r["agree_upper"], r["agree_lower"], r["shuffled_upper"] = np.mean(up), np.mean(lo), shuffled
-            r["depth_gap"] = r["agree_upper"] - r["agree_lower"]
-            r["upper_minus_shuffled"] = r["agree_upper"] - shuffled
-            r["upper_ratio"] = r["agree_upper"] / shuffled
+            for pre, lay, sh in (("", layers, shuffled), ("null_", null_agree[s % len(null_agree)], null_shuffled)):
+                up, lo = lay[L // 2:], lay[:L // 2]
+                for l, a in enumerate(lay):
+                    r[f"{pre}agree_L{l}"], r[f"{pre}shuffled_L{l}"] = a, sh
+                r[f"{pre}agree_upper"], r[f"{pre}agree_lower"], r[f"{pre}shuffled_upper"] = np.mean(up), np.mean(lo), sh
+                r[f"{pre}depth_gap"] = r[f"{pre}agree_upper"] - r[f"{pre}agree_lower"]
+                r[f"{pre}upper_minus_shuffled"] = r[f"{pre}agree_upper"] - sh
+                r[f"{pre}upper_ratio"] = r[f"{pre}agree_upper"] / sh
             rows.append(r)
     return pd.DataFrame(rows)
 
@@ -256,3 +263,31 @@ def test_mlp_memories_untrained_model_is_inconclusive(tmp_path):
     assert any("trained" in r for r in vs["rises-with-depth"].reasons)
     one = {k: [[0.001, 0.002, 0.02, 0.035]] for k in ("shakespeare", "bios")}
     assert _mm(_mm_rows(one), tmp_path)["upper-exceeds-shuffled"].outcome == "inconclusive"  # one seed
+
+
+def test_mlp_memories_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    """A GPT at initialisation showing the same depth trend and the same ratio: the rule cannot tell training's
+    memories from the architecture's: inconclusive."""
+    up = {k: [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]
+          for k in ("shakespeare", "bios")}
+    vs = _mm(_mm_rows(up, null_agree=up["bios"]), tmp_path)
+    for cid in ("rises-with-depth", "upper-exceeds-shuffled"):
+        assert vs[cid].outcome == "inconclusive" and vs[cid].null_passed is True and vs[cid].rule_passed is True
+        assert any("cannot tell" in r for r in vs[cid].reasons)
+    vs = _mm(_mm_rows(up), tmp_path)
+    assert vs["rises-with-depth"].null_passed is False and vs["upper-exceeds-shuffled"].null_passed is False
+    assert vs["upper-exceeds-shuffled"].null_value < 3
+
+
+def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(MLPMemoriesConfig, "smoke")
+    run = run_experiment(MLPMemories(), cfg, tmp_path / "mm", progress=False, log=lambda *a: None)
+    res = run.results()
+    assert {"null_depth_gap", "null_upper_ratio", "null_agree_L0"} <= set(res.columns)
+    vs = {v.claim_id: v for v in run.verdicts()}
+    assert set(vs) == {"rises-with-depth", "upper-exceeds-shuffled"}
+    for v in vs.values():
+        assert v.outcome == "inconclusive"  # smoke: below the claims' scale, untrained models
+        assert v.null_passed is False, (v.claim_id, v.null_value)

@@ -12,6 +12,11 @@ windows; the bioS training biographies); values are projected through the output
 (the paper's ``softmax(v E)``). The chance level is the shuffled-neuron baseline of
 :meth:`lmsci.measure.kv_memories.KVMemories.shuffled_agreement` (neuron i's value against neuron j's key, same
 layer, exact average over pairs), which keeps the token frequencies a random-token baseline would ignore.
+
+Null arm of both claims (``rises-with-depth``, ``upper-exceeds-shuffled``), measured in the same run: each GPT at
+its initialisation (same architecture and seed, no training), keys searched over the same text (columns
+``null_*``): its layers are exchangeable and its values learned nothing, so neither a depth trend nor agreement
+above the shuffled level exists there by construction.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from lmsci.experiments.knowledge_common import md_table, seed_values
 from lmsci.experiments.knowledge_neurons import RECALL_MIN, BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
 from lmsci.measure.kv_memories import NORMS, key_value_memories, next_token_targets
+from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir
 
 KINDS = ("shakespeare", "bios")
@@ -72,7 +78,7 @@ class MLPMemoriesConfig(ExperimentConfig):
                                   "steps": 3, "batch_size": 4, "key_windows": 8, "eval_tokens": 256},
                   "bios": {"n_people": 8, "multiplicity": 1, "permute": False, "fullname": False, "exposures": 2, "seq_len": 128, "check_every": 0,
                            "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}},
-                  "n_seeds": 1},
+                  "n_seeds": 2},
         "quick": {},
         # one H100 (estimated): 8-layer d_model 512 Shakespeare GPT on BPE-8192, 5k steps; 8-layer bioS GPT, N = 2000
         "gpu": {"shakespeare": {"vocab_size": 8192, "d_model": 512, "n_layers": 8, "n_heads": 8, "seq_len": 256,
@@ -117,7 +123,8 @@ class MLPMemories(Experiment):
              "the upper ones).")
     source = "Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories, EMNLP 2021, arXiv 2012.14913, Sec. 4"
     Config = MLPMemoriesConfig
-    time_estimate = {"smoke": "~5 s", "quick": "10.6 min measured (638 s wall, 1222 s CPU, threads=2 alone on the 2-core machine, "
+    time_estimate = {"smoke": "~9 s", "quick": "~11 min: the random-init null arm adds one key search per model "
+                                              "(~2 s each at one thread, measured), to 10.6 min measured (638 s wall, 1222 s CPU, threads=2 alone on the 2-core machine, "
                                               "2026-11-26); 931 s wall, 920 s CPU at one thread, beside another run for its first 12 "
                                               "minutes",
                      "gpu": "~20 min on one H100 (estimated, not measured)",
@@ -133,7 +140,10 @@ class MLPMemories(Experiment):
               "per model kind and seed: mean agreement over the upper half of the layers minus mean over the lower "
               "half; Student-t 95% CI across seeds per kind; the value is the smaller of the two kinds' means",
               "for both kinds, the CI's lower bound > 0",
-              gates=(TRAINED,)),
+              gates=(TRAINED,),
+              null="the same statistic, keys searched over the same text, for each GPT at its initialisation (same "
+                   "architecture and seed, no training), in the same run: random-init layers are exchangeable, so "
+                   "no depth trend by construction"),
         Claim("upper-exceeds-shuffled",
               "In the upper half of the layers the agreement exceeds the shuffled-neuron baseline (neuron i's value "
               "against neuron j's key) by at least 3x, on both GPTs.",
@@ -143,7 +153,11 @@ class MLPMemories(Experiment):
               "per kind and seed: mean upper-half agreement / mean upper-half shuffled baseline, and their "
               "difference; across seeds per kind; the value is the smaller of the two kinds' mean ratios",
               "for both kinds: mean ratio over seeds >= 3 and the difference's CI lower bound > 0",
-              gates=(TRAINED,)),
+              gates=(TRAINED,),
+              null="the same statistic, keys searched over the same text, for each GPT at its initialisation (same "
+                   "architecture and seed, no training), in the same run: its values never learned the keys' next "
+                   "tokens, so agreement is at the shuffled level by construction (a NaN ratio does not meet the "
+                   "rule)"),
     ]
 
     def validate(self, cfg: MLPMemoriesConfig) -> None:
@@ -161,9 +175,14 @@ class MLPMemories(Experiment):
         return [Point(k, {"kind": k}) for k in cfg.kinds]
 
     def run_point(self, cfg: MLPMemoriesConfig, point: Point, ctx: PointContext) -> dict:
+        from lmsci.experiments.knowledge_common import make_model
+
         kind = point.params["kind"]
         if kind == "shakespeare":
             model, inputs, nxt, row = self._shakespeare(cfg, ctx)
+            s = cfg.shakespeare
+            null_model = GPT(GPTConfig(vocab_size=int(row.pop("_vocab_size")), seq_len=s.seq_len,
+                                       n_layers=s.n_layers, n_heads=s.n_heads, d_model=s.d_model), seed=ctx.seed)
         else:
             model, world, docs, info = train_bios_model(cfg.bios, data_seed=cfg.seed, train_seed=ctx.seed, ctx=ctx,
                                                         device=ctx.device)
@@ -175,21 +194,33 @@ class MLPMemories(Experiment):
                 inputs[j, :len(d.ids)] = torch.tensor(d.ids)
             nxt = next_token_targets(inputs, pad)
             row = {**info, "trained": bool(info["recall"] >= RECALL_MIN)}
+            null_model = make_model(world, cfg.bios.model, cfg.bios.seq_len, ctx.seed)
+        row["kind"] = kind
+        row.update(self._agreement(cfg, model, inputs, nxt, ""))
+        # the null arm: the same GPT at its initialisation (same architecture and seed), same keys' text
+        row.update(self._agreement(cfg, null_model.to(ctx.device).eval(), inputs, nxt, "null_"))
+        return row
+
+    def _agreement(self, cfg: MLPMemoriesConfig, model, inputs, nxt, prefix: str) -> dict:
+        """Key/value agreement per layer and the claims' summaries, column names prefixed by ``prefix``."""
         kv = key_value_memories(model, inputs, nxt, k=cfg.top_k, norm=cfg.norm)
         L = len(kv.layers)
-        row.update({"kind": kind, "n_layers": L, "n_positions": kv.n_positions})
+        row: dict = {}
+        if not prefix:
+            row.update({"n_layers": L, "n_positions": kv.n_positions})
         for s in kv.summary():
             l = s["layer"]
-            row[f"agree_L{l}"], row[f"shuffled_L{l}"], row[f"rank_L{l}"] = s["agreement"], s["shuffled"], s["median_rank"]
+            row[f"{prefix}agree_L{l}"], row[f"{prefix}shuffled_L{l}"] = s["agreement"], s["shuffled"]
+            row[f"{prefix}rank_L{l}"] = s["median_rank"]
         up = _upper(L)
         lo = [l for l in range(L) if l not in up]
-        row["agree_upper"] = float(np.mean([row[f"agree_L{l}"] for l in up]))
-        row["agree_lower"] = float(np.mean([row[f"agree_L{l}"] for l in lo]))
-        row["shuffled_upper"] = float(np.mean([row[f"shuffled_L{l}"] for l in up]))
-        row["depth_gap"] = row["agree_upper"] - row["agree_lower"]
-        row["upper_minus_shuffled"] = row["agree_upper"] - row["shuffled_upper"]
-        row["upper_ratio"] = (row["agree_upper"] / row["shuffled_upper"] if row["shuffled_upper"] > 0
-                              else (float("inf") if row["agree_upper"] > 0 else float("nan")))
+        a_up = float(np.mean([row[f"{prefix}agree_L{l}"] for l in up]))
+        a_lo = float(np.mean([row[f"{prefix}agree_L{l}"] for l in lo]))
+        s_up = float(np.mean([row[f"{prefix}shuffled_L{l}"] for l in up]))
+        row.update({f"{prefix}agree_upper": a_up, f"{prefix}agree_lower": a_lo, f"{prefix}shuffled_upper": s_up,
+                    f"{prefix}depth_gap": a_up - a_lo, f"{prefix}upper_minus_shuffled": a_up - s_up,
+                    f"{prefix}upper_ratio": (a_up / s_up if s_up > 0 else
+                                             (float("inf") if a_up > 0 else float("nan")))})
         return row
 
     def _shakespeare(self, cfg: MLPMemoriesConfig, ctx: PointContext):
@@ -211,7 +242,7 @@ class MLPMemories(Experiment):
         win = torch.from_numpy(ids[starts[:, None] + np.arange(s.seq_len + 1)])
         row = {"val_nll": info["val_nll"], "train_loss": info["train_loss"], "bigram_nll": base["bigram_nll"],
                "unigram_nll": base["unigram_nll"], "params": model.num_params(),
-               "trained": bool(info["val_nll"] < base["bigram_nll"])}
+               "trained": bool(info["val_nll"] < base["bigram_nll"]), "_vocab_size": corpus.vocab_size}
         return model, win[:, :-1].contiguous(), win[:, 1:].contiguous(), row
 
     # ---------------------------------------------------------------------------------------------- verdicts
@@ -238,8 +269,17 @@ class MLPMemories(Experiment):
         st = {k: across_seeds(list(gap[k].values())) for k in cfg.kinds}
         ok = all(_lo(st[k]) > 0 for k in cfg.kinds)
         kmin = min(cfg.kinds, key=lambda k: st[k].mean)
+        # the null arm: the same statistics of the GPTs at their initialisation (same architecture and seed)
+        ngap = {k: seed_values(results, "null_depth_gap", kind=k) for k in cfg.kinds}
+        null1: tuple = (None, None)
+        if all(ngap[k] and np.isfinite(list(ngap[k].values())).all() for k in cfg.kinds):
+            nst = {k: across_seeds(list(ngap[k].values())) for k in cfg.kinds}
+            nk = min(cfg.kinds, key=lambda k: nst[k].mean)
+            null1 = (nst[nk].mean, bool(all(_lo(nst[k]) > 0 for k in cfg.kinds)))
+            details["null_depth_gap"] = {k: {"mean": nst[k].mean, "ci95": nst[k].ci, "per_seed": ngap[k]}
+                                         for k in cfg.kinds}
         out.append(self.judge(cfg, "rises-with-depth", value=st[kmin].mean, passed=ok, ci=st[kmin].ci,
-                              ci_kind=st[kmin].kind + f" (kind {kmin})", n_seeds=st[kmin].n, gates=gates,
+                              ci_kind=st[kmin].kind + f" (kind {kmin})", n_seeds=st[kmin].n, gates=gates, null=null1,
                               details={**details, "depth_gap": {k: {"mean": st[k].mean, "ci95": st[k].ci,
                                                                     "per_seed": gap[k]} for k in cfg.kinds}},
                               note=note))
@@ -247,9 +287,20 @@ class MLPMemories(Experiment):
         mr = {k: float(np.mean(list(ratio[k].values()))) for k in cfg.kinds}
         ok2 = all(mr[k] >= 3 and _lo(sd[k]) > 0 for k in cfg.kinds)
         kmin2 = min(cfg.kinds, key=lambda k: mr[k])
+        ndiff = {k: seed_values(results, "null_upper_minus_shuffled", kind=k) for k in cfg.kinds}
+        nratio = {k: seed_values(results, "null_upper_ratio", kind=k) for k in cfg.kinds}
+        null2: tuple = (None, None)
+        if all(ndiff[k] and np.isfinite(list(ndiff[k].values())).all() for k in cfg.kinds):
+            nsd = {k: across_seeds(list(ndiff[k].values())) for k in cfg.kinds}
+            # a ratio is undefined (NaN) where neither the agreement nor the shuffled baseline is above 0: not >= 3
+            nmr = {k: float(np.mean(list(nratio[k].values()))) for k in cfg.kinds}
+            nk2 = min(cfg.kinds, key=lambda k: nmr[k] if np.isfinite(nmr[k]) else -np.inf)
+            null2 = (nmr[nk2], bool(all(np.isfinite(nmr[k]) and nmr[k] >= 3 and _lo(nsd[k]) > 0 for k in cfg.kinds)))
+            details["null_ratio"] = {k: {"mean": nmr[k], "per_seed": nratio[k], "difference_ci95": nsd[k].ci}
+                                     for k in cfg.kinds}
         out.append(self.judge(cfg, "upper-exceeds-shuffled", value=mr[kmin2], passed=ok2, ci=sd[kmin2].ci,
                               ci_kind=sd[kmin2].kind + f" of upper agreement - shuffled (kind {kmin2})",
-                              n_seeds=sd[kmin2].n, gates=gates,
+                              n_seeds=sd[kmin2].n, gates=gates, null=null2,
                               details={**details, "ratio": {k: {"mean": mr[k], "per_seed": ratio[k]} for k in cfg.kinds},
                                        "difference": {k: {"mean": sd[k].mean, "ci95": sd[k].ci} for k in cfg.kinds}},
                               note=note))
@@ -261,7 +312,8 @@ class MLPMemories(Experiment):
         layer_cols = sorted([c for c in results.columns if c.startswith(("agree_L", "shuffled_L", "rank_L"))],
                             key=lambda c: (int(c.split("_L")[1]), c))
         cols = [c for c in ("point", "kind", "trained", "val_nll", "bigram_nll", "recall", "agree_lower",
-                            "agree_upper", "shuffled_upper", "upper_ratio") if c in results]
+                            "agree_upper", "shuffled_upper", "upper_ratio", "null_agree_lower", "null_agree_upper",
+                            "null_shuffled_upper", "null_upper_ratio") if c in results]
         return "\n".join([
             "## Protocol", "",
             f"Keys: top-{cfg.top_k} trigger prefixes per neuron (activation `blocks.{{l}}.mlp.post` at the prefix's last "
