@@ -20,14 +20,24 @@ LOG_D = math.log(8)
 H_RANDOM = 1.9  # H(a|r) of a random table is below log D
 
 
-def _rows(window_fracs: dict[str, list[float]]) -> pd.DataFrame:
+def _rows(window_fracs: dict[str, list[float]], *, final_loss: float = 0.02, null: str | None = "plateau"
+          ) -> pd.DataFrame:
+    """Real-arm rows per table and seed; ``null``: the null arm (attribute shuffled) "plateau" (window, never
+    leaves: the expected null), "learns" (leaves it too: the rule cannot tell), or None (not measured)."""
     rows = []
     for table, fracs in window_fracs.items():
         h = LOG_D if table == "structured" else H_RANDOM
-        for k, f in enumerate(fracs):
-            rows.append({"point": f"linear-onehot_{table}" + (f"__s{k}" if k else ""), "variant": "linear-onehot",
+        arms = [("real", fracs, final_loss)]
+        if null == "plateau":
+            arms.append(("shuffled", [0.85] * len(fracs), h * 1.01))
+        elif null == "learns":
+            arms.append(("shuffled", fracs, final_loss))
+        for arm, fr, fl in arms:
+          for k, f in enumerate(fr):
+            rows.append({"point": f"linear-onehot_{table}" + ("_shuffled" if arm == "shuffled" else "")
+                         + (f"__s{k}" if k else ""), "variant": "linear-onehot", "arm": arm,
                          "facts": table, "log_D": LOG_D, "H_a_given_r": h, "initial_loss": math.log(32),
-                         "final_loss": 0.02, "final_acc": 1.0, "plateau": f > 0, "plateau_level": h if f else None,
+                         "final_loss": fl, "final_acc": 1.0, "plateau": f > 0, "plateau_level": h if f else None,
                          "window_frac": f, "window_start": 500 if f else None,
                          "window_end": 500 + int(f * 8192) if f else None, "window_level": h if f else None,
                          "window_rel_loss": 0.01 if f else None, "window": f >= 0.1, "seed_index": k,
@@ -47,6 +57,25 @@ def test_papers_plateau_in_every_seed_is_reproduced(tmp_path):
     assert vs["plateau-random"].outcome == "reproduced"
     assert abs(vs["plateau-structured"].value - 0.38) < 1e-9  # the shortest window over seeds
     assert vs["plateau-structured"].details["seeds_with_window"] == "3/3"
+    assert vs["plateau-structured"].null_passed is False and vs["plateau-random"].null_passed is False
+    assert vs["plateau-structured"].null_value == 0.85  # the null arm has the window but never leaves it
+
+
+def test_a_model_that_never_leaves_the_plateau_does_not_meet_the_rule(tmp_path):
+    cfg = resolve_config(HallucinationConfig, "quick")
+    # every seed has the window, but the loss ends at H(a|r) - 0.3 (not 0.5 nats below): not reproduced
+    df = _rows({"structured": [0.42, 0.38, 0.45]}, final_loss=LOG_D - 0.3)
+    v = _verdicts(cfg, df, tmp_path)["plateau-structured"]
+    assert v.outcome == "not reproduced" and v.details["seeds_leaving_plateau"] == "0/3"
+
+
+def test_null_arm_meeting_the_rule_or_missing_is_inconclusive(tmp_path):
+    cfg = resolve_config(HallucinationConfig, "quick")
+    v = _verdicts(cfg, _rows({"structured": [0.42, 0.38, 0.45]}, null="learns"), tmp_path)["plateau-structured"]
+    assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed
+    assert any("cannot tell" in r for r in v.reasons)
+    v = _verdicts(cfg, _rows({"structured": [0.42, 0.38, 0.45]}, null=None), tmp_path)["plateau-structured"]
+    assert v.outcome == "inconclusive" and any("null arm not measured" in r for r in v.reasons)
 
 
 def test_one_seed_without_the_window_is_not_reproduced(tmp_path):
@@ -63,7 +92,7 @@ def test_too_few_seeds_or_a_diverged_point_is_inconclusive(tmp_path):
     assert vs["plateau-structured"].outcome == "inconclusive" and vs["plateau-structured"].rule_passed
     assert "plateau-random" not in vs
     # the run-level gate: a diverged point makes every claim inconclusive; an unmeasured claim is too
-    df = _rows({"structured": [0.42, 0.38, 0.45, 0.4]})
+    df = _rows({"structured": [0.42, 0.38, 0.45, 0.4]}, null=None)
     df.loc[3, "status"] = "diverged"
     out = {v.claim_id: v for v in compute_verdicts(HallucinationStage(), cfg, df, RunDir(tmp_path))}
     assert set(out) == {"plateau-structured", "plateau-random"}
@@ -96,8 +125,11 @@ def test_quick_preset_uses_three_seeds_of_both_tables():
     pts = exp.seeded_points(cfg)
     assert [p.id for p in pts] == ["linear-onehot_structured", "linear-onehot_structured__s1",
                                    "linear-onehot_structured__s2", "linear-onehot_random",
-                                   "linear-onehot_random__s1", "linear-onehot_random__s2"]
-    assert len({exp.point_seed(cfg, p) for p in pts}) == 6
+                                   "linear-onehot_random__s1", "linear-onehot_random__s2",
+                                   "linear-onehot_structured_shuffled", "linear-onehot_structured_shuffled__s1",
+                                   "linear-onehot_structured_shuffled__s2", "linear-onehot_random_shuffled",
+                                   "linear-onehot_random_shuffled__s1", "linear-onehot_random_shuffled__s2"]
+    assert len({exp.point_seed(cfg, p) for p in pts}) == 12
     assert {c.id for c in exp.claims} == {"plateau-structured", "plateau-random"}
 
 
@@ -110,3 +142,16 @@ def test_a_non_finite_loss_is_recorded_as_diverged(tmp_path):
     res = run.results()
     assert (res["status"] == "diverged").all()
     assert all(v.outcome == "inconclusive" for v in run.verdicts())
+
+
+def test_smoke_run_end_to_end_null_arm_fails_the_rule(tmp_path):
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(HallucinationConfig, "smoke", ["threads=1"])
+    run = run_experiment(HallucinationStage(), cfg, tmp_path / "hs", progress=False, log=lambda *_: None)
+    res = run.results()
+    assert set(res["arm"]) == {"real", "shuffled"} and (res["status"] == "ok").all()
+    null = res[res["arm"] == "shuffled"].iloc[0]
+    assert null["final_loss"] > null["H_a_given_r"] - 0.5  # the shuffled world cannot leave the plateau
+    (v,) = [v for v in run.verdicts() if v.claim_id == "plateau-structured"]
+    assert v.null_passed is False and v.outcome == "inconclusive"  # smoke is below the claim's scale

@@ -24,8 +24,15 @@ Theorem 6: gradient flow first fits ``p*(a | r)`` (predicting from the relation 
 The registered claims (issue 10) look for a *window*: the longest stretch of consecutive evaluations
 whose total loss is within 5% of ``H(a | r)`` and whose relation-only loss is at most 0.25; it must
 last at least 10% of the training steps in every one of at least 3 training seeds (``n_seeds``), for
-each fact table separately. A plateau found from the total-loss curve alone (a flat stretch strictly
-between the initial and final levels) is reported beside it and decides nothing.
+each fact table separately; and (issue 29) the loss must also *leave* the plateau before training ends:
+the final total test loss at most ``H(a | r) - 0.5`` nats (a model that never leaves the plateau does not
+meet the rule). A plateau found from the total-loss curve alone (a flat stretch strictly between the initial
+and final levels) is reported beside it and decides nothing.
+
+Null arm (``null_arm``, on by default): the same model, seeds and protocol trained on the world with the
+attribute shuffled: every training sequence's answer is drawn uniformly from its relation's block ``A_r``,
+independently of the subject, so only ``p(a | r)`` can be learned; it is scored on the real test set. It can
+reach the plateau but cannot leave it (``H(a | r)`` is the best it can do), so it must fail the rule.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from lmsci.worlds.factual_recall import FactualRecallWorld
 # the registered window rule (issue 10): loss within WINDOW_TOL of H(a|r), relation-only loss <= WINDOW_REL_LOSS,
 # for at least WINDOW_FRAC of the training steps
 WINDOW_TOL, WINDOW_REL_LOSS, WINDOW_FRAC = 0.05, 0.25, 0.10
+# issue 29: the loss must also leave the plateau: final total test loss <= H(a|r) - LEAVE_MARGIN (nats)
+LEAVE_MARGIN = 0.5
 
 
 class HallucinationConfig(ExperimentConfig):
@@ -80,6 +89,8 @@ class HallucinationConfig(ExperimentConfig):
     margin: float = Field(0.25, gt=0, description="plateau must lie this far (nats) inside the initial and final levels")
     min_plateau_frac: float = Field(0.05, gt=0, lt=1, description="min plateau length as a fraction of steps")
     threads: int = Field(1, ge=0, description="torch threads (0 = torch's default)")
+    null_arm: bool = Field(True, description="also train the null arm (attribute shuffled: answers uniform in A_r, "
+                                             "independent of the subject) for every fact table and seed")
 
     PRESETS = {
         "smoke": {"steps": 600, "eval_every": 20, "n_eval": 1024, "batch_size": 256, "lr": 1.0,
@@ -185,18 +196,24 @@ class HallucinationStage(Experiment):
               "arXiv 2412.06538 (ICLR 2025), Theorem 6, Figure 5")
     Config = HallucinationConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "78 s measured (2 fact tables x 3 seeds, one thread beside another run)",
-                     "gpu": "280 s wall (2 tables x 3 seeds x 8,192 GD steps; "
-                            "measured 2026-11-26 on one H200, sharing it with 7 other lmsci processes (scripts/device_check.sh))",
+                     "quick": "~2.6 min (2 fact tables x 3 seeds, each with its null arm: twice the 78 s measured "
+                              "for the real arms alone, one thread beside another run)",
+                     "gpu": "~9.5 min wall (2 tables x 3 seeds x 8,192 GD steps, with null arms: twice the 280 s "
+                            "measured 2026-11-26 on one H200 for the real arms, sharing it with 7 other lmsci "
+                            "processes (scripts/device_check.sh))",
                      "paper": "~5 min CPU"}
 
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025), Theorem 6 and Fig. 5 left"
     _RULE = (f"in every training seed (at least 3) a window of consecutive evaluations lasting at least "
              f"{WINDOW_FRAC:.0%} of the training steps with total test loss within {WINDOW_TOL:.0%} of H(a|r) and "
-             f"relation-only loss at most {WINDOW_REL_LOSS}")
+             f"relation-only loss at most {WINDOW_REL_LOSS}, and the loss leaves the plateau before training ends: "
+             f"final total test loss <= H(a|r) - {LEAVE_MARGIN} nats")
     _STAT = ("per training seed, the longest window of consecutive evaluations (every eval_every steps) with total "
              "test loss within 5% of H(a|r) and relation-only loss <= 0.25, as a fraction of the training steps; "
-             "the shortest over seeds")
+             "the shortest over seeds (the final total test loss of every seed is read by the rule)")
+    _NULL = ("the same model, seeds and protocol trained with the attribute shuffled (each training answer drawn "
+             "uniformly from its relation's block A_r, independent of the subject), scored on the real test set: it "
+             "can only learn p(a|r), so its loss cannot leave the plateau")
     claims = [
         Claim(
             "plateau-structured",
@@ -207,6 +224,7 @@ class HallucinationStage(Experiment):
             "a plateau at log D = 2.08 nats (D = 8) with relation-only loss near 0, before the subjects are learned",
             _STAT + " (linear attention, one-hot embeddings, structured table a = rD + floor(Ds/S))",
             _RULE,
+            null=_NULL,
         ),
         Claim(
             "plateau-random",
@@ -216,6 +234,7 @@ class HallucinationStage(Experiment):
             "a plateau at H(a|r) of the table with relation-only loss near 0 (Theorem 6)",
             _STAT + " (linear attention, one-hot embeddings, random table uniform in A_r)",
             _RULE,
+            null=_NULL,
         ),
     ]
 
@@ -224,7 +243,12 @@ class HallucinationStage(Experiment):
             raise ConfigError("eval_every", cfg.eval_every, f"<= steps/3 = {cfg.steps // 3} (the curve needs points)")
 
     def points(self, cfg: HallucinationConfig) -> list[Point]:
-        return [Point(f"{v}_{f}", {"variant": v, "facts": f}) for v in cfg.variants for f in cfg.fact_tables]
+        pts = [Point(f"{v}_{f}", {"variant": v, "facts": f, "arm": "real"}) for v in cfg.variants
+               for f in cfg.fact_tables]
+        if cfg.null_arm:
+            pts += [Point(f"{v}_{f}_shuffled", {"variant": v, "facts": f, "arm": "shuffled"}) for v in cfg.variants
+                    for f in cfg.fact_tables]
+        return pts
 
     def world(self, cfg: HallucinationConfig, facts: str, seed: int) -> FactualRecallWorld:
         return FactualRecallWorld(cfg.n_subjects, cfg.n_relations, cfg.answers_per_relation, cfg.n_noise,
@@ -239,6 +263,8 @@ class HallucinationStage(Experiment):
         ev_x, ev_y = ev.input_ids.to(ctx.device), ev.targets.to(ctx.device)
         gen = torch.Generator().manual_seed(derive_seed(ctx.seed, "data"))  # batches drawn on the CPU, then moved
         D = world.D
+        shuffled = point.params.get("arm") == "shuffled"
+        gen_shuffle = torch.Generator().manual_seed(derive_seed(ctx.seed, "shuffle")) if shuffled else None
         curve = []
         bar = ctx.progress(cfg.steps, "GD")
         params = list(model.parameters())
@@ -251,7 +277,10 @@ class HallucinationStage(Experiment):
             if step == cfg.steps:
                 break
             b = world.sample(cfg.batch_size, gen)
-            loss = torch.nn.functional.cross_entropy(model(b.input_ids.to(ctx.device)), b.targets.to(ctx.device))
+            targets = b.targets
+            if shuffled:  # the null arm: the answer uniform in its relation's block, independent of the subject
+                targets = (targets // D) * D + torch.randint(0, D, targets.shape, generator=gen_shuffle)
+            loss = torch.nn.functional.cross_entropy(model(b.input_ids.to(ctx.device)), targets.to(ctx.device))
             if not torch.isfinite(loss):
                 raise DivergedError(step, float(loss.detach()))
             grads = torch.autograd.grad(loss, params)
@@ -276,6 +305,7 @@ class HallucinationStage(Experiment):
                    window_start=w["start"] if w else None, window_end=w["end"] if w else None,
                    window_level=w["level"] if w else None, window_rel_loss=w["rel_loss"] if w else None)
         out["window"] = bool(out["window_frac"] >= WINDOW_FRAC)
+        out["left_plateau"] = bool(out["final_loss"] <= h_rel - LEAVE_MARGIN)
         if pl:
             seg = df.iloc[pl["i0"]: pl["i1"] + 1]
             out.update(plateau_start=pl["start"], plateau_end=pl["end"], plateau_level=pl["level"],
@@ -284,33 +314,56 @@ class HallucinationStage(Experiment):
                        level_rel_err=abs(pl["level"] - h_rel) / h_rel)
         return out
 
+    @staticmethod
+    def _arm(sub: pd.DataFrame) -> dict:
+        """One fact table's arm (its seeds): the window fractions, final losses and whether the rule holds."""
+        if "seed_index" not in sub:
+            sub = sub.assign(seed_index=0)
+        sub = sub.sort_values("seed_index")
+        fracs = [float(x) for x in sub["window_frac"].fillna(0.0)]
+        left = [float(f) <= float(h) - LEAVE_MARGIN for f, h in zip(sub["final_loss"], sub["H_a_given_r"])]
+        per_seed = {int(r["seed_index"]): {
+            "window_frac": round(float(r["window_frac"] or 0.0), 4),
+            "window_steps": None if pd.isna(r.get("window_start")) else [int(r["window_start"]), int(r["window_end"])],
+            "window_level": None if pd.isna(r.get("window_level")) else round(float(r["window_level"]), 4),
+            "window_rel_loss": None if pd.isna(r.get("window_rel_loss")) else round(float(r["window_rel_loss"]), 4),
+            "H_a_given_r": round(float(r["H_a_given_r"]), 4), "final_loss": round(float(r["final_loss"]), 4),
+            "left_plateau": bool(float(r["final_loss"]) <= float(r["H_a_given_r"]) - LEAVE_MARGIN),
+            "plateau_level (total-loss detector, reported only)": (
+                None if not bool(r.get("plateau")) else round(float(r["plateau_level"]), 4)),
+        } for _, r in sub.iterrows()}
+        shortest = min(fracs)
+        return {"fracs": fracs, "left": left, "per_seed": per_seed, "shortest": shortest,
+                "passed": bool(shortest >= WINDOW_FRAC and all(left)),
+                "held": sum(f >= WINDOW_FRAC and lf for f, lf in zip(fracs, left))}
+
     def verdicts(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         out = []
-        main = results[results["variant"] == "linear-onehot"] if "variant" in results else results.iloc[0:0]
+        lin = results[results["variant"] == "linear-onehot"] if "variant" in results else results.iloc[0:0]
+        arm = lin["arm"].fillna("real") if "arm" in lin else pd.Series("real", index=lin.index)
+        main, null_rows = lin[arm == "real"], lin[arm == "shuffled"]
         for table, sub in main.groupby("facts", sort=False):
             claim_id = f"plateau-{table}"
-            if "seed_index" not in sub:
-                sub = sub.assign(seed_index=0)
-            sub = sub.sort_values("seed_index")
-            fracs = [float(x) for x in sub["window_frac"].fillna(0.0)]
-            per_seed = {int(r["seed_index"]): {
-                "window_frac": round(float(r["window_frac"] or 0.0), 4),
-                "window_steps": None if pd.isna(r.get("window_start")) else [int(r["window_start"]), int(r["window_end"])],
-                "window_level": None if pd.isna(r.get("window_level")) else round(float(r["window_level"]), 4),
-                "window_rel_loss": None if pd.isna(r.get("window_rel_loss")) else round(float(r["window_rel_loss"]), 4),
-                "H_a_given_r": round(float(r["H_a_given_r"]), 4), "final_loss": round(float(r["final_loss"]), 4),
-                "plateau_level (total-loss detector, reported only)": (
-                    None if not bool(r.get("plateau")) else round(float(r["plateau_level"]), 4)),
-            } for _, r in sub.iterrows()}
-            shortest = min(fracs)
-            held = sum(f >= WINDOW_FRAC for f in fracs)
+            a = self._arm(sub)
+            nsub = null_rows[null_rows["facts"] == table]
+            null, nd = None, {}
+            if len(nsub):
+                n = self._arm(nsub)
+                null = (n["shortest"], n["passed"])
+                nd = {"null_arm (attribute shuffled)": {"seeds_meeting_rule": f"{n['held']}/{len(n['fracs'])}",
+                                                        "per_seed": n["per_seed"]}}
+            fracs, held = a["fracs"], a["held"]
             out.append(self.judge(
-                cfg, claim_id, value=shortest, passed=bool(shortest >= WINDOW_FRAC), n_seeds=len(fracs),
+                cfg, claim_id, value=a["shortest"], passed=a["passed"], n_seeds=len(fracs), null=null,
                 ci_kind=f"shortest window over {len(fracs)} seed{'s' * (len(fracs) != 1)} (no interval: every seed "
-                        "must show it)",
-                details={"seeds_with_window": f"{held}/{len(fracs)}", "min_window_frac": WINDOW_FRAC,
-                         "log_D": math.log(cfg.answers_per_relation), "per_seed": per_seed},
-                note=(f"{held} of {len(fracs)} seeds show a window of >= {WINDOW_FRAC:.0%} of the {cfg.steps} steps"
+                        "must show it and leave it)",
+                details={"seeds_meeting_rule": f"{held}/{len(fracs)}",
+                         "seeds_with_window": f"{sum(f >= WINDOW_FRAC for f in fracs)}/{len(fracs)}",
+                         "seeds_leaving_plateau": f"{sum(a['left'])}/{len(fracs)}",
+                         "min_window_frac": WINDOW_FRAC, "leave_margin_nats": LEAVE_MARGIN,
+                         "log_D": math.log(cfg.answers_per_relation), "per_seed": a["per_seed"], **nd},
+                note=(f"{held} of {len(fracs)} seeds show a window of >= {WINDOW_FRAC:.0%} of the {cfg.steps} steps "
+                      f"and end at least {LEAVE_MARGIN} nats below H(a|r)"
                       + ("" if held == len(fracs) else
                          "; the paper trains 8192 GD steps at lr 0.1 from init 1e-5 (a seed without the window at "
                          "that protocol contradicts the claim; at another protocol it may need more steps)")),
@@ -334,6 +387,10 @@ class HallucinationStage(Experiment):
                 ls = "-" if r.get("facts", "structured") == "structured" else "--"
                 first = int(r.get("seed_index", 0) or 0) == 0  # label the first seed's curves only
                 tag = f" ({r.get('facts', '')})"
+                if r.get("arm") == "shuffled":  # the null arm: its total loss only, in grey
+                    ax.plot(df["step"], df["loss"], color="0.55", ls=ls, lw=0.8, alpha=0.8,
+                            label="null arm (attribute shuffled): total loss" + tag if first else None)
+                    continue
                 for col, c, name in (("loss", "C0", "total loss"), ("rel_loss", "C1", "relation-only loss"),
                                      ("subj_loss", "C2", "subject-only loss")):
                     ax.plot(df["step"], df[col], color=c, ls=ls, alpha=1 if first else 0.5,
@@ -362,7 +419,7 @@ class HallucinationStage(Experiment):
     def report_sections(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        cols = ["point", "facts", "seed_index", "window_frac", "window_start", "window_end", "window_level",
+        cols = ["point", "facts", "arm", "seed_index", "window_frac", "left_plateau", "window_start", "window_end", "window_level",
                 "window_rel_loss", "plateau", "plateau_start", "plateau_end", "plateau_level", "H_a_given_r", "log_D",
                 "level_rel_err",
                 "plateau_rel_loss", "plateau_subj_loss", "initial_loss", "final_loss", "final_acc"]
@@ -371,9 +428,11 @@ class HallucinationStage(Experiment):
                 "sequences every {ee} steps, {ns} training seed(s) per table. The window (the registered rule) is the longest "
                 "run of evaluations with total loss within 5% of H(a∣r), the loss of the best relation-only predictor "
                 "p*(a∣r) (Theorem 6; log D for the balanced structured table, lower for a random one), and "
-                "relation-only loss <= 0.25. The plateau columns come from a detector on the total loss alone "
+                "relation-only loss <= 0.25; the rule also needs the final loss at least {lm} nats below H(a∣r) (left_plateau). "
+                "Rows with arm = shuffled are the null arm: trained with each answer drawn uniformly from its "
+                "relation's block (the subject carries no information), scored on the real test set. The plateau columns come from a detector on the total loss alone "
                 "(a flat stretch between the initial and final levels) and decide nothing.\n\n"
                 "## Plateaus\n\n").format(
-            lr=cfg.lr, b=cfg.batch_size, s=cfg.steps, facts=" and ".join(cfg.fact_tables), S=cfg.n_subjects, R=cfg.n_relations,
+            lm=LEAVE_MARGIN, lr=cfg.lr, b=cfg.batch_size, s=cfg.steps, facts=" and ".join(cfg.fact_tables), S=cfg.n_subjects, R=cfg.n_relations,
             D=cfg.answers_per_relation, N=cfg.n_noise, T=cfg.seq_len, ne=cfg.n_eval, ee=cfg.eval_every, ns=cfg.n_seeds,
         ) + markdown_table(results[[c for c in cols if c in results]])
