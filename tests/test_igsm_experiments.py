@@ -14,57 +14,85 @@ from lmsci.experiments.igsm_probing import IGSMProbing, IGSMProbingConfig, probe
 from lmsci.experiments.igsm_retry import IGSMRetry, IGSMRetryConfig
 
 R, N, I = "reproduced", "not reproduced", "inconclusive"
+GPU = {"preset": "gpu"}  # every iGSM claim is decided at the gpu and paper presets only (issue 29)
 
 
 def outcomes(exp, cfg, rows):
     return {v.claim_id: v.outcome for v in exp.verdicts(cfg, pd.DataFrame(rows), None)}
 
 
+def verdicts(exp, cfg, rows):
+    return {v.claim_id: v for v in exp.verdicts(cfg, pd.DataFrame(rows), None)}
+
+
 # ------------------------------------------------------------------------------------------------------ igsm-ood
-def _ood(acc_id, acc8, unneeded, jitter=(0.0, 0.01, -0.01)):
+def _ood(acc_id, acc8, unneeded, jitter=(0.0, 0.01, -0.01), null_acc=0.0, null_unneeded=4.0):
     return [{"status": "ok", "seed_index": k, "max_op": 6, "acc_greedy_id": acc_id + j, "acc_greedy_op7": acc8 + 0.02,
              "acc_greedy_op8": acc8 + j, "acc_beam4_op8": acc8, "acc_greedy_reask": acc8,
-             "unneeded_per_correct_greedy_id": unneeded + abs(j)} for k, j in enumerate(jitter)]
+             "unneeded_per_correct_greedy_id": unneeded + abs(j), "null_rand_acc_greedy_ood2": null_acc,
+             "null_brute_unneeded_id": null_unneeded} for k, j in enumerate(jitter)]
 
 
 def test_ood_verdicts():
-    exp, cfg = IGSMOOD(), IGSMOODConfig()
-    assert outcomes(exp, cfg, _ood(0.99, 0.92, 0.0)) == {"ood-accuracy": R, "planning": R}
+    exp, cfg = IGSMOOD(), IGSMOODConfig(**GPU)
+    vs = verdicts(exp, cfg, _ood(0.99, 0.92, 0.0))
+    assert {k: v.outcome for k, v in vs.items()} == {"ood-accuracy": R, "planning": R}
+    assert vs["ood-accuracy"].null_value == 0.0 and vs["planning"].null_passed is False
     assert outcomes(exp, cfg, _ood(0.97, 0.20, 0.8)) == {"ood-accuracy": N, "planning": N}
     assert outcomes(exp, cfg, _ood(0.40, 0.92, 0.0)) == {"ood-accuracy": I, "planning": I}
     # one seed: the rule holds but the claim needs 3 seeds
     assert outcomes(exp, cfg, _ood(0.99, 0.92, 0.0, jitter=(0.0,)))["ood-accuracy"] == I
+    # registered for gpu/paper only: the same table at quick decides nothing
+    assert set(outcomes(exp, IGSMOODConfig(), _ood(0.99, 0.92, 0.0)).values()) == {I}
+
+
+def test_ood_null_arm_meeting_the_rule_is_inconclusive():
+    exp, cfg = IGSMOOD(), IGSMOODConfig(**GPU)
+    vs = verdicts(exp, cfg, _ood(0.99, 0.92, 0.0, null_acc=0.6, null_unneeded=0.0))
+    assert all(v.outcome == I and v.rule_passed and v.null_passed for v in vs.values())
+    assert all(any("cannot tell the effect from its absence" in r for r in v.reasons) for v in vs.values())
+    # an old table without the null columns: the null arm is not measured
+    rows = [{k: v for k, v in r.items() if not k.startswith("null_")} for r in _ood(0.99, 0.92, 0.0)]
+    assert all(any("null arm not measured" in r for r in v.reasons) for v in verdicts(exp, cfg, rows).values())
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-depth
-def _depth(deep_ood, shallow_ood, deep_id=0.95):
+def _depth(deep_ood, shallow_ood, deep_id=0.95, null=(0.0, 0.0)):
     rows = []
     for k, j in enumerate((0.0, 0.02, -0.02)):
         rows.append({"status": "ok", "seed_index": k, "model": "deep", "acc_ood_mean": deep_ood + j,
-                     "acc_greedy_id": deep_id, "n_params": 1000})
+                     "acc_greedy_id": deep_id, "n_params": 1000, "null_rand_acc_ood_mean": null[0] + j})
         rows.append({"status": "ok", "seed_index": k, "model": "shallow", "acc_ood_mean": shallow_ood + j / 2,
-                     "acc_greedy_id": 0.9, "n_params": 1100})
+                     "acc_greedy_id": 0.9, "n_params": 1100, "null_rand_acc_ood_mean": null[1] + j / 2})
     return rows
 
 
 def test_depth_verdicts():
-    exp, cfg = IGSMDepth(), IGSMDepthConfig()
+    exp, cfg = IGSMDepth(), IGSMDepthConfig(**GPU)
     assert outcomes(exp, cfg, _depth(0.90, 0.60)) == {"deeper-wins-ood": R}
     assert outcomes(exp, cfg, _depth(0.55, 0.60)) == {"deeper-wins-ood": N}
     assert outcomes(exp, cfg, _depth(0.90, 0.60, deep_id=0.2)) == {"deeper-wins-ood": I}
     assert outcomes(exp, cfg, [r for r in _depth(0.9, 0.6) if r["model"] == "deep"]) == {"deeper-wins-ood": I}
+    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60, null=(0.3, 0.0))), None)[0]
+    assert v.outcome == I and v.null_passed and v.rule_passed  # the null arm meets the rule
+    assert outcomes(exp, IGSMDepthConfig(), _depth(0.90, 0.60)) == {"deeper-wins-ood": I}  # quick: below scale
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-retry
-def _retry(acc0, acc2, acc5, acc5m, accw=None, id0=0.95):
+def _retry(acc0, acc2, acc5, acc5m, accw=None, id0=0.95, acc0_null=None, rand=0.0):
     rows = []
-    arms = [(0.0, False, False, acc0), (0.2, False, False, acc2), (0.5, False, False, acc5), (0.5, True, False, acc5m)]
+    arms = [(0.0, False, False, acc0, ""), (0.2, False, False, acc2, ""), (0.5, False, False, acc5, ""),
+            (0.5, True, False, acc5m, "")]
     if accw is not None:
-        arms.append((0.5, False, True, accw))
+        arms.append((0.5, False, True, accw, ""))
+    arms.append((0.0, False, False, acc0 if acc0_null is None else acc0_null, "nullarm"))
     for k, j in enumerate((0.0, 0.01, -0.01)):
-        for q, m, w, a in arms:
+        for q, m, w, a, tag in arms:
             row = {"status": "ok", "seed_index": k, "retry_rate": q, "mask_mistakes": m, "hard_op": 8,
-                   "acc_hard": a + j * (1 + q), "acc_greedy_id": id0, "retries_hard": 2 * q, "retries_id": q}
+                   "acc_hard": a + j * (1 + q) + (0.012 * (k - 1) if tag else 0.0), "acc_greedy_id": id0,
+                   "retries_hard": 2 * q, "retries_id": q, "data_tag": tag}
+            if q == 0 and not tag:
+                row["null_rand_acc_hard"] = rand
             if accw is not None:  # tables from before the retry_weak point have no such column
                 row["retry_weak"] = w
             rows.append(row)
@@ -72,9 +100,11 @@ def _retry(acc0, acc2, acc5, acc5m, accw=None, id0=0.95):
 
 
 def test_retry_verdicts():
-    exp, cfg = IGSMRetry(), IGSMRetryConfig()
+    exp, cfg = IGSMRetry(), IGSMRetryConfig(**GPU)
     want = {"retry-helps-q0.5": R, "retry-helps-q0.2": R, "masking-unneeded": R, "retry-weak-helps": R}
-    assert outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, accw=0.90)) == want
+    vs = verdicts(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, accw=0.90))
+    assert {k: v.outcome for k, v in vs.items()} == want
+    assert all(v.null_passed is False for v in vs.values())
     bad = outcomes(exp, cfg, _retry(0.78, 0.70, 0.70, 0.90, accw=0.70))
     assert bad == {"retry-helps-q0.5": N, "retry-helps-q0.2": N, "masking-unneeded": N, "retry-weak-helps": N}
     assert set(outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, accw=0.9, id0=0.1)).values()) == {I}
@@ -83,52 +113,99 @@ def test_retry_verdicts():
     assert only_weak_good["retry-weak-helps"] == R and only_weak_good["retry-helps-q0.5"] == N
     old_table = outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94))
     assert old_table["retry-helps-q0.5"] == R and old_table["retry-weak-helps"] == I
+    assert set(outcomes(exp, IGSMRetryConfig(), _retry(0.78, 0.85, 0.95, 0.94, accw=0.9)).values()) == {I}  # quick
+
+
+def test_retry_masking_is_an_equivalence_rule_and_null_arms_that_pass_are_inconclusive():
+    exp, cfg = IGSMRetry(), IGSMRetryConfig(**GPU)
+    # masked 3 points below unmasked, inside +-0.05: equivalent; 6 points below: not (absence of evidence no longer
+    # passes: the whole CI must lie inside the margin)
+    assert outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.92, accw=0.9))["masking-unneeded"] == R
+    assert outcomes(exp, cfg, _retry(0.78, 0.85, 0.95, 0.89, accw=0.9))["masking-unneeded"] == N
+    # hard-op accuracies near 0 (a random-init model scores 0 too): the equivalence rule cannot tell
+    v = verdicts(exp, cfg, _retry(0.01, 0.01, 0.01, 0.01, accw=0.01))["masking-unneeded"]
+    assert v.rule_passed and v.null_passed and v.outcome == I
+    # a second error-free model that "gains" as much as retry data: the gain rule cannot tell
+    vs = verdicts(exp, cfg, _retry(0.78, 0.85, 0.95, 0.94, accw=0.90, acc0_null=0.95))
+    assert all(vs[c].outcome == I and vs[c].null_passed for c in ("retry-helps-q0.5", "retry-helps-q0.2",
+                                                                    "retry-weak-helps"))
 
 
 def test_retry_points_and_keys():
     ids = [p.id for p in IGSMRetry().points(IGSMRetryConfig())]
-    assert ids == ["q0", "q0.2", "q0.5", "q0.5_masked", "q0.5_weak"]
-    assert [p.id for p in IGSMRetry().points(IGSMRetryConfig(weak_rate=0.0))] == ids[:-1]
+    assert ids == ["q0", "q0.2", "q0.5", "q0.5_masked", "q0.5_weak", "q0_nullarm"]
+    assert [p.id for p in IGSMRetry().points(IGSMRetryConfig(weak_rate=0.0))] == ids[:-2] + ["q0_nullarm"]
     every_weak = IGSMRetry().points(IGSMRetryConfig(retry_weak=True))
-    assert [p.id for p in every_weak] == ["q0", "q0.2_weak", "q0.5_weak", "q0.5_weak_masked"]
+    assert [p.id for p in every_weak] == ["q0", "q0.2_weak", "q0.5_weak", "q0.5_weak_masked", "q0_nullarm"]
     with pytest.raises(ConfigError):
         IGSMRetry().validate(IGSMRetryConfig(weak_rate=1.5))
 
 
 # -------------------------------------------------------------------------------------------------- igsm-probing
-def _probe(nece, dep, acc_id=0.95):
+def _probe(nece, dep, acc_id=0.95, null_gap=-0.05):
     rows = []
     for k, j in enumerate((0.0, 0.005, -0.005)):
         r = {"status": "ok", "seed_index": k, "acc_greedy_id": acc_id}
         for t, (acc, maj, rand) in {"nece": nece, "dep": dep, "can_next": (0.9, 0.7, 0.75)}.items():
             r.update({f"{t}_acc": acc + j, f"{t}_majority": maj, f"{t}_rand": rand,
                       f"{t}_gap": acc + j - max(maj, rand)})
+            if t != "can_next":
+                r.update({f"{t}_rand2": rand, f"{t}_null_gap": null_gap + j})
         rows.append(r)
     return rows
 
 
 def test_probing_verdicts():
-    exp, cfg = IGSMProbing(), IGSMProbingConfig()
+    exp, cfg = IGSMProbing(), IGSMProbingConfig(**GPU)
     assert outcomes(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85))) == {"nece-probe": R, "dep-probe": R}
     # above majority but not above the random-init model by 10 points
     assert outcomes(exp, cfg, _probe((0.90, 0.747, 0.85), (0.88, 0.846, 0.80))) == {"nece-probe": N, "dep-probe": N}
     assert outcomes(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), acc_id=0.1)) == \
         {"nece-probe": I, "dep-probe": I}
+    # a random-init model whose probe beats another random init by 10 points: the rule cannot tell
+    vs = verdicts(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), null_gap=0.15))
+    assert all(v.outcome == I and v.null_passed for v in vs.values())
+    assert set(outcomes(exp, IGSMProbingConfig(), _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85))).values()) == {I}
 
 
 # ----------------------------------------------------------------------------------------------------- igsm-noop
-def _noop(orig, noop):
+def _noop(orig, noop, null_drop=0.01):
     return [{"status": "ok", "seed_index": k, "orig_acc": orig + j, "noop_acc": noop + j, "drop": orig - noop,
-             "flipped_to_wrong": orig - noop, "flipped_to_right": 0.0, "symbolic_std": 0.05, "symbolic_range": 0.1}
+             "flipped_to_wrong": orig - noop, "flipped_to_right": 0.0, "symbolic_std": 0.05, "symbolic_range": 0.1,
+             "null_other_acc": orig + j - null_drop, "null_drop": null_drop + j}
             for k, j in enumerate((0.0, 0.01, -0.01))]
 
 
 def test_noop_verdicts():
-    exp, cfg = IGSMNoOp(), IGSMNoOpConfig()
+    exp, cfg = IGSMNoOp(), IGSMNoOpConfig(**GPU)
     assert outcomes(exp, cfg, _noop(0.90, 0.50)) == {"noop-drop": R}
     v = exp.verdicts(cfg, pd.DataFrame(_noop(0.90, 0.88)), None)[0]
     assert v.outcome == N and "resists" in v.note
     assert outcomes(exp, cfg, _noop(0.20, 0.05)) == {"noop-drop": I}
+    v = exp.verdicts(cfg, pd.DataFrame(_noop(0.90, 0.50, null_drop=0.2)), None)[0]
+    assert v.outcome == I and v.null_passed  # two exchangeable problem sets differ by 20 points: the rule cannot tell
+    assert outcomes(exp, IGSMNoOpConfig(), _noop(0.90, 0.50)) == {"noop-drop": I}  # quick: below scale
+
+
+@pytest.mark.parametrize("name", ["igsm-ood", "igsm-depth", "igsm-retry", "igsm-probing", "igsm-noop"])
+def test_smoke_runs_end_to_end_and_null_arms_fail_their_rules(name, tmp_path):
+    """The smoke preset end to end; every null arm is measured and fails its rule (the models are untrained; smoke has
+    one seed, and the gain and equivalence rules need an interval over at least 2)."""
+    from lmsci.config import resolve_config
+    from lmsci.experiments.registry import catalog
+    from lmsci.sweep import run_experiment
+
+    cls = catalog()[name]
+    run = run_experiment(cls(), resolve_config(cls.Config, "smoke", {"threads": 1}), tmp_path / "run",
+                         progress=False, log=lambda *a, **k: None)
+    res = pd.read_csv(run.path / "results.csv")
+    assert (res["status"] == "ok").all()
+    vs = {v.claim_id: v for v in run.verdicts()}
+    assert set(vs) == {c.id for c in cls.claims}
+    for cid, v in vs.items():
+        assert v.outcome == I  # smoke is below every claim's scale
+        assert v.null_value is not None, cid
+        assert v.null_passed is False, (cid, v.null_value)
 
 
 # ------------------------------------------------------------------------------------------------- config errors

@@ -23,13 +23,18 @@ Pieces:
 * :class:`IGSMExperiment` -- the base class: ``groups`` stacks the seeds of each point; ``run_group`` trains and
   hands every model to the subclass's ``measure``.
 
-What the quick presets can judge: nothing yet. A sizing pilot on 2026-11-26 (seed 777, used by no verdict) trained
+What the quick presets can judge: nothing. A sizing pilot on 2026-11-26 (seed 777, used by no verdict) trained
 the quick model (4 layers, d_model 64, igsm-tiny, batch 8 x 512) for 4000 steps, 4x igsm-ood's quick preset, about
 17 minutes on 2 cores: greedy in-distribution full-solution accuracy stayed at 0-4% (48 fresh problems every 500
 steps; loss 1.22 -> 0.81 nats/token) and the model wrote well-formed solutions about the wrong entities. The
-learned-model gates (>= 0.5 or >= 0.9) are out of reach on a CPU in 15 minutes, so the quick verdicts are
-inconclusive and the quick presets check the pipeline end to end; the ``gpu`` presets are the smallest runs that
-can judge (:func:`estimate_gpu_train_seconds`).
+learned-model gates (>= 0.5 or >= 0.9) are out of reach on a CPU in 15 minutes, so every iGSM claim is registered
+for the ``gpu`` and ``paper`` presets only (issue 29); the quick presets still run, report their values and null
+arms, and check the pipeline end to end; the ``gpu`` presets are the smallest runs that can judge
+(:func:`estimate_gpu_train_seconds`).
+
+Null arms (issue 29): every claim's statistic is also measured, in the same run, where the effect is absent by
+construction; :func:`random_init` gives the random-init model of a point's shape (same seed stream) that most of
+them decode.
 """
 
 from __future__ import annotations
@@ -189,6 +194,12 @@ def build_gpt(cfg: IGSMCommonConfig, tok: IGSMTokenizer, shape: tuple[int, int, 
                          pos="rope"), seed=seed)
 
 
+def random_init(cfg: IGSMCommonConfig, tok: IGSMTokenizer, shape: tuple[int, int, int], ctx: PointContext) -> GPT:
+    """The null arms' random-init model of ``shape`` (its initialisation from ``derive_seed(ctx.seed, "rand-init")``),
+    in eval mode on the context's device."""
+    return build_gpt(cfg, tok, shape, derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
+
+
 @dataclass
 class Trained:
     """One trained model of a seed context (``model`` None when training diverged)."""
@@ -200,11 +211,12 @@ class Trained:
 
 def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IGSMWorld, tok: IGSMTokenizer,
                   shape: tuple[int, int, int], *, retry_rate: float = 0.0, retry_weak: bool = False,
-                  mask_mistakes: bool = False, tag: str = "") -> list[Trained]:
+                  mask_mistakes: bool = False, tag: str = "", data_tag: str = "") -> list[Trained]:
     """Train one model per context (same shape and data recipe, each its own seed).
 
-    The data of member k are drawn from ``derive_seed(ctx_k.seed, "data", tag)``, its initialisation from
-    ``derive_seed(ctx_k.seed, "init", tag)``. Several contexts with ``cfg.stack_seeds`` train as one stacked
+    The data of member k are drawn from ``derive_seed(ctx_k.seed, "data", tag + data_tag)``, its initialisation
+    from ``derive_seed(ctx_k.seed, "init", tag)`` (``data_tag`` changes the problem stream only: a null arm's
+    second error-free model has the same initialisation and other problems). Several contexts with ``cfg.stack_seeds`` train as one stacked
     computation; otherwise each trains with :func:`lmsci.train.trainer.train` (checkpoints under the point's
     artifact directory, so an interrupted run resumes).
 
@@ -220,7 +232,7 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
     get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.batch_size, retry_rate=retry_rate,
                              retry_weak=retry_weak, mask_mistakes=mask_mistakes)
     models = [build_gpt(cfg, tok, shape, derive_seed(c.seed, "init", tag)) for c in ctxs]
-    seeds = [derive_seed(c.seed, "data", tag) for c in ctxs]
+    seeds = [derive_seed(c.seed, "data", tag + data_tag) for c in ctxs]
     out: list[Trained] = []
     if len(ctxs) > 1 and cfg.stack_seeds:
         from lmsci.train.stacked import train_stacked
@@ -350,8 +362,8 @@ def paired_diff(results: pd.DataFrame, key: str, a: Any, b: Any, col: str):
 class IGSMExperiment(Experiment):
     """Base of the iGSM experiments: the seeds of each point are trained together (stacked) and each trained model
     is measured by :meth:`measure`. Subclasses give :meth:`points` (with ``params`` naming the model shape and the
-    data recipe: ``n_layers``, ``n_heads``, ``d_model``, ``retry_rate``, ``retry_weak``, ``mask_mistakes``, any
-    of which default to the config) and :meth:`measure`."""
+    data recipe: ``n_layers``, ``n_heads``, ``d_model``, ``retry_rate``, ``retry_weak``, ``mask_mistakes``,
+    ``data_tag``, any of which default to the config) and :meth:`measure`."""
 
     def validate(self, cfg: IGSMCommonConfig) -> None:
         validate_common(cfg, [self.shape(cfg, p) for p in self.points(cfg)])
@@ -378,7 +390,8 @@ class IGSMExperiment(Experiment):
         shape = self.shape(cfg, points[0])
         trained = train_members(cfg, ctxs, world, tok, shape, retry_rate=float(p0.get("retry_rate", 0.0)),
                                 retry_weak=bool(p0.get("retry_weak", False)),
-                                mask_mistakes=bool(p0.get("mask_mistakes", False)))
+                                mask_mistakes=bool(p0.get("mask_mistakes", False)),
+                                data_tag=str(p0.get("data_tag", "")))
         rows = []
         for p, c, t in zip(points, ctxs, trained):
             row = {**p.params, "n_layers": shape[0], "n_heads": shape[1], "d_model": shape[2]}

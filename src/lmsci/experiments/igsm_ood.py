@@ -10,6 +10,14 @@ Protocol: train one GPT (rotary) per seed on fresh train-hash problems (op drawn
 test-hash problems (template hashes never seen in training) for every op bucket ``1 .. max_op + ood_extra``, the
 in-distribution slice (op drawn from the training distribution) and ``reask`` (op ``max_op + ood_extra`` problems
 asked about another parameter), greedy and with beam search, and score each full solution with the checker.
+
+Both claims are registered for the ``gpu`` and ``paper`` presets only: the quick model stays at 0-4% accuracy (the
+sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+
+Null arms, measured in the same run: ``ood-accuracy`` -- the same greedy accuracy at op ``max_op + 2`` of a
+random-init model of the same shape (per seed); ``planning`` -- unnecessary parameters per solution of the
+brute-force solver that computes every parameter the problem defines (correct by construction, no planning: the
+level-0 reasoning Part 2.1 contrasts with the model's), counted on the same in-distribution test problems.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import pandas as pd
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Figure, Point, save_figure
 from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, time_gpu)
+                                           evaluate_ops, ok_rows, random_init, test_set, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.errors import ConfigError
 from lmsci.runs import RunDir
@@ -60,7 +68,8 @@ class IGSMOOD(IGSMExperiment):
     Config = IGSMOODConfig
     time_estimate = {"smoke": "~5 s", "quick": ("748 s wall, 489 s CPU measured (one seed, igsm-tiny, 4-layer d64, "
                      "1000 steps; 10 buckets greedy + "
-                     "beam 4; one thread beside another run on a loaded 2-core machine)"),
+                     "beam 4; one thread beside another run on a loaded 2-core machine), before the null arm's random-init "
+                     "model was decoded on one more bucket (about 1/20 of the decoding: ~+25 s, estimated)"),
                      "gpu": time_gpu(60, "3 seeds x 5000 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Result 2 and Fig. 3"
@@ -76,8 +85,12 @@ class IGSMOOD(IGSMExperiment):
             "per training seed, the fraction of n_eval fresh test-hash problems with op = max_op + 2 whose greedy "
             "solution passes the full-solution checker (answer, every mod-23 calculation, every dependency, no missing "
             "parameter); mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds >= {OOD_MIN}",
+            f"mean over at least 3 seeds >= {OOD_MIN} (decided at the gpu and paper presets only: the quick model "
+            "stays at 0-4% accuracy)",
             gates=(_GATE,),
+            presets=("gpu", "paper"),
+            null="the same greedy accuracy at op = max_op + 2, on the same problems, of a random-init model of the same "
+                 "shape (per seed): it cannot solve anything, so the rule must fail there",
         ),
         Claim(
             "planning",
@@ -86,8 +99,13 @@ class IGSMOOD(IGSMExperiment):
             "~0 unnecessary parameters per correct solution in distribution",
             "per training seed, the mean number of unnecessary parameters (defined in the solution but not needed for "
             "the answer) per correct greedy in-distribution solution; mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds <= {UNNEEDED_MAX}",
+            f"mean over at least 3 seeds <= {UNNEEDED_MAX} (decided at the gpu and paper presets only: the quick "
+            "model stays at 0-4% accuracy)",
             gates=(_GATE,),
+            presets=("gpu", "paper"),
+            null="unnecessary parameters per solution of the brute-force solver that computes every parameter the "
+                 "problem defines (correct, but no planning by construction), on the same in-distribution test "
+                 "problems; mean over seeds",
         ),
     ]
 
@@ -103,7 +121,14 @@ class IGSMOOD(IGSMExperiment):
         hi = world.cfg.max_op + cfg.ood_extra
         beams = (1, cfg.beam) if cfg.beam > 1 else (1,)
         row = evaluate_ops(cfg, model, tok, world, [None, *range(1, hi + 1)], beams=beams, reask=True)
-        return {"max_op": world.cfg.max_op, "max_eval": hi, **row}
+        # null arms: a random-init model of the same shape at op = max_op + 2; the brute-force solver's unnecessary
+        # parameters (every defined parameter not needed for the answer) on the in-distribution test problems
+        m2 = world.cfg.max_op + 2
+        rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, point), ctx), tok, world, [m2], beams=(1,))
+        probs = test_set(cfg, world, None, cfg.n_eval)
+        brute = sum(len(set(p.defs) - set(p.necessary)) for p in probs) / max(len(probs), 1)
+        return {"max_op": world.cfg.max_op, "max_eval": hi, **row, "null_rand_acc_greedy_ood2": rand[f"acc_greedy_op{m2}"],
+                "null_brute_unneeded_id": brute}
 
     def verdicts(self, cfg: IGSMOODConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         ok = ok_rows(results)
@@ -123,24 +148,32 @@ class IGSMOOD(IGSMExperiment):
                     details[f"acc_{dec}_{b}"] = round(s.mean, 4)
         out = []
         s = _stat(ok, f"acc_greedy_op{m + 2}")
+        n_acc = _stat(ok, "null_rand_acc_greedy_ood2")
+        null_acc = None if n_acc is None else (n_acc.mean, bool(n_acc.mean >= OOD_MIN))
+        n_unn = _stat(ok, "null_brute_unneeded_id")
+        null_unn = None if n_unn is None else (n_unn.mean, bool(n_unn.mean <= UNNEEDED_MAX))
+        if null_acc is not None:
+            details["null_random_init_acc_greedy_ood2"] = round(null_acc[0], 4)
         if s is None:
-            out.append(self.judge(cfg, "ood-accuracy", value=None, passed=None, gates=gate,
+            out.append(self.judge(cfg, "ood-accuracy", value=None, passed=None, gates=gate, null=null_acc,
                                   why_not_computed=f"op = {m + 2} was not evaluated"))
         else:
             out.append(self.judge(cfg, "ood-accuracy", value=s.mean, passed=bool(s.mean >= OOD_MIN), ci=s.ci,
-                                  ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details,
+                                  ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details, null=null_acc,
                                   note="" if gate["in-distribution"][1] else
                                   "the quick model is far below the paper's scale (GPT2-12-12, 100k steps x 512 x 768 "
                                   "tokens on iGSM-med); the gpu preset (igsm-small, 6-layer d384, 3 seeds) is the "
                                   "smallest configuration expected to pass the in-distribution gate"))
         u = _stat(ok, "unneeded_per_correct_greedy_id")
         if u is None:
-            out.append(self.judge(cfg, "planning", value=None, passed=None, gates=gate,
+            out.append(self.judge(cfg, "planning", value=None, passed=None, gates=gate, null=null_unn,
                                   why_not_computed="no correct in-distribution solution to count unnecessary "
                                                    "parameters on"))
         else:
             out.append(self.judge(cfg, "planning", value=u.mean, passed=bool(u.mean <= UNNEEDED_MAX), ci=u.ci,
-                                  ci_kind=u.kind, n_seeds=u.n, gates=gate))
+                                  ci_kind=u.kind, n_seeds=u.n, gates=gate, null=null_unn,
+                                  details={"null_brute_force_unneeded_per_solution":
+                                           None if n_unn is None else round(n_unn.mean, 3)}))
         return out
 
     def figures(self, cfg: IGSMOODConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -190,4 +223,16 @@ class IGSMOOD(IGSMExperiment):
                 "op = K; `reask`: the largest op re-asked). Accuracy = the full-solution checker's `correct`; "
                 "'answer only' = the final answer alone.\n\n## Accuracy per bucket (mean over seeds)\n\n").format(
             w=cfg.world, L=cfg.n_layers, H=cfg.n_heads, D=cfg.d_model, st=cfg.steps, bs=cfg.batch_size,
-            T=cfg.seq_len, n=cfg.n_eval) + markdown_table(pd.DataFrame(rows))
+            T=cfg.seq_len, n=cfg.n_eval) + markdown_table(pd.DataFrame(rows)) + _null_text(ok)
+
+
+def _null_text(ok: pd.DataFrame) -> str:
+    """The null arms' values (mean over seeds), for the report."""
+    parts = []
+    if "null_rand_acc_greedy_ood2" in ok:
+        parts.append(f"a random-init model's greedy accuracy at op = max_op + 2: "
+                     f"{ok['null_rand_acc_greedy_ood2'].astype(float).mean():.4f} (null arm of ood-accuracy)")
+    if "null_brute_unneeded_id" in ok:
+        parts.append(f"unnecessary parameters per solution of the brute-force solver: "
+                     f"{ok['null_brute_unneeded_id'].astype(float).mean():.3f} (null arm of planning)")
+    return ("\n\n## Null arms\n\n" + "; ".join(parts) + ".\n") if parts else ""

@@ -12,6 +12,15 @@ Protocol: one model per (retry rate, masking) point and seed (seed k of every po
 stream; only the inserted mistakes differ), scored greedy with the full-solution checker (retracted ``[BACK]``
 steps are skipped and counted) on the same fresh test-hash problems in distribution and at the hardest op
 ``max_op + ood_extra``.
+
+Every claim is registered for the ``gpu`` and ``paper`` presets only: the quick models stay near 0% accuracy (the
+sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+Null arms, measured in the same run: for the three "retry helps" claims, a second error-free model (point
+``q0_nullarm``: the same initialisation, another problem stream) compared with the first by the same paired rule
+(the retry data are absent from both, so no gain may be found); for ``masking-unneeded`` (an equivalence rule:
+the CI of masked minus unmasked inside +-``MASK_DELTA``), the masked model against a random-init model of the same
+shape (hard-op accuracy of an untrained model): a model that learned differs from it, so the equivalence rule must
+fail there -- if it holds, the accuracies are too low for equivalence to mean anything.
 """
 
 from __future__ import annotations
@@ -25,12 +34,13 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
 from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, time_gpu)
+                                           evaluate_ops, ok_rows, random_init, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.igsm.world import check_retry_rate
 
 LEARNED_GATE = 0.5   # registered gate: the error-free model's in-distribution accuracy >= 0.5
+MASK_DELTA = 0.05    # registered equivalence margin: masked minus unmasked hard-op accuracy within +-0.05
 
 
 class IGSMRetryConfig(IGSMCommonConfig):
@@ -60,15 +70,22 @@ class IGSMRetryConfig(IGSMCommonConfig):
     }
 
 
-def _key(q: float, masked: bool, weak: bool = False) -> str:
-    return f"q{q:g}" + ("_weak" if weak and q > 0 else "") + ("_masked" if masked else "")
+def _key(q: float, masked: bool, weak: bool = False, data_tag: str = "") -> str:
+    return (f"q{q:g}" + ("_weak" if weak and q > 0 else "") + ("_masked" if masked else "")
+            + (f"_{data_tag}" if data_tag else ""))
+
+
+#: the null arm's second error-free model (same initialisation, another problem stream)
+NULL_KEY = _key(0.0, False, False, "nullarm")
 
 
 def _row_keys(rows: pd.DataFrame) -> list[str]:
-    """The point key of each results row (tables written before the retry_weak column count as not weak)."""
+    """The point key of each results row (tables written before the retry_weak / data_tag columns count as not weak,
+    no data tag)."""
     weak = rows["retry_weak"] if "retry_weak" in rows else [False] * len(rows)
-    return [_key(float(q), bool(m), False if pd.isna(x) else bool(x))
-            for q, m, x in zip(rows["retry_rate"], rows["mask_mistakes"], weak)]
+    tags = rows["data_tag"] if "data_tag" in rows else [""] * len(rows)
+    return [_key(float(q), bool(m), False if pd.isna(x) else bool(x), "" if pd.isna(t) else str(t))
+            for q, m, x, t in zip(rows["retry_rate"], rows["mask_mistakes"], weak, tags)]
 
 
 @register("igsm-retry")
@@ -80,8 +97,9 @@ class IGSMRetry(IGSMExperiment):
     source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.2, arXiv 2408.16293, sec. 4-5"
     Config = IGSMRetryConfig
     time_estimate = {"smoke": "~5 s", "quick": ("407 s measured (5 points x 1 seed, 250 steps, igsm-tiny; threads=2, "
-                     "nothing else running)"),
-                     "gpu": time_gpu(150, "5 points x 3 seeds x 2500 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER + "; 5 models per seed"}
+                     "nothing else running) before the null arms; ~500 s estimated with them (a sixth point, the "
+                     "second error-free model, and one random-init model decoded on the hard bucket)"),
+                     "gpu": time_gpu(179, "6 points (the null arm's second error-free model included) x 3 seeds x 2500 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER + "; 6 models per seed"}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry pretraining results"
     _GATE = Gate("learned", f"mean over seeds of the error-free model's greedy in-distribution full-solution accuracy "
@@ -89,15 +107,19 @@ class IGSMRetry(IGSMExperiment):
     _STAT = ("per training seed, greedy full-solution accuracy at the hardest op (max_op + ood_extra) of the model "
              "pretrained with retry data at q = {q} minus that of the error-free model (same fresh test-hash problems); "
              "mean over seeds with a 95% Student-t CI")
+    _RULE = ("mean > 0 and the CI's lower end > 0, over at least 3 seeds (decided at the gpu and paper presets only: "
+             "the quick models stay near 0% accuracy)")
+    _NULL = ("the same paired statistic and rule for a second error-free model (same initialisation, another problem "
+             "stream) against the first: no retry data in either, so no gain may be found")
     claims = [
         Claim("retry-helps-q0.5",
               "Retry pretraining at q = 0.5 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry, q = 0.5) [quote-3p]", _STAT.format(q=0.5),
-              "mean > 0 and the CI's lower end > 0, over at least 3 seeds", gates=(_GATE,)),
+              _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL),
         Claim("retry-helps-q0.2",
               "Retry pretraining at q = 0.2 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "accuracy grows with q up to 0.5 (q = 0.2 already above error-free) [quote-3p]",
-              _STAT.format(q=0.2), "mean > 0 and the CI's lower end > 0, over at least 3 seeds", gates=(_GATE,)),
+              _STAT.format(q=0.2), _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL),
         Claim("masking-unneeded",
               "Masking the loss on the mistakes is not needed: the masked model is not more accurate than the "
               "unmasked one.",
@@ -105,7 +127,12 @@ class IGSMRetry(IGSMExperiment):
               "masked ~ unmasked (no gain) [quote-3p]",
               "per training seed, hardest-op greedy accuracy of the model trained at masked_rate with the mistakes' "
               "loss masked minus the unmasked model at the same rate; mean over seeds with a 95% Student-t CI",
-              "the CI's lower end <= 0 (masking gives no significant gain), over at least 3 seeds", gates=(_GATE,)),
+              f"equivalence: the 95% CI across at least 3 seeds lies inside [-{MASK_DELTA}, +{MASK_DELTA}] (decided at "
+              "the gpu and paper presets only: the quick models stay near 0% accuracy)", gates=(_GATE,),
+              presets=("gpu", "paper"),
+              null="the same equivalence rule on the masked model's hard-op accuracy minus that of a random-init model "
+                   "of the same shape (per seed): a model that learned is not equivalent to an untrained one, so the "
+                   "rule must fail there (if it holds, the accuracies are too low for equivalence to mean anything)"),
         Claim("retry-weak-helps",
               "Retry pretraining whose wrong steps are cheap fakes (retry_weak: a future necessary parameter, q = 0.5) "
               "also raises the hardest-op full-solution accuracy over error-free pretraining.",
@@ -114,7 +141,7 @@ class IGSMRetry(IGSMExperiment):
               "per training seed, greedy full-solution accuracy at the hardest op of the model pretrained with "
               "retry_weak data at q = weak_rate minus that of the error-free model (same fresh test-hash problems); "
               "mean over seeds with a 95% Student-t CI",
-              "mean > 0 and the CI's lower end > 0, over at least 3 seeds", gates=(_GATE,)),
+              _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL),
     ]
 
     def validate(self, cfg: IGSMRetryConfig) -> None:
@@ -137,6 +164,7 @@ class IGSMRetry(IGSMExperiment):
         if cfg.weak_rate > 0 and not w:
             pts.append(Point(_key(cfg.weak_rate, False, True), {"retry_rate": cfg.weak_rate, "mask_mistakes": False,
                                                                "retry_weak": True}))
+        pts.append(Point(NULL_KEY, {"retry_rate": 0.0, "mask_mistakes": False, "retry_weak": False, "data_tag": "nullarm"}))
         return pts
 
     def point_seed(self, cfg: IGSMRetryConfig, point: Point) -> int:
@@ -146,8 +174,12 @@ class IGSMRetry(IGSMExperiment):
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         hard = world.cfg.max_op + cfg.ood_extra
         row = evaluate_ops(cfg, model, tok, world, [None, hard], beams=(1,))
-        return {"hard_op": hard, "acc_hard": row[f"acc_greedy_op{hard}"],
-                "retries_hard": row[f"retries_greedy_op{hard}"], "retries_id": row["retries_greedy_id"], **row}
+        out = {"hard_op": hard, "acc_hard": row[f"acc_greedy_op{hard}"], "data_tag": point.params.get("data_tag", ""),
+               "retries_hard": row[f"retries_greedy_op{hard}"], "retries_id": row["retries_greedy_id"], **row}
+        if point.id.split("__s")[0] == _key(0.0, False):  # masking-unneeded's null arm: a random-init model, once per seed
+            rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, point), ctx), tok, world, [hard], beams=(1,))
+            out["null_rand_acc_hard"] = rand[f"acc_greedy_op{hard}"]
+        return out
 
     def verdicts(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         ok = ok_rows(results)
@@ -173,23 +205,43 @@ class IGSMRetry(IGSMExperiment):
             d = (by[a]["acc_hard"] - by[b]["acc_hard"]).dropna()
             return across_seeds(d.values) if len(d) else None
 
+        def gains(s) -> bool:
+            return bool(s.mean > 0 and s.n >= 2 and s.lo > 0)
+
+        def equivalent(s) -> bool:
+            return bool(s.n >= 2 and s.lo >= -MASK_DELTA and s.hi <= MASK_DELTA)
+
+        sn = diff(NULL_KEY, _key(0.0, False))
+        null_gain = None if sn is None else (sn.mean, gains(sn))
+        if sn is not None:
+            details["null_second_error_free_minus_first"] = {"mean": round(sn.mean, 4), "ci": sn.ci}
+
         def gain_over_error_free(cid: str, key: str | None, missing: str) -> Verdict:
             """A claim that the model at point ``key`` beats error-free pretraining at the hardest op."""
             s = diff(key, _key(0.0, False)) if key is not None else None
             if s is None:
-                return self.judge(cfg, cid, value=None, passed=None, gates=gate, why_not_computed=missing)
-            return self.judge(cfg, cid, value=s.mean, passed=bool(s.mean > 0 and s.n >= 2 and s.lo > 0), ci=s.ci,
-                              ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details)
+                return self.judge(cfg, cid, value=None, passed=None, gates=gate, why_not_computed=missing,
+                                  null=null_gain)
+            return self.judge(cfg, cid, value=s.mean, passed=gains(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
+                              gates=gate, details=details, null=null_gain)
 
         out = [gain_over_error_free(f"retry-helps-q{q:g}", _key(q, False, w),
                                     f"q = {q} or error-free pretraining was not run") for q in (0.5, 0.2)]
-        s = diff(_key(cfg.masked_rate, True, w), _key(cfg.masked_rate, False, w))
+        mk = _key(cfg.masked_rate, True, w)
+        s = diff(mk, _key(cfg.masked_rate, False, w))
+        null_eq = None
+        if mk in by and base is not None and "null_rand_acc_hard" in base:
+            dn = (by[mk]["acc_hard"] - base["null_rand_acc_hard"]).dropna()
+            if len(dn):
+                se = across_seeds(dn.values)
+                null_eq = (se.mean, equivalent(se))
+                details["null_masked_minus_random_init"] = {"mean": round(se.mean, 4), "ci": se.ci}
         if s is None:
-            out.append(self.judge(cfg, "masking-unneeded", value=None, passed=None, gates=gate,
+            out.append(self.judge(cfg, "masking-unneeded", value=None, passed=None, gates=gate, null=null_eq,
                                   why_not_computed="the masked and unmasked models at masked_rate were not both run"))
         else:
-            out.append(self.judge(cfg, "masking-unneeded", value=s.mean, passed=bool(s.lo <= 0), ci=s.ci,
-                                  ci_kind=s.kind, n_seeds=s.n, gates=gate))
+            out.append(self.judge(cfg, "masking-unneeded", value=s.mean, passed=equivalent(s), ci=s.ci,
+                                  ci_kind=s.kind, n_seeds=s.n, gates=gate, null=null_eq, details=details))
         out.append(gain_over_error_free("retry-weak-helps",
                                         _key(cfg.weak_rate, False, True) if cfg.weak_rate > 0 and not w else None,
                                         "the retry_weak point (weak_rate > 0, retry_weak off) or error-free "
@@ -220,7 +272,8 @@ class IGSMRetry(IGSMExperiment):
         from lmsci.report import markdown_table
 
         ok = ok_rows(results)
-        cols = ["point", "seed_index", "retry_rate", "mask_mistakes", "retry_weak", "train_loss", "acc_greedy_id",
-                "acc_hard", "retries_id", "retries_hard"]
+        cols = ["point", "seed_index", "retry_rate", "mask_mistakes", "retry_weak", "data_tag", "train_loss",
+                "acc_greedy_id", "acc_hard", "retries_id", "retries_hard", "null_rand_acc_hard"]
         return ("## Results\n\n`retries_*`: retracted `[BACK]` steps per problem in the greedy generations "
-                "(Part 2.2: < 0.3 at q = 0.2, 2-4 at q = 0.5).\n\n") + markdown_table(ok[[c for c in cols if c in ok]])
+                "(Part 2.2: < 0.3 at q = 0.2, 2-4 at q = 0.5). Null arms: `q0_nullarm` is a second error-free model "
+                "(another problem stream); `null_rand_acc_hard` is a random-init model's hard-op accuracy.\n\n") + markdown_table(ok[[c for c in cols if c in ok]])
