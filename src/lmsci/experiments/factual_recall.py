@@ -24,6 +24,13 @@ probes sizes around ``sqrt(guess_ratio * params)`` (only to place the bracket; t
 depend on it); later rounds gallop up/down until a bracket [largest stored, smallest not stored]
 exists, then split the bracket with up to ``probes_per_round`` interior sizes (a k-ary
 bisection) until the two ends are adjacent.
+
+Null arms (issue 29), from the same run: the two per-family slope claims refit each seed with the
+family's capacities randomly permuted across its model sizes (capacity unrelated to parameters by
+construction; a random-init model stores no facts, so its log-log slope is undefined); the trade-off
+boundary refits each seed's slope with the boundary's MLP params permuted across its head counts;
+facts-per-param takes each capacity point's model before any training step (it stores the smallest
+fact set only if its test accuracy already reaches the threshold, else 0 facts).
 """
 
 from __future__ import annotations
@@ -149,6 +156,18 @@ class FactualRecallConfig(ExperimentConfig):
     }
 
 
+def permuted(values, seed: int) -> np.ndarray:
+    """``values`` in a random order other than the given one (a null arm: the pairing of each value with its model
+    size is broken by construction); unchanged when all values are equal."""
+    v = np.asarray(values)
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        out = v[rng.permutation(len(v))]
+        if len(v) < 2 or not np.array_equal(out, v):
+            return out
+    return out
+
+
 def family_name(alpha: float, beta: float) -> str:
     return f"attn_a{alpha:g}" if beta == 0 else f"attn+mlp_a{alpha:g}_b{beta:g}"
 
@@ -218,6 +237,8 @@ class FactualRecall(Experiment):
             "slope of log facts stored (largest S·R at >= threshold test accuracy) on log params (4·H·d_h·d), OLS "
             "over the family's uncensored capacity points, one fit per training seed; mean over seeds",
             _SLOPE_RULE,
+            null="the same per-seed fit with the family's capacities randomly permuted across its model sizes (one "
+                 "permutation per seed, never the identity): capacity made unrelated to parameters by construction",
         ),
         Claim(
             "linear-attention-mlp",
@@ -228,6 +249,8 @@ class FactualRecall(Experiment):
             "slope of log facts stored on log params (4·H·d_h·d + 2·m·d), OLS over the family's uncensored capacity "
             "points, one fit per training seed; mean over seeds",
             _SLOPE_RULE,
+            null="the same per-seed fit with the family's capacities randomly permuted across its model sizes (one "
+                 "permutation per seed, never the identity): capacity made unrelated to parameters by construction",
         ),
         Claim(
             "linear-pooled",
@@ -250,6 +273,9 @@ class FactualRecall(Experiment):
             "95% CI across seeds (Student t) inside [0.075, 0.30], i.e. within a factor 2 of 0.15; decided at the "
             "paper preset only (the constant depends on training length)",
             presets=("paper",),
+            null="the same statistic for each capacity point's model before any training step (its initialisation, "
+                 "test accuracy on the smallest fact set searched): it stores that set if its accuracy reaches the "
+                 "threshold, else 0 facts",
         ),
         Claim(
             "tradeoff-boundary",
@@ -263,6 +289,9 @@ class FactualRecall(Experiment):
             "mean over seeds",
             "95% CI across seeds (Student t) of the slope entirely below 0; a seed with fewer than 4 boundary points "
             "is not fitted (inconclusive when no seed is)",
+            null="the same per-seed slope with the boundary's MLP params randomly permuted across its head counts (one "
+                 "permutation per seed, never the identity): storage made unrelated to attention params by "
+                 "construction",
             gates=(Gate("attn-only-stores", "in every seed the attention-only cell (smallest d_mlp of the grid) "
                         "stores the facts at the largest H"),
                    Gate("mlp-stores", "in every seed some cell with an MLP stores the facts at the smallest H")),
@@ -369,6 +398,21 @@ class FactualRecall(Experiment):
     def _square_world(self, cfg: FactualRecallConfig, size: int, seed: int) -> FactualRecallWorld:
         return FactualRecallWorld(size, size, cfg.answers_per_relation, seq_len=cfg.seq_len, seed=seed)
 
+    def _untrained_accuracy(self, cfg: FactualRecallConfig, p: Point, seed: int, level: int) -> float:
+        """The null arm of ``facts-per-param``: test accuracy of the point's model *before any step* (its
+        initialisation at the first learning rate, as the search would draw it) on the smallest fact set searched.
+        Below the threshold, the untrained model stores no fact set: 0 facts."""
+        from lmsci.models.associative import OneLayerTransformer
+
+        world = self._world(cfg, level, derive_seed(seed, "facts", level))
+        spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"], world.n_answers,
+                            world.vocab_size)
+        model = OneLayerTransformer(p.params["d_model"], world.vocab_size, world.n_answers, [spec],
+                                    seed=[derive_seed(seed, "init", level, cfg.lrs[0])])
+        ev = world.eval_set(cfg.n_eval, derive_seed(derive_seed(seed, "init", level, cfg.lrs[0]), "eval"))
+        with torch.no_grad():
+            return float((model(ev.input_ids[None]).argmax(-1) == ev.targets[None]).float().mean())
+
     @staticmethod
     def _logger(ctx_of: dict[Any, PointContext], extra):
         def log(step, live, accs, losses):
@@ -423,7 +467,7 @@ class FactualRecall(Experiment):
         found = search_capacity(guesses, try_levels, level_min=lmin, level_max=lmax, probes_per_round=k,
                                 max_rounds=cfg.max_rounds)
         rows = []
-        for p in points:
+        for p, c in zip(points, ctxs):
             s = st[p.id]
             lo, hi = found[p.id].lo, found[p.id].hi
             S, R = self.level_sr(cfg, lo) if lo >= lmin else (0, 0)
@@ -433,6 +477,7 @@ class FactualRecall(Experiment):
                          "facts_next_failed": hS * hR if hi <= lmax else None,
                          "censored": censored, "runs": s["runs"], "steps_total": s["steps"],
                          "facts_per_param": S * R / p.params["params"],
+                         "untrained_acc_min_level": self._untrained_accuracy(cfg, p, c.seed, lmin),
                          "group_train_seq_per_s": round(seqs / max(t_train, 1e-9)),
                          "trials": json.dumps(s["trials"])})
         return rows
@@ -520,13 +565,26 @@ class FactualRecall(Experiment):
         one = next(iter(per_seed.values()))
         value, ci, kind = self._interval(slopes, (one["ci_lo"], one["ci_hi"]), "OLS CI of the slope")
         passed = ci is not None and self._slope_rule(*ci)
+        null = None
+        if not groups:  # the null arm: the same fit with the capacities permuted across the family's model sizes
+            null_slopes = {}
+            for k, sub in self._seeds(rows):
+                if k not in per_seed:
+                    continue
+                sub = self._usable(sub)
+                facts = permuted(sub["facts"].values, derive_seed(cfg.seed, "null-permutation", fam, k))
+                null_slopes[k] = float(loglog_fit(sub["params"].values, facts)["slope"])
+            nst = across_seeds(null_slopes.values())
+            null = (nst.mean, None if nst.ci is None else self._slope_rule(*nst.ci))
+            details["null_per_seed_slope (facts permuted across sizes)"] = null_slopes
+            details["null_ci"] = nst.ci
         note = f"{fam}: slope {value:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
         if not passed and ci is not None:
             note += (" - consistent with 1 but the interval is too wide to decide (more seeds or a wider parameter "
                      "range would narrow it)" if ci[0] <= 1 <= ci[1] else
                      f" - inconsistent with 1 at this scale (step budget {cfg.steps}; the paper trains 16,384 steps)")
         return self.judge(cfg, claim_id, value=value, passed=passed, ci=ci, ci_kind=kind, n_seeds=len(per_seed),
-                          details=details, note=note)
+                          details=details, note=note, null=null)
 
     @staticmethod
     def boundary(cfg: FactualRecallConfig, tr: pd.DataFrame) -> pd.DataFrame:
@@ -548,7 +606,7 @@ class FactualRecall(Experiment):
         from scipy import stats
 
         h_max, h_min, m0 = tr["n_heads"].max(), tr["n_heads"].min(), tr["d_mlp"].min()
-        per_seed, skipped, attn_ok, mlp_ok, bounds = {}, {}, [], [], {}
+        per_seed, skipped, attn_ok, mlp_ok, bounds, null_slopes = {}, {}, [], [], {}, {}
         for k, sub in self._seeds(tr):
             stored = sub["accuracy"] >= cfg.threshold
             attn_ok.append(bool((stored & (sub["n_heads"] == h_max) & (sub["d_mlp"] == m0)).any()))
@@ -559,6 +617,10 @@ class FactualRecall(Experiment):
                 skipped[k] = int(len(b))
                 continue
             r = stats.linregress(b["attn_params"].values, b["min_mlp_params"].values)
+            # the null arm: the same boundary with its MLP params permuted across the head counts
+            null_slopes[k] = float(stats.linregress(
+                b["attn_params"].values,
+                permuted(b["min_mlp_params"].values, derive_seed(cfg.seed, "null-permutation", "tradeoff", k))).slope)
             t = stats.t.ppf(0.975, len(b) - 2) if len(b) > 2 else float("nan")
             per_seed[k] = {"slope": float(r.slope), "intercept": float(r.intercept), "n": int(len(b)),
                            "within_fit_ci": [float(r.slope - t * r.stderr), float(r.slope + t * r.stderr)]}
@@ -578,10 +640,14 @@ class FactualRecall(Experiment):
                                          "OLS CI of the slope")
         details["intercept_mean"] = float(np.mean([f["intercept"] for f in per_seed.values()]))
         passed = ci is not None and bool(ci[1] < 0)
+        nst = across_seeds(null_slopes.values())
+        null = (nst.mean, None if nst.ci is None else bool(nst.ci[1] < 0))
+        details["null_per_seed_slope (MLP params permuted across head counts)"] = null_slopes
+        details["null_ci"] = nst.ci
         note = (f"Ours at {facts} facts: MLP params ~ {details['intercept_mean']:.0f} {value:+.2f} x attention params; "
                 f"paper at 1,024 facts: {PAPER_BOUNDARY}.")
         return self.judge(cfg, "tradeoff-boundary", value=value, passed=passed, ci=ci, ci_kind=kind,
-                          n_seeds=len(per_seed), gates=gates, details=details, note=note)
+                          n_seeds=len(per_seed), gates=gates, details=details, note=note, null=null)
 
     def verdicts(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         out = []
@@ -596,16 +662,33 @@ class FactualRecall(Experiment):
             out.append(self._slope_verdict(cfg, "linear-pooled", "all families (one intercept each)", cap,
                                            groups=True))
             fpp = {k: float(sub["facts_per_param"].median()) for k, sub in self._seeds(use) if not sub.empty}
+            null_fpp = {}  # the untrained model of each point stores the smallest fact set or nothing
+            if "untrained_acc_min_level" in use:
+                lmin = self.level_bounds(cfg)[0]
+                S0, R0 = self.level_sr(cfg, lmin)
+                for k, sub in self._seeds(use):
+                    if not sub.empty:
+                        stored0 = (sub["untrained_acc_min_level"] >= cfg.threshold) * S0 * R0
+                        null_fpp[k] = float((stored0 / sub["params"]).median())
             if not fpp:
                 out.append(self.judge(cfg, "facts-per-param", value=None, passed=None,
                                       why_not_computed=f"no uncensored capacity point ({len(cap)} censored)"))
             else:
                 value, ci, kind = self._interval(list(fpp.values()), None, "")
                 lo, hi = ci if ci is not None else (value, value)
+
+                def window(lo_: float, hi_: float) -> bool:
+                    return bool(GUIDE_RATIO / 2 <= lo_ and hi_ <= GUIDE_RATIO * 2)
+
+                null = None
+                if null_fpp:
+                    nv, nci, _ = self._interval(list(null_fpp.values()), None, "")
+                    null = (nv, window(*(nci if nci is not None else (nv, nv))))
                 out.append(self.judge(
-                    cfg, "facts-per-param", value=value, passed=bool(GUIDE_RATIO / 2 <= lo and hi <= GUIDE_RATIO * 2),
-                    ci=ci, ci_kind=kind, n_seeds=len(fpp),
-                    details={"per_seed_median": fpp, "guide": GUIDE_RATIO, "window": [GUIDE_RATIO / 2, GUIDE_RATIO * 2]},
+                    cfg, "facts-per-param", value=value, passed=window(lo, hi),
+                    ci=ci, ci_kind=kind, n_seeds=len(fpp), null=null,
+                    details={"per_seed_median": fpp, "guide": GUIDE_RATIO, "window": [GUIDE_RATIO / 2, GUIDE_RATIO * 2],
+                             "null_per_seed_median (untrained models)": null_fpp},
                     note=f"{cfg.steps} steps of batch {cfg.batch_size} here; the paper's 0.15 is after 16,384 steps "
                          "of batch 1,024."))
         tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
