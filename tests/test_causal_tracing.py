@@ -199,24 +199,30 @@ def test_gradient_overlap(kind):
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
-def _table(mlp, attn, recall=1.0, layers=6, te=0.5, eff=1.0, spec=0.9):
+NULL_MARGINS = (0.001, -0.002, 0.0005)  # a random-init GPT: no site (margins around 0)
+
+
+def _table(mlp, attn, recall=1.0, layers=6, te=0.5, eff=1.0, spec=0.9, null_mlp=NULL_MARGINS,
+           null_attn=NULL_MARGINS, null_eff=1.0, null_spec=0.5):
     rows = []
-    for k, (m, a) in enumerate(zip(mlp, attn)):
+    for k, (m, a, nm, na) in enumerate(zip(mlp, attn, null_mlp, null_attn)):
         rows.append({"point": "trace" + (f"__s{k}" if k else ""), "seed_index": k, "bio_recall": recall,
                      "n_layers": layers, "total_effect": te, "mlp_margin": m, "attn_margin": a, "n_traced": 48,
                      "efficacy": eff, "specificity": spec, "paraphrase": 0.9, "specificity_before": 0.95,
-                     "edit_top1": 1.0, "edit_layer": 2})
+                     "edit_top1": 1.0, "edit_layer": 2, "null_total_effect": 0.0, "null_mlp_margin": nm,
+                     "null_attn_margin": na, "null_efficacy": null_eff, "null_specificity": null_spec,
+                     "null_specificity_before": 0.5, "null_edit_layer": 1})
     return pd.DataFrame(rows)
 
 
-def _verdicts(table, tmp_path):
+def _verdicts(table, tmp_path, full=False):
     from lmsci.config import resolve_config
     from lmsci.experiments.registry import get
     from lmsci.runs import RunDir
 
     exp = get("causal-tracing")()
     cfg = resolve_config(exp.Config, "quick", [])
-    return {v.claim_id: v.outcome for v in exp.verdicts(cfg, table, RunDir(tmp_path))}
+    return {v.claim_id: (v if full else v.outcome) for v in exp.verdicts(cfg, table, RunDir(tmp_path))}
 
 
 def test_verdicts_reproduced_failing_gated(tmp_path):
@@ -228,6 +234,42 @@ def test_verdicts_reproduced_failing_gated(tmp_path):
     assert set(gated.values()) == {"inconclusive"}
     shallow = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09], layers=4), tmp_path)
     assert shallow["mlp-early-site"] == "inconclusive" and shallow["rome-edit"] == "reproduced"
+
+
+def test_verdicts_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    """A random-init GPT whose maps peak at the same sites (or whose edits look specific) makes the rule unable to
+    tell a stored fact's site from the architecture's: inconclusive, whatever the trained GPT did."""
+    vs = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09], null_mlp=(0.05, 0.04, 0.06),
+                          null_attn=(0.1, 0.1, 0.1 + 1e-3), null_spec=0.9), tmp_path, full=True)
+    for v in vs.values():
+        assert v.outcome == "inconclusive" and v.rule_passed is True and v.null_passed is True
+        assert any("cannot tell" in r for r in v.reasons)
+    ok = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09]), tmp_path, full=True)
+    assert all(v.null_passed is False for v in ok.values())
+    missing = _table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09]).drop(columns=["null_mlp_margin", "null_efficacy"])
+    vs = _verdicts(missing, tmp_path, full=True)
+    assert vs["mlp-early-site"].outcome == "inconclusive" and vs["rome-edit"].outcome == "inconclusive"
+    assert vs["attn-late-site"].outcome == "reproduced"
+
+
+def test_smoke_end_to_end_null_arms_fail(tmp_path):
+    from lmsci.config import resolve_config
+    from lmsci.experiments.registry import get
+    from lmsci.sweep import run_experiment
+
+    exp = get("causal-tracing")()
+    cfg = resolve_config(exp.Config, "smoke", [])
+    run = run_experiment(exp, cfg, tmp_path / "ct", progress=False, log=lambda *a: None)
+    res = run.results()
+    assert {"null_mlp_margin", "null_attn_margin", "null_efficacy", "null_specificity"} <= set(res.columns)
+    vs = {v.claim_id: v for v in run.verdicts()}
+    assert set(vs) == {"mlp-early-site", "attn-late-site", "rome-edit"}
+    for v in vs.values():
+        assert v.outcome == "inconclusive"  # smoke: an unmemorised 2-layer GPT, one seed
+        # mlp-early-site: a 2-layer GPT has no middle third (margin NaN), so its null arm is not computed
+        assert v.null_passed is not True
+    assert vs["attn-late-site"].null_passed is False  # one seed: no interval, the rule cannot hold
+    assert vs["rome-edit"].null_passed is False  # the random-init GPT's edits are not specific
 
 
 def test_fact_prompts_and_bad_facts():

@@ -14,10 +14,16 @@ Causal tracing, the noise (3 x the subject embeddings' std) and the windows foll
 (``max(1, round(10 / 48 * n_layers))``). ROME (:mod:`lmsci.methods.rome`) edits the layer where that seed's
 MLP trace peaks at the last subject token (locate, then edit), with ``C`` estimated on the training text and the
 key averaged over prompts prefixed by other people's biography sentences.
+
+Null arm of every claim (measured in the same run, columns ``null_*``): the same GPT at its initialisation (same
+architecture and seed), which stores no fact: the same facts are traced on it with the same noise rule and windows
+(``mlp-early-site``, ``attn-late-site``: its margins), and the same edits are located on its MLP trace and applied
+and scored the same way (``rome-edit``: its efficacy and specificity).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -44,6 +50,9 @@ MIN_LAYERS = 6
 TE_MIN = 0.2
 DEPTH = Gate("depth", f"n_layers >= {MIN_LAYERS}, so that the thirds of the layers (early / middle / late) hold "
                       "at least two layers each")
+NULL_TRACE = ("the same margin, from the same facts traced with the same noise rule and windows, on the GPT at its "
+              "initialisation (same architecture and seed), in the same run: it stores no fact, so no site mediates "
+              "its recall by construction")
 CORRUPTION = Gate("corruption", f"the corruption removes the fact: mean total effect P(o) - P*(o) over the traced "
                                 f"facts >= {TE_MIN} in every seed")
 
@@ -150,7 +159,9 @@ class CausalTracing(Experiment):
              "last token in late layers; a rank-one edit of one MLP rewrites a fact specifically.")
     source = "Meng, Bau, Andonian, Belinkov, NeurIPS 2022, arXiv 2202.05262, Sections 2-3, Figure 2, Table 4"
     Config = CausalTracingConfig
-    time_estimate = {"smoke": "~5 s", "quick": "5.1 min measured (305 s wall, 287 s CPU, 3 seeds, one thread beside another run, 2026-11-23)",
+    time_estimate = {"smoke": "~5 s", "quick": "~6 min: 5.1 min measured before the null arm (305 s wall, 287 s CPU, 3 "
+                                              "seeds, one thread beside another run, 2026-11-23) + the random-init "
+                                              "arm's tracing and edits, ~15 s per seed (measured at one thread)",
                      "gpu": "~20 min on one H100 (estimated, not measured)",
                      "paper": "GPT-2 XL scale: days of pretraining; tracing 1000 facts ~2 GPU-hours (estimated)"}
     claims = [
@@ -165,7 +176,8 @@ class CausalTracing(Experiment):
               "per seed; margin = its largest value at (last subject token, a middle-third layer) minus its largest "
               "value anywhere else",
               "95% Student-t CI of the margin across seeds entirely above 0",
-              gates=(MEMORISED, DEPTH, CORRUPTION)),
+              gates=(MEMORISED, DEPTH, CORRUPTION),
+              null=NULL_TRACE),
         Claim("attn-late-site",
               "The average indirect effect of restoring attention outputs peaks at the last token in late layers.",
               "Meng et al. 2022, arXiv 2202.05262, Section 2.1, Figure 2",
@@ -173,7 +185,8 @@ class CausalTracing(Experiment):
               "AIE map of attention outputs (same window) per token category, per seed; margin = its largest value "
               "at (last token, a last-third layer) minus its largest value anywhere else",
               "95% Student-t CI of the margin across seeds entirely above 0",
-              gates=(MEMORISED, DEPTH, CORRUPTION)),
+              gates=(MEMORISED, DEPTH, CORRUPTION),
+              null=NULL_TRACE),
         Claim("rome-edit",
               "A rank-one edit of one MLP layer (ROME) makes the model state a new object for the subject "
               "while leaving neighbouring facts unchanged.",
@@ -184,7 +197,10 @@ class CausalTracing(Experiment):
               "edit prompt; specificity = share of neighbours (other people, same attribute) with log P(true) > "
               "log P(new) after the edit; means over edits per seed (paraphrase reported beside)",
               "mean over seeds: efficacy >= 0.9 and specificity >= 0.8 (95% CI across seeds reported)",
-              gates=(MEMORISED,)),
+              gates=(MEMORISED,),
+              null="the same edits (same facts, new objects, prefixes and neighbours), located and evaluated the "
+                   "same way, on the GPT at its initialisation (same architecture and seed), in the same run: it "
+                   "stores no fact, so no neighbouring fact is kept apart from the edit by construction"),
     ]
 
     def validate(self, cfg: CausalTracingConfig) -> None:
@@ -255,11 +271,33 @@ class CausalTracing(Experiment):
                                          **{k: traces[0].scores[k].tolist() for k in ("resid", "mlp", "attn")}}),
         }
         # locate, then edit: the layer of the MLP AIE peak at the last subject token
-        ls = aie["mlp"][CATEGORIES.index("last subject")]
-        layer = cfg.edit_layer if cfg.edit_layer is not None else int(np.nanargmax(np.nan_to_num(ls, nan=-np.inf)))
+        layer = self._locate(cfg, aie)
         row["edit_layer"] = layer
+        rng_null = copy.deepcopy(rng)  # the null arm's edits draw the same new objects, prefixes and neighbours
         row.update(self._edits(cfg, world, model, stream, pool, layer, ctx, rng))
+        # the null arm: the same GPT at its initialisation (same architecture and seed: no fact stored), the same
+        # facts traced with the same noise rule, then located and edited the same way
+        null_model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device).eval()
+        nu0 = cfg.noise_factor * embedding_std(null_model, [c["prompt"] for c in traced],
+                                               [c["subject"] for c in traced])
+        traces0 = [causal_trace(null_model, c["prompt"], c["subject"], c["value"][0], noise=nu0, samples=cfg.samples,
+                                window={"resid": 1, "mlp": win, "attn": win}, seed=ctx.seed * 1000 + k)
+                   for k, c in enumerate(traced)]
+        aie0 = {k: average_by_category(traces0, k) for k in ("mlp", "attn")}
+        row.update({"null_total_effect": float(np.mean([t.total_effect for t in traces0])),
+                    "null_p_clean": float(np.mean([t.high for t in traces0])),
+                    "null_mlp_margin": site_margin(aie0["mlp"], "last subject", middle),
+                    "null_attn_margin": site_margin(aie0["attn"], "last", late)})
+        layer0 = self._locate(cfg, aie0)
+        row["null_edit_layer"] = layer0
+        row.update({f"null_{k}": v for k, v in self._edits(cfg, world, null_model, stream, pool, layer0, ctx,
+                                                             rng_null).items()})
         return row
+
+    def _locate(self, cfg: CausalTracingConfig, aie: dict[str, np.ndarray]) -> int:
+        """The edit layer: ``cfg.edit_layer``, else the layer of the MLP AIE peak at the last subject token."""
+        ls = aie["mlp"][CATEGORIES.index("last subject")]
+        return cfg.edit_layer if cfg.edit_layer is not None else int(np.nanargmax(np.nan_to_num(ls, nan=-np.inf)))
 
     def _edits(self, cfg: CausalTracingConfig, world: BiosWorld, model, stream, pool: list[dict], layer: int,
                ctx: PointContext, rng: np.random.Generator) -> dict[str, Any]:
@@ -359,6 +397,14 @@ class CausalTracing(Experiment):
                 continue
             st = across_seeds(finite)
             passed = bool(st.n >= 2 and np.isfinite(st.ci[0]) and st.ci[0] > 0)
+            nvals = seed_values(results, "null_" + col)
+            nfin = [nvals[k] for k in vals if np.isfinite(vals[k]) and k in nvals and np.isfinite(nvals[k])]
+            null: tuple[Any, bool | None] = (None, None)
+            nst = None
+            if nfin and len(nfin) == len(finite):
+                nst = across_seeds(nfin)
+                # the same rule: with one seed no interval, so the rule cannot hold (as for the real arm)
+                null = (nst.mean, bool(nst.n >= 2 and np.isfinite(nst.ci[0]) and nst.ci[0] > 0))
             note = ""
             if mem[1] is False:
                 note = (f"The model did not memorise its biographies (recall < 0.9) at {scale}; the gpu preset "
@@ -366,9 +412,13 @@ class CausalTracing(Experiment):
             elif not depth[1]:
                 note = f"{L} layers: too shallow for thirds of the depth to mean something."
             out.append(self.judge(cfg, cid, value=st.mean, passed=passed, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                                  gates={"memorised": mem, "depth": depth, "corruption": corr},
+                                  gates={"memorised": mem, "depth": depth, "corruption": corr}, null=null,
                                   details={"per_seed": vals, "total_effect": te, "window": self.window(cfg),
-                                           "n_traced": seed_values(results, "n_traced")},
+                                           "n_traced": seed_values(results, "n_traced"),
+                                           "null_random_init": {"per_seed": nvals,
+                                                                "ci95": None if nst is None else nst.ci,
+                                                                "total_effect": seed_values(results,
+                                                                                            "null_total_effect")}},
                                   note=note))
         eff = seed_values(results, "efficacy")
         spec = seed_values(results, "specificity")
@@ -379,15 +429,25 @@ class CausalTracing(Experiment):
             return out
         e = across_seeds([eff[k] for k in seeds])
         s = across_seeds([spec[k] for k in seeds])
+        neff, nspec = seed_values(results, "null_efficacy"), seed_values(results, "null_specificity")
+        null = (None, None)
+        if all(k in neff and k in nspec and np.isfinite(neff[k]) and np.isfinite(nspec[k]) for k in seeds):
+            ne, ns = float(np.mean([neff[k] for k in seeds])), float(np.mean([nspec[k] for k in seeds]))
+            null = (ne, bool(ne >= 0.9 and ns >= 0.8))
         out.append(self.judge(cfg, "rome-edit", value=e.mean, passed=bool(e.mean >= 0.9 and s.mean >= 0.8),
-                              ci=e.ci, ci_kind=e.kind, n_seeds=e.n, gates={"memorised": mem},
+                              ci=e.ci, ci_kind=e.kind, n_seeds=e.n, gates={"memorised": mem}, null=null,
                               details={"efficacy": seed_summary(eff), "specificity": seed_summary(spec),
                                        "paraphrase": seed_summary(seed_values(results, "paraphrase")),
                                        "specificity_before_edit": seed_values(results, "specificity_before"),
                                        "edit_top1": seed_values(results, "edit_top1"),
                                        "edit_layer": seed_values(results, "edit_layer"),
+                                       "null_random_init": {"efficacy": neff, "specificity": nspec,
+                                                            "specificity_before_edit":
+                                                                seed_values(results, "null_specificity_before"),
+                                                            "edit_layer": seed_values(results, "null_edit_layer")},
                                        "paper": {"efficacy": 1.0, "paraphrase": 0.964, "neighbourhood": 0.754}},
-                              note=f"value = mean efficacy; specificity mean {s.mean:.3f} (CI {s.ci})"))
+                              note=f"value = mean efficacy; specificity mean {s.mean:.3f} (CI {s.ci}); null arm "
+                                   f"(random-init GPT): value = its mean efficacy"))
         return out
 
     # ---- report ------------------------------------------------------------------------------
@@ -396,7 +456,9 @@ class CausalTracing(Experiment):
             return ""
         cols = [c for c in ("point", "pretrain_steps", "bio_recall", "n_known", "n_traced", "noise_std", "p_clean",
                             "p_corrupt", "total_effect", "mlp_margin", "attn_margin", "edit_layer", "efficacy",
-                            "paraphrase", "specificity", "specificity_before", "edit_top1") if c in results]
+                            "paraphrase", "specificity", "specificity_before", "edit_top1", "null_total_effect",
+                            "null_mlp_margin", "null_attn_margin", "null_edit_layer", "null_efficacy",
+                            "null_specificity") if c in results]
         return "\n".join(["## Per seed", "", md_table(results, cols), "",
                           f"Noise: {cfg.noise_factor} x the std of the subject embeddings (Meng et al.). MLP/attention "
                           f"window: {self.window(cfg)} layers. Margins: peak at the claimed site minus the largest AIE "
