@@ -301,15 +301,21 @@ def test_benign_overfitting_null_arm_meeting_the_rule_is_inconclusive():
         assert any(NULL_MEETS_RULE in r for r in v[c].reasons)
 
 
-def _ib_table(r2=0.97, slope=-0.97, resid=0.07, svm_angle=1e-7, n_seeds=3):
+def _ib_table(r2=0.97, slope=-0.97, resid=0.07, svm_angle=1e-7, n_seeds=3, null_like_real=False):
     rows = []
     for s in range(n_seeds):
+        sign = 1 if s % 2 == 0 else -1  # a random direction: slopes of either sign
         for loss in ("logistic", "exponential"):
             rows.append({"point": loss if s == 0 else f"{loss}__s{s}", "loss": loss, "seed_index": s,
                          "angle_r2": r2 - 0.01 * s, "angle_slope": 0.6, "angle_final": 0.07, "angle_start": 0.2,
-                         "loss_slope": slope, "norm_residual_range": resid, "norm_slope_ratio": 0.93,
-                         "svm_angle": svm_angle, "test_logistic_min": 0.2, "test_logistic_final": 0.3,
-                         "test_error_at_min_loss": 0.1, "test_error_final": 0.1, "status": "ok"})
+                         "loss_slope": slope - 0.005 * s, "norm_residual_range": resid + 0.005 * s,
+                         "norm_slope_ratio": 0.93, "svm_angle": svm_angle, "test_logistic_min": 0.2,
+                         "test_logistic_final": 0.3, "test_error_at_min_loss": 0.1, "test_error_final": 0.1,
+                         "null_angle_r2": r2 - 0.01 * s if null_like_real else 0.9,
+                         "null_angle_slope": 0.6 if null_like_real else 0.2 * sign,
+                         "null_angle_change": -0.13 if null_like_real else -0.02 * sign,
+                         "null_norm_residual_range": resid + 0.005 * s if null_like_real else 1.0,
+                         "null_loss_slope": slope - 0.005 * s if null_like_real else -1e-4 * s, "status": "ok"})
     return resolve_config(ImplicitBias.Config, "quick"), pd.DataFrame(rows)
 
 
@@ -319,6 +325,7 @@ def test_implicit_bias_verdicts_pass_fail_and_gate():
     v = _by_id(exp.verdicts(cfg, df, None))
     assert set(v) == {c.id for c in exp.claims}
     assert all(x.outcome == REPRODUCED for x in v.values()), {k: (x.outcome, x.reasons) for k, x in v.items()}
+    assert all(v[c].null_passed is False for c in ("angle-rate", "norm-log-t", "loss-rate"))
     assert v["heldout-loss-rises"].ablation
     cfg, df = _ib_table(r2=0.5, slope=-0.7, resid=0.5)
     v = _by_id(exp.verdicts(cfg, df, None))
@@ -326,6 +333,15 @@ def test_implicit_bias_verdicts_pass_fail_and_gate():
     cfg, df = _ib_table(svm_angle=0.1)
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["angle-rate"].outcome == INCONCLUSIVE and "svm-agrees" in v["angle-rate"].reasons[0]
+    cfg, df = _ib_table(n_seeds=1)
+    assert _by_id(exp.verdicts(cfg, df, None))["angle-rate"].outcome == INCONCLUSIVE
+
+
+def test_implicit_bias_null_arm_meeting_the_rule_is_inconclusive():
+    v = _by_id(ImplicitBias().verdicts(*_ib_table(null_like_real=True), None))
+    for c in ("angle-rate", "norm-log-t", "loss-rate"):
+        assert v[c].outcome == INCONCLUSIVE and v[c].null_passed is True, (c, v[c].outcome)
+        assert any(NULL_MEETS_RULE in r for r in v[c].reasons)
 
 
 # -- smoke runs through the executor ------------------------------------------------------------------
@@ -337,6 +353,10 @@ def test_smoke_runs(cls, tmp_path):
     assert [v.claim_id for v in vs] == [c.id for c in cls.claims]
     assert all(v.outcome == INCONCLUSIVE for v in vs)  # smoke is below every claim's scale
     assert any(v.value is not None for v in vs)
+    for v in vs:  # every null arm is measured and does not meet its claim's rule
+        c = cls().get_claim(v.claim_id)
+        if c.needs_null:
+            assert v.null_value is not None and v.null_passed is False, (v.claim_id, v.null_value, v.null_passed)
     assert list(run.figures_dir.glob("*.png"))
     df = run.results()
     assert (df["status"] == "ok").all() and len(df) == len(cls().seeded_points(cfg))
