@@ -16,7 +16,7 @@ import torch
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
 from lmsci.experiments.grokking import (
-    Grokking, GrokkingConfig, GrokkingFractions, GrokkingFractionsConfig, answer_logits, detect_phases, grokking_model,
+    TOP_SHARE, Grokking, GrokkingConfig, GrokkingFractions, GrokkingFractionsConfig, answer_logits, detect_phases, grokking_model,
 )
 from lmsci.measure.fourier import embedding_spectrum, fourier_basis, fourier_logit_split, key_frequencies, top_share
 from lmsci.models.gpt import GPT, GPTConfig
@@ -147,21 +147,27 @@ def test_phase_detection_on_synthetic_curves():
 
 
 def _rows(*, t_test=(6000, 6500, 7000), top6=(0.92, 0.88, 0.95), rr=(1.8, 1.6, 2.0), er=(5.0, 4.0, 6.0),
-          control_acc=(0.12, 0.2, 0.08)):
+          control_acc=(0.12, 0.2, 0.08), init6=(0.25, 0.3, 0.22), control_rr=(None, None, None),
+          control_er=(None, 1.1, None), control_t_test=(None, None, None)):
+    """Main-run and wd = 0 control rows; ``init6``: the top-6 share at step 0 (null arm of fourier-sparse); the
+    control's ratios and t_test: the null arm of restricted-before-test and delay (None: never reached)."""
     rows = []
     for k, (tt, sh, r, e) in enumerate(zip(t_test, top6, rr, er)):
         rows.append({"point": "grok" + (f"__s{k}" if k else ""), "kind": "grok", "seed_index": k, "p": 59,
                      "op": "add", "train_frac": 0.3, "weight_decay": 1.0, "t_train": 400, "t_test": tt,
                      "t_clean": None if tt is None else tt - 800, "max_test_acc": 1.0 if tt else 0.1,
-                     "final_test_acc": 1.0 if tt else 0.1, "top6_share": sh, "top6_freqs": "1 2 3 4 5 6",
+                     "final_test_acc": 1.0 if tt else 0.1, "top6_share": sh, "init_top6_share": init6[k],
+                     "top6_freqs": "1 2 3 4 5 6",
                      "key_freqs": "1 2 3 4 5 6", "t_restricted_below_x": None if r is None else 3000,
                      "t_test_loss_below_x": None if r is None else 3000 * r, "restricted_ratio": r,
                      "excluded_at_mem": 0.5, "excluded_at_clean": None if e is None else 0.5 * e, "excluded_ratio": e,
                      "status": "ok"})
     for k, a in enumerate(control_acc):
         rows.append({"point": "nowd" + (f"__s{k}" if k else ""), "kind": "control", "seed_index": k, "p": 59,
-                     "op": "add", "train_frac": 0.3, "weight_decay": 0.0, "t_train": 350, "t_test": None,
-                     "max_test_acc": a, "final_test_acc": a, "status": "ok"})
+                     "op": "add", "train_frac": 0.3, "weight_decay": 0.0, "t_train": 350,
+                     "t_test": control_t_test[k], "max_test_acc": a, "final_test_acc": a, "top6_share": 0.4,
+                     "init_top6_share": 0.25, "restricted_ratio": control_rr[k], "excluded_ratio": control_er[k],
+                     "status": "ok"})
     return pd.DataFrame(rows)
 
 
@@ -170,37 +176,48 @@ def _verdicts(df, tmp_path):
     return {v.claim_id: v for v in Grokking().verdicts(cfg, df, RunDir(tmp_path))}
 
 
-def _sweep(pairs, tmp_path):
-    df = pd.DataFrame([{"point": f"div_p59_f{f:g}", "kind": "sweep", "seed_index": 0, "p": 59, "op": "div",
-                        "train_frac": f, "weight_decay": 1.0, "t_train": 300, "t_test": t, "status": "ok"}
-                       for f, t in pairs])
-    cfg = resolve_config(GrokkingFractionsConfig, "quick")
+def _sweep(pairs, tmp_path, seeds=1, preset="gpu"):
+    df = pd.DataFrame([{"point": f"div_p59_f{f:g}" + (f"__s{k}" if k else ""), "kind": "sweep", "seed_index": k,
+                        "p": 59, "op": "div", "train_frac": f, "weight_decay": 1.0, "t_train": 300,
+                        "t_test": None if t is None else t + 10 * k, "status": "ok"}
+                       for k in range(seeds) for f, t in pairs])
+    cfg = resolve_config(GrokkingFractionsConfig, preset)
     (v,) = GrokkingFractions().verdicts(cfg, df, RunDir(tmp_path))
     return v
 
 
 def test_papers_numbers_are_reproduced(tmp_path):
     vs = _verdicts(_rows(), tmp_path)
-    assert {k: v.outcome for k, v in vs.items()} == {k: "reproduced" for k in
-                                                     ("delay", "no-wd-no-grok", "fourier-sparse",
-                                                      "restricted-before-test")}
+    assert {k: v.outcome for k, v in vs.items()} == {"delay": "reproduced", "no-wd-no-grok": "passed",
+                                                     "fourier-sparse": "reproduced",
+                                                     "restricted-before-test": "reproduced"}
+    assert vs["no-wd-no-grok"].kind == "check"
+    assert all(vs[c].null_passed is False for c in ("delay", "fourier-sparse", "restricted-before-test"))
+    assert vs["fourier-sparse"].null_value == pytest.approx(0.22)
     assert vs["delay"].value == pytest.approx(15.0)  # smallest 6000 / 400
     assert vs["fourier-sparse"].value == pytest.approx(0.88)
     assert vs["no-wd-no-grok"].value == pytest.approx(0.2)  # the largest over control seeds
     # Power et al. Fig. 1 right: fewer steps with more data; 0.3 never generalises within the cap (ranked last)
-    sw = _sweep(((0.3, None), (0.4, 2900), (0.5, 2000), (0.6, 1200), (0.7, 800), (0.8, 600)), tmp_path)
-    assert sw.outcome == "reproduced" and sw.value == pytest.approx(-1.0)
+    sw = _sweep(((0.3, None), (0.4, 2900), (0.5, 2000), (0.6, 1200), (0.7, 800), (0.8, 600)), tmp_path, seeds=3)
+    assert sw.outcome == "reproduced" and sw.value < -0.98 and sw.n_seeds == 3
+    assert sw.null_passed is False  # the fractions permuted across the runs
+    # one seed, or the quick preset: inconclusive (the claim is decided at gpu and paper with >= 3 seeds)
+    sw1 = _sweep(((0.3, None), (0.4, 2900), (0.5, 2000), (0.6, 1200), (0.7, 800), (0.8, 600)), tmp_path)
+    assert sw1.outcome == "inconclusive" and sw1.rule_passed and any("1 seed" in r for r in sw1.reasons)
+    swq = _sweep(((0.3, None), (0.4, 2900), (0.5, 2000), (0.6, 1200), (0.7, 800), (0.8, 600)), tmp_path, seeds=3,
+                 preset="quick")
+    assert swq.outcome == "inconclusive" and any("below the scale" in r for r in swq.reasons)
 
 
 def test_clear_failures_are_not_reproduced(tmp_path):
     vs = _verdicts(_rows(t_test=(1200, 6500, 7000), top6=(0.5, 0.9, 0.9), rr=(1.0, 1.6, 2.0),
                          control_acc=(0.1, 0.97, 0.2)), tmp_path)
     assert vs["delay"].outcome == "not reproduced" and vs["delay"].value == pytest.approx(3.0)
-    assert vs["no-wd-no-grok"].outcome == "not reproduced"
+    assert vs["no-wd-no-grok"].outcome == "failed"
     assert vs["fourier-sparse"].outcome == "not reproduced"
     assert vs["restricted-before-test"].outcome == "not reproduced"
-    sw = _sweep(((0.4, 500), (0.5, 900), (0.6, 1500), (0.7, 2500), (0.8, None)), tmp_path)
-    assert sw.outcome == "not reproduced" and sw.value == pytest.approx(1.0)
+    sw = _sweep(((0.4, 500), (0.5, 900), (0.6, 1500), (0.7, 2500), (0.8, None)), tmp_path, seeds=3)
+    assert sw.outcome == "not reproduced" and sw.value > 0.98
     # the excluded-loss half alone also fails the claim
     vs2 = _verdicts(_rows(er=(1.1, 4.0, 6.0)), tmp_path)
     assert vs2["restricted-before-test"].outcome == "not reproduced"
@@ -214,11 +231,29 @@ def test_failed_gates_are_inconclusive(tmp_path):
     assert vs["restricted-before-test"].outcome == "inconclusive"
     assert vs["delay"].outcome == "inconclusive" and vs["delay"].value == pytest.approx(15.0)
     # too few generalising sweep fractions
-    sw = _sweep(((0.4, None), (0.5, None), (0.6, None), (0.7, 1500), (0.8, 900)), tmp_path)
+    sw = _sweep(((0.4, None), (0.5, None), (0.6, None), (0.7, 1500), (0.8, 900)), tmp_path, seeds=3)
     assert sw.outcome == "inconclusive" and any("some-generalise" in r for r in sw.reasons)
     # one seed only: every seeded claim is inconclusive even though its rule holds
     vs = _verdicts(_rows(t_test=(6000,), top6=(0.9,), rr=(1.8,), er=(5.0,)), tmp_path)
     assert vs["fourier-sparse"].outcome == "inconclusive" and vs["delay"].outcome == "inconclusive"
+
+
+def test_null_arms_meeting_the_rule_or_missing_are_inconclusive(tmp_path):
+    # the wd = 0 control also groks late and shows the restricted/excluded pattern; init already Fourier-sparse
+    vs = _verdicts(_rows(control_t_test=(5000, 5200, 6000), control_rr=(1.5, 1.6, 1.7), control_er=(3.0, 3.0, 3.0),
+                         init6=(0.85, 0.9, 0.95)), tmp_path)
+    for c in ("delay", "fourier-sparse", "restricted-before-test"):
+        assert vs[c].outcome == "inconclusive" and vs[c].rule_passed and vs[c].null_passed, c
+        assert any("cannot tell" in r for r in vs[c].reasons)
+    # no control runs: delay and restricted-before-test have no null arm
+    df = _rows()
+    vs = _verdicts(df[df["kind"] == "grok"], tmp_path)
+    assert "no-wd-no-grok" not in vs
+    assert vs["delay"].outcome == "inconclusive" and any("null arm not measured" in r for r in vs["delay"].reasons)
+    assert vs["fourier-sparse"].outcome == "reproduced"
+    # steps that do not depend on the fraction (only on the seed): neither the rule nor its permuted null arm holds
+    v = _sweep(((0.4, 500), (0.5, 500), (0.6, 500), (0.7, 500)), tmp_path, seeds=3)
+    assert v.null_passed is False and v.outcome == "not reproduced"
 
 
 def test_bad_configs_are_refused():
@@ -251,10 +286,23 @@ def test_smoke_run_end_to_end(tmp_path):
     assert {"restricted_loss", "excluded_loss", "top6_share", "weight_norm"} <= set(meas.columns)
     assert (run.path / "figures" / "progress_measures.png").exists()
     assert (run.path / "verdict.json").exists()
+    # the null arms: the wd = 0 control (delay, restricted-before-test) and the random init (fourier-sparse)
+    vs = {v.claim_id: v for v in run.verdicts()}
+    ctl = res[res["kind"] == "control"].iloc[0]
+    assert "restricted_ratio" in res and pd.notna(res[res["kind"] == "grok"]["init_top6_share"]).all()
+    assert pd.isna(ctl["t_test"])  # 60 steps without weight decay: never generalises
+    assert vs["delay"].null_passed is False
+    assert vs["fourier-sparse"].null_passed is False and vs["fourier-sparse"].null_value < TOP_SHARE
+    # restricted-before-test: smoke's control never brings its restricted or test loss below 1 nat (ratio None)
+    assert vs["restricted-before-test"].null_passed is False
+    assert vs["no-wd-no-grok"].kind == "check"
     cfg2 = resolve_config(GrokkingFractionsConfig, "smoke", {"threads": 1})
     run2 = run_experiment(GrokkingFractions(), cfg2, tmp_path / "run2", progress=False, log=lambda *a, **k: None)
     res2 = pd.read_csv(run2.path / "results.csv")
     assert sorted(res2["train_frac"]) == [0.5, 0.8] and (res2["steps_run"] <= 40).all()
+    # two fractions: the statistic (and so its null arm) cannot be computed: not True
+    (v2,) = run2.verdicts()
+    assert v2.null_passed is not True and v2.outcome == "inconclusive"
 
 
 # ------------------------------------------------------------------------------------------ stacked training
