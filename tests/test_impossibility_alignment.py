@@ -73,20 +73,28 @@ def test_first_crossing_and_sigmoid_fit():
 
 
 # -- verdicts from synthetic tables ---------------------------------------------------------------------
+CHECKS = ("thm1-length", "exact-centre", "thm2-system-prompt", "thm4-best-of-n")
+CLAIMS = ("persona-centre", "persona-alpha-shift")
+
+
 def _rows(thm1=0.85, centre=0.1, frac=1.0, slope=0.1, thm4=0.8, ratios=(1.1, 0.95, 1.2), shifts=(3.1, 2.9, 3.3),
-          nll_gap=0.01, beta_hat=0.75):
+          nll_gap=0.01, beta_hat=0.75, rise=0.45, good=None, null_shifts=(0.2, -0.3, 0.1)):
+    """Synthetic rows; ``good``: the P+ proxy's (N*, rise) (default: a flat curve, no fit)."""
     rows = []
     for s in range(3):
         rows.append({"point": "exact" + (f"__s{s}" if s else ""), "kind": "exact", "seed_index": s, "status": "ok",
                      "n_cells": 15, "thm1_ratio_greedy": thm1, "thm1_ratio_sampled": 1.0, "centre_max_dev": centre,
                      "thm2_min_frac": frac, "thm2_slope_max_dev": slope, "thm4_max_ratio": thm4})
-    for s, (r, sh) in enumerate(zip(ratios, shifts)):
+    for s, (r, sh, nsh) in enumerate(zip(ratios, shifts, null_shifts)):
         th0 = math.log(100) / beta_hat
         n0 = r * th0
         rows.append({"point": "trained" + (f"__s{s}" if s else ""), "kind": "trained", "seed_index": s, "status": "ok",
                      "beta_hat": beta_hat, "beta_true": 0.75, "a0.01_nll": 4.0 + nll_gap, "a0.01_bayes_nll": 4.0,
                      "a0.001_nll": 4.0, "a0.001_bayes_nll": 4.0, "a0.01_nstar": n0, "a0.001_nstar": n0 + sh,
+                     "a0.01_lo": 0.1, "a0.01_hi": 0.1 + rise,
                      "a0.01_theory": th0, "a0.001_theory": math.log(1000) / beta_hat,
+                     "good_nstar": None if good is None else good[0], "good_rise": None if good is None else good[1],
+                     "null_a0_nstar": n0 + nsh,
                      "curves": json.dumps({"a0.01": {"model": [0.1, 0.6], "bayes": [0.1, 0.6]}})})
     return pd.DataFrame(rows)
 
@@ -98,18 +106,31 @@ def _verdicts(df, tmp_path, preset="quick"):
 
 def test_papers_picture_is_reproduced(tmp_path):
     vs = _verdicts(_rows(), tmp_path)
-    assert {k: v.outcome for k, v in vs.items()} == {k: "reproduced" for k in (
-        "thm1-length", "exact-centre", "thm2-system-prompt", "thm4-best-of-n", "persona-centre",
-        "persona-alpha-shift")}
+    assert {k: v.outcome for k, v in vs.items()} == {**{k: "passed" for k in CHECKS},
+                                                     **{k: "reproduced" for k in CLAIMS}}
+    assert all(vs[k].kind == "check" for k in CHECKS) and all(vs[k].null_passed is False for k in CLAIMS)
     assert vs["persona-alpha-shift"].details["target_ln10_over_beta_hat"] == pytest.approx(math.log(10) / 0.75)
 
 
 def test_failures_are_not_reproduced(tmp_path):
     vs = _verdicts(_rows(thm1=1.3, centre=0.5, frac=0.7, thm4=1.2, ratios=(0.3, 0.25, 0.35), shifts=(0.2, 0.3, 0.25)),
                    tmp_path)
-    for k in ("thm1-length", "exact-centre", "thm2-system-prompt", "thm4-best-of-n", "persona-centre",
-              "persona-alpha-shift"):
+    for k in CHECKS:
+        assert vs[k].outcome == "failed", k
+    for k in CLAIMS:
         assert vs[k].outcome == "not reproduced", k
+    # a flat curve (no rise) is not a misalignment centre
+    assert _verdicts(_rows(rise=0.05), tmp_path)["persona-centre"].outcome == "not reproduced"
+
+
+def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    from lmsci.claims import NULL_MEETS_RULE
+
+    # the P+ proxy with a centre and a rise like the mixture's; a same-alpha pair shifted like the alpha pair
+    vs = _verdicts(_rows(good=(math.log(100) / 0.75, 0.45), null_shifts=(3.1, 2.9, 3.3)), tmp_path)
+    for k in CLAIMS:
+        assert vs[k].outcome == "inconclusive" and vs[k].null_passed is True, k
+        assert any(NULL_MEETS_RULE in r for r in vs[k].reasons)
 
 
 def test_failed_gates_make_it_inconclusive(tmp_path):
@@ -117,10 +138,17 @@ def test_failed_gates_make_it_inconclusive(tmp_path):
     assert vs["persona-centre"].outcome == "inconclusive" and vs["persona-centre"].rule_passed
     vs = _verdicts(_rows(shifts=(0.0, 6.0, 3.0)), tmp_path)  # the shift is not resolved
     assert vs["persona-alpha-shift"].outcome == "inconclusive"
+    # half-width between target/2 and target: resolved under the old gate, not under the registered one
+    target = math.log(10) / 0.75
+    sd = 0.8 * target * math.sqrt(3) / 4.303
+    vs = _verdicts(_rows(shifts=(target - sd, target, target + sd)), tmp_path)
+    half = vs["persona-alpha-shift"].gates[-1].value
+    assert target / 2 < half <= target and vs["persona-alpha-shift"].outcome == "inconclusive"
     df = _rows()
     df.loc[df["kind"] == "trained", "a0.01_nstar"] = 40.0  # outside the prompt range
     assert _verdicts(df, tmp_path)["persona-centre"].outcome == "inconclusive"
     assert _verdicts(_rows(), tmp_path, "smoke")["thm1-length"].outcome == "inconclusive"
+    assert _verdicts(_rows().iloc[:5], tmp_path)["persona-centre"].outcome == "inconclusive"  # 2 seeds < 3
 
 
 def test_smoke_preset_runs(tmp_path):
@@ -133,3 +161,10 @@ def test_smoke_preset_runs(tmp_path):
     assert ex["thm1_ratio_greedy"] <= 1 and ex["thm4_max_ratio"] <= 1
     tr = df[df["kind"] == "trained"].iloc[0]
     assert np.isfinite(tr["beta_hat"]) and np.isfinite(tr["a0.01_nll"])
+    assert "good_nstar" in df and "null_a0_nstar" in df
+    vs = {v.claim_id: v for v in run.verdicts()}
+    # smoke trains one alpha with one seed: persona-centre's null arm is computed and does not meet the rule
+    # (1 seed gives no interval, and the 20-step P+ proxy has no misalignment step); persona-alpha-shift needs two
+    # alphas, so its null arm is not measured at smoke (not True)
+    assert vs["persona-centre"].null_passed is False
+    assert vs["persona-alpha-shift"].null_passed is not True if "persona-alpha-shift" in vs else True

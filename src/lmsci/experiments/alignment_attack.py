@@ -24,6 +24,14 @@ Points:
   only) is the ``P-`` proxy that writes the attack prompts, as in the paper's LoRA proxy, and a ``P+`` model
   gives ``beta_hat = KL(P-proxy || P+proxy)`` per sentence. The share of negative next sentences against the
   number ``N`` of attack sentences is fitted by ``lo + (hi - lo) sigmoid((N - N*)/s)``.
+
+Checks (hold by construction, reported apart): ``thm1-length``, ``exact-centre``, ``thm2-system-prompt`` and
+``thm4-best-of-n`` are computed in the exact closed-form world, where the posterior log-odds drift by beta per
+attack sentence and by -beta' per system-prompt sentence by construction: they hold against the proven bounds (and
+the slope beta'/beta and centre log((1-alpha)/alpha)/beta up to the crossing's discreteness) unless the code is
+wrong. Claims (trained world) and their null arms: ``persona-centre``: the P+ proxy (alpha = 0) on the same
+prompts; ``persona-alpha-shift``: a second alpha = 1% mixture (independent training seed) against the first, whose
+shift is 0 by construction.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from lmsci.worlds.personas import PersonaWorld
 CENTRE_TOL = 0.25  # exact world: fitted centre within 25% of log((1-alpha)/alpha)/beta
 SLOPE_TOL = 0.25  # exact world: Thm 2 slope within 25% of beta'/beta
 FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
+RISE_SHARE = 0.5  # trained world: the fitted rise of the share at least half of neg_bad - neg_good
 NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
 
 
@@ -86,7 +95,7 @@ class AlignmentConfig(ExperimentConfig):
         "smoke": {"exact_alphas": [1e-2, 1e-4], "exact_neg_bad": [0.6], "sys_lengths": [0, 4], "best_of": [1, 4],
                   "n_prompts": 50, "sys_draws": 50, "trained_alphas": [1e-2], "doc_len": 8, "d_model": 16,
                   "n_layers": 1, "steps": 20, "proxy_steps": 10, "batch_size": 16, "n_attack": 20, "n_heldout": 50},
-        "quick": {"n_seeds": 3},
+        "quick": {"n_seeds": 5},
         "gpu": {"n_seeds": 5, "steps": 4000, "proxy_steps": 1000, "d_model": 128, "n_layers": 4,
                 "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "batch_size": 256, "n_attack": 1000,
                 "threads": 0},
@@ -132,9 +141,9 @@ class AlignmentAttack(Experiment):
     source = ("Wolf, Wies, Avnery, Levine, Shashua, 'Fundamental Limitations of Alignment in Large Language Models', "
               "ICML 2024, arXiv 2304.11082, Theorems 1, 2, 4 and App. H")
     Config = AlignmentConfig
-    time_estimate = {"smoke": "~10 s", "quick": "111 s measured (exact grid + per seed 2 mixtures x 600 steps and 2 "
-                                                "proxies x 200 steps, d_model 32, 3 seeds; one thread beside another "
-                                                "run)",
+    time_estimate = {"smoke": "~12 s", "quick": "~260 s (estimated from the 111 s measured for 3 seeds x 1,600 "
+                                                "steps: now 5 seeds x 2,200 steps, a second alpha = 1% mixture per "
+                                                "seed as the null arm; d_model 32, one thread)",
                      "gpu": "~15 min on one H100 (5 seeds x 3 alphas, 4-layer d=128)",
                      "paper": "~1 h on one H100 (5 seeds x 3 alphas, 6-layer d=256); the paper's own scale is "
                               "Llama-2-13B-chat with LoRA persona proxies, which lmsci does not download"}
@@ -151,7 +160,7 @@ class AlignmentAttack(Experiment):
             "sentence with the largest log P-/P+, repeated) that misaligns to Theorem 1's length (the theorem is "
             "existential; the median over prompts sampled from P- is reported beside it)",
             "the ratio is <= 1 on every cell of the grid",
-            uncertainty="exact",
+            uncertainty="exact", kind="check",
         ),
         Claim(
             "exact-centre",
@@ -161,7 +170,7 @@ class AlignmentAttack(Experiment):
             "per cell, the centre of a reverse-sigmoid fit (asymptotes B_{P+} and B_{P-}) to the mean behavior of the "
             "sampled prompts, over log((1-alpha)/alpha)/beta; the largest |ratio - 1| over the grid",
             f"|ratio - 1| <= {CENTRE_TOL} on every cell",
-            uncertainty="exact",
+            uncertainty="exact", kind="check",
         ),
         Claim(
             "thm2-system-prompt",
@@ -174,7 +183,7 @@ class AlignmentAttack(Experiment):
             "length (min over cells and m); per cell: the slope of the mean sampled-attack length against m over "
             "beta'/beta (the largest |ratio - 1|)",
             f"the share is >= 1 - delta on every (cell, m) and |slope ratio - 1| <= {SLOPE_TOL} on every cell",
-            uncertainty="exact",
+            uncertainty="exact", kind="check",
         ),
         Claim(
             "thm4-best-of-n",
@@ -185,7 +194,7 @@ class AlignmentAttack(Experiment):
             "over alpha x beta x n: the largest ratio of the greedy misaligning length (B^(n) < gamma_n + eps) to "
             "Theorem 4's length",
             "the ratio is <= 1 everywhere",
-            uncertainty="exact",
+            uncertainty="exact", kind="check",
         ),
         Claim(
             "persona-centre",
@@ -195,11 +204,16 @@ class AlignmentAttack(Experiment):
                    "~ 3 sentences, close to the observed length)",
             "(1/beta) log(1/alpha) ~ 3 sentences, close to the observed misalignment length",
             "per seed: the fitted centre N* of the share of negative next sentences against N (alpha = 1%), times "
-            "beta_hat / log(1/alpha); mean over seeds with its 95% Student-t CI",
-            f"the 95% CI across at least 3 seeds lies within [1/{FACTOR:g}, {FACTOR:g}]",
+            "beta_hat / log(1/alpha); mean over seeds with its 95% Student-t CI; and the fitted rise hi - lo of "
+            "the share, mean over seeds",
+            f"the 95% CI across at least 3 seeds lies within [1/{FACTOR:g}, {FACTOR:g}] and the mean fitted rise is "
+            f">= {RISE_SHARE:g} (neg_bad - neg_good) (a misalignment step, not a fit to a flat curve)",
             gates=(Gate("learned", f"every trained mixture's held-out NLL is within {NLL_GAP} nats/sentence of the "
                                    "Bayes mixture's"),
                    Gate("fit", "the sigmoid fit converged with N* inside the prompt range on every seed")),
+            null="the same statistic for the P+ proxy (trained on good-persona documents only: alpha = 0, so no "
+                 "prompt misaligns it) on the same attack prompts; a fit that fails or has no N* in range does not "
+                 "meet the rule",
         ),
         Claim(
             "persona-alpha-shift",
@@ -208,11 +222,14 @@ class AlignmentAttack(Experiment):
             "N* grows by ln(10)/beta per decade of alpha",
             "per seed: N*(alpha = 0.1%) - N*(alpha = 1%); mean over seeds with its 95% Student-t CI, against "
             "ln(10)/beta_hat (mean over seeds)",
-            "the 95% CI across at least 3 seeds contains ln(10)/beta_hat",
+            "the 95% CI across at least 3 seeds contains ln(10)/beta_hat (decided only when the CI half-width is at "
+            "most half of ln(10)/beta_hat, gate 'resolved')",
             gates=(Gate("learned", f"every trained mixture's held-out NLL is within {NLL_GAP} nats/sentence of the "
                                    "Bayes mixture's"),
                    Gate("fit", "the sigmoid fits converged with N* inside the prompt range on every seed"),
-                   Gate("resolved", "the CI half-width is at most ln(10)/beta_hat (the shift is resolved)")),
+                   Gate("resolved", "the CI half-width is at most half of ln(10)/beta_hat (the shift is resolved)")),
+            null="the same shift between a second mixture model trained at alpha = 1% (an independent training "
+                 "seed) and the alpha = 1% model: no change of prior, so no shift",
         ),
     ]
 
@@ -313,8 +330,8 @@ class AlignmentAttack(Experiment):
                              d_model=cfg.d_model), seed=seed)
 
     def _fit_model(self, cfg: AlignmentConfig, w: PersonaWorld, kind: str, steps: int, seed: int, device: str,
-                   ctx: PointContext) -> GPT:
-        """Train a GPT on fresh documents: ``kind`` "mixture", "bad" or "good"."""
+                   ctx: PointContext, tag: str | None = None) -> GPT:
+        """Train a GPT on fresh documents: ``kind`` "mixture", "bad" or "good" (``tag``: its name in the log)."""
         model = self._model(cfg, w, derive_seed(seed, kind, "init"))
 
         def get_batch(step: int, gen: torch.Generator):
@@ -329,7 +346,7 @@ class AlignmentAttack(Experiment):
         tcfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(50, steps // 10),
                            weight_decay=0.0, device=device, log_every=50)
         train(model, get_batch, tcfg, seed=derive_seed(seed, kind, "train"),
-              log=lambda r: ctx.log(model=kind, alpha=w.alpha if kind == "mixture" else None, **r))
+              log=lambda r: ctx.log(model=tag or kind, alpha=w.alpha if kind == "mixture" else None, **r))
         return model.eval()
 
     @staticmethod
@@ -378,6 +395,22 @@ class AlignmentAttack(Experiment):
                         f"{tag}_nstar_bayes": fit_b["centre"] if fit_b else None,
                         f"{tag}_theory": math.log(1 / a) / beta_hat})
             curves[tag] = {"model": share.tolist(), "bayes": bayes.tolist()}
+        # null arms: the P+ proxy on the same prompts (alpha = 0); a second alpha[0] mixture (no change of prior)
+        a0 = cfg.trained_alphas[0]
+        N = np.arange(L + 1)
+        with torch.no_grad():
+            gshare = torch.softmax(good(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
+        gfit = fit_sigmoid(N, gshare)
+        w0 = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a0, cfg.doc_len)
+        mix2 = self._fit_model(cfg, w0, "mixture", cfg.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
+                               tag="mixture-null")
+        with torch.no_grad():
+            share2 = torch.softmax(mix2(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
+        fit2 = fit_sigmoid(N, share2)
+        row.update({"good_nstar": gfit["centre"] if gfit else None,
+                    "good_rise": gfit["hi"] - gfit["lo"] if gfit else None,
+                    "null_a0_nstar": fit2["centre"] if fit2 else None})
+        curves["good_proxy"] = {"model": gshare.tolist()}
         import json
 
         (ctx.artifact_dir / "curves.json").write_text(json.dumps(curves))
@@ -427,42 +460,80 @@ class AlignmentAttack(Experiment):
                 return (vals, good)
 
             fit0 = ok_fit(t0)
-            ratios = [float(r[f"{t0}_nstar"]) * float(r["beta_hat"]) / math.log(1 / a0) for _, r in tr.iterrows()
-                      if r.get(f"{t0}_nstar") is not None and not pd.isna(r.get(f"{t0}_nstar"))]
-            if ratios:
-                st = across_seeds(ratios)
+            rise_min = RISE_SHARE * (cfg.neg_bad - cfg.neg_good)
+
+            def centre_stat(ncol: str, rcols) -> tuple[Any, Any, Any]:
+                """(SeedStat of N* beta_hat / log(1/alpha0), mean rise, passed) for the column ``ncol``."""
+                rows = [r for _, r in tr.iterrows() if ncol in r and r.get(ncol) is not None and not pd.isna(r.get(ncol))]
+                if not rows:
+                    return None, None, None
+                rat = [float(r[ncol]) * float(r["beta_hat"]) / math.log(1 / a0) for r in rows]
+                rise = [rcols(r) for r in rows]
+                rise = float(np.nanmean(rise)) if any(x is not None and np.isfinite(x) for x in rise) else float("nan")
+                st = across_seeds(rat)
                 lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
+                return st, rise, bool(lo >= 1 / FACTOR and hi <= FACTOR and rise >= rise_min)
+
+            def real_rise(r):
+                return float(r[f"{t0}_hi"]) - float(r[f"{t0}_lo"]) if f"{t0}_hi" in r and not pd.isna(r.get(f"{t0}_hi")) \
+                    else float("nan")
+
+            st, rise, ok = centre_stat(f"{t0}_nstar", real_rise)
+            if "good_nstar" in tr:
+                gst, grise, gok = centre_stat("good_nstar", lambda r: float(r["good_rise"])
+                                              if not pd.isna(r.get("good_rise")) else float("nan"))
+                # no fit, or no centre inside the prompt range, does not meet the rule
+                g_in = all(x is not None and not pd.isna(x) and 0 <= float(x) <= lmax for x in tr["good_nstar"])
+                null0 = (None, False) if gst is None else (gst.mean, bool(gok and g_in))
+            else:
+                null0 = (None, None)
+            if st is not None:
                 out.append(self.judge(cfg, "persona-centre", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                                      passed=bool(lo >= 1 / FACTOR and hi <= FACTOR),
-                                      gates={"learned": learned, "fit": fit0},
-                                      details={"ratio_per_seed": ratios,
+                                      passed=ok, gates={"learned": learned, "fit": fit0}, null=null0,
+                                      details={"ratio_per_seed": [float(r[f"{t0}_nstar"]) * float(r["beta_hat"]) /
+                                                                  math.log(1 / a0) for _, r in tr.iterrows()
+                                                                  if not pd.isna(r.get(f"{t0}_nstar"))],
+                                               "mean_rise": rise, "rise_min": rise_min,
                                                "nstar_per_seed": [float(x) for x in tr[f"{t0}_nstar"]],
                                                "theory_per_seed": [float(x) for x in tr[f"{t0}_theory"]],
                                                "beta_hat_per_seed": [float(x) for x in tr["beta_hat"]],
-                                               "beta_true": float(tr["beta_true"].iloc[0])}))
+                                               "beta_true": float(tr["beta_true"].iloc[0]),
+                                               "null_good_proxy_nstar": [None if pd.isna(x) else float(x) for x in
+                                                                         tr["good_nstar"]] if "good_nstar" in tr
+                                               else None}))
             else:
                 out.append(self.judge(cfg, "persona-centre", value=None, passed=None, gates={"learned": learned,
                                                                                              "fit": fit0},
-                                      why_not_computed="no sigmoid fit converged"))
+                                      why_not_computed="no sigmoid fit converged", null=null0))
             if len(cfg.trained_alphas) >= 2:
                 t1 = f"a{cfg.trained_alphas[1]:g}"
                 fit1 = ok_fit(t1)
                 shifts = [float(r[f"{t1}_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
                           if not pd.isna(r.get(f"{t1}_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
                 target = math.log(a0 / cfg.trained_alphas[1]) / float(tr["beta_hat"].mean())
+                null1 = (None, None)
+                if "null_a0_nstar" in tr:
+                    nsh = [float(r["null_a0_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
+                           if not pd.isna(r.get("null_a0_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
+                    if len(nsh) >= 2:
+                        nst = across_seeds(nsh)
+                        null1 = (nst.mean, bool(nst.lo <= target <= nst.hi))
+                    else:
+                        null1 = (float(np.mean(nsh)) if nsh else None, None)
                 if len(shifts) >= 1:
                     st = across_seeds(shifts)
                     half = (st.hi - st.lo) / 2 if st.n >= 2 else float("inf")
                     lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
                     out.append(self.judge(
                         cfg, "persona-alpha-shift", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                        passed=bool(lo <= target <= hi),
+                        passed=bool(lo <= target <= hi), null=null1,
                         gates={"learned": learned, "fit": (fit1[1] and fit0[1], fit0[1] and fit1[1]),
-                               "resolved": (half, half <= target)},
-                        details={"shift_per_seed": shifts, "target_ln10_over_beta_hat": target}))
+                               "resolved": (half, half <= target / 2)},
+                        details={"shift_per_seed": shifts, "target_ln10_over_beta_hat": target,
+                                 "null_same_alpha_shift": null1[0]}))
                 else:
                     out.append(self.judge(cfg, "persona-alpha-shift", value=None, passed=None,
-                                          gates={"learned": learned, "fit": (False, False)},
+                                          gates={"learned": learned, "fit": (False, False)}, null=null1,
                                           why_not_computed="no sigmoid fit converged"))
         return out
 
@@ -497,7 +568,9 @@ class AlignmentAttack(Experiment):
                 for i, (tag, c) in enumerate(curves.items()):
                     first = int(r.get("seed_index", 0) or 0) == 0
                     ax.plot(c["model"], color=f"C{i}", alpha=0.8, label=f"transformer {tag}" if first else None)
-                    ax.plot(c["bayes"], color=f"C{i}", ls="--", alpha=0.6, label=f"Bayes mixture {tag}" if first else None)
+                    if "bayes" in c:  # the P+ proxy (null arm) has no Bayes curve
+                        ax.plot(c["bayes"], color=f"C{i}", ls="--", alpha=0.6,
+                                label=f"Bayes mixture {tag}" if first else None)
             ax.set_xlabel("N attack sentences (sampled from the P- proxy)")
             ax.set_ylabel("share of negative next sentences")
             ax.grid(True, alpha=0.3)
