@@ -21,6 +21,18 @@ seed k as ``<id>__s{k}``: seed k's eval and profile points load the model of ``t
 Registered claims (:attr:`LengthGeneralization.claims`) are decided on per-seed statistics with a
 Student-t 95% CI across training seeds; within-run intervals (over evaluation sequences) are reported
 in the verdict details, labelled "within-run".
+
+Null arms (issue 29), each the same statistic and rule in the same run: vanilla-nll-rises: the vanilla
+model within the training length (contexts L/2..L of the long sequences against the same reference);
+lm-infinite-flat: vanilla attention (the paper's baseline, Table 1 / Fig. 3); sliding-window-degrades: the
+same window with the starting tokens kept (LM-Infinite, n_global); needs-starting-tokens: the same number of
+extra keys taken from the recent tokens instead of the starting ones (``lm_infinite_W<G>``: window L + G, no
+starting tokens, ceiling L); entropy-grows: sliding-window attention (every query sees L keys, so its entropy
+cannot grow with length) in vanilla's place; theorem1-logits-explode: the distance ceiling alone (every key
+visible, distances clipped at L: no unseen distance); theorem1-ceiling-bounds: vanilla attention (every key
+beyond the window visible at its true distance). theorem1-ceiling-bounds stays a claim, not a design check: the
+visible starting tokens are scored at the seen distance L, but their logit is not bounded by construction (an
+untrained smoke model exceeds the in-window maximum by 0.002).
 """
 
 from __future__ import annotations
@@ -105,6 +117,10 @@ def _policies(cfg: LengthGeneralizationConfig) -> dict[str, Any]:
                            "attention_sinks": attention_sinks_policy(L, cfg.n_sink)}
     for g in sorted(set(cfg.ablation_n_global) | {cfg.n_global}):
         out[f"lm_infinite_G{g}"] = lm_infinite_policy(L, g)
+    # the null arm of needs-starting-tokens: G more *recent* keys instead of G starting tokens (window L + G, no
+    # starting tokens, distances clipped at L as LM-Infinite's)
+    for g in sorted(g for g in set(cfg.ablation_n_global) | {cfg.n_global} if g >= 1):
+        out[f"lm_infinite_W{g}"] = lm_infinite_policy(L + g, 0, d_max=L)
     return out
 
 
@@ -193,6 +209,8 @@ class LengthGeneralization(Experiment):
             statistic="mean NLL over contexts 4L..T minus the in-length NLL of the same text cut into windows of L "
                       "(contexts L/2..L), paired over evaluation sequences, mean per training seed [nats]",
             rule="mean across seeds >= 0.25 nats and lower end of the 95% CI across seeds (Student t) > 0",
+            null="the same vanilla model within its training length: mean NLL over contexts L/2..L of the same long "
+                 "sequences minus the same in-length reference (no position beyond L, so nothing can rise)",
         ),
         Claim(
             id="lm-infinite-flat",
@@ -204,6 +222,7 @@ class LengthGeneralization(Experiment):
             statistic="ratio of LM-Infinite NLL (contexts 4L..T) to the in-length NLL of the same text, mean over "
                       "sequences, per training seed",
             rule="upper end of the 95% CI across seeds (Student t) <= 1.05",
+            null="vanilla attention on the same text (the paper's baseline: no Lambda mask, no distance ceiling)",
         ),
         Claim(
             id="sliding-window-degrades",
@@ -213,6 +232,8 @@ class LengthGeneralization(Experiment):
             statistic="ratio of sliding-window NLL (contexts 4L..T) to the in-length NLL of the same text, mean over "
                       "sequences, per training seed",
             rule="mean across seeds > 1.05 (the 95% CI across seeds is reported)",
+            null="the same window of L keys with the n_global starting tokens kept (LM-Infinite, the paper's "
+                 "comparison): the manipulated factor, the missing starting tokens, is removed",
         ),
         Claim(
             id="needs-starting-tokens",
@@ -222,6 +243,8 @@ class LengthGeneralization(Experiment):
             statistic="NLL(n_global=0) - NLL(n_global=G) over contexts 4L..T, per training seed, for every G >= 1 "
                       "evaluated (ablation_n_global and n_global); value = the smallest mean difference [nats]",
             rule="for every evaluated G >= 1: lower end of the 95% CI across seeds (Student t) > 0",
+            null="the same difference with G extra recent keys in place of the G starting tokens (window L + G, no "
+                 "starting tokens, distances clipped at L): as many extra keys, none of them a starting token",
         ),
         Claim(
             id="entropy-grows",
@@ -234,6 +257,8 @@ class LengthGeneralization(Experiment):
                       "as a layer mean [nats]",
             rule="vanilla: lower end of the 95% CI across seeds (Student t) > 0 in more than half of the layers; "
                  "and LM-Infinite (layer mean, mean across seeds) <= 0.05 nats",
+            null="sliding-window attention (L keys) in vanilla's place: every query past L sees exactly L keys, so "
+                 "its entropy cannot grow with length",
         ),
         Claim(
             id="theorem1-logits-explode",
@@ -245,6 +270,8 @@ class LengthGeneralization(Experiment):
                       "sequences (paired) per training seed [logit units]",
             rule="per (layer, k): lower end of the 95% CI across seeds (Student t) > 0; holds for more than half of "
                  "the k >= 1 in more than half of the layers",
+            null="the same bands with LM-Infinite's distance ceiling alone (every key visible, distances >= L scored "
+                 "at L): no key sits at a distance unseen in training",
         ),
         Claim(
             id="theorem1-ceiling-bounds",
@@ -256,10 +283,13 @@ class LengthGeneralization(Experiment):
                       "visible keys at true distance >= L (the starting tokens) minus the max over keys at distances "
                       "[0, L); max over layers, sequences and training seeds [logit units]",
             rule="<= 0 in every layer, sequence and training seed (no visible key beyond the window: holds)",
+            null="the same statistic under vanilla attention (every key at true distance >= L visible, at its true "
+                 "distance): Theorem 1's unseen distances are not clipped",
         ),
     ]
     time_estimate = {"smoke": "~20 s (1 seed)",
-                     "quick": "100 s measured (3 seeds, one thread beside another run)",
+                     "quick": "~2.5 min (3 seeds; 100 s measured one thread beside another run before the null arms "
+                              "of issue 29 added 3 evaluations and 2 attention profiles per seed; estimated)",
                      "gpu": "~15 min on one H100 (3 seeds x 5,000 steps, 7 methods over 16 sequences of 4,096 tokens; "
                             "estimated, not measured: no GPU in the session that wrote it)",
                      "paper": "~9 GPU-hours with 3 seeds (estimated)"}
@@ -337,7 +367,7 @@ class LengthGeneralization(Experiment):
             running_max_by_distance,
             start_token_pca,
         )
-        from lmsci.methods.lm_infinite import full_policy, lm_infinite_policy
+        from lmsci.methods.lm_infinite import full_policy, lm_infinite_policy, sliding_window_policy
 
         x = eval_sequences(cfg, cfg.n_eval_seqs)[: cfg.profile_seqs]
         L = cfg.seq_len
@@ -345,7 +375,11 @@ class LengthGeneralization(Experiment):
         far0 = b["far"][0] + 1
         row: dict[str, Any] = {"kind": "profile", "method": ""}
         arrays: dict[str, np.ndarray] = {}
-        for name, pol in (("vanilla", full_policy()), ("lm_infinite", lm_infinite_policy(L, cfg.n_global))):
+        T = x.shape[1]
+        # vanilla and LM-Infinite; the null arms: the sliding window (entropy-grows) and the distance ceiling alone,
+        # every key visible (theorem1-logits-explode)
+        for name, pol in (("vanilla", full_policy()), ("lm_infinite", lm_infinite_policy(L, cfg.n_global)),
+                          ("sliding_window", sliding_window_policy(L)), ("ceiling", lm_infinite_policy(T, 0, d_max=L))):
             # one sequence at a time: Theorem 1 and the entropy statistic are paired over sequences
             profs = [attention_profile(model, x[i:i + 1], pol, keep_last_row=True) for i in range(len(x))]
             ml = np.stack([p.max_logit for p in profs])  # [seqs, layers, n]
@@ -366,19 +400,21 @@ class LengthGeneralization(Experiment):
             # per layer: far entropy minus the largest in-length entropy, per sequence then mean
             de = np.nanmean(ent[:, :, far0:], axis=2) - np.nanmax(ent[:, :, :L], axis=2)  # [seqs, layers]
             row[f"{name}_entropy_far_minus_inmax_by_layer"] = json.dumps([round(float(v), 6) for v in de.mean(0)])
-            if name == "vanilla":
-                d = bands[:, :, 1:] - bands[:, :, :1]  # [seqs, layers, k>=1]
-                row["thm1_band_minus_in"] = json.dumps(np.round(d.mean(0), 6).tolist())
-                se = d.std(0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1:], np.nan)
-                row["thm1_band_minus_in_se"] = json.dumps(np.round(se, 6).tolist())
-            else:
-                # visible keys at true distance >= L (the starting tokens) vs the keys at distances [0, L)
-                by_dist = last[..., ::-1].max(axis=2)  # [seqs, layers, n] distance order, max over heads
+            if name in ("vanilla", "lm_infinite"):
+                # keys at true distance >= L that are visible vs the keys at distances [0, L), max over heads
+                by_dist = last[..., ::-1].max(axis=2)  # [seqs, layers, n] distance order
                 beyond = np.where(np.isfinite(by_dist[..., L:]), by_dist[..., L:], -np.inf).max(-1)
                 inwin = np.where(np.isfinite(by_dist[..., :L]), by_dist[..., :L], -np.inf).max(-1)
                 n_vis = int(np.isfinite(by_dist[0, 0, L:]).sum())
-                row["lmi_n_beyond_keys"] = n_vis
-                row["lmi_beyond_minus_in_max"] = float((beyond - inwin).max()) if n_vis else float("nan")
+                pre = "lmi" if name == "lm_infinite" else "vanilla"
+                row[f"{pre}_n_beyond_keys"] = n_vis
+                row[f"{pre}_beyond_minus_in_max"] = float((beyond - inwin).max()) if n_vis else float("nan")
+            if name in ("vanilla", "ceiling"):
+                pre = "thm1" if name == "vanilla" else "ceiling_thm1"
+                d = bands[:, :, 1:] - bands[:, :, :1]  # [seqs, layers, k>=1]
+                row[f"{pre}_band_minus_in"] = json.dumps(np.round(d.mean(0), 6).tolist())
+                se = d.std(0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1:], np.nan)
+                row[f"{pre}_band_minus_in_se"] = json.dumps(np.round(se, 6).tolist())
         n_pca = min(2 * L, x.shape[1])
         pca = start_token_pca(model, eval_sequences(cfg, cfg.n_eval_seqs)[:, :n_pca], n_start=4)
         arrays["pca_coords"] = pca.coords
@@ -427,10 +463,16 @@ class LengthGeneralization(Experiment):
         rise = ps(results, "eval", "vanilla", "far_minus_ref")
         if rise:
             st = across_seeds(rise.values())
+            v_in, v_ref = ps(results, "eval", "vanilla", "nll_in"), ps(results, "eval", "vanilla", "nll_ref_in")
+            n_rise = {k: v_in[k] - v_ref[k] for k in rise if k in v_in and k in v_ref}
+            null = None
+            if len(n_rise) == len(rise):
+                ns = across_seeds(n_rise.values())
+                null = (ns.mean, bool(ns.mean >= RISE and ns.lo > 0))
             out.append(self.judge(
                 cfg, "vanilla-nll-rises", value=st.mean, passed=bool(st.mean >= RISE and st.lo > 0), ci=st.ci,
-                ci_kind=st.kind, n_seeds=st.n,
-                details={"per_seed": rise, wr: self._within(rise, ps(results, "eval", "vanilla", "far_minus_ref_se")),
+                ci_kind=st.kind, n_seeds=st.n, null=null,
+                details={"per_seed": rise, "null_per_seed (within the training length)": n_rise, wr: self._within(rise, ps(results, "eval", "vanilla", "far_minus_ref_se")),
                          "nll_in_ref": ps(results, "eval", "vanilla", "nll_ref_in"),
                          "nll_far": ps(results, "eval", "vanilla", "nll_far")},
                 note="Small char-level models can extrapolate RoPE partly; larger models / longer training sharpen "
@@ -444,10 +486,15 @@ class LengthGeneralization(Experiment):
                      "nll_in_vanilla": ps(results, "eval", "vanilla", "nll_in"),
                      "nll_far_lm_infinite": ps(results, "eval", lmi_m, "nll_far"),
                      "nll_in_ref": ps(results, "eval", lmi_m, "nll_ref_in")}
+            van = ps(results, "eval", "vanilla", "far_ratio")
+            null = None
+            if len(van) == len(ratio):
+                vs_ = across_seeds(van.values())
+                null = (vs_.mean, bool(vs_.hi <= CLAIM_MARGIN))
             out.append(self.judge(
                 cfg, "lm-infinite-flat", value=st.mean, passed=bool(st.hi <= CLAIM_MARGIN), ci=st.ci, ci_kind=st.kind,
-                n_seeds=st.n,
-                details={"per_seed": ratio, wr: self._within(ratio, ps(results, "eval", lmi_m, "far_ratio_se")),
+                n_seeds=st.n, null=null,
+                details={"per_seed": ratio, "null_per_seed (vanilla)": van, wr: self._within(ratio, ps(results, "eval", lmi_m, "far_ratio_se")),
                          "in_window_nll_reported_not_gated": inwin},
                 note=f"n_global={cfg.n_global}, window = distance ceiling = L={cfg.seq_len}. In-window NLL of "
                      "LM-Infinite vs vanilla is reported in details (the paper's 3.4 -> 4.3 caveat), not gated."))
@@ -456,10 +503,14 @@ class LengthGeneralization(Experiment):
         sw = ps(results, "eval", "sliding_window", "far_ratio")
         if sw:
             st = across_seeds(sw.values())
+            lmi = ps(results, "eval", lmi_m, "far_ratio")
+            null = None
+            if len(lmi) == len(sw):
+                null = (across_seeds(lmi.values()).mean, bool(across_seeds(lmi.values()).mean > CLAIM_MARGIN))
             out.append(self.judge(
                 cfg, "sliding-window-degrades", value=st.mean, passed=bool(st.mean > CLAIM_MARGIN), ci=st.ci,
-                ci_kind=st.kind, n_seeds=st.n,
-                details={"per_seed": sw,
+                ci_kind=st.kind, n_seeds=st.n, null=null,
+                details={"per_seed": sw, f"null_per_seed ({lmi_m}: the window with starting tokens)": lmi,
                          wr: self._within(sw, ps(results, "eval", "sliding_window", "far_ratio_se"))},
                 note="StreamingLLM: window attention collapses once the first tokens (attention sinks) leave the "
                      "cache; a tiny model with weak sinks may not show it."))
@@ -475,6 +526,17 @@ class LengthGeneralization(Experiment):
                 if d:
                     diffs[f"G{g}"] = d
                     stats[g] = across_seeds(d.values())
+            # the null arm: G extra recent keys (lm_infinite_W<G>) in place of the G starting tokens
+            ndiffs, nstats = {}, {}
+            for g in gs:
+                wv = ps(results, "eval", f"lm_infinite_W{g}", "nll_far")
+                d = {k: g0[k] - wv[k] for k in g0 if k in wv}
+                if d:
+                    ndiffs[f"W{g}"] = d
+                    nstats[g] = across_seeds(d.values())
+            null = None
+            if stats and set(nstats) == set(stats):
+                null = (min(s.mean for s in nstats.values()), bool(all(s.lo > 0 for s in nstats.values())))
             if stats:
                 worst = min(stats, key=lambda g: stats[g].lo)
                 st = stats[worst]
@@ -482,8 +544,11 @@ class LengthGeneralization(Experiment):
                     cfg, "needs-starting-tokens", value=min(s.mean for s in stats.values()),
                     passed=bool(all(s.lo > 0 for s in stats.values())), ci=st.ci,
                     ci_kind=f"{st.kind}, for G={worst} (the lowest CI)", n_seeds=min(s.n for s in stats.values()),
+                    null=null,
                     details={"per_seed_nll_far_G0_minus_G": diffs,
-                             "ci_by_G": {f"G{g}": [s.lo, s.hi] for g, s in stats.items()}}))
+                             "ci_by_G": {f"G{g}": [s.lo, s.hi] for g, s in stats.items()},
+                             "null_per_seed_nll_far_G0_minus_W (G recent keys instead)": ndiffs,
+                             "null_ci_by_G": {f"W{g}": [s.lo, s.hi] for g, s in nstats.items()}}))
 
         # entropy-grows
         ve = self._layer_lists(results, "vanilla_entropy_far_minus_inmax_by_layer")
@@ -494,11 +559,20 @@ class LengthGeneralization(Experiment):
             n_up = sum(s.lo > 0 for s in per_layer)
             lmi_mean = across_seeds([float(np.mean(v)) for v in le.values()])
             van_mean = across_seeds([float(np.mean(v)) for v in ve.values()])
+            swe = self._layer_lists(results, "sliding_window_entropy_far_minus_inmax_by_layer")
+            null, nd = None, {}
+            if swe and set(swe) == set(ve):
+                sw_layers = [across_seeds([swe[k][i] for k in swe]) for i in range(n_layers)]
+                n_up_sw = sum(s.lo > 0 for s in sw_layers)
+                null = (across_seeds([float(np.mean(v)) for v in swe.values()]).mean,
+                        bool(n_up_sw > n_layers / 2 and lmi_mean.mean <= ENTROPY_TOL))
+                nd = {"null_sliding_window_layers_with_ci_above_0": f"{n_up_sw} of {n_layers}",
+                      "null_per_seed_sliding_window_by_layer": swe}
             out.append(self.judge(
                 cfg, "entropy-grows", value=van_mean.mean,
                 passed=bool(n_up > n_layers / 2 and lmi_mean.mean <= ENTROPY_TOL),
-                ci=van_mean.ci, ci_kind=van_mean.kind + " (vanilla, layer mean)", n_seeds=van_mean.n,
-                details={"vanilla_layers_with_ci_above_0": f"{n_up} of {n_layers}",
+                ci=van_mean.ci, ci_kind=van_mean.kind + " (vanilla, layer mean)", n_seeds=van_mean.n, null=null,
+                details={**nd, "vanilla_layers_with_ci_above_0": f"{n_up} of {n_layers}",
                          "vanilla_ci_by_layer": [[s.mean, s.lo, s.hi] for s in per_layer],
                          "lm_infinite_layer_mean": lmi_mean.mean, "lm_infinite_ci": list(lmi_mean.ci or ()),
                          "per_seed_vanilla_by_layer": ve, "per_seed_lm_infinite_by_layer": le}))
@@ -515,12 +589,24 @@ class LengthGeneralization(Experiment):
                     lo[i, j] = across_seeds(arr[:, i, j]).lo
             frac_k = (lo > 0).mean(1)  # per layer: fraction of k >= 1 with CI above 0
             layers_ok = int((frac_k > 0.5).sum())
+            # the null arm: the same bands under the distance ceiling alone (no unseen distance)
+            c1 = self._layer_lists(results, "ceiling_thm1_band_minus_in")
+            null, nd = None, {}
+            if c1 and set(c1) == set(t1):
+                carr = np.array([c1[k] for k in sorted(c1)], dtype=float)
+                clo = np.array([[across_seeds(carr[:, i, j]).lo if np.isfinite(carr[:, i, j]).any() else np.nan
+                                 for j in range(carr.shape[2])] for i in range(carr.shape[1])])
+                c_layers_ok = int(((clo > 0).mean(1) > 0.5).sum())
+                finite = carr[np.isfinite(carr)]
+                null = (float(finite.mean()) if finite.size else None, bool(c_layers_ok > carr.shape[1] / 2))
+                nd = {"null_ceiling_layers_with_most_k_above_0": f"{c_layers_ok} of {carr.shape[1]}",
+                      "null_ceiling_mean_by_layer_and_k": np.round(carr.mean(0), 4).tolist()}
             se = self._layer_lists(results, "thm1_band_minus_in_se")
             out.append(self.judge(
                 cfg, "theorem1-logits-explode", value=float(mean.mean()), passed=bool(layers_ok > n_layers / 2),
                 ci_kind=f"per (layer, k) 95% CI across {arr.shape[0]} seed(s) (Student t); value = mean over layers, "
-                        "k and seeds", n_seeds=arr.shape[0],
-                details={"layers_with_most_k_above_0": f"{layers_ok} of {n_layers}",
+                        "k and seeds", n_seeds=arr.shape[0], null=null,
+                details={**nd, "layers_with_most_k_above_0": f"{layers_ok} of {n_layers}",
                          "fraction_of_k_with_ci_above_0_by_layer": frac_k.tolist(),
                          "mean_by_layer_and_k": np.round(mean, 4).tolist(),
                          "within-run SE over profile sequences (seed 0)": se.get(min(se), None) if se else None},
@@ -533,10 +619,12 @@ class LengthGeneralization(Experiment):
         if nk:
             worst = max(bm.values()) if bm else float("nan")
             passed = (not bm) or worst <= 0
+            vb = ps(results, "profile", None, "vanilla_beyond_minus_in_max")
+            null = (max(vb.values()), bool(max(vb.values()) <= 0)) if len(vb) == len(nk) else None
             out.append(self.judge(
                 cfg, "theorem1-ceiling-bounds", value=worst if bm else None, passed=bool(passed),
-                n_seeds=len(nk), ci_kind="maximum over layers, sequences and seeds",
-                details={"per_seed_max": bm, "visible_keys_beyond_window": nk}))
+                n_seeds=len(nk), ci_kind="maximum over layers, sequences and seeds", null=null,
+                details={"per_seed_max": bm, "visible_keys_beyond_window": nk, "null_per_seed_max (vanilla)": vb}))
         return out
 
     @staticmethod
