@@ -75,36 +75,56 @@ def test_watermark_is_detected_on_a_high_entropy_model():
 
 
 # -- verdicts from synthetic tables ---------------------------------------------------------------------
-def _row(tpr=0.99, tpr_s=0.98, ks=0.4, diff=5.0, zpred=6.0):
-    r = {"point": "kgw", "status": "ok", "seed_index": 0}
-    for s, t in (("lefthash", tpr), ("selfhash", tpr_s)):
-        r.update({f"{s}_tpr": t, f"{s}_fpr": 0.0, f"{s}_z_median": 8.0, f"{s}_green_frac": 0.6, f"{s}_ks_p": ks,
-                  f"{s}_mean_spike": 0.8, f"{s}_thm42_z": zpred, f"{s}_thm42_diff": diff, f"{s}_thm42_diff_se": 1.0,
-                  f"{s}_thm42_green": 110.0, f"{s}_thm42_bound": 110.0 - diff, f"{s}_thm42_frac_above": 0.8})
-    return pd.DataFrame([r])
+def _row(tpr=0.99, tpr_s=0.98, ks=0.4, diff=5.0, zpred=6.0, seeds=3, fpr=0.0, ks_marked=1e-30):
+    rows = []
+    for k in range(seeds):
+        r = {"point": "kgw" + (f"__s{k}" if k else ""), "status": "ok", "seed_index": k}
+        for s, t in (("lefthash", tpr), ("selfhash", tpr_s)):
+            r.update({f"{s}_tpr": t, f"{s}_fpr": fpr, f"{s}_z_median": 8.0, f"{s}_green_frac": 0.6, f"{s}_ks_p": ks,
+                      f"{s}_ks_p_marked": ks_marked, f"{s}_mean_spike": 0.8, f"{s}_thm42_z": zpred,
+                      f"{s}_thm42_diff": diff, f"{s}_thm42_diff_se": 1.0, f"{s}_thm42_green": 110.0,
+                      f"{s}_thm42_bound": 110.0 - diff, f"{s}_thm42_frac_above": 0.8})
+        rows.append(r)
+    return pd.DataFrame(rows)
 
 
-def _verdicts(df, tmp_path, preset="quick"):
+def _verdicts(df, tmp_path, preset="gpu"):
     cfg = resolve_config(WatermarkConfig, preset)
     return {v.claim_id: v for v in Watermark().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+CLAIMS = ("tpr-lefthash", "tpr-selfhash", "null-normal")
 
 
 def test_papers_numbers_are_reproduced(tmp_path):
     vs = _verdicts(_row(tpr=0.994), tmp_path)
     assert {k: v.outcome for k, v in vs.items()} == {"tpr-lefthash": "reproduced", "tpr-selfhash": "reproduced",
-                                                      "null-normal": "reproduced", "thm42-bound": "reproduced"}
+                                                      "null-normal": "reproduced", "thm42-bound": "passed"}
+    assert vs["thm42-bound"].kind == "check" and all(vs[k].null_passed is False for k in CLAIMS)
     assert vs["tpr-lefthash"].ci[0] < 0.994 < vs["tpr-lefthash"].ci[1]
 
 
 def test_failures_are_not_reproduced(tmp_path):
     vs = _verdicts(_row(tpr=0.8, tpr_s=0.5, ks=0.001, diff=-5.0), tmp_path)
-    assert all(v.outcome == "not reproduced" for v in vs.values())
+    assert all(vs[k].outcome == "not reproduced" for k in CLAIMS) and vs["thm42-bound"].outcome == "failed"
 
 
-def test_low_entropy_is_inconclusive(tmp_path):
+def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    from lmsci.claims import NULL_MEETS_RULE
+
+    vs = _verdicts(_row(fpr=0.99, ks_marked=0.5), tmp_path)  # unwatermarked texts flagged; marked z look normal
+    for k in CLAIMS:
+        assert vs[k].outcome == "inconclusive" and vs[k].null_passed is True, k
+        assert any(NULL_MEETS_RULE in r for r in vs[k].reasons)
+
+
+def test_low_entropy_and_scale_are_inconclusive(tmp_path):
     vs = _verdicts(_row(tpr=0.5, zpred=2.0), tmp_path)
     assert vs["tpr-lefthash"].outcome == "inconclusive"
     assert _verdicts(_row(), tmp_path, "smoke")["null-normal"].outcome == "inconclusive"
+    # quick (one seed) is below the claims' scale; fewer than 3 seeds at gpu are inconclusive
+    assert all(v.outcome == "inconclusive" for v in _verdicts(_row(seeds=1), tmp_path, "quick").values())
+    assert _verdicts(_row(seeds=2), tmp_path)["tpr-lefthash"].outcome == "inconclusive"
 
 
 def test_smoke_preset_runs(tmp_path):
@@ -115,3 +135,11 @@ def test_smoke_preset_runs(tmp_path):
     df = pd.read_csv(run.path / "results.csv")
     assert 0 <= df["lefthash_tpr"].iloc[0] <= 1 and np.isfinite(df["lefthash_ks_p"].iloc[0])
     assert "sweep2_ppl" in df and 0 < df["top40_mass_plain"].iloc[0] <= 1
+    vs = {v.claim_id: v for v in run.verdicts()}
+    # the smoke model (5 steps) is nearly untrained, so its watermark may not be detected, but the unwatermarked
+    # texts are never flagged at z > 4: the TPR claims' null arm (the FPR) does not meet TPR >= 0.95
+    for k in ("tpr-lefthash",):
+        assert vs[k].null_value is not None and vs[k].null_passed is False, (k, vs[k].null_value)
+    # null-normal's null arm (KS on 24-token watermarked texts of a 5-step model) is measured; too small to promise
+    # that it rejects, so only that it is computed
+    assert vs["null-normal"].null_value is not None
