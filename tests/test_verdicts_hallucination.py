@@ -33,15 +33,15 @@ def _rows(window_fracs: dict[str, list[float]], *, final_loss: float = 0.02, nul
         elif null == "learns":
             arms.append(("shuffled", fracs, final_loss))
         for arm, fr, fl in arms:
-          for k, f in enumerate(fr):
-            rows.append({"point": f"linear-onehot_{table}" + ("_shuffled" if arm == "shuffled" else "")
-                         + (f"__s{k}" if k else ""), "variant": "linear-onehot", "arm": arm,
-                         "facts": table, "log_D": LOG_D, "H_a_given_r": h, "initial_loss": math.log(32),
-                         "final_loss": fl, "final_acc": 1.0, "plateau": f > 0, "plateau_level": h if f else None,
-                         "window_frac": f, "window_start": 500 if f else None,
-                         "window_end": 500 + int(f * 8192) if f else None, "window_level": h if f else None,
-                         "window_rel_loss": 0.01 if f else None, "window": f >= 0.1, "seed_index": k,
-                         "status": "ok"})
+            for k, f in enumerate(fr):
+                rows.append({"point": f"linear-onehot_{table}" + ("_shuffled" if arm == "shuffled" else "")
+                             + (f"__s{k}" if k else ""), "variant": "linear-onehot", "arm": arm,
+                             "facts": table, "log_D": LOG_D, "H_a_given_r": h, "initial_loss": math.log(32),
+                             "final_loss": fl, "final_acc": 1.0, "plateau": f > 0, "plateau_level": h if f else None,
+                             "window_frac": f, "window_start": 500 if f else None,
+                             "window_end": 500 + int(f * 8192) if f else None, "window_level": h if f else None,
+                             "window_rel_loss": 0.01 if f else None, "window": f >= 0.1, "seed_index": k,
+                             "status": "ok"})
     return pd.DataFrame(rows)
 
 
