@@ -63,22 +63,37 @@ def test_propose_span_draws_from_the_model():
     assert (freq - p).abs().max() < 0.015  # 20,000 draws: the standard error is at most 0.0036
 
 
-def _row(z0=9.0, zf=1.2, dq=0.01):
-    return pd.DataFrame([{"point": "walk", "status": "ok", "seed_index": 0, "z0_median": z0, "zf_median": zf,
-                          "judge_dq_median": dq, "traceable_share": 1.0, "trace_own_overlap": 0.4,
-                          "trace_other_max_overlap": 0.02, "tokens_changed": 0.7}])
+def _row(z0=9.0, zf=1.2, dq=0.01, seeds=3):
+    return pd.DataFrame([{"point": "walk" + (f"__s{k}" if k else ""), "status": "ok", "seed_index": k,
+                          "z0_median": z0, "zf_median": zf, "judge_dq_median": dq, "traceable_share": 1.0,
+                          "trace_own_overlap": 0.4, "trace_other_max_overlap": 0.02, "tokens_changed": 0.7}
+                         for k in range(seeds)])
 
 
-def _v(df, tmp_path, preset="quick"):
+def _v(df, tmp_path, preset="gpu"):
     return WatermarkRemoval().verdicts(resolve_config(RemovalConfig, preset), df, RunDir(tmp_path))[0]
 
 
 def test_verdicts(tmp_path):
-    assert _v(_row(), tmp_path).outcome == "reproduced"
+    v = _v(_row(), tmp_path)
+    assert v.outcome == "reproduced" and v.null_passed is False and v.null_value == 9.0
     assert _v(_row(zf=3.0), tmp_path).outcome == "not reproduced"
     assert _v(_row(dq=0.2), tmp_path).outcome == "not reproduced"  # quality lost
     assert _v(_row(z0=3.0), tmp_path).outcome == "inconclusive"  # never watermarked
     assert _v(_row(), tmp_path, "smoke").outcome == "inconclusive"
+    assert _v(_row(seeds=1), tmp_path, "quick").outcome == "inconclusive"  # quick: below the claim's scale
+    assert _v(_row(seeds=2), tmp_path).outcome == "inconclusive"  # fewer than 3 seeds
+    df = _row()
+    df.loc[1, "zf_median"] = 2.5  # one seed keeps its watermark: the rule must hold in every seed
+    assert _v(df, tmp_path).outcome == "not reproduced"
+
+
+def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    from lmsci.claims import NULL_MEETS_RULE
+
+    v = _v(_row(z0=1.0), tmp_path)  # texts that were never watermarked: zero edits already "remove" it
+    assert v.outcome == "inconclusive" and v.null_passed is True
+    assert any(NULL_MEETS_RULE in r for r in v.reasons)
 
 
 def test_smoke_preset_runs(tmp_path):
@@ -89,6 +104,9 @@ def test_smoke_preset_runs(tmp_path):
     df = pd.read_csv(run.path / "results.csv")
     assert np.isfinite(df["zf_median"].iloc[0]) and 0 <= df["accept_rate"].iloc[0] <= 1
     assert (run.path / "points" / "walk" / "curve.csv").exists()
+    v = run.verdicts()[0]
+    # the zero-edit walk keeps the (24-token, near-uniform model) watermark: its median z stays >= 2
+    assert v.null_value is not None and v.null_passed is False, (v.null_value, v.null_passed)
 
 
 def _export(tmp_path, name, vocab_size, tokenizer=None, seed=0):

@@ -27,6 +27,10 @@ reward is not below the original's (:mod:`lmsci.methods.span_infill`; no Metropo
 Measured: the median z-score (transformers' ``WatermarkDetector``) every ``detect_every`` steps; the judge's
 quality change (mean NLL per token of the final minus the original text under ``J``); traceability: the share of
 the final text's 4-grams found in its own origin against the largest share found in any other origin text.
+
+Issue 29: the claim is decided at gpu/paper, on 3 training seeds (the rule must hold in each): one quick seed takes
+~5 CPU-minutes, so 3 do not fit quick's 15 minutes; quick still runs and reports every value. Null arm: the walk
+with zero edits (the original watermarked texts), whose median z stays above the gate's 4.
 """
 
 from __future__ import annotations
@@ -96,9 +100,9 @@ class RemovalConfig(ExperimentConfig):
         "smoke": {"T": 24, "n_texts": 6, "prompt_len": 8, "walk_steps": 6, "detect_every": 3, "n_layers": 1,
                   "d_model": 32, "seq_len": 48, "steps": 5, "batch_size": 4},
         "quick": {},
-        "gpu": {"n_texts": 200, "walk_steps": 400, "steps": 5000, "d_model": 256, "n_layers": 4, "batch_size": 32,
+        "gpu": {"n_seeds": 3, "n_texts": 200, "walk_steps": 400, "steps": 5000, "d_model": 256, "n_layers": 4, "batch_size": 32,
                 "threads": 0},
-        "paper": {"n_texts": 400, "walk_steps": 400, "steps": 20000, "d_model": 512, "n_layers": 8, "n_heads": 8,
+        "paper": {"n_seeds": 3, "n_texts": 400, "walk_steps": 400, "steps": 20000, "d_model": 512, "n_layers": 8, "n_heads": 8,
                   "batch_size": 64, "threads": 0},
     }
 
@@ -176,7 +180,7 @@ class WatermarkRemoval(Experiment):
     Config = RemovalConfig
     time_estimate = {"smoke": "~20 s", "quick": "309 s measured (threads=2, nothing else running; three models x 800 "
                                                 "steps, then 200 walk steps over 50 texts)",
-                     "gpu": "~20 min on one H100",
+                     "gpu": "~1 h on one H100 (3 seeds x ~20 min)",
                      "paper": "~1 h on one H100 with the trained GPTs. The paper's own oracles run on a user's machine "
                               "from local directories (never downloaded): --set generator_model=DIR --set "
                               "attacker_model=DIR --set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
@@ -193,9 +197,12 @@ class WatermarkRemoval(Experiment):
             "p-values rise from 4e-15 to 0.24 and from 1e-5 to 0.47 on the paper's examples; quality flat under GPT-4",
             "median over texts of the z-score (left-hash detector) after walk_steps steps; median over texts of the "
             "judge's NLL change (final minus original, nats/token)",
-            f"median final z < {Z_END} and median judge NLL change <= tau = 0.02 nats/token",
-            gates=(Gate("watermarked", f"the median z of the original texts is > {Z_START}"),),
-            uncertainty="within-run",
+            f"median final z < {Z_END} and median judge NLL change <= tau = 0.02 nats/token, in each of at least 3 "
+            "training seeds (the largest median z over seeds reported)",
+            gates=(Gate("watermarked", f"the median z of the original texts is > {Z_START} in every seed"),),
+            uncertainty="within-run", presets=("gpu", "paper"),
+            null="the same medians for the walk with zero edits (the original watermarked texts, judge NLL change 0): "
+                 "nothing is perturbed, so the watermark stays",
         ),
     ]
 
@@ -400,15 +407,26 @@ class WatermarkRemoval(Experiment):
     def verdicts(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         if results.empty or "zf_median" not in results:
             return []
-        r = results.iloc[0]
-        z0, zf, dq = float(r["z0_median"]), float(r["zf_median"]), float(r["judge_dq_median"])
-        return [self.judge(cfg, "removal", value=zf, passed=bool(zf < Z_END and dq <= cfg.tau),
-                           ci_kind=f"medians over {cfg.n_texts} texts", gates={"watermarked": (z0, z0 > Z_START)},
-                           details={"z0_median": z0, "judge_quality_change_median": dq,
-                                    "traceable_share": float(r["traceable_share"]),
-                                    "own_vs_other_overlap": [float(r["trace_own_overlap"]),
-                                                             float(r["trace_other_max_overlap"])],
-                                    "tokens_changed": float(r.get("tokens_changed", float("nan")))},
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        if ok.empty:
+            return []
+        k = len(ok)  # training seeds (one row each)
+        z0s, zfs, dqs = (ok[c].astype(float).to_numpy() for c in ("z0_median", "zf_median", "judge_dq_median"))
+        held = (zfs < Z_END) & (dqs <= cfg.tau)
+        null_held = (z0s < Z_END) & (0.0 <= cfg.tau)  # zero edits: final = original, judge change 0
+        r = ok.iloc[0]
+        return [self.judge(cfg, "removal", value=float(zfs.max()), passed=bool(held.all()), n_seeds=k,
+                           ci_kind=f"medians over {cfg.n_texts} texts, the largest over {k} seed(s)",
+                           gates={"watermarked": (float(z0s.min()), bool((z0s > Z_START).all()))},
+                           null=(float(z0s.max()), bool(null_held.all())),
+                           details={"z0_median": float(r["z0_median"]), "z0_median_by_seed": z0s.tolist(),
+                                    "zf_median_by_seed": zfs.tolist(), "judge_quality_change_median_by_seed":
+                                        dqs.tolist(), "judge_quality_change_median": float(np.max(dqs)),
+                                    "traceable_share": float(ok["traceable_share"].mean()),
+                                    "own_vs_other_overlap": [float(ok["trace_own_overlap"].mean()),
+                                                             float(ok["trace_other_max_overlap"].mean())],
+                                    "tokens_changed": float(ok["tokens_changed"].mean()) if "tokens_changed" in ok
+                                    else float("nan")},
                            note="Sandcastles (arXiv 2505.06827): the endpoint's n-gram overlap with its origin against "
                                 "the largest with any other origin is reported as traceable_share.")]
 
