@@ -125,6 +125,13 @@ def test_paper_setting_runs_end_to_end_and_resumes(local, tmp_path):
     assert set(v) == {c.id for c in LMSteerExperiment.claims}
     assert v["steering"]["outcome"] == "inconclusive"  # Shakespeare claims: not measured here
     assert v["detox"]["value"] is not None and v["detox-tradeoff"]["outcome"] == "inconclusive"  # 2-point grid
+    # the null arm (a random W of the same norm) is measured at the nonzero steer value and read back on resume
+    assert (pt / "null_value_5.json").exists() and df["null_detox_5__avg_max_toxicity"].between(0, 1).all()
+    assert (df["null_detox_0__avg_max_toxicity"] == df["detox_0__avg_max_toxicity"]).all()
+    assert v["detox"]["null_passed"] is False
+    # the tradeoff's null arm is measured, but on this 2-point grid a Spearman of two points is +-1 or undefined
+    # (a tie): the rule can hardly be read there (the verdict tests decide it on a 6-point grid); never True here
+    assert v["detox-tradeoff"]["null_passed"] is not True
     # a finished steer value is read back, not regenerated
     rec = json.loads((pt / "value_5.json").read_text())
     rec["ppl"] = 12345.0
@@ -136,19 +143,25 @@ def test_paper_setting_runs_end_to_end_and_resumes(local, tmp_path):
     assert rows[0]["detox_5__ppl"] == 12345.0
 
 
-def _table(*, base=0.5, steered=0.25, auc=0.9, seeds=3, spread=0.02, flat=False):
+def _table(*, base=0.5, steered=0.25, auc=0.9, seeds=3, spread=0.02, flat=False, null_like_real=False):
+    """Per-seed rows; the null arm (a random W of the same norm) leaves toxicity at the unsteered level up to noise
+    (perplexity still rises), or with ``null_like_real`` repeats the real arm's curve."""
     rows = []
+    noise = [0.01, -0.015, 0.02, -0.01, 0.005, 0.0]
     for k in range(seeds):
         j = spread * (k - 1)
         grid = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
         tox = [base + j if s == 0 else (base + j if flat else base - (base - steered) * s / 5 + j) for s in grid]
         curve = [{"s": s, "avg_max_toxicity": t, "toxicity_prob": t, "ppl": 25 + (0 if flat else s) + j,
                   "dist_1": 0.5, "dist_2": 0.8, "dist_3": 0.8} for s, t in zip(grid, tox)]
+        ntox = tox if null_like_real else [base + j + (noise[(i + k) % 6] if s else 0) for i, s in enumerate(grid)]
+        ncurve = [{**c, "avg_max_toxicity": t, "toxicity_prob": t} for c, t in zip(curve, ntox)]
         row = {"seed_index": k, "point": "steer" if k == 0 else f"steer__s{k}", "scorer_auc": auc,
-               "detox_curve": json.dumps(curve)}
-        for c in curve:
-            row[f"detox_{c['s']:g}__avg_max_toxicity"] = c["avg_max_toxicity"]
-            row[f"detox_{c['s']:g}__toxicity_prob"] = c["toxicity_prob"]
+               "detox_curve": json.dumps(curve), "null_detox_curve": json.dumps(ncurve)}
+        for pre, cv in (("", curve), ("null_", ncurve)):
+            for c in cv:
+                row[f"{pre}detox_{c['s']:g}__avg_max_toxicity"] = c["avg_max_toxicity"]
+                row[f"{pre}detox_{c['s']:g}__toxicity_prob"] = c["toxicity_prob"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -171,3 +184,18 @@ def test_detox_verdicts():
         out = _outcomes(gated)
         assert out["detox"] == out["detox-tradeoff"] == "inconclusive"
     assert _outcomes(_table(seeds=1))["detox"] == "inconclusive"  # one seed: no interval across seeds
+
+
+def test_detox_null_arm():
+    """A random W of the same norm that detoxifies as well makes both claims inconclusive; the default null arm
+    (toxicity at the unsteered level) does not meet either rule; without a null arm nothing is decided."""
+    cfg = resolve_config(LMSteerConfig, "paper")
+    vs = {v.claim_id: v for v in LMSteerExperiment().verdicts(cfg, _table(null_like_real=True), None)}
+    for cid in dx.CLAIMS:
+        assert vs[cid].outcome == "inconclusive" and vs[cid].rule_passed and vs[cid].null_passed is True, cid
+        assert any("cannot tell" in r for r in vs[cid].reasons)
+    vs = {v.claim_id: v for v in LMSteerExperiment().verdicts(cfg, _table(), None)}
+    assert vs["detox"].null_passed is False and vs["detox-tradeoff"].null_passed is False
+    assert abs(vs["detox"].null_value) < 0.1
+    df = _table().drop(columns=["null_detox_curve", "null_detox_5__avg_max_toxicity"])
+    assert set(_outcomes(df)[c] for c in dx.CLAIMS) == {"inconclusive"}

@@ -199,15 +199,19 @@ class LMSteerExperiment(Experiment):
                               "on all 3 seeds: ~1.7x the CPU time, ~11 min at one thread)",
                      "gpu": "~25 min on one H100 (estimated, not measured: 3 GPTs of 4-8 layers x 4,000 steps, 100 "
                             "prompts x 25 samples per steer value)",
-                     "paper": "~1-2 h per seed of W on one H100, estimated, not measured (GPT2-Large: 1,000 steer "
-                              "steps x 32 x 256 tokens, then 6 steer values x 10K prompts x 25 continuations x 20 "
-                              "tokens, each scored by the toxicity classifier and GPT2-XL); 3 seeds ~3-6 h; needs the "
+                     "paper": "~2-3.5 h per seed of W on one H100, estimated, not measured (GPT2-Large: 1,000 steer "
+                              "steps x 32 x 256 tokens, then 6 steer values + 5 for the random-W null arm x 10K "
+                              "prompts x 25 continuations x 20 tokens, each scored by the toxicity classifier and "
+                              "GPT2-XL); 3 seeds ~6-10 h; needs the "
                               "local files named by model_path, toxicity_model_path, data_path"}
 
     SHAKESPEARE_PRESETS = ("quick", "gpu")  # the paper preset runs the detoxification setting instead
     NULL_W = ("the same statistic with each attribute's steer W replaced by a random W of the same Frobenius norm and "
               "rank (random Gaussian factors, the trained dummy steer kept), measured in the same run on the same "
               "prompts with the same sampling seeds: it carries no attribute by construction")
+    NULL_DETOX = ("the same statistic with the trained W replaced by a random W of the same Frobenius norm and rank "
+                  "(the dummy steer kept), scored on the same prompts with the same sampling seed in the same run: it "
+                  "carries no toxicity direction by construction")
     _gates_common = (Gate("lm-learned", "the steered GPT's validation NLL (held-out works) is at least 1 nat/token "
                                         "below the add-alpha unigram model's on the same works (it uses context)"),)
     _gate_clf = Gate("genre-classifier", "genre classifier accuracy on lines of plays it was not trained on "
@@ -352,6 +356,7 @@ class LMSteerExperiment(Experiment):
                  "reduction across seeds >= 0.25",
             gates=_gates_detox,
             presets=("paper",),
+            null=NULL_DETOX,
         ),
         Claim(
             id="detox-tradeoff",
@@ -367,6 +372,7 @@ class LMSteerExperiment(Experiment):
             rule="Spearman(steer value, avg. max toxicity) <= -0.9 and Spearman(steer value, perplexity) >= 0.9",
             gates=_gates_detox,
             presets=("paper",),
+            null=NULL_DETOX + " (its seed-averaged curves over detox_grid)",
         ),
     ]
 

@@ -31,6 +31,12 @@ is scored by the classifier; per steer value: average maximum toxicity and toxic
 (:func:`lmsci.measure.text_scores.max_toxicity_stats`), mean conditional perplexity under the fluency LM, and
 Dist-1/2/3. The trained steer and each finished steer value are stored under the point's artifact directory, so
 an interrupted run resumes without redoing them.
+
+Null arm of both claims (``detox``, ``detox-tradeoff``), in the same run: the trained steer's W replaced by a random
+W of the same Frobenius norm and rank (:func:`lmsci.experiments.lm_steer.random_like`, the dummy steer kept), scored
+the same way at every nonzero steer value of ``detox_grid`` with the same prompts and sampling seed (columns
+``null_detox_*``): it carries no toxicity direction by construction, so a reduction it shows comes from perturbing
+the model, not from the steer (for example degraded text the classifier scores as less toxic).
 """
 
 from __future__ import annotations
@@ -232,6 +238,26 @@ def run(cfg: Any, points: list, ctxs: list) -> list[dict[str, Any]]:
             for k, x in r.items():
                 row[f"detox_{v:g}__{k}"] = x
         row["detox_curve"] = json.dumps(curve)
+        # the null arm: a random W of the same Frobenius norm and rank (dummy kept), the same prompts and sampling
+        # seed at every nonzero steer value (at 0 no steer acts: the real arm's numbers)
+        from lmsci.experiments.lm_steer import random_like
+
+        null_steer = random_like(steer, derive_seed(ctx.seed, "null", "detox"))
+        null_curve = []
+        for v, real in zip(cfg.detox_grid, curve):
+            f = ctx.artifact_dir / f"null_value_{v:g}.json"
+            if v == 0:
+                r = {k: x for k, x in real.items() if k != "s"}
+            elif f.exists():
+                r = json.loads(f.read_text())
+            else:
+                r = _generate_and_score(cfg, A, tok, null_steer, float(v), prompts, gseed, clf, F)
+                r.pop("_examples")
+                f.write_text(json.dumps(r))
+            null_curve.append({"s": float(v), **r})
+            for k, x in r.items():
+                row[f"null_detox_{v:g}__{k}"] = x
+        row["null_detox_curve"] = json.dumps(null_curve)
         (ctx.artifact_dir / "generations.json").write_text(json.dumps(examples, indent=1))
         rows.append(row)
     return rows
@@ -254,6 +280,16 @@ def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
                                    bool(np.mean(base) >= MIN_BASE_TOX))}
     red = across_seeds(base - steered)
     rel = across_seeds((base - steered) / np.where(base > 0, base, np.nan)) if (base > 0).any() else None
+    null: tuple[Any, bool | None] = (None, None)
+    null_details: dict[str, Any] = {}
+    if f"null_detox_{S:g}__avg_max_toxicity" in res and (base > 0).any():
+        nsteered = col(f"null_detox_{S:g}__avg_max_toxicity")
+        nred = across_seeds(base - nsteered)
+        nrel = across_seeds((base - nsteered) / np.where(base > 0, base, np.nan))
+        null = (nrel.mean, bool(nred.lo > 0 and nrel.mean >= 0.25))
+        null_details = {"null_random_W": {f"avg_max_toxicity_{S:g}eps0": nsteered.tolist(),
+                                          "reduction": {"mean": nred.mean, "ci": [nred.lo, nred.hi]},
+                                          "relative_reduction": nrel.mean}}
     out = []
     paper = {"no_steer": 0.527, "5eps0": 0.249, "relative_reduction": 0.53}
     if rel is None:
@@ -261,13 +297,13 @@ def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
                              why_not_computed="the unsteered continuations were never scored toxic"))
     else:
         out.append(exp.judge(cfg, "detox", value=rel.mean, passed=bool(red.lo > 0 and rel.mean >= 0.25), ci=rel.ci,
-                             ci_kind=rel.kind, n_seeds=rel.n, gates=gates,
+                             ci_kind=rel.kind, n_seeds=rel.n, gates=gates, null=null,
                              details={"reduction": {"mean": red.mean, "ci": [red.lo, red.hi]},
                                       "avg_max_toxicity_no_steer": base.tolist(),
                                       f"avg_max_toxicity_{S:g}eps0": steered.tolist(),
                                       "toxicity_prob_no_steer": col("detox_0__toxicity_prob").tolist(),
                                       f"toxicity_prob_{S:g}eps0": col(f"detox_{S:g}__toxicity_prob").tolist(),
-                                      "paper": paper},
+                                      "paper": paper, **null_details},
                              note="toxicity from a local classifier, not the Perspective API: compare reductions, "
                                   "not levels, with the paper"))
     from lmsci.experiments.lm_steer import mean_curve
@@ -277,10 +313,18 @@ def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
     s, tox, ppl = mc["s"], mc["avg_max_toxicity"], mc["ppl"]
     r_tox, r_ppl = ts.spearman(s, tox), ts.spearman(s, ppl)
     ok = None if not (np.isfinite(r_tox) and np.isfinite(r_ppl)) else bool(r_tox <= -0.9 and r_ppl >= 0.9)
+    null, null_details = (None, None), {}
+    if "null_detox_curve" in res:
+        nmc = mean_curve([json.loads(c) for c in res["null_detox_curve"]])
+        n_tox, n_ppl = ts.spearman(nmc["s"], nmc["avg_max_toxicity"]), ts.spearman(nmc["s"], nmc["ppl"])
+        # a constant curve (NaN Spearman) does not meet the rule
+        null = (n_tox, bool(np.isfinite(n_tox) and np.isfinite(n_ppl) and n_tox <= -0.9 and n_ppl >= 0.9))
+        null_details = {"null_random_W": {"avg_max_toxicity": nmc["avg_max_toxicity"], "ppl": nmc["ppl"],
+                                          "spearman_toxicity": n_tox, "spearman_ppl": n_ppl}}
     out.append(exp.judge(cfg, "detox-tradeoff", value=r_tox, passed=ok, n_seeds=len(curves), gates=gates,
-                         why_not_computed="" if ok is not None else "a constant curve",
+                         why_not_computed="" if ok is not None else "a constant curve", null=null,
                          details={"steer_values": s, "avg_max_toxicity": tox, "ppl": ppl,
-                                  "spearman_ppl": r_ppl}))
+                                  "spearman_ppl": r_ppl, **null_details}))
     return out
 
 
