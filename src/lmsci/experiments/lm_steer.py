@@ -915,6 +915,13 @@ class LMSteerExperiment(Experiment):
                 lines.append(f"| {label}: sentiment / P(comedy) / ppl / dist-1,2,3 | {r[f'{key}__sentiment']:.3f} / "
                              f"{r[f'{key}__genre']:.3f} / {r[f'{key}__ppl']:.1f} / {r[f'{key}__dist_1']:.2f}, "
                              f"{r[f'{key}__dist_2']:.2f}, {r[f'{key}__dist_3']:.2f} |")
+        if "null_sentiment_gain_pos" in r:
+            lines.append("| null arm (random W of the same norm): gains sentiment +/-, genre +/- | "
+                         + " / ".join(f"{float(r[f'null_{a}_gain_{d}']):.3f}" for a in ATTRS for d in ("pos", "neg"))
+                         + " |")
+            lines.append(f"| highlighting / probe enrichment: steer vs null arm | {float(r['highlight_enrichment']):.2f}"
+                         f" vs {float(r['null_highlight_enrichment']):.2f} / {float(r['probe_enrichment']):.2f} vs "
+                         f"{float(r['null_probe_enrichment']):.2f} |")
         lines.append(f"\nSteer plays: {str(r['steer_plays']).replace(';', ', ')}. Scorer plays (classifier, prompts, "
                      f"highlighting): {str(r['scorer_plays']).replace(';', ', ')}.\n")
         if "baselines" in r:
