@@ -198,7 +198,7 @@ JIT = {0: -0.01, 1: 0.0, 2: 0.01}
 
 def _verdicts(name, rows, tmp_path):
     exp = registry.get(name)()
-    cfg = resolve_config(exp.Config, "quick", [])
+    cfg = resolve_config(exp.Config, "gpu", [])  # the claims are decided at gpu and paper (issue 29)
     return {v.claim_id: v for v in exp.verdicts(cfg, pd.DataFrame(rows), RunDir(tmp_path))}
 
 
@@ -209,6 +209,8 @@ def _ke_rows(acc, recall=0.99, qa_train=1.0):
             rows.append({"point": f"{d}_{r}" + (f"__s{s}" if s else ""), "data": d, "regime": r,
                          "qa_test": min(1.0, max(0.0, a + JIT[s])), "qa_train": qa_train, "bio_recall_test": recall,
                          "n_qa_test": 300 * 6, "seed_index": s, "status": "ok"})
+            if (d, r) == ("single", "pretrain_ft"):  # the null arm: a random-init model, QA fine-tuned
+                rows[-1]["null_qa_test"] = 0.02
     return rows
 
 
@@ -239,6 +241,8 @@ def _celeb_rows(single, celeb, recall=0.99, qa_cel=1.0):
                          "celebrities_augmented": aug, "qa_minority": min(1.0, max(0.0, a + JIT[s])),
                          "qa_celebrity": qa_cel, "bio_recall_minority": recall, "n_qa_minority": 1800,
                          "seed_index": s, "status": "ok"})
+            if not aug:  # the null arm: a random-init model, QA fine-tuned on the celebrities
+                rows[-1]["null_qa_minority"] = 0.02
     return rows
 
 

@@ -18,7 +18,7 @@ from lmsci.experiments.knowledge_capacity import KnowledgeCapacity
 from lmsci.experiments.knowledge_extraction import KnowledgeExtraction
 from lmsci.sweep import run_experiment
 
-TIMING = {"seconds", "pretrain_seconds", "tokens_per_s", "ft_seconds", "commit", "resumed_from"}
+TIMING = {"seconds", "pretrain_seconds", "tokens_per_s", "ft_seconds", "null_ft_seconds", "commit", "resumed_from"}
 
 
 class Killed(Exception):

@@ -161,7 +161,7 @@ def test_pronoun_bit_is_counted():
 
 
 # -- verdicts ------------------------------------------------------------------------------------------
-def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "quick"):
+def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "gpu"):  # claims: gpu/paper
     exp = registry.get(name)()
     cfg = resolve_config(exp.Config, preset, sets or [])
     df = pd.DataFrame(rows)
@@ -170,7 +170,10 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "q
     return {v.claim_id: v for v in full}
 
 
-def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_recall=0.99, fwd_qa=0.95):
+def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_recall=0.99, fwd_qa=0.95,
+             null=(0.0, 0.0, 0.0)):
+    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in the forward-only rows
+    (a random-init model)."""
     rows = []
     for k, rev in enumerate((False, True)):
         for s in SEEDS:
@@ -181,6 +184,10 @@ def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_
                          "reverse_completion_test": min(1, max(0, comp[k] + JITTER[s])),
                          "reverse_completion_train": comp[k], "name_gap_bits_test": gap[k] + 10 * JITTER[s],
                          "name_gap_bits_train": gap[k], "n_test": 80, "seed_index": s, "status": "ok"})
+            if not rev:
+                rows[-1].update({"null_inverse_test": min(1, max(0, null[0] + JITTER[s])),
+                                 "null_reverse_completion_test": min(1, max(0, null[1] + JITTER[s])),
+                                 "null_name_gap_bits_test": null[2] + 10 * JITTER[s]})
     return rows
 
 
@@ -204,9 +211,19 @@ def test_reversal_verdicts(kw, outcomes, tmp_path):
         assert any("reverse-memorised" in r for r in vs["reverse-completion"].reasons)
     if kw.get("fwd_qa"):
         assert any("forward-qa" in r for r in vs["reversal"].reasons)
+    assert all(vs[cid].null_passed is False for cid in outcomes)
 
 
-def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, big_n=True):
+def test_reversal_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    # a random-init model that searches inversely as well as the with-reverse model: the rules cannot tell
+    vs = _verdicts("reversal-curse", _rev_rows(null=(0.9, 0.9, 8.0)), tmp_path)
+    for cid in ("reversal", "reverse-completion", "name-logprob"):
+        assert vs[cid].outcome == INCONCLUSIVE and vs[cid].rule_passed and vs[cid].null_passed is True, cid
+    vs = _verdicts("reversal-curse", _rev_rows(), tmp_path, preset="quick")  # below the claims' scale
+    assert all(v.outcome == INCONCLUSIVE and any("below the scale" in r for r in v.reasons) for v in vs.values())
+
+
+def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, big_n=True, null=0.0):
     rows = []
     models = (("GPT2-2-2", 2, 4.7e5), ("GPT2-2-4", 4, 1.7e6))
     for E, p in peak.items():
@@ -223,6 +240,7 @@ def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, b
                                  "tokens_seen": steps * 8 * 512, "bits": b, "ideal_bits": ideal,
                                  "fraction_of_ideal": b / ideal, "params": params, "params_non_embedding": 0.8 * params,
                                  "bits_per_param": b / params, "bits_per_param_non_embedding": b / (0.8 * params),
+                                 "null_bits_per_param": null * (0.5, 1.0, 0.9, 0.85)[k],
                                  "seed_index": s, "status": "ok"})
     return rows
 
@@ -246,6 +264,17 @@ def test_capacity_verdicts(peak, kw, outcomes, reason, tmp_path):
             assert v.ci[0] <= v.value <= v.ci[1]
         if reason and E in peak:
             assert any(reason in r for r in v.reasons)
+        if E in peak:
+            assert v.null_value == 0 and v.null_passed is False
+
+
+def test_capacity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    # an estimator that credits an untrained model with 1 bit/param cannot tell storage from its absence
+    vs = _verdicts("knowledge-capacity", _cap_rows({100: 1.0}, null=1.0), tmp_path)
+    v = vs["capacity-100-exposures"]
+    assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
+    v = _verdicts("knowledge-capacity", _cap_rows({100: 1.0}), tmp_path, preset="quick")["capacity-100-exposures"]
+    assert v.outcome == INCONCLUSIVE and any("below the scale" in r for r in v.reasons)
 
 
 def test_capacity_presets_follow_the_issue():

@@ -1,6 +1,7 @@
 """Verdicts of the four bioS experiments on synthetic results tables (the shape ``run_point`` writes, with the
-executor's ``seed_index`` and ``status`` columns, 3 seeds): the paper's numbers give "reproduced", a clear
-failure "not reproduced", a failed gate (biography recall 0.5, a 1-layer model, ...) "inconclusive"."""
+executor's ``seed_index`` and ``status`` columns, 3 seeds, the null arm's columns): the paper's numbers give
+"reproduced", a clear failure "not reproduced", a failed gate (biography recall 0.5, a 1-layer model, ...) or a
+null arm that meets the rule "inconclusive". The claims are decided at the gpu and paper presets (issue 29)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _clip(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def _verdicts(name: str, rows: list[dict], tmp_path, sets: list[str] | None = None, preset: str = "quick"):
+def _verdicts(name: str, rows: list[dict], tmp_path, sets: list[str] | None = None, preset: str = "gpu"):
     exp = registry.get(name)()
     cfg = resolve_config(exp.Config, preset, sets or [])
     df = pd.DataFrame(rows)
@@ -32,7 +33,8 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets: list[str] | None = No
 
 
 # -- knowledge-extraction ----------------------------------------------------------------------------
-def _ke_rows(acc: dict[tuple[str, str], float], recall: float, seeds=SEEDS) -> list[dict]:
+def _ke_rows(acc: dict[tuple[str, str], float], recall: float, seeds=SEEDS, null: float = 0.01) -> list[dict]:
+    """``null``: P_test QA of the null arm (random-init model, QA fine-tuned), in the single pretrain_ft rows."""
     rows = []
     for (d, r), a in acc.items():
         for s in seeds:
@@ -40,6 +42,8 @@ def _ke_rows(acc: dict[tuple[str, str], float], recall: float, seeds=SEEDS) -> l
             rows.append({"point": pid, "data": d, "regime": r, "qa_test": _clip(a + JITTER[s]), "qa_train": 1.0,
                          "bio_recall_test": recall, "bio_recall_train": recall, "bio_recall": recall,
                          "n_qa_test": 480, "seed_index": s, "status": "ok"})
+            if (d, r) == ("single", "pretrain_ft"):
+                rows[-1].update({"null_qa_test": _clip(null + JITTER[s]), "null_qa_train": 0.6})
     return rows
 
 
@@ -55,6 +59,19 @@ def test_knowledge_extraction_paper_numbers_reproduce(tmp_path):
     assert vs["pretrain-ft-augmentation"].value == pytest.approx(0.962 - 0.097)
     assert vs["pretrain-ft-augmentation"].n_seeds == 3 and vs["pretrain-ft-augmentation"].ci is not None
     assert vs["mixed-vs-pretrain-ft"].outcome == REPRODUCED
+    for v in vs.values():
+        assert v.null_passed is False and v.null_value == pytest.approx(0.01 - 0.097)
+
+
+def test_knowledge_extraction_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    # a random-init model that answers P_test as well as the augmented one: the rule cannot tell
+    vs = _verdicts("knowledge-extraction", _ke_rows(KE_PAPER, 0.99, null=0.95), tmp_path)
+    for v in vs.values():
+        assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
+        assert any("cannot tell the effect from its absence" in r for r in v.reasons)
+    # ... and at quick, below the claims' scale, the values are reported but nothing is decided
+    vs = _verdicts("knowledge-extraction", _ke_rows(KE_PAPER, 0.99), tmp_path, preset="quick")
+    assert all(v.outcome == INCONCLUSIVE and any("below the scale" in r for r in v.reasons) for v in vs.values())
 
 
 def test_knowledge_extraction_clear_failure(tmp_path):
@@ -84,7 +101,7 @@ def test_knowledge_extraction_one_seed_and_smoke_are_inconclusive(tmp_path):
 
 
 # -- celebrity-helps-minority ------------------------------------------------------------------------
-def _celeb_rows(single: float, celeb: float, recall: float) -> list[dict]:
+def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) -> list[dict]:
     rows = []
     for aug, a in ((False, single), (True, celeb)):
         for s in SEEDS:
@@ -92,6 +109,8 @@ def _celeb_rows(single: float, celeb: float, recall: float) -> list[dict]:
             rows.append({"point": pid, "celebrities_augmented": aug, "qa_minority": _clip(a + JITTER[s]),
                          "qa_celebrity": 1.0, "bio_recall_minority": recall, "n_qa_minority": 480,
                          "seed_index": s, "status": "ok"})
+            if not aug:
+                rows[-1].update({"null_qa_minority": _clip(null + JITTER[s]), "null_qa_celebrity": 0.6})
     return rows
 
 
@@ -105,6 +124,14 @@ def test_celebrity_verdict(single, celeb, recall, outcome, tmp_path):
     v = _verdicts("celebrity-helps-minority", _celeb_rows(single, celeb, recall), tmp_path)["minority-lift"]
     assert v.outcome == outcome, v.reasons
     assert v.value == pytest.approx(celeb - single) and v.n_seeds == 3
+    assert v.null_passed is False
+
+
+def test_celebrity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    v = _verdicts("celebrity-helps-minority", _celeb_rows(0.044, 0.868, 0.99, null=0.8), tmp_path)["minority-lift"]
+    assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
+    v = _verdicts("celebrity-helps-minority", _celeb_rows(0.044, 0.868, 0.99), tmp_path, preset="quick")["minority-lift"]
+    assert v.outcome == INCONCLUSIVE and any("below the scale" in r for r in v.reasons)
 
 
 # reversal-curse and knowledge-capacity: tests/test_knowledge_reversal_capacity.py (issue 11 protocols)

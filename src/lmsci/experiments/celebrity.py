@@ -5,6 +5,12 @@ with P_train ("celebrities") written with multi5+permute+fullname and P_test ("m
 one bioS-single biography each, QA fine-tuning on the celebrities gives minority QA accuracy
 86.8%, against 4.4% when everyone is single. The protocol of issue 11: LoRA QA fine-tuning (Section 4.1)
 and a memorisation gate on the minority's biographies before the lift is judged.
+
+The claim ``minority-lift`` is decided at the gpu and paper presets only (issue 29: at quick, a 15-minute CPU run,
+the memorisation gate (recall >= 0.9) and the qa-learned gate cannot pass; quick still reports the values). Its
+null arm, measured in every seed's all-single point: a randomly initialised model of the same shape that never
+read a biography, LoRA fine-tuned on the celebrities' QA as the real arms; its minority QA accuracy takes the
+place of the with-celebrities arm in the same statistic and rule.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save
 from lmsci.experiments.knowledge_common import (
     H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
     md_table, mean_tokens, model_seconds, paired,
-    pretrain_check_finetune, pretraining_data, qa_learned_gate, qa_metrics, recall_gate, seed_summary, seed_values,
+    null_arm_finetune, pretrain_check_finetune, pretraining_data, qa_learned_gate, qa_metrics, recall_gate, seed_summary, seed_values,
     within_run,
 )
 from lmsci.experiments.registry import register
@@ -36,9 +42,13 @@ class CelebrityConfig(MemoriseFirstConfig):
         finetune: QA fine-tuning on the celebrities (LoRA by default, the papers' protocol).
         pipeline: ``"packed"`` (whole epochs packed in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`,
             rendered and packed on the fly; gpu and paper presets).
+        null_arm: the claim's null arm (:func:`knowledge_common.null_arm_finetune`), measured in the
+            ``baseline_all_single`` point of every seed: a randomly initialised model of the same shape that never
+            read a biography, LoRA fine-tuned on the celebrities' QA, scored on the minority.
     """
 
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
+    null_arm: bool = True
     # the quick preset (2 CPU cores, <= 15 minutes, 3 seeds): MemoriseFirstConfig's protocol (N = 600, so 300
     # celebrities; recall checked on the minority) with a 60-exposure budget
     exposures: int = Field(60, ge=1)
@@ -79,6 +89,8 @@ def estimate_h100_seconds(cfg: CelebrityConfig) -> float:
         tokens = cfg.exposures * (n_cel * b_cel + (cfg.n_people - n_cel) * single)
         total += model_seconds(cfg, bio_tokens=tokens, bio_docs=cfg.n_people * cfg.exposures, ft_people=n_cel,
                                eval_docs=cfg.n_people * 9)
+    if cfg.null_arm:  # the null arm: LoRA fine-tuning of a random-init model, QA scored
+        total += model_seconds(cfg, bio_tokens=0.0, bio_docs=0.0, ft_people=n_cel, eval_docs=cfg.n_people * 6)
     return total * cfg.n_seeds
 
 
@@ -93,10 +105,10 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~10 s", "quick": "10.5 min measured (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26); 1378 s wall, 905 s CPU at one thread beside two other runs",
-                     "gpu": "27.7 min on one H100, estimated (estimate_h100_seconds: 3 seeds x 2 "
+    time_estimate = {"smoke": "~10 s", "quick": "~13 min estimated: 10.5 min measured before the null arm (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26; 1378 s wall, 905 s CPU at one thread beside two other runs) plus 3 null-arm LoRA fine-tunings (~45 s each at one thread, measured on the same-sized knowledge-extraction fine-tuning, 2026-11-27)",
+                     "gpu": "29.5 min on one H100, estimated (estimate_h100_seconds: 3 seeds x 2 "
                             "models x ~0.2B pretraining tokens at 22.9 MFLOP/token, LoRA fine-tuning on the 5k "
-                            "celebrities; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "
+                            "celebrities, and the null arm's LoRA fine-tuning; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "
                             "(2026-11-26): the first of 6 points took 415 s (344 s pretraining, 177.6M tokens; 53 s "
                             "LoRA); the whole preset did not finish in the 470 s given",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
@@ -111,8 +123,13 @@ class CelebrityHelpsMinority(Experiment):
               "attention qkv, rank up to 128 on the embedding), with augmented celebrities minus all single, per "
               "seed; mean over seeds (all single reported beside)",
               "mean over seeds: all single <= 0.25 and with celebrities - all single >= 0.5 (95% Student-t CI "
-              "across seeds reported)",
-              gates=(MEMORISED, QA_LEARNED)),
+              "across seeds reported); decided at the gpu and paper presets only (a 15-minute CPU run cannot meet "
+              "the memorisation and qa-learned gates: quick reports the values)",
+              gates=(MEMORISED, QA_LEARNED), presets=("gpu", "paper"),
+              null="the with-celebrities arm replaced by a randomly initialised model of the same shape that never "
+                   "read a biography, LoRA fine-tuned on the celebrities' QA exactly as the real arms (same seed's "
+                   "all-single arm subtracted, same rule): its minority answers carry no stored knowledge by "
+                   "construction"),
     ]
 
     def validate(self, cfg: CelebrityConfig) -> None:
@@ -141,6 +158,9 @@ class CelebrityHelpsMinority(Experiment):
         m = qa_metrics(model, world, celeb, minority, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)
+        if not point.params["celebrities"] and cfg.null_arm:  # the claim's null arm, once per seed (issue 29)
+            m = null_arm_finetune(cfg, world, ctx, finetune_people=celeb, tested=minority)
+            row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         return row
 
     def verdicts(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
@@ -156,6 +176,10 @@ class CelebrityHelpsMinority(Experiment):
         lift = across_seeds([cel[k] - base[k] for k in seeds])
         single = across_seeds([base[k] for k in seeds])
         ok = single.mean <= 0.25 and lift.mean >= 0.5
+        null_m = seed_values(results, "null_qa_minority", celebrities_augmented=False)
+        nseeds = paired(base, null_m)
+        nl = across_seeds([null_m[k] - base[k] for k in nseeds]) if nseeds else None
+        null = (nl.mean, bool(single.mean <= 0.25 and nl.mean >= 0.5)) if nl is not None else None
         gates = {"memorised": recall_gate(rec_b, rec_c), "qa-learned": qa_learned_gate(qa_cel)}
         scale = (f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.exposures} "
                  f"exposures, {cfg.finetune.method} fine-tuning")
@@ -170,8 +194,11 @@ class CelebrityHelpsMinority(Experiment):
                                   "preset (N=10k, ~3M-parameter model) is the smallest that can settle it.")
         return [self.judge(
             cfg, "minority-lift", value=lift.mean, passed=ok, ci=lift.ci, ci_kind=lift.kind, n_seeds=lift.n,
-            gates=gates,
+            gates=gates, null=null,
             details={"all_single": seed_summary(base), "with_celebrities": seed_summary(cel),
+                     "null_arm": {"qa_minority": seed_summary(null_m),
+                                  "qa_celebrity": seed_values(results, "null_qa_celebrity", celebrities_augmented=False),
+                                  "minus_all_single": None if nl is None else {"mean": nl.mean, "ci95": nl.ci}},
                      "qa_celebrity_with_celebrities": qa_cel,
                      "bio_recall_minority": {"all_single": rec_b, "with_celebrities": rec_c},
                      "all_single_within_run": within_run(base, n), "with_celebrities_within_run": within_run(cel, n),
@@ -181,7 +208,8 @@ class CelebrityHelpsMinority(Experiment):
     def report_sections(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures_minority",
                             "bio_recall_minority", "bio_recall_celebrity", "qa_celebrity", "qa_minority",
-                            "bio_recall_minority_after_ft", "forgetting_minority") if c in results]
+                            "bio_recall_minority_after_ft", "forgetting_minority", "null_qa_celebrity",
+                            "null_qa_minority") if c in results]
         if not len(results):
             return ""
         return "\n".join([
@@ -192,7 +220,9 @@ class CelebrityHelpsMinority(Experiment):
             f"{RECALL_MIN} on the pretrained model (`steps_to_gate`: the first check that met it); "
             "Forgetting: `qa_celebrity` is the QA accuracy on the fine-tuned people; `bio_recall_minority_after_ft` "
             "the held-out (minority) biography recall after fine-tuning and `forgetting_minority` its drop from the "
-            "pretrained model (LoRA leaves the pretrained weights untouched).", "",
+            "pretrained model (LoRA leaves the pretrained weights untouched). `null_qa_*` (the claim's null arm, in the "
+            "all-single row of each seed): a randomly initialised model that never read a biography, LoRA fine-tuned "
+            "on the celebrities' QA like the real arms.", "",
             md_table(results, cols), ""])
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

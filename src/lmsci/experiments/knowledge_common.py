@@ -565,6 +565,40 @@ def finetune_qa(model: torch.nn.Module, world: BiosWorld, people: Sequence[int],
                    "ft_final_loss": float(res.final.get("loss", float("nan")))}
 
 
+#: offset of the null arm's initialisation seed from the point's training seed (the P-probe baseline uses + 7)
+NULL_INIT_OFFSET = 11
+
+
+def null_arm_finetune(cfg: BiosQAConfig, world: BiosWorld, ctx: PointContext, *, finetune_people: Sequence[int],
+                      tested: Sequence[int], inverse: bool = False,
+                      before_finetune: Callable[[torch.nn.Module], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The null arm of the bioS extraction claims (issue 29): a randomly initialised GPT of the same shape (seed
+    ``ctx.seed + NULL_INIT_OFFSET``) that never read a biography, QA fine-tuned exactly as the real arms
+    (:func:`finetune_qa`: the same people, spec, epochs and fine-tuning seed), then scored on the people tested.
+    Whatever it answers about them comes from the question format and the answer pools, not from stored
+    knowledge: the knowledge the claims are about is absent by construction.
+
+    Args:
+        finetune_people: the QA-trained people (P_train / the celebrities).
+        tested: the held-out people whose QA is the claims' statistic.
+        inverse: also fine-tune on (and score) the inverse question (reversal-curse).
+        before_finetune: ``fn(untrained model) -> dict`` merged into the result before fine-tuning.
+
+    Returns:
+        ``{"null_qa_train", "null_qa_test", "null_ft_seconds"}`` (and ``null_inverse_train`` /
+        ``null_inverse_test`` with ``inverse``; ``null_qa_*_<attr>`` per attribute) plus ``before_finetune``'s keys.
+    """
+    dev = ctx.device
+    model = make_model(world, cfg.model, cfg.seq_len, ctx.seed + NULL_INIT_OFFSET).to(dev)
+    out: dict[str, Any] = dict(before_finetune(model)) if before_finetune is not None else {}
+    model, info = finetune_qa(model, world, finetune_people, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
+                              seq_len=cfg.qa_seq_len, ctx=ctx, phase="null_qa_finetune", device=dev, inverse=inverse,
+                              precision=cfg.precision, pipeline=getattr(cfg, "pipeline", "packed"))
+    out["null_ft_seconds"] = info["ft_seconds"]
+    out.update(qa_metrics(model, world, finetune_people, tested, prefix="null_", device=dev, inverse=inverse))
+    return out
+
+
 def pretrain_check_finetune(cfg: BiosQAConfig, world: BiosWorld, windows: Packed | Any,
                             bios_fn: Callable[[np.ndarray], list[Doc]], ctx: PointContext, *,
                             tested: Sequence[int], tested_spec: DataSpec,

@@ -7,6 +7,14 @@ Section 5-6 (P-probing, Q-probing); Appendix C (mixed training, QA_r = 0.8); the
 LoRA QA fine-tuning (Section 4.1; Part 3.2, arXiv 2309.14402, footnote 19), a memorisation gate before
 extraction is judged (Part 3.3, arXiv 2404.05405, Remark A.2), probes on the training biographies
 against a randomly initialised model.
+
+Claims (both decided at the gpu and paper presets only: at quick, a 15-minute CPU run, the memorisation gate
+(recall >= 0.9) and the qa-learned gate cannot pass, issue 29; quick still reports every value):
+``pretrain-ft-augmentation`` (augmented minus single P_test QA after LoRA QA fine-tuning) and
+``mixed-vs-pretrain-ft`` (mixed training minus pretrain -> fine-tune, bioS single). Their null arm (issue 29),
+measured in every seed's ``single_pretrain_ft`` point: a randomly initialised model of the same shape that never
+read a biography, LoRA fine-tuned on P_train's QA as the real arms; its P_test QA accuracy takes the place of the
+augmented / mixed arm in the same statistic and rule.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from lmsci.experiments.knowledge_common import (
     H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model,
     exposures_of,
     first_value_words, make_model, md_table, mean_tokens, model_seconds, paired, pretrain_check_finetune,
-    pretraining_data, qa_learned_gate,
+    null_arm_finetune, pretraining_data, qa_learned_gate,
     qa_metrics, recall_gate, seed_summary, seed_values, token_fractions, within_run,
 )
 from lmsci.experiments.registry import register
@@ -51,6 +59,9 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
         probes: P- and Q-probing after BIO pretraining (``pretrain_ft`` points), on the training
             biographies, with a randomly initialised model of the same shape as the baseline.
         probe_people: at most this many people per side (fit on P_train, score on P_test).
+        null_arm: the claims' null arm (:func:`knowledge_common.null_arm_finetune`), measured in the
+            ``single_pretrain_ft`` point of every seed: a randomly initialised model of the same shape that never
+            read a biography, LoRA fine-tuned on P_train's QA as the real arms, scored on P_test.
         pipeline: ``"packed"`` (whole epochs packed in memory, :func:`bio_stream`) or ``"stream"``
             (:mod:`lmsci.worlds.bios_stream`, rendered and packed on the fly; gpu and paper presets).
     """
@@ -60,6 +71,7 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
     qa_ratio: float = Field(0.8, ge=0, lt=1)
     probes: bool = True
     probe_people: int = Field(5000, ge=10)
+    null_arm: bool = True
     # the quick preset (2 CPU cores, <= 15 minutes): MemoriseFirstConfig's protocol (N = 600, so 300 QA-train;
     # recall checked on P_test) with an 80-exposure budget; one seed (three do not fit: mixed training alone costs
     # 5x the biography tokens)
@@ -124,6 +136,8 @@ def estimate_h100_seconds(cfg: KnowledgeExtractionConfig) -> float:
             probes = 6 * min(cfg.probe_people, ntr) * 2 if cfg.probes else 0  # 2 models x (P, P-before, Q) x 2 sides
             total += model_seconds(cfg, bio_tokens=n * cfg.exposures * b, bio_docs=n * cfg.exposures, ft_people=ntr,
                                    eval_docs=n * 8 + probes)
+            if d == "single" and cfg.null_arm:  # the null arm: LoRA fine-tuning of a random-init model, QA scored
+                total += model_seconds(cfg, bio_tokens=0.0, bio_docs=0.0, ft_people=ntr, eval_docs=n * 6)
     return total * cfg.n_seeds
 
 
@@ -138,10 +152,10 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~15 s", "quick": "13.3 CPU-min measured (801 s CPU, 1278 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 1 seed)",
-                     "gpu": "24.6 min on one H100, estimated (estimate_h100_seconds: 3 seeds x (single 0.09B + "
+    time_estimate = {"smoke": "~15 s", "quick": "~14 CPU-min estimated: 13.3 CPU-min measured before the null arm (801 s CPU, 1278 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 1 seed) plus the null arm's LoRA fine-tuning (43 s wall for its 528 steps at one thread, measured alone on the loaded machine, 2026-11-27)",
+                     "gpu": "25.5 min on one H100, estimated (estimate_h100_seconds: 3 seeds x (single 0.09B + "
                             "augmented 0.13B + mixed 0.15B pretraining tokens at 22.9 MFLOP/token, ~32k steps, LoRA "
-                            "fine-tuning 12M tokens per arm); " + H100_ASSUMPTIONS + "). Every point < 5 min; "
+                            "fine-tuning 12M tokens per arm and per null arm); " + H100_ASSUMPTIONS + "). Every point < 5 min; "
                             "pretraining checkpoints every 1000 steps (rerun into the same --out to resume). "
                             + CPU_CHECK,
                      "paper": "N=100k, GPT-2 small, 80k steps of 96 x 512 tokens (~4B tokens) per pretraining: ~3 h on "
@@ -157,8 +171,13 @@ class KnowledgeExtraction(Experiment):
               "P_test QA exact match after BIO pretrain -> LoRA QA fine-tune (rank 16 on the attention qkv, rank "
               "up to 128 on the embedding), augmented minus single, per seed; mean over seeds (single reported "
               "beside)",
-              "mean over seeds: single <= 0.25 and augmented - single >= 0.5 (95% Student-t CI across seeds reported)",
-              gates=(MEMORISED, QA_LEARNED)),
+              "mean over seeds: single <= 0.25 and augmented - single >= 0.5 (95% Student-t CI across seeds reported); "
+              "decided at the gpu and paper presets only (a 15-minute CPU run cannot meet the memorisation and "
+              "qa-learned gates: quick reports the values)",
+              gates=(MEMORISED, QA_LEARNED), presets=("gpu", "paper"),
+              null="the augmented arm replaced by a randomly initialised model of the same shape that never read a "
+                   "biography, LoRA fine-tuned on P_train's QA exactly as the real arms (same seed's single arm "
+                   "subtracted, same rule): its P_test answers carry no stored knowledge by construction"),
         Claim("mixed-vs-pretrain-ft",
               "Mixed training (biographies + P_train QA from scratch) extracts knowledge for P_test far better than "
               "BIO pretrain -> QA fine-tune on bioS single.",
@@ -166,8 +185,13 @@ class KnowledgeExtraction(Experiment):
               "P_test QA accuracy: mixed 86.6% vs pretrain -> fine-tune 9.7% (bioS single)",
               "P_test QA exact match on bioS single, mixed training (windows all biographies or all QA, QA at 80% of "
               "the tokens) minus pretrain -> LoRA fine-tune, per seed; mean over seeds",
-              "mean over seeds: mixed - pretrain_ft >= 0.4 (95% Student-t CI across seeds reported)",
-              gates=(MEMORISED, QA_LEARNED_MIXED)),
+              "mean over seeds: mixed - pretrain_ft >= 0.4 (95% Student-t CI across seeds reported); decided at the "
+              "gpu and paper presets only (a 15-minute CPU run cannot meet the memorisation and qa-learned gates: "
+              "quick reports the values)",
+              gates=(MEMORISED, QA_LEARNED_MIXED), presets=("gpu", "paper"),
+              null="the mixed arm replaced by a randomly initialised model of the same shape that never read a "
+                   "biography, LoRA fine-tuned on P_train's QA (the QA without the biographies; same seed's "
+                   "pretrain_ft arm subtracted, same rule): no P_test knowledge to extract by construction"),
     ]
 
     def validate(self, cfg: KnowledgeExtractionConfig) -> None:
@@ -206,6 +230,8 @@ class KnowledgeExtraction(Experiment):
         row["bio_recall"] = (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))
         row.update(qa_metrics(model, world, tr, te, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
+        if d == "single" and not mixed and cfg.null_arm:  # the claims' null arm, once per seed (issue 29)
+            row.update(null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te))
         return row
 
     def _probes(self, cfg, world, model, tr, te, bios_fn, ctx) -> dict:
@@ -238,6 +264,8 @@ class KnowledgeExtraction(Experiment):
         qa = {k: seed_values(results, "qa_test", data=k[0], regime=k[1]) for k in arms}
         qa_tr = {k: seed_values(results, "qa_train", data=k[0], regime=k[1]) for k in arms}
         rec = {k: seed_values(results, "bio_recall_test", data=k[0], regime=k[1]) for k in arms}
+        null_qa = seed_values(results, "null_qa_test", data="single", regime="pretrain_ft")
+        null_tr = seed_values(results, "null_qa_train", data="single", regime="pretrain_ft")
         scale = (f"N={cfg.n_people} people ({cfg.n_people // 2} QA-train), d_model={cfg.model.d_model}, "
                  f"{cfg.model.n_layers} layers, {cfg.exposures} exposures, {cfg.finetune.method} fine-tuning")
 
@@ -246,7 +274,7 @@ class KnowledgeExtraction(Experiment):
             if "memorised" in bad:
                 return (f" The pretrained model did not memorise the biographies of the people tested (recall < "
                         f"{RECALL_MIN}) within the {cfg.exposures}-exposure budget at {scale}: extraction cannot be "
-                        "judged on CPU at this scale; the gpu preset (N=10k, 4-layer d_model 256, 300 exposures) "
+                        "judged on CPU at this scale; the gpu preset (N=5k, 4-layer d_model 256, 300 exposures) "
                         "is the smallest that can settle it.")
             if bad:
                 return " Fine-tuning did not learn the QA of the P_train people (QA-train < 0.5)."
@@ -256,13 +284,19 @@ class KnowledgeExtraction(Experiment):
         seeds = paired(s, a)
         if seeds:
             diff = across_seeds([a[k] - s[k] for k in seeds])
-            ok = diff.mean >= 0.5 and across_seeds([s[k] for k in seeds]).mean <= 0.25
+            single_ok = across_seeds([s[k] for k in seeds]).mean <= 0.25
+            ok = diff.mean >= 0.5 and single_ok
+            nseeds = paired(s, null_qa)
+            nd = across_seeds([null_qa[k] - s[k] for k in nseeds]) if nseeds else None
+            null = (nd.mean, bool(nd.mean >= 0.5 and single_ok)) if nd is not None else None
             gates = {"memorised": recall_gate(rec["single", "pretrain_ft"], rec["augmented", "pretrain_ft"]),
                      "qa-learned": qa_learned_gate(qa_tr["augmented", "pretrain_ft"])}
             out.append(self.judge(
                 cfg, "pretrain-ft-augmentation", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind,
-                n_seeds=diff.n, gates=gates,
+                n_seeds=diff.n, gates=gates, null=null,
                 details={"single": seed_summary(s), "augmented": seed_summary(a),
+                         "null_arm": {"qa_test": seed_summary(null_qa), "qa_train": null_tr,
+                                      "minus_single": None if nd is None else {"mean": nd.mean, "ci95": nd.ci}},
                          "qa_train": {"single": qa_tr["single", "pretrain_ft"],
                                       "augmented": qa_tr["augmented", "pretrain_ft"]},
                          "bio_recall_test": {"single": rec["single", "pretrain_ft"],
@@ -271,18 +305,23 @@ class KnowledgeExtraction(Experiment):
                          "paper": {"single": 0.097, "augmented": 0.962}},
                 note=gate_note(gates).strip() or ("" if ok else (
                     f"At {scale}; the paper uses N=100k people (50k QA-train), GPT-2 small with rotary and ~1000 "
-                    "exposures. The gpu preset (N=10k, 4-layer d_model 256) is the smallest that can settle it."))))
+                    "exposures. The gpu preset (N=5k, 4-layer d_model 256) is the smallest that can settle it."))))
         ms, ps = qa["single", "mixed"], qa["single", "pretrain_ft"]
         seeds = paired(ms, ps)
         if seeds:
             diff = across_seeds([ms[k] - ps[k] for k in seeds])
             ok = diff.mean >= 0.4
+            nseeds = paired(ps, null_qa)
+            nd = across_seeds([null_qa[k] - ps[k] for k in nseeds]) if nseeds else None
+            null = (nd.mean, bool(nd.mean >= 0.4)) if nd is not None else None
             gates = {"memorised": recall_gate(rec["single", "mixed"], rec["single", "pretrain_ft"]),
                      "qa-learned": qa_learned_gate(qa_tr["single", "mixed"])}
             out.append(self.judge(
                 cfg, "mixed-vs-pretrain-ft", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
-                gates=gates,
+                gates=gates, null=null,
                 details={"mixed": seed_summary(ms), "pretrain_ft": seed_summary(ps),
+                         "null_arm": {"qa_test": seed_summary(null_qa), "qa_train": null_tr,
+                                      "minus_pretrain_ft": None if nd is None else {"mean": nd.mean, "ci95": nd.ci}},
                          "qa_train_mixed": qa_tr["single", "mixed"],
                          "bio_recall_test": {"mixed": rec["single", "mixed"], "pretrain_ft": rec["single", "pretrain_ft"]},
                          "mixed_within_run": within_run(ms, n), "pretrain_ft_within_run": within_run(ps, n),
@@ -294,7 +333,7 @@ class KnowledgeExtraction(Experiment):
     def report_sections(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures",
                             "qa_token_fraction", "bio_recall_test", "qa_train", "qa_test", "bio_recall_test_after_ft",
-                            "forgetting_test",
+                            "forgetting_test", "null_qa_train", "null_qa_test",
                             "p_probe", "p_probe_rand", "p_probe_before", "p_probe_before_rand", "q_probe",
                             "q_probe_rand") if c in results]
         if not len(results):
@@ -306,7 +345,9 @@ class KnowledgeExtraction(Experiment):
                  f"pretrained model (checked every {cfg.memorise_check_every or 'last'} steps; `steps_to_gate` is the "
                  f"first check that met it). Mixed training: windows all biographies or all QA, QA at "
                  f"{cfg.qa_ratio:.0%} of the tokens (measured: `qa_token_fraction`). Probes read the training "
-                 "biographies; `_rand` columns are the same probes on a randomly initialised model.", "",
+                 "biographies; `_rand` columns are the same probes on a randomly initialised model. `null_qa_*` (the "
+                 "claims' null arm, in the single pretrain_ft row of each seed): a randomly initialised model that "
+                 "never read a biography, LoRA fine-tuned on P_train's QA like the real arms.", "",
                  md_table(results, cols), ""]
         after = "bio_recall_test_after_ft"
         ft = results.dropna(subset=[after]) if after in results else results[:0]

@@ -26,6 +26,12 @@ Measured on the people held out of QA fine-tuning (P_test):
   on DATE in CITY ? Answer : NAME"; LoRA through peft by default, the papers' protocol, see
   :func:`lmsci.experiments.knowledge_common.finetune_qa`): inverse-search exact match (Part 3.2's test)
   and forward QA.
+
+The three claims (``reversal``, ``reverse-completion``, ``name-logprob``) are decided at the gpu and paper presets
+only (issue 29: at quick, a 15-minute CPU run, the memorisation gates cannot pass; quick still reports the values).
+Their null arm, measured in every seed's forward-only point: a randomly initialised model of the same shape that
+never saw the people takes the place of the with-reverse model in the same statistic and rule (scored on the
+held-out prompts as it is, and on inverse search after the same LoRA QA fine-tuning).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from lmsci.experiments.knowledge_common import (
     AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed, exposures_of,
     h100_seconds, mean_tokens, vocab_size,
     finetune_qa, make_model, md_table, paired, qa_metrics, recall_gate, seed_summary, seed_values, train_packed,
-    within_run,
+    null_arm_finetune, within_run,
 )
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
@@ -69,12 +75,18 @@ class ReversalCurseConfig(BiosQAConfig):
             exposures). The packed path renders ~75 us and packs ~250 us per document in Python and holds every
             epoch in RAM: at the gpu preset's N = 10k with reversed biographies (100k documents, 60 epochs) it
             spent minutes before the first step and would hold ~6.7 GB of windows.
+        null_arm: the claims' null arm, measured in the ``forward_only`` point of every seed: a randomly initialised
+            model of the same shape that never saw the people, scored on the held-out reversed prompts as it is
+            (reverse-completion, name-logprob), then LoRA fine-tuned on P_train's forward and inverse QA as the
+            real arms and scored on P_test's inverse search (reversal)
+            (:func:`knowledge_common.null_arm_finetune`).
     """
 
     data: DataSpec = AUGMENTED
     reverse_groups: Literal[1, 2, 3, 6] = 1
     reverse_multiplicity: int = Field(5, ge=1, le=100)
     pipeline: Literal["packed", "stream"] = "packed"
+    null_arm: bool = True
 
     PRECISIONS = ("fp32", "bf16")
 
@@ -228,6 +240,12 @@ def estimate_h100_seconds(cfg: ReversalCurseConfig) -> float:
         ft_steps = ft_docs * qa / (cfg.finetune.batch_size * cfg.qa_seq_len * (1 - qa / (2 * cfg.qa_seq_len)))
         total += h100_seconds(cfg.model, V, cfg.qa_seq_len, tokens=ft_docs * qa, steps=ft_steps,
                               **({"host_docs": ft_docs} if stream else {"python_docs": ft_docs}))
+    if cfg.null_arm:  # the null arm: one more LoRA fine-tuning (of a random-init model) and ~6 documents per person
+        ft_docs = (cfg.n_people // 2) * 7 * cfg.ft_epochs
+        ft_steps = ft_docs * qa / (cfg.finetune.batch_size * cfg.qa_seq_len * (1 - qa / (2 * cfg.qa_seq_len)))
+        py = 6 * cfg.n_people / 4 + (0.0 if stream else ft_docs)
+        total += h100_seconds(cfg.model, V, cfg.qa_seq_len, tokens=ft_docs * qa, steps=ft_steps,
+                              eval_tokens=6 * cfg.n_people * 60, host_docs=ft_docs if stream else 0.0, python_docs=py)
     return total * cfg.n_seeds
 
 
@@ -242,10 +260,10 @@ class ReversalCurse(Experiment):
              "completion from an attributes-only prompt) unless its training text states names after attributes.")
     source = SOURCE
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~10 s", "quick": "12.6 CPU-min measured (757 s CPU, 1233 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 3 seeds); 784 s wall beside one other run (2026-11-23)",
-                     "gpu": "22.4 min on one H100, estimated (estimate_h100_seconds: 3 seeds x "
+    time_estimate = {"smoke": "~10 s", "quick": "~13.5 CPU-min estimated: 12.6 CPU-min measured before the null arm (757 s CPU, 1233 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 3 seeds; 784 s wall beside one other run, 2026-11-23) plus 3 null-arm LoRA fine-tunings (16 s wall each for 257 steps at one thread, measured 2026-11-27)",
+                     "gpu": "22.8 min on one H100, estimated (estimate_h100_seconds: 3 seeds x "
                             "(forward-only 0.13B + with-reverse 0.22B pretraining tokens at 22.9 MFLOP/token, ~30k "
-                            "steps; streaming pipeline); " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
+                            "steps; streaming pipeline; the null arm's LoRA fine-tuning); " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
                             "minutes in Python before the first step (measured on this loaded CPU: 162 s to render "
                             "the 50k forward and 110 s the 50k reversed biographies, 27 s to pack each epoch, and "
                             "60 epochs of windows held in RAM, ~8 GB). " + CPU_CHECK,
@@ -262,8 +280,12 @@ class ReversalCurse(Experiment):
               "fine-tuning on P_train, per seed: forward-only, with reversed biographies in pretraining (name after "
               "the attributes), and their difference; value = mean over seeds of the difference",
               "mean over seeds: forward-only <= 0.1 and with-reverse >= 0.5, and the 95% Student-t CI across seeds "
-              "of (with-reverse - forward-only) above 0",
-              gates=(MEMORISED, REVERSE_MEMORISED, FORWARD_QA)),
+              "of (with-reverse - forward-only) above 0; decided at the gpu and paper presets only (a 15-minute CPU "
+              "run cannot meet the memorisation gates: quick reports the values)",
+              gates=(MEMORISED, REVERSE_MEMORISED, FORWARD_QA), presets=("gpu", "paper"),
+              null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
+                   "people, LoRA fine-tuned on P_train's forward and inverse QA exactly as the real arms (same "
+                   "seed's forward-only arm subtracted, same rule): no attributes -> name knowledge by construction"),
         Claim("reverse-completion",
               "Before any fine-tuning, completing an attributes-only prompt written in a held-out template with the "
               "person's name works only when the training text states names after attributes.",
@@ -275,8 +297,11 @@ class ReversalCurse(Experiment):
               "name before the answer) on the pretrained model, per seed: forward-only, with-reverse, and their "
               "difference; value = mean over seeds of the difference",
               "mean over seeds: forward-only <= 0.1 and with-reverse - forward-only >= 0.3, and the 95% Student-t CI "
-              "across seeds of the difference above 0",
-              gates=(MEMORISED, REVERSE_MEMORISED)),
+              "across seeds of the difference above 0; decided at the gpu and paper presets only (a 15-minute CPU "
+              "run cannot meet the memorisation gates: quick reports the values)",
+              gates=(MEMORISED, REVERSE_MEMORISED), presets=("gpu", "paper"),
+              null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
+                   "people (no training; same seed's forward-only arm subtracted, same rule)"),
         Claim("name-logprob",
               "From an attributes-only prompt, a model trained forward-only gives the correct name no more "
               "probability than a random other person's name; trained with reversed biographies it does.",
@@ -287,8 +312,11 @@ class ReversalCurse(Experiment):
               "held-out reversed prompt, on the pretrained model (bits): forward-only, with-reverse and their "
               "difference; value = mean over seeds of the difference",
               f"mean over seeds: forward-only gap <= {GAP_FORWARD_MAX} bit, and (with-reverse - forward-only) >= "
-              f"{GAP_LIFT_MIN} bits with its 95% Student-t CI across seeds above 0",
-              gates=(MEMORISED, REVERSE_MEMORISED)),
+              f"{GAP_LIFT_MIN} bits with its 95% Student-t CI across seeds above 0; decided at the gpu and paper "
+              "presets only (a 15-minute CPU run cannot meet the memorisation gates: quick reports the values)",
+              gates=(MEMORISED, REVERSE_MEMORISED), presets=("gpu", "paper"),
+              null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
+                   "people (no training; same seed's forward-only arm subtracted, same rule)"),
     ]
 
     def validate(self, cfg: ReversalCurseConfig) -> None:
@@ -345,7 +373,20 @@ class ReversalCurse(Experiment):
         row["forgetting_test"] = rec_te - row["bio_recall_test_after_ft"]
         row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
         row["n_test"] = len(te)
+        if not rev and cfg.null_arm:  # the claims' null arm, once per seed (issue 29)
+            row.update(null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te, inverse=True,
+                                         before_finetune=lambda m: self._prompts(cfg, world, m, te, ctx, "null_")))
         return row
+
+    @staticmethod
+    def _prompts(cfg: ReversalCurseConfig, world: BiosWorld, model, people, ctx: PointContext,
+                 prefix: str = "", tag: str = "test") -> dict:
+        """Greedy exact match of the name after the held-out attributes-only prompt, and the correct-minus-random
+        name log-probability gap (bits), on ``people``."""
+        prompts = [world.reverse_prompt(int(i)) for i in people]
+        gap = completion_gap_bits(model, prompts, random_name_docs(world, prompts, cfg.seed), device=ctx.device)
+        return {f"{prefix}reverse_completion_{tag}": float(exact_match(model, prompts, device=ctx.device).mean()),
+                f"{prefix}name_gap_bits_{tag}": float(gap.mean())}
 
     def verdicts(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         def per(col: str, rev: bool) -> dict[int, float]:
@@ -366,17 +407,33 @@ class ReversalCurse(Experiment):
             return (f, r, across_seeds([r[k] - f[k] for k in seeds]), across_seeds([f[k] for k in seeds]).mean,
                     across_seeds([r[k] for k in seeds]).mean)
 
+        def null_lift(col: str, rule) -> tuple[tuple[float, bool] | None, dict]:
+            """The null arm (random-init model, in the forward-only rows) in place of the with-reverse arm:
+            ``(null=(value, meets the rule), details)``."""
+            f, z = per(col, False), per("null_" + col, False)
+            seeds = paired(f, z)
+            if not seeds:
+                return None, {}
+            d = across_seeds([z[k] - f[k] for k in seeds])
+            mf, mz = across_seeds([f[k] for k in seeds]).mean, across_seeds([z[k] for k in seeds]).mean
+            return (d.mean, bool(rule(mf, mz, d))), {"null_arm": {"per_seed": z, "minus_forward_only": d.mean,
+                                                                  "ci95": d.ci}}
+
         got = lift("inverse_test")
         if got is not None:
             inv_f, inv_r, diff, mf, mr = got
             fwd_f, fwd_r = per("qa_test", False), per("qa_test", True)
             fwd = [v for d in (fwd_f, fwd_r) for v in d.values()]
             fwd_gate = (min(fwd), min(fwd) >= FORWARD_QA_MIN) if fwd else (None, None)
-            ok = mf <= 0.1 and mr >= 0.5 and (diff.ci is None or diff.ci[0] > 0)
+            def rule(f_, r_, d_):
+                return f_ <= 0.1 and r_ >= 0.5 and (d_.ci is None or d_.ci[0] > 0)
+
+            ok = rule(mf, mr, diff)
+            null, nd = null_lift("inverse_test", rule)
             out.append(self.judge(
                 cfg, "reversal", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
-                gates={"memorised": mem, "reverse-memorised": rmem, "forward-qa": fwd_gate},
-                details={"inverse_test_forward_only": seed_summary(inv_f),
+                gates={"memorised": mem, "reverse-memorised": rmem, "forward-qa": fwd_gate}, null=null,
+                details={**nd,"inverse_test_forward_only": seed_summary(inv_f),
                          "inverse_test_with_reverse": seed_summary(inv_r),
                          "inverse_train": {"forward_only": per("inverse_train", False),
                                            "with_reverse": per("inverse_train", True)},
@@ -393,11 +450,15 @@ class ReversalCurse(Experiment):
         got = lift("reverse_completion_test")
         if got is not None:
             sf, sr, d, f, r = got
-            ok = f <= 0.1 and d.mean >= 0.3 and (d.ci is None or d.ci[0] > 0)
+            def rule(f_, r_, d_):
+                return f_ <= 0.1 and d_.mean >= 0.3 and (d_.ci is None or d_.ci[0] > 0)
+
+            ok = rule(f, r, d)
+            null, nd = null_lift("reverse_completion_test", rule)
             out.append(self.judge(
                 cfg, "reverse-completion", value=d.mean, passed=ok, ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
-                gates={"memorised": mem, "reverse-memorised": rmem},
-                details={"forward_only": seed_summary(sf), "with_reverse": seed_summary(sr),
+                gates={"memorised": mem, "reverse-memorised": rmem}, null=null,
+                details={**nd,"forward_only": seed_summary(sf), "with_reverse": seed_summary(sr),
                          "train_people": {"forward_only": per("reverse_completion_train", False),
                                           "with_reverse": per("reverse_completion_train", True)},
                          "forward_only_within_run": within_run(sf, n), "with_reverse_within_run": within_run(sr, n),
@@ -407,11 +468,15 @@ class ReversalCurse(Experiment):
         got = lift("name_gap_bits_test")
         if got is not None:
             gf, gr, d, f, r = got
-            ok = f <= GAP_FORWARD_MAX and d.mean >= GAP_LIFT_MIN and (d.ci is None or d.ci[0] > 0)
+            def rule(f_, r_, d_):
+                return f_ <= GAP_FORWARD_MAX and d_.mean >= GAP_LIFT_MIN and (d_.ci is None or d_.ci[0] > 0)
+
+            ok = rule(f, r, d)
+            null, nd = null_lift("name_gap_bits_test", rule)
             out.append(self.judge(
                 cfg, "name-logprob", value=d.mean, passed=ok, ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
-                gates={"memorised": mem, "reverse-memorised": rmem},
-                details={"forward_only_bits": seed_summary(gf), "with_reverse_bits": seed_summary(gr),
+                gates={"memorised": mem, "reverse-memorised": rmem}, null=null,
+                details={**nd,"forward_only_bits": seed_summary(gf), "with_reverse_bits": seed_summary(gr),
                          "train_people_bits": {"forward_only": per("name_gap_bits_train", False),
                                                "with_reverse": per("name_gap_bits_train", True)},
                          "paper": "correct name no more likely than a random name (Berglund et al., Figure 4)"},
@@ -422,7 +487,8 @@ class ReversalCurse(Experiment):
     def report_sections(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "pipeline", "pretrain_steps", "exposures", "reverse_exposures", "bio_recall_test",
                             "reverse_recall_test", "qa_train", "inverse_train", "qa_test", "inverse_test",
-                            "bio_recall_test_after_ft", "forgetting_test") if c in results]
+                            "bio_recall_test_after_ft", "forgetting_test", "null_reverse_completion_test",
+                            "null_name_gap_bits_test", "null_inverse_train", "null_inverse_test") if c in results]
         if not len(results):
             return ""
         return "\n".join([
@@ -431,7 +497,9 @@ class ReversalCurse(Experiment):
             f"{cfg.reverse_groups} sentence(s)), {cfg.reverse_multiplicity} per person. QA fine-tuning "
             f"({cfg.finetune.method}) on P_train: `qa_train` / `inverse_train` are its accuracy on the fine-tuned "
             "people; `bio_recall_test_after_ft` is the held-out people's biography recall after it and "
-            "`forgetting_test` its drop from the pretrained model.", "",
+            "`forgetting_test` its drop from the pretrained model. `null_*` (the claims' null arm, in the forward-only "
+            "row of each seed): a randomly initialised model that never saw the people, scored on the held-out "
+            "prompts as it is and on inverse search after the same LoRA QA fine-tuning.", "",
             md_table(results, cols), ""])
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
