@@ -16,11 +16,18 @@ from lmsci.experiments.cfg_probing import CFGProbing, CFGProbingConfig
 from lmsci.runs import RunDir
 
 
-def learning_rows(acc: dict[str, list[float]]) -> pd.DataFrame:
+def learning_rows(acc: dict[str, list[float]], rand: float = 0.02, rope_null: list[float] | None = None) -> pd.DataFrame:
+    """Rows per variant and seed (``rand``: every row's random-init generation accuracy); where GPT (absolute) is
+    run, a second GPT_rot (arm ``null``) with accuracies ``rope_null`` (default: GPT_rot's, shifted by seed noise)."""
     rows = []
-    for v, accs in acc.items():
+    arms = [(v, accs, "main") for v, accs in acc.items()]
+    if "learned" in acc:
+        arms.append(("rope", rope_null or [a + d for a, d in zip(acc["rope"], (0.004, -0.006, 0.001))], "null"))
+    for v, accs, arm in arms:
         for k, a in enumerate(accs):
-            rows.append({"point": v + (f"__s{k}" if k else ""), "variant": v, "grammar": "cfg3f(gen seed 0)",
+            name = "rope-null" if arm == "null" else v
+            rows.append({"point": name + (f"__s{k}" if k else ""), "variant": v, "arm": arm,
+                         "grammar": "cfg3f(gen seed 0)", "rand_acc": rand,
                          "acc_bos": a, "acc_cut": min(1.0, a + 0.01), "acc": a, "kl": 0.01, "kl_sanity": 0.015,
                          "nll_model": 0.9, "nll_grammar": 0.88, "seed_index": k, "status": "ok"})
     return pd.DataFrame(rows)
@@ -38,6 +45,21 @@ def test_learning_papers_numbers_are_reproduced(tmp_path):
     assert vs["gen-accuracy"].outcome == "reproduced" and vs["gen-accuracy"].n_seeds == 3
     assert vs["rot-beats-abs"].outcome == "reproduced" and vs["rot-beats-abs"].ci[0] > 0
     assert vs["uni-effective"].outcome == "reproduced" and vs["pos-effective"].outcome == "reproduced"
+    assert all(v.null_passed is False for v in vs.values())
+
+
+def test_learning_null_arms_that_meet_the_rule_are_inconclusive(tmp_path):
+    # a random-init model that "generates" valid strings; a second GPT_rot far above the first
+    vs = lverdicts(learning_rows({"rope": [0.99, 0.985, 0.995], "learned": [0.90, 0.88, 0.93],
+                                  "uni": [0.97, 0.95, 0.98], "posonly": [0.96, 0.97, 0.95]}, rand=0.95,
+                                 rope_null=[0.5, 0.52, 0.49]), tmp_path)
+    for c in ("gen-accuracy", "rot-beats-abs", "uni-effective", "pos-effective"):
+        assert vs[c].outcome == "inconclusive" and vs[c].rule_passed and vs[c].null_passed, c
+        assert any("cannot tell the effect from its absence" in r for r in vs[c].reasons)
+    # a table from before the null arms: not measured, inconclusive
+    old = learning_rows({"rope": [0.99, 0.985, 0.995]}).drop(columns=["rand_acc", "arm"])
+    v = lverdicts(old, tmp_path)["gen-accuracy"]
+    assert v.outcome == "inconclusive" and any("null arm not measured" in r for r in v.reasons)
 
 
 def test_learning_failures_are_not_reproduced(tmp_path):
@@ -63,7 +85,9 @@ def test_learning_inconclusive_below_scale_or_unmeasured(tmp_path):
     assert all(v.outcome == "inconclusive" for v in vs.values())
 
 
-def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: int = 3) -> pd.DataFrame:
+def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: int = 3,
+                 rand2: list[float] | None = None) -> pd.DataFrame:
+    rand2 = rand2 or [x + 0.01 for x in rand]  # a second random init: about as good as the first
     rows = []
     for k in range(n):
         r = {"point": "rope" + (f"__s{k}" if k else ""), "variant": "rope", "grammar": "cfg3f(gen seed 0)", "depth": 6,
@@ -71,8 +95,11 @@ def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: 
         for l in range(1, 6):
             r.update({f"anc_L{l}": anc[l - 1], f"anc_end_L{l}": min(1.0, anc[l - 1] + 0.02), f"bnd_L{l}": 0.95,
                       f"rand_anc_L{l}": rand[l - 1], f"rand_anc_end_L{l}": rand[l - 1], f"chance_anc_L{l}": 0.4})
+        for l in (1, 2):
+            r[f"rand2_anc_L{l}"] = rand2[l - 1] + 0.003 * k
         r["anc_mean"] = sum(anc) / 5
         r["anc_end_mean"] = sum(min(1.0, a + 0.02) for a in anc) / 5
+        r["rand_anc_mean"] = r["rand_anc_end_mean"] = sum(rand) / 5
         rows.append(r)
     df = pd.DataFrame(rows)
     df.loc[1, "anc_L1"] -= 0.01  # seeds differ a little
@@ -90,6 +117,19 @@ def test_probing_papers_numbers_are_reproduced(tmp_path):
     assert {v.outcome for v in vs.values()} == {"reproduced"}
     assert abs(vs["probe-beats-random"].value - (0.977 - 0.5)) < 1e-9
     assert vs["probe-beats-random-at-end"].ablation and vs["probe-beats-random-at-end"].rule_passed
+    assert all(vs[c].null_passed is False for c in ("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"))
+
+
+def test_probing_null_arms_that_meet_the_rule_are_inconclusive(tmp_path):
+    # a random-init model whose probes reach 95%; a second random init 30 points below the first
+    vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.95] * 5, rand2=[0.6, 0.6]), tmp_path)
+    assert vs["probe-ancestor"].outcome == "inconclusive" and vs["probe-ancestor"].null_passed
+    assert vs["probe-ancestor-at-end"].outcome == "inconclusive" and vs["probe-ancestor-at-end"].null_passed
+    vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.45, 0.5, 0.6, 0.7, 0.85], rand2=[0.2, 0.2]),
+                   tmp_path)
+    v = vs["probe-beats-random"]
+    assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed
+    assert vs["probe-ancestor"].outcome == "reproduced"
 
 
 def test_probing_failures_and_gate(tmp_path):
@@ -118,12 +158,22 @@ def test_smoke_runs_end_to_end(tmp_path):
     res = pd.read_csv(run.path / "results.csv")
     assert set(res["variant"]) == {"rope", "posonly"} and (res["status"] == "ok").all()
     assert res["acc_bos"].between(0, 1).all() and (res["kl"] > 0).all() and (res["nll_grammar"] > 0).all()
+    assert res["rand_acc"].between(0, 1).all()
     assert (run.path / "figures" / "generation_accuracy.png").exists()
+    vs = {v.claim_id: v for v in run.verdicts()}
+    # the random-init GPT_rot does not generate the grammar
+    assert vs["gen-accuracy"].null_value is not None and vs["gen-accuracy"].null_passed is False
+    # smoke runs no GPT (absolute), so rot-beats-abs has no null arm; pos-effective's null ratio divides by the
+    # smoke GPT_rot's accuracy, 0 after 4 steps: not computed. Neither may meet its rule.
+    assert vs["rot-beats-abs"].null_passed is None and vs["pos-effective"].null_passed is not True
     run = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p",
                          progress=False, log=lambda *a, **k: None)
     res = pd.read_csv(run.path / "results.csv")
-    assert {"anc_L1", "rand_anc_L1", "anc_end_L2", "bnd_L3"} <= set(res.columns)
+    assert {"anc_L1", "rand_anc_L1", "anc_end_L2", "bnd_L3", "rand2_anc_L1", "rand2_anc_L2"} <= set(res.columns)
     assert (run.path / "verdict.json").exists()
+    vs = {v.claim_id: v for v in run.verdicts()}
+    for c in ("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"):
+        assert vs[c].null_value is not None and vs[c].null_passed is False, (c, vs[c].null_value)
 
 
 def test_position_mixing_probe_reads_earlier_positions_a_pointwise_probe_cannot():

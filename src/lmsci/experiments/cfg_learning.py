@@ -22,6 +22,13 @@ AdamW (betas 0.9/0.98, weight decay 0.1; warmup + cosine decay). Measurements af
   1e-5), with the sanity value of sec. 1.5 computed on the same strings (truth except EOS with probability 1
   at the end; the paper's demo gives 0.015178 on one cfg3f sample);
 * test NLL per token of the model and of the grammar itself (``-log P(w) / (n + 1)``, the entropy floor).
+
+Null arms (issue 29), measured in the same run with the same statistic: every point also scores the generation
+accuracy of a random-init model of its variant (same architecture, seed ``rand-init``): the null arm of
+``gen-accuracy`` (random-init GPT_rot) and of ``uni-effective`` / ``pos-effective`` (random-init GPT_uni / GPT_pos
+over the trained GPT_rot); where absolute positions are run (``rot-beats-abs``), a second GPT_rot (point
+``rope-null``, its own seeds) takes GPT's place in the paired gap: two GPT_rot differ by seed noise only, so the
+rule must not find a gap.
 """
 
 from __future__ import annotations
@@ -169,8 +176,10 @@ class CFGLearning(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 3 (Fig. 4), sec. 5"
     Config = CFGLearningConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "711 s measured (3 seeds of 3000 steps on cfg3b-small, threads=2, nothing else running)",
-                     "gpu": "~25 min estimated on one H100, not measured (cfg3f, 4 variants x 3 seeds, 3000 steps of "
+                     "quick": "711 s measured (3 seeds of 3000 steps on cfg3b-small, threads=2, nothing else running), "
+                              "before the null arm's random-init generations (2 x 200 per seed: ~+10 s, estimated)",
+                     "gpu": "~31 min estimated on one H100, not measured (cfg3f, 4 variants + the null arm's second "
+                            "GPT_rot x 3 seeds, 3000 steps of "
                             "a 6-layer d256 GPT, batch 64 x 512; the exact KL DP runs on the CPU, ~5-10 s per cfg3f "
                             "string, hence n_kl = 8)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, batch 96 x 512, 100k steps; physics_of_lms.md "
@@ -189,6 +198,8 @@ class CFGLearning(Experiment):
             "tokens of a fresh valid string), n_gen samples each, judged by the exact DP; mean over seeds with a 95% "
             "Student-t CI; mean per-position KL(true || model) reported beside it",
             f"mean over at least 3 training seeds of the lower generation accuracy >= {GEN_ACC_MIN}",
+            null="the same generation accuracy (the lower of from-BOS and from-prefix, same n_gen) of a random-init "
+                 "GPT_rot of the same shape, per seed: untrained, it does not know the grammar",
         ),
         Claim(
             "rot-beats-abs",
@@ -200,6 +211,8 @@ class CFGLearning(Experiment):
             "seed index; mean with a 95% Student-t CI across seeds",
             "the lower end of the 95% CI across at least 3 seeds is above 0",
             presets=("gpu", "paper"),
+            null="the same paired gap with a second GPT_rot (point rope-null, its own seeds) in place of GPT "
+                 "(absolute): two GPT_rot differ by seed noise only, so the gap must not appear",
         ),
         Claim(
             "uni-effective",
@@ -213,6 +226,8 @@ class CFGLearning(Experiment):
             gates=(Gate("rot-learned", f"GPT_rot's mean generation accuracy >= {GEN_ACC_MIN} (the reference learned "
                         "the grammar)"),),
             presets=("gpu", "paper"),
+            null="the same ratio with a random-init GPT_uni of the same shape (per seed) over the trained GPT_rot: an "
+                 "untrained GPT_uni is not effective",
         ),
         Claim(
             "pos-effective",
@@ -226,6 +241,8 @@ class CFGLearning(Experiment):
             gates=(Gate("rot-learned", f"GPT_rot's mean generation accuracy >= {GEN_ACC_MIN} (the reference learned "
                         "the grammar)"),),
             presets=("gpu", "paper"),
+            null="the same ratio with a random-init GPT_pos of the same shape (per seed) over the trained GPT_rot: an "
+                 "untrained GPT_pos is not effective",
         ),
     ]
 
@@ -233,7 +250,10 @@ class CFGLearning(Experiment):
         validate_model_config(cfg)
 
     def points(self, cfg: CFGLearningConfig) -> list[Point]:
-        return [Point(v, {"variant": v}) for v in cfg.variants]
+        pts = [Point(v, {"variant": v}) for v in cfg.variants]
+        if "rope" in cfg.variants and "learned" in cfg.variants:  # rot-beats-abs's null arm: a second GPT_rot
+            pts.append(Point("rope-null", {"variant": "rope", "arm": "null"}))
+        return pts
 
     def run_point(self, cfg: CFGLearningConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         g = build_grammar(cfg)
@@ -242,23 +262,30 @@ class CFGLearning(Experiment):
         lo, hi = g.length_range()
         max_len = min(hi, cfg.seq_len - 2)
         rng = np.random.default_rng(derive_seed(ctx.seed, "eval"))
-        from_bos = generate_strings(model, g, [[]] * cfg.n_gen, max_len=max_len, seed=derive_seed(ctx.seed, "gen0"),
-                                    device=ctx.device)
         pref = []
         while len(pref) < cfg.n_gen:
             s = g.sample(rng).tokens
             if len(s) > cfg.cut:
                 pref.append(s[: cfg.cut])
-        from_cut = generate_strings(model, g, pref, max_len=max_len, seed=derive_seed(ctx.seed, "gencut"),
-                                    device=ctx.device)
-        acc0, acc_cut = generation_accuracy(g, from_bos), generation_accuracy(g, from_cut)
+
+        def gen_acc(m):
+            b = generate_strings(m, g, [[]] * cfg.n_gen, max_len=max_len, seed=derive_seed(ctx.seed, "gen0"),
+                                 device=ctx.device)
+            c = generate_strings(m, g, pref, max_len=max_len, seed=derive_seed(ctx.seed, "gencut"), device=ctx.device)
+            return b, generation_accuracy(g, b), generation_accuracy(g, c)
+
+        from_bos, acc0, acc_cut = gen_acc(model)
+        # null arm: a random-init model of the same variant, the same prompts
+        rand = make_model(cfg, g, variant, derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
+        _, racc0, racc_cut = gen_acc(rand)
         kl_strings = [g.sample(rng).tokens for _ in range(cfg.n_kl)]
         kl_strings = [s for s in kl_strings if len(s) + 1 <= cfg.seq_len] or kl_strings[:1]
         kl = mean_kl(model, g, kl_strings, ctx.device)
         nll_m, nll_g = nll_per_token(model, g, kl_strings, ctx.device)
         gen_ok = [s for s in from_bos if s is not None]
-        return {"variant": variant, "grammar": g.name, "acc_bos": acc0, "acc_cut": acc_cut,
-                "acc": min(acc0, acc_cut), "kl": kl["kl"], "kl_sanity": kl["kl_sanity"],
+        return {"variant": variant, "arm": point.params.get("arm", "main"), "grammar": g.name, "acc_bos": acc0,
+                "acc_cut": acc_cut, "acc": min(acc0, acc_cut), "rand_acc_bos": racc0, "rand_acc_cut": racc_cut,
+                "rand_acc": min(racc0, racc_cut), "kl": kl["kl"], "kl_sanity": kl["kl_sanity"],
                 "kl_positions": kl["n_positions"], "nll_model": nll_m, "nll_grammar": nll_g,
                 "train_loss": float(final.get("loss", float("nan"))),
                 "distinct_frac": len({tuple(s) for s in gen_ok}) / max(len(gen_ok), 1),
@@ -266,10 +293,14 @@ class CFGLearning(Experiment):
 
     # -- verdicts ------------------------------------------------------------------------------------------
     @staticmethod
-    def _by_variant(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    def _by_variant(results: pd.DataFrame, arm: str = "main") -> dict[str, pd.DataFrame]:
+        """The finished rows per variant of one arm (``main``, or ``null``: rot-beats-abs's second GPT_rot; tables
+        from before the null arms have no ``arm`` column: all main)."""
         ok = results[results.get("status", "ok") == "ok"] if "status" in results else results
         if "seed_index" not in ok:
             ok = ok.assign(seed_index=0)
+        arms = ok["arm"].fillna("main") if "arm" in ok else pd.Series("main", index=ok.index)
+        ok = ok[arms == arm]
         return {v: sub.sort_values("seed_index") for v, sub in ok.groupby("variant")} if len(ok) else {}
 
     def verdicts(self, cfg: CFGLearningConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
@@ -280,14 +311,19 @@ class CFGLearning(Experiment):
             return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="GPT_rot (variant 'rope') was "
                                "not run") for c in self.claims]
         st = across_seeds(rope["acc"])
+        null_gen = None
+        if "rand_acc" in rope and rope["rand_acc"].notna().any():
+            sn = across_seeds(rope["rand_acc"])
+            null_gen = (sn.mean, bool(sn.mean >= GEN_ACC_MIN))
         out.append(self.judge(
             cfg, "gen-accuracy", value=st.mean, passed=bool(st.mean >= GEN_ACC_MIN), ci=st.ci, ci_kind=st.kind,
-            n_seeds=st.n,
+            n_seeds=st.n, null=null_gen,
             details={"acc_bos_mean": float(rope["acc_bos"].mean()), "acc_cut_mean": float(rope["acc_cut"].mean()),
                      "kl_mean": float(rope["kl"].mean()), "kl_sanity_mean": float(rope["kl_sanity"].mean()),
                      "paper_kl_sanity (one cfg3f sample)": 0.015178, "nll_model": float(rope["nll_model"].mean()),
                      "nll_grammar": float(rope["nll_grammar"].mean()), "grammar": str(rope["grammar"].iloc[0]),
-                     "per_seed_acc": [round(float(x), 4) for x in rope["acc"]]},
+                     "per_seed_acc": [round(float(x), 4) for x in rope["acc"]],
+                     "null_random_init_acc": None if null_gen is None else round(null_gen[0], 4)},
             note=f"grammar {rope['grammar'].iloc[0]}, {cfg.steps} steps of a {cfg.n_layers}-layer d_model "
                  f"{cfg.d_model} GPT_rot; test NLL {rope['nll_model'].mean():.3f} nats/token vs the grammar's own "
                  f"{rope['nll_grammar'].mean():.3f} (the entropy floor): a gap this size means the model is still "
@@ -295,35 +331,56 @@ class CFGLearning(Experiment):
         ))
         rope_acc = dict(zip(rope["seed_index"].astype(int), rope["acc"].astype(float)))
 
-        def paired(v: str, f):
-            sub = by.get(v)
-            if sub is None or sub.empty:
+        def paired(sub, f, col: str = "acc"):
+            if sub is None or sub.empty or col not in sub or not sub[col].notna().any():
                 return None
-            vals = [f(rope_acc[int(k)], float(a)) for k, a in zip(sub["seed_index"], sub["acc"]) if int(k) in rope_acc]
+            vals = [f(rope_acc[int(k)], float(a)) for k, a in zip(sub["seed_index"], sub[col]) if int(k) in rope_acc]
             return vals or None
 
-        diffs = paired("learned", lambda r, a: r - a)
+        def gap_rule(sd) -> bool:
+            return bool(sd.n >= 2 and sd.lo > 0)
+
+        diffs = paired(by.get("learned"), lambda r, a: r - a)
+        # null arm: a second GPT_rot in GPT's place (GPT_rot minus GPT_rot)
+        null_diffs = paired(self._by_variant(results, "null").get("rope"), lambda r, a: r - a)
+        null_gap = None
+        if null_diffs is not None:
+            sn = across_seeds(null_diffs)
+            null_gap = (sn.mean, gap_rule(sn))
         if diffs is None:
-            out.append(self.judge(cfg, "rot-beats-abs", value=None, passed=None,
+            out.append(self.judge(cfg, "rot-beats-abs", value=None, passed=None, null=null_gap,
                                   why_not_computed="GPT (absolute, variant 'learned') was not run in this preset"))
         else:
             sd = across_seeds(diffs)
-            out.append(self.judge(cfg, "rot-beats-abs", value=sd.mean, passed=bool(sd.ci is not None and sd.lo > 0),
-                                  ci=sd.ci, ci_kind=sd.kind, n_seeds=sd.n,
-                                  details={"per_seed_diff": [round(x, 4) for x in diffs]}))
+            out.append(self.judge(cfg, "rot-beats-abs", value=sd.mean, passed=gap_rule(sd),
+                                  ci=sd.ci, ci_kind=sd.kind, n_seeds=sd.n, null=null_gap,
+                                  details={"per_seed_diff": [round(x, 4) for x in diffs],
+                                           "null_per_seed_diff_rot_minus_rot": None if null_diffs is None else
+                                           [round(x, 4) for x in null_diffs]}))
+
+        def ratio(r, a):
+            return a / r if r > 0 else float("nan")
+
         for cid, v in (("uni-effective", "uni"), ("pos-effective", "posonly")):
-            ratios = paired(v, lambda r, a: a / r if r > 0 else float("nan"))
+            ratios = paired(by.get(v), ratio)
+            # null arm: a random-init model of the variant over the trained GPT_rot
+            null_ratios = paired(by.get(v), ratio, "rand_acc")
+            null_r = None
+            if null_ratios is not None and np.isfinite(null_ratios).any():
+                sn = across_seeds(null_ratios)
+                null_r = (sn.mean, bool(sn.mean >= UNI_RATIO_MIN))
             if ratios is None or not np.isfinite(ratios).any():
-                out.append(self.judge(cfg, cid, value=None, passed=None,
+                out.append(self.judge(cfg, cid, value=None, passed=None, null=null_r,
                                       why_not_computed=f"{VARIANT_NAMES[v]} (variant '{v}') was not run in this preset, "
                                                        "or GPT_rot's accuracy was 0",
                                       gates={"rot-learned": (st.mean, st.mean >= GEN_ACC_MIN)}))
             else:
                 sr = across_seeds(ratios)
                 out.append(self.judge(cfg, cid, value=sr.mean, passed=bool(sr.mean >= UNI_RATIO_MIN), ci=sr.ci,
-                                      ci_kind=sr.kind, n_seeds=sr.n,
+                                      ci_kind=sr.kind, n_seeds=sr.n, null=null_r,
                                       gates={"rot-learned": (st.mean, st.mean >= GEN_ACC_MIN)},
-                                      details={"per_seed_ratio": [round(x, 4) for x in ratios]}))
+                                      details={"per_seed_ratio": [round(x, 4) for x in ratios],
+                                               "null_per_seed_ratio_random_init": null_ratios}))
         return out
 
     def figures(self, cfg: CFGLearningConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -359,12 +416,14 @@ class CFGLearning(Experiment):
 
         g = build_grammar(cfg)
         lo, hi = g.length_range()
-        cols = ["point", "variant", "seed_index", "acc_bos", "acc_cut", "acc", "kl", "kl_sanity", "nll_model",
-                "nll_grammar", "train_loss", "distinct_frac", "mean_gen_len"]
+        cols = ["point", "variant", "arm", "seed_index", "acc_bos", "acc_cut", "acc", "rand_acc", "kl", "kl_sanity",
+                "nll_model", "nll_grammar", "train_loss", "distinct_frac", "mean_gen_len"]
         return (f"## Method\n\nGrammar {g.name}: sizes {list(g.sizes)}, strings of {lo}-{hi} tokens. "
                 f"{cfg.n_layers}-layer GPT, d_model {cfg.d_model}, {cfg.n_heads} heads, context {cfg.seq_len}; "
                 f"{cfg.steps} AdamW steps of {cfg.batch_size} windows of fresh EOS-separated samples, lr {cfg.lr}. "
                 f"Generation accuracy over {cfg.n_gen} samples from BOS and from a {cfg.cut}-token prefix; KL over "
                 f"{cfg.n_kl} fresh strings. GPT_pos learns one attention logit per (head, distance); GPT_rel here is "
-                "the T5 relative bias, not DeBERTa's.\n\n## Results\n\n"
+                "the T5 relative bias, not DeBERTa's. Null arms: `rand_acc` is the generation accuracy of a random-init "
+                "model of the row's variant; arm `null` is a second GPT_rot (rot-beats-abs's null arm).\n\n"
+                "## Results\n\n"
                 + markdown_table(results[[c for c in cols if c in results]]))

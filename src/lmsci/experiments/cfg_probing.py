@@ -16,6 +16,12 @@ with a linear probe on position ``i`` alone are reported beside (``*_pw_*`` colu
 same architecture at its random initialisation (GPT_rand) are the baseline.
 The generation accuracy from BOS (as in ``cfg-learning``) gates the claims: a model that did not learn the
 grammar is not the paper's subject.
+
+Null arms (issue 29), measured in the same run with the same statistic: ``probe-ancestor`` and
+``probe-ancestor-at-end`` -- the same probes on the random-init model (GPT_rand, the classic control);
+``probe-beats-random`` -- the same gap with GPT_rand in the trained model's place against a second random-init model
+(another seed; only the ancestor mixing probes of levels 1 and 2 are fitted on it): random against random, so no
+gap may appear. ``probe-beats-random-at-end`` is an ablation (no null arm).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from lmsci.experiments.cfg_learning import (VARIANT_NAMES, CFGModelConfig, build
                                             validate_model_config)
 from lmsci.experiments.registry import register
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy, hidden_states, probe_parse
+from lmsci.measure.probes import fit_mixing_probe
 from lmsci.runs import RunDir, derive_seed
 
 PROBE_MIN = 0.9         # registered: mean probe accuracy over NT levels >= 0.9
@@ -73,7 +80,8 @@ class CFGProbing(Experiment):
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
                      "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, "
-                              "nothing else running)",
+                              "nothing else running), before the null arm's second random-init model (2 more mixing "
+                              "probes per seed: ~+60 s estimated from a timed fit on the loaded machine)",
                      "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the mixing "
                             "and L-BFGS probes fit on the device of the hidden states)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
@@ -92,6 +100,8 @@ class CFGProbing(Experiment):
             "over NT levels 1..depth-1; mean over seeds with a 95% Student-t CI",
             f"mean over at least 3 seeds >= {PROBE_MIN}",
             gates=(_GATE,),
+            null="the same probes (same strings, levels and fit) on the random-init model of the same architecture "
+                 "(GPT_rand, the classic control): untrained, it has not learned the parse",
         ),
         Claim(
             "probe-ancestor-at-end",
@@ -103,6 +113,8 @@ class CFGProbing(Experiment):
             "NT levels 1..depth-1; mean over seeds with a 95% Student-t CI",
             f"mean over at least 3 seeds >= {PROBE_MIN}",
             gates=(_GATE,),
+            null="the same at-end probes on the random-init model of the same architecture (GPT_rand, the classic "
+                 "control): untrained, it has not learned the parse",
         ),
         Claim(
             "probe-beats-random",
@@ -115,6 +127,8 @@ class CFGProbing(Experiment):
             "smaller of the two level means",
             f"the smaller of the two level means over at least 3 seeds >= {GAP_MIN}",
             gates=(_GATE,),
+            null="the same gap with the random-init model in the trained model's place, against a second random-init "
+                 "model of the same architecture (another seed): random against random, no gap by construction",
         ),
         Claim(
             "probe-beats-random-at-end",
@@ -175,6 +189,16 @@ class CFGProbing(Experiment):
                 if not tag:
                     row[f"chance_anc_L{l}"] = d["ancestor_chance"]
                     row[f"chance_bnd_L{l}"] = d["boundary_chance"]
+        # probe-beats-random's null arm: the ancestor mixing probes of levels 1, 2 on a second random-init model
+        rand2 = make_model(cfg, g, variant, derive_seed(ctx.seed, "rand-init-2")).to(ctx.device).eval()
+        h2tr = hidden_states(rand2, g, [s.tokens for s in tr], device=ctx.device)
+        h2te = hidden_states(rand2, g, [s.tokens for s in te], device=ctx.device)
+        for l in (1, 2):
+            if l < g.depth:
+                r2 = fit_mixing_probe(h2tr, [s.ancestor[l] for s in tr], h2te, [s.ancestor[l] for s in te],
+                                      int(g.sizes[l]), steps=cfg.probe_steps, n_heads=cfg.probe_heads,
+                                      seed=derive_seed(ctx.seed, "probe"))
+                row[f"rand2_anc_L{l}"] = r2["test_acc"]
         _, hi = g.length_range()
         gen = generate_strings(model, g, [[]] * cfg.n_gen, max_len=min(hi, cfg.seq_len - 2),
                                seed=derive_seed(ctx.seed, "gen0"), device=ctx.device)
@@ -182,6 +206,7 @@ class CFGProbing(Experiment):
         row["anc_mean"] = float(np.mean([row[f"anc_L{l}"] for l in levels]))
         row["anc_end_mean"] = float(np.mean([row[f"anc_end_L{l}"] for l in levels]))
         row["rand_anc_mean"] = float(np.mean([row[f"rand_anc_L{l}"] for l in levels]))
+        row["rand_anc_end_mean"] = float(np.mean([row[f"rand_anc_end_L{l}"] for l in levels]))
         row["anc_pw_mean"] = float(np.mean([row[f"anc_pw_L{l}"] for l in levels]))
         row["rand_anc_pw_mean"] = float(np.mean([row[f"rand_anc_pw_L{l}"] for l in levels]))
         return row
@@ -204,9 +229,17 @@ class CFGProbing(Experiment):
         out = []
         for cid, col in (("probe-ancestor", "anc_mean"), ("probe-ancestor-at-end", "anc_end_mean")):
             st = across_seeds(rope[col])
+            rcol = "rand_" + col
+            if rcol not in rope and all(f"rand_{col[:-5]}_L{l}" in rope for l in levels):  # older tables
+                rope = rope.assign(**{rcol: rope[[f"rand_{col[:-5]}_L{l}" for l in levels]].mean(axis=1)})
+            null = None
+            if rcol in rope and rope[rcol].notna().any():
+                sn = across_seeds(rope[rcol])
+                null = (sn.mean, bool(sn.mean >= PROBE_MIN))
             out.append(self.judge(cfg, cid, value=st.mean, passed=bool(st.mean >= PROBE_MIN), ci=st.ci, ci_kind=st.kind,
-                                  n_seeds=st.n, gates=gate, details={"per_level": per_level,
-                                                                     "grammar": str(rope["grammar"].iloc[0])}))
+                                  n_seeds=st.n, gates=gate, null=null,
+                                  details={"per_level": per_level, "grammar": str(rope["grammar"].iloc[0]),
+                                           "null_random_init_mean": None if null is None else round(null[0], 4)}))
         for cid, col in (("probe-beats-random", "anc"), ("probe-beats-random-at-end", "anc_end")):
             gaps = {}
             for l in (1, 2):
@@ -219,10 +252,17 @@ class CFGProbing(Experiment):
                 continue
             worst = min(gaps, key=lambda l: gaps[l].mean)
             v = gaps[worst]
+            details = {f"gap_NT{l + 1}": {"mean": round(s.mean, 4), "ci": s.ci} for l, s in gaps.items()}
+            null = None
+            if cid == "probe-beats-random" and all(f"rand2_anc_L{l}" in rope and rope[f"rand2_anc_L{l}"].notna().any()
+                                                   for l in (1, 2)):
+                ngaps = {l: across_seeds(rope[f"rand_anc_L{l}"] - rope[f"rand2_anc_L{l}"]) for l in (1, 2)}
+                nw = min(ngaps, key=lambda l: ngaps[l].mean)
+                null = (ngaps[nw].mean, bool(ngaps[nw].mean >= GAP_MIN))
+                details.update({f"null_gap_random_minus_random_NT{l + 1}": round(s.mean, 4) for l, s in ngaps.items()})
             out.append(self.judge(cfg, cid, value=v.mean, passed=bool(v.mean >= GAP_MIN), ci=v.ci,
                                   ci_kind=v.kind + f" (level {worst}, the smaller gap)", n_seeds=v.n, gates=gate,
-                                  details={f"gap_NT{l + 1}": {"mean": round(s.mean, 4), "ci": s.ci}
-                                           for l, s in gaps.items()}))
+                                  details=details, null=null))
         return out
 
     def figures(self, cfg: CFGProbingConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -254,13 +294,14 @@ class CFGProbing(Experiment):
     def report_sections(self, cfg: CFGProbingConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        keep = [c for c in results.columns if c.startswith(("anc_", "rand_anc_", "bnd_", "chance_"))]
+        keep = [c for c in results.columns if c.startswith(("anc_", "rand_anc_", "rand2_anc_", "bnd_", "chance_"))]
         cols = ["point", "variant", "seed_index", "acc_bos", "train_loss", *sorted(keep)]
         return ("## Method\n\nProbes: the paper's multi-head linear probe (last-layer states of positions k <= i, "
                 "mixed by position-only attention weights, {heads} heads, {steps} AdamW steps) and, in the `*_pw_*` "
                 "columns, multinomial logistic regression (L2 {l2}) on the state at position i alone; "
                 "{ntr} training strings, {nte} test strings, one probe per NT level and target; the random-init "
-                "model has the same architecture and is untrained. Level l here is the paper's NT(l+1).\n\n"
+                "model has the same architecture and is untrained; `rand2_*`: a second random-init model (probe-beats-random's "
+                "null arm). Level l here is the paper's NT(l+1).\n\n"
                 "## Results\n\n").format(l2=cfg.l2, ntr=cfg.n_probe_train, nte=cfg.n_probe_test,
                                           steps=cfg.probe_steps, heads=cfg.probe_heads) + \
             markdown_table(results[[c for c in cols if c in results]])
