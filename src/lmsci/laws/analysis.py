@@ -38,8 +38,10 @@ class Analysis:
         lines = [f"law: {r.form.name}   {r.form.equation}", f"source: {r.form.source}",
                  f"points: {r.n}   free parameters: {r.k}   loss: {r.loss} (delta {r.delta:g})   "
                  f"local starts polished: {r.n_starts}   fit time {r.fit_seconds:.2f} s",
-                 f"optimiser: {'converged' if r.converged else 'DID NOT CONVERGE'} (best start: {r.message}; "
-                 f"{r.n_starts_converged} of {r.n_starts} L-BFGS-B starts converged)",
+                 f"optimiser: {'converged' if r.converged else 'DID NOT CONVERGE'} (optimum "
+                 f"{'certified' if r.converged else 'not certified'}: stationarity {r.stationarity:.2g}, "
+                 f"{r.n_starts_at_best} of {r.n_grid_starts} starts reach the best objective; best start's L-BFGS-B: "
+                 f"{r.message}; {r.n_starts_converged} of {r.n_starts} L-BFGS-B runs report success)",
                  f"in-sample RMSE ({'log y' if r.form.space == 'log' else 'y'}): {r.rmse:.5f}   "
                  f"AIC {r.aic:.1f}   BIC {r.bic:.1f}"]
         if r.n_boot:

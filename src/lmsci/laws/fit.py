@@ -23,12 +23,15 @@ do the bulk of the work, with SciPy's L-BFGS-B as the final word:
   default), warm-started at the full-data optimum; ``method="lbfgsb"`` refits each resample with
   L-BFGS-B instead (slower; the tests check both agree).
 
-Convergence is recorded, never assumed. :attr:`FitResult.converged` is SciPy's
-``OptimizeResult.success`` for the best start (with its ``message``); a bootstrap resample converged
-when its L-BFGS-B run reports success (``method="lbfgsb"``), or when the batched descent stopped
-because a step no longer reduced the objective by more than ``tol`` relative (or no damped step
-reduced it at all), or, for a resample the batched descent left unfinished (out of iterations), when
-L-BFGS-B continued from its end point reports success.
+Convergence is certified, never assumed, and never read off one optimiser run
+(:func:`certify_optimum`, tolerances :data:`CERT_STATIONARITY_RTOL`, :data:`CERT_OBJECTIVE_RTOL`,
+:data:`CERT_MIN_STARTS`). :attr:`FitResult.converged` is True when the best point is stationary (the
+relative Gauss-Newton decrement of its projected gradient is tiny) and at least two distinct starts end at
+the best objective within a relative tolerance; SciPy's success flag and message for the best start are
+reported beside it and decide nothing (an L-BFGS-B line-search stop, ``ABNORMAL``, at the optimum is
+convergence; a "success" short of it is not). A bootstrap resample converged when its end point is
+stationary by the same test, whatever stopped the descent; one that is not after the batched descent is
+continued by L-BFGS-B and then by a longer batched descent, and certified again.
 Resamples that did not converge are counted (:attr:`FitResult.n_boot_failed`) and excluded from
 every interval, standard error and covariance; ``fit.json`` and ``lmsci fit`` show the count.
 
@@ -51,6 +54,15 @@ from lmsci.errors import ConfigError, DataError
 from lmsci.laws.forms import Form, get_form
 
 Array = np.ndarray
+
+#: Certificate of an optimum (:func:`certify_optimum`): the best point is stationary when its relative
+#: Gauss-Newton decrement of the projected gradient (:meth:`_Problem.stationarity`, the objective decrease one
+#: more Gauss-Newton step predicts, over the objective) is at most this.
+CERT_STATIONARITY_RTOL = 1e-8
+#: a start reaches the best objective when the objective where it ended is within this relative margin of it
+CERT_OBJECTIVE_RTOL = 1e-6
+#: the fewest distinct starts (grid points) that must reach the best objective
+CERT_MIN_STARTS = 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,9 +99,16 @@ class FitResult:
         boot_seconds: wall time of the bootstrap.
         fit_seconds: wall time of the multi-start fit.
         n_starts: number of local optimisations (L-BFGS-B runs) started.
-        converged: SciPy's ``OptimizeResult.success`` of the best start's L-BFGS-B run.
-        message: the optimiser's message for the best start.
-        n_starts_converged: how many of the ``n_starts`` local runs reported success.
+        converged: the optimum is certified (:func:`certify_optimum`): stationary at the best point and
+            reached by at least :data:`CERT_MIN_STARTS` distinct starts. Not the optimiser's flag.
+        message: the optimiser's message for the best start (reported; decides nothing).
+        n_starts_converged: how many of the ``n_starts`` L-BFGS-B runs reported success (reported).
+        optimizer_success: SciPy's ``OptimizeResult.success`` of the best start (reported; decides nothing).
+        stationarity: the relative Gauss-Newton decrement of the projected gradient at the best point.
+        n_starts_at_best: distinct starts that ended within :data:`CERT_OBJECTIVE_RTOL` of the best objective.
+        n_grid_starts: distinct starting points (grid points, ``init`` included).
+        start_objectives: the objective where each distinct start ended ``[n_grid_starts]`` (units of
+            ``objective``; inf where a start failed), from which the certificate counts.
         n_boot: bootstrap resamples requested (0 = none).
         n_boot_failed: resamples that did not converge (excluded from ``boot``).
         boot_converged: per requested resample, whether it converged ``[n_boot]`` (None without bootstrap).
@@ -118,6 +137,11 @@ class FitResult:
     n_boot: int = 0
     n_boot_failed: int = 0
     boot_converged: Array | None = None
+    optimizer_success: bool = True
+    stationarity: float = float("nan")
+    n_starts_at_best: int = 0
+    n_grid_starts: int = 0
+    start_objectives: Array | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def predict(self, X: dict[str, Array]) -> Array:
@@ -130,11 +154,22 @@ class FitResult:
         return 0 if self.boot is None else int(len(self.boot))
 
     def convergence(self) -> dict[str, Any]:
-        """The convergence record: success flag and message of the best start, converged starts,
-        bootstrap resamples requested / converged / failed."""
-        return {"converged": bool(self.converged), "message": self.message, "n_starts": int(self.n_starts),
-                "n_starts_converged": int(self.n_starts_converged), "n_boot": int(self.n_boot),
-                "n_boot_ok": self.n_boot_ok, "n_boot_failed": int(self.n_boot_failed)}
+        """The convergence record: the certificate (``converged``, its stationarity and the starts that reach
+        the best objective, with the tolerances), the optimiser's own message and flag for the best start
+        (reported, deciding nothing), and bootstrap resamples requested / converged / failed."""
+        return {"converged": bool(self.converged), "stationarity": _num(self.stationarity),
+                "n_starts_at_best": int(self.n_starts_at_best), "n_grid_starts": int(self.n_grid_starts),
+                "tolerances": {"stationarity_rtol": CERT_STATIONARITY_RTOL, "objective_rtol": CERT_OBJECTIVE_RTOL,
+                               "min_starts": CERT_MIN_STARTS},
+                "message": self.message, "optimizer_success": bool(self.optimizer_success),
+                "n_starts": int(self.n_starts), "n_starts_converged": int(self.n_starts_converged),
+                "n_boot": int(self.n_boot), "n_boot_ok": self.n_boot_ok, "n_boot_failed": int(self.n_boot_failed)}
+
+    def certificate_text(self) -> str:
+        """The certificate in words (what the reports print)."""
+        return (f"{'certified' if self.converged else 'NOT CERTIFIED'}: stationarity {self.stationarity:.2g} "
+                f"(<= {CERT_STATIONARITY_RTOL:g}), {self.n_starts_at_best} of {self.n_grid_starts} starts reach the "
+                f"best objective within {CERT_OBJECTIVE_RTOL:g} (>= {CERT_MIN_STARTS}); optimiser: {self.message}")
 
     def cov_theta(self) -> Array | None:
         """Bootstrap covariance ``[k, k]`` of the free fit-space parameters (converged resamples only;
@@ -180,11 +215,18 @@ class FitResult:
             "delta": self.delta, "objective": self.objective, "rmse": self.rmse, "aic": self.aic,
             "bic": self.bic, "n_starts": self.n_starts, "fit_seconds": self.fit_seconds,
             "converged": bool(self.converged), "message": self.message,
+            "optimizer_success": bool(self.optimizer_success), "stationarity": _num(self.stationarity),
+            "n_starts_at_best": int(self.n_starts_at_best), "n_grid_starts": int(self.n_grid_starts),
             "n_starts_converged": int(self.n_starts_converged), "n_boot": int(self.n_boot),
             "n_boot_ok": self.n_boot_ok, "n_boot_failed": int(self.n_boot_failed), "boot_seconds": self.boot_seconds,
             "ci95": {n: self.ci(n) for n in self.form.param_names},
             "se": {n: self.se(n) for n in self.form.param_names},
         }
+
+
+def _num(v: float) -> float | None:
+    v = float(v)
+    return v if np.isfinite(v) else None
 
 
 class _Problem:
@@ -309,6 +351,61 @@ class _Problem:
     def bounds(self) -> list[tuple[float, float]]:
         return [p.bounds for p, fr in zip(self.form.params, self.free) if fr]
 
+    def stationarity(self, Z: Array, W: Array | None = None, chunk: int = 512) -> Array:
+        """The relative Gauss-Newton decrement of the projected gradient at each point of ``Z [m, k]``.
+
+        For the objective ``F`` (summed Huber or squared loss, point weights ``W [m, n]``), the gradient
+        ``g`` at ``z`` is projected onto the bounds (a component is dropped when ``z`` sits on a bound
+        and ``-g`` points outside it), and measured in the metric of the IRLS majoriser
+        ``H = J^T diag(w) J``, ``w = min(1, delta / |r|)`` (1 for least squares): ``0.5 g^T H^-1 g`` is
+        the objective decrease one Gauss-Newton step on the majoriser predicts. Returned relative to
+        ``F``: ``0.5 g^T H^-1 g / max(F, tiny)`` (NaN when ``F`` or ``g`` is not finite). It is invariant
+        to rescaling the parameters or the objective, and it is small at a minimum whatever stopped the
+        optimiser (a line-search stop at the optimum included).
+        """
+        Z = np.atleast_2d(np.asarray(Z, dtype=float))
+        out = []
+        for i in range(0, len(Z), chunk):
+            w = None if W is None else np.atleast_2d(W)[i : i + chunk]
+            out.append(self._stationarity_chunk(Z[i : i + chunk], w))
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def _stationarity_chunk(self, z: Array, W: Array | None) -> Array:
+        lo = np.array([b[0] for b in self.bounds()])
+        hi = np.array([b[1] for b in self.bounds()])
+        f, J = self.form.fj(self.full(z), self.X)
+        J = J[..., self.free]
+        r = self.t - f
+        if self.loss == "huber":
+            v, d = huber(r, self.delta)
+            wm = np.minimum(1.0, self.delta / np.maximum(np.abs(r), 1e-300))
+        else:
+            v, d, wm = 0.5 * r * r, r, np.ones_like(r)
+        if W is not None:
+            v, d, wm = v * W, d * W, wm * W
+        F = v.sum(axis=-1)
+        g = -np.einsum("mnk,mn->mk", J, d)
+        H = np.einsum("mnk,mnl->mkl", J * wm[..., None], J)
+        # projection onto the bounds: a component at a bound whose descent direction leaves the box is inactive
+        eps = 1e-10 * (1.0 + np.maximum(np.abs(lo), np.abs(hi)))
+        act = ((z <= lo + eps) & (g > 0)) | ((z >= hi - eps) & (g < 0))
+        g = np.where(act, 0.0, g)
+        k = z.shape[1]
+        eye = np.eye(k)
+        keep = ~act
+        H = H * (keep[:, :, None] & keep[:, None, :]) + eye * act[:, :, None]
+        dg = np.einsum("mkk->mk", H)
+        H = H + (1e-12 * dg + 1e-300)[..., None] * eye  # a whisker of damping for a singular majoriser
+        ok = np.isfinite(F) & np.all(np.isfinite(g), axis=1) & np.all(np.isfinite(H), axis=(1, 2))
+        dec = np.full(len(z), np.nan)
+        if ok.any():
+            try:
+                s = np.linalg.solve(H[ok], g[ok][..., None])[..., 0]
+            except np.linalg.LinAlgError:
+                s = np.stack([np.linalg.lstsq(h, gg, rcond=None)[0] for h, gg in zip(H[ok], g[ok])])
+            dec[ok] = 0.5 * np.einsum("mk,mk->m", g[ok], s) / np.maximum(F[ok], 1e-300)
+        return dec
+
     def local(self, z0: Array, w: Array | None = None, maxiter: int = 1000):
         b = self.bounds()
         z0 = np.clip(z0, [x[0] for x in b], [x[1] for x in b])
@@ -335,6 +432,67 @@ def _clean_inputs(form: Form, X: dict[str, Array], y: Array) -> tuple[dict[str, 
         raise DataError(f"target must be finite{' and > 0' if form.space == 'log' else ''}; "
                         f"bad at rows {bad[:10].tolist()}")
     return Xc, y
+
+
+def _certify(prob: "_Problem", z_best: Array, ends: Array, W: Array | None = None) -> dict[str, Any]:
+    """:func:`certify_optimum` on a built problem (fit-space free parameters ``z_best``, start objectives)."""
+    ends = np.asarray(ends, dtype=float)
+    stat = float(prob.stationarity(np.asarray(z_best, dtype=float)[None], None if W is None else W[None])[0])
+    finite = ends[np.isfinite(ends)]
+    f_best = float(min(finite.min(), prob.values(np.asarray(z_best)[None], None if W is None else W[None])[0])) \
+        if finite.size else float("nan")
+    at_best = int(np.sum(finite <= f_best + CERT_OBJECTIVE_RTOL * abs(f_best) + 1e-300)) if finite.size else 0
+    reasons = []
+    if not (np.isfinite(stat) and stat <= CERT_STATIONARITY_RTOL):
+        reasons.append(f"not stationary: relative Gauss-Newton decrement of the projected gradient {stat:.3g} > "
+                       f"{CERT_STATIONARITY_RTOL:g}")
+    if at_best < CERT_MIN_STARTS:
+        reasons.append(f"{at_best} of {len(ends)} starts reach the best objective within {CERT_OBJECTIVE_RTOL:g} "
+                       f"(relative); {CERT_MIN_STARTS} needed")
+    return {"certified": not reasons, "stationarity": stat, "n_starts_at_best": at_best, "n_starts": int(len(ends)),
+            "reasons": reasons}
+
+
+def certify_optimum(form: Form | str, X: dict[str, Array], y: Array, theta: Array, start_objectives: Array, *,
+                    loss: str = "huber", delta: float = 1e-3, fixed: dict[str, float] | None = None,
+                    weights: Array | None = None) -> dict[str, Any]:
+    """Whether a fitted point is a certified optimum: what "converged" means in :mod:`lmsci.laws`.
+
+    A fit has converged when its optimum is certified, not when one optimiser run says so (SciPy's
+    L-BFGS-B may stop in its line search at the optimum, ``ABNORMAL``, or report success short of it,
+    depending on the float rounding of one BLAS kernel). Two properties of the data and the point, each
+    with a registered tolerance, certify it:
+
+    1. **stationary**: the relative Gauss-Newton decrement of the projected gradient at the best point
+       (:meth:`_Problem.stationarity`: ``0.5 g^T H^-1 g / F`` with ``g`` the gradient projected on the
+       bounds, ``H`` the IRLS majoriser of the Huber loss, ``F`` the objective) is at most
+       :data:`CERT_STATIONARITY_RTOL`; no Gauss-Newton step from there could lower the objective by more
+       than that fraction;
+    2. **reproduced by several starts**: at least :data:`CERT_MIN_STARTS` distinct starting points end
+       (after the batched screening descent or L-BFGS-B, whichever ran last) within
+       :data:`CERT_OBJECTIVE_RTOL` (relative) of the best objective.
+
+    The optimiser's own message and success flag are reported beside the certificate and decide nothing.
+    A bootstrap resample, warm-started at the certified full-data optimum, converged when its end point
+    is stationary by (1) (:func:`bootstrap`).
+
+    Args:
+        form, X, y, loss, delta, fixed: the fitted problem, as given to :func:`fit`.
+        theta: the best point in fit space (all parameters, ``FitResult.theta``).
+        start_objectives: ``[m]`` the objective where each distinct start ended, in the units of
+            :attr:`FitResult.objective` (``FitResult.start_objectives``); non-finite entries are starts that failed.
+        weights: optional per-point weights ``[n]`` (a bootstrap resample).
+
+    Returns:
+        ``{"certified", "stationarity", "n_starts_at_best", "n_starts", "reasons"}`` (``reasons``: why not).
+    """
+    form = get_form(form) if isinstance(form, str) else form
+    fixed = dict(form.default_fixed if fixed is None else fixed)
+    X, y = _clean_inputs(form, X, y)
+    prob = _Problem(form, X, y, loss, delta, fixed)
+    z = np.asarray(theta, dtype=float)[prob.free]
+    ends = np.asarray(start_objectives, dtype=float) * prob.scale
+    return _certify(prob, z, ends, None if weights is None else np.asarray(weights, dtype=float))
 
 
 def fit(
@@ -415,32 +573,44 @@ def fit(
     if init is not None:
         th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
         grid = np.vstack([th[prob.free][None], grid])
+    # ends[i]: the objective where start i (a distinct grid point) ended, for the certificate
     if n_starts is None:  # Epoch's recipe verbatim: L-BFGS-B from every grid point
-        starts = grid
+        starts, start_idx = grid, np.arange(len(grid))
+        ends = np.full(len(grid), np.inf)
     else:  # screen the whole grid with the batched descent (successive halving), polish the best
         Z, V = prob.batched_descent(grid, iters=10 if len(grid) > 256 else screen_iters)
+        ends = np.where(np.isfinite(V), V, np.inf)
+        cand = np.arange(len(grid))
         if len(grid) > 256:
-            keep = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")[: max(64, 4 * n_starts)]
+            keep = np.argsort(ends, kind="stable")[: max(64, 4 * n_starts)]
             Z, V = prob.batched_descent(Z[keep], iters=screen_iters)
+            ends[keep] = np.where(np.isfinite(V), V, np.inf)
+            cand = keep
         order = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")
-        starts = []
+        starts, start_idx = [], []
         for i in order:
             if not np.isfinite(V[i]) or (starts and V[i] > V[order[0]] * (1 + polish_rtol) + 1e-12):
                 break
             if all(np.max(np.abs(Z[i] - s)) > 1e-3 for s in starts):
                 starts.append(Z[i])
+                start_idx.append(cand[i])
             if len(starts) >= max(1, n_starts):
                 break
-        starts = np.array(starts) if starts else grid[:1]
+        if not starts:
+            starts, start_idx = [grid[0]], [0]
+        starts, start_idx = np.array(starts), np.array(start_idx)
     best = None
     n_ok = 0
-    for z0 in starts:
+    for z0, i in zip(starts, start_idx):
         res = prob.local(z0, maxiter=maxiter)
         n_ok += bool(res.success)
-        if np.isfinite(res.fun) and (best is None or res.fun < best.fun):
-            best = res
+        if np.isfinite(res.fun):
+            ends[i] = min(ends[i], float(res.fun))
+            if best is None or res.fun < best.fun:
+                best = res
     if best is None:
         raise DataError(f"law {form.name!r}: no starting point gave a finite objective")
+    cert = _certify(prob, best.x, ends)
     fit_s = time.perf_counter() - t0
     theta = prob.full(best.x)
     r = prob.residuals(theta)
@@ -451,7 +621,10 @@ def fit(
         form=form, params=form.from_theta(theta), theta=theta, objective=float(best.fun / prob.scale), n=n,
         k=k, loss=loss, delta=delta, fixed=fixed, rmse=float(np.sqrt(rss / n)),
         aic=float(ll_term + 2 * k), bic=float(ll_term + k * np.log(n)), fit_seconds=fit_s,
-        n_starts=len(starts), converged=bool(best.success), message=str(best.message), n_starts_converged=n_ok,
+        n_starts=len(starts), converged=cert["certified"], message=str(best.message), n_starts_converged=n_ok,
+        optimizer_success=bool(best.success), stationarity=cert["stationarity"],
+        n_starts_at_best=cert["n_starts_at_best"], n_grid_starts=cert["n_starts"],
+        start_objectives=ends / prob.scale,
     )
     if n_boot > 0:
         bootstrap(res, X, y, n_boot=n_boot, seed=seed, method=boot_method, maxiter=boot_maxiter)
@@ -484,22 +657,34 @@ def bootstrap(res: FitResult, X: dict[str, Array], y: Array, n_boot: int = 1000,
     z0 = res.theta[prob.free]
     t0 = time.perf_counter()
     if method == "batched":
-        Z, _, ok = prob.batched_descent(np.repeat(z0[None], n_boot, axis=0), W,
-                                        iters=300 if maxiter is None else maxiter, return_converged=True)
-        # a resample still creeping along a flat valley when the batched descent stops is finished by
-        # L-BFGS-B from where it stopped; its success flag decides
-        for b in np.flatnonzero(~ok):
+        Z, _ = prob.batched_descent(np.repeat(z0[None], n_boot, axis=0), W,
+                                    iters=300 if maxiter is None else maxiter)
+        # the certificate decides (a stationary end point), not what stopped the descent; a resample still
+        # creeping along a flat valley is finished by L-BFGS-B from where it stopped, then certified again
+        stat = prob.stationarity(Z, W)
+        for b in np.flatnonzero(~(stat <= CERT_STATIONARITY_RTOL)):
             r = prob.local(Z[b], W[b], maxiter=1000 if maxiter is None else maxiter)
-            if bool(r.success) and np.isfinite(r.fun):
-                Z[b], ok[b] = r.x, True
+            if np.isfinite(r.fun) and r.fun <= prob.values(Z[b][None], W[b][None])[0]:
+                Z[b] = r.x
+                stat[b] = prob.stationarity(Z[b][None], W[b][None])[0]
+        # L-BFGS-B may stop in an ill-conditioned valley (towards a bound) with the point still unfinished;
+        # a longer batched descent from where it stopped finishes those
+        left = np.flatnonzero(~(stat <= CERT_STATIONARITY_RTOL))
+        if left.size:
+            z2, v2 = prob.batched_descent(Z[left], W[left], iters=2000 if maxiter is None else maxiter)
+            better = v2 <= prob.values(Z[left], W[left])
+            Z[left[better]] = z2[better]
+            stat[left] = prob.stationarity(Z[left], W[left])
         out = prob.full(Z)
     else:
         out = np.empty((n_boot, len(form.params)))
-        ok = np.zeros(n_boot, dtype=bool)
+        stat = np.full(n_boot, np.nan)
         for b in range(n_boot):
             r = prob.local(z0, W[b], maxiter=1000 if maxiter is None else maxiter)
-            out[b], ok[b] = prob.full(r.x), bool(r.success) and np.isfinite(r.fun)
-    ok &= np.all(np.isfinite(out), axis=1)
+            out[b] = prob.full(r.x)
+            if np.isfinite(r.fun):
+                stat[b] = prob.stationarity(r.x[None], W[b][None])[0]
+    ok = (stat <= CERT_STATIONARITY_RTOL) & np.all(np.isfinite(out), axis=1)
     res.boot_converged = ok
     res.n_boot, res.n_boot_failed = int(n_boot), int((~ok).sum())
     # no converged resample: no intervals (the counts above still say what happened)
@@ -645,5 +830,7 @@ def load_fit(path) -> FitResult:
         boot_seconds=meta["boot_seconds"], fit_seconds=meta["fit_seconds"], n_starts=meta["n_starts"],
         converged=meta.get("converged", True), message=meta.get("message", ""),
         n_starts_converged=meta.get("n_starts_converged", 0), n_boot=meta.get("n_boot", len(bt)),
-        n_boot_failed=meta.get("n_boot_failed", 0),
+        n_boot_failed=meta.get("n_boot_failed", 0), optimizer_success=meta.get("optimizer_success", True),
+        stationarity=float("nan") if meta.get("stationarity") is None else meta["stationarity"],
+        n_starts_at_best=meta.get("n_starts_at_best", 0), n_grid_starts=meta.get("n_grid_starts", 0),
     )
