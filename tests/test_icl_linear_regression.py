@@ -103,11 +103,13 @@ def test_smoke_preset_runs(tmp_path):
     vs = exp.verdicts(cfg, df, run)
     assert {v.claim_id for v in vs} == {c.id for c in exp.claims}
     assert all(v.outcome == "inconclusive" for v in vs)  # smoke is below the claims' scale
+    # the null arm (the untrained initialisation, same prompts) meets none of the rules
+    assert all(v.null_passed is False for v in vs), {v.claim_id: v.null_value for v in vs}
 
 
 # -- verdicts from synthetic tables ----------------------------------------------------------------------------
 def _rows(model_err, *, ls=0.55, ridge=0.5, gd=2.4, knn=4.0, avg=3.2, zero=6.0, spd_ls=(0.05,), spd_ridge=(0.02,),
-          spd_gd=(1.5,), r2=(0.8,)):
+          spd_gd=(1.5,), r2=(0.8,), null_err=6.1, null_spd_ls=3.0, null_spd_gd=1.0, null_r2=0.05):
     rows = []
     for k, e in enumerate(model_err):
         pick = lambda t: t[k % len(t)]  # noqa: E731
@@ -117,7 +119,11 @@ def _rows(model_err, *, ls=0.55, ridge=0.5, gd=2.4, knn=4.0, avg=3.2, zero=6.0, 
                      "err_zero_at_2d": zero, "spd_least_squares": pick(spd_ls), "spd_ridge": pick(spd_ridge),
                      "spd_gd_1step": pick(spd_gd), "spd_knn3": 5.0, "spd_averaging": 3.0,
                      "probe_r2_best": pick(r2), "probe_best_layer": 3,
-                     "probe_r2_by_layer": json.dumps([0.0, 0.2, 0.5, pick(r2)])})
+                     "probe_r2_by_layer": json.dumps([0.0, 0.2, 0.5, pick(r2)]),
+                     # the null arm: the untrained initialisation on the same prompts
+                     "null_err_model_at_2d": null_err, "null_spd_least_squares": null_spd_ls,
+                     "null_spd_ridge": null_spd_ls, "null_spd_gd_1step": null_spd_gd, "null_spd_knn3": 5.0,
+                     "null_spd_averaging": 3.0, "null_probe_r2_best": null_r2})
     return pd.DataFrame(rows)
 
 
@@ -132,6 +138,21 @@ def test_papers_numbers_are_reproduced(tmp_path):
     assert all(v.outcome == "reproduced" for v in vs.values()), {k: (v.outcome, v.reasons) for k, v in vs.items()}
     assert vs["ls-error"].n_seeds == 3 and abs(vs["ls-error"].value - np.mean([0.52, 0.56, 0.54]) / 0.55) < 1e-9
     assert vs["implied-ridge"].details["closest_per_seed"] == ["ridge"] * 3
+    assert all(v.null_passed is False for v in vs.values())
+
+
+def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    from lmsci.claims import NULL_MEETS_RULE
+
+    # an "untrained" arm as good as the trained one: the rules cannot tell the effect from its absence
+    vs = _verdicts(_rows([0.52, 0.56, 0.54], null_err=0.5, null_spd_ls=0.01, null_spd_gd=2.0, null_r2=0.9),
+                   tmp_path)
+    for v in vs.values():
+        assert v.null_passed is True and v.outcome == "inconclusive", v.claim_id
+        assert any(NULL_MEETS_RULE in r for r in v.reasons)
+    # a table without the null arm: not measured, inconclusive
+    df = _rows([0.52, 0.56, 0.54]).drop(columns=["null_err_model_at_2d"])
+    assert all(v.outcome == "inconclusive" for v in _verdicts(df, tmp_path).values())
 
 
 def test_clear_failure_is_not_reproduced(tmp_path):

@@ -16,6 +16,11 @@ active dimension and the number of points grow every ``curriculum_every`` steps)
 seeds we measure the error at every context size against the exact baselines of
 :mod:`lmsci.worlds.linear_regression` (numpy), the SPD to each baseline, and ridge probes of ``w`` on the residual
 stream after every block at the query position of context size ``2d``.
+
+Claims (``ls-error``, ``beats-baselines``, ``implied-ridge``, ``probe-w``) each have the same null arm: the same
+statistic and rule computed for the seed's model at its initialisation (same architecture and init weights,
+untrained) on the same evaluation and probe prompts, which has learned no regression algorithm by construction;
+``reproduced`` needs the trained model to meet the rule and the untrained one not to.
 """
 
 from __future__ import annotations
@@ -196,6 +201,8 @@ class ICLLinearRegression(Experiment):
 
     _SRC_G = "Garg et al., arXiv 2208.01066, Sec. 3, Fig. 2"
     _SRC_A = "Akyurek et al., arXiv 2211.15661, Sec. 4 (Fig. 3: SPD), Sec. 5 (probes)"
+    _NULL = ("the same statistic and rule for the same architecture at its initialisation (each seed's init weights, "
+             "untrained) on the same prompts: it has learned no regression algorithm by construction")
     _TRAINED = Gate("trained", f"the model's mean squared error at n = 2d (across seeds) is below {PLATEAU_FRAC} x that "
                                "of the zero predictor (training left the initial plateau)")
     claims = [
@@ -208,6 +215,7 @@ class ICLLinearRegression(Experiment):
             "by that of ordinary least squares on the same prompts",
             f"the upper end of the 95% Student-t CI of the ratio across at least 3 seeds is <= {LS_RATIO_MAX}",
             gates=(_TRAINED,),
+            null=_NULL,
         ),
         Claim(
             "beats-baselines",
@@ -221,6 +229,7 @@ class ICLLinearRegression(Experiment):
             "the upper end of the 95% Student-t CI of the model's error across at least 3 seeds is below the smallest "
             "of the three baselines' errors",
             gates=(_TRAINED,),
+            null=_NULL,
         ),
         Claim(
             "implied-ridge",
@@ -233,6 +242,7 @@ class ICLLinearRegression(Experiment):
             "the lower end of the 95% Student-t CI of the margin across at least 3 seeds is > 0 (ridge or least "
             "squares is the closest)",
             gates=(_TRAINED,),
+            null=_NULL,
         ),
         Claim(
             "probe-w",
@@ -243,6 +253,7 @@ class ICLLinearRegression(Experiment):
             "from the residual stream at the query position after 2d examples",
             f"the lower end of the 95% Student-t CI of the best-layer R^2 across at least 3 seeds is >= {PROBE_R2_MIN}",
             gates=(_TRAINED,),
+            null=_NULL,
         ),
     ]
 
@@ -331,7 +342,15 @@ class ICLLinearRegression(Experiment):
                                 np.einsum("bij,bi->bj", X, Y)[..., None])[..., 0]
         r2_wh = probe_w(model, pr.xs, pr.ys, w_hat, pos, cfg.probe_alpha)
         nq = cfg.n_query
-        row = {**point.params, "noise_std": cfg.noise_std, "n_query": nq,
+        # the null arm: the same architecture at its initialisation (same init seed), the same prompts and statistics
+        null_model = build_model(cfg, derive_seed(ctx.seed, "init")).to(ctx.device)
+        pred0 = predict(null_model, ev.xs, ev.ys)
+        null = {"null_err_model_at_2d": float(squared_errors(pred0, ys)[nq]),
+                **{f"null_spd_{b}": float(spd(pred0, base[b])[1:nq + 1].mean()) for b in SPD_CANDIDATES},
+                "null_probe_r2_best": float(max(probe_w(null_model, pr.xs, pr.ys, pr.ws.double().numpy(), pos,
+                                                        cfg.probe_alpha)))}
+        del null_model
+        row = {**point.params, "noise_std": cfg.noise_std, "n_query": nq, **null,
                "final_train_loss": hist[-1]["loss"] if hist else None,
                **{f"err_{k}_at_2d": float(v[nq]) for k, v in errs.items()},
                **{f"spd_{k}": float(v[1:nq + 1].mean()) for k, v in spds.items()},
@@ -355,12 +374,23 @@ class ICLLinearRegression(Experiment):
         trained_val = float(err.mean()) / zero if zero > 0 else float("nan")
         gate = {"trained": (trained_val, bool(trained_val < PLATEAU_FRAC))}
         out = []
+        has_null = "null_err_model_at_2d" in df and df["null_err_model_at_2d"].notna().all()
+
+        def hi_of(x):
+            st_ = across_seeds(x)
+            return st_, (st_.hi if st_.n >= 2 else st_.mean), (st_.lo if st_.n >= 2 else st_.mean)
+
+        err0 = df["null_err_model_at_2d"].astype(float) if has_null else None
         # ls-error
         ratio = err / df["err_least_squares_at_2d"].astype(float)
         st = across_seeds(ratio)
         hi = st.hi if st.n >= 2 else st.mean
+        null = (None, None)
+        if has_null:
+            st0, hi0, _ = hi_of(err0 / df["err_least_squares_at_2d"].astype(float))
+            null = (st0.mean, bool(hi0 <= LS_RATIO_MAX))
         out.append(self.judge(cfg, "ls-error", value=st.mean, passed=bool(hi <= LS_RATIO_MAX), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate,
+                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
                               details={"ratio_per_seed": [round(float(x), 4) for x in ratio],
                                        "err_model_at_2d": round(float(err.mean()), 5),
                                        "err_least_squares_at_2d": round(float(df["err_least_squares_at_2d"].mean()), 5),
@@ -371,8 +401,12 @@ class ICLLinearRegression(Experiment):
         hi = st.hi if st.n >= 2 else st.mean
         base = {b: float(df[f"err_{b}_at_2d"].astype(float).mean()) for b in WEAK_BASELINES}
         best_b = min(base, key=base.get)
+        null = (None, None)
+        if has_null:
+            st0, hi0, _ = hi_of(err0)
+            null = (st0.mean, bool(hi0 < base[best_b]))
         out.append(self.judge(cfg, "beats-baselines", value=st.mean, passed=bool(hi < base[best_b]), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate,
+                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
                               details={"baseline_errors_at_2d": {k: round(v, 5) for k, v in base.items()},
                                        "strongest_baseline": best_b}))
         # implied-ridge
@@ -383,8 +417,15 @@ class ICLLinearRegression(Experiment):
         st = across_seeds(margin)
         lo = st.lo if st.n >= 2 else st.mean
         closest = [min(SPD_CANDIDATES, key=lambda b: spd_cols[b][i]) for i in range(n)]
+        null = (None, None)
+        if has_null:
+            s0 = {b: df[f"null_spd_{b}"].astype(float).values for b in SPD_CANDIDATES}
+            m0 = (np.minimum.reduce([s0[b] for b in SPD_CANDIDATES if b not in LS_LIKE])
+                  - np.minimum.reduce([s0[b] for b in LS_LIKE]))
+            st0, _, lo0 = hi_of(m0)
+            null = (st0.mean, bool(lo0 > 0))
         out.append(self.judge(cfg, "implied-ridge", value=st.mean, passed=bool(lo > 0), ci=st.ci, ci_kind=st.kind,
-                              n_seeds=st.n, gates=gate,
+                              n_seeds=st.n, gates=gate, null=null,
                               details={"mean_spd": {b: round(float(v.mean()), 5) for b, v in spd_cols.items()},
                                        "closest_per_seed": closest}))
         # probe-w
@@ -392,8 +433,12 @@ class ICLLinearRegression(Experiment):
         st = across_seeds(r2)
         lo = st.lo if st.n >= 2 else st.mean
         layers = df["probe_best_layer"].tolist() if "probe_best_layer" in df else []
+        null = (None, None)
+        if has_null:
+            st0, _, lo0 = hi_of(df["null_probe_r2_best"].astype(float))
+            null = (st0.mean, bool(lo0 >= PROBE_R2_MIN))
         out.append(self.judge(cfg, "probe-w", value=st.mean, passed=bool(lo >= PROBE_R2_MIN), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate,
+                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
                               details={"best_layer_per_seed": layers,
                                        "r2_by_layer_per_seed": [json.loads(x) for x in df["probe_r2_by_layer"]]
                                        if "probe_r2_by_layer" in df else None}))
@@ -459,7 +504,7 @@ class ICLLinearRegression(Experiment):
 
         cols = ["point", "seed_index", "final_train_loss"] + [f"err_{b}_at_2d" for b in ("model",) + BASELINES] + \
             [f"spd_{b}" for b in SPD_CANDIDATES] + ["probe_r2_best", "probe_best_layer", "probe_what_r2_best",
-                                                    "probe_r2_by_layer"]
+                                                    "probe_r2_by_layer", "null_err_model_at_2d", "null_probe_r2_best"]
         return (f"## Method\n\nd = {cfg.d}, prompts of 2d + 1 = {cfg.n_points} pairs, x ~ N(0, I), w ~ N(0, I), noise "
                 f"sigma = {cfg.noise_std}. GPT trunk {cfg.n_layers} layers x {cfg.n_heads} heads x d_model {cfg.d_model} "
                 f"with a linear read-in of the vectors; AdamW lr {cfg.lr}, batch {cfg.batch_size}, {cfg.steps} steps; "
@@ -470,7 +515,8 @@ class ICLLinearRegression(Experiment):
                 f"from 0 with the step size tuned per n on the evaluation prompts, 3-NN, averaging, zero. Errors are "
                 f"mean squared errors (the figures divide by d as Garg et al.). SPD averaged over n = 1..2d. Probes: "
                 f"scikit-learn Ridge(alpha={cfg.probe_alpha}) on standardised residual streams at the query after 2d "
-                f"examples, fit on {cfg.n_probe // 2} prompts and scored on {cfg.n_probe - cfg.n_probe // 2}. Seeds are "
+                f"examples, fit on {cfg.n_probe // 2} prompts and scored on {cfg.n_probe - cfg.n_probe // 2}. Null arm: "
+                f"every statistic also for the seed's untrained initialisation (columns null_*). Seeds are "
                 "trained one after another (the stacked trainer is for token models with a cross-entropy loss).\n\n"
                 "## Per seed\n\n" + markdown_table(results[[c for c in cols if c in results]]))
 
