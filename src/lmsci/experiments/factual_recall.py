@@ -31,6 +31,10 @@ construction; a random-init model stores no facts, so its log-log slope is undef
 boundary refits each seed's slope with the boundary's MLP params permuted across its head counts;
 facts-per-param takes each capacity point's model before any training step (it stores the smallest
 fact set only if its test accuracy already reaches the threshold, else 0 facts).
+
+Presets: the two per-family slopes are decided at quick, gpu and paper; the trade-off boundary at gpu and
+paper only (issue 29: the quick map's MLP cells did not store the facts at H = 1, so its mlp-stores gate
+cannot pass at quick); facts-per-param at paper only.
 """
 
 from __future__ import annotations
@@ -288,7 +292,10 @@ class FactualRecall(Experiment):
             "cell (smallest d_mlp of the grid) stores; OLS slope of these MLP params on attention params d·d_h·H; "
             "mean over seeds",
             "95% CI across seeds (Student t) of the slope entirely below 0; a seed with fewer than 4 boundary points "
-            "is not fitted (inconclusive when no seed is)",
+            "is not fitted (inconclusive when no seed is); decided at the gpu and paper presets only (issue 29: in "
+            "the quick map no MLP cell stored the facts at H = 1, so its mlp-stores gate cannot pass there; quick "
+            "reports the value)",
+            presets=("gpu", "paper"),
             null="the same per-seed slope with the boundary's MLP params randomly permuted across its head counts (one "
                  "permutation per seed, never the identity): storage made unrelated to attention params by "
                  "construction",
