@@ -100,14 +100,16 @@ def _outcomes(df, tmp_path):
 
 def test_verdicts(tmp_path):
     ok = _outcomes(_rows(neg=0.4, trans=0.01, ripple=0.8), tmp_path)
-    assert ok == {"negation-curse": "reproduced", "cross-lingual-barrier": "reproduced", "over-ripple": "reproduced",
+    # negation-curse and cross-lingual-barrier are design checks (an untrained model meets them: issue 29)
+    assert ok == {"negation-curse": "passed", "cross-lingual-barrier": "passed", "over-ripple": "reproduced",
                   "over-ripple-raw": "reproduced"}
     bad = _outcomes(_rows(neg=-0.3, trans=0.5, ripple=-0.5), tmp_path)
-    assert set(bad.values()) == {"not reproduced"}
+    assert bad == {"negation-curse": "failed", "cross-lingual-barrier": "failed", "over-ripple": "not reproduced",
+                   "over-ripple-raw": "not reproduced"}
     gated = _outcomes(_rows(neg=0.4, trans=0.01, ripple=0.8, recall=0.4), tmp_path)
     assert set(gated.values()) == {"inconclusive"}
     unlearned = _outcomes(_rows(neg=0.4, trans=0.01, ripple=0.8, p_after=0.1), tmp_path)
-    assert unlearned["over-ripple"] == "inconclusive" and unlearned["negation-curse"] == "reproduced"
+    assert unlearned["over-ripple"] == "inconclusive" and unlearned["negation-curse"] == "passed"
     few = _outcomes(_rows(neg=0.4, trans=0.01, ripple=0.8, seeds=2), tmp_path)
     assert set(few.values()) == {"inconclusive"}
 
@@ -118,23 +120,23 @@ def test_quick_preset_has_five_seeds():
 
 
 def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    """A null arm that meets the same rule (the negation no closer than a second other person's fact, a paraphrase
-    as far as the translation, Z2 rising as much as X) makes the claim inconclusive, whatever the real arm did."""
+    """over-ripple's null arm meeting the same rule (a second other person Z2 rising as much as X over Z) makes the
+    claim inconclusive, whatever the real arm did; the two checks have no null arm (their comparators are reported)."""
     vs = _verdicts(_rows(neg=0.4, trans=0.01, ripple=0.8, null_neg=0.4, null_trans=0.0, null_ripple=0.8), tmp_path)
-    for cid in ("negation-curse", "cross-lingual-barrier", "over-ripple"):
-        v = vs[cid]
-        assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed is True, cid
-        assert any("cannot tell the effect from its absence" in r for r in v.reasons), cid
+    v = vs["over-ripple"]
+    assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed is True
+    assert any("cannot tell the effect from its absence" in r for r in v.reasons)
+    assert vs["negation-curse"].kind == "check" and vs["negation-curse"].outcome == "passed"
+    assert vs["negation-curse"].details["second_other_person"]["meets_rule"] is True
     ok = _verdicts(_rows(neg=0.4, trans=0.01, ripple=0.8), tmp_path)
-    for cid in ("negation-curse", "cross-lingual-barrier", "over-ripple"):
-        assert ok[cid].null_passed is False and ok[cid].null_value is not None
+    assert ok["over-ripple"].null_passed is False and ok["over-ripple"].null_value is not None
 
 
 def test_smoke_run_measures_the_null_arms(tmp_path):
     """The smoke preset end to end (3 seeds so that an interval exists). Its 1-epoch model memorises nothing, so
-    the real and null arms are both measured but prove nothing; the null arms of the two gradient claims do not
-    meet their rules there (the negation/second-person null is 0 by symmetry, the same-language paraphrase keeps
-    its shared tokens); over-ripple's null arm is only asserted measured (a 6-person untrained model gives noise)."""
+    the arms are measured but prove nothing. over-ripple's null arm (a second other person) does not meet the rule
+    here; it is asserted not to, as the smoke model's per-fact changes are small and its interval straddles 0. The
+    untrained model already meets negation-curse's rule, which is why it is a design check."""
     from lmsci.sweep import run_experiment
 
     exp = registry.get("messy-knowledge")()
@@ -143,9 +145,9 @@ def test_smoke_run_measures_the_null_arms(tmp_path):
     vs = {v.claim_id: v for v in run.verdicts()}
     assert set(vs) == {c.id for c in exp.claims}
     assert all(v.outcome == "inconclusive" for v in vs.values())  # smoke is below the claims' scale
-    for cid in ("negation-curse", "cross-lingual-barrier"):
-        assert vs[cid].null_passed is False, (cid, vs[cid].null_value)
-    assert vs["over-ripple"].null_value is not None and vs["over-ripple"].null_passed is not None
+    assert vs["over-ripple"].null_value is not None and vs["over-ripple"].null_passed is False
+    assert vs["negation-curse"].kind == vs["cross-lingual-barrier"].kind == "check"
     res = run.results()
-    assert {"null_negation_vs_same_template", "null_paraphrase_vs_same_template_para",
-            "null_ripple_specific"} <= set(res.columns)
+    assert {"null_negation_vs_same_template", "null_paraphrase_vs_same_template_para", "null_ripple_specific",
+            "init_negation_vs_same_template", "init_translation_vs_same_template_l2"} <= set(res.columns)
+    assert (res["init_negation_vs_same_template"] > 0.3).all()  # the shared tokens align an untrained model

@@ -13,14 +13,16 @@ statement (gate: fact recall >= 0.9). Parameter overlap is the cosine of the gra
 report). Over-ripple: the model is fine-tuned on one counterfactual fact ("X was born in Y'") and the log-probability
 of the related-but-false "X worked in Y'" is compared before and after (paired over facts).
 
-Claims and their null arms (issue 29), each measured in the same run on the same model:
+Registered items (issue 29), each measured in the same run on the same model:
 
-- ``negation-curse``: cos(fact, negation) minus cos(fact, another person's fact of the same relation and template);
-  null arm: the same difference with the negation replaced by a second such other-person fact (0 by symmetry).
-- ``cross-lingual-barrier``: cos(fact, translation) minus cos(fact, another person's fact in language 2) below
-  0.05; null arm: the same difference for the language-1 paraphrase against the other person's fact in that
-  template (no language change, so no barrier by construction).
-- ``over-ripple``: the rise of log P(Y' | "X worked in") minus the rise of log P(Y' | "Z worked in") for another
+- ``negation-curse`` (a design check): cos(fact, negation) minus cos(fact, another person's fact of the same
+  relation and template) > 0. Reported beside: a second such other-person fact in the negation's place (0 by
+  symmetry) and the same difference on an untrained model of the same shape, which already meets the rule (the
+  fact and its negation share their subject and object tokens): it holds by construction, so it is a check.
+- ``cross-lingual-barrier`` (a design check): cos(fact, translation) minus cos(fact, another person's fact in
+  language 2) below 0.05. Reported beside: the same difference for the language-1 paraphrase (no language change)
+  and on an untrained model, which already shows no excess alignment (the translation shares no token).
+- ``over-ripple`` (a claim): the rise of log P(Y' | "X worked in") minus the rise of log P(Y' | "Z worked in") for another
   person Z (the same false object for another person decides); null arm: the same paired difference with X
   replaced by a second other person Z2 (0 by symmetry). ``over-ripple-raw`` (X's rise against 0, the first
   registration's statistic) is an ablation; the earlier ``over-ripple-specific`` ablation is now the claim.
@@ -177,11 +179,12 @@ class MessyKnowledge(Experiment):
               "cos(the fact's gradient, that of 'Z was born in W .': another person Z, same relation, same template, "
               "same language), gradients over all parameters; mean over the measured facts, per seed (the paraphrase "
               "and other-relation cosines reported beside)",
-              "95% Student-t CI across seeds of the mean difference entirely above 0",
-              gates=(MEMORISED_FACTS,),
-              null="the same difference with the negation replaced by a second other person's fact of the same relation "
-                   "and template (shares no subject and no object with the fact by construction: expected 0 by "
-                   "symmetry), same facts, same model"),
+              "95% Student-t CI across seeds of the mean difference entirely above 0; a design check (issue 29): the "
+              "fact and its negation share the subject and object tokens, and an untrained model of the same shape "
+              "already meets this rule (seen at the smoke preset), so it holds by construction; the untrained "
+              "model's value and a second other person's fact in the negation's place (0 by symmetry) are reported "
+              "beside",
+              gates=(MEMORISED_FACTS,), kind="check"),
         Claim("cross-lingual-barrier",
               "The gradient of a fact is barely more aligned with that of its language-2 translation than with that "
               "of another person's fact in language 2 (the cross-lingual barrier).",
@@ -189,11 +192,11 @@ class MessyKnowledge(Experiment):
               "qualitative: the same fact in two languages shares few parameters",
               "per fact: cos(fact, its language-2 translation) minus cos(fact, another person's fact of the same "
               "relation and template in language 2), gradients over all parameters; mean over facts, per seed",
-              f"95% Student-t CI across seeds entirely below {BARRIER_MARGIN}",
-              gates=(MEMORISED_FACTS,),
-              null="the same difference without the language change: cos(fact, its language-1 paraphrase) minus "
-                   "cos(fact, the same other person's fact in that paraphrase template, language 1); a restatement "
-                   "in the fact's own language, where no language barrier exists by construction"),
+              f"95% Student-t CI across seeds entirely below {BARRIER_MARGIN}; a design check (issue 29): the "
+              "translation shares no token with the fact, and an untrained model of the same shape already shows no "
+              "excess alignment (seen at the smoke preset), so it holds by construction; the untrained model's value "
+              "and the same difference for the language-1 paraphrase (no language change) are reported beside",
+              gates=(MEMORISED_FACTS,), kind="check"),
         Claim("over-ripple",
               "After fine-tuning on a fact about X, the probability of X's related-but-false statement rises more "
               "than that of the same false object for another person (over-ripple follows the subject, not only the "
@@ -266,6 +269,13 @@ class MessyKnowledge(Experiment):
         row["null_negation_vs_same_template"] = float(np.mean(c["same_template_2"] - c["same_template"]))
         row["translation_vs_same_template_l2"] = float(np.mean(c["translation"] - c["same_template_l2"]))
         row["null_paraphrase_vs_same_template_para"] = float(np.mean(c["paraphrase"] - c["same_template_para"]))
+        # reported beside (decides nothing): the same two statistics on an untrained model of the same shape, which
+        # shows how much of them the shared tokens give before any training
+        init = make_model(world, cfg.model, max(32, x.shape[1]), ctx.seed + 11).to(ctx.device)
+        ci0 = statement_gradients(init, [s.ids for s in sts], [s.span for s in sts]).cosine()
+        c0 = {k: ci0[a_, b_] for k, (a_, b_) in pairs.items()}
+        row["init_negation_vs_same_template"] = float(np.mean(c0["negation"] - c0["same_template"]))
+        row["init_translation_vs_same_template_l2"] = float(np.mean(c0["translation"] - c0["same_template_l2"]))
         row["barrier_diff"] = row["cos_translation"] - row["cos_unrelated"]
         m = min(cfg.n_matrix, n)
         sel = np.concatenate([idx[k][:m] for k in ["fact", *PAIR_KINDS]])
@@ -352,13 +362,17 @@ class MessyKnowledge(Experiment):
         else:
             out.append(self.judge(
                 cfg, "negation-curse", value=st.mean, passed=above0(st), ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                gates={"memorised": mem}, null=null_of(nst, above0),
-                details={"per_seed": neg, "null_per_seed": nneg, "null_ci": None if nst is None else nst.ci,
+                gates={"memorised": mem},
+                details={"per_seed": neg, "second_other_person_per_seed": nneg,
+                         "second_other_person": None if nst is None else {"mean": nst.mean, "ci95": nst.ci,
+                                                                          "meets_rule": above0(nst)},
                          "cos_negation": seed_values(results, "cos_negation"),
                          "cos_same_template": seed_values(results, "cos_same_template"),
                          "cos_same_template_2": seed_values(results, "cos_same_template_2"),
                          "cos_paraphrase": seed_values(results, "cos_paraphrase"),
-                         "cos_unrelated (another relation)": seed_values(results, "cos_unrelated")}))
+                         "cos_unrelated (another relation)": seed_values(results, "cos_unrelated"),
+                         "untrained_model (same statistic, reported only)":
+                             seed_values(results, "init_negation_vs_same_template")}))
         diff, st = seeds_ci("translation_vs_same_template_l2")
         ndiff, nst = seeds_ci("null_paraphrase_vs_same_template_para")
         if st is None:
@@ -367,14 +381,18 @@ class MessyKnowledge(Experiment):
         else:
             out.append(self.judge(
                 cfg, "cross-lingual-barrier", value=st.mean, passed=below_margin(st), ci=st.ci, ci_kind=st.kind,
-                n_seeds=st.n, gates={"memorised": mem}, null=null_of(nst, below_margin),
-                details={"per_seed": diff, "null_per_seed": ndiff, "null_ci": None if nst is None else nst.ci,
+                n_seeds=st.n, gates={"memorised": mem},
+                details={"per_seed": diff, "paraphrase_same_language_per_seed": ndiff,
+                         "paraphrase_same_language": None if nst is None else {"mean": nst.mean, "ci95": nst.ci,
+                                                                               "meets_rule": below_margin(nst)},
                          "cos_translation": seed_values(results, "cos_translation"),
                          "cos_same_template_l2": seed_values(results, "cos_same_template_l2"),
                          "cos_paraphrase": seed_values(results, "cos_paraphrase"),
                          "cos_same_template_para": seed_values(results, "cos_same_template_para"),
                          "translation_minus_other_relation (first registration)": seed_values(results, "barrier_diff"),
-                         "cos_two_hop": seed_values(results, "cos_two_hop")}))
+                         "cos_two_hop": seed_values(results, "cos_two_hop"),
+                         "untrained_model (same statistic, reported only)":
+                             seed_values(results, "init_translation_vs_same_template_l2")}))
         spec, st = seeds_ci("ripple_specific")
         nspec, nst = seeds_ci("null_ripple_specific")
         pa = seed_values(results, "ripple_p_after")
@@ -406,7 +424,8 @@ class MessyKnowledge(Experiment):
                             "cos_same_template", "cos_same_template_2", "negation_vs_same_template",
                             "null_negation_vs_same_template", "cos_translation", "cos_same_template_l2",
                             "translation_vs_same_template_l2", "cos_paraphrase", "cos_same_template_para",
-                            "null_paraphrase_vs_same_template_para", "cos_unrelated", "cos_two_hop", "barrier_diff",
+                            "null_paraphrase_vs_same_template_para", "init_negation_vs_same_template",
+                            "init_translation_vs_same_template_l2", "cos_unrelated", "cos_two_hop", "barrier_diff",
                             "ripple_p_after", "ripple_target_dlogp", "ripple_related_dlogp", "ripple_control_dlogp",
                             "ripple_control2_dlogp", "ripple_specific", "null_ripple_specific")
                 if c in results]
@@ -414,7 +433,8 @@ class MessyKnowledge(Experiment):
                           "Cosines of grad log p(object | prompt) over all parameters; `cos_same_template` (and `_2`): "
                           "another person's fact of the same relation and template; `_l2`: that fact in language 2; "
                           "`_para`: in the paraphrase template. `null_*` columns are the null arms of the registered "
-                          "differences. `cos_unrelated` is another person's fact of another relation; `cos_two_hop` "
+                          "differences; `init_*` the same differences on an untrained model of the same shape "
+                          "(reported only: what the shared tokens give before training). `cos_unrelated` is another person's fact of another relation; `cos_two_hop` "
                           "pairs a person's employer fact with the two-hop statement of the employer's city. "
                           "Over-ripple changes are in nats; `ripple_specific` (X's rise minus Z's, the same false object "
                           "for another person) is over-ripple's statistic and `null_ripple_specific` (a second other "
