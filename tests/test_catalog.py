@@ -79,4 +79,4 @@ def test_list_shows_every_experiment_with_its_gpu_time():
     assert "gpu" in out.output.splitlines()[1]  # the header names the four presets' times
     for name in NAMES:
         assert name in out.output
-    assert "~150" in out.output and "~137" in out.output  # igsm-retry's and igsm-depth's gpu estimates (minutes)
+    assert "~179" in out.output and "~137" in out.output  # igsm-retry's and igsm-depth's gpu estimates (minutes)

@@ -86,7 +86,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "messy-knowledge/negation-curse": {"quick": (0,)},
     "messy-knowledge/cross-lingual-barrier": {"quick": (0,)},
     "messy-knowledge/over-ripple": {"quick": (0,)},
-    "messy-knowledge/over-ripple-specific": {"quick": (0,)},
+    "messy-knowledge/over-ripple-raw": {"quick": (0,)},
     "knowledge-extraction/pretrain-ft-augmentation": {"quick": (0,)},
     "knowledge-extraction/mixed-vs-pretrain-ft": {"quick": (0,)},
     "lm-steer/compositional": {"quick": (0,)},
