@@ -210,3 +210,31 @@ def test_claims_status_shows_the_published_outcome():
     assert res.exit_code == 0, res.output
     assert "beats-bigram" in res.output and ("not published" in res.output or "reproduced" in res.output
                                              or "inconclusive" in res.output)
+
+
+def test_jobs_run_experiments_as_concurrent_processes_with_the_same_results(smoke_suite, tmp_path):
+    out0, _ = smoke_suite
+    pair = "hallucination-stage,passkey-retrieval"
+    out = tmp_path / "jobs"
+    res = _suite("--only", pair, "--jobs", "2", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert res.output.count("started (log:") == 2 and (out / "passkey-retrieval.log").exists()
+    t = pd.read_csv(out / CLAIMS_CSV)
+    ref = pd.read_csv(out0 / CLAIMS_CSV)
+    ref = ref[ref["experiment"].isin(pair.split(","))].reset_index(drop=True)
+    assert list(t["claim"]) == list(ref["claim"]) and (t["outcome"] != ERROR).all()
+    pd.testing.assert_series_equal(t["value"], ref["value"], check_names=False)  # same computation as in-process
+    # rerun: every run finished, nothing is started again
+    res = _suite("--only", pair, "--jobs", "2", "--out", str(out))
+    assert res.exit_code == 0 and res.output.count("finished earlier, skipped") == 2
+
+
+def test_budget_stops_the_suite_and_leaves_the_rest_resumable(tmp_path):
+    out = tmp_path / "budget"
+    res = _suite("--only", "hallucination-stage,passkey-retrieval", "--jobs", "2", "--budget", "0.000001",
+                 "--out", str(out))
+    assert res.exit_code == 0, res.output
+    t = pd.read_csv(out / CLAIMS_CSV)
+    assert (t["outcome"] == ERROR).all() and t["error"].str.contains("budget").all()
+    res = _suite("--only", "hallucination-stage,passkey-retrieval", "--jobs", "0", "--out", str(out))
+    assert res.exit_code == 2 and "--jobs" in res.output

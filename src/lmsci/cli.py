@@ -122,6 +122,8 @@ def run_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show progress bars"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
+    config: Optional[Path] = typer.Option(None, "--config", help="a resolved config.yaml to run as it is "
+                                          "(what `lmsci suite --jobs` hands each process); --set/--seed refused"),
 ) -> None:
     """Run (or resume) an experiment: data, training, measurement, report and verdict."""
     from lmsci.backends import make_backend
@@ -132,7 +134,19 @@ def run_cmd(
     def go():
         b = make_backend(backend, address)
         cls = get(name)
-        cfg = resolve_config(cls.Config, preset, set_ or [], seed)
+        if config is not None:
+            from lmsci.config import config_from_yaml
+            from lmsci.errors import ConfigError
+
+            if set_ or seed is not None:
+                raise ConfigError("--config", str(config), "a config file alone (no --set or --seed beside it)")
+            if not config.is_file():
+                raise ConfigError("--config", str(config), "an existing config.yaml")
+            cfg = config_from_yaml(cls.Config, config.read_text())
+            if cfg.preset != preset:
+                raise ConfigError("--config", str(config), f"a config of preset {preset!r} (it has {cfg.preset!r})")
+        else:
+            cfg = resolve_config(cls.Config, preset, set_ or [], seed)
         try:
             return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True),
                                   backend=b)
@@ -158,6 +172,9 @@ def suite_cmd(
                                         "seed; a claim whose outcome differs between them is seed-dependent"),
     update: Optional[Path] = typer.Option(None, "--update", help="a published table directory (results/quick): "
                                           "replace the rows of the experiments run, keep the others"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="experiments (or master seeds) run at once, each its own process"),
+    budget: Optional[float] = typer.Option(None, "--budget", help="wall seconds: start nothing after, stop what runs "
+                                           "(finished points kept, the rest resumable), write the partial table"),
     progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
@@ -172,7 +189,8 @@ def suite_cmd(
     _guard(b.open)  # an unreachable cluster is reported before any work
     try:
         res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
-                     progress=progress, log=lambda m: typer.echo(m, err=True), backend=b, seeds=seeds, update=update)
+                     progress=progress, log=lambda m: typer.echo(m, err=True), backend=b, seeds=seeds, update=update,
+                     jobs=jobs, budget=budget)
     finally:
         b.close()
     from lmsci.suite import table_counts

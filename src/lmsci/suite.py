@@ -179,6 +179,8 @@ def run_suite(
     backend: Any = None,
     seeds: str | Sequence[int] | None = None,
     update: str | Path | None = None,
+    jobs: int = 1,
+    budget: float | None = None,
 ) -> SuiteResult:
     """Run (or resume) every experiment of the suite at ``preset`` into ``out`` and write the claims table.
 
@@ -197,6 +199,12 @@ def run_suite(
             outcome differs between them ``seed-dependent``. Default: the configs' own seed (or ``--set seed``).
         update: a published claims-table directory (``results/quick``): replace the rows of the experiments
             run here, keep the others (:func:`update_published`).
+        jobs: run up to this many experiments (or master seeds of one) at once, each as its own ``lmsci run``
+            process writing ``DIR/<run>.log`` (1: one after another in this process). Tiny models on a GPU
+            or on several cores share the machine this way.
+        budget: wall seconds for the whole call: no experiment starts after it, and the ones still running
+            are stopped (finished points are kept: rerun into the same ``--out`` to resume them); the claims
+            table is written for what finished.
 
     Returns:
         :class:`SuiteResult`.
@@ -222,6 +230,12 @@ def run_suite(
         raise ConfigError("seed", ov["seed"], "either --seeds or --set seed=..., not both")
     from lmsci.claims import PILOT_SEED_MIN
 
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError("--jobs", jobs, "an integer >= 1")
+    if budget is not None and not budget > 0:
+        raise ConfigError("--budget", budget, "seconds > 0")
+    if jobs > 1 and backend is not None and getattr(backend, "name", "local") != "local":
+        raise ConfigError("--jobs", jobs, "1 with a cluster backend (the cluster schedules the points)")
     if update is not None and int(ov.get("seed", 0)) >= PILOT_SEED_MIN:
         raise ConfigError("seed", ov["seed"], f"a published seed below {PILOT_SEED_MIN:,} (pilots are never published)")
     if "device" in ov:
@@ -263,6 +277,7 @@ def run_suite(
 
     result = SuiteResult(path, pd.DataFrame(columns=CSV_COLUMNS))
     t_suite = time.perf_counter()
+    todo = []
     for i, (name, run_name, exp, cfg, err) in enumerate(plan, 1):
         rec = state["experiments"].setdefault(run_name, {"wall_s": 0.0})
         run = RunDir(path / run_name)
@@ -272,19 +287,38 @@ def run_suite(
             rec["error"] = None
             _save_state(path, state)
             continue
-        if err is None:
+        if err is not None:
+            rec["error"] = err
+            log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
+            _save_state(path, state)
+            continue
+        todo.append((i, name, run_name, exp, cfg))
+
+    def over_budget() -> bool:
+        return budget is not None and time.perf_counter() - t_suite >= budget
+
+    if jobs == 1:
+        for i, name, run_name, exp, cfg in todo:
+            rec = state["experiments"][run_name]
+            if over_budget():
+                rec["error"] = "not run: the suite's --budget was spent (rerun into the same --out to resume)"
+                _save_state(path, state)
+                continue
             log(f"[{i}/{len(plan)}] {run_name} ({preset})")
             t0 = time.perf_counter()
+            err = None
             try:
-                run_experiment(exp, cfg, run.path, progress=progress, log=log, backend=backend)
+                run_experiment(exp, cfg, RunDir(path / run_name).path, progress=progress, log=log, backend=backend)
                 result.ran.append(run_name)
             except LmsciError as e:
                 err = f"{type(e).__name__}: {e}"
             rec["wall_s"] = round(float(rec.get("wall_s") or 0.0) + time.perf_counter() - t0, 3)
-        rec["error"] = err
-        if err:
-            log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
-        _save_state(path, state)
+            rec["error"] = err
+            if err:
+                log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
+            _save_state(path, state)
+    else:
+        _run_parallel(todo, len(plan), path, preset, state, result, jobs, over_budget, log)
     state["last_wall_s"] = round(time.perf_counter() - t_suite, 3)
     _save_state(path, state)
 
@@ -331,6 +365,62 @@ def published_outcomes(root: str | Path | None = None) -> dict[str, dict[tuple[s
             rows[(str(r["experiment"]), str(r["claim"]))] = o + (f", {date}" if isinstance(date, str) and date else "")
         out[preset] = rows
     return out
+
+
+def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: SuiteResult,
+                  jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
+    """Run ``todo`` as up to ``jobs`` concurrent ``lmsci run`` processes (each resumes its own run directory);
+    stop them at the budget (SIGTERM, then SIGKILL: a run directory never holds a half-written file)."""
+    import subprocess
+    import sys
+
+    from lmsci.config import config_to_yaml
+
+    queue = list(todo)
+    running: dict[str, tuple[Any, float, int, Any]] = {}
+    while queue or running:
+        while queue and len(running) < jobs and not over_budget():
+            i, name, run_name, exp, cfg = queue.pop(0)
+            out = path / run_name
+            cfg_file = path / f".{run_name}.config.yaml"
+            atomic_write_text(cfg_file, config_to_yaml(cfg))
+            cmd = [sys.executable, "-m", "lmsci.cli", "run", name, "--preset", preset, "--out", str(out),
+                   "--no-progress", "--config", str(cfg_file)]
+            logf = open(path / f"{run_name}.log", "a")
+            log(f"[{i}/{n_plan}] {run_name} ({preset}) started (log: {run_name}.log)")
+            running[run_name] = (subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), time.perf_counter(), i,
+                                 logf)
+        if over_budget():
+            for run_name, (proc, t0, i, logf) in running.items():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            for i, name, run_name, exp, cfg in queue:
+                state["experiments"][run_name]["error"] = ("not run: the suite's --budget was spent (rerun into the "
+                                                           "same --out to resume)")
+            queue = []
+        done = [rn for rn, (proc, *_) in running.items() if proc.poll() is not None]
+        for run_name in done:
+            proc, t0, i, logf = running.pop(run_name)
+            logf.close()
+            rec = state["experiments"][run_name]
+            rec["wall_s"] = round(float(rec.get("wall_s") or 0.0) + time.perf_counter() - t0, 3)
+            if proc.returncode == 0:
+                rec["error"] = None
+                result.ran.append(run_name)
+                log(f"[{i}/{n_plan}] {run_name}: finished in {time.perf_counter() - t0:.0f} s")
+            else:
+                tail = (path / f"{run_name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+                stopped = proc.returncode < 0 or over_budget()
+                rec["error"] = ("stopped at the suite's --budget (finished points kept; rerun into the same --out "
+                                "to resume)" if stopped else f"exit {proc.returncode}: {tail[0][:300]}")
+                log(f"[{i}/{n_plan}] {run_name}: error: {rec['error']}")
+            _save_state(path, state)
+        if running:
+            time.sleep(0.5)
 
 
 def _jsonable_ov(ov: dict[str, Any]) -> dict[str, Any]:
