@@ -16,6 +16,13 @@ last token in every layer and head gives kernel values (max over ``[x_i, y_i]``;
 heads are chosen on a validation split (per task and pooled) to agree with the model's own prediction and scored on
 a held-out split; the baseline is kernel regression with all-MiniLM-L6-v2 embeddings of the demonstrations rendered
 as text (``"o3 o11"``), raw cosine and ``exp(cos / tau)`` with tau tuned on the validation split.
+
+Claims (``icl-rises``, ``near-bayes``, ``head-reconstructs``, ``beats-minilm``) each have the same null arm: the same
+statistic and rule computed, by the same measurement code and on the same prompts, for the seed's GPT at its
+initialisation (same architecture and init seed, untrained; a cheap evaluation, no extra training), which has
+learned no in-context algorithm by construction (columns ``null_*``; for ``beats-minilm`` both its best head and the
+MiniLM kernels are scored against the untrained model's own predictions). ``reproduced`` needs the trained model to
+meet the rule and the untrained one not to.
 """
 
 from __future__ import annotations
@@ -196,12 +203,17 @@ class ICLKernelRegression(Experiment):
     Config = ICLKernelRegressionConfig
     time_estimate = {"smoke": "~5 s",
                      "quick": "416 s measured (3 stacked seeds of 1500 steps, 2 layers x 64, 16 tasks x 16 states x 16 "
-                              "observations; one thread beside another run on a loaded machine)",
+                              "observations; one thread beside another run on a loaded machine), plus ~5 s for the "
+                              "null arms (each seed's untrained initialisation evaluated on the same prompts: ~1.5 s "
+                              "per seed measured at quick sizes on one thread)",
                      "gpu": "~25 min on one H100 (the paper's HMM sizes: 8 tasks, 80 states, 100 observations; "
                             "3 seeds x 20k steps, 6 x 256; estimate, not measured)",
                      "paper": "~3 h on one GPU per seed (GPT-2 small size, 100k steps; estimate)"}
 
     _SRC = "Han et al., arXiv 2305.12766"
+    _NULL = ("the same statistic and rule for the same GPT at its initialisation (each seed's init weights, untrained) "
+             "on the same prompts, with the same measurement code: it has learned no in-context algorithm by "
+             "construction")
     _ICL = Gate("does-icl", f"the model's accuracy at the largest n exceeds its accuracy at n = 1 by at least "
                             f"{ICL_GAIN_MIN} (mean across seeds)")
     claims = [
@@ -210,13 +222,13 @@ class ICLKernelRegression(Experiment):
               "kernel estimate vs posterior: 0.337 at 1 demonstration, 0.901 at 8, ~0.96 at 32-128 (Table 3)",
               "per seed, Spearman rank correlation between n in n_grid (1..32) and the model's accuracy against the "
               "sampled gold label on fresh prompts",
-              f"Spearman >= {SPEARMAN_MIN} in every training seed (at least 3)"),
+              f"Spearman >= {SPEARMAN_MIN} in every training seed (at least 3)", null=_NULL),
         Claim("near-bayes", "At 32 demonstrations the GPT's accuracy is within 10 points of the Bayes posterior's.",
               _SRC + ", Thm 1 and Table 3",
               "~0.96 agreement with the posterior at 32 demonstrations (Table 3)",
               "per seed, accuracy of the Bayes posterior (exact, forward algorithm) minus the model's accuracy, both "
               "against the gold label, at n = max(n_grid)",
-              f"the upper end of the 95% Student-t CI across at least 3 seeds is <= {BAYES_GAP_MAX}"),
+              f"the upper end of the 95% Student-t CI across at least 3 seeds is <= {BAYES_GAP_MAX}", null=_NULL),
         Claim("head-reconstructs", "The task-specific best head's kernel vote agrees with the model's own ICL "
               "prediction on held-out prompts.",
               _SRC + ", Sec. 5, Table 2 (ICL output reconstruction)",
@@ -225,7 +237,7 @@ class ICLKernelRegression(Experiment):
               "a_i = max of the head's last-token attention over [x_i, y_i], each prompt scored with the head chosen "
               "on its task's validation prompts (n = n_kr demonstrations)",
               f"the lower end of the 95% Student-t CI across at least 3 seeds is >= {AGREE_MIN}",
-              gates=(_ICL,)),
+              gates=(_ICL,), null=_NULL),
         Claim("beats-minilm", "The task-specific best head reconstructs the ICL prediction at least 10 points better "
               "than kernel regression with MiniLM sentence embeddings.",
               _SRC + ", Table 2 (all-MiniLM-L6-v2 KR 0.32-0.59)",
@@ -234,7 +246,8 @@ class ICLKernelRegression(Experiment):
               "kernel regressions (raw cosine; exp(cos / tau), tau tuned on the validation split) in agreement with "
               "the model's prediction on the same held-out prompts",
               f"the lower end of the 95% Student-t CI across at least 3 seeds is >= {MINILM_MARGIN}",
-              gates=(_ICL,)),
+              gates=(_ICL,), null=_NULL + " (its best head against the MiniLM kernels, both scored against the "
+              "untrained model's own predictions)"),
     ]
 
     def validate(self, cfg: ICLKernelRegressionConfig) -> None:
@@ -280,7 +293,11 @@ class ICLKernelRegression(Experiment):
                 res.raise_for(k) if len(points) == 1 else None
                 rows.append({**p.params, "status": "diverged"})
                 continue
-            rows.append({**p.params, **self.measure(cfg, world, models[k].to(device), device, c)})
+            # the null arm: the same architecture at this seed's initialisation (same init seed), untrained
+            null_model = self.build(cfg, world, derive_seed(c.seed, "init")).to(device)
+            rows.append({**p.params, **self.measure(cfg, world, models[k].to(device), device, c,
+                                                    null_model=null_model)})
+            del null_model
         if cfg.hf_model and any(p.seed_index == 0 for p in points):
             hf = hf_text_kernel_regression(cfg.hf_model, None, n_demos=cfg.hf_n_demos, n_val=cfg.hf_n_val,
                                            n_test=cfg.hf_n_test, seed=cfg.seed, minilm=cfg.minilm, device=device)
@@ -290,20 +307,18 @@ class ICLKernelRegression(Experiment):
 
     # -- measurement -----------------------------------------------------------------------------------------
     def measure(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, model: GPT, device: str,
-                ctx: PointContext | None = None) -> dict:
-        """Every statistic of one trained model (prompts drawn from ``cfg.seed``: the same for every seed)."""
+                ctx: PointContext | None = None, null_model: GPT | None = None) -> dict:
+        """Every statistic of one trained model (prompts drawn from ``cfg.seed``: the same for every seed).
+
+        With ``null_model`` (the seed's untrained initialisation: same architecture and init seed) the claims'
+        statistics are also computed for it on the same prompts, with the same code (columns ``null_*``)."""
         C = world.n_obs
-        acc_model, acc_bayes, agree_bayes = [], [], []
+        evals = []
         for n in cfg.n_grid:
             pr = world.sample_prompts(cfg.n_eval, n, np.random.default_rng(derive_seed(cfg.seed, "eval", n)))
-            pm = model_label_probs(model, pr.tokens, C, device)
-            pb = world.bayes_posterior(pr)
-            acc_model.append(float((pm.argmax(1) == pr.y_test).mean()))
-            acc_bayes.append(float((pb.argmax(1) == pr.y_test).mean()))
-            agree_bayes.append(float((pm.argmax(1) == pb.argmax(1)).mean()))
-        from scipy.stats import spearmanr
-
-        rho = float(spearmanr(cfg.n_grid, acc_model).statistic) if len(set(acc_model)) > 1 else 0.0
+            evals.append((pr, world.bayes_posterior(pr).argmax(1)))
+        acc_bayes = [float((yb == pr.y_test).mean()) for pr, yb in evals]
+        acc_model, agree_bayes, rho = self._icl_curve(cfg, model, evals, C, device)
         # kernel regression at n_kr demonstrations: validation / held-out prompts balanced over tasks
         rng = np.random.default_rng(derive_seed(cfg.seed, "kr"))
         tasks_val = np.repeat(np.arange(world.n_tasks), cfg.n_val_per_task)
@@ -314,25 +329,10 @@ class ICLKernelRegression(Experiment):
                "acc_bayes": json.dumps(acc_bayes), "agree_model_bayes": json.dumps(agree_bayes),
                "spearman_acc_n": rho, "acc_model_first": acc_model[0], "acc_model_last": acc_model[-1],
                "acc_bayes_last": acc_bayes[-1], "bayes_gap_last": acc_bayes[-1] - acc_model[-1], "n_kr": cfg.n_kr}
-        yhat_v = model_label_probs(model, pv.tokens, C, device).argmax(1)
-        yhat_t = model_label_probs(model, pt.tokens, C, device).argmax(1)
-        att_v = last_token_attention(model, pv.tokens, device=device)  # [B, L, H, T]
-        att_t = last_token_attention(model, pt.tokens, device=device)
-        heat = {}
-        for kind in KERNELS:
-            kv_v, kv_t = kernel_values(att_v, pv.spans, kind), kernel_values(att_t, pt.spans, kind)
-            sel = select_heads(vote_predictions(kv_v, pv.ys, C), yhat_v, tasks_val,
-                               vote_predictions(kv_t, pt.ys, C), yhat_t, tasks_test)
-            gold = select_heads(vote_predictions(kv_v, pv.ys, C), pv.y_test, tasks_val,
-                                vote_predictions(kv_t, pt.ys, C), pt.y_test, tasks_test)
-            out[f"kr_task_{kind}"] = sel.test_task_specific
-            out[f"kr_overall_{kind}"] = sel.test_overall
-            out[f"kr_gold_task_{kind}"] = gold.test_task_specific
-            if kind == "max":
-                out["best_head_overall"] = json.dumps(sel.overall)
-                out["best_heads_per_task"] = json.dumps({str(k): v for k, v in sel.per_task.items()})
-                heat["agreement"] = head_agreement(vote_predictions(kv_t, pt.ys, C), yhat_t).tolist()
-                kv_max_t = kv_t
+        kr, yhat_v, yhat_t, att_t, kv_max_t = self._kernel_regression(cfg, model, pv, pt, tasks_val, tasks_test, C,
+                                                                      device, KERNELS)
+        out.update(kr)
+        heat = {"agreement": head_agreement(vote_predictions(kv_max_t, pt.ys, C), yhat_t).tolist()}
         out["icl_acc_kr_prompts"] = float((yhat_t == pt.y_test).mean())
         # prediction similarity P(o|x_test)^T P(o|x_i): the model's next-token distribution on each input alone
         p_test = model_label_probs(model, pt.x_test, C, device)
@@ -343,27 +343,97 @@ class ICLKernelRegression(Experiment):
         out["corr_similarity_best_head"] = float(np.nan_to_num(corr[bo[0], bo[1]]))
         out["corr_similarity_max_abs"] = float(np.nanmax(np.abs(corr))) if np.isfinite(corr).any() else None
         out["heatmaps"] = json.dumps(heat)
-        # MiniLM kernel baselines
-        if cfg.minilm:
-            enc = load_minilm(device if device.startswith("cuda") else "cpu")
-            text = lambda a: [" ".join(f"o{t}" for t in row) for row in a]  # noqa: E731
-
-            def emb(p):  # each distinct input is encoded once
-                d_txt, t_txt = text(p.xs.reshape(-1, cfg.x_len)), text(p.x_test)
-                uniq = sorted(set(d_txt) | set(t_txt))
-                e = dict(zip(uniq, enc.encode(uniq, batch_size=256, convert_to_numpy=True)))
-                e_d = np.stack([e[t] for t in d_txt]).reshape(len(p.tasks), cfg.n_kr, -1)
-                return e_d, np.stack([e[t] for t in t_txt])
-
-            ed_v, et_v = emb(pv)
-            ed_t, et_t = emb(pt)
-            raw = float((embedding_kernel_predictions(ed_t, et_t, pt.ys, C) == yhat_t).mean())
-            tau = tune_temperature(ed_v, et_v, pv.ys, C, yhat_v)
-            tuned = float((embedding_kernel_predictions(ed_t, et_t, pt.ys, C, tau) == yhat_t).mean())
+        # MiniLM kernel baselines (each distinct input embedded once; shared by the null arm)
+        minilm = self._minilm_embeddings(cfg, pv, pt, device) if cfg.minilm else None
+        if minilm is not None:
+            raw, tuned, tau = self._minilm_agreement(minilm, pv, pt, C, yhat_v, yhat_t)
             out.update(minilm_raw=raw, minilm_tuned=tuned, minilm_tau=tau, minilm_best=max(raw, tuned))
         else:
             out.update(minilm_raw=None, minilm_tuned=None, minilm_tau=None, minilm_best=None)
+        if null_model is not None:
+            # the null arm: the same statistics of the untrained initialisation on the same prompts
+            acc0, _, rho0 = self._icl_curve(cfg, null_model, evals, C, device)
+            kr0, yv0, yt0, _, _ = self._kernel_regression(cfg, null_model, pv, pt, tasks_val, tasks_test, C, device,
+                                                          ("max",))
+            out.update(null_acc_model=json.dumps(acc0), null_spearman_acc_n=rho0, null_acc_model_first=acc0[0],
+                       null_acc_model_last=acc0[-1], null_bayes_gap_last=acc_bayes[-1] - acc0[-1],
+                       null_kr_task_max=kr0["kr_task_max"], null_kr_overall_max=kr0["kr_overall_max"],
+                       null_best_head_overall=kr0["best_head_overall"],
+                       null_icl_acc_kr_prompts=float((yt0 == pt.y_test).mean()))
+            if minilm is not None:
+                raw0, tuned0, tau0 = self._minilm_agreement(minilm, pv, pt, C, yv0, yt0)
+                out.update(null_minilm_raw=raw0, null_minilm_tuned=tuned0, null_minilm_tau=tau0,
+                           null_minilm_best=max(raw0, tuned0))
+            else:
+                out.update(null_minilm_raw=None, null_minilm_tuned=None, null_minilm_tau=None, null_minilm_best=None)
         return out
+
+    @staticmethod
+    def _icl_curve(cfg: ICLKernelRegressionConfig, model: GPT, evals: list, C: int,
+                   device: str) -> tuple[list[float], list[float], float]:
+        """Accuracy against the gold label and agreement with the Bayes posterior at every n of ``n_grid``, and
+        the Spearman correlation of accuracy with n (0 when the accuracies are all equal)."""
+        from scipy.stats import spearmanr
+
+        acc, agree = [], []
+        for pr, yb in evals:
+            yhat = model_label_probs(model, pr.tokens, C, device).argmax(1)
+            acc.append(float((yhat == pr.y_test).mean()))
+            agree.append(float((yhat == yb).mean()))
+        rho = float(spearmanr(cfg.n_grid, acc).statistic) if len(set(acc)) > 1 else 0.0
+        return acc, agree, rho
+
+    @staticmethod
+    def _kernel_regression(cfg: ICLKernelRegressionConfig, model: GPT, pv, pt, tasks_val: np.ndarray,
+                           tasks_test: np.ndarray, C: int, device: str, kinds) -> tuple:
+        """Head selection on the validation prompts, agreement on the held-out ones, for every kernel of
+        ``kinds``. Returns (columns, the model's validation / held-out predictions, held-out attention,
+        held-out max-kernel values)."""
+        yhat_v = model_label_probs(model, pv.tokens, C, device).argmax(1)
+        yhat_t = model_label_probs(model, pt.tokens, C, device).argmax(1)
+        att_v = last_token_attention(model, pv.tokens, device=device)  # [B, L, H, T]
+        att_t = last_token_attention(model, pt.tokens, device=device)
+        out, kv_max_t = {}, None
+        for kind in kinds:
+            kv_v, kv_t = kernel_values(att_v, pv.spans, kind), kernel_values(att_t, pt.spans, kind)
+            vv, vt = vote_predictions(kv_v, pv.ys, C), vote_predictions(kv_t, pt.ys, C)
+            sel = select_heads(vv, yhat_v, tasks_val, vt, yhat_t, tasks_test)
+            gold = select_heads(vv, pv.y_test, tasks_val, vt, pt.y_test, tasks_test)
+            out[f"kr_task_{kind}"] = sel.test_task_specific
+            out[f"kr_overall_{kind}"] = sel.test_overall
+            out[f"kr_gold_task_{kind}"] = gold.test_task_specific
+            if kind == "max":
+                out["best_head_overall"] = json.dumps(sel.overall)
+                out["best_heads_per_task"] = json.dumps({str(k): v for k, v in sel.per_task.items()})
+                kv_max_t = kv_t
+        return out, yhat_v, yhat_t, att_t, kv_max_t
+
+    @staticmethod
+    def _minilm_embeddings(cfg: ICLKernelRegressionConfig, pv, pt, device: str) -> tuple:
+        """all-MiniLM-L6-v2 embeddings of the validation and held-out demonstrations and test inputs, rendered as
+        text (``"o3 o11"``); each distinct input is encoded once."""
+        enc = load_minilm(device if device.startswith("cuda") else "cpu")
+        text = lambda a: [" ".join(f"o{t}" for t in row) for row in a]  # noqa: E731
+
+        def emb(p):
+            d_txt, t_txt = text(p.xs.reshape(-1, cfg.x_len)), text(p.x_test)
+            uniq = sorted(set(d_txt) | set(t_txt))
+            e = dict(zip(uniq, enc.encode(uniq, batch_size=256, convert_to_numpy=True)))
+            e_d = np.stack([e[t] for t in d_txt]).reshape(len(p.tasks), cfg.n_kr, -1)
+            return e_d, np.stack([e[t] for t in t_txt])
+
+        return emb(pv) + emb(pt)
+
+    @staticmethod
+    def _minilm_agreement(emb: tuple, pv, pt, C: int, yhat_v: np.ndarray,
+                          yhat_t: np.ndarray) -> tuple[float, float, float]:
+        """Held-out agreement of the MiniLM kernel regressions (raw cosine; exp(cos / tau) with tau tuned on the
+        validation split) with the predictions ``yhat_*``; returns (raw, tuned, tau)."""
+        ed_v, et_v, ed_t, et_t = emb
+        raw = float((embedding_kernel_predictions(ed_t, et_t, pt.ys, C) == yhat_t).mean())
+        tau = tune_temperature(ed_v, et_v, pv.ys, C, yhat_v)
+        tuned = float((embedding_kernel_predictions(ed_t, et_t, pt.ys, C, tau) == yhat_t).mean())
+        return raw, tuned, tau
 
     # -- verdicts --------------------------------------------------------------------------------------------
     def verdicts(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
@@ -372,35 +442,67 @@ class ICLKernelRegression(Experiment):
         df = results.sort_values("seed_index") if "seed_index" in results else results
         gain = float((df["acc_model_last"].astype(float) - df["acc_model_first"].astype(float)).mean())
         gate = {"does-icl": (gain, bool(gain >= ICL_GAIN_MIN))}
+
+        def col(name):  # a null arm's column, or None when it was not measured for every seed
+            return df[name].astype(float) if name in df and df[name].notna().all() else None
+
+        def interval(x):  # (stat, lower, upper) across seeds; with one seed both ends are the mean
+            st_ = across_seeds(x)
+            return st_, (st_.lo if st_.n >= 2 else st_.mean), (st_.hi if st_.n >= 2 else st_.mean)
+
         out = []
+        # icl-rises
         rho = [float(x) for x in df["spearman_acc_n"]]
+        rho0 = col("null_spearman_acc_n")
+        null = (None, None) if rho0 is None else (float(rho0.min()), bool(rho0.min() >= SPEARMAN_MIN))
         out.append(self.judge(cfg, "icl-rises", value=min(rho), passed=bool(min(rho) >= SPEARMAN_MIN), n_seeds=len(rho),
-                              ci_kind=f"smallest over {len(rho)} seed(s) (every seed must hold)",
+                              ci_kind=f"smallest over {len(rho)} seed(s) (every seed must hold)", null=null,
                               details={"spearman_per_seed": rho,
+                                       "null_spearman_per_seed": None if rho0 is None else rho0.round(4).tolist(),
                                        "acc_model_per_seed": [json.loads(x) for x in df["acc_model"]],
+                                       "null_acc_model_per_seed": [json.loads(x) for x in df["null_acc_model"]]
+                                       if rho0 is not None and "null_acc_model" in df else None,
                                        "acc_bayes": json.loads(df["acc_bayes"].iloc[0]),
                                        "n_grid": json.loads(df["n_grid"].iloc[0])}))
-        st = across_seeds(df["bayes_gap_last"].astype(float))
-        hi = st.hi if st.n >= 2 else st.mean
+        # near-bayes
+        st, _, hi = interval(df["bayes_gap_last"].astype(float))
+        gap0 = col("null_bayes_gap_last")
+        null = (None, None)
+        if gap0 is not None:
+            st0, _, hi0 = interval(gap0)
+            null = (st0.mean, bool(hi0 <= BAYES_GAP_MAX))
         out.append(self.judge(cfg, "near-bayes", value=st.mean, passed=bool(hi <= BAYES_GAP_MAX), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n,
+                              ci_kind=st.kind, n_seeds=st.n, null=null,
                               details={"acc_model_last": df["acc_model_last"].astype(float).round(4).tolist(),
+                                       "null_acc_model_last": None if gap0 is None else
+                                       df["null_acc_model_last"].astype(float).round(4).tolist(),
                                        "acc_bayes_last": float(df["acc_bayes_last"].iloc[0])}))
-        st = across_seeds(df["kr_task_max"].astype(float))
-        lo = st.lo if st.n >= 2 else st.mean
+        # head-reconstructs
+        st, lo, _ = interval(df["kr_task_max"].astype(float))
+        agree0 = col("null_kr_task_max")
+        null = (None, None)
+        if agree0 is not None:
+            st0, lo0, _ = interval(agree0)
+            null = (st0.mean, bool(lo0 >= AGREE_MIN))
+        details = {k: df[k].astype(float).round(4).tolist() for k in
+                   ("kr_task_max", "kr_overall_max", "kr_task_sum", "kr_task_label", "kr_gold_task_max",
+                    "null_kr_task_max", "null_kr_overall_max") if k in df and df[k].notna().all()}
         out.append(self.judge(cfg, "head-reconstructs", value=st.mean, passed=bool(lo >= AGREE_MIN), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate,
-                              details={k: df[k].astype(float).round(4).tolist() for k in
-                                       ("kr_task_max", "kr_overall_max", "kr_task_sum", "kr_task_label",
-                                        "kr_gold_task_max") if k in df}))
+                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null, details=details))
+        # beats-minilm
         if "minilm_best" in df and df["minilm_best"].notna().all():
             diff = df["kr_task_max"].astype(float) - df["minilm_best"].astype(float)
-            st = across_seeds(diff)
-            lo = st.lo if st.n >= 2 else st.mean
+            st, lo, _ = interval(diff)
+            best0 = col("null_minilm_best")
+            null = (None, None)
+            if agree0 is not None and best0 is not None:
+                st0, lo0, _ = interval(agree0 - best0)
+                null = (st0.mean, bool(lo0 >= MINILM_MARGIN))
             out.append(self.judge(cfg, "beats-minilm", value=st.mean, passed=bool(lo >= MINILM_MARGIN), ci=st.ci,
-                                  ci_kind=st.kind, n_seeds=st.n, gates=gate,
-                                  details={"minilm_raw": df["minilm_raw"].astype(float).round(4).tolist(),
-                                           "minilm_tuned": df["minilm_tuned"].astype(float).round(4).tolist()}))
+                                  ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
+                                  details={k: df[k].astype(float).round(4).tolist() for k in
+                                           ("minilm_raw", "minilm_tuned", "null_minilm_raw", "null_minilm_tuned")
+                                           if k in df and df[k].notna().all()}))
         return out
 
     # -- report ----------------------------------------------------------------------------------------------
@@ -445,14 +547,16 @@ class ICLKernelRegression(Experiment):
         cols = ["point", "seed_index", "spearman_acc_n", "acc_model_first", "acc_model_last", "acc_bayes_last",
                 "bayes_gap_last", "kr_task_max", "kr_overall_max", "kr_task_sum", "kr_task_label", "kr_gold_task_max",
                 "icl_acc_kr_prompts", "minilm_raw", "minilm_tuned", "minilm_tau", "best_head_overall",
-                "corr_similarity_best_head", "corr_similarity_max_abs"]
+                "corr_similarity_best_head", "corr_similarity_max_abs", "null_spearman_acc_n", "null_acc_model_last",
+                "null_bayes_gap_last", "null_kr_task_max", "null_minilm_best"]
         return (f"## Method\n\nWorld: {cfg.n_tasks} HMM tasks, {cfg.n_states} states, {cfg.n_obs} observations, "
                 f"inputs of {cfg.x_len} observations (Dirichlet {cfg.emit_alpha}/{cfg.trans_alpha}/{cfg.start_alpha}). "
                 f"GPT {cfg.n_layers} x {cfg.n_heads} heads x d_model {cfg.d_model}, {cfg.steps} steps of batch "
                 f"{cfg.batch_size}, {cfg.n_seeds} seed(s) trained stacked. Accuracy on {cfg.n_eval} prompts per n; "
                 f"kernel regression at n = {cfg.n_kr} with {cfg.n_val_per_task} validation and {cfg.n_test_per_task} "
                 "held-out prompts per task; kernels max / sum over [x_i, y_i] and label-only; the `kr_gold_*` column "
-                "is the head's vote against the gold label (reconstructed performance).\n\n## Per seed\n\n"
+                "is the head's vote against the gold label (reconstructed performance). Null arm: the claims' "
+                "statistics also for each seed's untrained initialisation on the same prompts (columns null_*).\n\n## Per seed\n\n"
                 + markdown_table(results[[c for c in cols if c in results]]) + self._hf_section(cfg, results))
 
     def _hf_section(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame) -> str:
