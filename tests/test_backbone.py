@@ -39,7 +39,8 @@ class Toy(Experiment):
     source = "none"
     time_estimate = {"smoke": "1 s", "quick": "1 s", "paper": "1 s"}
     Config = ToyConfig
-    claims = [Claim("toy", "mean y is positive", "none", "> 0", "mean y", "mean y > 0", uncertainty="within-run")]
+    claims = [Claim("toy", "mean y is positive", "none", "> 0", "mean y", "mean y > 0", uncertainty="exact",
+                    null="the same mean over -y (no positive effect)")]
     calls: list[str] = []
     fail_at = -1  # simulate Ctrl-C at this point index
 
@@ -58,7 +59,8 @@ class Toy(Experiment):
 
     def verdicts(self, cfg, results, run):
         m = float(results["y"].mean())
-        return [self.judge(cfg, "toy", value=m, passed=m > 0, ci=(0.0, 1.0), ci_kind="within-run")]
+        return [self.judge(cfg, "toy", value=m, passed=m > 0, ci=(0.0, 1.0), ci_kind="within-run",
+                           null=(-m, -m > 0))]
 
 
 def test_presets_and_overrides():

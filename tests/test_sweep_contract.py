@@ -33,7 +33,8 @@ class Toy(Experiment):
     claim = "toy"
     source = "none"
     Config = ToyConfig
-    claims = [Claim("positive", "the value is positive", "test", "1", "mean value", "CI across seeds above 0")]
+    claims = [Claim("positive", "the value is positive", "test", "1", "mean value", "CI across seeds above 0",
+                    null="the same interval around the values minus their mean (no positive effect)")]
 
     def points(self, cfg):
         return [Point("a", {"x": 1}), Point("b", {"x": 2})]
@@ -45,9 +46,11 @@ class Toy(Experiment):
         return {"x": point.params["x"], "value": 1.0 + 0.1 * float(torch.rand(1, generator=g)), "seed": ctx.seed}
 
     def verdicts(self, cfg, results, run):
-        s = across_seeds(results.groupby("seed_index")["value"].mean())
+        per_seed = results.groupby("seed_index")["value"].mean()
+        s = across_seeds(per_seed)
+        z = across_seeds(per_seed - per_seed.mean())
         return [self.judge(cfg, "positive", value=s.mean, ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                           passed=s.ci is not None and s.lo > 0)]
+                           passed=s.ci is not None and s.lo > 0, null=(z.mean, z.ci is not None and z.lo > 0))]
 
 
 def test_seeds_expand_points_with_their_own_seeds_and_rows_carry_provenance(tmp_path):
