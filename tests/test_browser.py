@@ -119,10 +119,10 @@ def test_factual_recall_report_renders(browser, suite_dir, tmp_path):
 
 def test_suite_claims_page_renders_and_links_the_report(browser, suite_dir):
     page, errors = _open(browser, suite_dir / "claims.html")
-    table = _table_after(page, "lmsci claims suite")
+    table = _table_after(page, "Claims")
     assert table is not None, "no claims table on claims.html"
-    assert table["headers"][:6] == ["experiment", "claim", "source", "paper value", "ours", "outcome"]
-    assert {"seeds", "wall time (s)", "device"} <= set(table["headers"])
+    assert table["headers"][:6] == ["experiment", "claim", "paper value", "ours", "null arm", "outcome"]
+    assert {"seeds", "master seeds", "wall time (s)", "device", "commit", "date"} <= set(table["headers"])
     assert table["rows"] >= 1 and "inconclusive" in table["text"]
     assert all(i["width"] > 0 for i in _images(page))
     # the experiment's name links to its report, which opens

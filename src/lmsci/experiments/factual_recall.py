@@ -405,7 +405,8 @@ class FactualRecall(Experiment):
     def _square_world(self, cfg: FactualRecallConfig, size: int, seed: int) -> FactualRecallWorld:
         return FactualRecallWorld(size, size, cfg.answers_per_relation, seq_len=cfg.seq_len, seed=seed)
 
-    def _untrained_accuracy(self, cfg: FactualRecallConfig, p: Point, seed: int, level: int) -> float:
+    def _untrained_accuracy(self, cfg: FactualRecallConfig, p: Point, seed: int, level: int,
+                            device: str = "cpu") -> float:
         """The null arm of ``facts-per-param``: test accuracy of the point's model *before any step* (its
         initialisation at the first learning rate, as the search would draw it) on the smallest fact set searched.
         Below the threshold, the untrained model stores no fact set: 0 facts."""
@@ -415,10 +416,11 @@ class FactualRecall(Experiment):
         spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"], world.n_answers,
                             world.vocab_size)
         model = OneLayerTransformer(p.params["d_model"], world.vocab_size, world.n_answers, [spec],
-                                    seed=[derive_seed(seed, "init", level, cfg.lrs[0])])
+                                    seed=[derive_seed(seed, "init", level, cfg.lrs[0])]).to(device)
         ev = world.eval_set(cfg.n_eval, derive_seed(derive_seed(seed, "init", level, cfg.lrs[0]), "eval"))
+        x, t = ev.input_ids[None].to(device), ev.targets[None].to(device)
         with torch.no_grad():
-            return float((model(ev.input_ids[None]).argmax(-1) == ev.targets[None]).float().mean())
+            return float((model(x).argmax(-1) == t).float().mean())
 
     @staticmethod
     def _logger(ctx_of: dict[Any, PointContext], extra):
@@ -484,7 +486,7 @@ class FactualRecall(Experiment):
                          "facts_next_failed": hS * hR if hi <= lmax else None,
                          "censored": censored, "runs": s["runs"], "steps_total": s["steps"],
                          "facts_per_param": S * R / p.params["params"],
-                         "untrained_acc_min_level": self._untrained_accuracy(cfg, p, c.seed, lmin),
+                         "untrained_acc_min_level": self._untrained_accuracy(cfg, p, c.seed, lmin, c.device),
                          "group_train_seq_per_s": round(seqs / max(t_train, 1e-9)),
                          "trials": json.dumps(s["trials"])})
         return rows

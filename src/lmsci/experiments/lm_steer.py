@@ -1033,9 +1033,9 @@ def random_like(steer: Any, seed: int) -> Any:
         for name in out.attributes:
             k = out.index(name)
             W = out.P1[k].float() @ out.P2[k].float().T
-            p1 = torch.randn(tuple(out.P1[k].shape), generator=g)
-            p2 = torch.randn(tuple(out.P2[k].shape), generator=g)
-            c = (W.norm().cpu() / (p1 @ p2.T).norm()).sqrt()
+            p1 = torch.randn(tuple(out.P1[k].shape), generator=g).to(out.P1)
+            p2 = torch.randn(tuple(out.P2[k].shape), generator=g).to(out.P2)
+            c = (W.norm() / (p1.float() @ p2.float().T).norm()).sqrt()
             out.P1[k].copy_((p1 * c).to(out.P1))
             out.P2[k].copy_((p2 * c).to(out.P2))
     return out

@@ -182,7 +182,7 @@ class ShakespeareLM(Experiment):
                          n_heads=cfg.n_heads, d_model=cfg.d_model, d_head=cfg.d_head, d_mlp=cfg.d_mlp,
                          pos=cfg.pos, mlp=cfg.mlp, norm=cfg.norm, tie_embeddings=cfg.tie_embeddings,
                          dropout=cfg.dropout)
-        model = GPT(gcfg, seed=ctx.seed)
+        model = GPT(gcfg, seed=ctx.seed).to(ctx.device)
         tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                            min_lr_ratio=cfg.min_lr_ratio, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
                            grad_accum=cfg.grad_accum, eval_every=cfg.eval_every,
