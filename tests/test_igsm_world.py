@@ -370,3 +370,75 @@ def test_probe_positions_in_qp_format(problems):
     assert text[pos["end_problem"]:].startswith("<sol>") and text[:pos["sol_start"]].endswith("<sol>")
     assert [text[:s].endswith(".") for s in pos["steps"]] == [True] * len(p.necessary)
     assert text[pos["steps"][-1]:].startswith("<ans>")
+
+
+def _childless_problem(question):
+    """A hand-made problem in which item B (and, with 3 layers, item Y) has no children, as the official
+    generator writes them (lmsci's sampler never does)."""
+    from lmsci.worlds.igsm.world import Definition, Problem, _cost, param_expr, render
+
+    layers = ("District", "Supermarket", "Product")
+    names = [["A", "B"], ["X", "Y"], ["P", "Q"]]
+    children = [[[0, 1], []], [[0, 1], []]]
+    defs = {(0, 0, 0, 0): Definition((), c=5), (0, 0, 0, 1): Definition(((0, 0, 0, 0),)),
+            (0, 1, 0, 0): Definition((), c=3), (0, 1, 0, 1): Definition(((0, 1, 0, 0),), mod_op="add", c=2)}
+    p = Problem(chain="official", layers=layers, names=names, children=children, defs=defs,
+                problem_order=list(defs), question_param=question, necessary=[], values={}, symbols={},
+                sentences=[], question="", solution_sentences=[], op=0, template_hash=0)
+    vals = {}
+    for q in nx.topological_sort(p.graph):
+        if q != RAND:
+            vals[q] = _eval_expr(param_expr(p, q), vals)
+    nec = sorted(nx.ancestors(p.graph, question) - {RAND}, key=list(nx.topological_sort(p.graph)).index)
+    p.values, p.necessary = vals, nec + [question]
+    p.op = sum(_cost(p, q) for q in p.necessary)
+    render(p, random.Random(0))
+    return p
+
+
+def _eval_expr(e, vals):
+    if e[0] == "num":
+        return e[1] % 23
+    if e[0] == "ref":
+        return vals[e[1]]
+    a, b = _eval_expr(e[2], vals), _eval_expr(e[3], vals)
+    return (a + b) % 23 if e[1] == "+" else (a - b) % 23 if e[1] == "-" else (a * b) % 23
+
+
+@pytest.mark.parametrize("question", [(1, 0, 1, 1), (1, 0, 1, 2), (1, 1, 1, 2), (1, 0, 0, 2)])
+def test_checker_accepts_items_without_children(question):
+    """Issue 30: an abstract parameter of an item without children is 0 ("Define B's Supermarket as a;
+    so a = 0"); check_solution used to raise IndexError in abstract_expr (official problems have them)."""
+    p = _childless_problem(question)
+    assert p.solution.count(";") == p.op
+    if not p.children[question[1]][question[2]]:
+        assert p.answer == 0 and p.solution_sentences[-1].endswith("= 0") and p.op == 1
+    for text in (p.text()[0], p.solution, p.solution + f" <ans> {p.answer}"):
+        c = check_solution(p, text)
+        assert c.correct and c.strict_correct and c.final_ok, c.errors
+    wrong = p.solution[:p.solution.rindex("= ") + 2] + f"{(p.answer + 3) % 23}."
+    c = check_solution(p, wrong + f" <ans> {p.answer}")
+    assert not c.correct and not c.final_ok and c.answer_correct
+
+
+def test_checker_needs_the_last_step_to_agree_with_the_ans_tail(problems):
+    """Issue 30: with an ``<ans> n`` tail, the solution's last step must still define the question
+    parameter with the answer (the official true_correct checks both). Before the fix a wrong constant
+    final step, or a step after the question, was accepted when followed by the true answer."""
+    const_final = 0
+    for p in problems:
+        s = _sentences(p)
+        m = re.search(r"= (\d+)$", s[-1])
+        s[-1] = s[-1][:m.start(1)] + str((int(m.group(1)) + 5) % 23)
+        c = check_solution(p, _join(s) + f" <ans> {p.answer}")
+        assert not c.correct and not c.final_ok and c.answer_correct and c.final_value != p.answer
+        const_final += p.question_param[0] == 0 and not p.defs[p.question_param].parents
+        # a correct solution followed by one more (unneeded) step: the last step is not the question
+        q = next((q for q, df in p.defs.items() if not df.parents and q not in set(p.necessary)), None)
+        free = [x for x in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if x not in set(p.symbols.values())]
+        if q is not None and free:
+            extra = f"Define {p.param_name(q)} as {free[0]}; so {free[0]} = {p.defs[q].c}"
+            for tail in (f" <ans> {p.answer}", ""):
+                c = check_solution(p, _join(_sentences(p) + [extra]) + tail)
+                assert not c.correct and not c.final_ok and c.answer_correct, c.errors
+    assert const_final > 3  # the case that used to pass: a constant question parameter

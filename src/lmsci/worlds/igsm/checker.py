@@ -21,9 +21,16 @@ and verifies, per sentence:
 * **hint** (``n_hint_mismatches``, strict only): a constant in ``<hint>`` equals the number in its place
   in ``<numbers>`` (the official checker does not compare them).
 
-``correct`` is the official-compatible verdict (``true_correct``): the final answer is right, the text
-parsed, and there are no calculation or dependency errors and no missing parameters (unneeded ones
-are allowed and reported). ``strict_correct`` also needs no definition or hint errors.
+``correct`` is the official-compatible verdict (``true_correct``): the final answer is right (the
+``<ans>`` tail when there is one), the solution's last step defines the question parameter with that
+same value (``final_ok``; the official checker reads both the tail and the last step), the text parsed,
+and there are no calculation or dependency errors and no missing parameters (unneeded ones are
+allowed and reported). ``strict_correct`` also needs no definition or hint errors.
+
+Two differences from the official checker are deliberate (measured in ``tests/parity``): a
+parameter defined twice is a dependency error here (the official parser accepts a second
+definition under a fresh symbol), and a parameter that is not an edge of the structure graph is
+unknown here.
 """
 
 from __future__ import annotations
@@ -39,12 +46,18 @@ _BIN = re.compile(r"^(\S+) ([+*-]) (\S+)$")
 
 @dataclass
 class SolutionCheck:
-    """Verdict on one generated solution (see the module docstring for each count)."""
+    """Verdict on one generated solution (see the module docstring for each count).
+
+    ``answer``: the ``<ans>`` tail's number when the text has one, else the question parameter's stated
+    value; ``final_value``: the value stated by the solution's last step; ``final_ok``: that last step
+    defines the question parameter and its value is the problem's answer."""
 
     correct: bool
     strict_correct: bool
     answer_correct: bool
     answer: int | None
+    final_ok: bool = False
+    final_value: int | None = None
     n_steps: int = 0
     n_calc_errors: int = 0
     n_dep_errors: int = 0
@@ -94,7 +107,9 @@ def check_solution(problem: Problem, text: str) -> SolutionCheck:
         problem: the :class:`~lmsci.worlds.igsm.world.Problem` asked.
         text: the full document, the prompt plus the generated continuation, or the continuation
             alone (everything after the last ``<sol>``; an ``<ans> n`` tail is read as the answer,
-            otherwise the question parameter's stated value is).
+            otherwise the question parameter's stated value is; either way ``correct`` also needs the
+            last step to define the question parameter with the right value, as the official
+            ``true_correct``).
 
     Returns:
         :class:`SolutionCheck`. Never raises on malformed text (counted as parse errors).
@@ -106,6 +121,7 @@ def check_solution(problem: Problem, text: str) -> SolutionCheck:
     sym_val: dict = {}       # symbol -> stated value
     sym_param: dict = {}     # symbol -> parameter
     defined: dict = {}       # parameter -> stated value
+    last = None              # (parameter, stated value) of the last step that defined one
     chk = SolutionCheck(correct=False, strict_correct=False, answer_correct=False, answer=None)
     err = chk.errors.append
     sentences = [s.strip() for s in sol.split(".")]
@@ -187,6 +203,7 @@ def check_solution(problem: Problem, text: str) -> SolutionCheck:
                 chk.n_def_errors += 1
                 err(f"{pname}: value {val} does not follow the problem's definition")
         defined[p] = val
+        last = (p, val)
         sym_val[sym] = val
         sym_param[sym] = p
     # answer
@@ -195,12 +212,18 @@ def check_solution(problem: Problem, text: str) -> SolutionCheck:
     elif problem.question_param in defined:
         chk.answer = defined[problem.question_param]
     chk.answer_correct = chk.answer is not None and chk.answer == problem.answer
+    if last is not None:
+        chk.final_value = last[1]
+        chk.final_ok = last[0] == problem.question_param and last[1] % mod == problem.answer
+        if not chk.final_ok:
+            err(f"last step defines {problem.param_name(last[0])!r} = {last[1]}, not the question "
+                f"{problem.param_name(problem.question_param)!r} = {problem.answer}")
     chk.missing = [p for p in problem.necessary if p not in defined]
     chk.unneeded = [p for p in defined if p not in necessary]
     from lmsci.worlds.igsm.world import _cost
 
     chk.n_unneeded_ops = sum(_cost(problem, p) for p in chk.unneeded)
-    chk.correct = (chk.answer_correct and chk.n_parse_errors == 0 and chk.n_calc_errors == 0
+    chk.correct = (chk.answer_correct and chk.final_ok and chk.n_parse_errors == 0 and chk.n_calc_errors == 0
                    and chk.n_dep_errors == 0 and not chk.missing)
     chk.strict_correct = chk.correct and chk.n_def_errors == 0 and chk.n_hint_mismatches == 0
     return chk

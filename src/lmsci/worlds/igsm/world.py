@@ -861,7 +861,7 @@ def _cost(problem: Problem, p: Param) -> int:
         return problem.defs[p].cost
     _, i, j, k = p
     c = len(problem.children[i][j])
-    return max(1, c - 1) if k == i + 1 else 2 * c - 1
+    return max(1, c - 1) if k == i + 1 else max(1, 2 * c - 1)  # official op_num: 1 when in-degree <= 2
 
 
 def nx_ancestors(problem: Problem, q: Param) -> set:
@@ -905,8 +905,13 @@ def _reasked(problem: Problem, q: Param, nec: set, op: int, rnd: random.Random) 
 
 
 def abstract_expr(problem: Problem, p: Param):
+    """Expression tree of abstract parameter ``p``: the sum over the item's children (times each child's
+    own count when ``k > i + 1``); ``("num", 0)`` for an item without children (the official generator
+    makes such items: "Define Goat Cheese's Ingredient as a; so a = 0"; ours does not)."""
     _, i, j, k = p
     ch = problem.children[i][j]
+    if not ch:
+        return ("num", 0)
     if k == i + 1:
         terms = [("ref", (0, i, j, x)) for x in ch]
     else:
