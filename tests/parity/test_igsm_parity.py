@@ -93,6 +93,8 @@ def test_official_structure_follows_lmsci_semantics():
         for q in nx.topological_sort(p.graph):
             if q != RAND:
                 vals[q] = _eval(param_expr(p, q), vals)
+                if q[0] == 0:
+                    assert p.defs[q].evaluate(vals) == vals[q], (r["seed"], q)
         for k, v in r["values"].items():
             assert vals[_tup(k)] == v, (r["seed"], k)
         for q in p.all_params:
