@@ -743,6 +743,19 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
         parts.append("True by construction (a world's design, a closed-form bound, an interpolation): they guard "
                      "the setup and are never counted as reproduced.\n")
         parts.append(section(table[kind == "check"], checks=True))
+    if published:
+        from lmsci.experiments.registry import shipped
+
+        missing = [(n, cls) for n, cls in shipped().items() if n not in set(table["experiment"])]
+        if missing:
+            parts.append("## Not yet in this table\n")
+            parts.append("Registered experiments with no row here yet (run them with `lmsci suite --preset "
+                         f"{preset} --seeds 0,1 --only NAME --update` into this folder):\n")
+            for n, cls in missing:
+                at = sorted({p for c in cls.claims for p in c.presets}, key=ALL_PRESET_NAMES.index)
+                decided = "decided here" if preset in at else f"decided at {', '.join(at)} only"
+                parts.append(f"- `{n}`: {len(cls.claims)} registered item(s), {decided}")
+            parts.append("")
     machines = sorted({str(m) for m in table.get("machine", pd.Series(dtype=str)).dropna() if str(m)})
     if machines:
         parts.append("Machines: " + "; ".join(machines) + ".\n")
