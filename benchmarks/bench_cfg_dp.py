@@ -54,7 +54,7 @@ def naive_member(g, tokens) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grammar", default="cfg3f", help="a CFG3_HPARAMS name or an official cfg3*.json path")
+    ap.add_argument("--grammar", default="cfg3f", help="a grammar spec of lmsci.worlds.cfg.get_grammar: a published table (cfg3f), a draw (cfg3f-draw:0), cfg3b-small / cfg3f-small, or an official cfg3*.json path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n", type=int, default=200, help="strings timed with the numba DP")
     ap.add_argument("--naive", type=int, default=4, help="strings timed with the naive reference (0: skip)")

@@ -168,3 +168,64 @@ def test_benchmark_script_runs_at_small_settings():
     out = subprocess.run([sys.executable, str(bench), "--grammar", "cfg3f-small", "--n", "10", "--naive", "4"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert "strings/s on one core" in out and "agree on 4 strings" in out and "ratio" in out
+
+
+# -- grammar names (issue 30): published names are the published tables, draws have names of their own ----------
+def _rules_of_json(path) -> list:
+    """The rule table of an official JSON, read directly (independent of load_cfg_json)."""
+    dd = json.loads(path.read_text())
+    return [[[tuple(r) for r in node["children"]] for node in dd["all"][l]] for l in range(dd["depth"])]
+
+
+def test_published_names_are_the_published_tables():
+    from lmsci.worlds.cfg import CFG3_DATA, PUBLISHED_CFG3
+
+    assert PUBLISHED_CFG3 == ("cfg3b", "cfg3e1", "cfg3e2", "cfg3f", "cfg3g", "cfg3h", "cfg3i", "cfg3j", "cfg3k")
+    for name in PUBLISHED_CFG3:
+        g = get_grammar(name)
+        assert g.name == name
+        assert g.rules == _rules_of_json(CFG3_DATA / f"{name}.json"), name
+        assert get_grammar(name, seed=7).rules == g.rules  # the seed does not change a published table
+        assert g.rules != named_cfg(name, 0).rules  # and it is not the generator's draw
+    # spot check against the official cfg3f.json (PhysicsLM4 7580696): the root's four rules, rules per level
+    g = get_grammar("cfg3f")
+    assert g.rules[0] == [[(1, 2), (1, 0, 2), (2, 0, 0), (1, 1)]]
+    assert [sum(map(len, lv)) for lv in g.rules] == [4, 10, 10, 11, 9, 10] and g.vocab_size == 5
+    assert [sum(map(len, lv)) for lv in get_grammar("cfg3b").rules] == [2, 6, 6, 6, 6, 6]
+    readme = (CFG3_DATA / "README.md").read_text()
+    assert "75806965208c55e9f7f2e2363d3793d2da75d2e4" in readme and "Apache" in readme
+    assert (CFG3_DATA / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_draw_names_are_draws():
+    d = get_grammar("cfg3f-draw:3")
+    assert d.name == "cfg3f-draw:3" and d.rules == named_cfg("cfg3f", 3).rules
+    assert d.rules != get_grammar("cfg3f").rules and d.rules != get_grammar("cfg3f-draw:4").rules
+    assert get_grammar("cfg3f-draw", seed=3).rules == d.rules  # without ':SEED' the seed argument is used
+    assert get_grammar("cfg3f-draw:3", seed=9).rules == d.rules  # an explicit seed wins
+    assert all(3 <= len(rs) <= 4 for lv in d.rules for rs in lv)  # cfg3f's hyper-parameters
+    k = get_grammar("cfg3k-draw:0")
+    assert k.sizes == (1, 3, 3, 3, 3, 3, 3, 3) and k.name == "cfg3k-draw:0"
+
+
+def test_small_draws_are_unchanged():
+    # lmsci's own small draws keep their grammars and labels (runs and presets name them)
+    import hashlib
+
+    want = {("cfg3b-small", 0): "6279f1264888eb44", ("cfg3b-small", 1): "41fb7dc4d9fd1059",
+            ("cfg3f-small", 0): "152e42bd85369fe5", ("cfg3f-small", 1): "2a99b5250223d630"}
+    for (name, seed), h in want.items():
+        g = get_grammar(name, seed)
+        assert g.name == f"{name}(gen seed {seed})" and g.sizes == (1, 3, 3, 3, 3)
+        assert hashlib.sha256(json.dumps(g.rules).encode()).hexdigest()[:16] == h, (name, seed)
+        assert get_grammar(f"{name}-draw:{seed}").rules == g.rules
+
+
+@pytest.mark.parametrize("bad", ["cfg3z", "cfg3z-draw:1", "cfg3f-draw:x", "cfg3f-draw:-1", "CFG3F", "missing.json"])
+def test_bad_grammar_names_list_the_allowed_ones(bad):
+    with pytest.raises(ConfigError) as e:
+        get_grammar(bad)
+    msg = str(e.value)
+    assert repr(bad) in msg
+    for allowed in ("cfg3b", "cfg3e1", "cfg3k", "-draw:SEED", "cfg3f-draw:0", "cfg3b-small", "cfg3f-small", ".json"):
+        assert allowed in msg, (bad, allowed)

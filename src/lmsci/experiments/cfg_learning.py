@@ -7,8 +7,10 @@ cfg3b-f with GPT_rel / GPT_rot; the absolute-position GPT weaker on the hardest 
 "surprisingly effective"), KL to the true next-token distribution (``demo2_advanced_dp.py``). Spec:
 physics_of_lms.md sec. 1 (grammar family, training recipe, variants, metrics, pitfalls).
 
-Protocol. The grammar (:mod:`lmsci.worlds.cfg`) is drawn by the cfg3 generator from ``grammar`` (a
-``CFG3_HPARAMS`` name, drawn with ``grammar_seed``) or loaded from an official ``cfg3*.json`` path. The model is
+Protocol. The grammar (:mod:`lmsci.worlds.cfg`, :func:`~lmsci.worlds.cfg.get_grammar`) is ``grammar``: a
+published table (``cfg3b`` .. ``cfg3k``, the paper's own grammars; ``grammar_seed`` unused), a random draw of the
+cfg3 generator (``cfg3f-draw:SEED``), lmsci's small draws ``cfg3b-small`` / ``cfg3f-small`` (drawn with
+``grammar_seed``) or an official ``cfg3*.json`` path. The model is
 lmsci's GPT (:mod:`lmsci.models.gpt`) with ``pos`` = ``rope`` (GPT_rot), ``learned`` (GPT), ``relative`` (T5
 bias, the stand-in for the paper's DeBERTa-style GPT_rel), ``uni`` (GPT_uni) or ``posonly`` (GPT_pos: attention
 logits from the causal distance only). Training data are always fresh samples: each window is ``BOS`` followed by
@@ -60,10 +62,12 @@ UNI_RATIO_MIN = 0.8        # registered: GPT_uni reaches at least 0.8 of GPT_rot
 
 class CFGModelConfig(ExperimentConfig):
     """Fields shared by ``cfg-learning`` and ``cfg-probing`` (defaults = the quick preset: the small grammar
-    ``cfg3b-small`` drawn by the cfg3 generator, 5 levels, strings of 16-81 tokens; a 4-layer d_model 64 GPT)."""
+    ``cfg3b-small`` drawn by the cfg3 generator, 5 levels, strings of 16-81 tokens; a 4-layer d_model 64 GPT). The gpu
+    and paper presets' ``cfg3f`` is the published cfg3f table."""
 
-    grammar: str = Field("cfg3b-small", description="a CFG3_HPARAMS name (drawn with grammar_seed) or an official "
-                         "cfg3*.json path")
+    grammar: str = Field("cfg3b-small", description="a published cfg3 table (cfg3b, cfg3e1, cfg3e2, cfg3f, cfg3g, "
+                         "cfg3h, cfg3i, cfg3j, cfg3k), a draw '<name>-draw:SEED', lmsci's small draws cfg3b-small / "
+                         "cfg3f-small (drawn with grammar_seed), or an official cfg3*.json path")
     grammar_seed: int = Field(0, ge=0)
     variants: list[Literal["rope", "learned", "relative", "uni", "posonly"]] = Field(["rope"], min_length=1)
     n_layers: int = Field(4, ge=1)

@@ -7,14 +7,25 @@ arXiv 2305.13673 (sec. 2.1 and App. A); official generator, loader and DP parser
 ``build_graph``, ``read_graph``, ``generate_onedata``, ``solve_dp_noneq_fast``,
 ``solve_dp_prob_highprecision``). Spec: ``shared/research/physics_of_lms.md`` sec. 1.
 
+Grammars and their names (:func:`get_grammar`):
+
+* the published tables ``cfg3b``, ``cfg3e1``, ``cfg3e2``, ``cfg3f``, ``cfg3g``, ``cfg3h``, ``cfg3i``, ``cfg3j``,
+  ``cfg3k`` (``PUBLISHED_CFG3``): the official ``configs/<name>.json`` of PhysicsLM4, shipped unchanged as package
+  data (``lmsci/worlds/data/cfg3/``, Apache-2.0, source commit in its README) and read by :func:`load_cfg_json`;
+* ``<name>-draw:SEED`` (e.g. ``cfg3f-draw:0``; ``<name>-draw`` takes the ``seed`` argument): a random grammar
+  drawn by :func:`random_cfg` with the hyper-parameters of ``<name>`` (``CFG3_HPARAMS``), *not* the published
+  table;
+* ``cfg3b-small``, ``cfg3f-small``: lmsci's own smaller draws (5 levels, not in the paper), drawn with ``seed``;
+* a path to a ``cfg3*.json`` table.
+
 Grammar. ``sizes = (1, n_1, ..., n_{L-1}, |T|)`` symbols per level, root first, terminals last
 (``depth = len(sizes) - 1``, 6 for the 7-level cfg3 grammars). Every symbol of level ``l < depth`` has
 rules, each a tuple of symbols of level ``l + 1`` (local indices ``0 .. sizes[l+1]-1``). Generation picks
 one rule *uniformly* at every node (a PCFG with probability ``1 / #rules(A)`` per rule).
 :func:`random_cfg` draws a grammar from the cfg3 hyper-parameters (``CFG3_HPARAMS``; rules per NT
 ``~ U[deg_min, deg_max]``, rule length ``~ U[len_min, len_max]``, symbols uniform over the next level,
-``disallow_duplicate_seq`` / ``disallow_duplicate_sym``) with a numpy generator, so it is *not* the
-official table of the same name: use :func:`load_cfg_json` with the official ``cfg3*.json`` for that.
+``disallow_duplicate_seq`` / ``disallow_duplicate_sym``) with a numpy generator, so a draw is *not* the
+published table of the same name (the name ``cfg3f`` is the published table, ``cfg3f-draw:SEED`` a draw).
 
 Tokens. Terminal ``j`` (local index) is token ``j + 1`` (the official ids ``1..|T|``), ``EOS = |T| + 1``
 (official) and ``BOS = 0`` (added here for the language model); ``vocab_size = |T| + 2``.
@@ -47,6 +58,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -91,6 +103,15 @@ CFG3_HPARAMS: dict[str, dict] = {
     "cfg3f-small": dict(sizes=(1, 3, 3, 3, 3), deg=(3, 4), length=(2, 3), seq=True, sym=False),
     "cfg3b-small": dict(sizes=(1, 3, 3, 3, 3), deg=(2, 2), length=(2, 3), seq=True, sym=True),
 }
+
+#: the grammars published with the paper (PhysicsLM4 ``Lano-cfg/configs/<name>.json``), shipped as package data in
+#: ``CFG3_DATA``; :func:`get_grammar` returns these tables for these names
+PUBLISHED_CFG3: tuple[str, ...] = ("cfg3b", "cfg3e1", "cfg3e2", "cfg3f", "cfg3g", "cfg3h", "cfg3i", "cfg3j", "cfg3k")
+#: lmsci's own small draws (not in the paper): ``get_grammar(name, seed)`` draws them with ``seed``
+SMALL_DRAWS: tuple[str, ...] = ("cfg3b-small", "cfg3f-small")
+#: folder of the published tables (unchanged official files; README.md there gives source, commit and licence)
+CFG3_DATA = Path(__file__).resolve().parent / "data" / "cfg3"
+_DRAW = re.compile(r"^(?P<family>.+)-draw(?::(?P<seed>\d+))?$")
 
 
 @dataclass
@@ -491,8 +512,10 @@ def random_cfg(sizes: Sequence[int], deg: tuple[int, int], length: tuple[int, in
 
 
 def named_cfg(name: str, seed: int = 0) -> CFG:
-    """A grammar drawn by :func:`random_cfg` with the hyper-parameters of ``name`` (``CFG3_HPARAMS``); the
-    label is ``"<name>(gen seed <seed>)"`` because it is not the official table of that name.
+    """A grammar drawn by :func:`random_cfg` with the hyper-parameters of ``name`` (``CFG3_HPARAMS``), never the
+    published table of that name (for that: :func:`published_cfg`). The label is ``"<name>-draw:<seed>"``
+    (what :func:`get_grammar` calls it), and ``"<name>(gen seed <seed>)"`` for lmsci's own small draws
+    (``SMALL_DRAWS``).
 
     Raises:
         ConfigError: unknown name.
@@ -501,7 +524,19 @@ def named_cfg(name: str, seed: int = 0) -> CFG:
         raise ConfigError("grammar", name, ", ".join(sorted(CFG3_HPARAMS)))
     hp = CFG3_HPARAMS[name]
     return random_cfg(hp["sizes"], hp["deg"], hp["length"], disallow_duplicate_seq=hp["seq"],
-                      disallow_duplicate_sym=hp["sym"], seed=seed, name=f"{name}(gen seed {seed})")
+                      disallow_duplicate_sym=hp["sym"], seed=seed,
+                      name=f"{name}(gen seed {seed})" if name in SMALL_DRAWS else f"{name}-draw:{seed}")
+
+
+def published_cfg(name: str) -> CFG:
+    """The published table ``name`` (one of ``PUBLISHED_CFG3``), read from the shipped official JSON.
+
+    Raises:
+        ConfigError: not a published name.
+    """
+    if name not in PUBLISHED_CFG3:
+        raise ConfigError("grammar", name, "a published cfg3 table: " + ", ".join(PUBLISHED_CFG3))
+    return load_cfg_json(CFG3_DATA / f"{name}.json")
 
 
 def load_cfg_json(path: str | Path) -> CFG:
@@ -541,20 +576,38 @@ def load_cfg_json(path: str | Path) -> CFG:
     return CFG(tuple(sizes), rules, name=p.stem)
 
 
+def grammar_names() -> str:
+    """The allowed grammar specs, in words (for error messages and help strings)."""
+    return ("a published table (" + ", ".join(PUBLISHED_CFG3) + "), a random draw '<name>-draw:SEED' with <name> in "
+            + ", ".join(sorted(CFG3_HPARAMS)) + " (e.g. cfg3f-draw:0), lmsci's small draws (" + ", ".join(SMALL_DRAWS)
+            + ", drawn with the seed argument), or a path to an official cfg3*.json file")
+
+
 def get_grammar(spec: str, seed: int = 0) -> CFG:
-    """``spec`` is a name of ``CFG3_HPARAMS`` (drawn with ``seed``) or a path to an official JSON table.
+    """Resolve a grammar spec (see the module docstring):
+
+    * a published name (``PUBLISHED_CFG3``, e.g. ``"cfg3f"``): the published table; ``seed`` is ignored;
+    * ``"<name>-draw:SEED"``: a draw (:func:`named_cfg`) with the hyper-parameters of ``name`` and that seed;
+      ``"<name>-draw"`` uses ``seed``;
+    * ``"cfg3b-small"`` / ``"cfg3f-small"`` (``SMALL_DRAWS``): lmsci's small draws, drawn with ``seed``;
+    * a path to an official ``cfg3*.json`` table.
 
     Raises:
-        ConfigError: neither a known name nor an existing file; GrammarError: a malformed table.
+        ConfigError: none of these (the message lists the allowed names), or a ``.json`` path that does not
+            exist; GrammarError: a malformed table.
     """
-    if spec in CFG3_HPARAMS:
+    if spec in PUBLISHED_CFG3:
+        return published_cfg(spec)
+    if spec in SMALL_DRAWS:
         return named_cfg(spec, seed)
+    m = _DRAW.match(spec)
+    if m and m.group("family") in CFG3_HPARAMS:
+        return named_cfg(m.group("family"), int(m.group("seed")) if m.group("seed") is not None else seed)
     if spec.endswith(".json") or Path(spec).is_file():
         if not Path(spec).is_file():
-            raise ConfigError("grammar", spec, "a name in " + ", ".join(sorted(CFG3_HPARAMS)) + " or an existing "
-                              "official cfg3*.json file")
+            raise ConfigError("grammar", spec, grammar_names(), hint="the file does not exist")
         return load_cfg_json(spec)
-    raise ConfigError("grammar", spec, ", ".join(sorted(CFG3_HPARAMS)) + " or a path to an official cfg3*.json")
+    raise ConfigError("grammar", spec, grammar_names())
 
 
 # -- language-model data ---------------------------------------------------------------------------------
