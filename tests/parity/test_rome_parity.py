@@ -352,3 +352,16 @@ def test_rome_kl_direction_is_the_only_difference(case, variant, monkeypatch):
     if variant == "official":
         assert torch.allclose(want, T[f"{pre}/weight_delta"], atol=1e-5)
     assert float((_dW(e) - want).abs().max()) <= DW_RTOL * float(want.abs().max())
+
+
+@pytest.mark.xfail(strict=True, reason="known difference: lmsci's default RomeHParams.ridge = 1e-4 adds 1e-4 x the "
+                   "mean diagonal of C to C before solving ('numerical safety'); the official compute_u inverts C as it "
+                   "is. Here C (3349 tokens, d_mlp 128) has condition number 1.9e6 / 5.0e6 and smallest eigenvalue "
+                   "1.4e-6 / 6.9e-7, below the ridge (5.6e-6 / 6.0e-6), so the default ridge moves the unit u by up to "
+                   "0.18 and the weight delta by 78% / 57% of its largest entry (KL factor 0). The other tests set "
+                   "ridge = 0.")
+@pytest.mark.parametrize("case", [0, 1])
+def test_rome_default_ridge(case):
+    T = _T()
+    e = _rome("hf", case, "kl0", ridge=RomeHParams().ridge)
+    assert float((_unit(e.u) - T[f"rome/{case}/kl0/u"]).abs().max()) <= U_ATOL
