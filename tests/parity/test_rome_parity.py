@@ -311,40 +311,13 @@ def test_rome_first_step_with_kl(backend, case, variant):
     assert float((_unit(e.u) - T[f"{pre}/u"]).abs().max()) <= U_ATOL
 
 
-@pytest.mark.xfail(strict=True, reason="lmsci bug (src/lmsci/methods/rome.py, compute_rome): the KL term is "
-                   "F.kl_div(kl_lp, kl_init, log_target=True) = KL(P_before || P_after); the official compute_v "
-                   "(and the paper's eq. 4, D_KL(P_G'[x|p'] || P_G[x|p'])) uses F.kl_div(kl_distr_init, kl_log_probs, "
-                   "log_target=True) = KL(P_after || P_before). The gradients agree at delta = 0 and differ after: "
-                   "at the official KL factor 0.0625, v* differs by up to 1.31 (|v*| <= 5.3, case 0) and 0.36 "
-                   "(case 1) and the weight delta by 27% and 22% of its largest entry; at KL factor 1 v* by 0.86 "
-                   "and 0.75, the weight delta by 22% and 60%")
 @pytest.mark.parametrize("case", [0, 1])
 @pytest.mark.parametrize("variant", ["official", "kl1"])
 def test_rome_with_kl(case, variant):
+    """With the KL term on (official factor 0.0625, and 1), v* and the weight delta equal the official ones: the KL is
+    KL(P_after || P_before) as in the paper's eq. 4 (lmsci had it reversed: v* differed by up to 1.31 and the weight
+    delta by 27% of its largest entry; fixed)."""
     T = _T()
-    pre = f"rome/{case}/{variant}"
-    e = _rome("hf", case, variant)
-    assert float((e.v_star.double() - T[f"{pre}/v_star"]).abs().max()) <= V_ATOL
-
-
-class _FWithOfficialKL:
-    """``torch.nn.functional`` with ``kl_div``'s two distributions swapped: the official direction."""
-
-    def __getattr__(self, name):
-        return getattr(F, name)
-
-    @staticmethod
-    def kl_div(input, target, **kw):
-        return F.kl_div(target, input, **kw)
-
-
-@pytest.mark.parametrize("case", [0, 1])
-@pytest.mark.parametrize("variant", ["official", "kl1"])
-def test_rome_kl_direction_is_the_only_difference(case, variant, monkeypatch):
-    """With the KL's direction swapped to the official one, lmsci reproduces the official v* and weight delta
-    with the KL term on (shows that the xfail above has no other cause)."""
-    T = _T()
-    monkeypatch.setattr(rome_mod, "F", _FWithOfficialKL())
     pre = f"rome/{case}/{variant}"
     e = _rome("hf", case, variant)
     assert float((e.v_star.double() - T[f"{pre}/v_star"]).abs().max()) <= V_ATOL

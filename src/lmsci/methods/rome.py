@@ -15,7 +15,7 @@ key ``k*`` recall a new value ``v*`` while disturbing the other keys least (unde
   the direction is ``u = C^-1 k*``.
 * ``v*``: found by gradient descent on a vector ``delta`` added to the MLP output at the subject's last token
   (``compute_v``): minimise the NLL of the new object after the rewriting prompts
-  ``+ kl_factor * KL(P_before || P_after)`` of the next token after the subject in "essence" prompts
+  ``+ kl_factor * KL(P_after || P_before)`` of the next token after the subject in "essence" prompts
   ``+ weight_decay * ||delta|| / ||v_init||^2``, with ``||delta|| <= clamp_norm_factor * ||v_init||``
   (gpt2-xl hyper-parameters: Adam lr 0.5, 20 steps, KL factor 0.0625, weight decay 0.5, clamp 4).
 * As in the released code, ``Lambda`` is scaled at the unprefixed prompt: ``Lambda = (v* - v(k_0)) / (u . k_0)``
@@ -265,7 +265,8 @@ def compute_rome(model: Any, layer: int, *, prompts: Sequence[Sequence[int]], su
                     kl_lp = torch.log_softmax(logits[n_rw:][torch.arange(len(kl_prompts), device=dev), kl_pos], -1)
                     if kl_init is None:
                         kl_init = kl_lp.detach()
-                    loss = loss + hparams.kl_factor * F.kl_div(kl_lp, kl_init, log_target=True, reduction="batchmean")
+                    # KL(P_after || P_before), the paper's eq. 4 and the official compute_v (parity: tests/parity)
+                    loss = loss + hparams.kl_factor * F.kl_div(kl_init, kl_lp, log_target=True, reduction="batchmean")
                 vn = v_init[0].norm()
                 loss = loss + hparams.weight_decay * delta.norm() / vn ** 2
                 if step == 0:
