@@ -13,24 +13,29 @@ Target (issue 13): at least 1,000 iGSM-med problems per second on one core inclu
 The official generator (facebookresearch/iGSM at 6855c77) does ~28 problems/s at 15.9 attempts per
 problem (shared/research/physics_of_lms.md section 2.9, [meas]).
 
-Measured 2026-11-23 22:10-22:20 on the shared 2-core machine under ``nice -n 19`` while other sessions
-loaded it (load average 7-10, so wall figures are ~7x below the CPU ones, and even CPU time is inflated
-by the contention), ``--n 4000``, three runs:
+Measured 2026-11-27 on the shared 2-core machine (a background test suite running, load average ~3),
+``--n 4000 --windows 100``, two runs each, alternating, the sampler that follows the official forward
+process (issue 30: items without children, official choose / order walk / design, exact op by rejection)
+against the previous sampler (backwards design with an exact op budget, commit 80a78ff) in the same runs:
 
-==========================================  =======================  ===================
-arm                                         per s (CPU, one core)    rejections/problem
-==========================================  =======================  ===================
-igsm-med, light op drawn per problem, train 1,358 - 1,636 problems   0.89 - 0.93
-igsm-med, op = 20, test split               298 - 323 problems       6.1
-render + tokenise (word) + pack, seq 768    364,000 tokens           (1,078 problems)
-checker on generated solutions              990 - 1,081 solutions    (800/800 correct)
-==========================================  =======================  ===================
+==========================================  ======================  ======================  ====================
+arm                                         official process        previous sampler        rejections/problem
+==========================================  ======================  ======================  ====================
+igsm-med, light op drawn per problem, train 3,147 - 3,289 problems  4,215 - 4,236 problems  6.78 (before 0.93)
+igsm-med, op = 20, test split               823 - 857 problems      957 - 988 problems      3.01 (before 6.15)
+render + tokenise (word) + pack, seq 768    766,000 - 774,000 tok.  1,004,000 - 1,034,000  (2,700 problems/s)
+checker on generated solutions              2,738 - 2,772           3,369 - 3,403           (800/800 correct)
+==========================================  ======================  ======================  ====================
 
+So the official process costs ~1.3x on the main arm (per s, CPU, one core). Most rejections are cheap:
+an attempt whose s exceeds op while min(m, e) > op is dropped before any structure is drawn (exact:
+such an attempt can never reach op); the rest redraw a structure when the order walk stops early
+(~0.3 of structure draws) or miss op after it (the official generator keeps ~1 attempt in 16).
 Memory: ~0.01 MB retained after 1,000 and after 4,000 problems (the stream's state; measured with the
-last problem dropped and cyclic garbage collected); peak 0.2-0.3 MB (the largest problem in flight). Rejections: the op budget is missed in ~0.45 of attempts
-per problem and the train split keeps 16/23 of template hashes (test 7/23, hence ~6 at OOD op).
+last problem dropped and cyclic garbage collected); peak 0.5 MB (the largest problem in flight).
 numba was not used: the sampler is branchy set/dict code over ~30 parameters; profiling shows the
-time spread over the design, ``random`` draws and rendering, with no numeric loop to compile.
+time spread over the structure draw, the choice of necessary parameters, the order walk, ``random``
+draws and rendering, with no numeric loop to compile.
 
 Usage::
 

@@ -374,7 +374,7 @@ def test_probe_positions_in_qp_format(problems):
 
 def _childless_problem(question):
     """A hand-made problem in which item B (and, with 3 layers, item Y) has no children, as the official
-    generator writes them (lmsci's sampler never does)."""
+    generator (and, since issue 30, lmsci's sampler) writes them."""
     from lmsci.worlds.igsm.world import Definition, Problem, _cost, param_expr, render
 
     layers = ("District", "Supermarket", "Product")
@@ -442,3 +442,35 @@ def test_checker_needs_the_last_step_to_agree_with_the_ans_tail(problems):
                 c = check_solution(p, _join(_sentences(p) + [extra]) + tail)
                 assert not c.correct and not c.final_ok and c.answer_correct, c.errors
     assert const_final > 3  # the case that used to pass: a constant question parameter
+
+
+def test_sampler_makes_items_without_children(problems):
+    """Issue 30: as the official generator, the sampler may leave an item above the bottom without
+    children (its abstract parameters are 0); every item below the top has a parent. The parity test
+    (tests/parity/test_igsm_parity.py) checks the distributions against the official generator."""
+    childless = zero_q = 0
+    for p in problems:
+        d = len(p.layers)
+        for i in range(d - 1):
+            assert all(list(ch) == sorted(set(ch)) for ch in p.children[i])
+            assert {x for ch in p.children[i] for x in ch} == set(range(len(p.names[i + 1])))  # every item a parent
+            for j, ch in enumerate(p.children[i]):
+                if not ch:
+                    childless += 1
+                    assert all(p.values[(1, i, j, k)] == 0 for k in range(i + 1, d))
+        q = p.question_param
+        zero_q += q[0] == 1 and not p.children[q[1]][q[2]]
+        assert sum(len(ch) for row in p.children for ch in row) == p.n_instance_params <= 20
+    assert childless > 10 and zero_q > 0
+
+
+def test_given_op_and_drawn_op_reach_every_op():
+    """A given op (s = op, as the official IdGen(op=...)) and a drawn op (s drawn given s >= op) both give
+    exactly that op, for every op of the tiny world and its out-of-distribution range."""
+    tiny = IGSMWorld("igsm-tiny")
+    rnd = random.Random(11)
+    for op in range(1, 11):
+        p = tiny.sample(rnd, op=op, split="train" if op <= 6 else "test")
+        assert p.op == op == p.solution.count(";") and check_solution(p, p.text()[0]).correct
+    ops = {p.op for p, _ in zip(tiny.stream(3), range(200))}
+    assert ops == set(range(1, 7))

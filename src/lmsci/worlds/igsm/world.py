@@ -9,8 +9,9 @@ Reasoning Process", arXiv 2407.20311, Section 2 and App. B-C (official generator
 * **Structure graph**: one chain of categories (:data:`~lmsci.worlds.igsm.names.CHAINS`), a window of
   ``d`` in {2, 3, 4} adjacent levels, ``l_i`` in [w0, w1] items per level (w0 <= w1 in {2, 3, 4}) from
   one name sub-pool per level, and ``e`` edges between adjacent levels (``e = min`` of two
-  U[(d-1) w0, max_edge], clipped to what is feasible). Every item has a parent (below the top) and a
-  child (above the bottom).
+  U[(d-1) w0, max_edge], at most (d-1) w1^2). Every item below the top has a parent; an item above the
+  bottom may have no child (as in the official generator: its abstract parameters are 0, "Define Goat
+  Cheese's Ingredient as a; so a = 0").
 * **Parameters**: instance ``(0, i, j, x)`` = "each item(i,j)'s item(i+1,x)", one per edge (``ip``
   of them, <= max_edge); abstract ``(1, i, j, k)`` = "each item(i,j)'s category k" for k > i,
   computed by summing products along the structure graph. ``(-1, 0, 0, 0)`` is the random-number source.
@@ -21,22 +22,32 @@ Reasoning Process", arXiv 2407.20311, Section 2 and App. B-C (official generator
 * **op**: the number of operations of the (shortest) solution = sum over the necessary parameters of
   max(1, binary operations in its sentence) = the number of ``;`` in the solution (a constant
   ``so e = 6`` and a copy ``so J = e = 6`` count 1, a sum of k terms k - 1, a modifier 1, an
-  abstract parameter over c children c - 1 (or 2c - 1 when it multiplies)).
+  abstract parameter over c children max(1, c - 1) (or max(1, 2c - 1) when it multiplies)).
 
-Sampler (ours; the official one redraws the whole structure on each rejection, ~16 attempts per
-problem): op is drawn *per problem* (``light``: min of two U{1..max_op}, or ``uniform``), then a
-structure, then the dependency design is built backwards from the question parameter with an exact
-op budget: parameters get a random rank, a parameter may only depend on lower ranks (acyclic), each
-necessary parameter's definition is drawn subject to the remaining budget, and leftover budget is
-spent by +1 moves (add a modifier, add a parent). Attempts that miss the op exactly, or whose
-template hash falls outside the split (train 0..15, test 16..22), are rejected and redrawn. The hash
-(blake2b mod 23) is over the solution sketch (per solution step: instance or abstract, operator,
-modifier kind, and the steps it uses; no names, numbers or symbols) plus the structure's depth d and
-its number of instance parameters ip; (d, ip) is our addition so that the few sketches of tiny ops
-(op = 1 has a single sketch) still fall on both sides of the split, so at low op a test problem can
-share its solution sketch (not its (d, ip)) with training problems. Unnecessary parameters then get random
-definitions over lower ranks as in the official ``design_unused`` (half of them "independent": they use
-only other independent unnecessary parameters; 1-4 terms, geometric; the random source with prob. 1/2).
+Sampler (our own code of the official forward process, ``data_gen/prototype/id_gen.py`` and
+``math_gen/graph_gen.py`` of the initial release; the same distributions of op, instance parameters,
+solution steps and answer at the same hyper-parameters, checked by ``tests/parity/test_igsm_parity.py``):
+op is drawn *per problem* (``light``: min of two U{1..max_op}, or ``uniform``). Each attempt draws
+s (the light min of two U{1..max_op}; ``s = op`` when :meth:`IGSMWorld.sample` is given ``op``, as the
+official ``IdGen(op=...)``), n = max of two U{1..s}, m in U{n..s}, then d, w0, w1 (softmax over {2, 3, 4}
+around (s - 1) / (max_edge - 1)), a growth probability p and e; a structure (redrawn, up to 1000 times,
+until the order walk below succeeds); the necessary parameters: abstract ones taken lowest layer span
+first while their operations (with the instance parameters they need) fit in n, then m - n more
+instance parameters; the solution order, walked backwards from a random question, in which an
+instance parameter may pick up one more dependency; then extra parents (as many operations as s asks
+for and the order allows: a step at position t may use up to min(t + 1, 4) earlier steps and the
+random source). The attempt is kept when its op equals the problem's op and its template hash falls in
+the split (train 0..15, test 16..22). Two exact shortcuts (the kept problems' distribution is
+unchanged): s is drawn given s >= op, and an attempt with s > op and min(m, e) > op is rejected
+before any structure is drawn (no structure can reach op then). The hash (blake2b mod 23) is over the
+solution sketch (per solution step: instance or abstract, operator, modifier kind, and the steps it
+uses; no names, numbers or symbols) plus the structure's depth d and its number of instance parameters
+ip; (d, ip) is our addition so that the few sketches of tiny ops (op = 1 has a single sketch) still
+fall on both sides of the split, so at low op a test problem can share its solution sketch (not its
+(d, ip)) with training problems. Unnecessary parameters then get random definitions as in the
+official ``design_unused`` (in random order; half of them "independent": they use only other
+independent unnecessary parameters, the rest any known parameter, abstract ones included once every
+term is known; 1-4 terms, geometric; the random source with prob. 1/2).
 
 Text (``detail_level = 0``): ``Define <param> as <sym>; [<sym2> = <hint> = <numbers> = <v>; ...] so
 <sym> = <hint> = <numbers> = <v>.``; symbols drawn from the 52 letters a-zA-Z. The document is
@@ -47,13 +58,12 @@ answer``), ``pq`` (problem sentences, then the question) or ``qp`` (question fir
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 import random
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Literal, Optional
 
 import numpy as np
@@ -139,9 +149,9 @@ class IGSMConfig:
 
 
 def min_edges_for_op(op: int) -> int:
-    """Smallest ``max_edge`` for which the sampler reaches ``op`` with few rejections: max(3, ceil(op / 2))
-    (each instance parameter carries at most 4 operations, abstract ones more; measured at the boundary:
-    1.7-3.4 rejections per problem for op 6..20, but ~100 at max_edge 2, op 4)."""
+    """Smallest ``max_edge`` accepted for op up to ``op``: max(3, ceil(op / 2)) (each instance parameter
+    carries at most 4 operations, abstract ones more; measured at the boundary max_edge = this, with
+    max_op = op: 0.2-1.0 rejections per problem for op 1..32)."""
     return max(3, math.ceil(op / 2))
 
 
@@ -460,6 +470,17 @@ def _rb(rnd: random.Random, n: int) -> int:
     return int(rnd.random() * n)
 
 
+def _sample(rnd: random.Random, pop, k: int) -> list:
+    """k distinct elements of ``pop`` in random order (partial Fisher-Yates with :func:`_rb`; same
+    distribution as ``random.sample``, ~3x faster on the short lists here)."""
+    a = list(pop)
+    n = len(a)
+    for i in range(k):
+        j = i + int(rnd.random() * (n - i))
+        a[i], a[j] = a[j], a[i]
+    return a[:k]
+
+
 def _pick(rnd: random.Random, weights) -> int:
     """Index drawn with probability proportional to ``weights``."""
     u = rnd.random() * sum(weights)
@@ -470,22 +491,41 @@ def _pick(rnd: random.Random, weights) -> int:
     return len(weights) - 1
 
 
-def _softmax_choice(rnd: random.Random, rel: float) -> int:
-    # official: values {2,3,4} with logits -(rel - {0.2, 0.5, 0.8})^2
+def _definition(rnd: random.Random, parents: tuple, use_rand: bool) -> Definition:
+    """An instance parameter's definition from its parents and whether it uses the random source: a
+    constant (the source alone), else the parent / sum or difference of two (1/2 each) / sum of 3-4,
+    with the source "c more than" or "c times as much as" that (1/2 each; c in 1..22 for times)."""
+    k = len(parents)
+    if not k:
+        return Definition((), None, None, _rb(rnd, 23))
+    op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
+    if not use_rand:
+        return Definition(parents, op_, None, 0)
+    if rnd.random() < 0.5:
+        return Definition(parents, op_, "add", _rb(rnd, 23))
+    return Definition(parents, op_, "mul", 1 + _rb(rnd, 22))
+
+
+@lru_cache(maxsize=None)
+def _width_weights(s: int, max_edge: int) -> tuple:
+    """Cumulative weights of {2, 3, 4} for depth and widths: logits -(rel - {0.2, 0.5, 0.8})^2 with
+    rel = (s - 1) / (max_edge - 1) (official ``gen_param_light``)."""
+    rel = (s - 1) / max(1, max_edge - 1)
     w = [math.exp(-(rel - c) ** 2) for c in (0.2, 0.5, 0.8)]
-    u = rnd.random() * sum(w)
-    for v, wi in zip((2, 3, 4), w):
-        u -= wi
-        if u < 0:
-            return v
-    return 4
+    return (w[0], w[0] + w[1], w[0] + w[1] + w[2])
+
+
+def _cum_pick(rnd: random.Random, cw: tuple) -> int:
+    u = rnd.random() * cw[2]
+    return 2 if u < cw[0] else (3 if u < cw[1] else 4)
 
 
 class IGSMWorld:
     """Sampler of iGSM problems for one :class:`IGSMConfig`.
 
     ``sample(seed_or_rng, op=None, split="train")`` draws one problem (op drawn from ``op_dist`` when
-    None); ``stream(seed, split, op=None)`` yields problems for ever, deterministic per seed, in
+    None, and each attempt's s from the light distribution given s >= op; a given ``op`` is made as the
+    official ``IdGen(op=...)`` makes it, with s = op); ``stream(seed, split, op=None)`` yields problems for ever, deterministic per seed, in
     constant memory. Counters ``attempts`` / ``problems`` give the rejection rate.
 
     Raises (from ``sample``):
@@ -529,7 +569,7 @@ class IGSMWorld:
         for attempt in range(1, self.MAX_ATTEMPTS + 1):
             self.attempts += 1
             try:
-                p = self._attempt(rnd, target, hashes)
+                p = self._attempt(rnd, target, op is not None, hashes)
             except _Reject:
                 continue
             p.attempts = attempt
@@ -555,285 +595,358 @@ class IGSMWorld:
     def rejections_per_problem(self) -> float:
         return (self.attempts - self.problems) / max(1, self.problems)
 
-    # --- structure --------------------------------------------------------------------------------
-    def _structure(self, rnd: random.Random, target: int):
+    # --- one attempt (the official forward process) ------------------------------------------------
+    #: structure draws per attempt before the attempt is given up (the official ``try_num``)
+    STRUCTURE_TRIES = 1000
+
+    def _shape(self, rnd: random.Random, target: int, fixed: bool) -> tuple:
+        """The attempt's hyper-parameters (official ``gen_param_light``): s, n, m, d, w0, w1, p, e."""
         cfg = self.cfg
-        rel = (target - 1) / max(1, cfg.max_edge - 1)
-        chain = cfg.chains[_rb(rnd, len(cfg.chains))]
-        for _ in range(100):
-            d = _softmax_choice(rnd, rel)
-            t0, t1 = _softmax_choice(rnd, rel), _softmax_choice(rnd, rel)
-            w0, w1 = min(t0, t1), max(t0, t1)
-            widths = [rnd.randint(w0, w1) for _ in range(d)]
-            lo = sum(max(widths[i], widths[i + 1]) for i in range(d - 1))
-            hi = min(cfg.max_edge, sum(widths[i] * widths[i + 1] for i in range(d - 1)))
-            if lo <= hi:
-                break
+        if fixed:
+            s = target
         else:
-            raise _Reject
-        a = max((d - 1) * w0, lo)
-        e = min(rnd.randint(a, max(a, cfg.max_edge)), rnd.randint(a, max(a, cfg.max_edge)))
-        e = min(max(e, lo), hi)
-        start = rnd.randint(0, 4 - d)
-        cats = CHAINS[chain][start:start + d]
-        # edges: every lower item a parent, every upper item a child, then random extra edges
-        adj = [[set() for _ in range(widths[i])] for i in range(d - 1)]
-        n = 0
+            # s = min of two U{1..max_op}, drawn afresh per attempt; an attempt with s < op never reaches
+            # op (op <= s), so s is drawn given s >= op: the min of two U{op..max_op}
+            span = cfg.max_op - target + 1
+            s = target + min(_rb(rnd, span), _rb(rnd, span))
+        n = 1 + max(_rb(rnd, s), _rb(rnd, s))
+        m = n + _rb(rnd, s - n + 1)
+        cw = _width_weights(s, cfg.max_edge)
+        d = _cum_pick(rnd, cw)
+        t0, t1 = _cum_pick(rnd, cw), _cum_pick(rnd, cw)
+        w0, w1 = min(t0, t1), max(t0, t1)
+        p_add = rnd.random()
+        lo = (d - 1) * w0
+        span = max(lo, cfg.max_edge) - lo + 1
+        e = min(lo + min(_rb(rnd, span), _rb(rnd, span)), (d - 1) * w1 * w1)
+        return s, n, m, d, w0, w1, p_add, e
+
+    @staticmethod
+    def _structure(rnd: random.Random, d: int, w0: int, w1: int, e: int, p_add: float):
+        """Widths and children (official ``Graph.init``): widths start at w0 and grow by one (a random
+        layer below w1) while fewer than e edges fit, else with probability p until the lower layers alone
+        need e edges; every item below the top gets one random parent, then e - (those) random extra
+        edges. An item may have no child."""
+        widths = [w0] * d
+        while True:
+            if sum(widths[i] * widths[i + 1] for i in range(d - 1)) < e:
+                grow = True
+            elif sum(widths) - widths[0] == e:
+                break
+            else:
+                grow = rnd.random() < p_add
+                if not grow:
+                    break
+            open_ = [i for i in range(d) if widths[i] < w1]
+            if not open_:
+                break
+            widths[open_[_rb(rnd, len(open_))]] += 1
+        adj = [[[] for _ in range(widths[i])] for i in range(d - 1)]
         for i in range(d - 1):
+            row = adj[i]
             for x in range(widths[i + 1]):
-                adj[i][_rb(rnd, widths[i])].add(x)
-                n += 1
-            for j in range(widths[i]):
-                if not adj[i][j]:
-                    adj[i][j].add(_rb(rnd, widths[i + 1]))
-                    n += 1
-        if n < e:
+                row[_rb(rnd, widths[i])].append(x)
+        extra = e - (sum(widths) - widths[0])
+        if extra > 0:
             free = [(i, j, x) for i in range(d - 1) for j in range(widths[i]) for x in range(widths[i + 1])
                     if x not in adj[i][j]]
-            for i, j, x in rnd.sample(free, min(len(free), e - n)):
-                adj[i][j].add(x)
-        children = [[sorted(s) for s in row] for row in adj]
-        return chain, tuple(cats), widths, children
+            for i, j, x in _sample(rnd, free, extra):
+                adj[i][j].append(x)
+        return widths, [[sorted(ch) for ch in row] for row in adj]
 
-    # --- one attempt ------------------------------------------------------------------------------
-    def _attempt(self, rnd: random.Random, target: int, hashes) -> Problem:
-        chain, layers, widths, children = self._structure(rnd, target)
-        d = len(layers)
-        inst = [(0, i, j, x) for i in range(d - 1) for j in range(widths[i]) for x in children[i][j]]
-        rnd.shuffle(inst)
-        rank = {p: r for r, p in enumerate(inst)}
-        deps: dict = {}
-        acost: dict = {}
-        abst = []
-        for i in range(d - 2, -1, -1):
-            for j in range(widths[i]):
-                ch = children[i][j]
-                c = len(ch)
+    @staticmethod
+    def _choose(rnd: random.Random, d: int, widths: list, children: list, e: int, n: int, m: int):
+        """The necessary parameters before the dependency design (official ``choose_param``): abstract
+        parameters are taken, lowest layer span first, while their operations (with the instance
+        parameters they need) fit in n; then m - n more instance parameters at random. Returns the
+        taken parameters and their operations (``n_op_min``)."""
+        # abstract parameters not taken, by layer span k - i (dicts as ordered sets)
+        inter = [{} for _ in range(d)]
+        remain = {}
+        total = e
+        for i in range(d - 1):
+            for j, ch in enumerate(children[i]):
                 for k in range(i + 1, d):
-                    a = (1, i, j, k)
-                    dd = [(0, i, j, x) for x in ch]
-                    if k > i + 1:
-                        dd += [(1, i + 1, x, k) for x in ch]
-                        acost[a] = 2 * c - 1
+                    inter[k - i][(1, i, j, k)] = None
+                for x in ch:
+                    remain[(0, i, j, x)] = None
+                c = len(ch)
+                total += max(2 * c - 1, 0) * (d - i - 2) + (c - 1 if c > 1 else c)
+        n = min(n, total)
+        n_fix = m - n
+        chosen: list = []
+
+        def take(a, ti: set, te: set) -> int:
+            _, i, j, k = a
+            ti.add(a)
+            ch = children[i][j]
+            cnt = 0
+            if k == i + 1:
+                for x in ch:
+                    q = (0, i, j, x)
+                    if q in remain and q not in te:
+                        te.add(q)
+                        cnt += 1
+                return cnt + (len(ch) - 1 if len(ch) > 1 else 1)
+            below = inter[k - i - 1]
+            for x in ch:
+                b = (1, i + 1, x, k)
+                if b in below and b not in ti:
+                    cnt += take(b, ti, te)
+                q = (0, i, j, x)
+                if q in remain and q not in te:
+                    te.add(q)
+                    cnt += 1
+            return cnt + max(2 * len(ch) - 1, 1)
+
+        def apply(ti, te):
+            for a in ti:
+                del inter[a[3] - a[1]][a]
+            for q in te:
+                del remain[q]
+            chosen.extend(ti)
+            chosen.extend(te)
+
+        lowest, highest = 1, d - 1
+        while n > 0:
+            prev = None
+            for diff in range(1, d):
+                ts = inter[diff]
+                if not ts:
+                    if diff == lowest:
+                        lowest += 1
+                    elif diff == highest:
+                        highest -= 1
+                    continue
+                ti: set = set()
+                te: set = set()
+                ts = list(ts)
+                cnt = take(ts[_rb(rnd, len(ts))], ti, te)
+                if diff == lowest and cnt > n:
+                    k = min(n + n_fix, len(remain))
+                    chosen.extend(_sample(rnd, remain, k))
+                    return chosen, m - n - n_fix + k
+                if cnt <= n:
+                    if diff < highest:
+                        prev = (ti, te, cnt)
                     else:
-                        acost[a] = max(1, c - 1)
-                    deps[a] = dd
-                    rank[a] = max(rank[u] for u in dd)
-                    abst.append(a)
-        # order: by rank, instance before abstract of the same rank, deeper abstract first
-        order = sorted(inst + abst, key=lambda p: (rank[p], p[0], -p[1]))
-        pos = {p: n for n, p in enumerate(order)}
-
-        defs: dict = {}
-        nec: set = set()
-        total = 0
-        pending: list = []  # heap of (-rank, param)
-
-        def closure_new(p, extra: set) -> int:
-            """cost of adding p (and what it forces) to nec ∪ extra; adds to extra."""
-            if p in nec or p in extra:
-                return 0
-            extra.add(p)
-            if p[0] == 0:
-                return 1
-            return acost[p] + sum(closure_new(u, extra) for u in deps[p])
-
-        def commit(extra: set) -> None:
-            nonlocal total
-            for p in extra:
-                nec.add(p)
-                if p[0] == 0:
-                    total += 1
-                    heapq.heappush(pending, (-rank[p], p))
+                        apply(ti, te)
+                        n -= cnt
+                        break
                 else:
-                    total += acost[p]
+                    apply(prev[0], prev[1])
+                    n -= prev[2]
+                    break
+        k = min(n_fix, len(remain))
+        chosen.extend(_sample(rnd, remain, k))
+        return chosen, m - n_fix + k
 
-        # question
-        qs = inst + abst
-        for _ in range(20):
-            qp = qs[_rb(rnd, len(qs))]
-            ex: set = set()
-            if closure_new(qp, ex) <= target:
-                commit(ex)
+    @staticmethod
+    def _sort(rnd: random.Random, chosen: list, preds: dict):
+        """The solution order (official ``reasonable_sort``), built backwards from the question (a random
+        parameter nothing taken depends on): each next step is a parameter every later one is done with
+        and that a later one uses; an instance parameter, when placed, uses (with probability p0, or when
+        the walk would stop) one more not-yet-placed parameter, weighted towards abstract ones and ones
+        not yet used (softmax bias p1 = |N(0, 1)|). ``preds`` gains those uses. Returns the order (question
+        last) or None when the walk stops with parameters left (the attempt redraws the structure)."""
+        p0 = rnd.random()
+        p1 = abs(rnd.gauss(0.0, 1.0))
+        wts = (1.0, math.exp(p1), math.exp(2 * p1))
+        outdeg = dict.fromkeys(chosen, 0)
+        for a in chosen:
+            for u in preds[a]:
+                outdeg[u] += 1
+        zero = [a for a in chosen if outdeg[a] == 0]
+        zset = set(zero)
+        remain = dict.fromkeys(chosen)
+        stack: list = []
+        sset: set = set()
+        out = []
+        pool = zero
+        while remain:
+            if out:
+                pool = [a for a in zero if a in sset]
+                if not pool:
+                    return None
+            q = pool[_rb(rnd, len(pool))]
+            out.append(q)
+            del remain[q]
+            zero.remove(q)
+            zset.discard(q)
+            for u in preds[q]:
+                outdeg[u] -= 1
+                if outdeg[u] == 0:
+                    zero.append(u)
+                    zset.add(u)
+            if q in sset:
+                stack.remove(q)
+                sset.discard(q)
+            if q[0] == 0:
+                need = not any(u in zset for u in stack)
+                if (rnd.random() < p0 or need) and remain:
+                    src = zero if need else list(remain)
+                    u = src[_pick(rnd, [wts[(u[0] == 1) + (u not in sset)] for u in src])]
+                    preds[q].append(u)
+                    if u not in sset:
+                        stack.append(u)
+                        sset.add(u)
+            else:
+                for u in preds[q]:
+                    if u not in sset:
+                        stack.append(u)
+                        sset.add(u)
+        out.reverse()
+        return out
+
+    def _attempt(self, rnd: random.Random, target: int, fixed: bool, hashes) -> Problem:
+        cfg = self.cfg
+        s, n, m, d, w0, w1, p_add, e = self._shape(rnd, target, fixed)
+        if s > target and min(m, e) > target:
+            # exact shortcut: op <= s, and op = s unless op = n_op_min + (extra parents the order allows)
+            # with n_op_min >= min(m, e) (the taken operations cover m, or every edge); so with s > op
+            # and min(m, e) > op no structure of this attempt can reach op
+            raise _Reject
+        chain = cfg.chains[_rb(rnd, len(cfg.chains))]
+        start = rnd.randint(0, 4 - d)
+        layers = tuple(CHAINS[chain][start:start + d])
+        for _ in range(self.STRUCTURE_TRIES):
+            widths, children = self._structure(rnd, d, w0, w1, e, p_add)
+            chosen, n_op_min = self._choose(rnd, d, widths, children, e, n, m)
+            preds: dict = {}
+            for a in chosen:
+                if a[0] == 1:
+                    _, i, j, k = a
+                    ch = children[i][j]
+                    preds[a] = [(0, i, j, x) for x in ch] + ([(1, i + 1, x, k) for x in ch] if k > i + 1 else [])
+                else:
+                    preds[a] = []
+            order = self._sort(rnd, chosen, preds)
+            if order is not None:
                 break
         else:
             raise _Reject
 
-        def define(p):
-            """Draw p's definition within the remaining budget; returns (Definition, extra set, delta)."""
-            cands = order[:pos[p]]
-            R = target - total
-            desire = R / (len(pending) + 1)
-            kmax = min(4, len(cands))
-            if kmax == 0:
-                return Definition((), None, None, _rb(rnd, 23)), set(), 0
-            if desire >= 1.5:
-                wk = (0.5, 1.5, 2.0, 2.0, 1.5)
-            elif desire > 0.3:
-                wk = (1.0, 2.0, 2.0, 1.0, 0.5)
-            else:
-                wk = (2.0, 2.0, 0.7, 0.2, 0.1)
-            wk = wk[:kmax + 1]
-            reuse = [c for c in cands if c in nec]
-            fresh = [c for c in cands if c not in nec]
-            p_new = min(0.9, max(0.15, desire / 2.5))
-            for _ in range(8):
-                k = _pick(rnd, wk)
-                if k == 0:
-                    break
-                chosen: list = []
-                for _ in range(k):
-                    src = fresh if (fresh and (not reuse or rnd.random() < p_new)) else reuse
-                    if chosen:
-                        src = [c for c in src if c not in chosen] or [c for c in cands if c not in chosen]
-                    chosen.append(src[_rb(rnd, len(src))])
-                op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
-                mod_op = None
-                if rnd.random() < 0.5:
-                    mod_op = "add" if rnd.random() < 0.5 else "mul"
-                df = Definition(tuple(chosen), op_, mod_op, 1 + _rb(rnd, 22) if mod_op == "mul" else _rb(rnd, 23))
-                ex: set = set()
-                delta = df.cost - 1 + sum(closure_new(c, ex) for c in chosen)
-                if delta <= R:
-                    return df, ex, delta
-            return Definition((), None, None, _rb(rnd, 23)), set(), 0
-
-        def run_pending():
-            nonlocal total
-            while pending:
-                _, p = heapq.heappop(pending)
-                df, ex, delta = define(p)
-                defs[p] = df
-                total += df.cost - 1
-                commit(ex)
-
-        run_pending()
-        # spend the leftover budget with +1 moves (and growth moves that add a fresh parent)
-        for _ in range(4 * max(0, target - total) + 8):
-            R = target - total
-            if R <= 0:
-                break
-            ps = [p for p in nec if p[0] == 0]
-            p = ps[_rb(rnd, len(ps))]
-            df = defs[p]
-            cands = order[:pos[p]]
-            k = len(df.parents)
-            move = rnd.random()
-            if k >= 2 and not df.mod_op and move < 0.35:
-                nd = replace(df, mod_op="add" if rnd.random() < 0.5 else "mul", c=1 + _rb(rnd, 22))
-                defs[p] = nd
-                total += 1
-                continue
-            if k >= 4 or not cands:
-                continue
-            opts = [c for c in cands if c not in df.parents]
-            if not opts:
-                continue
-            if move < 0.7:
-                opts_r = [c for c in opts if c in nec]
-                if opts_r:
-                    opts = opts_r
-            c = opts[_rb(rnd, len(opts))]
-            parents = df.parents + (c,)
-            op_ = "sum" if len(parents) >= 2 else None
-            if df.op == "diff" or (len(parents) == 2 and rnd.random() < 0.5):
-                op_ = "diff" if len(parents) == 2 else "sum"
-            mod_op, cc = df.mod_op, df.c
-            if not parents[:-1]:  # a constant becomes "equals c more/times than X" or "equals X"
-                mod_op = None if rnd.random() < 0.5 else ("add" if rnd.random() < 0.5 else "mul")
-                cc = 1 + _rb(rnd, 22)
-            nd = Definition(parents, op_, mod_op, cc)
-            ex: set = set()
-            delta = nd.cost - df.cost + closure_new(c, ex)
-            if delta <= R:
-                defs[p] = nd
-                total += nd.cost - df.cost
-                commit(ex)
-                run_pending()
-        if total != target:
+        # op (official ``design``): the taken operations plus extra parents, as many as s asks for and the
+        # order allows (an instance parameter at position t of the solution may use up to min(t + 1, 4)
+        # earlier parameters and the random source)
+        cap = [max(min(t + 1, 4) - 2, 0) if q[0] == 0 else 0 for t, q in enumerate(order)]
+        op = n_op_min + min(max(n_op_min, s) - n_op_min, sum(cap))
+        if op != target:
             raise _Reject
+        extra = [0] * len(order)
+        addable = [t for t, c in enumerate(cap) if c > 0]
+        for _ in range(op - n_op_min):
+            t = addable[_rb(rnd, len(addable))]
+            extra[t] += 1
+            if extra[t] == cap[t]:
+                addable.remove(t)
 
-        # solution order: random topological order of the necessary parameters (question last)
-        indeg = {}
-        succ: dict = {p: [] for p in nec}
-        for p in nec:
-            ps = defs[p].parents if p[0] == 0 else deps[p]
-            indeg[p] = len(ps)
-            for u in ps:
-                succ[u].append(p)
-        ready = [p for p in nec if indeg[p] == 0]
-        ready.sort()
-        sol = []
-        while ready:
-            p = ready.pop(_rb(rnd, len(ready)))
-            sol.append(p)
-            for v in succ[p]:
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    ready.append(v)
-        assert len(sol) == len(nec) and sol[-1] == qp
+        # definitions of the necessary instance parameters
+        defs: dict = {}
+        for t, q in enumerate(order):
+            if q[0] != 0:
+                continue
+            have = preds[q]  # at most one, from the order walk
+            k = (1 if rnd.random() < 0.5 else 2) if extra[t] == 0 else extra[t] + 2
+            k = min(k, t + 1, 4)
+            if k != t + 1:
+                pool = [RAND] + [u for u in order[:t] if u not in have]
+                k -= len(have)
+                use = list(have)
+                if k > 0 and rnd.random() < 0.5:
+                    k -= 1
+                    use.append(RAND)
+                    pool.pop(0)
+                use += _sample(rnd, pool, k)
+            else:
+                use = list(have) + [u for u in [RAND] + order[:t] if u not in have]
+            defs[q] = _definition(rnd, tuple(u for u in use if u != RAND), RAND in use)
 
         # template hash over the solution sketch (no names, numbers, symbols)
-        idx = {p: n for n, p in enumerate(sol)}
+        idx = {p: t for t, p in enumerate(order)}
         sk = []
-        for p in sol:
+        for p in order:
             if p[0] == 0:
                 df = defs[p]
                 sk.append((0, df.op, df.mod_op, tuple(idx[u] for u in df.parents)))
             else:
-                sk.append((1, p[3] - p[1], tuple(idx[u] for u in deps[p])))
-        sk.append((d, len(inst)))
+                sk.append((1, p[3] - p[1], tuple(idx[u] for u in preds[p])))
+        sk.append((d, e))
         h = int.from_bytes(hashlib.blake2b(repr(sk).encode(), digest_size=8).digest(), "little") % 23
         if h not in hashes:
             raise _Reject
 
-        # unnecessary instance parameters (as the official ``design_unused``): with probability 1/2 an
-        # "independent" one that uses only earlier independent unnecessary ones, else any lower rank;
-        # n in 1..4 terms drawn geometrically (p = 1/2), one of them the random source with prob. 1/2
+        # unnecessary instance parameters (official ``design_unused``), in random order: with probability
+        # 1/2 "independent" (uses only earlier independent unnecessary ones), else any parameter already
+        # known (necessary, defined, or an abstract one whose terms are all known); 1-4 terms drawn
+        # geometrically (p = 1/2), one of them the random source with probability 1/2
+        known = list(order)
+        kset = set(order)
+        pending = []  # (abstract parameter, its terms) not yet known, deepest item first
+        for i in range(d - 2, -1, -1):
+            for j in range(widths[i]):
+                ch = children[i][j]
+                for k in range(i + 1, d):
+                    if (1, i, j, k) not in kset:
+                        pending.append(((1, i, j, k), [(0, i, j, x) for x in ch]
+                                        + ([(1, i + 1, x, k) for x in ch] if k > i + 1 else [])))
+
+        def refresh():
+            left = []
+            for a, ds in pending:
+                for u in ds:
+                    if u not in kset:
+                        left.append((a, ds))
+                        break
+                else:
+                    known.append(a)
+                    kset.add(a)
+            pending[:] = left
+
+        refresh()
+        unused = [(0, i, j, x) for i in range(d - 1) for j in range(widths[i]) for x in children[i][j]
+                  if (0, i, j, x) not in kset]
+        rnd.shuffle(unused)
         independent: list = []
-        for p in inst:
-            if p in defs:
-                continue
+        for p in unused:
             indep = rnd.random() < 0.5
-            pool = independent if indep else order[:pos[p]]
+            pool = independent if indep else known
             mx = min(len(pool) + 1, 4)
-            n = 1
-            while n < mx and rnd.random() < 0.5:
-                n += 1
-            if n == len(pool) + 1:
-                use_rand, chosen = True, tuple(pool)
+            k = 1
+            while k < mx and rnd.random() < 0.5:
+                k += 1
+            if k == len(pool) + 1:
+                use_rand, use = True, tuple(pool)
             else:
                 use_rand = rnd.random() < 0.5
-                chosen = tuple(rnd.sample(pool, n - 1 if use_rand else n))
-            k = len(chosen)
+                use = tuple(_sample(rnd, pool, k - 1 if use_rand else k))
+            defs[p] = _definition(rnd, use, use_rand)
             if indep:
                 independent.append(p)
-            if k == 0:
-                defs[p] = Definition((), None, None, _rb(rnd, 23))
-                continue
-            op_ = ("diff" if rnd.random() < 0.5 else "sum") if k == 2 else ("sum" if k > 2 else None)
-            mod_op = ("add" if rnd.random() < 0.5 else "mul") if use_rand else None
-            defs[p] = Definition(chosen, op_, mod_op, 1 + _rb(rnd, 22) if mod_op == "mul" else _rb(rnd, 23))
+            known.append(p)
+            kset.add(p)
+            refresh()
 
-        # values of every parameter, in rank order
+        # values of every parameter: known ones in the order they became known, then the rest (abstract
+        # parameters nothing uses), deepest first
         values: dict = {}
-        for p in order:
+        for p in known + [a for a, _ in pending]:
             if p[0] == 0:
                 values[p] = defs[p].evaluate(values)
             else:
                 _, i, j, k = p
+                ch = children[i][j]
                 if k == i + 1:
-                    values[p] = sum(values[u] for u in deps[p]) % 23
+                    values[p] = sum(values[(0, i, j, x)] for x in ch) % 23
                 else:
-                    ch = children[i][j]
                     values[p] = sum(values[(0, i, j, x)] * values[(1, i + 1, x, k)] for x in ch) % 23
 
-        names = [rnd.sample(POOLS[c][_rb(rnd, 5)], w) for c, w in zip(layers, widths)]
-        problem_order = list(inst)
+        names = [_sample(rnd, POOLS[c][_rb(rnd, 5)], w) for c, w in zip(layers, widths)]
+        problem_order = [p for p in defs]
         rnd.shuffle(problem_order)
         prob = Problem(chain=chain, layers=layers, names=names, children=children, defs=defs,
-                       problem_order=problem_order, question_param=qp, necessary=sol, values=values, symbols={},
-                       sentences=[], question="", solution_sentences=[], op=target, template_hash=h,
+                       problem_order=problem_order, question_param=order[-1], necessary=order, values=values,
+                       symbols={}, sentences=[], question="", solution_sentences=[], op=target, template_hash=h,
                        fmt=self.cfg.fmt)
         render(prob, rnd)
         return prob
@@ -907,7 +1020,7 @@ def _reasked(problem: Problem, q: Param, nec: set, op: int, rnd: random.Random) 
 def abstract_expr(problem: Problem, p: Param):
     """Expression tree of abstract parameter ``p``: the sum over the item's children (times each child's
     own count when ``k > i + 1``); ``("num", 0)`` for an item without children (the official generator
-    makes such items: "Define Goat Cheese's Ingredient as a; so a = 0"; ours does not)."""
+    and ours make such items: "Define Goat Cheese's Ingredient as a; so a = 0")."""
     _, i, j, k = p
     ch = problem.children[i][j]
     if not ch:
