@@ -38,15 +38,51 @@ def _tiny_t5(path):
 
 
 def test_fill_extraction_and_word_spans():
-    assert si.extract_fill("<pad> <extra_id_0> fair  lady <extra_id_1> rest</s>", ["<pad>", "</s>"]) == "fair lady"
+    # as the official perturb: every non-special token, the fills of further sentinels included
+    assert si.extract_fill("<pad> <extra_id_0> fair  lady <extra_id_1> rest</s>", ["<pad>", "</s>"]) == "fair lady rest"
     assert si.extract_fill("<pad>no sentinel here</s>", ["<pad>", "</s>"]) == "no sentinel here"
     rng = np.random.default_rng(0)
     text = " ".join(f"w{i}" for i in range(20))
-    for _ in range(50):
+    starts = set()
+    for _ in range(200):
         left, right = si.mask_word_span(text, 6, rng)
         assert len(left.split()) + len(right.split()) == 14
         assert text.startswith(left) and text.endswith(right)
+        starts.add(len(left.split()))
+    assert starts == set(range(1, 14))  # the official support 1 .. n-7: never the first word, never the last span
     assert si.mask_word_span("too short", 6, rng) == ("", "")
+    # words as the official mask_text: a newline starts a word of its own
+    left, right = si.mask_word_span("a\nb c d e f g h i", 6, np.random.default_rng(0))
+    assert len(left.split(" ")) + len(right.split(" ")) == 3
+
+
+def test_correct_text_and_reward_text():
+    assert si.correct_text("a  b ,c..  d!!! e\n f ;; g ?? h::") == "a b,c. d! e f; g? h:"
+    assert si.reward_text("p", "r") == "###Human: p###Assistant: r"
+
+
+def test_reward_scores_score_the_official_single_text():
+    class Tok:
+        def __call__(self, texts, **kw):
+            self.texts = list(texts)
+            return _Enc(n=len(texts))
+
+    class Model:
+        device = torch.device("cpu")
+
+        def __call__(self, n):
+            return type("O", (), {"logits": torch.arange(n, dtype=torch.float32)[:, None]})()
+
+    tok = Tok()
+    assert si.reward_scores(Model(), tok, ["p1", "p2"], ["r1", "r2"]).tolist() == [0.0, 1.0]
+    assert tok.texts == ["###Human: p1###Assistant: r1", "###Human: p2###Assistant: r2"]
+    with pytest.raises(ValueError):
+        si.reward_scores(Model(), tok, ["p1"], ["r1", "r2"])
+
+
+class _Enc(dict):
+    def to(self, device):
+        return self
 
 
 def test_infill_samples_a_fill_per_text_and_is_seeded(tmp_path):
@@ -54,7 +90,11 @@ def test_infill_samples_a_fill_per_text_and_is_seeded(tmp_path):
     a = si.infill(model, tok, ["the king is", "a horse"], ["long live", ""], seed=3)
     b = si.infill(model, tok, ["the king is", "a horse"], ["long live", ""], seed=3)
     assert len(a) == 2 and a == b and all(isinstance(x, str) for x in a)
-    assert all("<pad>" not in x and "</s>" not in x for x in a)
+    assert all("<pad>" not in x and "</s>" not in x and "<extra_id_" not in x for x in a)
+    c = si.infill(model, tok, ["the king is", "a horse"], ["long live", ""], seed=3, prompts=["a king", "a horse"])
+    assert len(c) == 2
+    with pytest.raises(ValueError):
+        si.infill(model, tok, ["the king is"], ["long live"], prompts=["a", "b"])
 
 
 def test_bad_oracle_paths_are_named_before_any_work(tmp_path):
@@ -67,7 +107,10 @@ def test_bad_oracle_paths_are_named_before_any_work(tmp_path):
                         [[f"infiller_model={t5}"], "generator_model"],  # text edits need the generator's tokenizer
                         [local + [f"infiller_model={g}"], "infiller_model"],  # no tokenizer, no sentinel
                         [local + [f"infiller_model={t5}", "reward_model=OpenAssistant/reward-model-deberta-v3-large-v2"],
-                         "reward_model"]):  # never downloaded
+                         "reward_model"],  # never downloaded
+                        [["walk_max_steps=100"], "walk_max_steps"],  # the hard cap below walk_total_steps = 400
+                        [["backtrack_patience=-1"], "backtrack_patience"],
+                        [["target_valid_steps=0"], "target_valid_steps"]):
         with pytest.raises(ConfigError) as err:
             ex.validate(resolve_config(RemovalConfig, "smoke", sets))
         assert err.value.field == field
@@ -92,13 +135,15 @@ def test_text_walk_keeps_only_proposals_the_reward_model_accepts(tmp_path):
     rm.save_pretrained(tmp_path / "rm")
     tok.save_pretrained(tmp_path / "rm")
     sets = ["threads=1", "device=cpu", *(f"{k}={v}" for k, v in dirs.items()),
-            f"infiller_model={_tiny_t5(tmp_path / 't5')}", f"reward_model={tmp_path / 'rm'}", "walk_steps=4",
-            "detect_every=2"]
+            f"infiller_model={_tiny_t5(tmp_path / 't5')}", f"reward_model={tmp_path / 'rm'}",
+            "walk_total_steps=4", "walk_max_steps=4", "detect_every=2"]
     cfg = resolve_config(RemovalConfig, "smoke", sets)
     run = run_experiment(WatermarkRemoval(), cfg, tmp_path / "run", progress=False)
     df = pd.read_csv(run.path / "results.csv")
     assert df["status"].iloc[0] == "ok" and np.isfinite(df["zf_median"].iloc[0])
     assert df["reward_drop_median"].iloc[0] <= 0  # only proposals at least as good as the original are kept
     assert 0 <= df["accept_rate"].iloc[0] <= 1
+    assert df["walk_steps_max"].iloc[0] == 4  # stopped at walk_total_steps (z <= 2) or at the hard cap
+    assert 0 <= df["capped_share"].iloc[0] <= 1
     curve = pd.read_csv(run.path / "points" / "walk" / "curve.csv")
     assert list(curve["step"]) == [0, 2, 4]

@@ -21,8 +21,14 @@ independent judge ``J``. Each walk step, for every text at once:
    text's plus ``tau`` nats/token (quality compared with the original, as in Algorithm 1).
 
 At the paper's scale (``infiller_model``, ``reward_model``: local directories) the walk edits text as the paper's
-code does: a T5 infiller fills a masked span of ``span_words`` words and a reward model keeps the proposal when its
-reward is not below the original's (:mod:`lmsci.methods.span_infill`; no Metropolis-Hastings step, as in Algorithm 1).
+code does (``RandomWalkAttack.edit`` of hlzhang109/impossibility-watermark 66ff44b; parity:
+``tests/parity/test_watermark_removal_parity.py``): a T5 infiller, given the prompt, fills a masked span of
+``span_words`` words and a reward model keeps the proposal when its reward is not below the original's
+(:mod:`lmsci.methods.span_infill`; no Metropolis-Hastings step, as in Algorithm 1); after more than
+``backtrack_patience`` consecutive rejections a text returns to the text before its last accepted step; each text's
+walk stops once the z-score of its current text is at most ``stop_z`` and it has made ``walk_total_steps`` steps or
+``target_valid_steps`` acceptances (the detector is queried after each acceptance). Where the official walk would
+never stop (z never reaches ``stop_z``), lmsci stops at the hard cap ``walk_max_steps``.
 
 Measured: the median z-score (transformers' ``WatermarkDetector``) every ``detect_every`` steps; the judge's
 quality change (mean NLL per token of the final minus the original text under ``J``); traceability: the share of
@@ -68,7 +74,8 @@ class RemovalConfig(ExperimentConfig):
     n_texts: int = Field(50, ge=4)
     prompt_len: int = Field(32, ge=1)
     temperature: float = Field(0.7, gt=0)
-    walk_steps: int = Field(200, ge=1)
+    walk_steps: int = Field(200, ge=1, description="steps of the token walk (the text walk of infiller_model stops "
+                            "by its own rule: walk_total_steps, target_valid_steps, stop_z, walk_max_steps)")
     span: int = Field(6, ge=1, description="tokens masked and resampled per step")
     tau: float = Field(0.02, ge=0, description="quality tolerance, nats/token under the attacker's model")
     detect_every: int = Field(20, ge=1)
@@ -91,9 +98,22 @@ class RemovalConfig(ExperimentConfig):
                                        "infiller (e.g. t5-v1_1-xl); the walk then edits text, masking span_words words "
                                        "(needs the local generator_model, attacker_model, judge_model)")
     reward_model: str | None = Field(None, description="the paper's quality oracle: a local reward model scoring "
-                                     "(prompt, response) pairs (e.g. reward-model-deberta-v3-large-v2); a proposal is "
-                                     "kept if its reward is not below the original's (needs infiller_model)")
+                                     "'###Human: ' + prompt + '###Assistant: ' + response (e.g. "
+                                     "reward-model-deberta-v3-large-v2); a proposal is kept if its reward is not below "
+                                     "the original's (needs infiller_model)")
     span_words: int = Field(6, ge=1, description="words masked per step by the T5 infiller")
+    backtrack_patience: int = Field(40, ge=0, description="text walk: after more than this many consecutive "
+                                    "rejections a text returns to the text before its last accepted step (official "
+                                    "edit(backtrack_patience=40))")
+    stop_z: float = Field(Z_END, allow_inf_nan=False, description="text walk: a text's walk stops only once the z-score of its current "
+                          "text is <= stop_z (official: 2; the unedited original counts as z = inf)")
+    walk_total_steps: int = Field(400, ge=1, description="text walk: a text whose z is <= stop_z stops after this "
+                                  "many steps or target_valid_steps acceptances, whichever comes first (official "
+                                  "total_steps = 400)")
+    target_valid_steps: int = Field(70, ge=1, description="text walk: a text whose z is <= stop_z stops after this "
+                                    "many accepted steps or walk_total_steps steps (official target_valid_steps = 70)")
+    walk_max_steps: int = Field(2000, ge=1, description="text walk: hard cap on a text's steps (lmsci's; the "
+                                "official walk never stops while z > stop_z); >= walk_total_steps")
     threads: int = Field(1, ge=0)
 
     PRESETS = {
@@ -185,8 +205,9 @@ class WatermarkRemoval(Experiment):
                               "from local directories (never downloaded): --set generator_model=DIR --set "
                               "attacker_model=DIR --set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
                               "OPT-1.3B/2.7B/6.7B) --set infiller_model=DIR (t5-v1_1-xl) --set reward_model=DIR "
-                              "(reward-model-deberta-v3-large-v2); the time of their forward passes, 50 texts x 200 "
-                              "steps"}
+                              "(reward-model-deberta-v3-large-v2); the time of their forward passes, n_texts texts x "
+                              "(walk_total_steps = 400 steps, 70 acceptances, or more until z <= 2; at most "
+                              "walk_max_steps = 2000)"}
     claims = [
         Claim(
             "removal",
@@ -212,6 +233,10 @@ class WatermarkRemoval(Experiment):
             raise ConfigError("seq_len", cfg.seq_len, f">= prompt_len + T = {cfg.prompt_len + cfg.T}")
         if cfg.span >= cfg.T:
             raise ConfigError("span", cfg.span, f"< T = {cfg.T}")
+        if cfg.walk_max_steps < cfg.walk_total_steps:
+            raise ConfigError("walk_max_steps", cfg.walk_max_steps,
+                              f">= walk_total_steps = {cfg.walk_total_steps} (the cap only stops walks the official "
+                              "rule would not)")
         self._check_local_models(cfg)
         self._check_text_oracles(cfg)
 
@@ -351,16 +376,33 @@ class WatermarkRemoval(Experiment):
 
     def _text_walk(self, cfg: RemovalConfig, tok: Any, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
                    ctx: PointContext, device: str) -> tuple[list[torch.Tensor], dict, list[dict]]:
-        """The paper-scale walk (Algorithm 1 as in the camera-ready code): each step masks ``span_words`` words of
-        every text and lets the T5 infiller fill them; the proposal is kept when the quality oracle (the reward
-        model, else ``A``'s NLL per token within ``tau``) finds it no worse than the original text. Texts are
-        re-tokenized with the generator's tokenizer ``tok`` for detection and cut at ``seq_len - prompt_len`` tokens
-        (an infill can lengthen a text); returns as :meth:`_token_walk`."""
+        """The paper-scale walk (Algorithm 1 as the camera-ready ``RandomWalkAttack.edit``), one walk per text, all
+        texts still walking stepped together.
+
+        Each step masks ``span_words`` words of the current text (:func:`~lmsci.methods.span_infill.mask_word_span`)
+        and lets the T5 infiller fill them given the prompt; the proposal (cleaned by ``correct_text``) is kept when
+        the quality oracle (the reward model, else ``A``'s mean log-probability per token within ``tau``) finds it no
+        worse than the original text (after ``correct_text``), and its z-score is then computed. After more than
+        ``backtrack_patience`` consecutive rejections the current text becomes the text before the last accepted step
+        (the original if none). A text's walk stops once its current text's z is ``<= stop_z`` (the unedited original
+        counts as ``+inf``, as the official initial z) and it has made ``walk_total_steps`` steps or
+        ``target_valid_steps`` acceptances; or, where the official walk would go on forever, at ``walk_max_steps``
+        steps. Deliberate difference: after a backtrack the official loop keeps the z of the abandoned text; lmsci
+        uses the z of the text it returned to. Texts are re-tokenized with the generator's tokenizer ``tok`` for
+        detection and cut at ``seq_len - prompt_len`` tokens (an infill can lengthen a text).
+
+        Returns:
+            As :meth:`_token_walk`: the final generated tokens per text, result fields (``accept_rate``: mean over
+            texts of acceptances per step; ``walk_steps_median`` / ``walk_steps_max``: steps per text;
+            ``capped_share``: share of texts stopped by ``walk_max_steps``; ``backtracks_mean``; the quality
+            oracle's median drop from the original; ``words_changed_proxy``) and the curve (every ``detect_every``
+            steps and at the last step).
+        """
         from lmsci.methods import span_infill as si
 
         infiller, itok = si.load_infiller(cfg.infiller_model, device)
         rm = si.load_reward_model(cfg.reward_model, device) if cfg.reward_model is not None else None
-        P, n = cfg.prompt_len, cfg.n_texts
+        P, n = cfg.prompt_len, int(y0.shape[0])  # n: the texts (cfg.n_texts in a run)
         prompt_txt = tok.batch_decode(prompts.cpu().tolist())
         orig = tok.batch_decode(y0.cpu().tolist())
 
@@ -370,36 +412,61 @@ class WatermarkRemoval(Experiment):
             return [torch.as_tensor((tok(t, add_special_tokens=False)["input_ids"] or [0])[:cap], device=device)
                     for t in texts]
 
-        def quality(texts: list[str]) -> np.ndarray:  # higher is better
+        def quality(texts: list[str], idx: np.ndarray) -> np.ndarray:  # higher is better; idx: the texts' prompts
             if rm is not None:
-                return si.reward_scores(rm[0], rm[1], prompt_txt, texts)
-            return np.array([float(token_logprobs(A, torch.cat([prompts[t], y])[None])[0, P - 1:].mean())
-                             for t, y in enumerate(encode(texts))])
+                return si.reward_scores(rm[0], rm[1], [prompt_txt[i] for i in idx], texts)
+            return np.array([float(token_logprobs(A, torch.cat([prompts[i], y])[None])[0, P - 1:].mean())
+                             for i, y in zip(idx, encode(texts))])
 
-        q0 = quality(orig)
+        q0 = quality([si.correct_text(t) for t in orig], np.arange(n))  # official: correct_text(original)
         tol = 0.0 if rm is not None else cfg.tau
         rng = np.random.default_rng(derive_seed(ctx.seed, "walk"))
-        cur, q_cur, accepted, curve = list(orig), q0.copy(), np.zeros(n), []
-        for step in range(cfg.walk_steps + 1):
-            if step % cfg.detect_every == 0 or step == cfg.walk_steps:
+        cur, q_cur, z_cur = list(orig), q0.copy(), np.full(n, np.inf)  # the original: z = inf (official)
+        cached, q_cached, z_cached = list(orig), q0.copy(), np.full(n, np.inf)  # before the last accepted step
+        iters, valid, patience, backtracks = (np.zeros(n, dtype=np.int64) for _ in range(4))
+        done, capped = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        curve: list[dict] = []
+        step = 0
+        while True:
+            if step % cfg.detect_every == 0 or done.all():
                 z = detect_each(det, encode(cur))
                 curve.append({"step": step, "z_median": float(np.median(z)), "z_mean": float(np.mean(z)),
-                              "accept_rate": float(accepted.mean() / max(step, 1)),
-                              "quality_oracle_change": float(np.median(q0 - q_cur))})
+                              "accept_rate": float(valid.sum() / max(int(iters.sum()), 1)),
+                              "quality_oracle_change": float(np.median(q0 - q_cur)),
+                              "walking": int((~done).sum())})
                 ctx.log(**curve[-1])
-            if step == cfg.walk_steps:
+            if done.all():
                 break
-            spans = [si.mask_word_span(t, cfg.span_words, rng) for t in cur]
+            act = np.flatnonzero(~done)
+            spans = [si.mask_word_span(cur[i], cfg.span_words, rng) for i in act]
             fills = si.infill(infiller, itok, [a for a, _ in spans], [b for _, b in spans],
-                              seed=derive_seed(ctx.seed, "infill", step))
-            cand = [" ".join(x for x in (a, f, b) if x) for (a, b), f in zip(spans, fills)]
-            qc = quality(cand)
-            take = qc >= q0 - tol  # quality compared with the ORIGINAL text (Algorithm 1)
-            cur = [c if t else u for c, u, t in zip(cand, cur, take)]
-            q_cur = np.where(take, qc, q_cur)
-            accepted += take
-        extra = {"accept_rate": float(accepted.mean() / cfg.walk_steps),
+                              seed=derive_seed(ctx.seed, "infill", step), prompts=[prompt_txt[i] for i in act])
+            cand = [si.correct_text(" ".join(x for x in (a, f, b) if x)) for (a, b), f in zip(spans, fills)]
+            qc = quality(cand, act)
+            take = qc >= q0[act] - tol  # quality compared with the ORIGINAL text (Algorithm 1)
+            z_take = iter(detect_each(det, encode([c for c, t in zip(cand, take) if t])) if take.any() else [])
+            for j, i in enumerate(act):
+                iters[i] += 1
+                if take[j]:
+                    cached[i], q_cached[i], z_cached[i] = cur[i], q_cur[i], z_cur[i]
+                    cur[i], q_cur[i], z_cur[i] = cand[j], qc[j], float(next(z_take))
+                    valid[i] += 1
+                    patience[i] = 0
+                else:
+                    patience[i] += 1
+                    if patience[i] > cfg.backtrack_patience:
+                        cur[i], q_cur[i], z_cur[i] = cached[i], q_cached[i], z_cached[i]
+                        patience[i] = 0
+                        backtracks[i] += 1
+                if z_cur[i] <= cfg.stop_z and (iters[i] >= cfg.walk_total_steps or valid[i] >= cfg.target_valid_steps):
+                    done[i] = True
+                elif iters[i] >= cfg.walk_max_steps:
+                    done[i] = capped[i] = True
+            step += 1
+        extra = {"accept_rate": float(np.mean(valid / np.maximum(iters, 1))),
                  ("reward_drop_median" if rm is not None else "attacker_dq_median"): float(np.median(q0 - q_cur)),
+                 "walk_steps_median": float(np.median(iters)), "walk_steps_max": int(iters.max()),
+                 "capped_share": float(capped.mean()), "backtracks_mean": float(backtracks.mean()),
                  "words_changed_proxy": float(np.mean([1 - ngram_overlap(np.array(c.split()), np.array(o.split()), 1)
                                                        for c, o in zip(cur, orig)]))}
         return encode(cur), extra, curve
@@ -471,6 +538,12 @@ class WatermarkRemoval(Experiment):
         else:
             oracle = (f"perturbation oracle: span of {cfg.span} tokens resampled from the attacker with Metropolis-"
                       f"Hastings acceptance; quality oracle: attacker NLL within tau {cfg.tau}")
+        if cfg.infiller_model is not None:
+            walk = (f"each text walks until its z-score is <= {cfg.stop_z} after {cfg.walk_total_steps} steps or "
+                    f"{cfg.target_valid_steps} acceptances (at most {cfg.walk_max_steps} steps), backtracking after "
+                    f"more than {cfg.backtrack_patience} consecutive rejections")
+        else:
+            walk = f"{cfg.walk_steps} walk steps"
         return (f"## Method\n\n{models} {cfg.n_texts} watermarked texts of T = {cfg.T} tokens ({cfg.scheme}, gamma "
-                f"{cfg.gamma}, delta {cfg.delta}); {cfg.walk_steps} walk steps; {oracle}.\n\n## Measurements\n\n"
+                f"{cfg.gamma}, delta {cfg.delta}); {walk}; {oracle}.\n\n## Measurements\n\n"
                 + quantity_table(results, max_rows=60))
