@@ -211,13 +211,16 @@ class WatermarkRemoval(Experiment):
     claims = [
         Claim(
             "removal",
-            "Within 200 walk steps the median z-score of the watermarked texts falls below 2 while the median quality "
+            "The random walk (the official stopping rule: once z <= 2 after 400 steps or 70 accepted edits, at most "
+            "walk_max_steps) brings the median z-score of the watermarked texts below 2 while the median quality "
             "change measured by an independent LM stays within 0.02 nats/token.",
             "Zhang et al., arXiv 2311.04378, Algorithm 1 and sec. 5 (the attack removes KGW, EXP and Unigram "
             "watermarks with minor quality loss)",
             "p-values rise from 4e-15 to 0.24 and from 1e-5 to 0.47 on the paper's examples; quality flat under GPT-4",
-            "median over texts of the z-score (left-hash detector) after walk_steps steps; median over texts of the "
-            "judge's NLL change (final minus original, nats/token)",
+            "median over texts of the z-score (left-hash detector) at the end of each text's walk (the token walk: "
+            "walk_steps steps; the text walk: the official stopping rule, stop_z / walk_total_steps / "
+            "target_valid_steps, capped at walk_max_steps); median over texts of the judge's NLL change (final minus "
+            "original, nats/token)",
             f"median final z < {Z_END} and median judge NLL change <= tau = 0.02 nats/token, in each of at least 3 "
             "training seeds (the largest median z over seeds reported)",
             gates=(Gate("watermarked", f"the median z of the original texts is > {Z_START} in every seed"),),
