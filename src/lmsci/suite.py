@@ -370,14 +370,44 @@ def published_outcomes(root: str | Path | None = None) -> dict[str, dict[tuple[s
 def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: SuiteResult,
                   jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
     """Run ``todo`` as up to ``jobs`` concurrent ``lmsci run`` processes (each resumes its own run directory);
-    stop them at the budget (SIGTERM, then SIGKILL: a run directory never holds a half-written file)."""
+    stop them at the budget (SIGTERM, then SIGKILL: a run directory never holds a half-written file). An
+    interrupted suite (Ctrl-C, SIGTERM) stops its runs too; each keeps its finished points."""
+    import signal
+    import subprocess
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    queue = list(todo)
+    running: dict[str, tuple[Any, float, int, Any]] = {}
+    try:
+        old = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        old = None
+    try:
+        _drive(queue, running, n_plan, path, preset, state, result, jobs, over_budget, log)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+        for proc, *_ in running.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc, *_ in running.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, state: dict[str, Any],
+           result: SuiteResult, jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
+    """The loop of :func:`_run_parallel`: start runs while slots are free, collect finished ones, stop at the
+    budget."""
     import subprocess
     import sys
 
     from lmsci.config import config_to_yaml
 
-    queue = list(todo)
-    running: dict[str, tuple[Any, float, int, Any]] = {}
     while queue or running:
         while queue and len(running) < jobs and not over_budget():
             i, name, run_name, exp, cfg = queue.pop(0)
@@ -414,9 +444,14 @@ def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[
                 log(f"[{i}/{n_plan}] {run_name}: finished in {time.perf_counter() - t0:.0f} s")
             else:
                 tail = (path / f"{run_name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
-                stopped = proc.returncode < 0 or over_budget()
-                rec["error"] = ("stopped at the suite's --budget (finished points kept; rerun into the same --out "
-                                "to resume)" if stopped else f"exit {proc.returncode}: {tail[0][:300]}")
+                if over_budget():
+                    rec["error"] = ("stopped at the suite's --budget (finished points kept; rerun into the same --out "
+                                    "to resume)")
+                elif proc.returncode < 0:
+                    rec["error"] = (f"stopped by signal {-proc.returncode} (finished points kept; rerun into the same "
+                                    "--out to resume)")
+                else:
+                    rec["error"] = f"exit {proc.returncode}: {tail[0][:300]}"
                 log(f"[{i}/{n_plan}] {run_name}: error: {rec['error']}")
             _save_state(path, state)
         if running:
