@@ -176,7 +176,9 @@ def test_two_master_seeds_mark_seed_dependent_claims_and_update_the_published_ta
     vp.write_text(json.dumps(data))
     t2 = claims_table(out, ["shakespeare-lm"])
     assert t2.loc[0, "outcome"] == SEED_DEPENDENT and (t2.loc[1:, "outcome"] == "inconclusive").all()
-    assert table_counts(t2)["seed-dependent"] == 1
+    assert table_counts(t2)["seed-dependent"] == 0  # smoke decides nothing: not counted
+    assert table_counts(t2)["not decided at this preset"] == len(t2)
+    assert table_counts(t2.assign(decided_here=True))["seed-dependent"] == 1
 
     # publishing: a first table, then an update of one experiment keeps the other experiment's rows
     pub = tmp_path / "results" / "smoke"

@@ -51,7 +51,7 @@ SEED_DEPENDENT = "seed-dependent"
 #: the claims table's columns (claims.csv has these and the machine-readable ones after them)
 COLUMNS = ["experiment", "claim", "kind", "source", "paper_value", "ours", "null_arm", "outcome", "seeds",
            "post_hoc", "wall_s", "device"]
-CSV_COLUMNS = COLUMNS + ["value", "ci_lo", "ci_hi", "null_value", "null_passed", "ablation", "master_seeds",
+CSV_COLUMNS = COLUMNS + ["decided_here", "value", "ci_lo", "ci_hi", "null_value", "null_passed", "ablation", "master_seeds",
                          "seed_outcomes", "seed_values", "pilot", "commit", "date", "machine", "error", "change"]
 
 
@@ -524,11 +524,19 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
     """
     from lmsci.report import _fmt_null, _fmt_value
 
+    from lmsci.experiments.registry import catalog
+
     path = Path(path)
     state = state if state is not None else _state(path)
     if seeds is None and state.get("seeds"):
         seeds = state["seeds"]
     exps = state.get("experiments") or {}
+    cat = catalog()
+
+    def decided_here(name: str, claim_id: str) -> bool:
+        cls = cat.get(name)
+        c = next((c for c in getattr(cls, "claims", []) if c.id == claim_id), None)
+        return c is not None and state.get("preset") in c.presets
     rows = []
     for name in names:
         run_names = [name] if not seeds else [seed_run_name(name, s, k == 0) for k, s in enumerate(seeds)]
@@ -557,6 +565,7 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
                 "experiment": name, "claim": v.claim_id, "kind": v.kind, "source": v.source,
                 "paper_value": v.paper_value, "ours": _fmt_value(v), "null_arm": _fmt_null(v), "outcome": outcome,
                 "seeds": v.n_seeds, "post_hoc": all(x is not None and x.post_hoc for x in vs),
+                "decided_here": decided_here(name, v.claim_id),
                 "wall_s": None if wall is None else round(wall, 1), "device": device,
                 "value": v.value, "ci_lo": v.ci[0] if v.ci else None, "ci_hi": v.ci[1] if v.ci else None,
                 "null_value": v.null_value, "null_passed": v.null_passed, "ablation": bool(v.ablation),
@@ -580,8 +589,10 @@ def table_counts(table: pd.DataFrame) -> dict[str, int]:
     abl = t["ablation"].astype(str).str.lower() == "true" if "ablation" in t else pd.Series(False, index=t.index)
     ph = t["post_hoc"].astype(str).str.lower() == "true" if "post_hoc" in t else pd.Series(False, index=t.index)
     err = t["outcome"] == ERROR
-    claims = t[(kind != "check") & ~abl & ~err]
-    checks = t[(kind == "check") & ~err]
+    here = (t["decided_here"].astype(str).str.lower() != "false") if "decided_here" in t else \
+        pd.Series(True, index=t.index)
+    claims = t[(kind != "check") & ~abl & ~err & here]
+    checks = t[(kind == "check") & ~err & here]
     return {
         "reproduced": int((claims["outcome"] == "reproduced").sum()),
         "not reproduced": int((claims["outcome"] == "not reproduced").sum()),
@@ -592,6 +603,7 @@ def table_counts(table: pd.DataFrame) -> dict[str, int]:
         "checks passed": int((checks["outcome"] == "passed").sum()),
         "checks failed": int((checks["outcome"] == "failed").sum()),
         "checks inconclusive": int(checks["outcome"].isin(["inconclusive", SEED_DEPENDENT]).sum()),
+        "not decided at this preset": int((~here & ~err).sum()),
         "errors": int(err.sum()),
     }
 
@@ -734,7 +746,9 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
                      f"{c['not reproduced']} not reproduced, {c['inconclusive']} inconclusive** "
                      f"({c['seed-dependent']} of them seed-dependent), {c['post hoc']} post hoc; "
                      f"{c['ablations']} ablations (decide nothing). **Design checks: {c['checks passed']} passed, "
-                     f"{c['checks failed']} failed, {c['checks inconclusive']} inconclusive.** Errors: {c['errors']}.\n")
+                     f"{c['checks failed']} failed, {c['checks inconclusive']} inconclusive.** "
+                     f"{c['not decided at this preset']} more registered items are decided at other presets only "
+                     f"(reported, not counted). Errors: {c['errors']}.\n")
         parts.append("A claim is reproduced only when its rule held and its null arm (the same statistic where the "
                      "effect is absent by construction) did not; design checks hold by construction and are never "
                      "counted as reproduced. Post hoc: the claim's preset, gate or rule changed after a result at "
@@ -757,7 +771,8 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for _, r in rows.iterrows():
             claim = r["claim"] + (" (ablation)" if str(r["ablation"]) == "True" else "")
-            marks = [m for m, on in (("post hoc", str(r.get("post_hoc")) == "True"),) if on]
+            marks = [m for m, on in (("post hoc", str(r.get("post_hoc")) == "True"),
+                                     ("not decided at this preset", str(r.get("decided_here")) == "False")) if on]
             outcome = f"**{r['outcome']}**" + (f" ({', '.join(marks)})" if marks else "")
             ours = r["ours"] if r["outcome"] != ERROR else r["error"]
             if isinstance(r.get("seed_values"), str) and r["seed_values"]:
