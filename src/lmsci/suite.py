@@ -802,8 +802,9 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
             parts.append("Registered experiments with no row here yet (run them with `lmsci suite --preset "
                          f"{preset} --seeds 0,1 --only NAME --update` into this folder):\n")
             for n, cls in missing:
+                k = sum(preset in c.presets for c in cls.claims)
                 at = sorted({p for c in cls.claims for p in c.presets}, key=ALL_PRESET_NAMES.index)
-                decided = "decided here" if preset in at else f"decided at {', '.join(at)} only"
+                decided = f"{k} decided at {preset}" if k else f"decided at {', '.join(at)} only"
                 parts.append(f"- `{n}`: {len(cls.claims)} registered item(s), {decided}")
             parts.append("")
     machines = sorted({str(m) for m in table.get("machine", pd.Series(dtype=str)).dropna() if str(m)})
