@@ -381,13 +381,14 @@ def judge(
         ci_kind=ci_kind, n_seeds=int(n_seeds),
         rule_passed=None if passed is None else bool(passed), gates=results, reasons=reasons,
         details=_clean(details or {}), note=note, ablation=claim.ablation, kind=claim.kind, null=claim.null,
-        null_value=_num_or_none(null_value), null_passed=null_passed, post_hoc=bool(post_hoc),
+        null_value=finite_or_none(null_value), null_passed=null_passed, post_hoc=bool(post_hoc),
         pilot=master_seed is not None and int(master_seed) >= PILOT_SEED_MIN,
         master_seed=None if master_seed is None else int(master_seed),
     )
 
 
-def _num_or_none(v: Any) -> float | None:
+def finite_or_none(v: Any) -> float | None:
+    """``float(v)`` when it is a finite number, else None (None, NaN, inf, or not a number)."""
     try:
         f = float(v)
     except (TypeError, ValueError):

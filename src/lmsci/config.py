@@ -137,6 +137,22 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _preset_data(config_cls: type[ExperimentConfig], preset: str) -> dict[str, Any]:
+    """The raw (unvalidated) fields of ``preset``: its PRESETS entry with dotted keys nested (a deep copy, so
+    callers may edit it) and ``preset`` itself.
+
+    Raises:
+        UnknownNameError: the config has no such preset (with a did-you-mean).
+    """
+    if preset not in config_cls.PRESETS:
+        raise UnknownNameError("preset", preset, config_cls.PRESETS.keys())
+    data: dict[str, Any] = {}
+    for k, v in copy.deepcopy(config_cls.PRESETS[preset]).items():  # overrides must not edit PRESETS
+        _set_dotted(data, k, v)
+    data["preset"] = preset
+    return data
+
+
 def resolve_config(
     config_cls: type[ExperimentConfig],
     preset: str = "quick",
@@ -155,12 +171,7 @@ def resolve_config(
         UnknownNameError: unknown preset or config key (with a did-you-mean).
         ConfigError: a value of the wrong type or out of range.
     """
-    if preset not in config_cls.PRESETS:
-        raise UnknownNameError("preset", preset, config_cls.PRESETS.keys())
-    data: dict[str, Any] = {}
-    for k, v in copy.deepcopy(config_cls.PRESETS[preset]).items():  # overrides must not edit PRESETS
-        _set_dotted(data, k, v)
-    data["preset"] = preset
+    data = _preset_data(config_cls, preset)
     ov = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
     for k, v in ov.items():
         if k == "preset":
@@ -203,12 +214,7 @@ def preset_digest(config_cls: type[ExperimentConfig], preset: str) -> str:
 
     from lmsci.claims import NON_SCIENCE_FIELDS
 
-    if preset not in config_cls.PRESETS:
-        raise UnknownNameError("preset", preset, list(config_cls.PRESETS))
-    data: dict[str, Any] = {}
-    for k, v in copy.deepcopy(config_cls.PRESETS[preset]).items():
-        _set_dotted(data, k, v)
-    data["preset"] = preset
+    data = _preset_data(config_cls, preset)
     try:
         cfg = config_cls.model_validate(data)
         dumped = cfg.model_dump(mode="json")

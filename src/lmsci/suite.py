@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from lmsci.claims import PILOT_SEED_MIN, finite_or_none
 from lmsci.config import ALL_PRESET_NAMES, config_to_yaml, parse_overrides, resolve_config
 from lmsci.errors import ConfigError, LmsciError, RunDirError, UnknownNameError
 from lmsci.runs import RunDir, atomic_write_text, resolve_device
@@ -47,6 +48,9 @@ CLAIMS_MD, CLAIMS_CSV, CLAIMS_HTML = "claims.md", "claims.csv", "claims.html"
 ERROR = "error"
 #: a row whose master seeds gave different outcomes (counted as inconclusive)
 SEED_DEPENDENT = "seed-dependent"
+#: the error recorded for a run the suite's --budget left out or stopped
+NOT_RUN_BUDGET = "not run: the suite's --budget was spent (rerun into the same --out to resume)"
+STOPPED_BUDGET = "stopped at the suite's --budget (finished points kept; rerun into the same --out to resume)"
 
 #: the claims table's columns (claims.csv has these and the machine-readable ones after them)
 COLUMNS = ["experiment", "claim", "kind", "source", "paper_value", "ours", "null_arm", "outcome", "seeds",
@@ -67,8 +71,6 @@ def parse_seeds(seeds: str | Sequence[int] | None) -> list[int] | None:
     Raises:
         ConfigError: not integers, negative, or a pilot seed (>= 1,000,000: pilots are never published).
     """
-    from lmsci.claims import PILOT_SEED_MIN
-
     if seeds is None:
         return None
     items = [x.strip() for x in seeds.split(",")] if isinstance(seeds, str) else list(seeds)
@@ -228,8 +230,6 @@ def run_suite(
     seed_list = parse_seeds(seeds)
     if seed_list is not None and "seed" in ov:
         raise ConfigError("seed", ov["seed"], "either --seeds or --set seed=..., not both")
-    from lmsci.claims import PILOT_SEED_MIN
-
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError("--jobs", jobs, "an integer >= 1")
     if budget is not None and not budget > 0:
@@ -301,14 +301,14 @@ def run_suite(
         for i, name, run_name, exp, cfg in todo:
             rec = state["experiments"][run_name]
             if over_budget():
-                rec["error"] = "not run: the suite's --budget was spent (rerun into the same --out to resume)"
+                rec["error"] = NOT_RUN_BUDGET
                 _save_state(path, state)
                 continue
             log(f"[{i}/{len(plan)}] {run_name} ({preset})")
             t0 = time.perf_counter()
             err = None
             try:
-                run_experiment(exp, cfg, RunDir(path / run_name).path, progress=progress, log=log, backend=backend)
+                run_experiment(exp, cfg, path / run_name, progress=progress, log=log, backend=backend)
                 result.ran.append(run_name)
             except LmsciError as e:
                 err = f"{type(e).__name__}: {e}"
@@ -373,7 +373,6 @@ def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[
     stop them at the budget (SIGTERM, then SIGKILL: a run directory never holds a half-written file). An
     interrupted suite (Ctrl-C, SIGTERM) stops its runs too; each keeps its finished points."""
     import signal
-    import subprocess
 
     def _interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -389,14 +388,22 @@ def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
-        for proc, *_ in running.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc, *_ in running.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        _stop([proc for proc, *_ in running.values()])
+
+
+def _stop(procs: list) -> None:
+    """SIGTERM every process still running, then SIGKILL any that has not ended within 30 s."""
+    import subprocess
+
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, state: dict[str, Any],
@@ -421,16 +428,9 @@ def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, sta
             running[run_name] = (subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), time.perf_counter(), i,
                                  logf)
         if over_budget():
-            for run_name, (proc, t0, i, logf) in running.items():
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _stop([proc for proc, *_ in running.values()])
             for i, name, run_name, exp, cfg in queue:
-                state["experiments"][run_name]["error"] = ("not run: the suite's --budget was spent (rerun into the "
-                                                           "same --out to resume)")
+                state["experiments"][run_name]["error"] = NOT_RUN_BUDGET
             queue = []
         done = [rn for rn, (proc, *_) in running.items() if proc.poll() is not None]
         for run_name in done:
@@ -445,8 +445,7 @@ def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, sta
             else:
                 tail = (path / f"{run_name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
                 if over_budget():
-                    rec["error"] = ("stopped at the suite's --budget (finished points kept; rerun into the same --out "
-                                    "to resume)")
+                    rec["error"] = STOPPED_BUDGET
                 elif proc.returncode < 0:
                     rec["error"] = (f"stopped by signal {-proc.returncode} (finished points kept; rerun into the same "
                                     "--out to resume)")
@@ -585,12 +584,11 @@ def table_counts(table: pd.DataFrame) -> dict[str, int]:
     t = table
     if t.empty:
         return {}
-    kind = t["kind"].fillna("claim").astype(str) if "kind" in t else pd.Series(["claim"] * len(t), index=t.index)
-    abl = t["ablation"].astype(str).str.lower() == "true" if "ablation" in t else pd.Series(False, index=t.index)
-    ph = t["post_hoc"].astype(str).str.lower() == "true" if "post_hoc" in t else pd.Series(False, index=t.index)
+    kind = t["kind"].fillna("claim").astype(str)
+    abl = t["ablation"].astype(str).str.lower() == "true"
+    ph = t["post_hoc"].astype(str).str.lower() == "true"
     err = t["outcome"] == ERROR
-    here = (t["decided_here"].astype(str).str.lower() != "false") if "decided_here" in t else \
-        pd.Series(True, index=t.index)
+    here = t["decided_here"].astype(str).str.lower() != "false"
     claims = t[(kind != "check") & ~abl & ~err & here]
     checks = t[(kind == "check") & ~err & here]
     return {
@@ -663,14 +661,6 @@ def load_claims_table(where: str | Path) -> pd.DataFrame:
     return df
 
 
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _outside(x: float, lo: float | None, hi: float | None) -> bool:
     return lo is not None and hi is not None and not (min(lo, hi) <= x <= max(lo, hi))
 
@@ -712,9 +702,9 @@ def mark_changes(table: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
         parts = []
         if str(o["outcome"]) != str(r["outcome"]):
             parts.append(f"outcome: {o['outcome']} -> {r['outcome']}")
-        ov, nv = _num(o.get("value")), _num(r.get("value"))
-        oci = (_num(o.get("ci_lo")), _num(o.get("ci_hi")))
-        nci = (_num(r.get("ci_lo")), _num(r.get("ci_hi")))
+        ov, nv = finite_or_none(o.get("value")), finite_or_none(r.get("value"))
+        oci = (finite_or_none(o.get("ci_lo")), finite_or_none(o.get("ci_hi")))
+        nci = (finite_or_none(r.get("ci_lo")), finite_or_none(r.get("ci_hi")))
         if r["outcome"] != ERROR and value_moved(ov, nv, oci, nci):
             ci = oci if oci[0] is not None else nci
             where = f" (outside [{_fmt(ci[0])}, {_fmt(ci[1])}])" if ci[0] is not None else ""
@@ -760,7 +750,7 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
         n = int((table["change"] != "").sum())
         parts.append(f"Compared with `{compare}`: **{n} claim{'s' * (n != 1)} changed** (outcome, or value "
                      "outside its interval).\n")
-    kind = table["kind"].fillna("claim").astype(str) if "kind" in table else pd.Series("claim", index=table.index)
+    kind = table["kind"].fillna("claim").astype(str)
 
     def section(rows: pd.DataFrame, checks: bool) -> str:
         cols = ["experiment", "check" if checks else "claim", "paper value", "ours"] + \

@@ -519,21 +519,20 @@ class LengthGeneralization(Experiment):
         g0 = ps(results, "eval", "lm_infinite_G0", "nll_far")
         gs = sorted(g for g in set(cfg.ablation_n_global) | {cfg.n_global} if g >= 1)
         if g0 and gs:
-            diffs, stats = {}, {}
-            for g in gs:
-                gv = ps(results, "eval", f"lm_infinite_G{g}", "nll_far")
-                d = {k: g0[k] - gv[k] for k in g0 if k in gv}
-                if d:
-                    diffs[f"G{g}"] = d
-                    stats[g] = across_seeds(d.values())
+            def gains(arm: str) -> tuple[dict, dict]:
+                """per-seed nll_far(G0) - nll_far(<arm><G>) and its across-seed stat, for every G."""
+                diffs, stats = {}, {}
+                for g in gs:
+                    gv = ps(results, "eval", f"lm_infinite_{arm}{g}", "nll_far")
+                    d = {k: g0[k] - gv[k] for k in g0 if k in gv}
+                    if d:
+                        diffs[f"{arm}{g}"] = d
+                        stats[g] = across_seeds(d.values())
+                return diffs, stats
+
+            diffs, stats = gains("G")
             # the null arm: G extra recent keys (lm_infinite_W<G>) in place of the G starting tokens
-            ndiffs, nstats = {}, {}
-            for g in gs:
-                wv = ps(results, "eval", f"lm_infinite_W{g}", "nll_far")
-                d = {k: g0[k] - wv[k] for k in g0 if k in wv}
-                if d:
-                    ndiffs[f"W{g}"] = d
-                    nstats[g] = across_seeds(d.values())
+            ndiffs, nstats = gains("W")
             null = None
             if stats and set(nstats) == set(stats):
                 null = (min(s.mean for s in nstats.values()), bool(all(s.lo > 0 for s in nstats.values())))

@@ -50,6 +50,7 @@ import pandas as pd
 from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
+from lmsci.claims import finite_or_none
 from lmsci.errors import ConfigError, DataError
 from lmsci.laws.forms import Form, get_form
 
@@ -157,7 +158,7 @@ class FitResult:
         """The convergence record: the certificate (``converged``, its stationarity and the starts that reach
         the best objective, with the tolerances), the optimiser's own message and flag for the best start
         (reported, deciding nothing), and bootstrap resamples requested / converged / failed."""
-        return {"converged": bool(self.converged), "stationarity": _num(self.stationarity),
+        return {"converged": bool(self.converged), "stationarity": finite_or_none(self.stationarity),
                 "n_starts_at_best": int(self.n_starts_at_best), "n_grid_starts": int(self.n_grid_starts),
                 "tolerances": {"stationarity_rtol": CERT_STATIONARITY_RTOL, "objective_rtol": CERT_OBJECTIVE_RTOL,
                                "min_starts": CERT_MIN_STARTS},
@@ -215,18 +216,13 @@ class FitResult:
             "delta": self.delta, "objective": self.objective, "rmse": self.rmse, "aic": self.aic,
             "bic": self.bic, "n_starts": self.n_starts, "fit_seconds": self.fit_seconds,
             "converged": bool(self.converged), "message": self.message,
-            "optimizer_success": bool(self.optimizer_success), "stationarity": _num(self.stationarity),
+            "optimizer_success": bool(self.optimizer_success), "stationarity": finite_or_none(self.stationarity),
             "n_starts_at_best": int(self.n_starts_at_best), "n_grid_starts": int(self.n_grid_starts),
             "n_starts_converged": int(self.n_starts_converged), "n_boot": int(self.n_boot),
             "n_boot_ok": self.n_boot_ok, "n_boot_failed": int(self.n_boot_failed), "boot_seconds": self.boot_seconds,
             "ci95": {n: self.ci(n) for n in self.form.param_names},
             "se": {n: self.se(n) for n in self.form.param_names},
         }
-
-
-def _num(v: float) -> float | None:
-    v = float(v)
-    return v if np.isfinite(v) else None
 
 
 class _Problem:
