@@ -3,7 +3,7 @@
 Source of the method: Zhang et al., "Watermarks in the Sand", arXiv 2311.04378, Algorithm 1 (perturbation oracle:
 resample a span of ``span`` tokens from an unwatermarked LM). Reference: the walk as first written, which ran the
 attacker over the whole text once per resampled token (``span`` full passes) and once more to score the proposal
-(``span + 1`` passes over ``n x (prompt_len + T)`` tokens). Measured: :func:`lmsci.experiments.watermark_removal.
+(``span + 1`` passes over ``n x (prompt_len + T)`` tokens). Measured: :func:`lmsci.experiments.watermark.watermark_removal.
 propose_span`, which runs the prefix once and reuses its key/value cache for the draws and the suffix (one pass'
 worth of tokens). Both on the quick preset's attacker shape (a 2-layer d_model 128 GPT exported to a
 ``GPT2LMHeadModel``, vocabulary 1024; random weights: timing does not depend on training), the same span start for
@@ -33,7 +33,7 @@ def main() -> None:
 
     import torch
 
-    from lmsci.experiments.watermark_removal import propose_span, token_logprobs
+    from lmsci.experiments.watermark.watermark_removal import propose_span, token_logprobs
     from lmsci.models.gpt import GPT, GPTConfig
     from lmsci.models.hf import to_hf
 

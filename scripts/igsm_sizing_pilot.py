@@ -6,7 +6,7 @@ Trains one GPT of the quick shape on igsm-tiny with the lmsci trainer (seed 777,
 (0.9, 0.98), cosine to 0.01x, lr 2e-3, wd 0.05, 100 warmup steps, as the quick presets) and scores 48 fresh
 test-hash problems of the training op distribution every ``--every`` steps with the full-solution checker; prints
 one JSON line per evaluation and, at the end, three generated solutions beside the reference. Its 2026-11-26 result
-is in the docstring of :mod:`lmsci.experiments.igsm_common`.
+is in the docstring of :mod:`lmsci.experiments.reasoning.igsm_common`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from lmsci.experiments.igsm_common import (IGSMCommonConfig, build_gpt, check_all, solve, summarize, test_set,
+from lmsci.experiments.reasoning.igsm_common import (IGSMCommonConfig, build_gpt, check_all, solve, summarize, test_set,
                                            tokenizer_of, world_of)
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig

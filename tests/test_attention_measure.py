@@ -107,7 +107,7 @@ def test_hf_llama_profile_matches_eager_attentions():
 
 
 def test_length_generalization_smoke(tmp_path):
-    from lmsci.experiments.length_generalization import LengthGeneralization, LengthGeneralizationConfig
+    from lmsci.experiments.length.length_generalization import LengthGeneralization, LengthGeneralizationConfig
     from lmsci.sweep import run_experiment
 
     cfg = resolve_config(LengthGeneralizationConfig, "smoke", ["ablation_n_global=[0]"])
@@ -119,7 +119,7 @@ def test_length_generalization_smoke(tmp_path):
 
 
 def test_passkey_smoke(tmp_path):
-    from lmsci.experiments.passkey_retrieval import PasskeyConfig, PasskeyRetrieval, make_prompts
+    from lmsci.experiments.length.passkey_retrieval import PasskeyConfig, PasskeyRetrieval, make_prompts
     from lmsci.sweep import run_experiment
 
     p, keys, kp = make_prompts(3, 50, 0.5, 3, np.random.default_rng(0))

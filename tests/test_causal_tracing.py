@@ -273,7 +273,7 @@ def test_smoke_end_to_end_null_arms_fail(tmp_path):
 
 
 def test_fact_prompts_and_bad_facts():
-    from lmsci.experiments.causal_tracing import fact_prompt
+    from lmsci.experiments.knowledge.causal_tracing import fact_prompt
     from lmsci.worlds.bios import BiosWorld
 
     w = BiosWorld(5, seed=0)

@@ -11,8 +11,8 @@ import pytest
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.cfg_learning import CFGLearning, CFGLearningConfig
-from lmsci.experiments.cfg_probing import CFGProbing, CFGProbingConfig
+from lmsci.experiments.syntax.cfg_learning import CFGLearning, CFGLearningConfig
+from lmsci.experiments.syntax.cfg_probing import CFGProbing, CFGProbingConfig
 from lmsci.runs import RunDir
 
 

@@ -232,7 +232,7 @@ def test_cli_train_resume_generate(texts_dir, tmp_path):
 def test_interrupted_training_run_resumes_exactly(texts_dir, tmp_path, monkeypatch):
     """Ctrl-C mid-training, rerun into the same directory: same final numbers as an uninterrupted run."""
     from lmsci.config import resolve_config
-    from lmsci.experiments.shakespeare_lm import ShakespeareLM
+    from lmsci.experiments.laws.shakespeare_lm import ShakespeareLM
     from lmsci.runs import RunDir
     from lmsci.sweep import run_experiment
 

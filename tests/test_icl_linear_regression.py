@@ -15,7 +15,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.icl_linear_regression import (
+from lmsci.experiments.icl.icl_linear_regression import (
     ICLLinearRegression, ICLLinearRegressionConfig, build_model, predict,
 )
 from lmsci.models.gpt import GPTConfig

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 
 from lmsci.errors import ConfigError
-from lmsci.experiments.igsm_depth import IGSMDepth, IGSMDepthConfig
-from lmsci.experiments.igsm_noop import IGSMNoOp, IGSMNoOpConfig
-from lmsci.experiments.igsm_ood import IGSMOOD, IGSMOODConfig
-from lmsci.experiments.igsm_probing import IGSMProbing, IGSMProbingConfig, probe_queries
-from lmsci.experiments.igsm_retry import IGSMRetry, IGSMRetryConfig
+from lmsci.experiments.reasoning.igsm_depth import IGSMDepth, IGSMDepthConfig
+from lmsci.experiments.reasoning.igsm_noop import IGSMNoOp, IGSMNoOpConfig
+from lmsci.experiments.reasoning.igsm_ood import IGSMOOD, IGSMOODConfig
+from lmsci.experiments.reasoning.igsm_probing import IGSMProbing, IGSMProbingConfig, probe_queries
+from lmsci.experiments.reasoning.igsm_retry import IGSMRetry, IGSMRetryConfig
 
 R, N, I = "reproduced", "not reproduced", "inconclusive"
 GPU = {"preset": "gpu"}  # every iGSM claim is decided at the gpu and paper presets only (issue 29)
@@ -239,7 +239,7 @@ def test_probe_queries():
 
 
 def test_summarize_scores_reference_and_broken_solutions():
-    from lmsci.experiments.igsm_common import IGSMCommonConfig, check_all, summarize, test_set, world_of
+    from lmsci.experiments.reasoning.igsm_common import IGSMCommonConfig, check_all, summarize, test_set, world_of
 
     cfg = IGSMCommonConfig()
     w = world_of(cfg)
@@ -258,7 +258,7 @@ def test_gpu_time_estimates_come_from_the_estimator_and_long_presets_checkpoint(
     import re
 
     from lmsci.config import resolve_config
-    from lmsci.experiments.igsm_common import estimate_gpu_train_seconds
+    from lmsci.experiments.reasoning.igsm_common import estimate_gpu_train_seconds
     from lmsci.experiments.registry import catalog
 
     cls = catalog()[name]

@@ -15,7 +15,7 @@ import pytest
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.alignment_attack import AlignmentAttack, AlignmentConfig, first_crossing, fit_sigmoid
+from lmsci.experiments.theory.alignment_attack import AlignmentAttack, AlignmentConfig, first_crossing, fit_sigmoid
 from lmsci.runs import RunDir
 from lmsci.worlds.personas import PersonaWorld
 

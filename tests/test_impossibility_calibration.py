@@ -15,7 +15,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.calibration_hallucination import CalibrationConfig, CalibrationHallucination
+from lmsci.experiments.theory.calibration_hallucination import CalibrationConfig, CalibrationHallucination
 from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_generator, hallucination_rate,
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate, temper)
 from lmsci.models.gpt import GPT, GPTConfig

@@ -13,7 +13,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.watermark_removal import (RemovalConfig, WatermarkRemoval, ngram_overlap, propose_span,
+from lmsci.experiments.watermark.watermark_removal import (RemovalConfig, WatermarkRemoval, ngram_overlap, propose_span,
                                                  token_logprobs)
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.models.hf import to_hf

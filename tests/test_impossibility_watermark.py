@@ -16,7 +16,8 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.watermark import Watermark, WatermarkConfig, clopper_pearson, thm42_z
+from lmsci.experiments.watermark.watermark import Watermark, WatermarkConfig, thm42_z
+from lmsci.stats import clopper_pearson
 from lmsci.methods import watermark as wm
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.models.hf import to_hf

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from lmsci.config import resolve_config
-from lmsci.experiments import celebrity, knowledge_capacity, knowledge_extraction, reversal_curse
-from lmsci.experiments import knowledge_common as kc
-from lmsci.experiments.knowledge_common import ModelSpec
+from lmsci.experiments.knowledge import celebrity, knowledge_capacity, knowledge_extraction, reversal_curse
+from lmsci.experiments.knowledge import common as kc
+from lmsci.experiments.knowledge.common import ModelSpec
 
 CASES = [
     (knowledge_extraction, knowledge_extraction.KnowledgeExtraction),

@@ -13,7 +13,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError, UnknownNameError
-from lmsci.experiments.knowledge_neurons import KnowledgeNeurons, KnowledgeNeuronsConfig, fact_prompts
+from lmsci.experiments.knowledge.knowledge_neurons import KnowledgeNeurons, KnowledgeNeuronsConfig, fact_prompts
 from lmsci.measure.attribution import (
     NeuronEdit, adaptive_share, answer_probs, coarse_neurons, integrated_gradients, knowledge_neurons, refine,
     relative_change,
@@ -139,7 +139,7 @@ def test_bad_input_is_refused_by_name():
 
 
 def test_fact_prompts_cut_before_the_value():
-    from lmsci.experiments.knowledge_neurons import BiosModelSpec
+    from lmsci.experiments.knowledge.knowledge_neurons import BiosModelSpec
     from lmsci.worlds.bios import BiosWorld, bio_docs
 
     w = BiosWorld(6, seed=0)
@@ -219,7 +219,7 @@ def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
 
 
 def test_smoke_runs_end_to_end_and_null_arms_fail(tmp_path):
-    from lmsci.experiments.knowledge_neurons import same_layer_random
+    from lmsci.experiments.knowledge.knowledge_neurons import same_layer_random
     from lmsci.sweep import run_experiment
 
     m = gpt()

@@ -13,7 +13,7 @@ import torch
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments import registry
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     SINGLE, ModelSpec, TrainSpec, bio_stream, make_model, mixed_stream, recall_of_docs, token_fractions, train_packed,
     training_bios,
 )
@@ -172,7 +172,7 @@ def test_recall_of_an_untrained_model_is_low():
 
 # -- 6. probes on the training biographies --------------------------------------------------------
 def test_p_probe_reads_the_biographies_given():
-    from lmsci.experiments.knowledge_common import first_value_words
+    from lmsci.experiments.knowledge.common import first_value_words
     from lmsci.measure.probes import p_probe
     from lmsci.worlds.bios import ATTRS
 
@@ -279,7 +279,7 @@ def test_presets_use_lora_and_the_gpu_preset_is_the_issue_scale():
 
 def test_streaming_pipeline_trains_mixed_windows_and_counts_exposures():
     """The gpu/paper presets' pipeline (lmsci.worlds.bios_stream) through the same training function."""
-    from lmsci.experiments.knowledge_common import exposures_of, pretraining_data, recall_checker
+    from lmsci.experiments.knowledge.common import exposures_of, pretraining_data, recall_checker
 
     world = BiosWorld(30, seed=0)
     tr, te = qa_split(30, 0)

@@ -13,9 +13,9 @@ import pytest
 
 import lmsci.train.trainer as trainer
 from lmsci.config import resolve_config
-from lmsci.experiments.celebrity import CelebrityHelpsMinority
-from lmsci.experiments.knowledge_capacity import KnowledgeCapacity
-from lmsci.experiments.knowledge_extraction import KnowledgeExtraction
+from lmsci.experiments.knowledge.celebrity import CelebrityHelpsMinority
+from lmsci.experiments.knowledge.knowledge_capacity import KnowledgeCapacity
+from lmsci.experiments.knowledge.knowledge_extraction import KnowledgeExtraction
 from lmsci.sweep import run_experiment
 
 TIMING = {"seconds", "pretrain_seconds", "tokens_per_s", "ft_seconds", "null_ft_seconds", "commit", "resumed_from"}

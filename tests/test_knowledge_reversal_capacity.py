@@ -15,8 +15,8 @@ import torch
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments import registry
-from lmsci.experiments.knowledge_capacity import ResumableStream, gpt2, plan_batch
-from lmsci.experiments.reversal_curse import random_name_docs
+from lmsci.experiments.knowledge.knowledge_capacity import ResumableStream, gpt2, plan_batch
+from lmsci.experiments.knowledge.reversal_curse import random_name_docs
 from lmsci.measure.knowledge import completion_gap_bits, measure_bits
 from lmsci.report import compute_verdicts
 from lmsci.runs import RunDir
@@ -278,7 +278,7 @@ def test_capacity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
 
 
 def test_capacity_presets_follow_the_issue():
-    from lmsci.experiments.knowledge_capacity import KnowledgeCapacityConfig as C
+    from lmsci.experiments.knowledge.knowledge_capacity import KnowledgeCapacityConfig as C
     gpu = resolve_config(C, "gpu")
     assert [(m.n_layers, m.n_heads, m.d_model) for m in gpu.models] == [(2, 2, 128), (2, 4, 256)]
     assert [(r.exposures, r.n_people) for r in gpu.regimes] == [(100, [10_000, 20_000, 50_000, 100_000]),
@@ -291,8 +291,8 @@ def test_capacity_presets_follow_the_issue():
 
 
 def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():
-    from lmsci.experiments.knowledge_common import bio_stream
-    from lmsci.experiments.reversal_curse import ReversalCurseConfig, pretraining_stream, reversed_docs
+    from lmsci.experiments.knowledge.common import bio_stream
+    from lmsci.experiments.knowledge.reversal_curse import ReversalCurseConfig, pretraining_stream, reversed_docs
     w = BiosWorld(12, seed=0)
     cfg = resolve_config(ReversalCurseConfig, "quick", ["n_people=12", "exposures=15"])
     r = reversed_docs(w, range(12), seed=0, groups=1, multiplicity=2)

@@ -203,7 +203,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lmsci.config import resolve_config  # noqa: E402
-from lmsci.experiments.mlp_memories import MLPMemories, MLPMemoriesConfig  # noqa: E402
+from lmsci.experiments.knowledge.mlp_memories import MLPMemories, MLPMemoriesConfig  # noqa: E402
 from lmsci.runs import RunDir  # noqa: E402
 
 

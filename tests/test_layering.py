@@ -96,3 +96,30 @@ def test_only_cli_suite_and_registry_import_experiments():
                       allowed_importers=("lmsci.cli", "lmsci.suite"))
     assert MODULES.get("lmsci", set()).isdisjoint({"lmsci.experiments"})
     assert bad == []
+
+
+def _family(mod: str) -> str | None:
+    """``knowledge`` for ``lmsci.experiments.knowledge.celebrity``; None outside a family package."""
+    parts = mod.split(".")
+    return parts[2] if len(parts) >= 3 and parts[:2] == ["lmsci", "experiments"] and parts[2] not in (
+        "base", "registry") else None
+
+
+FAMILIES = sorted({f for m in MODULES if (f := _family(m))})
+
+
+def test_experiments_live_in_families():
+    """``lmsci.experiments`` holds only the contract re-export, the registry and family packages."""
+    top = {m for m in MODULES if _in(m, "experiments") and m.count(".") == 2}
+    assert top <= {f"lmsci.experiments.{x}" for x in ("base", "registry", *FAMILIES)}
+    assert len(FAMILIES) >= 8
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_experiment_imports_another_family(family):
+    bad = []
+    for mod, imps in MODULES.items():
+        if _family(mod) != family:
+            continue
+        bad += [f"{mod} imports {imp}" for imp in sorted(imps) if (f := _family(imp)) and f != family]
+    assert bad == []

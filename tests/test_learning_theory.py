@@ -14,9 +14,9 @@ import pytest
 from lmsci.claims import FAILED, INCONCLUSIVE, NOT_REPRODUCED, NULL_MEETS_RULE, PASSED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError, DataError
-from lmsci.experiments.benign_overfitting import BenignOverfitting
-from lmsci.experiments.double_descent import DoubleDescent
-from lmsci.experiments.implicit_bias import ImplicitBias
+from lmsci.experiments.theory.benign_overfitting import BenignOverfitting
+from lmsci.experiments.theory.double_descent import DoubleDescent
+from lmsci.experiments.theory.implicit_bias import ImplicitBias
 from lmsci.measure.margin import angle, check_separable, gd_linear, hard_margin_svm, implicit_bias_stats, svm_slsqp
 from lmsci.measure.risk import (
     effective_ranks, excess_risk, isotropic_risk, min_norm_fit, ridge_fit, variance_term,

@@ -12,8 +12,8 @@ import pytest
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments import lm_steer_detox as dx
-from lmsci.experiments.lm_steer import LMSteerConfig, LMSteerExperiment
+from lmsci.experiments.steering import lm_steer_detox as dx
+from lmsci.experiments.steering.lm_steer import LMSteerConfig, LMSteerExperiment
 from lmsci.measure import text_scores as ts
 
 NONTOXIC = ["thank you for the kind words", "what a lovely day in the garden", "I agree with your point",
@@ -136,7 +136,7 @@ def test_paper_setting_runs_end_to_end_and_resumes(local, tmp_path):
     rec = json.loads((pt / "value_5.json").read_text())
     rec["ppl"] = 12345.0
     (pt / "value_5.json").write_text(json.dumps(rec))
-    import lmsci.experiments.lm_steer_detox as mod
+    import lmsci.experiments.steering.lm_steer_detox as mod
 
     rows = mod.run(cfg, [type("P", (), {})()], [type("C", (), {"artifact_dir": pt, "seed": 0,
                                                                 "log": staticmethod(lambda **k: None)})()])

@@ -169,7 +169,7 @@ def test_scaling_sweep_stacks_the_seeds_of_a_point_with_unchanged_results(tmp_pa
     every member's row equals the unstacked run_point row to float rounding."""
     from lmsci.config import resolve_config
     from lmsci.contract import PointContext
-    from lmsci.experiments.scaling_sweep import ScalingSweep, ScalingSweepConfig
+    from lmsci.experiments.laws.scaling_sweep import ScalingSweep, ScalingSweepConfig
     from lmsci.runs import RunDir
 
     exp = ScalingSweep()

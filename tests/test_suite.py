@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from lmsci.claims import OUTCOMES
 from lmsci.cli import app
 from lmsci.errors import ConfigError, UnknownNameError
-from lmsci.experiments.registry import EXPERIMENT_MODULES, catalog
+from lmsci.experiments.registry import catalog, experiment_modules
 from lmsci.suite import (CLAIMS_CSV, COLUMNS, ERROR, SEED_DEPENDENT, claims_table, mark_changes, published_outcomes,
                          suite_names, table_counts, update_published, value_moved)
 
@@ -33,9 +33,13 @@ def _suite(*args: str):
 
 def test_full_list():
     names = suite_names()
-    shipped = {n for n, cls in catalog().items() if cls.__module__ in EXPERIMENT_MODULES}
+    mods = experiment_modules()
+    shipped = {n for n, cls in catalog().items() if cls.__module__ in mods}
     assert set(names) == shipped and len(names) == len(set(names))
-    assert {catalog()[n].__module__ for n in names} == set(EXPERIMENT_MODULES)  # every module contributes
+    # every module but a family's shared modules contributes an experiment
+    shared = {"knowledge.common", "reasoning.igsm_common", "steering.lm_steer_detox"}
+    assert {catalog()[n].__module__ for n in names} == {m for m in mods if m.split(".", 2)[2] not in shared}
+    assert all(m.count(".") == 3 for m in mods)  # lmsci.experiments.<family>.<module>
     assert {"factual-recall", "knowledge-capacity", "chinchilla-refit", "scaling-sweep", *SUBSET} <= set(names)
     assert suite_names("shakespeare-lm, reversal-curse,shakespeare-lm") == ["shakespeare-lm", "reversal-curse"]
     with pytest.raises(UnknownNameError, match="shakespeare-lm"):

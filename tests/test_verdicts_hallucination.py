@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from lmsci.config import resolve_config
-from lmsci.experiments.hallucination_stage import HallucinationConfig, HallucinationStage, hallucination_window
+from lmsci.experiments.dynamics.hallucination_stage import HallucinationConfig, HallucinationStage, hallucination_window
 from lmsci.report import compute_verdicts
 from lmsci.runs import RunDir
 

@@ -145,7 +145,7 @@ def refit():
 
 
 def test_chinchilla_refit_paper_numbers_reproduced(refit, tmp_path):
-    from lmsci.experiments.chinchilla_refit import BESIROGLU_GRID
+    from lmsci.experiments.laws.chinchilla_refit import BESIROGLU_GRID
 
     exp, cfg = refit
     vs = _by_id(exp.verdicts(cfg, _refit_row(BESIROGLU_GRID, _EPOCH_CI, 238.4, 1.7e-49), RunDir(tmp_path)))
@@ -157,7 +157,7 @@ def test_chinchilla_refit_paper_numbers_reproduced(refit, tmp_path):
 
 
 def test_chinchilla_refit_null_meeting_the_rule_is_inconclusive(refit, tmp_path):
-    from lmsci.experiments.chinchilla_refit import BESIROGLU_GRID
+    from lmsci.experiments.laws.chinchilla_refit import BESIROGLU_GRID
 
     exp, cfg = refit
     df = _refit_row(BESIROGLU_GRID, _EPOCH_CI, 238.4, 1.7e-49, null_chi2_hoffmann=90.0, null_chi2_p_hoffmann=1e-17)
@@ -170,7 +170,7 @@ def test_chinchilla_refit_null_meeting_the_rule_is_inconclusive(refit, tmp_path)
 
 
 def test_chinchilla_refit_clear_failure_not_reproduced(refit, tmp_path):
-    from lmsci.experiments.chinchilla_refit import HOFFMANN
+    from lmsci.experiments.laws.chinchilla_refit import HOFFMANN
 
     exp, cfg = refit
     ci = {k: (v * 0.97, v * 1.03) for k, v in HOFFMANN.items()}  # a fit that lands on Hoffmann's constants
@@ -179,7 +179,7 @@ def test_chinchilla_refit_clear_failure_not_reproduced(refit, tmp_path):
 
 
 def test_chinchilla_refit_failed_gates_inconclusive(refit, tmp_path):
-    from lmsci.experiments.chinchilla_refit import BESIROGLU_GRID
+    from lmsci.experiments.laws.chinchilla_refit import BESIROGLU_GRID
 
     exp, cfg = refit
     rows = {

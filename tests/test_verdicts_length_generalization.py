@@ -8,7 +8,7 @@ import pandas as pd
 
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
-from lmsci.experiments.length_generalization import LengthGeneralization
+from lmsci.experiments.length.length_generalization import LengthGeneralization
 from lmsci.runs import RunDir
 
 METHODS = ["vanilla", "sliding_window", "attention_sinks", "lm_infinite_G0", "lm_infinite_G1", "lm_infinite_G10",

@@ -7,7 +7,7 @@ import pytest
 
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
-from lmsci.experiments.passkey_retrieval import PasskeyRetrieval, ablation_layers, claim_layer, methods
+from lmsci.experiments.length.passkey_retrieval import PasskeyRetrieval, ablation_layers, claim_layer, methods
 
 
 @pytest.mark.parametrize("n_layers,h", [(2, 0), (4, 1), (8, 1), (16, 3), (32, 5), (48, 8)])
@@ -88,7 +88,7 @@ def test_null_arm_meeting_the_rule_or_missing_is_inconclusive(tmp_path):
 
 
 def test_smoke_run_end_to_end_null_arm_fails_the_rule(tmp_path):
-    from lmsci.experiments.passkey_retrieval import PasskeyConfig
+    from lmsci.experiments.length.passkey_retrieval import PasskeyConfig
     from lmsci.sweep import run_experiment
 
     cfg = resolve_config(PasskeyConfig, "smoke", {"threads": 1})

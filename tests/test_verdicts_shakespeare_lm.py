@@ -7,7 +7,7 @@ import pytest
 
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
-from lmsci.experiments.shakespeare_lm import ShakespeareLM
+from lmsci.experiments.laws.shakespeare_lm import ShakespeareLM
 from lmsci.runs import RunDir
 
 

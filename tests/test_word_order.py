@@ -12,7 +12,7 @@ import pytest
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.word_order import WordOrder, WordOrderConfig
+from lmsci.experiments.syntax.word_order import WordOrder, WordOrderConfig
 from lmsci.measure.permutation import permutation_metrics
 from lmsci.runs import RunDir
 from lmsci.worlds.word_order import WordOrderTask, derange

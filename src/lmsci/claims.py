@@ -480,55 +480,8 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-# -- statistics across training seeds ---------------------------------------------------------------
-@dataclass
-class SeedStat:
-    """Mean of a statistic over training seeds with a Student-t interval.
-
-    Attributes:
-        mean: the mean over seeds.
-        lo, hi: the interval (equal to ``mean`` when n < 2).
-        n: number of seeds.
-        kind: a label for reports (``"95% CI across 3 seeds (Student t)"``).
-    """
-
-    mean: float
-    lo: float
-    hi: float
-    n: int
-    kind: str
-
-    @property
-    def ci(self) -> tuple[float, float] | None:
-        return (self.lo, self.hi) if self.n >= 2 else None
-
-
-def across_seeds(values: Iterable[float], level: float = 0.95) -> SeedStat:
-    """Student-t interval of the mean of per-seed values (non-finite values dropped).
-
-    Args:
-        values: one value per training seed.
-        level: confidence level.
-
-    Returns:
-        :class:`SeedStat`; with one seed the interval collapses to the value and ``kind`` says "1 seed".
-
-    Raises:
-        ValueError: no finite value.
-    """
-    import numpy as np
-    from scipy import stats
-
-    x = np.asarray([float(v) for v in values], dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        raise ValueError("across_seeds: no finite values")
-    m = float(x.mean())
-    if x.size < 2:
-        return SeedStat(m, m, m, 1, "1 seed (no interval across seeds)")
-    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return SeedStat(m, m - half, m + half, int(x.size),
-                    f"{round(level * 100)}% CI across {x.size} seeds (Student t)")
+# -- statistics across training seeds: their home is lmsci.stats (re-exported here for experiments) ----
+from lmsci.stats import SeedStat, across_seeds  # noqa: E402,F401
 
 
 # -- the registry's claims as data -------------------------------------------------------------------

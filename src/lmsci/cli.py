@@ -308,7 +308,7 @@ def train_cmd(
 
     from lmsci.config import parse_overrides, resolve_config
     from lmsci.errors import UnknownNameError
-    from lmsci.experiments.shakespeare_lm import ShakespeareLM
+    from lmsci.experiments.laws.shakespeare_lm import ShakespeareLM
     from lmsci.sweep import run_experiment
 
     opts = {"tokenizer": tokenizer, "vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers,
@@ -350,7 +350,7 @@ def generate_cmd(
     """Sample text from a trained model saved with its tokenizer."""
     import torch
 
-    from lmsci.experiments.shakespeare_lm import find_model_dir
+    from lmsci.experiments.laws.shakespeare_lm import find_model_dir
     from lmsci.models.gpt import GPT
     from lmsci.runs import resolve_device
     from lmsci.worlds.tokenizers import load_tokenizer

@@ -97,7 +97,7 @@ def default_suite_out(preset: str) -> Path:
 
 
 def suite_names(only: str | Sequence[str] | None = None) -> list[str]:
-    """The experiments a suite runs: every experiment lmsci ships (the registry's ``EXPERIMENT_MODULES``,
+    """The experiments a suite runs: every experiment lmsci ships (found in the family packages by the registry,
     in catalog order; experiments registered elsewhere, such as a test's toy, run only when named), or
     those named in ``only`` (a comma-separated string or a list; kept in the order given, duplicates
     dropped).

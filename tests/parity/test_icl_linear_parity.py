@@ -19,7 +19,7 @@ import torch
 from scipy import stats
 
 from lmsci.config import resolve_config
-from lmsci.experiments.icl_linear_regression import ICLLinearRegression, ICLLinearRegressionConfig
+from lmsci.experiments.icl.icl_linear_regression import ICLLinearRegression, ICLLinearRegressionConfig
 from lmsci.worlds.linear_regression import Curriculum, LinearRegressionWorld, baseline_predictions
 
 FIX = Path(__file__).parent / "fixtures" / "icl_linear"

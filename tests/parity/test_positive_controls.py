@@ -1,7 +1,7 @@
 """Positive controls of the physiology methods (issue 30, item 3): settings where the paper's effect must appear by
 construction, so that a failure of the experiment is a finding and not a bug.
 
-* ROME (:mod:`lmsci.methods.rome`, requests built as in :mod:`lmsci.experiments.causal_tracing`): a 4-layer lmsci
+* ROME (:mod:`lmsci.methods.rome`, requests built as in :mod:`lmsci.experiments.knowledge.causal_tracing`): a 4-layer lmsci
   GPT trained (~5 s) on a world of single-token subjects, ``<bos> RELATION SUBJECT -> OBJECT`` (the subject is the
   prompt's last token, so its first = last subject token and the fact can only be looked up at the subject's
   position), until every fact is recalled with P(object) >= 0.99; ROME edits at the causal trace's peak layer and at
@@ -14,7 +14,7 @@ construction, so that a failure of the experiment is a finding and not a bug.
   of the last layer; every other weight at the GPT initialisation); the MLP-restoration effect must peak at layer
   ``k`` at the subject's last token, for every ``k``.
 * Knowledge neurons (:mod:`lmsci.measure.attribution`, suppression as in
-  :mod:`lmsci.experiments.knowledge_neurons`): a hand-built GPT whose facts each live in two known neurons of one
+  :mod:`lmsci.experiments.knowledge.knowledge_neurons`): a hand-built GPT whose facts each live in two known neurons of one
   MLP (at the answer position); integrated gradients must select them, suppressing them must erase the fact
   (P(answer) falls by >= 90% and the answer is no longer the argmax), and as many random neurons of the same layer
   must not.
@@ -31,7 +31,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmsci.experiments.knowledge_neurons import same_layer_random
+from lmsci.experiments.knowledge.knowledge_neurons import same_layer_random
 from lmsci.measure.attribution import NeuronEdit, answer_probs, knowledge_neurons
 from lmsci.measure.causal_tracing import (
     CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, thirds,

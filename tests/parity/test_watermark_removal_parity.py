@@ -4,7 +4,7 @@ Official side: ``hlzhang109/impossibility-watermark`` at 66ff44b, ``text/evaluat
 (``RandomWalkAttack``: ``mask_text``, ``perturb``, ``edit``) and ``text/evaluation/tools/oracle.py``
 (``QualityOracle.maintain_quality`` with the DeBERTa reward-model branch), the camera-ready code that
 ``text/main.py``'s ``Random-Walk`` attack runs (T5-v1.1-XL infiller, OpenAssistant DeBERTa reward model, span 6).
-lmsci's side: :meth:`lmsci.experiments.watermark_removal.WatermarkRemoval._text_walk` (the paper-scale walk) with
+lmsci's side: :meth:`lmsci.experiments.watermark.watermark_removal.WatermarkRemoval._text_walk` (the paper-scale walk) with
 :mod:`lmsci.methods.span_infill` (``mask_word_span``, ``infill``, ``reward_scores``).
 
 The large models cannot be downloaded, so both sides ran with the same stand-ins (spelled out in
@@ -44,7 +44,7 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from lmsci.experiments import watermark_removal as wr
+from lmsci.experiments.watermark import watermark_removal as wr
 from lmsci.methods import span_infill as si
 
 FIX = Path(__file__).parent / "fixtures" / "watermark_removal"

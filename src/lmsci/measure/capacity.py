@@ -13,7 +13,7 @@ not depend on it); later rounds gallop up/down until a bracket [largest solved, 
 exists, then split the bracket with up to ``probes_per_round`` interior levels (a k-ary bisection)
 until its two ends are adjacent. A failure at or below a solved level (non-monotone noise) is ignored.
 
-Moved here from ``lmsci.experiments.factual_recall`` (issue 12, item 6) without a change in behaviour.
+Moved here from ``lmsci.experiments.knowledge.factual_recall`` (issue 12, item 6) without a change in behaviour.
 """
 
 from __future__ import annotations

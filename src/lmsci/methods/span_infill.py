@@ -22,7 +22,7 @@ lmsci masks the whole text (``<= span_len`` words) or draws a start in {0, 1} (`
 raises.
 
 The token-level oracle lmsci uses at CPU scale (resampling a span from a causal LM with a Metropolis-Hastings
-acceptance) lives in :mod:`lmsci.experiments.watermark_removal`.
+acceptance) lives in :mod:`lmsci.experiments.watermark.watermark_removal`.
 """
 
 from __future__ import annotations

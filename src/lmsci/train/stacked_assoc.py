@@ -8,7 +8,7 @@ per-member learning rates, an optional cosine schedule); members leave the stack
 the accuracy threshold. Where the members are same-shaped GPTs, :mod:`lmsci.train.stacked` is the
 general tool; this one exists because the associative models differ in size inside one stack.
 
-Moved here from ``lmsci.experiments.factual_recall`` (issue 12, item 6) without a change in arithmetic:
+Moved here from ``lmsci.experiments.knowledge.factual_recall`` (issue 12, item 6) without a change in arithmetic:
 the factual-recall results are identical before and after the move.
 
 Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative Memories",

@@ -5,7 +5,7 @@ Source: Allen-Zhu & Li, "Physics of Language Models: Part 1", arXiv 2305.13673, 
 and NT boundaries; "predict NT ancestor (%)" table: 86-100% per level NT2..NT6 on cfg3f-b for GPT, GPT_rel,
 GPT_rot, GPT_pos, GPT_uni; GPT_rand as the baseline). Spec: physics_of_lms.md sec. 1.2 and 1.5.
 
-Protocol. The model is trained as in ``cfg-learning`` (same fields and recipe, :mod:`lmsci.experiments.cfg_learning`).
+Protocol. The model is trained as in ``cfg-learning`` (same fields and recipe, :mod:`lmsci.experiments.syntax.cfg_learning`).
 Then, frozen, its last-layer hidden state (hook point ``final``) at every token of ``n_probe_train`` fresh strings
 trains one probe per NT level ``l = 1 .. depth-1`` (the paper's NT2 .. NT{depth}) for three targets: the level-``l``
 NT ancestor of the token (generation-time parse), the ancestor at level-``l`` NT-end positions only, and the NT-end
@@ -34,7 +34,7 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.cfg_learning import (VARIANT_NAMES, CFGModelConfig, build_grammar, make_model, train_model,
+from lmsci.experiments.syntax.cfg_learning import (VARIANT_NAMES, CFGModelConfig, build_grammar, make_model, train_model,
                                             validate_model_config)
 from lmsci.experiments.registry import register
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy, hidden_states, probe_parse

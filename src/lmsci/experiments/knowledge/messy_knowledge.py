@@ -41,7 +41,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     MEMORISED, ModelSpec, TrainSpec, check_model, make_model, md_table, recall_gate, seed_values, train_packed,
 )
 from lmsci.experiments.registry import register

@@ -46,7 +46,7 @@ Set-up (every number a config field):
   rate are the statistics' references, the random W their null).
 
 The ``paper`` preset runs the paper's own setting instead, GPT2-Large detoxification, from local files only
-(:mod:`lmsci.experiments.lm_steer_detox`: ``model_path``, ``fluency_model_path``, ``toxicity_model_path``,
+(:mod:`lmsci.experiments.steering.lm_steer_detox`: ``model_path``, ``fluency_model_path``, ``toxicity_model_path``,
 ``data_path``; a local toxicity classifier stands in for the Perspective API); it judges the claims ``detox`` and
 ``detox-tradeoff``, which only it measures, and without those paths it refuses with a ConfigError before any work.
 The Shakespeare claims are not measured at the paper preset and are registered for quick and gpu only.
@@ -67,9 +67,9 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments import lm_steer_detox
+from lmsci.experiments.steering import lm_steer_detox
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import binom_ci
+from lmsci.stats import wilson_interval
 from lmsci.experiments.registry import register
 from lmsci.measure import text_scores as ts
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -142,7 +142,7 @@ class LMSteerConfig(ExperimentConfig):
     transfer_target: str = Field("fluency", pattern="^(fluency|seed)$",
                                  description="the GPT the steers are transferred to: 'fluency' (the larger GPT: another "
                                              "width and seed) or 'seed' (a GPT B of A's shape from another seed)")
-    # the paper setting (local files only; lmsci.experiments.lm_steer_detox)
+    # the paper setting (local files only; lmsci.experiments.steering.lm_steer_detox)
     model_path: str | None = Field(None, description="paper preset: the steered causal LM, a local directory "
                                    "(GPT2-Large in the paper)")
     fluency_model_path: str | None = Field(None, description="paper preset: the perplexity judge sharing "
@@ -175,7 +175,7 @@ class LMSteerConfig(ExperimentConfig):
                 "steps": 4000, "batch_size": 32, "flu_d_model": 512, "flu_n_layers": 8, "flu_n_heads": 8,
                 "flu_steps": 4000, "n_train_lines": 2000, "steer_steps": 1000, "n_prompts": 100, "n_samples": 25,
                 "n_highlight_lines": 300, "probe_dims": 5},
-        # + model_path, toxicity_model_path, data_path (and fluency_model_path): lmsci.experiments.lm_steer_detox
+        # + model_path, toxicity_model_path, data_path (and fluency_model_path): lmsci.experiments.steering.lm_steer_detox
         "paper": {"threads": 0, "n_prompts": 10000, "n_samples": 25, "gen_tokens": 20, "steer_steps": 1000,
                   "steer_batch": 32, "rank": None, "epsilon": 1e-3, "steer_lr": 1e-2, "top_p": 0.9, "gen_batch": 16},
     }
@@ -570,7 +570,7 @@ class LMSteerExperiment(Experiment):
         prompts, clf = data["prompts"], data["clf"]
         common = {"val_nll_A": stA["val_nll"], "val_nll_B": stB["val_nll"], "transfer_target": cfg.transfer_target, "val_nll_fluency": stF["val_nll"],
                   "bigram_nll": base["bigram_nll"], "unigram_nll": base["unigram_nll"],
-                  "clf_acc": data["clf_acc"], "clf_acc_lo": binom_ci(data["clf_acc"], data["clf_n"])[0],
+                  "clf_acc": data["clf_acc"], "clf_acc_lo": wilson_interval(data["clf_acc"], data["clf_n"])[0],
                   "clf_n": data["clf_n"], "n_prompts": int(prompts.shape[0]),
                   "steer_plays": ";".join(data["steer_plays"]), "scorer_plays": ";".join(data["scorer_plays"]),
                   "vocab_size": corpus.vocab_size}

@@ -24,7 +24,7 @@ Measured on the people held out of QA fine-tuning (P_test):
   control);
 * after QA fine-tuning on P_train (the six forward questions and the inverse question "Who was born
   on DATE in CITY ? Answer : NAME"; LoRA through peft by default, the papers' protocol, see
-  :func:`lmsci.experiments.knowledge_common.finetune_qa`): inverse-search exact match (Part 3.2's test)
+  :func:`lmsci.experiments.knowledge.common.finetune_qa`): inverse-search exact match (Part 3.2's test)
   and forward QA.
 
 The three claims (``reversal``, ``reverse-completion``, ``name-logprob``) are decided at the gpu and paper presets
@@ -44,7 +44,7 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     BiosQAConfig,
     AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed, exposures_of,
     h100_seconds, mean_tokens, vocab_size,
@@ -190,7 +190,7 @@ def streamed_pretraining(world: BiosWorld, cfg: ReversalCurseConfig, reverse: bo
 def pretraining_stream(world: BiosWorld, cfg: ReversalCurseConfig, extra: list[Doc], order_seed: int) -> Packed:
     """The pretraining windows: every epoch packs the fixed forward biographies (multiM) plus ``extra`` (the
     reversed biographies), shuffled across people, no person twice in a window; ``ceil(exposures / M)``
-    epochs. The same windows as :func:`~lmsci.experiments.knowledge_common.bio_stream` with ``extra_docs``,
+    epochs. The same windows as :func:`~lmsci.experiments.knowledge.common.bio_stream` with ``extra_docs``,
     except that with ``cfg.max_distinct_epochs`` only that many epochs are packed (each its own shuffle)
     and then repeated cyclically (the Python packer costs ~250 us per document: the gpu preset's 10k
     people x 10 documents x 60 epochs would take ~40 minutes to pack)."""

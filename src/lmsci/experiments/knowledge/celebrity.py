@@ -20,7 +20,7 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
     md_table, mean_tokens, model_seconds, paired,
     null_arm_finetune, pretrain_check_finetune, pretraining_data, qa_learned_gate, qa_metrics, recall_gate, seed_summary, seed_values,

@@ -14,7 +14,7 @@ steps are skipped and counted) on the same fresh test-hash problems in distribut
 ``max_op + ood_extra``.
 
 Every claim is registered for the ``gpu`` and ``paper`` presets only: the quick models stay near 0% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 Null arms, measured in the same run: for the three "retry helps" claims, a second error-free model (point
 ``q0_nullarm``: the same initialisation, another problem stream) compared with the first by the same paired rule
 (the retry data are absent from both, so no gain may be found); for ``masking-unneeded`` (an equivalence rule:
@@ -33,7 +33,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            evaluate_ops, ok_rows, random_init, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed

@@ -328,7 +328,7 @@ class WordOrder(Experiment):
         return row
 
     def _cfg_row(self, cfg: WordOrderConfig, ctx: PointContext) -> dict[str, Any]:
-        from lmsci.experiments.cfg_learning import CFGModelConfig, build_grammar, train_model
+        from lmsci.experiments.syntax.cfg_learning import CFGModelConfig, build_grammar, train_model
 
         ccfg = CFGModelConfig(grammar="cfg3b-small", steps=cfg.cfg_steps, device=cfg.device, threads=cfg.threads,
                               n_seeds=1, **({"d_model": 16, "n_heads": 2, "n_layers": 1, "batch_size": 4, "seq_len": 96}
@@ -352,7 +352,7 @@ class WordOrder(Experiment):
         row = {"kind": "cfg", "task": "cfg-contrast", "nll_strings": a, "nll_deranged": b, "nll_drop": b - a,
                "deranged_in_language": float(np.mean([g.member(s) for s in shuffled]))}
         # null arm: the same model at its random initialisation
-        from lmsci.experiments.cfg_learning import make_model
+        from lmsci.experiments.syntax.cfg_learning import make_model
 
         model = make_model(ccfg, g, "rope", derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
         row["null_nll_drop"] = nll(shuffled) - nll(strings)

@@ -26,7 +26,7 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model,
     exposures_of,
     first_value_words, make_model, md_table, mean_tokens, model_seconds, paired, pretrain_check_finetune,

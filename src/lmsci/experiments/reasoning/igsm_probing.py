@@ -10,7 +10,7 @@ rate. Spec: physics_of_lms.md sec. 2.6, 2.8. Instrument: :mod:`lmsci.measure.vpr
 :func:`lmsci.worlds.igsm.labels.probe_labels`.
 
 Both claims are registered for the ``gpu`` and ``paper`` presets only: the quick model stays near 0% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 Null arm, measured in the same run (the classic control): the same statistic with the random-init model in the
 trained model's place -- its probe accuracy minus the larger of the majority rate and the same probe on a second
 random-init model of the same shape (another seed).
@@ -27,7 +27,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            build_gpt, evaluate_ops, ok_rows, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.measure.vprobe import vprobe, vprobe_with_baselines

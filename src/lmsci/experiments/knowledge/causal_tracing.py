@@ -7,7 +7,7 @@ last subject token in the middle layers, the "early site", attention at the last
 scores; GPT-2 XL ROME: ES 100%, PS 96.4%, NS 75.4%).
 
 Here the facts are bioS biographies (:mod:`lmsci.worlds.bios`, augmented: every sentence names the person) memorised
-by a GPT of at least six layers (the memorisation-first protocol of :mod:`lmsci.experiments.knowledge_common`):
+by a GPT of at least six layers (the memorisation-first protocol of :mod:`lmsci.experiments.knowledge.common`):
 the prompt is ``<bos> NAME <template prefix>`` and the traced answer the first token of the attribute's value.
 Causal tracing, the noise (3 x the subject embeddings' std) and the windows follow the paper
 (:mod:`lmsci.measure.causal_tracing`); the MLP/attention window is the paper's 10 of 48 layers scaled to the model
@@ -33,7 +33,7 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     MEMORISED, ModelSpec, MemoriseFirstConfig, TrainSpec, bio_recall, check_model, make_model, md_table,
     pretraining_data, recall_checker, recall_gate, seed_summary, seed_values, train_packed,
 )

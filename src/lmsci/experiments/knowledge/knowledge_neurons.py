@@ -36,7 +36,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (
+from lmsci.experiments.knowledge.common import (
     DataSpec, ModelSpec, TrainSpec, bio_stream, check_model, make_model, md_table, recall_of_docs, seed_values, train_packed,
 )
 from lmsci.experiments.registry import register
@@ -73,7 +73,7 @@ class BiosModelSpec(StrictModel):
 
 def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ctx: PointContext | None,
                      device: str) -> tuple[torch.nn.Module, BiosWorld, list[list[Doc]], dict[str, Any]]:
-    """Pretrain a GPT on a bioS world until memorised (:func:`lmsci.experiments.knowledge_common.train_packed`).
+    """Pretrain a GPT on a bioS world until memorised (:func:`lmsci.experiments.knowledge.common.train_packed`).
 
     Returns:
         ``(model in eval mode, world, docs, info)``: ``docs[i]`` are person ``i``'s training biographies (the

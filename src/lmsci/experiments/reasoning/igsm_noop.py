@@ -17,7 +17,7 @@ iGSM problems already contain unnecessary parameters (the model is trained to sk
 resist no-ops: the verdict says so when it does.
 
 The claim is registered for the ``gpu`` and ``paper`` presets only: the quick model stays near 0% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 Null arm, measured in the same run: the same "drop" between the original problems and a second set of n_eval fresh
 test-hash problems drawn from the same distribution, with no no-op inserted (the two sets are exchangeable, so a
 drop there is problem-sampling noise: the rule must fail).
@@ -34,7 +34,7 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            check_all, ok_rows, solve, summarize, test_set, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed

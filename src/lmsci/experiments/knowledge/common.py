@@ -42,6 +42,7 @@ from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig
 from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
+from lmsci.stats import wilson_interval
 
 
 class ModelSpec(StrictModel):
@@ -805,7 +806,7 @@ def within_run(per_seed: dict[int, float], n: int) -> dict[str, Any]:
     """Within-run binomial intervals for reports (they decide nothing): per seed, the Wilson 95% interval
     of an accuracy over ``n`` questions."""
     return {"kind": f"within-run Wilson 95% CI over {n} questions, per seed",
-            "per_seed": {int(k): [v, *binom_ci(v, n)] for k, v in per_seed.items()}}
+            "per_seed": {int(k): [v, *wilson_interval(v, n)] for k, v in per_seed.items()}}
 
 
 def seed_summary(per_seed: dict[int, float]) -> dict[str, Any]:
@@ -814,16 +815,6 @@ def seed_summary(per_seed: dict[int, float]) -> dict[str, Any]:
         return {}
     st = across_seeds(per_seed.values())
     return {"mean": st.mean, "ci95": st.ci, "kind": st.kind, "per_seed": dict(per_seed)}
-
-
-def binom_ci(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson 95% interval of a proportion ``p`` over ``n`` trials."""
-    if n <= 0:
-        return (float("nan"), float("nan"))
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def md_table(df: pd.DataFrame, cols: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ in-distribution slice (op drawn from the training distribution) and ``reask`` (o
 asked about another parameter), greedy and with beam search, and score each full solution with the checker.
 
 Both claims are registered for the ``gpu`` and ``paper`` presets only: the quick model stays at 0-4% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 
 Null arms, measured in the same run: ``ood-accuracy`` -- the same greedy accuracy at op ``max_op + 2`` of a
 random-init model of the same shape (per seed); ``planning`` -- unnecessary parameters per solution of the
@@ -29,7 +29,7 @@ import pandas as pd
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            evaluate_ops, ok_rows, random_init, test_set, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.errors import ConfigError

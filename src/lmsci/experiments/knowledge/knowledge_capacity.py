@@ -35,7 +35,7 @@ from pydantic import Field
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import (H100_ASSUMPTIONS, ModelSpec, TrainSpec, check_model, h100_seconds,
+from lmsci.experiments.knowledge.common import (H100_ASSUMPTIONS, ModelSpec, TrainSpec, check_model, h100_seconds,
                                                 make_model, mean_tokens, vocab_size)
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits

@@ -7,7 +7,7 @@ layer 11 to ~3.5%, against 0.0004% for a random token). Seed lecture 000 ("MLP ~
 
 Two lmsci GPTs per seed: one trained on Shakespeare (:mod:`lmsci.worlds.shakespeare`, BPE, trained with
 :func:`lmsci.train.corpus_lm.train_corpus_gpt`) and one that memorised a bioS world
-(:func:`lmsci.experiments.knowledge_neurons.train_bios_model`). Keys are searched over training text (Shakespeare
+(:func:`lmsci.experiments.knowledge.knowledge_neurons.train_bios_model`). Keys are searched over training text (Shakespeare
 windows; the bioS training biographies); values are projected through the output embedding without the final norm
 (the paper's ``softmax(v E)``). The chance level is the shuffled-neuron baseline of
 :meth:`lmsci.measure.kv_memories.KVMemories.shuffled_agreement` (neuron i's value against neuron j's key, same
@@ -29,8 +29,8 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge_common import md_table, seed_values
-from lmsci.experiments.knowledge_neurons import RECALL_MIN, BiosModelSpec, train_bios_model
+from lmsci.experiments.knowledge.common import md_table, seed_values
+from lmsci.experiments.knowledge.knowledge_neurons import RECALL_MIN, BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
 from lmsci.measure.kv_memories import NORMS, key_value_memories, next_token_targets
 from lmsci.models.gpt import GPT, GPTConfig
@@ -162,7 +162,7 @@ class MLPMemories(Experiment):
 
     def validate(self, cfg: MLPMemoriesConfig) -> None:
         from lmsci.errors import ConfigError
-        from lmsci.experiments.knowledge_common import check_model
+        from lmsci.experiments.knowledge.common import check_model
 
         bad = [k for k in cfg.kinds if k not in KINDS]
         if bad or not cfg.kinds:
@@ -175,7 +175,7 @@ class MLPMemories(Experiment):
         return [Point(k, {"kind": k}) for k in cfg.kinds]
 
     def run_point(self, cfg: MLPMemoriesConfig, point: Point, ctx: PointContext) -> dict:
-        from lmsci.experiments.knowledge_common import make_model
+        from lmsci.experiments.knowledge.common import make_model
 
         kind = point.params["kind"]
         if kind == "shakespeare":

@@ -44,6 +44,7 @@ from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.models.hf import to_hf
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.train.trainer import TrainConfig, train
+from lmsci.stats import clopper_pearson
 
 TPR_MIN = 0.95
 KS_ALPHA = 0.01
@@ -89,16 +90,6 @@ class WatermarkConfig(ExperimentConfig):
         "paper": {"n_seeds": 3, "n_texts": 500, "steps": 20000, "d_model": 512, "n_layers": 8, "n_heads": 8,
                   "batch_size": 64, "sweep_texts": 500, "gen_batch": 100, "threads": 0},
     }
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact binomial interval for ``k`` successes out of ``n``."""
-    from scipy.stats import beta
-
-    a = 1 - level
-    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
-    return lo, hi
 
 
 def thm42_z(mean_spike: float, gamma: float, delta: float, T: int) -> float:

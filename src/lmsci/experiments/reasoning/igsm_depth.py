@@ -12,7 +12,7 @@ then scored on the same fresh test-hash problems at op ``max_op + 1 .. max_op + 
 checker). The statistic is paired by seed.
 
 The claim is registered for the ``gpu`` and ``paper`` presets only: the quick models stay near 0% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.igsm_common`), so quick runs and reports its values but decides nothing.
+sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 Null arm, measured in the same run: the same paired statistic for random-init models of the two shapes (each
 point also decodes its random-init model on the same out-of-distribution problems).
 """
@@ -27,7 +27,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, save_figure
-from lmsci.experiments.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            evaluate_ops, ok_rows, ood_ops, random_init, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed

@@ -6,7 +6,7 @@ Source: Han, Xu, Li, Ji, "Word Embeddings Are Steers for Language Models", ACL 2
 (``data/toxicity/toxicity_preprocess.sh``, ``experiments/evaluation/evaluate.py``), spec
 ``shared/research/seed_authors_code.md`` sec. 1.2-1.5; issue 15.
 
-Inputs (config fields of :class:`lmsci.experiments.lm_steer.LMSteerConfig`; nothing is downloaded):
+Inputs (config fields of :class:`lmsci.experiments.steering.lm_steer.LMSteerConfig`; nothing is downloaded):
 
 * ``model_path`` -- the steered causal LM, a local directory :func:`lmsci.models.hf.load_hf` reads.
 * ``fluency_model_path`` -- the perplexity judge (GPT2-XL in the paper), sharing ``model_path``'s tokenizer; None:
@@ -33,7 +33,7 @@ Dist-1/2/3. The trained steer and each finished steer value are stored under the
 an interrupted run resumes without redoing them.
 
 Null arm of both claims (``detox``, ``detox-tradeoff``), in the same run: the trained steer's W replaced by a random
-W of the same Frobenius norm and rank (:func:`lmsci.experiments.lm_steer.random_like`, the dummy steer kept), scored
+W of the same Frobenius norm and rank (:func:`lmsci.experiments.steering.lm_steer.random_like`, the dummy steer kept), scored
 the same way at every nonzero steer value of ``detox_grid`` with the same prompts and sampling seed (columns
 ``null_detox_*``): it carries no toxicity direction by construction, so a reduction it shows comes from perturbing
 the model, not from the steer (for example degraded text the classifier scores as less toxic).
@@ -240,7 +240,7 @@ def run(cfg: Any, points: list, ctxs: list) -> list[dict[str, Any]]:
         row["detox_curve"] = json.dumps(curve)
         # the null arm: a random W of the same Frobenius norm and rank (dummy kept), the same prompts and sampling
         # seed at every nonzero steer value (at 0 no steer acts: the real arm's numbers)
-        from lmsci.experiments.lm_steer import random_like
+        from lmsci.experiments.steering.lm_steer import random_like
 
         null_steer = random_like(steer, derive_seed(ctx.seed, "null", "detox"))
         null_curve = []
@@ -306,7 +306,7 @@ def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
                                       "paper": paper, **null_details},
                              note="toxicity from a local classifier, not the Perspective API: compare reductions, "
                                   "not levels, with the paper"))
-    from lmsci.experiments.lm_steer import mean_curve
+    from lmsci.experiments.steering.lm_steer import mean_curve
 
     curves = [json.loads(c) for c in res["detox_curve"]]
     mc = mean_curve(curves)
@@ -334,7 +334,7 @@ def figures(results: pd.DataFrame, run: Any) -> list:
     import matplotlib.pyplot as plt
 
     from lmsci.experiments.base import save_figure
-    from lmsci.experiments.lm_steer import mean_curve
+    from lmsci.experiments.steering.lm_steer import mean_curve
 
     curves = [json.loads(c) for c in results["detox_curve"]]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -357,7 +357,7 @@ def figures(results: pd.DataFrame, run: Any) -> list:
 
 def report_section(results: pd.DataFrame, run: Any) -> str:
     """A table of the detoxification metrics per steer value (mean over seeds) and sample continuations."""
-    from lmsci.experiments.lm_steer import mean_curve
+    from lmsci.experiments.steering.lm_steer import mean_curve
 
     r = results.iloc[0]
     mc = mean_curve([json.loads(c) for c in results["detox_curve"]])
