@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -31,6 +32,24 @@ ADDRESS_HELP = ("with --backend ray: the Ray head HOST:PORT (`ray start --head` 
                 "auto (default: $RAY_ADDRESS, else a new Ray instance on this machine)")
 
 
+DEVICE_HELP = "cpu | cuda | cuda:N | auto: the config's device field (the same as --set device=...)"
+
+
+def device_overrides(set_: Optional[list[str]], device: Optional[str]) -> list[str]:
+    """The ``--set`` overrides with ``--device D`` added as ``device=D`` (validated as the config's ``device``
+    field: cpu | cuda | cuda:N | auto; cuda without CUDA is refused before any work).
+
+    Raises:
+        ConfigError: ``--device`` beside ``--set device=...`` (one of the two, please).
+    """
+    out = list(set_ or [])
+    if device is None:
+        return out
+    if any(s.split("=", 1)[0].strip() == "device" for s in out):
+        raise ConfigError("--device", device, "either --device or --set device=..., not both")
+    return out + [f"device={device}"]
+
+
 def _guard(fn, *args, **kwargs):
     """Run ``fn``; turn lmsci input errors into a clear message and exit code 2."""
     try:
@@ -39,9 +58,109 @@ def _guard(fn, *args, **kwargs):
         fail(str(e))
 
 
+LIST_WIDTH = 120  # `lmsci list` fits a 120-column terminal
+
+_DURATION = re.compile(r"(~)?\s*(\d+(?:\.\d+)?)\s*(?:CPU-)?(s|sec|seconds?|min|minutes?|h|hours?)\b")
+
+
+def short_time(text: str | None) -> str:
+    """The first duration in a free-text time estimate, in short form: ``"~260 s (estimated ...)"`` -> ``"~4m"``,
+    ``"711 s measured ..."`` -> ``"12m"``, ``"~1 h on one H100"`` -> ``"~60m"``, under a minute ``"30s"``.
+
+    ``~`` marks an estimate: the duration is written with ``~``, or the text says "estimated" before it says
+    "measured". ``"-"`` for no text, ``"?"`` when the text holds no duration (seconds, minutes or hours).
+    """
+    if not text:
+        return "-"
+    m = _DURATION.search(text)
+    if m is None:
+        return "?"
+    value, unit = float(m.group(2)), m.group(3)
+    seconds = value * (3600 if unit.startswith("h") else 60 if unit.startswith("min") else 1)
+    low = text.lower()
+    est, meas = low.find("estimat"), low.find("measured")
+    approx = bool(m.group(1)) or (est >= 0 and (meas < 0 or est < meas))
+    short = f"{round(seconds)}s" if seconds < 59.5 else f"{int(seconds / 60 + 0.5)}m"
+    return ("~" if approx else "") + short
+
+
+def outcome_summary(rows) -> str:
+    """One experiment's published rows (a claims-table slice) as ``"3R 1N 0I"`` (claims reproduced / not
+    reproduced / inconclusive, seed-dependent included, ablations apart, as the README's counts), then
+    ``"2P"``/``"1F"``/``"1?"`` for design checks passed / failed / inconclusive and ``"2u"`` for items not
+    decided at the table's preset (each only when non-zero); ``"-"`` for no rows."""
+    from lmsci.suite import table_counts
+
+    if rows is None or len(rows) == 0:
+        return "-"
+    c = table_counts(rows)
+    parts = [f"{c['reproduced']}R {c['not reproduced']}N {c['inconclusive']}I"]
+    for key, tag in (("checks passed", "P"), ("checks failed", "F"), ("checks inconclusive", "?"),
+                     ("not decided at this preset", "u"), ("errors", "E")):
+        if c[key]:
+            parts.append(f"{c[key]}{tag}")
+    return " ".join(parts)
+
+
+def _published_quick():
+    """The published quick table (``results/quick/claims.csv`` of :func:`lmsci.suite.results_root`), or None."""
+    from lmsci.suite import CLAIMS_CSV, load_claims_table, results_root
+
+    f = results_root() / "quick" / CLAIMS_CSV
+    if not f.is_file():
+        return None
+    try:
+        return load_claims_table(f)
+    except RunDirError:
+        return None
+
+
+def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
+    """`lmsci list`'s lines: a title, a header, one line per experiment (name, family, claims, checks, the
+    published quick outcome, quick and gpu time, the claim tested cut to fit) and a legend, each at most
+    ``width`` characters."""
+    from lmsci.experiments.registry import PACKAGE, catalog
+
+    pub = _published_quick()
+    rows = []
+    for name, cls in catalog().items():
+        mod = cls.__module__
+        family = mod.split(".")[2] if mod.startswith(PACKAGE + ".") and mod.count(".") >= 3 else "-"
+        n_claims = sum(c.kind != "check" and not c.ablation for c in cls.claims)
+        n_abl = sum(c.kind != "check" and bool(c.ablation) for c in cls.claims)
+        n_checks = sum(c.kind == "check" for c in cls.claims)
+        mine = None if pub is None else pub[pub["experiment"] == name]
+        est = cls.time_estimate
+        rows.append([name, family, f"{n_claims}" + (f"+{n_abl}a" if n_abl else ""), str(n_checks or "-"),
+                     outcome_summary(mine), short_time(est.get("quick")),
+                     short_time(est.get("gpu")) if "gpu" in cls.Config.PRESETS else "-", " ".join(cls.claim.split())])
+    head = ["name", "family", "claims", "checks", "quick outcome", "quick", "gpu", "claim tested"]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
+
+    def line(cells: list[str]) -> str:
+        left = "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  "
+        room = width - len(left)
+        last = cells[-1] if len(cells[-1]) <= room else cells[-1][:max(room - 3, 0)] + "..."
+        return (left + last).rstrip()[:width]
+
+    title = f"{len(rows)} experiments (`lmsci list --long`: claims, sources, every preset's time)"
+    legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1): R reproduced,",
+              "N not reproduced, I inconclusive (claims; ablations apart); design checks P passed, F failed,",
+              "? inconclusive; u not decided at quick; - no row. claims: +Na = N ablations. Times: ~ estimated."]
+    return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
+
+
 @app.command("list")
-def list_cmd() -> None:
-    """The catalog: each experiment, the claim it tests, its source and time per preset."""
+def list_cmd(
+    long: bool = typer.Option(False, "--long", "-l", help="the detailed catalog: claim, source and time per "
+                              "preset in full (160 columns)"),
+) -> None:
+    """The catalog: one line per experiment (name, family, claims, published quick outcome, quick and gpu
+    time) in 120 columns; --long for each one's claim, source and time per preset in full."""
+    if not long:
+        for s in catalog_lines():
+            typer.echo(s)
+        return
     from rich.console import Console
     from rich.table import Table
 
@@ -120,10 +239,12 @@ def run_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (rerun into it to resume)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="master seed (default: the config's, 0)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show progress bars"),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
     config: Optional[Path] = typer.Option(None, "--config", help="a resolved config.yaml to run as it is "
-                                          "(what `lmsci suite --jobs` hands each process); --set/--seed refused"),
+                                          "(what `lmsci suite --jobs` hands each process); --set/--seed/--device "
+                                          "refused"),
 ) -> None:
     """Run (or resume) an experiment: data, training, measurement, report and verdict."""
     from lmsci.backends import make_backend
@@ -138,15 +259,16 @@ def run_cmd(
             from lmsci.config import config_from_yaml
             from lmsci.errors import ConfigError
 
-            if set_ or seed is not None:
-                raise ConfigError("--config", str(config), "a config file alone (no --set or --seed beside it)")
+            if set_ or seed is not None or device is not None:
+                raise ConfigError("--config", str(config), "a config file alone (no --set, --seed or --device "
+                                  "beside it)")
             if not config.is_file():
                 raise ConfigError("--config", str(config), "an existing config.yaml")
             cfg = config_from_yaml(cls.Config, config.read_text())
             if cfg.preset != preset:
                 raise ConfigError("--config", str(config), f"a config of preset {preset!r} (it has {cfg.preset!r})")
         else:
-            cfg = resolve_config(cls.Config, preset, set_ or [], seed)
+            cfg = resolve_config(cls.Config, preset, device_overrides(set_, device), seed)
         try:
             return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True),
                                   backend=b)
@@ -165,7 +287,8 @@ def suite_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="suite directory (rerun into it to resume)"),
     compare: Optional[Path] = typer.Option(None, "--compare", help="an earlier suite directory: mark every claim "
                                            "whose outcome changed or whose value moved outside its interval"),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto, for every experiment"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda | cuda:N | auto, for every experiment "
+                                         "(its config's device field)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="key=value for every experiment "
                                              "(seed, threads, n_seeds)"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="master seeds, e.g. 0,1: each experiment runs once per "
