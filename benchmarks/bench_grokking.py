@@ -3,9 +3,9 @@
 Arms (the same K members: seeds with weight decay and wd = 0 controls alternating, each on its own split of
 (x + y) mod p; full-batch AdamW; the run's protocol of ``grokking``):
 
-* ``single``: :func:`lmsci.experiments.dynamics.grokking.train_modular` for each member in turn (one GPT through
+* ``single``: :func:`lmsci.train.modular.train_modular` for each member in turn (one GPT through
   ``answer_logits``, torch AdamW), the reference the experiments used before;
-* ``stacked``: :func:`lmsci.experiments.dynamics.grokking.train_modular_stacked` with all K members (per-token tables,
+* ``stacked``: :func:`lmsci.train.modular.train_modular_stacked` with all K members (per-token tables,
   every weight with a leading member dimension, batched matmuls, fused AdamW), what the experiments run now;
 * ``vmap``: :class:`lmsci.train.stacked.StackedModels` (torch.func ``vmap`` over ``functional_call`` of the
   same answer-position GPT) with fused AdamW: training steps only (no evaluation), for comparison.
@@ -45,9 +45,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from lmsci.config import resolve_config
-    from lmsci.experiments.dynamics.grokking import (
-        GrokkingConfig, ModularMember, answer_logits, grokking_model, train_modular, train_modular_stacked,
-    )
+    from lmsci.experiments.dynamics.grokking import GrokkingConfig
+    from lmsci.models.modular import answer_logits, grokking_model
+    from lmsci.train.modular import ModularMember, train_modular, train_modular_stacked
     from lmsci.runs import derive_seed
     from lmsci.train.stacked import StackedModels
     from lmsci.worlds.modular import modular_data

@@ -15,9 +15,10 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.dynamics.grokking import (
-    TOP_SHARE, Grokking, GrokkingConfig, GrokkingFractions, GrokkingFractionsConfig, answer_logits, detect_phases, grokking_model,
-)
+from lmsci.experiments.dynamics.grokking import TOP_SHARE, Grokking, GrokkingConfig
+from lmsci.experiments.dynamics.grokking_fractions import GrokkingFractions, GrokkingFractionsConfig
+from lmsci.measure.progress import detect_phases
+from lmsci.models.modular import answer_logits, grokking_model
 from lmsci.measure.fourier import embedding_spectrum, fourier_basis, fourier_logit_split, key_frequencies, top_share
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir
@@ -309,7 +310,7 @@ def test_smoke_run_end_to_end(tmp_path):
 
 
 def test_stacked_answer_logits_equal_each_models_answer_logits():
-    from lmsci.experiments.dynamics.grokking import stacked_answer_logits
+    from lmsci.models.modular import stacked_answer_logits
 
     models = [grokking_model(13, d_model=32, n_heads=4, d_mlp=64, seed=s) for s in (1, 2, 3)]
     ids = torch.stack([modular_data(13, "add", 0.5, seed=s).train()[0] for s in (1, 2, 3)])  # [3, B, 3]
@@ -338,7 +339,7 @@ def _compare(stacked, single, rtol=1e-6):
 def test_stacked_training_matches_single_model_training():
     """Same seeds -> same curves: seeds with weight decay and wd = 0 controls, different training fractions (padded
     rows), all in one stack, against train_modular one model at a time."""
-    from lmsci.experiments.dynamics.grokking import ModularMember, train_modular, train_modular_stacked
+    from lmsci.train.modular import ModularMember, train_modular, train_modular_stacked
     from lmsci.runs import derive_seed
 
     cfg = resolve_config(GrokkingConfig, "smoke", {"eval_every": 1, "threads": 1})
@@ -354,14 +355,14 @@ def test_stacked_training_matches_single_model_training():
     assert res[0]["curve"]["weight_norm"].iloc[-1] < res[1]["curve"]["weight_norm"].iloc[-1]  # decay acts per member
 
 
-def test_members_that_stop_leave_the_stack_and_the_rest_go_on_unchanged(monkeypatch):
+def test_members_that_stop_leave_the_stack_and_the_rest_go_on_unchanged():
     """stop_at_gen with a low threshold: members leave the stack at different steps (the stack and its padding
     shrink), each curve still equals its single-model run."""
-    import lmsci.experiments.dynamics.grokking as g
+    import lmsci.train.modular as g
     from lmsci.runs import derive_seed
 
-    monkeypatch.setattr(g, "ACC", 0.2)
-    cfg = resolve_config(GrokkingFractionsConfig, "smoke", {"eval_every": 5, "threads": 1})
+    cfg = g.ModularSpec.of(resolve_config(GrokkingFractionsConfig, "smoke", {"eval_every": 5, "threads": 1}),
+                           reach_acc=0.2)
     specs = [(0, 0.8), (1, 0.5), (2, 0.8), (3, 0.3)]
     members = [g.ModularMember(modular_data(7, "div", f, seed=derive_seed(s, "split")), 1.0, derive_seed(s, "init"),
                                stop_at_gen=True) for s, f in specs]

@@ -3,7 +3,7 @@
 Fixtures (``fixtures/grokking/``, see ``fixtures/grokking/SOURCE.json`` and ``scripts/parity/grokking.md``):
 
 * ``weights.safetensors``: three checkpoints (steps 0, 300, 1500) of a tiny one-layer model in lmsci's own
-  architecture (:func:`lmsci.experiments.dynamics.grokking.grokking_model`, p = 31, d_model 32, 2 heads, d_mlp 128), trained
+  architecture (:func:`lmsci.models.modular.grokking_model`, p = 31, d_model 32, 2 heads, d_mlp 128), trained
   by lmsci on (x + y) mod 31 with the attention biases held at zero (the official model has none); keys
   ``step{S}.{lmsci parameter name}``.
 * ``official.json``: the split (lmsci's ``train_idx``) and, per checkpoint, what the official functions of
@@ -29,7 +29,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmsci.experiments.dynamics.grokking import answer_logits, grokking_model, progress_measures
+from lmsci.measure.progress import progress_measures
+from lmsci.models.modular import answer_logits, grokking_model
 from lmsci.measure.fourier import embedding_spectrum, fourier_logit_split, key_frequencies
 from lmsci.worlds.modular import ModularData, apply_op
 
