@@ -64,7 +64,11 @@ Hook points (shapes; ``batch`` = B, ``seq`` = T, ``q``/``k`` = query/key positio
 ``final``                              after the final norm                  ``[B, T, d_model]``
 =====================================  ==========================================================
 
-(``mlp.*`` and ``resid_mid`` do not exist when ``mlp="none"``.) A hook function is called as
+(``mlp.*`` and ``resid_mid`` do not exist when ``mlp="none"``.) TransformerLens's spellings are aliases
+(:data:`TRANSFORMER_LENS_ALIASES`): ``blocks.{i}.hook_resid_pre``/``hook_resid_mid``/``hook_resid_post``,
+``blocks.{i}.attn.hook_attn_scores``/``hook_pattern``/``hook_z``, ``blocks.{i}.hook_attn_out``,
+``blocks.{i}.mlp.hook_pre``/``hook_post``, ``blocks.{i}.hook_mlp_out``, ``ln_final.hook_normalized`` and
+``hook_embed`` (only without learned positions). A hook function is called as
 ``fn(activation, hook)`` where ``hook.name`` is the hook point's name; it returns ``None`` (read only)
 or a tensor of the same shape that replaces the activation. Hooks are only attached inside
 :meth:`GPT.hooks`, which always removes them on exit, also when the body raises.
@@ -75,6 +79,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -207,6 +212,63 @@ def select_names(name: str | Callable[[str], bool], table: Mapping[str, T]) -> l
     return []
 
 
+# TransformerLens's hook names (TransformerLensOrg/TransformerLens, ``hook_points.py`` and ``components/``:
+# ``HookedTransformer.hook_embed``, ``TransformerBlock.hook_resid_pre`` ...) -> lmsci's, ``{i}`` the layer.
+TRANSFORMER_LENS_ALIASES: dict[str, str] = {
+    "hook_embed": "embed",                                        # token embedding (see transformer_lens_name)
+    "blocks.{i}.hook_resid_pre": "blocks.{i}.resid_pre",          # [B, T, d_model]
+    "blocks.{i}.attn.hook_attn_scores": "blocks.{i}.attn.scores",  # [B, n_heads, q, k], scaled, masked
+    "blocks.{i}.attn.hook_pattern": "blocks.{i}.attn.pattern",    # [B, n_heads, q, k]
+    "blocks.{i}.attn.hook_z": "blocks.{i}.attn.z",                # [B, T, n_heads, d_head]
+    "blocks.{i}.hook_attn_out": "blocks.{i}.attn.out",            # [B, T, d_model]
+    "blocks.{i}.hook_resid_mid": "blocks.{i}.resid_mid",          # [B, T, d_model]
+    "blocks.{i}.mlp.hook_pre": "blocks.{i}.mlp.pre",              # [B, T, d_mlp] (the gate for SwiGLU)
+    "blocks.{i}.mlp.hook_post": "blocks.{i}.mlp.post",            # [B, T, d_mlp]
+    "blocks.{i}.hook_mlp_out": "blocks.{i}.mlp.out",              # [B, T, d_model]
+    "blocks.{i}.hook_resid_post": "blocks.{i}.resid_post",        # [B, T, d_model]
+    "ln_final.hook_normalized": "final",                          # [B, T, d_model], after the norm's weight
+}
+_TL_PATTERNS = [(re.compile(k.replace(".", r"\.").replace("{i}", r"([0-9*?\[\]!-]+)") + "$"), v)
+                for k, v in TRANSFORMER_LENS_ALIASES.items()]
+
+
+def transformer_lens_name(name: str, positions_in_embed: bool = False) -> str | None:
+    """The lmsci hook name of a TransformerLens hook name (:data:`TRANSFORMER_LENS_ALIASES`), or None when
+    ``name`` is not one. Layer globs carry over (``"blocks.*.attn.hook_pattern"`` -> ``"blocks.*.attn.pattern"``).
+
+    TransformerLens names without an lmsci hook point have no alias: ``hook_pos_embed``, ``attn.hook_q`` /
+    ``hook_k`` / ``hook_v`` / ``hook_result``, ``hook_attn_in``, ``hook_mlp_in``, ``ln*.hook_scale``.
+
+    Args:
+        name: a hook name, e.g. ``"blocks.0.hook_resid_post"``.
+        positions_in_embed: lmsci's ``embed`` adds learned positions (``GPTConfig.pos == "learned"``), so it is
+            TransformerLens's ``blocks.0.hook_resid_pre``, not its ``hook_embed`` (the token embedding alone).
+
+    Raises:
+        ConfigError: ``hook_embed`` when ``positions_in_embed`` (the token embedding alone is not hooked).
+    """
+    for pat, target in _TL_PATTERNS:
+        m = pat.match(name)
+        if m is None:
+            continue
+        if name == "hook_embed" and positions_in_embed:
+            raise ConfigError("hook", name, "a name lmsci hooks: this GPT's 'embed' adds learned positions "
+                              "(TransformerLens's 'blocks.0.hook_resid_pre'); the token embedding alone has no hook")
+        return target.replace("{i}", m.group(1)) if m.groups() else target
+    return None
+
+
+class HookCache(dict):
+    """The dict that :meth:`GPT.hooks` and ``HFModel.hooks`` record into; a TransformerLens name missing from it
+    is looked up under its lmsci name (``cache["blocks.0.hook_resid_post"]`` is ``cache["blocks.0.resid_post"]``)."""
+
+    def __missing__(self, key: str) -> Tensor:
+        alias = transformer_lens_name(key) if isinstance(key, str) else None
+        if alias is not None and alias in self:
+            return self[alias]
+        raise KeyError(key)
+
+
 def hook_plan(fwd_hooks: Iterable[tuple[Any, Callable]] | Mapping[Any, Callable],
               cache: Iterable[str] | str | Callable[[str], bool] | None,
               resolve: Callable[[Any], list[T]]) -> tuple[list[tuple[T, Callable]], dict[str, Tensor]]:
@@ -215,7 +277,7 @@ def hook_plan(fwd_hooks: Iterable[tuple[Any, Callable]] | Mapping[Any, Callable]
     ``activation.detach()`` under ``hook.name``. Shared by :meth:`GPT.hooks` and ``HFModel.hooks``."""
     items = list(fwd_hooks.items()) if isinstance(fwd_hooks, Mapping) else list(fwd_hooks)
     plan: list[tuple[T, Callable]] = [(t, fn) for name, fn in items for t in resolve(name)]
-    store: dict[str, Tensor] = {}
+    store: dict[str, Tensor] = HookCache()
     if cache is not None:
         names = [cache] if isinstance(cache, str) or callable(cache) else list(cache)
 
@@ -651,10 +713,12 @@ class GPT(nn.Module):
 
     # -- hooks -------------------------------------------------------------------------------
     def _resolve(self, name: str | Callable[[str], bool]) -> list[HookPoint]:
-        points = self.hook_points
+        points, asked = self.hook_points, name
+        if isinstance(name, str) and name not in points:  # a TransformerLens spelling: its lmsci name
+            name = transformer_lens_name(name, positions_in_embed=self.cfg.pos == "learned") or name
         found = select_names(name, points)
         if not found and not callable(name):
-            raise UnknownNameError("hook point", name, points.keys())
+            raise UnknownNameError("hook point", asked, points.keys())
         return [h for _, h in found]
 
     @contextmanager
@@ -667,10 +731,11 @@ class GPT(nn.Module):
 
         Args:
             fwd_hooks: ``[(name, fn), ...]`` or ``{name: fn}``. ``name`` is a hook point name, a glob
-                (``"blocks.*.attn.pattern"``) or a predicate on names. ``fn(activation, hook)`` returns
+                (``"blocks.*.attn.pattern"``), a TransformerLens name or glob (``"blocks.0.attn.hook_pattern"``,
+                :data:`TRANSFORMER_LENS_ALIASES`) or a predicate on (lmsci) names. ``fn(activation, hook)`` returns
                 ``None`` to read or a same-shape tensor to replace the activation.
             cache: names/globs/predicate of activations to record (detached) into the yielded dict,
-                keyed by hook name; ``"*"`` records everything. Recording happens after the
+                keyed by lmsci hook name (a TransformerLens name also finds its entry); ``"*"`` records everything. Recording happens after the
                 ``fwd_hooks`` of the same point ran (it sees patched values).
 
         Yields:

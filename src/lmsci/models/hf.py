@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from lmsci.errors import ConfigError, LmsciError, UnknownNameError
-from lmsci.models.gpt import GPT, GPTConfig, hook_plan, select_names
+from lmsci.models.gpt import GPT, GPTConfig, hook_plan, select_names, transformer_lens_name
 
 EXPORT_ATOL = 1e-4
 
@@ -348,7 +348,10 @@ class HFModel:
         ``act(gate) * up`` for SwiGLU: the *input* of the down projection, so this name returns the down
         projection's path and :meth:`hooks` attaches a forward pre-hook there; see :meth:`arch_site`),
         ``final`` (the final norm's output), ``embed`` (the token embedding's output; lmsci GPT's ``embed``
-        adds learned positions, which rotary families do not have). Instruments written with these names
+        adds learned positions, which rotary families do not have). :meth:`hooks` also takes TransformerLens's
+        spellings of these (``blocks.{i}.hook_resid_post``, ``hook_attn_out``, ``hook_mlp_out``,
+        ``mlp.hook_pre``, ``mlp.hook_post``, ``ln_final.hook_normalized``, ``hook_embed``; see
+        :data:`lmsci.models.gpt.TRANSFORMER_LENS_ALIASES`). Instruments written with these names
         (probes, attention, knowledge, key-value-memory instruments) run on every family the map supports.
 
         Raises:
@@ -394,7 +397,9 @@ class HFModel:
         mods = dict(self.model.named_modules())
         mods.pop("", None)
         if isinstance(name, str) and name not in mods:
-            site = self.arch_site(name)
+            # an lmsci hook name, or a TransformerLens one (``blocks.0.hook_resid_post``; here ``hook_embed`` is
+            # the token embedding, as in TransformerLens)
+            site = self.arch_site(transformer_lens_name(name) or name)
             if site is not None:  # an lmsci hook name: the mapped module, keyed by the name asked for
                 module = self.model.get_submodule(site[0])
                 return [(name, _InputOf(module) if site[1] == "input" else module)]
