@@ -92,3 +92,12 @@ def test_watermark_walk_bench_draws_the_same_and_prints_a_ratio():
     diff = float(re.search(r"max \|log-prob difference\|: ([0-9.e+-]+|nan)", text).group(1))
     assert ratio > 0 and "same draws for one seed: True" in text
     assert diff < 1e-4  # the cached proposal scores like a full pass
+
+
+def test_train_throughput_bench_compiled_equals_eager():
+    text = _run("bench_train_throughput.py", "--shapes", "32x1", "--steps", "3", "--warmup", "1", "--windows", "1",
+                "--k", "2", "--seq-len", "16", "--vocab", "32", "--batch-size", "2")
+    arms = dict(re.findall(r"layers  (\w+)\s+[0-9,]+ tok/s  \(MFU [0-9.e+-]+%\)  ratio \w+/eager ([0-9.]+)x", text))
+    assert set(arms) == {"eager", "bf16", "compiled", "stacked"} and float(arms["eager"]) == 1.0
+    diff = float(re.search(r"compiled vs eager: max rel\. loss difference ([0-9.e+-]+) over 3 steps", text).group(1))
+    assert diff < 1e-4  # torch.compile trains the same model on the same batches
