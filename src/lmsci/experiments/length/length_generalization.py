@@ -46,10 +46,12 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, across_seeds
+from lmsci.claims import Claim
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.length._length_generalization_figures import figures as length_generalization_figures
+from lmsci.experiments.length._length_generalization_verdicts import CLAIM_VERDICTS
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, Verdict, derive_seed
 
@@ -182,9 +184,6 @@ def _bounds(cfg: LengthGeneralizationConfig) -> dict[str, tuple[int, int]]:
 
 
 _SRC = "Han et al., LM-Infinite, NAACL 2024, arXiv 2308.16137"
-CLAIM_MARGIN = 1.05  # far/in NLL ratio registered by the claims
-RISE = 0.25  # nats, registered by vanilla-nll-rises
-ENTROPY_TOL = 0.05  # nats, registered by entropy-grows
 
 
 @register("length-generalization")
@@ -424,310 +423,15 @@ class LengthGeneralization(Experiment):
         np.savez(ctx.artifact_dir / "profile.npz", **arrays)
         return row
 
-    # -- verdicts ----------------------------------------------------------------------------
-    @staticmethod
-    def _nll(run: RunDir, method: str, seed_index: int = 0) -> np.ndarray | None:
-        sfx = "" if seed_index == 0 else f"__s{seed_index}"
-        p = run.point_dir(f"eval-{method}{sfx}") / "nll.npy"
-        return np.load(p) if p.is_file() else None
-
-    @staticmethod
-    def _per_seed(results: pd.DataFrame, kind: str, method: str | None, column: str) -> dict[int, float]:
-        """seed_index -> ``column`` of the (kind, method) row of that seed (finite values only)."""
-        r = results[results["kind"] == kind]
-        if method is not None:
-            r = r[r["method"] == method]
-        seeds = r["seed_index"] if "seed_index" in r else pd.Series(0, index=r.index)
-        out = {}
-        for k, v in zip(seeds, r[column] if column in r else [np.nan] * len(r)):
-            try:
-                v = float(v)
-            except (TypeError, ValueError):
-                continue
-            if np.isfinite(v):
-                out[int(k)] = v
-        return out
-
-    @staticmethod
-    def _within(mean: dict[int, float], se: dict[int, float]) -> dict[str, list[float]]:
-        """Per-seed within-run 95% normal CIs (over evaluation sequences)."""
-        return {f"seed {k}": [m - 1.96 * se.get(k, np.nan), m + 1.96 * se.get(k, np.nan)] for k, m in mean.items()}
-
+    # -- verdicts and figures (one function per claim / figure, in sibling modules) ------------------------
     def verdicts(self, cfg: LengthGeneralizationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out: list[Verdict] = []
-        ps = self._per_seed
-        lmi_m = f"lm_infinite_G{cfg.n_global}"
-        wr = "within-run 95% CI over evaluation sequences, per seed"
+        """One verdict per registered claim whose measurements are in ``results`` (claim order); see
+        :mod:`lmsci.experiments.length._length_generalization_verdicts`."""
+        return [v for claim_verdict in CLAIM_VERDICTS for v in claim_verdict(self, cfg, results)]
 
-        # vanilla-nll-rises
-        rise = ps(results, "eval", "vanilla", "far_minus_ref")
-        if rise:
-            st = across_seeds(rise.values())
-            v_in, v_ref = ps(results, "eval", "vanilla", "nll_in"), ps(results, "eval", "vanilla", "nll_ref_in")
-            n_rise = {k: v_in[k] - v_ref[k] for k in rise if k in v_in and k in v_ref}
-            null = None
-            if len(n_rise) == len(rise):
-                ns = across_seeds(n_rise.values())
-                null = (ns.mean, bool(ns.mean >= RISE and ns.lo > 0))
-            out.append(self.judge(
-                cfg, "vanilla-nll-rises", value=st.mean, passed=bool(st.mean >= RISE and st.lo > 0), ci=st.ci,
-                ci_kind=st.kind, n_seeds=st.n, null=null,
-                details={"per_seed": rise, "null_per_seed (within the training length)": n_rise, wr: self._within(rise, ps(results, "eval", "vanilla", "far_minus_ref_se")),
-                         "nll_in_ref": ps(results, "eval", "vanilla", "nll_ref_in"),
-                         "nll_far": ps(results, "eval", "vanilla", "nll_far")},
-                note="Small char-level models can extrapolate RoPE partly; larger models / longer training sharpen "
-                     "the failure." if st.mean < RISE else ""))
-
-        # lm-infinite-flat (+ the paper's in-window caveat, reported not gated)
-        ratio = ps(results, "eval", lmi_m, "far_ratio")
-        if ratio:
-            st = across_seeds(ratio.values())
-            inwin = {"nll_in_lm_infinite": ps(results, "eval", lmi_m, "nll_in"),
-                     "nll_in_vanilla": ps(results, "eval", "vanilla", "nll_in"),
-                     "nll_far_lm_infinite": ps(results, "eval", lmi_m, "nll_far"),
-                     "nll_in_ref": ps(results, "eval", lmi_m, "nll_ref_in")}
-            van = ps(results, "eval", "vanilla", "far_ratio")
-            null = None
-            if len(van) == len(ratio):
-                vs_ = across_seeds(van.values())
-                null = (vs_.mean, bool(vs_.hi <= CLAIM_MARGIN))
-            out.append(self.judge(
-                cfg, "lm-infinite-flat", value=st.mean, passed=bool(st.hi <= CLAIM_MARGIN), ci=st.ci, ci_kind=st.kind,
-                n_seeds=st.n, null=null,
-                details={"per_seed": ratio, "null_per_seed (vanilla)": van, wr: self._within(ratio, ps(results, "eval", lmi_m, "far_ratio_se")),
-                         "in_window_nll_reported_not_gated": inwin},
-                note=f"n_global={cfg.n_global}, window = distance ceiling = L={cfg.seq_len}. In-window NLL of "
-                     "LM-Infinite vs vanilla is reported in details (the paper's 3.4 -> 4.3 caveat), not gated."))
-
-        # sliding-window-degrades
-        sw = ps(results, "eval", "sliding_window", "far_ratio")
-        if sw:
-            st = across_seeds(sw.values())
-            lmi = ps(results, "eval", lmi_m, "far_ratio")
-            null = None
-            if len(lmi) == len(sw):
-                null = (across_seeds(lmi.values()).mean, bool(across_seeds(lmi.values()).mean > CLAIM_MARGIN))
-            out.append(self.judge(
-                cfg, "sliding-window-degrades", value=st.mean, passed=bool(st.mean > CLAIM_MARGIN), ci=st.ci,
-                ci_kind=st.kind, n_seeds=st.n, null=null,
-                details={"per_seed": sw, f"null_per_seed ({lmi_m}: the window with starting tokens)": lmi,
-                         wr: self._within(sw, ps(results, "eval", "sliding_window", "far_ratio_se"))},
-                note="StreamingLLM: window attention collapses once the first tokens (attention sinks) leave the "
-                     "cache; a tiny model with weak sinks may not show it."))
-
-        # needs-starting-tokens
-        g0 = ps(results, "eval", "lm_infinite_G0", "nll_far")
-        gs = sorted(g for g in set(cfg.ablation_n_global) | {cfg.n_global} if g >= 1)
-        if g0 and gs:
-            def gains(arm: str) -> tuple[dict, dict]:
-                """per-seed nll_far(G0) - nll_far(<arm><G>) and its across-seed stat, for every G."""
-                diffs, stats = {}, {}
-                for g in gs:
-                    gv = ps(results, "eval", f"lm_infinite_{arm}{g}", "nll_far")
-                    d = {k: g0[k] - gv[k] for k in g0 if k in gv}
-                    if d:
-                        diffs[f"{arm}{g}"] = d
-                        stats[g] = across_seeds(d.values())
-                return diffs, stats
-
-            diffs, stats = gains("G")
-            # the null arm: G extra recent keys (lm_infinite_W<G>) in place of the G starting tokens
-            ndiffs, nstats = gains("W")
-            null = None
-            if stats and set(nstats) == set(stats):
-                null = (min(s.mean for s in nstats.values()), bool(all(s.lo > 0 for s in nstats.values())))
-            if stats:
-                worst = min(stats, key=lambda g: stats[g].lo)
-                st = stats[worst]
-                out.append(self.judge(
-                    cfg, "needs-starting-tokens", value=min(s.mean for s in stats.values()),
-                    passed=bool(all(s.lo > 0 for s in stats.values())), ci=st.ci,
-                    ci_kind=f"{st.kind}, for G={worst} (the lowest CI)", n_seeds=min(s.n for s in stats.values()),
-                    null=null,
-                    details={"per_seed_nll_far_G0_minus_G": diffs,
-                             "ci_by_G": {f"G{g}": [s.lo, s.hi] for g, s in stats.items()},
-                             "null_per_seed_nll_far_G0_minus_W (G recent keys instead)": ndiffs,
-                             "null_ci_by_G": {f"W{g}": [s.lo, s.hi] for g, s in nstats.items()}}))
-
-        # entropy-grows
-        ve = self._layer_lists(results, "vanilla_entropy_far_minus_inmax_by_layer")
-        le = self._layer_lists(results, "lm_infinite_entropy_far_minus_inmax_by_layer")
-        if ve and le:
-            n_layers = min(len(v) for v in ve.values())
-            per_layer = [across_seeds([ve[k][i] for k in ve]) for i in range(n_layers)]
-            n_up = sum(s.lo > 0 for s in per_layer)
-            lmi_mean = across_seeds([float(np.mean(v)) for v in le.values()])
-            van_mean = across_seeds([float(np.mean(v)) for v in ve.values()])
-            swe = self._layer_lists(results, "sliding_window_entropy_far_minus_inmax_by_layer")
-            null, nd = None, {}
-            if swe and set(swe) == set(ve):
-                sw_layers = [across_seeds([swe[k][i] for k in swe]) for i in range(n_layers)]
-                n_up_sw = sum(s.lo > 0 for s in sw_layers)
-                null = (across_seeds([float(np.mean(v)) for v in swe.values()]).mean,
-                        bool(n_up_sw > n_layers / 2 and lmi_mean.mean <= ENTROPY_TOL))
-                nd = {"null_sliding_window_layers_with_ci_above_0": f"{n_up_sw} of {n_layers}",
-                      "null_per_seed_sliding_window_by_layer": swe}
-            out.append(self.judge(
-                cfg, "entropy-grows", value=van_mean.mean,
-                passed=bool(n_up > n_layers / 2 and lmi_mean.mean <= ENTROPY_TOL),
-                ci=van_mean.ci, ci_kind=van_mean.kind + " (vanilla, layer mean)", n_seeds=van_mean.n, null=null,
-                details={**nd, "vanilla_layers_with_ci_above_0": f"{n_up} of {n_layers}",
-                         "vanilla_ci_by_layer": [[s.mean, s.lo, s.hi] for s in per_layer],
-                         "lm_infinite_layer_mean": lmi_mean.mean, "lm_infinite_ci": list(lmi_mean.ci or ()),
-                         "per_seed_vanilla_by_layer": ve, "per_seed_lm_infinite_by_layer": le}))
-
-        # theorem1-logits-explode (equal key counts: bands of L keys)
-        t1 = self._layer_lists(results, "thm1_band_minus_in")
-        if t1:
-            arr = np.array([t1[k] for k in sorted(t1)], dtype=float)  # [seeds, layers, k]
-            n_layers, n_k = arr.shape[1], arr.shape[2]
-            lo = np.empty((n_layers, n_k))
-            mean = arr.mean(0)
-            for i in range(n_layers):
-                for j in range(n_k):
-                    lo[i, j] = across_seeds(arr[:, i, j]).lo
-            frac_k = (lo > 0).mean(1)  # per layer: fraction of k >= 1 with CI above 0
-            layers_ok = int((frac_k > 0.5).sum())
-            # the null arm: the same bands under the distance ceiling alone (no unseen distance)
-            c1 = self._layer_lists(results, "ceiling_thm1_band_minus_in")
-            null, nd = None, {}
-            if c1 and set(c1) == set(t1):
-                carr = np.array([c1[k] for k in sorted(c1)], dtype=float)
-                clo = np.array([[across_seeds(carr[:, i, j]).lo if np.isfinite(carr[:, i, j]).any() else np.nan
-                                 for j in range(carr.shape[2])] for i in range(carr.shape[1])])
-                c_layers_ok = int(((clo > 0).mean(1) > 0.5).sum())
-                finite = carr[np.isfinite(carr)]
-                null = (float(finite.mean()) if finite.size else None, bool(c_layers_ok > carr.shape[1] / 2))
-                nd = {"null_ceiling_layers_with_most_k_above_0": f"{c_layers_ok} of {carr.shape[1]}",
-                      "null_ceiling_mean_by_layer_and_k": np.round(carr.mean(0), 4).tolist()}
-            se = self._layer_lists(results, "thm1_band_minus_in_se")
-            out.append(self.judge(
-                cfg, "theorem1-logits-explode", value=float(mean.mean()), passed=bool(layers_ok > n_layers / 2),
-                ci_kind=f"per (layer, k) 95% CI across {arr.shape[0]} seed(s) (Student t); value = mean over layers, "
-                        "k and seeds", n_seeds=arr.shape[0], null=null,
-                details={**nd, "layers_with_most_k_above_0": f"{layers_ok} of {n_layers}",
-                         "fraction_of_k_with_ci_above_0_by_layer": frac_k.tolist(),
-                         "mean_by_layer_and_k": np.round(mean, 4).tolist(),
-                         "within-run SE over profile sequences (seed 0)": se.get(min(se), None) if se else None},
-                note=f"Bands of L={cfg.seq_len} keys: [kL, (k+1)L) vs [0, L), k = 1..{n_k}; each max is over the same "
-                     "number of keys."))
-
-        # theorem1-ceiling-bounds
-        bm = ps(results, "profile", None, "lmi_beyond_minus_in_max")
-        nk = ps(results, "profile", None, "lmi_n_beyond_keys")
-        if nk:
-            worst = max(bm.values()) if bm else float("nan")
-            passed = (not bm) or worst <= 0
-            vb = ps(results, "profile", None, "vanilla_beyond_minus_in_max")
-            null = (max(vb.values()), bool(max(vb.values()) <= 0)) if len(vb) == len(nk) else None
-            out.append(self.judge(
-                cfg, "theorem1-ceiling-bounds", value=worst if bm else None, passed=bool(passed),
-                n_seeds=len(nk), ci_kind="maximum over layers, sequences and seeds", null=null,
-                details={"per_seed_max": bm, "visible_keys_beyond_window": nk, "null_per_seed_max (vanilla)": vb}))
-        return out
-
-    @staticmethod
-    def _layer_lists(results: pd.DataFrame, column: str) -> dict[int, list]:
-        """seed_index -> the JSON list in ``column`` of that seed's profile row."""
-        r = results[results["kind"] == "profile"]
-        if column not in r:
-            return {}
-        seeds = r["seed_index"] if "seed_index" in r else pd.Series(0, index=r.index)
-        out = {}
-        for k, v in zip(seeds, r[column]):
-            if isinstance(v, str) and v:
-                out[int(k)] = json.loads(v)
-        return out
-
-    # -- figures ------------------------------------------------------------------------------
     def figures(self, cfg: LengthGeneralizationConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from lmsci.measure.attention import bucket_mean, log_buckets
-
-        figs: list[Figure] = []
-        L, T = cfg.seq_len, cfg.eval_factor * cfg.seq_len
-        edges = log_buckets(T - 1, first=max(4, L // 8), per_octave=2)
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-        for m, style in (("vanilla", "k-"), ("sliding_window", "C1--"), ("attention_sinks", "C2-."),
-                         (f"lm_infinite_G{cfg.n_global}", "C0-")):
-            a = self._nll(run, m)
-            if a is None:
-                continue
-            c, mu, se = bucket_mean(a, edges)
-            axes[0].errorbar(c + 1, mu, yerr=np.nan_to_num(se), fmt=style, label=m, capsize=2)
-        for g in sorted(cfg.ablation_n_global):
-            a = self._nll(run, f"lm_infinite_G{g}")
-            if a is None:
-                continue
-            c, mu, se = bucket_mean(a, edges)
-            axes[1].plot(c + 1, mu, marker="o", ms=3, label=f"n_global={g}")
-        for ax, t in zip(axes, ("methods", "LM-Infinite ablation over n_global")):
-            ax.axvline(L, color="gray", lw=0.8, ls=":")
-            ax.set_xscale("log")
-            ax.set_xlabel("context length (tokens)")
-            ax.set_ylabel("NLL (nats/token)")
-            ax.set_title(t)
-            ax.legend(fontsize=8)
-        figs.append(save_figure(fig, run, "nll_by_position.png",
-                                f"NLL vs context length (log buckets, mean ± SE over sequences); dotted line = training "
-                                f"length L={L}. Left: methods; right: LM-Infinite n_global ablation."))
-        pf = run.point_dir("profile") / "profile.npz"
-        if pf.is_file():
-            z = np.load(pf)
-            n_layers = z["vanilla_max_logit"].shape[0]
-            fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-            pos = np.arange(1, z["vanilla_max_logit"].shape[1] + 1)
-            for i in range(n_layers):
-                axes[0].plot(pos, z["vanilla_runmax"][i], color=f"C{i}", lw=1, label=f"layer {i} vanilla")
-                axes[0].plot(pos, z["lm_infinite_runmax"][i], color=f"C{i}", lw=1, ls="--",
-                             label=f"layer {i} LM-Inf")
-                for key, ls in (("vanilla_max_logit", "-"), ("lm_infinite_max_logit", "--")):
-                    c, mu, _ = bucket_mean(z[key][i][None], log_buckets(len(pos), first=4, per_octave=4))
-                    axes[1].plot(c + 1, mu, color=f"C{i}", lw=1.2, ls=ls, marker=".", ms=3)
-            ents = {}
-            for key in ("vanilla_entropy", "lm_infinite_entropy"):
-                c, mu, _ = bucket_mean(np.nanmean(z[key], 0)[None], log_buckets(len(pos), first=4, per_octave=4))
-                ents[key] = (c + 1, mu)
-            axes[2].plot(*ents["vanilla_entropy"], "k-", marker=".", label="vanilla")
-            axes[2].plot(*ents["lm_infinite_entropy"], "C0-", marker=".", label="LM-Infinite")
-            axes[2].plot(pos, np.log(pos), "k:", lw=0.8, label="ln n (uniform)")
-            axes[0].set_xlabel("distance from the last query")
-            axes[0].set_ylabel("running max logit (max over heads)")
-            axes[0].set_title("Thm 1: logit vs distance (last query)")
-            axes[1].set_xlabel("query position + 1")
-            axes[1].set_ylabel("max logit over keys and heads (bucket mean)")
-            axes[1].set_title("max logit vs position (solid vanilla, dashed LM-Inf)")
-            axes[2].set_xlabel("query position + 1")
-            axes[2].set_ylabel("attention entropy (nats)")
-            axes[2].set_title("Prop. 1: entropy vs length")
-            for ax in axes:
-                ax.set_xscale("log")
-                ax.axvline(L, color="gray", lw=0.8, ls=":")
-            axes[0].legend(fontsize=6)
-            axes[2].legend(fontsize=8)
-            figs.append(save_figure(fig, run, "logits_entropy.png",
-                                    "Attention statistics on the evaluation text: running max of the last query's logits "
-                                    "by distance, max logit per query position, and mean attention entropy (vanilla vs "
-                                    "LM-Infinite)."))
-            coords, sep = z["pca_coords"], z["pca_separation"]
-            nl = coords.shape[0]
-            fig, axes = plt.subplots(1, nl, figsize=(3.6 * nl, 3.4), squeeze=False)
-            for i in range(nl):
-                ax = axes[0, i]
-                c = coords[i]
-                sc = ax.scatter(c[4:, 0], c[4:, 1], c=np.arange(4, len(c)), s=6, cmap="viridis")
-                ax.scatter(c[:4, 0], c[:4, 1], c="red", s=30, marker="x", label="first 4 tokens")
-                ax.set_title(f"layer {i}: separation {sep[i]:.1f}")
-            axes[0, 0].legend(fontsize=7)
-            fig.colorbar(sc, ax=axes[0, -1], label="position")
-            figs.append(save_figure(fig, run, "start_token_pca.png",
-                                    "Thm 3: 2-D PCA of each layer's hidden states (batch-mean per position, first 2L "
-                                    "positions); red = first 4 tokens; separation = centroid distance / spread."))
-        return figs
+        """NLL by position, attention logits and entropy, start-token PCA (see ``_length_generalization_figures``)."""
+        return length_generalization_figures(cfg, run)
 
     def report_sections(self, cfg: LengthGeneralizationConfig, results: pd.DataFrame, run: RunDir) -> str:
         ev = results[results["kind"] == "eval"]
