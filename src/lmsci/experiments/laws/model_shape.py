@@ -1,0 +1,391 @@
+"""Experiment ``model-shape``: at fixed non-embedding parameters N, the loss depends only mildly on the model's shape.
+
+Kaplan et al. 2020, "Scaling Laws for Neural Language Models", arXiv 2001.08361, sec. 3.1 and Fig. 5 (middle panel):
+at fixed N the test loss changes by only a few percent over a wide range of aspect ratios ``d_model / n_layers``
+(the figure brackets roughly 10 to 300 as "a wide range of architectures achieve similar performance"; the caption:
+"aspect ratio can vary by a factor of 40 while only slightly impacting performance; (n_layer, d_model) = (6, 4288)
+reaches a loss within 3% of the (48, 1600) model"), and the loss increase grows at the extremes (read from the
+figure: 50M params 2.7% at aspect ratio 4 and 4.6% at 700; 274M 7.9% at ~1700; inside 10-300 at most ~1.4%).
+
+Protocol: for each target N in ``n_params``, one GPT per layer count in ``n_layers`` with ``d_model`` chosen so its
+non-embedding parameter count is as close to N as possible (``n_heads = max(1, round(d_model / d_head))`` heads of
+width ``d_head``; :func:`shape_for`), every shape trained on the same tokens (Shakespeare, split by work) with the
+same recipe, seeds of one shape stacked (:mod:`lmsci.train.stacked`); validation NLL (nats/token) on fixed windows of
+the held-out works. The loss increase of a shape is ``L / L_best_inside - 1``. "Inside" = aspect ratio in
+``inside_ar`` and at least 2 layers (Kaplan, Fig. 6: 1-layer models leave the trend); "extreme" = aspect ratio <=
+``extreme_ar[0]`` or >= ``extreme_ar[1]``.
+
+Null arm (issue 35): the same layer counts at fixed *width* (the narrowest ``d_model`` of the fixed-N grid, so no
+null model is larger than N): parameter count then grows with depth, so the loss must spread; if it spreads no more
+than at fixed N, the rule cannot tell "N is held" from "nothing matters at this scale". The deepest fixed-width
+model is the deepest fixed-N model (trained once).
+
+Not run here (reported as such): Fig. 5's other panels (d_mlp / d_model, heads at fixed d_model).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir
+
+SPREAD_MAX = 0.03  # registered: "a few percent" (the caption's "within 3%")
+_SRC = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.1, Fig. 5 (middle: aspect ratio) and Fig. 6"
+
+
+def gpt_non_embedding_params(n_layers: int, d_model: int, n_heads: int, d_head: int) -> int:
+    """Non-embedding parameters of lmsci's GPT (learned positions, GELU MLP of 4 d_model, LayerNorm, biases):
+    per block ``2d + (3 d Hk + 3 Hk) + (Hk d + d) + 2d + (4 d^2 + 4d) + (4 d^2 + d)`` with ``Hk = n_heads * d_head``,
+    plus the final LayerNorm ``2d`` (equals ``GPT.num_params(non_embedding=True)``; tested)."""
+    d, hk = d_model, n_heads * d_head
+    block = 2 * d + 3 * d * hk + 3 * hk + hk * d + d + 2 * d + 8 * d * d + 5 * d
+    return n_layers * block + 2 * d
+
+
+def shape_for(n_params: int, n_layers: int, d_head: int) -> tuple[int, int]:
+    """``(d_model, n_heads)`` whose GPT of ``n_layers`` layers has non-embedding parameters closest to ``n_params``
+    (``n_heads = max(1, round(d_model / d_head))``)."""
+    best = None
+    for d in range(4, 8192):
+        h = max(1, round(d / d_head))
+        n = gpt_non_embedding_params(n_layers, d, h, d_head)
+        err = abs(n - n_params)
+        if best is None or err < best[0]:
+            best = (err, d, h)
+        if n > n_params:
+            break
+    return best[1], best[2]
+
+
+class ModelShapeConfig(ExperimentConfig):
+    """Configuration of ``model-shape`` (defaults = the ``quick`` preset).
+
+    Attributes:
+        tokenizer, vocab_size, val_fraction, split_seed: the Shakespeare corpus (char or BPE; split by work).
+        n_params: target non-embedding parameter counts N (one grid of shapes each).
+        n_layers: the layer counts of each grid (d_model follows from N).
+        d_head: head width (heads = max(1, round(d_model / d_head))).
+        inside_ar: the paper's range of aspect ratios d_model / n_layers (Fig. 5's bracket), inclusive.
+        extreme_ar: aspect ratios <= the first or >= the second count as the paper's extremes.
+        seq_len, batch_size, steps, lr, warmup_frac, min_lr_ratio, weight_decay: one training recipe for every shape.
+        eval_tokens: validation tokens scored per model (fixed windows of the held-out works).
+        stack_seeds: train the seeds of one shape as one stacked computation.
+    """
+
+    tokenizer: Literal["char", "bpe"] = "char"
+    vocab_size: int = Field(1024, ge=257, le=65536, description="BPE vocabulary size (ignored for char)")
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    split_seed: int = Field(0, ge=0)
+    n_params: list[int] = Field(default_factory=lambda: [100_000])
+    n_layers: list[int] = Field(default_factory=lambda: [2, 3, 4, 8, 16])
+    d_head: int = Field(16, ge=1)
+    inside_ar: tuple[float, float] = (10.0, 300.0)
+    extreme_ar: tuple[float, float] = (5.0, 1000.0)
+    seq_len: int = Field(128, ge=4)
+    batch_size: int = Field(16, ge=1)
+    steps: int = Field(350, ge=2)
+    lr: float = Field(3e-3, gt=0)
+    warmup_frac: float = Field(0.1, ge=0, lt=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.1, ge=0)
+    eval_tokens: int = Field(65536, ge=64)
+    stack_seeds: bool = True
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRECISIONS = ("fp32", "bf16")
+    PRESETS = {
+        "smoke": {"n_params": [3000], "n_layers": [2, 3, 8], "d_head": 4, "inside_ar": (2.0, 300.0),
+                  "extreme_ar": (1.0, 1000.0), "seq_len": 16, "batch_size": 4, "steps": 3, "eval_tokens": 256,
+                  "n_seeds": 1},
+        "quick": {},
+        # one H100: two N (0.8M, 3.2M), 6 layer counts, ~16M tokens per model, 3 seeds (bf16, stacked)
+        "gpu": {"n_params": [800_000, 3_200_000], "n_layers": [2, 3, 4, 6, 16, 32], "d_head": 32, "seq_len": 256,
+                "batch_size": 64, "steps": 1000, "lr": 2e-3, "eval_tokens": 262144, "precision": "bf16",
+                "threads": 0},
+        # the paper's scale: 25M-50M non-embedding parameters on BPE tokens, aspect ratio ~2-700
+        "paper": {"tokenizer": "bpe", "vocab_size": 8192, "n_params": [25_000_000, 50_000_000],
+                  "n_layers": [2, 4, 6, 12, 24, 48, 96], "d_head": 64, "seq_len": 1024, "batch_size": 64,
+                  "steps": 20000, "lr": 6e-4, "eval_tokens": 2_000_000, "precision": "bf16", "threads": 0},
+    }
+
+
+def _sets(rows: pd.DataFrame, cfg: ModelShapeConfig) -> tuple[pd.Series, pd.Series]:
+    """Masks of the inside and extreme shapes of a fixed-N grid (by aspect ratio)."""
+    ar = rows["aspect_ratio"].astype(float)
+    inside = (ar >= cfg.inside_ar[0]) & (ar <= cfg.inside_ar[1]) & (rows["n_layers"].astype(int) >= 2)
+    extreme = (ar <= cfg.extreme_ar[0]) | (ar >= cfg.extreme_ar[1])
+    return inside, extreme
+
+
+def grid_stats(fixed_n: pd.DataFrame, null: pd.DataFrame, cfg: ModelShapeConfig) -> dict[str, float] | None:
+    """One seed's statistics at one target N.
+
+    Args:
+        fixed_n: rows of the fixed-N grid (columns ``n_layers``, ``aspect_ratio``, ``val_nll``).
+        null: rows of the fixed-width grid (same layer counts; ``n_layers``, ``val_nll``).
+
+    Returns:
+        ``inside_spread`` (max / min - 1 of the inside shapes' loss), ``growth`` (max extreme / min inside - 1, minus
+        inside_spread) and the same two on the fixed-width grid restricted to the same layer counts
+        (``null_inside_spread``, ``null_growth``); None when the grid lacks two inside shapes or an extreme one.
+    """
+    inside, extreme = _sets(fixed_n, cfg)
+    if inside.sum() < 2 or extreme.sum() < 1:
+        return None
+    li, le = fixed_n.loc[inside, "val_nll"].astype(float), fixed_n.loc[extreme, "val_nll"].astype(float)
+    out = {"inside_spread": li.max() / li.min() - 1, "growth": (le.max() / li.min() - 1) - (li.max() / li.min() - 1)}
+    by_l = null.set_index(null["n_layers"].astype(int))["val_nll"].astype(float)
+    ins_l = set(fixed_n.loc[inside, "n_layers"].astype(int))
+    ext_l = set(fixed_n.loc[extreme, "n_layers"].astype(int))
+    if ins_l <= set(by_l.index) and ext_l <= set(by_l.index):
+        ni, ne = by_l[sorted(ins_l)], by_l[sorted(ext_l)]
+        out["null_inside_spread"] = ni.max() / ni.min() - 1
+        out["null_growth"] = (ne.max() / ni.min() - 1) - (ni.max() / ni.min() - 1)
+    return {k: float(v) for k, v in out.items()}
+
+
+@register("model-shape")
+class ModelShape(Experiment):
+    """Loss against aspect ratio at fixed non-embedding parameters (Kaplan et al. 2020, Fig. 5)."""
+
+    claim = ("At fixed non-embedding parameters the loss varies by only a few percent across aspect ratios in the "
+             "paper's range, and more at the extremes.")
+    source = _SRC
+    Config = ModelShapeConfig
+    time_estimate = {"smoke": "~3 s",
+                     "quick": "~11 min at threads=1 (5 fixed-N shapes of 100k params + 4 small fixed-width shapes, x 3 "
+                              "seeds, 0.72M tokens each; estimated from 14-23k tokens/s measured for the 100k shapes)",
+                     "gpu": "~8-12 min on one H100, estimated, not measured (no GPU in the session that wrote it: 22 "
+                            "shapes x 1,000 stacked steps of 3 seeds x 16k tokens, 0.1-3.2M-parameter GPTs of 2-32 "
+                            "layers, bf16, at an assumed 20-30 ms a stacked step)",
+                     "paper": "~4 days on one H100 (2 x 7 shapes x 3 seeds of 25-50M parameters, 1.3B tokens each; "
+                              "estimated)"}
+    _NULL = ("the same layer counts at fixed width (the narrowest d_model of the fixed-N grid; parameter count then "
+             "grows with depth), the same statistic and rule, per target N")
+    claims = [
+        Claim("flat-inside",
+              "At fixed non-embedding parameters N, the validation loss of shapes whose aspect ratio d_model/n_layers "
+              "lies in the paper's range (10-300, >= 2 layers) differs by at most a few percent.",
+              _SRC, "inside aspect ratio 10-300 the loss increase stays below ~2% (50M, 274M, 1.5B); 'within 3%' for "
+                    "(6, 4288) vs (48, 1600)",
+              "per training seed and target N: max / min - 1 of the validation NLL (nats/token, held-out works) over "
+              "the inside shapes; mean over seeds with a 95% Student-t CI",
+              f"for every target N: upper end of the 95% CI across >= 3 seeds <= {SPREAD_MAX}",
+              null=_NULL),
+        Claim("grows-outside",
+              "The loss increase at the extreme aspect ratios (<= 5 or >= 1000) exceeds the spread inside the paper's "
+              "range.",
+              _SRC, "50M: 2.7% at aspect ratio 4, 4.6% at 700; 274M: 7.9% at ~1700; 1.5B: 2.1% at 4 (read from Fig. 5)",
+              "per training seed and target N: (max extreme NLL / min inside NLL - 1) minus the inside spread; mean "
+              "over seeds with a 95% Student-t CI",
+              "for every target N: mean > 0 and lower end of the 95% CI across >= 3 seeds > 0",
+              null=_NULL),
+    ]
+
+    def validate(self, cfg: ModelShapeConfig) -> None:
+        if not cfg.n_params or any(n < 100 for n in cfg.n_params) or len(set(cfg.n_params)) != len(cfg.n_params):
+            raise ConfigError("n_params", cfg.n_params, "distinct target counts >= 100")
+        if len(cfg.n_layers) < 3 or len(set(cfg.n_layers)) != len(cfg.n_layers) or min(cfg.n_layers) < 1:
+            raise ConfigError("n_layers", cfg.n_layers, "at least 3 distinct layer counts >= 1")
+        if not cfg.inside_ar[0] < cfg.inside_ar[1] or not cfg.extreme_ar[0] < cfg.extreme_ar[1]:
+            raise ConfigError("inside_ar", [cfg.inside_ar, cfg.extreme_ar], "increasing (low, high) pairs")
+        if cfg.warmup_frac * cfg.steps >= cfg.steps:
+            raise ConfigError("warmup_frac", cfg.warmup_frac, "< 1")
+        for n in cfg.n_params:
+            grid = self._grid(cfg, n)
+            rows = pd.DataFrame([{"n_layers": L, "aspect_ratio": d / L} for L, d, _ in grid])
+            inside, extreme = _sets(rows, cfg)
+            if inside.sum() < 2 or extreme.sum() < 1:
+                raise ConfigError("n_layers", cfg.n_layers, f"a grid with >= 2 shapes of aspect ratio in {cfg.inside_ar} "
+                                  f"(>= 2 layers) and >= 1 outside {cfg.extreme_ar} at n_params={n} (aspect ratios "
+                                  f"{[round(d / L, 1) for L, d, _ in grid]})")
+
+    @staticmethod
+    def _grid(cfg: ModelShapeConfig, n: int) -> list[tuple[int, int, int]]:
+        return [(L, *shape_for(n, L, cfg.d_head)) for L in sorted(cfg.n_layers)]
+
+    def points(self, cfg: ModelShapeConfig) -> list[Point]:
+        pts = []
+        for n in cfg.n_params:
+            grid = self._grid(cfg, n)
+            for L, d, h in grid:
+                pts.append(Point(f"N{n}_L{L}_d{d}", {"target_n": n, "n_layers": L, "d_model": d, "n_heads": h,
+                                                     "arm": "fixed-n"}))
+            d_w = min(d for _, d, _ in grid)
+            h_w = max(1, round(d_w / cfg.d_head))
+            for L, d, _ in grid:
+                if d != d_w:
+                    pts.append(Point(f"N{n}_L{L}_d{d_w}_w", {"target_n": n, "n_layers": L, "d_model": d_w,
+                                                             "n_heads": h_w, "arm": "fixed-width"}))
+        return pts
+
+    def groups(self, cfg: ModelShapeConfig, points: list[Point]) -> list[list[Point]]:
+        if not cfg.stack_seeds:
+            return super().groups(cfg, points)
+        by: dict[str, list[Point]] = {}
+        for p in points:
+            by.setdefault(p.id.split("__s")[0], []).append(p)
+        return list(by.values())
+
+    # ---------------------------------------------------------------------------------------------- training
+    def _corpus(self, cfg: ModelShapeConfig):
+        from lmsci.worlds import shakespeare as sh
+
+        return sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
+
+    def _model(self, cfg: ModelShapeConfig, corpus, point: Point, seed: int):
+        from lmsci.models.gpt import GPT, GPTConfig
+
+        p = point.params
+        return GPT(GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=int(p["n_layers"]),
+                             n_heads=int(p["n_heads"]), d_head=cfg.d_head, d_model=int(p["d_model"])), seed=seed)
+
+    def _tcfg(self, cfg: ModelShapeConfig, device: str):
+        from lmsci.train.trainer import TrainConfig
+
+        return TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
+                           warmup_steps=int(cfg.warmup_frac * cfg.steps), min_lr_ratio=cfg.min_lr_ratio,
+                           weight_decay=cfg.weight_decay, checkpoint_every=0, log_every=max(1, cfg.steps // 20),
+                           device=device, precision=cfg.precision)
+
+    def _row(self, cfg: ModelShapeConfig, point: Point, model, res, corpus) -> dict[str, Any]:
+        from lmsci.train.trainer import evaluate_nll
+        from lmsci.worlds import shakespeare as sh
+
+        p = point.params
+        val = evaluate_nll(model, sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens))
+        recs = [r for r in res.history if "tokens_per_s" in r]
+        n_ne = model.num_params(non_embedding=True)
+        return {"target_n": int(p["target_n"]), "arm": p["arm"], "n_layers": int(p["n_layers"]),
+                "d_model": int(p["d_model"]), "n_heads": int(p["n_heads"]), "N": n_ne,
+                "n_rel_error": n_ne / int(p["target_n"]) - 1, "aspect_ratio": int(p["d_model"]) / int(p["n_layers"]),
+                "tokens_seen": int(res.tokens_seen), "val_nll": float(val),
+                "train_loss_final": float(res.final.get("loss", float("nan"))),
+                "tokens_per_s": float(np.median([r["tokens_per_s"] for r in recs])) if recs else float("nan")}
+
+    def run_point(self, cfg: ModelShapeConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: ModelShapeConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        """The seeds of one shape, trained stacked (several) or with the trainer (one)."""
+        from lmsci.train.stacked import train_stacked
+        from lmsci.train.trainer import train
+        from lmsci.worlds import shakespeare as sh
+
+        corpus = self._corpus(cfg)
+        models = [self._model(cfg, corpus, p, c.seed) for p, c in zip(points, ctxs)]
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        tc = self._tcfg(cfg, ctxs[0].device)
+        bar = ctxs[0].progress(cfg.steps, f"train x{len(points)}")
+        if len(points) == 1:
+            results = [train(models[0].to(ctxs[0].device), get_batch, tc, seed=ctxs[0].seed,
+                             log=lambda r: ctxs[0].log(**r), progress=bar)]
+        else:
+            st = train_stacked(models, get_batch, tc, seeds=[c.seed for c in ctxs],
+                               log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
+            for k in sorted(st.diverged):
+                st.raise_for(k)
+            results = st.members
+        bar.close()
+        return [self._row(cfg, p, m, r, corpus) for p, m, r in zip(points, models, results)]
+
+    # ---------------------------------------------------------------------------------------------- verdicts
+    def per_seed(self, cfg: ModelShapeConfig, results: pd.DataFrame) -> dict[int, list[dict[str, float]]]:
+        """``{target_n: [grid_stats of each seed]}`` (the deepest fixed-width model is the fixed-N one)."""
+        res = results[results["status"] == "ok"] if "status" in results else results
+        seeds = res["seed_index"] if "seed_index" in res else pd.Series(0, index=res.index)
+        out: dict[int, list[dict[str, float]]] = {}
+        for n in cfg.n_params:
+            stats = []
+            for s in sorted(set(seeds)):
+                r = res[(res["target_n"] == n) & (seeds == s)]
+                fn = r[r["arm"] == "fixed-n"]
+                if fn.empty:
+                    continue
+                d_w = int(fn["d_model"].min())
+                null = pd.concat([r[r["arm"] == "fixed-width"], fn[fn["d_model"] == d_w]])
+                st = grid_stats(fn, null, cfg)
+                if st is not None:
+                    stats.append(st)
+            out[n] = stats
+        return out
+
+    def verdicts(self, cfg: ModelShapeConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        return decide(self, cfg, self.per_seed(cfg, results))
+
+    def figures(self, cfg: ModelShapeConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        res = results[results["status"] == "ok"] if "status" in results else results
+        if res.empty:
+            return []
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for i, n in enumerate(cfg.n_params):
+            for arm, ls in (("fixed-n", "o-"), ("fixed-width", "x--")):
+                r = res[(res["target_n"] == n) & (res["arm"] == arm)]
+                if r.empty:
+                    continue
+                m = r.groupby("n_layers").agg(ar=("aspect_ratio", "first"), nll=("val_nll", "mean")).sort_values("ar")
+                fn = res[(res["target_n"] == n) & (res["arm"] == "fixed-n")]
+                best = fn.groupby("n_layers")["val_nll"].mean().min()
+                ax.plot(m["ar"], 100 * (m["nll"] / best - 1), ls, color=f"C{i}",
+                        label=f"N={n:,} " + ("(fixed N)" if arm == "fixed-n" else "(null: fixed width)"))
+        ax.axvspan(*cfg.inside_ar, color="0.9", label="paper's range (Fig. 5 bracket)")
+        ax.set_xscale("log")
+        ax.set_xlabel("aspect ratio d_model / n_layers")
+        ax.set_ylabel("loss increase over the best fixed-N shape (%)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        return [save_figure(fig, run, "loss_vs_aspect_ratio.png", "Loss increase (%) against aspect ratio at fixed "
+                            "non-embedding parameters (Kaplan et al. Fig. 5 layout), mean over seeds; dashed: the "
+                            "null arm at fixed width")]
+
+    def report_sections(self, cfg: ModelShapeConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        res = results[results["status"] == "ok"] if "status" in results else results
+        if res.empty:
+            return ""
+        t = (res.groupby(["target_n", "arm", "n_layers", "d_model"])
+             .agg(N=("N", "first"), aspect_ratio=("aspect_ratio", "first"), val_nll=("val_nll", "mean"),
+                  sd=("val_nll", "std"), tokens_per_s=("tokens_per_s", "median")).reset_index())
+        return ("## Shapes (mean validation NLL over seeds, nats/token)\n\nNot run: Fig. 5's panels on d_mlp / d_model "
+                "and on heads at fixed d_model.\n\n" + markdown_table(t.round(4)))
+
+
+def decide(exp: ModelShape, cfg: ModelShapeConfig, per_seed: dict[int, list[dict[str, float]]]) -> list[Verdict]:
+    """The two verdicts from per-seed grid statistics ``{target_n: [grid_stats, ...]}`` (every target N must pass)."""
+    rules = {"flat-inside": ("inside_spread", lambda s: s.hi <= SPREAD_MAX),
+             "grows-outside": ("growth", lambda s: s.mean > 0 and s.lo > 0)}
+    out = []
+    for cid, (key, rule) in rules.items():
+        if not per_seed or any(not v for v in per_seed.values()):
+            out.append(exp.judge(cfg, cid, value=None, passed=None,
+                                 why_not_computed="a target N has no seed with a complete grid"))
+            continue
+        stats = {n: across_seeds([v[key] for v in vs]) for n, vs in per_seed.items()}
+        has_null = all(all(f"null_{key}" in v for v in vs) for vs in per_seed.values())
+        nstats = {n: across_seeds([v[f"null_{key}"] for v in vs]) for n, vs in per_seed.items()} if has_null else {}
+        passed = all(rule(s) for s in stats.values())
+        null = (max(s.mean for s in nstats.values()) if cid == "grows-outside" else
+                min(s.mean for s in nstats.values()), all(rule(s) for s in nstats.values())) if nstats else None
+        worst = max(stats, key=lambda n: stats[n].hi) if cid == "flat-inside" else min(stats, key=lambda n: stats[n].lo)
+        s = stats[worst]
+        details = {f"N={n}": {"mean": st.mean, "ci": st.ci, "per_seed": [v[key] for v in per_seed[n]],
+                              **({"null_mean": nstats[n].mean, "null_ci": nstats[n].ci} if nstats else {})}
+                   for n, st in stats.items()}
+        out.append(exp.judge(cfg, cid, value=s.mean, passed=bool(passed), ci=s.ci, ci_kind=s.kind + f" (N={worst})",
+                             n_seeds=min(st.n for st in stats.values()), null=null, details=details))
+    return out
+
+
+__all__ = ["ModelShape", "ModelShapeConfig", "shape_for", "gpt_non_embedding_params", "grid_stats", "decide"]

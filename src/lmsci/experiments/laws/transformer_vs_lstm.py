@@ -1,0 +1,320 @@
+"""Experiment ``transformer-vs-lstm``: at matched non-embedding parameters, a Transformer beats an LSTM more the later
+the token sits in its context, and more at the larger size.
+
+Kaplan et al. 2020, "Scaling Laws for Neural Language Models", arXiv 2001.08361, sec. 3.2.1 and Fig. 7: "the LSTMs
+perform as well as Transformers for tokens appearing early in the context, but cannot match the Transformer
+performance for later tokens" (Fig. 7 right: per-token test loss against context position; the LSTMs plateau after
+~100 tokens) and Transformers improve faster with N (Fig. 7 left: the LSTM curves lie above and flatten).
+
+Protocol: for each GPT size ``(n_layers, d_model)`` in ``sizes`` (heads of width ``d_head``), an LSTM language model
+(:class:`lmsci.models.lstm.LSTMLM`, ``torch.nn.LSTM`` of ``lstm_layers`` layers) whose ``d_model`` gives the non-embedding
+parameter count closest to the GPT's; both trained on the same Shakespeare tokens (split by work) with one recipe
+(AdamW, warmup + cosine, same steps, batch and context ``seq_len``). Per-position validation NLL
+(:func:`lmsci.measure.position_loss.position_nll`, nats/token) on fixed windows of the held-out works. The gap curve
+is ``LSTM - GPT`` per position; its growth with position is the least-squares slope against ``log2(position + 1)``
+(:func:`lmsci.measure.position_loss.log_position_slope`, nats per doubling).
+
+Null arm (issue 35): a second GPT of each size with another seed (initialisation and batch stream): the gap
+``GPT_b - GPT_a`` must not grow with position nor with size (the same statistics and rules).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir
+
+ARCHS = ("gpt", "gpt-null", "lstm")
+_SRC = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.2.1, Fig. 7"
+
+
+def lstm_width_for(n_params: int, n_layers: int) -> int:
+    """The LSTM ``d_model`` whose non-embedding parameter count (:func:`lmsci.models.lstm.lstm_non_embedding_params`)
+    is closest to ``n_params``."""
+    from lmsci.models.lstm import lstm_non_embedding_params
+
+    return min(range(1, 8192), key=lambda d: abs(lstm_non_embedding_params(d, n_layers) - n_params))
+
+
+class TransformerVsLSTMConfig(ExperimentConfig):
+    """Configuration of ``transformer-vs-lstm`` (defaults = the ``quick`` preset).
+
+    Attributes:
+        tokenizer, vocab_size, val_fraction, split_seed: the Shakespeare corpus (split by work).
+        sizes: GPT shapes ``[n_layers, d_model]``, smallest first by parameters (at least 2).
+        d_head: GPT head width (``n_heads = d_model / d_head``).
+        lstm_layers: LSTM layers (its width matches the GPT's non-embedding parameters).
+        seq_len: context length (positions scored), batch_size, steps, lr, warmup_frac, min_lr_ratio, weight_decay:
+            one training recipe for every model.
+        eval_tokens: validation tokens scored per model (``eval_tokens // seq_len`` windows).
+    """
+
+    tokenizer: Literal["char", "bpe"] = "char"
+    vocab_size: int = Field(1024, ge=257, le=65536)
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    split_seed: int = Field(0, ge=0)
+    sizes: list[tuple[int, int]] = Field(default_factory=lambda: [(2, 48), (2, 96)])
+    d_head: int = Field(16, ge=1)
+    lstm_layers: int = Field(2, ge=1)
+    seq_len: int = Field(256, ge=8)
+    batch_size: int = Field(8, ge=1)
+    steps: int = Field(400, ge=2)
+    lr: float = Field(3e-3, gt=0)
+    warmup_frac: float = Field(0.1, ge=0, lt=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.1, ge=0)
+    eval_tokens: int = Field(131072, ge=64)
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRECISIONS = ("fp32", "bf16")
+    PRESETS = {
+        "smoke": {"sizes": [(1, 8), (1, 16)], "d_head": 4, "lstm_layers": 1, "seq_len": 16, "batch_size": 4,
+                  "steps": 3, "eval_tokens": 256, "n_seeds": 1},
+        "quick": {},
+        # one H100: three sizes (0.2M-3.2M non-embedding params), context 512, ~33M tokens per model, 3 seeds
+        "gpu": {"sizes": [(4, 64), (4, 128), (4, 256)], "d_head": 32, "seq_len": 512, "batch_size": 32,
+                "steps": 2000, "lr": 2e-3, "eval_tokens": 524288, "precision": "bf16", "threads": 0},
+        # the paper's comparison: BPE tokens, context 1024, models up to ~20M non-embedding parameters
+        "paper": {"tokenizer": "bpe", "vocab_size": 8192, "sizes": [(4, 256), (6, 512), (12, 768)], "d_head": 64,
+                  "seq_len": 1024, "batch_size": 64, "steps": 30000, "lr": 6e-4, "eval_tokens": 2_097_152,
+                  "precision": "bf16", "threads": 0},
+    }
+
+
+@register("transformer-vs-lstm")
+class TransformerVsLSTM(Experiment):
+    """Per-position test loss of an LSTM and a GPT at matched non-embedding parameters (Kaplan et al. Fig. 7)."""
+
+    claim = ("At matched non-embedding parameters, the LSTM's loss minus the Transformer's grows with the token's "
+             "position in the context and with model size.")
+    source = _SRC
+    Config = TransformerVsLSTMConfig
+    time_estimate = {"smoke": "~3 s",
+                     "quick": "~10 min at threads=1 (2 sizes x (2 GPTs + 1 LSTM) x 3 seeds, 0.82M tokens each; "
+                              "estimated from 16-25k tokens/s measured for the GPTs, 26-80k for the LSTMs)",
+                     "gpu": "~5-10 min on one H100, estimated, not measured (no GPU in the session that wrote it: 6 "
+                            "stacked GPT groups and 9 cuDNN LSTM runs of 2,000 steps x 16k tokens, 0.2-3.2M "
+                            "non-embedding parameters, bf16, at an assumed 10-20 ms a step)",
+                     "paper": "~2 days on one H100 (3 sizes x 3 models x 3 seeds, 2B tokens each; estimated)"}
+    _NULL = ("a second GPT of each size with another seed (initialisation and batches), in place of the LSTM: the gap "
+             "GPT_b - GPT_a, the same statistic and rule")
+    claims = [
+        Claim("gap-grows-with-position",
+              "At matched non-embedding parameters, the LSTM's per-token loss minus the Transformer's grows with the "
+              "token's position in the context.",
+              _SRC, "LSTMs match Transformers early in the context and plateau after ~100 tokens while Transformers "
+                    "keep improving (Fig. 7 right)",
+              "at the largest size, per training seed: least-squares slope of (LSTM - GPT) per-position validation NLL "
+              "(nats/token) against log2(position + 1), nats per doubling of the position; mean over seeds with a 95% "
+              "Student-t CI",
+              "mean > 0 and lower end of the 95% CI across >= 3 seeds > 0",
+              null=_NULL),
+        Claim("gap-grows-with-size",
+              "The LSTM's loss minus the Transformer's (mean over context positions) is larger at the largest size "
+              "than at the smallest.",
+              _SRC, "Transformers asymptotically outperform LSTMs: the LSTM trend in N is flatter (Fig. 7 left)",
+              "per training seed: mean over positions of (LSTM - GPT) validation NLL at the largest size minus the same "
+              "at the smallest size (nats/token); mean over seeds with a 95% Student-t CI",
+              "mean > 0 and lower end of the 95% CI across >= 3 seeds > 0",
+              null=_NULL),
+    ]
+
+    def validate(self, cfg: TransformerVsLSTMConfig) -> None:
+        if len(cfg.sizes) < 2:
+            raise ConfigError("sizes", cfg.sizes, "at least 2 GPT shapes [n_layers, d_model]")
+        for L, d in cfg.sizes:
+            if L < 1 or d < 1 or d % cfg.d_head:
+                raise ConfigError("sizes", [L, d], f"n_layers >= 1 and d_model a multiple of d_head={cfg.d_head}")
+        ns = [self._gpt_n(cfg, L, d) for L, d in cfg.sizes]
+        if ns != sorted(ns) or len(set(ns)) != len(ns):
+            raise ConfigError("sizes", cfg.sizes, "shapes in increasing order of parameters")
+        if cfg.warmup_frac * cfg.steps >= cfg.steps:
+            raise ConfigError("warmup_frac", cfg.warmup_frac, "< 1")
+
+    @staticmethod
+    def _gpt_n(cfg: TransformerVsLSTMConfig, L: int, d: int) -> int:
+        # lmsci GPT non-embedding parameters with d_head * n_heads = d_model: L (12 d^2 + 13 d) + 2 d
+        return L * (12 * d * d + 13 * d) + 2 * d
+
+    def points(self, cfg: TransformerVsLSTMConfig) -> list[Point]:
+        pts = []
+        for i, (L, d) in enumerate(cfg.sizes):
+            n = self._gpt_n(cfg, L, d)
+            for arch in ARCHS:
+                if arch == "lstm":
+                    shape = {"n_layers": cfg.lstm_layers, "d_model": lstm_width_for(n, cfg.lstm_layers)}
+                else:
+                    shape = {"n_layers": L, "d_model": d}
+                pts.append(Point(f"size{i}_{arch}", {"size": i, "arch": arch, **shape}))
+        return pts
+
+    def groups(self, cfg: TransformerVsLSTMConfig, points: list[Point]) -> list[list[Point]]:
+        by: dict[str, list[Point]] = {}
+        for p in points:
+            by.setdefault(p.id.split("__s")[0], []).append(p)
+        return list(by.values())
+
+    def _model(self, cfg: TransformerVsLSTMConfig, V: int, point: Point, seed: int):
+        from lmsci.models.gpt import GPT, GPTConfig
+        from lmsci.models.lstm import LSTMConfig, LSTMLM
+
+        p = point.params
+        if p["arch"] == "lstm":
+            return LSTMLM(LSTMConfig(vocab_size=V, d_model=int(p["d_model"]), n_layers=int(p["n_layers"])), seed=seed)
+        d = int(p["d_model"])
+        return GPT(GPTConfig(vocab_size=V, seq_len=cfg.seq_len, n_layers=int(p["n_layers"]),
+                             n_heads=d // cfg.d_head, d_model=d), seed=seed)
+
+    def run_point(self, cfg: TransformerVsLSTMConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: TransformerVsLSTMConfig, points: list[Point],
+                  ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`), LSTMs one at a time."""
+        from lmsci.measure.position_loss import position_nll
+        from lmsci.train.stacked import train_stacked
+        from lmsci.train.trainer import TrainConfig, train
+        from lmsci.worlds import shakespeare as sh
+
+        corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
+        dev = ctxs[0].device
+        models = [self._model(cfg, corpus.vocab_size, p, c.seed) for p, c in zip(points, ctxs)]
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
+                         warmup_steps=int(cfg.warmup_frac * cfg.steps), min_lr_ratio=cfg.min_lr_ratio,
+                         weight_decay=cfg.weight_decay, checkpoint_every=0, log_every=max(1, cfg.steps // 20),
+                         device=dev, precision=cfg.precision)
+        bar = ctxs[0].progress(cfg.steps * (len(points) if points[0].params["arch"] == "lstm" else 1),
+                               f"train {points[0].params['arch']} x{len(points)}")
+        if len(points) > 1 and points[0].params["arch"] != "lstm":
+            st = train_stacked(models, get_batch, tc, seeds=[c.seed for c in ctxs],
+                               log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
+            for k in sorted(st.diverged):
+                st.raise_for(k)
+            results = st.members
+        else:
+            results = [train(m.to(dev), get_batch, tc, seed=c.seed, log=lambda r, c=c: c.log(**r), progress=bar)
+                       for m, c in zip(models, ctxs)]
+        bar.close()
+        val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
+        rows = []
+        for p, m, r in zip(points, models, results):
+            curve = position_nll(m.to(dev), val)
+            recs = [h for h in r.history if "tokens_per_s" in h]
+            rows.append({**p.params, "N": m.num_params(non_embedding=True), "tokens_seen": int(r.tokens_seen),
+                         "val_nll": float(curve.mean()), "pos_nll": json.dumps([round(float(v), 5) for v in curve]),
+                         "tokens_per_s": float(np.median([h["tokens_per_s"] for h in recs])) if recs else float("nan")})
+        return rows
+
+    # ---------------------------------------------------------------------------------------------- verdicts
+    @staticmethod
+    def curves(results: pd.DataFrame) -> dict[tuple[int, int, str], np.ndarray]:
+        """``{(seed_index, size, arch): per-position NLL [seq_len]}`` of the finished rows."""
+        res = results[results["status"] == "ok"] if "status" in results else results
+        seeds = res["seed_index"] if "seed_index" in res else pd.Series(0, index=res.index)
+        return {(int(s), int(r["size"]), str(r["arch"])): np.asarray(json.loads(r["pos_nll"]), dtype=float)
+                for s, (_, r) in zip(seeds, res.iterrows())}
+
+    def verdicts(self, cfg: TransformerVsLSTMConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        return decide(self, cfg, self.curves(results), len(cfg.sizes))
+
+    def figures(self, cfg: TransformerVsLSTMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        cv = self.curves(results)
+        if not cv:
+            return []
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+        for i in range(len(cfg.sizes)):
+            for arch, ls in (("gpt", "-"), ("lstm", "--"), ("gpt-null", ":")):
+                cs = [c for (s, z, a), c in cv.items() if z == i and a == arch]
+                if cs:
+                    x = np.arange(1, len(cs[0]) + 1)
+                    a1.plot(x, np.mean(cs, 0), ls, color=f"C{i}", lw=1, label=f"size {i} {arch}")
+            gaps = gap_curves(cv, i, "lstm")
+            nulls = gap_curves(cv, i, "gpt-null")
+            if gaps:
+                x = np.arange(1, len(gaps[0]) + 1)
+                a2.plot(x, np.mean(gaps, 0), color=f"C{i}", lw=1, label=f"size {i}: LSTM - GPT")
+            if nulls:
+                a2.plot(x, np.mean(nulls, 0), ":", color=f"C{i}", lw=1, label=f"size {i}: null GPT_b - GPT_a")
+        for a in (a1, a2):
+            a.set_xscale("log")
+            a.set_xlabel("token position in the context")
+            a.grid(alpha=0.3)
+            a.legend(fontsize=6)
+        a1.set_ylabel("per-token validation NLL (nats)")
+        a2.set_ylabel("gap (nats/token)")
+        a2.axhline(0, color="k", lw=0.5)
+        return [save_figure(fig, run, "position_loss.png", "Per-position validation loss of the GPT, the LSTM and the "
+                            "null GPT (left) and the gaps (right), mean over seeds (Kaplan et al. Fig. 7 right layout)")]
+
+    def report_sections(self, cfg: TransformerVsLSTMConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        res = results[results["status"] == "ok"] if "status" in results else results
+        if res.empty:
+            return ""
+        t = (res.groupby(["size", "arch"]).agg(n_layers=("n_layers", "first"), d_model=("d_model", "first"),
+                                                N=("N", "first"), val_nll=("val_nll", "mean"),
+                                                sd=("val_nll", "std"), tokens_per_s=("tokens_per_s", "median"))
+             .reset_index())
+        return "## Models (mean validation NLL over seeds and positions, nats/token)\n\n" + markdown_table(t.round(4))
+
+
+def gap_curves(cv: dict[tuple[int, int, str], np.ndarray], size: int, other: str) -> list[np.ndarray]:
+    """Per seed, ``other - gpt`` per-position NLL at ``size`` (seeds with both curves)."""
+    seeds = sorted({s for s, z, _ in cv if z == size})
+    return [cv[(s, size, other)] - cv[(s, size, "gpt")] for s in seeds
+            if (s, size, other) in cv and (s, size, "gpt") in cv]
+
+
+def decide(exp: TransformerVsLSTM, cfg: TransformerVsLSTMConfig, cv: dict[tuple[int, int, str], np.ndarray],
+           n_sizes: int) -> list[Verdict]:
+    """Both verdicts from per-position curves ``{(seed, size, arch): [seq_len]}`` (``arch`` in gpt, gpt-null, lstm)."""
+    from lmsci.measure.position_loss import log_position_slope
+
+    def rule(s) -> bool:
+        return bool(s.n >= 2 and s.mean > 0 and s.lo > 0)
+
+    big, small = n_sizes - 1, 0
+
+    def slopes(other: str) -> list[float]:
+        return [log_position_slope(g) for g in gap_curves(cv, big, other)]
+
+    def size_growth(other: str) -> list[float]:
+        seeds = sorted({s for s, _, _ in cv})
+        out = []
+        for s in seeds:
+            keys = [(s, z, a) for z in (small, big) for a in (other, "gpt")]
+            if all(k in cv for k in keys):
+                out.append(float((cv[(s, big, other)] - cv[(s, big, "gpt")]).mean()
+                                 - (cv[(s, small, other)] - cv[(s, small, "gpt")]).mean()))
+        return out
+
+    out = []
+    for cid, fn in (("gap-grows-with-position", slopes), ("gap-grows-with-size", size_growth)):
+        real, null = fn("lstm"), fn("gpt-null")
+        if not real:
+            out.append(exp.judge(cfg, cid, value=None, passed=None, why_not_computed="no seed with the needed models"))
+            continue
+        s = across_seeds(real)
+        ns = across_seeds(null) if null else None
+        out.append(exp.judge(cfg, cid, value=s.mean, passed=rule(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
+                             null=None if ns is None else (ns.mean, rule(ns)),
+                             details={"per_seed": real, "null_per_seed": null,
+                                      "null_ci": None if ns is None else ns.ci}))
+    return out
+
+
+__all__ = ["TransformerVsLSTM", "TransformerVsLSTMConfig", "lstm_width_for", "gap_curves", "decide"]
