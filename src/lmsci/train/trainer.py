@@ -310,6 +310,169 @@ def load_checkpoint(path: str | Path, model: nn.Module) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Loop:
+    """The state one :func:`train` call shares between its phases (setup, resume, step, evaluate, checkpoint)."""
+
+    model: nn.Module
+    cfg: TrainConfig
+    seed: int
+    device: str
+    opt: torch.optim.AdamW
+    gen: torch.Generator
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None
+    log: Callable[[dict[str, Any]], None] | None
+    checkpoint_dir: str | Path | None
+    tb: Any = None
+    result: TrainResult = field(default_factory=TrainResult)
+    step: int = 0
+    tokens_seen: int = 0
+
+    def emit(self, rec: dict[str, Any]) -> None:
+        """Append ``rec`` to the history and pass it to ``log`` and TensorBoard."""
+        self.result.history.append(rec)
+        if self.log is not None:
+            self.log(dict(rec))
+        if self.tb is not None:
+            for k, v in rec.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    self.tb.add_scalar(k, v, rec["step"])
+
+    def checkpoint(self) -> None:
+        """Save the weights, optimizer, generator states and history (when a ``checkpoint_dir`` is given)."""
+        if self.checkpoint_dir is None:
+            return
+        save_checkpoint(self.checkpoint_dir, self.model, {
+            "step": self.step, "tokens_seen": self.tokens_seen, "seed": int(self.seed),
+            "config": self.cfg.model_dump(mode="json"), "optimizer": self.opt.state_dict(),
+            "batch_rng": self.gen.get_state(), **rng_state(),
+            "history": json.dumps(self.result.history),
+        })
+
+    def evaluate(self) -> None:
+        """Call ``eval_fn`` in eval mode without gradients and emit its metrics at the current step."""
+        if self.eval_fn is None:
+            return
+        self.model.eval()
+        with torch.no_grad(), _autocast(self.device, self.cfg.precision):
+            metrics = self.eval_fn(self.model)
+        self.model.train()
+        self.emit({"step": self.step, **{k: float(v) if isinstance(v, (int, float)) else v
+                                         for k, v in metrics.items()}})
+
+
+def _open_tensorboard(cfg: TrainConfig, checkpoint_dir: str | Path | None) -> Any:
+    """A TensorBoard ``SummaryWriter`` under ``checkpoint_dir/tensorboard`` when ``cfg.tensorboard`` (None, with a
+    warning, when the package is missing)."""
+    if not cfg.tensorboard:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(Path(checkpoint_dir or ".") / "tensorboard"))
+    except ImportError:
+        warnings.warn("TrainConfig.tensorboard=True but the tensorboard package is not installed; "
+                      "pip install tensorboard", stacklevel=3)
+        return None
+
+
+def _resume(loop: _Loop, ckpt: Path, progress: Any, replay_log_on_resume: bool) -> None:
+    """Restore weights, optimizer, generators, step and history from checkpoint ``ckpt`` into ``loop``.
+
+    Raises:
+        ConfigError: the checkpoint was written with another config (a :data:`_RESUME_KEYS` field) or seed.
+    """
+    cfg, seed = loop.cfg, loop.seed
+    state = load_checkpoint(ckpt, loop.model)
+    saved = state["config"]
+    for k in _RESUME_KEYS:
+        mine = list(getattr(cfg, k)) if k == "betas" else getattr(cfg, k)
+        theirs = list(saved[k]) if k == "betas" else saved[k]
+        if mine != theirs:
+            raise ConfigError(f"train.{k}", mine, f"{theirs!r} (the value the checkpoint in "
+                              f"{loop.checkpoint_dir} was written with); use another directory to start over")
+    if state["seed"] != int(seed):
+        raise ConfigError("seed", seed, f"{state['seed']} (the checkpoint's seed)")
+    loop.opt.load_state_dict(state["optimizer"])
+    loop.gen.set_state(state["batch_rng"])
+    set_rng_state(state)
+    loop.step, loop.tokens_seen = int(state["step"]), int(state["tokens_seen"])
+    loop.result.history = json.loads(state["history"])
+    loop.result.resumed_from = loop.step
+    if loop.log is not None and replay_log_on_resume:
+        for rec in loop.result.history:
+            loop.log(dict(rec))
+    if progress is not None:
+        progress.update(loop.step)
+
+
+def _train_step(loop: _Loop, get_batch: GetBatch) -> tuple[float, float, float, int]:
+    """One optimizer step at ``loop.step`` (then advanced): set the lr, draw ``grad_accum`` micro-batches,
+    accumulate token-weighted gradients, clip, step.
+
+    Returns:
+        ``(loss nats/token, lr, grad_norm before clipping, target tokens of this step)``.
+
+    Raises:
+        DivergedError: the loss is non-finite.
+    """
+    cfg, model, opt, device = loop.cfg, loop.model, loop.opt, loop.device
+    lr = lr_at(loop.step, cfg)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    # Fetch all micro-batches first so each is weighted by its share of the target tokens:
+    # the accumulated gradient then equals the gradient of the mean over all of them.
+    micro = [get_batch(loop.step, loop.gen) for _ in range(cfg.grad_accum)]
+    n_tok = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro)
+    opt.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for x, y in micro:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with _autocast(device, cfg.precision):
+            s, _ = sum_nll(model, x, y)
+        (s / max(n_tok, 1)).backward()
+        loss_sum += float(s.detach())
+    if cfg.grad_clip > 0:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+    else:
+        grad_norm = float(torch.norm(torch.stack(
+            [p.grad.detach().norm() for p in model.parameters() if p.grad is not None])))
+    opt.step()
+    loop.step += 1
+    loop.tokens_seen += n_tok
+    loss = loss_sum / max(n_tok, 1)
+    if not math.isfinite(loss):
+        raise DivergedError(loop.step, loss)
+    return loss, lr, grad_norm, n_tok
+
+
+def _run_steps(loop: _Loop, get_batch: GetBatch, progress: Any) -> None:
+    """Train from ``loop.step`` to ``cfg.steps``: log every ``log_every`` steps (tokens/s over training steps
+    only, not evaluation or checkpoint time), evaluate and checkpoint on their schedules and after the last."""
+    cfg = loop.cfg
+    loop.model.train()
+    t_window, tok_window = 0.0, 0
+    while loop.step < cfg.steps:
+        t_step = time.perf_counter()
+        loss, lr, grad_norm, n_tok = _train_step(loop, get_batch)
+        step = loop.step
+        t_window += time.perf_counter() - t_step
+        tok_window += n_tok
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            tps = tok_window / max(t_window, 1e-9)
+            t_window, tok_window = 0.0, 0
+            loop.emit({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                       "tokens_seen": loop.tokens_seen, "tokens_per_s": tps})
+            if progress is not None:
+                progress.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
+        if progress is not None:
+            progress.update(1)
+        if step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0):
+            loop.evaluate()
+        if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            loop.checkpoint()
+
+
 def train(
     model: nn.Module,
     get_batch: GetBatch,
@@ -355,128 +518,22 @@ def train(
     model.to(device)
     opt = make_optimizer(model, cfg)
     gen = torch.Generator().manual_seed(int(seed))  # CPU on purpose: the same batches on every device
-    result = TrainResult()
-    step, tokens_seen = 0, 0
-
-    tb = None
-    if cfg.tensorboard:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            tb = SummaryWriter(str(Path(checkpoint_dir or ".") / "tensorboard"))
-        except ImportError:
-            warnings.warn("TrainConfig.tensorboard=True but the tensorboard package is not installed; "
-                          "pip install tensorboard", stacklevel=2)
-
-    def emit(rec: dict[str, Any]) -> None:
-        result.history.append(rec)
-        if log is not None:
-            log(dict(rec))
-        if tb is not None:
-            for k, v in rec.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    tb.add_scalar(k, v, rec["step"])
+    loop = _Loop(model, cfg, seed, device, opt, gen, eval_fn, log, checkpoint_dir,
+                 tb=_open_tensorboard(cfg, checkpoint_dir))
 
     # fork (and so restore on exit) every CUDA generator: a resumed run restores all their states
     cuda_devices = list(range(torch.cuda.device_count())) if device.startswith("cuda") and torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(int(seed) ^ 0x5EED)  # seeds CPU and CUDA generators (dropout)
-
         ckpt = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None else None
         if ckpt is not None:
-            state = load_checkpoint(ckpt, model)
-            saved = state["config"]
-            for k in _RESUME_KEYS:
-                mine = list(getattr(cfg, k)) if k == "betas" else getattr(cfg, k)
-                theirs = list(saved[k]) if k == "betas" else saved[k]
-                if mine != theirs:
-                    raise ConfigError(f"train.{k}", mine, f"{theirs!r} (the value the checkpoint in "
-                                      f"{checkpoint_dir} was written with); use another directory to start over")
-            if state["seed"] != int(seed):
-                raise ConfigError("seed", seed, f"{state['seed']} (the checkpoint's seed)")
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["batch_rng"])
-            set_rng_state(state)
-            step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
-            result.history = json.loads(state["history"])
-            result.resumed_from = step
-            if log is not None and replay_log_on_resume:
-                for rec in result.history:
-                    log(dict(rec))
-            if progress is not None:
-                progress.update(step)
+            _resume(loop, ckpt, progress, replay_log_on_resume)
+        _run_steps(loop, get_batch, progress)
 
-        def checkpoint() -> None:
-            if checkpoint_dir is None:
-                return
-            save_checkpoint(checkpoint_dir, model, {
-                "step": step, "tokens_seen": tokens_seen, "seed": int(seed),
-                "config": cfg.model_dump(mode="json"), "optimizer": opt.state_dict(),
-                "batch_rng": gen.get_state(), **rng_state(),
-                "history": json.dumps(result.history),
-            })
-
-        def evaluate() -> None:
-            if eval_fn is None:
-                return
-            model.eval()
-            with torch.no_grad(), _autocast(device, cfg.precision):
-                metrics = eval_fn(model)
-            model.train()
-            emit({"step": step, **{k: float(v) if isinstance(v, (int, float)) else v
-                                   for k, v in metrics.items()}})
-
-        model.train()
-        # tokens/s counts only the training steps (not evaluation or checkpoint time)
-        t_window, tok_window = 0.0, 0
-        while step < cfg.steps:
-            t_step = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            # Fetch all micro-batches first so each is weighted by its share of the target tokens:
-            # the accumulated gradient then equals the gradient of the mean over all of them.
-            micro = [get_batch(step, gen) for _ in range(cfg.grad_accum)]
-            n_tok = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro)
-            opt.zero_grad(set_to_none=True)
-            loss_sum = 0.0
-            for x, y in micro:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with _autocast(device, cfg.precision):
-                    s, _ = sum_nll(model, x, y)
-                (s / max(n_tok, 1)).backward()
-                loss_sum += float(s.detach())
-            if cfg.grad_clip > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-            else:
-                grad_norm = float(torch.norm(torch.stack(
-                    [p.grad.detach().norm() for p in model.parameters() if p.grad is not None])))
-            opt.step()
-            step += 1
-            tokens_seen += n_tok
-            loss = loss_sum / max(n_tok, 1)
-            if not math.isfinite(loss):
-                raise DivergedError(step, loss)
-            t_window += time.perf_counter() - t_step
-            tok_window += n_tok
-
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                tps = tok_window / max(t_window, 1e-9)
-                t_window, tok_window = 0.0, 0
-                emit({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
-                      "tokens_seen": tokens_seen, "tokens_per_s": tps})
-                if progress is not None:
-                    progress.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
-            if progress is not None:
-                progress.update(1)
-            if step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0):
-                evaluate()
-            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                checkpoint()
-
-    if tb is not None:
-        tb.close()
-    result.steps, result.tokens_seen = step, tokens_seen
+    if loop.tb is not None:
+        loop.tb.close()
+    result = loop.result
+    result.steps, result.tokens_seen = loop.step, loop.tokens_seen
     train_recs = [r for r in result.history if "grad_norm" in r]
     eval_recs = [r for r in result.history if "grad_norm" not in r]
     result.final = {**(train_recs[-1] if train_recs else {}), **(eval_recs[-1] if eval_recs else {})}
