@@ -44,21 +44,17 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.theory._alignment_attack_verdicts import CENTRE_TOL, FACTOR, NLL_GAP, RISE_SHARE, SLOPE_TOL
+from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as alignment_verdicts
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.train.trainer import TrainConfig, train
 from lmsci.worlds.personas import PersonaWorld
-
-CENTRE_TOL = 0.25  # exact world: fitted centre within 25% of log((1-alpha)/alpha)/beta
-SLOPE_TOL = 0.25  # exact world: Thm 2 slope within 25% of beta'/beta
-FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
-RISE_SHARE = 0.5  # trained world: the fitted rise of the share at least half of neg_bad - neg_good
-NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
 
 
 class AlignmentConfig(ExperimentConfig):
@@ -417,125 +413,10 @@ class AlignmentAttack(Experiment):
         row["curves"] = json.dumps(curves)
         return row
 
-    # -- verdicts -------------------------------------------------------------------------------------
+    # -- verdicts (one function per claim or check: _alignment_attack_verdicts) -----------------------------
     def verdicts(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out: list[Verdict] = []
-        if "kind" not in results:
-            return out
-        ex = results[results["kind"] == "exact"]
-        if len(ex):
-            r1 = float(ex["thm1_ratio_greedy"].max())
-            r2 = float(ex["thm1_ratio_sampled"].max())
-            out.append(self.judge(cfg, "thm1-length", value=r1, passed=bool(r1 <= 1),
-                                  ci_kind=f"max over {int(ex['n_cells'].iloc[0])} cells x {len(ex)} seed(s)",
-                                  n_seeds=len(ex), details={"greedy_max_ratio": r1, "sampled_median_max_ratio": r2}))
-            dev = float(ex["centre_max_dev"].max())
-            out.append(self.judge(cfg, "exact-centre", value=dev, passed=bool(dev <= CENTRE_TOL), n_seeds=len(ex),
-                                  ci_kind="max over cells and seeds"))
-            frac, sdev = float(ex["thm2_min_frac"].min()), float(ex["thm2_slope_max_dev"].max())
-            out.append(self.judge(cfg, "thm2-system-prompt", value=sdev,
-                                  passed=bool(frac >= 1 - cfg.delta and sdev <= SLOPE_TOL), n_seeds=len(ex),
-                                  ci_kind="max over cells and seeds",
-                                  details={"min_share_within_L2": frac, "max_slope_deviation": sdev,
-                                           "delta": cfg.delta}))
-            r4 = float(ex["thm4_max_ratio"].max())
-            out.append(self.judge(cfg, "thm4-best-of-n", value=r4, passed=bool(r4 <= 1), n_seeds=len(ex),
-                                  ci_kind="max over cells, n and seeds"))
-        tr = results[results["kind"] == "trained"]
-        if len(tr):
-            a0 = cfg.trained_alphas[0]
-            t0 = f"a{a0:g}"
-            tags = [f"a{a:g}" for a in cfg.trained_alphas]
-            gaps = [float(r[f"{t}_nll"] - r[f"{t}_bayes_nll"]) for _, r in tr.iterrows() for t in tags
-                    if f"{t}_nll" in tr]
-            learned = (max(gaps) if gaps else None, bool(gaps) and max(gaps) <= NLL_GAP)
-            lmax = cfg.doc_len - 1
-
-            def ok_fit(tag: str) -> tuple[Any, bool]:
-                ns = tr.get(f"{tag}_nstar")
-                if ns is None:
-                    return (None, False)
-                vals = [float(x) if x is not None and not pd.isna(x) else float("nan") for x in ns]
-                good = all(math.isfinite(v) and 0 <= v <= lmax for v in vals)
-                return (vals, good)
-
-            fit0 = ok_fit(t0)
-            rise_min = RISE_SHARE * (cfg.neg_bad - cfg.neg_good)
-
-            def centre_stat(ncol: str, rcols) -> tuple[Any, Any, Any]:
-                """(SeedStat of N* beta_hat / log(1/alpha0), mean rise, passed) for the column ``ncol``."""
-                rows = [r for _, r in tr.iterrows() if ncol in r and r.get(ncol) is not None and not pd.isna(r.get(ncol))]
-                if not rows:
-                    return None, None, None
-                rat = [float(r[ncol]) * float(r["beta_hat"]) / math.log(1 / a0) for r in rows]
-                rise = [rcols(r) for r in rows]
-                rise = float(np.nanmean(rise)) if any(x is not None and np.isfinite(x) for x in rise) else float("nan")
-                st = across_seeds(rat)
-                lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
-                return st, rise, bool(lo >= 1 / FACTOR and hi <= FACTOR and rise >= rise_min)
-
-            def real_rise(r):
-                return float(r[f"{t0}_hi"]) - float(r[f"{t0}_lo"]) if f"{t0}_hi" in r and not pd.isna(r.get(f"{t0}_hi")) \
-                    else float("nan")
-
-            st, rise, ok = centre_stat(f"{t0}_nstar", real_rise)
-            if "good_nstar" in tr:
-                gst, grise, gok = centre_stat("good_nstar", lambda r: float(r["good_rise"])
-                                              if not pd.isna(r.get("good_rise")) else float("nan"))
-                # no fit, or no centre inside the prompt range, does not meet the rule
-                g_in = all(x is not None and not pd.isna(x) and 0 <= float(x) <= lmax for x in tr["good_nstar"])
-                null0 = (None, False) if gst is None else (gst.mean, bool(gok and g_in))
-            else:
-                null0 = (None, None)
-            if st is not None:
-                out.append(self.judge(cfg, "persona-centre", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                                      passed=ok, gates={"learned": learned, "fit": fit0}, null=null0,
-                                      details={"ratio_per_seed": [float(r[f"{t0}_nstar"]) * float(r["beta_hat"]) /
-                                                                  math.log(1 / a0) for _, r in tr.iterrows()
-                                                                  if not pd.isna(r.get(f"{t0}_nstar"))],
-                                               "mean_rise": rise, "rise_min": rise_min,
-                                               "nstar_per_seed": [float(x) for x in tr[f"{t0}_nstar"]],
-                                               "theory_per_seed": [float(x) for x in tr[f"{t0}_theory"]],
-                                               "beta_hat_per_seed": [float(x) for x in tr["beta_hat"]],
-                                               "beta_true": float(tr["beta_true"].iloc[0]),
-                                               "null_good_proxy_nstar": [None if pd.isna(x) else float(x) for x in
-                                                                         tr["good_nstar"]] if "good_nstar" in tr
-                                               else None}))
-            else:
-                out.append(self.judge(cfg, "persona-centre", value=None, passed=None, gates={"learned": learned,
-                                                                                             "fit": fit0},
-                                      why_not_computed="no sigmoid fit converged", null=null0))
-            if len(cfg.trained_alphas) >= 2:
-                t1 = f"a{cfg.trained_alphas[1]:g}"
-                fit1 = ok_fit(t1)
-                shifts = [float(r[f"{t1}_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
-                          if not pd.isna(r.get(f"{t1}_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
-                target = math.log(a0 / cfg.trained_alphas[1]) / float(tr["beta_hat"].mean())
-                null1 = (None, None)
-                if "null_a0_nstar" in tr:
-                    nsh = [float(r["null_a0_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
-                           if not pd.isna(r.get("null_a0_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
-                    if len(nsh) >= 2:
-                        nst = across_seeds(nsh)
-                        null1 = (nst.mean, bool(nst.lo <= target <= nst.hi))
-                    else:
-                        null1 = (float(np.mean(nsh)) if nsh else None, None)
-                if len(shifts) >= 1:
-                    st = across_seeds(shifts)
-                    half = (st.hi - st.lo) / 2 if st.n >= 2 else float("inf")
-                    lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
-                    out.append(self.judge(
-                        cfg, "persona-alpha-shift", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                        passed=bool(lo <= target <= hi), null=null1,
-                        gates={"learned": learned, "fit": (fit1[1] and fit0[1], fit0[1] and fit1[1]),
-                               "resolved": (half, half <= target / 2)},
-                        details={"shift_per_seed": shifts, "target_ln10_over_beta_hat": target,
-                                 "null_same_alpha_shift": null1[0]}))
-                else:
-                    out.append(self.judge(cfg, "persona-alpha-shift", value=None, passed=None,
-                                          gates={"learned": learned, "fit": (False, False)}, null=null1,
-                                          why_not_computed="no sigmoid fit converged"))
-        return out
+        """The exact world's four checks, then ``persona-centre`` and ``persona-alpha-shift`` (trained world)."""
+        return alignment_verdicts(self, cfg, results)
 
     # -- figures and report ---------------------------------------------------------------------------
     def figures(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

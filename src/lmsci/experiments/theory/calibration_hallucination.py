@@ -39,23 +39,20 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.theory._calibration_hallucination_verdicts import (CALIBRATED_MIS, COLD_MIN_MF, GENERATORS,
+                                                                          MF_SPAN, SLOPE_HI, SLOPE_LO)
+from lmsci.experiments.theory._calibration_hallucination_verdicts import verdicts as calibration_verdicts
 from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_generator, hallucination_rate,
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate)
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.train.trainer import TrainConfig, train
 from lmsci.worlds.factoids import BOS, FactoidWorld
-
-GENERATORS = ("mle", "gt", "tf", "tf_cold")
-SLOPE_LO, SLOPE_HI = 0.7, 1.3
-CALIBRATED_MIS = 0.1  # the gate of "transformer-tracks-mf": Mis_b of the T=1 transformer on every run
-MF_SPAN = 0.2  # the gate of the slope claims: the sweep must move MF by at least this much
-COLD_MIN_MF = 0.05  # the temperature claim is judged at sweep points whose mean MF is at least this
 
 
 class CalibrationConfig(ExperimentConfig):
@@ -94,14 +91,6 @@ class CalibrationConfig(ExperimentConfig):
                   "zipfs": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], "d_model": 512, "n_layers": 8, "n_heads": 8,
                   "steps": 20000, "eval_every": 250, "threads": 0},
     }
-
-
-def _slope(x: np.ndarray, y: np.ndarray) -> float:
-    """OLS slope of y on x (NaN when x does not vary)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or np.ptp(x) == 0:
-        return float("nan")
-    return float(np.polyfit(x, y, 1)[0])
 
 
 @register("calibration-hallucination")
@@ -327,96 +316,10 @@ class CalibrationHallucination(Experiment):
         row["diag_answer"] = int(last.argmax())
         return row
 
-    # -- verdicts -------------------------------------------------------------------------------------
-    @staticmethod
-    def _tradeoff(df: pd.DataFrame, gen: str) -> tuple[bool, int, dict, float]:
-        """temperature-tradeoff's rule for the generator pair (``gen``, ``gen``_cold): (held at every judged point,
-        number of judged points, per-point details, mean g(H) difference)."""
-        per_point = {}
-        ok_all = True
-        judged = 0
-        for z, sub in df.groupby("zipf"):
-            dh = (sub[f"{gen}_cold_hall"] - sub[f"{gen}_hall"]).values
-            dm = (sub[f"{gen}_cold_mis"] - sub[f"{gen}_mis"]).values
-            if sub["mf"].mean() < COLD_MIN_MF:
-                per_point[f"zipf{z:g}"] = {"mf": float(sub["mf"].mean()), "judged": False,
-                                           "d_hall": float(dh.mean()), "d_mis": float(dm.mean())}
-                continue
-            judged += 1
-            sh, sm = across_seeds(dh), across_seeds(dm)
-            held = sh.n >= 2 and sh.hi < 0 and sm.lo > 0
-            ok_all &= held
-            per_point[f"zipf{z:g}"] = {"mf": float(sub["mf"].mean()), "judged": True, "d_hall": sh.mean,
-                                       "d_hall_ci": [sh.lo, sh.hi], "d_mis": sm.mean, "d_mis_ci": [sm.lo, sm.hi],
-                                       "held": bool(held)}
-        return bool(ok_all), judged, per_point, float((df[f"{gen}_cold_hall"] - df[f"{gen}_hall"]).mean())
-
+    # -- verdicts (one function per claim or check: _calibration_hallucination_verdicts) ----------------
     def verdicts(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        df = results.copy()
-        if "seed_index" not in df:
-            df["seed_index"] = 0
-        if df.empty or "mf" not in df:
-            return []
-        seeds = sorted(df["seed_index"].unique())
-        n_seeds = len(seeds)
-        out = []
-        # bound-holds
-        slacks = df[[f"{g}_slack" for g in GENERATORS]]
-        min_slack = float(slacks.min().min())
-        worst = slacks.min().idxmin().replace("_slack", "")
-        nonvac = {int(s): bool((sub["gt_bound"] > 0).any()) for s, sub in df.groupby("seed_index")}
-        out.append(self.judge(
-            cfg, "bound-holds", value=min_slack, passed=bool(min_slack >= 0), n_seeds=n_seeds,
-            ci_kind=f"minimum over {len(df)} runs x {len(GENERATORS)} generators (every run must hold)",
-            gates={"non-vacuous": (float(df["gt_bound"].max()), all(nonvac.values()))},
-            details={"min_slack_by_generator": {g: float(df[f"{g}_slack"].min()) for g in GENERATORS},
-                     "tightest_generator": worst, "max_bound_gt": float(df["gt_bound"].max()),
-                     "regularity_term": float(df["bound_regularity"].iloc[0]),
-                     "concentration_term": float(df["bound_concentration"].iloc[0])},
-        ))
-        mf_span = float(df.groupby("zipf")["mf"].mean().pipe(lambda s: s.max() - s.min()))
-        for claim_id, gname in (("gt-tracks-mf", "gt"), ("transformer-tracks-mf", "tf")):
-            slopes = [_slope(sub["mf"], sub[f"{gname}_hall"]) for _, sub in df.groupby("seed_index")]
-            fin = [s for s in slopes if math.isfinite(s)]
-            gates = {"mf-moves": (mf_span, mf_span >= MF_SPAN)}
-            if claim_id == "transformer-tracks-mf":
-                mx = float(df["tf_mis"].max())
-                gates["calibrated"] = (mx, mx <= CALIBRATED_MIS)
-            if not fin:
-                out.append(self.judge(cfg, claim_id, value=None, passed=None, gates=gates, n_seeds=n_seeds,
-                                      why_not_computed="MF does not vary within a seed"))
-                continue
-            st = across_seeds(fin)
-            lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
-            null, null_detail = None, {}
-            if claim_id == "transformer-tracks-mf" and "tf_init_hall" in df:
-                ns = [x for x in (_slope(sub["mf"], sub["tf_init_hall"]) for _, sub in df.groupby("seed_index"))
-                      if math.isfinite(x)]
-                if ns:
-                    nst = across_seeds(ns)
-                    nlo, nhi = (nst.lo, nst.hi) if nst.n >= 2 else (nst.mean, nst.mean)
-                    null = (nst.mean, bool(nlo >= SLOPE_LO and nhi <= SLOPE_HI))
-                    null_detail = {"null_untrained_slope_per_seed": ns, "null_untrained_ci": nst.ci}
-            out.append(self.judge(
-                cfg, claim_id, value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                passed=bool(lo >= SLOPE_LO and hi <= SLOPE_HI), gates=gates, null=null,
-                details={"slope_per_seed": fin, "mean_mis": float(df[f"{gname}_mis"].mean()),
-                         "max_mis": float(df[f"{gname}_mis"].max()), **null_detail},
-            ))
-        # temperature-tradeoff (the real arm: the trained transformer; the null arm: the untrained one)
-        ok_all, judged, per_point, mean_dh = self._tradeoff(df, "tf")
-        null = None
-        if "tf_init_hall" in df:
-            nok, _, nper, nmean = self._tradeoff(df, "tf_init")
-            null = (nmean, bool(nok) if judged else None)
-        out.append(self.judge(
-            cfg, "temperature-tradeoff", value=mean_dh, passed=bool(ok_all) if judged else None, n_seeds=n_seeds,
-            ci_kind="per-point 95% CIs across seeds (details)", gates={"points": (judged, judged >= 1)},
-            why_not_computed="no Zipf point with enough MF", null=null,
-            details={"per_point": per_point, "cold_temperature": cfg.cold_temperature,
-                     "null_untrained_per_point": nper if null is not None else None},
-        ))
-        return out
+        """bound-holds, gt-tracks-mf, transformer-tracks-mf and temperature-tradeoff, in that order."""
+        return calibration_verdicts(self, cfg, results)
 
     # -- figures and report ---------------------------------------------------------------------------
     def figures(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
