@@ -1,0 +1,331 @@
+"""Experiment ``retry-finetune``: LoRA fine-tuning of an error-free-pretrained iGSM model on retry data does not teach
+it to retry; pretraining on retry data does.
+
+Source: Ye, Xu, Li, Allen-Zhu, "Physics of Language Models: Part 2.2, How to Learn From Mistakes on Grade-School
+Math Problems", arXiv 2408.16293 (the CS546 lecture's slide "Fine-Tuning Retry Doesn't Work": retry rate 0.2, LoRA
+"qv{r}e{2r}" -- rank r on the attention query/value matrices and rank 2r on the embedding -- for r = 4 .. 256, each with
+and without masking the mistakes, against continued pretraining and pretraining on retry data). Part 2.2's own words
+as quoted in ``physics_of_lms.md`` sec. 2.8 [quote-3p]: LoRA fine-tuning on retry data gives no significant gain and
+can hurt at small rank; full fine-tuning is roughly continued pretraining; retry pretraining at q = 0.5 lifts
+iGSM-med op = 23 from 78% to 95%.
+
+Protocol, per training seed (one group: every model of a seed shares the initialisation and the pretraining problem
+stream, as in ``igsm-retry``): (1) pretrain a GPT on error-free iGSM data (``steps``); (2) pretrain the same
+initialisation on retry data at ``retry_rate`` (same steps, same problems, mistakes inserted); (3) from (1), LoRA
+fine-tune (:func:`lmsci.train.finetune.add_lora`, ``peft``: rank ``qv`` on the fused attention projection ``qkv``
+-- lmsci's GPT fuses query, key and value, so the key matrix is adapted too -- and rank ``e`` on the token embedding)
+for ``ft_steps`` on retry data at ``retry_rate``, for each rank pair in ``lora_ranks``, with and without the mistakes'
+loss masked; (4) from (1), the same LoRA fine-tuning (the largest rank pair) on *more error-free data* for the same
+steps and problems. Adapters are merged (``merge_and_unload``) and every model is decoded greedily on the same fresh
+test-hash problems (in distribution and each op ``max_op + 1 .. max_op + ood_extra``) and scored with the
+full-solution checker (:mod:`lmsci.experiments.reasoning.igsm_common`).
+
+Claims (registered for the ``gpu`` and ``paper`` presets only: a quick iGSM model does not learn, see
+``igsm_common``): ``lora-retry-no-gain`` (every LoRA-on-retry arm minus the error-free fine-tuning at the hardest op:
+CI upper end below ``NO_GAIN_MARGIN``; null arm: the retry-pretrained model in its place, which does gain, so the
+rule must fail there) and ``retry-pretrain-helps`` (igsm-retry's rule: retry pretraining minus error-free
+pretraining, CI above 0; null arm: error-free fine-tuning for the same extra steps minus error-free pretraining).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pandas as pd
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Figure, Point, PointContext, save_figure
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+                                                     evaluate_ops, ok_rows, ood_ops, time_gpu, tokenizer_of,
+                                                     train_members, world_of)
+from lmsci.experiments.registry import register
+from lmsci.runs import RunDir, derive_seed
+from lmsci.worlds.igsm.world import check_retry_rate
+
+LEARNED_GATE = 0.5     # registered: the error-free model's in-distribution accuracy >= 0.5 (as igsm-retry)
+NO_GAIN_MARGIN = 0.05  # registered: "no gain" = the CI's upper end of the accuracy difference below 0.05
+#: the slide's rank pairs (qv rank, embedding rank)
+PAPER_RANKS = [[4, 8], [8, 16], [16, 32], [32, 64], [64, 128], [128, 256], [256, 512]]
+
+
+class RetryFinetuneConfig(IGSMCommonConfig):
+    """Configuration of ``retry-finetune`` (iGSM fields: :class:`IGSMCommonConfig`).
+
+    Attributes:
+        retry_rate: retry rate q of the retry data (pretraining and fine-tuning), in (0, 1).
+        lora_ranks: LoRA rank pairs ``[qv_rank, embedding_rank]`` (the slide's ``qv{r}e{2r}``); at least 2.
+        ft_steps: fine-tuning steps of every fine-tuning arm (``batch_size`` windows of ``seq_len`` a step).
+        ft_lr: peak learning rate of the adapters (AdamW, betas (0.9, 0.98), 10% warmup, cosine to 0.1x).
+        ft_weight_decay: weight decay of the adapters.
+    """
+
+    retry_rate: float = 0.2
+    lora_ranks: list[list[int]] = Field(default_factory=lambda: [[8, 16], [32, 64]])
+    ft_steps: int = Field(100, ge=1)
+    ft_lr: float = Field(1e-3, gt=0)
+    ft_weight_decay: float = Field(0.01, ge=0)
+    n_seeds: int = Field(1, ge=1, le=100)
+
+    PRESETS = {
+        "smoke": {**SMOKE, "lora_ranks": [[2, 4], [4, 8]], "ft_steps": 2, "beam": 0},
+        "quick": {"steps": 250, "ft_steps": 100, "n_eval": 8, "beam": 0, "max_new_tokens": 400},
+        "gpu": {**GPU, "steps": 2500, "ft_steps": 500, "lora_ranks": [[8, 16], [64, 128]], "beam": 0},
+        "paper": {**PAPER, "ood_extra": 8, "ft_steps": 10_000, "lora_ranks": PAPER_RANKS, "beam": 0},
+    }
+
+
+def _arm(qv: int, e: int, masked: bool) -> str:
+    return f"lora_qv{qv}e{e}" + ("_masked" if masked else "")
+
+
+PRE, PRE_RETRY, FT_NULL = "pretrain_errorfree", "pretrain_retry", "ft_errorfree"
+
+
+@register("retry-finetune")
+class RetryFinetune(IGSMExperiment):
+    """LoRA fine-tuning on retry data vs retry pretraining on iGSM (Physics of LMs Part 2.2)."""
+
+    claim = ("LoRA fine-tuning an error-free-pretrained iGSM model on retry data (any rank, masked or not) gains no "
+             "accuracy on the hardest op over fine-tuning on error-free data, while pretraining on retry data does.")
+    source = "Ye, Xu, Li, Allen-Zhu, Physics of Language Models Part 2.2, arXiv 2408.16293 (retry fine-tuning)"
+    Config = RetryFinetuneConfig
+    time_estimate = {
+        "smoke": "~10 s",
+        "quick": "~10 min at threads=1, estimated (2 pretrainings x 250 steps + 5 LoRA fine-tunings x 100 steps of "
+                 "the igsm-tiny quick model, 7 models decoded on 8 problems x 3 buckets); decides nothing",
+        "gpu": time_gpu(90, "2 pretrained models x 3 seeds x 2,500 steps, plus 5 LoRA fine-tunings x 500 steps counted "
+                            "at a full step's cost (an upper bound: the frozen weights get no gradient), x 96 x 768 "
+                            "tokens of a 6-layer d384 GPT; the fine-tunings keep no checkpoints"),
+        "paper": TIME_PAPER + "; 2 pretrained models and 15 LoRA fine-tunings of 10k steps per seed"}
+
+    _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry fine-tuning vs retry pretraining"
+    _GATE = Gate("learned", f"mean over seeds of the error-free pretrained model's greedy in-distribution full-solution "
+                 f"accuracy >= {LEARNED_GATE}")
+    claims = [
+        Claim("lora-retry-no-gain",
+              "LoRA fine-tuning an error-free-pretrained model on retry data, at every rank pair and with or without "
+              "masking the mistakes, gains no more hardest-op accuracy than LoRA fine-tuning on error-free data for "
+              "the same steps.",
+              _SRC, "LoRA (qv4e8 .. qv256e512, masked or not) on retry data (q = 0.2): no significant gain, can hurt "
+                    "at small rank [quote-3p]",
+              "per training seed and LoRA-on-retry arm: greedy full-solution accuracy at the hardest op (max_op + "
+              "ood_extra) minus that of the error-free LoRA fine-tuning (largest rank pair, same steps and problems); "
+              "mean over seeds with a 95% Student-t CI; value = the largest upper end over arms",
+              f"for every LoRA-on-retry arm: upper end of the 95% CI across >= 3 seeds < {NO_GAIN_MARGIN} (decided at "
+              "the gpu and paper presets only: quick iGSM models stay near 0% accuracy)",
+              gates=(_GATE,), presets=("gpu", "paper"),
+              null="the retry-pretrained model in place of the LoRA arm (retry pretraining does teach retrying: 78% -> "
+                   "95% in the paper), the same difference and rule: it must fail there, else the accuracies cannot "
+                   "tell a gain from none"),
+        Claim("retry-pretrain-helps",
+              "Pretraining on retry data raises hardest-op accuracy over error-free pretraining (igsm-retry's claim, "
+              "measured beside the fine-tuning arms).",
+              _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry pretraining) [quote-3p]",
+              "per training seed: greedy full-solution accuracy at the hardest op of the model pretrained on retry data "
+              "at retry_rate minus that of the error-free pretrained model (same initialisation, problems and steps); "
+              "mean over seeds with a 95% Student-t CI",
+              "mean > 0 and lower end of the 95% CI across >= 3 seeds > 0 (decided at the gpu and paper presets only)",
+              gates=(_GATE,), presets=("gpu", "paper"),
+              null="the error-free pretrained model LoRA-fine-tuned on more error-free data for the same fine-tuning "
+                   "steps, minus the error-free pretrained model: the same rule must fail (extra error-free steps are "
+                   "not retry data)"),
+    ]
+
+    def validate(self, cfg: RetryFinetuneConfig) -> None:
+        check_retry_rate(cfg.retry_rate)
+        if cfg.retry_rate == 0:
+            raise ConfigError("retry_rate", cfg.retry_rate, "a rate in (0, 1)")
+        if len(cfg.lora_ranks) < 2 or any(len(r) != 2 or min(r) < 1 for r in cfg.lora_ranks):
+            raise ConfigError("lora_ranks", cfg.lora_ranks, "at least 2 pairs [qv_rank >= 1, embedding_rank >= 1]")
+        if len({tuple(r) for r in cfg.lora_ranks}) != len(cfg.lora_ranks):
+            raise ConfigError("lora_ranks", cfg.lora_ranks, "distinct pairs")
+        super().validate(cfg)
+
+    def points(self, cfg: RetryFinetuneConfig) -> list[Point]:
+        pts = [Point(PRE, {"arm": PRE, "stage": "pretrain", "retry_rate": 0.0, "mask_mistakes": False}),
+               Point(PRE_RETRY, {"arm": PRE_RETRY, "stage": "pretrain", "retry_rate": cfg.retry_rate,
+                                 "mask_mistakes": False})]
+        for qv, e in cfg.lora_ranks:
+            for masked in (False, True):
+                pts.append(Point(_arm(qv, e, masked), {"arm": _arm(qv, e, masked), "stage": "finetune", "qv_rank": qv,
+                                                       "emb_rank": e, "retry_rate": cfg.retry_rate,
+                                                       "mask_mistakes": masked}))
+        qv, e = max(cfg.lora_ranks, key=lambda r: (r[0], r[1]))
+        pts.append(Point(FT_NULL, {"arm": FT_NULL, "stage": "finetune", "qv_rank": qv, "emb_rank": e,
+                                   "retry_rate": 0.0, "mask_mistakes": False}))
+        return pts
+
+    def point_seed(self, cfg: RetryFinetuneConfig, point: Point) -> int:
+        # every model of seed k: the same initialisation and pretraining problems (paired comparisons)
+        return derive_seed(cfg.seed, self.name, f"seed{point.seed_index}")
+
+    def groups(self, cfg: RetryFinetuneConfig, points: list[Point]) -> list[list[Point]]:
+        """One group per training seed: its fine-tuning arms start from its error-free pretrained model."""
+        by: dict[int, list[Point]] = {}
+        for p in points:
+            by.setdefault(p.seed_index, []).append(p)
+        return list(by.values())
+
+    def run_group(self, cfg: RetryFinetuneConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        world = world_of(cfg)
+        tok = tokenizer_of(cfg, world)
+        shape = (cfg.n_layers, cfg.n_heads, cfg.d_model)
+        ctx_of = {p.params["arm"]: c for p, c in zip(points, ctxs)}
+        base = train_members(cfg, [ctx_of[PRE]], world, tok, shape)[0]
+        models: dict[str, Any] = {PRE: base}
+        if PRE_RETRY in ctx_of:
+            models[PRE_RETRY] = train_members(cfg, [ctx_of[PRE_RETRY]], world, tok, shape, retry_rate=cfg.retry_rate)[0]
+        rows = []
+        for p, c in zip(points, ctxs):
+            prm = p.params
+            row = {**prm, "n_layers": shape[0], "n_heads": shape[1], "d_model": shape[2]}
+            if prm["stage"] == "finetune":
+                if base.model is None:
+                    rows.append({**row, "status": "diverged", "diverged": "the error-free pretraining diverged"})
+                    continue
+                model, info = self._finetune(cfg, base.model, world, tok, prm, c)
+                row.update(info)
+            else:
+                t = models[prm["arm"]]
+                if t.model is None:
+                    rows.append({**row, "status": "diverged", "diverged": t.diverged})
+                    continue
+                model = t.model
+                row["train_loss"] = float(t.final.get("loss", float("nan")))
+            row.update(self.measure(cfg, p, c, world, tok, model))
+            rows.append(row)
+        return rows
+
+    def _finetune(self, cfg: RetryFinetuneConfig, base, world, tok, prm: dict, ctx: PointContext):
+        """LoRA fine-tuning of a copy of ``base`` on the arm's data; returns the merged model and a results dict."""
+        import torch
+
+        from lmsci.train.finetune import FinetuneSpec, add_lora, trainable_parameters
+        from lmsci.train.trainer import TrainConfig, train
+        from lmsci.worlds.igsm.tokenizer import get_batch_fn
+
+        spec = FinetuneSpec(rank=int(prm["qv_rank"]), embedding_rank=int(prm["emb_rank"]), lr=cfg.ft_lr,
+                            weight_decay=cfg.ft_weight_decay, targets=["qkv"])
+        model = copy.deepcopy(base).train()
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda):  # peft draws lora_A from the global generator
+            torch.manual_seed(derive_seed(ctx.seed, "lora-init", prm["arm"]) % 2 ** 63)
+            model = add_lora(model, spec)
+        counts = trainable_parameters(model)
+        tc = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.batch_size, lr=cfg.ft_lr,
+                         warmup_steps=cfg.ft_steps // 10, weight_decay=cfg.ft_weight_decay, min_lr_ratio=0.1,
+                         betas=(0.9, 0.98), device=ctx.device, log_every=max(cfg.ft_steps // 20, 1),
+                         checkpoint_every=0, precision=cfg.precision)
+        get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.batch_size, retry_rate=float(prm["retry_rate"]),
+                                 mask_mistakes=bool(prm["mask_mistakes"]))
+        bar = ctx.progress(cfg.ft_steps, f"finetune {prm['arm']}")
+        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "ft-data"), log=lambda r: ctx.log(**r),
+                    progress=bar)
+        bar.close()
+        merged = model.merge_and_unload().eval()
+        return merged, {"train_loss": float(res.final.get("loss", float("nan"))),
+                        "trainable_params": counts["trainable"], "ft_steps": cfg.ft_steps}
+
+    def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
+        hard = world.cfg.max_op + cfg.ood_extra
+        row = evaluate_ops(cfg, model, tok, world, [None, *ood_ops(cfg, world)], beams=(1,))
+        return {"hard_op": hard, "acc_hard": row[f"acc_greedy_op{hard}"], "retries_hard": row[f"retries_greedy_op{hard}"],
+                **row}
+
+    # ---------------------------------------------------------------------------------------------- verdicts
+    def verdicts(self, cfg: RetryFinetuneConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        return decide(self, cfg, ok_rows(results))
+
+    def figures(self, cfg: RetryFinetuneConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = ok_rows(results)
+        if ok.empty or "acc_hard" not in ok:
+            return []
+        buckets = ["id"] + [c.split("_")[-1] for c in ok.columns if c.startswith("acc_greedy_op")]
+        arms = list(dict.fromkeys(ok["arm"]))
+        fig, ax = plt.subplots(figsize=(7.5, 3.8))
+        w = 0.8 / max(len(arms), 1)
+        for i, arm in enumerate(arms):
+            g = ok[ok["arm"] == arm]
+            ax.bar([j + (i - len(arms) / 2) * w for j in range(len(buckets))],
+                   [g[f"acc_greedy_{b}"].mean() for b in buckets], w, label=arm)
+        ax.set_xticks(range(len(buckets)), ["in-dist."] + [b.replace("op", "op = ") for b in buckets[1:]])
+        ax.set_ylabel("full-solution accuracy (greedy)")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=6, ncol=2)
+        return [save_figure(fig, run, "accuracy_by_op.png", "Accuracy by op bucket for each arm: error-free and retry "
+                            "pretraining, LoRA fine-tuning on retry data (rank pairs, masked or not) and on error-free "
+                            "data (mean over seeds)")]
+
+    def report_sections(self, cfg: RetryFinetuneConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        ok = ok_rows(results)
+        cols = ["point", "seed_index", "arm", "retry_rate", "mask_mistakes", "qv_rank", "emb_rank", "trainable_params",
+                "train_loss", "acc_greedy_id", "acc_hard", "retries_greedy_id", "retries_hard"]
+        return ("## Results\n\n`retries_*`: retracted `[BACK]` steps per problem in the greedy generations. LoRA adapts "
+                "the fused qkv projection (query, key and value) and the token embedding.\n\n"
+                + markdown_table(ok[[c for c in cols if c in ok]]))
+
+
+def decide(exp: RetryFinetune, cfg: RetryFinetuneConfig, ok: pd.DataFrame) -> list[Verdict]:
+    """Both verdicts from the finished rows (columns ``arm``, ``seed_index``, ``acc_hard``, ``acc_greedy_id``)."""
+    if ok.empty or "acc_hard" not in ok:
+        return [exp.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model") for c in exp.claims]
+    by = {a: g.set_index("seed_index") for a, g in ok.groupby("arm")}
+    gate = {"learned": (None, None)}
+    if PRE in by:
+        s0 = across_seeds(by[PRE]["acc_greedy_id"])
+        gate = {"learned": (s0.mean, bool(s0.mean >= LEARNED_GATE))}
+
+    def diff(a: str, b: str):
+        if a not in by or b not in by:
+            return None
+        d = (by[a]["acc_hard"] - by[b]["acc_hard"]).dropna()
+        return across_seeds(d.values) if len(d) else None
+
+    def no_gain(s) -> bool:
+        return bool(s.n >= 2 and s.hi < NO_GAIN_MARGIN)
+
+    def gains(s) -> bool:
+        return bool(s.n >= 2 and s.mean > 0 and s.lo > 0)
+
+    accs = {a: {"acc_hard": float(g["acc_hard"].mean()), "acc_id": float(g["acc_greedy_id"].mean())}
+            for a, g in by.items()}
+    out = []
+    arms = [a for a in by if a.startswith("lora_")]
+    stats = {a: diff(a, FT_NULL) for a in arms}
+    stats = {a: s for a, s in stats.items() if s is not None}
+    sn = diff(PRE_RETRY, FT_NULL)
+    null = None if sn is None else (sn.hi, no_gain(sn))
+    if not stats:
+        out.append(exp.judge(cfg, "lora-retry-no-gain", value=None, passed=None, gates=gate, null=null,
+                             why_not_computed="no LoRA-on-retry arm with its error-free fine-tuning comparator"))
+    else:
+        worst = max(stats, key=lambda a: stats[a].hi)
+        s = stats[worst]
+        out.append(exp.judge(cfg, "lora-retry-no-gain", value=s.hi, passed=all(no_gain(v) for v in stats.values()),
+                             ci=s.ci, ci_kind=s.kind + f" ({worst})", n_seeds=min(v.n for v in stats.values()),
+                             gates=gate, null=null,
+                             details={"per_arm": {a: {"mean": v.mean, "ci": v.ci} for a, v in stats.items()},
+                                      "null_retry_pretrain_minus_ft_errorfree": None if sn is None else
+                                      {"mean": sn.mean, "ci": sn.ci}, "accuracy": accs}))
+    s = diff(PRE_RETRY, PRE)
+    sn = diff(FT_NULL, PRE)
+    null = None if sn is None else (sn.mean, gains(sn))
+    if s is None:
+        out.append(exp.judge(cfg, "retry-pretrain-helps", value=None, passed=None, gates=gate, null=null,
+                             why_not_computed="the retry-pretrained or error-free model was not run"))
+    else:
+        out.append(exp.judge(cfg, "retry-pretrain-helps", value=s.mean, passed=gains(s), ci=s.ci, ci_kind=s.kind,
+                             n_seeds=s.n, gates=gate, null=null,
+                             details={"null_ft_errorfree_minus_pretrain": None if sn is None else
+                                      {"mean": sn.mean, "ci": sn.ci}, "accuracy": accs}))
+    return out
+
+
+__all__ = ["RetryFinetune", "RetryFinetuneConfig", "decide", "PAPER_RANKS"]
