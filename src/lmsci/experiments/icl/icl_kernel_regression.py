@@ -34,25 +34,23 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.icl._hf_text_kernel_regression import hf_text_kernel_regression
+from lmsci.experiments.icl._icl_kernel_regression_verdicts import (AGREE_MIN, BAYES_GAP_MAX, ICL_GAIN_MIN,
+                                                                   MINILM_MARGIN, SPEARMAN_MIN)
+from lmsci.experiments.icl._icl_kernel_regression_verdicts import verdicts as kernel_regression_verdicts
 from lmsci.experiments.registry import register
 from lmsci.measure.icl import (
-    KERNELS, build_text_prompt as build_prompt, embedding_kernel_predictions, head_agreement, kernel_similarity_correlation, kernel_values,
+    KERNELS, embedding_kernel_predictions, head_agreement, kernel_similarity_correlation, kernel_values,
     last_token_attention, load_minilm, prediction_similarity, select_heads, tune_temperature, vote_predictions,
 )
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.trainer import TrainConfig
 from lmsci.worlds.hmm_mixture import HMMMixture
-
-SPEARMAN_MIN = 0.8     # accuracy rises with n: Spearman >= 0.8 over n_grid, in every seed
-BAYES_GAP_MAX = 0.10   # model accuracy within 10 points of the Bayes posterior's at n = max(n_grid)
-AGREE_MIN = 0.75       # task-specific best head agrees with the model's prediction
-MINILM_MARGIN = 0.10   # ... by at least 10 points more than the MiniLM kernel baseline
-ICL_GAIN_MIN = 0.05    # gate: accuracy at max n exceeds accuracy at n = 1 by 5 points
 
 
 class ICLKernelRegressionConfig(ExperimentConfig):
@@ -122,74 +120,6 @@ def model_label_probs(model: GPT, tokens: np.ndarray, n_obs: int, device: str, b
         logits = model(x)[:, -1, :n_obs].float()
         out.append(torch.softmax(logits, -1).cpu())
     return torch.cat(out).double().numpy()
-
-
-@torch.no_grad()
-def hf_text_kernel_regression(model, tokenizer, *, n_demos: int = 8, n_val: int = 100, n_test: int = 100,
-                              seed: int = 0, minilm: bool = True, device: str = "cpu") -> dict:
-    """Han et al.'s Table 2 procedure on a Hugging Face causal LM with an offline text task.
-
-    Prompts ``"Input: {line} Output: {label}"`` of ``n_demos`` Shakespeare lines labelled ``positive``/``negative``
-    by VADER (:func:`lmsci.worlds.sentiment_lines.sentiment_lines`), then a test line; the model's ICL prediction is
-    the label whose first token has the larger next-token logit; the last token's attention in every layer and head
-    (eager attention) gives max-over-span kernel values; the head whose vote agrees most with the prediction on
-    ``n_val`` prompts is scored on ``n_test`` held-out prompts; MiniLM kernel regression (raw cosine and tuned
-    ``exp(cos / tau)``) on the same prompts.
-
-    Args:
-        model: a causal LM (or a local path, loaded with ``AutoModelForCausalLM``); tokenizer: its tokenizer (or None
-            to load it from the same path).
-
-    Returns:
-        ``{"icl_acc", "best_head", "agreement_test", "gold_test", "minilm_raw", "minilm_tuned", "n_prompts"}``
-        (accuracies and agreements on the held-out prompts).
-    """
-    from lmsci.worlds.sentiment_lines import LABELS, sentiment_lines
-
-    if isinstance(model, str):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-        model = AutoModelForCausalLM.from_pretrained(model, attn_implementation="eager").to(device)
-    model.eval()
-    n_prompts = n_val + n_test
-    data = sentiment_lines((n_prompts * (n_demos + 1)) // 2 + 1, seed=seed)
-    rng = np.random.default_rng(seed)
-    first_tok = [tokenizer(lab, add_special_tokens=False)["input_ids"][0] for lab in LABELS]
-    preds, golds, votes, demo_lines, demo_labels, tests = [], [], [], [], [], []
-    pos = 0
-    for _ in range(n_prompts):
-        chunk = data[pos: pos + n_demos + 1]
-        pos += n_demos + 1
-        demos, (x_test, y_test) = chunk[:n_demos], chunk[n_demos]
-        ids, spans = build_prompt(tokenizer, [(x, LABELS[y]) for x, y in demos], x_test)
-        x = torch.tensor([ids], device=device)
-        logits = model(input_ids=x).logits[0, -1].float()
-        preds.append(int(torch.argmax(logits[first_tok]).item()))
-        golds.append(y_test)
-        att = last_token_attention(model, x)  # [1, L, H, T]
-        labels = np.array([[y for _, y in demos]])
-        votes.append(vote_predictions(kernel_values(att, spans, "max"), labels, len(LABELS))[0])
-        demo_lines.append([d for d, _ in demos])
-        demo_labels.append([y for _, y in demos])
-        tests.append(x_test)
-    preds, golds, votes = np.array(preds), np.array(golds), np.stack(votes)  # votes [B, L, H]
-    v, t = slice(0, n_val), slice(n_val, n_prompts)
-    zeros = np.zeros(n_prompts, dtype=int)
-    sel = select_heads(votes[v], preds[v], zeros[v], votes[t], preds[t], zeros[t])
-    lh = sel.overall
-    out = {"icl_acc": float((preds[t] == golds[t]).mean()), "best_head": list(lh),
-           "agreement_test": sel.test_overall, "gold_test": float((votes[t, lh[0], lh[1]] == golds[t]).mean()),
-           "n_prompts": n_prompts, "minilm_raw": None, "minilm_tuned": None}
-    if minilm:
-        enc = load_minilm(device if str(device).startswith("cuda") else "cpu")
-        ed = enc.encode([s for row in demo_lines for s in row], convert_to_numpy=True).reshape(n_prompts, n_demos, -1)
-        et = enc.encode(tests, convert_to_numpy=True)
-        lab = np.array(demo_labels)
-        out["minilm_raw"] = float((embedding_kernel_predictions(ed[t], et[t], lab[t], 2) == preds[t]).mean())
-        tau = tune_temperature(ed[v], et[v], lab[v], 2, preds[v])
-        out["minilm_tuned"] = float((embedding_kernel_predictions(ed[t], et[t], lab[t], 2, tau) == preds[t]).mean())
-    return out
 
 
 @register("icl-kernel-regression")
@@ -435,75 +365,10 @@ class ICLKernelRegression(Experiment):
         tuned = float((embedding_kernel_predictions(ed_t, et_t, pt.ys, C, tau) == yhat_t).mean())
         return raw, tuned, tau
 
-    # -- verdicts --------------------------------------------------------------------------------------------
+    # -- verdicts (one function per claim: _icl_kernel_regression_verdicts) --------------------------------
     def verdicts(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        if results.empty or "spearman_acc_n" not in results:
-            return []
-        df = results.sort_values("seed_index") if "seed_index" in results else results
-        gain = float((df["acc_model_last"].astype(float) - df["acc_model_first"].astype(float)).mean())
-        gate = {"does-icl": (gain, bool(gain >= ICL_GAIN_MIN))}
-
-        def col(name):  # a null arm's column, or None when it was not measured for every seed
-            return df[name].astype(float) if name in df and df[name].notna().all() else None
-
-        def interval(x):  # (stat, lower, upper) across seeds; with one seed both ends are the mean
-            st_ = across_seeds(x)
-            return st_, (st_.lo if st_.n >= 2 else st_.mean), (st_.hi if st_.n >= 2 else st_.mean)
-
-        out = []
-        # icl-rises
-        rho = [float(x) for x in df["spearman_acc_n"]]
-        rho0 = col("null_spearman_acc_n")
-        null = (None, None) if rho0 is None else (float(rho0.min()), bool(rho0.min() >= SPEARMAN_MIN))
-        out.append(self.judge(cfg, "icl-rises", value=min(rho), passed=bool(min(rho) >= SPEARMAN_MIN), n_seeds=len(rho),
-                              ci_kind=f"smallest over {len(rho)} seed(s) (every seed must hold)", null=null,
-                              details={"spearman_per_seed": rho,
-                                       "null_spearman_per_seed": None if rho0 is None else rho0.round(4).tolist(),
-                                       "acc_model_per_seed": [json.loads(x) for x in df["acc_model"]],
-                                       "null_acc_model_per_seed": [json.loads(x) for x in df["null_acc_model"]]
-                                       if rho0 is not None and "null_acc_model" in df else None,
-                                       "acc_bayes": json.loads(df["acc_bayes"].iloc[0]),
-                                       "n_grid": json.loads(df["n_grid"].iloc[0])}))
-        # near-bayes
-        st, _, hi = interval(df["bayes_gap_last"].astype(float))
-        gap0 = col("null_bayes_gap_last")
-        null = (None, None)
-        if gap0 is not None:
-            st0, _, hi0 = interval(gap0)
-            null = (st0.mean, bool(hi0 <= BAYES_GAP_MAX))
-        out.append(self.judge(cfg, "near-bayes", value=st.mean, passed=bool(hi <= BAYES_GAP_MAX), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, null=null,
-                              details={"acc_model_last": df["acc_model_last"].astype(float).round(4).tolist(),
-                                       "null_acc_model_last": None if gap0 is None else
-                                       df["null_acc_model_last"].astype(float).round(4).tolist(),
-                                       "acc_bayes_last": float(df["acc_bayes_last"].iloc[0])}))
-        # head-reconstructs
-        st, lo, _ = interval(df["kr_task_max"].astype(float))
-        agree0 = col("null_kr_task_max")
-        null = (None, None)
-        if agree0 is not None:
-            st0, lo0, _ = interval(agree0)
-            null = (st0.mean, bool(lo0 >= AGREE_MIN))
-        details = {k: df[k].astype(float).round(4).tolist() for k in
-                   ("kr_task_max", "kr_overall_max", "kr_task_sum", "kr_task_label", "kr_gold_task_max",
-                    "null_kr_task_max", "null_kr_overall_max") if k in df and df[k].notna().all()}
-        out.append(self.judge(cfg, "head-reconstructs", value=st.mean, passed=bool(lo >= AGREE_MIN), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null, details=details))
-        # beats-minilm
-        if "minilm_best" in df and df["minilm_best"].notna().all():
-            diff = df["kr_task_max"].astype(float) - df["minilm_best"].astype(float)
-            st, lo, _ = interval(diff)
-            best0 = col("null_minilm_best")
-            null = (None, None)
-            if agree0 is not None and best0 is not None:
-                st0, lo0, _ = interval(agree0 - best0)
-                null = (st0.mean, bool(lo0 >= MINILM_MARGIN))
-            out.append(self.judge(cfg, "beats-minilm", value=st.mean, passed=bool(lo >= MINILM_MARGIN), ci=st.ci,
-                                  ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
-                                  details={k: df[k].astype(float).round(4).tolist() for k in
-                                           ("minilm_raw", "minilm_tuned", "null_minilm_raw", "null_minilm_tuned")
-                                           if k in df and df[k].notna().all()}))
-        return out
+        """icl-rises, near-bayes, head-reconstructs and (with the MiniLM baseline) beats-minilm."""
+        return kernel_regression_verdicts(self, cfg, results)
 
     # -- report ----------------------------------------------------------------------------------------------
     def figures(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

@@ -33,10 +33,13 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, DivergedError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.icl._icl_linear_regression_verdicts import (LS_RATIO_MAX, PLATEAU_FRAC, PROBE_R2_MIN,
+                                                                   SPD_CANDIDATES)
+from lmsci.experiments.icl._icl_linear_regression_verdicts import verdicts as linear_regression_verdicts
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTConfig
 from lmsci.models.vector_gpt import VectorGPT
@@ -45,15 +48,6 @@ from lmsci.train.trainer import TrainConfig, lr_at
 from lmsci.worlds.linear_regression import (
     BASELINES, Curriculum, LinearRegressionWorld, baseline_predictions, spd, squared_errors,
 )
-
-#: registered thresholds (issue 16)
-LS_RATIO_MAX = 1.5          # model error at n = 2d within 1.5x of least squares
-PROBE_R2_MIN = 0.5          # best layer's held-out R^2 of a linear probe for w
-PLATEAU_FRAC = 0.5          # gate: error at n = 2d below half the zero predictor's (the model left the plateau)
-#: baselines the model must beat at n = 2d, and the candidates of the implied-predictor comparison
-WEAK_BASELINES = ("gd_1step", "knn3", "averaging")
-SPD_CANDIDATES = ("least_squares", "ridge", "gd_1step", "knn3", "averaging")
-LS_LIKE = ("least_squares", "ridge")
 
 
 class ICLLinearRegressionConfig(ExperimentConfig):
@@ -363,86 +357,10 @@ class ICLLinearRegression(Experiment):
         pd.DataFrame(hist).to_csv(ctx.artifact_dir / "train_curve.csv", index=False)
         return row
 
-    # -- verdicts --------------------------------------------------------------------------------------------
+    # -- verdicts (one function per claim: _icl_linear_regression_verdicts) --------------------------------
     def verdicts(self, cfg: ICLLinearRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        if results.empty or "err_model_at_2d" not in results:
-            return []
-        df = results.sort_values("seed_index") if "seed_index" in results else results
-        n = len(df)
-        err = df["err_model_at_2d"].astype(float)
-        zero = float(df["err_zero_at_2d"].astype(float).mean())
-        trained_val = float(err.mean()) / zero if zero > 0 else float("nan")
-        gate = {"trained": (trained_val, bool(trained_val < PLATEAU_FRAC))}
-        out = []
-        has_null = "null_err_model_at_2d" in df and df["null_err_model_at_2d"].notna().all()
-
-        def hi_of(x):
-            st_ = across_seeds(x)
-            return st_, (st_.hi if st_.n >= 2 else st_.mean), (st_.lo if st_.n >= 2 else st_.mean)
-
-        err0 = df["null_err_model_at_2d"].astype(float) if has_null else None
-        # ls-error
-        ratio = err / df["err_least_squares_at_2d"].astype(float)
-        st = across_seeds(ratio)
-        hi = st.hi if st.n >= 2 else st.mean
-        null = (None, None)
-        if has_null:
-            st0, hi0, _ = hi_of(err0 / df["err_least_squares_at_2d"].astype(float))
-            null = (st0.mean, bool(hi0 <= LS_RATIO_MAX))
-        out.append(self.judge(cfg, "ls-error", value=st.mean, passed=bool(hi <= LS_RATIO_MAX), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
-                              details={"ratio_per_seed": [round(float(x), 4) for x in ratio],
-                                       "err_model_at_2d": round(float(err.mean()), 5),
-                                       "err_least_squares_at_2d": round(float(df["err_least_squares_at_2d"].mean()), 5),
-                                       "err_ridge_at_2d": round(float(df["err_ridge_at_2d"].mean()), 5),
-                                       "error_to_zero_predictor": round(trained_val, 4)}))
-        # beats-baselines
-        st = across_seeds(err)
-        hi = st.hi if st.n >= 2 else st.mean
-        base = {b: float(df[f"err_{b}_at_2d"].astype(float).mean()) for b in WEAK_BASELINES}
-        best_b = min(base, key=base.get)
-        null = (None, None)
-        if has_null:
-            st0, hi0, _ = hi_of(err0)
-            null = (st0.mean, bool(hi0 < base[best_b]))
-        out.append(self.judge(cfg, "beats-baselines", value=st.mean, passed=bool(hi < base[best_b]), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
-                              details={"baseline_errors_at_2d": {k: round(v, 5) for k, v in base.items()},
-                                       "strongest_baseline": best_b}))
-        # implied-ridge
-        spd_cols = {b: df[f"spd_{b}"].astype(float).values for b in SPD_CANDIDATES}
-        ls_like = np.minimum.reduce([spd_cols[b] for b in LS_LIKE])
-        other = np.minimum.reduce([spd_cols[b] for b in SPD_CANDIDATES if b not in LS_LIKE])
-        margin = other - ls_like
-        st = across_seeds(margin)
-        lo = st.lo if st.n >= 2 else st.mean
-        closest = [min(SPD_CANDIDATES, key=lambda b: spd_cols[b][i]) for i in range(n)]
-        null = (None, None)
-        if has_null:
-            s0 = {b: df[f"null_spd_{b}"].astype(float).values for b in SPD_CANDIDATES}
-            m0 = (np.minimum.reduce([s0[b] for b in SPD_CANDIDATES if b not in LS_LIKE])
-                  - np.minimum.reduce([s0[b] for b in LS_LIKE]))
-            st0, _, lo0 = hi_of(m0)
-            null = (st0.mean, bool(lo0 > 0))
-        out.append(self.judge(cfg, "implied-ridge", value=st.mean, passed=bool(lo > 0), ci=st.ci, ci_kind=st.kind,
-                              n_seeds=st.n, gates=gate, null=null,
-                              details={"mean_spd": {b: round(float(v.mean()), 5) for b, v in spd_cols.items()},
-                                       "closest_per_seed": closest}))
-        # probe-w
-        r2 = df["probe_r2_best"].astype(float)
-        st = across_seeds(r2)
-        lo = st.lo if st.n >= 2 else st.mean
-        layers = df["probe_best_layer"].tolist() if "probe_best_layer" in df else []
-        null = (None, None)
-        if has_null:
-            st0, _, lo0 = hi_of(df["null_probe_r2_best"].astype(float))
-            null = (st0.mean, bool(lo0 >= PROBE_R2_MIN))
-        out.append(self.judge(cfg, "probe-w", value=st.mean, passed=bool(lo >= PROBE_R2_MIN), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, gates=gate, null=null,
-                              details={"best_layer_per_seed": layers,
-                                       "r2_by_layer_per_seed": [json.loads(x) for x in df["probe_r2_by_layer"]]
-                                       if "probe_r2_by_layer" in df else None}))
-        return out
+        """ls-error, beats-baselines, implied-ridge and probe-w, in that order."""
+        return linear_regression_verdicts(self, cfg, results)
 
     # -- report ----------------------------------------------------------------------------------------------
     def figures(self, cfg: ICLLinearRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
