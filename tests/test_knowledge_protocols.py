@@ -14,13 +14,14 @@ from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments import registry
 from lmsci.experiments.knowledge.common import (
-    SINGLE, ModelSpec, TrainSpec, bio_stream, make_model, mixed_stream, recall_of_docs, token_fractions, train_packed,
-    training_bios,
+    SINGLE, ModelSpec, TrainSpec, bio_stream, make_model, mixed_stream, token_fractions, training_bios,
 )
+from lmsci.measure.knowledge import recall_of_docs
+from lmsci.train.packed import train_packed
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir
 from lmsci.train.finetune import FinetuneSpec, add_lora, finetune, trainable_parameters
-from lmsci.worlds.bios import BiosWorld, qa_docs, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
 
 def _tiny_gpt(seed: int = 0) -> GPT:
@@ -167,7 +168,7 @@ def test_pretraining_stops_at_the_memorisation_target_and_records_when():
 def test_recall_of_an_untrained_model_is_low():
     world = BiosWorld(10, seed=0)
     docs = training_bios(world, range(10), seed=0, spec=SINGLE)
-    assert recall_of_docs(make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0), docs) < 0.1
+    assert recall_of_docs(make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0), docs, attrs=ATTRS) < 0.1
 
 
 # -- 6. probes on the training biographies --------------------------------------------------------

@@ -7,6 +7,7 @@ page (inline CSS; figures linked from ``figures/`` as in the markdown), for read
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -36,17 +37,46 @@ def quantity_table(results: pd.DataFrame, row: int = 0, max_rows: int = 200,
                           max_rows=max_rows)
 
 
-def markdown_table(df: pd.DataFrame, max_rows: int = 60) -> str:
-    """A GitHub-flavoured markdown table of ``df`` (first ``max_rows`` rows)."""
-    if df.empty:
-        return "_(no rows)_\n"
-    cols = list(df.columns)
+def markdown_table(df: pd.DataFrame, max_rows: int | None = 60, *, cols: Sequence[str] | None = None,
+                   float_format: str | None = None) -> str:
+    """A GitHub-flavoured markdown table of ``df`` (first ``max_rows`` rows; None: every row), ending in a newline.
+
+    Args:
+        df: the rows.
+        max_rows: rows shown (a note counts the rest); None shows every row.
+        cols: the columns shown, in this order (default: every column of ``df``). With ``cols`` or
+            ``float_format`` the cells keep each column's own type (an integer column is never printed as a
+            float) and an empty table is its header alone.
+        float_format: format spec of float cells (for example ``".3f"``), a non-finite float then an empty
+            cell; default: 4 significant digits and ``nan``.
+
+    Raises:
+        KeyError: a column of ``cols`` is not in ``df``.
+    """
+    if cols is None and float_format is None:
+        if df.empty:
+            return "_(no rows)_\n"
+        cols = list(df.columns)
+        shown = df if max_rows is None else df.head(max_rows)
+        rows = ([r[c] for c in cols] for _, r in shown.iterrows())
+        fmt = _fmt
+    else:
+        cols = list(df.columns) if cols is None else list(cols)
+        shown = df[cols] if max_rows is None else df[cols].head(max_rows)
+        rows = shown.itertuples(index=False)
+        fmt = _fmt if float_format is None else (lambda v: _fmt_float(v, float_format))
     lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for _, r in df.head(max_rows).iterrows():
-        lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
-    if len(df) > max_rows:
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    if max_rows is not None and len(df) > max_rows:
         lines.append(f"\n_{len(df) - max_rows} more rows in results.csv_")
     return "\n".join(lines) + "\n"
+
+
+def _fmt_float(v, spec: str) -> str:
+    """A cell with floats in format ``spec`` (non-finite: empty), anything else as ``str``."""
+    if isinstance(v, float):
+        return "" if not math.isfinite(v) else format(v, spec)
+    return str(v)
 
 
 def _fmt_value(v: Verdict) -> str:

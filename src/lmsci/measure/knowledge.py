@@ -43,7 +43,7 @@ from lmsci.models.device import resolve_model_device
 import torch.nn.functional as F
 
 from lmsci.errors import ConfigError
-from lmsci.measure.accuracy import forward_in_batches
+from lmsci.measure.accuracy import forward_in_batches, inverse_accuracy, qa_accuracy
 
 LN2 = math.log(2.0)
 
@@ -214,3 +214,64 @@ def completion_gap_bits(model: torch.nn.Module, right: Sequence[Any], wrong: Seq
     r = span_ce_bits(model, right, [key], batch_size, device)[key]
     w = span_ce_bits(model, wrong, [key], batch_size, device)[key]
     return w - r
+
+
+# -- recall and QA of a bioS model (the knowledge experiments' instruments) -----------------------------------
+
+
+def recall_of_docs(model: torch.nn.Module, docs: Sequence[Any], *, attrs: Sequence[str],
+                   device: str = "cpu") -> float:
+    """Mean over (document, attribute) of the greedy exact match of the attribute's value tokens given
+    the document's prefix (teacher forcing, one forward pass per batch; Allen-Zhu & Li, Part 3.1,
+    arXiv 2309.14316, Section 3: a biography is memorised when every attribute value is reproduced).
+
+    Args:
+        model: ``input_ids [batch, seq] -> logits [batch, seq, vocab]``.
+        docs: objects with ``ids`` (token ids) and ``spans`` (``{attribute: [(start, end), ...]}``; the first
+            span of each attribute is scored), e.g. :class:`lmsci.worlds.bios.Doc`.
+        attrs: the attributes scored (e.g. :data:`lmsci.worlds.bios.ATTRS`).
+        device: where the forward passes run.
+
+    Returns:
+        the exact-match rate in [0, 1]; NaN for no documents.
+    """
+    if not docs:
+        return float("nan")
+
+    def fn(logits, ids, rows):
+        pred = logits.argmax(-1)
+        out = []
+        for b, r in enumerate(rows):
+            for a in attrs:
+                s, e = docs[r].spans[a][0]
+                out.append(bool(torch.equal(pred[b, s - 1:e - 1], ids[b, s:e])))
+        return out
+
+    return float(np.mean(forward_in_batches(model, [d.ids for d in docs], fn, device=device)))
+
+
+def qa_metrics(model: torch.nn.Module, world: Any, train_people, test_people, *, attrs: Sequence[str],
+               prefix: str = "", device: str = "cpu", inverse: bool = False) -> dict[str, float]:
+    """Forward QA accuracy (mean and per attribute) on P_train and P_test, optionally inverse search
+    (:func:`lmsci.measure.accuracy.qa_accuracy`, :func:`~lmsci.measure.accuracy.inverse_accuracy`; Allen-Zhu & Li,
+    Part 3.1, arXiv 2309.14316, Section 4; Part 3.2, arXiv 2309.14402, Section 5).
+
+    Args:
+        world: the bioS world asked about (a :class:`lmsci.worlds.bios.BiosWorld`).
+        train_people, test_people: person ids of P_train and P_test.
+        attrs: the attributes asked (e.g. :data:`lmsci.worlds.bios.ATTRS`).
+        prefix: prepended to every key.
+
+    Returns:
+        ``{f"{prefix}qa_{tag}": mean, f"{prefix}qa_{tag}_{attr}": accuracy, ...}`` for ``tag`` in train, test (exact
+        match in [0, 1]), plus ``f"{prefix}inverse_{tag}"`` with ``inverse``.
+    """
+    out: dict[str, float] = {}
+    for tag, ppl in (("train", train_people), ("test", test_people)):
+        acc = qa_accuracy(model, world, ppl, attrs, device=device)
+        out[f"{prefix}qa_{tag}"] = acc["mean"]
+        for a in attrs:
+            out[f"{prefix}qa_{tag}_{a}"] = acc[a]
+        if inverse:
+            out[f"{prefix}inverse_{tag}"] = inverse_accuracy(model, world, ppl, device=device)
+    return out

@@ -34,9 +34,11 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    MEMORISED, ModelSpec, MemoriseFirstConfig, TrainSpec, bio_recall, check_model, make_model, md_table,
-    pretraining_data, recall_checker, recall_gate, seed_summary, seed_values, train_packed,
+    MEMORISED, ModelSpec, MemoriseFirstConfig, TrainSpec, bio_recall, check_model, make_model, pretraining_data,
+    recall_checker, recall_gate, seed_summary, seed_values,
 )
+from lmsci.report import markdown_table
+from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.causal_tracing import (
     CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, thirds,
@@ -459,7 +461,7 @@ class CausalTracing(Experiment):
                             "paraphrase", "specificity", "specificity_before", "edit_top1", "null_total_effect",
                             "null_mlp_margin", "null_attn_margin", "null_edit_layer", "null_efficacy",
                             "null_specificity") if c in results]
-        return "\n".join(["## Per seed", "", md_table(results, cols), "",
+        return "\n".join(["## Per seed", "", markdown_table(results, None, cols=cols, float_format=".3f"),
                           f"Noise: {cfg.noise_factor} x the std of the subject embeddings (Meng et al.). MLP/attention "
                           f"window: {self.window(cfg)} layers. Margins: peak at the claimed site minus the largest AIE "
                           "elsewhere (> 0: the map's maximum is at the claimed site).", ""])

@@ -22,10 +22,11 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
     H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
-    md_table, mean_tokens, model_seconds, paired,
-    null_arm_finetune, pretrain_check_finetune, pretraining_data, qa_learned_gate, qa_metrics, recall_gate, seed_summary, seed_values,
-    within_run,
+    mean_tokens, model_seconds, paired, null_arm_finetune, pretrain_check_finetune, pretraining_data,
+    qa_learned_gate, recall_gate, seed_summary, seed_values, within_run,
 )
+from lmsci.report import markdown_table
+from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.claims import Claim, Verdict, across_seeds
 from lmsci.runs import RunDir
@@ -155,7 +156,7 @@ class CelebrityHelpsMinority(Experiment):
                     "pipeline": cfg.pipeline,
                     "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                     "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority)})
-        m = qa_metrics(model, world, celeb, minority, device=ctx.device)
+        m = qa_metrics(model, world, celeb, minority, attrs=ATTRS, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)
         if not point.params["celebrities"] and cfg.null_arm:  # the claim's null arm, once per seed (issue 29)
@@ -223,7 +224,7 @@ class CelebrityHelpsMinority(Experiment):
             "pretrained model (LoRA leaves the pretrained weights untouched). `null_qa_*` (the claim's null arm, in the "
             "all-single row of each seed): a randomly initialised model that never read a biography, LoRA fine-tuned "
             "on the celebrities' QA like the real arms.", "",
-            md_table(results, cols), ""])
+            markdown_table(results, None, cols=cols, float_format=".3f")])
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib

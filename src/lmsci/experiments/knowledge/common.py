@@ -1,4 +1,4 @@
-"""Shared machinery of the knowledge experiments (bioS): configs, data streams, training, evaluation.
+"""Shared machinery of the knowledge experiments (bioS): configs, data streams, protocols, gates.
 
 Used by ``knowledge-extraction``, ``celebrity-helps-minority``, ``reversal-curse`` and
 ``knowledge-capacity``. Source: Allen-Zhu & Li, Physics of Language Models Parts 3.1 / 3.2 / 3.3
@@ -13,7 +13,7 @@ person actually consumed by the optimizer steps.
 The papers' protocol (issue 11): QA fine-tuning is LoRA through ``peft`` (:func:`finetune_qa`,
 :mod:`lmsci.train.finetune`; ``finetune.method = "full"`` is the ablation); extraction is judged only
 when the pretrained model has memorised the biographies of the people tested (:data:`MEMORISED`,
-recall >= 0.9; :func:`train_packed` checks recall during pretraining and can stop once a target
+recall >= 0.9; :func:`lmsci.train.packed.train_packed` checks recall during pretraining and can stop once a target
 holds, recording the steps it took); mixed training puts biographies and QA in separate windows
 with QA at 80% of the tokens (:func:`mixed_stream`, Part 3.1 Appendix C).
 """
@@ -21,7 +21,6 @@ with QA at 80% of the tokens (:func:`mixed_stream`, Part 3.1 Appendix C).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -34,13 +33,12 @@ from lmsci.claims import Gate, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
-from lmsci.measure.accuracy import inverse_accuracy, qa_accuracy
+from lmsci.measure.knowledge import qa_metrics, recall_of_docs
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.train.estimate import GPU_ASSUMPTIONS, GPU_BUDGET_S, STEP_OVERHEAD_S, gpu_seconds  # noqa: F401
 from lmsci.train.estimate import flops_per_token as _flops_per_token
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
-from lmsci.train import trainer
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.packed import train_packed
 from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
 from lmsci.stats import wilson_interval
 
@@ -290,119 +288,6 @@ class MemoriseFirstConfig(BiosQAConfig):
     memorise_check_people: int = Field(150, ge=1)
 
 
-class _Memorised(Exception):
-    """Raised from the trainer's evaluation hook to stop pretraining once the memorisation target holds."""
-
-
-def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: TrainSpec, *, seed: int, ctx: PointContext | None,
-                 phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0,
-                 recall_fn: Callable[[torch.nn.Module], float] | None = None, check_every: int = 0,
-                 stop_at: float | None = None, checkpoint: bool = False, precision: str = "fp32") -> dict[str, Any]:
-    """Train on the windows of ``packed`` once, in order (the windows are already shuffled), optionally
-    until a memorisation target holds (Part 3.3 Remark A.2: the papers train far past memorisation; at
-    small scale we train until the gate holds and record when it did).
-
-    Args:
-        packed: the windows: a :class:`~lmsci.worlds.bios.Packed`, or a streaming
-            :class:`lmsci.worlds.bios_stream.BioStream` / ``MixedStream`` whose ``batch_size`` is
-            ``spec.batch_size`` (its ``exposures`` then count what the optimizer consumed).
-        recall_fn: ``recall_fn(model) -> recall in [0, 1]``, called every ``check_every`` steps and after
-            the last step (in eval mode, no gradients); its values are logged as ``recall_check``.
-        stop_at: stop at the first check whose recall is ``>= stop_at`` (None: train every window).
-        checkpoint: save/resume trainer checkpoints under ``ctx.artifact_dir / phase`` every
-            ``check_every`` steps (or 10% of the steps), so that a run killed and rerun into the same
-            directory resumes (commands of at most 10 minutes chain); the recall checks made before the
-            interruption come back from the checkpoint's history.
-        precision: ``"fp32"`` or ``"bf16"`` (autocast, :class:`lmsci.train.trainer.TrainConfig`).
-
-    Returns:
-        ``{"steps", "steps_budget", "tokens_seen", "final_loss", "seconds", "tokens_per_s", "windows_used",
-        "recall_checks": [(step, recall), ...], "steps_to_gate": first checked step with recall >=
-        RECALL_MIN (None if never), "stopped_early", "resumed_from": the step a checkpoint resumed from (0:
-        a fresh start)}``.
-    """
-    B = spec.batch_size
-    streamed = not isinstance(packed, Packed)
-    if streamed:  # a lmsci.worlds.bios_stream stream (BioStream / MixedStream) with this batch size
-        if packed.batch_size != B:
-            raise ConfigError("pretrain.batch_size", B, f"the stream's batch_size {packed.batch_size}")
-        W = packed.count_windows()
-    else:
-        W = packed.input_ids.shape[0]
-    steps = max(1, W // B)
-    every = check_every if recall_fn is not None else eval_every
-    ck_every = (every or max(1, steps // 10)) if checkpoint and ctx is not None else 0
-    cfg = TrainConfig(steps=steps, batch_size=B, lr=spec.lr, warmup_steps=int(spec.warmup_frac * steps),
-                      min_lr_ratio=0.1, weight_decay=spec.weight_decay, grad_clip=1.0, device=device,
-                      log_every=max(1, steps // 50), eval_every=every, checkpoint_every=ck_every,
-                      precision=precision)
-    done = [0]  # optimizer steps taken (the step of the last batch drawn, plus one)
-    tokens_drawn = [0]
-    if streamed:
-        stream_batch = packed.get_batch_fn()
-    else:
-        x, y = packed.input_ids, packed.targets
-
-    def get_batch(step: int, g: torch.Generator):
-        done[0] = step + 1
-        if streamed:
-            xb, yb = stream_batch(step, g)
-        else:
-            idx = torch.arange(step * B, step * B + B) % W
-            xb, yb = x[idx], y[idx]
-        tokens_drawn[0] += int((yb != -100).sum())
-        return xb, yb
-
-    checks: list[tuple[int, float]] = []
-    last_loss = [float("nan")]
-
-    def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        out = dict(eval_fn(m)) if eval_fn is not None else {}
-        if recall_fn is not None:
-            r = float(recall_fn(m))
-            out["recall_check"] = r  # recorded in `checks` by log_fn when the trainer emits it
-            if stop_at is not None and r >= stop_at and done[0] < steps:
-                checks.append((done[0], r))
-                if ctx is not None:
-                    ctx.log(phase=phase, step=done[0], recall_check=r, stopped="memorised")
-                raise _Memorised()
-        return out
-
-    def log_fn(m: dict[str, Any]) -> None:  # also receives the records of a checkpoint's history on resume
-        if "loss" in m:
-            last_loss[0] = float(m["loss"])
-        if "recall_check" in m:
-            checks.append((int(m["step"]), float(m["recall_check"])))
-        if ctx is not None:
-            ctx.log(phase=phase, **m)
-
-    bar = ctx.progress(steps, phase) if ctx is not None else None
-    ckdir = (ctx.artifact_dir / phase) if ck_every else None
-    t0 = time.perf_counter()
-    stopped = False
-    resumed_from = 0
-    try:
-        res = trainer.train(model, get_batch, cfg, seed=seed, log=log_fn, progress=bar,
-                    eval_fn=evaluate if (eval_fn is not None or recall_fn is not None) else None,
-                    checkpoint_dir=ckdir)
-        n_steps, tokens, final_loss = res.steps, res.tokens_seen, float(res.final.get("loss", float("nan")))
-        resumed_from = res.resumed_from
-    except _Memorised:
-        model.train()
-        stopped = True
-        n_steps = done[0]
-        tokens = tokens_drawn[0]
-        final_loss = last_loss[0]
-    finally:
-        if bar is not None:
-            bar.close()
-    secs = time.perf_counter() - t0
-    gate = next((s for s, r in checks if r >= RECALL_MIN), None)
-    return {"steps": n_steps, "steps_budget": steps, "tokens_seen": tokens, "final_loss": final_loss, "seconds": secs,
-            "tokens_per_s": tokens / max(secs, 1e-9), "windows_used": n_steps * B, "recall_checks": checks,
-            "steps_to_gate": gate, "stopped_early": stopped, "resumed_from": resumed_from}
-
-
 def mixed_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
                  specs: Sequence[tuple[Sequence[int], DataSpec]], qa: Sequence[Doc], qa_ratio: float = 0.8,
                  order_seed: int | None = None, max_distinct_epochs: int | None = None,
@@ -596,7 +481,8 @@ def null_arm_finetune(cfg: BiosQAConfig, world: BiosWorld, ctx: PointContext, *,
                               seq_len=cfg.qa_seq_len, ctx=ctx, phase="null_qa_finetune", device=dev, inverse=inverse,
                               precision=cfg.precision, pipeline=getattr(cfg, "pipeline", "packed"))
     out["null_ft_seconds"] = info["ft_seconds"]
-    out.update(qa_metrics(model, world, finetune_people, tested, prefix="null_", device=dev, inverse=inverse))
+    out.update(qa_metrics(model, world, finetune_people, tested, attrs=ATTRS, prefix="null_", device=dev,
+                          inverse=inverse))
     return out
 
 
@@ -675,7 +561,7 @@ def recall_checker(world: BiosWorld, people: Sequence[int], *, seed: int, spec: 
     if len(people) > n:
         people = np.sort(np.random.default_rng([check_seed, 97]).choice(people, n, replace=False))
     docs = bios_fn(people) if bios_fn is not None else training_bios(world, people, seed=seed, spec=spec)
-    return lambda m: recall_of_docs(m, docs, device=device)
+    return lambda m: recall_of_docs(m, docs, attrs=ATTRS, device=device)
 
 
 def exposures_of(packed: Packed | Any, n_people: int, windows_used: int, people: Sequence[int] | None = None) -> float:
@@ -693,34 +579,13 @@ def training_bios(world: BiosWorld, people: Sequence[int], *, seed: int, spec: D
                       fullname=spec.fullname, reverse=reverse) for i in people]
 
 
-def recall_of_docs(model: torch.nn.Module, docs: Sequence[Doc], *, device: str = "cpu",
-                   attrs: Sequence[str] = ATTRS) -> float:
-    """Mean over (document, attribute) of the greedy exact match of the attribute's value tokens given
-    the document's prefix (teacher forcing, one forward pass per batch)."""
-    from lmsci.measure.accuracy import forward_in_batches
-
-    if not docs:
-        return float("nan")
-
-    def fn(logits, ids, rows):
-        pred = logits.argmax(-1)
-        out = []
-        for b, r in enumerate(rows):
-            for a in attrs:
-                s, e = docs[r].spans[a][0]
-                out.append(bool(torch.equal(pred[b, s - 1:e - 1], ids[b, s:e])))
-        return out
-
-    return float(np.mean(forward_in_batches(model, [d.ids for d in docs], fn, device=device)))
-
-
 def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
                device: str = "cpu", bios_fn: Callable[[np.ndarray], list[Doc]] | None = None) -> float:
     """Memorisation: exact match of every attribute value inside each person's first *training* biography
     (the rendering :func:`lmsci.worlds.bios.bio_docs` made for pretraining, or ``bios_fn(people)`` for
     another pipeline such as ``BioStream.training_bios``), given its prefix."""
     docs = bios_fn(np.asarray(people)) if bios_fn is not None else training_bios(world, people, seed=seed, spec=spec)
-    return recall_of_docs(model, docs, device=device)
+    return recall_of_docs(model, docs, attrs=ATTRS, device=device)
 
 
 def first_value_words(world: BiosWorld) -> dict[str, list[str]]:
@@ -733,20 +598,6 @@ def first_value_words(world: BiosWorld) -> dict[str, list[str]]:
     first.update({k: [v[0] for v in pool] for k, pool in
                   (("university", p.universities), ("major", p.majors), ("company", p.companies))})
     return {a: first[a] for a in ATTRS}
-
-
-def qa_metrics(model: torch.nn.Module, world: BiosWorld, train_people, test_people, prefix: str = "",
-               device: str = "cpu", inverse: bool = False) -> dict[str, float]:
-    """Forward QA accuracy (mean and per attribute) on P_train and P_test, optionally inverse search."""
-    out: dict[str, float] = {}
-    for tag, ppl in (("train", train_people), ("test", test_people)):
-        acc = qa_accuracy(model, world, ppl, ATTRS, device=device)
-        out[f"{prefix}qa_{tag}"] = acc["mean"]
-        for a in ATTRS:
-            out[f"{prefix}qa_{tag}_{a}"] = acc[a]
-        if inverse:
-            out[f"{prefix}inverse_{tag}"] = inverse_accuracy(model, world, ppl, device=device)
-    return out
 
 
 # -- verdicts: per-seed statistics and the shared gate -------------------------------------------------
@@ -815,15 +666,3 @@ def seed_summary(per_seed: dict[int, float]) -> dict[str, Any]:
         return {}
     st = across_seeds(per_seed.values())
     return {"mean": st.mean, "ci95": st.ci, "kind": st.kind, "per_seed": dict(per_seed)}
-
-
-def md_table(df: pd.DataFrame, cols: Sequence[str]) -> str:
-    """A markdown table of ``df[cols]`` (floats to 3 decimals) for ``report_sections``."""
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "" if not np.isfinite(v) else f"{v:.3f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df[list(cols)].itertuples(index=False)]
-    return "\n".join(lines)

@@ -28,11 +28,12 @@ from pydantic import Field
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
     H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model,
-    exposures_of,
-    first_value_words, make_model, md_table, mean_tokens, model_seconds, paired, pretrain_check_finetune,
-    null_arm_finetune, pretraining_data, qa_learned_gate,
-    qa_metrics, recall_gate, seed_summary, seed_values, token_fractions, within_run,
+    exposures_of, first_value_words, make_model, mean_tokens, model_seconds, paired, pretrain_check_finetune,
+    null_arm_finetune, pretraining_data, qa_learned_gate, recall_gate, seed_summary, seed_values, token_fractions,
+    within_run,
 )
+from lmsci.report import markdown_table
+from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
 from lmsci.claims import Claim, Verdict, across_seeds
@@ -228,7 +229,7 @@ class KnowledgeExtraction(Experiment):
         # memorisation on the pretrained model: the QA-test people (the gate), the QA-train people, and all
         rec_tr, rec_te = row["bio_recall_train"], row["bio_recall_test"]
         row["bio_recall"] = (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))
-        row.update(qa_metrics(model, world, tr, te, device=ctx.device))
+        row.update(qa_metrics(model, world, tr, te, attrs=ATTRS, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
         if d == "single" and not mixed and cfg.null_arm:  # the claims' null arm, once per seed (issue 29)
             row.update(null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te))
@@ -348,7 +349,7 @@ class KnowledgeExtraction(Experiment):
                  "biographies; `_rand` columns are the same probes on a randomly initialised model. `null_qa_*` (the "
                  "claims' null arm, in the single pretrain_ft row of each seed): a randomly initialised model that "
                  "never read a biography, LoRA fine-tuned on P_train's QA like the real arms.", "",
-                 md_table(results, cols), ""]
+                 markdown_table(results, None, cols=cols, float_format=".3f")]
         after = "bio_recall_test_after_ft"
         ft = results.dropna(subset=[after]) if after in results else results[:0]
         if len(ft):
@@ -358,7 +359,7 @@ class KnowledgeExtraction(Experiment):
                       "QA accuracy on the fine-tuned people (P_train) and biography recall of the held-out people "
                       "(P_test) before and after fine-tuning; `forgetting_test` = before - after (Part 3.1, Section 4.1: "
                       "LoRA leaves the pretrained weights untouched, full fine-tuning may overwrite them).", "",
-                      md_table(ft, fcols), ""]
+                      markdown_table(ft, None, cols=fcols, float_format=".3f")]
         return "\n".join(lines)
 
     def figures(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

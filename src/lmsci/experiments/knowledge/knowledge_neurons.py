@@ -37,8 +37,11 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    DataSpec, ModelSpec, TrainSpec, bio_stream, check_model, make_model, md_table, recall_of_docs, seed_values, train_packed,
+    DataSpec, ModelSpec, TrainSpec, bio_stream, check_model, make_model, seed_values,
 )
+from lmsci.report import markdown_table
+from lmsci.measure.knowledge import recall_of_docs
+from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.attribution import (
     NeuronEdit, adaptive_share, answer_probs, coarse_neurons, integrated_gradients, refine, relative_change,
@@ -92,10 +95,10 @@ def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ct
     model = make_model(world, spec.model, spec.seq_len, train_seed).to(device)
     check_docs = [d for ds_ in docs for d in ds_]
     pre = train_packed(model, stream, spec.pretrain, seed=train_seed, ctx=ctx, phase="pretrain", device=device,
-                       recall_fn=lambda m: recall_of_docs(m, check_docs, device=device), check_every=spec.check_every,
-                       stop_at=spec.stop_at)
+                       recall_fn=lambda m: recall_of_docs(m, check_docs, attrs=ATTRS, device=device),
+                       check_every=spec.check_every, stop_at=spec.stop_at)
     model.eval()
-    recall = recall_of_docs(model, check_docs, device=device)
+    recall = recall_of_docs(model, check_docs, attrs=ATTRS, device=device)
     return model, world, docs, {"pretrain_steps": pre["steps"], "pretrain_steps_budget": pre["steps_budget"],
                                 "steps_to_gate": pre["steps_to_gate"], "recall": recall,
                                 "pretrain_seconds": pre["seconds"], "params": model.num_params()}
@@ -400,7 +403,7 @@ class KnowledgeNeurons(Experiment):
             "(the null arm of suppress-erases); `amplify_vs_random`: amplified change minus that of as many random "
             "neurons (amplify-strengthens' statistic); `random2_vs_random`: the same with a second random draw in "
             "place of the knowledge neurons (its null arm). Per-fact rows: "
-            "`points/<id>/facts.csv`.", "", md_table(results, cols), "",
+            "`points/<id>/facts.csv`.", "", markdown_table(results, None, cols=cols, float_format=".3f"),
             "Knowledge neurons per layer (all seeds; Dai et al. find them mostly in the top layers of BERT): "
             + _layer_counts(results, cfg.bios.model.n_layers), ""])
 

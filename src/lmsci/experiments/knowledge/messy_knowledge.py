@@ -42,8 +42,10 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    MEMORISED, ModelSpec, TrainSpec, check_model, make_model, md_table, recall_gate, seed_values, train_packed,
+    MEMORISED, ModelSpec, TrainSpec, check_model, make_model, recall_gate, seed_values,
 )
+from lmsci.report import markdown_table
+from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.grad_overlap import span_logprobs, statement_gradients
@@ -429,7 +431,7 @@ class MessyKnowledge(Experiment):
                             "ripple_p_after", "ripple_target_dlogp", "ripple_related_dlogp", "ripple_control_dlogp",
                             "ripple_control2_dlogp", "ripple_specific", "null_ripple_specific")
                 if c in results]
-        return "\n".join(["## Per seed", "", md_table(results, cols), "",
+        return "\n".join(["## Per seed", "", markdown_table(results, None, cols=cols, float_format=".3f"),
                           "Cosines of grad log p(object | prompt) over all parameters; `cos_same_template` (and `_2`): "
                           "another person's fact of the same relation and template; `_l2`: that fact in language 2; "
                           "`_para`: in the paraphrase template. `null_*` columns are the null arms of the registered "

@@ -29,7 +29,8 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import md_table, seed_values
+from lmsci.experiments.knowledge.common import seed_values
+from lmsci.report import markdown_table
 from lmsci.experiments.knowledge.knowledge_neurons import RECALL_MIN, BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
 from lmsci.measure.kv_memories import NORMS, key_value_memories, next_token_targets
@@ -322,7 +323,8 @@ class MLPMemories(Experiment):
             "against neuron j's key (same layer, exact average over pairs); rank: median rank of that next token in "
             "the value's distribution (0 = top). Upper half of the layers: "
             f"{_upper(int(results['n_layers'].max()))}.", "",
-            md_table(results, cols), "", "Per layer:", "", md_table(results, ["point"] + layer_cols), ""])
+            markdown_table(results, None, cols=cols, float_format=".3f"), "Per layer:", "",
+            markdown_table(results, None, cols=["point"] + layer_cols, float_format=".3f")])
 
     def figures(self, cfg: MLPMemoriesConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib

@@ -45,18 +45,19 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    BiosQAConfig,
-    AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed, exposures_of,
-    h100_seconds, mean_tokens, vocab_size,
-    finetune_qa, make_model, md_table, paired, qa_metrics, recall_gate, seed_summary, seed_values, train_packed,
-    null_arm_finetune, within_run,
+    BiosQAConfig, AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed,
+    exposures_of, h100_seconds, mean_tokens, vocab_size, finetune_qa, make_model, paired, recall_gate, seed_summary,
+    seed_values, null_arm_finetune, within_run,
 )
+from lmsci.report import markdown_table
+from lmsci.measure.knowledge import qa_metrics
+from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import completion_gap_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.runs import RunDir
-from lmsci.worlds.bios import BiosWorld, Doc, Packed, bio_docs, pack, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_split
 
 
 class ReversalCurseConfig(BiosQAConfig):
@@ -371,7 +372,7 @@ class ReversalCurse(Experiment):
         row["bio_recall_test_after_ft"] = bio_recall(model, world, te, seed=cfg.seed, spec=cfg.data, device=ctx.device,
                                                      bios_fn=bios_fn)
         row["forgetting_test"] = rec_te - row["bio_recall_test_after_ft"]
-        row.update(qa_metrics(model, world, tr, te, device=ctx.device, inverse=True))
+        row.update(qa_metrics(model, world, tr, te, attrs=ATTRS, device=ctx.device, inverse=True))
         row["n_test"] = len(te)
         if not rev and cfg.null_arm:  # the claims' null arm, once per seed (issue 29)
             row.update(null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te, inverse=True,
@@ -500,7 +501,7 @@ class ReversalCurse(Experiment):
             "`forgetting_test` its drop from the pretrained model. `null_*` (the claims' null arm, in the forward-only "
             "row of each seed): a randomly initialised model that never saw the people, scored on the held-out "
             "prompts as it is and on inverse search after the same LoRA QA fine-tuning.", "",
-            md_table(results, cols), ""])
+            markdown_table(results, None, cols=cols, float_format=".3f")])
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
