@@ -4,6 +4,8 @@ device field with the same validation as `--set device=...`; `lmsci claims --sta
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 import torch
@@ -95,10 +97,15 @@ def test_short_time(text, short):
 
 @pytest.mark.parametrize("name", sorted(catalog()))
 def test_every_quick_and_gpu_estimate_has_a_short_time(name):
+    """Short (the columns stay narrow), and a duration wherever the estimate names one ("?" only for an estimate
+    without any, such as "to be measured")."""
     est = catalog()[name].time_estimate
-    assert short_time(est["quick"]) not in ("?", "-")
-    if "gpu" in catalog()[name].Config.PRESETS:
-        assert short_time(est["gpu"]) not in ("?", "-")
+    for preset in ("quick", "gpu"):
+        text = est.get(preset)
+        short = short_time(text)
+        assert len(short) <= 6
+        has_duration = bool(re.search(r"\d\s*(?:CPU-)?(?:s|sec|seconds?|min|minutes?|h|hours?)\b", text or ""))
+        assert (short not in ("?", "-")) == has_duration, (preset, text)
 
 
 def test_list_long_keeps_the_detail():
