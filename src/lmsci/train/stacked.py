@@ -197,6 +197,182 @@ def make_stacked_optimizer(stack: StackedModels, cfg: TrainConfig) -> torch.opti
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=True)
 
 
+@dataclass
+class _StackRun:
+    """The state one :func:`train_stacked` call shares between its phases (K members)."""
+
+    stack: StackedModels
+    opt: torch.optim.AdamW
+    cfg: TrainConfig
+    device: str
+    gens: list[torch.Generator]
+    get_batches: list[GetBatch]
+    eval_fns: list[EvalFn | None]
+    logs: list[LogFn | None]
+    shared_log: bool
+    result: StackedResult
+    alive: list[bool]
+    tokens_seen: list[int]
+    step: int = 0
+
+    def emit(self, k: int, rec: dict[str, Any]) -> None:
+        """Append ``rec`` to member ``k``'s history and pass it to its log (with ``member`` on a shared log)."""
+        self.result.members[k].history.append(rec)
+        if self.logs[k] is not None:
+            self.logs[k]({**rec, "member": k} if self.shared_log else dict(rec))
+
+    def evaluate(self) -> None:
+        """Write each live member with an ``eval_fn`` back into its model and emit its metrics (eval mode,
+        no gradients)."""
+        for k in range(self.stack.k):
+            if not self.alive[k] or self.eval_fns[k] is None:
+                continue
+            model = self.stack.write_back(k)
+            model.eval()
+            with torch.no_grad(), _autocast(self.device, self.cfg.precision):
+                metrics = self.eval_fns[k](model)
+            model.train()
+            self.emit(k, {"step": self.step, **{n: float(v) if isinstance(v, (int, float)) else v
+                                                for n, v in metrics.items()}})
+
+
+def _per_member(obj: Any, name: str, K: int) -> list:
+    """``obj`` repeated K times when it is None or one callable, else its K items.
+
+    Raises:
+        ConfigError: a sequence whose length is not K (named ``name``).
+    """
+    if obj is None or callable(obj):
+        return [obj] * K
+    if len(obj) != K:
+        raise ConfigError(name, len(obj), f"one callable or one per model ({K})")
+    return list(obj)
+
+
+def _start_stack(models: Sequence[nn.Module], get_batch: Any, cfg: TrainConfig, seeds: Sequence[int],
+                 eval_fn: Any, log: Any) -> _StackRun:
+    """Check the arguments, move the models to ``cfg.device``, stack them, build the optimizer and the K
+    batch generators (``torch.Generator().manual_seed(seeds[k])``).
+
+    Raises:
+        ConfigError: as :func:`train_stacked` (seeds, callables per member, dropout > 0, shapes).
+    """
+    from lmsci.runs import resolve_device
+
+    K = len(models)
+    if len(seeds) != K:
+        raise ConfigError("seeds", len(seeds), f"one seed per model ({K})")
+    get_batches = _per_member(get_batch, "get_batch", K)
+    eval_fns = _per_member(eval_fn, "eval_fn", K)
+    shared_log = callable(log)
+    logs = _per_member(log, "log", K)
+    drop = max(_dropout_of(m) for m in models)
+    if drop > 0:
+        raise ConfigError("dropout", drop, "0.0 (stacked training would draw other dropout masks than "
+                          "separate runs; train such models with lmsci.train.trainer.train)")
+    device = resolve_device(cfg.device)
+    for m in models:
+        m.to(device)
+    stack = StackedModels(models, device)
+    opt = make_stacked_optimizer(stack, cfg)
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    result = StackedResult(members=[TrainResult() for _ in range(K)])
+    return _StackRun(stack, opt, cfg, device, gens, get_batches, eval_fns, logs, shared_log, result,
+                     alive=[True] * K, tokens_seen=[0] * K)
+
+
+def _stacked_step(run: _StackRun, lr: float) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """One optimizer step of the whole stack at ``run.step`` (not advanced here): draw every member's
+    micro-batches in ``train``'s order, accumulate token-weighted gradients, clip per member, step.
+
+    Returns:
+        ``(loss_sum [K] float64 nats summed over targets, per-member gradient norms [K], target tokens per member)``.
+
+    Raises:
+        ConfigError: the members' batches differ in shape.
+    """
+    stack, cfg, device, K = run.stack, run.cfg, run.device, run.stack.k
+    for group in run.opt.param_groups:
+        group["lr"] = lr
+    # member k's micro-batches, drawn in the order train() draws them
+    micro = [[run.get_batches[k](run.step, run.gens[k]) for _ in range(cfg.grad_accum)] for k in range(K)]
+    n_tok = [sum(int((y != IGNORE_INDEX).sum()) for _, y in micro[k]) for k in range(K)]
+    denom = torch.tensor([max(n, 1) for n in n_tok], dtype=torch.float32, device=device)
+    for p in stack.params.values():
+        p.grad = None
+    loss_sum = torch.zeros(K, dtype=torch.float64)
+    for a in range(cfg.grad_accum):
+        xs, ys = [micro[k][a][0] for k in range(K)], [micro[k][a][1] for k in range(K)]
+        if any(x.shape != xs[0].shape for x in xs) or any(y.shape != ys[0].shape for y in ys):
+            raise ConfigError("get_batch", [tuple(x.shape) for x in xs],
+                              "batches of one shape for every member of a stack")
+        x = torch.stack(xs).to(device, non_blocking=True)
+        y = torch.stack(ys).to(device, non_blocking=True)
+        with _autocast(device, cfg.precision):
+            s = stack.sum_nll(x, y)  # [K]
+        (s / denom).sum().backward()
+        loss_sum += s.detach().double().cpu()
+    norms = stack.member_norms()  # [K]
+    if cfg.grad_clip > 0:
+        coef = torch.clamp(cfg.grad_clip / (norms + 1e-6), max=1.0)
+        with torch.no_grad():
+            for p in stack.params.values():
+                if p.grad is not None:
+                    p.grad.mul_(coef.to(p.grad.dtype).view(-1, *[1] * (p.dim() - 1)))
+    run.opt.step()
+    return loss_sum, norms, n_tok
+
+
+def _record_members(run: _StackRun, lr: float, loss_sum: torch.Tensor, norms: torch.Tensor, n_tok: list[int],
+                    tok_window: list[int], t_window: float) -> int:
+    """After step ``run.step``: count each live member's tokens, mark a member with a non-finite loss diverged
+    (weights written back, history ended), and emit the live members' training records on the log schedule.
+
+    Returns:
+        the target tokens the live members trained on in this step (for the stack's throughput).
+    """
+    cfg, step = run.cfg, run.step
+    norm_list = norms.tolist()
+    tok_train = 0
+    for k in range(run.stack.k):
+        if not run.alive[k]:
+            continue
+        run.tokens_seen[k] += n_tok[k]
+        tok_window[k] += n_tok[k]
+        tok_train += n_tok[k]
+        loss = float(loss_sum[k]) / max(n_tok[k], 1)
+        if not math.isfinite(loss):
+            run.alive[k] = False
+            run.result.diverged[k] = DivergedError(step, loss)
+            run.stack.write_back(k)
+            run.result.members[k].steps, run.result.members[k].tokens_seen = step, run.tokens_seen[k]
+            continue
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            run.emit(k, {"step": step, "loss": loss, "lr": lr, "grad_norm": norm_list[k],
+                         "tokens_seen": run.tokens_seen[k], "tokens_per_s": tok_window[k] / max(t_window, 1e-9)})
+    return tok_train
+
+
+def _finish_stack(run: _StackRun, t_train: float, tok_train: int, t_start: float) -> StackedResult:
+    """Write the live members back into their models and fill each member's ``steps``, ``tokens_seen``,
+    ``final`` and the stack's ``steps``, ``tokens_per_s`` (tokens/s of training steps) and ``seconds``."""
+    result = run.result
+    for k in range(run.stack.k):
+        r = result.members[k]
+        if run.alive[k]:
+            run.stack.write_back(k)
+            r.steps, r.tokens_seen = run.step, run.tokens_seen[k]
+        train_recs = [h for h in r.history if "grad_norm" in h]
+        eval_recs = [h for h in r.history if "grad_norm" not in h]
+        r.final = {**(train_recs[-1] if train_recs else {}), **(eval_recs[-1] if eval_recs else {})}
+    result.steps = run.step
+    result.tokens_per_s = tok_train / max(t_train, 1e-9)
+    result.seconds = time.perf_counter() - t_start
+    for r in result.members:
+        r.seconds = result.seconds
+    return result
+
+
 def train_stacked(
     models: Sequence[nn.Module],
     get_batch: GetBatch | Sequence[GetBatch],
@@ -233,134 +409,30 @@ def train_stacked(
         ConfigError: fewer seeds (or batch functions, eval functions, logs) than models, models of
             different shapes, dropout > 0, or batches of different shapes across members.
     """
-    from lmsci.runs import resolve_device
-
     t_start = time.perf_counter()
-    K = len(models)
-    if len(seeds) != K:
-        raise ConfigError("seeds", len(seeds), f"one seed per model ({K})")
-
-    def per_member(obj, name):
-        if obj is None or callable(obj):
-            return [obj] * K
-        if len(obj) != K:
-            raise ConfigError(name, len(obj), f"one callable or one per model ({K})")
-        return list(obj)
-
-    get_batches = per_member(get_batch, "get_batch")
-    eval_fns = per_member(eval_fn, "eval_fn")
-    shared_log = callable(log)
-    logs = per_member(log, "log")
-    drop = max(_dropout_of(m) for m in models)
-    if drop > 0:
-        raise ConfigError("dropout", drop, "0.0 (stacked training would draw other dropout masks than "
-                          "separate runs; train such models with lmsci.train.trainer.train)")
-    device = resolve_device(cfg.device)
-    for m in models:
-        m.to(device)
-    stack = StackedModels(models, device)
-    opt = make_stacked_optimizer(stack, cfg)
-    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-    result = StackedResult(members=[TrainResult() for _ in range(K)])
-    alive = [True] * K
-    tokens_seen = [0] * K
-    step = 0
-
-    def emit(k: int, rec: dict[str, Any]) -> None:
-        result.members[k].history.append(rec)
-        if logs[k] is not None:
-            logs[k]({**rec, "member": k} if shared_log else dict(rec))
-
-    def evaluate() -> None:
-        for k in range(K):
-            if not alive[k] or eval_fns[k] is None:
-                continue
-            model = stack.write_back(k)
-            model.eval()
-            with torch.no_grad(), _autocast(device, cfg.precision):
-                metrics = eval_fns[k](model)
-            model.train()
-            emit(k, {"step": step, **{n: float(v) if isinstance(v, (int, float)) else v
-                                      for n, v in metrics.items()}})
-
+    run = _start_stack(models, get_batch, cfg, seeds, eval_fn, log)
+    K = run.stack.k
     t_window, tok_window, t_train, tok_train = 0.0, [0] * K, 0.0, 0
-    while step < cfg.steps and any(alive):
+    while run.step < cfg.steps and any(run.alive):
         t_step = time.perf_counter()
-        lr = lr_at(step, cfg)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        # member k's micro-batches, drawn in the order train() draws them
-        micro = [[get_batches[k](step, gens[k]) for _ in range(cfg.grad_accum)] for k in range(K)]
-        n_tok = [sum(int((y != IGNORE_INDEX).sum()) for _, y in micro[k]) for k in range(K)]
-        denom = torch.tensor([max(n, 1) for n in n_tok], dtype=torch.float32, device=device)
-        for p in stack.params.values():
-            p.grad = None
-        loss_sum = torch.zeros(K, dtype=torch.float64)
-        for a in range(cfg.grad_accum):
-            xs, ys = [micro[k][a][0] for k in range(K)], [micro[k][a][1] for k in range(K)]
-            if any(x.shape != xs[0].shape for x in xs) or any(y.shape != ys[0].shape for y in ys):
-                raise ConfigError("get_batch", [tuple(x.shape) for x in xs],
-                                  "batches of one shape for every member of a stack")
-            x = torch.stack(xs).to(device, non_blocking=True)
-            y = torch.stack(ys).to(device, non_blocking=True)
-            with _autocast(device, cfg.precision):
-                s = stack.sum_nll(x, y)  # [K]
-            (s / denom).sum().backward()
-            loss_sum += s.detach().double().cpu()
-        norms = stack.member_norms()  # [K]
-        if cfg.grad_clip > 0:
-            coef = torch.clamp(cfg.grad_clip / (norms + 1e-6), max=1.0)
-            with torch.no_grad():
-                for p in stack.params.values():
-                    if p.grad is not None:
-                        p.grad.mul_(coef.to(p.grad.dtype).view(-1, *[1] * (p.dim() - 1)))
-        opt.step()
-        step += 1
+        lr = lr_at(run.step, cfg)
+        loss_sum, norms, n_tok = _stacked_step(run, lr)
+        run.step += 1
         dt = time.perf_counter() - t_step
         t_window += dt
         t_train += dt
-        norm_list = norms.tolist()
-        for k in range(K):
-            if not alive[k]:
-                continue
-            tokens_seen[k] += n_tok[k]
-            tok_window[k] += n_tok[k]
-            tok_train += n_tok[k]
-            loss = float(loss_sum[k]) / max(n_tok[k], 1)
-            if not math.isfinite(loss):
-                alive[k] = False
-                result.diverged[k] = DivergedError(step, loss)
-                stack.write_back(k)
-                result.members[k].steps, result.members[k].tokens_seen = step, tokens_seen[k]
-                continue
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                emit(k, {"step": step, "loss": loss, "lr": lr, "grad_norm": norm_list[k],
-                         "tokens_seen": tokens_seen[k], "tokens_per_s": tok_window[k] / max(t_window, 1e-9)})
-        if step % cfg.log_every == 0 or step == cfg.steps:
+        tok_train += _record_members(run, lr, loss_sum, norms, n_tok, tok_window, t_window)
+        if run.step % cfg.log_every == 0 or run.step == cfg.steps:
             t_window, tok_window = 0.0, [0] * K
             if progress is not None:
-                losses = [r.history[-1]["loss"] for r in result.members if r.history and "loss" in r.history[-1]]
+                losses = [r.history[-1]["loss"] for r in run.result.members if r.history and "loss" in r.history[-1]]
                 if losses:
                     progress.set_postfix(loss=f"{sum(losses) / len(losses):.4f}", refresh=False)
         if progress is not None:
             progress.update(1)
-        if step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0):
-            evaluate()
-
-    for k in range(K):
-        r = result.members[k]
-        if alive[k]:
-            stack.write_back(k)
-            r.steps, r.tokens_seen = step, tokens_seen[k]
-        train_recs = [h for h in r.history if "grad_norm" in h]
-        eval_recs = [h for h in r.history if "grad_norm" not in h]
-        r.final = {**(train_recs[-1] if train_recs else {}), **(eval_recs[-1] if eval_recs else {})}
-    result.steps = step
-    result.tokens_per_s = tok_train / max(t_train, 1e-9)
-    result.seconds = time.perf_counter() - t_start
-    for r in result.members:
-        r.seconds = result.seconds
-    return result
+        if run.step == cfg.steps or (cfg.eval_every and run.step % cfg.eval_every == 0):
+            run.evaluate()
+    return _finish_stack(run, t_train, tok_train, t_start)
 
 
 
