@@ -37,7 +37,9 @@ class AssocTask(Protocol):
     vocab_size: int
     n_answers: int
 
-    def eval_set(self, n: int, seed: int) -> Any: ...
+    def eval_set(self, n: int, seed: int) -> Any:
+        """``n`` test sequences drawn from ``seed``: ``.input_ids [n, seq]`` long, ``.targets [n]`` long (answer ids)."""
+        ...
 
 
 # sample(worlds, batch_size, generator) -> batch with input_ids [M, batch, seq], targets [M, batch]
@@ -57,6 +59,47 @@ class StackMember:
         self.key, self.world, self.spec, self.lr, self.seed = key, world, spec, lr, seed
         self.best_acc, self.steps_run, self.final_loss = 0.0, 0, float("nan")
         self.reached_at: int | None = None
+
+
+def _build_stack(members: list[StackMember], d_model: int, device: str | torch.device) -> tuple[OneLayerTransformer, int]:
+    """The stacked model of ``members`` (padded to the largest vocabulary and answer set) on ``device``,
+    and ``A``, the stack's number of answer logits."""
+    V = max(m.world.vocab_size for m in members)
+    A = max(m.world.n_answers for m in members)
+    specs = [OneLayerSpec(m.spec.n_heads, m.spec.d_head, m.spec.d_mlp, m.world.n_answers, m.world.vocab_size)
+             for m in members]
+    return OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members]).to(device), A
+
+
+@torch.no_grad()
+def _adam_update(model: OneLayerTransformer, state: dict[str, tuple[torch.Tensor, torch.Tensor]], lr: torch.Tensor,
+                 step: int, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> None:
+    """One bias-corrected Adam update (weight decay 0) in place, member ``k``'s parameters at learning rate
+    ``lr[k]`` (``lr [M]``); ``state`` holds each parameter's first and second moments (updated in place);
+    ``step`` is 1-based. Source: Kingma & Ba, arXiv 1412.6980, Algorithm 1."""
+    for n, p in model.named_parameters():
+        m1, m2 = state[n]
+        g = p.grad
+        m1.mul_(b1).add_(g, alpha=1 - b1)
+        m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+        upd = (m1 / (1 - b1**step)) / ((m2 / (1 - b2**step)).sqrt_().add_(eps))
+        p.sub_(upd * lr.view(-1, *[1] * (p.dim() - 1)))
+
+
+def _record_eval(model: OneLayerTransformer, live: list[StackMember], ev_x: torch.Tensor, ev_y: torch.Tensor,
+                 losses: torch.Tensor, step: int, threshold: float, log: Any) -> None:
+    """Test accuracy of every live member (``ev_x [M, n_eval, seq]``, ``ev_y [M, n_eval]``) written on the
+    members (``best_acc``, ``steps_run``, ``final_loss`` from ``losses [M]`` nats, ``reached_at``), then ``log``."""
+    with torch.no_grad():
+        acc = (model(ev_x).argmax(-1) == ev_y).float().mean(1)
+    loss_list = losses.detach().tolist()
+    for i, m in enumerate(live):
+        m.best_acc = max(m.best_acc, float(acc[i]))
+        m.steps_run, m.final_loss = step, loss_list[i]
+        if m.best_acc >= threshold and m.reached_at is None:
+            m.reached_at = step
+    if log is not None:
+        log(step, live, acc.tolist(), loss_list)
 
 
 def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack, steps: int, batch_size: int,
@@ -96,17 +139,12 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
     """
     if not members:
         return
-    V = max(m.world.vocab_size for m in members)
-    A = max(m.world.n_answers for m in members)
-    specs = [OneLayerSpec(m.spec.n_heads, m.spec.d_head, m.spec.d_mlp, m.world.n_answers, m.world.vocab_size)
-             for m in members]
-    model = OneLayerTransformer(d_model, V, A, specs, seed=[m.seed for m in members]).to(device)
+    model, A = _build_stack(members, d_model, device)
     live = list(members)
     gen = torch.Generator().manual_seed(int(seed))  # batches are drawn on the CPU, then moved
     evals = [m.world.eval_set(n_eval, derive_seed(m.seed, "eval")) for m in live]
     ev_x = torch.stack([e.input_ids for e in evals]).to(device)
     ev_y = torch.stack([e.targets for e in evals]).to(device)
-    b1, b2, eps = 0.9, 0.999, 1e-8
     state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
     base_lr = torch.tensor([m.lr for m in live], device=device)
     done_key = done_key or (lambda m: id(m))
@@ -126,28 +164,12 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
         for p in model.parameters():
             p.grad = None
         total.backward()
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                m1, m2 = state[n]
-                g = p.grad
-                m1.mul_(b1).add_(g, alpha=1 - b1)
-                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
-                upd = (m1 / (1 - b1**step)) / ((m2 / (1 - b2**step)).sqrt_().add_(eps))
-                p.sub_(upd * lr.view(-1, *[1] * (p.dim() - 1)))
+        _adam_update(model, state, lr, step)
         if progress is not None:
             progress.update(1)
         if step % eval_every and step != steps:
             continue
-        with torch.no_grad():
-            acc = (model(ev_x).argmax(-1) == ev_y).float().mean(1)
-        loss_list = losses.detach().tolist()
-        for i, m in enumerate(live):
-            m.best_acc = max(m.best_acc, float(acc[i]))
-            m.steps_run, m.final_loss = step, loss_list[i]
-            if m.best_acc >= threshold and m.reached_at is None:
-                m.reached_at = step
-        if log is not None:
-            log(step, live, acc.tolist(), loss_list)
+        _record_eval(model, live, ev_x, ev_y, losses, step, threshold, log)
         finished = {done_key(m) for m in live if m.reached_at is not None}
         keep = [i for i, m in enumerate(live) if done_key(m) not in finished]
         if not keep:
