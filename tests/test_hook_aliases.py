@@ -81,6 +81,9 @@ def test_hook_embed_with_learned_positions_is_refused():
     assert "hook_resid_pre" in str(e.value)
     _, c = m.run_with_cache(X, ["blocks.0.hook_resid_pre"])  # TransformerLens's embed + pos_embed
     torch.testing.assert_close(c["blocks.0.resid_pre"], m.wte(X) + m.wpe(torch.arange(12)))
+    _, c = m.run_with_cache(X, "*")
+    with pytest.raises(KeyError, match="hook_resid_pre"):  # the cache does not pass embed off as hook_embed
+        c["hook_embed"]
 
 
 @pytest.mark.parametrize("name,model_kw", [

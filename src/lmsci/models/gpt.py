@@ -226,8 +226,13 @@ TRANSFORMER_LENS_ALIASES: dict[str, str] = {
     "blocks.{i}.mlp.hook_post": "blocks.{i}.mlp.post",            # [B, T, d_mlp]
     "blocks.{i}.hook_mlp_out": "blocks.{i}.mlp.out",              # [B, T, d_model]
     "blocks.{i}.hook_resid_post": "blocks.{i}.resid_post",        # [B, T, d_model]
-    "ln_final.hook_normalized": "final",                          # [B, T, d_model], after the norm's weight
+    "ln_final.hook_normalized": "final",                          # [B, T, d_model], after weight and bias
 }
+"""TransformerLens's hook names (TransformerLensOrg/TransformerLens: ``HookedTransformer``, ``components/`` and
+``hook_points.py``) accepted as aliases of lmsci's hook points, ``{i}`` a layer index (or a glob). Only names
+with an lmsci equivalent, same tensor and shape: TransformerLens also applies its scores hook after scaling and
+the causal mask, its ``hook_z`` is ``[batch, pos, head_index, d_head]``, its ``mlp.hook_pre`` of a gated MLP is
+the gate, and its ``ln_final.hook_normalized`` includes the norm's weight and bias."""
 _TL_PATTERNS = [(re.compile(k.replace(".", r"\.").replace("{i}", r"([0-9*?\[\]!-]+)") + "$"), v)
                 for k, v in TRANSFORMER_LENS_ALIASES.items()]
 
@@ -262,8 +267,14 @@ class HookCache(dict):
     """The dict that :meth:`GPT.hooks` and ``HFModel.hooks`` record into; a TransformerLens name missing from it
     is looked up under its lmsci name (``cache["blocks.0.hook_resid_post"]`` is ``cache["blocks.0.resid_post"]``)."""
 
+    #: set by :meth:`GPT.hooks` for a GPT with learned positions (its ``embed`` is not TransformerLens's ``hook_embed``)
+    positions_in_embed = False
+
     def __missing__(self, key: str) -> Tensor:
-        alias = transformer_lens_name(key) if isinstance(key, str) else None
+        try:
+            alias = transformer_lens_name(key, self.positions_in_embed) if isinstance(key, str) else None
+        except ConfigError as e:
+            raise KeyError(f"{key}: {e}") from None
         if alias is not None and alias in self:
             return self[alias]
         raise KeyError(key)
@@ -271,7 +282,7 @@ class HookCache(dict):
 
 def hook_plan(fwd_hooks: Iterable[tuple[Any, Callable]] | Mapping[Any, Callable],
               cache: Iterable[str] | str | Callable[[str], bool] | None,
-              resolve: Callable[[Any], list[T]]) -> tuple[list[tuple[T, Callable]], dict[str, Tensor]]:
+              resolve: Callable[[Any], list[T]]) -> tuple[list[tuple[T, Callable]], HookCache]:
     """Resolve every name of ``fwd_hooks`` and ``cache`` (raising before anything is attached) into
     ``(target, fn)`` pairs, plus the dict the cache records into: the recording function stores
     ``activation.detach()`` under ``hook.name``. Shared by :meth:`GPT.hooks` and ``HFModel.hooks``."""
@@ -747,6 +758,7 @@ class GPT(nn.Module):
         All functions are removed on exit, also when the body raises.
         """
         plan, store = hook_plan(fwd_hooks, cache, self._resolve)
+        store.positions_in_embed = self.cfg.pos == "learned"
         attached: list[tuple[HookPoint, HookFn]] = []
         try:
             for h, fn in plan:
