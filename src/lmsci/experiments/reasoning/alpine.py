@@ -1,0 +1,343 @@
+"""Experiment ``alpine-planning``: a one-layer GPT trained on paths of a random DAG finds paths between pairs whose
+reachability it observed, stores the adjacency in its MLP (W^M), and fails where paths must be concatenated.
+
+Source: Wang, Shen, Feng, Sun, Teng, Chen, "ALPINE: Unveiling the Planning Capability of Autoregressive Learning in
+Language Models", NeurIPS 2024, arXiv 2405.09220: sec. 5 (random DAG, nodes in topological order, edges ``i -> j``
+with probability p; training sequences ``s t s u_1 ... t \\n``; a 1-layer, 1-head Transformer; test accuracy of
+generated paths is high), Figs. 3-5 (the learned W^M matches the adjacency ``A^true``; W^V' matches the observed
+reachability ``R^obs`` rather than ``R^true``), Fig. 6 (accuracy falls for pairs whose reachability was not observed:
+the Transformer cannot concatenate paths by transitivity). World: :mod:`lmsci.worlds.alpine`; instruments:
+:mod:`lmsci.measure.graph_reading`. The official code was not found in the reference index (no parity fixture).
+
+Protocol: per training seed k one DAG (``n_nodes``, ``edge_prob``), its training paths and test pairs. Two arms, one
+stack: ``real`` (trained on the DAG's paths) and ``shuffled`` (trained on the paths of a DAG with the same number of
+edges placed at random: the null arm "shuffled edges"); both are scored on the *real* DAG. The real arm's model before
+training (its random initialisation) is scored too (null arm "random init"). Scores: greedy path accuracy (valid path
+from s to t) on training pairs and on test pairs of type ``observed`` / ``transitive`` (see the world), the AUC of
+W^M against A over the pairs ``i < j`` (where an edge may exist), and W^V' against R_obs and R (reported).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.graph_reading import (accuracy_by_type, greedy_paths, mlp_logit_table, table_vs_graph,
+                                         value_logit_table)
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir, derive_seed
+from lmsci.train.stacked import train_stacked
+from lmsci.train.trainer import TrainConfig
+from lmsci.worlds.alpine import AlpineWorld, alpine_world, shuffled_edges
+
+ACC_MIN = 0.9        # observed-pair accuracy and the learned gate
+AUC_MIN = 0.9        # W^M vs A
+GAP_MIN = 0.2        # observed minus transitive accuracy
+MIN_TRANSITIVE = 20  # gate: transitive test pairs per seed
+ARMS = ("real", "shuffled")
+
+
+class AlpineConfig(ExperimentConfig):
+    """Configuration of ``alpine-planning`` (defaults = the quick preset).
+
+    Attributes:
+        n_nodes, edge_prob: the random DAG (ALPINE sec. 5).
+        train_frac: share of reachable (s, t) pairs that are training pairs; paths_per_pair: paths sampled per pair.
+        d_model, n_layers, n_heads: the GPT (the paper: 1 layer, 1 head).
+        steps, batch_size, lr, weight_decay, warmup_steps: training (AdamW, cosine).
+        n_eval: most pairs scored per pair type.
+        stack: train both arms of every seed as one stack (vmap; a performance setting only).
+    """
+
+    n_nodes: int = Field(100, ge=3)
+    edge_prob: float = Field(0.1, gt=0, le=1)
+    train_frac: float = Field(0.5, gt=0, lt=1)
+    paths_per_pair: int = Field(1, ge=1)
+    d_model: int = Field(64, ge=8)
+    n_layers: int = Field(1, ge=1)
+    n_heads: int = Field(1, ge=1)
+    steps: int = Field(1500, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_steps: int = Field(50, ge=0)
+    n_eval: int = Field(300, ge=10)
+    n_seeds: int = Field(3, ge=1, le=100)
+    stack: bool = True
+
+    PRESETS = {
+        "smoke": {"n_nodes": 16, "edge_prob": 0.3, "d_model": 16, "steps": 30, "batch_size": 16, "n_eval": 10,
+                  "n_seeds": 1},
+        "quick": {},
+        # one H100: the paper's scale of graph with a wider model and longer training
+        "gpu": {"n_nodes": 200, "edge_prob": 0.05, "d_model": 240, "steps": 6000, "batch_size": 512, "n_eval": 1000,
+                "paths_per_pair": 4, "n_seeds": 5},
+        # the paper's Fig. 3-6 setting as we read it: 100 nodes, 1 layer, 1 head, d = 120, long training
+        "paper": {"d_model": 120, "steps": 20000, "batch_size": 256, "paths_per_pair": 20, "n_eval": 2000,
+                  "n_seeds": 5},
+    }
+
+
+def _stat(values) -> Any:
+    return across_seeds([float(v) for v in values])
+
+
+@register("alpine-planning")
+class AlpinePlanning(Experiment):
+    """ALPINE: path-finding on a random DAG by a one-layer GPT; W^M vs adjacency; no transitivity."""
+
+    claim = ("A one-layer GPT trained on paths of a random DAG generates valid paths for pairs whose reachability it "
+             "observed, its MLP logit table recovers the adjacency, and it fails on pairs that need paths concatenated.")
+    source = "Wang, Shen, Feng, Sun, Teng, Chen, ALPINE, NeurIPS 2024, arXiv 2405.09220, sec. 5, Figs. 3-6"
+    Config = AlpineConfig
+    time_estimate = {"smoke": "~5 s", "quick": ("93 s CPU (user) for 3 seeds x 2 arms in one stack, 1500 steps, measured "
+                                                "at threads=1; 9 min wall on the shared 2-core machine at load ~10"),
+                     "gpu": "~6 min on one H100 (estimated from the quick rate)",
+                     "paper": "~1 h on one GPU (estimated)"}
+    _null_both = ("two null arms, the same statistic on the same pairs of the real DAG: (a) the real arm's model at "
+                  "its random initialisation, (b) a model trained on a DAG with the same number of edges placed at "
+                  "random (shuffled edges); the null meets the rule if either arm does")
+
+    claims = [
+        Claim("observed-accuracy",
+              "Greedy paths for held-out (s, t) pairs whose reachability the training paths revealed are valid.",
+              "ALPINE, arXiv 2405.09220, sec. 5 (high test accuracy), Fig. 6 (observed pairs)",
+              "test accuracy near 1 for pairs of observed reachability (figures; no single number)",
+              "mean over seeds of the share of held-out 'observed' test pairs whose greedy generation is a valid "
+              "path from s to t in the real DAG",
+              f"mean >= {ACC_MIN}",
+              gates=(Gate("learned", f"mean over seeds of greedy path accuracy on training pairs >= {ACC_MIN}"),),
+              null=_null_both),
+        Claim("wm-adjacency",
+              "The MLP's logit table W^M (row: current node, column: next node) recovers the DAG's adjacency.",
+              "ALPINE, arXiv 2405.09220, sec. 3 Theorem 2, Fig. 3 (W^M vs A^true)",
+              "W^M visually matches A^true (heat-maps; no single number)",
+              "ROC AUC of the row-centred W^M against A over node pairs i < j; mean over seeds",
+              f"mean >= {AUC_MIN}",
+              gates=(Gate("learned", f"mean over seeds of greedy path accuracy on training pairs >= {ACC_MIN}"),),
+              null=_null_both),
+        Claim("transitive-gap",
+              "Pairs that need observed paths concatenated are solved less often than pairs of observed reachability.",
+              "ALPINE, arXiv 2405.09220, sec. 4 (Theorem 3: only observed reachability is learned), Fig. 6",
+              "accuracy falls for pairs whose reachability is not observed (figure; no single number)",
+              "per seed, accuracy on held-out 'observed' minus 'transitive' test pairs; mean over seeds, 95% "
+              "Student-t CI across seeds",
+              f"mean >= {GAP_MIN} and the CI's lower end > 0",
+              gates=(Gate("learned", f"mean over seeds of greedy path accuracy on training pairs >= {ACC_MIN}"),
+                     Gate("transitive-pairs", f"every seed has >= {MIN_TRANSITIVE} transitive test pairs")),
+              null=_null_both),
+    ]
+
+    def validate(self, cfg: AlpineConfig) -> None:
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
+        # the graph must leave test pairs after the split: checked on the seed-0 world before any training
+        self.world(cfg, 0)
+
+    def points(self, cfg: AlpineConfig) -> list[Point]:
+        return [Point(arm, {"arm": arm}) for arm in ARMS]
+
+    def groups(self, cfg: AlpineConfig, points: list[Point]) -> list[list[Point]]:
+        return [points] if cfg.stack else [[p] for p in points]
+
+    # -- worlds -------------------------------------------------------------------------------
+    def world(self, cfg: AlpineConfig, seed_index: int) -> AlpineWorld:
+        """The real DAG of training seed ``seed_index`` (shared by both arms of that seed)."""
+        return alpine_world(cfg.n_nodes, cfg.edge_prob, cfg.train_frac, cfg.paths_per_pair,
+                            derive_seed(cfg.seed, self.name, "world", seed_index), min_test_pairs=2)
+
+    def arm_world(self, cfg: AlpineConfig, point: Point, real: AlpineWorld) -> AlpineWorld:
+        if point.params["arm"] == "real":
+            return real
+        rng = np.random.default_rng(derive_seed(cfg.seed, self.name, "shuffle", point.seed_index))
+        return alpine_world(cfg.n_nodes, cfg.edge_prob, cfg.train_frac, cfg.paths_per_pair,
+                            derive_seed(cfg.seed, self.name, "shuffled-world", point.seed_index),
+                            adjacency=shuffled_edges(real.A, rng))
+
+    # -- running ------------------------------------------------------------------------------
+    def run_point(self, cfg: AlpineConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: AlpineConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        reals = {p.seed_index: self.world(cfg, p.seed_index) for p in points}
+        worlds = [self.arm_world(cfg, p, reals[p.seed_index]) for p in points]
+        data = [w.sequences() for w in worlds]
+        L = max(x.shape[1] for x, _ in data)
+        seq_len = cfg.n_nodes + 3
+        padded = []
+        for w, (x, y) in zip(worlds, data):
+            xp = torch.full((x.shape[0], L), w.pad, dtype=torch.long)
+            yp = torch.full((y.shape[0], L), -100, dtype=torch.long)
+            xp[:, : x.shape[1]], yp[:, : y.shape[1]] = x, y
+            padded.append((xp, yp))
+        gcfg = GPTConfig(vocab_size=cfg.n_nodes + 2, seq_len=seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                         d_model=cfg.d_model)
+        models = [GPT(gcfg, seed=derive_seed(c.seed, "init")).to(c.device) for c in ctxs]
+        inits = [copy.deepcopy(m) for m in models]
+
+        def batcher(xy):
+            def get_batch(step, gen):
+                idx = torch.randint(xy[0].shape[0], (cfg.batch_size,), generator=gen)
+                return xy[0][idx], xy[1][idx]
+            return get_batch
+
+        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                           warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), device=ctxs[0].device,
+                           log_every=max(1, cfg.steps // 20), betas=(0.9, 0.98))
+        with ctxs[0].progress(cfg.steps) as bar:
+            res = train_stacked(models, [batcher(xy) for xy in padded], tcfg, seeds=[c.seed for c in ctxs],
+                                log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)
+        rows = []
+        for k, (p, c, m) in enumerate(zip(points, ctxs, models)):
+            real = reals[p.seed_index]
+            m.eval()
+            hist = [h for h in res.members[k].history if "loss" in h]
+            row = {"arm": p.params["arm"], "train_loss": hist[-1]["loss"] if hist else float("nan"),
+                   "n_params": m.num_params(), "tokens_seen": hist[-1]["tokens_seen"] if hist else 0,
+                   "tokens_per_s": res.tokens_per_s, "n_edges": int(real.A.sum()),
+                   "n_train_pairs": len(real.train_pairs), "n_test_pairs": len(real.test_pairs)}
+            if k in res.diverged:
+                row["status"] = "diverged"
+            row.update(self.measure(cfg, m, real, c, save=(p.params["arm"] == "real" and p.seed_index == 0)))
+            if p.params["arm"] == "real":
+                inits[k].eval()
+                row.update({f"rand_{n}": v for n, v in self.measure(cfg, inits[k], real, c).items()
+                            if n.startswith(("acc_", "wm_"))})
+            rows.append(row)
+        return rows
+
+    def measure(self, cfg: AlpineConfig, model: GPT, w: AlpineWorld, ctx: PointContext,
+                save: bool = False) -> dict[str, Any]:
+        """Path accuracy by pair type and the W^M / W^V' readouts of one model on the real world ``w``."""
+        rng = np.random.default_rng(derive_seed(ctx.seed, "eval"))
+        types = w.pair_types(w.test_pairs)
+        out: dict[str, Any] = {}
+        sets = {"train": w.train_pairs, **{t: w.test_pairs[types == t] for t in ("observed", "transitive")}}
+        for name, pairs in sets.items():
+            out[f"n_{name}"] = len(pairs)
+            if len(pairs) == 0:
+                out[f"acc_{name}"] = float("nan")
+                continue
+            pick = pairs[rng.permutation(len(pairs))[: cfg.n_eval]]
+            paths = greedy_paths(model, pick, w.newline, max_new=min(cfg.n_nodes + 1, model.cfg.seq_len - 3))
+            acc = accuracy_by_type(paths, pick, np.array([name] * len(pick)), w.is_valid)
+            out[f"acc_{name}"] = acc[name][0]
+        nodes = list(range(w.n_nodes))
+        wm = mlp_logit_table(model, nodes, positions=range(2, min(12, model.cfg.seq_len)))[:, : w.n_nodes]
+        wv = value_logit_table(model, nodes, position=1)[:, : w.n_nodes]
+        upper = np.triu(np.ones_like(w.A, dtype=bool), 1)
+        a = table_vs_graph(wm, w.A, upper)
+        out.update({"wm_auc": a["auc"], "wm_pearson": a["pearson"],
+                    "wm_auc_all_pairs": table_vs_graph(wm, w.A, ~np.eye(w.n_nodes, dtype=bool))["auc"]})
+        lower = np.tril(np.ones_like(w.A, dtype=bool), -1)  # W^V'[t, k], k < t: where k may reach t
+        vo, vt = table_vs_graph(wv, w.R_obs, lower), table_vs_graph(wv, w.R, lower)
+        c = wv - wv.mean(1, keepdims=True)
+        out.update({"wv_auc_obs": vo["auc"], "wv_auc_true": vt["auc"],
+                    "wv_mean_obs": float(c[lower & w.R_obs].mean()) if (lower & w.R_obs).any() else float("nan"),
+                    "wv_mean_unobs_reach": float(c[lower & w.R & ~w.R_obs].mean())
+                    if (lower & w.R & ~w.R_obs).any() else float("nan"),
+                    "wv_mean_unreach": float(c[lower & ~w.R].mean()) if (lower & ~w.R).any() else float("nan")})
+        if save:
+            np.savez_compressed(ctx.artifact_dir / "tables.npz", wm=wm, wv=wv, A=w.A, R=w.R, R_obs=w.R_obs)
+        return out
+
+    # -- verdicts -----------------------------------------------------------------------------
+    def verdicts(self, cfg: AlpineConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = results[results["status"] == "ok"] if "status" in results.columns else results
+        real = ok[ok["arm"] == "real"].set_index("seed_index") if "arm" in ok else pd.DataFrame()
+        shuf = ok[ok["arm"] == "shuffled"].set_index("seed_index") if "arm" in ok else pd.DataFrame()
+        if real.empty or "acc_observed" not in real:
+            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no trained real arm")
+                    for c in self.claims]
+        learned = _stat(real["acc_train"])
+        g_learned = (learned.mean, learned.mean >= ACC_MIN)
+        nulls = {"rand": real.rename(columns=lambda c: c[5:] if c.startswith("rand_") else "_" + c), "shuf": shuf}
+        out = []
+        for cid, col, thr in (("observed-accuracy", "acc_observed", ACC_MIN), ("wm-adjacency", "wm_auc", AUC_MIN)):
+            s = _stat(real[col])
+            null_vals = {k: _stat(d[col]).mean for k, d in nulls.items() if col in d and d[col].notna().any()}
+            null = (max(null_vals.values()), any(v >= thr for v in null_vals.values())) if len(null_vals) == 2 else None
+            out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean >= thr), ci=s.ci, ci_kind=s.kind,
+                                  n_seeds=s.n, gates={"learned": g_learned}, null=null,
+                                  details={"null_" + k: round(v, 4) for k, v in null_vals.items()}))
+        out.append(self.gap_verdict(cfg, real, nulls, g_learned))
+        return out
+
+    def gap_verdict(self, cfg: AlpineConfig, real: pd.DataFrame, nulls: dict[str, pd.DataFrame],
+                    g_learned: tuple) -> Verdict:
+        """``transitive-gap`` from per-seed accuracies (real arm and both null arms)."""
+        def rule(d: pd.DataFrame):
+            if not {"acc_observed", "acc_transitive"} <= set(d.columns):
+                return None
+            diff = (d["acc_observed"] - d["acc_transitive"]).dropna()
+            if diff.empty:
+                return None
+            s = _stat(diff)
+            return s, bool(s.mean >= GAP_MIN and s.n >= 2 and s.lo > 0)
+
+        n_tr = int(real["n_transitive"].min())
+        gates = {"learned": g_learned, "transitive-pairs": (n_tr, n_tr >= MIN_TRANSITIVE)}
+        r = rule(real)
+        if r is None:
+            return self.judge(cfg, "transitive-gap", value=None, passed=None, gates=gates,
+                              why_not_computed="no transitive test pairs")
+        nr = {k: rule(d) for k, d in nulls.items()}
+        null = None
+        if all(v is not None for v in nr.values()):
+            null = (max(v[0].mean for v in nr.values()), any(v[1] for v in nr.values()))
+        s, passed = r
+        return self.judge(cfg, "transitive-gap", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
+                          gates=gates, null=null,
+                          details={"acc_observed": round(float(real["acc_observed"].mean()), 4),
+                                   "acc_transitive": round(float(real["acc_transitive"].mean()), 4),
+                                   **{f"null_{k}": round(v[0].mean, 4) for k, v in nr.items() if v is not None}})
+
+    # -- report -------------------------------------------------------------------------------
+    def figures(self, cfg: AlpineConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        figs = []
+        f = run.point_dir("real") / "tables.npz"
+        if f.exists():
+            t = np.load(f)
+            fig, ax = plt.subplots(1, 4, figsize=(14, 3.6))
+            for a, (m, title) in zip(ax, ((t["A"], "A (true adjacency)"), (t["wm"] - t["wm"].mean(1, keepdims=True),
+                                          "learned W^M (row-centred)"), (t["R_obs"] * 1.0 + t["R"], "R_obs + R"),
+                                          (t["wv"] - t["wv"].mean(1, keepdims=True), "learned W^V' (row-centred)"))):
+                a.imshow(m, cmap="viridis", aspect="auto")
+                a.set_title(title, fontsize=8)
+            figs.append(save_figure(fig, run, "alpine_tables.png", "Seed 0: true adjacency vs learned W^M; R_obs + R "
+                                    "(2 = observed, 1 = reachable only) vs learned W^V' (cf. ALPINE Figs. 3-5)"))
+        if "arm" in results and "acc_observed" in results:
+            fig, ax = plt.subplots(figsize=(6, 3.6))
+            cols = ["acc_train", "acc_observed", "acc_transitive"]
+            real = results[results["arm"] == "real"]
+            arms = {"real": real[cols].mean(), "shuffled edges": results[results["arm"] == "shuffled"][cols].mean(),
+                    "random init": real[["rand_" + c for c in cols]].mean().set_axis(cols)}
+            for i, (name, v) in enumerate(arms.items()):
+                ax.bar(np.arange(3) + 0.27 * (i - 1), v.values, width=0.27, label=name)
+            ax.set_xticks(range(3), ["train pairs", "test: observed", "test: transitive"])
+            ax.set_ylabel("valid-path accuracy (greedy)")
+            ax.legend(fontsize=7)
+            figs.append(save_figure(fig, run, "alpine_accuracy.png", "Path accuracy by pair type, mean over seeds "
+                                    "(cf. ALPINE Fig. 6)"))
+        return figs
+
+    def report_sections(self, cfg: AlpineConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        cols = ["point", "arm", "seed_index", "train_loss", "acc_train", "acc_observed", "acc_transitive",
+                "n_observed", "n_transitive", "wm_auc", "wv_auc_obs", "wv_auc_true", "wv_mean_obs",
+                "wv_mean_unobs_reach", "wv_mean_unreach", "rand_acc_observed", "rand_wm_auc", "tokens_per_s",
+                "seconds"]
+        return "## Results\n\n" + markdown_table(results[[c for c in cols if c in results]])
