@@ -199,6 +199,8 @@ class Definition:
 
     @property
     def cost(self) -> int:
+        """Operations this definition costs in the solution: 1 for a copy or constant (at most one parent), else
+        (number of parents - 1) plus 1 for a modifier (arXiv 2407.20311, Section 2, the official ``op`` count)."""
         k = len(self.parents)
         if k <= 1:
             return 1
@@ -307,6 +309,7 @@ class Problem:
 
     @cached_property
     def name_to_param(self) -> dict:
+        """``{English name: parameter}`` over every parameter of the problem (instance and abstract)."""
         return {self.param_name(p): p for p in self.all_params}
 
     # --- graph -------------------------------------------------------------------------------------
@@ -353,6 +356,7 @@ class Problem:
 
     @property
     def answer(self) -> int:
+        """The question parameter's value (an integer mod 23)."""
         return self.values[self.question_param]
 
     @property
@@ -550,6 +554,15 @@ class IGSMWorld:
         return min(rnd.randint(1, m), rnd.randint(1, m))
 
     def check_op(self, op: int, split: str) -> None:
+        """Refuse an operation count that ``split`` cannot ask for.
+
+        Args:
+            op: solution operations asked for. split: ``"train"`` (``op <= max_op``) or ``"test"`` (``op <= max_eval_op``).
+
+        Raises:
+            UnknownNameError: ``split`` is not train or test.
+            ConfigError: ``op`` is not an integer in ``[1, max_op]`` (train) or ``[1, max_eval_op]`` (test).
+        """
         if split not in ("train", "test"):
             raise UnknownNameError("split", split, ["train", "test"])
         hi = self.cfg.max_op if split == "train" else self.cfg.max_eval_op
@@ -593,6 +606,7 @@ class IGSMWorld:
 
     @property
     def rejections_per_problem(self) -> float:
+        """Rejected attempts per accepted problem so far (the generator's rejection-sampling overhead)."""
         return (self.attempts - self.problems) / max(1, self.problems)
 
     # --- one attempt (the official forward process) ------------------------------------------------
@@ -798,17 +812,19 @@ class IGSMWorld:
         out.reverse()
         return out
 
-    def _attempt(self, rnd: random.Random, target: int, fixed: bool, hashes) -> Problem:
-        cfg = self.cfg
-        s, n, m, d, w0, w1, p_add, e = self._shape(rnd, target, fixed)
-        if s > target and min(m, e) > target:
-            # exact shortcut: op <= s, and op = s unless op = n_op_min + (extra parents the order allows)
-            # with n_op_min >= min(m, e) (the taken operations cover m, or every edge); so with s > op
-            # and min(m, e) > op no structure of this attempt can reach op
-            raise _Reject
-        chain = cfg.chains[_rb(rnd, len(cfg.chains))]
-        start = rnd.randint(0, 4 - d)
-        layers = tuple(CHAINS[chain][start:start + d])
+    def _structure_and_order(self, rnd: random.Random, d: int, w0: int, w1: int, e: int, p_add: float, n: int,
+                             m: int) -> tuple:
+        """Draw a structure graph and the necessary parameters until they have a topological order (up to
+        :attr:`STRUCTURE_TRIES` tries).
+
+        Returns:
+            ``(widths, children, preds, order, n_op_min)``: items per layer, each item's children, each chosen
+            parameter's predecessors, the solution order of the necessary parameters, and the operation count
+            of the taken operations alone.
+
+        Raises:
+            _Reject: no try gave an order.
+        """
         for _ in range(self.STRUCTURE_TRIES):
             widths, children = self._structure(rnd, d, w0, w1, e, p_add)
             chosen, n_op_min = self._choose(rnd, d, widths, children, e, n, m)
@@ -822,13 +838,18 @@ class IGSMWorld:
                     preds[a] = []
             order = self._sort(rnd, chosen, preds)
             if order is not None:
-                break
-        else:
-            raise _Reject
+                return widths, children, preds, order, n_op_min
+        raise _Reject
 
-        # op (official ``design``): the taken operations plus extra parents, as many as s asks for and the
-        # order allows (an instance parameter at position t of the solution may use up to min(t + 1, 4)
-        # earlier parameters and the random source)
+    @staticmethod
+    def _extra_parents(rnd: random.Random, order: list, n_op_min: int, s: int, target: int) -> list:
+        """Extra parents per solution position (official ``design``): as many as ``s`` asks for and the order
+        allows (an instance parameter at position t may use up to ``min(t + 1, 4)`` earlier parameters and
+        the random source), so that the operation count ``op`` is ``target``.
+
+        Raises:
+            _Reject: this structure's ``op`` is not ``target``.
+        """
         cap = [max(min(t + 1, 4) - 2, 0) if q[0] == 0 else 0 for t, q in enumerate(order)]
         op = n_op_min + min(max(n_op_min, s) - n_op_min, sum(cap))
         if op != target:
@@ -840,8 +861,11 @@ class IGSMWorld:
             extra[t] += 1
             if extra[t] == cap[t]:
                 addable.remove(t)
+        return extra
 
-        # definitions of the necessary instance parameters
+    @staticmethod
+    def _necessary_defs(rnd: random.Random, order: list, preds: dict, extra: list) -> dict:
+        """Definitions of the necessary instance parameters (``{param: Definition}``), in solution order."""
         defs: dict = {}
         for t, q in enumerate(order):
             if q[0] != 0:
@@ -861,8 +885,11 @@ class IGSMWorld:
             else:
                 use = list(have) + [u for u in [RAND] + order[:t] if u not in have]
             defs[q] = _definition(rnd, tuple(u for u in use if u != RAND), RAND in use)
+        return defs
 
-        # template hash over the solution sketch (no names, numbers, symbols)
+    @staticmethod
+    def _template_hash(order: list, defs: dict, preds: dict, d: int, e: int) -> int:
+        """The template hash in ``[0, 23)`` of the solution sketch (no names, numbers or symbols)."""
         idx = {p: t for t, p in enumerate(order)}
         sk = []
         for p in order:
@@ -872,14 +899,20 @@ class IGSMWorld:
             else:
                 sk.append((1, p[3] - p[1], tuple(idx[u] for u in preds[p])))
         sk.append((d, e))
-        h = int.from_bytes(hashlib.blake2b(repr(sk).encode(), digest_size=8).digest(), "little") % 23
-        if h not in hashes:
-            raise _Reject
+        return int.from_bytes(hashlib.blake2b(repr(sk).encode(), digest_size=8).digest(), "little") % 23
 
-        # unnecessary instance parameters (official ``design_unused``), in random order: with probability
-        # 1/2 "independent" (uses only earlier independent unnecessary ones), else any parameter already
-        # known (necessary, defined, or an abstract one whose terms are all known); 1-4 terms drawn
-        # geometrically (p = 1/2), one of them the random source with probability 1/2
+    @staticmethod
+    def _unnecessary_defs(rnd: random.Random, order: list, defs: dict, d: int, widths: list,
+                          children: list) -> tuple[list, list]:
+        """Define the unnecessary instance parameters into ``defs`` (official ``design_unused``), in random
+        order: with probability 1/2 "independent" (uses only earlier independent unnecessary ones), else any
+        parameter already known (necessary, defined, or an abstract one whose terms are all known); 1-4 terms
+        drawn geometrically (p = 1/2), one of them the random source with probability 1/2.
+
+        Returns:
+            ``(known, pending)``: parameters in the order they became known, and the abstract parameters
+            never known (``(param, terms)``, deepest item first).
+        """
         known = list(order)
         kset = set(order)
         pending = []  # (abstract parameter, its terms) not yet known, deepest item first
@@ -926,11 +959,14 @@ class IGSMWorld:
             known.append(p)
             kset.add(p)
             refresh()
+        return known, pending
 
-        # values of every parameter: known ones in the order they became known, then the rest (abstract
-        # parameters nothing uses), deepest first
+    @staticmethod
+    def _values(params: list, defs: dict, children: list) -> dict:
+        """Values mod 23 of ``params`` computed in that order (each one's terms come earlier): an instance
+        parameter by its definition, an abstract one as the sum over its item's children."""
         values: dict = {}
-        for p in known + [a for a, _ in pending]:
+        for p in params:
             if p[0] == 0:
                 values[p] = defs[p].evaluate(values)
             else:
@@ -940,7 +976,35 @@ class IGSMWorld:
                     values[p] = sum(values[(0, i, j, x)] for x in ch) % 23
                 else:
                     values[p] = sum(values[(0, i, j, x)] * values[(1, i + 1, x, k)] for x in ch) % 23
+        return values
 
+    def _attempt(self, rnd: random.Random, target: int, fixed: bool, hashes) -> Problem:
+        """One try at a problem with ``target`` operations and a template hash in ``hashes``: shape, structure,
+        extra parents, definitions, hash check, unnecessary parameters, values, names, rendering.
+
+        Raises:
+            _Reject: this try cannot give such a problem (the caller draws again).
+        """
+        cfg = self.cfg
+        s, n, m, d, w0, w1, p_add, e = self._shape(rnd, target, fixed)
+        if s > target and min(m, e) > target:
+            # exact shortcut: op <= s, and op = s unless op = n_op_min + (extra parents the order allows)
+            # with n_op_min >= min(m, e) (the taken operations cover m, or every edge); so with s > op
+            # and min(m, e) > op no structure of this attempt can reach op
+            raise _Reject
+        chain = cfg.chains[_rb(rnd, len(cfg.chains))]
+        start = rnd.randint(0, 4 - d)
+        layers = tuple(CHAINS[chain][start:start + d])
+        widths, children, preds, order, n_op_min = self._structure_and_order(rnd, d, w0, w1, e, p_add, n, m)
+        extra = self._extra_parents(rnd, order, n_op_min, s, target)
+        defs = self._necessary_defs(rnd, order, preds, extra)
+        h = self._template_hash(order, defs, preds, d, e)
+        if h not in hashes:
+            raise _Reject
+        known, pending = self._unnecessary_defs(rnd, order, defs, d, widths, children)
+        # values of every parameter: known ones in the order they became known, then the rest (abstract
+        # parameters nothing uses), deepest first
+        values = self._values(known + [a for a, _ in pending], defs, children)
         names = [_sample(rnd, POOLS[c][_rb(rnd, 5)], w) for c, w in zip(layers, widths)]
         problem_order = [p for p in defs]
         rnd.shuffle(problem_order)
