@@ -182,7 +182,7 @@ def test_weak_single_gain_is_noted_on_ratio_claims():
 def test_random_like_keeps_the_norm_and_the_dummy():
     import torch
 
-    from lmsci.experiments.steering.lm_steer import random_like
+    from lmsci.experiments.steering.lm_steer_detox import random_like
     from lmsci.methods.lm_steer import LMSteer
 
     st = LMSteer(8, ("attr",), rank=3, init_std=0.1, seed=0)

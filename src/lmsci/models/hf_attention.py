@@ -5,13 +5,13 @@ The family's own attention module runs unchanged - projections (separate or fuse
 attention function registered here as ``"lmsci_policy"``, which receives the queries and keys *after*
 the family's norms and rotary embedding, together with the layer's ``scaling``, ``sliding_window`` and
 ``softcap``. The function computes the policy with the blockwise harness
-(:func:`lmsci.models.attention_harness.policy_attention`):
+(:func:`lmsci.models.attention_core.policy_attention`):
 
 * RoPE families: the rotation is undone at the true positions with the layer's own tables
   (``x = (y cos - rotate_half(y) sin) / (cos^2 + sin^2)``; exact up to rounding because a RoPE rotation
   is orthogonal, and the division also undoes a table scale such as YaRN's ``attention_scaling``) and
   the harness re-applies it at the distance the policy asks for (LM-Infinite's ceiling, sink positions),
-  with the same tables (:class:`~lmsci.models.attention_harness.RoPEScorer`; partial rotary rotates the
+  with the same tables (:class:`~lmsci.models.attention_core.RoPEScorer`; partial rotary rotates the
   first ``rotary_dim`` channels only).
 * Absolute positions (GPT-2): keys and queries already carry their positions; the harness scores
   plain dot products (Lambda mask and sliding window apply; no distance ceiling, no sink positions).
@@ -35,7 +35,7 @@ import contextlib
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +43,7 @@ from torch import Tensor, nn
 
 from lmsci.errors import ConfigError
 from lmsci.models.arch import ModelArch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lmsci.models.attention_harness import AttentionPatch
+from lmsci.models.attention_core import RoPEScorer, policy_attention, rotate_half
 
 ATTN_NAME = "lmsci_policy"
 _OWNERS: "weakref.WeakKeyDictionary[nn.Module, tuple[HFPolicyBackend, int]]" = weakref.WeakKeyDictionary()
@@ -132,21 +130,25 @@ class SoftCapScorer:
 class HFPolicyBackend:
     """Installs an :class:`~lmsci.models.attention_harness.AttentionPatch` on a Hugging Face model.
 
+    Args:
+        patch: the patch being installed (an ``AttentionPatch``: its ``policy``, ``recorder``, ``stats``, ...; typed
+            ``Any`` here so that this backend imports only :mod:`lmsci.models.attention_core`, never the harness
+            that constructs it).
+        arch: the model's architecture map entry.
+
     Attributes:
         arch: the resolved :class:`~lmsci.models.arch.ModelArch`.
         windows: layer -> the model's own sliding window seen at the last call (None: none).
         positions: ``[n]`` positions of the current call (from ``position_ids`` or ``arange``).
     """
 
-    def __init__(self, patch: AttentionPatch, arch: ModelArch):
+    def __init__(self, patch: Any, arch: ModelArch):
         self.patch, self.arch = patch, arch
         self.model = arch.model
         self.n_layers = arch.n_layers
         self.modules = [arch.attention(i) for i in range(self.n_layers)]
         self.tables = [arch.rotary_tables(i) for i in range(self.n_layers)]
         mod = sys.modules[type(self.modules[0]).__module__]
-        from lmsci.models.attention_harness import rotate_half
-
         self.rotate_half = getattr(mod, "rotate_half", rotate_half)
         self.windows: dict[int, int | None] = {i: arch.sliding_window(i) for i in range(self.n_layers)}
         self.positions: Tensor | None = None
@@ -245,8 +247,6 @@ class HFPolicyBackend:
         return args, kwargs
 
     def _scorer(self, i: int, module: nn.Module, scaling: float, softcap: float | None) -> Any:
-        from lmsci.models.attention_harness import RoPEScorer
-
         tables = self.tables[i]
         if tables is None:
             sc: Any = DotScorer(scaling)
@@ -275,8 +275,6 @@ class HFPolicyBackend:
 
     def attend(self, i: int, module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                scaling: float | None, sliding_window: int | None, softcap: float | None) -> tuple[Tensor, None]:
-        from lmsci.models.attention_harness import policy_attention
-
         patch, policy = self.patch, self.patch.policy
         n = query.shape[2]
         if key.shape[2] != n:

@@ -68,6 +68,7 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.steering import lm_steer_detox
+from lmsci.experiments.steering.lm_steer_detox import mean_curve, nan_stat, random_like
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.stats import wilson_interval
 from lmsci.experiments.registry import register
@@ -640,7 +641,7 @@ class LMSteerExperiment(Experiment):
                     row[f"comp_{a}_{'pos' if sign > 0 else 'neg'}_gain"] = comp
                     ret[a].append(comp / single if single > 0 else float("nan"))
             for a in ATTRS:
-                row[f"comp_{a}_retention"] = _nan_stat(np.mean, ret[a])
+                row[f"comp_{a}_retention"] = nan_stat(np.mean, ret[a])
             # null: attribute a's steer replaced by its random W in the sum (the other steer kept)
             for a in ATTRS:
                 parts = [rsteers[b] if b == a else steers[b] for b in ATTRS]
@@ -651,7 +652,7 @@ class LMSteerExperiment(Experiment):
                            {f"{b}.attr": sign * S for b in ATTRS})
                     single = sign * (curves_at(curves, a, sign * S)[a] - none[a])
                     rets.append(sign * (r[a] - none[a]) / single if single > 0 else float("nan"))
-                row[f"null_comp_{a}_retention"] = _nan_stat(np.mean, rets)
+                row[f"null_comp_{a}_retention"] = nan_stat(np.mean, rets)
             # transfer A -> B
             for attr in ATTRS:
                 moved, emap = lm.transfer_steer(steers[attr], A, B, seed=derive_seed(ctx.seed, "map", attr))
@@ -765,10 +766,10 @@ class LMSteerExperiment(Experiment):
         if has("null_curves"):
             nv, nd = _continuous_stats([json.loads(c) for c in res["null_curves"]])
             # a constant curve (NaN Spearman) does not meet the rule
-            null = (_nan_stat(np.min, nv), bool(all(np.isfinite(v) and v >= 0.9 for v in nv)))
+            null = (nan_stat(np.min, nv), bool(all(np.isfinite(v) and v >= 0.9 for v in nv)))
             null_details = {"null_random_W": nd}
-        out.append(self.judge(cfg, "continuous", value=_nan_stat(np.min, vals), passed=ok, n_seeds=len(res),
-                              ci=(_nan_stat(np.min, per_seed_min), _nan_stat(np.max, per_seed_min)),
+        out.append(self.judge(cfg, "continuous", value=nan_stat(np.min, vals), passed=ok, n_seeds=len(res),
+                              ci=(nan_stat(np.min, per_seed_min), nan_stat(np.max, per_seed_min)),
                               ci_kind="range across seeds of the per-seed smallest attribute Spearman",
                               gates=gates_for("continuous"), why_not_computed="" if ok is not None else "a constant curve",
                               null=null,
@@ -786,8 +787,8 @@ class LMSteerExperiment(Experiment):
             null, nd = (None, None), {}
             if has(*(f"null_comp_{a}_retention" for a in ATTRS)):
                 # a retention undefined in every seed (NaN) does not meet the rule
-                nm = {a: _nan_stat(np.mean, col(f"null_comp_{a}_retention")) for a in ATTRS}
-                null = (_nan_stat(np.min, list(nm.values())), bool(all(np.isfinite(v) and v >= 0.6 for v in nm.values())))
+                nm = {a: nan_stat(np.mean, col(f"null_comp_{a}_retention")) for a in ATTRS}
+                null = (nan_stat(np.min, list(nm.values())), bool(all(np.isfinite(v) and v >= 0.6 for v in nm.values())))
                 nd = {"null_random_W": {a: {"mean": nm[a], "per_seed": col(f"null_comp_{a}_retention")} for a in ATTRS}}
             out.append(self.judge(cfg, "compositional", value=cs[w].mean, passed=all(s.mean >= 0.6 for s in cs.values()),
                                   ci=cs[w].ci, ci_kind=cs[w].kind, n_seeds=cs[w].n, gates=gates_for("compositional"),
@@ -805,9 +806,9 @@ class LMSteerExperiment(Experiment):
             w = min(ATTRS, key=lambda a: ts_[a].mean)
             null, nd = (None, None), {}
             if has(*(f"null_transfer_{a}_{c}" for a in ATTRS for c in ("retention", "spread_B"))):
-                nm = {a: _nan_stat(np.mean, col(f"null_transfer_{a}_retention")) for a in ATTRS}
+                nm = {a: nan_stat(np.mean, col(f"null_transfer_{a}_retention")) for a in ATTRS}
                 nsp = {a: across_seeds(col(f"null_transfer_{a}_spread_B")) for a in ATTRS}
-                null = (_nan_stat(np.min, list(nm.values())),
+                null = (nan_stat(np.min, list(nm.values())),
                         bool(all(np.isfinite(nm[a]) and nm[a] >= 0.3 and nsp[a].lo > 0 for a in ATTRS)))
                 nd = {"null_random_W": {a: {"retention": col(f"null_transfer_{a}_retention"),
                                             "spread_B_ci": [nsp[a].lo, nsp[a].hi]} for a in ATTRS}}
@@ -847,7 +848,7 @@ class LMSteerExperiment(Experiment):
         the seeds whose baselines were trained."""
         m = {k[len("matched_"):]: [float(x) for x in res[k]] for k in res.columns if k.startswith("matched_")}
         names = [b for b in cfg.baselines if b in m]
-        details: dict[str, Any] = {k: {"mean": _nan_stat(np.mean, v) if np.isfinite(v).any() else None, "per_seed": v}
+        details: dict[str, Any] = {k: {"mean": nan_stat(np.mean, v) if np.isfinite(v).any() else None, "per_seed": v}
                                    for k, v in m.items()}
         lm_gain = m.get("lm_steer", [float("nan")])
         if not names:
@@ -975,29 +976,13 @@ def _continuous_stats(curves: list[dict]) -> tuple[list[float], dict[str, Any]]:
         s, p = np.asarray(mean_curves[a]["s"]), np.asarray(mean_curves[a]["ppl"])
         mags = sorted({abs(v) for v in s})
         ppl_rho[a] = ts.spearman(mags, [float(p[np.abs(s) == m].mean()) for m in mags])
-    vals = [rho["sentiment"], rho["genre"], _nan_stat(np.mean, list(ppl_rho.values()))]
+    vals = [rho["sentiment"], rho["genre"], nan_stat(np.mean, list(ppl_rho.values()))]
     return vals, {"spearman_score": rho, "spearman_abs_ppl": ppl_rho, "mean_curves": mean_curves}
-
-
-def _nan_stat(fn, values) -> float:
-    """``fn`` over the finite ``values``; NaN when there is none."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    return float(fn(v)) if v.size else float("nan")
 
 
 def curves_at(curves: dict, attr: str, s: float) -> dict:
     """The point of ``attr``'s curve at steer value ``s``."""
     return next(c for c in curves[attr] if c["s"] == s)
-
-
-def mean_curve(per_seed: list[list[dict]]) -> dict[str, list[float]]:
-    """Average a list of per-seed curves (same steer grid) key by key: ``{"s": [...], key: [...]}``."""
-    keys = [k for k in per_seed[0][0] if k != "s"]
-    out = {"s": [c["s"] for c in per_seed[0]]}
-    for k in keys:
-        out[k] = [_nan_stat(np.mean, [cv[i][k] for cv in per_seed]) for i in range(len(per_seed[0]))]
-    return out
 
 
 def matched_gains(base_rows: dict[str, list[dict]], none: dict, S: float) -> dict[str, float]:
@@ -1017,25 +1002,4 @@ def matched_gains(base_rows: dict[str, list[dict]], none: dict, S: float) -> dic
         o = np.argsort(xs)
         xs, ys = xs[o], ys[o]
         out[k] = float(np.interp(target, xs, ys)) if len(xs) and xs[0] <= target <= xs[-1] else float("nan")
-    return out
-
-
-def random_like(steer: Any, seed: int) -> Any:
-    """The null arm's steer: a copy of ``steer`` (an :class:`~lmsci.methods.lm_steer.LMSteer`) whose attribute
-    steers ``W = P1 P2^T`` are replaced by random Gaussian factors of the same rank, scaled to the same Frobenius norm
-    of ``W``; the dummy steer is kept, so that steer value 0 is the same model. It carries no attribute by
-    construction."""
-    import copy
-
-    out = copy.deepcopy(steer)
-    g = torch.Generator().manual_seed(int(seed))
-    with torch.no_grad():
-        for name in out.attributes:
-            k = out.index(name)
-            W = out.P1[k].float() @ out.P2[k].float().T
-            p1 = torch.randn(tuple(out.P1[k].shape), generator=g).to(out.P1)
-            p2 = torch.randn(tuple(out.P2[k].shape), generator=g).to(out.P2)
-            c = (W.norm() / (p1.float() @ p2.float().T).norm()).sqrt()
-            out.P1[k].copy_((p1 * c).to(out.P1))
-            out.P2[k].copy_((p2 * c).to(out.P2))
     return out

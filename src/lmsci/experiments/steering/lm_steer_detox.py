@@ -63,6 +63,51 @@ LOCAL_INPUTS = ("model_path", "toxicity_model_path", "data_path")
 MIN_AUC, MIN_BASE_TOX = 0.8, 0.1
 
 
+# -- shared with lm_steer (which imports this module, never the reverse) ----------------------------------------
+
+
+def nan_stat(fn, values) -> float:
+    """``fn`` (e.g. ``np.mean``) over the finite ``values`` (a sequence of numbers); NaN when there is none."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(fn(v)) if v.size else float("nan")
+
+
+def mean_curve(per_seed: list[list[dict]]) -> dict[str, list[float]]:
+    """Average a list of per-seed curves (same steer grid) key by key: ``{"s": [...], key: [...]}``.
+
+    Args:
+        per_seed: one curve per seed, each a list of points ``{"s": steer value, key: value, ...}`` over the same
+            steer values (non-finite values are left out of a point's mean; NaN when no seed has one).
+    """
+    keys = [k for k in per_seed[0][0] if k != "s"]
+    out = {"s": [c["s"] for c in per_seed[0]]}
+    for k in keys:
+        out[k] = [nan_stat(np.mean, [cv[i][k] for cv in per_seed]) for i in range(len(per_seed[0]))]
+    return out
+
+
+def random_like(steer: Any, seed: int) -> Any:
+    """The null arm's steer: a copy of ``steer`` (an :class:`~lmsci.methods.lm_steer.LMSteer`) whose attribute
+    steers ``W = P1 P2^T`` are replaced by random Gaussian factors of the same rank, scaled to the same Frobenius norm
+    of ``W``; the dummy steer is kept, so that steer value 0 is the same model. It carries no attribute by
+    construction."""
+    import copy
+
+    out = copy.deepcopy(steer)
+    g = torch.Generator().manual_seed(int(seed))
+    with torch.no_grad():
+        for name in out.attributes:
+            k = out.index(name)
+            W = out.P1[k].float() @ out.P2[k].float().T
+            p1 = torch.randn(tuple(out.P1[k].shape), generator=g).to(out.P1)
+            p2 = torch.randn(tuple(out.P2[k].shape), generator=g).to(out.P2)
+            c = (W.norm() / (p1.float() @ p2.float().T).norm()).sqrt()
+            out.P1[k].copy_((p1 * c).to(out.P1))
+            out.P2[k].copy_((p2 * c).to(out.P2))
+    return out
+
+
 def check_inputs(cfg: Any) -> None:
     """Check the paper setting's local inputs before any work.
 
@@ -240,8 +285,6 @@ def run(cfg: Any, points: list, ctxs: list) -> list[dict[str, Any]]:
         row["detox_curve"] = json.dumps(curve)
         # the null arm: a random W of the same Frobenius norm and rank (dummy kept), the same prompts and sampling
         # seed at every nonzero steer value (at 0 no steer acts: the real arm's numbers)
-        from lmsci.experiments.steering.lm_steer import random_like
-
         null_steer = random_like(steer, derive_seed(ctx.seed, "null", "detox"))
         null_curve = []
         for v, real in zip(cfg.detox_grid, curve):
@@ -306,8 +349,6 @@ def verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
                                       "paper": paper, **null_details},
                              note="toxicity from a local classifier, not the Perspective API: compare reductions, "
                                   "not levels, with the paper"))
-    from lmsci.experiments.steering.lm_steer import mean_curve
-
     curves = [json.loads(c) for c in res["detox_curve"]]
     mc = mean_curve(curves)
     s, tox, ppl = mc["s"], mc["avg_max_toxicity"], mc["ppl"]
@@ -334,7 +375,6 @@ def figures(results: pd.DataFrame, run: Any) -> list:
     import matplotlib.pyplot as plt
 
     from lmsci.experiments.base import save_figure
-    from lmsci.experiments.steering.lm_steer import mean_curve
 
     curves = [json.loads(c) for c in results["detox_curve"]]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -357,8 +397,6 @@ def figures(results: pd.DataFrame, run: Any) -> list:
 
 def report_section(results: pd.DataFrame, run: Any) -> str:
     """A table of the detoxification metrics per steer value (mean over seeds) and sample continuations."""
-    from lmsci.experiments.steering.lm_steer import mean_curve
-
     r = results.iloc[0]
     mc = mean_curve([json.loads(c) for c in results["detox_curve"]])
     keys = ("avg_max_toxicity", "toxicity_prob", "ppl", "dist_1", "dist_2", "dist_3")
