@@ -118,6 +118,12 @@ def _input_path(cfg: ChinchillaRefitConfig) -> Path:
 
 @register("chinchilla-refit")
 class ChinchillaRefit(Experiment):
+    """Refitting Chinchilla's law to the runs of Hoffmann et al.'s Figure 4 gives Besiroglu et al.'s estimates.
+
+    Source: Hoffmann et al. 2022, arXiv 2203.15556, Approach 3 (eq. 2, Fig. 4); Besiroglu et al. 2024,
+    arXiv 2404.10102, Section 3.
+    """
+
     claim = ("Refitting Chinchilla's parametric law L = E + A/N^alpha + B/D^beta to the runs extracted from "
              "Hoffmann et al.'s Figure 4 gives Besiroglu et al.'s estimates (E 1.82, A 482, B 2085, alpha 0.348, "
              "beta 0.366), not Hoffmann's (beta 0.28).")

@@ -39,18 +39,17 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.laws._scaling_sweep_verdicts import EXP_RANGE, MAX_BOOT_FAILED, NOISE_MARGIN
+from lmsci.experiments.laws._scaling_sweep_verdicts import verdicts as scaling_verdicts
 from lmsci.experiments.registry import register
 from lmsci.report import markdown_table
 from lmsci.runs import RunDir, derive_seed
 
 LAWS = ("chinchilla", "kaplan_nd", "kaplan_n", "kaplan_d")
-EXP_RANGE = (0.05, 1.0)  # registered interval for alpha and beta
-NOISE_MARGIN = 0.02      # nats: held-out RMSE must be below the noise floor plus this
-MAX_BOOT_FAILED = 0.05
 _SRC = ("Hoffmann et al. 2022, arXiv 2203.15556, eq. 2 / Approach 3; Kaplan et al. 2020, arXiv 2001.08361, "
         "eqs. 1.1-1.5; fit as Besiroglu et al. 2024, arXiv 2404.10102")
 _G_CONV = Gate("converged", "the Chinchilla fit's optimum is certified (lmsci.laws.fit.certify_optimum): the relative "
@@ -148,6 +147,12 @@ class ScalingSweepConfig(ExperimentConfig):
 
 @register("scaling-sweep")
 class ScalingSweep(Experiment):
+    """Validation loss of GPTs over a grid of N and D follows the Chinchilla law; a fit on small runs predicts large.
+
+    Source: Hoffmann et al. 2022, arXiv 2203.15556, eq. 2, Approaches 2-3; Kaplan et al. 2020, arXiv 2001.08361,
+    eqs. 1.1-1.5; fitting as Besiroglu et al. 2024, arXiv 2404.10102.
+    """
+
     claim = ("Validation loss falls as a power law in parameters N and in training tokens D "
              "(L = E + A/N^alpha + B/D^beta with alpha, beta > 0), and a law fitted on small runs "
              "predicts larger ones.")
@@ -404,81 +409,8 @@ class ScalingSweep(Experiment):
         return out
 
     def verdicts(self, cfg: ScalingSweepConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        an = self._analysis(cfg, results)
-        n_seeds = an["n_seeds"]
-        expected = len(cfg.d_models) * len(cfg.tokens) * cfg.n_seeds
-        g_grid = {"complete": (f"{len(results)} of {expected} runs", len(results) == expected)}
-        r = an["fits"]["chinchilla"]
-        conv = r.convergence()
-        g_conv = {"converged": (r.certificate_text(), r.converged)}
-        g_boot = {"bootstrap": (f"{r.n_boot_ok} of {r.n_boot} resamples converged",
-                                r.n_boot > 0 and r.n_boot_failed <= MAX_BOOT_FAILED * r.n_boot)}
-        vs = []
-        for p in ("alpha", "beta"):
-            rn = an["null"].get(p)
-            null_ci = rn.ci(p) if not isinstance(rn, (str, type(None))) else None
-            if isinstance(rn, (str, type(None))):
-                null, null_det = (None, False), {"error": rn}
-            else:
-                null_boot_ok = rn.n_boot > 0 and rn.n_boot_failed <= MAX_BOOT_FAILED * rn.n_boot
-                null = (float(rn.params[p]), bool(rn.converged and null_boot_ok and null_ci is not None
-                                                  and null_ci[0] > EXP_RANGE[0] and null_ci[1] < EXP_RANGE[1]))
-                null_det = {"value": float(rn.params[p]), "ci": null_ci, "certified": bool(rn.converged),
-                            "n_boot_ok": rn.n_boot_ok, "n_boot": rn.n_boot, "params": rn.params}
-            ci = r.ci(p)
-            why = ("the Chinchilla fit's optimum is not certified" if not r.converged else
-                   "" if ci is not None else "no bootstrap interval (n_boot = 0 or no resample converged)")
-            per_seed = [v[p] for v in an["per_seed"].values() if p in v]
-            details = {"params": r.params, "rmse_log": r.rmse, "n_runs": r.n, "convergence": conv,
-                       "per_seed": {k: v.get(p) for k, v in an["per_seed"].items()},
-                       "null_permuted_" + ("N" if p == "alpha" else "D"): null_det}
-            if len(per_seed) >= 2:
-                st = across_seeds(per_seed)
-                details["across_seeds"] = {"mean": st.mean, "ci": st.ci, "kind": st.kind}
-            vs.append(self.judge(
-                cfg, f"{p}-range", value=float(r.params[p]), ci=ci,
-                ci_kind=f"within-fit 95% percentile bootstrap CI over the {r.n} runs ({r.n_boot_ok} of "
-                        f"{r.n_boot} resamples converged)",
-                passed=None if why else bool(ci[0] > EXP_RANGE[0] and ci[1] < EXP_RANGE[1]), why_not_computed=why,
-                n_seeds=n_seeds, gates={**g_conv, **g_boot, **g_grid}, details=details, null=null,
-                note="" if ci is None or ci[0] > EXP_RANGE[0] else
-                "A CI reaching ~0 means the grid does not resolve this exponent; a wider range of N and D "
-                "(the paper preset, on a GPU) would settle it.",
-            ))
-        h = an["heldout"]
-        if h is None:
-            vs.append(self.judge(cfg, "heldout-within-noise", value=None, passed=None, n_seeds=n_seeds,
-                                 why_not_computed="too few runs on one side of the held-out split", gates=g_grid))
-        else:
-            why = ("the Chinchilla fit on the training runs is not certified (did not converge)" if not h["converged"] else
-                   f"{n_seeds} seed: the noise floor across seeds needs at least 2" if n_seeds < 2 or
-                   not np.isfinite(h["noise_floor"]) else "")
-            thr = h["noise_floor"] + NOISE_MARGIN
-            vs.append(self.judge(
-                cfg, "heldout-within-noise", value=h["rmse"], n_seeds=n_seeds,
-                passed=None if why else bool(h["rmse"] < thr), why_not_computed=why,
-                null=(h["null_rmse"], bool(h["null_rmse"] < thr) if np.isfinite(thr) else None),
-                gates={"converged": (h["fit"].certificate_text(), h["converged"]), **g_grid},
-                details={"noise_floor": h["noise_floor"], "threshold": h["noise_floor"] + NOISE_MARGIN,
-                         "mean_error": h["mean_error"], "mare": h["mare"], "n_train": h["n_train"],
-                         "n_test": h["n_test"], "n_cells_test": h["n_cells_test"], "cut_C": h["cut_C"],
-                         "params_train": h["fit"].params, "convergence": h["fit"].convergence(),
-                         "null_constant_loss": h["null_const"], "null_rmse": h["null_rmse"]},
-            ))
-        comp = an["comparison"]
-        ok_rows = comp[comp["aic"].notna()] if "aic" in comp else comp.iloc[0:0]
-        if "chinchilla" in set(ok_rows.get("law", [])) and len(ok_rows) >= 2:
-            ch = float(ok_rows.loc[ok_rows["law"] == "chinchilla", "aic"].iloc[0])
-            other = float(ok_rows.loc[ok_rows["law"] != "chinchilla", "aic"].min())
-            all_conv = bool(ok_rows["converged"].all())
-            vs.append(self.judge(
-                cfg, "form-comparison", value=ch - other, passed=bool(ch - other <= 0), n_seeds=n_seeds,
-                gates={"converged": (f"{int(ok_rows['converged'].sum())} of {len(ok_rows)} fits", all_conv)},
-                details={row["law"]: {k: row[k] for k in ("k", "aic", "bic", "delta_aic", "delta_bic", "rmse_log",
-                                                          "converged")} for _, row in ok_rows.iterrows()},
-                note="Fitted on the training runs only; the held-out runs choose nothing.",
-            ))
-        return vs
+        """alpha-range, beta-range, heldout-within-noise, form-comparison (see ``_scaling_sweep_verdicts``)."""
+        return scaling_verdicts(self, cfg, results, self._analysis(cfg, results))
 
     def report_sections(self, cfg: ScalingSweepConfig, results: pd.DataFrame, run: RunDir) -> str:
         an = self._analysis(cfg, results)
