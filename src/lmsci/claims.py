@@ -56,7 +56,7 @@ PILOT_SEED_MIN = 1_000_000
 NULL_MEETS_RULE = "the rule cannot tell the effect from its absence"
 
 #: preset fields left out of a preset's digest (where and how fast it runs, not what it computes)
-NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset")
+NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset", "compile")
 
 #: Verdicts seen before a preset, gate or rule changed: ``"experiment/claim" -> {preset: [master seeds]}``.
 #: A verdict at that preset from one of those master seeds is ``post hoc`` (the change was made after seeing

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -43,6 +43,10 @@ class ExperimentConfig(StrictModel):
             or ``bf16`` (autocast; weights, optimizer state and the loss head stay fp32). An experiment
             accepts the values in its config's ``PRECISIONS`` (``("fp32",)`` unless it trains through
             :func:`lmsci.train.trainer.train` and says otherwise); any other value is a ConfigError.
+        compile: whether the trainers (:func:`lmsci.train.trainer.train`, :func:`lmsci.train.stacked.train_stacked`)
+            compile the forward and loss with :func:`torch.compile`: ``auto`` (on CUDA, not on CPU), ``on``, ``off``.
+            An execution setting like ``device``: compiled training equals eager to float tolerance, so it is
+            not part of a preset's digest (CLAIMS.md, 2026-11-27).
     """
 
     preset: str = "quick"
@@ -50,6 +54,8 @@ class ExperimentConfig(StrictModel):
     device: str = Field("auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
     threads: int = Field(0, ge=0, description="torch intra-op threads while computing points (0 = torch's default)")
     n_seeds: int = Field(1, ge=1, le=100, description="independent training seeds per sweep point")
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto", description="torch.compile the training forward and loss: auto (on CUDA only) | on | off")
     precision: str = Field("fp32", description="training arithmetic: fp32 or bf16 where the experiment's PRECISIONS "
                            "has it (same default on CPU and GPU)")
 

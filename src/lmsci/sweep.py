@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lmsci.config import ExperimentConfig, config_to_yaml
 from lmsci.errors import LmsciError
 from lmsci.runs import RunDir, environment, resolve_device
+from lmsci.train.compile import compile_mode
 
 if TYPE_CHECKING:
     from lmsci.contract import Experiment, Point, PointContext
@@ -68,7 +69,8 @@ class PointsFailedError(LmsciError):
 
 def compute_group(exp: Experiment, cfg: ExperimentConfig, group: list[Point], ctxs: list[PointContext],
                   log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
-    """The results rows of one group, computed here with ``cfg.threads`` torch threads.
+    """The results rows of one group, computed here with ``cfg.threads`` torch threads and the trainers compiling
+    as ``cfg.compile`` says (:mod:`lmsci.train.compile`).
 
     Each row gets ``status`` ``ok`` unless ``run_group`` set it (one diverged member of a stack); a
     :class:`~lmsci.errors.DivergedError` makes every point of the group a ``diverged`` row (recorded,
@@ -77,7 +79,7 @@ def compute_group(exp: Experiment, cfg: ExperimentConfig, group: list[Point], ct
     from lmsci.errors import DivergedError
 
     try:
-        with torch_threads(cfg.threads):
+        with torch_threads(cfg.threads), compile_mode(getattr(cfg, "compile", "auto")):
             return [{"status": "ok", **row} for row in exp.run_group(cfg, group, ctxs)]
     except DivergedError as e:
         log(f"{', '.join(p.id for p in group)}: {e}")

@@ -59,6 +59,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from lmsci.errors import ConfigError, DivergedError
 from lmsci.models.loss import IGNORE_INDEX
+from lmsci.train.compile import maybe_compile
 from lmsci.train.trainer import GetBatch, TrainConfig, TrainResult, _autocast, _logits, lr_at
 
 EvalFn = Callable[[nn.Module], dict[str, float]]
@@ -214,6 +215,7 @@ class _StackRun:
     alive: list[bool]
     tokens_seen: list[int]
     step: int = 0
+    sum_nll: Any = None  # ``stack.sum_nll`` or its torch.compile wrapper (``TrainConfig.compile``)
 
     def emit(self, k: int, rec: dict[str, Any]) -> None:
         """Append ``rec`` to member ``k``'s history and pass it to its log (with ``member`` on a shared log)."""
@@ -278,7 +280,7 @@ def _start_stack(models: Sequence[nn.Module], get_batch: Any, cfg: TrainConfig, 
     gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
     result = StackedResult(members=[TrainResult() for _ in range(K)])
     return _StackRun(stack, opt, cfg, device, gens, get_batches, eval_fns, logs, shared_log, result,
-                     alive=[True] * K, tokens_seen=[0] * K)
+                     alive=[True] * K, tokens_seen=[0] * K, sum_nll=maybe_compile(stack.sum_nll, cfg.compile, device))
 
 
 def _stacked_step(run: _StackRun, lr: float) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -309,7 +311,7 @@ def _stacked_step(run: _StackRun, lr: float) -> tuple[torch.Tensor, torch.Tensor
         x = torch.stack(xs).to(device, non_blocking=True)
         y = torch.stack(ys).to(device, non_blocking=True)
         with _autocast(device, cfg.precision):
-            s = stack.sum_nll(x, y)  # [K]
+            s = (run.sum_nll or stack.sum_nll)(x, y)  # [K]
         (s / denom).sum().backward()
         loss_sum += s.detach().double().cpu()
     norms = stack.member_norms()  # [K]
