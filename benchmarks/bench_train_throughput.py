@@ -5,8 +5,9 @@ For each model shape (``--shapes``, ``d_model x n_layers``; heads = d_model / 32
 
 * ``eager``: fp32, no compilation (today's path);
 * ``bf16``: bf16 autocast (``TrainConfig.precision="bf16"``);
-* ``compiled``: the model wrapped in :func:`torch.compile` (fp32; on CUDA also bf16 autocast if ``--compile-bf16``);
-* ``stacked``: ``--k`` models of the shape as one batched computation (:func:`lmsci.train.stacked.train_stacked`).
+* ``compiled``: ``TrainConfig.compile="on"`` (:mod:`lmsci.train.compile`; fp32, or bf16 autocast with ``--compile-bf16``);
+* ``stacked``: ``--k`` models of the shape as one batched computation (:func:`lmsci.train.stacked.train_stacked`;
+  compiled with ``--stacked-compile on``).
 
 Each arm first runs ``--warmup`` steps (compilation happens there and is not timed), then ``--steps`` timed
 steps; the arms alternate in ``--windows`` windows so load drift on a shared machine hits all alike. Printed per
@@ -56,9 +57,9 @@ def _model(d_model: int, n_layers: int, vocab: int, seq: int, seed: int) -> GPT:
                          d_model=d_model))
 
 
-def _cfg(a: argparse.Namespace, steps: int, precision: str) -> TrainConfig:
+def _cfg(a: argparse.Namespace, steps: int, precision: str, compile: str = "off") -> TrainConfig:
     return TrainConfig(steps=steps, batch_size=a.batch_size, lr=1e-3, warmup_steps=0, log_every=1,
-                       device=a.device, precision=precision)
+                       device=a.device, precision=precision, compile=compile)
 
 
 def _losses(res) -> list[float]:
@@ -80,16 +81,16 @@ def bench_shape(a: argparse.Namespace, d_model: int, n_layers: int) -> list[str]
     tokens = a.batch_size * a.seq_len * a.steps
     gb = _get_batch(a.vocab, a.batch_size, a.seq_len)
     eager = _model(d_model, n_layers, a.vocab, a.seq_len, 0)
-    compiled_base = _model(d_model, n_layers, a.vocab, a.seq_len, 0)
-    compiled = torch.compile(compiled_base)
+    compiled = _model(d_model, n_layers, a.vocab, a.seq_len, 0)
     bf16 = _model(d_model, n_layers, a.vocab, a.seq_len, 0)
     stack = [_model(d_model, n_layers, a.vocab, a.seq_len, k) for k in range(a.k)]
     fpt = eager.flops_per_token(a.seq_len)
     arms = {
         "eager": lambda n, s: train(eager, gb, _cfg(a, n, "fp32"), seed=s),
         "bf16": lambda n, s: train(bf16, gb, _cfg(a, n, "bf16"), seed=s),
-        "compiled": lambda n, s: train(compiled, gb, _cfg(a, n, "bf16" if a.compile_bf16 else "fp32"), seed=s),
-        "stacked": lambda n, s: train_stacked(stack, gb, _cfg(a, n, "fp32"), seeds=[s + k for k in range(a.k)]),
+        "compiled": lambda n, s: train(compiled, gb, _cfg(a, n, "bf16" if a.compile_bf16 else "fp32", "on"), seed=s),
+        "stacked": lambda n, s: train_stacked(stack, gb, _cfg(a, n, "fp32", a.stacked_compile),
+                                              seeds=[s + k for k in range(a.k)]),
     }
     for name, fn in arms.items():  # warm-up (compilation) untimed
         fn(a.warmup, 10_000)
@@ -101,7 +102,7 @@ def bench_shape(a: argparse.Namespace, d_model: int, n_layers: int) -> list[str]
     # equality: fresh eager and compiled copies of one init, the same batches, the same steps
     e2, c2 = _model(d_model, n_layers, a.vocab, a.seq_len, 1), _model(d_model, n_layers, a.vocab, a.seq_len, 1)
     le = _losses(train(e2, gb, _cfg(a, a.steps, "fp32"), seed=7))
-    lc = _losses(train(torch.compile(c2), gb, _cfg(a, a.steps, "fp32"), seed=7))
+    lc = _losses(train(c2, gb, _cfg(a, a.steps, "fp32", "on"), seed=7))
     diff = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(le, lc))
     lines = []
     base = tokens * a.windows / secs["eager"]
@@ -129,6 +130,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4, help="models in the stacked arm")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile-bf16", action="store_true", help="compiled arm under bf16 autocast")
+    ap.add_argument("--stacked-compile", default="off", choices=["auto", "on", "off"],
+                    help="TrainConfig.compile of the stacked arm")
     ap.add_argument("--peak", type=float, default=0.0,
                     help="peak TFLOP/s for MFU (default: 989 on CUDA, H100 dense bf16; 0.17 on CPU)")
     a = ap.parse_args()
