@@ -3,7 +3,9 @@
 #
 #   OUT=/some/dir LIMIT=480 bash scripts/device_check.sh [GPU_EXPERIMENT ...]
 #
-# In parallel, each under `timeout $LIMIT` seconds:
+# First, unless BENCH=0, the throughput benchmark (issue 32; benchmarks/bench_train_throughput.py: eager, bf16,
+# compiled, stacked at the gpu presets' shapes, tokens/s and MFU) alone on the GPU for at most $BENCH_LIMIT seconds.
+# Then, in parallel, each under `timeout $LIMIT` seconds:
 #   1. the smoke preset of every experiment (or those in $ONLY, comma-separated; except $SKIP) with --device cuda, as $CHUNKS suites;
 #   2. the gpu preset of each experiment named on the command line, with device=cuda.
 # Then a summary (suite claims table, each run's verdict or how far it got) and one tarball of the
@@ -39,6 +41,12 @@ LMSCI=(python3 -c "from lmsci.cli import main; main()")
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
 } 2>&1 | tee "$OUT/env.txt"
+
+if [ "${BENCH:-1}" != 0 ]; then
+    timeout "${BENCH_LIMIT:-150}" python3 benchmarks/bench_train_throughput.py --device "$DEVICE" \
+        --shapes 128x2 256x4 512x8 768x12 --batch-size 24 --seq-len 512 --steps 20 --warmup 5 --windows 2 --k 4 \
+        --compile-bf16 --peak 989 2>&1 | tee "$OUT/bench_train_throughput.txt"
+fi
 
 ALL=${ONLY:-$(python3 -c "from lmsci.experiments.registry import catalog; print(','.join(n for n in catalog() if n not in '$SKIP'.split(',')))")}
 RUNS=/tmp/device_runs
