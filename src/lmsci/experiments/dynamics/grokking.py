@@ -44,9 +44,10 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
-from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.dynamics._grokking_figures import grokking_figures
+from lmsci.experiments.dynamics._modular_common import ACC, ModularTrainConfig
 from lmsci.experiments.registry import register
 from lmsci.measure.fourier import key_frequencies, top_share
 from lmsci.measure.progress import detect_phases, first_step, progress_measures
@@ -56,32 +57,12 @@ from lmsci.worlds.modular import check_modular
 
 
 # the registered thresholds (issue 17)
-ACC = 0.99              # "reaches" = accuracy >= 0.99
 DELAY_FACTOR = 5.0      # test accuracy reaches 0.99 at least 5x later than training accuracy
 NOWD_MAX_ACC = 0.5      # the wd = 0 control's test accuracy stays below this
 TOP_K, TOP_SHARE = 6, 0.8
 LOSS_X = 1.0            # nats: the level restricted and test loss are timed at
 RESTRICTED_FACTOR = 1.25  # t(test loss < X) / t(restricted loss < X) at least this
 EXCLUDED_FACTOR = 2.0   # excluded loss at the end of circuit formation / at its start
-
-
-class ModularTrainConfig(ExperimentConfig):
-    """Model and optimiser fields shared by ``grokking`` and ``grokking-fractions`` (Nanda et al.'s transformer and
-    full-batch AdamW; defaults as their code)."""
-
-    d_model: int = Field(128, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_mlp: int = Field(512, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(1.0, ge=0, description="decoupled AdamW weight decay")
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.98, ge=0, lt=1)
-    warmup_steps: int = Field(10, ge=0)
-    loss_dtype: Literal["float64", "float32"] = Field(
-        "float64", description="dtype of the logits in the training loss (Nanda: float64, cross_entropy_high_precision; "
-                               "in float32 the loss of a memorised training set rounds to exactly 0 and its gradient vanishes)")
-    eval_every: int = Field(10, ge=1, description="test loss/accuracy every this many steps")
-    threads: int = Field(1, ge=0, description="torch threads (0 = torch's default)")
 
 
 class GrokkingConfig(ModularTrainConfig):
@@ -401,93 +382,8 @@ class Grokking(Experiment):
                      "steps": cfg.steps})
 
     # -- figures and report ------------------------------------------------------------------
-    def _csv(self, run: RunDir, pid: str, name: str) -> pd.DataFrame | None:
-        path = run.path / "points" / pid / name
-        return pd.read_csv(path) if path.exists() else None
-
     def figures(self, cfg: GrokkingConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        import matplotlib.pyplot as plt
-
-        figs: list[Figure] = []
-        res = results if "kind" in results else results.assign(kind="grok")
-        main = res[res["kind"] == "grok"]
-        if len(main):
-            r0 = main.sort_values("seed_index").iloc[0] if "seed_index" in main else main.iloc[0]
-            c = self._csv(run, r0["point"], "curve.csv")
-            m = self._csv(run, r0["point"], "measures.csv")
-            if c is not None and m is not None:
-                fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-                s = c["step"].clip(lower=1)
-                ax = axes[0]
-                ax.plot(s, c["train_loss"], label="train loss")
-                ax.plot(s, c["test_loss"], label="test loss")
-                ms = m["step"].clip(lower=1)
-                ax.plot(ms, m["restricted_loss"], "o-", ms=2, label="restricted loss (test)")
-                ax.plot(ms, m["excluded_loss"], "s-", ms=2, label="excluded loss (train)")
-                ax.set_yscale("log")
-                ax.set_ylabel("cross-entropy (nats)")
-                ax2 = axes[1]
-                ax2.plot(s, c["train_acc"], label="train accuracy")
-                ax2.plot(s, c["test_acc"], label="test accuracy")
-                ax2.set_ylabel("accuracy")
-                ax3 = axes[2]
-                ax3.plot(ms, m[f"top{TOP_K}_share"], label=f"top-{TOP_K} Fourier share of W_E")
-                ax3b = ax3.twinx()
-                ax3b.plot(s, c["weight_norm"], color="C3", label="weight norm")
-                ax3b.set_ylabel("total weight norm", color="C3")
-                ax3.set_ylabel("share of ||W_E||^2")
-                for a in axes:
-                    a.set_xscale("log")
-                    a.set_xlabel("step (log)")
-                    t_mem, t_clean, t_gen = (r0.get("t_train"), r0.get("t_clean"), r0.get("t_test"))
-                    ends = [v for v in (t_mem, t_clean, t_gen) if v is not None and not pd.isna(v)]
-                    bounds = [1] + [max(1, float(v)) for v in ends]
-                    for (lo, hi), col, lab in zip(zip(bounds, bounds[1:]), ("C0", "C1", "C2"),
-                                                  ("memorisation", "circuit formation", "clean-up")):
-                        a.axvspan(lo, hi, color=col, alpha=0.08, label=lab if a is axes[1] else None)
-                    a.grid(True, alpha=0.3)
-                axes[0].legend(fontsize=7)
-                axes[1].legend(fontsize=7)
-                axes[2].legend(fontsize=7, loc="center left")
-                fig.suptitle(f"(x + y) mod {cfg.p}, fraction {cfg.train_frac}, wd {cfg.weight_decay} (seed 0); "
-                             f"key frequencies {r0.get('key_freqs', '')}", fontsize=10)
-                figs.append(save_figure(fig, run, "progress_measures.png",
-                                        "Losses (train, test, restricted, excluded), accuracies and the embedding's "
-                                        "top-6 Fourier share with the weight norm on a log-step axis; shaded: the "
-                                        "three phases detected by the registered rule (cf. Nanda et al. Fig. 7)"))
-                sh = m[[col for col in m if col.startswith("share_k")]].iloc[-1].values
-                fig, ax = plt.subplots(figsize=(7, 3.2))
-                ax.bar(np.arange(1, len(sh) + 1), sh)
-                ax.set_xlabel("frequency k")
-                ax.set_ylabel("share of ||W_E||^2")
-                ax.set_title(f"embedding Fourier spectrum at step {int(m['step'].iloc[-1])} (seed 0)", fontsize=10)
-                figs.append(save_figure(fig, run, "fourier_spectrum.png",
-                                        "Share of the embedding's squared norm per Fourier frequency at the end (cf. "
-                                        "Nanda et al. Fig. 3)"))
-        # all seeds + control accuracy
-        fig, ax = plt.subplots(figsize=(7, 4))
-        any_curve = False
-        for _, r in res[res["kind"].isin(["grok", "control"])].iterrows():
-            c = self._csv(run, r["point"], "curve.csv")
-            if c is None:
-                continue
-            any_curve = True
-            col = "C0" if r["kind"] == "grok" else "C3"
-            tag = f"wd={r['weight_decay']:g} seed {int(r.get('seed_index', 0) or 0)}"
-            ax.plot(c["step"].clip(lower=1), c["test_acc"], color=col, alpha=0.8, label="test " + tag)
-            ax.plot(c["step"].clip(lower=1), c["train_acc"], color=col, ls=":", alpha=0.8, label="train " + tag)
-        if any_curve:
-            ax.set_xscale("log")
-            ax.set_xlabel("step (log)")
-            ax.set_ylabel("accuracy")
-            ax.legend(fontsize=6)
-            ax.grid(True, alpha=0.3)
-            figs.append(save_figure(fig, run, "accuracy_all_seeds.png",
-                                    "Train (dotted) and test accuracy of every seed with weight decay and of the wd = 0 "
-                                    "control"))
-        else:
-            plt.close(fig)
-        return figs
+        return grokking_figures(cfg, results, run, TOP_K)
 
     def report_sections(self, cfg: GrokkingConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table

@@ -5,7 +5,7 @@ Algorithmic Datasets", arXiv 2201.02177 (2022), Fig. 1 right and sec. 3.1 (x/y m
 validation accuracy fall steeply as the training fraction grows).
 
 The model, optimiser and stacked training are those of ``grokking`` (:mod:`lmsci.experiments.dynamics.grokking`,
-whose :class:`~lmsci.experiments.dynamics.grokking.ModularTrainConfig` fields this experiment shares): Nanda et
+whose :class:`~lmsci.experiments.dynamics._modular_common.ModularTrainConfig` fields this experiment shares): Nanda et
 al.'s one-layer transformer (:func:`lmsci.models.modular.grokking_model`) trained by
 :func:`lmsci.train.modular.train_modular_stacked`, every fraction (and seed) one member of one stack that a run
 leaves when its test accuracy reaches 0.99.
@@ -27,7 +27,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.dynamics.grokking import ACC, ModularTrainConfig
+from lmsci.experiments.dynamics._modular_common import ACC, ModularTrainConfig
 from lmsci.experiments.registry import register
 from lmsci.measure.progress import first_step, spearman
 from lmsci.runs import RunDir, derive_seed
