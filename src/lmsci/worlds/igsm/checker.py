@@ -72,10 +72,12 @@ class SolutionCheck:
 
     @property
     def n_missing(self) -> int:
+        """Necessary parameters the solution never defined."""
         return len(self.missing)
 
     @property
     def n_unneeded(self) -> int:
+        """Parameters the solution defined that the question does not need."""
         return len(self.unneeded)
 
 
@@ -100,6 +102,136 @@ def _tree_refs(e, out):
     return out
 
 
+def _eval_calculation(parts: list[str], pname: str, sym: str, chk: SolutionCheck, sym_val: dict, sym_param: dict,
+                      mod: int) -> tuple | None:
+    """Evaluate a sentence's calculation steps ``parts`` (``X = a + b = v; ...; so sym = ...``), counting
+    calculation errors, hint mismatches, dependency and parse errors on ``chk``.
+
+    Returns:
+        ``(value, expression tree)`` of the final ``so`` step, or None when a step could not be read.
+    """
+    err = chk.errors.append
+    local: dict = {}  # intermediate symbol -> (value, tree)
+    final = None
+    for n, step in enumerate(parts):
+        is_final = n == len(parts) - 1
+        if is_final:
+            step = step[3:]
+        pieces = [x.strip() for x in step.split(" = ")]
+        lhs, rhs = pieces[0], pieces[1:]
+        if (is_final and lhs != sym) or not rhs:
+            chk.n_parse_errors += 1
+            err(f"bad step {step!r}")
+            return None
+        try:
+            val, tree, calc_ok, hint_ok = _eval_step(rhs, sym_val, sym_param, local, mod)
+        except _DepError as e:
+            chk.n_dep_errors += 1
+            err(f"{pname}: {e}")
+            return None
+        except (ValueError, IndexError):
+            chk.n_parse_errors += 1
+            err(f"bad step {step!r}")
+            return None
+        if not calc_ok:
+            chk.n_calc_errors += 1
+            err(f"{pname}: calculation {step!r}")
+        if not hint_ok:
+            chk.n_hint_mismatches += 1
+        if is_final:
+            final = (val, tree)
+        else:
+            local[lhs] = (val, tree)
+    return final
+
+
+def _check_definition(problem: Problem, p, pname: str, val: int, tree, defined: dict, chk: SolutionCheck) -> None:
+    """Count a dependency error when the expression ``tree`` does not use exactly ``p``'s dependencies, else a
+    definition error when the problem's formula on the stated values ``defined`` does not give ``val``."""
+    used = _tree_refs(tree, [])
+    true_expr = param_expr(problem, p)
+    want = _tree_refs(true_expr, [])
+    if sorted(used) != sorted(want):
+        chk.n_dep_errors += 1
+        chk.errors.append(f"{pname}: uses {sorted(used)} instead of {sorted(want)}")
+    else:
+        # definition: the problem's formula on the stated values of the dependencies
+        vals = {u: defined[u] for u in used}
+        if _eval_tree(true_expr, vals, problem.mod) != val:
+            chk.n_def_errors += 1
+            chk.errors.append(f"{pname}: value {val} does not follow the problem's definition")
+
+
+def _read_sentence(s: str, problem: Problem, chk: SolutionCheck, defined: dict, sym_val: dict,
+                   sym_param: dict) -> tuple | None:
+    """Check one solution sentence ``Define <param> as <sym>; ...; so <sym> = ...`` and record the parameter's
+    stated value in ``defined``, ``sym_val`` and ``sym_param``.
+
+    Returns:
+        ``(parameter, stated value)`` when the sentence defined a parameter, else None (a retry ``[BACK]``,
+        or a sentence not read).
+    """
+    err = chk.errors.append
+    chk.n_steps += 1
+    parts = [x.strip() for x in s.split(";")]
+    m = re.match(r"^Define (.+) as (\S+)$", parts[0])
+    if not m:
+        chk.n_parse_errors += 1
+        err(f"unparsed sentence {s[:80]!r}")
+        return None
+    pname, sym = m.group(1), m.group(2)
+    if sym == BACK:
+        chk.n_retries += 1
+        return None
+    p = problem.name_to_param.get(pname)
+    if p is None:
+        chk.n_dep_errors += 1
+        err(f"unknown parameter {pname!r}")
+        return None
+    if p in defined:
+        chk.n_dep_errors += 1
+        err(f"{pname!r} defined twice")
+    if len(parts) < 2 or not parts[-1].startswith("so "):
+        chk.n_parse_errors += 1
+        err(f"no 'so' step in {s[:80]!r}")
+        return None
+    final = _eval_calculation(parts[1:], pname, sym, chk, sym_val, sym_param, problem.mod)
+    if final is None:
+        return None
+    val, tree = final
+    # dependencies: the parameters used are exactly p's dependencies, each defined before
+    _check_definition(problem, p, pname, val, tree, defined, chk)
+    defined[p] = val
+    sym_val[sym] = val
+    sym_param[sym] = p
+    return p, val
+
+
+def _judge(problem: Problem, chk: SolutionCheck, defined: dict, last: tuple | None, ans_txt: str | None) -> None:
+    """Fill ``chk``'s answer, final step, missing and unneeded parameters, and the ``correct`` flags."""
+    mod = problem.mod
+    if ans_txt is not None and _INT.match(ans_txt or ""):
+        chk.answer = int(ans_txt)
+    elif problem.question_param in defined:
+        chk.answer = defined[problem.question_param]
+    chk.answer_correct = chk.answer is not None and chk.answer == problem.answer
+    if last is not None:
+        chk.final_value = last[1]
+        chk.final_ok = last[0] == problem.question_param and last[1] % mod == problem.answer
+        if not chk.final_ok:
+            chk.errors.append(f"last step defines {problem.param_name(last[0])!r} = {last[1]}, not the question "
+                              f"{problem.param_name(problem.question_param)!r} = {problem.answer}")
+    necessary = set(problem.necessary)
+    chk.missing = [p for p in problem.necessary if p not in defined]
+    chk.unneeded = [p for p in defined if p not in necessary]
+    from lmsci.worlds.igsm.world import _cost
+
+    chk.n_unneeded_ops = sum(_cost(problem, p) for p in chk.unneeded)
+    chk.correct = (chk.answer_correct and chk.final_ok and chk.n_parse_errors == 0 and chk.n_calc_errors == 0
+                   and chk.n_dep_errors == 0 and not chk.missing)
+    chk.strict_correct = chk.correct and chk.n_def_errors == 0 and chk.n_hint_mismatches == 0
+
+
 def check_solution(problem: Problem, text: str) -> SolutionCheck:
     """Check a generated solution of ``problem``.
 
@@ -115,117 +247,18 @@ def check_solution(problem: Problem, text: str) -> SolutionCheck:
         :class:`SolutionCheck`. Never raises on malformed text (counted as parse errors).
     """
     sol, ans_txt = split_generated(text)
-    mod = problem.mod
-    name2p = problem.name_to_param
-    necessary = set(problem.necessary)
     sym_val: dict = {}       # symbol -> stated value
     sym_param: dict = {}     # symbol -> parameter
     defined: dict = {}       # parameter -> stated value
     last = None              # (parameter, stated value) of the last step that defined one
     chk = SolutionCheck(correct=False, strict_correct=False, answer_correct=False, answer=None)
-    err = chk.errors.append
-    sentences = [s.strip() for s in sol.split(".")]
-    for s in sentences:
+    for s in (s.strip() for s in sol.split(".")):
         if not s:
             continue
-        chk.n_steps += 1
-        parts = [x.strip() for x in s.split(";")]
-        m = re.match(r"^Define (.+) as (\S+)$", parts[0])
-        if not m:
-            chk.n_parse_errors += 1
-            err(f"unparsed sentence {s[:80]!r}")
-            continue
-        pname, sym = m.group(1), m.group(2)
-        if sym == BACK:
-            chk.n_retries += 1
-            continue
-        p = name2p.get(pname)
-        if p is None:
-            chk.n_dep_errors += 1
-            err(f"unknown parameter {pname!r}")
-            continue
-        if p in defined:
-            chk.n_dep_errors += 1
-            err(f"{pname!r} defined twice")
-        if len(parts) < 2 or not parts[-1].startswith("so "):
-            chk.n_parse_errors += 1
-            err(f"no 'so' step in {s[:80]!r}")
-            continue
-        local: dict = {}  # intermediate symbol -> (value, tree)
-        ok = True
-        final = None
-        for n, step in enumerate(parts[1:]):
-            is_final = n == len(parts) - 2
-            if is_final:
-                step = step[3:]
-            pieces = [x.strip() for x in step.split(" = ")]
-            lhs, rhs = pieces[0], pieces[1:]
-            if (is_final and lhs != sym) or not rhs:
-                chk.n_parse_errors += 1
-                err(f"bad step {step!r}")
-                ok = False
-                break
-            try:
-                val, tree, calc_ok, hint_ok = _eval_step(rhs, sym_val, sym_param, local, mod)
-            except _DepError as e:
-                chk.n_dep_errors += 1
-                err(f"{pname}: {e}")
-                ok = False
-                break
-            except (ValueError, IndexError):
-                chk.n_parse_errors += 1
-                err(f"bad step {step!r}")
-                ok = False
-                break
-            if not calc_ok:
-                chk.n_calc_errors += 1
-                err(f"{pname}: calculation {step!r}")
-            if not hint_ok:
-                chk.n_hint_mismatches += 1
-            if is_final:
-                final = (val, tree)
-            else:
-                local[lhs] = (val, tree)
-        if not ok or final is None:
-            continue
-        val, tree = final
-        # dependencies: the parameters used are exactly p's dependencies, each defined before
-        used = _tree_refs(tree, [])
-        true_expr = param_expr(problem, p)
-        want = _tree_refs(true_expr, [])
-        if sorted(used) != sorted(want):
-            chk.n_dep_errors += 1
-            err(f"{pname}: uses {sorted(used)} instead of {sorted(want)}")
-        else:
-            # definition: the problem's formula on the stated values of the dependencies
-            vals = {u: defined[u] for u in used}
-            if _eval_tree(true_expr, vals, mod) != val:
-                chk.n_def_errors += 1
-                err(f"{pname}: value {val} does not follow the problem's definition")
-        defined[p] = val
-        last = (p, val)
-        sym_val[sym] = val
-        sym_param[sym] = p
-    # answer
-    if ans_txt is not None and _INT.match(ans_txt or ""):
-        chk.answer = int(ans_txt)
-    elif problem.question_param in defined:
-        chk.answer = defined[problem.question_param]
-    chk.answer_correct = chk.answer is not None and chk.answer == problem.answer
-    if last is not None:
-        chk.final_value = last[1]
-        chk.final_ok = last[0] == problem.question_param and last[1] % mod == problem.answer
-        if not chk.final_ok:
-            err(f"last step defines {problem.param_name(last[0])!r} = {last[1]}, not the question "
-                f"{problem.param_name(problem.question_param)!r} = {problem.answer}")
-    chk.missing = [p for p in problem.necessary if p not in defined]
-    chk.unneeded = [p for p in defined if p not in necessary]
-    from lmsci.worlds.igsm.world import _cost
-
-    chk.n_unneeded_ops = sum(_cost(problem, p) for p in chk.unneeded)
-    chk.correct = (chk.answer_correct and chk.final_ok and chk.n_parse_errors == 0 and chk.n_calc_errors == 0
-                   and chk.n_dep_errors == 0 and not chk.missing)
-    chk.strict_correct = chk.correct and chk.n_def_errors == 0 and chk.n_hint_mismatches == 0
+        got = _read_sentence(s, problem, chk, defined, sym_val, sym_param)
+        if got is not None:
+            last = got
+    _judge(problem, chk, defined, last, ans_txt)
     return chk
 
 
