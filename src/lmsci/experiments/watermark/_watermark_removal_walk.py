@@ -1,0 +1,78 @@
+"""The random walk's oracles of :mod:`lmsci.experiments.watermark.watermark_removal` on Hugging Face causal LMs.
+
+The perturbation oracle (:func:`propose_span`: resample a span, score the suffix with one key/value cache), token
+log-probabilities, per-text watermark z-scores and the n-gram overlap that measures traceability. Source: Zhang,
+Edelman, Francati, Venturi, Ateniese, Barak, "Watermarks in the Sand", ICML 2024, arXiv 2311.04378, Algorithm 1;
+traceability as Harel-Canada et al., "Sandcastles in the Storm", arXiv 2505.06827.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmsci.methods import watermark as wm
+
+
+def ngram_overlap(a: np.ndarray, b: np.ndarray, n: int) -> float:
+    """Share of the distinct n-grams of token sequence ``a`` that occur in ``b``."""
+    ga = {tuple(a[i: i + n]) for i in range(len(a) - n + 1)}
+    gb = {tuple(b[i: i + n]) for i in range(len(b) - n + 1)}
+    return len(ga & gb) / max(1, len(ga))
+
+
+@torch.no_grad()
+def token_logprobs(model: Any, x: torch.Tensor) -> torch.Tensor:
+    """``[B, L-1]`` log-probabilities of ``x[:, 1:]`` under a Hugging Face causal LM."""
+    lp = torch.log_softmax(model(x).logits[:, :-1].float(), -1)
+    return lp.gather(2, x[:, 1:, None]).squeeze(2)
+
+
+def detect_each(det: Any, seqs: list[torch.Tensor]) -> np.ndarray:
+    """``[n]`` z-scores of token sequences of any lengths (one batch when they are equally long)."""
+    if len({len(x) for x in seqs}) == 1:
+        return wm.detect(det, torch.stack(seqs))["z"]
+    return np.array([float(wm.detect(det, x[None])["z"][0]) for x in seqs])
+
+
+@torch.no_grad()
+def propose_span(model: Any, x: torch.Tensor, s: int, k: int, generator: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The perturbation oracle: resample positions ``s .. s+k-1`` of every row of ``x`` from ``model``.
+
+    Args:
+        model: a Hugging Face causal LM (``model(ids, past_key_values=..., use_cache=True)``).
+        x: ``[n, L]`` long token ids; ``1 <= s`` and ``s + k <= L``.
+        s, k: the span's first position and its length (the same for every row).
+        generator: a CPU ``torch.Generator`` for the multinomial draws (temperature 1, no truncation).
+
+    Returns:
+        ``(new [n, L], lp [n, L-s])``: the proposal (``x`` outside the span) and the log-probabilities under
+        ``model`` of ``new[:, s:]`` given everything before them, equal to ``token_logprobs(model, new)[:, s-1:]``
+        to float rounding. The prefix ``x[:, :s]`` is run once and its key/value cache reused for the ``k`` draws
+        and for scoring the suffix, so a step costs one pass over ``L`` tokens.
+
+    Raises:
+        ValueError: a span outside ``[1, L)``.
+    """
+    n, L = x.shape
+    if not (1 <= s and k >= 1 and s + k <= L):
+        raise ValueError(f"span [{s}, {s + k}) must lie within [1, {L}]")
+    new = x.clone()
+    out = model(x[:, :s], use_cache=True)
+    cache, logits = out.past_key_values, out.logits[:, -1].float()
+    lps = []
+    for j in range(k):
+        logp = torch.log_softmax(logits, -1)
+        tok = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(x.device)
+        new[:, s + j] = tok
+        lps.append(logp.gather(1, tok[:, None]))
+        if j < k - 1:
+            out = model(tok[:, None], past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1].float()
+    if s + k < L:  # score the suffix given the new span: feed the span's last token and the suffix
+        logp = torch.log_softmax(model(new[:, s + k - 1: -1], past_key_values=cache).logits.float(), -1)
+        lps.append(logp.gather(2, new[:, s + k:, None]).squeeze(2))
+    return new, torch.cat(lps, 1)
