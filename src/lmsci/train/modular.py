@@ -252,6 +252,7 @@ class _Stack:
 
     @property
     def names(self) -> list[str]:
+        """The stacked parameters' names (GPT parameter names)."""
         return list(self.params)
 
     def load_data(self) -> None:

@@ -40,6 +40,44 @@ class _Memorised(Exception):
     """Raised from the trainer's evaluation hook to stop pretraining once the memorisation target holds."""
 
 
+def _count_windows(packed: Packed | Any, batch_size: int) -> tuple[bool, int]:
+    """``(streamed, number of windows)`` of ``packed``: a :class:`~lmsci.worlds.bios.Packed`, or a
+    :mod:`lmsci.worlds.bios_stream` stream (BioStream / MixedStream) whose batch size must be ``batch_size``.
+
+    Raises:
+        ConfigError: a stream of another batch size (field ``pretrain.batch_size``).
+    """
+    streamed = not isinstance(packed, Packed)
+    if streamed:
+        if packed.batch_size != batch_size:
+            raise ConfigError("pretrain.batch_size", batch_size, f"the stream's batch_size {packed.batch_size}")
+        return True, packed.count_windows()
+    return False, packed.input_ids.shape[0]
+
+
+def _batch_source(packed: Packed | Any, streamed: bool, B: int, W: int, done: list[int],
+                  tokens_drawn: list[int]) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
+    """The trainer's ``get_batch(step, generator)``: the windows in order (``[B, seq_len]`` ids and targets; for a
+    stream, its own batches), recording in ``done[0]`` the steps drawn and in ``tokens_drawn[0]`` the target
+    tokens (targets != -100) drawn."""
+    if streamed:
+        stream_batch = packed.get_batch_fn()
+    else:
+        x, y = packed.input_ids, packed.targets
+
+    def get_batch(step: int, g: torch.Generator):
+        done[0] = step + 1
+        if streamed:
+            xb, yb = stream_batch(step, g)
+        else:
+            idx = torch.arange(step * B, step * B + B) % W
+            xb, yb = x[idx], y[idx]
+        tokens_drawn[0] += int((yb != -100).sum())
+        return xb, yb
+
+    return get_batch
+
+
 def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: PackedTrainSpec, *, seed: int, ctx: Any,
                  phase: str, device: str = "cpu", eval_fn=None, eval_every: int = 0,
                  recall_fn: Callable[[torch.nn.Module], float] | None = None, check_every: int = 0,
@@ -77,13 +115,7 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: PackedTrain
         ConfigError: a stream whose ``batch_size`` is not ``spec.batch_size`` (field ``pretrain.batch_size``).
     """
     B = spec.batch_size
-    streamed = not isinstance(packed, Packed)
-    if streamed:  # a lmsci.worlds.bios_stream stream (BioStream / MixedStream) with this batch size
-        if packed.batch_size != B:
-            raise ConfigError("pretrain.batch_size", B, f"the stream's batch_size {packed.batch_size}")
-        W = packed.count_windows()
-    else:
-        W = packed.input_ids.shape[0]
+    streamed, W = _count_windows(packed, B)
     steps = max(1, W // B)
     every = check_every if recall_fn is not None else eval_every
     ck_every = (every or max(1, steps // 10)) if checkpoint and ctx is not None else 0
@@ -93,21 +125,7 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: PackedTrain
                       precision=precision)
     done = [0]  # optimizer steps taken (the step of the last batch drawn, plus one)
     tokens_drawn = [0]
-    if streamed:
-        stream_batch = packed.get_batch_fn()
-    else:
-        x, y = packed.input_ids, packed.targets
-
-    def get_batch(step: int, g: torch.Generator):
-        done[0] = step + 1
-        if streamed:
-            xb, yb = stream_batch(step, g)
-        else:
-            idx = torch.arange(step * B, step * B + B) % W
-            xb, yb = x[idx], y[idx]
-        tokens_drawn[0] += int((yb != -100).sum())
-        return xb, yb
-
+    get_batch = _batch_source(packed, streamed, B, W, done, tokens_drawn)
     checks: list[tuple[int, float]] = []
     last_loss = [float("nan")]
 

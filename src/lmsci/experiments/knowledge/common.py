@@ -80,6 +80,8 @@ def make_model(world: BiosWorld, spec: ModelSpec, seq_len: int, seed: int) -> GP
 
 
 def concat_packed(parts: Sequence[Packed]) -> Packed:
+    """The windows of ``parts`` one after another, as one :class:`~lmsci.worlds.bios.Packed` (ids and targets
+    ``[sum of windows, seq_len]``, people and kinds per window)."""
     return Packed(torch.cat([p.input_ids for p in parts]), torch.cat([p.targets for p in parts]),
                   [x for p in parts for x in p.people], [x for p in parts for x in p.kinds])
 
