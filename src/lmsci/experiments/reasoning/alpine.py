@@ -100,8 +100,9 @@ class AlpinePlanning(Experiment):
              "observed, its MLP logit table recovers the adjacency, and it fails on pairs that need paths concatenated.")
     source = "Wang, Shen, Feng, Sun, Teng, Chen, ALPINE, NeurIPS 2024, arXiv 2405.09220, sec. 5, Figs. 3-6"
     Config = AlpineConfig
-    time_estimate = {"smoke": "~5 s", "quick": ("93 s CPU (user) for 3 seeds x 2 arms in one stack, 1500 steps, measured "
-                                                "at threads=1; 9 min wall on the shared 2-core machine at load ~10"),
+    time_estimate = {"smoke": "~5 s", "quick": ("75-83 s CPU (user) + 10-12 s system for 3 seeds x 2 arms in one stack, "
+                                                "1500 steps, threads=1 (master seeds 0 and 1, 2026-11-27); 5-6.5 min wall "
+                                                "on the shared 2-core machine at load ~10"),
                      "gpu": "~6 min on one H100 (estimated from the quick rate)",
                      "paper": "~1 h on one GPU (estimated)"}
     _null_both = ("two null arms, the same statistic on the same pairs of the real DAG: (a) the real arm's model at "
