@@ -193,6 +193,7 @@ class ICLKernelRegression(Experiment):
         return [points]  # all seeds of the one point: trained stacked
 
     def build(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, seed: int) -> GPT:
+        """The GPT over the mixture's vocabulary with context :func:`seq_len_of`, initialised from ``seed``."""
         return GPT(GPTConfig(vocab_size=world.vocab_size, seq_len=seq_len_of(cfg, world), n_layers=cfg.n_layers,
                              n_heads=cfg.n_heads, d_model=cfg.d_model), seed=seed)
 

@@ -309,7 +309,8 @@ class LengthGeneralization(Experiment):
         pts.append(Point("profile", {"kind": "profile"}))
         return pts
 
-    def point_seed(self, cfg, point):  # every point of a training seed uses that seed's training seed
+    def point_seed(self, cfg, point):
+        """The seed of ``point``: every point of training seed k uses the seed of ``train`` + suffix k."""
         return derive_seed(cfg.seed, self.name, "train" + seed_suffix(point))
 
     def run_point(self, cfg: LengthGeneralizationConfig, point: Point, ctx: PointContext) -> dict[str, Any]:

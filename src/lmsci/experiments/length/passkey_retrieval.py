@@ -315,6 +315,7 @@ class PasskeyRetrieval(Experiment):
                                                      for f in sorted(set(cfg.length_factors))]
 
     def point_seed(self, cfg, point):
+        """The seed of ``point``, derived from the master seed, the experiment's name and the point id."""
         return derive_seed(cfg.seed, self.name, point.id)
 
     def run_point(self, cfg: PasskeyConfig, point: Point, ctx: PointContext) -> dict[str, Any]:

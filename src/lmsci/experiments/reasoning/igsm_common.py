@@ -370,6 +370,7 @@ class IGSMExperiment(Experiment):
 
     @staticmethod
     def shape(cfg: IGSMCommonConfig, point: Point) -> tuple[int, int, int]:
+        """``(n_layers, n_heads, d_model)`` of ``point``'s GPT: its params where given, else the config's."""
         p = point.params
         return (int(p.get("n_layers", cfg.n_layers)), int(p.get("n_heads", cfg.n_heads)),
                 int(p.get("d_model", cfg.d_model)))
@@ -407,4 +408,10 @@ class IGSMExperiment(Experiment):
 
     def measure(self, cfg: IGSMCommonConfig, point: Point, ctx: PointContext, world: IGSMWorld,
                 tok: IGSMTokenizer, model: GPT) -> dict[str, Any]:
+        """The measurements of one trained ``model`` (a member of the point's stacked training) as results-row
+        columns; ``world`` and ``tok`` are the run's iGSM world and tokenizer. Subclasses implement it.
+
+        Raises:
+            NotImplementedError: on the base class.
+        """
         raise NotImplementedError

@@ -107,6 +107,7 @@ class IGSMDepth(IGSMExperiment):
                 for k, s in (("deep", cfg.deep), ("shallow", cfg.shallow))]
 
     def point_seed(self, cfg: IGSMDepthConfig, point: Point) -> int:
+        """The seed of ``point``: one per training seed index, shared by both shapes."""
         # seed k of both shapes shares its data stream and test problems (a paired comparison); inits differ by shape
         return derive_seed(cfg.seed, self.name, f"seed{point.seed_index}")
 

@@ -168,6 +168,7 @@ class IGSMRetry(IGSMExperiment):
         return pts
 
     def point_seed(self, cfg: IGSMRetryConfig, point: Point) -> int:
+        """The seed of ``point``: one per training seed index, shared by every point."""
         # seed k of every point: the same initialisation and problem stream (a paired comparison)
         return derive_seed(cfg.seed, self.name, f"seed{point.seed_index}")
 

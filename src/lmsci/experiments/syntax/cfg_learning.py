@@ -105,6 +105,12 @@ class CFGLearningConfig(CFGModelConfig):
 
 # -- shared pieces (also used by cfg-probing) -------------------------------------------------------------------
 def build_grammar(cfg: CFGModelConfig) -> CFG:
+    """The grammar of ``cfg.grammar`` (:func:`lmsci.worlds.cfg.get_grammar`; ``grammar_seed`` seeds the draws).
+
+    Raises:
+        ConfigError: an unknown grammar spec or a missing table file; GrammarError: a malformed table (both
+            from :func:`~lmsci.worlds.cfg.get_grammar`).
+    """
     return get_grammar(cfg.grammar, cfg.grammar_seed)
 
 
@@ -122,6 +128,9 @@ def validate_model_config(cfg: CFGModelConfig) -> CFG:
 
 
 def make_model(cfg: CFGModelConfig, g: CFG, variant: str, seed: int) -> GPT:
+    """A GPT over the grammar's vocabulary with context ``cfg.seq_len`` and position variant ``variant`` (a
+    :class:`~lmsci.models.gpt.GPTConfig` ``pos``: rope, learned, relative, uni, posonly), initialised from ``seed``
+    (Allen-Zhu & Li, arXiv 2305.13673, sec. 3: GPT_rot, GPT, GPT_rel, GPT_uni, GPT_pos)."""
     return GPT(GPTConfig(vocab_size=g.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                          d_model=cfg.d_model, pos=variant), seed=seed)
 
