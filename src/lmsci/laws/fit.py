@@ -210,6 +210,9 @@ class FitResult:
         return pd.DataFrame(rows)
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: law, equation, source, natural parameters, fit statistics (objective, rmse, aic,
+        bic), the optimum certificate, bootstrap counts and per-parameter 95% intervals (``ci95``) and standard
+        errors (``se``); a non-finite stationarity becomes None."""
         return {
             "law": self.form.name, "equation": self.form.equation, "source": self.form.source,
             "params": self.params, "fixed": self.fixed, "n": self.n, "k": self.k, "loss": self.loss,
@@ -491,6 +494,102 @@ def certify_optimum(form: Form | str, X: dict[str, Array], y: Array, theta: Arra
     return _certify(prob, z, ends, None if weights is None else np.asarray(weights, dtype=float))
 
 
+def _check_fit_args(form: Form, loss: str, delta: float, fixed: dict[str, float] | None) -> dict[str, float]:
+    """The parameters held fixed (``fixed``, or the form's defaults), after checking ``loss`` and ``delta``.
+
+    Raises:
+        ConfigError: unknown loss, non-positive delta, or a fixed parameter the form does not have.
+    """
+    if loss not in ("huber", "l2"):
+        raise ConfigError("loss", loss, "'huber' or 'l2'")
+    if not delta > 0:
+        raise ConfigError("delta", delta, "a number > 0")
+    fixed = dict(form.default_fixed if fixed is None else fixed)
+    for name in fixed:
+        if name not in form.param_names:
+            raise ConfigError("fixed", name, f"one of {form.param_names}")
+    return fixed
+
+
+def _start_grid(form: Form, prob: _Problem, grid: Array | str | None, init: dict[str, float] | None,
+                fixed: dict[str, float]) -> Array:
+    """The distinct starting points in fit space over the free parameters ``[m, k]`` (``init`` first).
+
+    Raises:
+        ConfigError: ``grid`` is a string other than ``"full"`` or ``"coarse"``.
+    """
+    if grid is None or (isinstance(grid, str) and grid == "full"):
+        grid = form.grid()
+    elif isinstance(grid, str):
+        if grid != "coarse":
+            raise ConfigError("grid", grid, "'full', 'coarse' or an array of starts")
+        grid = form.coarse_grid()
+    grid = np.unique(np.atleast_2d(grid)[:, prob.free], axis=0)
+    if init is not None:
+        th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
+        grid = np.vstack([th[prob.free][None], grid])
+    return grid
+
+
+def _screen(prob: _Problem, grid: Array, n_starts: int | None, screen_iters: int,
+            polish_rtol: float) -> tuple[Array, Array, Array]:
+    """Choose the starts L-BFGS-B polishes: every grid point (``n_starts=None``, Epoch's recipe verbatim), or
+    the ``n_starts`` best distinct end points of a batched descent over the grid (successive halving above
+    256 points) within ``polish_rtol`` of the best.
+
+    Returns:
+        ``(starts [s, k], their grid indices [s], ends [m])``: ``ends[i]`` is the objective where grid point
+        i ended (inf where not descended), for the certificate.
+    """
+    if n_starts is None:  # Epoch's recipe verbatim: L-BFGS-B from every grid point
+        return grid, np.arange(len(grid)), np.full(len(grid), np.inf)
+    # screen the whole grid with the batched descent (successive halving), polish the best
+    Z, V = prob.batched_descent(grid, iters=10 if len(grid) > 256 else screen_iters)
+    ends = np.where(np.isfinite(V), V, np.inf)
+    cand = np.arange(len(grid))
+    if len(grid) > 256:
+        keep = np.argsort(ends, kind="stable")[: max(64, 4 * n_starts)]
+        Z, V = prob.batched_descent(Z[keep], iters=screen_iters)
+        ends[keep] = np.where(np.isfinite(V), V, np.inf)
+        cand = keep
+    order = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")
+    starts, start_idx = [], []
+    for i in order:
+        if not np.isfinite(V[i]) or (starts and V[i] > V[order[0]] * (1 + polish_rtol) + 1e-12):
+            break
+        if all(np.max(np.abs(Z[i] - s)) > 1e-3 for s in starts):
+            starts.append(Z[i])
+            start_idx.append(cand[i])
+        if len(starts) >= max(1, n_starts):
+            break
+    if not starts:
+        starts, start_idx = [grid[0]], [0]
+    return np.array(starts), np.array(start_idx), ends
+
+
+def _polish(prob: _Problem, starts: Array, start_idx: Array, ends: Array, maxiter: int) -> tuple[Any, int]:
+    """L-BFGS-B from every start (``ends`` lowered in place to where each ended).
+
+    Returns:
+        ``(best SciPy OptimizeResult, number of runs that reported success)``.
+
+    Raises:
+        DataError: no start gave a finite objective.
+    """
+    best = None
+    n_ok = 0
+    for z0, i in zip(starts, start_idx):
+        res = prob.local(z0, maxiter=maxiter)
+        n_ok += bool(res.success)
+        if np.isfinite(res.fun):
+            ends[i] = min(ends[i], float(res.fun))
+            if best is None or res.fun < best.fun:
+                best = res
+    if best is None:
+        raise DataError(f"law {prob.form.name!r}: no starting point gave a finite objective")
+    return best, n_ok
+
+
 def fit(
     form: Form | str,
     X: dict[str, Array],
@@ -544,14 +643,7 @@ def fit(
         ConfigError: unknown loss, non-positive delta, unknown fixed parameter.
     """
     form = get_form(form) if isinstance(form, str) else form
-    if loss not in ("huber", "l2"):
-        raise ConfigError("loss", loss, "'huber' or 'l2'")
-    if not delta > 0:
-        raise ConfigError("delta", delta, "a number > 0")
-    fixed = dict(form.default_fixed if fixed is None else fixed)
-    for name in fixed:
-        if name not in form.param_names:
-            raise ConfigError("fixed", name, f"one of {form.param_names}")
+    fixed = _check_fit_args(form, loss, delta, fixed)
     X, y = _clean_inputs(form, X, y)
     k = len(form.params) - len(fixed)
     if y.size < k + 1:
@@ -559,53 +651,9 @@ def fit(
                         f"got {y.size}")
     prob = _Problem(form, X, y, loss, delta, fixed)
     t0 = time.perf_counter()
-    if grid is None or (isinstance(grid, str) and grid == "full"):
-        grid = form.grid()
-    elif isinstance(grid, str):
-        if grid != "coarse":
-            raise ConfigError("grid", grid, "'full', 'coarse' or an array of starts")
-        grid = form.coarse_grid()
-    grid = np.unique(np.atleast_2d(grid)[:, prob.free], axis=0)
-    if init is not None:
-        th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
-        grid = np.vstack([th[prob.free][None], grid])
-    # ends[i]: the objective where start i (a distinct grid point) ended, for the certificate
-    if n_starts is None:  # Epoch's recipe verbatim: L-BFGS-B from every grid point
-        starts, start_idx = grid, np.arange(len(grid))
-        ends = np.full(len(grid), np.inf)
-    else:  # screen the whole grid with the batched descent (successive halving), polish the best
-        Z, V = prob.batched_descent(grid, iters=10 if len(grid) > 256 else screen_iters)
-        ends = np.where(np.isfinite(V), V, np.inf)
-        cand = np.arange(len(grid))
-        if len(grid) > 256:
-            keep = np.argsort(ends, kind="stable")[: max(64, 4 * n_starts)]
-            Z, V = prob.batched_descent(Z[keep], iters=screen_iters)
-            ends[keep] = np.where(np.isfinite(V), V, np.inf)
-            cand = keep
-        order = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")
-        starts, start_idx = [], []
-        for i in order:
-            if not np.isfinite(V[i]) or (starts and V[i] > V[order[0]] * (1 + polish_rtol) + 1e-12):
-                break
-            if all(np.max(np.abs(Z[i] - s)) > 1e-3 for s in starts):
-                starts.append(Z[i])
-                start_idx.append(cand[i])
-            if len(starts) >= max(1, n_starts):
-                break
-        if not starts:
-            starts, start_idx = [grid[0]], [0]
-        starts, start_idx = np.array(starts), np.array(start_idx)
-    best = None
-    n_ok = 0
-    for z0, i in zip(starts, start_idx):
-        res = prob.local(z0, maxiter=maxiter)
-        n_ok += bool(res.success)
-        if np.isfinite(res.fun):
-            ends[i] = min(ends[i], float(res.fun))
-            if best is None or res.fun < best.fun:
-                best = res
-    if best is None:
-        raise DataError(f"law {form.name!r}: no starting point gave a finite objective")
+    grid = _start_grid(form, prob, grid, init, fixed)
+    starts, start_idx, ends = _screen(prob, grid, n_starts, screen_iters, polish_rtol)
+    best, n_ok = _polish(prob, starts, start_idx, ends, maxiter)
     cert = _certify(prob, best.x, ends)
     fit_s = time.perf_counter() - t0
     theta = prob.full(best.x)
