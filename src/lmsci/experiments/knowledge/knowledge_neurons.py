@@ -76,7 +76,7 @@ class BiosModelSpec(StrictModel):
 
 def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ctx: PointContext | None,
                      device: str) -> tuple[torch.nn.Module, BiosWorld, list[list[Doc]], dict[str, Any]]:
-    """Pretrain a GPT on a bioS world until memorised (:func:`lmsci.experiments.knowledge.common.train_packed`).
+    """Pretrain a GPT on a bioS world until memorised (:func:`lmsci.train.packed.train_packed`).
 
     Returns:
         ``(model in eval mode, world, docs, info)``: ``docs[i]`` are person ``i``'s training biographies (the
