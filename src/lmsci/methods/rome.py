@@ -175,6 +175,108 @@ def key_second_moment(model: Any, layer: int, windows: Tensor, mask: Tensor | No
     return acc / n
 
 
+def _check_rome_args(prompts: Sequence[Sequence[int]], subject_last: Sequence[int], target: Sequence[int],
+                     kl_prompts: Sequence[Sequence[int]], kl_positions: Sequence[int]) -> None:
+    """Refuse what :func:`compute_rome` cannot edit with (before any work).
+
+    Raises:
+        ConfigError: no prompt, empty target, mismatched lengths, a position outside its prompt.
+    """
+    if not prompts or len(prompts) != len(subject_last):
+        raise ConfigError("prompts", len(prompts), f"one or more prompts, one subject position each ({len(subject_last)})")
+    if not len(target):
+        raise ConfigError("target", list(target), "at least one token")
+    if len(kl_prompts) != len(kl_positions):
+        raise ConfigError("kl_positions", len(kl_positions), f"one per KL prompt ({len(kl_prompts)})")
+    for p, j in list(zip(prompts, subject_last)) + list(zip(kl_prompts, kl_positions)):
+        if not 0 <= int(j) < len(p):
+            raise ConfigError("subject_last", int(j), f"a position inside its prompt of {len(p)} tokens")
+
+
+@contextmanager
+def _frozen(model: Any) -> Iterator[None]:
+    """Eval mode and ``requires_grad=False`` on every parameter inside the block; both restored after."""
+    was_training = model.training
+    model.eval()
+    params = list(model.parameters())
+    req = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, r in zip(params, req):
+            p.requires_grad_(r)
+        model.train(was_training)
+
+
+def _optimise_v(model: Any, mod: nn.Module, prompts: Sequence[Sequence[int]], subject_last: Sequence[int],
+                target: Sequence[int], kl_prompts: Sequence[Sequence[int]], kl_positions: Sequence[int],
+                hparams: RomeHParams, d_model: int, dtype: torch.dtype) -> tuple[Tensor, Tensor, dict[str, Any]]:
+    """ROME's ``v*`` search (Meng et al. 2022, Section 3, eq. 4; the official ``compute_v``): Adam on a
+    ``delta [d_model]`` added to ``mod``'s output at the subject's last token of every prompt, minimising the
+    target's NLL (nats/token, teacher forcing) + ``kl_factor`` * KL(after || before) at the essence prompts +
+    ``weight_decay * |delta| / |v_init|^2``, with ``|delta|`` clamped to ``clamp_norm_factor * |v_init|``.
+
+    Returns:
+        ``(v_init [d_model], delta [d_model], info)``: the unedited output at the first prompt's subject token,
+        the optimised delta, and ``nll_start``, ``nll_end``, ``steps``.
+    """
+    dev = _device(model)
+    tgt = [int(t) for t in target]
+    rows = [list(p) + tgt[:-1] for p in prompts]
+    n_rw = len(rows)
+    x = _pad(rows + [list(p) for p in kl_prompts], 0, dev)
+    pos = torch.as_tensor(list(subject_last) + list(kl_positions), device=dev)
+    tgt_pos = torch.as_tensor([[len(p) - 1 + j for j in range(len(tgt))] for p in prompts], device=dev)
+    tgt_ids = torch.as_tensor(tgt, device=dev)
+    kl_pos = torch.as_tensor(list(kl_positions), device=dev)
+    delta = torch.zeros(d_model, device=dev, dtype=dtype, requires_grad=True)
+    opt = torch.optim.Adam([delta], lr=hparams.v_lr)
+    v_init: list[Tensor] = []
+
+    def add_delta(m: nn.Module, args: Any, out: Tensor) -> Tensor:
+        if not v_init:
+            v_init.append(out[0, pos[0]].detach().clone())
+        out = out.clone()
+        out[torch.arange(out.shape[0], device=dev), pos] = out[torch.arange(out.shape[0], device=dev), pos] + delta
+        return out
+
+    h = mod.register_forward_hook(add_delta)
+    kl_init = None
+    info: dict[str, Any] = {}
+    try:
+        for step in range(hparams.v_steps):
+            opt.zero_grad()
+            logits = _logits(model, x).float()
+            lp = torch.log_softmax(logits[:n_rw], -1)
+            nll_each = -lp[torch.arange(n_rw, device=dev)[:, None], tgt_pos, tgt_ids[None, :]]  # [rows, len]
+            nll = nll_each.mean()
+            loss = nll
+            if len(kl_prompts):
+                kl_lp = torch.log_softmax(logits[n_rw:][torch.arange(len(kl_prompts), device=dev), kl_pos], -1)
+                if kl_init is None:
+                    kl_init = kl_lp.detach()
+                # KL(P_after || P_before), the paper's eq. 4 and the official compute_v (parity: tests/parity)
+                loss = loss + hparams.kl_factor * F.kl_div(kl_init, kl_lp, log_target=True, reduction="batchmean")
+            vn = v_init[0].norm()
+            loss = loss + hparams.weight_decay * delta.norm() / vn ** 2
+            if step == 0:
+                info["nll_start"] = float(nll.detach())
+            info["nll_end"], info["steps"] = float(nll.detach()), step + 1
+            if float(loss.detach()) < 5e-2 or step == hparams.v_steps - 1:
+                break
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                mx = hparams.clamp_norm_factor * vn
+                if delta.norm() > mx:
+                    delta.mul_(mx / delta.norm())
+    finally:
+        h.remove()
+    return v_init[0], delta, info
+
+
 def compute_rome(model: Any, layer: int, *, prompts: Sequence[Sequence[int]], subject_last: Sequence[int],
                  target: Sequence[int], cov: Tensor, kl_prompts: Sequence[Sequence[int]] = (),
                  kl_positions: Sequence[int] = (), hparams: RomeHParams = RomeHParams(), seed: int = 0) -> RomeEdit:
@@ -200,15 +302,7 @@ def compute_rome(model: Any, layer: int, *, prompts: Sequence[Sequence[int]], su
             wrong shape.
         UnknownNameError: ``layer`` out of range.
     """
-    if not prompts or len(prompts) != len(subject_last):
-        raise ConfigError("prompts", len(prompts), f"one or more prompts, one subject position each ({len(subject_last)})")
-    if not len(target):
-        raise ConfigError("target", list(target), "at least one token")
-    if len(kl_prompts) != len(kl_positions):
-        raise ConfigError("kl_positions", len(kl_positions), f"one per KL prompt ({len(kl_prompts)})")
-    for p, j in list(zip(prompts, subject_last)) + list(zip(kl_prompts, kl_positions)):
-        if not 0 <= int(j) < len(p):
-            raise ConfigError("subject_last", int(j), f"a position inside its prompt of {len(p)} tokens")
+    _check_rome_args(prompts, subject_last, target, kl_prompts, kl_positions)
     mod, transposed = down_projection(model, layer)
     dev = _device(model)
     W = mod.weight.detach()
@@ -216,13 +310,7 @@ def compute_rome(model: Any, layer: int, *, prompts: Sequence[Sequence[int]], su
     d_model, d_mlp = W_lin.shape
     if tuple(cov.shape) != (d_mlp, d_mlp):
         raise ConfigError("cov", tuple(cov.shape), f"a [{d_mlp}, {d_mlp}] second-moment matrix of layer {layer}'s keys")
-    was_training = model.training
-    model.eval()
-    params = list(model.parameters())
-    req = [p.requires_grad for p in params]
-    for p in params:
-        p.requires_grad_(False)
-    try:
+    with _frozen(model):
         # keys: the direction from prefix-averaged keys, the scale at the unprefixed prompt
         keys = mlp_keys(model, layer, prompts, subject_last).double()
         k_star = keys.mean(0)
@@ -231,67 +319,14 @@ def compute_rome(model: Any, layer: int, *, prompts: Sequence[Sequence[int]], su
         u = torch.linalg.solve(C, k_star)
         k0 = keys[0]
         # v*: optimise delta on the MLP output at the subject's last token
-        tgt = [int(t) for t in target]
-        rows = [list(p) + tgt[:-1] for p in prompts]
-        n_rw = len(rows)
-        x = _pad(rows + [list(p) for p in kl_prompts], 0, dev)
-        pos = torch.as_tensor(list(subject_last) + list(kl_positions), device=dev)
-        tgt_pos = torch.as_tensor([[len(p) - 1 + j for j in range(len(tgt))] for p in prompts], device=dev)
-        tgt_ids = torch.as_tensor(tgt, device=dev)
-        kl_pos = torch.as_tensor(list(kl_positions), device=dev)
-        delta = torch.zeros(d_model, device=dev, dtype=W.dtype, requires_grad=True)
-        opt = torch.optim.Adam([delta], lr=hparams.v_lr)
-        v_init: list[Tensor] = []
-
-        def add_delta(m: nn.Module, args: Any, out: Tensor) -> Tensor:
-            if not v_init:
-                v_init.append(out[0, pos[0]].detach().clone())
-            out = out.clone()
-            out[torch.arange(out.shape[0], device=dev), pos] = out[torch.arange(out.shape[0], device=dev), pos] + delta
-            return out
-
-        h = mod.register_forward_hook(add_delta)
-        kl_init = None
-        info: dict[str, Any] = {}
-        try:
-            for step in range(hparams.v_steps):
-                opt.zero_grad()
-                logits = _logits(model, x).float()
-                lp = torch.log_softmax(logits[:n_rw], -1)
-                nll_each = -lp[torch.arange(n_rw, device=dev)[:, None], tgt_pos, tgt_ids[None, :]]  # [rows, len]
-                nll = nll_each.mean()
-                loss = nll
-                if len(kl_prompts):
-                    kl_lp = torch.log_softmax(logits[n_rw:][torch.arange(len(kl_prompts), device=dev), kl_pos], -1)
-                    if kl_init is None:
-                        kl_init = kl_lp.detach()
-                    # KL(P_after || P_before), the paper's eq. 4 and the official compute_v (parity: tests/parity)
-                    loss = loss + hparams.kl_factor * F.kl_div(kl_init, kl_lp, log_target=True, reduction="batchmean")
-                vn = v_init[0].norm()
-                loss = loss + hparams.weight_decay * delta.norm() / vn ** 2
-                if step == 0:
-                    info["nll_start"] = float(nll.detach())
-                info["nll_end"], info["steps"] = float(nll.detach()), step + 1
-                if float(loss.detach()) < 5e-2 or step == hparams.v_steps - 1:
-                    break
-                loss.backward()
-                opt.step()
-                with torch.no_grad():
-                    mx = hparams.clamp_norm_factor * vn
-                    if delta.norm() > mx:
-                        delta.mul_(mx / delta.norm())
-        finally:
-            h.remove()
-        v_star = (v_init[0] + delta.detach()).double()
+        v_init, delta, info = _optimise_v(model, mod, prompts, subject_last, target, kl_prompts, kl_positions,
+                                          hparams, d_model, W.dtype)
+        v_star = (v_init + delta.detach()).double()
         with torch.no_grad():
             b = mod.bias.detach().double() if getattr(mod, "bias", None) is not None else 0.0
             v_k0 = W_lin.double() @ k0 + b
             lam = (v_star - v_k0) / torch.dot(u, k0)
-        info.update(delta_norm=float(delta.detach().norm()), v_init_norm=float(v_init[0].norm()))
-    finally:
-        for p, r in zip(params, req):
-            p.requires_grad_(r)
-        model.train(was_training)
+        info.update(delta_norm=float(delta.detach().norm()), v_init_norm=float(v_init.norm()))
     return RomeEdit(int(layer), u.to(W.dtype), lam.to(W.dtype), v_star.to(W.dtype), info)
 
 
