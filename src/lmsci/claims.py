@@ -40,6 +40,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
+from lmsci.config import NON_SCIENCE_FIELDS, preset_digest  # noqa: F401 (NON_SCIENCE_FIELDS re-exported)
+
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
@@ -55,8 +57,8 @@ PILOT_SEED_MIN = 1_000_000
 #: what an inconclusive outcome says when the null arm meets the rule
 NULL_MEETS_RULE = "the rule cannot tell the effect from its absence"
 
-#: preset fields left out of a preset's digest (where and how fast it runs, not what it computes)
-NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset", "compile")
+#: preset fields left out of a preset's digest: :data:`lmsci.config.NON_SCIENCE_FIELDS`, re-exported above
+#: (config never imports claims, so the two modules import one way)
 
 #: Verdicts seen before a preset, gate or rule changed: ``"experiment/claim" -> {preset: [master seeds]}``.
 #: A verdict at that preset from one of those master seeds is ``post hoc`` (the change was made after seeing
@@ -488,8 +490,6 @@ from lmsci.stats import SeedStat, across_seeds  # noqa: E402,F401
 def claim_preset_digests(exp_cls: Any, claim: Claim) -> dict[str, str]:
     """preset -> :func:`lmsci.config.preset_digest` of the experiment's resolved configuration, for every
     preset the claim is decided at that the experiment defines."""
-    from lmsci.config import preset_digest
-
     have = getattr(exp_cls.Config, "PRESETS", {})
     return {p: preset_digest(exp_cls.Config, p) for p in claim.presets if p in have}
 

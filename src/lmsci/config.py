@@ -21,6 +21,10 @@ from lmsci.errors import ConfigError, UnknownNameError
 PRESET_NAMES = ("smoke", "quick", "paper")  # every experiment defines these; "gpu" where it has one
 ALL_PRESET_NAMES = ("smoke", "quick", "gpu", "paper")
 
+#: preset fields left out of a preset's digest (where and how fast it runs, not what it computes); re-exported
+#: by :mod:`lmsci.claims`, which imports this module (never the reverse)
+NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset", "compile")
+
 
 class StrictModel(BaseModel):
     """A pydantic model that rejects unknown keys and validates on assignment."""
@@ -207,7 +211,7 @@ def config_from_yaml(config_cls: type[ExperimentConfig], text: str) -> Experimen
 
 def preset_digest(config_cls: type[ExperimentConfig], preset: str) -> str:
     """8 hex digits of a hash of ``preset``'s resolved configuration: every field but where and how fast it
-    runs (:data:`lmsci.claims.NON_SCIENCE_FIELDS`: device, threads, progress, out, preset). A claim's
+    runs (:data:`NON_SCIENCE_FIELDS`: device, threads, progress, out, preset, compile). A claim's
     registered digest includes it for every preset the claim is decided at, so a preset change is a
     registered change (CLAIMS.md).
 
@@ -217,8 +221,6 @@ def preset_digest(config_cls: type[ExperimentConfig], preset: str) -> str:
     """
     import hashlib
     import json
-
-    from lmsci.claims import NON_SCIENCE_FIELDS
 
     data = _preset_data(config_cls, preset)
     try:
