@@ -1,0 +1,282 @@
+"""Experiment ``bracket-heads``: a small GPT trained on Dyck-k grows an attention head that attends to the
+matching opening bracket when a closing bracket is due, and mean-ablating that head hurts the closing brackets
+far more than the opening ones.
+
+Sources: seed lecture 000 ("Attention heads that close parentheses"); Ebrahimi, Gelda, Zhang 2020, "How Can
+Self-Attention Networks Recognize Dyck-n Languages?", arXiv 2010.04303 (attention to the matching/innermost
+unmatched open bracket); Yao et al. 2021, "Self-Attention Networks Can Process Bounded Hierarchical Languages",
+arXiv 2105.11115 (bounded Dyck-(k, m); the 2-layer construction whose second layer attends to the innermost
+unmatched open bracket); Zhang et al. 2023, "Can Transformers Learn to Solve Problems Recursively?", arXiv
+2305.14699 (issue 34's reference for recursion and brackets); mean-ablation as in Wang et al. 2022, arXiv
+2211.00593, sec. 3.
+
+Protocol. World :class:`lmsci.worlds.dyck.Dyck` (``k`` types, depth <= ``max_depth``, complete strings of
+``length`` brackets). A GPT (``n_layers`` x ``n_heads``, learned positions) is trained on next-token prediction.
+On ``n_test`` fresh strings: for every closing bracket at position ``j`` the query is position ``j - 1`` (where the
+model predicts that bracket) and the target key is the bracket's match (``match[j]``, the innermost unmatched open
+after ``j - 1``); a head's matching accuracy is the share of closing brackets whose query's attention argmax is
+that key. The best head (highest accuracy) is then mean-ablated (its ``attn.z`` replaced by its per-position mean
+over a reference batch) and the mean NLL change is measured on targets that are closing brackets and on targets
+that are opening brackets.
+
+Null arms, measured in the same run: the same model at its random initialisation (best head by the same
+accuracy, the same ablation); and the string rule "most recent opening bracket" (the key a head that only finds
+the last open bracket would pick). The rule "innermost unmatched open" gives accuracy 1 by construction
+(``oracle-rule``, a check).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.heads import (argmax_match_accuracy, attention_patterns, head_mean_z, rule_match_accuracy,
+                                 token_nll)
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir, derive_seed
+from lmsci.train.trainer import TrainConfig, train
+from lmsci.worlds.dyck import Dyck
+
+MATCH_MIN, ABL_MIN, LEARNED_MIN = 0.9, 0.25, 0.95
+
+
+class BracketHeadsConfig(ExperimentConfig):
+    """Configuration of ``bracket-heads`` (defaults = the quick preset)."""
+
+    dyck_k: int = Field(4, ge=1, description="bracket types")
+    dyck_length: int = Field(40, ge=2, description="brackets per string (even)")
+    max_depth: int = Field(6, ge=1)
+    p_open: float = Field(0.5, gt=0, lt=1)
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(64, ge=8)
+    batch_size: int = Field(64, ge=1)
+    steps: int = Field(2000, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    n_test: int = Field(500, ge=4)
+    threads: int = Field(1, ge=0)
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRESETS = {
+        "smoke": {"steps": 4, "n_test": 16, "batch_size": 8, "d_model": 16, "n_heads": 2, "dyck_length": 12,
+                  "max_depth": 3, "n_seeds": 1},
+        "quick": {},
+        "gpu": {"steps": 4000, "n_test": 2000, "d_model": 128, "dyck_length": 64, "max_depth": 8, "threads": 0},
+        "paper": {"steps": 10000, "n_test": 5000, "d_model": 256, "n_layers": 4, "n_heads": 8, "dyck_length": 100,
+                  "max_depth": 10, "threads": 0},
+    }
+
+
+def _measure(model: GPT, world: Dyck, x: np.ndarray, xref: np.ndarray, device: str) -> dict[str, Any]:
+    """Matching accuracy of every head, the best head, and the NLL change from mean-ablating it."""
+    lab = world.labels(x)
+    T = x.shape[1]
+    close = world.is_close(x)
+    q_mask = np.zeros_like(close)
+    q_mask[:, :-1] = close[:, 1:]  # query j-1 for a close at j
+    target = np.full_like(x, -1)
+    target[:, :-1] = lab["match"][:, 1:]
+    xt = torch.from_numpy(x).to(device)
+    pat = attention_patterns(model, xt)
+    acc = argmax_match_accuracy(pat, torch.from_numpy(q_mask), torch.from_numpy(target)).cpu().numpy()  # [L, H]
+    # the same at the closing bracket itself (query j, key match[j]), reported beside
+    acc_at = argmax_match_accuracy(pat, torch.from_numpy(close), torch.from_numpy(lab["match"])).cpu().numpy()
+    li, hi = np.unravel_index(int(np.nanargmax(acc)), acc.shape)
+    inp, tgt = xt[:, :-1], xt[:, 1:].clone()
+    mz = head_mean_z(model, torch.from_numpy(xref[:, :-1]).to(device), int(li))
+    clean = token_nll(model, inp, tgt).cpu().numpy()
+    abl = token_nll(model, inp, tgt, ablate=(int(li), int(hi), mz)).cpu().numpy()
+    tc, to = close[:, 1:], world.is_open(x)[:, 1:]
+    d_close = float((abl - clean)[tc].mean())
+    d_open = float((abl - clean)[to].mean())
+    with torch.no_grad():
+        lg = model(inp)[..., 1 + world.k:]  # logits of the closing tokens
+        close_acc = float(((lg.argmax(-1) + 1 + world.k) == tgt)[torch.from_numpy(tc).to(device)].float().mean())
+    out = {"best_layer": int(li), "best_head": int(hi), "best_acc": float(acc[li, hi]),
+           "best_acc_at_close": float(np.nanmax(acc_at)), "d_close": d_close, "d_open": d_open,
+           "ablation_effect": d_close - d_open, "nll_close": float(clean[tc].mean()),
+           "nll_open": float(clean[to].mean()), "close_acc": close_acc,
+           "acc_grid": acc, "example_pattern": pat[li, 0, hi].cpu().numpy()[:T, :T]}
+    return out
+
+
+@register("bracket-heads")
+class BracketHeads(Experiment):
+    """Bracket-matching heads in a GPT trained on Dyck-k; mean-ablation hurts closing brackets."""
+
+    claim = ("A small GPT trained on Dyck-k has a head whose attention argmax, where a closing bracket is due, is "
+             "the matching opening bracket (accuracy >= 0.9); mean-ablating it raises the loss on closing brackets "
+             "far more than on opening ones.")
+    source = ("seed lecture 000; Ebrahimi et al. arXiv 2010.04303; Yao et al. arXiv 2105.11115; Zhang et al. "
+              "arXiv 2305.14699")
+    Config = BracketHeadsConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~3 min (3 seeds x 2000 steps, threads=1; see report)",
+                     "gpu": "~3 min estimated on one H100 (not measured)",
+                     "paper": "~15 min on one GPU (estimated)"}
+
+    _SRC = ("Ebrahimi et al. 2020, arXiv 2010.04303 (attention to the matching bracket); Yao et al. 2021, arXiv "
+            "2105.11115, sec. 4 (second layer attends to the innermost unmatched open bracket)")
+    _LEARN = Gate("learned", f"in every seed, the closing-bracket type predicted by argmax over the closing tokens "
+                  f"where a closing bracket is due is right >= {LEARNED_MIN} of the time")
+    claims = [
+        Claim("matching-head",
+              "Some attention head, at the position where a closing bracket is due, attends most to the matching "
+              "opening bracket, for >= 90% of closing brackets.",
+              _SRC, "heads attending to the matching bracket (qualitative; Ebrahimi et al. Fig. 3)",
+              "per training seed, the highest per-head matching accuracy over all layers and heads (share of closing "
+              "brackets whose query position j-1 has its attention argmax on match[j]) on n_test fresh strings",
+              f"in every seed (at least 3) the best head's accuracy >= {MATCH_MIN}", gates=(_LEARN,),
+              null="the larger of (a) the same statistic for the model at its random initialisation and (b) the "
+                   "accuracy of the string rule 'most recent opening bracket'; meets the rule when >= 0.9"),
+        Claim("ablation-closing",
+              "Mean-ablating the best matching head raises the NLL on closing brackets far more than on opening "
+              "brackets.",
+              "issue 34 part 1; mean-ablation as in Wang et al. 2022, arXiv 2211.00593, sec. 3",
+              "(no paper number)",
+              "per training seed, (NLL increase on closing-bracket targets) - (NLL increase on opening-bracket "
+              "targets), nats/token, when the best matching head's attn.z is replaced by its per-position mean over "
+              "a reference batch; mean over seeds with a 95% Student-t CI",
+              f"mean over at least 3 seeds >= {ABL_MIN} nats and the lower end of the 95% CI > 0", gates=(_LEARN,),
+              null="the same statistic for the model at its random initialisation (its best head by the same "
+                   "matching accuracy, ablated the same way)"),
+        Claim("oracle-rule",
+              "Design check: the string rule 'innermost unmatched open bracket' names the matching bracket of every "
+              "closing bracket (accuracy 1 by construction), so the matching target is well defined.",
+              "Dyck-k definition", "1", "accuracy of the rule over all closing brackets of the test strings",
+              "== 1", uncertainty="exact", kind="check"),
+    ]
+
+    def validate(self, cfg: BracketHeadsConfig) -> None:
+        from lmsci.errors import ConfigError
+
+        Dyck(cfg.dyck_k, cfg.dyck_length, cfg.max_depth, cfg.p_open)
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
+
+    def points(self, cfg: BracketHeadsConfig) -> list[Point]:
+        return [Point("dyck", {})]
+
+    def run_point(self, cfg: BracketHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        world = Dyck(cfg.dyck_k, cfg.dyck_length, cfg.max_depth, cfg.p_open)
+        gcfg = GPTConfig(vocab_size=world.vocab_size, seq_len=world.seq_len, n_layers=cfg.n_layers,
+                         n_heads=cfg.n_heads, d_model=cfg.d_model, pos="learned")
+        init_seed = derive_seed(ctx.seed, "init")
+        rng = np.random.default_rng(derive_seed(ctx.seed, "test"))
+        x, xref = world.sample(cfg.n_test, rng), world.sample(cfg.n_test, rng)
+        lab = world.labels(x)
+        close = world.is_close(x)
+        q = np.zeros_like(close)
+        q[:, :-1] = close[:, 1:]
+        tgt = np.full_like(x, -1)
+        tgt[:, :-1] = lab["match"][:, 1:]
+        rule_recent = rule_match_accuracy(lab["recent_open"], q, tgt)
+        rule_oracle = rule_match_accuracy(lab["recent_unmatched_open"], q, tgt)
+        null_model = GPT(gcfg, seed=init_seed).to(ctx.device).eval()
+        null = _measure(null_model, world, x, xref, ctx.device)
+        model = GPT(gcfg, seed=init_seed)
+
+        def get_batch(step: int, gen: torch.Generator):
+            r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            s = torch.from_numpy(world.sample(cfg.batch_size, r))
+            return s[:, :-1], s[:, 1:]
+
+        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps),
+                         device=ctx.device, log_every=max(cfg.steps // 20, 1))
+        bar = ctx.progress(cfg.steps, "train dyck")
+        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
+        bar.close()
+        model.eval()
+        m = _measure(model, world, x, xref, ctx.device)
+        np.savez(ctx.artifact_dir / "heads.npz", acc_grid=m.pop("acc_grid"), pattern=m.pop("example_pattern"),
+                 tokens=x[0], null_acc_grid=null.pop("acc_grid"))
+        null.pop("example_pattern")
+        return {**m, **{f"null_{k}": v for k, v in null.items()}, "rule_recent_open": rule_recent,
+                "rule_oracle": rule_oracle, "train_seconds": res.seconds, "final_loss": res.final.get("loss")}
+
+    # -- verdicts ----------------------------------------------------------------------------------------
+    def verdicts(self, cfg: BracketHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        if ok.empty or "best_acc" not in ok:
+            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished training seed")
+                    for c in self.claims]
+        learned = float(ok["close_acc"].min())
+        gates = {"learned": (learned, learned >= LEARNED_MIN)}
+        out = []
+        acc = ok["best_acc"].astype(float)
+        sa = across_seeds(acc)
+        null_rand, null_rule = float(ok["null_best_acc"].max()), float(ok["rule_recent_open"].max())
+        null_v = max(null_rand, null_rule)
+        out.append(self.judge(cfg, "matching-head", value=sa.mean, passed=bool((acc >= MATCH_MIN).all()), ci=sa.ci,
+                              ci_kind=sa.kind, n_seeds=sa.n, gates=gates, null=(null_v, null_v >= MATCH_MIN),
+                              details={"min_over_seeds": float(acc.min()),
+                                       "best_heads": [f"L{int(a)}H{int(b)}" for a, b in
+                                                      zip(ok["best_layer"], ok["best_head"])],
+                                       "at_close_itself": float(ok["best_acc_at_close"].mean()),
+                                       "null_random_init": null_rand, "null_recent_open_rule": null_rule}))
+        se = across_seeds(ok["ablation_effect"].astype(float))
+        sn = across_seeds(ok["null_ablation_effect"].astype(float))
+
+        def rule(s):
+            return bool(s.mean >= ABL_MIN and s.ci is not None and s.ci[0] > 0)
+
+        out.append(self.judge(cfg, "ablation-closing", value=se.mean, passed=rule(se), ci=se.ci, ci_kind=se.kind,
+                              n_seeds=se.n, gates=gates, null=(sn.mean, rule(sn)),
+                              details={"d_close": float(ok["d_close"].mean()), "d_open": float(ok["d_open"].mean()),
+                                       "nll_close": float(ok["nll_close"].mean()),
+                                       "nll_open": float(ok["nll_open"].mean()),
+                                       "null_d_close": float(ok["null_d_close"].mean())}))
+        orc = float(ok["rule_oracle"].min())
+        out.append(self.judge(cfg, "oracle-rule", value=orc, passed=orc == 1.0))
+        return out
+
+    def figures(self, cfg: BracketHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        if ok.empty:
+            return []
+        r = ok.iloc[0]
+        f = run.point_dir(str(r["point"])) / "heads.npz"
+        if not f.exists():
+            return []
+        d = np.load(f)
+        k = int(cfg.dyck_k)
+        sym = "([{<" + "".join(chr(0x2460 + i) for i in range(max(0, k - 4)))
+        clo = ")]}>" + "".join(chr(0x2474 + i) for i in range(max(0, k - 4)))
+        lab = ["^"] + [sym[t - 1] if t <= k else clo[t - 1 - k] for t in d["tokens"][1:]]
+        fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [2.2, 1]})
+        T = d["pattern"].shape[0]
+        a0.imshow(d["pattern"], cmap="Blues", vmin=0, vmax=1)
+        a0.set_xticks(range(T))
+        a0.set_xticklabels(lab[:T], fontsize=6)
+        a0.set_yticks(range(T))
+        a0.set_yticklabels(lab[:T], fontsize=6)
+        a0.set_xlabel("key")
+        a0.set_ylabel("query (predicts the next bracket)")
+        a0.set_title(f"best head L{int(r['best_layer'])}H{int(r['best_head'])} (seed 0), one test string", fontsize=9)
+        im = a1.imshow(d["acc_grid"], cmap="viridis", vmin=0, vmax=1)
+        a1.set_xlabel("head")
+        a1.set_ylabel("layer")
+        a1.set_title("matching accuracy per head", fontsize=9)
+        fig.colorbar(im, ax=a1, fraction=0.046)
+        return [save_figure(fig, run, "bracket_heads.png", "Attention of the best bracket-matching head on a test "
+                            "string (rows: the position before each bracket) and every head's matching accuracy")]
+
+    def report_sections(self, cfg: BracketHeadsConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        cols = [c for c in ("point", "best_layer", "best_head", "best_acc", "best_acc_at_close", "close_acc",
+                            "d_close", "d_open", "ablation_effect", "null_best_acc", "null_ablation_effect",
+                            "rule_recent_open", "train_seconds") if c in results]
+        return ("## Method\n\n"
+                f"Dyck-{cfg.dyck_k} strings of {cfg.dyck_length} brackets, depth <= {cfg.max_depth}; GPT "
+                f"{cfg.n_layers}x{cfg.n_heads}, d_model {cfg.d_model}, {cfg.steps} steps of batch {cfg.batch_size}; "
+                f"{cfg.n_test} test strings.\n\n## Per seed\n\n" + markdown_table(results[cols]))

@@ -1,0 +1,295 @@
+"""Experiment ``induction-heads``: a 2-layer attention-only transformer trained on sequences with a repeated
+random segment forms a layer-2 head with a high prefix-matching score that copies, and the in-context loss drops
+at the same time (the phase change); a 1-layer attention-only model cannot form one.
+
+Sources: Olsson et al. 2022, "In-context Learning and Induction Heads", arXiv 2209.11895 (prefix-matching and
+copying as the definition of an induction head, sec. "Key concepts"; in-context loss = loss late in the context
+minus loss early, sec. "In-context learning"; Argument 1: induction heads form in a phase change at the same
+point as the in-context-learning improvement; the 1-layer attention-only model has no induction heads and no
+phase change); Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits" (2-layer attention-only
+models; OV-circuit eigenvalue copying score).
+
+Protocol. World :class:`lmsci.worlds.repeated_segments.RepeatedSegments` (``[BOS, s, s, filler]``, segment
+length ``m`` uniform in ``[seg_min, seg_max]``, so no fixed offset predicts the copy). Models: lmsci GPT with
+``mlp="none"`` (attention-only), pre-LayerNorm (folded into the OV circuit ``W_E W_V W_O W_U`` as
+:func:`lmsci.measure.heads.gpt_head_weights` describes), learned positions; ``n_layers = 2`` (the model) and ``n_layers = 1`` (the null). Every ``eval_every`` steps, on a fixed
+evaluation batch: every head's prefix-matching score (mean attention from each second-copy token to the token
+after its previous occurrence) and the in-context loss (mean NLL on the second copy minus on the first copy,
+nats/token). Events: ``t_pm`` = first evaluation at which the best layer-2 head's prefix-matching score reaches
+``PM_MIN``; ``t_icl`` = first evaluation at which the in-context loss is <= ``-ICL_FRAC * ln(n_tokens)``. The
+copying score of the final best prefix-matching head is Elhage et al.'s ``sum(lambda)/sum(|lambda|)``.
+
+Null arms, measured in the same run: the 1-layer attention-only model trained the same way (its best head's
+scores; its events); the 2-layer model at its random initialisation (step 0).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.heads import (attention_patterns, gpt_head_weights, ov_copying_scores, prefix_matching_scores,
+                                 token_nll)
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir, derive_seed
+from lmsci.train.trainer import TrainConfig, train
+from lmsci.worlds.repeated_segments import RepeatedSegments
+
+PM_MIN, COPY_MIN, WINDOW_FRAC, ICL_FRAC, LEARNED_FRAC = 0.5, 0.5, 0.1, 0.5, 0.25
+
+
+class InductionHeadsConfig(ExperimentConfig):
+    """Configuration of ``induction-heads`` (defaults = the quick preset)."""
+
+    n_tokens: int = Field(32, ge=2)
+    seq_len: int = Field(32, ge=8)
+    seg_min: int = Field(4, ge=2)
+    seg_max: int = Field(12, ge=2)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(64, ge=8)
+    batch_size: int = Field(64, ge=1)
+    steps: int = Field(3000, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    eval_every: int = Field(50, ge=1)
+    n_eval: int = Field(256, ge=2)
+    threads: int = Field(1, ge=0)
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRESETS = {
+        "smoke": {"steps": 6, "eval_every": 2, "n_eval": 8, "batch_size": 8, "d_model": 16, "n_heads": 2,
+                  "seq_len": 24, "seg_min": 4, "seg_max": 8, "n_tokens": 16, "n_seeds": 1},
+        "quick": {},
+        "gpu": {"steps": 6000, "n_eval": 1024, "d_model": 128, "n_heads": 8, "seq_len": 128, "seg_max": 48,
+                "n_tokens": 256, "eval_every": 100, "threads": 0},
+        "paper": {"steps": 20000, "n_eval": 2048, "d_model": 256, "n_heads": 8, "seq_len": 256, "seg_max": 96,
+                  "n_tokens": 1024, "eval_every": 200, "threads": 0},
+    }
+
+
+def _eval(model: GPT, x: torch.Tensor, ind: torch.Tensor, early: torch.Tensor, late: torch.Tensor) -> dict[str, Any]:
+    pat = attention_patterns(model, x)
+    pm = prefix_matching_scores(pat, ind).cpu().numpy()  # [L, H]
+    nll = token_nll(model, x[:, :-1], x[:, 1:])  # target t+1 at index t
+    e, lt = float(nll[early[:, 1:]].mean()), float(nll[late[:, 1:]].mean())
+    return {"pm": pm, "early": e, "late": lt, "icl": lt - e}
+
+
+def _first(steps: list[int], ok: list[bool]) -> int | None:
+    return next((s for s, o in zip(steps, ok) if o), None)
+
+
+@register("induction-heads")
+class InductionHeads(Experiment):
+    """Induction heads and the in-context-learning phase change in 2-layer attention-only models."""
+
+    claim = ("A 2-layer attention-only transformer forms a layer-2 head with prefix-matching score >= 0.5 that "
+             "copies (OV eigenvalue score >= 0.5), at the same time as its in-context loss drops; a 1-layer model "
+             "does not.")
+    source = "Olsson et al. 2022, arXiv 2209.11895; Elhage et al. 2021 (transformer-circuits.pub/2021/framework)"
+    Config = InductionHeadsConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~5 min (3 seeds x (2-layer + 1-layer) x 3000 steps, threads=1)",
+                     "gpu": "~4 min estimated on one H100 (not measured)",
+                     "paper": "~20 min on one GPU (estimated)"}
+
+    _SRC = "Olsson et al. 2022, arXiv 2209.11895, sec. 'Key concepts' and Argument 1"
+    _LEARN = Gate("learned", f"in every seed, the 2-layer model's final mean NLL on the second copy <= "
+                  f"{LEARNED_FRAC} ln(n_tokens) (it learned to use the context)")
+    claims = [
+        Claim("prefix-matching-head",
+              "A layer-2 head of the 2-layer attention-only model has a prefix-matching score >= 0.5 at the end of "
+              "training.",
+              _SRC, "induction heads with high prefix-matching scores in every 2-layer+ model (Olsson Fig. 'prefix "
+              "matching'); a 1-layer model has none",
+              "per training seed, the largest layer-2 prefix-matching score (mean attention from each second-copy "
+              "token to the token after its previous occurrence) on the evaluation batch after training; mean over "
+              "seeds with a 95% Student-t CI",
+              f"in every seed (at least 3) >= {PM_MIN}", gates=(_LEARN,),
+              null="the larger of: the 1-layer attention-only model's largest prefix-matching score (trained the same "
+                   "way, max over seeds) and the 2-layer model's at its random initialisation; meets the rule when "
+                   ">= 0.5"),
+        Claim("phase-change",
+              "The best layer-2 head's prefix-matching score crosses 0.5 within a window of 10% of the training "
+              "steps of the step where the in-context loss first falls to -0.5 ln(n_tokens).",
+              _SRC + " (induction heads form at the same point as the in-context-learning improvement)",
+              "the phase change; the two coincide within the resolution of the training curves",
+              "per training seed, |t_pm - t_icl| / steps, with t_pm the first evaluation at which the best layer-2 "
+              "prefix-matching score >= 0.5 and t_icl the first at which the in-context loss (second-copy minus "
+              "first-copy NLL) <= -0.5 ln(n_tokens); the max over seeds is reported",
+              f"in every seed (at least 3) both events occur and |t_pm - t_icl| <= {WINDOW_FRAC} x steps",
+              gates=(_LEARN,),
+              null="the same statistic for the 1-layer attention-only model trained the same way (its best head's "
+                   "prefix-matching score and its in-context loss); meets the rule when both events occur within the "
+                   "window in every seed"),
+        Claim("copying",
+              "The best prefix-matching head of the 2-layer model copies: its direct-path OV circuit has mostly "
+              "positive eigenvalues.",
+              "Olsson et al. 2022, arXiv 2209.11895 (copying); Elhage et al. 2021 (OV eigenvalue copying score)",
+              "induction heads have positive copying scores (qualitative)",
+              "per training seed, sum(lambda)/sum(|lambda|) of W_E W_V^h W_O^h W_U for the final best layer-2 "
+              "prefix-matching head; mean over seeds with a 95% Student-t CI",
+              f"mean over at least 3 seeds >= {COPY_MIN}", gates=(_LEARN,),
+              null="the same score for the head of the 2-layer model at its random initialisation with the largest "
+                   "prefix-matching score (mean over seeds)"),
+    ]
+
+    def validate(self, cfg: InductionHeadsConfig) -> None:
+        from lmsci.errors import ConfigError
+
+        RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
+
+    def points(self, cfg: InductionHeadsConfig) -> list[Point]:
+        return [Point("attn2", {"n_layers": 2}), Point("attn1", {"n_layers": 1})]
+
+    def run_point(self, cfg: InductionHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        world = RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
+        L = int(point.params["n_layers"])
+        model = GPT(GPTConfig(vocab_size=world.vocab_size, seq_len=cfg.seq_len, n_layers=L, n_heads=cfg.n_heads,
+                              d_model=cfg.d_model, pos="learned", mlp="none", norm="layernorm"),
+                    seed=derive_seed(ctx.seed, "init")).to(ctx.device)
+        rng = np.random.default_rng(derive_seed(ctx.seed, "eval"))
+        xe, m = world.sample(cfg.n_eval, rng)
+        early, late = world.copy_masks(m)
+        dev = ctx.device
+        x, ind = torch.from_numpy(xe).to(dev), torch.from_numpy(world.induction_targets(m)).to(dev)
+        early_t, late_t = torch.from_numpy(early).to(dev), torch.from_numpy(late).to(dev)
+        hist: list[dict[str, Any]] = []
+
+        def record(step: int, mdl: GPT) -> dict[str, float]:
+            r = _eval(mdl, x, ind, early_t, late_t)
+            hist.append({"step": step, **r})
+            return {"icl": r["icl"], "late": r["late"], "pm_last_layer_max": float(r["pm"][-1].max())}
+
+        model.eval()
+        init = _eval(model, x, ind, early_t, late_t)
+        init_copy = ov_copying_scores(**gpt_head_weights(model, L - 1)).numpy()
+        hi0 = int(init["pm"][-1].argmax())
+
+        def get_batch(step: int, gen: torch.Generator):
+            r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            s = torch.from_numpy(world.sample(cfg.batch_size, r)[0])
+            return s[:, :-1], s[:, 1:]
+
+        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps),
+                         device=dev, log_every=max(cfg.steps // 20, 1), eval_every=cfg.eval_every)
+        bar = ctx.progress(cfg.steps, f"train attn-only L{L}")
+        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda mm: ctx.log(**mm),
+                    eval_fn=lambda mdl: record(-1, mdl), progress=bar)
+        bar.close()
+        steps = [r["step"] for r in res.history if "icl" in r]
+        for h, s in zip(hist, steps):
+            h["step"] = s
+        model.eval()
+        fin = hist[-1]
+        pm_last = fin["pm"][-1]
+        hi = int(pm_last.argmax())
+        copy = ov_copying_scores(**gpt_head_weights(model, L - 1)).numpy()
+        st = [h["step"] for h in hist]
+        t_pm = _first(st, [float(h["pm"][-1].max()) >= PM_MIN for h in hist])
+        t_icl = _first(st, [h["icl"] <= -ICL_FRAC * math.log(cfg.n_tokens) for h in hist])
+        pat = attention_patterns(model, x[:1])[L - 1, 0, hi].cpu().numpy()
+        np.savez(ctx.artifact_dir / "curves.npz", steps=np.array(st), icl=np.array([h["icl"] for h in hist]),
+                 pm=np.stack([h["pm"] for h in hist]), pattern=pat, m0=int(m[0]))
+        return {"n_layers": L, "best_head": hi, "pm_best": float(pm_last[hi]), "pm_max_any_layer": float(fin["pm"].max()),
+                "copy_best": float(copy[hi]), "icl_final": fin["icl"], "early_final": fin["early"],
+                "late_final": fin["late"], "t_pm": t_pm, "t_icl": t_icl, "steps": cfg.steps,
+                "init_pm_best": float(init["pm"][-1].max()), "init_copy_best": float(init_copy[hi0]),
+                "init_icl": init["icl"], "train_seconds": res.seconds}
+
+    # -- verdicts ----------------------------------------------------------------------------------------
+    def verdicts(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        two = ok[ok["n_layers"] == 2] if "n_layers" in ok else ok.iloc[0:0]
+        one = ok[ok["n_layers"] == 1] if "n_layers" in ok else ok.iloc[0:0]
+        if two.empty:
+            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="the 2-layer model was not "
+                               "trained") for c in self.claims]
+        lrn = float(two["late_final"].max())
+        gates = {"learned": (lrn, lrn <= LEARNED_FRAC * math.log(cfg.n_tokens))}
+        out = []
+        s = across_seeds(two["pm_best"].astype(float))
+        null = None
+        if not one.empty:
+            nv = max(float(one["pm_max_any_layer"].max()), float(two["init_pm_best"].max()))
+            null = (nv, nv >= PM_MIN)
+        out.append(self.judge(cfg, "prefix-matching-head", value=s.mean, passed=bool((two["pm_best"] >= PM_MIN).all()),
+                              ci=s.ci, ci_kind=s.kind, n_seeds=s.n, gates=gates, null=null,
+                              details={"min_over_seeds": float(two["pm_best"].min()),
+                                       "null_one_layer": None if one.empty else float(one["pm_max_any_layer"].max()),
+                                       "null_random_init": float(two["init_pm_best"].max())}))
+
+        def window(df: pd.DataFrame) -> tuple[float | None, bool]:
+            if df["t_pm"].isna().any() or df["t_icl"].isna().any():
+                return None, False
+            gap = ((df["t_pm"].astype(float) - df["t_icl"].astype(float)).abs() / df["steps"].astype(float))
+            return float(gap.max()), bool((gap <= WINDOW_FRAC).all())
+
+        g2, p2 = window(two)
+        null = None if one.empty else window(one)
+        out.append(self.judge(cfg, "phase-change", value=g2, passed=p2, n_seeds=len(two), gates=gates, null=null,
+                              ci_kind="max over seeds",
+                              details={"t_pm": [None if pd.isna(v) else int(v) for v in two["t_pm"]],
+                                       "t_icl": [None if pd.isna(v) else int(v) for v in two["t_icl"]],
+                                       "icl_final": float(two["icl_final"].mean()),
+                                       "null_icl_final": None if one.empty else float(one["icl_final"].mean()),
+                                       "null_t_pm": None if one.empty else [None if pd.isna(v) else int(v)
+                                                                            for v in one["t_pm"]]}))
+        c = across_seeds(two["copy_best"].astype(float))
+        cn = float(two["init_copy_best"].mean())
+        out.append(self.judge(cfg, "copying", value=c.mean, passed=bool(c.mean >= COPY_MIN), ci=c.ci, ci_kind=c.kind,
+                              n_seeds=c.n, gates=gates, null=(cn, cn >= COPY_MIN)))
+        return out
+
+    def figures(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        if ok.empty:
+            return []
+        fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4.2))
+        a0b = a0.twinx()
+        pat, title = None, ""
+        for k, (_, r) in enumerate(ok.iterrows()):
+            f = run.point_dir(str(r["point"])) / "curves.npz"
+            if not f.exists():
+                continue
+            d = np.load(f)
+            ls = "-" if int(r["n_layers"]) == 2 else ":"
+            a0.plot(d["steps"], d["pm"][:, -1].max(-1), ls, color=f"C{k}", label=f"{r['point']} best-head PM")
+            a0b.plot(d["steps"], d["icl"], ls, color=f"C{k}", alpha=0.45)
+            if pat is None and int(r["n_layers"]) == 2:
+                pat, title = d["pattern"], f"{r['point']} L1H{int(r['best_head'])}, m = {int(d['m0'])}"
+        a0.axhline(PM_MIN, color="grey", lw=0.6)
+        a0.set_xlabel("step")
+        a0.set_ylabel("prefix-matching score (solid: 2 layers, dotted: 1)")
+        a0b.set_ylabel("in-context loss, nats (faint)")
+        a0.legend(fontsize=6)
+        if pat is not None:
+            a1.imshow(pat, cmap="Blues", vmin=0, vmax=1)
+            a1.set_title("attention of the best induction head: " + title, fontsize=8)
+            a1.set_xlabel("key")
+            a1.set_ylabel("query")
+        return [save_figure(fig, run, "induction_heads.png", "Prefix-matching score of the best last-layer head and "
+                            "in-context loss over training (left); the best 2-layer head's attention on one "
+                            "evaluation sequence: the off-diagonal stripe is the induction pattern (right)")]
+
+    def report_sections(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        cols = [c for c in ("point", "n_layers", "best_head", "pm_best", "copy_best", "icl_final", "late_final",
+                            "t_pm", "t_icl", "init_pm_best", "init_copy_best", "train_seconds") if c in results]
+        return ("## Method\n\n"
+                f"[BOS, s, s, filler], m in [{cfg.seg_min}, {cfg.seg_max}], {cfg.n_tokens} tokens, seq_len "
+                f"{cfg.seq_len}; attention-only GPT (no MLP, LayerNorm), d_model {cfg.d_model}, {cfg.n_heads} heads; "
+                f"{cfg.steps} steps of batch {cfg.batch_size}, evaluation every {cfg.eval_every} steps on "
+                f"{cfg.n_eval} sequences.\n\n## Per model and seed\n\n" + markdown_table(results[cols]))

@@ -1,0 +1,242 @@
+"""Experiment ``syntactic-embeddings``: the input embeddings of a GPT trained on a synthetic language whose words
+have known parts of speech are grouped by syntactic role (a linear probe reads the role of held-out words).
+
+Source: seed lecture 000, "Word Embeddings Encode Syntactic Roles" ("in a synthetic language, word embeddings are
+grouped by syntactic roles"), issue 34 part 4; the classical distributional result (words of one part of speech
+share contexts: Schuetze 1993, "Part-of-speech induction from scratch", ACL; Mikolov et al. 2013, arXiv 1301.3781
+for learned embeddings). World: :class:`lmsci.worlds.pos_pcfg.PosPCFG` (an English-like PCFG over 314 words in 8
+classes).
+
+Protocol. Per seed, a training stream of ``n_stream`` tokens (sentences concatenated); a GPT (untied input and
+output embeddings, learned positions) is trained on random windows of ``seq_len`` tokens. Then the input embedding
+rows of the words (``wte.weight[2:]``, ``[n_words, d_model]``) are split 50/50 per class into probe-train and
+probe-test words; a multinomial logistic-regression probe (:func:`lmsci.measure.probes.fit_linear_probe`) is fit
+on the train words and scored on the held-out words (accuracy). k-means (k = number of classes, sklearn, 10
+restarts) on all word embeddings gives the purity (share of words in their cluster's majority class).
+
+Null arms, measured in the same run: the same model's input embeddings at random initialisation; and a model
+trained the same way on the same stream with its tokens shuffled (the same words, in random order: only word
+frequencies are left to learn). The corpus-level shuffle is used rather than a within-sentence shuffle because a
+sentence's bag of words still carries its classes through co-occurrence counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.registry import register
+from lmsci.measure.probes import fit_linear_probe
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir, derive_seed
+from lmsci.train.trainer import TrainConfig, evaluate_nll, train
+from lmsci.worlds.pos_pcfg import ROLES, PosPCFG
+
+PROBE_MIN, PURITY_MIN, GAIN_MIN = 0.9, 0.8, 0.5
+
+
+class SyntacticEmbeddingsConfig(ExperimentConfig):
+    """Configuration of ``syntactic-embeddings`` (defaults = the quick preset)."""
+
+    n_stream: int = Field(300_000, ge=1000, description="training-stream tokens per seed")
+    seq_len: int = Field(64, ge=8)
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(64, ge=8)
+    batch_size: int = Field(32, ge=1)
+    steps: int = Field(2000, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    threads: int = Field(1, ge=0)
+    n_seeds: int = Field(3, ge=1, le=100)
+
+    PRESETS = {
+        "smoke": {"steps": 4, "n_stream": 4000, "batch_size": 4, "d_model": 16, "n_heads": 2, "seq_len": 16,
+                  "n_seeds": 1},
+        "quick": {},
+        "gpu": {"steps": 5000, "n_stream": 2_000_000, "d_model": 128, "n_layers": 4, "batch_size": 64,
+                "seq_len": 128, "threads": 0},
+        "paper": {"steps": 20000, "n_stream": 10_000_000, "d_model": 256, "n_layers": 6, "n_heads": 8,
+                  "batch_size": 64, "seq_len": 128, "threads": 0},
+    }
+
+
+def embedding_metrics(emb: np.ndarray, roles: np.ndarray, seed: int) -> dict[str, float]:
+    """Held-out-word probe accuracy and k-means purity of word embeddings ``emb [n_words, d]`` with class ids
+    ``roles [n_words]`` (split 50/50 within each class with ``seed``)."""
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(seed)
+    tr = np.zeros(len(roles), dtype=bool)
+    for c in np.unique(roles):
+        idx = np.flatnonzero(roles == c)
+        tr[rng.permutation(idx)[: len(idx) // 2]] = True
+    x, y = torch.from_numpy(emb).double(), torch.from_numpy(roles)
+    k = int(roles.max()) + 1
+    p = fit_linear_probe(x[tr], y[tr], x[~tr], y[~tr], n_classes=k)
+    km = KMeans(n_clusters=k, n_init=10, random_state=seed % 2**31).fit(emb)
+    purity = sum(np.bincount(roles[km.labels_ == c], minlength=k).max() for c in np.unique(km.labels_)) / len(roles)
+    return {"probe_acc": p["test_acc"], "probe_chance": p["chance"], "purity": float(purity)}
+
+
+@register("syntactic-embeddings")
+class SyntacticEmbeddings(Experiment):
+    """Input embeddings grouped by part of speech in a GPT trained on a PCFG language."""
+
+    claim = ("The input embeddings of a GPT trained on a synthetic PCFG language encode each word's part of speech: "
+             "a linear probe reads it from held-out words with accuracy >= 0.9.")
+    source = "seed lecture 000 ('Word Embeddings Encode Syntactic Roles'); issue 34 part 4"
+    Config = SyntacticEmbeddingsConfig
+    time_estimate = {"smoke": "~5 s", "quick": "~5 min (3 seeds x (ordered + shuffled) x 2000 steps, threads=1)",
+                     "gpu": "~4 min estimated on one H100 (not measured)",
+                     "paper": "~20 min on one GPU (estimated)"}
+
+    _LEARN = Gate("learned", f"in every seed, the ordered model's NLL on a held-out ordered stream is >= {GAIN_MIN} "
+                  "nats/token below the unigram entropy of the training stream (it learned more than word frequencies)")
+    claims = [
+        Claim("role-probe",
+              "A linear probe reads a word's part of speech from its trained input embedding with accuracy >= 0.9 "
+              "on held-out words.",
+              "seed lecture 000; issue 34 part 4", "embeddings grouped by syntactic role (qualitative)",
+              "per training seed, the accuracy of a multinomial logistic-regression probe (fit on half the words of "
+              "each class, scored on the other half) from the input embedding to the part of speech; mean over "
+              "seeds with a 95% Student-t CI",
+              f"mean over at least 3 seeds >= {PROBE_MIN}", gates=(_LEARN,),
+              null="the larger of the same probe accuracy (mean over seeds) on (a) the input embeddings at random "
+                   "initialisation and (b) those of a model trained on the same stream with its tokens shuffled"),
+        Claim("kmeans-purity",
+              "k-means (k = number of classes) on the trained input embeddings recovers the parts of speech "
+              "(purity >= 0.8).",
+              "seed lecture 000; issue 34 part 4 ('k-means purity reported')", "(no paper number)",
+              "per training seed, the purity of a k-means clustering of all word embeddings; mean over seeds",
+              f"mean over at least 3 seeds >= {PURITY_MIN} (reported, decides nothing)", gates=(_LEARN,),
+              ablation=True,
+              null="the same purity for the shuffled-stream model's embeddings (mean over seeds)"),
+    ]
+
+    def validate(self, cfg: SyntacticEmbeddingsConfig) -> None:
+        from lmsci.errors import ConfigError
+
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
+        if cfg.n_stream < 4 * cfg.seq_len:
+            raise ConfigError("n_stream", cfg.n_stream, f">= 4 * seq_len = {4 * cfg.seq_len}")
+
+    def points(self, cfg: SyntacticEmbeddingsConfig) -> list[Point]:
+        return [Point("ordered", {"order": "ordered"}), Point("shuffled", {"order": "shuffled"})]
+
+    def run_point(self, cfg: SyntacticEmbeddingsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        g = PosPCFG()
+        # the stream and the test stream depend on the seed index only, so ordered and shuffled share them
+        sk = ctx.point.seed_index
+        stream = g.stream(cfg.n_stream, np.random.default_rng(derive_seed(cfg.seed, self.name, "stream", sk)))
+        test = g.stream(max(cfg.n_stream // 10, 8 * cfg.seq_len),
+                        np.random.default_rng(derive_seed(cfg.seed, self.name, "test", sk)))
+        counts = np.bincount(stream, minlength=g.vocab_size).astype(float)
+        pu = counts[counts > 0] / counts.sum()
+        unigram = float(-(pu * np.log(pu)).sum())
+        if point.params["order"] == "shuffled":
+            stream = stream[np.random.default_rng(derive_seed(ctx.seed, "shuffle")).permutation(len(stream))]
+        model = GPT(GPTConfig(vocab_size=g.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                              d_model=cfg.d_model, pos="learned", tie_embeddings=False),
+                    seed=derive_seed(ctx.seed, "init"))
+        roles = g.role_of[2:]
+        init = embedding_metrics(model.wte.weight.detach()[2:].cpu().numpy().astype(np.float64), roles,
+                                 derive_seed(ctx.seed, "probe"))
+        st = torch.from_numpy(stream)
+        T = cfg.seq_len
+
+        def get_batch(step: int, gen: torch.Generator):
+            i = torch.randint(0, len(st) - T - 1, (cfg.batch_size,), generator=gen)
+            w = torch.stack([st[j:j + T + 1] for j in i.tolist()])
+            return w[:, :-1], w[:, 1:]
+
+        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps),
+                         device=ctx.device, log_every=max(cfg.steps // 20, 1))
+        bar = ctx.progress(cfg.steps, f"train {point.params['order']}")
+        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
+        bar.close()
+        model.eval()
+        tt = torch.from_numpy(test[: (len(test) - 1) // T * T + 1])
+        n = (len(tt) - 1) // T
+        batches = [(tt[:n * T].view(n, T)[i:i + 64], tt[1:n * T + 1].view(n, T)[i:i + 64]) for i in range(0, n, 64)]
+        nll = evaluate_nll(model, batches, ctx.device)
+        emb = model.wte.weight.detach()[2:].cpu().numpy().astype(np.float64)
+        met = embedding_metrics(emb, roles, derive_seed(ctx.seed, "probe"))
+        np.savez(ctx.artifact_dir / "emb.npz", emb=emb.astype(np.float32), roles=roles)
+        return {"order": point.params["order"], **met, **{f"init_{k}": v for k, v in init.items()},
+                "test_nll": nll, "unigram_entropy": unigram, "nll_gain": unigram - nll,
+                "train_seconds": res.seconds}
+
+    # -- verdicts ----------------------------------------------------------------------------------------
+    def verdicts(self, cfg: SyntacticEmbeddingsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        o = ok[ok["order"] == "ordered"] if "order" in ok else ok.iloc[0:0]
+        s = ok[ok["order"] == "shuffled"] if "order" in ok else ok.iloc[0:0]
+        if o.empty:
+            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="the ordered model was not "
+                               "trained") for c in self.claims]
+        gain = float(o["nll_gain"].min())
+        gates = {"learned": (gain, gain >= GAIN_MIN)}
+        sp = across_seeds(o["probe_acc"].astype(float))
+        init = float(o["init_probe_acc"].mean())
+        shuf = float(s["probe_acc"].mean()) if not s.empty else None
+        nv = max(init, shuf) if shuf is not None else None
+        out = [self.judge(cfg, "role-probe", value=sp.mean, passed=bool(sp.mean >= PROBE_MIN), ci=sp.ci,
+                          ci_kind=sp.kind, n_seeds=sp.n, gates=gates,
+                          null=None if nv is None else (nv, nv >= PROBE_MIN),
+                          details={"null_random_init": init, "null_shuffled": shuf,
+                                   "chance_majority": float(o["probe_chance"].mean()),
+                                   "test_nll": float(o["test_nll"].mean()),
+                                   "unigram_entropy": float(o["unigram_entropy"].mean()),
+                                   "shuffled_test_nll": None if s.empty else float(s["test_nll"].mean())})]
+        pp = across_seeds(o["purity"].astype(float))
+        ns = float(s["purity"].mean()) if not s.empty else None
+        out.append(self.judge(cfg, "kmeans-purity", value=pp.mean, passed=bool(pp.mean >= PURITY_MIN), ci=pp.ci,
+                              ci_kind=pp.kind, n_seeds=pp.n, gates=gates,
+                              null=None if ns is None else (ns, ns >= PURITY_MIN),
+                              details={"init_purity": float(o["init_purity"].mean())}))
+        return out
+
+    def figures(self, cfg: SyntacticEmbeddingsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        import matplotlib.pyplot as plt
+
+        ok = results[results["status"] == "ok"] if "status" in results else results
+        rows = [r for _, r in ok.iterrows() if int(r.get("seed_index", 0)) == 0]
+        if not rows:
+            return []
+        fig, axes = plt.subplots(1, len(rows), figsize=(5.2 * len(rows), 4.4), squeeze=False)
+        for ax, r in zip(axes[0], rows):
+            f = run.point_dir(str(r["point"])) / "emb.npz"
+            if not f.exists():
+                continue
+            d = np.load(f)
+            e = d["emb"] - d["emb"].mean(0)
+            u, sv, vt = np.linalg.svd(e, full_matrices=False)
+            pc = e @ vt[:2].T
+            for c, name in enumerate(ROLES):
+                sel = d["roles"] == c
+                ax.scatter(pc[sel, 0], pc[sel, 1], s=7, color=f"C{c}", label=name)
+            ax.set_title(f"{r['order']} (seed 0): probe {r['probe_acc']:.2f}, purity {r['purity']:.2f}", fontsize=9)
+            ax.set_xlabel("PC 1")
+            ax.set_ylabel("PC 2")
+        axes[0][0].legend(fontsize=7, markerscale=2)
+        return [save_figure(fig, run, "embedding_pca.png", "Input embeddings of the words, first two principal "
+                            "components, coloured by part of speech: the model trained on ordered sentences and the "
+                            "one trained on the shuffled stream")]
+
+    def report_sections(self, cfg: SyntacticEmbeddingsConfig, results: pd.DataFrame, run: RunDir) -> str:
+        from lmsci.report import markdown_table
+
+        cols = [c for c in ("point", "order", "probe_acc", "purity", "init_probe_acc", "init_purity", "test_nll",
+                            "unigram_entropy", "nll_gain", "train_seconds") if c in results]
+        return ("## Method\n\n"
+                f"PosPCFG (314 words, 8 parts of speech); GPT {cfg.n_layers}x{cfg.n_heads}, d_model {cfg.d_model}, "
+                f"{cfg.steps} steps of {cfg.batch_size} x {cfg.seq_len} tokens from a {cfg.n_stream:,}-token stream "
+                "per seed.\n\n## Per model and seed\n\n" + markdown_table(results[cols]))
