@@ -184,6 +184,7 @@ class Steer(nn.Module):
     # -- names and values --------------------------------------------------------------------
     @property
     def K(self) -> int:
+        """Number of steers ``K`` (the dummy included)."""
         return len(self.names)
 
     @property
@@ -309,6 +310,7 @@ class SteerHandle:
         self._stack = stack
 
     def remove(self) -> None:
+        """Detach the steer (remove its hooks); calling it again does nothing."""
         self._stack.close()
 
     def __enter__(self) -> SteerHandle:
@@ -355,14 +357,17 @@ class LogitOffset(Steer):
         self.bias = nn.Parameter(torch.zeros(self.K, self.vocab_size, device=device))
 
     def config(self) -> dict[str, Any]:
+        """The base config plus ``vocab_size`` (rebuilds the shape of ``bias [K, V]``)."""
         return {**super().config(), "vocab_size": self.vocab_size}
 
     def check_model(self, model: GPT | HFModel) -> None:
+        """Raise ConfigError (field ``vocab_size``) when the model's vocabulary size is not ``vocab_size``."""
         v = vocab_size(model)
         if v != self.vocab_size:
             raise ConfigError("vocab_size", self.vocab_size, f"the model's vocabulary size {v}")
 
     def shift(self, x: Tensor, coef: Tensor) -> Tensor:
+        """Logits ``x [B, T, V]`` (or ``[B, V]``) plus ``eps * coef @ bias``, ``coef [B, K]``; same dtype as ``x``."""
         off = (coef @ self.bias.float()) * self.epsilon  # [B, V]
         return x + off.view(x.shape[0], *([1] * (x.dim() - 2)), -1).to(x.dtype)
 
@@ -386,9 +391,12 @@ class ActAdd(Steer):
         self.vectors = nn.Parameter(torch.zeros(self.K, self.d_model, device=device))
 
     def config(self) -> dict[str, Any]:
+        """The base config plus ``d_model`` and ``layer`` (rebuild the shape of ``vectors [K, d]``)."""
         return {**super().config(), "d_model": self.d_model, "layer": self.layer}
 
     def check_model(self, model: GPT | HFModel) -> None:
+        """Raise ConfigError (field ``layer`` or ``d_model``) when block ``layer`` does not exist in the model or its
+        width is not ``d_model``."""
         n = n_layers(model)
         if not 0 <= self.layer < n:
             raise ConfigError("layer", self.layer, f"a block index in 0..{n - 1}")
@@ -397,6 +405,7 @@ class ActAdd(Steer):
             raise ConfigError("d_model", self.d_model, f"the model's width {d}")
 
     def shift(self, x: Tensor, coef: Tensor) -> Tensor:
+        """Residual stream ``x [B, T, d]`` plus ``eps * coef @ vectors`` at every position, ``coef [B, K]``; same dtype as ``x``."""
         add = (coef @ self.vectors.float()) * self.epsilon  # [B, d]
         return x + add.view(x.shape[0], *([1] * (x.dim() - 2)), -1).to(x.dtype)
 
@@ -550,6 +559,102 @@ def unembed_inputs(model: Any, input_ids: Tensor, attention_mask: Tensor | None 
 # ------------------------------------------------------------------------------------ training
 
 
+def _intervention_data(m: GPT | HFModel, steer: Steer, data: Any, values: Tensor, tokenizer: Any, max_length: int,
+                       steps: int, batch_size: int, lr: float) -> tuple[list[list[int]], Tensor]:
+    """The training texts as token lists (cut to ``max_length`` and a GPT's ``seq_len``; texts of one token
+    dropped) and their steer values ``[N', K]``, after checking the arguments of :func:`train_intervention`.
+
+    Raises:
+        ConfigError: ``values`` not ``[N, K]``; no text of two or more tokens; non-positive
+            ``steps``/``batch_size``/``lr``.
+    """
+    if isinstance(m, GPT):
+        max_length = min(max_length, m.cfg.seq_len)
+    seqs = as_token_lists(data, tokenizer, max_length)
+    values = torch.as_tensor(values, dtype=torch.float32)
+    if values.shape != (len(seqs), steer.K):
+        raise ConfigError("values", tuple(values.shape), f"[N, K] = [{len(seqs)}, {steer.K}] ({steer.names})")
+    keep = [i for i, s in enumerate(seqs) if len(s) >= 2]  # a text of one token has no next-token target
+    if not keep:
+        raise ConfigError("data", len(seqs), "at least one text of two or more tokens")
+    seqs, values = [seqs[i] for i in keep], values[keep]
+    for field, v in (("steps", steps), ("batch_size", batch_size)):
+        if int(v) < 1:
+            raise ConfigError(field, v, ">= 1")
+    if not lr > 0:
+        raise ConfigError("lr", lr, "> 0")
+    return seqs, values
+
+
+@contextlib.contextmanager
+def _frozen_lm(m: GPT | HFModel, steer: Steer) -> Iterator[None]:
+    """Inside the block the LM is in eval mode with ``requires_grad`` off on every parameter and the steer is in
+    train mode; afterwards the LM's flags and mode are restored and the steer is left in eval mode."""
+    lm_params = list(m.parameters())
+    flags = [p.requires_grad for p in lm_params]
+    was_training = m.training
+    try:
+        for p in lm_params:
+            p.requires_grad_(False)
+        m.eval()
+        steer.train()
+        yield
+    finally:
+        for p, f in zip(lm_params, flags):
+            p.requires_grad_(f)
+        m.train(was_training)
+        steer.eval()
+
+
+def _check_no_leak(lm_params: list[Tensor], before: list[Tensor | None]) -> None:
+    """Raise RuntimeError when an LM parameter's gradient differs from what it held before training (``before``)."""
+    leaked = [i for i, (p, b) in enumerate(zip(lm_params, before))
+              if p.grad is not None and (b is None or not torch.equal(p.grad, b))]
+    if leaked:
+        raise RuntimeError(f"{len(leaked)} LM parameters received gradients; the LM must stay frozen")
+
+
+def _steer_steps(m: GPT | HFModel, steer: Steer, seqs: list[list[int]], values: Tensor, *, lr: float, steps: int,
+                 batch_size: int, l2: float, seed: int, pad_id: int, grad_clip: float | None,
+                 on_step: Callable[[int, float], None] | None) -> None:
+    """The Adam steps of :func:`train_intervention` (the steer already attached, the LM frozen): batches drawn
+    without replacement from a ``torch.Generator`` seeded with ``seed``, losses appended to ``steer.history``.
+
+    Raises:
+        DivergedError: a non-finite loss. RuntimeError: an LM parameter received a gradient (checked once).
+    """
+    dev = device_of(m)
+    params = [p for p in steer.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    lm_params = list(m.parameters())
+    # gradients the LM already holds (e.g. from its own training) are not leaks: compare against them
+    before = [None if p.grad is None else p.grad.detach().clone() for p in lm_params]
+    g = torch.Generator().manual_seed(int(seed))
+    order: list[int] = []
+    for step in range(int(steps)):
+        if len(order) < batch_size:
+            order += torch.randperm(len(seqs), generator=g).tolist()
+        idx, order = order[:batch_size], order[batch_size:]
+        ids, mask = pad_batch([seqs[i] for i in idx], pad_id, dev)
+        steer.set_values(values[idx].to(dev))
+        loss = mean_nll(m, ids, mask)
+        if l2:
+            loss = loss + l2 * steer.regularization()
+        val = float(loss.detach())
+        if not math.isfinite(val):
+            raise DivergedError(step, val, "steer training loss")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if step == 0:
+            _check_no_leak(lm_params, before)
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        opt.step()
+        steer.history.append(val)
+        if on_step is not None:
+            on_step(step, val)
+
+
 def train_intervention(
     model: Any,
     steer: Steer,
@@ -595,73 +700,17 @@ def train_intervention(
         DivergedError: a non-finite loss.
     """
     m = as_steerable(model)
-    dev = device_of(m)
-    if isinstance(m, GPT):
-        max_length = min(max_length, m.cfg.seq_len)
-    seqs = as_token_lists(data, tokenizer, max_length)
-    values = torch.as_tensor(values, dtype=torch.float32)
-    if values.shape != (len(seqs), steer.K):
-        raise ConfigError("values", tuple(values.shape), f"[N, K] = [{len(seqs)}, {steer.K}] ({steer.names})")
-    keep = [i for i, s in enumerate(seqs) if len(s) >= 2]  # a text of one token has no next-token target
-    if not keep:
-        raise ConfigError("data", len(seqs), "at least one text of two or more tokens")
-    seqs, values = [seqs[i] for i in keep], values[keep]
-    for field, v in (("steps", steps), ("batch_size", batch_size)):
-        if int(v) < 1:
-            raise ConfigError(field, v, ">= 1")
-    if not lr > 0:
-        raise ConfigError("lr", lr, "> 0")
-    steer.to(dev)
-    params = [p for p in steer.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
-    lm_params = list(m.parameters())
-    flags = [p.requires_grad for p in lm_params]
-    # gradients the LM already holds (e.g. from its own training) are not leaks: compare against them
-    before = [None if p.grad is None else p.grad.detach().clone() for p in lm_params]
-    was_training = m.training
-    g = torch.Generator().manual_seed(int(seed))
-    order: list[int] = []
+    seqs, values = _intervention_data(m, steer, data, values, tokenizer, max_length, steps, batch_size, lr)
+    steer.to(device_of(m))
     t0 = time.perf_counter()
-    try:
-        for p in lm_params:
-            p.requires_grad_(False)
-        m.eval()
-        steer.train()
+    with _frozen_lm(m, steer):
         handle = steer.attach(m)
         try:
-            for step in range(int(steps)):
-                if len(order) < batch_size:
-                    order += torch.randperm(len(seqs), generator=g).tolist()
-                idx, order = order[:batch_size], order[batch_size:]
-                ids, mask = pad_batch([seqs[i] for i in idx], pad_id, dev)
-                steer.set_values(values[idx].to(dev))
-                loss = mean_nll(m, ids, mask)
-                if l2:
-                    loss = loss + l2 * steer.regularization()
-                val = float(loss.detach())
-                if not math.isfinite(val):
-                    raise DivergedError(step, val, "steer training loss")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if step == 0:
-                    leaked = [i for i, (p, b) in enumerate(zip(lm_params, before))
-                              if p.grad is not None and (b is None or not torch.equal(p.grad, b))]
-                    if leaked:
-                        raise RuntimeError(f"{len(leaked)} LM parameters received gradients; the LM must stay frozen")
-                if grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, grad_clip)
-                opt.step()
-                steer.history.append(val)
-                if on_step is not None:
-                    on_step(step, val)
+            _steer_steps(m, steer, seqs, values, lr=lr, steps=steps, batch_size=batch_size, l2=l2, seed=seed,
+                         pad_id=pad_id, grad_clip=grad_clip, on_step=on_step)
         finally:
             handle.remove()
             steer.set_values(None)
-    finally:
-        for p, f in zip(lm_params, flags):
-            p.requires_grad_(f)
-        m.train(was_training)
-        steer.eval()
     steer.train_seconds = time.perf_counter() - t0
     return steer
 
