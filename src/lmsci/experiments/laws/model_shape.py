@@ -162,8 +162,10 @@ class ModelShape(Experiment):
     source = _SRC
     Config = ModelShapeConfig
     time_estimate = {"smoke": "~3 s",
-                     "quick": "~11 min at threads=1 (5 fixed-N shapes of 100k params + 4 small fixed-width shapes, x 3 "
-                              "seeds, 0.72M tokens each; estimated from 14-23k tokens/s measured for the 100k shapes)",
+                     "quick": "31 min wall measured 2026-11-27 at threads=1 on the shared 2-core machine (load ~10; 6 "
+                              "min of CPU time): 5 fixed-N shapes of 100k params + 4 small fixed-width shapes, x 3 "
+                              "stacked seeds, 0.72M tokens each; ~11 min expected with the machine to itself (14-23k "
+                              "tokens/s measured for the 100k shapes alone)",
                      "gpu": "~8-12 min on one H100, estimated, not measured (no GPU in the session that wrote it: 22 "
                             "shapes x 1,000 stacked steps of 3 seeds x 16k tokens, 0.1-3.2M-parameter GPTs of 2-32 "
                             "layers, bf16, at an assumed 20-30 ms a stacked step)",
