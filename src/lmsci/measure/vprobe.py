@@ -86,6 +86,7 @@ class VProbeResult:
     steps: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (accuracies as fractions in [0, 1], counts as ints)."""
         return asdict(self)
 
 
@@ -99,6 +100,69 @@ def _as_positions(seqs: Sequence[Sequence[int]], positions: Sequence[int] | None
         if not 0 <= p < len(s):
             raise ConfigError("positions", p, f"a position inside its sequence (length {len(s)})")
     return out
+
+
+def _check_vprobe_args(train_seqs: Sequence[Sequence[int]], train_labels: Sequence[int],
+                       test_seqs: Sequence[Sequence[int]], test_labels: Sequence[int], n_classes: int, rank: int,
+                       steps: int) -> tuple[Tensor, Tensor]:
+    """The train and test labels as long tensors ``[n_train]``, ``[n_test]``, after checking :func:`vprobe`'s
+    arguments.
+
+    Raises:
+        ConfigError: empty data, mismatched lengths, a label outside ``[0, n_classes)``, ``rank < 0``,
+            ``steps < 1`` or ``n_classes < 2``.
+    """
+    if len(train_seqs) == 0 or len(test_seqs) == 0:
+        raise ConfigError("train_seqs/test_seqs", (len(train_seqs), len(test_seqs)), "non-empty")
+    if len(train_labels) != len(train_seqs) or len(test_labels) != len(test_seqs):
+        raise ConfigError("labels", (len(train_labels), len(test_labels)), "one label per sequence")
+    if rank < 0:
+        raise ConfigError("rank", rank, ">= 0")
+    if steps < 1:
+        raise ConfigError("steps", steps, ">= 1")
+    if n_classes < 2:
+        raise ConfigError("n_classes", n_classes, ">= 2")
+    ytr = torch.as_tensor(list(train_labels), dtype=torch.long)
+    yte = torch.as_tensor(list(test_labels), dtype=torch.long)
+    for y in (ytr, yte):
+        if int(y.min()) < 0 or int(y.max()) >= n_classes:
+            raise ConfigError("labels", (int(y.min()), int(y.max())), f"class ids in [0, {n_classes})")
+    return ytr, yte
+
+
+def _init_probe(vocab: int, d_model: int, rank: int, n_classes: int, g: torch.Generator,
+                dev: torch.device) -> tuple[nn.Parameter, nn.Parameter, nn.Linear]:
+    """The probe's parameters: the embedding update ``A [vocab, r] @ B [r, d_model]`` (``A ~ N(0, 1) / r`` from
+    ``g``, ``B = 0``; ``r = max(rank, 1)``) and the head ``[n_classes, d_model]`` (weight ``N(0, 1/d_model)``
+    from ``g``, bias 0)."""
+    A = nn.Parameter((torch.randn(vocab, max(rank, 1), generator=g) / max(rank, 1)).to(dev))
+    B = nn.Parameter(torch.zeros(max(rank, 1), d_model, device=dev))
+    head = nn.Linear(d_model, n_classes).to(dev)
+    with torch.no_grad():
+        w = torch.randn(n_classes, d_model, generator=g) * (1.0 / d_model ** 0.5)
+        head.weight.copy_(w.to(dev))
+        head.bias.zero_()
+    return A, B, head
+
+
+def _probe_features(model: Any, seqs: Sequence[Sequence[int]], pos: list[int], pad_id: int,
+                    dev: torch.device) -> Tensor:
+    """Final hidden states ``[len(seqs), d_model]`` float at positions ``pos`` (sequences right-padded)."""
+    ids = pad_batch(seqs, pad_id).to(dev)
+    h = last_hidden(model, ids)
+    return h[torch.arange(len(pos), device=dev), torch.as_tensor(pos, device=dev)].float()
+
+
+@torch.no_grad()
+def _probe_accuracy(model: Any, head: nn.Linear, seqs: Sequence[Sequence[int]], pos: list[int], y: Tensor,
+                    batch_size: int, pad_id: int, dev: torch.device) -> float:
+    """Fraction of ``seqs`` whose head argmax equals ``y [len(seqs)]`` (in batches of ``max(batch_size, 64)``)."""
+    correct = 0
+    for s in range(0, len(seqs), max(batch_size, 64)):
+        logits = head(_probe_features(model, seqs[s:s + max(batch_size, 64)], pos[s:s + max(batch_size, 64)],
+                                      pad_id, dev))
+        correct += int((logits.argmax(-1).cpu() == y[s:s + max(batch_size, 64)]).sum())
+    return correct / len(seqs)
 
 
 def vprobe(model: Any, train_seqs: Sequence[Sequence[int]], train_labels: Sequence[int],
@@ -129,33 +193,13 @@ def vprobe(model: Any, train_seqs: Sequence[Sequence[int]], train_labels: Sequen
         ConfigError: empty data, mismatched lengths, a label outside ``[0, n_classes)``, ``rank < 0`` or
             ``steps < 1`` (before any work).
     """
-    if len(train_seqs) == 0 or len(test_seqs) == 0:
-        raise ConfigError("train_seqs/test_seqs", (len(train_seqs), len(test_seqs)), "non-empty")
-    if len(train_labels) != len(train_seqs) or len(test_labels) != len(test_seqs):
-        raise ConfigError("labels", (len(train_labels), len(test_labels)), "one label per sequence")
-    if rank < 0:
-        raise ConfigError("rank", rank, ">= 0")
-    if steps < 1:
-        raise ConfigError("steps", steps, ">= 1")
-    if n_classes < 2:
-        raise ConfigError("n_classes", n_classes, ">= 2")
-    ytr = torch.as_tensor(list(train_labels), dtype=torch.long)
-    yte = torch.as_tensor(list(test_labels), dtype=torch.long)
-    for y in (ytr, yte):
-        if int(y.min()) < 0 or int(y.max()) >= n_classes:
-            raise ConfigError("labels", (int(y.min()), int(y.max())), f"class ids in [0, {n_classes})")
+    ytr, yte = _check_vprobe_args(train_seqs, train_labels, test_seqs, test_labels, n_classes, rank, steps)
     ptr, pte = _as_positions(train_seqs, train_positions), _as_positions(test_seqs, test_positions)
     dev = resolve_model_device(model, device)
     emb = embedding_module(model)
     vocab, d_model = emb.weight.shape
     g = torch.Generator().manual_seed(int(seed))
-    A = nn.Parameter((torch.randn(vocab, max(rank, 1), generator=g) / max(rank, 1)).to(dev))
-    B = nn.Parameter(torch.zeros(max(rank, 1), d_model, device=dev))
-    head = nn.Linear(d_model, n_classes).to(dev)
-    with torch.no_grad():
-        w = torch.randn(n_classes, d_model, generator=g) * (1.0 / d_model ** 0.5)
-        head.weight.copy_(w.to(dev))
-        head.bias.zero_()
+    A, B, head = _init_probe(vocab, d_model, rank, n_classes, g, dev)
     params = list(head.parameters()) + ([A, B] if rank > 0 else [])
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
@@ -169,20 +213,6 @@ def vprobe(model: Any, train_seqs: Sequence[Sequence[int]], train_labels: Sequen
     flags = [(p, p.requires_grad) for p in core.parameters()]
     was_training = core.training
     handle = emb.register_forward_hook(hook)
-
-    def features(seqs: Sequence[Sequence[int]], pos: list[int]) -> Tensor:
-        ids = pad_batch(seqs, pad_id).to(dev)
-        h = last_hidden(model, ids)
-        return h[torch.arange(len(pos), device=dev), torch.as_tensor(pos, device=dev)].float()
-
-    @torch.no_grad()
-    def accuracy(seqs: Sequence[Sequence[int]], pos: list[int], y: Tensor) -> float:
-        correct = 0
-        for s in range(0, len(seqs), max(batch_size, 64)):
-            logits = head(features(seqs[s:s + max(batch_size, 64)], pos[s:s + max(batch_size, 64)]))
-            correct += int((logits.argmax(-1).cpu() == y[s:s + max(batch_size, 64)]).sum())
-        return correct / len(seqs)
-
     try:
         for p, _ in flags:
             p.requires_grad_(False)
@@ -190,13 +220,13 @@ def vprobe(model: Any, train_seqs: Sequence[Sequence[int]], train_labels: Sequen
         n = len(train_seqs)
         for _ in range(steps):
             idx = torch.randint(0, n, (min(batch_size, n),), generator=g).tolist()
-            logits = head(features([train_seqs[i] for i in idx], [ptr[i] for i in idx]))
+            logits = head(_probe_features(model, [train_seqs[i] for i in idx], [ptr[i] for i in idx], pad_id, dev))
             loss = F.cross_entropy(logits, ytr[idx].to(dev))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        train_acc = accuracy(train_seqs, ptr, ytr)
-        test_acc = accuracy(test_seqs, pte, yte)
+        train_acc = _probe_accuracy(model, head, train_seqs, ptr, ytr, batch_size, pad_id, dev)
+        test_acc = _probe_accuracy(model, head, test_seqs, pte, yte, batch_size, pad_id, dev)
     finally:
         handle.remove()
         for p, flag in flags:
