@@ -128,7 +128,97 @@ def greedy_decode(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
     return out
 
 
-@torch.no_grad()
+def _extend_beams(top_s: list[float], top_i: list[int], V: int, nb: int, eos_id: int | None, tokens: Tensor,
+                  row0: int, finished: list[tuple[float, list[int]]], done: bool, length_penalty: float,
+                  pad_id: int) -> tuple[list[tuple[int, int, float]], bool]:
+    """One prompt's next beams from its ``2 * nb`` best extensions (``top_s`` summed log-probs, ``top_i`` flat
+    ``beam * V + token`` indices), in order: an EOS among the first ``nb`` becomes a finished hypothesis
+    (appended to ``finished``, score ``sum_logprob / len ** length_penalty``), the others continue, up to ``nb``.
+
+    Returns:
+        ``(nb beams as (beam, token, score), done)``; a done prompt (``nb`` finished hypotheses or nothing
+        left) gets ``nb`` padding beams of score ``-inf``.
+    """
+    keep: list[tuple[int, int, float]] = []
+    if not done:
+        for rank, (s, c) in enumerate(zip(top_s, top_i)):
+            b, tok = divmod(c, V)
+            if s == float("-inf"):
+                break
+            if eos_id is not None and tok == eos_id:
+                if rank < nb:
+                    hyp = tokens[row0 + b].tolist()
+                    finished.append((s / (len(hyp) + 1) ** length_penalty, hyp))
+                continue
+            keep.append((b, tok, s))
+            if len(keep) == nb:
+                break
+        if len(finished) >= nb or not keep:
+            done = True
+    if done:
+        keep = [(0, pad_id, float("-inf"))] * nb
+    keep += [(0, pad_id, float("-inf"))] * (nb - len(keep))
+    return keep, done
+
+
+def _beam_chunk(model, prompts: list[Sequence[int]], max_new_tokens: int, eos_id: int | None, nb: int,
+                length_penalty: float, pad_id: int, dev) -> list[list[tuple[float, list[int]]]] | None:
+    """Beam search over ``P`` prompts at once (``P * nb`` rows, KV cache reordered with the beams).
+
+    Returns:
+        per prompt, its finished hypotheses ``(score, generated ids)`` (live beams at the token limit
+        included), or None when the prompts leave no room below ``seq_len``.
+    """
+    P = len(prompts)
+    ids, pad = _left_pad([p for p in prompts for _ in range(nb)], pad_id, dev)
+    budget = min(max_new_tokens, model.cfg.seq_len - ids.shape[1])
+    if budget <= 0:
+        return None
+    cache: list[dict[str, Tensor]] = [{} for _ in model.blocks]
+    logits = _step_logits(model, ids, cache, pad)
+    scores = torch.full((P, nb), float("-inf"), device=dev)
+    scores[:, 0] = 0.0
+    tokens = torch.zeros(P * nb, 0, dtype=torch.long, device=dev)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(P)]
+    done = [False] * P
+    V = logits.shape[-1]
+    for t in range(budget):
+        logp = torch.log_softmax(logits, -1)  # [P*nb, V]
+        cand = (scores.reshape(-1, 1) + logp).reshape(P, nb * V)
+        top_s, top_i = cand.topk(min(2 * nb, nb * V), dim=-1)
+        top_s, top_i = top_s.cpu().tolist(), top_i.cpu().tolist()
+        new_rows, new_tok, new_scores = [], [], []
+        for p in range(P):
+            keep, done[p] = _extend_beams(top_s[p], top_i[p], V, nb, eos_id, tokens, p * nb, finished[p], done[p],
+                                          length_penalty, pad_id)
+            for b, tok, s in keep:
+                new_rows.append(p * nb + b)
+                new_tok.append(tok)
+                new_scores.append(s)
+        if all(done):
+            break
+        idx = torch.tensor(new_rows, device=dev)
+        nxt = torch.tensor(new_tok, device=dev)
+        scores = torch.tensor(new_scores, device=dev).view(P, nb)
+        tokens = torch.cat([tokens[idx], nxt[:, None]], 1)
+        if t == budget - 1:
+            break
+        for c in cache:
+            for key in ("k", "v"):
+                if key in c:
+                    c[key] = c[key].index_select(0, idx)
+        logits = _step_logits(model, nxt[:, None], cache, pad)
+    tok_list = tokens.cpu().tolist()
+    sc = scores.cpu().tolist()
+    for p in range(P):
+        if not done[p]:
+            for b in range(nb):
+                if sc[p][b] != float("-inf"):
+                    hyp = tok_list[p * nb + b]
+                    finished[p].append((sc[p][b] / max(len(hyp), 1) ** length_penalty, hyp))
+    return finished
+
+
 def beam_decode(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_id: int | None, *,
                 num_beams: int = 4, length_penalty: float = 1.0, batch_size: int = 16, pad_id: int = 0,
                 device: str | torch.device | None = None) -> list[list[int]]:
@@ -155,78 +245,18 @@ def beam_decode(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eo
     if any(len(p) == 0 for p in prompts):
         raise ConfigError("prompts", "an empty prompt", "non-empty token lists")
     dev = resolve_model_device(model, device)
-    nb = num_beams
     was = model.training
     model.eval()
     out: list[list[int]] = [[] for _ in prompts]
     try:
         for rows in _chunks(model, prompts, batch_size):
-            P = len(rows)
-            ids, pad = _left_pad([prompts[i] for i in rows for _ in range(nb)], pad_id, dev)
-            budget = min(max_new_tokens, model.cfg.seq_len - ids.shape[1])
-            if budget <= 0:
+            finished = _beam_chunk(model, [prompts[i] for i in rows], max_new_tokens, eos_id, num_beams,
+                                   length_penalty, pad_id, dev)
+            if finished is None:
                 continue
-            cache: list[dict[str, Tensor]] = [{} for _ in model.blocks]
-            logits = _step_logits(model, ids, cache, pad)
-            scores = torch.full((P, nb), float("-inf"), device=dev)
-            scores[:, 0] = 0.0
-            tokens = torch.zeros(P * nb, 0, dtype=torch.long, device=dev)
-            finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(P)]
-            done = [False] * P
-            V = logits.shape[-1]
-            for t in range(budget):
-                logp = torch.log_softmax(logits, -1)  # [P*nb, V]
-                cand = (scores.reshape(-1, 1) + logp).reshape(P, nb * V)
-                top_s, top_i = cand.topk(min(2 * nb, nb * V), dim=-1)
-                top_s, top_i = top_s.cpu().tolist(), top_i.cpu().tolist()
-                new_rows, new_tok, new_scores = [], [], []
-                for p in range(P):
-                    keep: list[tuple[int, int, float]] = []
-                    if not done[p]:
-                        for rank, (s, c) in enumerate(zip(top_s[p], top_i[p])):
-                            b, tok = divmod(c, V)
-                            if s == float("-inf"):
-                                break
-                            if eos_id is not None and tok == eos_id:
-                                if rank < nb:
-                                    hyp = tokens[p * nb + b].tolist()
-                                    finished[p].append((s / (len(hyp) + 1) ** length_penalty, hyp))
-                                continue
-                            keep.append((b, tok, s))
-                            if len(keep) == nb:
-                                break
-                        if len(finished[p]) >= nb or not keep:
-                            done[p] = True
-                    if done[p]:
-                        keep = [(0, pad_id, float("-inf"))] * nb
-                    keep += [(0, pad_id, float("-inf"))] * (nb - len(keep))
-                    for b, tok, s in keep:
-                        new_rows.append(p * nb + b)
-                        new_tok.append(tok)
-                        new_scores.append(s)
-                if all(done):
-                    break
-                idx = torch.tensor(new_rows, device=dev)
-                nxt = torch.tensor(new_tok, device=dev)
-                scores = torch.tensor(new_scores, device=dev).view(P, nb)
-                tokens = torch.cat([tokens[idx], nxt[:, None]], 1)
-                if t == budget - 1:
-                    break
-                for c in cache:
-                    for key in ("k", "v"):
-                        if key in c:
-                            c[key] = c[key].index_select(0, idx)
-                logits = _step_logits(model, nxt[:, None], cache, pad)
-            tok_list = tokens.cpu().tolist()
-            sc = scores.cpu().tolist()
-            for p in range(P):
-                if not done[p]:
-                    for b in range(nb):
-                        if sc[p][b] != float("-inf"):
-                            hyp = tok_list[p * nb + b]
-                            finished[p].append((sc[p][b] / max(len(hyp), 1) ** length_penalty, hyp))
-                if finished[p]:
-                    out[rows[p]] = max(finished[p], key=lambda h: h[0])[1]
+            for p, hyps in enumerate(finished):
+                if hyps:
+                    out[rows[p]] = max(hyps, key=lambda h: h[0])[1]
     finally:
         model.train(was)
     return out
