@@ -1,0 +1,148 @@
+"""induction-heads: the repeated-segment world, the prefix-matching and copying scores on hand-made inputs,
+verdicts from synthetic tables (reproduced / not reproduced / gated / null-passing), bad input, a smoke run.
+
+Sources: Olsson et al. 2022, arXiv 2209.11895; Elhage et al. 2021 (OV eigenvalue copying score).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lmsci.config import resolve_config
+from lmsci.errors import ConfigError
+from lmsci.experiments.syntax.induction_heads import InductionHeads, InductionHeadsConfig
+from lmsci.measure.heads import gpt_head_weights, ov_copying_scores, prefix_matching_scores
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.runs import RunDir
+from lmsci.worlds.repeated_segments import RepeatedSegments
+
+
+def test_world_repeats_the_segment_and_targets_point_after_the_previous_occurrence():
+    w = RepeatedSegments(n_tokens=20, seq_len=30, seg_min=3, seg_max=10)
+    x, m = w.sample(50, np.random.default_rng(0))
+    assert x.shape == (50, 30) and (x[:, 0] == 0).all() and m.min() >= 3 and m.max() <= 10
+    tgt = w.induction_targets(m)
+    for i in range(50):
+        mi = m[i]
+        assert (x[i, 1:1 + mi] == x[i, 1 + mi:1 + 2 * mi]).all()
+        for j in range(1 + mi, 2 * mi + 1):
+            k = tgt[i, j]
+            # the key is right after the previous occurrence (position j - m) of the query's token
+            assert x[i, k - 1] == x[i, j] and k == j - mi + 1
+        assert (tgt[i, : 1 + mi] == -1).all() and (tgt[i, 2 * mi + 1:] == -1).all()
+    early, late = w.copy_masks(m)
+    assert (early.sum(1) == m - 1).all() and (late.sum(1) == m - 1).all()
+
+
+def test_prefix_matching_score_of_a_perfect_and_a_uniform_head():
+    w = RepeatedSegments(n_tokens=10, seq_len=13, seg_min=6, seg_max=6)
+    x, m = w.sample(2, np.random.default_rng(1))
+    tgt = torch.from_numpy(w.induction_targets(m))
+    T = 13
+    pat = torch.zeros(1, 2, 2, T, T)
+    for b in range(2):
+        for j in range(T):
+            k = int(tgt[b, j])
+            pat[0, b, 0, j, k if k >= 0 else j] = 1.0
+            pat[0, b, 1, j, : j + 1] = 1.0 / (j + 1)
+    s = prefix_matching_scores(pat, tgt)
+    assert s[0, 0] == pytest.approx(1.0)
+    assert s[0, 1] == pytest.approx(np.mean([1 / (j + 1) for j in range(7, 13)]), rel=1e-5)
+    with pytest.raises(ConfigError):
+        prefix_matching_scores(pat, torch.full((T,), -1))
+
+
+def test_copying_score_of_identity_and_negated_ov():
+    V, d, D = 12, 8, 8
+    torch.manual_seed(0)
+    W_E = torch.randn(V, d)
+    W_U = torch.linalg.pinv(W_E)  # W_E W_U ~ projection: copying when W_V W_O = I
+    W_V = torch.eye(d)[None].repeat(2, 1, 1)
+    W_O = torch.stack([torch.eye(d), -torch.eye(d)])
+    s = ov_copying_scores(W_E, W_V, W_O, W_U)
+    assert s[0] == pytest.approx(1.0, abs=1e-6) and s[1] == pytest.approx(-1.0, abs=1e-6)
+    m = GPT(GPTConfig(vocab_size=11, seq_len=8, n_layers=2, n_heads=2, d_model=16, mlp="none"), seed=0)
+    w = gpt_head_weights(m, 1)
+    assert w["W_V"].shape == (2, 16, 8) and w["W_O"].shape == (2, 8, 16) and w["W_U"].shape == (16, 11)
+    assert ov_copying_scores(**w).abs().max() <= 1.0
+
+
+def rows(pm=0.8, copy=0.8, late=0.2, t_pm=(500, 600, 550), t_icl=(450, 650, 500), one_pm=0.1, init_pm=0.06,
+         init_copy=0.05, one_tpm=(None, None, None), one_ticl=(None, None, None), n=3) -> pd.DataFrame:
+    out = []
+    for k in range(n):
+        sfx = f"__s{k}" if k else ""
+        out.append({"point": "attn2" + sfx, "status": "ok", "seed_index": k, "n_layers": 2, "best_head": 1,
+                    "pm_best": pm - 0.01 * k, "pm_max_any_layer": pm, "copy_best": copy + 0.01 * k,
+                    "icl_final": late - 3.4, "early_final": 3.4, "late_final": late, "t_pm": t_pm[k],
+                    "t_icl": t_icl[k], "steps": 3000, "init_pm_best": init_pm, "init_copy_best": init_copy,
+                    "init_icl": 0.0})
+        out.append({"point": "attn1" + sfx, "status": "ok", "seed_index": k, "n_layers": 1, "best_head": 0,
+                    "pm_best": one_pm, "pm_max_any_layer": one_pm, "copy_best": 0.3, "icl_final": -0.01,
+                    "early_final": 3.4, "late_final": 3.4, "t_pm": one_tpm[k], "t_icl": one_ticl[k], "steps": 3000,
+                    "init_pm_best": init_pm, "init_copy_best": 0.0, "init_icl": 0.0})
+    return pd.DataFrame(out)
+
+
+def verdicts(df, tmp_path, preset="quick"):
+    cfg = resolve_config(InductionHeadsConfig, preset, {})
+    return {v.claim_id: v for v in InductionHeads().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+def test_passing_table_is_reproduced(tmp_path):
+    v = verdicts(rows(), tmp_path)
+    assert {v[c].outcome for c in ("prefix-matching-head", "phase-change", "copying")} == {"reproduced"}
+    assert v["phase-change"].value == pytest.approx(50 / 3000) and v["phase-change"].null_passed is False
+
+
+def test_failing_table_is_not_reproduced(tmp_path):
+    v = verdicts(rows(pm=0.45, copy=0.2), tmp_path)
+    assert v["prefix-matching-head"].outcome == "not reproduced" and v["copying"].outcome == "not reproduced"
+    # no head crosses 0.5: the phase-change events never occur (t_pm missing) -> not reproduced
+    v = verdicts(rows(t_pm=(500, None, 550)), tmp_path)
+    assert v["phase-change"].outcome == "not reproduced"
+    v = verdicts(rows(t_pm=(500, 1600, 550)), tmp_path)  # one seed's head forms 950 steps after the drop
+    assert v["phase-change"].outcome == "not reproduced"
+
+
+def test_gated_null_passing_and_few_seeds_are_inconclusive(tmp_path):
+    v = verdicts(rows(late=2.0), tmp_path)  # did not learn to use the context: gate fails
+    assert {v[c].outcome for c in ("prefix-matching-head", "phase-change", "copying")} == {"inconclusive"}
+    v = verdicts(rows(one_pm=0.7), tmp_path)  # a 1-layer head that prefix-matches: the rule cannot tell
+    assert v["prefix-matching-head"].outcome == "inconclusive" and v["prefix-matching-head"].null_passed
+    v = verdicts(rows(one_tpm=(400, 500, 600), one_ticl=(420, 480, 610)), tmp_path)
+    assert v["phase-change"].outcome == "inconclusive"
+    v = verdicts(rows(init_copy=0.9), tmp_path)
+    assert v["copying"].outcome == "inconclusive"
+    v = verdicts(rows(n=2), tmp_path)
+    assert v["prefix-matching-head"].outcome == "inconclusive"
+
+
+def test_bad_config_is_a_named_error():
+    with pytest.raises(ConfigError, match="seq_len"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"seq_len": 12, "seg_max": 8}))
+    with pytest.raises(ConfigError, match="seg_min"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"seg_min": 9, "seg_max": 8}))
+    with pytest.raises(ConfigError, match="d_model"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"d_model": 18, "n_heads": 4}))
+
+
+def test_smoke_run(tmp_path):
+    from lmsci.sweep import run_experiment
+
+    cfg = resolve_config(InductionHeadsConfig, "smoke", {"threads": 1})
+    run = run_experiment(InductionHeads(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
+    res = pd.read_csv(run.path / "results.csv")
+    assert (res["status"] == "ok").all() and set(res["n_layers"]) == {1, 2}
+    assert res["pm_best"].between(0, 1).all() and res["copy_best"].between(-1, 1).all()
+    assert (run.path / "figures" / "induction_heads.png").exists()
+    vs = {v.claim_id: v for v in run.verdicts()}
+    # the null arms are measured and do not meet the rules after 6 steps
+    assert vs["prefix-matching-head"].null_value is not None and vs["prefix-matching-head"].null_passed is False
+    assert vs["copying"].null_passed is False and vs["phase-change"].null_passed is False
+    assert res["late_final"].max() > 0.25 * math.log(cfg.n_tokens)  # untrained: the gate cannot pass
