@@ -310,96 +310,143 @@ def policy_attention(
         ConfigError: head counts incompatible, or positions of different lengths than the tensors.
     """
     b, h, nq, d = q.shape
-    hk, nk = k.shape[1], k.shape[2]
-    if h % hk:
-        raise ConfigError("n_kv_heads", hk, f"a divisor of n_heads={h}")
-    if q_pos.shape != (nq,) or k_pos.shape != (nk,):
-        raise ConfigError("positions", (tuple(q_pos.shape), tuple(k_pos.shape)), f"([{nq}], [{nk}])")
-    k = _repeat_kv(k, h // hk)
-    v = _repeat_kv(v, h // hk)
-    W, G, C = policy.window, policy.n_start, policy.ceiling
+    k, v = _expand_kv(q, k, v, q_pos, k_pos)
+    W, G = policy.window, policy.n_start
     B = policy.block
     out = q.new_empty(b, h, nq, d)
     n_g = int(torch.searchsorted(k_pos, torch.tensor(G, device=k_pos.device)).item()) if G else 0
     use_topk = policy.top_k > 0 and layer_idx >= policy.top_k_from_layer and top_k_query
     if stats is not None:
         stats.calls += 1
-    sinks = policy.kind == "attention_sinks"
-    c_sink = (policy.n_local - 1) if sinks else 0
     for s in range(0, nq, B):
         e = min(nq, s + B)
         qp = q_pos[s:e]
-        hi = int(torch.searchsorted(k_pos, qp[-1], right=True).item())
-        lo = 0 if W is None else int(torch.searchsorted(k_pos, qp[0] - W, right=True).item())
-        if model_window is not None:
-            lo = max(lo, int(torch.searchsorted(k_pos, qp[0] - model_window, right=True).item()))
-        if n_g > lo:
-            idx_parts = [(0, hi)]
-        else:
-            idx_parts = [(0, n_g), (lo, hi)] if n_g else [(lo, hi)]
+        idx_parts = _block_key_ranges(k_pos, qp, W, n_g, model_window)
         kb = torch.cat([k[:, :, a:z] for a, z in idx_parts], dim=2)
         vb = torch.cat([v[:, :, a:z] for a, z in idx_parts], dim=2)
         kp = torch.cat([k_pos[a:z] for a, z in idx_parts])
         qb = q[:, :, s:e]
         dist = qp[:, None] - kp[None, :]
-        logits = scorer.scores(qb, kb, qp, kp)
-        if stats is not None:
-            stats.score_elements += logits.numel()
-        valid = dist >= 0
-        if W is not None:
-            valid &= (dist < W) | (kp[None, :] < G)
-        if model_window is not None:
-            valid &= dist < model_window
-        if C is not None:
-            # keys at distance >= C form a prefix of the (ascending) key columns: score only those again
-            ncol = int(torch.searchsorted(kp, qp[-1] - C, right=True).item())
-            if ncol:
-                alt = scorer.scores(qb, kb[:, :, :ncol], torch.full_like(qp, C), torch.zeros_like(kp[:ncol]))
-                if stats is not None:
-                    stats.score_elements += alt.numel()
-                logits = torch.cat([torch.where(dist[:, :ncol] >= C, alt, logits[..., :ncol]), logits[..., ncol:]],
-                                   dim=-1)
-        if sinks and bool((qp > c_sink).any()) and n_g:
-            ns = min(n_g, kb.shape[2])
-            alt = scorer.scores(qb, kb[:, :, :ns], qp.clamp(max=c_sink), kp[:ns])
-            if stats is not None:
-                stats.score_elements += alt.numel()
-            logits = torch.cat([alt, logits[..., ns:]], dim=-1)
+        logits = _block_logits(scorer, policy, qb, kb, qp, kp, dist, n_g, stats)
+        valid = _visible(dist, kp, W, G, model_window)
         logits = logits.to(softmax_dtype).masked_fill(~valid, float("-inf"))
         extra = None
         if use_topk and e == nq:
-            # the last query re-attends to its top-k middle keys scored at distance d_mid
-            qi = q_pos[-1]
-            mid = (k_pos >= G) & (k_pos <= qi - W)
-            mid_idx = torch.nonzero(mid).flatten()
-            if mid_idx.numel():
-                kk = min(policy.top_k, mid_idx.numel())
-                km = k[:, :, mid_idx]
-                ml = scorer.scores(q[:, :, -1:], km, torch.tensor([policy.mid_distance], device=q.device),
-                                   torch.zeros_like(mid_idx)).to(softmax_dtype)  # [b,h,1,n_mid]
-                if stats is not None:
-                    stats.score_elements += ml.numel()
-                top_v, top_i = ml.topk(kk, dim=-1)  # [b,h,1,kk]
-                vm = v[:, :, mid_idx]
-                sel_v = torch.gather(vm, 2, top_i[:, :, 0, :, None].expand(-1, -1, -1, d))  # [b,h,kk,d]
-                extra = (top_v, sel_v, mid_idx[top_i])
-        if extra is None:
-            probs = torch.softmax(logits, dim=-1)
-            o = probs.to(vb.dtype) @ vb
-            if recorder is not None:
-                recorder(layer_idx, qp, kp, logits, probs)
-        else:
-            top_v, sel_v, _ = extra
-            o = torch.softmax(logits, dim=-1).to(vb.dtype) @ vb
-            last = torch.cat([logits[:, :, -1:], top_v], dim=-1)
-            pl = torch.softmax(last, dim=-1)
-            nkb = vb.shape[2]
-            o_last = pl[..., :nkb].to(vb.dtype) @ vb + pl[..., nkb:].to(vb.dtype) @ sel_v
-            o[:, :, -1:] = o_last
-            if recorder is not None:
-                recorder(layer_idx, qp, kp, logits, torch.softmax(logits, dim=-1))
+            extra = _top_k_extra(q, k, v, q_pos, k_pos, scorer, policy, softmax_dtype, stats)
+        o = _block_output(logits, vb, extra, recorder, layer_idx, qp, kp)
         out[:, :, s:e] = o.to(q.dtype)
     return out
+
+
+def _expand_kv(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    """Check head counts and position lengths; keys and values ``[batch, n_kv_heads, nk, d_head]`` repeated to
+    ``[batch, n_heads, nk, d_head]`` (grouped-query attention). Raises ConfigError as :func:`policy_attention`."""
+    h, nq = q.shape[1], q.shape[2]
+    hk, nk = k.shape[1], k.shape[2]
+    if h % hk:
+        raise ConfigError("n_kv_heads", hk, f"a divisor of n_heads={h}")
+    if q_pos.shape != (nq,) or k_pos.shape != (nk,):
+        raise ConfigError("positions", (tuple(q_pos.shape), tuple(k_pos.shape)), f"([{nq}], [{nk}])")
+    return _repeat_kv(k, h // hk), _repeat_kv(v, h // hk)
+
+
+def _block_key_ranges(k_pos: Tensor, qp: Tensor, W: int | None, n_g: int,
+                      model_window: int | None) -> list[tuple[int, int]]:
+    """The key index ranges a query block ``qp [nq_block]`` may see: the ``n_g`` starting keys and the keys from
+    the block's first query's window start (the policy's ``W`` and the model's own window) to its last query."""
+    hi = int(torch.searchsorted(k_pos, qp[-1], right=True).item())
+    lo = 0 if W is None else int(torch.searchsorted(k_pos, qp[0] - W, right=True).item())
+    if model_window is not None:
+        lo = max(lo, int(torch.searchsorted(k_pos, qp[0] - model_window, right=True).item()))
+    if n_g > lo:
+        return [(0, hi)]
+    return [(0, n_g), (lo, hi)] if n_g else [(lo, hi)]
+
+
+def _block_logits(scorer: Scorer, policy: AttentionPolicy, qb: Tensor, kb: Tensor, qp: Tensor, kp: Tensor,
+                  dist: Tensor, n_g: int, stats: AttentionStats | None) -> Tensor:
+    """Logits ``[batch, n_heads, nq_block, nk_block]`` of a block (unmasked): true distances, keys at distance
+    ``>= policy.ceiling`` re-scored at the ceiling (LM-Infinite), and for attention sinks the sink keys scored
+    with the query placed at most at the cache's last slot (StreamingLLM)."""
+    C = policy.ceiling
+    sinks = policy.kind == "attention_sinks"
+    c_sink = (policy.n_local - 1) if sinks else 0
+    logits = scorer.scores(qb, kb, qp, kp)
+    if stats is not None:
+        stats.score_elements += logits.numel()
+    if C is not None:
+        # keys at distance >= C form a prefix of the (ascending) key columns: score only those again
+        ncol = int(torch.searchsorted(kp, qp[-1] - C, right=True).item())
+        if ncol:
+            alt = scorer.scores(qb, kb[:, :, :ncol], torch.full_like(qp, C), torch.zeros_like(kp[:ncol]))
+            if stats is not None:
+                stats.score_elements += alt.numel()
+            logits = torch.cat([torch.where(dist[:, :ncol] >= C, alt, logits[..., :ncol]), logits[..., ncol:]],
+                               dim=-1)
+    if sinks and bool((qp > c_sink).any()) and n_g:
+        ns = min(n_g, kb.shape[2])
+        alt = scorer.scores(qb, kb[:, :, :ns], qp.clamp(max=c_sink), kp[:ns])
+        if stats is not None:
+            stats.score_elements += alt.numel()
+        logits = torch.cat([alt, logits[..., ns:]], dim=-1)
+    return logits
+
+
+def _visible(dist: Tensor, kp: Tensor, W: int | None, G: int, model_window: int | None) -> Tensor:
+    """``[nq_block, nk_block]`` bool: causal, inside the policy's window or a starting token, and inside the
+    model's own window."""
+    valid = dist >= 0
+    if W is not None:
+        valid &= (dist < W) | (kp[None, :] < G)
+    if model_window is not None:
+        valid &= dist < model_window
+    return valid
+
+
+def _top_k_extra(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, scorer: Scorer,
+                 policy: AttentionPolicy, softmax_dtype: torch.dtype,
+                 stats: AttentionStats | None) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The last query's top-k middle keys scored at distance ``policy.mid_distance`` (LM-Infinite Sec. 5.3):
+    ``(logits [b, h, 1, kk], values [b, h, kk, d_head], key indices [b, h, 1, kk])``, or None without middle
+    keys (keys at positions ``>= n_start`` and ``<= q_pos[-1] - window``)."""
+    W, G, d = policy.window, policy.n_start, q.shape[-1]
+    qi = q_pos[-1]
+    mid = (k_pos >= G) & (k_pos <= qi - W)
+    mid_idx = torch.nonzero(mid).flatten()
+    if not mid_idx.numel():
+        return None
+    kk = min(policy.top_k, mid_idx.numel())
+    km = k[:, :, mid_idx]
+    ml = scorer.scores(q[:, :, -1:], km, torch.tensor([policy.mid_distance], device=q.device),
+                       torch.zeros_like(mid_idx)).to(softmax_dtype)  # [b,h,1,n_mid]
+    if stats is not None:
+        stats.score_elements += ml.numel()
+    top_v, top_i = ml.topk(kk, dim=-1)  # [b,h,1,kk]
+    vm = v[:, :, mid_idx]
+    sel_v = torch.gather(vm, 2, top_i[:, :, 0, :, None].expand(-1, -1, -1, d))  # [b,h,kk,d]
+    return top_v, sel_v, mid_idx[top_i]
+
+
+def _block_output(logits: Tensor, vb: Tensor, extra: tuple[Tensor, Tensor, Tensor] | None,
+                  recorder: Recorder | None, layer_idx: int, qp: Tensor, kp: Tensor) -> Tensor:
+    """Softmax of the masked block logits ``[b, h, nq_block, nk_block]`` times the block values; with ``extra``
+    (:func:`_top_k_extra`) the last query row also attends to its top-k middle keys. Calls ``recorder``."""
+    if extra is None:
+        probs = torch.softmax(logits, dim=-1)
+        o = probs.to(vb.dtype) @ vb
+        if recorder is not None:
+            recorder(layer_idx, qp, kp, logits, probs)
+        return o
+    top_v, sel_v, _ = extra
+    o = torch.softmax(logits, dim=-1).to(vb.dtype) @ vb
+    last = torch.cat([logits[:, :, -1:], top_v], dim=-1)
+    pl = torch.softmax(last, dim=-1)
+    nkb = vb.shape[2]
+    o_last = pl[..., :nkb].to(vb.dtype) @ vb + pl[..., nkb:].to(vb.dtype) @ sel_v
+    o[:, :, -1:] = o_last
+    if recorder is not None:
+        recorder(layer_idx, qp, kp, logits, torch.softmax(logits, dim=-1))
+    return o
 
 
 def top_k_middle_keys(q_last: Tensor, k: Tensor, k_pos: Tensor, q_position: int, scorer: Scorer,
