@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -270,6 +272,15 @@ def test_smoke_end_to_end_null_arms_fail(tmp_path):
         assert v.null_passed is not True
     assert vs["attn-late-site"].null_passed is False  # one seed: no interval, the rule cannot hold
     assert vs["rome-edit"].null_passed is False  # the random-init GPT's edits are not specific
+    # the traced-site arm (issue 30 item 3): reported beside the last-token arm, on both models, not judged
+    site = {"site_token", "site_layer", "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity",
+            "null_site_token", "null_site_layer", "null_site_efficacy", "null_site_specificity"}
+    assert site <= set(res.columns)
+    n_sub = len(json.loads(res["site_aie_map"].iloc[0]))
+    assert 0 <= int(res["site_token"].iloc[0]) < n_sub and 0 <= int(res["site_layer"].iloc[0]) < cfg.model.n_layers
+    assert vs["rome-edit"].value == pytest.approx(float(res["efficacy"].iloc[0]))  # the claim stays the last token's
+    assert "ROME at the traced site" in (tmp_path / "ct" / "report.md").read_text()
+    assert (tmp_path / "ct" / "figures" / "rome_traced_site.png").exists()
 
 
 def test_fact_prompts_and_bad_facts():
@@ -288,3 +299,133 @@ def test_fact_prompts_and_bad_facts():
         fact_prompt(w, 0, "hometown", 0)
     with pytest.raises(ConfigError, match="template"):
         fact_prompt(w, 0, "birth_city", 99)
+
+
+# ---------------------------------------------------------------------------------------------- traced-site arm
+def _trace(ie: np.ndarray, subject: tuple[int, int]):
+    from lmsci.measure.causal_tracing import TraceResult
+
+    T = ie.shape[0]
+    return TraceResult(scores={"mlp": ie + 0.1}, high=0.9, low=0.1, answer=3, subject=subject, window={"mlp": 1},
+                       categories=token_categories(T, subject))
+
+
+def test_subject_token_aie_and_traced_site():
+    from lmsci.experiments.knowledge._causal_tracing_edits import traced_site
+    from lmsci.measure.causal_tracing import subject_token_aie
+
+    a = np.zeros((6, 3))
+    a[1, 2], a[2, 0], a[3, 1] = 0.4, 0.1, 0.2      # subject (1, 4): tokens 0..2 of the subject
+    b = np.zeros((5, 3))
+    b[2, 1], b[3, 2] = 0.3, 0.5                    # subject (2, 4): tokens 0..1
+    sub = subject_token_aie([_trace(a, (1, 4)), _trace(b, (2, 4))], "mlp")
+    assert sub.shape == (3, 3)
+    np.testing.assert_allclose(sub[0], [0.0, 0.15, 0.2])   # first subject token: both facts averaged
+    np.testing.assert_allclose(sub[1], [0.05, 0.0, 0.25])
+    np.testing.assert_allclose(sub[2], [0.0, 0.2, 0.0])    # only the 3-token subject has a third token
+    assert traced_site(sub) == (1, 2)
+    assert traced_site(np.array([[np.nan, 0.1], [0.3, np.nan]])) == (1, 0)  # NaN cells ignored
+    with pytest.raises(ValueError, match="finite"):
+        traced_site(np.full((2, 2), np.nan))
+    with pytest.raises(ConfigError, match="traces"):
+        subject_token_aie([], "mlp")
+
+
+def _site_setup():
+    from types import SimpleNamespace
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt
+    from lmsci.experiments.knowledge.common import make_model
+    from lmsci.experiments.registry import get
+    from lmsci.worlds.bios import BiosWorld
+
+    exp = get("causal-tracing")()
+    cfg = resolve_config(exp.Config, "smoke", [])
+    world = BiosWorld(cfg.n_people, seed=0)
+    model = make_model(world, cfg.model, cfg.seq_len, 0).eval()
+    docs = [world.bio(i, np.random.default_rng(i), fullname=True).ids for i in range(cfg.n_people)]
+    x = torch.full((len(docs), max(map(len, docs))), world.vocab.pad_id, dtype=torch.long)
+    for i, d in enumerate(docs):
+        x[i, :len(d)] = torch.as_tensor(d)
+    pool = [fact_prompt(world, i, "birth_city", 0) for i in range(2)]
+    return exp, cfg, world, model, SimpleNamespace(input_ids=x), pool, SimpleNamespace(seed=0, device="cpu")
+
+
+def _recording(monkeypatch):
+    import lmsci.experiments.knowledge._causal_tracing_edits as ed
+
+    calls, real = [], ed.compute_rome
+
+    def rec(model, layer, **kw):
+        calls.append({"layer": layer, "at": list(kw["subject_last"]), "kl": list(kw["kl_positions"]),
+                      "prompts": kw["prompts"], "kl_prompts": kw["kl_prompts"]})
+        return real(model, layer, **kw)
+
+    monkeypatch.setattr(ed, "compute_rome", rec)
+    return calls
+
+
+def test_site_arm_edits_at_the_traced_token_and_layer(monkeypatch):
+    """The traced-site arm locates the argmax (subject token, layer) of the MLP AIE over every subject token and
+    hands ROME that token's positions (rewriting prompts, prefixed copies, KL prompts) and that layer."""
+    exp, cfg, world, model, stream, pool, ctx = _site_setup()
+    calls = _recording(monkeypatch)
+    traces = []
+    for c in pool:
+        ie = np.zeros((len(c["prompt"]), cfg.model.n_layers))
+        ie[c["subject"][0] + 1, 1] = 0.5   # the fact is read at the second name token, layer 1
+        ie[c["subject"][1] - 1, 0] = 0.2   # less at the last name token
+        traces.append(_trace(ie, c["subject"]))
+    out = exp._site_arm(cfg, world, model, stream, pool, traces, ctx, np.random.default_rng(0), "site_")
+    assert (out["site_token"], out["site_layer"]) == (1, 1)
+    assert out["site_peak_aie"] == pytest.approx(0.5)
+    assert out["site_n_edits"] == len(calls) >= 1
+    facts = {tuple(c["prompt"]): c for c in pool}
+    for call in calls:
+        assert call["layer"] == 1
+        s, e = facts[tuple(call["prompts"][0])]["subject"]
+        for p, j in zip(call["prompts"], call["at"]):
+            assert j == len(p) - len(call["prompts"][0]) + s + 1   # the second name token, after any prefix
+        for q, j in zip(call["kl_prompts"], call["kl"]):
+            assert j == len(q) - (e - s) + 1                       # <bos> [prefix] NAME: its second token
+    assert json.loads(out["site_aie_map"])[1][1] == pytest.approx(0.5)
+
+
+def test_last_token_default_is_unchanged(monkeypatch):
+    """``rome_edits`` without an offset (the registered arm) edits at the last subject token as before the
+    traced-site arm existed, and an offset naming the last subject token is the same edit, bit for bit."""
+    from lmsci.experiments.knowledge._causal_tracing_edits import rome_edits
+
+    exp, cfg, world, model, stream, pool, ctx = _site_setup()
+    calls = _recording(monkeypatch)
+    default = rome_edits(cfg, world, model, stream, pool, 1, ctx, np.random.default_rng(5))
+    n_default = len(calls)
+    assert n_default == default["n_edits"] >= 1
+    facts = {tuple(c["prompt"]): c for c in pool}
+    for call in calls:
+        p0 = call["prompts"][0]
+        e = facts[tuple(p0)]["subject"][1]
+        assert call["at"] == [e - 1] + [e - 1 + len(p) - len(p0) for p in call["prompts"][1:]]
+        assert call["kl"] == [len(q) - 1 for q in call["kl_prompts"]]
+    n_sub = pool[0]["subject"][1] - pool[0]["subject"][0]
+    assert all(c["subject"][1] - c["subject"][0] == n_sub for c in pool)
+    last = rome_edits(cfg, world, model, stream, pool, 1, ctx, np.random.default_rng(5), offset=n_sub - 1)
+    assert calls[n_default:] == calls[:n_default]
+    np.testing.assert_equal(last, default)
+    beyond = rome_edits(cfg, world, model, stream, pool, 1, ctx, np.random.default_rng(5), offset=n_sub + 3)
+    np.testing.assert_equal(beyond, default)   # an offset past a subject's end is clipped to its last token
+    first = rome_edits(cfg, world, model, stream, pool, 1, ctx, np.random.default_rng(5), offset=0)
+    assert [c["at"][0] for c in calls[-n_default:]] == [facts[tuple(c["prompts"][0])]["subject"][0]
+                                                         for c in calls[-n_default:]]
+    assert first["n_edits"] == default["n_edits"]
+
+
+def test_site_arm_is_not_judged(tmp_path):
+    """The traced-site columns never enter a verdict: a perfect traced-site arm leaves a failing last-token edit
+    failing, and a failing one leaves a passing edit passing."""
+    ok = [0.05, 0.04, 0.06], [0.10, 0.12, 0.09]
+    for eff, site_eff, outcome in ((0.5, 1.0, "not reproduced"), (1.0, 0.0, "reproduced")):
+        t = _table(*ok, eff=eff).assign(site_efficacy=site_eff, site_specificity=1.0 - site_eff, site_token=0,
+                                        site_layer=1, null_site_efficacy=0.0, null_site_specificity=0.0)
+        assert _verdicts(t, tmp_path)["rome-edit"] == outcome

@@ -276,6 +276,30 @@ def average_by_category(traces: Sequence[TraceResult], kind: str, *, relative: b
         return np.where(cnt > 0, acc / np.maximum(cnt, 1), np.nan)
 
 
+def subject_token_aie(traces: Sequence[TraceResult], kind: str) -> np.ndarray:
+    """Average indirect effect per subject token, ``[max subject length, n_layers]``: row ``j`` is the IE of the
+    ``j``-th subject token (0 = the first) averaged over the facts whose subject has at least ``j + 1`` tokens
+    (NaN where none has). Unlike :func:`average_by_category` the middle subject tokens are not pooled, so the
+    argmax names one token position (where the causal trace puts the fact; Meng et al. 2022, arXiv 2202.05262,
+    Section 2.1, per-token traces of Figure 1).
+
+    Raises:
+        ConfigError: no trace. KeyError: ``kind`` was not traced.
+    """
+    if not traces:
+        raise ConfigError("traces", 0, "at least one TraceResult")
+    L = traces[0].scores[kind].shape[1]
+    n = max(tr.subject[1] - tr.subject[0] for tr in traces)
+    acc = np.zeros((n, L))
+    cnt = np.zeros((n, 1))
+    for tr in traces:
+        s, e = tr.subject
+        acc[:e - s] += tr.indirect_effect(kind)[s:e]
+        cnt[:e - s] += 1
+    with np.errstate(invalid="ignore"):
+        return np.where(cnt > 0, acc / np.maximum(cnt, 1), np.nan)
+
+
 def site_margin(aie: np.ndarray, category: str, layers: Sequence[int]) -> float:
     """How much the peak of an AIE map ``[len(CATEGORIES), n_layers]`` at (``category``, ``layers``) exceeds
     the largest AIE anywhere else: ``max(aie[cat, layers]) - max(aie[other cells])`` (> 0: the map's peak lies
@@ -299,4 +323,5 @@ def thirds(n_layers: int) -> tuple[list[int], list[int], list[int]]:
 
 
 __all__ = ["KINDS", "CATEGORIES", "NOISE_FACTOR", "TraceResult", "causal_trace", "embedding_std", "token_categories",
-           "average_by_category", "site_margin", "thirds", "hookable", "n_layers_of", "check_layer"]
+           "average_by_category", "subject_token_aie", "site_margin", "thirds", "hookable", "n_layers_of",
+           "check_layer"]

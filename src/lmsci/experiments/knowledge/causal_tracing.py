@@ -15,6 +15,10 @@ Causal tracing, the noise (3 x the subject embeddings' std) and the windows foll
 MLP trace peaks at the last subject token (locate, then edit), with ``C`` estimated on the training text and the
 key averaged over prompts prefixed by other people's biography sentences.
 
+A second ROME arm, reported and not judged (issue 30 item 3, a diagnosis; columns and report section ``site_*``):
+the same edits at the subject token and layer where the MLP AIE over every subject token peaks (the quick model
+reads its facts mainly from the first name tokens, so the last-token edit may act where the fact is not read).
+
 Null arm of every claim (measured in the same run, columns ``null_*``): the same GPT at its initialisation (same
 architecture and seed), which stores no fact: the same facts are traced on it with the same noise rule and windows
 (``mlp-early-site``, ``attn-late-site``: its margins), and the same edits are located on its MLP trace and applied
@@ -33,6 +37,7 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt, greedy_first, rome_edits, traced_site
 from lmsci.experiments.knowledge.common import (
     MEMORISED, ModelSpec, MemoriseFirstConfig, TrainSpec, bio_recall, check_model, make_model, pretraining_data,
     recall_checker, recall_gate, seed_summary, seed_values,
@@ -41,10 +46,9 @@ from lmsci.report import markdown_table
 from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.causal_tracing import (
-    CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, thirds,
+    CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, subject_token_aie,
+    thirds,
 )
-from lmsci.measure.grad_overlap import span_logprobs
-from lmsci.methods.rome import RomeHParams, compute_rome, edited, key_second_moment
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, TEMPLATES, BiosWorld
 
@@ -114,40 +118,6 @@ class CausalTracingConfig(MemoriseFirstConfig):
                   "memorise_check_people": 1000, "memorise_stop": None, "n_trace": 1000, "n_edits": 2000,
                   "window": 10, "cov_windows": 20_000, "v_steps": 20, "pipeline": "stream", "n_seeds": 3},
     }
-
-
-def fact_prompt(world: BiosWorld, i: int, attr: str, template: int) -> dict[str, Any]:
-    """``<bos> NAME <template prefix>`` of person ``i``'s ``attr`` sentence in template ``template``: the prompt
-    ids, the subject (name) range, the value's tokens.
-
-    Raises:
-        UnknownNameError: an attribute not in bioS. ConfigError: a person not in the world or a template out of range.
-    """
-    from lmsci.errors import ConfigError, UnknownNameError
-
-    if attr not in ATTRS:
-        raise UnknownNameError("attribute", attr, ATTRS)
-    if not 0 <= int(i) < world.n:
-        raise ConfigError("person", i, f"an index in [0, {world.n})")
-    if not 0 <= int(template) < len(TEMPLATES[attr]):
-        raise ConfigError("template", template, f"an index in [0, {len(TEMPLATES[attr])})")
-    j = ATTRS.index(attr)
-    order = [j] + [k for k in range(len(ATTRS)) if k != j]
-    doc = world.bio(int(i), templates=[template if k == j else 0 for k in range(len(ATTRS))], order=order,
-                    fullname=True)
-    vs, ve = doc.spans[attr][0]
-    return {"prompt": doc.ids[:vs], "subject": tuple(doc.spans["name"][0]), "value": doc.ids[vs:ve],
-            "person": int(i), "attr": attr, "template": int(template)}
-
-
-def _greedy_first(model, prompts: list[list[int]], device: str) -> np.ndarray:
-    import torch
-
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            out.append(int(model(torch.as_tensor(p, device=device)[None])[0, -1].argmax()))
-    return np.asarray(out)
 
 
 @register("causal-tracing")
@@ -222,8 +192,6 @@ class CausalTracing(Experiment):
         return [Point("trace", {})]
 
     def run_point(self, cfg: CausalTracingConfig, point: Point, ctx: PointContext) -> dict:
-        import torch
-
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         people = np.arange(cfg.n_people)
         stream, bios_fn = pretraining_data(world, pipeline=cfg.pipeline, exposures=cfg.exposures, seed=cfg.seed,
@@ -244,7 +212,7 @@ class CausalTracing(Experiment):
         # candidate facts: every (person, attr), a random template; the traced ones are those the model knows
         cands = [fact_prompt(world, int(i), a, int(rng.integers(len(TEMPLATES[a]))))
                  for i in rng.permutation(cfg.n_people) for a in cfg.attrs]
-        pred = _greedy_first(model, [c["prompt"] for c in cands], ctx.device)
+        pred = greedy_first(model, [c["prompt"] for c in cands], ctx.device)
         known = [c for c, p in zip(cands, pred) if p == c["value"][0]]
         pool = known if known else cands[:cfg.n_trace]  # an untrained (smoke) model knows nothing
         traced = pool[:cfg.n_trace]
@@ -276,7 +244,8 @@ class CausalTracing(Experiment):
         layer = self._locate(cfg, aie)
         row["edit_layer"] = layer
         rng_null = copy.deepcopy(rng)  # the null arm's edits draw the same new objects, prefixes and neighbours
-        row.update(self._edits(cfg, world, model, stream, pool, layer, ctx, rng))
+        rng_site, rng_null_site = copy.deepcopy(rng), copy.deepcopy(rng)  # and so do the traced-site arms
+        row.update(rome_edits(cfg, world, model, stream, pool, layer, ctx, rng))
         # the null arm: the same GPT at its initialisation (same architecture and seed: no fact stored), the same
         # facts traced with the same noise rule, then located and edited the same way
         null_model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device).eval()
@@ -292,91 +261,32 @@ class CausalTracing(Experiment):
                     "null_attn_margin": site_margin(aie0["attn"], "last", late)})
         layer0 = self._locate(cfg, aie0)
         row["null_edit_layer"] = layer0
-        row.update({f"null_{k}": v for k, v in self._edits(cfg, world, null_model, stream, pool, layer0, ctx,
+        row.update({f"null_{k}": v for k, v in rome_edits(cfg, world, null_model, stream, pool, layer0, ctx,
                                                              rng_null).items()})
+        # diagnosis (issue 30 item 3), not a claim: ROME at the subject token and layer where each model's trace
+        # puts the fact, on the same edits (copies of the same generator)
+        row.update(self._site_arm(cfg, world, model, stream, pool, traces, ctx, rng_site, "site_"))
+        row.update(self._site_arm(cfg, world, null_model, stream, pool, traces0, ctx, rng_null_site, "null_site_"))
         return row
+
+    def _site_arm(self, cfg: CausalTracingConfig, world: BiosWorld, model, stream, pool: list[dict], traces: list,
+                  ctx: PointContext, rng: np.random.Generator, prefix: str) -> dict[str, Any]:
+        """The traced-site arm (issue 30 item 3; a diagnosis, reported beside the registered last-token arm):
+        the (subject token, layer) of the largest MLP AIE over every subject token of ``traces``
+        (:func:`subject_token_aie`, :func:`traced_site`), and ROME there (:func:`rome_edits` with that offset and
+        layer). Columns ``{prefix}token`` (offset from the subject's first token), ``{prefix}layer``,
+        ``{prefix}peak_aie``, ``{prefix}aie_map`` (JSON ``[subject tokens][n_layers]``) and the edit scores."""
+        sub = subject_token_aie(traces, "mlp")
+        offset, layer = traced_site(sub)
+        out = {"token": offset, "layer": layer, "peak_aie": float(sub[offset, layer]),
+               "aie_map": json.dumps(np.where(np.isfinite(sub), sub, None).tolist()),
+               **rome_edits(cfg, world, model, stream, pool, layer, ctx, rng, offset=offset)}
+        return {prefix + k: v for k, v in out.items()}
 
     def _locate(self, cfg: CausalTracingConfig, aie: dict[str, np.ndarray]) -> int:
         """The edit layer: ``cfg.edit_layer``, else the layer of the MLP AIE peak at the last subject token."""
         ls = aie["mlp"][CATEGORIES.index("last subject")]
         return cfg.edit_layer if cfg.edit_layer is not None else int(np.nanargmax(np.nan_to_num(ls, nan=-np.inf)))
-
-    def _edits(self, cfg: CausalTracingConfig, world: BiosWorld, model, stream, pool: list[dict], layer: int,
-               ctx: PointContext, rng: np.random.Generator) -> dict[str, Any]:
-        import torch
-
-        if hasattr(stream, "input_ids"):
-            x = stream.input_ids[:cfg.cov_windows]
-        else:  # a streaming pipeline: its first batches
-            fn, g = stream.get_batch_fn(), torch.Generator().manual_seed(ctx.seed)
-            x = torch.cat([fn(k, g)[0] for k in range(-(-cfg.cov_windows // cfg.pretrain.batch_size))])
-        C = key_second_moment(model, layer, x, x != world.vocab.pad_id)
-        hp = RomeHParams(v_lr=cfg.v_lr, v_steps=cfg.v_steps, kl_factor=cfg.kl_factor,
-                         weight_decay=cfg.v_weight_decay, clamp_norm_factor=cfg.clamp_norm_factor)
-        seen: set[int] = set()
-        edits = []
-        for c in pool:
-            if c["person"] not in seen:
-                seen.add(c["person"])
-                edits.append(c)
-            if len(edits) >= cfg.n_edits:
-                break
-        eff, para, spec, spec0, gen, nll = [], [], [], [], [], []
-        bos = world.vocab.bos_id
-        for c in edits:
-            a, i = c["attr"], c["person"]
-            others = [j for j in range(cfg.n_people) if j != i]
-            # the new object: another person's value of the attribute whose first token differs
-            new = None
-            for j in rng.permutation(others):
-                v = fact_prompt(world, int(j), a, 0)["value"]
-                if v[0] != c["value"][0]:
-                    new = v
-                    break
-            if new is None:
-                continue
-            prefixes = []
-            for j in rng.permutation(others)[:cfg.n_prefixes]:
-                d = world.bio(int(j), rng, fullname=True)
-                cut = next(k for k in range(2, len(d.ids)) if world.vocab.itos[d.ids[k - 1]] == ".")
-                prefixes.append(d.ids[1:cut])
-            prompts = [c["prompt"]] + [[bos] + p + c["prompt"][1:] for p in prefixes]
-            s_last = [c["subject"][1] - 1] + [c["subject"][1] - 1 + len(p) for p in prefixes]
-            name = c["prompt"][c["subject"][0]:c["subject"][1]]
-            kl_prompts = [[bos] + name] + [[bos] + p + name for p in prefixes[:1]]
-            kl_pos = [len(q) - 1 for q in kl_prompts]
-            edit = compute_rome(model, layer, prompts=prompts, subject_last=s_last, target=new, cov=C,
-                                kl_prompts=kl_prompts, kl_positions=kl_pos, hparams=hp)
-            nll.append(edit.info["nll_end"])
-            paras = [fact_prompt(world, i, a, t) for t in range(len(TEMPLATES[a])) if t != c["template"]]
-            paras = [paras[k] for k in rng.permutation(len(paras))[:3]]
-            neigh = [fact_prompt(world, int(j), a, c["template"]) for j in rng.permutation(others)[:cfg.n_neighbours]]
-            neigh = [n for n in neigh if n["value"] != new]
-
-            def cmp(prompts_, a_vals, b_vals):
-                la = span_logprobs(model, [p + v for p, v in zip(prompts_, a_vals)],
-                                   [(len(p), len(p) + len(v)) for p, v in zip(prompts_, a_vals)])
-                lb = span_logprobs(model, [p + v for p, v in zip(prompts_, b_vals)],
-                                   [(len(p), len(p) + len(v)) for p, v in zip(prompts_, b_vals)])
-                return la > lb
-
-            spec0.append(float(np.mean(cmp([n["prompt"] for n in neigh], [n["value"] for n in neigh],
-                                           [new] * len(neigh)))) if neigh else np.nan)
-            with edited(model, edit):
-                eff.append(float(cmp([c["prompt"]], [new], [c["value"]])[0]))
-                para.append(float(np.mean(cmp([p["prompt"] for p in paras], [new] * len(paras),
-                                              [p["value"] for p in paras]))) if paras else np.nan)
-                spec.append(float(np.mean(cmp([n["prompt"] for n in neigh], [n["value"] for n in neigh],
-                                              [new] * len(neigh)))) if neigh else np.nan)
-                with torch.no_grad():
-                    out = model(torch.as_tensor(c["prompt"], device=ctx.device)[None])[0, -1].argmax()
-                gen.append(float(int(out) == new[0]))
-        return {"n_edits": len(eff), "efficacy": float(np.mean(eff)) if eff else np.nan,
-                "paraphrase": float(np.nanmean(para)) if para else np.nan,
-                "specificity": float(np.nanmean(spec)) if spec else np.nan,
-                "specificity_before": float(np.nanmean(spec0)) if spec0 else np.nan,
-                "edit_top1": float(np.mean(gen)) if gen else np.nan,
-                "v_nll_end": float(np.mean(nll)) if nll else np.nan}
 
     # ---- verdicts ------------------------------------------------------------------------------
     def verdicts(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
@@ -464,7 +374,37 @@ class CausalTracing(Experiment):
         return "\n".join(["## Per seed", "", markdown_table(results, None, cols=cols, float_format=".3f"),
                           f"Noise: {cfg.noise_factor} x the std of the subject embeddings (Meng et al.). MLP/attention "
                           f"window: {self.window(cfg)} layers. Margins: peak at the claimed site minus the largest AIE "
-                          "elsewhere (> 0: the map's maximum is at the claimed site).", ""])
+                          "elsewhere (> 0: the map's maximum is at the claimed site).", "",
+                          self._site_section(results)])
+
+    @staticmethod
+    def _site_section(results: pd.DataFrame) -> str:
+        """The traced-site arm beside the registered last-token arm (issue 30 item 3): a diagnosis, not judged."""
+        if "site_efficacy" not in results:
+            return ""
+        cols = [c for c in ("point", "edit_layer", "efficacy", "paraphrase", "specificity", "site_token", "site_layer",
+                            "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity",
+                            "site_specificity_before", "site_edit_top1", "site_v_nll_end", "null_site_token",
+                            "null_site_layer", "null_site_efficacy", "null_site_paraphrase", "null_site_specificity")
+                if c in results]
+        m = {c: float(np.nanmean(results[c].astype(float))) for c in ("efficacy", "paraphrase", "specificity",
+                                                                         "site_efficacy", "site_paraphrase",
+                                                                         "site_specificity", "null_site_efficacy",
+                                                                         "null_site_specificity")}
+        return "\n".join([
+            "## ROME at the traced site (diagnosis, not a registered claim)", "",
+            "The registered `rome-edit` arm edits at the last subject token, at the layer where the MLP AIE of that "
+            "token peaks. This second arm (issue 30 item 3) edits where the causal trace puts the fact: the subject "
+            "token and layer of the largest MLP AIE over every subject token (`site_token`: 0 = the first token of "
+            "the name), with the same edits (facts, new objects, prefixes, paraphrases, neighbours) and scores "
+            "(efficacy, paraphrase, neighbourhood specificity). The `null_site_*` columns do the same on the GPT at "
+            "its initialisation. It is not judged: it says whether the last-token arm fails because ROME is applied "
+            "where this model does not read the fact.", "",
+            markdown_table(results, None, cols=cols, float_format=".3f"),
+            f"Means over seeds: last-token arm efficacy {m['efficacy']:.3f}, paraphrase {m['paraphrase']:.3f}, "
+            f"specificity {m['specificity']:.3f}; traced-site arm efficacy {m['site_efficacy']:.3f}, paraphrase "
+            f"{m['site_paraphrase']:.3f}, specificity {m['site_specificity']:.3f}; random-init GPT at its traced "
+            f"site: efficacy {m['null_site_efficacy']:.3f}, specificity {m['null_site_specificity']:.3f}.", ""])
 
     def figures(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -500,4 +440,43 @@ class CausalTracing(Experiment):
         figs.append(save_figure(fig, run, "example_trace.png",
                                 "One fact's causal trace (seed 0): answer probability with one state (window) restored; "
                                 "* marks the corrupted subject tokens."))
+        if "site_aie_map" in results:
+            figs.append(self._site_figure(results, run))
         return figs
+
+    @staticmethod
+    def _site_figure(results: pd.DataFrame, run: RunDir) -> Figure:
+        """MLP AIE per subject token (mean over seeds; each seed's traced site marked) and both ROME arms' scores."""
+        import matplotlib.pyplot as plt
+
+        maps = [np.array([[np.nan if v is None else v for v in r] for r in json.loads(a)], dtype=float)
+                for a in results["site_aie_map"]]
+        n = max(m.shape[0] for m in maps)
+        arr = np.nanmean([np.pad(m, ((0, n - m.shape[0]), (0, 0)), constant_values=np.nan) for m in maps], axis=0)
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8))
+        im = ax.imshow(arr, cmap="Greens", aspect="auto")
+        ax.scatter(results["site_layer"], results["site_token"], marker="x", color="k", label="traced site (per seed)")
+        ax.scatter(results["edit_layer"], [n - 1] * len(results), marker="o", facecolors="none", edgecolors="r",
+                   label="last-token arm's layer")
+        ax.set_yticks(range(n), [f"subject token {j}" for j in range(n)], fontsize=7)
+        ax.set_xticks(range(arr.shape[1]))
+        ax.set_xlabel("layer (centre of the restored window)")
+        ax.set_title("MLP AIE per subject token")
+        ax.legend(fontsize=7, loc="lower right")
+        plt.colorbar(im, ax=ax, fraction=0.046)
+        arms = [("last token", ""), ("traced site", "site_"), ("null: last token", "null_"),
+                ("null: traced site", "null_site_")]
+        scores = ("efficacy", "paraphrase", "specificity")
+        for k, (label, pre) in enumerate(arms):
+            vals = [float(np.nanmean(results[pre + s].astype(float))) if pre + s in results else np.nan
+                    for s in scores]
+            bx.bar(np.arange(len(scores)) + (k - 1.5) * 0.2, vals, 0.2, label=label)
+        bx.set_xticks(range(len(scores)), scores)
+        bx.set_ylim(0, 1.05)
+        bx.set_title("ROME edits (mean over seeds)")
+        bx.legend(fontsize=7)
+        return save_figure(fig, run, "rome_traced_site.png",
+                           "Issue 30 item 3 (diagnosis, not a claim): left, the MLP AIE of each subject token by layer "
+                           "(x: each seed's traced site; o: the last-token arm's layer); right, efficacy, paraphrase "
+                           "and neighbourhood specificity of ROME at the last subject token and at the traced site, on "
+                           "the trained GPT and on its initialisation.")
