@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from lmsci.config import resolve_config
-from lmsci.experiments.steering.lm_steer import ATTRS, LMSteerConfig, LMSteerExperiment, matched_gains
+from lmsci.experiments.steering._lm_steer_run import matched_gains
+from lmsci.experiments.steering.lm_steer import ATTRS, LMSteerConfig, LMSteerExperiment
 
 GRID = [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 

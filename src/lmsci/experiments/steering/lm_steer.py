@@ -54,28 +54,20 @@ The Shakespeare claims are not measured at the paper preset and are registered f
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-from typing import Any
-
-import numpy as np
 import pandas as pd
-import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
+from lmsci.claims import Claim, Gate, Verdict, not_measured
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.steering import lm_steer_detox
-from lmsci.experiments.steering.lm_steer_detox import mean_curve, nan_stat, random_like
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.stats import wilson_interval
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.registry import register
-from lmsci.measure import text_scores as ts
-from lmsci.runs import RunDir, derive_seed, resolve_device
+from lmsci.experiments.steering import _lm_steer_figures, _lm_steer_run, lm_steer_detox
+from lmsci.experiments.steering._lm_steer_verdicts import ATTRS, shakespeare_verdicts
+from lmsci.runs import RunDir, resolve_device
 
-ATTRS = ("sentiment", "genre")
+__all__ = ["ATTRS", "LMSteerConfig", "LMSteerExperiment"]
+
 SRC = "Han et al., 'Word Embeddings Are Steers for Language Models', ACL 2024, arXiv 2305.12798"
 
 
@@ -409,141 +401,11 @@ class LMSteerExperiment(Experiment):
     def groups(self, cfg: LMSteerConfig, points: list[Point]) -> list[list[Point]]:
         return [points] if points else []  # the language models are trained once for all seeds of W
 
-    # ------------------------------------------------------------------------------------------ data
-    def _data(self, cfg: LMSteerConfig, tok) -> dict[str, Any]:
-        from lmsci.worlds import shakespeare as sh
-
-        works = sh.load_works()
-        scorer, steer = sh.split_plays_by_genre(works, ("comedy", "tragedy"), cfg.scorer_fraction,
-                                                cfg.play_split_seed)
-        rng = np.random.default_rng(derive_seed(cfg.seed, "lines"))
-
-        def lines(ws):
-            out = []
-            for w in ws:
-                y = int(sh.genre_of(w.name) == "comedy")
-                ls = sh.dialogue_lines(w, cfg.min_words, cfg.max_words)
-                if cfg.lines_per_play is not None and len(ls) > cfg.lines_per_play:
-                    ls = [ls[i] for i in sorted(rng.permutation(len(ls))[: cfg.lines_per_play])]
-                out += [(ln, y, w.name) for ln in ls]
-            return out
-
-        steer_lines, scorer_lines = lines(steer), lines(scorer)
-
-        def pick(items, n, what):
-            if len(items) < n:
-                raise ConfigError("n_train_lines", n, f"<= {len(items)} ({what})")
-            return [items[i] for i in rng.permutation(len(items))[:n]]
-
-        # sentiment: VADER-labelled lines of the steer plays
-        comp = ts.vader_compound([s for s, _, _ in steer_lines])
-        pos = [s for (s, _, _), c in zip(steer_lines, comp) if c >= cfg.vader_threshold]
-        neg = [s for (s, _, _), c in zip(steer_lines, comp) if c <= -cfg.vader_threshold]
-        n = cfg.n_train_lines
-        sent = [(s, 1.0) for s in pick(pos, n, "positive lines")] + [(s, -1.0) for s in pick(neg, n, "negative lines")]
-        com = [s for s, y, _ in steer_lines if y == 1]
-        tra = [s for s, y, _ in steer_lines if y == 0]
-        genre = [(s, 1.0) for s in pick(com, n, "comedy lines")] + [(s, -1.0) for s in pick(tra, n, "tragedy lines")]
-        # genre classifier on the scorer plays; accuracy on the steer plays (never seen by it)
-        clf = ts.fit_text_classifier([s for s, _, _ in scorer_lines], [y for _, y, _ in scorer_lines], C=cfg.clf_C,
-                                     seed=cfg.seed)
-        acc = ts.classifier_accuracy(clf, [s for s, _, _ in steer_lines], [y for _, y, _ in steer_lines])
-        # prompts: neutral lines of the scorer plays, half comedies and half tragedies
-        sc_comp = ts.vader_compound([s for s, _, _ in scorer_lines])
-        prompts = []
-        for y in (1, 0):
-            cand = [s for (s, g, _), c in zip(scorer_lines, sc_comp) if g == y and c == 0.0]
-            cand = [ids for ids in (tok.encode("\n" + s) for s in (cand[i] for i in rng.permutation(len(cand))))
-                    if len(ids) > cfg.prompt_tokens][: cfg.n_prompts // 2]
-            prompts += [ids[: cfg.prompt_tokens] for ids in cand]
-        # highlighting lines: labelled lines of the scorer plays
-        hl = []
-        for lab, sel in ((1, sc_comp >= cfg.vader_threshold), (-1, sc_comp <= -cfg.vader_threshold)):
-            cand = [s for (s, _, _), m in zip(scorer_lines, sel) if m and len(s.split()) >= cfg.highlight_min_words]
-            hl += [(s, lab) for s in pick(cand, min(cfg.n_highlight_lines, len(cand)), "highlight lines")]
-        return {"sentiment": sent, "genre": genre, "clf": clf, "clf_acc": acc, "clf_n": len(steer_lines),
-                "prompts": torch.tensor(prompts, dtype=torch.long), "highlight": hl,
-                "steer_plays": [w.name for w in steer], "scorer_plays": [w.name for w in scorer]}
-
-    # ------------------------------------------------------------------------------------------ measuring
-    def _evaluate(self, cfg, model, steer, values, prompts, seed, tok, clf, fluency) -> dict[str, Any]:
-        """Generate ``n_samples`` continuations per prompt with ``steer`` at ``values`` and score them."""
-        from lmsci.methods.steering import generate
-
-        dev = next(model.parameters()).device
-        x = prompts.to(dev).repeat_interleave(cfg.n_samples, 0)  # [n_prompts * n_samples, P]
-        g = torch.Generator(device=dev).manual_seed(seed)
-        out = generate(model, x, steer, values, cfg.gen_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                       generator=g)
-        gen = out[:, x.shape[1]:]
-        texts = [tok.decode(r) for r in gen.cpu().tolist()]
-        ppl = ts.conditional_perplexity(fluency, x, gen)
-        per_prompt = [texts[i:i + cfg.n_samples] for i in range(0, len(texts), cfg.n_samples)]
-        res = {"sentiment": float(ts.vader_compound(texts).mean()), "genre": float(ts.classifier_score(clf, texts).mean()),
-               "ppl": ts.mean_perplexity(ppl), **ts.mean_distinct(per_prompt)}
-        res["_texts"] = texts
-        return res
-
-    def _highlight(self, cfg, model, steer, lines, tok, seed) -> dict[str, float]:
-        from lmsci.methods import lm_steer as lm
-
-        lex = ts.vader_lexicon()
-        rng = np.random.default_rng(seed)
-        hit_h = n_h = hit_r = n_r = 0
-        examples = []
-        for line, lab in lines:
-            text = "\n" + line  # as the line stands in the corpus, so its first word is predicted too
-            ids = tok.encode(text)
-            if len(ids) < 3:
-                continue
-            up, down = {"attr": 1.0}, {"attr": -1.0}
-            spans = lm.highlight(model, steer, torch.tensor(ids), up if lab > 0 else down, down if lab > 0 else up,
-                                 n_spans=cfg.highlight_spans, max_len=cfg.highlight_max_len).spans
-            if not spans:
-                continue
-            starts = [len(tok.decode(ids[:i])) for i in range(len(ids) + 1)]
-            cs = [(starts[a], starts[b]) for a, b in spans]
-            h, n = ts.lexicon_fraction(ts.span_words(text, cs), lex)
-            hit_h, n_h = hit_h + h, n_h + n
-            for _ in range(cfg.random_draws):
-                rs = ts.random_spans(len(ids) - 1, [b - a for a, b in spans], rng)  # over the scored tokens 1..T-1
-                h, n = ts.lexicon_fraction(ts.span_words(text, [(starts[a + 1], starts[b + 1]) for a, b in rs]), lex)
-                hit_r, n_r = hit_r + h / cfg.random_draws, n_r + n / cfg.random_draws
-            if len(examples) < 6:
-                examples.append({"text": line, "label": lab, "spans": [text[a:b].strip() for a, b in cs]})
-        return {"highlight_enrichment": ts.enrichment(hit_h, n_h, hit_r, n_r),
-                "highlight_frac": hit_h / n_h if n_h else float("nan"),
-                "highlight_random_frac": hit_r / n_r if n_r else float("nan"),
-                "highlight_words": n_h, "_examples": examples}
-
-    def _probe(self, cfg, model, steer, tok) -> dict[str, Any]:
-        """SVD probe over the whole-word tokens (a leading space, then >= 3 letters: the authors' demo filters to
-        English words; sub-word pieces and byte tokens whose embeddings training never moved would otherwise fill
-        the extremes); the base rate is the lexicon fraction of the same candidate set."""
-        from lmsci.methods import lm_steer as lm
-
-        lex = ts.vader_lexicon()
-        vocab = [tok.decode([i]) for i in range(tok.vocab_size)]
-        cand = [i for i, t in enumerate(vocab) if t.startswith(" ") and t[1:].isalpha() and len(t) >= 4]
-        base = ts.token_lexicon_hits([vocab[i] for i in cand], lex)
-        E = lm.output_embeddings(model)[torch.tensor(cand, device=lm.output_embeddings(model).device)]
-        dirs = lm.svd_probe(steer, E, "attr", k=cfg.probe_dims, n_tokens=cfg.probe_top)
-        toks, listing = [], []
-        for d in dirs:
-            top, bot = [cand[i] for i in d.top_ids], [cand[i] for i in d.bottom_ids]
-            toks += top + bot
-            listing.append({"sigma": d.singular_value, "top": [vocab[i].strip() for i in top][:10],
-                            "bottom": [vocab[i].strip() for i in bot][:10]})
-        hits = ts.token_lexicon_hits([vocab[i] for i in toks], lex)
-        return {"probe_enrichment": ts.enrichment(float(hits.sum()), len(hits), float(base.sum()), len(base)),
-                "probe_frac": float(hits.mean()), "probe_base_rate": float(base.mean()),
-                "probe_candidates": len(cand), "_probe": listing}
-
     # ------------------------------------------------------------------------------------------ run
     def run_group(self, cfg: LMSteerConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        from lmsci.methods import lm_steer as lm
-        from lmsci.methods.steering import ActAdd, LogitOffset
-        from lmsci.train.corpus_lm import train_corpus_gpt
+        """Train the language models once, prepare the attribute data, then measure every seed of W (one point
+        each) through the phases of :mod:`lmsci.experiments.steering._lm_steer_run`; at the paper preset, the
+        detoxification setting (:func:`lm_steer_detox.run`)."""
         from lmsci.worlds import shakespeare as sh
 
         if cfg.preset == "paper":
@@ -551,455 +413,31 @@ class LMSteerExperiment(Experiment):
         device = resolve_device(cfg.device)
         corpus = sh.prepare("bpe", cfg.vocab_size)
         tok = corpus.tokenizer
-        val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
-        log0 = ctxs[0].log
-
-        def lm_train(role, d, L, H, steps, lr):
-            return train_corpus_gpt(sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), val,
-                                    corpus.vocab_size, d_model=d, n_layers=L, n_heads=H, seq_len=cfg.seq_len,
-                                    steps=steps, batch_size=cfg.batch_size, lr=lr, device=device,
-                                    seed=derive_seed(cfg.seed, "lm", role), log=lambda r: log0(model=role, **r))
-
-        A, stA = lm_train("A", cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.steps, cfg.lr)
-        F, stF = lm_train("fluency", cfg.flu_d_model, cfg.flu_n_layers, cfg.flu_n_heads, cfg.flu_steps, cfg.flu_lr)
-        if cfg.transfer_target == "seed":
-            B, stB = lm_train("B", cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.steps, cfg.lr)
-        else:
-            B, stB = F, stF
+        lms = _lm_steer_run.train_language_models(cfg, corpus, device, ctxs[0].log)
         base = sh.ngram_baselines(corpus.train_ids, corpus.val_ids, corpus.vocab_size)
-        data = self._data(cfg, tok)
-        prompts, clf = data["prompts"], data["clf"]
-        common = {"val_nll_A": stA["val_nll"], "val_nll_B": stB["val_nll"], "transfer_target": cfg.transfer_target, "val_nll_fluency": stF["val_nll"],
-                  "bigram_nll": base["bigram_nll"], "unigram_nll": base["unigram_nll"],
-                  "clf_acc": data["clf_acc"], "clf_acc_lo": wilson_interval(data["clf_acc"], data["clf_n"])[0],
-                  "clf_n": data["clf_n"], "n_prompts": int(prompts.shape[0]),
-                  "steer_plays": ";".join(data["steer_plays"]), "scorer_plays": ";".join(data["scorer_plays"]),
-                  "vocab_size": corpus.vocab_size}
-        S = cfg.steer_value
-        rows = []
-        for point, ctx in zip(points, ctxs):
-            gseed = derive_seed(ctx.seed, "gen")
-            row: dict[str, Any] = dict(common)
-            texts: dict[str, list[str]] = {}
-
-            flat = {"none", "comp_+", "comp_-"} | {f"{a}_{v:+g}" for a in ATTRS for v in (S, -S)}
-
-            def ev(name, model, steer, values, _row=row, _texts=texts):
-                r = self._evaluate(cfg, model, steer, values, prompts, gseed, tok, clf, F)
-                _texts[name] = r.pop("_texts")
-                if name in flat:  # the rest is kept in the curves / baselines JSON columns
-                    for k, v in r.items():
-                        _row[f"{name}__{k}"] = v
-                return r
-
-            steers = {}
-            for attr in ATTRS:
-                items = data[attr]
-                st = lm.train_steer(A, ["\n" + s for s, _ in items], [y for _, y in items], rank=cfg.rank,
-                                    epsilon=cfg.epsilon, init_std=cfg.init_std, lr=cfg.steer_lr,
-                                    steps=cfg.steer_steps, batch_size=cfg.steer_batch, l2=cfg.l2,
-                                    seed=derive_seed(ctx.seed, "steer", attr), tokenizer=tok)
-                steers[attr] = st
-                row[f"{attr}_train_loss_first"] = float(np.mean(st.history[:10]))
-                row[f"{attr}_train_loss_last"] = float(np.mean(st.history[-10:]))
-            none = ev("none", A, None, None)
-            curves = {}
-            for attr in ATTRS:
-                curve = []
-                for v in cfg.steer_grid:
-                    r = ev(f"{attr}_{v:+g}", A, steers[attr], {"attr": v})
-                    curve.append({"s": v, **r})
-                curves[attr] = curve
-                at = {c["s"]: c for c in curve}
-                row[f"{attr}_gain_pos"] = at[S][attr] - none[attr]
-                row[f"{attr}_gain_neg"] = none[attr] - at[-S][attr]
-                row[f"{attr}_spearman"] = ts.spearman([c["s"] for c in curve], [c[attr] for c in curve])
-                row[f"{attr}_ppl_increase"] = at[S]["ppl"] - none["ppl"]
-            row["curves"] = json.dumps(curves)
-            # the null arm: a random W of the same norm per attribute (dummy kept), through the same measurements
-            rsteers = {a: random_like(steers[a], derive_seed(ctx.seed, "null", a)) for a in ATTRS}
-            null_curves = {}
-            for attr in ATTRS:
-                curve = []
-                for v, real in zip(cfg.steer_grid, curves[attr]):
-                    # at steer value 0 only the (kept) dummy acts: the real arm's generations, reused
-                    r = dict(real) if v == 0 else {"s": v, **ev(f"null_{attr}_{v:+g}", A, rsteers[attr], {"attr": v})}
-                    curve.append(r)
-                null_curves[attr] = curve
-                at = {c["s"]: c for c in curve}
-                row[f"null_{attr}_gain_pos"] = at[S][attr] - none[attr]
-                row[f"null_{attr}_gain_neg"] = none[attr] - at[-S][attr]
-            row["null_curves"] = json.dumps(null_curves)
-            # composition: the two steers summed
-            both = lm.LMSteer.combine([steers["sentiment"], steers["genre"]], prefixes=("sentiment.", "genre."))
-            ret = {a: [] for a in ATTRS}
-            for sign in (1, -1):
-                r = ev(f"comp_{'+' if sign > 0 else '-'}", A, both, {"sentiment.attr": sign * S, "genre.attr": sign * S})
-                for a in ATTRS:
-                    single = sign * (curves_at(curves, a, sign * S)[a] - none[a])
-                    comp = sign * (r[a] - none[a])
-                    row[f"comp_{a}_{'pos' if sign > 0 else 'neg'}_gain"] = comp
-                    ret[a].append(comp / single if single > 0 else float("nan"))
-            for a in ATTRS:
-                row[f"comp_{a}_retention"] = nan_stat(np.mean, ret[a])
-            # null: attribute a's steer replaced by its random W in the sum (the other steer kept)
-            for a in ATTRS:
-                parts = [rsteers[b] if b == a else steers[b] for b in ATTRS]
-                both0 = lm.LMSteer.combine(parts, prefixes=tuple(f"{b}." for b in ATTRS))
-                rets = []
-                for sign in (1, -1):
-                    r = ev(f"null_comp_{a}_{'+' if sign > 0 else '-'}", A, both0,
-                           {f"{b}.attr": sign * S for b in ATTRS})
-                    single = sign * (curves_at(curves, a, sign * S)[a] - none[a])
-                    rets.append(sign * (r[a] - none[a]) / single if single > 0 else float("nan"))
-                row[f"null_comp_{a}_retention"] = nan_stat(np.mean, rets)
-            # transfer A -> B
-            for attr in ATTRS:
-                moved, emap = lm.transfer_steer(steers[attr], A, B, seed=derive_seed(ctx.seed, "map", attr))
-                rp = ev(f"transfer_{attr}_+", B, moved, {"attr": S})
-                rm = ev(f"transfer_{attr}_-", B, moved, {"attr": -S})
-                spread_A = curves_at(curves, attr, S)[attr] - curves_at(curves, attr, -S)[attr]
-                row[f"transfer_{attr}_spread_B"] = rp[attr] - rm[attr]
-                row[f"transfer_{attr}_spread_A"] = spread_A
-                row[f"transfer_{attr}_retention"] = (rp[attr] - rm[attr]) / spread_A if spread_A > 0 else float("nan")
-                row[f"transfer_{attr}_map_error"] = float(emap.heldout_error)
-                # null: the random W of the same norm, carried to B by the same map
-                moved0 = emap.map_steer(rsteers[attr])
-                rp0 = ev(f"null_transfer_{attr}_+", B, moved0, {"attr": S})
-                rm0 = ev(f"null_transfer_{attr}_-", B, moved0, {"attr": -S})
-                row[f"null_transfer_{attr}_spread_B"] = rp0[attr] - rm0[attr]
-                row[f"null_transfer_{attr}_retention"] = ((rp0[attr] - rm0[attr]) / spread_A if spread_A > 0
-                                                          else float("nan"))
-            # highlighting and probe (sentiment steer)
-            hl = self._highlight(cfg, A, steers["sentiment"], data["highlight"], tok, derive_seed(ctx.seed, "spans"))
-            pr = self._probe(cfg, A, steers["sentiment"], tok)
-            row.update({k: v for k, v in {**hl, **pr}.items() if not k.startswith("_")})
-            # null: the same highlighting and probe with the sentiment steer's random W of the same norm
-            hl0 = self._highlight(cfg, A, rsteers["sentiment"], data["highlight"], tok, derive_seed(ctx.seed, "spans"))
-            pr0 = self._probe(cfg, A, rsteers["sentiment"], tok)
-            row.update({f"null_{k}": v for k, v in {**hl0, **pr0}.items() if not k.startswith("_")})
-            # baselines: same loss, same sentiment data, swept over steer values
-            sent = data["sentiment"]
-            base_rows = {"lm_steer": [{"s": c["s"], "ppl": c["ppl"], "sentiment": c["sentiment"]}
-                                      for c in curves["sentiment"] if c["s"] > 0]}
-            n_base = cfg.n_seeds if cfg.baseline_seeds is None else cfg.baseline_seeds
-            for b in (cfg.baselines if point.seed_index < n_base else []):
-                st = (LogitOffset(corpus.vocab_size, ("attr",)) if b == "logit_offset"
-                      else ActAdd(cfg.d_model, cfg.n_layers // 2 if cfg.n_layers > 1 else 0, ("attr",)))
-                st = lm.train_steer(A, ["\n" + s for s, _ in sent], [y for _, y in sent], steer=st, lr=cfg.steer_lr,
-                                    steps=cfg.steer_steps, batch_size=cfg.steer_batch, l2=cfg.l2,
-                                    seed=derive_seed(ctx.seed, "steer", b), tokenizer=tok)
-                base_rows[b] = []
-                for v in cfg.baseline_grid:
-                    r = ev(f"{b}_{v:+g}", A, st, {"attr": v})
-                    base_rows[b].append({"s": v, "ppl": r["ppl"], "sentiment": r["sentiment"]})
-            row["baselines"] = json.dumps({"none": {"ppl": none["ppl"], "sentiment": none["sentiment"]}, **base_rows})
-            matched = matched_gains(base_rows, none, S)
-            row.update({f"matched_{k}": v for k, v in matched.items()})
-            # artifacts: generations and highlighting examples
-            (ctx.artifact_dir / "generations.json").write_text(json.dumps(
-                {k: v[: 3 * cfg.n_samples] for k, v in texts.items()}, indent=1))
-            (ctx.artifact_dir / "interpret.json").write_text(json.dumps(
-                {"highlight": hl["_examples"], "probe": pr["_probe"]}, indent=1))
-            rows.append(row)
-        return rows
+        data = _lm_steer_run.prepare_data(cfg, tok)
+        common = _lm_steer_run.shared_columns(cfg, corpus, lms, base, data)
+        return [_lm_steer_run.run_seed(cfg, point, ctx, lms, data, common, tok, corpus.vocab_size)
+                for point, ctx in zip(points, ctxs)]
 
     # ------------------------------------------------------------------------------------------ verdicts
-    def _gates(self, r0: pd.Series) -> dict[str, tuple[Any, bool]]:
-        return {"lm-learned": ({"val_nll": float(r0["val_nll_A"]), "unigram_nll": float(r0["unigram_nll"]),
-                                "bigram_nll": float(r0["bigram_nll"])},
-                               bool(float(r0["val_nll_A"]) <= float(r0["unigram_nll"]) - 1.0)),
-                "genre-classifier": ({"accuracy": float(r0["clf_acc"]), "wilson_lo": float(r0["clf_acc_lo"]),
-                                      "n_lines": int(r0["clf_n"])}, bool(float(r0["clf_acc_lo"]) > 0.5)),
-                "fluency-lm": ({"val_nll_fluency": float(r0["val_nll_fluency"]), "val_nll_A": float(r0["val_nll_A"])},
-                               bool(float(r0["val_nll_fluency"]) < float(r0["val_nll_A"])))}
-
     def verdicts(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+        """Every claim's verdict in claim order: the Shakespeare claims
+        (:mod:`lmsci.experiments.steering._lm_steer_verdicts`, not measured at the paper preset) and the
+        detoxification claims (:func:`lm_steer_detox.verdicts`, not measured outside it)."""
         res = results.sort_values("seed_index") if "seed_index" in results else results
         detox = lm_steer_detox.verdicts(self, cfg, res)
         if "curves" not in res:  # the paper preset's detoxification rows
             why = "measured on the Shakespeare GPTs (smoke, quick, gpu); the paper preset runs the detoxification setting"
             return [not_measured(c, cfg.preset, why) for c in self.claims
                     if c.id not in lm_steer_detox.CLAIMS] + detox
-        return self._shakespeare_verdicts(cfg, res) + detox
-
-    def _shakespeare_verdicts(self, cfg: LMSteerConfig, res: pd.DataFrame) -> list[Verdict]:
-        r0 = res.iloc[0]
-        G = self._gates(r0)
-
-        def gates_for(cid):
-            return {g.id: G[g.id] for g in self.get_claim(cid).gates}
-
-        def col(name):
-            return [float(v) for v in res[name]]
-
-        def has(*names):
-            return all(n in res for n in names)
-
-        out = []
-        # steering
-        stats = {f"{a}_{d}": across_seeds(col(f"{a}_gain_{d}")) for a in ATTRS for d in ("pos", "neg")}
-        G["single-steer-gains"] = ({k: [st.lo, st.hi] for k, st in stats.items()},
-                                   bool(all(np.isfinite(st.lo) and st.lo > 0 for st in stats.values())))
-        worst = min(stats, key=lambda k: stats[k].mean)
-        null: tuple[Any, bool | None] = (None, None)
-        null_details: dict[str, Any] = {}
-        if has(*(f"null_{a}_gain_{d}" for a in ATTRS for d in ("pos", "neg"))):
-            nstats = {f"{a}_{d}": across_seeds(col(f"null_{a}_gain_{d}")) for a in ATTRS for d in ("pos", "neg")}
-            nw = min(nstats, key=lambda k: nstats[k].mean)
-            null = (nstats[nw].mean, bool(all(np.isfinite(st.lo) and st.lo > 0 for st in nstats.values())))
-            null_details = {"null_random_W": {k: {"mean": st.mean, "ci": [st.lo, st.hi]} for k, st in nstats.items()}}
-        out.append(self.judge(cfg, "steering", value=stats[worst].mean, passed=all(s.lo > 0 for s in stats.values()),
-                              ci=stats[worst].ci, ci_kind=stats[worst].kind, n_seeds=stats[worst].n,
-                              gates=gates_for("steering"), null=null,
-                              details={k: {"mean": s.mean, "ci": [s.lo, s.hi], "per_seed": col(f"{k.rsplit('_', 1)[0]}_gain_"
-                                                                                              f"{k.rsplit('_', 1)[1]}")}
-                                       for k, s in stats.items()} | {"smallest": worst} | null_details,
-                              note="sentiment in VADER compound units, genre in P(comedy) units"))
-        # continuous
-        curves = [json.loads(c) for c in res["curves"]]
-        vals, cd = _continuous_stats(curves)
-        mean_curves, rho, ppl_rho = cd["mean_curves"], cd["spearman_score"], cd["spearman_abs_ppl"]
-        ok = None if any(not np.isfinite(v) for v in vals) else all(v >= 0.9 for v in vals)
-        per_seed_min = [min(ts.spearman([c["s"] for c in cv[a]], [c[a] for c in cv[a]]) for a in ATTRS) for cv in curves]
-        null, null_details = (None, None), {}
-        if has("null_curves"):
-            nv, nd = _continuous_stats([json.loads(c) for c in res["null_curves"]])
-            # a constant curve (NaN Spearman) does not meet the rule
-            null = (nan_stat(np.min, nv), bool(all(np.isfinite(v) and v >= 0.9 for v in nv)))
-            null_details = {"null_random_W": nd}
-        out.append(self.judge(cfg, "continuous", value=nan_stat(np.min, vals), passed=ok, n_seeds=len(res),
-                              ci=(nan_stat(np.min, per_seed_min), nan_stat(np.max, per_seed_min)),
-                              ci_kind="range across seeds of the per-seed smallest attribute Spearman",
-                              gates=gates_for("continuous"), why_not_computed="" if ok is not None else "a constant curve",
-                              null=null,
-                              details={"spearman_score": rho, "spearman_abs_ppl": ppl_rho, "mean_curves": mean_curves,
-                                       **null_details}))
-        # compositional
-        cs = {a: across_seeds(col(f"comp_{a}_retention")) if np.isfinite(col(f"comp_{a}_retention")).any() else None
-              for a in ATTRS}
-        if any(v is None for v in cs.values()):
-            out.append(self.judge(cfg, "compositional", value=None, passed=None, gates=gates_for("compositional"),
-                                  why_not_computed="a single-steer gain was not positive in any seed, so retention "
-                                                   "is undefined"))
-        else:
-            w = min(ATTRS, key=lambda a: cs[a].mean)
-            null, nd = (None, None), {}
-            if has(*(f"null_comp_{a}_retention" for a in ATTRS)):
-                # a retention undefined in every seed (NaN) does not meet the rule
-                nm = {a: nan_stat(np.mean, col(f"null_comp_{a}_retention")) for a in ATTRS}
-                null = (nan_stat(np.min, list(nm.values())), bool(all(np.isfinite(v) and v >= 0.6 for v in nm.values())))
-                nd = {"null_random_W": {a: {"mean": nm[a], "per_seed": col(f"null_comp_{a}_retention")} for a in ATTRS}}
-            out.append(self.judge(cfg, "compositional", value=cs[w].mean, passed=all(s.mean >= 0.6 for s in cs.values()),
-                                  ci=cs[w].ci, ci_kind=cs[w].kind, n_seeds=cs[w].n, gates=gates_for("compositional"),
-                                  null=null,
-                                  details={a: {"mean": s.mean, "ci": [s.lo, s.hi], "per_seed": col(f"comp_{a}_retention")}
-                                           for a, s in cs.items()} | nd, note=_weak_gain_note(stats)))
-        # transfer
-        tr = {a: col(f"transfer_{a}_retention") for a in ATTRS}
-        if any(not np.isfinite(v).any() for v in tr.values()):
-            out.append(self.judge(cfg, "transfer", value=None, passed=None, gates=gates_for("transfer"),
-                                  why_not_computed="the steer's spread on A was not positive, so retention is undefined"))
-        else:
-            ts_ = {a: across_seeds(tr[a]) for a in ATTRS}
-            sp = {a: across_seeds(col(f"transfer_{a}_spread_B")) for a in ATTRS}
-            w = min(ATTRS, key=lambda a: ts_[a].mean)
-            null, nd = (None, None), {}
-            if has(*(f"null_transfer_{a}_{c}" for a in ATTRS for c in ("retention", "spread_B"))):
-                nm = {a: nan_stat(np.mean, col(f"null_transfer_{a}_retention")) for a in ATTRS}
-                nsp = {a: across_seeds(col(f"null_transfer_{a}_spread_B")) for a in ATTRS}
-                null = (nan_stat(np.min, list(nm.values())),
-                        bool(all(np.isfinite(nm[a]) and nm[a] >= 0.3 and nsp[a].lo > 0 for a in ATTRS)))
-                nd = {"null_random_W": {a: {"retention": col(f"null_transfer_{a}_retention"),
-                                            "spread_B_ci": [nsp[a].lo, nsp[a].hi]} for a in ATTRS}}
-            out.append(self.judge(cfg, "transfer", value=ts_[w].mean,
-                                  passed=all(ts_[a].mean >= 0.3 and sp[a].lo > 0 for a in ATTRS),
-                                  ci=ts_[w].ci, ci_kind=ts_[w].kind, n_seeds=ts_[w].n, gates=gates_for("transfer"),
-                                  null=null,
-                                  details={a: {"retention": tr[a], "spread_B_ci": [sp[a].lo, sp[a].hi],
-                                               "map_heldout_rel_error": col(f"transfer_{a}_map_error")}
-                                           for a in ATTRS} | nd, note=_weak_gain_note(stats)))
-        # highlighting and probe
-        for cid, name, thr in (("highlighting", "highlight_enrichment", 2.0), ("probe", "probe_enrichment", 3.0)):
-            v = col(name)
-            if not np.isfinite(v).any():
-                out.append(self.judge(cfg, cid, value=None, passed=None, gates=gates_for(cid),
-                                      why_not_computed="no lexicon word in the reference spans / vocabulary"))
-                continue
-            s = across_seeds(v)
-            null, nd = (None, None), {}
-            if has("null_" + name):
-                nv = col("null_" + name)
-                if np.isfinite(nv).any():
-                    ns = across_seeds(nv)
-                    null = (ns.mean, bool(ns.mean >= thr and ns.lo > 1))
-                    nd = {"null_random_W": {"per_seed": nv, "ci": [ns.lo, ns.hi]}}
-                else:  # no lexicon word in the null arm's spans / extremes: an enrichment of 0, below the rule
-                    null = (0.0, False)
-                    nd = {"null_random_W": {"per_seed": nv}}
-            out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean >= thr and s.lo > 1), ci=s.ci,
-                                  ci_kind=s.kind, n_seeds=s.n, gates=gates_for(cid), null=null,
-                                  details={"per_seed": v} | nd))
-        out.append(self._vs_baselines(cfg, res, gates_for("vs-baselines")))
-        return out
-
-    def _vs_baselines(self, cfg: LMSteerConfig, res: pd.DataFrame, gates: dict) -> Verdict:
-        """The ablation: LM-Steer's sentiment gain minus each baseline's at LM-Steer's perplexity increase, across
-        the seeds whose baselines were trained."""
-        m = {k[len("matched_"):]: [float(x) for x in res[k]] for k in res.columns if k.startswith("matched_")}
-        names = [b for b in cfg.baselines if b in m]
-        details: dict[str, Any] = {k: {"mean": nan_stat(np.mean, v) if np.isfinite(v).any() else None, "per_seed": v}
-                                   for k, v in m.items()}
-        lm_gain = m.get("lm_steer", [float("nan")])
-        if not names:
-            return self.judge(cfg, "vs-baselines", value=None, passed=None, gates=gates,
-                              why_not_computed="no baseline was trained", details=details)
-        # a seed counts where both gains are defined (a baseline whose sweep does not reach LM-Steer's perplexity
-        # increase has no gain there); fewer than min_seeds such seeds make the ablation inconclusive
-        diffs = {b: [x - y for x, y in zip(lm_gain, m[b]) if np.isfinite(x) and np.isfinite(y)] for b in names}
-        empty = [b for b in names if not diffs[b]]
-        if empty:
-            return self.judge(cfg, "vs-baselines", value=None, passed=None, gates=gates, details=details,
-                              why_not_computed=f"the perplexity sweep of {', '.join(empty)} does not reach "
-                                               "LM-Steer's perplexity increase in any seed")
-        n = min(len(d) for d in diffs.values())
-        st = {b: across_seeds(diffs[b]) for b in names}
-        w = min(names, key=lambda b: st[b].mean)
-        details["lm_steer_minus"] = {b: {"mean": st[b].mean, "ci": [st[b].lo, st[b].hi], "per_seed": diffs[b]}
-                                     for b in names}
-        return self.judge(cfg, "vs-baselines", value=st[w].mean, passed=bool(all(st[b].mean >= 0 for b in names)),
-                          ci=st[w].ci, ci_kind=st[w].kind + f" (LM-Steer - {w})", n_seeds=n, gates=gates,
-                          details=details)
+        return shakespeare_verdicts(self, cfg, res) + detox
 
     # ------------------------------------------------------------------------------------------ report
     def figures(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        import matplotlib.pyplot as plt
-
-        if "curves" not in results:
-            return lm_steer_detox.figures(results, run)
-        curves = [json.loads(c) for c in results["curves"]]
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, a in zip(axes, ATTRS):
-            mc = mean_curve([c[a] for c in curves])
-            ax.plot(mc["s"], mc[a], "o-", color="C0", label="steered (dummy steer at 1)")
-            for cv in curves:  # each seed of W, faint
-                ax.plot([c["s"] for c in cv[a]], [c[a] for c in cv[a]], "-", color="C0", alpha=0.25, lw=0.8)
-            if f"none__{a}" in results:
-                ax.axhline(float(results[f"none__{a}"].astype(float).mean()), ls=":", color="k", label="no steer")
-            ax.legend(fontsize=8, loc="upper left")
-            ax.set_xlabel("steer value (units of eps0)")
-            ax.set_ylabel("mean VADER compound" if a == "sentiment" else "mean classifier P(comedy)", color="C0")
-            ax2 = ax.twinx()
-            ax2.plot(mc["s"], mc["ppl"], "s--", color="C3")
-            ax2.set_ylabel("perplexity under the fluency GPT", color="C3")
-            ax.set_title(f"{a} steer (mean of {len(curves)} seed{'s' if len(curves) > 1 else ''} of W)")
-            ax.grid(alpha=0.3)
-        fig.tight_layout()
-        return [save_figure(fig, run, "tradeoff.png", "Attribute score (left axis) and fluency perplexity (right axis) "
-                            "against the steer value: the continuous control trade-off", dpi=110)]
+        """The trade-off figure (see :mod:`lmsci.experiments.steering._lm_steer_figures`)."""
+        return _lm_steer_figures.figures(cfg, results, run)
 
     def report_sections(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> str:
-        r = results.sort_values("seed_index").iloc[0] if "seed_index" in results else results.iloc[0]
-        if "curves" not in results:
-            return lm_steer_detox.report_section(results, run)
-        lines = ["## Measurements (seed 0 of W)\n", "| quantity | value |", "|---|---|",
-                 f"| validation NLL A / B / fluency GPT (nats/token) | {r['val_nll_A']:.3f} / {r['val_nll_B']:.3f} / "
-                 f"{r['val_nll_fluency']:.3f} |",
-                 f"| bigram / unigram NLL | {r['bigram_nll']:.3f} / {r['unigram_nll']:.3f} |",
-                 f"| genre classifier accuracy on unseen plays | {r['clf_acc']:.3f} (Wilson lower {r['clf_acc_lo']:.3f}, "
-                 f"{int(r['clf_n'])} lines) |"]
-        for key, label in (("none", "no steer"), (f"sentiment_{cfg.steer_value:+g}", "sentiment +5"),
-                           (f"sentiment_{-cfg.steer_value:+g}", "sentiment -5"), (f"genre_{cfg.steer_value:+g}", "genre +5"),
-                           (f"genre_{-cfg.steer_value:+g}", "genre -5"), ("comp_+", "sentiment+genre (+5,+5)"),
-                           ("comp_-", "sentiment+genre (-5,-5)")):
-            if f"{key}__sentiment" in r:
-                lines.append(f"| {label}: sentiment / P(comedy) / ppl / dist-1,2,3 | {r[f'{key}__sentiment']:.3f} / "
-                             f"{r[f'{key}__genre']:.3f} / {r[f'{key}__ppl']:.1f} / {r[f'{key}__dist_1']:.2f}, "
-                             f"{r[f'{key}__dist_2']:.2f}, {r[f'{key}__dist_3']:.2f} |")
-        if "null_sentiment_gain_pos" in r:
-            lines.append("| null arm (random W of the same norm): gains sentiment +/-, genre +/- | "
-                         + " / ".join(f"{float(r[f'null_{a}_gain_{d}']):.3f}" for a in ATTRS for d in ("pos", "neg"))
-                         + " |")
-            lines.append(f"| highlighting / probe enrichment: steer vs null arm | {float(r['highlight_enrichment']):.2f}"
-                         f" vs {float(r['null_highlight_enrichment']):.2f} / {float(r['probe_enrichment']):.2f} vs "
-                         f"{float(r['null_probe_enrichment']):.2f} |")
-        lines.append(f"\nSteer plays: {str(r['steer_plays']).replace(';', ', ')}. Scorer plays (classifier, prompts, "
-                     f"highlighting): {str(r['scorer_plays']).replace(';', ', ')}.\n")
-        if "baselines" in r:
-            b = json.loads(r["baselines"])
-            lines += ["## LM-Steer vs baselines (sentiment, seed 0)\n", "| method | steer value | ppl | sentiment |",
-                      "|---|---|---|---|", f"| none | - | {b['none']['ppl']:.1f} | {b['none']['sentiment']:.3f} |"]
-            for k, v in b.items():
-                if k != "none":
-                    lines += [f"| {k} | {e['s']:g} | {e['ppl']:.1f} | {e['sentiment']:.3f} |" for e in v]
-            lines.append("")
-        p = run.path / "points" / str(r["point"]) / "interpret.json"
-        if p.exists():
-            it = json.loads(p.read_text())
-            lines.append("## Keyword highlighting (sentiment steer, held-out lines; highlighted spans in bold)\n")
-            for e in it["highlight"]:
-                t = e["text"]
-                for s in e["spans"]:
-                    if s.strip():
-                        t = t.replace(s, f"**{s.strip()}** " if s.endswith(" ") else f"**{s.strip()}**", 1)
-                lines.append(f"- ({'+' if e['label'] > 0 else '-'}) {t}")
-            lines.append("\n## SVD probe (sentiment W): top / bottom tokens per singular direction\n")
-            for i, d in enumerate(it["probe"]):
-                lines.append(f"- direction {i + 1}: top `{' '.join(d['top'])}` / bottom `{' '.join(d['bottom'])}`")
-            lines.append("")
-        g = run.path / "points" / str(r["point"]) / "generations.json"
-        if g.exists():
-            gen = json.loads(g.read_text())
-            lines.append("## Sample continuations (first prompt)\n")
-            for key in ("none", f"sentiment_{cfg.steer_value:+g}", f"sentiment_{-cfg.steer_value:+g}",
-                        f"genre_{cfg.steer_value:+g}", f"genre_{-cfg.steer_value:+g}"):
-                if key in gen:
-                    lines.append(f"- {key}: " + " | ".join(repr(t) for t in gen[key][:3]))
-        return "\n".join(lines)
-
-
-def _weak_gain_note(stats: dict) -> str:
-    """A caveat naming the single-steer gains whose 95% CI across seeds reaches 0: a retention ratio over such a
-    small denominator is unstable (it can exceed 1 or change sign)."""
-    weak = [k for k, st in stats.items() if st.lo <= 0]
-    return ("" if not weak else "single-steer gains whose CI across seeds reaches 0 (" + ", ".join(weak) + "): the "
-            "retention ratios of these attributes divide by a gain not distinguishable from 0 and are unstable")
-
-
-def _continuous_stats(curves: list[dict]) -> tuple[list[float], dict[str, Any]]:
-    """The continuous claim's three Spearman correlations on the seed-averaged curves (one dict per seed:
-    attribute -> curve), and the details: the mean curves and the correlations by name."""
-    mean_curves = {a: mean_curve([c[a] for c in curves]) for a in ATTRS}
-    rho = {a: ts.spearman(mean_curves[a]["s"], mean_curves[a][a]) for a in ATTRS}
-    ppl_rho = {}
-    for a in ATTRS:
-        s, p = np.asarray(mean_curves[a]["s"]), np.asarray(mean_curves[a]["ppl"])
-        mags = sorted({abs(v) for v in s})
-        ppl_rho[a] = ts.spearman(mags, [float(p[np.abs(s) == m].mean()) for m in mags])
-    vals = [rho["sentiment"], rho["genre"], nan_stat(np.mean, list(ppl_rho.values()))]
-    return vals, {"spearman_score": rho, "spearman_abs_ppl": ppl_rho, "mean_curves": mean_curves}
-
-
-def curves_at(curves: dict, attr: str, s: float) -> dict:
-    """The point of ``attr``'s curve at steer value ``s``."""
-    return next(c for c in curves[attr] if c["s"] == s)
-
-
-def matched_gains(base_rows: dict[str, list[dict]], none: dict, S: float) -> dict[str, float]:
-    """Sentiment gain of each method at LM-Steer's perplexity increase at steer value ``S``.
-
-    LM-Steer's target is ``ppl(S) - ppl(none)``; each method's (ppl increase, gain) sweep is interpolated linearly
-    in the perplexity increase (sorted); NaN when the target lies outside a method's measured range.
-    """
-    lm_pts = {e["s"]: e for e in base_rows["lm_steer"]}
-    target = lm_pts[S]["ppl"] - none["ppl"]
-    out = {"ppl_increase": target, "lm_steer": lm_pts[S]["sentiment"] - none["sentiment"]}
-    for k, pts in base_rows.items():
-        if k == "lm_steer":
-            continue
-        xs = np.array([e["ppl"] - none["ppl"] for e in pts])
-        ys = np.array([e["sentiment"] - none["sentiment"] for e in pts])
-        o = np.argsort(xs)
-        xs, ys = xs[o], ys[o]
-        out[k] = float(np.interp(target, xs, ys)) if len(xs) and xs[0] <= target <= xs[-1] else float("nan")
-    return out
+        """Measurements, baselines, highlighting and probe (see ``_lm_steer_figures.report_sections``)."""
+        return _lm_steer_figures.report_sections(cfg, results, run)

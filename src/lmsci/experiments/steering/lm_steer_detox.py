@@ -33,7 +33,7 @@ Dist-1/2/3. The trained steer and each finished steer value are stored under the
 an interrupted run resumes without redoing them.
 
 Null arm of both claims (``detox``, ``detox-tradeoff``), in the same run: the trained steer's W replaced by a random
-W of the same Frobenius norm and rank (:func:`lmsci.experiments.steering.lm_steer.random_like`, the dummy steer kept), scored
+W of the same Frobenius norm and rank (:func:`random_like`, the dummy steer kept), scored
 the same way at every nonzero steer value of ``detox_grid`` with the same prompts and sampling seed (columns
 ``null_detox_*``): it carries no toxicity direction by construction, so a reduction it shows comes from perturbing
 the model, not from the steer (for example degraded text the classifier scores as less toxic).
