@@ -139,6 +139,7 @@ class SuiteResult:
 
     @property
     def errors(self) -> pd.DataFrame:
+        """The error rows of ``table`` (outcome ``error``: an experiment that failed, had no such preset or was not run)."""
         return self.table[self.table["outcome"] == ERROR]
 
 
@@ -166,6 +167,138 @@ def _finished(run: RunDir, exp: Any, cfg: Any) -> bool:
         return {p.id for p in exp.seeded_points(cfg)} <= run.finished_ids()
     except LmsciError:
         return False
+
+
+def _suite_overrides(overrides: Sequence[str] | dict[str, Any], device: str | None,
+                     seeds: str | Sequence[int] | None, jobs: int, budget: float | None, backend: Any,
+                     update: str | Path | None) -> tuple[dict[str, Any], list[int] | None]:
+    """The overrides every experiment gets (``device`` included) and the master seeds, after checking
+    :func:`run_suite`'s arguments (before any work).
+
+    Raises:
+        ConfigError: ``preset`` in the overrides, both ``seeds`` and ``seed=``, ``jobs < 1``, ``budget <= 0``,
+            ``jobs > 1`` with a cluster backend, a pilot seed with ``update``, or a device that is not there.
+    """
+    ov = dict(overrides) if isinstance(overrides, dict) else parse_overrides(list(overrides))
+    if "preset" in ov:
+        raise ConfigError("preset", ov["preset"], "set with --preset, not --set")
+    if device is not None:
+        ov["device"] = device
+    seed_list = parse_seeds(seeds)
+    if seed_list is not None and "seed" in ov:
+        raise ConfigError("seed", ov["seed"], "either --seeds or --set seed=..., not both")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError("--jobs", jobs, "an integer >= 1")
+    if budget is not None and not budget > 0:
+        raise ConfigError("--budget", budget, "seconds > 0")
+    if jobs > 1 and backend is not None and getattr(backend, "name", "local") != "local":
+        raise ConfigError("--jobs", jobs, "1 with a cluster backend (the cluster schedules the points)")
+    if update is not None and int(ov.get("seed", 0)) >= PILOT_SEED_MIN:
+        raise ConfigError("seed", ov["seed"], f"a published seed below {PILOT_SEED_MIN:,} (pilots are never published)")
+    if "device" in ov:
+        resolve = backend.resolve_device if backend is not None and backend.is_open else resolve_device
+        resolve(str(ov["device"]))  # ConfigError for cuda without CUDA (here or on the cluster), before any work
+    return ov, seed_list
+
+
+def _open_suite_dir(path: Path, preset: str, ov: dict[str, Any], seed_list: list[int] | None) -> dict[str, Any]:
+    """Create (or reopen, to resume) the suite directory ``path`` and write its ``suite.json``; returns the state.
+
+    Raises:
+        RunDirError: ``path`` is a file, or holds a suite at another preset, overrides or master seeds.
+    """
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--out {path} is an existing file, not a suite directory")
+    state = _state(path)
+    if state and (state.get("preset") != preset or state.get("overrides", {}) != _jsonable_ov(ov)):
+        raise RunDirError(f"{path} holds a suite at preset {state.get('preset')!r} with overrides "
+                          f"{state.get('overrides')}; rerun with the same --preset/--set/--device to resume, "
+                          "or choose another --out")
+    path.mkdir(parents=True, exist_ok=True)
+    if state and seed_list is not None and state.get("seeds") not in (None, seed_list):
+        raise RunDirError(f"{path} holds a suite at master seeds {state.get('seeds')}; rerun with the same --seeds "
+                          "to resume, or choose another --out")
+    state = {"preset": preset, "overrides": _jsonable_ov(ov), "experiments": state.get("experiments", {}),
+             **({"seeds": seed_list} if seed_list is not None else {})}
+    _save_state(path, state)
+    return state
+
+
+def _plan(names: list[str], seed_list: list[int] | None, preset: str,
+          ov: dict[str, Any]) -> list[tuple[str, str, Any, Any, str | None]]:
+    """Every run's configuration first, so a bad override is reported before any experiment runs:
+    ``(name, run name, experiment, config or None, error or None)`` per experiment and master seed.
+
+    Raises:
+        UnknownNameError: an unknown name other than a missing preset (which becomes an error row).
+    """
+    from lmsci.experiments.registry import get
+
+    plan: list[tuple[str, str, Any, Any, str | None]] = []
+    for name in names:
+        cls = get(name)
+        for k, sd in enumerate(seed_list or [None]):
+            run_name = name if sd is None else seed_run_name(name, sd, k == 0)
+            ov_k = ov if sd is None else {**ov, "seed": sd}
+            try:
+                plan.append((name, run_name, cls(), resolve_config(cls.Config, preset, ov_k), None))
+            except UnknownNameError as e:
+                if e.field != "preset":
+                    raise
+                plan.append((name, run_name, cls(), None,
+                             f"no {preset!r} preset (has: {', '.join(cls.Config.PRESETS)})"))
+            except ConfigError as e:
+                plan.append((name, run_name, cls(), None, str(e)))
+    return plan
+
+
+def _todo(plan: list, path: Path, state: dict[str, Any], result: SuiteResult, log: Callable[[str], None]) -> list:
+    """The runs still to compute, ``(i, name, run name, experiment, config)``; finished runs are recorded as
+    skipped and configuration errors as error rows (both saved in ``suite.json``)."""
+    todo = []
+    for i, (name, run_name, exp, cfg, err) in enumerate(plan, 1):
+        rec = state["experiments"].setdefault(run_name, {"wall_s": 0.0})
+        run = RunDir(path / run_name)
+        if err is None and _finished(run, exp, cfg):
+            log(f"[{i}/{len(plan)}] {run_name}: finished earlier, skipped")
+            result.skipped.append(run_name)
+            rec["error"] = None
+            _save_state(path, state)
+            continue
+        if err is not None:
+            rec["error"] = err
+            log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
+            _save_state(path, state)
+            continue
+        todo.append((i, name, run_name, exp, cfg))
+    return todo
+
+
+def _run_serial(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: SuiteResult,
+                over_budget: Callable[[], bool], log: Callable[[str], None], progress: bool, backend: Any) -> None:
+    """Run ``todo`` one after another in this process; an :class:`LmsciError` becomes the run's error, the
+    wall seconds (s) add up across resumes, and a run the budget leaves out is recorded as not run."""
+    from lmsci.sweep import run_experiment
+
+    for i, name, run_name, exp, cfg in todo:
+        rec = state["experiments"][run_name]
+        if over_budget():
+            rec["error"] = NOT_RUN_BUDGET
+            _save_state(path, state)
+            continue
+        log(f"[{i}/{n_plan}] {run_name} ({preset})")
+        t0 = time.perf_counter()
+        err = None
+        try:
+            run_experiment(exp, cfg, path / run_name, progress=progress, log=log, backend=backend)
+            result.ran.append(run_name)
+        except LmsciError as e:
+            err = f"{type(e).__name__}: {e}"
+        rec["wall_s"] = round(float(rec.get("wall_s") or 0.0) + time.perf_counter() - t0, 3)
+        rec["error"] = err
+        if err:
+            log(f"[{i}/{n_plan}] {run_name}: error: {err}")
+        _save_state(path, state)
 
 
 def run_suite(
@@ -216,107 +349,24 @@ def run_suite(
         ConfigError: an override or device that is not allowed (``cuda`` without CUDA).
         RunDirError: ``out`` is a file or holds a suite at another preset; ``compare`` has no claims table.
     """
-    from lmsci.experiments.registry import get
-    from lmsci.sweep import run_experiment
-
     if preset not in ALL_PRESET_NAMES:
         raise UnknownNameError("preset", preset, ALL_PRESET_NAMES)
     names = suite_names(only)
-    ov = dict(overrides) if isinstance(overrides, dict) else parse_overrides(list(overrides))
-    if "preset" in ov:
-        raise ConfigError("preset", ov["preset"], "set with --preset, not --set")
-    if device is not None:
-        ov["device"] = device
-    seed_list = parse_seeds(seeds)
-    if seed_list is not None and "seed" in ov:
-        raise ConfigError("seed", ov["seed"], "either --seeds or --set seed=..., not both")
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ConfigError("--jobs", jobs, "an integer >= 1")
-    if budget is not None and not budget > 0:
-        raise ConfigError("--budget", budget, "seconds > 0")
-    if jobs > 1 and backend is not None and getattr(backend, "name", "local") != "local":
-        raise ConfigError("--jobs", jobs, "1 with a cluster backend (the cluster schedules the points)")
-    if update is not None and int(ov.get("seed", 0)) >= PILOT_SEED_MIN:
-        raise ConfigError("seed", ov["seed"], f"a published seed below {PILOT_SEED_MIN:,} (pilots are never published)")
-    if "device" in ov:
-        resolve = backend.resolve_device if backend is not None and backend.is_open else resolve_device
-        resolve(str(ov["device"]))  # ConfigError for cuda without CUDA (here or on the cluster), before any work
+    ov, seed_list = _suite_overrides(overrides, device, seeds, jobs, budget, backend, update)
     earlier = load_claims_table(compare) if compare is not None else None
     path = Path(out) if out is not None else default_suite_out(preset)
-    if path.exists() and not path.is_dir():
-        raise RunDirError(f"--out {path} is an existing file, not a suite directory")
-    state = _state(path)
-    if state and (state.get("preset") != preset or state.get("overrides", {}) != _jsonable_ov(ov)):
-        raise RunDirError(f"{path} holds a suite at preset {state.get('preset')!r} with overrides "
-                          f"{state.get('overrides')}; rerun with the same --preset/--set/--device to resume, "
-                          "or choose another --out")
-    path.mkdir(parents=True, exist_ok=True)
-    if state and seed_list is not None and state.get("seeds") not in (None, seed_list):
-        raise RunDirError(f"{path} holds a suite at master seeds {state.get('seeds')}; rerun with the same --seeds "
-                          "to resume, or choose another --out")
-    state = {"preset": preset, "overrides": _jsonable_ov(ov), "experiments": state.get("experiments", {}),
-             **({"seeds": seed_list} if seed_list is not None else {})}
-    _save_state(path, state)
-
-    # every configuration first: a bad override is reported before any experiment runs
-    plan: list[tuple[str, str, Any, Any, str | None]] = []
-    for name in names:
-        cls = get(name)
-        for k, sd in enumerate(seed_list or [None]):
-            run_name = name if sd is None else seed_run_name(name, sd, k == 0)
-            ov_k = ov if sd is None else {**ov, "seed": sd}
-            try:
-                plan.append((name, run_name, cls(), resolve_config(cls.Config, preset, ov_k), None))
-            except UnknownNameError as e:
-                if e.field != "preset":
-                    raise
-                plan.append((name, run_name, cls(), None,
-                             f"no {preset!r} preset (has: {', '.join(cls.Config.PRESETS)})"))
-            except ConfigError as e:
-                plan.append((name, run_name, cls(), None, str(e)))
+    state = _open_suite_dir(path, preset, ov, seed_list)
+    plan = _plan(names, seed_list, preset, ov)
 
     result = SuiteResult(path, pd.DataFrame(columns=CSV_COLUMNS))
     t_suite = time.perf_counter()
-    todo = []
-    for i, (name, run_name, exp, cfg, err) in enumerate(plan, 1):
-        rec = state["experiments"].setdefault(run_name, {"wall_s": 0.0})
-        run = RunDir(path / run_name)
-        if err is None and _finished(run, exp, cfg):
-            log(f"[{i}/{len(plan)}] {run_name}: finished earlier, skipped")
-            result.skipped.append(run_name)
-            rec["error"] = None
-            _save_state(path, state)
-            continue
-        if err is not None:
-            rec["error"] = err
-            log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
-            _save_state(path, state)
-            continue
-        todo.append((i, name, run_name, exp, cfg))
+    todo = _todo(plan, path, state, result, log)
 
     def over_budget() -> bool:
         return budget is not None and time.perf_counter() - t_suite >= budget
 
     if jobs == 1:
-        for i, name, run_name, exp, cfg in todo:
-            rec = state["experiments"][run_name]
-            if over_budget():
-                rec["error"] = NOT_RUN_BUDGET
-                _save_state(path, state)
-                continue
-            log(f"[{i}/{len(plan)}] {run_name} ({preset})")
-            t0 = time.perf_counter()
-            err = None
-            try:
-                run_experiment(exp, cfg, path / run_name, progress=progress, log=log, backend=backend)
-                result.ran.append(run_name)
-            except LmsciError as e:
-                err = f"{type(e).__name__}: {e}"
-            rec["wall_s"] = round(float(rec.get("wall_s") or 0.0) + time.perf_counter() - t0, 3)
-            rec["error"] = err
-            if err:
-                log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
-            _save_state(path, state)
+        _run_serial(todo, len(plan), path, preset, state, result, over_budget, log, progress, backend)
     else:
         _run_parallel(todo, len(plan), path, preset, state, result, jobs, over_budget, log)
     state["last_wall_s"] = round(time.perf_counter() - t_suite, 3)
