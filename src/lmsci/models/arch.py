@@ -230,31 +230,40 @@ class ModelArch:
     # ---- structure --------------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The family's name (``"lmsci-gpt"`` or a ``transformers`` ``model_type`` such as ``"llama"``)."""
         return self.family.name
 
     @property
     def n_layers(self) -> int:
+        """Number of transformer blocks."""
         return len(self.blocks())
 
     def module(self, path: str) -> nn.Module:
+        """The submodule at dotted ``path`` under the model (:func:`get_module`; AttributeError when absent)."""
         return get_module(self.model, path)
 
     def blocks(self) -> nn.ModuleList:
+        """The ``ModuleList`` of transformer blocks (``n_layers`` of them)."""
         return self.module(self.family.blocks)
 
     def block_path(self, i: int) -> str:
+        """Module path of block ``i`` (e.g. ``"model.layers.3"``); not range-checked."""
         return f"{self.family.blocks}.{i}"
 
     def attention(self, i: int) -> nn.Module:
+        """Block ``i``'s attention module (IndexError for ``i`` out of range)."""
         return getattr(self.blocks()[i], self.family.attention)
 
     def attention_path(self, i: int) -> str:
+        """Module path of block ``i``'s attention module; not range-checked."""
         return f"{self.block_path(i)}.{self.family.attention}"
 
     def mlp(self, i: int) -> nn.Module:
+        """Block ``i``'s MLP module (input and output ``[B, T, d_model]``; IndexError for ``i`` out of range)."""
         return getattr(self.blocks()[i], self.family.mlp)
 
     def mlp_path(self, i: int) -> str:
+        """Module path of block ``i``'s MLP module; not range-checked."""
         return f"{self.block_path(i)}.{self.family.mlp}"
 
     def mlp_in_path(self, i: int) -> str:
@@ -289,6 +298,11 @@ class ModelArch:
         return f"{self.mlp_path(i)}.{self.family.mlp_down}"
 
     def mlp_down(self, i: int) -> nn.Module:
+        """Layer ``i``'s MLP down projection (``d_mlp -> d_model``).
+
+        Raises:
+            ConfigError: as :meth:`mlp_down_path`.
+        """
         return self.module(self.mlp_down_path(i))
 
     def mlp_values(self, i: int) -> Tensor:
@@ -309,9 +323,11 @@ class ModelArch:
             raise ConfigError("layer", i, f"an integer in [0, {n - 1}] ({n} layers)")
 
     def embedding(self) -> nn.Module:
+        """The token embedding module (weight ``[vocab_size, d_model]``)."""
         return self.module(self.family.embedding)
 
     def final_norm(self) -> nn.Module:
+        """The norm applied to the residual stream before the output head."""
         return self.module(self.family.final_norm)
 
     def lm_head(self) -> nn.Module:
@@ -346,6 +362,8 @@ class ModelArch:
     # ---- attention semantics ----------------------------------------------------------------
     @property
     def positions(self) -> Positions:
+        """The position encoding: ``"rope"``, ``"absolute"`` or ``"alibi"`` for Hugging Face families; an lmsci GPT's
+        ``cfg.pos`` (``"learned"``, ``"rope"``, ``"relative"``, ``"alibi"``, ``"nope"``, ...)."""
         if self.family.name == "lmsci-gpt":
             return {"rope": "rope", "alibi": "alibi"}.get(self.model.cfg.pos, self.model.cfg.pos)
         return self.family.positions
@@ -378,6 +396,7 @@ class ModelArch:
         return float(c) if c else None
 
     def rotary_module(self) -> nn.Module | None:
+        """The model's rotary-embedding module, or None for families without RoPE."""
         return self.module(self.family.rotary) if self.family.rotary else None
 
     def rotary_tables(self, i: int) -> Callable[[Tensor], tuple[Tensor, Tensor]] | None:
