@@ -59,9 +59,15 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids: the size of the alphabet."""
         return len(self.chars)
 
     def encode(self, text: str) -> list[int]:
+        """One id per character of ``text`` (length ``len(text)``).
+
+        Raises:
+            DataError: a character outside the alphabet (named in the message).
+        """
         try:
             return [self.stoi[c] for c in text]
         except KeyError as e:
@@ -69,14 +75,17 @@ class CharTokenizer:
                             f"({self.vocab_size} characters: {''.join(self.chars)!r})") from None
 
     def decode(self, ids: Iterable[int]) -> str:
+        """The characters of ``ids`` joined (IndexError for an id >= ``vocab_size``)."""
         return "".join(self.chars[int(i)] for i in ids)
 
     def save(self, directory: str | Path) -> None:
+        """Write ``lmsci_tokenizer.json`` (kind and alphabet) into ``directory`` (created if missing)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         (d / META_FILE).write_text(json.dumps({"kind": "char", "chars": "".join(self.chars)}))
 
     def fingerprint(self) -> str:
+        """16 hex characters of the SHA-256 of the alphabet (cache keys change with the vocabulary)."""
         return hashlib.sha256(("char:" + "".join(self.chars)).encode()).hexdigest()[:16]
 
 
@@ -115,24 +124,30 @@ class BPETokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids: the 256 byte tokens plus the merges."""
         return self.hf.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added); ``decode(encode(t)) == t``."""
         return self.hf.encode(text).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """:meth:`encode` of each text (Hugging Face ``encode_batch``, parallel in Rust)."""
         return [e.ids for e in self.hf.encode_batch(texts)]
 
     def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids`` (byte-level decoding)."""
         return self.hf.decode([int(i) for i in ids])
 
     def save(self, directory: str | Path) -> None:
+        """Write the Hugging Face ``tokenizer.json`` and ``lmsci_tokenizer.json`` into ``directory`` (created if missing)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         self.hf.save(str(d / HF_FILE))
         (d / META_FILE).write_text(json.dumps({"kind": "bpe", "file": HF_FILE}))
 
     def fingerprint(self) -> str:
+        """16 hex characters of the SHA-256 of the serialised tokenizer (cache keys change with the merges)."""
         return hashlib.sha256(("bpe:" + self.hf.to_str()).encode()).hexdigest()[:16]
 
 
