@@ -87,6 +87,7 @@ class IGSMTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids (word vocabulary: its entries; BPE: the trained vocabulary)."""
         return len(self.itos) if self.hf is None else self.hf.get_vocab_size()
 
     def token_id(self, token: str) -> int:
@@ -137,6 +138,7 @@ class IGSMTokenizer:
         return self.encode_with_offsets(text, strict)[0]
 
     def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``; in the word vocabulary an id outside it decodes as ``<unk>``, special tokens are kept."""
         if self.hf is not None:
             return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
         n = len(self.itos)
