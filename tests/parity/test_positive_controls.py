@@ -19,7 +19,11 @@ construction, so that a failure of the experiment is a finding and not a bug.
   (P(answer) falls by >= 90% and the answer is no longer the argmax), and as many random neurons of the same layer
   must not.
 
-Deterministic (fixed seeds, one thread), ~16-21 s in all on one CPU thread. Results: ``tests/parity/README.md``.
+* ROME at the traced site (the second arm of :mod:`lmsci.experiments.knowledge.causal_tracing`): the lookup GPT of
+  (b) with two-token subjects whose fact is read at the first token; the per-subject-token trace must put it there
+  and ROME there must rewrite it, where ROME at the last subject token cannot.
+
+Deterministic (fixed seeds, one thread), ~20-25 s in all on one CPU thread. Results: ``tests/parity/README.md``.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lmsci.experiments.knowledge._causal_tracing_edits import traced_site
 from lmsci.experiments.knowledge.knowledge_neurons import same_layer_random
 from lmsci.measure.attribution import NeuronEdit, answer_probs, knowledge_neurons
 from lmsci.measure.causal_tracing import (
-    CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, thirds,
+    CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, subject_token_aie,
+    thirds,
 )
 from lmsci.methods.rome import RomeHParams, compute_rome, edited, key_second_moment
 from lmsci.models.gpt import GPT, GPTConfig
@@ -256,7 +262,8 @@ def _mover(blk, src: int, dst: int, n: int, gain: float, qk: float = 16.0) -> No
     blk.attn.proj.bias.zero_()
 
 
-def lookup_gpt(layer: int, at: str, n_layers: int = 4, per_subject: int = 1, seed: int = 0) -> GPT:
+def lookup_gpt(layer: int, at: str, n_layers: int = 4, per_subject: int = 1, seed: int = 0,
+               subject_flag: float = 1.0) -> GPT:
     """A GPT (no norms, ReLU MLPs, every weight at the GPT initialisation) with a subject -> object lookup table
     written into layer ``layer``'s MLP: ``per_subject`` neurons per subject (neurons ``s * per_subject + j``) that
     fire only for subject ``s`` and write its object.
@@ -264,7 +271,8 @@ def lookup_gpt(layer: int, at: str, n_layers: int = 4, per_subject: int = 1, see
     ``at="subject"``: the MLP reads the subject's identity at the subject's token and writes the object into dims A;
     the last layer's attention moves A to the relation token (dims Z). ``at="last"``: layer 0's attention moves the
     subject's identity to the relation token (dims B); the MLP reads B there and writes the object into Z.
-    The head reads Z (the object tokens' logits)."""
+    The head reads Z (the object tokens' logits). ``subject_flag``: the "is a subject" feature's value in the subject
+    tokens' embeddings (the mover's key weight divided by it, so its attention scores do not change)."""
     cfg = GPTConfig(vocab_size=H_VOCAB, seq_len=16, n_layers=n_layers, n_heads=1, d_model=D, d_mlp=64, mlp="relu",
                     norm="none")
     model = GPT(cfg, seed=seed)
@@ -272,7 +280,7 @@ def lookup_gpt(layer: int, at: str, n_layers: int = 4, per_subject: int = 1, see
         model.wte.weight.zero_()
         for s in range(HS):
             model.wte.weight[H_SUB + s, s] = 1.0
-            model.wte.weight[H_SUB + s, FS] = 1.0
+            model.wte.weight[H_SUB + s, FS] = subject_flag
         model.wte.weight[H_REL, FQ] = 1.0
         for f in range(3):
             model.wte.weight[H_FILL + f, Z0 + HO + f] = 1.0 if Z0 + HO + f < D else 0.0
@@ -291,6 +299,7 @@ def lookup_gpt(layer: int, at: str, n_layers: int = 4, per_subject: int = 1, see
         if at == "subject":
             assert layer < n_layers - 1
             _mover(model.blocks[n_layers - 1], A0, Z0, HO, gain=1.0)
+            model.blocks[n_layers - 1].attn.qkv.weight[D, FS] /= subject_flag
         else:
             assert layer >= 1
             _mover(model.blocks[0], 0, B0, HS, gain=1.0)
@@ -330,6 +339,70 @@ def test_causal_trace_peaks_at_the_storing_layer(k):
     assert np.unravel_index(np.argmax(grid), grid.shape) == (1, k)  # the peak of the whole grid
     assert site_margin(aie, "last subject", [k]) > 0.5 * te
     assert ls[k] > 0.5 * te
+
+
+# --------------------------------------------------------------------------------------------------------------
+# (b2) ROME at the traced site of a two-token subject (causal-tracing's second arm, issue 30 item 3)
+# --------------------------------------------------------------------------------------------------------------
+
+TAIL = H_FILL          # the subject's second token: no identity, not "a subject"; the prompt <bos> s TAIL r
+SITE_LAYER, SITE_EDITS, SITE_FLAG = 1, 8, 10.0
+
+
+def two_token_prompt(s: int, prefix: tuple[int, ...] = ()) -> list[int]:
+    return [H_BOS, *prefix, H_SUB + s, TAIL, H_REL]
+
+
+def _rome_at(model: GPT, layer: int, offset: int) -> dict[str, list[float]]:
+    """``SITE_EDITS`` ROME edits of the two-token world built as causal-tracing's ``rome_edits`` with ``offset``
+    (0 = the first subject token, 1 = the last): the edited token in the prompt and 3 prefixed copies, KL prompts
+    ``<bos> [filler] s TAIL`` at the same token, C over the world's prompts, the gpt2-xl hyper-parameters.
+    Returns per edit ``margin`` = log P(new) - log P(old) on the prompt and ``kept`` = share of the other
+    subjects whose object stays the argmax."""
+    prefixes = [(), (H_FILL + 1,), (H_FILL + 2,), (H_FILL + 1, H_FILL + 2)]
+    windows = torch.tensor([two_token_prompt(s, p) for s in range(HS) for p in prefixes[1:3]])
+    C = key_second_moment(model, layer, windows)
+    margin, kept = [], []
+    for s in range(SITE_EDITS):
+        new, old = H_OBJ + (h_answer(s) - H_OBJ + 3) % HO, h_answer(s)
+        prompts = [two_token_prompt(s, p) for p in prefixes]
+        kl_prompts = [[H_BOS, H_SUB + s, TAIL], [H_BOS, H_FILL + 1, H_SUB + s, TAIL]]
+        edit = compute_rome(model, layer, prompts=prompts, subject_last=[len(q) - 3 + offset for q in prompts],
+                            target=[new], cov=C, kl_prompts=kl_prompts,
+                            kl_positions=[len(q) - 2 + offset for q in kl_prompts], hparams=RomeHParams())
+        others = [j for j in range(HS) if j != s]
+        with edited(model, edit), torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([two_token_prompt(s)]))[0, -1].float(), -1)
+            margin.append(float(lp[new] - lp[old]))
+            out = model(torch.tensor([two_token_prompt(j) for j in others]))[:, -1].argmax(-1)
+            kept.append(float((out == torch.tensor([h_answer(j) for j in others])).float().mean()))
+    return {"margin": margin, "kept": kept}
+
+
+def test_rome_at_the_traced_site_of_a_two_token_subject():
+    """A hand-built GPT reads each fact at the FIRST of two subject tokens (layer ``SITE_LAYER``'s lookup; the last
+    layer's head moves it to the relation token), as the quick bioS model reads its facts from the first name
+    tokens. The traced-site arm must locate (subject token 0, layer ``SITE_LAYER``) from the per-subject-token MLP
+    AIE, and ROME there must rewrite every fact specifically (efficacy and specificity >= 0.9), while ROME at the
+    last subject token cannot (efficacy 0: that token's MLP output is ~0, so ``v*``'s clamp, 4 x its norm, leaves
+    no room). With ``subject_flag=1`` the v* search instead often lowers the "is a subject" feature, switching the
+    lookup off (P(new) = P(old), a tie): hence the larger flag, which makes rewriting the object the cheaper path."""
+    torch.set_num_threads(1)
+    model = lookup_gpt(SITE_LAYER, "subject", subject_flag=SITE_FLAG)
+    prompts = [two_token_prompt(s) for s in range(HS)]
+    assert float(answer_probs(model, prompts, [h_answer(s) for s in range(HS)]).min()) >= RECALL_P
+    nu = NOISE_FACTOR * embedding_std(model, prompts, [(1, 3)] * HS)
+    traces = [causal_trace(model, p, (1, 3), h_answer(s), noise=nu, samples=10, kinds=("mlp",), window=1, seed=s)
+              for s, p in enumerate(prompts)]
+    sub = subject_token_aie(traces, "mlp")
+    site = traced_site(sub)
+    at_site, at_last = _rome_at(model, site[1], site[0]), _rome_at(model, site[1], 1)
+    print(f"MLP AIE per subject token {np.round(sub, 3).tolist()}; site {site}; margins at the site "
+          f"{np.round(at_site['margin'], 2).tolist()}, at the last token {np.round(at_last['margin'], 2).tolist()}")
+    assert site == (0, SITE_LAYER)
+    assert np.mean(np.array(at_site["margin"]) > 0) >= EFFICACY_MIN and min(at_site["margin"]) > 1.0
+    assert np.mean(at_site["kept"]) >= 0.9
+    assert np.mean(np.array(at_last["margin"]) > 0) == 0.0
 
 
 # --------------------------------------------------------------------------------------------------------------
