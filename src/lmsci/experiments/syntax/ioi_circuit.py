@@ -26,6 +26,17 @@ test set (the chosen heads are scored), each with its ABC prompt (:mod:`lmsci.me
 
 Null arms (same run, same statistic): random heads of the same count (circuit, copy, S-inhibition, duplicate), the
 ``no-ioi`` model (logit difference). The random-init model's values are reported beside.
+
+Presets. The claims are decided at ``gpu`` and ``paper`` only: in the sizing pilots (CLAIMS.md, 2026-11-27) no
+quick-sized 3-layer d_model 64 GPT left chance within ~3000 steps; its probability mass at END stayed uniform over
+the names (it never began copying names from the context), and at ~0.2 s a step on the loaded 2-core machine a
+quick run cannot train longer. ``quick`` runs the whole pipeline (1200 steps) and decides nothing; ``gpu`` (4 layers
+x 8 heads, d_model 256, 10,000 steps of batch 128) is estimated, not run.
+
+Differences from the paper: a word-level toy language (names, places, objects are one token each) instead of GPT-2's
+web text; the model is trained from scratch on the mixture; activation patching replaces a head's output at every
+position; path patching is restricted to the direct path from a sender to the receivers' queries (MLPs and other
+heads frozen); the copy score reads the residual stream after block 0 at the IO position of real prompts.
 """
 
 from __future__ import annotations
