@@ -131,9 +131,10 @@ class CausalTracing(Experiment):
              "last token in late layers; a rank-one edit of one MLP rewrites a fact specifically.")
     source = "Meng, Bau, Andonian, Belinkov, NeurIPS 2022, arXiv 2202.05262, Sections 2-3, Figure 2, Table 4"
     Config = CausalTracingConfig
-    time_estimate = {"smoke": "~5 s", "quick": "~6 min: 5.1 min measured before the null arm (305 s wall, 287 s CPU, 3 "
-                                              "seeds, one thread beside another run, 2026-11-23) + the random-init "
-                                              "arm's tracing and edits, ~15 s per seed (measured at one thread)",
+    time_estimate = {"smoke": "~5 s (6 s CPU; 30 s wall on a busy machine, mostly imports)",
+                     "quick": "~6-15 min: 15.5 min wall measured with the null and traced-site arms (3 seeds, one "
+                              "thread, 2026-11-27, on 2 cores shared with ~5 other runs: 193 s user CPU, 198-398 s "
+                              "per seed); 5.1 min before the null arm beside one other run (2026-11-23)",
                      "gpu": "~20 min on one H100 (estimated, not measured)",
                      "paper": "GPT-2 XL scale: days of pretraining; tracing 1000 facts ~2 GPU-hours (estimated)"}
     claims = [
@@ -391,6 +392,7 @@ class CausalTracing(Experiment):
                                                                          "site_efficacy", "site_paraphrase",
                                                                          "site_specificity", "null_site_efficacy",
                                                                          "null_site_specificity")}
+        share = float(np.nanmean(results["site_peak_aie"].astype(float) / results["total_effect"].astype(float)))
         return "\n".join([
             "## ROME at the traced site (diagnosis, not a registered claim)", "",
             "The registered `rome-edit` arm edits at the last subject token, at the layer where the MLP AIE of that "
@@ -404,7 +406,9 @@ class CausalTracing(Experiment):
             f"Means over seeds: last-token arm efficacy {m['efficacy']:.3f}, paraphrase {m['paraphrase']:.3f}, "
             f"specificity {m['specificity']:.3f}; traced-site arm efficacy {m['site_efficacy']:.3f}, paraphrase "
             f"{m['site_paraphrase']:.3f}, specificity {m['site_specificity']:.3f}; random-init GPT at its traced "
-            f"site: efficacy {m['null_site_efficacy']:.3f}, specificity {m['null_site_specificity']:.3f}.", ""])
+            f"site: efficacy {m['null_site_efficacy']:.3f}, specificity {m['null_site_specificity']:.3f}. The "
+            f"traced site's MLP AIE is {share:.2f} of the total effect (mean over seeds): the share of the fact "
+            "that one subject token's MLP output carries there.", ""])
 
     def figures(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
