@@ -292,7 +292,7 @@ def test_a_null_arm_that_meets_the_rule_is_inconclusive(tmp_path, monkeypatch):
     """The null arms are permutations of the fitted values; a 'permutation' that leaves them in place makes each
     null arm equal to the real one, which meets the rule: inconclusive. facts-per-param: untrained models that
     already store the smallest fact set (64 facts at the paper's size_min 8) at 0.15 facts per parameter."""
-    import lmsci.experiments.knowledge.factual_recall as fr
+    import lmsci.experiments.knowledge._factual_recall_verdicts as fr
 
     exp, cfg = FactualRecall(), _decided()
     monkeypatch.setattr(fr, "permuted", lambda v, seed: np.asarray(v))

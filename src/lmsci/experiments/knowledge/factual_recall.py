@@ -44,15 +44,18 @@ import math
 import time
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, DivergedError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.knowledge import _factual_recall_figures as _f
+from lmsci.experiments.knowledge import _factual_recall_verdicts as _v
+from lmsci.experiments.knowledge._factual_recall_verdicts import (  # noqa: F401 (re-exported)
+    GUIDE_RATIO, MIN_BOUNDARY_POINTS, MIN_FAMILY_POINTS, PAPER_BOUNDARY, loglog_fit, permuted)
 from lmsci.experiments.registry import register
 from lmsci.measure.capacity import next_probes, search_capacity, update_bracket  # noqa: F401 (re-exported)
 from lmsci.models.associative import OneLayerSpec
@@ -66,13 +69,6 @@ def train_stack(members: list[_Member], d_model: int, **kw) -> None:
     """:func:`lmsci.train.stacked_assoc.train_stack` with this world's batches
     (:func:`lmsci.worlds.factual_recall.sample_stack`); keyword arguments as there."""
     _train_stack(members, d_model, sample=sample_stack, **kw)
-
-
-
-GUIDE_RATIO = 0.15  # the authors' guide line, facts ~ 0.15 x params (plotting.ipynb, c0 = 0.15)
-MIN_FAMILY_POINTS = 5  # uncensored capacity points a seed needs for its per-family slope (issue 10)
-MIN_BOUNDARY_POINTS = 4  # trade-off boundary points a seed needs for its slope (issue 10)
-PAPER_BOUNDARY = "MLP params ~ 2300 - attention params / 2 at 1,024 facts (d = 32, d_h = 8, attention params >= 1280)"
 
 
 class FactualRecallConfig(ExperimentConfig):
@@ -160,54 +156,10 @@ class FactualRecallConfig(ExperimentConfig):
     }
 
 
-def permuted(values, seed: int) -> np.ndarray:
-    """``values`` in a random order other than the given one (a null arm: the pairing of each value with its model
-    size is broken by construction); unchanged when all values are equal."""
-    v = np.asarray(values)
-    rng = np.random.default_rng(seed)
-    for _ in range(100):
-        out = v[rng.permutation(len(v))]
-        if len(v) < 2 or not np.array_equal(out, v):
-            return out
-    return out
-
-
 def family_name(alpha: float, beta: float) -> str:
+    """The name of the model family ``(alpha, beta)``: ``attn_a<alpha>`` (attention-only, beta = 0) or
+    ``attn+mlp_a<alpha>_b<beta>``."""
     return f"attn_a{alpha:g}" if beta == 0 else f"attn+mlp_a{alpha:g}_b{beta:g}"
-
-
-def loglog_fit(params: np.ndarray, facts: np.ndarray, groups: np.ndarray | None = None) -> dict[str, float]:
-    """Least-squares fit of ``log facts = c_g + slope * log params`` (one intercept per group).
-
-    Returns slope, its standard error, the 95% CI (Student t with n - p degrees of freedom), the
-    intercept(s) and n. With a single group this is ``scipy.stats.linregress``.
-
-    Raises:
-        ValueError: fewer than (groups + 2) points (no degrees of freedom left for a CI).
-    """
-    from scipy import stats
-
-    x, y = np.log(np.asarray(params, float)), np.log(np.asarray(facts, float))
-    g = np.zeros(len(x), int) if groups is None else pd.factorize(np.asarray(groups))[0]
-    n_g = int(g.max()) + 1 if len(g) else 0
-    if len(x) < n_g + 2:
-        raise ValueError(f"need at least {n_g + 2} points for a slope CI, got {len(x)}")
-    if n_g == 1:
-        r = stats.linregress(x, y)
-        t = stats.t.ppf(0.975, len(x) - 2)
-        return {"slope": r.slope, "stderr": r.stderr, "ci_lo": r.slope - t * r.stderr,
-                "ci_hi": r.slope + t * r.stderr, "intercept": r.intercept, "n": len(x), "r2": r.rvalue**2}
-    X = np.column_stack([x] + [(g == k).astype(float) for k in range(n_g)])
-    coef, res, *_ = np.linalg.lstsq(X, y, rcond=None)
-    dof = len(x) - X.shape[1]
-    sigma2 = float(np.sum((y - X @ coef) ** 2) / dof)
-    cov = sigma2 * np.linalg.inv(X.T @ X)
-    se = math.sqrt(cov[0, 0])
-    t = stats.t.ppf(0.975, dof)
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    return {"slope": coef[0], "stderr": se, "ci_lo": coef[0] - t * se, "ci_hi": coef[0] + t * se,
-            "intercept": float(np.mean(coef[1:])), "n": len(x),
-            "r2": 1 - sigma2 * dof / ss_tot if ss_tot > 0 else float("nan")}
 
 
 @register("factual-recall")
@@ -513,345 +465,24 @@ class FactualRecall(Experiment):
                  "steps_run": m.steps_run, "final_loss": m.final_loss} for p, m in zip(points, members)]
 
     # -- analysis ---------------------------------------------------------------------------
-    @staticmethod
-    def _cap(results: pd.DataFrame) -> pd.DataFrame:
-        if "kind" not in results:
-            return results.iloc[0:0]
-        df = results[results["kind"] == "capacity"].copy()
-        if df.empty:
-            return df
-        df["censored"] = df["censored"].fillna("").astype(str)
-        return df
-
-    @staticmethod
-    def _usable(df: pd.DataFrame) -> pd.DataFrame:
-        return df[(df["censored"] == "") & (df["facts"] > 0)]
-
-    @staticmethod
-    def _seeds(df: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
-        if "seed_index" not in df:
-            return [(0, df)]
-        return [(int(k), sub) for k, sub in df.groupby(df["seed_index"].fillna(0).astype(int), sort=True)]
-
-    @staticmethod
-    def _slope_rule(lo: float, hi: float) -> bool:
-        return bool(0.5 < lo <= 1 <= hi < 1.5)
-
-    @staticmethod
-    def _interval(values: list[float], within: tuple[float, float] | None, what: str):
-        """(mean, ci, ci_kind) across seeds; one seed falls back to its within-run interval ``within``."""
-        st = across_seeds(values)
-        if st.n >= 2:
-            return st.mean, st.ci, st.kind
-        if within is not None:
-            return st.mean, within, f"within-run 95% {what} (1 seed)"
-        return st.mean, None, st.kind
-
-    def _slope_verdict(self, cfg, claim_id: str, fam: str, rows: pd.DataFrame, groups: bool = False) -> Verdict:
-        """``rows``: every capacity row of the family (all families when ``groups``), censored ones included."""
-        per_seed, skipped = {}, {}
-        for k, sub in self._seeds(rows):
-            sub = self._usable(sub)
-            if not groups and len(sub) < MIN_FAMILY_POINTS:
-                skipped[k] = int(len(sub))
-                continue
-            try:
-                f = loglog_fit(sub["params"].values, sub["facts"].values, sub["family"].values if groups else None)
-            except ValueError:
-                skipped[k] = int(len(sub))
-                continue
-            per_seed[k] = f
-        details = {"family": fam, "min_points_per_seed": MIN_FAMILY_POINTS,
-                   "seeds_skipped_points": skipped,
-                   "per_seed": {k: {"slope": f["slope"], "within_fit_ci": [f["ci_lo"], f["ci_hi"]], "n": int(f["n"]),
-                                    "r2": f["r2"]} for k, f in per_seed.items()}}
-        if not per_seed:
-            return self.judge(cfg, claim_id, value=None, passed=None, details=details,
-                              why_not_computed=f"{fam}: no training seed has "
-                                               f"{'enough' if groups else MIN_FAMILY_POINTS} uncensored capacity "
-                                               f"points (uncensored points per seed: {skipped})")
-        slopes = [f["slope"] for f in per_seed.values()]
-        one = next(iter(per_seed.values()))
-        value, ci, kind = self._interval(slopes, (one["ci_lo"], one["ci_hi"]), "OLS CI of the slope")
-        passed = ci is not None and self._slope_rule(*ci)
-        null = None
-        if not groups:  # the null arm: the same fit with the capacities permuted across the family's model sizes
-            null_slopes = {}
-            for k, sub in self._seeds(rows):
-                if k not in per_seed:
-                    continue
-                sub = self._usable(sub)
-                facts = permuted(sub["facts"].values, derive_seed(cfg.seed, "null-permutation", fam, k))
-                null_slopes[k] = float(loglog_fit(sub["params"].values, facts)["slope"])
-            nst = across_seeds(null_slopes.values())
-            null = (nst.mean, None if nst.ci is None else self._slope_rule(*nst.ci))
-            details["null_per_seed_slope (facts permuted across sizes)"] = null_slopes
-            details["null_ci"] = nst.ci
-        note = f"{fam}: slope {value:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        if not passed and ci is not None:
-            note += (" - consistent with 1 but the interval is too wide to decide (more seeds or a wider parameter "
-                     "range would narrow it)" if ci[0] <= 1 <= ci[1] else
-                     f" - inconsistent with 1 at this scale (step budget {cfg.steps}; the paper trains 16,384 steps)")
-        return self.judge(cfg, claim_id, value=value, passed=passed, ci=ci, ci_kind=kind, n_seeds=len(per_seed),
-                          details=details, note=note, null=null)
-
+    # -- analysis (lmsci.experiments.knowledge._factual_recall_verdicts / _factual_recall_figures) ---------------
     @staticmethod
     def boundary(cfg: FactualRecallConfig, tr: pd.DataFrame) -> pd.DataFrame:
-        """One seed's trade-off boundary: per head count (ascending), the smallest stored MLP params, up to
-        and including the first H whose attention-only cell (smallest d_mlp of the map) stores."""
-        m0 = tr["d_mlp"].min()
-        rows = []
-        for h, sub in tr.groupby("n_heads", sort=True):
-            ok = sub[sub["accuracy"] >= cfg.threshold]
-            if ok.empty:
-                continue
-            rows.append({"n_heads": int(h), "attn_params": float(sub["attn_params"].iloc[0]),
-                         "min_mlp_params": float(ok["mlp_params"].min())})
-            if (ok["d_mlp"] == m0).any():
-                break
-        return pd.DataFrame(rows, columns=["n_heads", "attn_params", "min_mlp_params"])
-
-    def _tradeoff_verdict(self, cfg: FactualRecallConfig, tr: pd.DataFrame) -> Verdict:
-        from scipy import stats
-
-        h_max, h_min, m0 = tr["n_heads"].max(), tr["n_heads"].min(), tr["d_mlp"].min()
-        per_seed, skipped, attn_ok, mlp_ok, bounds, null_slopes = {}, {}, [], [], {}, {}
-        for k, sub in self._seeds(tr):
-            stored = sub["accuracy"] >= cfg.threshold
-            attn_ok.append(bool((stored & (sub["n_heads"] == h_max) & (sub["d_mlp"] == m0)).any()))
-            mlp_ok.append(bool((stored & (sub["n_heads"] == h_min) & (sub["d_mlp"] > m0)).any()))
-            b = self.boundary(cfg, sub)
-            bounds[k] = b[["n_heads", "min_mlp_params"]].values.tolist()
-            if len(b) < MIN_BOUNDARY_POINTS or b["attn_params"].nunique() < 2:
-                skipped[k] = int(len(b))
-                continue
-            r = stats.linregress(b["attn_params"].values, b["min_mlp_params"].values)
-            # the null arm: the same boundary with its MLP params permuted across the head counts
-            null_slopes[k] = float(stats.linregress(
-                b["attn_params"].values,
-                permuted(b["min_mlp_params"].values, derive_seed(cfg.seed, "null-permutation", "tradeoff", k))).slope)
-            t = stats.t.ppf(0.975, len(b) - 2) if len(b) > 2 else float("nan")
-            per_seed[k] = {"slope": float(r.slope), "intercept": float(r.intercept), "n": int(len(b)),
-                           "within_fit_ci": [float(r.slope - t * r.stderr), float(r.slope + t * r.stderr)]}
-        n_s = len(attn_ok)
-        gates = {"attn-only-stores": (f"{sum(attn_ok)}/{n_s} seeds", all(attn_ok)),
-                 "mlp-stores": (f"{sum(mlp_ok)}/{n_s} seeds", all(mlp_ok))}
-        facts = int(tr["facts"].iloc[0])
-        details = {"facts": facts, "paper_boundary": PAPER_BOUNDARY, "paper_slope": -0.5,
-                   "boundary_per_seed (H, min MLP params)": bounds, "per_seed": per_seed,
-                   "seeds_skipped_boundary_points": skipped, "min_boundary_points": MIN_BOUNDARY_POINTS}
-        if not per_seed:
-            return self.judge(cfg, "tradeoff-boundary", value=None, passed=None, gates=gates, details=details,
-                              why_not_computed=f"no training seed has {MIN_BOUNDARY_POINTS} boundary points "
-                                               f"(points per seed: {skipped})")
-        one = next(iter(per_seed.values()))
-        value, ci, kind = self._interval([f["slope"] for f in per_seed.values()], tuple(one["within_fit_ci"]),
-                                         "OLS CI of the slope")
-        details["intercept_mean"] = float(np.mean([f["intercept"] for f in per_seed.values()]))
-        passed = ci is not None and bool(ci[1] < 0)
-        nst = across_seeds(null_slopes.values())
-        null = (nst.mean, None if nst.ci is None else bool(nst.ci[1] < 0))
-        details["null_per_seed_slope (MLP params permuted across head counts)"] = null_slopes
-        details["null_ci"] = nst.ci
-        note = (f"Ours at {facts} facts: MLP params ~ {details['intercept_mean']:.0f} {value:+.2f} x attention params; "
-                f"paper at 1,024 facts: {PAPER_BOUNDARY}.")
-        return self.judge(cfg, "tradeoff-boundary", value=value, passed=passed, ci=ci, ci_kind=kind,
-                          n_seeds=len(per_seed), gates=gates, details=details, note=note, null=null)
+        """One seed's trade-off boundary (:func:`~lmsci.experiments.knowledge._factual_recall_verdicts.boundary`):
+        per head count (ascending), the smallest stored MLP params, up to and including the first H whose
+        attention-only cell (smallest d_mlp of the map) stores."""
+        return _v.boundary(cfg, tr)
 
     def verdicts(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out = []
-        cap = self._cap(results)
-        if not cap.empty:
-            use = self._usable(cap)
-            beta = cap["beta"] if "beta" in cap else cap["d_mlp"]
-            kinds = {f: ("linear-attention-only" if float(b) == 0 else "linear-attention-mlp")
-                     for f, b in zip(cap["family"], beta)}
-            for fam in sorted(kinds):
-                out.append(self._slope_verdict(cfg, kinds[fam], fam, cap[cap["family"] == fam]))
-            out.append(self._slope_verdict(cfg, "linear-pooled", "all families (one intercept each)", cap,
-                                           groups=True))
-            fpp = {k: float(sub["facts_per_param"].median()) for k, sub in self._seeds(use) if not sub.empty}
-            null_fpp = {}  # the untrained model of each point stores the smallest fact set or nothing
-            if "untrained_acc_min_level" in use:
-                lmin = self.level_bounds(cfg)[0]
-                S0, R0 = self.level_sr(cfg, lmin)
-                for k, sub in self._seeds(use):
-                    if not sub.empty:
-                        stored0 = (sub["untrained_acc_min_level"] >= cfg.threshold) * S0 * R0
-                        null_fpp[k] = float((stored0 / sub["params"]).median())
-            if not fpp:
-                out.append(self.judge(cfg, "facts-per-param", value=None, passed=None,
-                                      why_not_computed=f"no uncensored capacity point ({len(cap)} censored)"))
-            else:
-                value, ci, kind = self._interval(list(fpp.values()), None, "")
-                lo, hi = ci if ci is not None else (value, value)
-
-                def window(lo_: float, hi_: float) -> bool:
-                    return bool(GUIDE_RATIO / 2 <= lo_ and hi_ <= GUIDE_RATIO * 2)
-
-                null = None
-                if null_fpp:
-                    nv, nci, _ = self._interval(list(null_fpp.values()), None, "")
-                    null = (nv, window(*(nci if nci is not None else (nv, nv))))
-                out.append(self.judge(
-                    cfg, "facts-per-param", value=value, passed=window(lo, hi),
-                    ci=ci, ci_kind=kind, n_seeds=len(fpp), null=null,
-                    details={"per_seed_median": fpp, "guide": GUIDE_RATIO, "window": [GUIDE_RATIO / 2, GUIDE_RATIO * 2],
-                             "null_per_seed_median (untrained models)": null_fpp},
-                    note=f"{cfg.steps} steps of batch {cfg.batch_size} here; the paper's 0.15 is after 16,384 steps "
-                         "of batch 1,024."))
-        tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
-        if not tr.empty:
-            out.append(self._tradeoff_verdict(cfg, tr))
-        return out
+        """The per-family slopes, the pooled slope, facts-per-param and the trade-off boundary, one function per
+        claim in :mod:`lmsci.experiments.knowledge._factual_recall_verdicts`."""
+        return _v.verdicts(self, cfg, results)
 
     def figures(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        import matplotlib.pyplot as plt
-
-        figs = []
-        cap = self._cap(results)
-        if not cap.empty:
-            fig, ax = plt.subplots(figsize=(6.4, 4.8))
-            use = self._usable(cap)
-            colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-            try:
-                pooled = loglog_fit(use["params"].values, use["facts"].values, use["family"].values)
-            except ValueError:
-                pooled = None
-            for i, fam in enumerate(sorted(cap["family"].unique())):
-                c = colors[i % len(colors)]
-                sub = cap[cap["family"] == fam].sort_values("params")
-                good = sub[(sub["censored"] == "") & (sub["facts"] > 0)]
-                bad = sub[~sub.index.isin(good.index) & (sub["facts"] > 0)]
-                for j, (_, g) in enumerate(self._seeds(good)):  # one line per training seed
-                    ax.plot(g["params"], g["facts"], "o-", color=c, alpha=1 if j == 0 else 0.5, lw=1,
-                            label=fam if j == 0 else None)
-                if "facts_next_failed" in good:  # the search bracket: stored .. first failed above it
-                    up = (good["facts_next_failed"].fillna(good["facts"]) - good["facts"]).clip(lower=0)
-                    ax.errorbar(good["params"], good["facts"], yerr=[np.zeros(len(good)), up.values], fmt="none",
-                                ecolor=c, alpha=0.5, capsize=2)
-                if not bad.empty:
-                    ax.plot(bad["params"], bad["facts"], "x", color=c, ms=8, label=f"{fam} (censored)")
-                try:
-                    f = loglog_fit(good["params"].values, good["facts"].values)
-                    xs = np.geomspace(good["params"].min(), good["params"].max(), 20)
-                    ax.plot(xs, np.exp(f["intercept"]) * xs ** f["slope"], ":", color=c, lw=1,
-                            label=f"  fit slope {f['slope']:.2f} [{f['ci_lo']:.2f}, {f['ci_hi']:.2f}]")
-                except ValueError:
-                    pass
-            lo, hi = cap["params"].min() / 1.5, cap["params"].max() * 1.5
-            xs = np.geomspace(lo, hi, 20)
-            ax.plot(xs, GUIDE_RATIO * xs, "k--", lw=1, label=f"guide: facts = {GUIDE_RATIO} x params")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-            for axis in (ax.xaxis, ax.yaxis):
-                axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-                axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-                axis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel("parameters (4·H·d_h·d + 2·m·d)")
-            ax.set_ylabel(f"facts stored (S·R at ≥ {cfg.threshold:g} accuracy)")
-            title = "Facts stored vs parameters"
-            if pooled:
-                title += f" — pooled slope {pooled['slope']:.2f} [{pooled['ci_lo']:.2f}, {pooled['ci_hi']:.2f}]"
-            ax.set_title(title, fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left")
-            figs.append(save_figure(fig, run, "facts_vs_params.png",
-                                    "Facts stored vs parameters (log-log) with per-family fits and the authors' "
-                                    "guide line facts ≈ 0.15 × params (cf. Fig. 4 left); bars reach the smallest "
-                                    "fact count that failed", dpi=120))
-            # search trace: best accuracy vs probed size, one panel per family
-            fams = sorted(cap["family"].unique())
-            fig, axes = plt.subplots(1, len(fams), figsize=(5 * len(fams), 3.8), squeeze=False)
-            for ax, fam in zip(axes[0], fams):
-                sub = cap[cap["family"] == fam].sort_values("d_model")
-                if "seed_index" in sub:  # the first training seed only
-                    sub = sub[sub["seed_index"].fillna(0).astype(int) == 0]
-                for i, (_, r) in enumerate(sub.iterrows()):
-                    tr = pd.DataFrame(json.loads(r["trials"]))
-                    if tr.empty:
-                        continue
-                    best = tr.groupby("facts")["acc"].max()
-                    ax.plot(best.index, best.values, "o-", color=colors[i % len(colors)], ms=3,
-                            label=f"d={r['d_model']} ({r['params']} params)")
-                ax.axhline(cfg.threshold, color="k", ls="--", lw=1)
-                ax.set_xscale("log")
-                ax.set_xlabel("facts S·R probed")
-                ax.set_ylabel("best test accuracy over LRs")
-                ax.set_title(fam, fontsize=10)
-                ax.legend(fontsize=7)
-                ax.grid(True, alpha=0.3)
-            figs.append(save_figure(fig, run, "capacity_search.png",
-                                    "The capacity search: best test accuracy (over learning rates) at each probed "
-                                    "fact count; the dashed line is the storage threshold"))
-        tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
-        if not tr.empty:
-            piv = tr.pivot_table(index="mlp_params", columns="attn_params", values="accuracy")
-            fig, ax = plt.subplots(figsize=(6.4, 4.8))
-            im = ax.imshow(piv.values, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1)
-            ax.set_xticks(range(len(piv.columns)), [str(int(c)) for c in piv.columns], rotation=45)
-            ax.set_yticks(range(len(piv.index)), [str(int(i)) for i in piv.index])
-            for (yi, xi), v in np.ndenumerate(piv.values):
-                if not np.isnan(v):
-                    ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                            color="k" if v > 0.6 else "w", fontweight="bold" if v >= cfg.threshold else None)
-            for j, (k, sub) in enumerate(self._seeds(tr)):  # each seed's boundary, in grid coordinates
-                b = self.boundary(cfg, sub)
-                if b.empty:
-                    continue
-                xs = [list(piv.columns).index(a) for a in b["attn_params"]]
-                ys = [list(piv.index).index(m) for m in b["min_mlp_params"]]
-                ax.plot(xs, ys, "o-", color="r", ms=3, lw=1, alpha=0.8, label="boundary per seed" if j == 0 else None)
-            if not tr.empty and ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7, loc="upper right")
-            ax.set_xlabel(f"attention parameters d·d_h·H (d={cfg.tradeoff_d_model}, d_h={cfg.tradeoff_d_head})")
-            ax.set_ylabel("MLP parameters d·m")
-            ax.set_title(f"Mean accuracy over seeds storing {cfg.tradeoff_size ** 2} facts (S=R={cfg.tradeoff_size}, "
-                         f"D={cfg.answers_per_relation})", fontsize=10)
-            fig.colorbar(im, ax=ax, label="test accuracy")
-            figs.append(save_figure(fig, run, "tradeoff_map.png",
-                                    "Attention/MLP trade-off: accuracy over (attention params × MLP params) at a "
-                                    "fixed fact count, mean over training seeds; bold = stored on average; red: each "
-                                    "seed's boundary (smallest stored MLP per head count) (cf. Fig. 4 right)",
-                                    dpi=120))
-        return figs
+        """Facts vs parameters, the capacity search and the trade-off map
+        (:mod:`lmsci.experiments.knowledge._factual_recall_figures`)."""
+        return _f.figures(cfg, results, run)
 
     def report_sections(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> str:
-        from lmsci.report import markdown_table
-
-        parts = ["## Method\n",
-                 f"World: S subjects and R relations, D = {cfg.answers_per_relation} answers per relation "
-                 f"(disjoint blocks), n_noise = S + R, T = {cfg.seq_len}; facts = S·R. Model: one-layer "
-                 f"transformer, frozen random embeddings, H = {cfg.n_heads} heads, d_h = alpha·d/H, "
-                 "MLP width m = beta·d (beta = 0: attention-only); params = 4·H·d_h·d + 2·m·d. "
-                 f"Training: AdamW (wd 0), batch {cfg.batch_size}, up to {cfg.steps} steps, LR schedule "
-                 f"`{cfg.lr_schedule}`, test set {cfg.n_eval} fresh sequences, stop at test accuracy "
-                 f"≥ {cfg.threshold:g}. A fact set is stored if any LR in {cfg.lrs} reaches the threshold. "
-                 f"Capacity = the largest stored S·R, found by a k-ary search (k = {cfg.probes_per_round}) over "
-                 f"the `{cfg.fact_grid}` grid of (S, R) with S, R ∈ [{cfg.size_min}, {cfg.size_max}] "
-                 "('square': S = R; 'near-square': S = R or S = R + 1). The fit is ordinary least squares of log facts on "
-                 "log params, one fit per family and training seed (the pooled fit: one intercept per family); the "
-                 f"verdict intervals are 95% Student-t CIs across the {cfg.n_seeds} training seed(s) of the per-seed "
-                 "slopes. Trade-off map: per seed, the boundary is the smallest stored MLP params per head count, up "
-                 "to the first H whose attention-only cell stores; its OLS slope on attention params is taken per "
-                 "seed. Each seed draws its own fact tables and initial weights.\n"]
-        cap = self._cap(results)
-        if not cap.empty:
-            cols = ["family", "seed_index", "d_model", "n_heads", "d_head", "d_mlp", "params", "S", "R", "facts",
-                    "facts_per_param", "facts_next_failed", "censored", "runs"]
-            parts.append("## Capacity per model\n")
-            parts.append(markdown_table(cap[[c for c in cols if c in cap]].sort_values(["family", "params"])))
-        tr = results[results["kind"] == "tradeoff"] if "kind" in results else results.iloc[0:0]
-        if not tr.empty:
-            parts.append("## Trade-off map: smallest MLP that stores the facts, per head count\n")
-            rows = []
-            for (k, h), sub in tr.groupby([tr["seed_index"].fillna(0).astype(int) if "seed_index" in tr else
-                                           pd.Series(0, index=tr.index), "n_heads"]):
-                ok = sub[sub["accuracy"] >= cfg.threshold]
-                rows.append({"seed_index": k, "n_heads": h, "attn_params": int(sub["attn_params"].iloc[0]),
-                             "min_mlp_params_stored": int(ok["mlp_params"].min()) if not ok.empty else "none",
-                             "best_accuracy": float(sub["accuracy"].max())})
-            parts.append(markdown_table(pd.DataFrame(rows)))
-        return "\n".join(parts)
+        """The method and the capacity and trade-off tables (``_factual_recall_figures.report_sections``)."""
+        return _f.report_sections(cfg, results, run)
