@@ -7,7 +7,12 @@ Math Problems", arXiv 2408.16293 (the CS546 lecture's slide "Fine-Tuning Retry D
 and without masking the mistakes, against continued pretraining and pretraining on retry data). Part 2.2's own words
 as quoted in ``physics_of_lms.md`` sec. 2.8 [quote-3p]: LoRA fine-tuning on retry data gives no significant gain and
 can hurt at small rank; full fine-tuning is roughly continued pretraining; retry pretraining at q = 0.5 lifts
-iGSM-med op = 23 from 78% to 95%.
+iGSM-med op = 23 from 78% to 95%. Checked against the paper's Sec. 5 ("Result 7: Finetune with Retry Data") and Fig. 7
+(retry rate 0.2; "qv stands for the LoRA rank on the query/value matrices, and e stands for the LoRA rank on the
+embedding matrix"; "No significant improvement over the original model; for small LoRA ranks, finetuning even hurts
+and label masking becomes important"): iGSM-med_pq op = 23, original 77.7%, the LoRA rows 59-79%, retry pretraining
+(q = 0.2) 87.7-88.3%. The paper's LoRA learning rate and fine-tuning length are not used here (``ft_lr``, ``ft_steps``
+are lmsci's choices).
 
 Protocol, per training seed (one group: every model of a seed shares the initialisation and the pretraining problem
 stream, as in ``igsm-retry``): (1) pretrain a GPT on error-free iGSM data (``steps``); (2) pretrain the same
