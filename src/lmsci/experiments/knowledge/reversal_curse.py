@@ -43,19 +43,21 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.experiments.knowledge import _reversal_curse_figures as _f
+from lmsci.experiments.knowledge import _reversal_curse_verdicts as _v
+from lmsci.experiments.knowledge._reversal_curse_verdicts import (  # noqa: F401 (FORWARD_QA_MIN re-exported)
+    FORWARD_QA_MIN, GAP_FORWARD_MAX, GAP_LIFT_MIN)
 from lmsci.experiments.knowledge.common import (
     BiosQAConfig, AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed,
-    exposures_of, h100_seconds, mean_tokens, vocab_size, finetune_qa, make_model, paired, recall_gate, seed_summary,
-    seed_values, null_arm_finetune, within_run,
+    exposures_of, h100_seconds, mean_tokens, vocab_size, finetune_qa, make_model, null_arm_finetune,
 )
-from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import completion_gap_bits
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_split
 
@@ -116,13 +118,11 @@ class ReversalCurseConfig(BiosQAConfig):
 
 FORWARD_QA = Gate("forward-qa", "forward QA exact match (name -> attributes) on the tested people (P_test) >= 0.5 in "
                                 "every model trained (both conditions, every seed)")
-FORWARD_QA_MIN = 0.5
 REVERSE_MEMORISED = Gate("reverse-memorised",
                          "name recall in the reversed training biographies (greedy exact match of the name given the "
                          "attributes before it, first reversed rendering, pretrained model) of the people tested >= "
                          "0.9 in every with-reverse model (every seed)")
 SOURCE = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288"
-GAP_FORWARD_MAX, GAP_LIFT_MIN = 1.0, 3.0
 
 
 def _swap_answer(doc: Doc, name_ids: list[int]) -> Doc:
@@ -390,153 +390,14 @@ class ReversalCurse(Experiment):
                 f"{prefix}name_gap_bits_{tag}": float(gap.mean())}
 
     def verdicts(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        def per(col: str, rev: bool) -> dict[int, float]:
-            return seed_values(results, col, reverse_in_training=rev)
-
-        out: list[Verdict] = []
-        n = int(results["n_test"].iloc[0]) if "n_test" in results and len(results) else 0
-        mem = recall_gate(per("bio_recall_test", False), per("bio_recall_test", True))
-        rmem = recall_gate(per("reverse_recall_test", True))
-        scale = (f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.exposures} exposures, "
-                 f"reverse{cfg.reverse_groups}")
-
-        def lift(col: str):
-            f, r = per(col, False), per(col, True)
-            seeds = paired(f, r)
-            if not seeds:
-                return None
-            return (f, r, across_seeds([r[k] - f[k] for k in seeds]), across_seeds([f[k] for k in seeds]).mean,
-                    across_seeds([r[k] for k in seeds]).mean)
-
-        def null_lift(col: str, rule) -> tuple[tuple[float, bool] | None, dict]:
-            """The null arm (random-init model, in the forward-only rows) in place of the with-reverse arm:
-            ``(null=(value, meets the rule), details)``."""
-            f, z = per(col, False), per("null_" + col, False)
-            seeds = paired(f, z)
-            if not seeds:
-                return None, {}
-            d = across_seeds([z[k] - f[k] for k in seeds])
-            mf, mz = across_seeds([f[k] for k in seeds]).mean, across_seeds([z[k] for k in seeds]).mean
-            return (d.mean, bool(rule(mf, mz, d))), {"null_arm": {"per_seed": z, "minus_forward_only": d.mean,
-                                                                  "ci95": d.ci}}
-
-        got = lift("inverse_test")
-        if got is not None:
-            inv_f, inv_r, diff, mf, mr = got
-            fwd_f, fwd_r = per("qa_test", False), per("qa_test", True)
-            fwd = [v for d in (fwd_f, fwd_r) for v in d.values()]
-            fwd_gate = (min(fwd), min(fwd) >= FORWARD_QA_MIN) if fwd else (None, None)
-            def rule(f_, r_, d_):
-                return f_ <= 0.1 and r_ >= 0.5 and (d_.ci is None or d_.ci[0] > 0)
-
-            ok = rule(mf, mr, diff)
-            null, nd = null_lift("inverse_test", rule)
-            out.append(self.judge(
-                cfg, "reversal", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
-                gates={"memorised": mem, "reverse-memorised": rmem, "forward-qa": fwd_gate}, null=null,
-                details={**nd,"inverse_test_forward_only": seed_summary(inv_f),
-                         "inverse_test_with_reverse": seed_summary(inv_r),
-                         "inverse_train": {"forward_only": per("inverse_train", False),
-                                           "with_reverse": per("inverse_train", True)},
-                         "forward_qa_test": {"forward_only": fwd_f, "with_reverse": fwd_r},
-                         "forward_qa_train": {"forward_only": per("qa_train", False),
-                                              "with_reverse": per("qa_train", True)},
-                         "bio_recall_test": {"forward_only": per("bio_recall_test", False),
-                                             "with_reverse": per("bio_recall_test", True)},
-                         "reverse_recall_test": per("reverse_recall_test", True),
-                         "forward_only_within_run": within_run(inv_f, n), "with_reverse_within_run": within_run(inv_r, n),
-                         "paper": {"gpt3_reverse_exact_match": 0.0, "part3.2_inverse_search": "~0%"}},
-                note="" if ok else (f"At {scale}: inverse search after QA fine-tuning = {mr:.2f} with reversed "
-                                    f"biographies, {mf:.2f} forward-only.")))
-        got = lift("reverse_completion_test")
-        if got is not None:
-            sf, sr, d, f, r = got
-            def rule(f_, r_, d_):
-                return f_ <= 0.1 and d_.mean >= 0.3 and (d_.ci is None or d_.ci[0] > 0)
-
-            ok = rule(f, r, d)
-            null, nd = null_lift("reverse_completion_test", rule)
-            out.append(self.judge(
-                cfg, "reverse-completion", value=d.mean, passed=ok, ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
-                gates={"memorised": mem, "reverse-memorised": rmem}, null=null,
-                details={**nd,"forward_only": seed_summary(sf), "with_reverse": seed_summary(sr),
-                         "train_people": {"forward_only": per("reverse_completion_train", False),
-                                          "with_reverse": per("reverse_completion_train", True)},
-                         "forward_only_within_run": within_run(sf, n), "with_reverse_within_run": within_run(sr, n),
-                         "paper": {"gpt3_reverse_exact_match": 0.0, "gpt3_same_direction_held_out": 0.967}},
-                note="" if ok else f"At {scale}: held-out-template completion {r:.2f} with reversed biographies, "
-                                   f"{f:.2f} forward-only."))
-        got = lift("name_gap_bits_test")
-        if got is not None:
-            gf, gr, d, f, r = got
-            def rule(f_, r_, d_):
-                return f_ <= GAP_FORWARD_MAX and d_.mean >= GAP_LIFT_MIN and (d_.ci is None or d_.ci[0] > 0)
-
-            ok = rule(f, r, d)
-            null, nd = null_lift("name_gap_bits_test", rule)
-            out.append(self.judge(
-                cfg, "name-logprob", value=d.mean, passed=ok, ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
-                gates={"memorised": mem, "reverse-memorised": rmem}, null=null,
-                details={**nd,"forward_only_bits": seed_summary(gf), "with_reverse_bits": seed_summary(gr),
-                         "train_people_bits": {"forward_only": per("name_gap_bits_train", False),
-                                               "with_reverse": per("name_gap_bits_train", True)},
-                         "paper": "correct name no more likely than a random name (Berglund et al., Figure 4)"},
-                note="" if ok else f"At {scale}: correct-minus-random name log-probability {f:.2f} bits "
-                                   f"forward-only, {r:.2f} bits with reversed biographies."))
-        return out
+        """``reversal``, ``reverse-completion`` and ``name-logprob``, one function per claim in
+        :mod:`lmsci.experiments.knowledge._reversal_curse_verdicts`."""
+        return _v.verdicts(self, cfg, results)
 
     def report_sections(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> str:
-        cols = [c for c in ("point", "pipeline", "pretrain_steps", "exposures", "reverse_exposures", "bio_recall_test",
-                            "reverse_recall_test", "qa_train", "inverse_train", "qa_test", "inverse_test",
-                            "bio_recall_test_after_ft", "forgetting_test", "null_reverse_completion_test",
-                            "null_name_gap_bits_test", "null_inverse_train", "null_inverse_test") if c in results]
-        if not len(results):
-            return ""
-        return "\n".join([
-            "## Memorisation, QA fine-tuning and forgetting", "",
-            f"Reversed biographies: reverse{cfg.reverse_groups} (the name after the attributes of each of "
-            f"{cfg.reverse_groups} sentence(s)), {cfg.reverse_multiplicity} per person. QA fine-tuning "
-            f"({cfg.finetune.method}) on P_train: `qa_train` / `inverse_train` are its accuracy on the fine-tuned "
-            "people; `bio_recall_test_after_ft` is the held-out people's biography recall after it and "
-            "`forgetting_test` its drop from the pretrained model. `null_*` (the claims' null arm, in the forward-only "
-            "row of each seed): a randomly initialised model that never saw the people, scored on the held-out "
-            "prompts as it is and on inverse search after the same LoRA QA fine-tuning.", "",
-            markdown_table(results, None, cols=cols, float_format=".3f")])
+        """Memorisation, QA fine-tuning and forgetting (``_reversal_curse_figures.report_sections``)."""
+        return _f.report_sections(cfg, results, run)
 
     def figures(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1.2]})
-        g = results.groupby("reverse_in_training")
-        cols = [("qa_test", "forward QA (fine-tuned)"), ("inverse_test", "inverse QA (fine-tuned)"),
-                ("reverse_completion_test", "held-out reversed prompt (pretrained)")]
-        labels = {False: "forward only", True: "with reversed biographies"}
-        conds = [c for c in (False, True) if c in g.groups]
-        x = np.arange(len(conds))
-        for k, (c, lab) in enumerate(cols):
-            m = [g.get_group(cond)[c].mean() for cond in conds]
-            ax[0].bar(x + (k - 1) * 0.27, m, 0.27, label=lab)
-            for j, cond in enumerate(conds):
-                ax[0].scatter(np.full(len(g.get_group(cond)), x[j] + (k - 1) * 0.27), g.get_group(cond)[c],
-                              color="k", s=8, zorder=3)
-        ax[0].set_xticks(x, [labels[c] for c in conds])
-        ax[0].set_ylim(0, 1.05)
-        ax[0].set_ylabel("exact match (P_test)")
-        ax[0].legend(fontsize=8)
-        ax[0].set_title("Reversal curse on bioS (dots: seeds)")
-        for j, cond in enumerate(conds):
-            v = g.get_group(cond)["name_gap_bits_test"]
-            ax[1].bar(j, v.mean(), 0.6, color="C3" if cond else "C0")
-            ax[1].scatter(np.full(len(v), j), v, color="k", s=8, zorder=3)
-        ax[1].axhline(0, color="k", lw=0.8)
-        ax[1].set_xticks(range(len(conds)), [labels[c] for c in conds], fontsize=8)
-        ax[1].set_ylabel("log2 p(correct) - log2 p(random name), bits")
-        ax[1].set_title("Berglund et al. completion test")
-        return [save_figure(fig, run, "reversal.png",
-                            "Left: forward QA and inverse search after QA fine-tuning on P_train, and greedy "
-                            "completion of the held-out attributes-only prompt on the pretrained model, for P_test. "
-                            "Right: how much more likely the correct name is than another person's name after that "
-                            "prompt (0: the reversal curse).")]
+        """reversal.png (:func:`lmsci.experiments.knowledge._reversal_curse_figures.figures`)."""
+        return _f.figures(cfg, results, run)
