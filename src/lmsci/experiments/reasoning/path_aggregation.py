@@ -107,8 +107,9 @@ class PathAggregation(Experiment):
              "peaks at an intermediate walk length.")
     source = "Wang, Amayuelas, Zhang, Pan, Chen, Wang, ICML 2024, arXiv 2402.03268, sec. 3, Figs. 2-3"
     Config = PathAggregationConfig
-    time_estimate = {"smoke": "~5 s", "quick": ("~0.2 s CPU per stacked step (24 members) measured at threads=1: "
-                                                "~5 CPU-minutes for 1500 steps plus evaluation"),
+    time_estimate = {"smoke": "~5 s", "quick": ("6.3 min CPU (user) + 0.5 min system for 3 seeds x 4 lengths x 2 arms (24 "
+                                                "members, one stack), 1500 steps, threads=1 (master seeds 0 and 1, 2026-11-27); "
+                                                "22-25 min wall on the shared 2-core machine at load ~10"),
                      "gpu": "~8 min on one H100 (estimated)", "paper": "hours on one GPU (estimated)"}
     _gate = (Gate("learned", f"mean over seeds and walk lengths of the real arm's top-1 accuracy on training queries "
                              f"(h, r) -> a training tail >= {LEARNED_MIN}"),)
