@@ -93,8 +93,9 @@ class SyntacticEmbeddings(Experiment):
              "a linear probe reads it from held-out words with accuracy >= 0.9.")
     source = "seed lecture 000 ('Word Embeddings Encode Syntactic Roles'); issue 34 part 4"
     Config = SyntacticEmbeddingsConfig
-    time_estimate = {"smoke": "~5 s", "quick": "~5 min (3 seeds x (ordered + shuffled) x 2000 steps, threads=1)",
-                     "gpu": "~4 min estimated on one H100 (not measured)",
+    time_estimate = {"smoke": "~15 s", "quick": "18.0 min wall measured (6.0 min CPU: 3 seeds x (ordered + shuffled) x "
+                     "2000 steps, threads=1, on a 2-core machine at load ~8); ~7 min on an idle one",
+                     "gpu": "~4 min estimated on one H100 from the quick rate (not measured)",
                      "paper": "~20 min on one GPU (estimated)"}
 
     _LEARN = Gate("learned", f"in every seed, the ordered model's NLL on a held-out ordered stream is >= {GAIN_MIN} "
