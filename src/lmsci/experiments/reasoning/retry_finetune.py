@@ -99,8 +99,9 @@ class RetryFinetune(IGSMExperiment):
     Config = RetryFinetuneConfig
     time_estimate = {
         "smoke": "~10 s",
-        "quick": "~10 min at threads=1, estimated (2 pretrainings x 250 steps + 5 LoRA fine-tunings x 100 steps of "
-                 "the igsm-tiny quick model, 7 models decoded on 8 problems x 3 buckets); decides nothing",
+        "quick": "4.1 min wall measured 2026-11-27 at threads=1 on the shared 2-core machine (2 pretrainings x 250 "
+                 "steps + 5 LoRA fine-tunings x 100 steps of the igsm-tiny quick model, 7 models decoded on 8 problems x "
+                 "3 buckets); decides nothing (the quick model does not learn iGSM)",
         "gpu": time_gpu(90, "2 pretrained models x 3 seeds x 2,500 steps, plus 5 LoRA fine-tunings x 500 steps counted "
                             "at a full step's cost (an upper bound: the frozen weights get no gradient), x 96 x 768 "
                             "tokens of a 6-layer d384 GPT; the fine-tunings keep no checkpoints"),
