@@ -10,7 +10,7 @@ path. A model whose family is not in :data:`FAMILIES` is refused with a
 version outside :data:`TRANSFORMERS_RANGE`.
 
 Families (the ``transformers`` ``model_type``; each has a float64 parity test in
-``tests/test_arch_parity.py``: a no-op policy reproduces the unpatched logits, streaming decode
+``tests/models/test_arch_parity.py``: a no-op policy reproduces the unpatched logits, streaming decode
 reproduces the full-sequence patched logits, batch 1 equals batch 4):
 
 =============  ==========================  ===============  ==========================================

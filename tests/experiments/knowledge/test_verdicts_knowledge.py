@@ -134,4 +134,4 @@ def test_celebrity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     assert v.outcome == INCONCLUSIVE and any("below the scale" in r for r in v.reasons)
 
 
-# reversal-curse and knowledge-capacity: tests/test_knowledge_reversal_capacity.py (issue 11 protocols)
+# reversal-curse and knowledge-capacity: tests/experiments/knowledge/test_knowledge_reversal_capacity.py (issue 11 protocols)

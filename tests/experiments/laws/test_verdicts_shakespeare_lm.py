@@ -82,7 +82,7 @@ def test_quick_has_the_seeds_its_claims_need():
         assert cfg.n_seeds >= min(c.min_seeds for c in ShakespeareLM.claims)
 
 
-# the divergence path (smoke with lr=1e6) is tested in tests/test_corpus.py, which has the corpus fixture
+# the divergence path (smoke with lr=1e6) is tested in tests/worlds/test_corpus.py, which has the corpus fixture
 
 
 def test_smoke_run_measures_a_null_arm_that_fails_both_rules(tmp_path):

@@ -164,7 +164,7 @@ def test_benchmark_script_runs_at_small_settings():
     import sys
     from pathlib import Path
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_cfg_dp.py"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cfg_dp.py"
     out = subprocess.run([sys.executable, str(bench), "--grammar", "cfg3f-small", "--n", "10", "--naive", "4"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert "strings/s on one core" in out and "agree on 4 strings" in out and "ratio" in out

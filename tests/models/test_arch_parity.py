@@ -254,5 +254,5 @@ def test_transformers_version_range_is_declared_and_enforced():
     import tomllib
     from pathlib import Path
 
-    deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
     assert f"transformers{','.join(TRANSFORMERS_RANGE)}" in deps
