@@ -139,6 +139,23 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def _same_config(stored: str, new: str) -> bool:
+    """Whether a run directory's ``config.yaml`` (``stored``) and a new run's resolve to the same run: equal text,
+    or equal once the execution fields that ``stored`` predates are dropped from ``new`` (a field such as
+    ``compile``, added to every config after the run was made, must not block resuming it)."""
+    if stored == new:
+        return True
+    import yaml
+
+    from lmsci.config import NON_SCIENCE_FIELDS
+
+    a, b = yaml.safe_load(stored), yaml.safe_load(new)
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    b = {k: v for k, v in b.items() if k in a or k not in NON_SCIENCE_FIELDS}
+    return a == b
+
+
 class RunDir:
     """One run's directory on disk.
 
@@ -185,7 +202,7 @@ class RunDir:
                     f"{self.path} holds a run of {meta.get('experiment')!r}, not {experiment!r}; "
                     "choose another --out"
                 )
-            if cfg_path.read_text() != config_yaml:
+            if not _same_config(cfg_path.read_text(), config_yaml):
                 raise RunDirError(
                     f"{self.path} holds a run with a different configuration; rerun with the "
                     "same --preset/--set/--seed to resume, or choose another --out"

@@ -6,7 +6,7 @@ the experiments' ``time_estimate`` of the gpu preset. Seconds are wall seconds; 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +16,6 @@ from lmsci.train.estimate import GPU_ASSUMPTIONS, GPU_BUDGET_S, STEP_OVERHEAD_S,
 from lmsci.train.estimate import flops_per_token as _flops_per_token
 from lmsci.worlds.bios import ATTRS, BiosWorld
 
-if TYPE_CHECKING:
-    from lmsci.experiments.knowledge.common import BiosQAConfig
 
 
 # -- time estimates of the gpu presets (one H100): lmsci.train.estimate, plus the host's data work -------------
@@ -63,7 +61,8 @@ def mean_tokens(kind: str, spec: DataSpec | None = None, groups: int = 1, n: int
     return float(d.length.mean())
 
 
-def model_seconds(cfg: BiosQAConfig, *, bio_tokens: float, bio_docs: float, qa_tokens: float = 0.0,
+def model_seconds(cfg: Any,  # a common.BiosQAConfig (not imported: common imports this module)
+                  *, bio_tokens: float, bio_docs: float, qa_tokens: float = 0.0,
                   ft_people: int = 0, ft_questions: int = 6, eval_docs: float = 0.0) -> float:
     """Estimated H100 seconds of one model of a bioS QA experiment (:func:`h100_seconds`): pretraining on
     ``bio_tokens`` tokens of ``bio_docs`` biographies plus ``qa_tokens`` of mixed-in QA, the memorisation
