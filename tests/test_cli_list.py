@@ -39,7 +39,11 @@ def test_list_fits_120_columns_one_line_per_experiment():
     assert names == list(catalog())
     for s in lines[2:2 + len(catalog())]:
         name, family = s.split()[:2]
-        assert catalog()[name].__module__ == f"lmsci.experiments.{family}.{catalog()[name].__module__.split('.')[-1]}"
+        mod = catalog()[name].__module__
+        if not mod.startswith("lmsci.experiments."):  # an experiment another test registered: no family
+            assert family == "-"
+            continue
+        assert mod == f"lmsci.experiments.{family}.{mod.split('.')[-1]}"
 
 
 def test_list_outcomes_add_up_to_the_published_table(tmp_path):

@@ -48,5 +48,7 @@ def resolve(mode: str | None, device: str) -> bool:
 
 
 def maybe_compile(fn: Callable, mode: str | None, device: str) -> Callable:
-    """``torch.compile(fn)`` when :func:`resolve` says so (a module keeps sharing its parameters), else ``fn``."""
-    return torch.compile(fn) if resolve(mode, device) else fn
+    """``torch.compile(fn, dynamic=False)`` when :func:`resolve` says so (a module keeps sharing its parameters),
+    else ``fn``. Shapes are static (a new batch shape recompiles): symbolic shapes break the stacked trainer's
+    ``vmap`` over ``functional_call`` under Dynamo, and the trainers' batches have one shape per run."""
+    return torch.compile(fn, dynamic=False) if resolve(mode, device) else fn

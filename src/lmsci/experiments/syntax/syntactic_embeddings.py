@@ -67,9 +67,9 @@ class SyntacticEmbeddingsConfig(ExperimentConfig):
     }
 
 
-def embedding_metrics(emb: np.ndarray, roles: np.ndarray, seed: int) -> dict[str, float]:
+def embedding_metrics(emb: np.ndarray, roles: np.ndarray, seed: int, device: str = "cpu") -> dict[str, float]:
     """Held-out-word probe accuracy and k-means purity of word embeddings ``emb [n_words, d]`` with class ids
-    ``roles [n_words]`` (split 50/50 within each class with ``seed``)."""
+    ``roles [n_words]`` (split 50/50 within each class with ``seed``); the probe is fitted on ``device``."""
     from sklearn.cluster import KMeans
 
     rng = np.random.default_rng(seed)
@@ -77,7 +77,7 @@ def embedding_metrics(emb: np.ndarray, roles: np.ndarray, seed: int) -> dict[str
     for c in np.unique(roles):
         idx = np.flatnonzero(roles == c)
         tr[rng.permutation(idx)[: len(idx) // 2]] = True
-    x, y = torch.from_numpy(emb).double(), torch.from_numpy(roles)
+    x, y = torch.from_numpy(emb).double().to(device), torch.from_numpy(roles).to(device)
     k = int(roles.max()) + 1
     p = fit_linear_probe(x[tr], y[tr], x[~tr], y[~tr], n_classes=k)
     km = KMeans(n_clusters=k, n_init=10, random_state=seed % 2**31).fit(emb)
@@ -149,7 +149,7 @@ class SyntacticEmbeddings(Experiment):
                     seed=derive_seed(ctx.seed, "init"))
         roles = g.role_of[2:]
         init = embedding_metrics(model.wte.weight.detach()[2:].cpu().numpy().astype(np.float64), roles,
-                                 derive_seed(ctx.seed, "probe"))
+                                 derive_seed(ctx.seed, "probe"), ctx.device)
         st = torch.from_numpy(stream)
         T = cfg.seq_len
 
@@ -169,7 +169,7 @@ class SyntacticEmbeddings(Experiment):
         batches = [(tt[:n * T].view(n, T)[i:i + 64], tt[1:n * T + 1].view(n, T)[i:i + 64]) for i in range(0, n, 64)]
         nll = evaluate_nll(model, batches, ctx.device)
         emb = model.wte.weight.detach()[2:].cpu().numpy().astype(np.float64)
-        met = embedding_metrics(emb, roles, derive_seed(ctx.seed, "probe"))
+        met = embedding_metrics(emb, roles, derive_seed(ctx.seed, "probe"), ctx.device)
         np.savez(ctx.artifact_dir / "emb.npz", emb=emb.astype(np.float32), roles=roles)
         return {"order": point.params["order"], **met, **{f"init_{k}": v for k, v in init.items()},
                 "test_nll": nll, "unigram_entropy": unigram, "nll_gain": unigram - nll,
