@@ -3,6 +3,8 @@ on by default on CUDA only; the experiment's ``compile`` reaches the trainers th
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -37,6 +39,10 @@ def test_resolve_modes():
         resolve("sometimes", "cpu")
 
 
+NO_CXX = not any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+
+
+@pytest.mark.skipif(NO_CXX, reason="torch.compile on CPU (inductor) needs a C++ compiler")
 @pytest.mark.parametrize("stacked", [False, True], ids=["train", "train_stacked"])
 def test_compiled_training_equals_eager(stacked):
     cfg = dict(steps=4, batch_size=4, lr=3e-3, warmup_steps=0, device="cpu")
