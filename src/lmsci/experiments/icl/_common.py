@@ -11,4 +11,4 @@ def seed_interval(x) -> tuple[Any, float, float]:
     """``(stat, lower, upper)`` across training seeds of the per-seed values ``x`` (a Student-t 95% CI,
     :func:`lmsci.claims.across_seeds`); with one seed both ends are the mean."""
     st_ = across_seeds(x)
-    return st_, (st_.lo if st_.n >= 2 else st_.mean), (st_.hi if st_.n >= 2 else st_.mean)
+    return st_, (st_.lo), (st_.hi)

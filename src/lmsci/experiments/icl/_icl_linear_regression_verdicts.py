@@ -48,7 +48,7 @@ def ls_error(exp: Experiment, cfg, df: pd.DataFrame) -> Verdict:
     err, err0 = df["err_model_at_2d"].astype(float), null_err(df)
     ratio = err / df["err_least_squares_at_2d"].astype(float)
     st = across_seeds(ratio)
-    hi = st.hi if st.n >= 2 else st.mean
+    hi = st.hi
     null = (None, None)
     if err0 is not None:
         st0, _, hi0 = seed_interval(err0 / df["err_least_squares_at_2d"].astype(float))
@@ -68,7 +68,7 @@ def beats_baselines(exp: Experiment, cfg, df: pd.DataFrame) -> Verdict:
     gate, _ = trained_gate(df)
     err, err0 = df["err_model_at_2d"].astype(float), null_err(df)
     st = across_seeds(err)
-    hi = st.hi if st.n >= 2 else st.mean
+    hi = st.hi
     base = {b: float(df[f"err_{b}_at_2d"].astype(float).mean()) for b in WEAK_BASELINES}
     best_b = min(base, key=base.get)
     null = (None, None)
@@ -90,7 +90,7 @@ def implied_ridge(exp: Experiment, cfg, df: pd.DataFrame) -> Verdict:
     other = np.minimum.reduce([spd_cols[b] for b in SPD_CANDIDATES if b not in LS_LIKE])
     margin = other - ls_like
     st = across_seeds(margin)
-    lo = st.lo if st.n >= 2 else st.mean
+    lo = st.lo
     closest = [min(SPD_CANDIDATES, key=lambda b: spd_cols[b][i]) for i in range(len(df))]
     null = (None, None)
     if null_err(df) is not None:
@@ -110,7 +110,7 @@ def probe_w(exp: Experiment, cfg, df: pd.DataFrame) -> Verdict:
     gate, _ = trained_gate(df)
     r2 = df["probe_r2_best"].astype(float)
     st = across_seeds(r2)
-    lo = st.lo if st.n >= 2 else st.mean
+    lo = st.lo
     layers = df["probe_best_layer"].tolist() if "probe_best_layer" in df else []
     null = (None, None)
     if null_err(df) is not None:

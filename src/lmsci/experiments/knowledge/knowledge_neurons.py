@@ -467,9 +467,9 @@ def _layer_counts(results: pd.DataFrame, n_layers: int) -> str:
 
 
 def _ci(st: Any) -> tuple[float, float]:
-    """The CI of an :func:`across_seeds` summary, or (mean, mean) with one seed (the verdict is then inconclusive
-    for too few seeds anyway)."""
-    return tuple(st.ci) if st.ci is not None else (st.mean, st.mean)
+    """The CI of an :func:`across_seeds` summary: ``(lo, hi)``, which :class:`lmsci.stats.SeedStat` sets to
+    ``(mean, mean)`` with one seed (the verdict is then inconclusive for too few seeds anyway)."""
+    return (st.lo, st.hi)
 
 
 def _fact_cis(results: pd.DataFrame) -> dict[str, Any]:

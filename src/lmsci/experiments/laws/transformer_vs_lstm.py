@@ -31,6 +31,7 @@ from lmsci.claims import Claim, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.laws.model_shape import gpt_non_embedding_params
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir
 
@@ -143,8 +144,8 @@ class TransformerVsLSTM(Experiment):
 
     @staticmethod
     def _gpt_n(cfg: TransformerVsLSTMConfig, L: int, d: int) -> int:
-        # lmsci GPT non-embedding parameters with d_head * n_heads = d_model: L (12 d^2 + 13 d) + 2 d
-        return L * (12 * d * d + 13 * d) + 2 * d
+        """lmsci GPT non-embedding parameters at ``n_heads = d_model / d_head`` (``L (12 d^2 + 13 d) + 2 d``)."""
+        return gpt_non_embedding_params(L, d, d // cfg.d_head, cfg.d_head)
 
     def points(self, cfg: TransformerVsLSTMConfig) -> list[Point]:
         pts = []

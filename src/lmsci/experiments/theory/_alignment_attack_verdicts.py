@@ -80,7 +80,7 @@ def centre_stat(cfg, tr: pd.DataFrame, ncol: str, rcols) -> tuple[Any, Any, Any]
     rise = [rcols(r) for r in rows]
     rise = float(np.nanmean(rise)) if any(x is not None and np.isfinite(x) for x in rise) else float("nan")
     st = across_seeds(rat)
-    lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
+    lo, hi = (st.lo, st.hi)
     return st, rise, bool(lo >= 1 / FACTOR and hi <= FACTOR and rise >= rise_min)
 
 
@@ -150,7 +150,7 @@ def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verd
                          why_not_computed="no sigmoid fit converged")
     st = across_seeds(shifts)
     half = (st.hi - st.lo) / 2 if st.n >= 2 else float("inf")
-    lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
+    lo, hi = (st.lo, st.hi)
     return exp.judge(
         cfg, "persona-alpha-shift", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
         passed=bool(lo <= target <= hi), null=null1,

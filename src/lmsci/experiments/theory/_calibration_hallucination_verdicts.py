@@ -87,14 +87,14 @@ def tracks_mf(exp: Experiment, cfg, df: pd.DataFrame, claim_id: str, gname: str)
         return exp.judge(cfg, claim_id, value=None, passed=None, gates=gates, n_seeds=n_seeds,
                          why_not_computed="MF does not vary within a seed")
     st = across_seeds(fin)
-    lo, hi = (st.lo, st.hi) if st.n >= 2 else (st.mean, st.mean)
+    lo, hi = (st.lo, st.hi)
     null, null_detail = None, {}
     if claim_id == "transformer-tracks-mf" and "tf_init_hall" in df:
         ns = [x for x in (slope(sub["mf"], sub["tf_init_hall"]) for _, sub in df.groupby("seed_index"))
               if math.isfinite(x)]
         if ns:
             nst = across_seeds(ns)
-            nlo, nhi = (nst.lo, nst.hi) if nst.n >= 2 else (nst.mean, nst.mean)
+            nlo, nhi = (nst.lo, nst.hi)
             null = (nst.mean, bool(nlo >= SLOPE_LO and nhi <= SLOPE_HI))
             null_detail = {"null_untrained_slope_per_seed": ns, "null_untrained_ci": nst.ci}
     return exp.judge(
