@@ -38,6 +38,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, Verdict
+from lmsci.stats import bootstrap_ci
 
 SAMPLES_FILE = "samples.txt"
 MODEL_DIR = "model"
@@ -213,9 +214,7 @@ class ShakespeareLM(Experiment):
         table = sh.bigram_logprobs(corpus.train_ids, tok.vocab_size, base["bigram_alpha"])
         bigram_win = np.concatenate([-table[x.numpy(), y.numpy()].mean(1) for x, y in val_final])
         diff = bigram_win - model_win
-        rng = np.random.default_rng(ctx.seed)
-        boots = diff[rng.integers(0, len(diff), (2000, len(diff)))].mean(1)
-        lo, hi = np.percentile(boots, [2.5, 97.5])
+        lo, hi = bootstrap_ci(diff, n_boot=2000, seed=ctx.seed)
 
         # samples, the model and its tokenizer, saved with the run
         samples = []
