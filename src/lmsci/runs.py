@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 import lmsci
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, PILOT_SEED_MIN, REPRODUCED, Verdict  # noqa: F401 (re-exported)
+from lmsci.config import NON_SCIENCE_FIELDS
 from lmsci.errors import ConfigError, RunDirError
 
 
@@ -145,10 +147,6 @@ def _same_config(stored: str, new: str) -> bool:
     ``compile``, added to every config after the run was made, must not block resuming it)."""
     if stored == new:
         return True
-    import yaml
-
-    from lmsci.config import NON_SCIENCE_FIELDS
-
     a, b = yaml.safe_load(stored), yaml.safe_load(new)
     if not isinstance(a, dict) or not isinstance(b, dict):
         return False
