@@ -215,7 +215,7 @@ class _StackRun:
     alive: list[bool]
     tokens_seen: list[int]
     step: int = 0
-    sum_nll: Any = None  # ``stack.sum_nll`` or its torch.compile wrapper (``TrainConfig.compile``)
+    sum_nll: Any = None  # ``stack.sum_nll`` or its torch.compile wrapper (``TrainConfig.compile``; set by _start_stack)
 
     def emit(self, k: int, rec: dict[str, Any]) -> None:
         """Append ``rec`` to member ``k``'s history and pass it to its log (with ``member`` on a shared log)."""
@@ -311,7 +311,7 @@ def _stacked_step(run: _StackRun, lr: float) -> tuple[torch.Tensor, torch.Tensor
         x = torch.stack(xs).to(device, non_blocking=True)
         y = torch.stack(ys).to(device, non_blocking=True)
         with _autocast(device, cfg.precision):
-            s = (run.sum_nll or stack.sum_nll)(x, y)  # [K]
+            s = run.sum_nll(x, y)  # [K]
         (s / denom).sum().backward()
         loss_sum += s.detach().double().cpu()
     norms = stack.member_norms()  # [K]

@@ -329,7 +329,7 @@ class _Loop:
     log: Callable[[dict[str, Any]], None] | None
     checkpoint_dir: str | Path | None
     tb: Any = None
-    fwd: Any = None  # the module the training step calls: ``model`` or its torch.compile wrapper
+    fwd: Any = None  # the module the training step calls: ``model`` or its torch.compile wrapper (set by train)
     result: TrainResult = field(default_factory=TrainResult)
     step: int = 0
     tokens_seen: int = 0
@@ -435,7 +435,7 @@ def _train_step(loop: _Loop, get_batch: GetBatch) -> tuple[float, float, float, 
     for x, y in micro:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with _autocast(device, cfg.precision):
-            s, _ = sum_nll(loop.fwd if loop.fwd is not None else model, x, y)
+            s, _ = sum_nll(loop.fwd, x, y)
         (s / max(n_tok, 1)).backward()
         loss_sum += float(s.detach())
     if cfg.grad_clip > 0:
