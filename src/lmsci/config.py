@@ -109,6 +109,17 @@ def _check_key(model_cls: type[BaseModel], key: str) -> None:
         cls = cls.model_fields[part].annotation
 
 
+def _canonical_key(model_cls: type[BaseModel], key: str) -> str:
+    """``key`` itself, or ``spec.key`` when ``key`` is no top-level field but a field of exactly one nested spec
+    (``--set steps=4000`` means ``train.steps`` in a config with ``train: TrainSpec``). Ambiguous or unknown keys
+    come back unchanged (and :func:`_check_key` names the choices)."""
+    if "." in key or key in model_cls.model_fields:
+        return key
+    hits = [f"{name}.{key}" for name, f in model_cls.model_fields.items()
+            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel) and key in f.annotation.model_fields]
+    return hits[0] if len(hits) == 1 else key
+
+
 def _set_dotted(data: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     d = data
@@ -156,11 +167,34 @@ def _preset_data(config_cls: type[ExperimentConfig], preset: str) -> dict[str, A
     """
     if preset not in config_cls.PRESETS:
         raise UnknownNameError("preset", preset, config_cls.PRESETS.keys())
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = _spec_defaults(config_cls)
     for k, v in copy.deepcopy(config_cls.PRESETS[preset]).items():  # overrides must not edit PRESETS
-        _set_dotted(data, k, v)
+        if isinstance(v, dict) and isinstance(data.get(k), dict):
+            _merge(data[k], v)
+        else:
+            _set_dotted(data, k, v)
     data["preset"] = preset
     return data
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> None:
+    """Deep-merge ``changes`` into ``base`` in place (a nested dict updates, anything else replaces)."""
+    for k, v in changes.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
+
+
+def _spec_defaults(config_cls: type[BaseModel]) -> dict[str, Any]:
+    """The dumped defaults of every nested-spec field (``model: GPTSpec = GPTSpec(d_model=128)``), so that a preset
+    or ``--set`` that changes one sub-field (``model.d_model``) keeps the experiment's other sub-fields rather than
+    falling back to the spec class's defaults."""
+    out: dict[str, Any] = {}
+    for name, f in config_cls.model_fields.items():
+        if isinstance(f.default, BaseModel):
+            out[name] = f.default.model_dump(mode="python")
+    return out
 
 
 def resolve_config(
@@ -174,7 +208,8 @@ def resolve_config(
     Args:
         config_cls: the experiment's config class.
         preset: one of ``config_cls.PRESETS`` (``smoke``, ``quick``, ``paper``).
-        overrides: ``key=value`` strings (dotted keys for nested fields) or a dict.
+        overrides: ``key=value`` strings (dotted keys for nested fields; a bare key that names a field of exactly
+            one nested spec, e.g. ``steps`` for ``train.steps``, means that field) or a dict.
         seed: overrides ``seed`` when given.
 
     Raises:
@@ -186,6 +221,7 @@ def resolve_config(
     for k, v in ov.items():
         if k == "preset":
             raise ConfigError("preset", v, "set with --preset, not --set")
+        k = _canonical_key(config_cls, k)
         _check_key(config_cls, k)
         _set_dotted(data, k, v)
     if seed is not None:

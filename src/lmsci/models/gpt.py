@@ -101,29 +101,28 @@ HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
 T = TypeVar("T")
 
 
-class GPTConfig(StrictModel):
-    """Architecture of a :class:`GPT`.
+class GPTSpec(StrictModel):
+    """The architecture an experiment trains: every :class:`GPTConfig` field but the two its world fixes
+    (``vocab_size``, ``seq_len``). Experiments that train a GPT nest one as ``model`` in their config
+    (``--set model.d_model=128``); :meth:`gpt_config` adds the world's sizes.
 
     Attributes:
-        vocab_size: number of token ids.
-        seq_len: maximum number of positions (the learned position table size; ``generate`` crops to it).
         n_layers, n_heads, d_model: depth, heads per layer, residual width.
         d_head: per-head width (default ``d_model // n_heads``; ``d_model`` must then be divisible).
         d_mlp: MLP hidden width (default ``4 * d_model``; also for SwiGLU).
         pos, mlp, norm, tie_embeddings, bias: see the module docstring.
         dropout: dropout probability on attention probabilities and sublayer outputs (training only).
-        rope_base: RoPE base ``theta`` (Su et al. 2021).
+        rope_base: RoPE base ``theta`` (Su et al. 2021, arXiv 2104.09864).
 
     Raises:
-        ConfigError: on construction with a bad value (for example ``d_model`` not divisible by
-            ``n_heads`` without an explicit ``d_head``, or an odd ``d_head`` with ``pos="rope"``).
+        ConfigError / pydantic ValidationError: a bad value (for example ``d_model`` not divisible by ``n_heads``
+            without an explicit ``d_head``, or an odd ``d_head`` with ``pos="rope"``); inside an experiment config
+            :func:`lmsci.config.resolve_config` reports it as ``model.<field>``.
     """
 
-    vocab_size: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
-    n_layers: int = Field(ge=0)
-    n_heads: int = Field(ge=1)
-    d_model: int = Field(ge=1)
+    n_layers: int = Field(2, ge=0)
+    n_heads: int = Field(4, ge=1)
+    d_model: int = Field(64, ge=1)
     d_head: int | None = Field(None, ge=1)
     d_mlp: int | None = Field(None, ge=1)
     pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni", "posonly"] = "learned"
@@ -134,22 +133,8 @@ class GPTConfig(StrictModel):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     rope_base: float = Field(10000.0, gt=0.0)
 
-    def __init__(self, **data: Any):
-        try:
-            super().__init__(**data)
-        except ValidationError as err:
-            raise validation_to_config_error(err, data) from None
-
-    @classmethod
-    def model_validate(cls, obj: Any, **kw: Any) -> GPTConfig:  # type: ignore[override]
-        """Validate a dict; errors are :class:`ConfigError` (as for the constructor)."""
-        try:
-            return super().model_validate(obj, **kw)
-        except ValidationError as err:
-            raise validation_to_config_error(err, obj if isinstance(obj, dict) else {}) from None
-
     @model_validator(mode="after")
-    def _check(self) -> GPTConfig:
+    def _check(self) -> GPTSpec:
         if self.d_head is None and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} unless d_head is given"
@@ -167,6 +152,54 @@ class GPTConfig(StrictModel):
     def mlp_dim(self) -> int:
         """``d_mlp`` with its default applied."""
         return self.d_mlp if self.d_mlp is not None else 4 * self.d_model
+
+    def spec(self) -> GPTSpec:
+        """This architecture without the world's sizes (a :class:`GPTSpec`, also from a :class:`GPTConfig`)."""
+        return GPTSpec(**{k: getattr(self, k) for k in GPTSpec.model_fields})
+
+    def gpt_config(self, vocab_size: int, seq_len: int, **changes: Any) -> GPTConfig:
+        """The :class:`GPTConfig` of this architecture for a world of ``vocab_size`` token ids and ``seq_len``
+        positions; ``changes`` replace spec fields (for a sweep point that varies one, e.g. ``d_model``).
+
+        Raises:
+            ConfigError: the resulting configuration is invalid.
+        """
+        return GPTConfig(**{**self.spec().model_dump(), **changes}, vocab_size=vocab_size, seq_len=seq_len)
+
+
+class GPTConfig(GPTSpec):
+    """Architecture of a :class:`GPT`: a :class:`GPTSpec` plus the world's ``vocab_size`` and ``seq_len``.
+
+    Attributes:
+        vocab_size: number of token ids.
+        seq_len: maximum number of positions (the learned position table size; ``generate`` crops to it).
+        n_layers, n_heads, d_model, d_head, d_mlp, pos, mlp, norm, tie_embeddings, bias, dropout, rope_base:
+            as in :class:`GPTSpec` (here ``n_layers``, ``n_heads`` and ``d_model`` have no default).
+
+    Raises:
+        ConfigError: on construction with a bad value (for example ``d_model`` not divisible by
+            ``n_heads`` without an explicit ``d_head``, or an odd ``d_head`` with ``pos="rope"``).
+    """
+
+    vocab_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    n_layers: int = Field(ge=0)
+    n_heads: int = Field(ge=1)
+    d_model: int = Field(ge=1)
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise validation_to_config_error(err, data) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kw: Any) -> GPTConfig:  # type: ignore[override]
+        """Validate a dict; errors are :class:`ConfigError` (as for the constructor)."""
+        try:
+            return super().model_validate(obj, **kw)
+        except ValidationError as err:
+            raise validation_to_config_error(err, obj if isinstance(obj, dict) else {}) from None
 
 
 # ----------------------------------------------------------------------------------------- hooks

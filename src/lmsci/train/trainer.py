@@ -42,9 +42,9 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 
-from lmsci.config import StrictModel
+from lmsci.config import StrictModel, validation_to_config_error
 from lmsci.errors import ConfigError, DivergedError
 from lmsci.models.loss import IGNORE_INDEX
 from lmsci.train.compile import maybe_compile
@@ -53,8 +53,11 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 GetBatch = Callable[[int, torch.Generator], Batch]
 
 
-class TrainConfig(StrictModel):
-    """Hyper-parameters of :func:`train`.
+class TrainSpec(StrictModel):
+    """What an experiment registers about training: the optimizer and schedule (AdamW, linear warmup, cosine
+    decay), not where or how fast it runs. Experiments that train a GPT nest one as ``train`` in their config
+    (``--set train.steps=4000``); :meth:`train_config` adds the execution settings. Defaults are
+    :class:`TrainConfig`'s.
 
     Attributes:
         steps: optimizer steps.
@@ -63,11 +66,59 @@ class TrainConfig(StrictModel):
             batches itself: callers use this field in their ``get_batch``.
         lr: peak learning rate.
         warmup_steps: linear warmup from ``lr / warmup_steps`` to ``lr`` over this many steps.
+        warmup_frac: when set, the warmup is ``int(warmup_frac * steps)`` steps: ``warmup_steps`` is then derived
+            (a value given for it is replaced; set ``warmup_frac`` to null to set ``warmup_steps`` yourself).
         min_lr_ratio: the cosine decay ends at ``min_lr_ratio * lr`` at the last step.
         weight_decay: AdamW decoupled weight decay, applied to parameters with ``ndim >= 2`` only.
         betas: AdamW betas.
         grad_clip: clip the global gradient norm to this value; 0 disables clipping.
         grad_accum: micro-batches per optimizer step (the loss is averaged over all their tokens).
+
+    Raises:
+        pydantic ValidationError (a ConfigError through :func:`lmsci.config.resolve_config`): a value out of
+            range.
+    """
+
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    warmup_frac: float | None = Field(None, ge=0, le=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.1, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(1.0, ge=0)
+    grad_accum: int = Field(1, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_warmup(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("warmup_frac") is not None:
+            steps = int(data.get("steps", cls.model_fields["steps"].default))
+            data = {**data, "warmup_steps": int(float(data["warmup_frac"]) * steps)}
+        return data
+
+    def train_config(self, **settings: Any) -> TrainConfig:
+        """The :class:`TrainConfig` of this spec plus execution ``settings`` (``device``, ``log_every``,
+        ``eval_every``, ``precision``, ``compile``...). A sweep point that derives the step count passes
+        ``steps=`` (its warmup follows ``warmup_frac`` when set).
+
+        Raises:
+            ConfigError: a setting is not a TrainConfig field or out of range.
+        """
+        data = {**self.model_dump(), **settings}
+        try:
+            return TrainConfig(**data)
+        except ValidationError as err:
+            raise validation_to_config_error(err, data) from None
+
+
+class TrainConfig(TrainSpec):
+    """Hyper-parameters of :func:`train`: a :class:`TrainSpec` plus where and how it runs.
+
+    Attributes:
+        steps, batch_size, lr, warmup_steps, warmup_frac, min_lr_ratio, weight_decay, betas, grad_clip, grad_accum:
+            as in :class:`TrainSpec`.
         eval_every: call ``eval_fn`` every this many steps (and always after the last step);
             0 = only after the last step.
         checkpoint_every: save a checkpoint every this many steps (and after the last step) when
@@ -86,15 +137,6 @@ class TrainConfig(StrictModel):
             :mod:`lmsci.train.compile`). Compiled training equals eager training to float tolerance.
     """
 
-    steps: int = Field(1000, ge=1)
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = Field(1.0, ge=0)
-    grad_accum: int = Field(1, ge=1)
     eval_every: int = Field(0, ge=0)
     checkpoint_every: int = Field(0, ge=0)
     log_every: int = Field(1, ge=1)

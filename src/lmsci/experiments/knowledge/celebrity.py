@@ -57,7 +57,7 @@ class CelebrityConfig(MemoriseFirstConfig):
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
                   "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64, "finetune": {"batch_size": 4, "rank": 2,
-                  "embedding_rank": 4}, "memorise_check_every": 2, "memorise_check_people": 4},
+                  "embedding_rank": 4, "lr": 3e-4}, "memorise_check_every": 2, "memorise_check_people": 4},
         "quick": {"n_seeds": 3},
         # one H100, <= 30 minutes (estimated, not measured): N = 10k (5k celebrities), 4-layer d_model 256 RoPE GPT,
         # 300 exposures, batch 24 x 512, lr 1e-3, wd 0.1, LoRA fine-tune on the celebrities at lr 1e-3 for ~3.6k

@@ -82,7 +82,7 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
     PRESETS = {
         "smoke": {"n_people": 12, "exposures": 2, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
                   "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64, "finetune": {"batch_size": 4, "rank": 2,
-                  "embedding_rank": 4}, "memorise_check_every": 2, "memorise_check_people": 4,
+                  "embedding_rank": 4, "lr": 3e-4}, "memorise_check_every": 2, "memorise_check_people": 4,
                   "mixed_exposures": 2},
         "quick": {"n_seeds": 1},
         # one H100, <= 30 minutes (estimated from the throughput measured on an H200): N = 5k (2.5k QA-train; 10k
