@@ -40,9 +40,9 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save
 from lmsci.experiments.registry import register
 from lmsci.measure.heads import (argmax_match_accuracy, attention_patterns, head_mean_z, rule_match_accuracy,
                                  token_nll)
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.dyck import Dyck
 
 MATCH_MIN, ABL_MIN, LEARNED_MIN = 0.9, 0.25, 0.95
@@ -55,23 +55,20 @@ class BracketHeadsConfig(ExperimentConfig):
     dyck_length: int = Field(40, ge=2, description="brackets per string (even)")
     max_depth: int = Field(6, ge=1)
     p_open: float = Field(0.5, gt=0, lt=1)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
-    batch_size: int = Field(64, ge=1)
-    steps: int = Field(2000, ge=1)
-    lr: float = Field(3e-3, gt=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, pos="learned")
+    train: TrainSpec = TrainSpec(steps=2000, batch_size=64, lr=3e-3, warmup_steps=100)
     n_test: int = Field(500, ge=4)
     threads: int = Field(1, ge=0)
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
-        "smoke": {"steps": 4, "n_test": 16, "batch_size": 8, "d_model": 16, "n_heads": 2, "dyck_length": 12,
-                  "max_depth": 3, "n_seeds": 1},
+        "smoke": {"train.steps": 4, "train.warmup_steps": 4, "train.batch_size": 8, "model.d_model": 16,
+                  "model.n_heads": 2, "n_test": 16, "dyck_length": 12, "max_depth": 3, "n_seeds": 1},
         "quick": {},
-        "gpu": {"steps": 4000, "n_test": 2000, "d_model": 128, "dyck_length": 64, "max_depth": 8, "threads": 0},
-        "paper": {"steps": 10000, "n_test": 5000, "d_model": 256, "n_layers": 4, "n_heads": 8, "dyck_length": 100,
-                  "max_depth": 10, "threads": 0},
+        "gpu": {"train.steps": 4000, "model.d_model": 128, "n_test": 2000, "dyck_length": 64, "max_depth": 8,
+                "threads": 0},
+        "paper": {"train.steps": 10000, "model.d_model": 256, "model.n_layers": 4, "model.n_heads": 8, "n_test": 5000,
+                  "dyck_length": 100, "max_depth": 10, "threads": 0},
     }
 
 
@@ -156,19 +153,14 @@ class BracketHeads(Experiment):
     ]
 
     def validate(self, cfg: BracketHeadsConfig) -> None:
-        from lmsci.errors import ConfigError
-
         Dyck(cfg.dyck_k, cfg.dyck_length, cfg.max_depth, cfg.p_open)
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
 
     def points(self, cfg: BracketHeadsConfig) -> list[Point]:
         return [Point("dyck", {})]
 
     def run_point(self, cfg: BracketHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         world = Dyck(cfg.dyck_k, cfg.dyck_length, cfg.max_depth, cfg.p_open)
-        gcfg = GPTConfig(vocab_size=world.vocab_size, seq_len=world.seq_len, n_layers=cfg.n_layers,
-                         n_heads=cfg.n_heads, d_model=cfg.d_model, pos="learned")
+        gcfg = cfg.model.gpt_config(world.vocab_size, world.seq_len)
         init_seed = derive_seed(ctx.seed, "init")
         rng = np.random.default_rng(derive_seed(ctx.seed, "test"))
         x, xref = world.sample(cfg.n_test, rng), world.sample(cfg.n_test, rng)
@@ -186,12 +178,11 @@ class BracketHeads(Experiment):
 
         def get_batch(step: int, gen: torch.Generator):
             r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            s = torch.from_numpy(world.sample(cfg.batch_size, r))
+            s = torch.from_numpy(world.sample(cfg.train.batch_size, r))
             return s[:, :-1], s[:, 1:]
 
-        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps),
-                         device=ctx.device, log_every=max(cfg.steps // 20, 1))
-        bar = ctx.progress(cfg.steps, "train dyck")
+        tc = cfg.train.train_config(device=ctx.device, log_every=max(cfg.train.steps // 20, 1))
+        bar = ctx.progress(tc.steps, "train dyck")
         res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
         bar.close()
         model.eval()
@@ -281,5 +272,6 @@ class BracketHeads(Experiment):
                             "rule_recent_open", "train_seconds") if c in results]
         return ("## Method\n\n"
                 f"Dyck-{cfg.dyck_k} strings of {cfg.dyck_length} brackets, depth <= {cfg.max_depth}; GPT "
-                f"{cfg.n_layers}x{cfg.n_heads}, d_model {cfg.d_model}, {cfg.steps} steps of batch {cfg.batch_size}; "
+                f"{cfg.model.n_layers}x{cfg.model.n_heads}, d_model {cfg.model.d_model}, "
+                f"{cfg.train.steps} steps of batch {cfg.train.batch_size}; "
                 f"{cfg.n_test} test strings.\n\n## Per seed\n\n" + markdown_table(results[cols]))
