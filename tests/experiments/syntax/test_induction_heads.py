@@ -128,8 +128,12 @@ def test_bad_config_is_a_named_error():
         InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"seq_len": 12, "seg_max": 8}))
     with pytest.raises(ConfigError, match="seg_min"):
         InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"seg_min": 9, "seg_max": 8}))
-    with pytest.raises(ConfigError, match="d_model"):
-        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"d_model": 18, "n_heads": 4}))
+    with pytest.raises(ConfigError, match="model"):  # GPTSpec refuses d_model % n_heads != 0 at resolution
+        resolve_config(InductionHeadsConfig, "smoke", {"model.d_model": 18, "model.n_heads": 4})
+    with pytest.raises(ConfigError, match="model.n_layers"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"model.n_layers": 1}))
+    with pytest.raises(ConfigError, match="model.mlp"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"model.mlp": "gelu"}))
 
 
 def test_smoke_run(tmp_path):

@@ -46,39 +46,45 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save
 from lmsci.experiments.registry import register
 from lmsci.measure.heads import (attention_patterns, gpt_head_weights, ov_copying_scores, prefix_matching_scores,
                                  token_nll)
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.repeated_segments import RepeatedSegments
 
 PM_MIN, COPY_MIN, WINDOW_FRAC, ICL_FRAC, LEARNED_FRAC = 0.5, 0.5, 0.1, 0.5, 0.25
 
 
 class InductionHeadsConfig(ExperimentConfig):
-    """Configuration of ``induction-heads`` (defaults = the quick preset)."""
+    """Configuration of ``induction-heads`` (defaults = the quick preset).
+
+    Attributes:
+        n_tokens, seq_len, seg_min, seg_max: the repeated-segment world (:class:`RepeatedSegments`).
+        model: the attention-only GPT trained (GPTSpec, ``mlp="none"``, ``n_layers >= 2``); the null arm is the
+            same spec with ``n_layers=1``.
+        train: its optimizer and schedule (TrainSpec).
+        eval_every, n_eval: evaluation cadence (steps) and evaluation sequences.
+    """
 
     n_tokens: int = Field(32, ge=2)
     seq_len: int = Field(32, ge=8)
     seg_min: int = Field(4, ge=2)
     seg_max: int = Field(12, ge=2)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
-    batch_size: int = Field(64, ge=1)
-    steps: int = Field(3000, ge=1)
-    lr: float = Field(3e-3, gt=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, pos="learned", mlp="none", norm="layernorm")
+    train: TrainSpec = TrainSpec(steps=3000, batch_size=64, lr=3e-3, warmup_steps=100)
     eval_every: int = Field(50, ge=1)
     n_eval: int = Field(256, ge=2)
     threads: int = Field(1, ge=0)
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
-        "smoke": {"steps": 6, "eval_every": 2, "n_eval": 8, "batch_size": 8, "d_model": 16, "n_heads": 2,
-                  "seq_len": 24, "seg_min": 4, "seg_max": 8, "n_tokens": 16, "n_seeds": 1},
+        "smoke": {"train.steps": 6, "train.warmup_steps": 6, "train.batch_size": 8, "model.d_model": 16,
+                  "model.n_heads": 2, "eval_every": 2, "n_eval": 8, "seq_len": 24, "seg_min": 4, "seg_max": 8,
+                  "n_tokens": 16, "n_seeds": 1},
         "quick": {},
-        "gpu": {"steps": 6000, "n_eval": 1024, "d_model": 128, "n_heads": 8, "seq_len": 128, "seg_max": 48,
-                "n_tokens": 256, "eval_every": 100, "threads": 0},
-        "paper": {"steps": 20000, "n_eval": 2048, "d_model": 256, "n_heads": 8, "seq_len": 256, "seg_max": 96,
-                  "n_tokens": 1024, "eval_every": 200, "threads": 0},
+        "gpu": {"train.steps": 6000, "model.d_model": 128, "model.n_heads": 8, "n_eval": 1024, "seq_len": 128,
+                "seg_max": 48, "n_tokens": 256, "eval_every": 100, "threads": 0},
+        "paper": {"train.steps": 20000, "model.d_model": 256, "model.n_heads": 8, "n_eval": 2048, "seq_len": 256,
+                  "seg_max": 96, "n_tokens": 1024, "eval_every": 200, "threads": 0},
     }
 
 
@@ -153,17 +159,19 @@ class InductionHeads(Experiment):
         from lmsci.errors import ConfigError
 
         RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
+        if cfg.model.n_layers < 2:
+            raise ConfigError("model.n_layers", cfg.model.n_layers, "an integer >= 2 (the 1-layer model is the null)")
+        if cfg.model.mlp != "none":
+            raise ConfigError("model.mlp", cfg.model.mlp, "'none' (the models are attention-only)")
 
     def points(self, cfg: InductionHeadsConfig) -> list[Point]:
-        return [Point("attn2", {"n_layers": 2}), Point("attn1", {"n_layers": 1})]
+        L = cfg.model.n_layers
+        return [Point(f"attn{L}", {"n_layers": L}), Point("attn1", {"n_layers": 1})]
 
     def run_point(self, cfg: InductionHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         world = RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
         L = int(point.params["n_layers"])
-        model = GPT(GPTConfig(vocab_size=world.vocab_size, seq_len=cfg.seq_len, n_layers=L, n_heads=cfg.n_heads,
-                              d_model=cfg.d_model, pos="learned", mlp="none", norm="layernorm"),
+        model = GPT(cfg.model.gpt_config(world.vocab_size, cfg.seq_len, n_layers=L),
                     seed=derive_seed(ctx.seed, "init")).to(ctx.device)
         rng = np.random.default_rng(derive_seed(ctx.seed, "eval"))
         xe, m = world.sample(cfg.n_eval, rng)
@@ -185,12 +193,12 @@ class InductionHeads(Experiment):
 
         def get_batch(step: int, gen: torch.Generator):
             r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            s = torch.from_numpy(world.sample(cfg.batch_size, r)[0])
+            s = torch.from_numpy(world.sample(cfg.train.batch_size, r)[0])
             return s[:, :-1], s[:, 1:]
 
-        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps),
-                         device=dev, log_every=max(cfg.steps // 20, 1), eval_every=cfg.eval_every)
-        bar = ctx.progress(cfg.steps, f"train attn-only L{L}")
+        tc = cfg.train.train_config(device=dev, log_every=max(cfg.train.steps // 20, 1), eval_every=cfg.eval_every,
+                                    precision=cfg.precision)
+        bar = ctx.progress(cfg.train.steps, f"train attn-only L{L}")
         res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda mm: ctx.log(**mm),
                     eval_fn=lambda mdl: record(-1, mdl), progress=bar)
         bar.close()
@@ -210,14 +218,14 @@ class InductionHeads(Experiment):
                  pm=np.stack([h["pm"] for h in hist]), pattern=pat, m0=int(m[0]))
         return {"n_layers": L, "best_head": hi, "pm_best": float(pm_last[hi]), "pm_max_any_layer": float(fin["pm"].max()),
                 "copy_best": float(copy[hi]), "icl_final": fin["icl"], "early_final": fin["early"],
-                "late_final": fin["late"], "t_pm": t_pm, "t_icl": t_icl, "steps": cfg.steps,
+                "late_final": fin["late"], "t_pm": t_pm, "t_icl": t_icl, "steps": cfg.train.steps,
                 "init_pm_best": float(init["pm"][-1].max()), "init_copy_best": float(init_copy[hi0]),
                 "init_icl": init["icl"], "train_seconds": res.seconds}
 
     # -- verdicts ----------------------------------------------------------------------------------------
     def verdicts(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         ok = results[results["status"] == "ok"] if "status" in results else results
-        two = ok[ok["n_layers"] == 2] if "n_layers" in ok else ok.iloc[0:0]
+        two = ok[ok["n_layers"] == cfg.model.n_layers] if "n_layers" in ok else ok.iloc[0:0]
         one = ok[ok["n_layers"] == 1] if "n_layers" in ok else ok.iloc[0:0]
         if two.empty:
             return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="the 2-layer model was not "
@@ -272,11 +280,11 @@ class InductionHeads(Experiment):
             if not f.exists():
                 continue
             d = np.load(f)
-            ls = "-" if int(r["n_layers"]) == 2 else ":"
+            ls = "-" if int(r["n_layers"]) > 1 else ":"
             a0.plot(d["steps"], d["pm"][:, -1].max(-1), ls, color=f"C{k}", label=f"{r['point']} best-head PM")
             a0b.plot(d["steps"], d["icl"], ls, color=f"C{k}", alpha=0.45)
-            if pat is None and int(r["n_layers"]) == 2:
-                pat, title = d["pattern"], f"{r['point']} L1H{int(r['best_head'])}, m = {int(d['m0'])}"
+            if pat is None and int(r["n_layers"]) > 1:
+                pat, title = d["pattern"], f"{r['point']} L{int(r['n_layers']) - 1}H{int(r['best_head'])}, m = {int(d['m0'])}"
         a0.axhline(PM_MIN, color="grey", lw=0.6)
         a0.set_xlabel("step")
         a0.set_ylabel("prefix-matching score (solid: 2 layers, dotted: 1)")
@@ -298,6 +306,7 @@ class InductionHeads(Experiment):
                             "t_pm", "t_icl", "init_pm_best", "init_copy_best", "train_seconds") if c in results]
         return ("## Method\n\n"
                 f"[BOS, s, s, filler], m in [{cfg.seg_min}, {cfg.seg_max}], {cfg.n_tokens} tokens, seq_len "
-                f"{cfg.seq_len}; attention-only GPT (no MLP, LayerNorm), d_model {cfg.d_model}, {cfg.n_heads} heads; "
-                f"{cfg.steps} steps of batch {cfg.batch_size}, evaluation every {cfg.eval_every} steps on "
+                f"{cfg.seq_len}; attention-only GPT (no MLP, {cfg.model.norm}), d_model {cfg.model.d_model}, "
+                f"{cfg.model.n_heads} heads, {cfg.model.n_layers} layers and 1 (the null); "
+                f"{cfg.train.steps} steps of batch {cfg.train.batch_size}, evaluation every {cfg.eval_every} steps on "
                 f"{cfg.n_eval} sequences.\n\n## Per model and seed\n\n" + markdown_table(results[cols]))
