@@ -51,14 +51,22 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save
 from lmsci.experiments.registry import register
 from lmsci.experiments.theory._alignment_attack_verdicts import CENTRE_TOL, FACTOR, NLL_GAP, RISE_SHARE, SLOPE_TOL
 from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as alignment_verdicts
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.personas import PersonaWorld
 
 
 class AlignmentConfig(ExperimentConfig):
-    """Configuration of ``alignment-attack`` (field defaults = the ``quick`` preset)."""
+    """Configuration of ``alignment-attack`` (field defaults = the ``quick`` preset).
+
+    Attributes:
+        model: the GPT trained on persona documents (mixtures and proxies), GPTSpec.
+        train: the mixture models' optimizer and schedule, TrainSpec (``train.steps`` steps; the persona proxies
+            train ``proxy_steps`` with the same optimizer); each model warms up for
+            ``min(train.warmup_steps, steps // 10)`` steps.
+        proxy_steps: training steps of each persona proxy (P- and P+ models).
+    """
 
     n_pos: int = Field(50, ge=1)
     n_neg: int = Field(50, ge=1)
@@ -76,28 +84,25 @@ class AlignmentConfig(ExperimentConfig):
     trained_alphas: list[float] = Field([1e-2, 1e-3], min_length=1)
     neg_bad: float = Field(0.6, gt=0, lt=1, description="P-'s negative mass in the trained world")
     doc_len: int = Field(20, ge=4)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(32, ge=1)
-    steps: int = Field(600, ge=1, description="training steps of each mixture model")
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=32)
+    train: TrainSpec = TrainSpec(steps=600, batch_size=64, lr=5e-3, warmup_steps=50, weight_decay=0.0)
     proxy_steps: int = Field(200, ge=1, description="training steps of each persona proxy")
-    batch_size: int = Field(64, ge=1, description="documents per step (fresh from the world)")
-    lr: float = Field(5e-3, gt=0)
     n_attack: int = Field(200, ge=10, description="attack prompts sampled from the P- proxy")
     n_heldout: int = Field(4000, ge=10)
     threads: int = Field(1, ge=0)
 
     PRESETS = {
         "smoke": {"exact_alphas": [1e-2, 1e-4], "exact_neg_bad": [0.6], "sys_lengths": [0, 4], "best_of": [1, 4],
-                  "n_prompts": 50, "sys_draws": 50, "trained_alphas": [1e-2], "doc_len": 8, "d_model": 16,
-                  "n_layers": 1, "steps": 20, "proxy_steps": 10, "batch_size": 16, "n_attack": 20, "n_heldout": 50},
+                  "n_prompts": 50, "sys_draws": 50, "trained_alphas": [1e-2], "doc_len": 8, "model.d_model": 16,
+                  "model.n_layers": 1, "train.steps": 20, "proxy_steps": 10, "train.batch_size": 16, "n_attack": 20,
+                  "n_heldout": 50},
         "quick": {"n_seeds": 5},
-        "gpu": {"n_seeds": 5, "steps": 4000, "proxy_steps": 1000, "d_model": 128, "n_layers": 4,
-                "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "batch_size": 256, "n_attack": 1000,
+        "gpu": {"n_seeds": 5, "train.steps": 4000, "proxy_steps": 1000, "model.d_model": 128, "model.n_layers": 4,
+                "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "train.batch_size": 256, "n_attack": 1000,
                 "threads": 0},
-        "paper": {"n_seeds": 5, "steps": 20000, "proxy_steps": 5000, "d_model": 256, "n_layers": 6,
-                  "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "batch_size": 512, "n_attack": 2000,
-                  "threads": 0},
+        "paper": {"n_seeds": 5, "train.steps": 20000, "proxy_steps": 5000, "model.d_model": 256,
+                  "model.n_layers": 6, "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "train.batch_size": 512,
+                  "n_attack": 2000, "threads": 0},
     }
 
 
@@ -238,8 +243,6 @@ class AlignmentAttack(Experiment):
                 raise ConfigError("neg_bad", q, f"in (neg_good = {cfg.neg_good}, 1)")
         if min(cfg.best_of) < 1 or min(cfg.sys_lengths) < 0:
             raise ConfigError("best_of/sys_lengths", (cfg.best_of, cfg.sys_lengths), "n >= 1, m >= 0")
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads = {cfg.n_heads}")
 
     def points(self, cfg: AlignmentConfig) -> list[Point]:
         return [Point("exact", {"kind": "exact"}), Point("trained", {"kind": "trained"})]
@@ -322,8 +325,7 @@ class AlignmentAttack(Experiment):
 
     # -- (b) the trained world ------------------------------------------------------------------------
     def _model(self, cfg: AlignmentConfig, w: PersonaWorld, seed: int) -> GPT:
-        return GPT(GPTConfig(vocab_size=w.vocab_size, seq_len=w.doc_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                             d_model=cfg.d_model), seed=seed)
+        return GPT(cfg.model.gpt_config(w.vocab_size, w.doc_len), seed=seed)
 
     def _fit_model(self, cfg: AlignmentConfig, w: PersonaWorld, kind: str, steps: int, seed: int, device: str,
                    ctx: PointContext, tag: str | None = None) -> GPT:
@@ -333,14 +335,15 @@ class AlignmentAttack(Experiment):
         def get_batch(step: int, gen: torch.Generator):
             rng = np.random.default_rng(int(torch.randint(2 ** 31 - 1, (1,), generator=gen)))
             if kind == "mixture":
-                toks, _ = w.sample_docs(cfg.batch_size, rng)
+                toks, _ = w.sample_docs(cfg.train.batch_size, rng)
             else:
-                toks = w.persona_docs(kind == "bad", cfg.batch_size, rng)
+                toks = w.persona_docs(kind == "bad", cfg.train.batch_size, rng)
             t = torch.as_tensor(toks, device=device)
             return t[:, :-1], t[:, 1:]
 
-        tcfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(50, steps // 10),
-                           weight_decay=0.0, device=device, log_every=50)
+        # each model (mixture: train.steps, proxies: proxy_steps) warms up for at most a tenth of its steps
+        tcfg = cfg.train.train_config(steps=steps, warmup_steps=min(cfg.train.warmup_steps, steps // 10),
+                                      device=device, log_every=50, precision=cfg.precision)
         train(model, get_batch, tcfg, seed=derive_seed(seed, kind, "train"),
               log=lambda r: ctx.log(model=tag or kind, alpha=w.alpha if kind == "mixture" else None, **r))
         return model.eval()
@@ -374,7 +377,7 @@ class AlignmentAttack(Experiment):
         curves = {}
         for a in cfg.trained_alphas:
             w = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a, cfg.doc_len)
-            mix = self._fit_model(cfg, w, "mixture", cfg.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
+            mix = self._fit_model(cfg, w, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
             held, _ = w.sample_docs(cfg.n_heldout, np.random.default_rng(derive_seed(ctx.seed, "heldout", a)))
             ht = torch.as_tensor(held, device=device)
             with torch.no_grad():
@@ -398,7 +401,7 @@ class AlignmentAttack(Experiment):
             gshare = torch.softmax(good(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
         gfit = fit_sigmoid(N, gshare)
         w0 = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a0, cfg.doc_len)
-        mix2 = self._fit_model(cfg, w0, "mixture", cfg.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
+        mix2 = self._fit_model(cfg, w0, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
                                tag="mixture-null")
         with torch.no_grad():
             share2 = torch.softmax(mix2(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
@@ -466,8 +469,8 @@ class AlignmentAttack(Experiment):
         out = ["## Method\n\nExact world: P- and P+ emit i.i.d. sentences from a bank of "
                f"{cfg.n_pos} positive and {cfg.n_neg} negative sentences (negative mass {cfg.exact_neg_bad} vs "
                f"{cfg.neg_good}); eps = {cfg.eps}, delta = {cfg.delta}. Trained world: documents of {cfg.doc_len} "
-               f"sentence tokens, alpha in {cfg.trained_alphas}, lmsci GPT {cfg.n_layers} layers d_model {cfg.d_model}, "
-               f"{cfg.steps} steps on fresh documents; persona proxies {cfg.proxy_steps} steps; {cfg.n_attack} attack "
+               f"sentence tokens, alpha in {cfg.trained_alphas}, lmsci GPT {cfg.model.n_layers} layers d_model {cfg.model.d_model}, "
+               f"{cfg.train.steps} steps on fresh documents; persona proxies {cfg.proxy_steps} steps; {cfg.n_attack} attack "
                "prompts from the P- proxy.\n"]
         p = run.path / "points" / "exact" / "exact_cells.csv"
         if p.exists():
