@@ -58,9 +58,8 @@ def test_bad_input_is_refused_before_any_work():
         IOIWorld().stream(100, 1.5, np.random.default_rng(0))
     with pytest.raises(ConfigError, match="n_names"):
         resolve_config(IOICircuitConfig, "smoke", {"n_names": 60})
-    cfg = resolve_config(IOICircuitConfig, "smoke", {"d_model": 15, "n_heads": 2})
-    with pytest.raises(ConfigError, match="d_model"):
-        IOICircuit().validate(cfg)
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(IOICircuitConfig, "smoke", {"model.d_model": 15, "model.n_heads": 2})
     cfg = resolve_config(IOICircuitConfig, "smoke", {"circuit_fraction": 1.0})
     with pytest.raises(ConfigError, match="circuit_fraction"):
         IOICircuit().validate(cfg)

@@ -53,9 +53,9 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, ExperimentConfig, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure import patching as P
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.ioi import IOIWorld, make_get_batch
 
 
@@ -70,23 +70,21 @@ LEARNED_GATE = 0.9      # registered gate: IO above S on >= 90% of the held-out 
 
 
 class IOICircuitConfig(ExperimentConfig):
-    """Configuration of ``ioi-circuit`` (defaults = the quick preset)."""
+    """Configuration of ``ioi-circuit`` (defaults = the quick preset).
+
+    Attributes:
+        model: the GPT trained (both arms), a :class:`~lmsci.models.gpt.GPTSpec` (tied embeddings).
+        train: its optimizer and schedule, a :class:`~lmsci.train.trainer.TrainSpec`.
+        seq_len: the training context window (tokens); the world and the GPT use it.
+    """
 
     n_names: int = Field(48, ge=5, le=48, description="names used (of lmsci.worlds.ioi.NAMES)")
     n_templates: int = Field(15, ge=1, le=15, description="BABA templates used (each with its ABBA twin)")
     ioi_fraction: float = Field(0.5, gt=0, le=1, description="share of IOI sentences in the ioi arm's stream")
     stream_tokens: int = Field(600_000, ge=100, description="tokens of each arm's training stream")
-    n_layers: int = Field(3, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
-    d_head: int | None = Field(None, ge=1, description="per-head width (default d_model // n_heads)")
-    tie_embeddings: bool = Field(True, description="share the token embedding with the unembedding")
+    model: GPTSpec = GPTSpec(n_layers=3, n_heads=4, d_model=64, tie_embeddings=True)
     seq_len: int = Field(48, ge=24, description="context window (tokens); an IOI prompt has at most 22")
-    batch_size: int = Field(32, ge=1)
-    steps: int = Field(1200, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
+    train: TrainSpec = TrainSpec(steps=1200, batch_size=32, lr=3e-3, warmup_steps=100, weight_decay=0.1)
     n_discover: int = Field(150, ge=2, description="held-out prompts on which heads are chosen")
     n_test: int = Field(150, ge=2, description="held-out prompts on which the chosen heads are scored")
     circuit_fraction: float = Field(0.25, gt=0, le=1, description="K = round(fraction x heads), at least 1")
@@ -95,21 +93,23 @@ class IOICircuitConfig(ExperimentConfig):
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
-        "smoke": {"steps": 6, "n_layers": 2, "n_heads": 2, "d_model": 16, "seq_len": 32, "batch_size": 4,
-                  "stream_tokens": 3000, "n_discover": 12, "n_test": 12, "n_random_sets": 3, "n_seeds": 1,
-                  "warmup_steps": 1},
+        "smoke": {"model.n_layers": 2, "model.n_heads": 2, "model.d_model": 16, "train.steps": 6,
+                  "train.batch_size": 4, "train.warmup_steps": 1, "seq_len": 32, "stream_tokens": 3000,
+                  "n_discover": 12, "n_test": 12, "n_random_sets": 3, "n_seeds": 1},
         "quick": {},
-        "gpu": {"n_layers": 4, "n_heads": 8, "d_model": 256, "batch_size": 128, "steps": 10_000, "lr": 1e-3,
-                "warmup_steps": 300, "stream_tokens": 8_000_000, "n_discover": 400, "n_test": 400, "threads": 0},
-        "paper": {"n_layers": 12, "n_heads": 12, "d_model": 768, "seq_len": 256, "batch_size": 128, "steps": 50_000,
-                  "lr": 3e-4, "warmup_steps": 1000, "stream_tokens": 50_000_000, "n_discover": 1000,
-                  "n_test": 1000, "circuit_fraction": 0.18, "threads": 0},
+        "gpu": {"model.n_layers": 4, "model.n_heads": 8, "model.d_model": 256, "train.batch_size": 128,
+                "train.steps": 10_000, "train.lr": 1e-3, "train.warmup_steps": 300, "stream_tokens": 8_000_000,
+                "n_discover": 400, "n_test": 400, "threads": 0},
+        "paper": {"model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "train.batch_size": 128,
+                  "train.steps": 50_000, "train.lr": 3e-4, "train.warmup_steps": 1000, "seq_len": 256,
+                  "stream_tokens": 50_000_000, "n_discover": 1000, "n_test": 1000, "circuit_fraction": 0.18,
+                  "threads": 0},
     }
 
 
 def circuit_k(cfg: IOICircuitConfig) -> int:
     """Number of circuit heads K = max(1, round(circuit_fraction * n_layers * n_heads))."""
-    return max(1, int(round(cfg.circuit_fraction * cfg.n_layers * cfg.n_heads)))
+    return max(1, int(round(cfg.circuit_fraction * cfg.model.n_layers * cfg.model.n_heads)))
 
 
 def train_arm(cfg: IOICircuitConfig, world: IOIWorld, arm: str, ctx: PointContext) -> tuple[GPT, dict]:
@@ -118,14 +118,12 @@ def train_arm(cfg: IOICircuitConfig, world: IOIWorld, arm: str, ctx: PointContex
     ran slower than six single ones (2.3 s against 6 x 0.22 s per step, measured under load)."""
     frac = cfg.ioi_fraction if arm == "ioi" else 0.0
     ids = world.stream(cfg.stream_tokens, frac, np.random.default_rng(derive_seed(ctx.seed, "stream")))
-    gcfg = GPTConfig(vocab_size=world.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                     d_model=cfg.d_model, d_head=cfg.d_head, tie_embeddings=cfg.tie_embeddings)
+    gcfg = cfg.model.gpt_config(world.vocab_size, cfg.seq_len)
     model = GPT(gcfg, seed=derive_seed(ctx.seed, "init")).to(ctx.device)
-    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, cfg.steps),
-                     weight_decay=cfg.weight_decay, device=ctx.device, log_every=max(cfg.steps // 50, 1),
-                     checkpoint_every=max(cfg.steps // 4, 1))
-    bar = ctx.progress(cfg.steps, f"train {arm}")
-    res = train(model, make_get_batch(ids, cfg.batch_size, cfg.seq_len), tc, seed=derive_seed(ctx.seed, "data"),
+    steps = cfg.train.steps
+    tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
+    bar = ctx.progress(steps, f"train {arm}")
+    res = train(model, make_get_batch(ids, tc.batch_size, cfg.seq_len), tc, seed=derive_seed(ctx.seed, "data"),
                 log=lambda m: ctx.log(**m), checkpoint_dir=ctx.artifact_dir / "ckpt", progress=bar)
     bar.close()
     return model.eval(), res.final
@@ -286,11 +284,9 @@ class IOICircuit(Experiment):
     def validate(self, cfg: IOICircuitConfig) -> None:
         from lmsci.errors import ConfigError
 
-        if cfg.d_head is None and cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
         if cfg.stream_tokens < cfg.seq_len + 2:
             raise ConfigError("stream_tokens", cfg.stream_tokens, f">= seq_len + 2 = {cfg.seq_len + 2}")
-        if circuit_k(cfg) >= cfg.n_layers * cfg.n_heads:
+        if circuit_k(cfg) >= cfg.model.n_layers * cfg.model.n_heads:
             raise ConfigError("circuit_fraction", cfg.circuit_fraction, "a fraction leaving K below the number of heads")
 
     def points(self, cfg: IOICircuitConfig) -> list[Point]:
@@ -427,6 +423,7 @@ class IOICircuit(Experiment):
                 "ioi_fraction {f}; GPT {L} layers x {H} heads, d_model {d}, {steps} steps. Heads are chosen on {nd} "
                 "discovery prompts and scored on {nt} test prompts, each with its ABC prompt. Heads are (layer, head), "
                 "0-based. Path patching is the direct path from a sender's END output into the name movers' queries.\n\n"
-                "## Results\n\n").format(nn=cfg.n_names, f=cfg.ioi_fraction, L=cfg.n_layers, H=cfg.n_heads,
-                                          d=cfg.d_model, steps=cfg.steps, nd=cfg.n_discover, nt=cfg.n_test) + \
+                "## Results\n\n").format(nn=cfg.n_names, f=cfg.ioi_fraction, L=cfg.model.n_layers, H=cfg.model.n_heads,
+                                          d=cfg.model.d_model, steps=cfg.train.steps, nd=cfg.n_discover,
+                                          nt=cfg.n_test) + \
             markdown_table(results[[c for c in cols if c in results]])
