@@ -82,7 +82,8 @@ def test_bad_config_is_a_named_error():
         SyntacticEmbeddings().validate(resolve_config(SyntacticEmbeddingsConfig, "smoke",
                                                       {"n_stream": 1000, "seq_len": 300}))
     with pytest.raises(ConfigError, match="d_model"):
-        SyntacticEmbeddings().validate(resolve_config(SyntacticEmbeddingsConfig, "smoke", {"d_model": 18, "n_heads": 4}))
+        SyntacticEmbeddings().validate(resolve_config(SyntacticEmbeddingsConfig, "smoke",
+                                                      {"model.d_model": 18, "model.n_heads": 4}))
     with pytest.raises(ConfigError, match="n_stream"):
         resolve_config(SyntacticEmbeddingsConfig, "smoke", {"n_stream": 10})
 

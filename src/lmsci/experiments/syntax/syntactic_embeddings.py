@@ -34,36 +34,39 @@ from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import fit_linear_probe
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, evaluate_nll, train
+from lmsci.train.trainer import TrainSpec, evaluate_nll, train
 from lmsci.worlds.pos_pcfg import ROLES, PosPCFG
 
 PROBE_MIN, PURITY_MIN, GAIN_MIN = 0.9, 0.8, 0.5
 
 
 class SyntacticEmbeddingsConfig(ExperimentConfig):
-    """Configuration of ``syntactic-embeddings`` (defaults = the quick preset)."""
+    """Configuration of ``syntactic-embeddings`` (defaults = the quick preset).
+
+    Attributes:
+        model: the GPT trained on the stream (:class:`~lmsci.models.gpt.GPTSpec`; learned positions, untied
+            embeddings).
+        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`; ``batch_size`` windows of
+            ``seq_len`` tokens per step).
+    """
 
     n_stream: int = Field(300_000, ge=1000, description="training-stream tokens per seed")
     seq_len: int = Field(64, ge=8)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
-    batch_size: int = Field(32, ge=1)
-    steps: int = Field(2000, ge=1)
-    lr: float = Field(2e-3, gt=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, pos="learned", tie_embeddings=False)
+    train: TrainSpec = TrainSpec(steps=2000, batch_size=32, lr=2e-3, warmup_steps=100)
     threads: int = Field(1, ge=0)
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
-        "smoke": {"steps": 4, "n_stream": 4000, "batch_size": 4, "d_model": 16, "n_heads": 2, "seq_len": 16,
-                  "n_seeds": 1},
+        "smoke": {"train.steps": 4, "train.warmup_steps": 4, "train.batch_size": 4, "model.d_model": 16,
+                  "model.n_heads": 2, "n_stream": 4000, "seq_len": 16, "n_seeds": 1},
         "quick": {},
-        "gpu": {"steps": 5000, "n_stream": 2_000_000, "d_model": 128, "n_layers": 4, "batch_size": 64,
-                "seq_len": 128, "threads": 0},
-        "paper": {"steps": 20000, "n_stream": 10_000_000, "d_model": 256, "n_layers": 6, "n_heads": 8,
-                  "batch_size": 64, "seq_len": 128, "threads": 0},
+        "gpu": {"train.steps": 5000, "train.batch_size": 64, "model.d_model": 128, "model.n_layers": 4,
+                "n_stream": 2_000_000, "seq_len": 128, "threads": 0},
+        "paper": {"train.steps": 20000, "train.batch_size": 64, "model.d_model": 256, "model.n_layers": 6,
+                  "model.n_heads": 8, "n_stream": 10_000_000, "seq_len": 128, "threads": 0},
     }
 
 
@@ -124,8 +127,6 @@ class SyntacticEmbeddings(Experiment):
     def validate(self, cfg: SyntacticEmbeddingsConfig) -> None:
         from lmsci.errors import ConfigError
 
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
         if cfg.n_stream < 4 * cfg.seq_len:
             raise ConfigError("n_stream", cfg.n_stream, f">= 4 * seq_len = {4 * cfg.seq_len}")
 
@@ -144,9 +145,7 @@ class SyntacticEmbeddings(Experiment):
         unigram = float(-(pu * np.log(pu)).sum())
         if point.params["order"] == "shuffled":
             stream = stream[np.random.default_rng(derive_seed(ctx.seed, "shuffle")).permutation(len(stream))]
-        model = GPT(GPTConfig(vocab_size=g.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                              d_model=cfg.d_model, pos="learned", tie_embeddings=False),
-                    seed=derive_seed(ctx.seed, "init"))
+        model = GPT(cfg.model.gpt_config(g.vocab_size, cfg.seq_len), seed=derive_seed(ctx.seed, "init"))
         roles = g.role_of[2:]
         init = embedding_metrics(model.wte.weight.detach()[2:].cpu().numpy().astype(np.float64), roles,
                                  derive_seed(ctx.seed, "probe"), ctx.device)
@@ -154,13 +153,12 @@ class SyntacticEmbeddings(Experiment):
         T = cfg.seq_len
 
         def get_batch(step: int, gen: torch.Generator):
-            i = torch.randint(0, len(st) - T - 1, (cfg.batch_size,), generator=gen)
+            i = torch.randint(0, len(st) - T - 1, (cfg.train.batch_size,), generator=gen)
             w = torch.stack([st[j:j + T + 1] for j in i.tolist()])
             return w[:, :-1], w[:, 1:]
 
-        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps),
-                         device=ctx.device, log_every=max(cfg.steps // 20, 1))
-        bar = ctx.progress(cfg.steps, f"train {point.params['order']}")
+        tc = cfg.train.train_config(device=ctx.device, log_every=max(cfg.train.steps // 20, 1))
+        bar = ctx.progress(cfg.train.steps, f"train {point.params['order']}")
         res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
         bar.close()
         model.eval()
@@ -238,6 +236,6 @@ class SyntacticEmbeddings(Experiment):
         cols = [c for c in ("point", "order", "probe_acc", "purity", "init_probe_acc", "init_purity", "test_nll",
                             "unigram_entropy", "nll_gain", "train_seconds") if c in results]
         return ("## Method\n\n"
-                f"PosPCFG (314 words, 8 parts of speech); GPT {cfg.n_layers}x{cfg.n_heads}, d_model {cfg.d_model}, "
-                f"{cfg.steps} steps of {cfg.batch_size} x {cfg.seq_len} tokens from a {cfg.n_stream:,}-token stream "
+                f"PosPCFG (314 words, 8 parts of speech); GPT {cfg.model.n_layers}x{cfg.model.n_heads}, "
+                f"d_model {cfg.model.d_model}, {cfg.train.steps} steps of {cfg.train.batch_size} x {cfg.seq_len} tokens from a {cfg.n_stream:,}-token stream "
                 "per seed.\n\n## Per model and seed\n\n" + markdown_table(results[cols]))
