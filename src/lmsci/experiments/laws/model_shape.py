@@ -36,7 +36,9 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir
+from lmsci.train.trainer import TrainSpec
 
 SPREAD_MAX = 0.03  # registered: "a few percent" (the caption's "within 3%")
 _SRC = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.1, Fig. 5 (middle: aspect ratio) and Fig. 6"
@@ -73,10 +75,12 @@ class ModelShapeConfig(ExperimentConfig):
         tokenizer, vocab_size, val_fraction, split_seed: the Shakespeare corpus (char or BPE; split by work).
         n_params: target non-embedding parameter counts N (one grid of shapes each).
         n_layers: the layer counts of each grid (d_model follows from N).
-        d_head: head width (heads = max(1, round(d_model / d_head))).
+        model: the GPT every shape shares (GPTSpec): its ``d_head`` is the head width (heads = max(1, round(d_model /
+            d_head))); ``n_layers``, ``d_model`` and ``n_heads`` are replaced per shape by the grid.
+        train: one optimizer and schedule for every shape (TrainSpec; warmup = warmup_frac * steps).
         inside_ar: the paper's range of aspect ratios d_model / n_layers (Fig. 5's bracket), inclusive.
         extreme_ar: aspect ratios <= the first or >= the second count as the paper's extremes.
-        seq_len, batch_size, steps, lr, warmup_frac, min_lr_ratio, weight_decay: one training recipe for every shape.
+        seq_len: context length (tokens) of training and evaluation windows.
         eval_tokens: validation tokens scored per model (fixed windows of the held-out works).
         stack_seeds: train the seeds of one shape as one stacked computation.
     """
@@ -87,34 +91,31 @@ class ModelShapeConfig(ExperimentConfig):
     split_seed: int = Field(0, ge=0)
     n_params: list[int] = Field(default_factory=lambda: [100_000])
     n_layers: list[int] = Field(default_factory=lambda: [2, 3, 4, 8, 16])
-    d_head: int = Field(16, ge=1)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, d_head=16)
     inside_ar: tuple[float, float] = (10.0, 300.0)
     extreme_ar: tuple[float, float] = (5.0, 1000.0)
     seq_len: int = Field(128, ge=4)
-    batch_size: int = Field(16, ge=1)
-    steps: int = Field(350, ge=2)
-    lr: float = Field(3e-3, gt=0)
-    warmup_frac: float = Field(0.1, ge=0, lt=1)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.1, ge=0)
+    train: TrainSpec = TrainSpec(steps=350, batch_size=16, lr=3e-3, warmup_frac=0.1, min_lr_ratio=0.1,
+                                 weight_decay=0.1)
     eval_tokens: int = Field(65536, ge=64)
     stack_seeds: bool = True
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRECISIONS = ("fp32", "bf16")
     PRESETS = {
-        "smoke": {"n_params": [3000], "n_layers": [2, 3, 8], "d_head": 4, "inside_ar": (2.0, 300.0),
-                  "extreme_ar": (1.0, 1000.0), "seq_len": 16, "batch_size": 4, "steps": 3, "eval_tokens": 256,
-                  "n_seeds": 1},
+        "smoke": {"n_params": [3000], "n_layers": [2, 3, 8], "model.d_head": 4, "inside_ar": (2.0, 300.0),
+                  "extreme_ar": (1.0, 1000.0), "seq_len": 16, "train.batch_size": 4, "train.steps": 3,
+                  "eval_tokens": 256, "n_seeds": 1},
         "quick": {},
         # one H100: two N (0.8M, 3.2M), 6 layer counts, ~16M tokens per model, 3 seeds (bf16, stacked)
-        "gpu": {"n_params": [800_000, 3_200_000], "n_layers": [2, 3, 4, 6, 16, 32], "d_head": 32, "seq_len": 256,
-                "batch_size": 64, "steps": 1000, "lr": 2e-3, "eval_tokens": 262144, "precision": "bf16",
-                "threads": 0},
+        "gpu": {"n_params": [800_000, 3_200_000], "n_layers": [2, 3, 4, 6, 16, 32], "model.d_head": 32,
+                "seq_len": 256, "train.batch_size": 64, "train.steps": 1000, "train.lr": 2e-3, "eval_tokens": 262144,
+                "precision": "bf16", "threads": 0},
         # the paper's scale: 25M-50M non-embedding parameters on BPE tokens, aspect ratio ~2-700
         "paper": {"tokenizer": "bpe", "vocab_size": 8192, "n_params": [25_000_000, 50_000_000],
-                  "n_layers": [2, 4, 6, 12, 24, 48, 96], "d_head": 64, "seq_len": 1024, "batch_size": 64,
-                  "steps": 20000, "lr": 6e-4, "eval_tokens": 2_000_000, "precision": "bf16", "threads": 0},
+                  "n_layers": [2, 4, 6, 12, 24, 48, 96], "model.d_head": 64, "seq_len": 1024, "train.batch_size": 64,
+                  "train.steps": 20000, "train.lr": 6e-4, "eval_tokens": 2_000_000, "precision": "bf16",
+                  "threads": 0},
     }
 
 
@@ -211,7 +212,7 @@ class ModelShape(Experiment):
 
     @staticmethod
     def _grid(cfg: ModelShapeConfig, n: int) -> list[tuple[int, int, int]]:
-        return [(L, *shape_for(n, L, cfg.d_head)) for L in sorted(cfg.n_layers)]
+        return [(L, *shape_for(n, L, cfg.model.head_dim)) for L in sorted(cfg.n_layers)]
 
     def points(self, cfg: ModelShapeConfig) -> list[Point]:
         pts = []
@@ -221,7 +222,7 @@ class ModelShape(Experiment):
                 pts.append(Point(f"N{n}_L{L}_d{d}", {"target_n": n, "n_layers": L, "d_model": d, "n_heads": h,
                                                      "arm": "fixed-n"}))
             d_w = min(d for _, d, _ in grid)
-            h_w = max(1, round(d_w / cfg.d_head))
+            h_w = max(1, round(d_w / cfg.model.head_dim))
             for L, d, _ in grid:
                 if d != d_w:
                     pts.append(Point(f"N{n}_L{L}_d{d_w}_w", {"target_n": n, "n_layers": L, "d_model": d_w,
@@ -243,19 +244,14 @@ class ModelShape(Experiment):
         return sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
 
     def _model(self, cfg: ModelShapeConfig, corpus, point: Point, seed: int):
-        from lmsci.models.gpt import GPT, GPTConfig
+        from lmsci.models.gpt import GPT
 
         p = point.params
-        return GPT(GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=int(p["n_layers"]),
-                             n_heads=int(p["n_heads"]), d_head=cfg.d_head, d_model=int(p["d_model"])), seed=seed)
+        return GPT(cfg.model.gpt_config(corpus.vocab_size, cfg.seq_len, n_layers=int(p["n_layers"]),
+                                        n_heads=int(p["n_heads"]), d_model=int(p["d_model"])), seed=seed)
 
     def _tcfg(self, cfg: ModelShapeConfig, device: str):
-        from lmsci.train.trainer import TrainConfig
-
-        return TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                           warmup_steps=int(cfg.warmup_frac * cfg.steps), min_lr_ratio=cfg.min_lr_ratio,
-                           weight_decay=cfg.weight_decay, checkpoint_every=0, log_every=max(1, cfg.steps // 20),
-                           device=device, precision=cfg.precision)
+        return cfg.train.train_config(device=device, log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
 
     def _row(self, cfg: ModelShapeConfig, point: Point, model, res, corpus) -> dict[str, Any]:
         from lmsci.train.trainer import evaluate_nll
@@ -283,9 +279,9 @@ class ModelShape(Experiment):
 
         corpus = self._corpus(cfg)
         models = [self._model(cfg, corpus, p, c.seed) for p, c in zip(points, ctxs)]
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         tc = self._tcfg(cfg, ctxs[0].device)
-        bar = ctxs[0].progress(cfg.steps, f"train x{len(points)}")
+        bar = ctxs[0].progress(cfg.train.steps, f"train x{len(points)}")
         if len(points) == 1:
             results = [train(models[0].to(ctxs[0].device), get_batch, tc, seed=ctxs[0].seed,
                              log=lambda r: ctxs[0].log(**r), progress=bar)]
