@@ -135,3 +135,17 @@ def test_smoke_run_end_to_end_null_arms(tmp_path):
                 "theorem1-ceiling-bounds"):
         assert vs[cid].null_passed is False, cid
     assert all(v.outcome == INCONCLUSIVE for v in vs.values())  # smoke: below the claims' scale
+
+
+def test_bad_model_spec_is_refused_before_work():
+    """The nested model spec: an odd RoPE head and a model without layers are config errors naming ``model``."""
+    import pytest
+
+    from lmsci.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(LengthGeneralization.Config, "smoke", {"model.d_model": 18, "model.n_heads": 2})
+    with pytest.raises(ConfigError, match="model.n_layers"):
+        LengthGeneralization().validate(resolve_config(LengthGeneralization.Config, "smoke", {"model.n_layers": 0}))
+    cfg = resolve_config(LengthGeneralization.Config, "smoke", {"model.d_model": 32})
+    assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.pos, cfg.train.steps) == (32, 1, "rope", 3)

@@ -52,8 +52,11 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.length._length_generalization_figures import figures as length_generalization_figures
 from lmsci.experiments.length._length_generalization_verdicts import CLAIM_VERDICTS
+from lmsci.experiments.length._seeds import seed_suffix
 from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, Verdict, derive_seed
+from lmsci.train.trainer import TrainSpec
 
 # methods: name -> description (policy built from the config)
 BASE_METHODS = ("vanilla", "sliding_window", "attention_sinks")
@@ -66,8 +69,8 @@ class LengthGeneralizationConfig(ExperimentConfig):
         seq_len: training context L (tokens); also the window of every method.
         eval_factor: evaluation length = ``eval_factor * seq_len`` tokens (>= 32 in quick/paper).
         n_eval_seqs: validation sequences scored per method.
-        n_layers, d_model, n_heads: the RoPE GPT.
-        steps, batch_size, lr, warmup_steps: training.
+        model: the GPT trained (a RoPE, RMSNorm, bias-free GPT), :class:`~lmsci.models.gpt.GPTSpec`.
+        train: its optimizer and schedule, :class:`~lmsci.train.trainer.TrainSpec`.
         n_global: LM-Infinite starting tokens for the main comparison (paper: 10-100).
         n_sink: StreamingLLM sink tokens (paper: 4).
         ablation_n_global: LM-Infinite n_global values of the ablation (paper App. A: 0, 1, 10, 100, ...).
@@ -82,13 +85,8 @@ class LengthGeneralizationConfig(ExperimentConfig):
     seq_len: int = Field(64, ge=8, le=4096)
     eval_factor: int = Field(32, ge=2, le=1024)
     n_eval_seqs: int = Field(16, ge=2, le=256)
-    n_layers: int = Field(2, ge=1, le=48)
-    d_model: int = Field(64, ge=8, le=4096)
-    n_heads: int = Field(4, ge=1, le=64)
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, pos="rope", norm="rmsnorm", bias=False)
+    train: TrainSpec = TrainSpec(steps=600, batch_size=16, lr=3e-3, warmup_steps=50)
     n_global: int = Field(10, ge=0)
     n_sink: int = Field(4, ge=1)
     ablation_n_global: list[int] = Field(default_factory=lambda: [0, 1, 10, 100])
@@ -98,16 +96,18 @@ class LengthGeneralizationConfig(ExperimentConfig):
 
     PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
     PRESETS = {
-        "smoke": {"seq_len": 16, "eval_factor": 4, "n_eval_seqs": 2, "n_layers": 1, "d_model": 16,
-                  "n_heads": 2, "steps": 3, "batch_size": 4, "warmup_steps": 1, "ablation_n_global": [0, 10],
-                  "profile_seqs": 1, "n_seeds": 1},
+        "smoke": {"seq_len": 16, "eval_factor": 4, "n_eval_seqs": 2, "model.n_layers": 1, "model.d_model": 16,
+                  "model.n_heads": 2, "train.steps": 3, "train.batch_size": 4, "train.warmup_steps": 1,
+                  "ablation_n_global": [0, 10], "profile_seqs": 1, "n_seeds": 1},
         "quick": {},
         # one H100: a 4-layer RoPE GPT trained ~8x longer than quick, so that it can come to rely on its first tokens
-        "gpu": {"seq_len": 128, "eval_factor": 32, "n_eval_seqs": 16, "n_layers": 4, "d_model": 256, "n_heads": 8,
-                "steps": 5000, "batch_size": 32, "lr": 1e-3, "warmup_steps": 200, "profile_seqs": 4, "threads": 0},
-        "paper": {"seq_len": 512, "threads": 8, "eval_factor": 64, "n_eval_seqs": 32, "n_layers": 8, "d_model": 512,
-                  "n_heads": 8, "steps": 20000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 500,
-                  "ablation_n_global": [0, 1, 2, 10, 100, 1000], "profile_seqs": 8},
+        "gpu": {"seq_len": 128, "eval_factor": 32, "n_eval_seqs": 16, "model.n_layers": 4, "model.d_model": 256,
+                "model.n_heads": 8, "train.steps": 5000, "train.batch_size": 32, "train.lr": 1e-3,
+                "train.warmup_steps": 200, "profile_seqs": 4, "threads": 0},
+        "paper": {"seq_len": 512, "threads": 8, "eval_factor": 64, "n_eval_seqs": 32, "model.n_layers": 8,
+                  "model.d_model": 512, "model.n_heads": 8, "train.steps": 20000, "train.batch_size": 64,
+                  "train.lr": 1e-3, "train.warmup_steps": 500, "ablation_n_global": [0, 1, 2, 10, 100, 1000],
+                  "profile_seqs": 8},
     }
 
 
@@ -134,16 +134,9 @@ def _corpus():
 
 
 def _build_model(cfg: LengthGeneralizationConfig, vocab_size: int, seed: int):
-    from lmsci.models.gpt import GPT, GPTConfig
+    from lmsci.models.gpt import GPT
 
-    g = GPTConfig(vocab_size=vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                  d_model=cfg.d_model, pos="rope", norm="rmsnorm", bias=False)
-    return GPT(g, seed=seed)
-
-
-def seed_suffix(point: Point) -> str:
-    """``""`` for training seed 0, ``"__s{k}"`` for seed k (the suffix :meth:`Experiment.seeded_points` adds)."""
-    return "" if point.seed_index == 0 else f"__s{point.seed_index}"
+    return GPT(cfg.model.gpt_config(vocab_size, cfg.seq_len), seed=seed)
 
 
 def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, device: str = "auto", log=None, progress=None,
@@ -154,15 +147,14 @@ def train_or_load(cfg: LengthGeneralizationConfig, run: RunDir, seed: int, devic
     an interruption), later calls find the final checkpoint and only load it. Training runs on ``device``
     and the model is returned there, in eval mode: the evaluation harness runs on the model's device.
     """
-    from lmsci.train.trainer import TrainConfig, train
+    from lmsci.train.trainer import train
     from lmsci.worlds.shakespeare import make_get_batch
 
     corpus = _corpus()
     model = _build_model(cfg, corpus.vocab_size, seed)
-    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                     device=device, precision=cfg.precision, checkpoint_every=max(cfg.steps // 4, 1),
-                     log_every=max(cfg.steps // 50, 1))
-    res = train(model, make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), tc, seed=seed, log=log,
+    tc = cfg.train.train_config(device=device, precision=cfg.precision, checkpoint_every=max(cfg.train.steps // 4, 1),
+                                log_every=max(cfg.train.steps // 50, 1))
+    res = train(model, make_get_batch(corpus.train_ids, tc.batch_size, cfg.seq_len), tc, seed=seed, log=log,
                 checkpoint_dir=run.point_dir(train_id) / "ckpt", progress=progress)
     return model.eval(), res
 
@@ -294,8 +286,8 @@ class LengthGeneralization(Experiment):
                      "paper": "~9 GPU-hours with 3 seeds (estimated)"}
 
     def validate(self, cfg: LengthGeneralizationConfig) -> None:
-        if cfg.d_model % cfg.n_heads or (cfg.d_model // cfg.n_heads) % 2:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of 2*n_heads={2 * cfg.n_heads} (even RoPE d_head)")
+        if cfg.model.n_layers < 1:
+            raise ConfigError("model.n_layers", cfg.model.n_layers, ">= 1 (the attention statistics need a layer)")
         if cfg.n_sink >= cfg.seq_len:
             raise ConfigError("n_sink", cfg.n_sink, f"fewer than seq_len={cfg.seq_len}")
         if any(g < 0 for g in cfg.ablation_n_global):
@@ -317,12 +309,12 @@ class LengthGeneralization(Experiment):
         kind = point.params["kind"]
         train_id = "train" + seed_suffix(point)
         if kind == "train":
-            bar = ctx.progress(cfg.steps, "train")
+            bar = ctx.progress(cfg.train.steps, "train")
             model, res = train_or_load(cfg, ctx.run, ctx.seed, ctx.device, log=lambda m: ctx.log(**m), progress=bar,
                                        train_id=train_id)
             bar.close()
             return {"kind": "train", "method": "", "train_loss": res.final.get("loss"),
-                    "params": model.num_params(), "steps": cfg.steps, "tokens_seen": res.tokens_seen}
+                    "params": model.num_params(), "steps": cfg.train.steps, "tokens_seen": res.tokens_seen}
         model, _ = train_or_load(cfg, ctx.run, ctx.seed, ctx.device, train_id=train_id)
         if kind == "eval":
             return self._eval(cfg, point.params["method"], model, ctx)
