@@ -96,3 +96,14 @@ def test_smoke_run_end_to_end_null_arm_fails_the_rule(tmp_path):
     main = [v for v in run.verdicts() if v.claim_id == "topk-recovers-beyond-window"][0]
     # the untrained smoke model (3 steps) retrieves nothing with vanilla attention
     assert main.null_passed is False and main.outcome == INCONCLUSIVE
+
+
+def test_bad_model_spec_is_refused_before_work():
+    """The nested model spec: an odd RoPE head and a one-layer model (no ablation layer) are config errors."""
+    from lmsci.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model"):
+        cfg_("smoke", **{"model.d_model": 18, "model.n_heads": 2})  # d_head 9: odd, RoPE needs it even
+    with pytest.raises(ConfigError, match="model.n_layers"):
+        PasskeyRetrieval().validate(cfg_("smoke", **{"model.n_layers": 1}))
+    assert cfg_("smoke", steps=2).train.steps == 2  # a bare key names the one nested field

@@ -39,8 +39,11 @@ from lmsci.claims import Claim, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.length._seeds import seed_suffix
 from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, Verdict, derive_seed
+from lmsci.train.trainer import TrainSpec
 
 # ---- the passkey world (token ids) -----------------------------------------------------------
 DIGITS = list(range(10))
@@ -104,7 +107,8 @@ class PasskeyConfig(ExperimentConfig):
         length_factors: evaluation prompt lengths in units of L.
         depths: key depths evaluated (0 = right after the intro, 1 = just before the question).
         n_samples: prompts per (length, depth).
-        n_layers, d_model, n_heads, steps, batch_size, lr, warmup_steps: the RoPE GPT and its training.
+        model: the GPT trained (a RoPE, RMSNorm, bias-free GPT; n_layers >= 2), :class:`~lmsci.models.gpt.GPTSpec`.
+        train: its optimizer and schedule, :class:`~lmsci.train.trainer.TrainSpec`.
         n_global: LM-Infinite starting tokens. top_k: middle tokens re-attended (the claim: 5).
         top_k_layer_ablation: the values of h (first layer using top-k) evaluated besides the claim's
             ``h = round(5/32 * n_layers)`` (:func:`claim_layer`); None = every layer. Each is an ablation row.
@@ -119,13 +123,8 @@ class PasskeyConfig(ExperimentConfig):
     length_factors: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16])
     depths: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
     n_samples: int = Field(20, ge=2, le=10000)
-    n_layers: int = Field(2, ge=2, le=48)
-    d_model: int = Field(64, ge=8, le=4096)
-    n_heads: int = Field(4, ge=1, le=64)
-    steps: int = Field(800, ge=1)
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, pos="rope", norm="rmsnorm", bias=False)
+    train: TrainSpec = TrainSpec(steps=800, batch_size=32, lr=3e-3, warmup_steps=50)
     n_global: int = Field(4, ge=0)
     top_k: int = Field(5, ge=1)
     top_k_layer_ablation: list[int] | None = None
@@ -136,14 +135,15 @@ class PasskeyConfig(ExperimentConfig):
     PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
     PRESETS = {
         "smoke": {"seq_len": 32, "n_digits": 2, "length_factors": [1, 4], "depths": [0.2, 0.8], "n_samples": 3,
-                  "d_model": 16, "n_heads": 2, "steps": 3, "batch_size": 4, "warmup_steps": 1, "n_seeds": 1},
+                  "model.d_model": 16, "model.n_heads": 2, "train.steps": 3, "train.batch_size": 4,
+                  "train.warmup_steps": 1, "n_seeds": 1},
         "quick": {},
         # one H100: 4 layers (claim layer h = 1), 5x the quick training, 50 prompts per (length, depth)
-        "gpu": {"seq_len": 128, "n_samples": 50, "n_layers": 4, "d_model": 128, "n_heads": 4, "steps": 4000,
-                "batch_size": 64, "lr": 1e-3, "warmup_steps": 200, "threads": 0},
+        "gpu": {"seq_len": 128, "n_samples": 50, "model.n_layers": 4, "model.d_model": 128, "model.n_heads": 4,
+                "train.steps": 4000, "train.batch_size": 64, "train.lr": 1e-3, "train.warmup_steps": 200, "threads": 0},
         "paper": {"seq_len": 256, "threads": 8, "n_digits": 5, "length_factors": [1, 2, 4, 8, 16, 32], "n_samples": 100,
-                  "n_layers": 4, "d_model": 256, "n_heads": 8, "steps": 10000, "batch_size": 64, "lr": 1e-3,
-                  "warmup_steps": 300, "n_global": 10},
+                  "model.n_layers": 4, "model.d_model": 256, "model.n_heads": 8, "train.steps": 10000,
+                  "train.batch_size": 64, "train.lr": 1e-3, "train.warmup_steps": 300, "n_global": 10},
     }
 
 
@@ -158,18 +158,13 @@ def claim_layer(n_layers: int) -> int:
 
 def ablation_layers(cfg: PasskeyConfig) -> list[int]:
     """The values of h evaluated besides :func:`claim_layer` (sorted)."""
-    hs = range(cfg.n_layers) if cfg.top_k_layer_ablation is None else cfg.top_k_layer_ablation
-    return sorted(set(hs) - {claim_layer(cfg.n_layers)})
-
-
-def seed_suffix(point: Point) -> str:
-    """``""`` for training seed 0, ``"__s{k}"`` for seed k (the suffix :meth:`Experiment.seeded_points` adds)."""
-    return "" if point.seed_index == 0 else f"__s{point.seed_index}"
+    hs = range(cfg.model.n_layers) if cfg.top_k_layer_ablation is None else cfg.top_k_layer_ablation
+    return sorted(set(hs) - {claim_layer(cfg.model.n_layers)})
 
 
 def methods(cfg: PasskeyConfig) -> list[str]:
     """Method names: the baselines, then LM-Infinite + top-k from the claim's layer h and each ablation h."""
-    hs = sorted(set(ablation_layers(cfg)) | {claim_layer(cfg.n_layers)})
+    hs = sorted(set(ablation_layers(cfg)) | {claim_layer(cfg.model.n_layers)})
     return list(BASE_METHODS) + [f"lm_infinite_topk_h{h}" for h in hs]
 
 
@@ -189,7 +184,7 @@ def _train_batch_fn(cfg: PasskeyConfig):
     def get_batch(step: int, gen: torch.Generator):
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
         rng = np.random.default_rng(seed)
-        p, keys, kp = make_prompts(cfg.batch_size, cfg.seq_len, None, cfg.n_digits, rng)
+        p, keys, kp = make_prompts(cfg.train.batch_size, cfg.seq_len, None, cfg.n_digits, rng)
         full = np.concatenate([p, keys], axis=1)  # prompt + answer
         x = torch.from_numpy(full[:, :-1])
         y = torch.from_numpy(full[:, 1:]).clone()
@@ -210,16 +205,13 @@ def train_or_load(cfg: PasskeyConfig, run: RunDir, seed: int, device: str = "aut
     an interruption), later calls find the final checkpoint and only load it. Training runs on ``device``
     and the model is returned there, in eval mode: the evaluation harness runs on the model's device.
     """
-    from lmsci.models.gpt import GPT, GPTConfig
-    from lmsci.train.trainer import TrainConfig, train
+    from lmsci.models.gpt import GPT
+    from lmsci.train.trainer import train
 
     fixed, ans = passkey_layout(cfg.n_digits)
-    g = GPTConfig(vocab_size=VOCAB_SIZE, seq_len=cfg.seq_len + ans, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                  d_model=cfg.d_model, pos="rope", norm="rmsnorm", bias=False)
-    model = GPT(g, seed=seed)
-    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                     device=device, precision=cfg.precision, checkpoint_every=max(cfg.steps // 4, 1),
-                     log_every=max(cfg.steps // 50, 1))
+    model = GPT(cfg.model.gpt_config(VOCAB_SIZE, cfg.seq_len + ans), seed=seed)
+    tc = cfg.train.train_config(device=device, precision=cfg.precision, checkpoint_every=max(cfg.train.steps // 4, 1),
+                                log_every=max(cfg.train.steps // 50, 1))
     res = train(model, _train_batch_fn(cfg), tc, seed=seed, log=log, checkpoint_dir=run.point_dir(train_id) / "ckpt",
                 progress=progress)
     return model.eval(), res
@@ -299,10 +291,10 @@ class PasskeyRetrieval(Experiment):
         fixed, _ = passkey_layout(cfg.n_digits)
         if cfg.seq_len < fixed + 8:
             raise ConfigError("seq_len", cfg.seq_len, f">= {fixed + 8} for n_digits={cfg.n_digits}")
-        if cfg.d_model % cfg.n_heads or (cfg.d_model // cfg.n_heads) % 2:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of 2*n_heads={2 * cfg.n_heads}")
-        if any(not 0 <= h < cfg.n_layers for h in cfg.top_k_layer_ablation or ()):
-            raise ConfigError("top_k_layer_ablation", cfg.top_k_layer_ablation, f"layers in [0, {cfg.n_layers})")
+        if cfg.model.n_layers < 2:
+            raise ConfigError("model.n_layers", cfg.model.n_layers, ">= 2 (the claim's layer h and an ablation layer)")
+        if any(not 0 <= h < cfg.model.n_layers for h in cfg.top_k_layer_ablation or ()):
+            raise ConfigError("top_k_layer_ablation", cfg.top_k_layer_ablation, f"layers in [0, {cfg.model.n_layers})")
         if any(f < 1 for f in cfg.length_factors):
             raise ConfigError("length_factors", cfg.length_factors, "integers >= 1")
         if any(not 0 <= d <= 1 for d in cfg.depths):
@@ -322,7 +314,7 @@ class PasskeyRetrieval(Experiment):
         train_id = "train" + seed_suffix(point)  # each training seed trains (and its evals load) its own model
         train_seed = derive_seed(cfg.seed, self.name, train_id)
         if point.params["kind"] == "train":
-            bar = ctx.progress(cfg.steps, "train")
+            bar = ctx.progress(cfg.train.steps, "train")
             model, res = train_or_load(cfg, ctx.run, train_seed, ctx.device, log=lambda m: ctx.log(**m), progress=bar,
                                        train_id=train_id)
             bar.close()
@@ -361,7 +353,7 @@ class PasskeyRetrieval(Experiment):
         if "seed_index" not in ev:
             ev = ev.assign(seed_index=0)
         ms = methods(cfg)
-        h_main = claim_layer(cfg.n_layers)
+        h_main = claim_layer(cfg.model.n_layers)
         per_seed: dict[int, dict[str, Any]] = {}
         for k, g in ev.groupby("seed_index"):
             nb = int(g["n_beyond_truncation"].sum())
@@ -400,7 +392,8 @@ class PasskeyRetrieval(Experiment):
             return self.judge(
                 cfg, claim_id, value=st.mean, passed=bool(st.mean >= GAIN and st.lo > 0), ci=st.ci, ci_kind=st.kind,
                 n_seeds=st.n, null=null,
-                details={**nd, "h": h, "k": cfg.top_k, "h_rule": f"round(5/32 x {cfg.n_layers} layers) = {h_main}",
+                details={**nd, "h": h, "k": cfg.top_k,
+                         "h_rule": f"round(5/32 x {cfg.model.n_layers} layers) = {h_main}",
                          "per_seed_gain": gains,
                          "within-run 95% CI per seed (normal approximation, difference of two proportions)": within,
                          "per_seed_accuracy_beyond_window": {k: d["acc"] for k, d in per_seed.items()},
@@ -465,6 +458,6 @@ class PasskeyRetrieval(Experiment):
                   "Truncation keeps the last L tokens and so also drops the starting tokens the model was trained "
                   "with; keys inside the window can be lost that way too. Top-k scores every middle key at one "
                   "fixed distance, so heads that locate a digit by its relative position to other tokens cannot "
-                  f"use it. The claim's layer is h = round(5/32 x n_layers) = {claim_layer(cfg.n_layers)} (the "
+                  f"use it. The claim's layer is h = round(5/32 x n_layers) = {claim_layer(cfg.model.n_layers)} (the "
                   "paper's 5 of 32); the other h are ablation rows (the paper ablates h in App. A)."]
         return "\n".join(lines)
