@@ -142,7 +142,7 @@ def test_bad_config_is_a_named_error():
     with pytest.raises(ConfigError):
         WordOrder().validate(resolve_config(WordOrderConfig, "smoke", {"tasks": ["sentiment"]}))
     with pytest.raises(ConfigError):
-        WordOrder().validate(resolve_config(WordOrderConfig, "smoke", {"d_model": 18, "n_heads": 4}))
+        WordOrder().validate(resolve_config(WordOrderConfig, "smoke", {"model.d_model": 18, "model.n_heads": 4}))
 
 
 def test_smoke_run(tmp_path):

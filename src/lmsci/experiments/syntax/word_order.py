@@ -57,9 +57,9 @@ from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure.permutation import permutation_metrics
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.word_order import WordOrderTask, derange, derangement
 
 UNCHANGED_MIN, OMEGA_MIN, CHANCE_TOL, LEARNED_MIN = 0.75, 0.9, 0.10, 0.9
@@ -83,17 +83,19 @@ def swap_pair(subj: str, rel: str, obj: str) -> tuple[str, str]:
 
 
 class WordOrderConfig(ExperimentConfig):
-    """Configuration of ``word-order`` (defaults = the quick preset)."""
+    """Configuration of ``word-order`` (defaults = the quick preset).
+
+    Attributes:
+        model: the GPT classifier trained on each task (:class:`~lmsci.models.gpt.GPTSpec`; learned positions).
+        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`).
+        cfg_steps: training steps of the CFG contrast GPT (its other fields are ``cfg-learning``'s defaults).
+    """
 
     tasks: list[str] = Field(["overlap", "taller"], min_length=1)
     premise_len: int = Field(8, ge=5)
     hyp_len: int = Field(6, ge=5)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
-    batch_size: int = Field(64, ge=1)
-    steps: int = Field(4000, ge=1)
-    lr: float = Field(2e-3, gt=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, pos="learned")
+    train: TrainSpec = TrainSpec(steps=4000, batch_size=64, lr=2e-3, warmup_steps=50)
     n_test: int = Field(400, ge=1)
     q: int = Field(20, ge=2, description="derangements per test example (paper: 100)")
     encoder: bool = Field(True, description="run the all-MiniLM-L6-v2 rows")
@@ -106,12 +108,14 @@ class WordOrderConfig(ExperimentConfig):
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
-        "smoke": {"steps": 5, "n_test": 8, "q": 3, "batch_size": 8, "d_model": 16, "n_heads": 2, "n_layers": 1,
-                  "encoder": False, "cfg_steps": 2, "n_cfg_strings": 3, "n_seeds": 1},
+        "smoke": {"train.steps": 5, "train.warmup_steps": 5, "train.batch_size": 8, "model.d_model": 16,
+                  "model.n_heads": 2, "model.n_layers": 1, "n_test": 8, "q": 3, "encoder": False, "cfg_steps": 2,
+                  "n_cfg_strings": 3, "n_seeds": 1},
         "quick": {},
-        "gpu": {"q": 100, "n_test": 2000, "steps": 4000, "d_model": 128, "n_layers": 4, "threads": 0},
-        "paper": {"q": 100, "n_test": 5000, "steps": 5000, "d_model": 256, "n_layers": 4, "n_sentences": 1000,
-                  "threads": 0},
+        "gpu": {"train.steps": 4000, "model.d_model": 128, "model.n_layers": 4, "q": 100, "n_test": 2000,
+                "threads": 0},
+        "paper": {"train.steps": 5000, "model.d_model": 256, "model.n_layers": 4, "q": 100, "n_test": 5000,
+                  "n_sentences": 1000, "threads": 0},
     }
 
 
@@ -232,10 +236,6 @@ class WordOrder(Experiment):
     def validate(self, cfg: WordOrderConfig) -> None:
         for t in cfg.tasks:
             WordOrderTask(t, cfg.premise_len, cfg.hyp_len)
-        if cfg.d_model % cfg.n_heads:
-            from lmsci.errors import ConfigError
-
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
 
     def points(self, cfg: WordOrderConfig) -> list[Point]:
         pts = [Point(t, {"kind": "task", "task": t}) for t in cfg.tasks]
@@ -259,20 +259,17 @@ class WordOrder(Experiment):
     def _task(self, cfg: WordOrderConfig, name: str, ctx: PointContext) -> dict[str, Any]:
         task = WordOrderTask(name, cfg.premise_len, cfg.hyp_len)
         v = task.vocab
-        model = GPT(GPTConfig(vocab_size=v.vocab_size, seq_len=task.seq_len, n_layers=cfg.n_layers,
-                              n_heads=cfg.n_heads, d_model=cfg.d_model, pos="learned"),
-                    seed=derive_seed(ctx.seed, "init"))
+        model = GPT(cfg.model.gpt_config(v.vocab_size, task.seq_len), seed=derive_seed(ctx.seed, "init"))
 
         def get_batch(step: int, gen: torch.Generator):
             rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            x, y = task.sample(cfg.batch_size, rng)
+            x, y = task.sample(cfg.train.batch_size, rng)
             tgt = np.full_like(x, -100)
             tgt[:, -1] = np.where(y == 1, v.YES, v.NO)
             return torch.from_numpy(x), torch.from_numpy(tgt)
 
-        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(50, cfg.steps),
-                         device=ctx.device, log_every=max(cfg.steps // 20, 1))
-        bar = ctx.progress(cfg.steps, f"train {name}")
+        tc = cfg.train.train_config(device=ctx.device, log_every=max(cfg.train.steps // 20, 1))
+        bar = ctx.progress(cfg.train.steps, f"train {name}")
         train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
         bar.close()
         model.eval()
@@ -463,8 +460,9 @@ class WordOrder(Experiment):
         from lmsci.report import markdown_table
 
         parts = ["## Method\n\n"
-                 f"Sentence pairs of {cfg.premise_len} + {cfg.hyp_len} words; a {cfg.n_layers}-layer d_model {cfg.d_model} "
-                 f"GPT classifier (learned positions) trained {cfg.steps} steps on fresh examples; {cfg.n_test} test "
+                 f"Sentence pairs of {cfg.premise_len} + {cfg.hyp_len} words; a {cfg.model.n_layers}-layer d_model "
+                 f"{cfg.model.d_model} GPT classifier ({cfg.model.pos} positions) trained {cfg.train.steps} steps on "
+                 f"fresh examples; {cfg.n_test} test "
                  f"examples x q = {cfg.q} derangements (premise and hypothesis permuted separately, no word in place). "
                  "Encoder rows: all-MiniLM-L6-v2 on Shakespeare lines. CFG row: a GPT_rot trained on cfg3b-small.\n"]
         for kind, title in (("task", "Controlled tasks"), ("encoder", "Encoder"), ("cfg", "CFG contrast")):
