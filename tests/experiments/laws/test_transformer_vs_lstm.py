@@ -80,10 +80,10 @@ def test_verdicts():
 
 
 @pytest.mark.parametrize("kw", [{"sizes": [(2, 48)]}, {"sizes": [(2, 96), (2, 48)]}, {"sizes": [(2, 40), (2, 96)]},
-                                {"sizes": [(0, 48), (2, 96)]}, {"d_head": 5}])
+                                {"sizes": [(0, 48), (2, 96)]}, {"model.d_head": 5}])
 def test_bad_config(kw):
     with pytest.raises(ConfigError):
-        TransformerVsLSTM().validate(TransformerVsLSTMConfig(**kw))
+        TransformerVsLSTM().validate(resolve_config(TransformerVsLSTMConfig, "quick", kw))
 
 
 def test_matched_parameters_and_smoke_end_to_end(tmp_path):

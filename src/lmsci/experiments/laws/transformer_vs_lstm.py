@@ -33,7 +33,9 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.laws.model_shape import gpt_non_embedding_params
 from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir
+from lmsci.train.trainer import TrainSpec
 
 ARCHS = ("gpt", "gpt-null", "lstm")
 _SRC = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.2.1, Fig. 7"
@@ -53,10 +55,11 @@ class TransformerVsLSTMConfig(ExperimentConfig):
     Attributes:
         tokenizer, vocab_size, val_fraction, split_seed: the Shakespeare corpus (split by work).
         sizes: GPT shapes ``[n_layers, d_model]``, smallest first by parameters (at least 2).
-        d_head: GPT head width (``n_heads = d_model / d_head``).
+        model: the GPT (GPTSpec): its ``d_head`` is the head width (``n_heads = d_model / d_head``); ``n_layers``,
+            ``d_model`` and ``n_heads`` are replaced per size.
         lstm_layers: LSTM layers (its width matches the GPT's non-embedding parameters).
-        seq_len: context length (positions scored), batch_size, steps, lr, warmup_frac, min_lr_ratio, weight_decay:
-            one training recipe for every model.
+        seq_len: context length (positions scored).
+        train: one optimizer and schedule for every model, GPT and LSTM (TrainSpec; warmup = warmup_frac * steps).
         eval_tokens: validation tokens scored per model (``eval_tokens // seq_len`` windows).
     """
 
@@ -65,30 +68,25 @@ class TransformerVsLSTMConfig(ExperimentConfig):
     val_fraction: float = Field(0.1, gt=0, lt=1)
     split_seed: int = Field(0, ge=0)
     sizes: list[tuple[int, int]] = Field(default_factory=lambda: [(2, 48), (2, 96)])
-    d_head: int = Field(16, ge=1)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=3, d_model=48, d_head=16)
     lstm_layers: int = Field(2, ge=1)
     seq_len: int = Field(256, ge=8)
-    batch_size: int = Field(8, ge=1)
-    steps: int = Field(400, ge=2)
-    lr: float = Field(3e-3, gt=0)
-    warmup_frac: float = Field(0.1, ge=0, lt=1)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.1, ge=0)
+    train: TrainSpec = TrainSpec(steps=400, batch_size=8, lr=3e-3, warmup_frac=0.1, min_lr_ratio=0.1, weight_decay=0.1)
     eval_tokens: int = Field(131072, ge=64)
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRECISIONS = ("fp32", "bf16")
     PRESETS = {
-        "smoke": {"sizes": [(1, 8), (1, 16)], "d_head": 4, "lstm_layers": 1, "seq_len": 16, "batch_size": 4,
-                  "steps": 3, "eval_tokens": 256, "n_seeds": 1},
+        "smoke": {"sizes": [(1, 8), (1, 16)], "model.d_head": 4, "lstm_layers": 1, "seq_len": 16,
+                  "train.batch_size": 4, "train.steps": 3, "eval_tokens": 256, "n_seeds": 1},
         "quick": {},
         # one H100: three sizes (0.2M-3.2M non-embedding params), context 512, ~33M tokens per model, 3 seeds
-        "gpu": {"sizes": [(4, 64), (4, 128), (4, 256)], "d_head": 32, "seq_len": 512, "batch_size": 32,
-                "steps": 2000, "lr": 2e-3, "eval_tokens": 524288, "precision": "bf16", "threads": 0},
+        "gpu": {"sizes": [(4, 64), (4, 128), (4, 256)], "model.d_head": 32, "seq_len": 512, "train.batch_size": 32,
+                "train.steps": 2000, "train.lr": 2e-3, "eval_tokens": 524288, "precision": "bf16", "threads": 0},
         # the paper's comparison: BPE tokens, context 1024, models up to ~20M non-embedding parameters
-        "paper": {"tokenizer": "bpe", "vocab_size": 8192, "sizes": [(4, 256), (6, 512), (12, 768)], "d_head": 64,
-                  "seq_len": 1024, "batch_size": 64, "steps": 30000, "lr": 6e-4, "eval_tokens": 2_097_152,
-                  "precision": "bf16", "threads": 0},
+        "paper": {"tokenizer": "bpe", "vocab_size": 8192, "sizes": [(4, 256), (6, 512), (12, 768)],
+                  "model.d_head": 64, "seq_len": 1024, "train.batch_size": 64, "train.steps": 30000, "train.lr": 6e-4,
+                  "eval_tokens": 2_097_152, "precision": "bf16", "threads": 0},
     }
 
 
@@ -136,8 +134,9 @@ class TransformerVsLSTM(Experiment):
         if len(cfg.sizes) < 2:
             raise ConfigError("sizes", cfg.sizes, "at least 2 GPT shapes [n_layers, d_model]")
         for L, d in cfg.sizes:
-            if L < 1 or d < 1 or d % cfg.d_head:
-                raise ConfigError("sizes", [L, d], f"n_layers >= 1 and d_model a multiple of d_head={cfg.d_head}")
+            if L < 1 or d < 1 or d % cfg.model.head_dim:
+                raise ConfigError("sizes", [L, d], f"n_layers >= 1 and d_model a multiple of "
+                                  f"model.d_head={cfg.model.head_dim}")
         ns = [self._gpt_n(cfg, L, d) for L, d in cfg.sizes]
         if ns != sorted(ns) or len(set(ns)) != len(ns):
             raise ConfigError("sizes", cfg.sizes, "shapes in increasing order of parameters")
@@ -145,7 +144,7 @@ class TransformerVsLSTM(Experiment):
     @staticmethod
     def _gpt_n(cfg: TransformerVsLSTMConfig, L: int, d: int) -> int:
         """lmsci GPT non-embedding parameters at ``n_heads = d_model / d_head`` (``L (12 d^2 + 13 d) + 2 d``)."""
-        return gpt_non_embedding_params(L, d, d // cfg.d_head, cfg.d_head)
+        return gpt_non_embedding_params(L, d, d // cfg.model.head_dim, cfg.model.head_dim)
 
     def points(self, cfg: TransformerVsLSTMConfig) -> list[Point]:
         pts = []
@@ -166,15 +165,15 @@ class TransformerVsLSTM(Experiment):
         return list(by.values())
 
     def _model(self, cfg: TransformerVsLSTMConfig, V: int, point: Point, seed: int):
-        from lmsci.models.gpt import GPT, GPTConfig
+        from lmsci.models.gpt import GPT
         from lmsci.models.lstm import LSTMConfig, LSTMLM
 
         p = point.params
         if p["arch"] == "lstm":
             return LSTMLM(LSTMConfig(vocab_size=V, d_model=int(p["d_model"]), n_layers=int(p["n_layers"])), seed=seed)
         d = int(p["d_model"])
-        return GPT(GPTConfig(vocab_size=V, seq_len=cfg.seq_len, n_layers=int(p["n_layers"]),
-                             n_heads=d // cfg.d_head, d_model=d), seed=seed)
+        return GPT(cfg.model.gpt_config(V, cfg.seq_len, n_layers=int(p["n_layers"]), n_heads=d // cfg.model.head_dim,
+                                        d_model=d), seed=seed)
 
     def run_point(self, cfg: TransformerVsLSTMConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         return self.run_group(cfg, [point], [ctx])[0]
@@ -184,18 +183,15 @@ class TransformerVsLSTM(Experiment):
         """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`), LSTMs one at a time."""
         from lmsci.measure.position_loss import position_nll
         from lmsci.train.stacked import train_stacked
-        from lmsci.train.trainer import TrainConfig, train
+        from lmsci.train.trainer import train
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
         dev = ctxs[0].device
         models = [self._model(cfg, corpus.vocab_size, p, c.seed) for p, c in zip(points, ctxs)]
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
-        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                         warmup_steps=int(cfg.warmup_frac * cfg.steps), min_lr_ratio=cfg.min_lr_ratio,
-                         weight_decay=cfg.weight_decay, checkpoint_every=0, log_every=max(1, cfg.steps // 20),
-                         device=dev, precision=cfg.precision)
-        bar = ctxs[0].progress(cfg.steps * (len(points) if points[0].params["arch"] == "lstm" else 1),
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
+        tc = cfg.train.train_config(device=dev, log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
+        bar = ctxs[0].progress(cfg.train.steps * (len(points) if points[0].params["arch"] == "lstm" else 1),
                                f"train {points[0].params['arch']} x{len(points)}")
         if len(points) > 1 and points[0].params["arch"] != "lstm":
             st = train_stacked(models, get_batch, tc, seeds=[c.seed for c in ctxs],
