@@ -1,9 +1,12 @@
 """Circuit instruments on lmsci GPTs: logit difference, per-head activation patching, path patching to the queries of
-receiver heads, attention between positions and the OV copy score.
+receiver heads read as attention (:func:`query_path_patching`), path patching into the queries, keys or values of
+receiver heads read as logit difference (:func:`path_patching`, :func:`path_patching_scan`), attention between
+positions and the OV copy score.
 
 Source: Wang et al., "Interpretability in the Wild", arXiv 2211.00593: sec. 2 (logit difference IO minus S at END),
 sec. 3 (path patching from the ABC distribution; name movers found by path patching to the logits, S-inhibition
-heads by path patching to the name movers' queries), sec. 3.1 (copy score: a name's residual stream after the
+heads by path patching to the name movers' queries, duplicate-token and induction heads by path patching to the
+S-inhibition heads' values, sec. 3.3), sec. 3.1 (copy score: a name's residual stream after the
 first MLP layer, through the head's OV circuit and the unembedding, has the name among its top 5 logits).
 Activation patching per head: Meng et al. 2022 (arXiv 2202.05262) and Vig et al. 2020 in the head-level form used
 by the IOI paper's App. and TransformerLens's ``patching`` utilities.
@@ -208,3 +211,139 @@ def query_path_patching(model, clean: Tensor, corrupt: Tensor, end: Tensor, rece
             delta = (zx[l][rows, end, h] - zc[l][rows, end, h]) @ W_O.T
             out[l, h] = float(torch.stack([attn_to_keys(r, delta) for r in receivers]).mean()) - base
     return out, base
+
+
+_INPUTS = ("q", "k", "v")
+
+
+def _check_inputs(receiver_input: str | Sequence[str]) -> tuple[str, ...]:
+    inputs = (receiver_input,) if isinstance(receiver_input, str) else tuple(receiver_input)
+    bad = [x for x in inputs if x not in _INPUTS]
+    if not inputs or bad:
+        raise ConfigError("receiver_input", receiver_input, "one or more of 'q', 'k', 'v'")
+    return inputs
+
+
+class _PathPatcher:
+    """Clean and corrupted caches of one prompt pair batch, shared by every sender of a scan (see
+    :func:`path_patching`)."""
+
+    def __init__(self, model, clean: Tensor, corrupt: Tensor, end: Tensor, io: Tensor, s: Tensor,
+                 receivers: Sequence[Head], inputs: tuple[str, ...]):
+        if model.cfg.pos not in ("learned", "nope"):
+            raise ConfigError("pos", model.cfg.pos, "'learned' or 'nope' for path patching")
+        if not receivers:
+            raise ValueError("path patching needs at least one receiver head")
+        _check_pair(clean, corrupt)
+        L, H = len(model.blocks), model.cfg.n_heads
+        bad = [hd for hd in receivers if not (0 <= hd[0] < L and 0 <= hd[1] < H)]
+        if bad:
+            raise ValueError(f"receivers {bad} outside the model's {L} layers x {H} heads")
+        self.model, self.clean, self.end, self.io, self.s = model, clean, end, io, s
+        self.receivers, self.inputs = [(int(l), int(h)) for l, h in receivers], inputs
+        self.low = min(l for l, _ in self.receivers)
+        self.zc, self.zx = cache_z(model, clean), cache_z(model, corrupt)
+        _, cache = model.run_with_cache(clean, [f"blocks.{l}.resid_pre" for l in {l for l, _ in self.receivers}])
+        self.resid = cache
+        self.base = logit_diff(model, clean, end, io, s)
+        T = clean.shape[1]
+        self.visible = torch.tril(torch.ones(T, T, dtype=torch.bool, device=clean.device))  # [q, k]
+
+    def _receiver_z(self, r: Head, delta: Tensor) -> Tensor:
+        """The receiver head's output ``[n, T, d_head]`` with ``delta`` added to its residual input on ``inputs``."""
+        lr, hr = r
+        w = _head_weights(self.model, lr, hr)
+        ln = self.model.blocks[lr].ln1
+        resid = self.resid[f"blocks.{lr}.resid_pre"]
+        clean_in, patched_in = ln(resid), ln(resid + delta)
+        proj = {x: (patched_in if x in self.inputs else clean_in) @ w[f"W_{x.upper()}"].T + w[f"b_{x.upper()}"]
+                for x in _INPUTS}
+        q, k, v = proj["q"].float(), proj["k"].float(), proj["v"].float()
+        sc = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [n, T, T]
+        p = torch.softmax(sc.masked_fill(~self.visible, float("-inf")), dim=-1)
+        return (p @ v).to(resid.dtype)
+
+    def __call__(self, senders: Sequence[Head]) -> Tensor:
+        """Per-prompt change of the logit difference ``[n]`` (nats) when ``senders`` are path-patched."""
+        rows = self.zc[0].shape[:2]
+        d = self.model.cfg.d_model
+        delta = torch.zeros(*rows, d, device=self.clean.device, dtype=self.zc[0].dtype)
+        for l, h in senders:
+            W_O = _head_weights(self.model, l, h)["W_O"]
+            delta = delta + (self.zx[l][:, :, h] - self.zc[l][:, :, h]) @ W_O.T
+        new = {r: self._receiver_z(r, delta) for r in self.receivers}
+        by_layer: dict[int, list[int]] = {}
+        for l, h in self.receivers:
+            by_layer.setdefault(l, []).append(h)
+        hooks = []
+        for l, hs in by_layer.items():
+            def fn(z, hook, l=l, hs=hs):
+                z = z.clone()
+                for h in hs:
+                    z[:, :, h] = new[(l, h)]
+                return z
+            hooks.append((f"blocks.{l}.attn.z", fn))
+        return logit_diff(self.model, self.clean, self.end, self.io, self.s, hooks) - self.base
+
+
+@torch.no_grad()
+def path_patching(model, clean: Tensor, corrupt: Tensor, end: Tensor, io: Tensor, s: Tensor,
+                  senders: Sequence[Head], receivers: Sequence[Head],
+                  receiver_input: str | Sequence[str] = "v") -> Tensor:
+    """Path patching from sender heads into chosen inputs (query, key and/or value) of receiver heads, read as the
+    change of the logit difference (Wang et al. 2022, arXiv 2211.00593, sec. 3 and App. B: S-inhibition heads found by
+    patching into the name movers' queries, sec. 3.2; duplicate-token and induction heads by patching into the
+    S-inhibition heads' values, sec. 3.3; previous-token heads into the induction heads' keys).
+
+    The senders' outputs (every position) on the corrupted prompts replace their clean outputs on the direct path
+    into the receivers only: each receiver's residual input is the clean one plus
+    ``delta = sum_senders (z_corrupt - z_clean) W_O`` (``[n, T, d_model]``), and only the inputs named in
+    ``receiver_input`` are recomputed from it (``'v'``: ``ln1(resid + delta) W_V``; the receivers' other inputs, every
+    other head and the MLPs keep their clean values up to the receivers). The receivers' new outputs replace theirs
+    (hook ``blocks.{l}.attn.z``, every position) and the rest of the network after them is recomputed (the paper's
+    step 5); a receiver's attention pattern is recomputed only from the patched inputs (other receivers' changes do
+    not reach it).
+
+    Args:
+        model: a :class:`lmsci.models.gpt.GPT` in eval mode with ``pos`` 'learned' or 'nope'.
+        clean, corrupt: ``[n, T]`` long aligned prompts (e.g. IOI and its ABC twin); end: ``[n]`` END index;
+            io, s: ``[n]`` token ids of the logit difference.
+        senders: ``(layer, head)`` list patched together, each in a layer below every receiver (may be empty: the
+            change is then 0).
+        receivers: ``(layer, head)`` list (at least one).
+        receiver_input: ``'q'``, ``'k'``, ``'v'`` or a list of them.
+
+    Returns:
+        ``[n]`` float: logit difference (IO - S at END, nats) of the path-patched run minus the clean one; negative
+        when the path carries logit difference. Patching every head below a receiver on its ``'v'`` input
+        equals replacing the attention output of those layers in that receiver's value input.
+
+    Raises:
+        ConfigError: ``pos`` other than 'learned'/'nope' (inputs recomputed without rotary or bias terms); a
+            ``receiver_input`` not among 'q', 'k', 'v'.
+        ValueError: no receivers; a head outside the model; a sender not below every receiver; unaligned prompts.
+    """
+    inputs = _check_inputs(receiver_input)
+    pp = _PathPatcher(model, clean, corrupt, end, io, s, receivers, inputs)
+    bad = [hd for hd in senders if not (0 <= hd[0] < pp.low and 0 <= hd[1] < model.cfg.n_heads)]
+    if bad:
+        raise ValueError(f"senders {bad} must be heads in layers below every receiver (below layer {pp.low})")
+    return pp([(int(l), int(h)) for l, h in senders])
+
+
+@torch.no_grad()
+def path_patching_scan(model, clean: Tensor, corrupt: Tensor, end: Tensor, io: Tensor, s: Tensor,
+                       receivers: Sequence[Head], receiver_input: str | Sequence[str] = "v") -> Tensor:
+    """:func:`path_patching` of every single head below the receivers: ``[n_layers, n_heads]`` mean change of the
+    logit difference (nats) over prompts, NaN for heads not below every receiver (Wang et al. 2022, sec. 3, the
+    per-sender heat maps of Fig. 3-5). One forward pass of ``n`` prompts per sender.
+
+    Raises:
+        as :func:`path_patching`.
+    """
+    pp = _PathPatcher(model, clean, corrupt, end, io, s, receivers, _check_inputs(receiver_input))
+    out = torch.full((len(model.blocks), model.cfg.n_heads), float("nan"))
+    for l in range(pp.low):
+        for h in range(model.cfg.n_heads):
+            out[l, h] = float(pp([(l, h)]).mean())
+    return out
