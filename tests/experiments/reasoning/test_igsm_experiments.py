@@ -213,7 +213,8 @@ def test_smoke_runs_end_to_end_and_null_arms_fail_their_rules(name, tmp_path):
     (IGSMOOD(), IGSMOODConfig(world="igsm-nope")),
     (IGSMOOD(), IGSMOODConfig(ood_extra=5)),          # igsm-tiny evaluates up to op 10 = max_op + 4
     (IGSMOOD(), IGSMOODConfig(ood_extra=1)),          # the claim reads max_op + 2
-    (IGSMOOD(), IGSMOODConfig(d_model=66, n_heads=4)),
+    (IGSMDepth(), IGSMDepthConfig(deep=[6, 4, 66], shallow=[2, 4, 80])),  # 66 not a multiple of 4 heads
+    (IGSMDepth(), IGSMDepthConfig(deep=[6, 4, 36], shallow=[2, 4, 80])),  # odd head width 9 (rotary)
     (IGSMDepth(), IGSMDepthConfig(deep=[2, 4, 64], shallow=[4, 4, 32])),
     (IGSMRetry(), IGSMRetryConfig(retry_rates=[1.0])),
     (IGSMRetry(), IGSMRetryConfig(retry_rates=[0.0])),
@@ -223,6 +224,17 @@ def test_smoke_runs_end_to_end_and_null_arms_fail_their_rules(name, tmp_path):
 def test_bad_config(exp, cfg):
     with pytest.raises(ConfigError):
         exp.validate(cfg)
+
+
+def test_bad_model_spec_is_refused_naming_the_field():
+    from lmsci.config import resolve_config
+
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(IGSMOODConfig, "quick", ["model.d_model=66"])  # not a multiple of n_heads=4
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(IGSMOODConfig, "quick", ["model.d_model=36"])  # odd head width 9 with rotary positions
+    with pytest.raises(ConfigError, match="warmup_steps"):
+        IGSMOOD().validate(resolve_config(IGSMOODConfig, "quick", ["train.warmup_steps=1000"]))  # >= steps
 
 
 # ----------------------------------------------------------------------------------------- transforms and queries

@@ -54,10 +54,10 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Point, PointContext
 from lmsci.models.decode import beam_decode, greedy_decode
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
 from lmsci.train import trainer
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.igsm import IGSMWorld, get_world_config
 from lmsci.worlds.igsm.checker import SolutionCheck, check_solution
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer, get_batch_fn
@@ -71,8 +71,10 @@ class IGSMCommonConfig(ExperimentConfig):
         op_dist: training op distribution, ``light`` (the paper's min of two uniforms) or ``uniform`` (balanced).
         fmt: ``pq`` (problem, then question) or ``qp``.
         tokenizer: ``word`` (word level over the world's vocabulary) or ``bpe`` (byte-level BPE via ``tokenizers``).
-        n_layers, n_heads, d_model, seq_len: the GPT (rotary positions, GPT2-l-h has d_model = 64 h).
-        steps, batch_size, lr, warmup_steps, weight_decay, min_lr_ratio: training (AdamW betas (0.9, 0.98), cosine
+        model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`; rotary positions, GELU MLP, LayerNorm, untied
+            embeddings; GPT2-l-h has d_model = 64 h). A point may vary its n_layers, n_heads, d_model.
+        seq_len: the context window (tokens) the documents are packed into and the GPT's position count.
+        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`: AdamW betas (0.9, 0.98), cosine
             decay to ``min_lr_ratio * lr``; paper: lr 2e-3, wd 0.05, 1,000 warmup steps, decay to 0.01x).
         stack_seeds: train the seeds of a point as one stacked computation.
         n_eval: fresh test-hash problems per op bucket.
@@ -88,16 +90,10 @@ class IGSMCommonConfig(ExperimentConfig):
     op_dist: Literal["light", "uniform"] = "light"
     fmt: Literal["pq", "qp"] = "pq"
     tokenizer: Literal["word", "bpe"] = "word"
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
+    model: GPTSpec = GPTSpec(n_layers=4, n_heads=4, d_model=64, pos="rope")
     seq_len: int = Field(512, ge=64)
-    steps: int = Field(1500, ge=1)
-    batch_size: int = Field(8, ge=1)
-    lr: float = Field(2e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    weight_decay: float = Field(0.05, ge=0)
-    min_lr_ratio: float = Field(0.01, ge=0, le=1)
+    train: TrainSpec = TrainSpec(steps=1500, batch_size=8, lr=2e-3, warmup_steps=100, weight_decay=0.05,
+                                 min_lr_ratio=0.01, betas=(0.9, 0.98))
     stack_seeds: bool = True
     n_eval: int = Field(24, ge=1)
     ood_extra: int = Field(2, ge=1)
@@ -110,16 +106,17 @@ class IGSMCommonConfig(ExperimentConfig):
 
 #: Preset pieces every iGSM experiment starts from (each adds its own fields).
 #: smoke: seconds; an untrained-in-effect model, decoding capped at 8 tokens.
-SMOKE = {"n_layers": 1, "n_heads": 2, "d_model": 16, "seq_len": 512, "steps": 2, "batch_size": 2, "warmup_steps": 0,
-         "n_eval": 2, "beam": 2, "max_new_tokens": 8, "n_seeds": 1}
+SMOKE = {"model.n_layers": 1, "model.n_heads": 2, "model.d_model": 16, "seq_len": 512, "train.steps": 2,
+         "train.batch_size": 2, "train.warmup_steps": 0, "n_eval": 2, "beam": 2, "max_new_tokens": 8, "n_seeds": 1}
 #: gpu: one H100, igsm-small (max_op 10, OOD to 12), a 6-layer d384 model, bf16, 3 seeds trained one at a time
 #: (checkpointed, so a run longer than one command resumes).
-GPU = {"world": "igsm-small", "n_layers": 6, "n_heads": 6, "d_model": 384, "seq_len": 768, "batch_size": 96,
-       "steps": 5000, "warmup_steps": 300, "lr": 1e-3, "n_eval": 256, "eval_batch": 128, "n_seeds": 3,
-       "precision": "bf16", "threads": 0, "max_new_tokens": 0, "stack_seeds": False}
+GPU = {"world": "igsm-small", "model.n_layers": 6, "model.n_heads": 6, "model.d_model": 384, "seq_len": 768,
+       "train.batch_size": 96, "train.steps": 5000, "train.warmup_steps": 300, "train.lr": 1e-3, "n_eval": 256,
+       "eval_batch": 128, "n_seeds": 3, "precision": "bf16", "threads": 0, "max_new_tokens": 0, "stack_seeds": False}
 #: paper: iGSM-med, GPT2-12-12 (d768), ctx 768, batch 512, 100k steps, lr 2e-3, wd 0.05, 1,000 warmup steps (sec. 2.4).
-PAPER = {"world": "igsm-med", "n_layers": 12, "n_heads": 12, "d_model": 768, "seq_len": 768, "batch_size": 512,
-         "steps": 100_000, "warmup_steps": 1000, "lr": 2e-3, "weight_decay": 0.05, "n_eval": 4096,
+PAPER = {"world": "igsm-med", "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "seq_len": 768,
+         "train.batch_size": 512, "train.steps": 100_000, "train.warmup_steps": 1000, "train.lr": 2e-3,
+         "train.weight_decay": 0.05, "n_eval": 4096,
          "eval_batch": 256, "n_seeds": 3, "precision": "bf16", "threads": 0, "stack_seeds": False,
          "max_new_tokens": 0}
 #: time estimates shared by the presets (the quick one is measured per experiment).
@@ -142,13 +139,14 @@ TIME_PAPER = ("~1 day per model on one H100, estimated (GPT2-12-12, 100k steps x
 def estimate_gpu_train_seconds(cfg: IGSMCommonConfig, shapes: Sequence[tuple[int, int, int]]) -> float:
     """Estimated seconds on one H100 to train one model of each of ``shapes`` (``(n_layers, n_heads, d_model)``,
     repeated as often as models of that shape are trained) for each of ``cfg.n_seeds`` seeds:
-    ``cfg.steps`` steps of ``cfg.batch_size x cfg.seq_len`` tokens (:func:`lmsci.train.estimate.gpu_seconds`; its
-    assumptions). Decoding the test buckets is not included."""
+    ``cfg.train.steps`` steps of ``cfg.train.batch_size x cfg.seq_len`` tokens
+    (:func:`lmsci.train.estimate.gpu_seconds`; its assumptions). Decoding the test buckets is not included."""
     from lmsci.train.estimate import gpu_seconds
 
     V = tokenizer_of(cfg, world_of(cfg)).vocab_size
-    tokens = cfg.steps * cfg.batch_size * cfg.seq_len
-    return cfg.n_seeds * sum(gpu_seconds(D, L, V, cfg.seq_len, tokens=tokens, steps=cfg.steps) for L, _, D in shapes)
+    tokens = cfg.train.steps * cfg.train.batch_size * cfg.seq_len
+    return cfg.n_seeds * sum(gpu_seconds(D, L, V, cfg.seq_len, tokens=tokens, steps=cfg.train.steps)
+                             for L, _, D in shapes)
 
 
 def world_of(cfg: IGSMCommonConfig, **overrides: Any) -> IGSMWorld:
@@ -173,7 +171,7 @@ def validate_common(cfg: IGSMCommonConfig, shapes: Sequence[tuple[int, int, int]
             (rotary), OOD ops beyond the world's ``max_eval_op``, a warmup longer than training.
     """
     world = world_of(cfg)
-    for L, H, D in list(shapes) or [(cfg.n_layers, cfg.n_heads, cfg.d_model)]:
+    for L, H, D in list(shapes) or [(cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model)]:
         if D % H or (D // H) % 2:
             raise ConfigError("d_model", D, f"a multiple of n_heads={H} with an even head width (rotary positions)")
         if L < 1:
@@ -182,16 +180,16 @@ def validate_common(cfg: IGSMCommonConfig, shapes: Sequence[tuple[int, int, int]
     if hi > world.cfg.max_eval_op:
         raise ConfigError("ood_extra", cfg.ood_extra, f"at most max_eval_op - max_op = "
                           f"{world.cfg.max_eval_op - world.cfg.max_op} for {cfg.world}")
-    if cfg.warmup_steps >= cfg.steps and cfg.steps > 1:
-        raise ConfigError("warmup_steps", cfg.warmup_steps, f"< steps={cfg.steps}")
+    if cfg.train.warmup_steps >= cfg.train.steps and cfg.train.steps > 1:
+        raise ConfigError("train.warmup_steps", cfg.train.warmup_steps, f"< train.steps={cfg.train.steps}")
     return world
 
 
 def build_gpt(cfg: IGSMCommonConfig, tok: IGSMTokenizer, shape: tuple[int, int, int], seed: int) -> GPT:
-    """A GPT2-l-h-style model (rotary positions, GELU MLP, LayerNorm, untied embeddings) of ``shape``."""
+    """``cfg.model`` (GPT2-l-h style by default: rotary positions, GELU MLP, LayerNorm, untied embeddings) with the
+    ``(n_layers, n_heads, d_model)`` of ``shape``."""
     L, H, D = shape
-    return GPT(GPTConfig(vocab_size=tok.vocab_size, seq_len=cfg.seq_len, n_layers=L, n_heads=H, d_model=D,
-                         pos="rope"), seed=seed)
+    return GPT(cfg.model.gpt_config(tok.vocab_size, cfg.seq_len, n_layers=L, n_heads=H, d_model=D), seed=seed)
 
 
 def random_init(cfg: IGSMCommonConfig, tok: IGSMTokenizer, shape: tuple[int, int, int], ctx: PointContext) -> GPT:
@@ -224,12 +222,12 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
         one :class:`Trained` per context, models in eval mode on the context's device.
     """
     device = ctxs[0].device
-    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                     warmup_steps=min(cfg.warmup_steps, max(cfg.steps - 1, 0)), weight_decay=cfg.weight_decay,
-                     min_lr_ratio=cfg.min_lr_ratio, betas=(0.9, 0.98), device=device,
-                     log_every=max(cfg.steps // 50, 1), checkpoint_every=max(cfg.steps // 4, 1),
-                     precision=cfg.precision)
-    get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.batch_size, retry_rate=retry_rate,
+    steps = cfg.train.steps
+    # a one-step run has no warmup (validate_common refuses warmup_steps >= steps for longer runs)
+    tc = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), device=device,
+                                log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1),
+                                precision=cfg.precision)
+    get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.train.batch_size, retry_rate=retry_rate,
                              retry_weak=retry_weak, mask_mistakes=mask_mistakes)
     models = [build_gpt(cfg, tok, shape, derive_seed(c.seed, "init", tag)) for c in ctxs]
     seeds = [derive_seed(c.seed, "data", tag + data_tag) for c in ctxs]
@@ -239,7 +237,7 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
 
         logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))})
                 for c in ctxs]
-        bar = ctxs[0].progress(cfg.steps, f"train x{len(ctxs)}{tag}")
+        bar = ctxs[0].progress(steps, f"train x{len(ctxs)}{tag}")
         res = train_stacked(models, get_batch, tc, seeds=seeds, log=logs, progress=bar)
         bar.close()
         for k, m in enumerate(models):
@@ -249,7 +247,7 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
                 out.append(Trained(m.to(device).eval(), res.members[k].final))
         return out
     for m, c, s in zip(models, ctxs, seeds):
-        bar = c.progress(cfg.steps, f"train{tag}")
+        bar = c.progress(steps, f"train{tag}")
         res = trainer.train(m, get_batch, tc, seed=s, log=lambda rec, c=c: c.log(**rec),
                     checkpoint_dir=c.artifact_dir / f"ckpt{tag}", progress=bar)
         bar.close()
@@ -372,8 +370,8 @@ class IGSMExperiment(Experiment):
     def shape(cfg: IGSMCommonConfig, point: Point) -> tuple[int, int, int]:
         """``(n_layers, n_heads, d_model)`` of ``point``'s GPT: its params where given, else the config's."""
         p = point.params
-        return (int(p.get("n_layers", cfg.n_layers)), int(p.get("n_heads", cfg.n_heads)),
-                int(p.get("d_model", cfg.d_model)))
+        return (int(p.get("n_layers", cfg.model.n_layers)), int(p.get("n_heads", cfg.model.n_heads)),
+                int(p.get("d_model", cfg.model.d_model)))
 
     def groups(self, cfg: IGSMCommonConfig, points: list[Point]) -> list[list[Point]]:
         by: dict[str, list[Point]] = {}

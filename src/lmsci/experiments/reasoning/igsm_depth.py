@@ -39,8 +39,8 @@ class IGSMDepthConfig(IGSMCommonConfig):
     """Configuration of ``igsm-depth``.
 
     Attributes:
-        deep, shallow: model shapes ``[n_layers, n_heads, d_model]`` (the shared ``n_layers``/``n_heads``/``d_model``
-            fields are unused here).
+        deep, shallow: model shapes ``[n_layers, n_heads, d_model]`` (they replace the shared ``model``'s
+            ``n_layers``/``n_heads``/``d_model``; its other fields apply).
     """
 
     deep: list[int] = Field(default_factory=lambda: [6, 4, 48])
@@ -52,9 +52,9 @@ class IGSMDepthConfig(IGSMCommonConfig):
         # one model at a time on CPU: the first quick run trained the 3 seeds stacked (vmap, explicit attention at
         # seq_len 512) at 612 tokens/s per member with 852 s of system time, 3x slower than one model through the
         # trainer (5.8k tokens/s in igsm-ood); a performance setting only (same results to float rounding)
-        "quick": {"steps": 200, "n_eval": 16, "stack_seeds": False},
+        "quick": {"train.steps": 200, "n_eval": 16, "stack_seeds": False},
         # GPT2-l-h has d_model = 64 h: 12-6 (d384) vs 3-12 (d768), both ~21M non-embedding parameters
-        "gpu": {**GPU, "deep": [12, 6, 384], "shallow": [3, 12, 768], "steps": 3000},
+        "gpu": {**GPU, "deep": [12, 6, 384], "shallow": [3, 12, 768], "train.steps": 3000},
         # the paper's size-1 family: GPT2-16-10 vs GPT2-4-21
         "paper": {**PAPER, "deep": [16, 10, 640], "shallow": [4, 21, 1344], "ood_extra": 8},
     }

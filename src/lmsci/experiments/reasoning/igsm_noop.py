@@ -57,7 +57,7 @@ class IGSMNoOpConfig(IGSMCommonConfig):
 
     PRESETS = {
         "smoke": {**SMOKE, "n_instances": 2},
-        "quick": {"steps": 900, "n_eval": 32},
+        "quick": {"train.steps": 900, "n_eval": 32},
         "gpu": {**GPU, "n_instances": 8},
         "paper": {**PAPER, "n_eval": 1000, "n_instances": 50},
     }

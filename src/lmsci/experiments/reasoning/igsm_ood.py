@@ -45,7 +45,7 @@ class IGSMOODConfig(IGSMCommonConfig):
 
     PRESETS = {
         "smoke": {**SMOKE},
-        "quick": {"steps": 1000, "n_eval": 16},
+        "quick": {"train.steps": 1000, "n_eval": 16},
         "gpu": {**GPU},
         "paper": {**PAPER, "ood_extra": 8},
     }
@@ -222,7 +222,8 @@ class IGSMOOD(IGSMExperiment):
                 "tokens; {n} fresh test-hash problems per bucket (`id`: op from the training distribution; `opK`: "
                 "op = K; `reask`: the largest op re-asked). Accuracy = the full-solution checker's `correct`; "
                 "'answer only' = the final answer alone.\n\n## Accuracy per bucket (mean over seeds)\n\n").format(
-            w=cfg.world, L=cfg.n_layers, H=cfg.n_heads, D=cfg.d_model, st=cfg.steps, bs=cfg.batch_size,
+            w=cfg.world, L=cfg.model.n_layers, H=cfg.model.n_heads, D=cfg.model.d_model, st=cfg.train.steps,
+            bs=cfg.train.batch_size,
             T=cfg.seq_len, n=cfg.n_eval) + markdown_table(pd.DataFrame(rows)) + _null_text(ok)
 
 

@@ -61,7 +61,7 @@ class IGSMProbingConfig(IGSMCommonConfig):
     PRESETS = {
         "smoke": {**SMOKE, "n_probe_train": 3, "n_probe_test": 2, "queries_per_problem": 2, "probe_steps": 2,
                   "probe_batch": 4},
-        "quick": {"steps": 500, "n_eval": 16},
+        "quick": {"train.steps": 500, "n_eval": 16},
         "gpu": {**GPU, "n_probe_train": 1000, "n_probe_test": 300, "probe_steps": 1000, "probe_batch": 128,
                 "probe_tasks": ["nece", "dep", "can_next", "nece_next", "known", "value"]},
         "paper": {**PAPER, "n_probe_train": 10000, "n_probe_test": 2000, "probe_steps": 5000, "probe_batch": 256,

@@ -64,8 +64,8 @@ class IGSMRetryConfig(IGSMCommonConfig):
 
     PRESETS = {
         "smoke": {**SMOKE, "retry_rates": [0.5], "masked_rate": 0.5},
-        "quick": {"steps": 250, "n_eval": 16, "n_seeds": 1, "max_new_tokens": 400},
-        "gpu": {**GPU, "steps": 2500},
+        "quick": {"train.steps": 250, "n_eval": 16, "n_seeds": 1, "max_new_tokens": 400},
+        "gpu": {**GPU, "train.steps": 2500},
         "paper": {**PAPER, "ood_extra": 8},
     }
 

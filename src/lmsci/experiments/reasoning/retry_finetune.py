@@ -62,7 +62,7 @@ class RetryFinetuneConfig(IGSMCommonConfig):
     Attributes:
         retry_rate: retry rate q of the retry data (pretraining and fine-tuning), in (0, 1).
         lora_ranks: LoRA rank pairs ``[qv_rank, embedding_rank]`` (the slide's ``qv{r}e{2r}``); at least 2.
-        ft_steps: fine-tuning steps of every fine-tuning arm (``batch_size`` windows of ``seq_len`` a step).
+        ft_steps: fine-tuning steps of every fine-tuning arm (``train.batch_size`` windows of ``seq_len`` a step).
         ft_lr: peak learning rate of the adapters (AdamW, betas (0.9, 0.98), 10% warmup, cosine to 0.1x).
         ft_weight_decay: weight decay of the adapters.
     """
@@ -76,8 +76,8 @@ class RetryFinetuneConfig(IGSMCommonConfig):
 
     PRESETS = {
         "smoke": {**SMOKE, "lora_ranks": [[2, 4], [4, 8]], "ft_steps": 2, "beam": 0},
-        "quick": {"steps": 250, "ft_steps": 100, "n_eval": 8, "beam": 0, "max_new_tokens": 400},
-        "gpu": {**GPU, "steps": 2500, "ft_steps": 500, "lora_ranks": [[8, 16], [64, 128]], "beam": 0},
+        "quick": {"train.steps": 250, "ft_steps": 100, "n_eval": 8, "beam": 0, "max_new_tokens": 400},
+        "gpu": {**GPU, "train.steps": 2500, "ft_steps": 500, "lora_ranks": [[8, 16], [64, 128]], "beam": 0},
         "paper": {**PAPER, "ood_extra": 8, "ft_steps": 10_000, "lora_ranks": PAPER_RANKS, "beam": 0},
     }
 
@@ -178,7 +178,7 @@ class RetryFinetune(IGSMExperiment):
     def run_group(self, cfg: RetryFinetuneConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
         world = world_of(cfg)
         tok = tokenizer_of(cfg, world)
-        shape = (cfg.n_layers, cfg.n_heads, cfg.d_model)
+        shape = (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model)
         ctx_of = {p.params["arm"]: c for p, c in zip(points, ctxs)}
         base = train_members(cfg, [ctx_of[PRE]], world, tok, shape)[0]
         models: dict[str, Any] = {PRE: base}
@@ -221,11 +221,11 @@ class RetryFinetune(IGSMExperiment):
             torch.manual_seed(derive_seed(ctx.seed, "lora-init", prm["arm"]) % 2 ** 63)
             model = add_lora(model, spec)
         counts = trainable_parameters(model)
-        tc = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.batch_size, lr=cfg.ft_lr,
+        tc = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.train.batch_size, lr=cfg.ft_lr,
                          warmup_steps=cfg.ft_steps // 10, weight_decay=cfg.ft_weight_decay, min_lr_ratio=0.1,
                          betas=(0.9, 0.98), device=ctx.device, log_every=max(cfg.ft_steps // 20, 1),
                          checkpoint_every=0, precision=cfg.precision)
-        get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.batch_size, retry_rate=float(prm["retry_rate"]),
+        get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.train.batch_size, retry_rate=float(prm["retry_rate"]),
                                  mask_mistakes=bool(prm["mask_mistakes"]))
         bar = ctx.progress(cfg.ft_steps, f"finetune {prm['arm']}")
         res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "ft-data"), log=lambda r: ctx.log(**r),
