@@ -60,7 +60,7 @@ def test_bad_world_input_is_refused_with_the_field():
     with pytest.raises(ConfigError, match="n_nodes"):  # validate refuses before any training
         AlpinePlanning().validate(resolve_config(AlpineConfig, "smoke", {"n_nodes": 4, "edge_prob": 0.01}))
     with pytest.raises(ConfigError, match="d_model"):
-        AlpinePlanning().validate(resolve_config(AlpineConfig, "smoke", {"d_model": 18, "n_heads": 4}))
+        AlpinePlanning().validate(resolve_config(AlpineConfig, "smoke", {"model.d_model": 18, "model.n_heads": 4}))
 
 
 def test_table_agreement_and_path_scoring():

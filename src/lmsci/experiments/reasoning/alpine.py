@@ -29,15 +29,14 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
-from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure.graph_reading import (accuracy_by_type, greedy_paths, mlp_logit_table, table_vs_graph,
                                          value_logit_table)
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.stacked import train_stacked
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.alpine import AlpineWorld, alpine_world, shuffled_edges
 
 ACC_MIN = 0.9        # observed-pair accuracy and the learned gate
@@ -53,8 +52,9 @@ class AlpineConfig(ExperimentConfig):
     Attributes:
         n_nodes, edge_prob: the random DAG (ALPINE sec. 5).
         train_frac: share of reachable (s, t) pairs that are training pairs; paths_per_pair: paths sampled per pair.
-        d_model, n_layers, n_heads: the GPT (the paper: 1 layer, 1 head).
-        steps, batch_size, lr, weight_decay, warmup_steps: training (AdamW, cosine).
+        model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`; the paper: 1 layer, 1 head).
+        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`: AdamW betas (0.9, 0.98), cosine;
+            the warmup stops one step short of a shorter run).
         n_eval: most pairs scored per pair type.
         stack: train both arms of every seed as one stack (vmap; a performance setting only).
     """
@@ -63,28 +63,23 @@ class AlpineConfig(ExperimentConfig):
     edge_prob: float = Field(0.1, gt=0, le=1)
     train_frac: float = Field(0.5, gt=0, lt=1)
     paths_per_pair: int = Field(1, ge=1)
-    d_model: int = Field(64, ge=8)
-    n_layers: int = Field(1, ge=1)
-    n_heads: int = Field(1, ge=1)
-    steps: int = Field(1500, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_steps: int = Field(50, ge=0)
+    model: GPTSpec = GPTSpec(n_layers=1, n_heads=1, d_model=64)
+    train: TrainSpec = TrainSpec(steps=1500, batch_size=64, lr=3e-3, weight_decay=0.01, warmup_steps=50,
+                                 betas=(0.9, 0.98))
     n_eval: int = Field(300, ge=10)
     n_seeds: int = Field(3, ge=1, le=100)
     stack: bool = True
 
     PRESETS = {
-        "smoke": {"n_nodes": 16, "edge_prob": 0.3, "d_model": 16, "steps": 30, "batch_size": 16, "n_eval": 10,
-                  "n_seeds": 1},
+        "smoke": {"n_nodes": 16, "edge_prob": 0.3, "model.d_model": 16, "train.steps": 30, "train.batch_size": 16,
+                  "n_eval": 10, "n_seeds": 1},
         "quick": {},
         # one H100: the paper's scale of graph with a wider model and longer training
-        "gpu": {"n_nodes": 200, "edge_prob": 0.05, "d_model": 240, "steps": 6000, "batch_size": 512, "n_eval": 1000,
-                "paths_per_pair": 4, "n_seeds": 5},
+        "gpu": {"n_nodes": 200, "edge_prob": 0.05, "model.d_model": 240, "train.steps": 6000, "train.batch_size": 512,
+                "n_eval": 1000, "paths_per_pair": 4, "n_seeds": 5},
         # the paper's Fig. 3-6 setting as we read it: 100 nodes, 1 layer, 1 head, d = 120, long training
-        "paper": {"d_model": 120, "steps": 20000, "batch_size": 256, "paths_per_pair": 20, "n_eval": 2000,
-                  "n_seeds": 5},
+        "paper": {"model.d_model": 120, "train.steps": 20000, "train.batch_size": 256, "paths_per_pair": 20,
+                  "n_eval": 2000, "n_seeds": 5},
     }
 
 
@@ -140,8 +135,6 @@ class AlpinePlanning(Experiment):
     ]
 
     def validate(self, cfg: AlpineConfig) -> None:
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
         # the graph must leave test pairs after the split: checked on the seed-0 world before any training
         self.world(cfg, 0)
 
@@ -181,21 +174,21 @@ class AlpinePlanning(Experiment):
             yp = torch.full((y.shape[0], L), -100, dtype=torch.long)
             xp[:, : x.shape[1]], yp[:, : y.shape[1]] = x, y
             padded.append((xp, yp))
-        gcfg = GPTConfig(vocab_size=cfg.n_nodes + 2, seq_len=seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                         d_model=cfg.d_model)
+        gcfg = cfg.model.gpt_config(cfg.n_nodes + 2, seq_len)
         models = [GPT(gcfg, seed=derive_seed(c.seed, "init")).to(c.device) for c in ctxs]
         inits = [copy.deepcopy(m) for m in models]
 
         def batcher(xy):
             def get_batch(step, gen):
-                idx = torch.randint(xy[0].shape[0], (cfg.batch_size,), generator=gen)
+                idx = torch.randint(xy[0].shape[0], (cfg.train.batch_size,), generator=gen)
                 return xy[0][idx], xy[1][idx]
             return get_batch
 
-        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                           warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), device=ctxs[0].device,
-                           log_every=max(1, cfg.steps // 20), betas=(0.9, 0.98))
-        with ctxs[0].progress(cfg.steps) as bar:
+        steps = cfg.train.steps
+        # the warmup stops one step short of a run shorter than it (the smoke preset's 30 steps)
+        tcfg = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, steps - 1), device=ctxs[0].device,
+                                      log_every=max(1, steps // 20))
+        with ctxs[0].progress(steps) as bar:
             res = train_stacked(models, [batcher(xy) for xy in padded], tcfg, seeds=[c.seed for c in ctxs],
                                 log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)
         rows = []
