@@ -34,10 +34,10 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure.path_aggregation import kl, min_kl_over_temperature, path_distributions
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.stacked import train_stacked
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.kg_walks import KGWorld, kg_world
 
 LEARNED_MIN = 0.5    # gate: top-1 accuracy on training queries
@@ -53,7 +53,10 @@ class PathAggregationConfig(ExperimentConfig):
         walk_lens: random-walk lengths in triples (each >= 1; at least 3 for an interior optimum).
         kl_walk_len: the walk length whose model decides ``weighted-closer`` (one of ``walk_lens``).
         max_rule_len, pra_temp: the aggregation (official ``max_rule_len``, ``pra_temp`` = 100).
-        d_model, n_layers, n_heads, seq_len, steps, batch_size, lr, weight_decay, warmup_steps: the GPT and training.
+        model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`).
+        seq_len: tokens per packed training window (and the GPT's position count).
+        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`: AdamW betas (0.9, 0.98), cosine;
+            the warmup stops one step short of a shorter run).
     """
 
     n_entities: int = Field(100, ge=4)
@@ -65,15 +68,10 @@ class PathAggregationConfig(ExperimentConfig):
     kl_walk_len: int = Field(3, ge=1)
     max_rule_len: int = Field(3, ge=1, le=4)
     pra_temp: float = Field(100.0, gt=0)
-    d_model: int = Field(64, ge=8)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(2, ge=1)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=2, d_model=64)
     seq_len: int = Field(48, ge=8)
-    steps: int = Field(1500, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_steps: int = Field(50, ge=0)
+    train: TrainSpec = TrainSpec(steps=1500, batch_size=16, lr=3e-3, weight_decay=0.01, warmup_steps=50,
+                                 betas=(0.9, 0.98))
     n_seeds: int = Field(3, ge=1, le=100)
 
     @field_validator("walk_lens")
@@ -84,17 +82,17 @@ class PathAggregationConfig(ExperimentConfig):
         return sorted(set(int(x) for x in v))
 
     PRESETS = {
-        "smoke": {"n_entities": 20, "walk_lens": [1, 2], "kl_walk_len": 2, "max_rule_len": 2, "d_model": 16,
-                  "n_layers": 1, "seq_len": 16, "steps": 20, "batch_size": 4, "n_seeds": 1},
+        "smoke": {"n_entities": 20, "walk_lens": [1, 2], "kl_walk_len": 2, "max_rule_len": 2, "model.d_model": 16,
+                  "model.n_layers": 1, "seq_len": 16, "train.steps": 20, "train.batch_size": 4, "n_seeds": 1},
         "quick": {},
         # one H100: a larger graph, wider model, five lengths
         "gpu": {"n_entities": 300, "n_base": 6, "n_derived": 6, "walk_lens": [1, 2, 4, 8, 16], "kl_walk_len": 4,
-                "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 128, "steps": 4000, "batch_size": 32,
-                "lr": 1e-3, "n_seeds": 5},
+                "model.d_model": 256, "model.n_layers": 4, "model.n_heads": 4, "seq_len": 128, "train.steps": 4000,
+                "train.batch_size": 32, "train.lr": 1e-3, "n_seeds": 5},
         # the paper's LM (GPT-2 small shape) and walk lengths 1..10 on a KG of the Countries/UMLS size
         "paper": {"n_entities": 300, "n_base": 8, "n_derived": 8, "walk_lens": list(range(1, 11)), "kl_walk_len": 4,
-                  "d_model": 768, "n_layers": 12, "n_heads": 12, "seq_len": 512, "steps": 20000, "batch_size": 32,
-                  "lr": 5e-4, "n_seeds": 3},
+                  "model.d_model": 768, "model.n_layers": 12, "model.n_heads": 12, "seq_len": 512, "train.steps": 20000,
+                  "train.batch_size": 32, "train.lr": 5e-4, "n_seeds": 3},
     }
 
 
@@ -144,8 +142,6 @@ class PathAggregation(Experiment):
     def validate(self, cfg: PathAggregationConfig) -> None:
         if cfg.kl_walk_len not in cfg.walk_lens:
             raise ConfigError("kl_walk_len", cfg.kl_walk_len, f"one of walk_lens={cfg.walk_lens}")
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
         self.world(cfg, 0)
 
     def world(self, cfg: PathAggregationConfig, seed_index: int) -> KGWorld:
@@ -166,8 +162,7 @@ class PathAggregation(Experiment):
                   ctxs: list[PointContext]) -> list[dict[str, Any]]:
         worlds = {p.seed_index: self.world(cfg, p.seed_index) for p in points}
         w0 = next(iter(worlds.values()))
-        gcfg = GPTConfig(vocab_size=w0.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                         d_model=cfg.d_model)
+        gcfg = cfg.model.gpt_config(w0.vocab_size, cfg.seq_len)
         models = [GPT(gcfg, seed=derive_seed(c.seed, "init")).to(c.device) for c in ctxs]
 
         def batcher(p: Point):
@@ -175,14 +170,15 @@ class PathAggregation(Experiment):
 
             def get_batch(step, gen):
                 rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))
-                t = torch.from_numpy(w.packed(cfg.batch_size, cfg.seq_len, L, rng, shuf))
+                t = torch.from_numpy(w.packed(cfg.train.batch_size, cfg.seq_len, L, rng, shuf))
                 return t[:, :-1], t[:, 1:]
             return get_batch
 
-        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                           warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), device=ctxs[0].device,
-                           log_every=max(1, cfg.steps // 20), betas=(0.9, 0.98))
-        with ctxs[0].progress(cfg.steps) as bar:
+        steps = cfg.train.steps
+        # the warmup stops one step short of a run shorter than it (the smoke preset's 30 steps)
+        tcfg = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, steps - 1), device=ctxs[0].device,
+                                      log_every=max(1, steps // 20))
+        with ctxs[0].progress(steps) as bar:
             res = train_stacked(models, [batcher(p) for p in points], tcfg, seeds=[c.seed for c in ctxs],
                                 log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)
         agg = {k: self.aggregations(cfg, w, k) for k, w in worlds.items()}
