@@ -143,3 +143,15 @@ def test_smoke_preset_runs(tmp_path):
         assert vs[k].null_value is not None and vs[k].null_passed is False, (k, vs[k].null_value)
     # null-normal's null arm: the KS test rejects N(0, 1) for the watermarked texts' z-scores
     assert vs["null-normal"].null_value is not None and vs["null-normal"].null_passed is False
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick", "gpu", "paper"])
+def test_warmup_is_a_tenth_of_the_steps_at_most_100(preset):
+    """The nested train spec keeps the warmup min(100, steps // 10) the model was trained with before issue 31."""
+    cfg = resolve_config(WatermarkConfig, preset)
+    assert cfg.train.warmup_steps == min(100, cfg.train.steps // 10)
+    assert cfg.model.pos == "learned" and cfg.train.train_config(device="cpu").warmup_steps == cfg.train.warmup_steps
+    if preset == "quick":
+        assert resolve_config(WatermarkConfig, preset, ["steps=300"]).train.warmup_steps == 30
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(WatermarkConfig, preset, ["model.n_heads=3"])  # d_model not divisible by n_heads

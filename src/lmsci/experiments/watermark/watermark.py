@@ -39,12 +39,12 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.watermark._shakespeare_gpt import train_shakespeare_hf
 from lmsci.methods import watermark as wm
-from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import to_hf
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainConfig, train
 from lmsci.stats import clopper_pearson
+from lmsci.train.trainer import TrainSpec
 
 TPR_MIN = 0.95
 KS_ALPHA = 0.01
@@ -52,7 +52,13 @@ Z_THRESHOLD = 4.0
 
 
 class WatermarkConfig(ExperimentConfig):
-    """Configuration of ``watermark`` (field defaults = the ``quick`` preset)."""
+    """Configuration of ``watermark`` (field defaults = the ``quick`` preset).
+
+    Attributes (besides the described fields):
+        model: the GPT trained on Shakespeare (BPE ``vocab_size``, context ``seq_len``), :class:`GPTSpec`.
+        train: its optimizer and schedule, :class:`TrainSpec`; the warmup is ``min(100, steps // 10)`` steps
+            (``warmup_frac`` 0.1 up to 1,000 steps; gpu/paper spell 100).
+    """
 
     gamma: float = Field(0.25, description="green-list fraction")
     delta: float = Field(2.0, description="green logit bias")
@@ -67,13 +73,9 @@ class WatermarkConfig(ExperimentConfig):
     edit_fracs: list[float] = Field([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
     # the language model
     vocab_size: int = Field(1024, ge=64, description="BPE vocabulary")
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(128, ge=8)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=128)
     seq_len: int = Field(256, ge=16)
-    steps: int = Field(800, ge=1)
-    batch_size: int = Field(8, ge=1)
-    lr: float = Field(2e-3, gt=0)
+    train: TrainSpec = TrainSpec(steps=800, batch_size=8, lr=2e-3, warmup_frac=0.1)
     gen_batch: int = Field(50, ge=1)
     hf_model: str | None = Field(None, description="a local directory holding a Hugging Face causal LM and its "
                                  "tokenizer (e.g. OPT-1.3B, the paper's model) to watermark instead of training an "
@@ -82,13 +84,16 @@ class WatermarkConfig(ExperimentConfig):
 
     PRESETS = {
         "smoke": {"T": 24, "n_texts": 12, "prompt_len": 8, "sweep_deltas": [0.0, 2.0], "sweep_texts": 10,
-                  "edit_fracs": [0.0, 0.3], "n_layers": 1, "d_model": 32, "seq_len": 48, "steps": 5, "batch_size": 4,
-                  "schemes": ["lefthash"], "gen_batch": 12},
+                  "edit_fracs": [0.0, 0.3], "model.n_layers": 1, "model.d_model": 32, "seq_len": 48, "train.steps": 5,
+                  "train.batch_size": 4, "schemes": ["lefthash"], "gen_batch": 12},
         "quick": {},
-        "gpu": {"n_seeds": 3, "n_texts": 500, "steps": 5000, "d_model": 256, "n_layers": 4, "batch_size": 32, "sweep_texts": 500,
+        # warmup min(100, steps // 10) = 100 at these step counts
+        "gpu": {"n_seeds": 3, "n_texts": 500, "train.steps": 5000, "train.warmup_frac": None, "train.warmup_steps": 100,
+                "model.d_model": 256, "model.n_layers": 4, "train.batch_size": 32, "sweep_texts": 500,
                 "gen_batch": 100, "threads": 0},
-        "paper": {"n_seeds": 3, "n_texts": 500, "steps": 20000, "d_model": 512, "n_layers": 8, "n_heads": 8,
-                  "batch_size": 64, "sweep_texts": 500, "gen_batch": 100, "threads": 0},
+        "paper": {"n_seeds": 3, "n_texts": 500, "train.steps": 20000, "train.warmup_frac": None,
+                  "train.warmup_steps": 100, "model.d_model": 512, "model.n_layers": 8, "model.n_heads": 8,
+                  "train.batch_size": 64, "sweep_texts": 500, "gen_batch": 100, "threads": 0},
     }
 
 
@@ -178,8 +183,6 @@ class Watermark(Experiment):
                 raise ConfigError("sweep_deltas", d, ">= 0")
         if cfg.prompt_len + cfg.T > cfg.seq_len:
             raise ConfigError("seq_len", cfg.seq_len, f">= prompt_len + T = {cfg.prompt_len + cfg.T}")
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads = {cfg.n_heads}")
         if cfg.hf_model is not None:
             from pathlib import Path
 
@@ -205,14 +208,10 @@ class Watermark(Experiment):
             return corpus, h.model.eval(), float("nan")
 
         corpus = sh.prepare("bpe", cfg.vocab_size)
-        model = GPT(GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
-                              n_heads=cfg.n_heads, d_model=cfg.d_model), seed=derive_seed(ctx.seed, "init"))
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
-        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps // 10),
-                           device=device, log_every=50)
-        res = train(model, get_batch, tcfg, seed=derive_seed(ctx.seed, "train"), log=lambda r: ctx.log(**r))
-        hf = to_hf(model.cpu()).to(device).eval()
-        return corpus, hf, float(res.final.get("loss", float("nan")))
+        hf, loss = train_shakespeare_hf(cfg.model, cfg.train, corpus, cfg.seq_len, device,
+                                        init_seed=derive_seed(ctx.seed, "init"),
+                                        train_seed=derive_seed(ctx.seed, "train"), log=lambda r: ctx.log(**r))
+        return corpus, hf, loss
 
     def run_point(self, cfg: WatermarkConfig, point: Point, ctx: PointContext) -> dict:
         device = resolve_device(cfg.device)
@@ -402,7 +401,8 @@ class Watermark(Experiment):
 
         if results.empty:
             return ""
-        return (f"## Method\n\nlmsci GPT ({cfg.n_layers} layers, d_model {cfg.d_model}) trained {cfg.steps} steps on "
+        return (f"## Method\n\nlmsci GPT ({cfg.model.n_layers} layers, d_model {cfg.model.d_model}) trained "
+                f"{cfg.train.steps} steps on "
                 f"Shakespeare (BPE {cfg.vocab_size}), exported to GPT2LMHeadModel; {cfg.n_texts} prompts of "
                 f"{cfg.prompt_len} held-out tokens, T = {cfg.T} new tokens, multinomial sampling at temperature "
                 f"{cfg.temperature}; gamma {cfg.gamma}, delta {cfg.delta}, key {cfg.key}; transformers' "
