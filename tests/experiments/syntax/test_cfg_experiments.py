@@ -147,7 +147,9 @@ def test_bad_config_is_a_named_error():
     with pytest.raises(ConfigError):
         CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"seq_len": 10}))
     with pytest.raises(ConfigError):
-        CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"d_model": 18, "n_heads": 4}))
+        CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.d_model": 18, "model.n_heads": 4}))
+    with pytest.raises(ConfigError, match="model.n_heads"):  # GPT_rot needs an even head width (d_head 3 here)
+        CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.d_model": 12, "model.n_heads": 4}))
 
 
 def test_smoke_runs_end_to_end(tmp_path):

@@ -49,9 +49,9 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy, mean_kl
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.cfg import CFG, get_grammar
 
 VARIANT_NAMES = {"rope": "GPT_rot", "learned": "GPT (absolute)", "relative": "GPT_rel (T5 bias)", "uni": "GPT_uni",
@@ -63,22 +63,25 @@ UNI_RATIO_MIN = 0.8        # registered: GPT_uni reaches at least 0.8 of GPT_rot
 class CFGModelConfig(ExperimentConfig):
     """Fields shared by ``cfg-learning`` and ``cfg-probing`` (defaults = the quick preset: the small grammar
     ``cfg3b-small`` drawn by the cfg3 generator, 5 levels, strings of 16-81 tokens; a 4-layer d_model 64 GPT). The gpu
-    and paper presets' ``cfg3f`` is the published cfg3f table."""
+    and paper presets' ``cfg3f`` is the published cfg3f table.
+
+    Attributes:
+        variants: the position schemes trained, one model each (GPTConfig ``pos``: each replaces ``model.pos``).
+        model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`; its ``pos`` is the variant's).
+        seq_len: the context window (tokens, BOS included).
+        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`; AdamW betas 0.9/0.98, weight
+            decay 0.1, warmup ``warmup_steps`` then cosine decay).
+    """
 
     grammar: str = Field("cfg3b-small", description="a published cfg3 table (cfg3b, cfg3e1, cfg3e2, cfg3f, cfg3g, "
                          "cfg3h, cfg3i, cfg3j, cfg3k), a draw '<name>-draw:SEED', lmsci's small draws cfg3b-small / "
                          "cfg3f-small (drawn with grammar_seed), or an official cfg3*.json path")
     grammar_seed: int = Field(0, ge=0)
     variants: list[Literal["rope", "learned", "relative", "uni", "posonly"]] = Field(["rope"], min_length=1)
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
+    model: GPTSpec = GPTSpec(n_layers=4, n_heads=4, d_model=64)
     seq_len: int = Field(128, ge=8, description="context window (tokens, BOS included)")
-    batch_size: int = Field(16, ge=1)
-    steps: int = Field(3000, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
+    train: TrainSpec = TrainSpec(steps=3000, batch_size=16, lr=3e-3, warmup_steps=50, weight_decay=0.1,
+                                 betas=(0.9, 0.98))
     threads: int = Field(1, ge=0)
     n_seeds: int = Field(3, ge=1, le=100)
 
@@ -91,15 +94,17 @@ class CFGLearningConfig(CFGModelConfig):
     n_kl: int = Field(40, ge=1, description="fresh strings for KL(true || model) and the NLLs")
 
     PRESETS = {
-        "smoke": {"steps": 4, "n_layers": 1, "d_model": 16, "n_heads": 2, "seq_len": 32, "batch_size": 4,
-                  "n_gen": 6, "n_kl": 2, "n_seeds": 1, "variants": ["rope", "posonly"], "warmup_steps": 1},
+        "smoke": {"train.steps": 4, "train.batch_size": 4, "train.warmup_steps": 1, "model.n_layers": 1,
+                  "model.d_model": 16, "model.n_heads": 2, "seq_len": 32, "n_gen": 6, "n_kl": 2, "n_seeds": 1,
+                  "variants": ["rope", "posonly"]},
         "quick": {},
-        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni", "posonly"], "n_layers": 6, "n_heads": 8,
-                "d_model": 256, "seq_len": 512, "batch_size": 64, "steps": 3000, "lr": 1e-3, "warmup_steps": 200,
-                "cut": 50, "n_gen": 500, "n_kl": 8, "threads": 0},
-        "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"], "n_layers": 12,
-                  "n_heads": 12, "d_model": 768, "seq_len": 512, "batch_size": 96, "steps": 100_000, "lr": 3e-4,
-                  "warmup_steps": 1000, "cut": 50, "n_gen": 2000, "n_kl": 100, "threads": 0},
+        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni", "posonly"], "model.n_layers": 6,
+                "model.n_heads": 8, "model.d_model": 256, "seq_len": 512, "train.batch_size": 64, "train.steps": 3000,
+                "train.lr": 1e-3, "train.warmup_steps": 200, "cut": 50, "n_gen": 500, "n_kl": 8, "threads": 0},
+        "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"],
+                  "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "seq_len": 512,
+                  "train.batch_size": 96, "train.steps": 100_000, "train.lr": 3e-4, "train.warmup_steps": 1000,
+                  "cut": 50, "n_gen": 2000, "n_kl": 100, "threads": 0},
     }
 
 
@@ -117,10 +122,8 @@ def build_grammar(cfg: CFGModelConfig) -> CFG:
 def validate_model_config(cfg: CFGModelConfig) -> CFG:
     """Resolve the grammar and check the model fields (named errors before any work)."""
     g = build_grammar(cfg)
-    if cfg.d_model % cfg.n_heads:
-        raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
-    if "rope" in cfg.variants and (cfg.d_model // cfg.n_heads) % 2:
-        raise ConfigError("n_heads", cfg.n_heads, "an even d_head = d_model / n_heads for pos='rope'")
+    if "rope" in cfg.variants and cfg.model.head_dim % 2:
+        raise ConfigError("model.n_heads", cfg.model.n_heads, "an even d_head = d_model / n_heads for pos='rope'")
     lo, _ = g.length_range()
     if cfg.seq_len < lo + 2:
         raise ConfigError("seq_len", cfg.seq_len, f">= {lo + 2} (BOS, the grammar's shortest string, EOS)")
@@ -128,11 +131,10 @@ def validate_model_config(cfg: CFGModelConfig) -> CFG:
 
 
 def make_model(cfg: CFGModelConfig, g: CFG, variant: str, seed: int) -> GPT:
-    """A GPT over the grammar's vocabulary with context ``cfg.seq_len`` and position variant ``variant`` (a
-    :class:`~lmsci.models.gpt.GPTConfig` ``pos``: rope, learned, relative, uni, posonly), initialised from ``seed``
-    (Allen-Zhu & Li, arXiv 2305.13673, sec. 3: GPT_rot, GPT, GPT_rel, GPT_uni, GPT_pos)."""
-    return GPT(GPTConfig(vocab_size=g.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                         d_model=cfg.d_model, pos=variant), seed=seed)
+    """A GPT of ``cfg.model`` over the grammar's vocabulary with context ``cfg.seq_len`` and position variant
+    ``variant`` (a :class:`~lmsci.models.gpt.GPTConfig` ``pos``: rope, learned, relative, uni, posonly), initialised
+    from ``seed`` (Allen-Zhu & Li, arXiv 2305.13673, sec. 3: GPT_rot, GPT, GPT_rel, GPT_uni, GPT_pos)."""
+    return GPT(cfg.model.gpt_config(g.vocab_size, cfg.seq_len, pos=variant), seed=seed)
 
 
 def make_get_batch(g: CFG, batch_size: int, seq_len: int):
@@ -156,12 +158,12 @@ def make_get_batch(g: CFG, batch_size: int, seq_len: int):
 def train_model(cfg: CFGModelConfig, g: CFG, variant: str, ctx: PointContext, tag: str = "") -> tuple[GPT, dict]:
     """Train one model of ``variant`` from the point's seed; returns ``(model in eval mode, final record)``."""
     model = make_model(cfg, g, variant, derive_seed(ctx.seed, "init", tag))
-    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, cfg.steps),
-                     weight_decay=cfg.weight_decay, betas=(0.9, 0.98), device=ctx.device,
-                     log_every=max(cfg.steps // 50, 1), checkpoint_every=max(cfg.steps // 4, 1))
-    bar = ctx.progress(cfg.steps, f"train {variant}")
-    res = train(model, make_get_batch(g, cfg.batch_size, cfg.seq_len), tc, seed=derive_seed(ctx.seed, "data", tag),
-                log=lambda m: ctx.log(**m), checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
+    steps = cfg.train.steps
+    tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
+    bar = ctx.progress(steps, f"train {variant}")
+    res = train(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len), tc,
+                seed=derive_seed(ctx.seed, "data", tag), log=lambda m: ctx.log(**m),
+                checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
     bar.close()
     return model.eval(), res.final
 
@@ -337,10 +339,10 @@ class CFGLearning(Experiment):
                      "nll_grammar": float(rope["nll_grammar"].mean()), "grammar": str(rope["grammar"].iloc[0]),
                      "per_seed_acc": [round(float(x), 4) for x in rope["acc"]],
                      "null_random_init_acc": None if null_gen is None else round(null_gen[0], 4)},
-            note=f"grammar {rope['grammar'].iloc[0]}, {cfg.steps} steps of a {cfg.n_layers}-layer d_model "
-                 f"{cfg.d_model} GPT_rot; test NLL {rope['nll_model'].mean():.3f} nats/token vs the grammar's own "
-                 f"{rope['nll_grammar'].mean():.3f} (the entropy floor): a gap this size means the model is still "
-                 "learning at this budget (the paper trains 100k steps of batch 96 x 512)",
+            note=f"grammar {rope['grammar'].iloc[0]}, {cfg.train.steps} steps of a {cfg.model.n_layers}-layer "
+                 f"d_model {cfg.model.d_model} GPT_rot; test NLL {rope['nll_model'].mean():.3f} nats/token vs the "
+                 f"grammar's own {rope['nll_grammar'].mean():.3f} (the entropy floor): a gap this size means the model "
+                 "is still learning at this budget (the paper trains 100k steps of batch 96 x 512)",
         ))
         rope_acc = dict(zip(rope["seed_index"].astype(int), rope["acc"].astype(float)))
 
@@ -432,8 +434,9 @@ class CFGLearning(Experiment):
         cols = ["point", "variant", "arm", "seed_index", "acc_bos", "acc_cut", "acc", "rand_acc", "kl", "kl_sanity",
                 "nll_model", "nll_grammar", "train_loss", "distinct_frac", "mean_gen_len"]
         return (f"## Method\n\nGrammar {g.name}: sizes {list(g.sizes)}, strings of {lo}-{hi} tokens. "
-                f"{cfg.n_layers}-layer GPT, d_model {cfg.d_model}, {cfg.n_heads} heads, context {cfg.seq_len}; "
-                f"{cfg.steps} AdamW steps of {cfg.batch_size} windows of fresh EOS-separated samples, lr {cfg.lr}. "
+                f"{cfg.model.n_layers}-layer GPT, d_model {cfg.model.d_model}, {cfg.model.n_heads} heads, context "
+                f"{cfg.seq_len}; {cfg.train.steps} AdamW steps of {cfg.train.batch_size} windows of fresh "
+                f"EOS-separated samples, lr {cfg.train.lr}. "
                 f"Generation accuracy over {cfg.n_gen} samples from BOS and from a {cfg.cut}-token prefix; KL over "
                 f"{cfg.n_kl} fresh strings. GPT_pos learns one attention logit per (head, distance); GPT_rel here is "
                 "the T5 relative bias, not DeBERTa's. Null arms: `rand_acc` is the generation accuracy of a random-init "

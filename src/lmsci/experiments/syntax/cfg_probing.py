@@ -57,15 +57,17 @@ class CFGProbingConfig(CFGModelConfig):
     l2: float = Field(1e-3, ge=0)
 
     PRESETS = {
-        "smoke": {"steps": 4, "n_layers": 1, "d_model": 16, "n_heads": 2, "seq_len": 32, "batch_size": 4,
-                  "n_probe_train": 6, "n_probe_test": 4, "n_gen": 4, "n_seeds": 1, "warmup_steps": 1},
+        "smoke": {"train.steps": 4, "train.batch_size": 4, "train.warmup_steps": 1, "model.n_layers": 1,
+                  "model.d_model": 16, "model.n_heads": 2, "seq_len": 32, "n_probe_train": 6, "n_probe_test": 4,
+                  "n_gen": 4, "n_seeds": 1},
         "quick": {},
-        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned"], "n_layers": 6, "n_heads": 8,
-                "d_model": 256, "seq_len": 512, "batch_size": 64, "steps": 3000, "lr": 1e-3, "warmup_steps": 200,
-                "n_probe_train": 150, "n_probe_test": 50, "n_gen": 200, "threads": 0},
-        "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"], "n_layers": 12,
-                  "n_heads": 12, "d_model": 768, "seq_len": 512, "batch_size": 96, "steps": 100_000, "lr": 3e-4,
-                  "warmup_steps": 1000, "n_probe_train": 2000, "n_probe_test": 500, "n_gen": 1000, "threads": 0},
+        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned"], "model.n_layers": 6, "model.n_heads": 8,
+                "model.d_model": 256, "seq_len": 512, "train.batch_size": 64, "train.steps": 3000, "train.lr": 1e-3,
+                "train.warmup_steps": 200, "n_probe_train": 150, "n_probe_test": 50, "n_gen": 200, "threads": 0},
+        "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"],
+                  "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "seq_len": 512,
+                  "train.batch_size": 96, "train.steps": 100_000, "train.lr": 3e-4, "train.warmup_steps": 1000,
+                  "n_probe_train": 2000, "n_probe_test": 500, "n_gen": 1000, "threads": 0},
     }
 
 

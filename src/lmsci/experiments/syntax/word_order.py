@@ -327,9 +327,13 @@ class WordOrder(Experiment):
     def _cfg_row(self, cfg: WordOrderConfig, ctx: PointContext) -> dict[str, Any]:
         from lmsci.experiments.syntax.cfg_learning import CFGModelConfig, build_grammar, train_model
 
-        ccfg = CFGModelConfig(grammar="cfg3b-small", steps=cfg.cfg_steps, device=cfg.device, threads=cfg.threads,
-                              n_seeds=1, **({"d_model": 16, "n_heads": 2, "n_layers": 1, "batch_size": 4, "seq_len": 96}
-                                            if cfg.preset == "smoke" else {}))
+        smoke = cfg.preset == "smoke"  # the smoke contrast: a 1-layer d_model 16 GPT, batch 4, context 96
+        spec, tspec = CFGModelConfig.model_fields["model"].default, CFGModelConfig.model_fields["train"].default
+        model_spec = spec.model_dump() | ({"d_model": 16, "n_heads": 2, "n_layers": 1} if smoke else {})
+        train_spec = tspec.model_dump() | {"steps": cfg.cfg_steps, **({"batch_size": 4} if smoke else {}),
+                                           "warmup_steps": min(tspec.warmup_steps, cfg.cfg_steps)}
+        ccfg = CFGModelConfig(grammar="cfg3b-small", model=model_spec, train=train_spec, device=cfg.device,
+                              threads=cfg.threads, n_seeds=1, **({"seq_len": 96} if smoke else {}))
         g = build_grammar(ccfg)
         model, _ = train_model(ccfg, g, "rope", ctx)
         rng = np.random.default_rng(derive_seed(ctx.seed, "cfg-strings"))
