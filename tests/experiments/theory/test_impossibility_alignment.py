@@ -73,18 +73,21 @@ def test_first_crossing_and_sigmoid_fit():
 
 
 # -- verdicts from synthetic tables ---------------------------------------------------------------------
-CHECKS = ("thm1-length", "exact-centre", "thm2-system-prompt", "thm4-best-of-n")
-CLAIMS = ("persona-centre", "persona-alpha-shift")
+CHECKS = ("thm1-length", "exact-centre", "thm2-bound", "thm4-best-of-n")
+CLAIMS = ("thm2-slope", "persona-centre", "persona-alpha-shift")
 
 
 def _rows(thm1=0.85, centre=0.1, frac=1.0, slope=0.1, thm4=0.8, ratios=(1.1, 0.95, 1.2), shifts=(3.1, 2.9, 3.3),
-          nll_gap=0.01, beta_hat=0.75, rise=0.45, good=None, null_shifts=(0.2, -0.3, 0.1)):
-    """Synthetic rows; ``good``: the P+ proxy's (N*, rise) (default: a flat curve, no fit)."""
+          nll_gap=0.01, beta_hat=0.75, rise=0.45, good=None, null_shifts=(0.2, -0.3, 0.1),
+          slope_ratios=(0.97, 1.02, 0.99), slope_nulls=(0.03, -0.02, 0.01), censored=0.0):
+    """Synthetic rows; ``good``: the P+ proxy's (N*, rise) (default: a flat curve, no fit); ``slope_ratios`` /
+    ``slope_nulls``: thm2-slope's per-seed ratio and its neutral-prompt null."""
     rows = []
-    for s in range(3):
+    for s, (sr, sn) in enumerate(zip(slope_ratios, slope_nulls)):
         rows.append({"point": "exact" + (f"__s{s}" if s else ""), "kind": "exact", "seed_index": s, "status": "ok",
                      "n_cells": 15, "thm1_ratio_greedy": thm1, "thm1_ratio_sampled": 1.0, "centre_max_dev": centre,
-                     "thm2_min_frac": frac, "thm2_slope_max_dev": slope, "thm4_max_ratio": thm4})
+                     "thm2_min_frac": frac, "thm2_slope_max_dev": slope, "thm2_slope_ratio": sr,
+                     "thm2_null_ratio": sn, "thm2_censored": censored, "thm4_max_ratio": thm4})
     for s, (r, sh, nsh) in enumerate(zip(ratios, shifts, null_shifts)):
         th0 = math.log(100) / beta_hat
         n0 = r * th0
@@ -113,8 +116,8 @@ def test_papers_picture_is_reproduced(tmp_path):
 
 
 def test_failures_are_not_reproduced(tmp_path):
-    vs = _verdicts(_rows(thm1=1.3, centre=0.5, frac=0.7, thm4=1.2, ratios=(0.3, 0.25, 0.35), shifts=(0.2, 0.3, 0.25)),
-                   tmp_path)
+    vs = _verdicts(_rows(thm1=1.3, centre=0.5, frac=0.7, thm4=1.2, ratios=(0.3, 0.25, 0.35), shifts=(0.2, 0.3, 0.25),
+                         slope_ratios=(0.55, 0.6, 0.5)), tmp_path)
     for k in CHECKS:
         assert vs[k].outcome == "failed", k
     for k in CLAIMS:
@@ -127,7 +130,8 @@ def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     from lmsci.claims import NULL_MEETS_RULE
 
     # the P+ proxy with a centre and a rise like the mixture's; a same-alpha pair shifted like the alpha pair
-    vs = _verdicts(_rows(good=(math.log(100) / 0.75, 0.45), null_shifts=(3.1, 2.9, 3.3)), tmp_path)
+    vs = _verdicts(_rows(good=(math.log(100) / 0.75, 0.45), null_shifts=(3.1, 2.9, 3.3),
+                         slope_nulls=(0.95, 1.0, 1.05)), tmp_path)
     for k in CLAIMS:
         assert vs[k].outcome == "inconclusive" and vs[k].null_passed is True, k
         assert any(NULL_MEETS_RULE in r for r in vs[k].reasons)
@@ -151,6 +155,46 @@ def test_failed_gates_make_it_inconclusive(tmp_path):
     assert _verdicts(_rows().iloc[:5], tmp_path)["persona-centre"].outcome == "inconclusive"  # 2 seeds < 3
 
 
+def test_thm2_slope_verdicts(tmp_path):
+    """thm2-slope: the CI across seeds within [0.75, 1.25]; a wide CI around 1 or a biased slope fails; too few
+    seeds, a censored horizon or an unmeasured null arm give inconclusive."""
+    from lmsci.experiments.theory._alignment_attack_verdicts import SLOPE_TOL
+
+    assert SLOPE_TOL == 0.25
+    v = _verdicts(_rows(), tmp_path)["thm2-slope"]
+    assert v.outcome == "reproduced" and v.value == pytest.approx(2.98 / 3) and v.null_passed is False
+    assert v.null_value == pytest.approx(0.02 / 3)
+    # a biased slope, and a CI containing 1 but wider than the tolerance: both not reproduced
+    assert _verdicts(_rows(slope_ratios=(1.35, 1.4, 1.3)), tmp_path)["thm2-slope"].outcome == "not reproduced"
+    assert _verdicts(_rows(slope_ratios=(0.8, 1.0, 1.2)), tmp_path)["thm2-slope"].outcome == "not reproduced"
+    # gated: censored attacks bias the mean length
+    v = _verdicts(_rows(censored=0.05), tmp_path)["thm2-slope"]
+    assert v.outcome == "inconclusive" and v.rule_passed and any("uncensored" in r for r in v.reasons)
+    # too few seeds: 2 < min_seeds 3
+    v = _verdicts(_rows(slope_ratios=(0.99, 1.0), slope_nulls=(0.0, 0.01)), tmp_path)["thm2-slope"]
+    assert v.outcome == "inconclusive" and v.n_seeds == 2 and any("3 training seeds" in r for r in v.reasons)
+    # the null arm not measured
+    df = _rows().drop(columns=["thm2_null_ratio"])
+    assert _verdicts(df, tmp_path)["thm2-slope"].outcome == "inconclusive"
+
+
+def test_neutral_system_prompt_has_no_pull():
+    """The null arm's distribution moves the log-odds by 0 on average (beta' = 0), P+'s by -beta' per sentence;
+    in a small exact cell the real arm's delay slope is near beta'/beta and the null's near 0."""
+    from lmsci.experiments.theory._alignment_attack_exact import neutral_dist, system_prompt_cells
+
+    w = PersonaWorld(neg_bad=0.6, alpha=1e-2)
+    p = neutral_dist(w)
+    assert p.sum() == pytest.approx(1) and float(p @ w.llr()) == pytest.approx(0, abs=1e-12)
+    assert float(w.dist(False) @ w.llr()) == pytest.approx(-w.beta_prime())
+    L1 = (math.log(100) + math.log(10) + math.log(4)) / w.beta()
+    rng, rng0 = np.random.default_rng(0), np.random.default_rng(1)
+    c = system_prompt_cells(w, 1e-2, L1, w.persona_behavior(True) + 0.1, [0, 10, 20], 400, 0.1, rng, rng0)
+    assert c["thm2_slope"] / c["thm2_slope_theory"] == pytest.approx(1, abs=0.25)
+    assert abs(c["thm2_null_slope"] / c["thm2_slope_theory"]) < 0.25
+    assert c["thm2_min_frac"] >= 0.9 and c["thm2_censored"] == 0
+
+
 def test_smoke_preset_runs(tmp_path):
     from lmsci.sweep import run_experiment
 
@@ -167,4 +211,6 @@ def test_smoke_preset_runs(tmp_path):
     # (1 seed gives no interval, and the 20-step P+ proxy has no misalignment step); persona-alpha-shift needs two
     # alphas, so its null arm is not measured at smoke (not True)
     assert vs["persona-centre"].null_passed is False
+    # thm2-slope's neutral system prompts (beta' = 0) do not meet its rule
+    assert vs["thm2-slope"].null_passed is False and vs["thm2-bound"].outcome == "inconclusive"  # smoke: below scale
     assert vs["persona-alpha-shift"].null_passed is not True if "persona-alpha-shift" in vs else True

@@ -1,7 +1,7 @@
 """Verdicts of :mod:`lmsci.experiments.theory.alignment_attack`: one function per registered claim or check.
 
-The results table has one ``exact`` row (closed-form world, maxima over its cells) and one ``trained`` row per
-training seed (sigmoid fits ``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences
+The results table has one ``exact`` row per seed (closed-form world: maxima over its cells; ``thm2_slope_ratio`` and
+its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed (sigmoid fits ``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences
 against the number N of attack sentences, ``tag = a<alpha>``; the null arms ``good_nstar`` / ``good_rise`` and
 ``null_a0_nstar``). Source: Wolf et al., "Fundamental Limitations of Alignment in Large Language Models", ICML 2024,
 arXiv 2304.11082, Theorems 1, 2, 4 and Appendix H.
@@ -19,15 +19,16 @@ from lmsci.claims import Verdict, across_seeds
 from lmsci.experiments.base import Experiment
 
 CENTRE_TOL = 0.25  # exact world: fitted centre within 25% of log((1-alpha)/alpha)/beta
-SLOPE_TOL = 0.25  # exact world: Thm 2 slope within 25% of beta'/beta
+SLOPE_TOL = 0.25  # exact world: Thm 2 slope within 25% of beta'/beta (thm2-slope)
+CENSORED_MAX = 0.01  # thm2-slope gate: at most 1% of sampled attacks never misalign within the horizon
 FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
 RISE_SHARE = 0.5  # trained world: the fitted rise of the share at least half of neg_bad - neg_good
 NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
 
 
 def exact_checks(exp: Experiment, cfg, ex: pd.DataFrame) -> list[Verdict]:
-    """The four checks of the exact world (``thm1-length``, ``exact-centre``, ``thm2-system-prompt``,
-    ``thm4-best-of-n``) from its rows ``ex``: maxima over cells and seeds of the ratios and deviations."""
+    """The four checks of the exact world (``thm1-length``, ``exact-centre``, ``thm2-bound``, ``thm4-best-of-n``)
+    from its rows ``ex``: maxima (minima for the share) over cells and seeds of the ratios and deviations."""
     out: list[Verdict] = []
     r1 = float(ex["thm1_ratio_greedy"].max())
     r2 = float(ex["thm1_ratio_sampled"].max())
@@ -37,16 +38,45 @@ def exact_checks(exp: Experiment, cfg, ex: pd.DataFrame) -> list[Verdict]:
     dev = float(ex["centre_max_dev"].max())
     out.append(exp.judge(cfg, "exact-centre", value=dev, passed=bool(dev <= CENTRE_TOL), n_seeds=len(ex),
                          ci_kind="max over cells and seeds"))
-    frac, sdev = float(ex["thm2_min_frac"].min()), float(ex["thm2_slope_max_dev"].max())
-    out.append(exp.judge(cfg, "thm2-system-prompt", value=sdev,
-                         passed=bool(frac >= 1 - cfg.delta and sdev <= SLOPE_TOL), n_seeds=len(ex),
-                         ci_kind="max over cells and seeds",
-                         details={"min_share_within_L2": frac, "max_slope_deviation": sdev,
-                                  "delta": cfg.delta}))
+    frac = float(ex["thm2_min_frac"].min())
+    out.append(exp.judge(cfg, "thm2-bound", value=frac, passed=bool(frac >= 1 - cfg.delta), n_seeds=len(ex),
+                         ci_kind="min over cells, m and seeds", details={"delta": cfg.delta}))
     r4 = float(ex["thm4_max_ratio"].max())
     out.append(exp.judge(cfg, "thm4-best-of-n", value=r4, passed=bool(r4 <= 1), n_seeds=len(ex),
                          ci_kind="max over cells, n and seeds"))
     return out
+
+
+def _slope_meets(st) -> bool:
+    """``thm2-slope``'s rule on a SeedStat: the interval lies within ``[1 - SLOPE_TOL, 1 + SLOPE_TOL]``."""
+    return bool(1 - SLOPE_TOL <= st.lo and st.hi <= 1 + SLOPE_TOL)
+
+
+def thm2_slope(exp: Experiment, cfg, ex: pd.DataFrame) -> Verdict:
+    """``thm2-slope``: per seed (row of ``ex``), the mean over cells of the system prompt's delay slope over
+    beta'/beta (``thm2_slope_ratio``); the 95% CI across seeds within ``[1 - SLOPE_TOL, 1 + SLOPE_TOL]``. Null arm:
+    the same ratio for neutral system prompts (``thm2_null_ratio``, beta' = 0). Gate ``uncensored``: the largest
+    share of sampled attacks that never misaligned within the horizon (``thm2_censored``) is <= ``CENSORED_MAX``."""
+    if "thm2_slope_ratio" not in ex:
+        return exp.judge(cfg, "thm2-slope", value=None, passed=None, why_not_computed="no thm2_slope_ratio column")
+    vals = [float(x) for x in ex["thm2_slope_ratio"] if pd.notna(x)]
+    nulls = [float(x) for x in ex.get("thm2_null_ratio", pd.Series(dtype=float)) if pd.notna(x)]
+    cens = float(ex["thm2_censored"].max()) if "thm2_censored" in ex else None
+    gate = (cens, None if cens is None or not math.isfinite(cens) else cens <= CENSORED_MAX)
+    null = (None, None)
+    if nulls:
+        nst = across_seeds(nulls)
+        null = (nst.mean, _slope_meets(nst))
+    if not vals:
+        return exp.judge(cfg, "thm2-slope", value=None, passed=None, gates={"uncensored": gate}, null=null,
+                         why_not_computed="no finite slope ratio")
+    st = across_seeds(vals)
+    return exp.judge(cfg, "thm2-slope", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
+                     passed=_slope_meets(st), gates={"uncensored": gate}, null=null,
+                     details={"slope_ratio_per_seed": vals, "null_ratio_per_seed": nulls,
+                              "max_abs_deviation_over_cells": float(ex["thm2_slope_max_dev"].max())
+                              if "thm2_slope_max_dev" in ex else None,
+                              "tolerance": SLOPE_TOL})
 
 
 def learned_gate(cfg, tr: pd.DataFrame) -> tuple[float | None, bool]:
@@ -161,13 +191,15 @@ def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verd
 
 
 def verdicts(exp: Experiment, cfg, results: pd.DataFrame) -> list[Verdict]:
-    """The exact world's checks, then the trained world's claims (``persona-alpha-shift`` only with two alphas)."""
+    """The exact world's checks and ``thm2-slope``, then the trained world's claims (``persona-alpha-shift`` only
+    with two alphas)."""
     out: list[Verdict] = []
     if "kind" not in results:
         return out
     ex = results[results["kind"] == "exact"]
     if len(ex):
         out += exact_checks(exp, cfg, ex)
+        out.append(thm2_slope(exp, cfg, ex))
     tr = results[results["kind"] == "trained"]
     if len(tr):
         learned = learned_gate(cfg, tr)

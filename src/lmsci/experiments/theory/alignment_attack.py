@@ -17,7 +17,8 @@ Points:
   ``n_prompts`` draws from ``P-``. ``N`` = the first prompt length with ``B_P(s) < gamma + eps`` where
   ``gamma = B_{P-}`` (``sup_s B_{P-}(s)``, constant for i.i.d. personas). Theorem 1: greedy and median sampled
   ``N`` against the bound; the centre of the mean-behavior curve (reverse-sigmoid fit) against
-  ``log((1-alpha)/alpha)/beta``; Theorem 2: ``sys_draws`` system prompts of ``m`` sentences from ``P+``;
+  ``log((1-alpha)/alpha)/beta``; Theorem 2: ``sys_draws`` system prompts of ``m`` sentences from ``P+`` (and,
+  as ``thm2-slope``'s null arm, from a neutral distribution with ``beta' = 0``);
   Theorem 4: best-of-n behavior ``1 - 2 q^n`` against ``gamma_n = 1 - 2 neg_bad^n``.
 * ``trained``: a small lmsci GPT is trained on mixture documents (``doc_len`` sentences, one token per
   sentence) for each ``alpha`` in ``trained_alphas``; the bad persona's own model (trained on ``P-`` documents
@@ -25,13 +26,15 @@ Points:
   gives ``beta_hat = KL(P-proxy || P+proxy)`` per sentence. The share of negative next sentences against the
   number ``N`` of attack sentences is fitted by ``lo + (hi - lo) sigmoid((N - N*)/s)``.
 
-Checks (hold by construction, reported apart): ``thm1-length``, ``exact-centre``, ``thm2-system-prompt`` and
+Checks (hold by construction, reported apart): ``thm1-length``, ``exact-centre``, ``thm2-bound`` and
 ``thm4-best-of-n`` are computed in the exact closed-form world, where the posterior log-odds drift by beta per
-attack sentence and by -beta' per system-prompt sentence by construction: they hold against the proven bounds (and
-the slope beta'/beta and centre log((1-alpha)/alpha)/beta up to the crossing's discreteness) unless the code is
-wrong. Claims (trained world) and their null arms: ``persona-centre``: the P+ proxy (alpha = 0) on the same
-prompts; ``persona-alpha-shift``: a second alpha = 1% mixture (independent training seed) against the first, whose
-shift is 0 by construction.
+attack sentence and by -beta' per system-prompt sentence in expectation: they hold against the proven bounds (and
+the centre log((1-alpha)/alpha)/beta up to the crossing's discreteness) unless the code is wrong. Claims and their
+null arms: ``thm2-slope`` (exact world, Monte-Carlo over sampled system prompts and attacks; issue 29 split it from
+the bound): the delay per system-prompt sentence against beta'/beta, null arm: system prompts from a neutral
+distribution (beta' = 0); trained world: ``persona-centre``: the P+ proxy (alpha = 0) on the same prompts;
+``persona-alpha-shift``: a second alpha = 1% mixture (independent training seed) against the first, whose shift is
+0 by construction.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.theory._alignment_attack_exact import first_crossing, system_prompt_cells
 from lmsci.experiments.theory._alignment_attack_verdicts import CENTRE_TOL, FACTOR, NLL_GAP, RISE_SHARE, SLOPE_TOL
 from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as alignment_verdicts
 from lmsci.models.gpt import GPT, GPTSpec
@@ -104,13 +108,6 @@ class AlignmentConfig(ExperimentConfig):
                   "model.n_layers": 6, "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "train.batch_size": 512,
                   "n_attack": 2000, "threads": 0},
     }
-
-
-def first_crossing(values: np.ndarray, threshold: float) -> np.ndarray:
-    """Per row of ``values`` (``[m, L + 1]``), the first column index with ``value < threshold``; ``L + 1`` (one past
-    the end) when the row never crosses."""
-    below = np.asarray(values) < threshold
-    return np.where(below.any(1), below.argmax(1), below.shape[1])
 
 
 def fit_sigmoid(n: np.ndarray, y: np.ndarray, lo: float | None = None, hi: float | None = None) -> dict[str, float] | None:
@@ -174,17 +171,37 @@ class AlignmentAttack(Experiment):
             uncertainty="exact", kind="check",
         ),
         Claim(
-            "thm2-system-prompt",
-            "A system prompt of m sentences from P+ delays misalignment by about (beta'/beta) m and never beyond "
-            "Theorem 2's length (with probability 1 - delta).",
+            "thm2-bound",
+            "A system prompt of m sentences from P+ never delays the greedy attack beyond Theorem 2's length (with "
+            "probability at least 1 - delta over the system prompt).",
             _SRC + ", Theorem 2",
-            "length (1/beta)(log 1/alpha + log 1/eps + log 4) + (beta'/beta)|s0| + (sigma/beta) sqrt(|s0|/delta) + 1; "
-            "an aligning system prompt delayed misalignment by about 1 sentence",
-            "per cell and m: the share of system-prompt draws where the greedy attack needs at most Theorem 2's "
-            "length (min over cells and m); per cell: the slope of the mean sampled-attack length against m over "
-            "beta'/beta (the largest |ratio - 1|)",
-            f"the share is >= 1 - delta on every (cell, m) and |slope ratio - 1| <= {SLOPE_TOL} on every cell",
+            "length (1/beta)(log 1/alpha + log 1/eps + log 4) + (beta'/beta)|s0| + (sigma/beta) sqrt(|s0|/delta) + 1",
+            "per cell and m: the share of system-prompt draws after which the greedy attack misaligns within "
+            "Theorem 2's length; the minimum over cells, m and seeds",
+            "the share is >= 1 - delta on every (cell, m)",
             uncertainty="exact", kind="check",
+        ),
+        Claim(
+            "thm2-slope",
+            "An aligning system prompt of m sentences from P+ delays misalignment by prompts sampled from P- "
+            "linearly in m, by (beta'/beta) sentences per system-prompt sentence.",
+            _SRC + ", Theorem 2 (the delay's linear term (beta'/beta)|s0|)",
+            "(beta'/beta)|s0| extra sentences; an aligning system prompt delayed misalignment by about 1 sentence",
+            "per seed (an independent Monte-Carlo draw of system prompts and attacks): for each cell (alpha x beta), the least-squares slope of the mean length of "
+            "sampled attacks that misalign (B_P < gamma + eps) against m over beta'/beta; the mean over cells; "
+            "mean over seeds with its 95% Student-t CI",
+            f"the 95% CI across at least 3 seeds lies within [{1 - SLOPE_TOL:g}, {1 + SLOPE_TOL:g}]. Why "
+            f"{SLOPE_TOL:g}: Theorem 2 gives the delay's linear term (beta'/beta)|s0| up to terms that do not grow "
+            "linearly ((sigma/beta) sqrt(|s0|/delta) + 1; and, by Wald's identity, the first-passage overshoot of "
+            "less than one attack sentence's log-odds), which tilt a slope fitted over the preset's m grid by a fraction "
+            "of beta'/beta; 25% is the tolerance issue 18 registered for this slope (and App. H's centre) before "
+            "any run, kept unchanged, not chosen from values",
+            gates=(Gate("uncensored", "at most 1% of the sampled attacks (either arm, every cell and m) fail to "
+                                      "misalign within the horizon 3 L2 + 20 sentences (a censored length would "
+                                      "bias the mean)"),),
+            null="the same statistic for system prompts of m sentences from a neutral distribution (uniform within "
+                 "each bank, negative mass set so that E[log P-/P+] = 0: beta' = 0, no delay by construction), "
+                 "divided by the same beta'/beta, in the same run",
         ),
         Claim(
             "thm4-best-of-n",
@@ -254,6 +271,7 @@ class AlignmentAttack(Experiment):
 
     # -- (a) the exact world --------------------------------------------------------------------------
     def _exact(self, cfg: AlignmentConfig, rng: np.random.Generator, ctx: PointContext) -> dict:
+        rng_null = np.random.default_rng(derive_seed(ctx.seed, "exact-null"))  # thm2-slope's null arm
         cells = []
         for q in cfg.exact_neg_bad:
             for a in cfg.exact_alphas:
@@ -280,24 +298,9 @@ class AlignmentAttack(Experiment):
                     "centre_fit": fit["centre"] if fit else None, "centre_theory": centre_th,
                     "mean_behavior": [round(float(x), 5) for x in meanB[: int(min(L + 1, 3 * centre_th + 10))]],
                 }
-                # Theorem 2: system prompts of m sentences from P+
-                thm2 = []
-                for m in cfg.sys_lengths:
-                    s0 = w.sample_sentences(False, (cfg.sys_draws, m), rng) if m else np.zeros((cfg.sys_draws, 0), int)
-                    start = w.llr()[s0].sum(1) if m else np.zeros(cfg.sys_draws)
-                    L2 = L1 + beta_p / beta * m + sigma / beta * math.sqrt(m / cfg.delta) + 1
-                    Lm = int(math.ceil(3 * L2 + 20))
-                    g_lo = start[:, None] + math.log(a / (1 - a)) + llr_max * np.arange(Lm + 1)[None]
-                    n_g = first_crossing(w.next_behavior(g_lo), gamma + cfg.eps)
-                    att = w.sample_sentences(True, (cfg.sys_draws, Lm), rng)
-                    lo2 = w.log_odds(att) + start[:, None]
-                    n_att = first_crossing(w.next_behavior(lo2), gamma + cfg.eps)
-                    thm2.append({"m": m, "L2": L2, "frac_greedy_within_L2": float((n_g <= L2).mean()),
-                                 "mean_n_sampled": float(n_att.mean()), "mean_n_greedy": float(n_g.mean())})
-                ms = np.array([t["m"] for t in thm2], float)
-                slope = float(np.polyfit(ms, [t["mean_n_sampled"] for t in thm2], 1)[0])
-                cell.update(thm2=thm2, thm2_slope=slope, thm2_slope_theory=beta_p / beta,
-                            thm2_min_frac=min(t["frac_greedy_within_L2"] for t in thm2))
+                # Theorem 2: system prompts of m sentences from P+ (real arm) and from a neutral N (null arm)
+                cell.update(system_prompt_cells(w, a, L1, gamma + cfg.eps, cfg.sys_lengths, cfg.sys_draws, cfg.delta,
+                                                rng, rng_null))
                 # Theorem 4: best-of-n
                 thm4 = []
                 for n in cfg.best_of:
@@ -318,10 +321,14 @@ class AlignmentAttack(Experiment):
         r1s = max(c["n_sampled_median"] / c["L1"] for c in cells)
         cen = [abs(c["centre_fit"] / c["centre_theory"] - 1) if c["centre_fit"] is not None else float("inf")
                for c in cells]
-        sl = [abs(c["thm2_slope"] / c["thm2_slope_theory"] - 1) for c in cells]
+        sl = [c["thm2_slope"] / c["thm2_slope_theory"] for c in cells]
+        sl0 = [c["thm2_null_slope"] / c["thm2_slope_theory"] for c in cells]
         return {"n_cells": len(cells), "thm1_ratio_greedy": r1g, "thm1_ratio_sampled": r1s,
                 "centre_max_dev": float(max(cen)), "thm2_min_frac": float(min(c["thm2_min_frac"] for c in cells)),
-                "thm2_slope_max_dev": float(max(sl)), "thm4_max_ratio": float(max(c["thm4_max_ratio"] for c in cells))}
+                "thm2_slope_max_dev": float(max(abs(x - 1) for x in sl)), "thm2_slope_ratio": float(np.mean(sl)),
+                "thm2_null_ratio": float(np.mean(sl0)),
+                "thm2_censored": float(max(c["thm2_censored"] for c in cells)),
+                "thm4_max_ratio": float(max(c["thm4_max_ratio"] for c in cells))}
 
     # -- (b) the trained world ------------------------------------------------------------------------
     def _model(self, cfg: AlignmentConfig, w: PersonaWorld, seed: int) -> GPT:
