@@ -148,3 +148,12 @@ def test_smoke_preset_runs_on_local_hugging_face_models(tmp_path):
     df = pd.read_csv(run.path / "results.csv")
     assert df["status"].iloc[0] == "ok" and np.isfinite(df["zf_median"].iloc[0])
     assert not (run.path / "metrics.jsonl").exists() or "generator" not in (run.path / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick", "gpu", "paper"])
+def test_each_model_warms_up_a_tenth_of_its_steps_at_most_100(preset):
+    """The nested train spec keeps the warmup min(100, steps // 10) of the three models before issue 31."""
+    cfg = resolve_config(RemovalConfig, preset)
+    assert cfg.train.warmup_steps == min(100, cfg.train.steps // 10)
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(RemovalConfig, preset, ["model.n_heads=3"])  # d_model not divisible by n_heads

@@ -54,17 +54,24 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.watermark._watermark_removal_walk import detect_each, ngram_overlap, propose_span, token_logprobs
+from lmsci.experiments.watermark._shakespeare_gpt import train_shakespeare_hf
 from lmsci.methods import watermark as wm
-from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import to_hf
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec
 
 Z_START, Z_END = 4.0, 2.0
 
 
 class RemovalConfig(ExperimentConfig):
-    """Configuration of ``watermark-removal`` (field defaults = the ``quick`` preset)."""
+    """Configuration of ``watermark-removal`` (field defaults = the ``quick`` preset).
+
+    Attributes (besides the described fields):
+        model: each of the three GPTs trained on Shakespeare (BPE ``vocab_size``, context ``seq_len``),
+            :class:`GPTSpec`.
+        train: the optimizer and schedule of each of the three (``steps`` each), :class:`TrainSpec`; the warmup is
+            ``min(100, steps // 10)`` steps (``warmup_frac`` 0.1 up to 1,000 steps; gpu/paper spell 100).
+    """
 
     gamma: float = Field(0.25)
     delta: float = Field(2.0)
@@ -81,13 +88,9 @@ class RemovalConfig(ExperimentConfig):
     detect_every: int = Field(20, ge=1)
     ngram: int = Field(4, ge=1, description="n of the traceability overlap")
     vocab_size: int = Field(1024, ge=64)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(128, ge=8)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=128)
     seq_len: int = Field(256, ge=16)
-    steps: int = Field(800, ge=1, description="training steps of each of the three models")
-    batch_size: int = Field(8, ge=1)
-    lr: float = Field(2e-3, gt=0)
+    train: TrainSpec = TrainSpec(steps=800, batch_size=8, lr=2e-3, warmup_frac=0.1)
     generator_model: str | None = Field(None, description="a local directory holding a Hugging Face causal LM and its "
                                         "tokenizer to watermark instead of the trained generator GPT (e.g. OPT-1.3B, "
                                         "the paper's); with attacker_model and judge_model, never downloaded")
@@ -117,13 +120,16 @@ class RemovalConfig(ExperimentConfig):
     threads: int = Field(1, ge=0)
 
     PRESETS = {
-        "smoke": {"T": 24, "n_texts": 6, "prompt_len": 8, "walk_steps": 6, "detect_every": 3, "n_layers": 1,
-                  "d_model": 32, "seq_len": 48, "steps": 5, "batch_size": 4},
+        "smoke": {"T": 24, "n_texts": 6, "prompt_len": 8, "walk_steps": 6, "detect_every": 3, "model.n_layers": 1,
+                  "model.d_model": 32, "seq_len": 48, "train.steps": 5, "train.batch_size": 4},
         "quick": {},
-        "gpu": {"n_seeds": 3, "n_texts": 200, "walk_steps": 400, "steps": 5000, "d_model": 256, "n_layers": 4, "batch_size": 32,
+        # warmup min(100, steps // 10) = 100 at these step counts
+        "gpu": {"n_seeds": 3, "n_texts": 200, "walk_steps": 400, "train.steps": 5000, "train.warmup_frac": None,
+                "train.warmup_steps": 100, "model.d_model": 256, "model.n_layers": 4, "train.batch_size": 32,
                 "threads": 0},
-        "paper": {"n_seeds": 3, "n_texts": 400, "walk_steps": 400, "steps": 20000, "d_model": 512, "n_layers": 8, "n_heads": 8,
-                  "batch_size": 64, "threads": 0},
+        "paper": {"n_seeds": 3, "n_texts": 400, "walk_steps": 400, "train.steps": 20000, "train.warmup_frac": None,
+                  "train.warmup_steps": 100, "model.d_model": 512, "model.n_layers": 8, "model.n_heads": 8,
+                  "train.batch_size": 64, "threads": 0},
     }
 
 
@@ -221,15 +227,11 @@ class WatermarkRemoval(Experiment):
         return [Point("walk", {})]
 
     def _train(self, cfg: RemovalConfig, corpus: Any, role: str, ctx: PointContext, device: str):
-        from lmsci.worlds import shakespeare as sh
-
-        model = GPT(GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
-                              n_heads=cfg.n_heads, d_model=cfg.d_model), seed=derive_seed(ctx.seed, role, "init"))
-        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps // 10),
-                           device=device, log_every=50)
-        train(model, sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), tcfg,
-              seed=derive_seed(ctx.seed, role, "train"), log=lambda r: ctx.log(model=role, **r))
-        return to_hf(model.cpu()).to(device).eval()
+        hf, _ = train_shakespeare_hf(cfg.model, cfg.train, corpus, cfg.seq_len, device,
+                                     init_seed=derive_seed(ctx.seed, role, "init"),
+                                     train_seed=derive_seed(ctx.seed, role, "train"),
+                                     log=lambda r: ctx.log(model=role, **r))
+        return hf
 
     def run_point(self, cfg: RemovalConfig, point: Point, ctx: PointContext) -> dict:
         from lmsci.worlds import shakespeare as sh
@@ -470,8 +472,9 @@ class WatermarkRemoval(Experiment):
             models = (f"Generator, attacker and judge: local models {cfg.generator_model}, {cfg.attacker_model}, "
                       f"{cfg.judge_model}.")
         else:
-            models = (f"Generator, attacker and judge: lmsci GPTs ({cfg.n_layers} layers, d_model {cfg.d_model}, "
-                      f"{cfg.steps} steps each, different seeds) on Shakespeare BPE {cfg.vocab_size}.")
+            models = (f"Generator, attacker and judge: lmsci GPTs ({cfg.model.n_layers} layers, d_model "
+                      f"{cfg.model.d_model}, {cfg.train.steps} steps each, different seeds) on Shakespeare BPE "
+                      f"{cfg.vocab_size}.")
         if cfg.infiller_model is not None:
             oracle = (f"perturbation oracle: {cfg.infiller_model} fills a masked span of {cfg.span_words} words; quality "
                       "oracle: " + (f"reward model {cfg.reward_model} (kept if not below the original's reward)"
