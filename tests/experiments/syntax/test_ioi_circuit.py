@@ -15,6 +15,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
+from lmsci.experiments.syntax._ioi_paths import dup_by_values, sinh_heads
 from lmsci.experiments.syntax.ioi_circuit import IOICircuit, IOICircuitConfig
 from lmsci.measure import patching as P
 from lmsci.models.gpt import GPT, GPTConfig
@@ -120,13 +121,40 @@ def test_copy_score_finds_a_copying_head():
     assert s[1, 0] > s[1, 1]
 
 
+def test_value_side_patching_finds_the_sender_and_reads_its_s2_attention():
+    w = IOIWorld()
+    m = GPT(GPTConfig(vocab_size=w.vocab_size, seq_len=32, n_layers=3, n_heads=2, d_model=16), seed=1).eval()
+    rng = np.random.default_rng(2)
+    disc, test = w.sample_prompts(10, rng), w.sample_prompts(10, rng)
+    recv = [(2, 0), (2, 1)]
+    r = dup_by_values(m, disc, test, recv, 0.0)
+    eff = P.path_patching_scan(m, disc.clean, disc.corrupt, disc.end, disc.io, disc.s, recv, "v")
+    l, h = json.loads(r["val_head"])
+    assert (l, h) == divmod(int(torch.argmin(eff[:2].flatten())), 2) and r["val_eff"] == pytest.approx(float(eff[l, h]))
+    dup = P.attention_between(m, test.clean, test.s2_pos, [test.s1_pos])
+    ind = P.attention_between(m, test.clean, test.s2_pos, [test.s1_pos + 1])
+    assert r["val_gap"] > 0 and r["val_eff"] < 0  # this seed: found at min_frac 0
+    assert r["val_max"] == pytest.approx(float(max(dup[l, h], ind[l, h])))
+    assert r["random_val"] == pytest.approx(float(torch.maximum(dup, ind)[:2].mean()))
+    # a threshold the change cannot meet finds nothing; the null is unchanged
+    r2 = dup_by_values(m, disc, test, recv, 1e9)
+    assert r2["val_max"] == 0.0 and r2["val_kind"] == "none" and r2["random_val"] == r["random_val"]
+    # S-inhibition heads in layer 0 (or none) leave no sender: statistic and null 0
+    for rc in ([(0, 1)], []):
+        r3 = dup_by_values(m, disc, test, rc, 0.0)
+        assert r3["val_max"] == 0.0 and r3["random_val"] == 0.0 and r3["val_head"] == "null"
+    assert sinh_heads(torch.tensor([[0.2, float("nan")], [0.05, 0.1]]), 0.1) == [(0, 0), (1, 1)]
+
+
 def _row(arm, seed, acc=0.97, ld=4.0, frac=0.85, rfrac=0.3, copy=0.95, rcopy=0.2, sinh=0.3, rsinh=0.02, dup=0.8,
-         rdup=0.15):
+         rdup=0.15, val=0.75, rval=0.2):
     return {"status": "ok", "arm": arm, "seed_index": seed, "acc": acc, "ld": ld, "ld_abc": 0.0, "k": 3,
             "circuit": json.dumps([[2, 0]]), "circuit_frac": frac, "random_frac": rfrac, "nm_copy": copy,
             "random_copy": rcopy, "name_movers": json.dumps([[2, 0]]), "n_nm": 1, "sinh_max": sinh,
             "random_sinh": rsinh, "sinh_head": json.dumps([1, 1]), "sinh_io": -0.2, "dup_max": dup, "random_dup": rdup,
-            "dup_head": json.dumps([0, 1]), "dup_kind": "duplicate-token"}
+            "dup_head": json.dumps([0, 1]), "dup_kind": "duplicate-token", "val_max": val, "random_val": rval,
+            "sinh_set": json.dumps([[1, 1]]), "val_head": json.dumps([0, 1]), "val_kind": "duplicate-token",
+            "val_eff": -0.4, "val_gap": 4.0}
 
 
 def _verdicts(tmp_path, ioi_kw, ctl_kw=None):
@@ -137,14 +165,19 @@ def _verdicts(tmp_path, ioi_kw, ctl_kw=None):
 
 
 def test_verdicts_pass_fail_gate_and_null(tmp_path):
-    ids = ("logit-diff", "circuit-concentration", "name-mover-copy", "s-inhibition", "duplicate-induction")
+    ids = ("logit-diff", "circuit-concentration", "name-mover-copy", "s-inhibition", "duplicate-induction",
+           "dup-induction-values")
     assert _verdicts(tmp_path, {}) == {c: "reproduced" for c in ids}
-    bad = _verdicts(tmp_path, {"ld": 1.0, "frac": 0.5, "copy": 0.5, "sinh": 0.01, "dup": 0.3})
+    bad = _verdicts(tmp_path, {"ld": 1.0, "frac": 0.5, "copy": 0.5, "sinh": 0.01, "dup": 0.3, "val": 0.3})
     assert bad == {c: "not reproduced" for c in ids}
     gated = _verdicts(tmp_path, {"acc": 0.6})
     assert gated["logit-diff"] == "reproduced" and all(gated[c] == "inconclusive" for c in ids[1:])
-    nulls = _verdicts(tmp_path, {"rfrac": 0.8, "rcopy": 0.95, "rsinh": 0.2, "rdup": 0.6}, {"acc": 0.95, "ld": 3.0})
+    nulls = _verdicts(tmp_path, {"rfrac": 0.8, "rcopy": 0.95, "rsinh": 0.2, "rdup": 0.6, "rval": 0.55},
+                      {"acc": 0.95, "ld": 3.0})
     assert nulls == {c: "inconclusive" for c in ids}
+    # the value-side claim alone: its attention below the rule, the others unchanged
+    only = _verdicts(tmp_path, {"val": 0.49})
+    assert only["dup-induction-values"] == "not reproduced" and only["duplicate-induction"] == "reproduced"
 
 
 def test_smoke_run(tmp_path):
@@ -157,7 +190,7 @@ def test_smoke_run(tmp_path):
     assert np.asarray(json.loads(res["patch"].iloc[0])).shape == (2, 2)
     assert (run.path / "figures" / "patching_and_attention.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
-    assert len(vs) == 5
+    assert len(vs) == 6
     # the null arms are measured and, on untrained models, do not meet their rules
-    for c in ("logit-diff", "name-mover-copy", "duplicate-induction"):
+    for c in ("logit-diff", "name-mover-copy", "duplicate-induction", "dup-induction-values"):
         assert vs[c].null_value is not None and vs[c].null_passed is False

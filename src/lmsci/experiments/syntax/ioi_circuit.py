@@ -22,10 +22,14 @@ test set (the chosen heads are scored), each with its ABC prompt (:mod:`lmsci.me
 4. S-inhibition: path patching from each head below the name movers into their queries at END; the largest rise
    of their END->S1+S2 attention;
 5. duplicate-token / induction: each head's attention at S2 to S1 (duplicate token) and to S1+1 (induction); the
-   largest of the two over heads.
+   largest of the two over heads;
+6. the same found by value-side path patching (sec. 3.3; :mod:`lmsci.experiments.syntax._ioi_paths`): the heads
+   below the S-inhibition heads (4.) path-patched into their values, read as the logit difference; the S2
+   attention of the sender that lowers it most (key-side patching reported beside).
 
 Null arms (same run, same statistic): random heads of the same count (circuit, copy, S-inhibition, duplicate), the
-``no-ioi`` model (logit difference). The random-init model's values are reported beside.
+``no-ioi`` model (logit difference); for 6., a random head of the same layers. The random-init model's values are
+reported beside.
 
 Presets. The claims are decided at ``gpu`` and ``paper`` only: in the sizing pilots (CLAIMS.md, 2026-11-27) no
 quick-sized 3-layer d_model 64 GPT left chance within ~3000 steps; its probability mass at END stayed uniform over
@@ -35,8 +39,9 @@ x 8 heads, d_model 256, 10,000 steps of batch 128) is estimated, not run.
 
 Differences from the paper: a word-level toy language (names, places, objects are one token each) instead of GPT-2's
 web text; the model is trained from scratch on the mixture; activation patching replaces a head's output at every
-position; path patching is restricted to the direct path from a sender to the receivers' queries (MLPs and other
-heads frozen); the copy score reads the residual stream after block 0 at the IO position of real prompts.
+position; path patching is restricted to the direct path from a sender to the receivers' queries or values (MLPs and
+other heads frozen up to the receivers); the copy score reads the residual stream after block 0 at the IO position of
+real prompts.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from pydantic import Field
 from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, ExperimentConfig, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.syntax._ioi_paths import dup_by_values, sinh_heads
 from lmsci.measure import patching as P
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
@@ -66,6 +72,7 @@ NM_ATTN = 0.3           # registered: a name mover's mean END->IO attention >= 0
 COPY_MIN = 0.9          # registered: name movers' mean copy score >= 0.9 (paper: > 95%)
 SINH_MIN = 0.1          # registered: path patching one head raises the name movers' END->S attention by >= 0.1
 DUP_MIN = 0.5           # registered: some head attends from S2 to S1 or S1+1 with mean probability >= 0.5
+VAL_FRAC = 0.05         # registered: the head found by value-side patching lowers LD by >= 5% of LD_clean - LD_ABC
 LEARNED_GATE = 0.9      # registered gate: IO above S on >= 90% of the held-out prompts (mean over seeds)
 
 
@@ -168,6 +175,7 @@ def measure_model(model: GPT, disc, test, k: int, n_random: int, seed: int) -> d
     row.update(dup_max=float(di.max()), dup_head=json.dumps(divmod(best, H)), dup_kind="duplicate-token"
                if float(dup.flatten()[best]) >= float(ind.flatten()[best]) else "induction", random_dup=float(di.mean()))
     row.update(sinh_max=0.0, random_sinh=float("nan"), sinh_head="null", sinh=json.dumps(None), sinh_io=float("nan"))
+    sinh_set: list = []
     if nm and min(l for l, _ in nm) >= 1:
         d_s, base = P.query_path_patching(model, disc.clean, disc.corrupt, disc.end, nm, [disc.s1_pos, disc.s2_pos])
         d_io, _ = P.query_path_patching(model, disc.clean, disc.corrupt, disc.end, nm, [disc.io_pos])
@@ -176,6 +184,8 @@ def measure_model(model: GPT, disc, test, k: int, n_random: int, seed: int) -> d
         row.update(sinh_max=float(flat[sb]), sinh_head=json.dumps(divmod(sb, H)), random_sinh=float(np.nanmean(d_s)),
                    sinh=json.dumps(torch.nan_to_num(d_s).tolist()), sinh_io=float(d_io.flatten()[sb]),
                    nm_attn_s_clean=base)
+        sinh_set = sinh_heads(d_s, SINH_MIN)
+    row.update(dup_by_values(model, disc, test, sinh_set, VAL_FRAC))
     return row
 
 
@@ -190,12 +200,14 @@ class IOICircuit(Experiment):
     claim = ("A small GPT trained on IOI sentences mixed with plain text prefers IO over S (logit difference >= 2); "
              "a quarter of its heads carry >= 70% of the logit difference under ABC patching; the circuit heads that "
              "attend to IO at END copy names (copy score >= 0.9); path patching finds S-inhibition heads that move "
-             "the name movers' attention to S; some head at S2 attends to S1 or S1+1.")
+             "the name movers' attention to S; some head at S2 attends to S1 or S1+1, and the head found by path "
+             "patching into the S-inhibition heads' values does.")
     source = "Wang et al., Interpretability in the Wild, arXiv 2211.00593, secs. 2-4"
     Config = IOICircuitConfig
     time_estimate = {"smoke": "~15 s", "quick": "890 s and 632 s measured at master seeds 0 and 1 (3 seeds x 2 arms of "
                               "1200 steps, threads=1, machine shared with other runs); decides nothing (claims "
-                              "registered at gpu and paper)",
+                              "registered at gpu and paper); measured before the value-side path patching, which "
+                              "adds 2 scans of at most (layers - 2) x heads forward passes of the discovery prompts",
                      "gpu": "~10 min estimated on one H100, not measured (3 seeds x 2 arms, 10,000 steps of a 4-layer "
                             "d256 GPT, batch 128 x 48, ~8 ms a step estimated, plus ~15 s of stream generation a model)",
                      "paper": "~2 h estimated on one H100 per arm and seed (12-layer d768 GPT, 50k steps of 128 x 256)"}
@@ -279,6 +291,26 @@ class IOICircuit(Experiment):
             presets=_PRESETS,
             null="the same attention for a random head of the same model (its expectation: the mean over heads)",
         ),
+        Claim(
+            "dup-induction-values",
+            "Path patching into the S-inhibition heads' values finds a duplicate-token or induction head: the earlier "
+            "head whose ABC output, on the direct path into their values, lowers the logit difference most attends "
+            "at S2 to S1 or to S1+1 with mean probability at least 0.5.",
+            _SRC + ", sec. 3.3 (path patching to the S-inhibition heads' values)",
+            "duplicate-token heads 0.1, 3.0 and induction heads 5.5, 6.9 found by path patching to the S-inhibition "
+            "heads' values (4 of 144 heads)",
+            f"per training seed, S-inhibition heads = senders whose query path patching raises the name movers' "
+            f"END->S1+S2 attention by >= {SINH_MIN}; every head below them is path-patched from ABC (every position) "
+            f"into their values only, change of the mean logit difference on the discovery prompts (nats); the "
+            f"sender with the most negative change is found if that change <= -{VAL_FRAC} x (LD_clean - LD_ABC); "
+            "the statistic is its max(attention S2->S1, attention S2->S1+1) on the test prompts, 0 at a seed with no "
+            "found head, no S-inhibition head or none above layer 0; mean over seeds with a 95% Student-t CI",
+            f"mean over at least 3 seeds >= {DUP_MIN}",
+            gates=(_GATE,),
+            presets=_PRESETS,
+            null="the same attention for a random head of the same count (one) from the same layers below the "
+                 "S-inhibition heads (its expectation: the mean over those heads; 0 where there are none)",
+        ),
     ]
 
     def validate(self, cfg: IOICircuitConfig) -> None:
@@ -306,7 +338,8 @@ class IOICircuit(Experiment):
         if arm == "ioi":
             rand = GPT(model.cfg, seed=derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
             r = measure_model(rand, disc, test, k, cfg.n_random_sets, derive_seed(ctx.seed, "random-heads"))
-            row.update({f"rand_{x}": r[x] for x in ("ld", "acc", "circuit_frac", "nm_copy", "sinh_max", "dup_max")})
+            row.update({f"rand_{x}": r[x] for x in ("ld", "acc", "circuit_frac", "nm_copy", "sinh_max", "dup_max",
+                                                    "val_max")})
         return row
 
     def verdicts(self, cfg: IOICircuitConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
@@ -319,9 +352,9 @@ class IOICircuit(Experiment):
         acc = across_seeds(ioi["acc"])
         gate = {"learned": (acc.mean, acc.mean >= LEARNED_GATE)}
         rand_init = {c: round(float(ioi[f"rand_{c}"].mean()), 4) for c in ("ld", "circuit_frac", "nm_copy",
-                                                                             "sinh_max", "dup_max")
+                                                                             "sinh_max", "dup_max", "val_max")
                      if f"rand_{c}" in ioi}
-        no_ioi = {c: round(float(ctl[c].mean()), 4) for c in ("ld", "acc", "nm_copy", "sinh_max", "dup_max")
+        no_ioi = {c: round(float(ctl[c].mean()), 4) for c in ("ld", "acc", "nm_copy", "sinh_max", "dup_max", "val_max")
                   if not ctl.empty and c in ctl}
         out = []
         st = across_seeds(ioi["ld"])
@@ -336,7 +369,8 @@ class IOICircuit(Experiment):
         spec = (("circuit-concentration", "circuit_frac", "random_frac", CIRCUIT_MIN),
                 ("name-mover-copy", "nm_copy", "random_copy", COPY_MIN),
                 ("s-inhibition", "sinh_max", "random_sinh", SINH_MIN),
-                ("duplicate-induction", "dup_max", "random_dup", DUP_MIN))
+                ("duplicate-induction", "dup_max", "random_dup", DUP_MIN),
+                ("dup-induction-values", "val_max", "random_val", DUP_MIN))
         for cid, col, ncol, thr in spec:
             vals = ioi[col].astype(float)
             if not np.isfinite(vals).any():
@@ -359,6 +393,11 @@ class IOICircuit(Experiment):
             if cid == "duplicate-induction":
                 details["best_head"] = list(ioi["dup_head"])
                 details["kind"] = list(ioi["dup_kind"])
+            if cid == "dup-induction-values":
+                details.update(s_inhibition_heads=list(ioi["sinh_set"]), found_head=list(ioi["val_head"]),
+                               kind=list(ioi["val_kind"]), value_path_change_nats=[round(float(v), 4) for v in
+                                                                                    ioi["val_eff"]],
+                               ld_gap_nats=[round(float(v), 4) for v in ioi["val_gap"]])
             if cid == "circuit-concentration":
                 details["circuit"] = list(ioi["circuit"])
                 details["k"] = int(ioi["k"].iloc[0])
@@ -397,19 +436,19 @@ class IOICircuit(Experiment):
                             "the name movers (cf. Wang et al. Fig. 2-3)")]
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
         for i, (arm, sub) in enumerate(ok.groupby("arm", sort=False)):
-            cols = ["circuit_frac", "nm_copy", "sinh_max", "dup_max"]
-            ax.bar(np.arange(4) + 0.27 * i, [sub[c].mean() for c in cols], 0.27, label=arm)
-        rnd = ["random_frac", "random_copy", "random_sinh", "random_dup"]
-        ax.bar(np.arange(4) + 0.54, [np.nan_to_num(ioi[c].astype(float)).mean() for c in rnd], 0.27,
+            cols = ["circuit_frac", "nm_copy", "sinh_max", "dup_max", "val_max"]
+            ax.bar(np.arange(5) + 0.27 * i, [sub[c].mean() for c in cols], 0.27, label=arm)
+        rnd = ["random_frac", "random_copy", "random_sinh", "random_dup", "random_val"]
+        ax.bar(np.arange(5) + 0.54, [np.nan_to_num(ioi[c].astype(float)).mean() for c in rnd], 0.27,
                label="ioi, random heads", color="gray")
-        ax.set_xticks(np.arange(4) + 0.27)
-        ax.set_xticklabels(["circuit frac", "NM copy", "S-inh. d-attn", "dup/ind attn"])
-        for x, t in enumerate((CIRCUIT_MIN, COPY_MIN, SINH_MIN, DUP_MIN)):
+        ax.set_xticks(np.arange(5) + 0.27)
+        ax.set_xticklabels(["circuit frac", "NM copy", "S-inh. d-attn", "dup/ind attn", "via S-inh. V"], fontsize=8)
+        for x, t in enumerate((CIRCUIT_MIN, COPY_MIN, SINH_MIN, DUP_MIN, DUP_MIN)):
             ax.hlines(t, x - 0.15, x + 0.7, colors="k", linestyles="--", lw=1)
         ax.legend(fontsize=7)
         fig.tight_layout()
         figs.append(save_figure(fig, run, "claim_statistics.png",
-                                "The four circuit statistics (mean over seeds) for the IOI model, the model trained "
+                                "The five circuit statistics (mean over seeds) for the IOI model, the model trained "
                                 "without IOI and random heads of the IOI model; dashes: registered thresholds"))
         return figs
 
@@ -418,11 +457,15 @@ class IOICircuit(Experiment):
 
         cols = ["point", "arm", "seed_index", "train_loss", "ld", "acc", "ld_abc", "k", "circuit", "circuit_frac",
                 "random_frac", "name_movers", "nm_copy", "random_copy", "sinh_head", "sinh_max", "random_sinh",
-                "dup_head", "dup_kind", "dup_max", "random_dup", "rand_ld", "rand_dup_max"]
+                "dup_head", "dup_kind", "dup_max", "random_dup", "sinh_set", "val_head", "val_eff", "val_kind",
+                "val_max", "random_val", "rand_ld", "rand_dup_max", "rand_val_max"]
         return ("## Method\n\nWord-level IOI world (the paper's 15 templates with ABBA twins, {nn} names), "
                 "ioi_fraction {f}; GPT {L} layers x {H} heads, d_model {d}, {steps} steps. Heads are chosen on {nd} "
                 "discovery prompts and scored on {nt} test prompts, each with its ABC prompt. Heads are (layer, head), "
-                "0-based. Path patching is the direct path from a sender's END output into the name movers' queries.\n\n"
+                "0-based. Path patching is the direct path from a sender's END output into the name movers' queries "
+                "(S-inhibition), "
+                "and from a sender's output into the S-inhibition heads' values (duplicate-token / induction), read "
+                "as the change of the logit difference.\n\n"
                 "## Results\n\n").format(nn=cfg.n_names, f=cfg.ioi_fraction, L=cfg.model.n_layers, H=cfg.model.n_heads,
                                           d=cfg.model.d_model, steps=cfg.train.steps, nd=cfg.n_discover,
                                           nt=cfg.n_test) + \
