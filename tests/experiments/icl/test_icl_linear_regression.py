@@ -97,7 +97,7 @@ def test_smoke_preset_runs(tmp_path):
     run = RunDir(tmp_path)
     row = exp.run_point(cfg, pt, PointContext(run, pt, 0, "cpu", show_progress=False))
     assert np.isfinite(row["err_model_at_2d"]) and row["err_least_squares_at_2d"] > 0
-    assert len(json.loads(row["probe_r2_by_layer"])) == cfg.n_layers + 1
+    assert len(json.loads(row["probe_r2_by_layer"])) == cfg.model.n_layers + 1
     assert len(json.loads(row["err_curves"])["model"]) == cfg.n_points
     df = pd.DataFrame([{**row, "point": pt.id, "seed_index": 0, "status": "ok"}])
     vs = exp.verdicts(cfg, df, run)
@@ -174,3 +174,14 @@ def test_untrained_model_or_few_seeds_is_inconclusive(tmp_path):
     # one seed way off widens the interval past the threshold: not reproduced, not a pass
     vs = _verdicts(_rows([0.52, 0.56, 1.5]), tmp_path)
     assert vs["ls-error"].outcome == "not reproduced"
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick", "gpu", "paper"])
+def test_train_spec_keeps_the_loops_schedule(preset):
+    """The nested train spec holds what the custom loop used before issue 31: warmup below the step count, AdamW
+    betas (0.9, 0.999), clipping at 1, cosine to a tenth; a bad model spec is a config error naming ``model``."""
+    cfg = resolve_config(ICLLinearRegressionConfig, preset)
+    assert cfg.train.warmup_steps == min(1000 if preset in ("gpu", "paper") else 100, cfg.train.steps - 1)
+    assert (cfg.train.betas, cfg.train.grad_clip, cfg.train.min_lr_ratio) == ((0.9, 0.999), 1.0, 0.1)
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(ICLLinearRegressionConfig, preset, {"model.n_heads": 3})

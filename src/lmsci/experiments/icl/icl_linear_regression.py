@@ -41,29 +41,30 @@ from lmsci.experiments.icl._icl_linear_regression_verdicts import (LS_RATIO_MAX,
                                                                    SPD_CANDIDATES)
 from lmsci.experiments.icl._icl_linear_regression_verdicts import verdicts as linear_regression_verdicts
 from lmsci.experiments.registry import register
-from lmsci.models.gpt import GPTConfig
+from lmsci.models.gpt import GPTSpec
 from lmsci.models.vector_gpt import VectorGPT
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig, lr_at
+from lmsci.train.trainer import TrainSpec, lr_at
 from lmsci.worlds.linear_regression import (
     BASELINES, Curriculum, LinearRegressionWorld, baseline_predictions, spd, squared_errors,
 )
 
 
 class ICLLinearRegressionConfig(ExperimentConfig):
-    """Configuration of ``icl-linear-regression`` (field defaults = the ``quick`` preset: d = 5, 3 seeds)."""
+    """Configuration of ``icl-linear-regression`` (field defaults = the ``quick`` preset: d = 5, 3 seeds).
+
+    Attributes (besides the described fields):
+        model: the GPT trunk of the :class:`VectorGPT` (learned positions for ``2 (2d + 1)`` vectors), GPTSpec.
+        train: the custom loop's AdamW (``betas``, ``weight_decay`` on every parameter, gradient norm clipped at
+            ``grad_clip``) and its warmup + cosine schedule (``lr_at``), TrainSpec.
+    """
 
     d: int = Field(5, ge=1, le=64, description="input dimension of the regression tasks")
     noise_std: float = Field(0.5, ge=0, description="target noise sigma (Akyurek et al.; Garg et al.'s main task has 0)")
-    n_layers: int = Field(3, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
+    model: GPTSpec = GPTSpec(n_layers=3, n_heads=4, d_model=64)
     d_in: int | None = Field(None, ge=1, description="model input width (default d); must be >= d")
-    steps: int = Field(4000, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
+    train: TrainSpec = TrainSpec(steps=4000, batch_size=64, lr=1e-3, warmup_steps=100, weight_decay=0.0,
+                                 betas=(0.9, 0.999), grad_clip=1.0, min_lr_ratio=0.1)
     curriculum_dims_start: int = Field(2, ge=1, description="active dimension at step 0 (Garg: 5 of 20)")
     curriculum_points_start: int = Field(5, ge=1, description="points per prompt at step 0 (Garg: 11 of 41)")
     curriculum_every: int = Field(250, ge=0, description="steps between curriculum increments "
@@ -74,15 +75,17 @@ class ICLLinearRegressionConfig(ExperimentConfig):
     threads: int = Field(1, ge=0)
 
     PRESETS = {
-        "smoke": {"d": 3, "n_layers": 2, "n_heads": 2, "d_model": 16, "steps": 40, "batch_size": 16,
-                  "curriculum_every": 10, "n_eval": 64, "n_probe": 64, "n_seeds": 1},
+        "smoke": {"d": 3, "model.n_layers": 2, "model.n_heads": 2, "model.d_model": 16, "train.steps": 40,
+                  "train.warmup_steps": 39, "train.batch_size": 16, "curriculum_every": 10, "n_eval": 64,
+                  "n_probe": 64, "n_seeds": 1},
         "quick": {"n_seeds": 3},
-        "gpu": {"d": 20, "n_layers": 6, "n_heads": 4, "d_model": 128, "steps": 60000, "batch_size": 64, "lr": 2e-4,
-                "warmup_steps": 1000, "curriculum_dims_start": 5, "curriculum_points_start": 11,
-                "curriculum_every": 2000, "n_eval": 4000, "n_probe": 4000, "n_seeds": 3,
+        "gpu": {"d": 20, "model.n_layers": 6, "model.n_heads": 4, "model.d_model": 128, "train.steps": 60000,
+                "train.batch_size": 64, "train.lr": 2e-4, "train.warmup_steps": 1000, "curriculum_dims_start": 5,
+                "curriculum_points_start": 11, "curriculum_every": 2000, "n_eval": 4000, "n_probe": 4000, "n_seeds": 3,
                 "threads": 0},
-        "paper": {"d": 20, "n_layers": 12, "n_heads": 8, "d_model": 256, "steps": 500000, "batch_size": 64,
-                  "lr": 1e-4, "warmup_steps": 1000, "curriculum_dims_start": 5, "curriculum_points_start": 11,
+        "paper": {"d": 20, "model.n_layers": 12, "model.n_heads": 8, "model.d_model": 256, "train.steps": 500000,
+                  "train.batch_size": 64, "train.lr": 1e-4, "train.warmup_steps": 1000, "curriculum_dims_start": 5,
+                  "curriculum_points_start": 11,
                   "curriculum_every": 2000, "n_eval": 4000, "n_probe": 4000, "n_seeds": 3, "threads": 0},
     }
 
@@ -99,9 +102,7 @@ class ICLLinearRegressionConfig(ExperimentConfig):
 
 def build_model(cfg: ICLLinearRegressionConfig, seed: int) -> VectorGPT:
     """The :class:`VectorGPT` of ``cfg`` (learned positions for ``2 (2d + 1)`` vectors)."""
-    gcfg = GPTConfig(vocab_size=1, seq_len=2 * cfg.n_points, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                     d_model=cfg.d_model)
-    return VectorGPT(gcfg, d_in=cfg.d_in or cfg.d, d_out=1, seed=seed)
+    return VectorGPT(cfg.model.gpt_config(1, 2 * cfg.n_points), d_in=cfg.d_in or cfg.d, d_out=1, seed=seed)
 
 
 @torch.no_grad()
@@ -254,8 +255,6 @@ class ICLLinearRegression(Experiment):
     def validate(self, cfg: ICLLinearRegressionConfig) -> None:
         if cfg.d_in is not None and cfg.d > cfg.d_in:
             raise ConfigError("d", cfg.d, f"<= the model's input width d_in={cfg.d_in}")
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
         if cfg.curriculum_dims_start > cfg.d:
             raise ConfigError("curriculum_dims_start", cfg.curriculum_dims_start, f"<= d={cfg.d}")
         if cfg.curriculum_points_start > cfg.n_points:
@@ -273,22 +272,22 @@ class ICLLinearRegression(Experiment):
             DivergedError: a non-finite loss.
         """
         model = build_model(cfg, derive_seed(seed, "init")).to(device)
-        tc = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, cfg.steps - 1 if cfg.steps > 1 else 0),
-                         min_lr_ratio=0.1)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
+        tc = cfg.train.train_config()
+        opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=tc.betas, weight_decay=tc.weight_decay)
         every = cfg.curriculum_every
         cur_d = Curriculum(cfg.curriculum_dims_start, cfg.d, 1, every)
         cur_n = Curriculum(cfg.curriculum_points_start, cfg.n_points, 2, every)
         gen = torch.Generator().manual_seed(derive_seed(seed, "data"))
         d_in = model.d_in
         hist, run_loss = [], 0.0
-        bar = ctx.progress(cfg.steps) if ctx is not None else None
+        bar = ctx.progress(tc.steps) if ctx is not None else None
         model.train()
-        for step in range(cfg.steps):
+        every_log = max(1, tc.steps // 50)
+        for step in range(tc.steps):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, tc)
             da, na = cur_d.at(step), cur_n.at(step)
-            p = world.sample(cfg.batch_size, na, gen, d_active=da, device=device)
+            p = world.sample(tc.batch_size, na, gen, d_active=da, device=device)
             xs = p.xs if d_in == cfg.d else torch.nn.functional.pad(p.xs, (0, d_in - cfg.d))
             pred = model(_interleave(xs, p.ys))[:, 0::2, 0]
             loss = ((pred - p.ys) ** 2).mean()
@@ -296,13 +295,13 @@ class ICLLinearRegression(Experiment):
                 raise DivergedError(step, float(loss.detach()))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             opt.step()
             run_loss += float(loss.detach())
             if bar is not None:
                 bar.update(1)
-            if (step + 1) % max(1, cfg.steps // 50) == 0 or step == cfg.steps - 1:
-                k = max(1, cfg.steps // 50) if (step + 1) % max(1, cfg.steps // 50) == 0 else (step + 1) % max(1, cfg.steps // 50)
+            if (step + 1) % every_log == 0 or step == tc.steps - 1:
+                k = every_log if (step + 1) % every_log == 0 else (step + 1) % every_log
                 rec = {"step": step + 1, "loss": run_loss / k, "loss_per_dim": run_loss / k / da, "d_active": da,
                        "n_points": na, "lr": lr_at(step, tc)}
                 hist.append(rec)
@@ -424,8 +423,9 @@ class ICLLinearRegression(Experiment):
             [f"spd_{b}" for b in SPD_CANDIDATES] + ["probe_r2_best", "probe_best_layer", "probe_what_r2_best",
                                                     "probe_r2_by_layer", "null_err_model_at_2d", "null_probe_r2_best"]
         return (f"## Method\n\nd = {cfg.d}, prompts of 2d + 1 = {cfg.n_points} pairs, x ~ N(0, I), w ~ N(0, I), noise "
-                f"sigma = {cfg.noise_std}. GPT trunk {cfg.n_layers} layers x {cfg.n_heads} heads x d_model {cfg.d_model} "
-                f"with a linear read-in of the vectors; AdamW lr {cfg.lr}, batch {cfg.batch_size}, {cfg.steps} steps; "
+                f"sigma = {cfg.noise_std}. GPT trunk {cfg.model.n_layers} layers x {cfg.model.n_heads} heads x d_model "
+                f"{cfg.model.d_model} with a linear read-in of the vectors; AdamW lr {cfg.train.lr}, batch "
+                f"{cfg.train.batch_size}, {cfg.train.steps} steps; "
                 f"curriculum: active dimension {cfg.curriculum_dims_start} -> {cfg.d} (+1) and points "
                 f"{cfg.curriculum_points_start} -> {cfg.n_points} (+2) every {cfg.curriculum_every} steps (Garg et al. "
                 f"App. A.2). {cfg.n_eval} evaluation prompts shared by all {cfg.n_seeds} seed(s); baselines exact "
