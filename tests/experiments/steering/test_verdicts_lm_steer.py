@@ -168,6 +168,10 @@ def test_paper_preset_refuses_without_local_paths():
     assert err.value.field == "model_path"
     with pytest.raises(ConfigError, match="rank"):
         LMSteerExperiment().validate(resolve_config(LMSteerConfig, "quick", {"rank": 1000}))  # rank above d_model
+    with pytest.raises(ConfigError, match="flu_d_model"):  # the fluency GPT's width, not a multiple of its heads
+        LMSteerExperiment().validate(resolve_config(LMSteerConfig, "quick", {"flu_d_model": 18, "flu_n_heads": 4}))
+    with pytest.raises(ConfigError, match="model"):  # the steered GPT's spec refuses the same at resolve time
+        resolve_config(LMSteerConfig, "quick", {"model.d_model": 18, "model.n_heads": 4})
 
 
 def test_weak_single_gain_is_noted_on_ratio_claims():

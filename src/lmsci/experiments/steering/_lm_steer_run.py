@@ -98,24 +98,30 @@ def prepare_data(cfg: Any, tok: Any) -> dict[str, Any]:
 def train_language_models(cfg: Any, corpus: Any, device: str, log: Callable[..., None]) -> dict[str, Any]:
     """The steered GPT ``A``, the fluency GPT ``F`` and the transfer target ``B`` (``F`` itself unless
     ``transfer_target="seed"``), trained once per run on the BPE corpus: ``{"A": (model, stats), "F": ...,
-    "B": ...}``, stats with ``val_nll`` in nats/token."""
-    from lmsci.train.corpus_lm import train_corpus_gpt
+    "B": ...}``, stats with ``train_loss`` and ``val_nll`` in nats/token. ``A`` and ``B`` are ``cfg.model`` trained
+    with ``cfg.train``; ``F`` is ``cfg.model`` with the ``flu_*`` width, depth and heads, trained ``flu_steps``
+    steps at ``flu_lr`` (the same batch and schedule otherwise)."""
+    from lmsci.models.gpt import GPT
+    from lmsci.train.trainer import evaluate_nll, train
     from lmsci.worlds import shakespeare as sh
 
     val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
 
-    def lm_train(role, d, L, H, steps, lr):
-        return train_corpus_gpt(sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len), val,
-                                corpus.vocab_size, d_model=d, n_layers=L, n_heads=H, seq_len=cfg.seq_len,
-                                steps=steps, batch_size=cfg.batch_size, lr=lr, device=device,
-                                seed=derive_seed(cfg.seed, "lm", role), log=lambda r: log(model=role, **r))
+    def lm_train(role: str, arch: dict[str, int], **optim: Any) -> tuple[Any, dict[str, float]]:
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
+        seed = derive_seed(cfg.seed, "lm", role)
+        model = GPT(cfg.model.gpt_config(corpus.vocab_size, cfg.seq_len, **arch), seed=seed).to(device)
+        steps = optim.get("steps", cfg.train.steps)
+        tc = cfg.train.train_config(**optim, device=device, log_every=max(1, steps // 20))
+        res = train(model, get_batch, tc, seed=seed + 1, log=lambda r: log(model=role, **r))
+        val_nll = evaluate_nll(model, val)
+        model.zero_grad(set_to_none=True)  # no stale gradients on the frozen-to-be model
+        model.eval()
+        return model, {"train_loss": float(res.final.get("loss", float("nan"))), "val_nll": val_nll}
 
-    out = {"A": lm_train("A", cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.steps, cfg.lr),
-           "F": lm_train("fluency", cfg.flu_d_model, cfg.flu_n_layers, cfg.flu_n_heads, cfg.flu_steps, cfg.flu_lr)}
-    if cfg.transfer_target == "seed":
-        out["B"] = lm_train("B", cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.steps, cfg.lr)
-    else:
-        out["B"] = out["F"]
+    flu = {"d_model": cfg.flu_d_model, "n_layers": cfg.flu_n_layers, "n_heads": cfg.flu_n_heads}
+    out = {"A": lm_train("A", {}), "F": lm_train("fluency", flu, steps=cfg.flu_steps, lr=cfg.flu_lr)}
+    out["B"] = lm_train("B", {}) if cfg.transfer_target == "seed" else out["F"]
     return out
 
 
@@ -400,7 +406,7 @@ def baselines(cfg: Any, ev: Evaluator, A: Any, data: dict, tok: Any, vocab_size:
     n_base = cfg.n_seeds if cfg.baseline_seeds is None else cfg.baseline_seeds
     for b in (cfg.baselines if seed_index < n_base else []):
         st = (LogitOffset(vocab_size, ("attr",)) if b == "logit_offset"
-              else ActAdd(cfg.d_model, cfg.n_layers // 2 if cfg.n_layers > 1 else 0, ("attr",)))
+              else ActAdd(cfg.model.d_model, cfg.model.n_layers // 2 if cfg.model.n_layers > 1 else 0, ("attr",)))
         st = lm.train_steer(A, ["\n" + s for s, _ in sent], [y for _, y in sent], steer=st, lr=cfg.steer_lr,
                             steps=cfg.steer_steps, batch_size=cfg.steer_batch, l2=cfg.l2,
                             seed=derive_seed(seed, "steer", b), tokenizer=tok)

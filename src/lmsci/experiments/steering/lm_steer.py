@@ -10,7 +10,8 @@ sec. 2.2; spec ``shared/research/seed_authors_code.md`` sec. 1; issue 15. The me
 Set-up (every number a config field):
 
 * **Language models.** BPE GPTs trained from scratch on the training works of the Shakespeare corpus
-  (:func:`lmsci.worlds.shakespeare.prepare`, :func:`lmsci.train.corpus_lm.train_corpus_gpt`): the steered GPT ``A``
+  (:func:`lmsci.worlds.shakespeare.prepare`; ``model``: GPTSpec, ``train``: TrainSpec,
+  :func:`~lmsci.experiments.steering._lm_steer_run.train_language_models`): the steered GPT ``A``
   and a larger fluency GPT (the perplexity judge, steered only by transferred steers); the transfer target ``B`` is
   the fluency GPT (``transfer_target="fluency"``: another width and seed) or a GPT of A's shape from another seed
   (``"seed"``). They are trained once per run (seed ``cfg.seed``); the training seeds of the
@@ -64,7 +65,9 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.registry import register
 from lmsci.experiments.steering import _lm_steer_figures, _lm_steer_run, lm_steer_detox
 from lmsci.experiments.steering._lm_steer_verdicts import ATTRS, shakespeare_verdicts
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, resolve_device
+from lmsci.train.trainer import TrainSpec
 
 __all__ = ["ATTRS", "LMSteerConfig", "LMSteerExperiment"]
 
@@ -72,19 +75,23 @@ SRC = "Han et al., 'Word Embeddings Are Steers for Language Models', ACL 2024, a
 
 
 class LMSteerConfig(ExperimentConfig):
-    """Configuration of ``lm-steer`` (field defaults = the ``quick`` preset)."""
+    """Configuration of ``lm-steer`` (field defaults = the ``quick`` preset).
+
+    Attributes:
+        model: the steered GPT ``A`` and the transfer target ``B`` (:class:`~lmsci.models.gpt.GPTSpec`); the fluency
+            GPT is this architecture with ``flu_d_model``, ``flu_n_layers`` and ``flu_n_heads``.
+        train: their optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`: ``batch_size`` windows of
+            ``seq_len`` BPE tokens per step); the fluency GPT trains ``flu_steps`` steps at ``flu_lr`` with the
+            same batch and schedule.
+    """
 
     n_seeds: int = Field(3, ge=1, le=100, description="training seeds of the steers W")
     threads: int = Field(1, ge=0)
     # corpus and language models
     vocab_size: int = Field(1024, ge=257, le=65536, description="BPE vocabulary")
     seq_len: int = Field(64, ge=16)
-    d_model: int = Field(64, ge=8, description="width of the steered GPT A and of the transfer target B")
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    steps: int = Field(1000, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(3e-3, gt=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64)
+    train: TrainSpec = TrainSpec(steps=1000, batch_size=16, lr=3e-3, warmup_steps=100)
     flu_d_model: int = Field(128, ge=8, description="width of the fluency GPT")
     flu_n_layers: int = Field(4, ge=1)
     flu_n_heads: int = Field(4, ge=1)
@@ -157,17 +164,18 @@ class LMSteerConfig(ExperimentConfig):
                                         "classifier's AUC gate")
 
     PRESETS = {
-        "smoke": {"n_seeds": 2, "vocab_size": 1024, "lines_per_play": 60, "seq_len": 32, "d_model": 16, "n_layers": 1, "n_heads": 2,
-                  "steps": 4, "batch_size": 4, "flu_d_model": 16, "flu_n_layers": 1, "flu_n_heads": 2, "flu_steps": 4,
+        "smoke": {"n_seeds": 2, "vocab_size": 1024, "lines_per_play": 60, "seq_len": 32, "model.d_model": 16,
+                  "model.n_layers": 1, "model.n_heads": 2, "train.steps": 4, "train.batch_size": 4,
+                  "train.warmup_steps": 0, "flu_d_model": 16, "flu_n_layers": 1, "flu_n_heads": 2, "flu_steps": 4,
                   "eval_tokens": 200, "n_train_lines": 16, "steer_steps": 3, "steer_batch": 8, "n_prompts": 4,
                   "n_samples": 2, "gen_tokens": 4, "prompt_tokens": 3, "steer_grid": [-5.0, 0.0, 5.0],
                   "n_highlight_lines": 3, "random_draws": 2, "probe_dims": 1, "probe_top": 5,
                   "baseline_grid": [1.0, 2.0]},
         "quick": {},
-        "gpu": {"threads": 0, "vocab_size": 4096, "seq_len": 128, "d_model": 256, "n_layers": 4, "n_heads": 8,
-                "steps": 4000, "batch_size": 32, "flu_d_model": 512, "flu_n_layers": 8, "flu_n_heads": 8,
-                "flu_steps": 4000, "n_train_lines": 2000, "steer_steps": 1000, "n_prompts": 100, "n_samples": 25,
-                "n_highlight_lines": 300, "probe_dims": 5},
+        "gpu": {"threads": 0, "vocab_size": 4096, "seq_len": 128, "model.d_model": 256, "model.n_layers": 4,
+                "model.n_heads": 8, "train.steps": 4000, "train.batch_size": 32, "flu_d_model": 512, "flu_n_layers": 8,
+                "flu_n_heads": 8, "flu_steps": 4000, "n_train_lines": 2000, "steer_steps": 1000, "n_prompts": 100,
+                "n_samples": 25, "n_highlight_lines": 300, "probe_dims": 5},
         # + model_path, toxicity_model_path, data_path (and fluency_model_path): lmsci.experiments.steering.lm_steer_detox
         "paper": {"threads": 0, "n_prompts": 10000, "n_samples": 25, "gen_tokens": 20, "steer_steps": 1000,
                   "steer_batch": 32, "rank": None, "epsilon": 1e-3, "steer_lr": 1e-2, "top_p": 0.9, "gen_batch": 16},
@@ -380,10 +388,10 @@ class LMSteerExperiment(Experiment):
             raise ConfigError(given[0], paths[given[0]], "unset outside the paper preset: the local-model "
                               "detoxification setting runs with --preset paper; smoke, quick and gpu steer "
                               "Shakespeare GPTs")
-        if cfg.d_model % cfg.n_heads or cfg.flu_d_model % cfg.flu_n_heads:
-            raise ConfigError("d_model", (cfg.d_model, cfg.flu_d_model), "multiples of n_heads / flu_n_heads")
-        if cfg.rank is not None and cfg.rank > cfg.d_model:
-            raise ConfigError("rank", cfg.rank, f"at most d_model={cfg.d_model}")
+        if cfg.flu_d_model % cfg.flu_n_heads:
+            raise ConfigError("flu_d_model", cfg.flu_d_model, f"a multiple of flu_n_heads={cfg.flu_n_heads}")
+        if cfg.rank is not None and cfg.rank > cfg.model.d_model:
+            raise ConfigError("rank", cfg.rank, f"at most model.d_model={cfg.model.d_model}")
         if cfg.max_words < cfg.min_words:
             raise ConfigError("max_words", cfg.max_words, f">= min_words={cfg.min_words}")
         if cfg.prompt_tokens + cfg.gen_tokens > cfg.seq_len:
