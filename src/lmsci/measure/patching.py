@@ -315,8 +315,9 @@ def path_patching(model, clean: Tensor, corrupt: Tensor, end: Tensor, io: Tensor
 
     Returns:
         ``[n]`` float: logit difference (IO - S at END, nats) of the path-patched run minus the clean one; negative
-        when the path carries logit difference. Patching every head below a receiver on its ``'v'`` input
-        equals replacing the attention output of those layers in that receiver's value input.
+        when the path carries logit difference. In an attention-only model, patching every head of layer 0 into
+        all heads of layer 1 on ``('q', 'k', 'v')`` equals the paper's algorithm run literally (layer 0's output
+        from the corrupted run, layer 1's outputs recorded, then patched into the clean run; tested).
 
     Raises:
         ConfigError: ``pos`` other than 'learned'/'nope' (inputs recomputed without rotary or bias terms); a
