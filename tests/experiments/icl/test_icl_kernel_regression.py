@@ -129,7 +129,7 @@ def test_smoke_preset_runs(tmp_path):
     r = rows[0]
     assert len(json.loads(r["acc_model"])) == len(cfg.n_grid) and 0 <= r["kr_task_max"] <= 1
     heat = json.loads(r["heatmaps"])
-    assert np.array(heat["agreement"]).shape == (cfg.n_layers, cfg.n_heads)
+    assert np.array(heat["agreement"]).shape == (cfg.model.n_layers, cfg.model.n_heads)
     df = pd.DataFrame([{**r, "point": pts[0].id, "seed_index": 0, "status": "ok"}])
     vs = exp.verdicts(cfg, df, run)
     assert {v.claim_id for v in vs} == {c.id for c in exp.claims}
@@ -221,3 +221,14 @@ def test_hf_text_procedure_on_a_tiny_random_model_by_path(tmp_path):
     out = hf_text_kernel_regression(str(tmp_path), None, n_demos=2, n_val=3, n_test=3, seed=0, minilm=True)
     assert 0 <= out["agreement_test"] <= 1 and 0 <= out["icl_acc"] <= 1 and 0 <= out["minilm_tuned"] <= 1
     assert len(out["best_head"]) == 2 and 0 <= out["best_head"][0] < 2
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick", "gpu", "paper"])
+def test_train_spec_keeps_the_warmup_below_the_steps(preset):
+    """The nested train spec holds the warmup min(W, steps - 1) and weight decay 0.1 used before issue 31; a bad
+    model spec is a config error naming ``model``."""
+    cfg = resolve_config(ICLKernelRegressionConfig, preset)
+    w = {"gpu": 500, "paper": 2000}.get(preset, 100)
+    assert (cfg.train.warmup_steps, cfg.train.weight_decay) == (min(w, cfg.train.steps - 1), 0.1)
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(ICLKernelRegressionConfig, preset, {"model.n_heads": 5})

@@ -47,14 +47,19 @@ from lmsci.measure.icl import (
     KERNELS, embedding_kernel_predictions, head_agreement, kernel_similarity_correlation, kernel_values,
     last_token_attention, load_minilm, prediction_similarity, select_heads, tune_temperature, vote_predictions,
 )
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.hmm_mixture import HMMMixture
 
 
 class ICLKernelRegressionConfig(ExperimentConfig):
-    """Configuration of ``icl-kernel-regression`` (field defaults = the ``quick`` preset)."""
+    """Configuration of ``icl-kernel-regression`` (field defaults = the ``quick`` preset).
+
+    Attributes (besides the described fields):
+        model: the GPT pretrained on the HMM mixture (context :func:`seq_len_of`), GPTSpec.
+        train: its optimizer and schedule (the seeds trained stacked), TrainSpec.
+    """
 
     n_tasks: int = Field(16, ge=1)
     n_states: int = Field(16, ge=1)
@@ -65,13 +70,8 @@ class ICLKernelRegressionConfig(ExperimentConfig):
     start_alpha: float = Field(1.0, gt=0)
     n_grid: list[int] = Field([1, 2, 4, 8, 16, 32], min_length=3, description="demonstration counts evaluated")
     n_kr: int = Field(16, ge=1, description="demonstrations in the kernel-regression prompts")
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=8)
-    steps: int = Field(1500, ge=1)
-    batch_size: int = Field(24, ge=1)
-    lr: float = Field(2e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64)
+    train: TrainSpec = TrainSpec(steps=1500, batch_size=24, lr=2e-3, warmup_steps=100, weight_decay=0.1)
     n_eval: int = Field(1000, ge=10, description="prompts per demonstration count")
     n_val_per_task: int = Field(40, ge=2, description="validation prompts per task (head and temperature choice)")
     n_test_per_task: int = Field(40, ge=2, description="held-out prompts per task")
@@ -84,17 +84,18 @@ class ICLKernelRegressionConfig(ExperimentConfig):
     threads: int = Field(1, ge=0)
 
     PRESETS = {
-        "smoke": {"n_tasks": 2, "n_states": 4, "n_obs": 6, "n_grid": [1, 2, 4], "n_kr": 4, "n_layers": 1,
-                  "n_heads": 2, "d_model": 16, "steps": 20, "batch_size": 8, "n_eval": 20, "n_val_per_task": 5,
-                  "n_test_per_task": 5, "minilm": False, "n_seeds": 1},
+        "smoke": {"n_tasks": 2, "n_states": 4, "n_obs": 6, "n_grid": [1, 2, 4], "n_kr": 4, "model.n_layers": 1,
+                  "model.n_heads": 2, "model.d_model": 16, "train.steps": 20, "train.warmup_steps": 19,
+                  "train.batch_size": 8, "n_eval": 20, "n_val_per_task": 5, "n_test_per_task": 5, "minilm": False,
+                  "n_seeds": 1},
         "quick": {"n_seeds": 3},
         "gpu": {"n_tasks": 8, "n_states": 80, "n_obs": 100, "x_len": 3, "n_grid": [1, 2, 4, 8, 16, 32, 64],
-                "n_kr": 32, "n_layers": 6, "n_heads": 8, "d_model": 256, "steps": 20000, "batch_size": 64, "lr": 5e-4,
-                "warmup_steps": 500, "n_eval": 1000, "n_val_per_task": 700, "n_test_per_task": 300, "n_seeds": 3,
+                "n_kr": 32, "model.n_layers": 6, "model.n_heads": 8, "model.d_model": 256, "train.steps": 20000,
+                "train.batch_size": 64, "train.lr": 5e-4, "train.warmup_steps": 500, "n_eval": 1000, "n_val_per_task": 700, "n_test_per_task": 300, "n_seeds": 3,
                 "threads": 0},
         "paper": {"n_tasks": 8, "n_states": 80, "n_obs": 100, "x_len": 3, "n_grid": [1, 2, 4, 8, 16, 32, 64, 128],
-                  "n_kr": 32, "n_layers": 12, "n_heads": 12, "d_model": 768, "steps": 100000, "batch_size": 64,
-                  "lr": 3e-4, "warmup_steps": 2000, "n_eval": 2000, "n_val_per_task": 700, "n_test_per_task": 300,
+                  "n_kr": 32, "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "train.steps": 100000,
+                  "train.batch_size": 64, "train.lr": 3e-4, "train.warmup_steps": 2000, "n_eval": 2000, "n_val_per_task": 700, "n_test_per_task": 300,
                   "n_seeds": 3, "threads": 0},
     }
 
@@ -181,8 +182,6 @@ class ICLKernelRegression(Experiment):
     ]
 
     def validate(self, cfg: ICLKernelRegressionConfig) -> None:
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads}")
         if sorted(set(cfg.n_grid)) != list(cfg.n_grid) or min(cfg.n_grid) < 1:
             raise ConfigError("n_grid", cfg.n_grid, "increasing demonstration counts >= 1")
 
@@ -194,8 +193,7 @@ class ICLKernelRegression(Experiment):
 
     def build(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, seed: int) -> GPT:
         """The GPT over the mixture's vocabulary with context :func:`seq_len_of`, initialised from ``seed``."""
-        return GPT(GPTConfig(vocab_size=world.vocab_size, seq_len=seq_len_of(cfg, world), n_layers=cfg.n_layers,
-                             n_heads=cfg.n_heads, d_model=cfg.d_model), seed=seed)
+        return GPT(cfg.model.gpt_config(world.vocab_size, seq_len_of(cfg, world)), seed=seed)
 
     def run_point(self, cfg, point, ctx):
         return self.run_group(cfg, [point], [ctx])[0]
@@ -210,12 +208,10 @@ class ICLKernelRegression(Experiment):
 
         def get_batch(step: int, gen: torch.Generator):
             rng = np.random.default_rng(int(torch.randint(0, 2 ** 62, (1,), generator=gen)))
-            docs = torch.as_tensor(world.sample_documents(cfg.batch_size, T, rng), device=device)
+            docs = torch.as_tensor(world.sample_documents(cfg.train.batch_size, T, rng), device=device)
             return docs[:, :-1], docs[:, 1:]
 
-        tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                         warmup_steps=min(cfg.warmup_steps, max(cfg.steps - 1, 0)), weight_decay=0.1,
-                         log_every=max(1, cfg.steps // 50), device=device)
+        tc = cfg.train.train_config(log_every=max(1, cfg.train.steps // 50), device=device)
         logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))}) for c in ctxs]
         res = train_stacked(models, get_batch, tc, seeds=[derive_seed(c.seed, "data") for c in ctxs], log=logs)
         rows = []
@@ -417,8 +413,9 @@ class ICLKernelRegression(Experiment):
                 "null_bayes_gap_last", "null_kr_task_max", "null_minilm_best"]
         return (f"## Method\n\nWorld: {cfg.n_tasks} HMM tasks, {cfg.n_states} states, {cfg.n_obs} observations, "
                 f"inputs of {cfg.x_len} observations (Dirichlet {cfg.emit_alpha}/{cfg.trans_alpha}/{cfg.start_alpha}). "
-                f"GPT {cfg.n_layers} x {cfg.n_heads} heads x d_model {cfg.d_model}, {cfg.steps} steps of batch "
-                f"{cfg.batch_size}, {cfg.n_seeds} seed(s) trained stacked. Accuracy on {cfg.n_eval} prompts per n; "
+                f"GPT {cfg.model.n_layers} x {cfg.model.n_heads} heads x d_model {cfg.model.d_model}, "
+                f"{cfg.train.steps} steps of batch {cfg.train.batch_size}, {cfg.n_seeds} seed(s) trained stacked. "
+                f"Accuracy on {cfg.n_eval} prompts per n; "
                 f"kernel regression at n = {cfg.n_kr} with {cfg.n_val_per_task} validation and {cfg.n_test_per_task} "
                 "held-out prompts per task; kernels max / sum over [x_i, y_i] and label-only; the `kr_gold_*` column "
                 "is the head's vote against the gold label (reconstructed performance). Null arm: the claims' "
