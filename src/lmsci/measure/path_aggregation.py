@@ -7,8 +7,9 @@ from a logistic regression) and the unweighted one (every weight 1); the officia
 (commit abc06a0), ``kg_reasoning/data_generation/generator.py`` (``create_graph``: per-relation transition matrices
 with ``1 / out-degree(e1)`` over all relations; ``get_all_rule_probs``: products along every relation sequence up to
 ``max_rule_len``; ``get_path_ranking_data``: rules that hold on more than ``min_count`` training triples of the goal
-relation, positives the training triples, as many negatives sampled from other tails with a non-zero feature;
-``LogisticRegression``; ``path_ranking_predict``: weighted and plain sums) and ``kg_reasoning/analysis.py``
+relation (the official hard-codes 10), positives the training triples with a non-zero feature, as many negatives
+sampled from other tails with a non-zero feature; ``LogisticRegression``; ``path_ranking_predict``: weighted and
+plain sums) and ``kg_reasoning/analysis.py``
 (``pra_temp`` T = 100; ``KL(P, Q)`` summed where ``p > 1e-4`` with ``log(p / (q + 1e-4))``). Facts carried over, not
 code. One deviation, stated: the goal relation's own length-1 rule ``(r,)`` is left out of its features (it holds on
 every positive and separates the training set perfectly, while it is zero on every held-out query).
@@ -71,11 +72,13 @@ def fit_rule_weights(probs: dict[tuple[int, ...], np.ndarray], triples: np.ndarr
     Args:
         probs: :func:`rule_probabilities`.
         triples: training triples ``[m, 3]``; the positives are those with relation ``goal``.
-        min_count: keep rules holding (non-zero probability) on more than this many positives.
+        min_count: keep rules holding (non-zero probability) on more than this many positives (official: 10).
         max_rules: keep at most this many rules, the most frequent first.
 
     Returns:
-        ``(rules, weights [n_rules])``; with no positive or no negative example every weight is 1.
+        ``(rules, weights [n_rules])``; positives are the goal's training triples with a non-zero feature (the
+        official ``sum(x) > 0``), negatives as many other tails of their heads with a non-zero feature; with no
+        positive or no negative example every weight is 1.
     """
     from sklearn.linear_model import LogisticRegression
 
@@ -86,13 +89,16 @@ def fit_rule_weights(probs: dict[tuple[int, ...], np.ndarray], triples: np.ndarr
         return rules, np.ones(len(rules))
     feats = np.stack([probs[r] for r in rules], -1)  # [E, E, n_rules]
     x_pos = feats[pos[:, 0], pos[:, 2]]
+    x_pos = x_pos[x_pos.sum(-1) > 0]  # official: a positive with no path feature is not a training example
+    if len(x_pos) == 0:
+        return rules, np.ones(len(rules))
     true = np.zeros(feats.shape[:2], dtype=bool)
     true[triples[triples[:, 1] == goal][:, 0], triples[triples[:, 1] == goal][:, 2]] = True
     heads = np.unique(pos[:, 0])
     cand = [(h, t) for h in heads for t in range(feats.shape[1]) if not true[h, t] and feats[h, t].sum() > 0]
     if not cand:
         return rules, np.ones(len(rules))
-    pick = rng.permutation(len(cand))[: len(pos)]
+    pick = rng.permutation(len(cand))[: len(x_pos)]
     x_neg = np.stack([feats[cand[i]] for i in pick])
     X = np.concatenate([x_pos, x_neg])
     y = np.concatenate([np.ones(len(x_pos)), np.zeros(len(x_neg))])

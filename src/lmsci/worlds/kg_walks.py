@@ -79,7 +79,15 @@ class KGWorld:
         A walk starts at a uniform entity and follows a uniform out-edge at each step (no dead ends here). With
         ``shuffled``, each triple is an independent uniform training edge (the official ``random_iter``: a head
         drawn with weight equal to its out-degree, then a uniform out-edge).
+
+        Raises:
+            ValueError: a walk (not ``shuffled``) on a graph with a dead end (an entity without out-edges; the official
+                ``random_walk_iter`` ends the walk there, which walks of fixed length cannot; :func:`kg_world` makes
+                none).
         """
+        if not shuffled and (self.outdeg == 0).any():
+            raise ValueError(f"walks need an out-edge at every entity: {int((self.outdeg == 0).sum())} dead end(s), "
+                             f"e.g. entity {int(np.flatnonzero(self.outdeg == 0)[0])}")
         out = np.empty((n_walks, 3 * walk_len + 1), dtype=np.int64)
         cur = rng.integers(self.n_entities, size=n_walks)
         for i in range(walk_len):
