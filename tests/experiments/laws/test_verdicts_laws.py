@@ -30,8 +30,8 @@ def _sweep_table(cfg, law, noise=0.01, bump=0.0, seed=0):
     rows = []
     for p in exp.seeded_points(cfg):
         d, D = p.params["d_model"], p.params["tokens"]
-        N = 12 * cfg.n_layers * d * d
-        rows.append({"d_model": d, "n_layers": cfg.n_layers, "isoflop": p.params["isoflop"], "N": N,
+        N = 12 * cfg.model.n_layers * d * d
+        rows.append({"d_model": d, "n_layers": cfg.model.n_layers, "isoflop": p.params["isoflop"], "N": N,
                      "n_params_total": N + 65 * d, "D": D, "C": 6.0 * N * D, "steps": D // 2048,
                      "tokens_seen": D, "val_nll": law(N, D) + rng.normal(0, noise), "train_loss_final": 0.0,
                      "tokens_per_s": 1e4, "seed_index": p.seed_index, "status": "ok", "seconds": 1.0})

@@ -46,8 +46,10 @@ from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.laws._scaling_sweep_verdicts import EXP_RANGE, MAX_BOOT_FAILED, NOISE_MARGIN
 from lmsci.experiments.laws._scaling_sweep_verdicts import verdicts as scaling_verdicts
 from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPTSpec
 from lmsci.report import markdown_table
 from lmsci.runs import RunDir, derive_seed
+from lmsci.train.trainer import TrainSpec
 
 LAWS = ("chinchilla", "kaplan_nd", "kaplan_n", "kaplan_d")
 _SRC = ("Hoffmann et al. 2022, arXiv 2203.15556, eq. 2 / Approach 3; Kaplan et al. 2020, arXiv 2001.08361, "
@@ -89,10 +91,14 @@ class ScalingSweepConfig(ExperimentConfig):
     """Configuration of ``scaling-sweep`` (defaults = the ``quick`` preset).
 
     Attributes:
-        d_models: model widths (N grows ~ d_model^2; n_layers and n_heads fixed).
-        n_layers, n_heads, seq_len, batch_size: the GPT and the batch (tokens per step = batch_size * seq_len).
-        tokens: training-token budgets D; steps = D / (batch_size * seq_len).
-        lr, warmup_frac, min_lr_ratio, weight_decay: AdamW with warmup then cosine to the end of each run.
+        d_models: model widths (N grows ~ d_model^2; the rest of ``model`` fixed).
+        model: the GPT trained at every point (:class:`~lmsci.models.gpt.GPTSpec`); its ``d_model`` is not used:
+            each point's width comes from ``d_models``.
+        seq_len: the context length (tokens per step = train.batch_size * seq_len).
+        tokens: training-token budgets D; each run's steps = D / (train.batch_size * seq_len).
+        train: the optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`: AdamW with warmup_frac of each
+            run's steps, then cosine to the end of the run); its ``steps`` is not used: each run's steps come from
+            ``tokens``.
         eval_tokens: validation tokens scored per run (fixed windows of held-out works).
         threads: torch CPU threads per run (1 is fastest on a shared 2-core machine).
         n_boot: bootstrap resamples of the fits (over runs, all seeds pooled).
@@ -107,15 +113,10 @@ class ScalingSweepConfig(ExperimentConfig):
     """
 
     d_models: list[int] = Field(default_factory=lambda: [16, 24, 32, 44, 64])
-    n_layers: int = Field(2, ge=1, le=48)
-    n_heads: int = Field(4, ge=1)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4)
     seq_len: int = Field(64, ge=4)
-    batch_size: int = Field(32, ge=1)
     tokens: list[int] = Field(default_factory=lambda: [131072, 262144, 524288, 1048576])
-    lr: float = Field(3e-3, gt=0)
-    warmup_frac: float = Field(0.1, ge=0, lt=1)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.1, ge=0)
+    train: TrainSpec = TrainSpec(batch_size=32, lr=3e-3, warmup_frac=0.1, min_lr_ratio=0.1, weight_decay=0.1)
     eval_tokens: int = Field(32768, ge=64)
     threads: int = Field(1, ge=0, description="torch threads per run (0 = torch's default)")
     n_boot: int = Field(1000, ge=0, le=100000)
@@ -131,17 +132,17 @@ class ScalingSweepConfig(ExperimentConfig):
 
     PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
     PRESETS = {
-        "smoke": {"d_models": [8, 12, 16], "n_layers": 1, "n_heads": 2, "seq_len": 16, "batch_size": 4,
-                  "tokens": [256, 512, 1024], "eval_tokens": 512, "n_boot": 20, "grid": "coarse",
+        "smoke": {"d_models": [8, 12, 16], "model.n_layers": 1, "model.n_heads": 2, "seq_len": 16,
+                  "train.batch_size": 4, "tokens": [256, 512, 1024], "eval_tokens": 512, "n_boot": 20, "grid": "coarse",
                   "laws": ["chinchilla", "kaplan_n"]},
         "quick": {},
         # one H100: a 4-layer grid spanning ~32x in N and 16x in D (the quick grid leaves alpha unresolved), 3 seeds
-        "gpu": {"d_models": [32, 44, 64, 88, 128, 180], "n_layers": 4, "seq_len": 128, "batch_size": 64,
-                "tokens": [2 ** k for k in range(19, 24)], "lr": 2e-3, "eval_tokens": 131072, "threads": 0,
+        "gpu": {"d_models": [32, 44, 64, 88, 128, 180], "model.n_layers": 4, "seq_len": 128, "train.batch_size": 64,
+                "tokens": [2 ** k for k in range(19, 24)], "train.lr": 2e-3, "eval_tokens": 131072, "threads": 0,
                 "n_seeds": 3},
-        "paper": {"d_models": [64, 96, 128, 192, 256, 384], "n_layers": 4, "seq_len": 256, "batch_size": 64,
-                  "tokens": [2 ** k for k in range(22, 28)], "lr": 1e-3, "eval_tokens": 262144, "threads": 8,
-                  "n_seeds": 3, "n_starts": None},
+        "paper": {"d_models": [64, 96, 128, 192, 256, 384], "model.n_layers": 4, "seq_len": 256,
+                  "train.batch_size": 64, "tokens": [2 ** k for k in range(22, 28)], "train.lr": 1e-3,
+                  "eval_tokens": 262144, "threads": 8, "n_seeds": 3, "n_starts": None},
     }
 
 
@@ -210,14 +211,15 @@ class ScalingSweep(Experiment):
         if len(cfg.d_models) < 2 or len(set(cfg.d_models)) != len(cfg.d_models):
             raise ConfigError("d_models", cfg.d_models, "at least 2 distinct widths")
         for d in cfg.d_models:
-            if d < 1 or d % cfg.n_heads:
-                raise ConfigError("d_models", d, f"positive multiples of n_heads={cfg.n_heads}")
-        tpb = cfg.batch_size * cfg.seq_len
+            if d < 1 or d % cfg.model.n_heads:
+                raise ConfigError("d_models", d, f"positive multiples of model.n_heads={cfg.model.n_heads}")
+            cfg.model.gpt_config(1, cfg.seq_len, d_model=d)  # the width's other checks (an even head with rope)
+        tpb = cfg.train.batch_size * cfg.seq_len
         if len(cfg.tokens) < 2 or len(set(cfg.tokens)) != len(cfg.tokens):
             raise ConfigError("tokens", cfg.tokens, "at least 2 distinct token budgets")
         for t in cfg.tokens:
             if t < 2 * tpb:
-                raise ConfigError("tokens", t, f"at least 2 steps of batch_size*seq_len = {2 * tpb} tokens")
+                raise ConfigError("tokens", t, f"at least 2 steps of train.batch_size*seq_len = {2 * tpb} tokens")
         if len(cfg.d_models) * len(cfg.tokens) < 8:
             raise ConfigError("tokens", cfg.tokens, "a grid of at least 8 (N, D) runs with d_models")
         for law in cfg.laws:
@@ -249,24 +251,18 @@ class ScalingSweep(Experiment):
         return list(by.values())
 
     def _setup(self, cfg: ScalingSweepConfig, point: Point):
-        from lmsci.models.gpt import GPTConfig
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare("char")
-        d = int(point.params["d_model"])
-        gcfg = GPTConfig(vocab_size=corpus.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
-                         n_heads=cfg.n_heads, d_model=d)
-        tpb = cfg.batch_size * cfg.seq_len
+        gcfg = cfg.model.gpt_config(corpus.vocab_size, cfg.seq_len, d_model=int(point.params["d_model"]))
+        tpb = cfg.train.batch_size * cfg.seq_len
         steps = max(2, int(point.params["tokens"]) // tpb)
         return corpus, gcfg, steps, tpb
 
     def _tcfg(self, cfg: ScalingSweepConfig, steps: int, device: str):
-        from lmsci.train.trainer import TrainConfig
-
-        return TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                           warmup_steps=int(cfg.warmup_frac * steps), min_lr_ratio=cfg.min_lr_ratio,
-                           weight_decay=cfg.weight_decay, checkpoint_every=max(1, steps // 4),
-                           log_every=max(1, steps // 20), device=device, precision=cfg.precision)
+        # the warmup follows train.warmup_frac: int(warmup_frac * steps) of this run's steps
+        return cfg.train.train_config(steps=steps, checkpoint_every=max(1, steps // 4), log_every=max(1, steps // 20),
+                                      device=device, precision=cfg.precision)
 
     def _row(self, cfg: ScalingSweepConfig, point: Point, model, res, corpus, steps: int, tpb: int) -> dict[str, Any]:
         from lmsci.train.trainer import evaluate_nll
@@ -277,7 +273,8 @@ class ScalingSweep(Experiment):
         n_ne = model.num_params(non_embedding=True)
         D = int(steps * tpb)
         return {
-            "d_model": int(point.params["d_model"]), "n_layers": cfg.n_layers, "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
+            "d_model": int(point.params["d_model"]), "n_layers": cfg.model.n_layers,
+            "isoflop": int(point.params["isoflop"]), "N": n_ne, "n_params_total": model.num_params(),
             "D": D, "C": 6.0 * n_ne * D, "steps": steps, "tokens_seen": int(res.tokens_seen),
             "val_nll": float(val), "train_loss_final": float(res.final.get("loss", float("nan"))),
             "tokens_per_s": float(np.median([r["tokens_per_s"] for r in recs])) if recs else float("nan"),
@@ -290,7 +287,7 @@ class ScalingSweep(Experiment):
 
         corpus, gcfg, steps, tpb = self._setup(cfg, point)
         model = GPT(gcfg, seed=ctx.seed)
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         bar = ctx.progress(steps, "train")
         res = train(model, get_batch, self._tcfg(cfg, steps, ctx.device), seed=ctx.seed, log=lambda r: ctx.log(**r),
                     checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
@@ -307,7 +304,7 @@ class ScalingSweep(Experiment):
 
         corpus, gcfg, steps, tpb = self._setup(cfg, points[0])
         models = [GPT(gcfg, seed=c.seed) for c in ctxs]
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         bar = ctxs[0].progress(steps, f"train x{len(points)} (stacked)")
         res = train_stacked(models, get_batch, self._tcfg(cfg, steps, ctxs[0].device), seeds=[c.seed for c in ctxs],
                             log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
