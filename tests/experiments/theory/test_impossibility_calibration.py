@@ -210,3 +210,14 @@ def test_smoke_preset_runs(tmp_path):
     vs = {v.claim_id: v for v in run.verdicts()}
     for k in ("transformer-tracks-mf", "temperature-tradeoff"):  # the untrained network's arm does not meet the rule
         assert vs[k].null_value is not None and vs[k].null_passed is False, (k, vs[k].null_value, vs[k].null_passed)
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick", "gpu", "paper"])
+def test_warmup_is_a_tenth_of_the_steps_at_most_100(preset):
+    """The nested train spec keeps the warmup min(100, steps // 10) and weight decay 0 used before issue 31; a bad
+    model spec is a config error naming ``model``."""
+    cfg = resolve_config(CalibrationConfig, preset)
+    assert (cfg.train.warmup_steps, cfg.train.weight_decay) == (min(100, cfg.train.steps // 10), 0.0)
+    assert cfg.train.train_config(eval_every=cfg.eval_every).eval_every == cfg.eval_every
+    with pytest.raises(ConfigError, match="model"):
+        resolve_config(CalibrationConfig, preset, ["model.n_heads=3"])

@@ -49,14 +49,21 @@ from lmsci.experiments.theory._calibration_hallucination_verdicts import (CALIBR
 from lmsci.experiments.theory._calibration_hallucination_verdicts import verdicts as calibration_verdicts
 from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_generator, hallucination_rate,
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate)
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainConfig, train
+from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.factoids import BOS, FactoidWorld
 
 
 class CalibrationConfig(ExperimentConfig):
-    """Configuration of ``calibration-hallucination`` (field defaults = the ``quick`` preset)."""
+    """Configuration of ``calibration-hallucination`` (field defaults = the ``quick`` preset).
+
+    Attributes (besides the described fields):
+        model: the transformer (context: the factoid's slots), :class:`GPTSpec`.
+        train: its optimizer and schedule, :class:`TrainSpec`; the warmup is ``min(100, steps // 10)`` steps
+            (``warmup_frac`` 0.1 up to 1,000 steps; gpu/paper spell 100).
+        eval_every: held-out NLL every this many steps (the best checkpoint is kept).
+    """
 
     slots: list[int] = Field([200, 200, 100], min_length=1,
                              description="values per slot (who, what, where); |Y| = their product")
@@ -66,13 +73,8 @@ class CalibrationConfig(ExperimentConfig):
                                description="Zipf popularity exponents swept (moves MF)")
     bins: int = Field(10, ge=1, description="b, adaptive bins of Mis_b")
     # transformer
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_model: int = Field(64, ge=1)
-    steps: int = Field(300, ge=1)
-    batch_size: int = Field(128, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64)
+    train: TrainSpec = TrainSpec(steps=300, batch_size=128, lr=3e-3, warmup_frac=0.1, weight_decay=0.0)
     eval_every: int = Field(25, ge=1)
     n_heldout: int = Field(3000, ge=1, description="fresh documents for the held-out NLL (checkpoint choice)")
     cold_temperature: float = Field(0.5, gt=0, lt=1, description="the lower sampling temperature")
@@ -80,16 +82,19 @@ class CalibrationConfig(ExperimentConfig):
     threads: int = Field(1, ge=0)
 
     PRESETS = {
-        "smoke": {"slots": [12, 10, 8], "n_facts": 40, "n_train": 60, "zipfs": [0.0, 2.0], "steps": 20,
-                  "eval_every": 10, "n_heldout": 100, "n_samples": 100, "d_model": 16, "n_layers": 1,
-                  "batch_size": 16},
+        "smoke": {"slots": [12, 10, 8], "n_facts": 40, "n_train": 60, "zipfs": [0.0, 2.0], "train.steps": 20,
+                  "eval_every": 10, "n_heldout": 100, "n_samples": 100, "model.d_model": 16, "model.n_layers": 1,
+                  "train.batch_size": 16},
         "quick": {"n_seeds": 5},
+        # warmup min(100, steps // 10) = 100 at these step counts
         "gpu": {"n_seeds": 5, "slots": [500, 500, 400], "n_facts": 12000, "n_train": 8000,
-                "zipfs": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], "d_model": 256, "n_layers": 4, "n_heads": 8,
-                "steps": 4000, "eval_every": 100, "threads": 0},
+                "zipfs": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], "model.d_model": 256, "model.n_layers": 4,
+                "model.n_heads": 8, "train.steps": 4000, "train.warmup_frac": None, "train.warmup_steps": 100,
+                "eval_every": 100, "threads": 0},
         "paper": {"n_seeds": 5, "slots": [1000, 1000, 300], "n_facts": 40000, "n_train": 30000,
-                  "zipfs": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], "d_model": 512, "n_layers": 8, "n_heads": 8,
-                  "steps": 20000, "eval_every": 250, "threads": 0},
+                  "zipfs": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], "model.d_model": 512, "model.n_layers": 8,
+                  "model.n_heads": 8, "train.steps": 20000, "train.warmup_frac": None, "train.warmup_steps": 100,
+                  "eval_every": 250, "threads": 0},
     }
 
 
@@ -173,8 +178,6 @@ class CalibrationHallucination(Experiment):
             raise ConfigError("n_facts", cfg.n_facts, f"<= prod(slots) = {math.prod(cfg.slots)}")
         if min(cfg.slots) < 1:
             raise ConfigError("slots", cfg.slots, "slot sizes >= 1")
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads = {cfg.n_heads}")
         if any(z < 0 for z in cfg.zipfs):
             raise ConfigError("zipfs", cfg.zipfs, "exponents >= 0")
 
@@ -185,8 +188,7 @@ class CalibrationHallucination(Experiment):
     def _train(self, cfg: CalibrationConfig, world: FactoidWorld, y_train: np.ndarray, ctx: PointContext,
                device: str) -> tuple[GPT, dict]:
         k = len(world.slots)
-        model = GPT(GPTConfig(vocab_size=world.vocab_size, seq_len=k, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                              d_model=cfg.d_model), seed=derive_seed(ctx.seed, "init"))
+        model = GPT(cfg.model.gpt_config(world.vocab_size, k), seed=derive_seed(ctx.seed, "init"))
         toks = torch.as_tensor(world.tokens(y_train), device=device)
         held = torch.as_tensor(world.tokens(world.sample(cfg.n_heldout, np.random.default_rng(
             derive_seed(ctx.seed, "heldout")))), device=device)
@@ -195,7 +197,7 @@ class CalibrationHallucination(Experiment):
 
         def get_batch(step: int, gen: torch.Generator):
             step_box["step"] = step + 1
-            idx = torch.randint(len(toks), (cfg.batch_size,), generator=gen).to(device)
+            idx = torch.randint(len(toks), (cfg.train.batch_size,), generator=gen).to(device)
             b = toks[idx]
             return b[:, :-1], b[:, 1:]
 
@@ -206,8 +208,7 @@ class CalibrationHallucination(Experiment):
                             state={k: v.detach().clone() for k, v in m.state_dict().items()})
             return {"heldout_nll": nll}
 
-        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=min(100, cfg.steps // 10),
-                           weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, device=device, log_every=50)
+        tcfg = cfg.train.train_config(eval_every=cfg.eval_every, device=device, log_every=50)
         res = train(model, get_batch, tcfg, seed=derive_seed(ctx.seed, "train"), eval_fn=eval_fn,
                     log=lambda r: ctx.log(**r))
         model.load_state_dict(best["state"])
@@ -287,8 +288,8 @@ class CalibrationHallucination(Experiment):
         row.update(info)
         tf, tf_cold = self.factoid_distribution(model, world, [1.0, cfg.cold_temperature], device)
         # null arm: the untrained network (the same architecture and initialisation as the trained one)
-        init = GPT(GPTConfig(vocab_size=world.vocab_size, seq_len=len(world.slots), n_layers=cfg.n_layers,
-                             n_heads=cfg.n_heads, d_model=cfg.d_model), seed=derive_seed(ctx.seed, "init")).to(device)
+        init = GPT(cfg.model.gpt_config(world.vocab_size, len(world.slots)),
+                   seed=derive_seed(ctx.seed, "init")).to(device)
         tf_init, tf_init_cold = self.factoid_distribution(init.eval(), world, [1.0, cfg.cold_temperature], device)
         del init
         gens = {"mle": (mle_generator(counts), 0.0), "gt": (good_turing_generator(counts), 0.0), "tf": tf,
@@ -371,7 +372,8 @@ class CalibrationHallucination(Experiment):
                 f"factoids, {cfg.n_facts} facts (|F|/|H| = {cfg.n_facts / (math.prod(cfg.slots) - cfg.n_facts):.2e}), "
                 f"{cfg.n_train} training documents, Zipf exponents {cfg.zipfs}, {cfg.n_seeds} seed(s). Every generator is "
                 f"scored exactly on all of Y; Mis_b uses {cfg.bins} bins of equal g-mass (ties together) plus a bin for "
-                f"g = 0. Transformer: lmsci GPT {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.steps} AdamW steps, "
+                f"g = 0. Transformer: lmsci GPT {cfg.model.n_layers} layers, d_model {cfg.model.d_model}, "
+                f"{cfg.train.steps} AdamW steps, "
                 f"checkpoint with the best held-out NLL; temperatures 1 and {cfg.cold_temperature}. The bound is the "
                 "authors' simplified corollary MF - Mis_b - 300|F|/|H| - 7/sqrt(n).\n\n"
                 "## Decomposition (means over seeds)\n\n" + markdown_table(agg)
