@@ -20,6 +20,7 @@ from lmsci.measure.heads import gpt_head_weights, ov_copying_scores, prefix_matc
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir
 from lmsci.worlds.repeated_segments import RepeatedSegments
+from lmsci.worlds.repeated_text import RepeatedText
 
 
 def test_world_repeats_the_segment_and_targets_point_after_the_previous_occurrence():
@@ -37,6 +38,25 @@ def test_world_repeats_the_segment_and_targets_point_after_the_previous_occurren
         assert (tgt[i, : 1 + mi] == -1).all() and (tgt[i, 2 * mi + 1:] == -1).all()
     early, late = w.copy_masks(m)
     assert (early.sum(1) == m - 1).all() and (late.sum(1) == m - 1).all()
+
+
+def test_repeated_text_writes_a_passage_twice_then_its_continuation():
+    ids = np.arange(1000)  # distinct consecutive ids: every window is identifiable
+    w = RepeatedText(ids, seq_len=40, seg_min=5, seg_max=15)
+    x, m = w.sample(30, np.random.default_rng(0))
+    assert x.shape == (30, 40) and m.min() >= 5 and m.max() <= 15
+    tgt = w.induction_targets(m)
+    for i in range(30):
+        mi = m[i]
+        assert (x[i, 1:1 + mi] == x[i, 1 + mi:1 + 2 * mi]).all()
+        assert (np.diff(x[i, :1 + mi]) == 1).all()  # t, w: consecutive corpus tokens
+        assert (x[i, 1 + 2 * mi:] == x[i, mi] + 1 + np.arange(40 - 1 - 2 * mi)).all()  # then w's continuation
+        for j in range(1 + mi, 2 * mi + 1):
+            assert x[i, tgt[i, j] - 1] == x[i, j]
+    with pytest.raises(ConfigError, match="seq_len"):
+        RepeatedText(ids[:30], seq_len=40, seg_min=5, seg_max=15)
+    with pytest.raises(ConfigError, match="seq_len"):
+        RepeatedText(ids, seq_len=20, seg_min=5, seg_max=15)
 
 
 def test_prefix_matching_score_of_a_perfect_and_a_uniform_head():
@@ -123,6 +143,65 @@ def test_gated_null_passing_and_few_seeds_are_inconclusive(tmp_path):
     assert v["prefix-matching-head"].outcome == "inconclusive"
 
 
+def sh_rows(pm=0.8, copy=0.8, ratio=0.3, val=3.8, one_pm=0.1, one_ratio=0.8, init_pm=0.05, init_copy=0.05,
+            init_ratio=1.0, t_pm=(500, 600, 550), t_icl=(450, 650, 500), one_tpm=(None,) * 3, one_ticl=(None,) * 3,
+            n=3) -> pd.DataFrame:
+    """Shakespeare rows (2-layer and 1-layer per seed) as run_shakespeare writes them."""
+    out = []
+    for k in range(n):
+        sfx = f"__s{k}" if k else ""
+        common = {"status": "ok", "seed_index": k, "world": "shakespeare", "steps": 2000, "bigram_nll": 4.07,
+                  "init_pm_best": init_pm, "init_copy_best": init_copy, "init_ratio_nat": init_ratio,
+                  "icl_nat": -2.0, "icl_plain": -0.3}
+        out.append({**common, "point": "shakespeare_attn2" + sfx, "n_layers": 2, "pm_best": pm - 0.01 * k,
+                    "pm_max_any_layer": pm, "pm_nat_best": 0.4, "copy_best": copy, "ratio_nat": ratio + 0.01 * k,
+                    "val_nll": val, "t_pm": t_pm[k], "t_icl": t_icl[k]})
+        out.append({**common, "point": "shakespeare_attn1" + sfx, "n_layers": 1, "pm_best": one_pm,
+                    "pm_max_any_layer": one_pm, "pm_nat_best": 0.1, "copy_best": 0.2, "ratio_nat": one_ratio,
+                    "val_nll": 4.3, "t_pm": one_tpm[k], "t_icl": one_ticl[k]})
+    return pd.DataFrame(out)
+
+
+SH = ("shakespeare-prefix-matching-head", "shakespeare-copying", "shakespeare-repeat-icl", "shakespeare-phase-change")
+
+
+def test_shakespeare_passing_table_is_reproduced_and_synthetic_claims_are_not_computed(tmp_path):
+    v = verdicts(sh_rows(), tmp_path)
+    assert {v[c].outcome for c in SH} == {"reproduced"}
+    assert v["shakespeare-repeat-icl"].value == pytest.approx(0.31)
+    assert v["shakespeare-phase-change"].value == pytest.approx(50 / 2000)
+    assert v["prefix-matching-head"].value is None and v["prefix-matching-head"].outcome == "inconclusive"
+    both = verdicts(pd.concat([rows(), sh_rows()], ignore_index=True), tmp_path)
+    assert {both[c].outcome for c in SH + ("prefix-matching-head", "copying", "phase-change")} == {"reproduced"}
+
+
+def test_shakespeare_failing_table_is_not_reproduced(tmp_path):
+    v = verdicts(sh_rows(pm=0.3, copy=-0.5, ratio=0.7, t_pm=(None,) * 3), tmp_path)
+    assert {v[c].outcome for c in SH} == {"not reproduced"}
+    v = verdicts(sh_rows(t_pm=(500, 1000, 550)), tmp_path)  # 350 steps apart in one seed > 0.1 x 2000
+    assert v["shakespeare-phase-change"].outcome == "not reproduced"
+    v = verdicts(sh_rows(ratio=0.495), tmp_path)  # one seed at 0.505 > 0.5: the rule holds in every seed or fails
+    assert v["shakespeare-repeat-icl"].outcome == "not reproduced"
+
+
+def test_shakespeare_gated_and_null_passing_tables_are_inconclusive(tmp_path):
+    v = verdicts(sh_rows(val=4.2), tmp_path)  # worse than the bigram baseline: did not learn the language
+    assert {v[c].outcome for c in SH} == {"inconclusive"}
+    v = verdicts(sh_rows(one_pm=0.6), tmp_path)
+    assert v["shakespeare-prefix-matching-head"].outcome == "inconclusive"
+    assert v["shakespeare-prefix-matching-head"].null_passed
+    v = verdicts(sh_rows(init_copy=0.7), tmp_path)
+    assert v["shakespeare-copying"].outcome == "inconclusive" and v["shakespeare-copying"].null_passed
+    v = verdicts(sh_rows(one_ratio=0.45), tmp_path)  # a 1-layer model that halves its loss: the rule cannot tell
+    assert v["shakespeare-repeat-icl"].outcome == "inconclusive" and v["shakespeare-repeat-icl"].null_passed
+    v = verdicts(sh_rows(init_ratio=0.4), tmp_path)
+    assert v["shakespeare-repeat-icl"].null_passed
+    v = verdicts(sh_rows(one_tpm=(400, 500, 600), one_ticl=(420, 480, 610)), tmp_path)
+    assert v["shakespeare-phase-change"].outcome == "inconclusive"
+    v = verdicts(sh_rows(n=2), tmp_path)
+    assert v["shakespeare-prefix-matching-head"].outcome == "inconclusive"
+
+
 def test_bad_config_is_a_named_error():
     with pytest.raises(ConfigError, match="seq_len"):
         InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"seq_len": 12, "seg_max": 8}))
@@ -134,6 +213,17 @@ def test_bad_config_is_a_named_error():
         InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"model.n_layers": 1}))
     with pytest.raises(ConfigError, match="model.mlp"):
         InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"model.mlp": "gelu"}))
+    with pytest.raises(ConfigError, match="shakespeare_seq_len"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"shakespeare_seq_len": 16}))
+    with pytest.raises(ConfigError, match="shakespeare_seg_min"):
+        InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"shakespeare_seg_min": 9}))
+    with pytest.raises(ConfigError, match="worlds"):
+        resolve_config(InductionHeadsConfig, "smoke", {"worlds": ["tolstoy"]})
+    with pytest.raises(ConfigError, match="shakespeare_tokenizer"):
+        resolve_config(InductionHeadsConfig, "smoke", {"shakespeare_tokenizer": "words"})
+    # the synthetic world alone needs no corpus and no Shakespeare checks
+    InductionHeads().validate(resolve_config(InductionHeadsConfig, "smoke", {"worlds": ["synthetic"],
+                                                                             "shakespeare_seq_len": 16}))
 
 
 def test_smoke_run(tmp_path):
@@ -143,10 +233,18 @@ def test_smoke_run(tmp_path):
     run = run_experiment(InductionHeads(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
     res = pd.read_csv(run.path / "results.csv")
     assert (res["status"] == "ok").all() and set(res["n_layers"]) == {1, 2}
+    assert set(res["world"]) == {"synthetic", "shakespeare"} and len(res) == 4
     assert res["pm_best"].between(0, 1).all() and res["copy_best"].between(-1, 1).all()
     assert (run.path / "figures" / "induction_heads.png").exists()
+    assert (run.path / "figures" / "induction_heads_shakespeare.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     # the null arms are measured and do not meet the rules after 6 steps
     assert vs["prefix-matching-head"].null_value is not None and vs["prefix-matching-head"].null_passed is False
     assert vs["copying"].null_passed is False and vs["phase-change"].null_passed is False
     assert res["late_final"].max() > 0.25 * math.log(cfg.n_tokens)  # untrained: the gate cannot pass
+    sh = res[res["world"] == "shakespeare"]
+    assert (sh["val_nll"] > sh["bigram_nll"]).all()  # 6 steps: the learned-language gate cannot pass
+    for c in SH:
+        assert vs[c].null_passed is False, c  # the Shakespeare null arms are measured and do not meet the rules
+    assert vs["shakespeare-prefix-matching-head"].null_value is not None
+    assert vs["shakespeare-repeat-icl"].null_value is not None

@@ -19,6 +19,12 @@ nats/token). Events: ``t_pm`` = first evaluation at which the best layer-2 head'
 ``PM_MIN``; ``t_icl`` = first evaluation at which the in-context loss is <= ``-ICL_FRAC * ln(n_tokens)``. The
 copying score of the final best prefix-matching head is Elhage et al.'s ``sum(lambda)/sum(|lambda|)``.
 
+Second world (issue 34): Shakespeare (``worlds`` holds ``synthetic`` and/or ``shakespeare``). The same models are
+trained on BPE tokens of the Shakespeare training works and measured on repeated random tokens, on held-out text
+with a repeated passage and on plain held-out windows; protocol, claims and verdicts in
+:mod:`lmsci.experiments.syntax._induction_shakespeare` (claims ``shakespeare-*``, thresholds the synthetic claims'
+registered values; gate: the 2-layer model's held-out NLL beats the bigram baseline).
+
 Null arms, measured in the same run: the 1-layer attention-only model trained the same way (its best head's
 scores; its events); the 2-layer model at its random initialisation (step 0).
 
@@ -27,13 +33,14 @@ nats) without a layer-2 prefix-matching head (best <= 0.13); its layer-2 heads a
 token with OV copying scores near -1 (they suppress the recent tokens), and a look at one pilot-seed model showed
 layer-1 heads attending around the earlier copy (argmax within one position of the induction target) with copying
 scores near +1. The 1-layer null reaches ~1.6 nats on the second copy the same way. At this small vocabulary (32
-tokens) the task has a non-induction solution; a larger vocabulary (the gpu/paper presets) is the test.
+tokens) the task has a non-induction solution; a larger vocabulary (the gpu/paper presets, and the Shakespeare
+world's 1024 BPE tokens) is the test.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -44,14 +51,17 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.measure.heads import (attention_patterns, gpt_head_weights, ov_copying_scores, prefix_matching_scores,
-                                 token_nll)
+from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEARE_CLAIMS, COPY_MIN, ICL_FRAC,
+                                                              LEARNED_FRAC, PM_MIN, WINDOW_FRAC, evaluate, first,
+                                                              run_shakespeare, shakespeare_figure,
+                                                              shakespeare_verdicts, window)
+from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.repeated_segments import RepeatedSegments
 
-PM_MIN, COPY_MIN, WINDOW_FRAC, ICL_FRAC, LEARNED_FRAC = 0.5, 0.5, 0.1, 0.5, 0.25
+WORLDS = ("synthetic", "shakespeare")
 
 
 class InductionHeadsConfig(ExperimentConfig):
@@ -62,7 +72,14 @@ class InductionHeadsConfig(ExperimentConfig):
         model: the attention-only GPT trained (GPTSpec, ``mlp="none"``, ``n_layers >= 2``); the null arm is the
             same spec with ``n_layers=1``.
         train: its optimizer and schedule (TrainSpec).
-        eval_every, n_eval: evaluation cadence (steps) and evaluation sequences.
+        eval_every, n_eval: evaluation cadence (steps) and evaluation sequences (synthetic world).
+        worlds: which worlds get points: ``synthetic`` (the repeated-segment world) and/or ``shakespeare``.
+        shakespeare_tokenizer, shakespeare_vocab_size: the Shakespeare tokens (``char`` or ``bpe``; BPE vocabulary
+            size), :func:`lmsci.worlds.shakespeare.prepare`.
+        shakespeare_seq_len: training window and evaluation sequence length (tokens).
+        shakespeare_seg_min, shakespeare_seg_max: repeated-passage lengths of the evaluation sequences (tokens).
+        shakespeare_n_eval: evaluation sequences per set (the final NLL uses 4x as many plain windows).
+        shakespeare_train: optimizer and schedule on Shakespeare (TrainSpec).
     """
 
     n_tokens: int = Field(32, ge=2)
@@ -73,31 +90,33 @@ class InductionHeadsConfig(ExperimentConfig):
     train: TrainSpec = TrainSpec(steps=3000, batch_size=64, lr=3e-3, warmup_steps=100)
     eval_every: int = Field(50, ge=1)
     n_eval: int = Field(256, ge=2)
+    worlds: list[Literal["synthetic", "shakespeare"]] = Field(["synthetic", "shakespeare"], min_length=1)
+    shakespeare_tokenizer: Literal["char", "bpe"] = "bpe"
+    shakespeare_vocab_size: int = Field(1024, ge=257, le=65536, description="BPE vocabulary size (ignored for char)")
+    shakespeare_seq_len: int = Field(128, ge=8)
+    shakespeare_seg_min: int = Field(16, ge=2)
+    shakespeare_seg_max: int = Field(48, ge=2)
+    shakespeare_n_eval: int = Field(64, ge=2)
+    shakespeare_train: TrainSpec = TrainSpec(steps=2000, batch_size=16, lr=3e-3, warmup_steps=100)
     threads: int = Field(1, ge=0)
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
         "smoke": {"train.steps": 6, "train.warmup_steps": 6, "train.batch_size": 8, "model.d_model": 16,
                   "model.n_heads": 2, "eval_every": 2, "n_eval": 8, "seq_len": 24, "seg_min": 4, "seg_max": 8,
-                  "n_tokens": 16, "n_seeds": 1},
+                  "n_tokens": 16, "n_seeds": 1, "shakespeare_tokenizer": "char", "shakespeare_seq_len": 24,
+                  "shakespeare_seg_min": 4, "shakespeare_seg_max": 8, "shakespeare_n_eval": 8,
+                  "shakespeare_train.steps": 6, "shakespeare_train.warmup_steps": 6, "shakespeare_train.batch_size": 8},
         "quick": {},
         "gpu": {"train.steps": 6000, "model.d_model": 128, "model.n_heads": 8, "n_eval": 1024, "seq_len": 128,
-                "seg_max": 48, "n_tokens": 256, "eval_every": 100, "threads": 0},
+                "seg_max": 48, "n_tokens": 256, "eval_every": 100, "threads": 0, "shakespeare_seq_len": 256,
+                "shakespeare_seg_max": 96, "shakespeare_n_eval": 256, "shakespeare_train.steps": 4000,
+                "shakespeare_train.batch_size": 32},
         "paper": {"train.steps": 20000, "model.d_model": 256, "model.n_heads": 8, "n_eval": 2048, "seq_len": 256,
-                  "seg_max": 96, "n_tokens": 1024, "eval_every": 200, "threads": 0},
+                  "seg_max": 96, "n_tokens": 1024, "eval_every": 200, "threads": 0, "shakespeare_vocab_size": 4096,
+                  "shakespeare_seq_len": 512, "shakespeare_seg_max": 200, "shakespeare_n_eval": 512,
+                  "shakespeare_train.steps": 20000, "shakespeare_train.batch_size": 64},
     }
-
-
-def _eval(model: GPT, x: torch.Tensor, ind: torch.Tensor, early: torch.Tensor, late: torch.Tensor) -> dict[str, Any]:
-    pat = attention_patterns(model, x)
-    pm = prefix_matching_scores(pat, ind).cpu().numpy()  # [L, H]
-    nll = token_nll(model, x[:, :-1], x[:, 1:])  # target t+1 at index t
-    e, lt = float(nll[early[:, 1:]].mean()), float(nll[late[:, 1:]].mean())
-    return {"pm": pm, "early": e, "late": lt, "icl": lt - e}
-
-
-def _first(steps: list[int], ok: list[bool]) -> int | None:
-    return next((s for s, o in zip(steps, ok) if o), None)
 
 
 @register("induction-heads")
@@ -105,14 +124,16 @@ class InductionHeads(Experiment):
     """Induction heads and the in-context-learning phase change in 2-layer attention-only models."""
 
     claim = ("A 2-layer attention-only transformer forms a layer-2 head with prefix-matching score >= 0.5 that "
-             "copies (OV eigenvalue score >= 0.5), at the same time as its in-context loss drops; a 1-layer model "
-             "does not.")
+             "copies (OV eigenvalue score >= 0.5), at the same time as its in-context loss drops, on sequences with "
+             "repeated random segments and on Shakespeare; a 1-layer model does not.")
     source = "Olsson et al. 2022, arXiv 2209.11895; Elhage et al. 2021 (transformer-circuits.pub/2021/framework)"
     Config = InductionHeadsConfig
-    time_estimate = {"smoke": "~10 s", "quick": "13.7 min wall measured (3.8 min CPU: 3 seeds x (2-layer + 1-layer) x "
-                     "3000 steps, threads=1, on a 2-core machine at load ~8-10); ~5 min on an idle one",
-                     "gpu": "~4 min estimated on one H100 from the quick rate (not measured)",
-                     "paper": "~20 min on one GPU (estimated)"}
+    time_estimate = {"smoke": "~12 s", "quick": "~10 CPU-min at threads=1: synthetic world 3.8 CPU-min (13.7 min wall "
+                     "measured at load ~8-10) + Shakespeare world 3 seeds x 123 s CPU (2-layer + 1-layer, 2000 steps; "
+                     "pilot measured 6.6 min wall per seed on the loaded 2-core machine): ~33 min wall loaded",
+                     "gpu": "~9 min estimated on one H100 (synthetic ~4 min; Shakespeare 6 models x 4000 steps at an "
+                     "assumed ~80 steps/s for these launch-bound tiny models; not measured)",
+                     "paper": "~45 min on one GPU (estimated)"}
 
     _SRC = "Olsson et al. 2022, arXiv 2209.11895, sec. 'Key concepts' and Argument 1"
     _LEARN = Gate("learned", f"in every seed, the 2-layer model's final mean NLL on the second copy <= "
@@ -153,7 +174,7 @@ class InductionHeads(Experiment):
               f"mean over at least 3 seeds >= {COPY_MIN}", gates=(_LEARN,),
               null="the same score for the head of the 2-layer model at its random initialisation with the largest "
                    "prefix-matching score (mean over seeds)"),
-    ]
+    ] + SHAKESPEARE_CLAIMS
 
     def validate(self, cfg: InductionHeadsConfig) -> None:
         from lmsci.errors import ConfigError
@@ -163,12 +184,30 @@ class InductionHeads(Experiment):
             raise ConfigError("model.n_layers", cfg.model.n_layers, "an integer >= 2 (the 1-layer model is the null)")
         if cfg.model.mlp != "none":
             raise ConfigError("model.mlp", cfg.model.mlp, "'none' (the models are attention-only)")
+        if "shakespeare" in cfg.worlds:
+            if not 2 <= cfg.shakespeare_seg_min <= cfg.shakespeare_seg_max:
+                raise ConfigError("shakespeare_seg_min", cfg.shakespeare_seg_min,
+                                  f"an integer in [2, shakespeare_seg_max={cfg.shakespeare_seg_max}]")
+            if 1 + 2 * cfg.shakespeare_seg_max > cfg.shakespeare_seq_len:
+                raise ConfigError("shakespeare_seq_len", cfg.shakespeare_seq_len,
+                                  f">= 1 + 2 * shakespeare_seg_max = {1 + 2 * cfg.shakespeare_seg_max}")
+            from lmsci.worlds.shakespeare import find_texts_dir
+
+            find_texts_dir()  # DataError with the install command when the corpus is missing
 
     def points(self, cfg: InductionHeadsConfig) -> list[Point]:
         L = cfg.model.n_layers
-        return [Point(f"attn{L}", {"n_layers": L}), Point("attn1", {"n_layers": 1})]
+        out = []
+        if "synthetic" in cfg.worlds:
+            out += [Point(f"attn{L}", {"n_layers": L}), Point("attn1", {"n_layers": 1})]
+        if "shakespeare" in cfg.worlds:
+            out += [Point(f"shakespeare_attn{L}", {"world": "shakespeare", "n_layers": L}),
+                    Point("shakespeare_attn1", {"world": "shakespeare", "n_layers": 1})]
+        return out
 
     def run_point(self, cfg: InductionHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        if point.params.get("world") == "shakespeare":
+            return run_shakespeare(cfg, int(point.params["n_layers"]), ctx)
         world = RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
         L = int(point.params["n_layers"])
         model = GPT(cfg.model.gpt_config(world.vocab_size, cfg.seq_len, n_layers=L),
@@ -182,12 +221,12 @@ class InductionHeads(Experiment):
         hist: list[dict[str, Any]] = []
 
         def record(step: int, mdl: GPT) -> dict[str, float]:
-            r = _eval(mdl, x, ind, early_t, late_t)
+            r = evaluate(mdl, x, ind, early_t, late_t)
             hist.append({"step": step, **r})
             return {"icl": r["icl"], "late": r["late"], "pm_last_layer_max": float(r["pm"][-1].max())}
 
         model.eval()
-        init = _eval(model, x, ind, early_t, late_t)
+        init = evaluate(model, x, ind, early_t, late_t)
         init_copy = ov_copying_scores(**gpt_head_weights(model, L - 1)).numpy()
         hi0 = int(init["pm"][-1].argmax())
 
@@ -211,12 +250,12 @@ class InductionHeads(Experiment):
         hi = int(pm_last.argmax())
         copy = ov_copying_scores(**gpt_head_weights(model, L - 1)).numpy()
         st = [h["step"] for h in hist]
-        t_pm = _first(st, [float(h["pm"][-1].max()) >= PM_MIN for h in hist])
-        t_icl = _first(st, [h["icl"] <= -ICL_FRAC * math.log(cfg.n_tokens) for h in hist])
+        t_pm = first(st, [float(h["pm"][-1].max()) >= PM_MIN for h in hist])
+        t_icl = first(st, [h["icl"] <= -ICL_FRAC * math.log(cfg.n_tokens) for h in hist])
         pat = attention_patterns(model, x[:1])[L - 1, 0, hi].cpu().numpy()
         np.savez(ctx.artifact_dir / "curves.npz", steps=np.array(st), icl=np.array([h["icl"] for h in hist]),
                  pm=np.stack([h["pm"] for h in hist]), pattern=pat, m0=int(m[0]))
-        return {"n_layers": L, "best_head": hi, "pm_best": float(pm_last[hi]), "pm_max_any_layer": float(fin["pm"].max()),
+        return {"world": "synthetic", "n_layers": L, "best_head": hi, "pm_best": float(pm_last[hi]), "pm_max_any_layer": float(fin["pm"].max()),
                 "copy_best": float(copy[hi]), "icl_final": fin["icl"], "early_final": fin["early"],
                 "late_final": fin["late"], "t_pm": t_pm, "t_icl": t_icl, "steps": cfg.train.steps,
                 "init_pm_best": float(init["pm"][-1].max()), "init_copy_best": float(init_copy[hi0]),
@@ -225,11 +264,20 @@ class InductionHeads(Experiment):
     # -- verdicts ----------------------------------------------------------------------------------------
     def verdicts(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
         ok = results[results["status"] == "ok"] if "status" in results else results
-        two = ok[ok["n_layers"] == cfg.model.n_layers] if "n_layers" in ok else ok.iloc[0:0]
-        one = ok[ok["n_layers"] == 1] if "n_layers" in ok else ok.iloc[0:0]
+        world = ok["world"].fillna("synthetic") if "world" in ok else pd.Series("synthetic", index=ok.index)
+
+        def arm(w: str, n_layers: int) -> pd.DataFrame:
+            return ok[(world == w) & (ok["n_layers"] == n_layers)] if "n_layers" in ok else ok.iloc[0:0]
+
+        L = cfg.model.n_layers
+        return (self._synthetic_verdicts(cfg, arm("synthetic", L), arm("synthetic", 1))
+                + shakespeare_verdicts(lambda cid, **kw: self.judge(cfg, cid, **kw), arm("shakespeare", L),
+                                       arm("shakespeare", 1)))
+
+    def _synthetic_verdicts(self, cfg: InductionHeadsConfig, two: pd.DataFrame, one: pd.DataFrame) -> list[Verdict]:
         if two.empty:
             return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="the 2-layer model was not "
-                               "trained") for c in self.claims]
+                               "trained on the synthetic world") for c in self.claims[:3]]
         lrn = float(two["late_final"].max())
         gates = {"learned": (lrn, lrn <= LEARNED_FRAC * math.log(cfg.n_tokens))}
         out = []
@@ -243,13 +291,6 @@ class InductionHeads(Experiment):
                               details={"min_over_seeds": float(two["pm_best"].min()),
                                        "null_one_layer": None if one.empty else float(one["pm_max_any_layer"].max()),
                                        "null_random_init": float(two["init_pm_best"].max())}))
-
-        def window(df: pd.DataFrame) -> tuple[float | None, bool]:
-            if df["t_pm"].isna().any() or df["t_icl"].isna().any():
-                return None, False
-            gap = ((df["t_pm"].astype(float) - df["t_icl"].astype(float)).abs() / df["steps"].astype(float))
-            return float(gap.max()), bool((gap <= WINDOW_FRAC).all())
-
         g2, p2 = window(two)
         null = None if one.empty else window(one)
         out.append(self.judge(cfg, "phase-change", value=g2, passed=p2, n_seeds=len(two), gates=gates, null=null,
@@ -270,8 +311,18 @@ class InductionHeads(Experiment):
         import matplotlib.pyplot as plt
 
         ok = results[results["status"] == "ok"] if "status" in results else results
+        out = []
+        fsh = shakespeare_figure(ok, run.point_dir)
+        if fsh is not None:
+            out.append(save_figure(fsh, run, "induction_heads_shakespeare.png", "Shakespeare world: prefix-matching "
+                                   "score of the best last-layer head and second/first-copy NLL ratio on repeated "
+                                   "held-out text over training (left); the best 2-layer head's attention on a "
+                                   "repeated random-token sequence (middle) and on held-out text with a repeated "
+                                   "passage (right): an induction head shows the off-diagonal stripe"))
+        if "world" in ok:
+            ok = ok[ok["world"] != "shakespeare"]
         if ok.empty:
-            return []
+            return out
         fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4.2))
         a0b = a0.twinx()
         pat, title = None, ""
@@ -295,18 +346,26 @@ class InductionHeads(Experiment):
             a1.set_title("attention of the best induction head: " + title, fontsize=8)
             a1.set_xlabel("key")
             a1.set_ylabel("query")
-        return [save_figure(fig, run, "induction_heads.png", "Prefix-matching score of the best last-layer head and "
+        return out + [save_figure(fig, run, "induction_heads.png", "Synthetic world: prefix-matching score of the best last-layer head and "
                             "in-context loss over training (left); the best 2-layer head's attention on one "
                             "evaluation sequence: the off-diagonal stripe is the induction pattern (right)")]
 
     def report_sections(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        cols = [c for c in ("point", "n_layers", "best_head", "pm_best", "copy_best", "icl_final", "late_final",
-                            "t_pm", "t_icl", "init_pm_best", "init_copy_best", "train_seconds") if c in results]
+        cols = [c for c in ("point", "world", "n_layers", "best_head", "pm_best", "pm_nat_best", "copy_best",
+                            "icl_final", "late_final", "ratio_nat", "val_nll", "bigram_nll", "icl_plain", "t_pm",
+                            "t_icl", "init_pm_best", "init_copy_best", "init_ratio_nat", "train_seconds")
+                if c in results]
+        st = cfg.shakespeare_train
+        sh = (f"Shakespeare world: {cfg.shakespeare_tokenizer} tokens (vocabulary {cfg.shakespeare_vocab_size} for "
+              f"BPE), windows of {cfg.shakespeare_seq_len}; {st.steps} steps of batch {st.batch_size}, lr {st.lr}; "
+              f"evaluation on {cfg.shakespeare_n_eval} repeated random-token sequences, {cfg.shakespeare_n_eval} "
+              f"held-out passages written twice (m in [{cfg.shakespeare_seg_min}, {cfg.shakespeare_seg_max}]) and "
+              f"plain held-out windows. ") if "shakespeare" in cfg.worlds else ""
         return ("## Method\n\n"
                 f"[BOS, s, s, filler], m in [{cfg.seg_min}, {cfg.seg_max}], {cfg.n_tokens} tokens, seq_len "
                 f"{cfg.seq_len}; attention-only GPT (no MLP, {cfg.model.norm}), d_model {cfg.model.d_model}, "
                 f"{cfg.model.n_heads} heads, {cfg.model.n_layers} layers and 1 (the null); "
                 f"{cfg.train.steps} steps of batch {cfg.train.batch_size}, evaluation every {cfg.eval_every} steps on "
-                f"{cfg.n_eval} sequences.\n\n## Per model and seed\n\n" + markdown_table(results[cols]))
+                f"{cfg.n_eval} sequences. " + sh + "\n\n## Per model and seed\n\n" + markdown_table(results[cols]))
