@@ -20,7 +20,14 @@ null model is larger than N): parameter count then grows with depth, so the loss
 than at fixed N, the rule cannot tell "N is held" from "nothing matters at this scale". The deepest fixed-width
 model is the deepest fixed-N model (trained once).
 
-Not run here (reported as such): Fig. 5's other panels (d_mlp / d_model, heads at fixed d_model).
+Fig. 5's other panels (issue 35; :mod:`lmsci.experiments.laws._model_shape_panels`): the attention head dimension
+``d_model / n_heads`` at fixed ``d_model`` and N (``heads_shape``, head counts ``heads``; right panel, 25M parameters in
+the paper) and the feed-forward ratio ``d_mlp / d_model`` at fixed N (``mlp_ratios`` at ``mlp_layers`` layers and the
+first target N, ``d_model`` following from N; left panel, 50M parameters). Claim each: the loss spread over the grid is
+at most ``SPREAD_MAX``, the flat-inside tolerance. Nulls: the same head counts at fixed head width (N grows with the
+heads), the same ratios at fixed ``d_model`` (N grows with the ratio). A model shared by two grids (same
+``n_layers, d_model, n_heads, d_head, d_mlp``) is trained once. Fig. 5's rise at extreme feed-forward ratios is not
+claimed.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from lmsci.claims import Claim, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.experiments.laws._model_shape_panels import (arch_key, decide_panels, gpt_non_embedding_params,
+                                                        panel_shapes, panel_stats, plot_panel, shape_for)
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir
@@ -42,30 +51,8 @@ from lmsci.train.trainer import TrainSpec
 
 SPREAD_MAX = 0.03  # registered: "a few percent" (the caption's "within 3%")
 _SRC = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.1, Fig. 5 (middle: aspect ratio) and Fig. 6"
-
-
-def gpt_non_embedding_params(n_layers: int, d_model: int, n_heads: int, d_head: int) -> int:
-    """Non-embedding parameters of lmsci's GPT (learned positions, GELU MLP of 4 d_model, LayerNorm, biases):
-    per block ``2d + (3 d Hk + 3 Hk) + (Hk d + d) + 2d + (4 d^2 + 4d) + (4 d^2 + d)`` with ``Hk = n_heads * d_head``,
-    plus the final LayerNorm ``2d`` (equals ``GPT.num_params(non_embedding=True)``; tested)."""
-    d, hk = d_model, n_heads * d_head
-    block = 2 * d + 3 * d * hk + 3 * hk + hk * d + d + 2 * d + 8 * d * d + 5 * d
-    return n_layers * block + 2 * d
-
-
-def shape_for(n_params: int, n_layers: int, d_head: int) -> tuple[int, int]:
-    """``(d_model, n_heads)`` whose GPT of ``n_layers`` layers has non-embedding parameters closest to ``n_params``
-    (``n_heads = max(1, round(d_model / d_head))``)."""
-    best = None
-    for d in range(4, 8192):
-        h = max(1, round(d / d_head))
-        n = gpt_non_embedding_params(n_layers, d, h, d_head)
-        err = abs(n - n_params)
-        if best is None or err < best[0]:
-            best = (err, d, h)
-        if n > n_params:
-            break
-    return best[1], best[2]
+_SRC_HEADS = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.1, Fig. 5 (right: attention head dimension, 25M parameters)"
+_SRC_MLP = "Kaplan et al. 2020, arXiv 2001.08361, sec. 3.1, Fig. 5 (left: feed-forward ratio, 50M parameters)"
 
 
 class ModelShapeConfig(ExperimentConfig):
@@ -80,6 +67,8 @@ class ModelShapeConfig(ExperimentConfig):
         train: one optimizer and schedule for every shape (TrainSpec; warmup = warmup_frac * steps).
         inside_ar: the paper's range of aspect ratios d_model / n_layers (Fig. 5's bracket), inclusive.
         extreme_ar: aspect ratios <= the first or >= the second count as the paper's extremes.
+        heads_shape: ``(n_layers, d_model)`` of the heads panel; heads: its head counts (each divides d_model).
+        mlp_layers: layers of the feed-forward panel; mlp_ratios: its ratios d_mlp / d_model (at ``n_params[0]``).
         seq_len: context length (tokens) of training and evaluation windows.
         eval_tokens: validation tokens scored per model (fixed windows of the held-out works).
         stack_seeds: train the seeds of one shape as one stacked computation.
@@ -94,6 +83,10 @@ class ModelShapeConfig(ExperimentConfig):
     model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64, d_head=16)
     inside_ar: tuple[float, float] = (10.0, 300.0)
     extreme_ar: tuple[float, float] = (5.0, 1000.0)
+    heads_shape: tuple[int, int] = (2, 64)
+    heads: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    mlp_layers: int = Field(2, ge=1)
+    mlp_ratios: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
     seq_len: int = Field(128, ge=4)
     train: TrainSpec = TrainSpec(steps=350, batch_size=16, lr=3e-3, warmup_frac=0.1, min_lr_ratio=0.1,
                                  weight_decay=0.1)
@@ -104,16 +97,18 @@ class ModelShapeConfig(ExperimentConfig):
     PRECISIONS = ("fp32", "bf16")
     PRESETS = {
         "smoke": {"n_params": [3000], "n_layers": [2, 3, 8], "model.d_head": 4, "inside_ar": (2.0, 300.0),
-                  "extreme_ar": (1.0, 1000.0), "seq_len": 16, "train.batch_size": 4, "train.steps": 3,
-                  "eval_tokens": 256, "n_seeds": 1},
+                  "extreme_ar": (1.0, 1000.0), "heads_shape": (1, 16), "heads": [1, 2, 4], "mlp_ratios": [2.0, 4.0],
+                  "seq_len": 16, "train.batch_size": 4, "train.steps": 3, "eval_tokens": 256, "n_seeds": 1},
         "quick": {},
         # one H100: two N (0.8M, 3.2M), 6 layer counts, ~16M tokens per model, 3 seeds (bf16, stacked)
         "gpu": {"n_params": [800_000, 3_200_000], "n_layers": [2, 3, 4, 6, 16, 32], "model.d_head": 32,
-                "seq_len": 256, "train.batch_size": 64, "train.steps": 1000, "train.lr": 2e-3, "eval_tokens": 262144,
+                "heads_shape": (4, 128), "heads": [2, 4, 8, 16], "mlp_layers": 4, "seq_len": 256,
+                "train.batch_size": 64, "train.steps": 1000, "train.lr": 2e-3, "eval_tokens": 262144,
                 "precision": "bf16", "threads": 0},
         # the paper's scale: 25M-50M non-embedding parameters on BPE tokens, aspect ratio ~2-700
         "paper": {"tokenizer": "bpe", "vocab_size": 8192, "n_params": [25_000_000, 50_000_000],
-                  "n_layers": [2, 4, 6, 12, 24, 48, 96], "model.d_head": 64, "seq_len": 1024, "train.batch_size": 64,
+                  "n_layers": [2, 4, 6, 12, 24, 48, 96], "model.d_head": 64, "heads_shape": (8, 512),
+                  "heads": [4, 8, 16, 32], "mlp_layers": 8, "seq_len": 1024, "train.batch_size": 64,
                   "train.steps": 20000, "train.lr": 6e-4, "eval_tokens": 2_000_000, "precision": "bf16",
                   "threads": 0},
     }
@@ -162,16 +157,18 @@ class ModelShape(Experiment):
              "paper's range, and more at the extremes.")
     source = _SRC
     Config = ModelShapeConfig
-    time_estimate = {"smoke": "~3 s",
-                     "quick": "31 min wall measured 2026-11-27 at threads=1 on the shared 2-core machine (load ~10; 6 "
-                              "min of CPU time): 5 fixed-N shapes of 100k params + 4 small fixed-width shapes, x 3 "
-                              "stacked seeds, 0.72M tokens each; ~11 min expected with the machine to itself (14-23k "
-                              "tokens/s measured for the 100k shapes alone)",
-                     "gpu": "~8-12 min on one H100, estimated, not measured (no GPU in the session that wrote it: 22 "
-                            "shapes x 1,000 stacked steps of 3 seeds x 16k tokens, 0.1-3.2M-parameter GPTs of 2-32 "
-                            "layers, bf16, at an assumed 20-30 ms a stacked step)",
-                     "paper": "~4 days on one H100 (2 x 7 shapes x 3 seeds of 25-50M parameters, 1.3B tokens each; "
-                              "estimated)"}
+    time_estimate = {"smoke": "~5 s",
+                     "quick": "~12 min of CPU time at threads=1 (= wall on an idle 2-core machine), estimated from "
+                              "CPU times measured 2026-11-27 (timing pilot, master seed 1000001): 41 s for a 3-seed "
+                              "stacked 100k shape, 66 s for the 8-head one, 27 s for a 60k one; 21 shapes (11 of ~100k "
+                              "params, 10 of 2-60k) x 3 stacked seeds, 0.72M tokens each. Before issue 35's panels: 31 "
+                              "min wall at load ~10 for 9 shapes (6 min of CPU time)",
+                     "gpu": "~10-15 min on one H100, estimated, not measured (no GPU in the sessions that wrote it): "
+                            "34 shapes x 1,000 stacked steps of 3 seeds x 16k tokens, 0.01-3.2M-parameter GPTs of 2-32 "
+                            "layers, bf16, at an assumed 20-30 ms a stacked step for the aspect grids (22 shapes; "
+                            "8-12 min) plus 12 four-layer panel shapes; may exceed the 10-minute budget: measure",
+                     "paper": "~5 days on one H100 (2 x 7 aspect shapes + 12 panel shapes at 25M, 3 seeds of "
+                              "25-50M parameters, 1.3B tokens each; estimated)"}
     _NULL = ("the same layer counts at fixed width (the narrowest d_model of the fixed-N grid; parameter count then "
              "grows with depth), the same statistic and rule, per target N")
     claims = [
@@ -192,6 +189,31 @@ class ModelShape(Experiment):
               "over seeds with a 95% Student-t CI",
               "for every target N: mean > 0 and lower end of the 95% CI across >= 3 seeds > 0",
               null=_NULL),
+        Claim("flat-heads",
+              "At fixed d_model and non-embedding parameters N, the validation loss differs by at most a few percent "
+              "across head counts (head dimension d_model / n_heads over a factor 8).",
+              _SRC_HEADS, "caption: 'the loss varies only a few percent over a wide range of shapes' (y axis 0-10% "
+                          "loss increase); the panel's values were not read (the figure's text gives axes and caption "
+                          "only)",
+              "per training seed: max / min - 1 of the validation NLL (nats/token, held-out works) over the head "
+              "counts `heads` at `heads_shape` (n_heads * d_head = d_model, so N is the same); mean over seeds with a "
+              "95% Student-t CI",
+              f"upper end of the 95% CI across >= 3 seeds <= {SPREAD_MAX} (the flat-inside tolerance)",
+              null="the same head counts at a fixed head width (the grid's narrowest, d_model / max heads), so d_model "
+                   "= n_heads * d_head and N grow with the heads (the most-headed model is shared); the same statistic "
+                   "and rule"),
+        Claim("flat-mlp",
+              "At fixed non-embedding parameters N, the validation loss differs by at most a few percent across "
+              "feed-forward ratios d_mlp / d_model from 1 to 8 (d_model adjusted to hold N).",
+              _SRC_MLP, "caption: 'the loss varies only a few percent over a wide range of shapes' (y axis 0-10% loss "
+                        "increase; the panel rises at its extremes, not claimed here); the panel's values were not "
+                        "read (the figure's text gives axes and caption only)",
+              "per training seed: max / min - 1 of the validation NLL (nats/token, held-out works) over the ratios "
+              "`mlp_ratios` at `mlp_layers` layers and N = n_params[0] (d_model from N); mean over seeds with a 95% "
+              "Student-t CI",
+              f"upper end of the 95% CI across >= 3 seeds <= {SPREAD_MAX} (the flat-inside tolerance)",
+              null="the same ratios at a fixed d_model (the grid's narrowest), so N grows with the ratio (the "
+                   "widest-MLP model is shared); the same statistic and rule"),
     ]
 
     def validate(self, cfg: ModelShapeConfig) -> None:
@@ -209,24 +231,54 @@ class ModelShape(Experiment):
                 raise ConfigError("n_layers", cfg.n_layers, f"a grid with >= 2 shapes of aspect ratio in {cfg.inside_ar} "
                                   f"(>= 2 layers) and >= 1 outside {cfg.extreme_ar} at n_params={n} (aspect ratios "
                                   f"{[round(d / L, 1) for L, d, _ in grid]})")
+        self._validate_panels(cfg)
+
+    @staticmethod
+    def _validate_panels(cfg: ModelShapeConfig) -> None:
+        """The heads and feed-forward panels' fields, and the model fields the parameter count assumes."""
+        m = cfg.model
+        if m.d_mlp is not None or m.mlp != "gelu" or m.norm != "layernorm" or not m.bias:
+            raise ConfigError("model", {"d_mlp": m.d_mlp, "mlp": m.mlp, "norm": m.norm, "bias": m.bias},
+                              "d_mlp null (each shape sets it), mlp gelu, norm layernorm, bias true (the parameter "
+                              "count gpt_non_embedding_params assumes them)")
+        L, d = cfg.heads_shape
+        if (L < 1 or len(cfg.heads) < 2 or len(set(cfg.heads)) != len(cfg.heads) or min(cfg.heads) < 1
+                or any(d % h for h in cfg.heads)):
+            raise ConfigError("heads", [cfg.heads_shape, cfg.heads], "heads_shape (n_layers >= 1, d_model) and >= 2 "
+                              "distinct head counts dividing its d_model")
+        if len(cfg.mlp_ratios) < 2 or len(set(cfg.mlp_ratios)) != len(cfg.mlp_ratios) or min(cfg.mlp_ratios) <= 0:
+            raise ConfigError("mlp_ratios", cfg.mlp_ratios, ">= 2 distinct positive ratios d_mlp / d_model")
 
     @staticmethod
     def _grid(cfg: ModelShapeConfig, n: int) -> list[tuple[int, int, int]]:
         return [(L, *shape_for(n, L, cfg.model.head_dim)) for L in sorted(cfg.n_layers)]
 
     def points(self, cfg: ModelShapeConfig) -> list[Point]:
-        pts = []
+        pts, dh = [], cfg.model.head_dim
         for n in cfg.n_params:
             grid = self._grid(cfg, n)
             for L, d, h in grid:
                 pts.append(Point(f"N{n}_L{L}_d{d}", {"target_n": n, "n_layers": L, "d_model": d, "n_heads": h,
-                                                     "arm": "fixed-n"}))
+                                                     "d_head": dh, "d_mlp": 4 * d, "arm": "fixed-n"}))
             d_w = min(d for _, d, _ in grid)
-            h_w = max(1, round(d_w / cfg.model.head_dim))
+            h_w = max(1, round(d_w / dh))
             for L, d, _ in grid:
                 if d != d_w:
                     pts.append(Point(f"N{n}_L{L}_d{d_w}_w", {"target_n": n, "n_layers": L, "d_model": d_w,
-                                                             "n_heads": h_w, "arm": "fixed-width"}))
+                                                             "n_heads": h_w, "d_head": dh, "d_mlp": 4 * d_w,
+                                                             "arm": "fixed-width"}))
+        seen = {arch_key(p.params) for p in pts}
+        L, d = cfg.heads_shape
+        n_heads_grid = gpt_non_embedding_params(L, d, 1, d)  # every head count: n_heads * d_head = d_model
+        for arm, shapes in panel_shapes(cfg).items():
+            for a in shapes:
+                if arch_key(a) in seen:
+                    continue  # the same model in another grid: trained once, its row serves both
+                seen.add(arch_key(a))
+                q = {k: v for k, v in a.items() if k != "x"}
+                pts.append(Point(f"{arm}_L{a['n_layers']}_d{a['d_model']}_h{a['n_heads']}_m{a['d_mlp']}",
+                                 {"target_n": cfg.n_params[0] if arm.startswith("mlp") else n_heads_grid, **q,
+                                  "arm": arm}))
         return pts
 
     def groups(self, cfg: ModelShapeConfig, points: list[Point]) -> list[list[Point]]:
@@ -248,7 +300,8 @@ class ModelShape(Experiment):
 
         p = point.params
         return GPT(cfg.model.gpt_config(corpus.vocab_size, cfg.seq_len, n_layers=int(p["n_layers"]),
-                                        n_heads=int(p["n_heads"]), d_model=int(p["d_model"])), seed=seed)
+                                        n_heads=int(p["n_heads"]), d_model=int(p["d_model"]),
+                                        d_head=int(p["d_head"]), d_mlp=int(p["d_mlp"])), seed=seed)
 
     def _tcfg(self, cfg: ModelShapeConfig, device: str):
         return cfg.train.train_config(device=device, log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
@@ -262,7 +315,8 @@ class ModelShape(Experiment):
         recs = [r for r in res.history if "tokens_per_s" in r]
         n_ne = model.num_params(non_embedding=True)
         return {"target_n": int(p["target_n"]), "arm": p["arm"], "n_layers": int(p["n_layers"]),
-                "d_model": int(p["d_model"]), "n_heads": int(p["n_heads"]), "N": n_ne,
+                "d_model": int(p["d_model"]), "n_heads": int(p["n_heads"]), "d_head": int(p["d_head"]),
+                "d_mlp": int(p["d_mlp"]), "N": n_ne,
                 "n_rel_error": n_ne / int(p["target_n"]) - 1, "aspect_ratio": int(p["d_model"]) / int(p["n_layers"]),
                 "tokens_seen": int(res.tokens_seen), "val_nll": float(val),
                 "train_loss_final": float(res.final.get("loss", float("nan"))),
@@ -315,8 +369,17 @@ class ModelShape(Experiment):
             out[n] = stats
         return out
 
+    @staticmethod
+    def panel_per_seed(cfg: ModelShapeConfig, results: pd.DataFrame) -> list[dict[str, float]]:
+        """Per seed, the heads and feed-forward panels' spreads (:func:`panel_stats`; any arm's row of a shape
+        serves every grid holding that shape)."""
+        res = results[results["status"] == "ok"] if "status" in results else results
+        seeds = res["seed_index"] if "seed_index" in res else pd.Series(0, index=res.index)
+        return [panel_stats(res[seeds == s], cfg) for s in sorted(set(seeds))]
+
     def verdicts(self, cfg: ModelShapeConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        return decide(self, cfg, self.per_seed(cfg, results))
+        return (decide(self, cfg, self.per_seed(cfg, results))
+                + decide_panels(self, cfg, self.panel_per_seed(cfg, results), SPREAD_MAX))
 
     def figures(self, cfg: ModelShapeConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
@@ -324,7 +387,7 @@ class ModelShape(Experiment):
         res = results[results["status"] == "ok"] if "status" in results else results
         if res.empty:
             return []
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        fig, (a_mlp, ax, a_heads) = plt.subplots(1, 3, figsize=(15, 4.2))
         for i, n in enumerate(cfg.n_params):
             for arm, ls in (("fixed-n", "o-"), ("fixed-width", "x--")):
                 r = res[(res["target_n"] == n) & (res["arm"] == arm)]
@@ -338,12 +401,16 @@ class ModelShape(Experiment):
         ax.axvspan(*cfg.inside_ar, color="0.9", label="paper's range (Fig. 5 bracket)")
         ax.set_xscale("log")
         ax.set_xlabel("aspect ratio d_model / n_layers")
-        ax.set_ylabel("loss increase over the best fixed-N shape (%)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        return [save_figure(fig, run, "loss_vs_aspect_ratio.png", "Loss increase (%) against aspect ratio at fixed "
-                            "non-embedding parameters (Kaplan et al. Fig. 5 layout), mean over seeds; dashed: the "
-                            "null arm at fixed width")]
+        plot_panel(a_mlp, res, cfg, "mlp")
+        plot_panel(a_heads, res, cfg, "heads")
+        a_mlp.set_ylabel("loss increase over the best fixed-N shape of the panel (%)")
+        fig.tight_layout()
+        return [save_figure(fig, run, "loss_vs_shape.png", "Loss increase (%) at fixed non-embedding parameters "
+                            "against the feed-forward ratio (left), the aspect ratio (middle) and the attention head "
+                            "dimension at fixed d_model (right), Kaplan et al. Fig. 5 layout, mean over seeds; dashed: "
+                            "the null arms (fixed width; fixed d_model; fixed head width)")]
 
     def report_sections(self, cfg: ModelShapeConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
@@ -351,11 +418,13 @@ class ModelShape(Experiment):
         res = results[results["status"] == "ok"] if "status" in results else results
         if res.empty:
             return ""
-        t = (res.groupby(["target_n", "arm", "n_layers", "d_model"])
+        keys = ["arm", "n_layers", "d_model", "n_heads"] + [k for k in ("d_head", "d_mlp") if k in res]
+        t = (res.groupby(keys, sort=False)
              .agg(N=("N", "first"), aspect_ratio=("aspect_ratio", "first"), val_nll=("val_nll", "mean"),
                   sd=("val_nll", "std"), tokens_per_s=("tokens_per_s", "median")).reset_index())
-        return ("## Shapes (mean validation NLL over seeds, nats/token)\n\nNot run: Fig. 5's panels on d_mlp / d_model "
-                "and on heads at fixed d_model.\n\n" + markdown_table(t.round(4)))
+        return ("## Shapes (mean validation NLL over seeds, nats/token)\n\nA shape in several grids (e.g. the heads "
+                "panel's model with d_model / d_head heads, the feed-forward panel's ratio 4) is trained once and "
+                "listed under its first arm.\n\n" + markdown_table(t.round(4)))
 
 
 def decide(exp: ModelShape, cfg: ModelShapeConfig, per_seed: dict[int, list[dict[str, float]]]) -> list[Verdict]:
