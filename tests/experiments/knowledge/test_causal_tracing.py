@@ -336,14 +336,13 @@ def _site_setup():
 
     from lmsci.config import resolve_config
     from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt
-    from lmsci.experiments.knowledge.common import make_model
     from lmsci.experiments.registry import get
     from lmsci.worlds.bios import BiosWorld
 
     exp = get("causal-tracing")()
     cfg = resolve_config(exp.Config, "smoke", [])
     world = BiosWorld(cfg.n_people, seed=0)
-    model = make_model(world, cfg.model, cfg.seq_len, 0).eval()
+    model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=0).eval()
     docs = [world.bio(i, np.random.default_rng(i), fullname=True).ids for i in range(cfg.n_people)]
     x = torch.full((len(docs), max(map(len, docs))), world.vocab.pad_id, dtype=torch.long)
     for i, d in enumerate(docs):

@@ -122,5 +122,7 @@ def test_config_errors():
     exp = registry.get("knowledge-extraction")()
     with pytest.raises(ConfigError):
         exp.validate(resolve_config(exp.Config, "smoke", ["model.d_model=18"]))
+    with pytest.raises(ConfigError, match="model"):  # an odd head width with rotary positions
+        resolve_config(exp.Config, "smoke", ["model.d_model=36", "model.n_heads=4"])
     with pytest.raises(ConfigError):
         resolve_config(exp.Config, "smoke", ["data=[triple]"])

@@ -12,7 +12,7 @@ import pytest
 from lmsci.config import resolve_config
 from lmsci.experiments.knowledge import celebrity, knowledge_capacity, knowledge_extraction, reversal_curse
 from lmsci.experiments.knowledge import common as kc
-from lmsci.experiments.knowledge.common import ModelSpec
+from lmsci.models.gpt import GPTSpec
 
 CASES = [
     (knowledge_extraction, knowledge_extraction.KnowledgeExtraction),
@@ -23,7 +23,7 @@ CASES = [
 
 
 def test_flops_per_token_is_kaplan_6n_plus_attention():
-    spec = ModelSpec(d_model=256, n_layers=4, n_heads=8)
+    spec = GPTSpec(d_model=256, n_layers=4, n_heads=8, pos="rope", tie_embeddings=True)
     n = 12 * 4 * 256 ** 2 + 600 * 256  # matmul parameters incl. the unembedding
     assert kc.flops_per_token(spec, 600, 512) == 6 * n + 6 * 4 * 512 * 256
     assert kc.flops_per_token(spec, 600, 512, train=False) * 3 == kc.flops_per_token(spec, 600, 512)

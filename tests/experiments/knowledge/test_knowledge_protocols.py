@@ -14,14 +14,20 @@ from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments import registry
 from lmsci.experiments.knowledge.common import (
-    SINGLE, ModelSpec, TrainSpec, bio_stream, make_model, mixed_stream, token_fractions, training_bios,
+    SINGLE, PhaseSpec, bio_stream, mixed_stream, token_fractions, training_bios,
 )
 from lmsci.measure.knowledge import recall_of_docs
 from lmsci.train.packed import train_packed
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTConfig, GPTSpec
 from lmsci.runs import RunDir
 from lmsci.train.finetune import FinetuneSpec, add_lora, finetune, trainable_parameters
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
+
+
+def _bios_gpt(world, seq_len: int, seed: int = 0) -> GPT:
+    """A 1-layer bioS GPT as the family's configs spell it (rotary, tied embeddings) for ``world``'s vocabulary."""
+    spec = GPTSpec(d_model=16, n_layers=1, n_heads=2, pos="rope", tie_embeddings=True)
+    return GPT(spec.gpt_config(len(world.vocab), seq_len), seed=seed)
 
 
 def _tiny_gpt(seed: int = 0) -> GPT:
@@ -149,17 +155,17 @@ def test_mixed_windows_hold_one_kind_with_qa_at_80_percent():
 def test_pretraining_stops_at_the_memorisation_target_and_records_when():
     world = BiosWorld(16, seed=0)
     stream = bio_stream(world, exposures=20, seed=0, seq_len=128, specs=[(range(16), SINGLE)])
-    model = make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 128, 0)
+    model = _bios_gpt(world, 128)
     calls = iter([0.2, 0.5, 0.93, 0.99, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
-    res = train_packed(model, stream, TrainSpec(lr=1e-3, batch_size=2), seed=0, ctx=None, phase="p",
+    res = train_packed(model, stream, PhaseSpec(lr=1e-3, batch_size=2), seed=0, ctx=None, phase="p",
                        recall_fn=lambda m: next(calls), check_every=2, stop_at=0.95)
     assert res["stopped_early"] and res["steps"] == 8 and res["windows_used"] == 16
     assert res["steps_to_gate"] == 6  # first check >= 0.9
     assert [s for s, _ in res["recall_checks"]] == [2, 4, 6, 8]
     # without a stop target the whole budget is trained
     calls2 = iter([0.0] * 100)
-    res2 = train_packed(make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 128, 0), stream,
-                        TrainSpec(lr=1e-3, batch_size=2), seed=0, ctx=None, phase="p",
+    res2 = train_packed(_bios_gpt(world, 128), stream,
+                        PhaseSpec(lr=1e-3, batch_size=2), seed=0, ctx=None, phase="p",
                         recall_fn=lambda m: next(calls2), check_every=5, stop_at=None)
     assert not res2["stopped_early"] and res2["steps"] == stream.input_ids.shape[0] // 2
     assert res2["steps_to_gate"] is None
@@ -168,7 +174,7 @@ def test_pretraining_stops_at_the_memorisation_target_and_records_when():
 def test_recall_of_an_untrained_model_is_low():
     world = BiosWorld(10, seed=0)
     docs = training_bios(world, range(10), seed=0, spec=SINGLE)
-    assert recall_of_docs(make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0), docs, attrs=ATTRS) < 0.1
+    assert recall_of_docs(_bios_gpt(world, 256), docs, attrs=ATTRS) < 0.1
 
 
 # -- 6. probes on the training biographies --------------------------------------------------------
@@ -186,7 +192,7 @@ def test_p_probe_reads_the_biographies_given():
         asked.append(i)
         return bios[i]
 
-    model = make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0)
+    model = _bios_gpt(world, 256)
     out = p_probe(model, world, tr, te, seed=0, attrs=ATTRS[:1], value_words=first_value_words(world), bios=get)
     assert sorted(asked) == sorted(int(i) for i in np.concatenate([tr, te]))
     assert 0.0 <= out["birth_date"]["test_acc"] <= 1.0
@@ -286,9 +292,9 @@ def test_streaming_pipeline_trains_mixed_windows_and_counts_exposures():
     tr, te = qa_split(30, 0)
     stream, bios_fn = pretraining_data(world, pipeline="stream", exposures=4, seed=0, seq_len=256, batch_size=4,
                                        specs=[(range(30), SINGLE)], order_seed=1, qa=tr, qa_ratio=0.8)
-    model = make_model(world, ModelSpec(d_model=16, n_layers=1, n_heads=2), 256, 0)
+    model = _bios_gpt(world, 256)
     check = recall_checker(world, te, seed=0, spec=SINGLE, n=5, bios_fn=bios_fn)
-    res = train_packed(model, stream, TrainSpec(lr=1e-3, batch_size=4), seed=0, ctx=None, phase="p",
+    res = train_packed(model, stream, PhaseSpec(lr=1e-3, batch_size=4), seed=0, ctx=None, phase="p",
                        recall_fn=check, check_every=3)
     assert res["steps"] == res["steps_budget"] and len(res["recall_checks"]) >= 2
     assert token_fractions(stream)["qa"] == pytest.approx(0.8, abs=0.05)

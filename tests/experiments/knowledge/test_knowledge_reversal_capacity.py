@@ -287,7 +287,7 @@ def test_capacity_presets_follow_the_issue():
     quick = resolve_config(C, "quick")
     assert all(m.n_layers >= 2 and m.d_model == 64 * m.n_heads for m in quick.models)
     assert {r.exposures for r in quick.regimes} == {100, 1000}
-    assert gpt2(2, 2) == {"n_layers": 2, "n_heads": 2, "d_model": 128}
+    assert gpt2(2, 2) == {"n_layers": 2, "n_heads": 2, "d_model": 128, "pos": "rope", "tie_embeddings": True}
 
 
 def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():

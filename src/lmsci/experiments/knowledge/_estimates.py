@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from lmsci.errors import ConfigError
-from lmsci.experiments.knowledge._specs import SINGLE, DataSpec, ModelSpec
+from lmsci.experiments.knowledge._specs import SINGLE, DataSpec
+from lmsci.models.gpt import GPTSpec
 from lmsci.train.estimate import GPU_ASSUMPTIONS, GPU_BUDGET_S, STEP_OVERHEAD_S, gpu_seconds  # noqa: F401
 from lmsci.train.estimate import flops_per_token as _flops_per_token
 from lmsci.worlds.bios import ATTRS, BiosWorld
@@ -27,12 +28,12 @@ HOST_DOCS_PER_S = 400_000
 PY_DOCS_PER_S = 3_000
 
 
-def flops_per_token(spec: ModelSpec, vocab_size: int, seq_len: int, train: bool = True) -> float:
+def flops_per_token(spec: GPTSpec, vocab_size: int, seq_len: int, train: bool = True) -> float:
     """:func:`lmsci.train.estimate.flops_per_token` of ``spec``."""
     return _flops_per_token(spec.d_model, spec.n_layers, vocab_size, seq_len, train)
 
 
-def h100_seconds(spec: ModelSpec, vocab_size: int, seq_len: int, *, tokens: float, steps: float,
+def h100_seconds(spec: GPTSpec, vocab_size: int, seq_len: int, *, tokens: float, steps: float,
                  eval_tokens: float = 0.0, host_docs: float = 0.0, python_docs: float = 0.0) -> float:
     """Estimated wall seconds on one H100 for ``tokens`` training tokens in ``steps`` optimizer steps, plus
     ``eval_tokens`` of forward-only evaluation (:func:`lmsci.train.estimate.gpu_seconds`) and the host's data work

@@ -39,9 +39,10 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt, greedy_first, rome_edits, traced_site
 from lmsci.experiments.knowledge.common import (
-    MEMORISED, ModelSpec, MemoriseFirstConfig, TrainSpec, bio_recall, check_model, make_model, pretraining_data,
+    MEMORISED, MemoriseFirstConfig, PhaseSpec, bio_recall, pretraining_data,
     recall_checker, recall_gate, seed_summary, seed_values,
 )
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.report import markdown_table
 from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
@@ -81,10 +82,10 @@ class CausalTracingConfig(MemoriseFirstConfig):
     """
 
     n_people: int = Field(48, ge=4)
-    model: ModelSpec = ModelSpec(d_model=64, n_layers=6, n_heads=4)
+    model: GPTSpec = GPTSpec(d_model=64, n_layers=6, n_heads=4, pos="rope", tie_embeddings=True)
     exposures: int = Field(200, ge=1)
     seq_len: int = Field(128, ge=64)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=16)
+    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=16)
     memorise_check_every: int = Field(100, ge=0)
     memorise_check_people: int = Field(48, ge=1)
     attrs: tuple[str, ...] = ("birth_city", "university", "company")
@@ -179,7 +180,6 @@ class CausalTracing(Experiment):
     def validate(self, cfg: CausalTracingConfig) -> None:
         from lmsci.errors import ConfigError, UnknownNameError
 
-        check_model(cfg.model)
         for a in cfg.attrs:
             if a not in ATTRS:
                 raise UnknownNameError("attrs", a, ATTRS)
@@ -199,7 +199,7 @@ class CausalTracing(Experiment):
                                            seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
                                            specs=[(people, cfg.augmented)], order_seed=ctx.seed,
                                            max_distinct_epochs=cfg.max_distinct_epochs)
-        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device)
+        model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed).to(ctx.device)
         check = recall_checker(world, people, seed=cfg.seed, spec=cfg.augmented, n=cfg.memorise_check_people,
                                device=ctx.device, bios_fn=bios_fn)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
@@ -249,7 +249,7 @@ class CausalTracing(Experiment):
         row.update(rome_edits(cfg, world, model, stream, pool, layer, ctx, rng))
         # the null arm: the same GPT at its initialisation (same architecture and seed: no fact stored), the same
         # facts traced with the same noise rule, then located and edited the same way
-        null_model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(ctx.device).eval()
+        null_model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed).to(ctx.device).eval()
         nu0 = cfg.noise_factor * embedding_std(null_model, [c["prompt"] for c in traced],
                                                [c["subject"] for c in traced])
         traces0 = [causal_trace(null_model, c["prompt"], c["subject"], c["value"][0], noise=nu0, samples=cfg.samples,

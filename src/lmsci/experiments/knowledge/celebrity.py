@@ -21,7 +21,7 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model, exposures_of,
+    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, exposures_of,
     mean_tokens, model_seconds, paired, null_arm_finetune, pretrain_check_finetune, pretraining_data,
     qa_learned_gate, recall_gate, seed_summary, seed_values, within_run,
 )
@@ -132,9 +132,6 @@ class CelebrityHelpsMinority(Experiment):
                    "all-single arm subtracted, same rule): its minority answers carry no stored knowledge by "
                    "construction"),
     ]
-
-    def validate(self, cfg: CelebrityConfig) -> None:
-        check_model(cfg.model)
 
     def points(self, cfg: CelebrityConfig) -> list[Point]:
         return [Point("baseline_all_single", {"celebrities": False}), Point("celebrities_augmented", {"celebrities": True})]

@@ -9,8 +9,8 @@ This module holds the configs (:class:`BiosQAConfig`, :class:`MemoriseFirstConfi
 fine-tuning, the null arm, memorisation-first pretraining, biography recall) and re-exports, so that every
 existing import keeps working, the pieces split by concept:
 
-* :mod:`._specs`: :class:`ModelSpec`, :class:`DataSpec` (``SINGLE``, ``AUGMENTED``), :class:`TrainSpec`,
-  :func:`check_model`, :func:`make_model`;
+* :mod:`._specs`: :class:`DataSpec` (``SINGLE``, ``AUGMENTED``), :class:`PhaseSpec` (one training phase, sized by
+  exposures); the GPT trained is a library :class:`lmsci.models.gpt.GPTSpec` (rotary, tied embeddings);
 * :mod:`._bios_streams`: the data streams (:func:`bio_stream`, :func:`qa_stream`, :func:`mixed_stream`,
   :func:`pretraining_data`, :func:`token_fractions`, :func:`exposures_of`, :func:`training_bios`);
 * :mod:`._estimates`: the gpu presets' time estimators (:func:`h100_seconds`, :func:`model_seconds`, ...);
@@ -51,8 +51,9 @@ from lmsci.experiments.knowledge._gates import (  # noqa: F401 (re-exported)
     MEMORISED, QA_LEARNED, QA_LEARNED_MIN, QA_LEARNED_MIXED, RECALL_MIN, paired, qa_learned_gate, recall_gate,
     seed_summary, seed_values, within_run)
 from lmsci.experiments.knowledge._specs import (  # noqa: F401 (re-exported)
-    AUGMENTED, SINGLE, DataSpec, ModelSpec, TrainSpec, check_model, make_model)
+    AUGMENTED, SINGLE, DataSpec, PhaseSpec)
 from lmsci.measure.knowledge import qa_metrics, recall_of_docs
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train.packed import train_packed
 from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed
@@ -63,11 +64,11 @@ class BiosQAConfig(ExperimentConfig):
 
     Attributes:
         n_people: N individuals in the world.
-        model: the GPT trained (``d_model``, ``n_layers``, ``n_heads``).
+        model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`; GPT-2 with rotary positions, tied embeddings).
         exposures: biographies per person seen in pretraining (the budget: with ``memorise_stop`` set,
             pretraining may stop earlier, see :func:`train_packed`).
         seq_len: pretraining window length in tokens; ``qa_seq_len`` the QA fine-tuning window.
-        pretrain: optimizer settings of pretraining.
+        pretrain: optimizer settings of pretraining (:class:`PhaseSpec`; its length is ``exposures``).
         finetune: QA fine-tuning (:class:`lmsci.train.finetune.FinetuneSpec`: ``method`` ``"lora"`` (the
             papers' protocol, Part 3.1 Section 4.1) or ``"full"`` (the ablation), rank, lr, ...).
         ft_epochs: passes over the QA of the fine-tuned people (each pass its own shuffle).
@@ -80,11 +81,11 @@ class BiosQAConfig(ExperimentConfig):
     """
 
     n_people: int = Field(160, ge=4, le=1_000_000)
-    model: ModelSpec = ModelSpec(d_model=64, n_layers=2, n_heads=4)
+    model: GPTSpec = GPTSpec(d_model=64, n_layers=2, n_heads=4, pos="rope", tie_embeddings=True)
     exposures: int = Field(100, ge=1)
     seq_len: int = Field(256, ge=64)
     qa_seq_len: int = Field(96, ge=32)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4)
+    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=4)
     finetune: FinetuneSpec = FinetuneSpec(batch_size=16)
     ft_epochs: int = Field(30, ge=1)
     memorise_check_every: int = Field(0, ge=0)
@@ -107,7 +108,7 @@ class MemoriseFirstConfig(BiosQAConfig):
     augmented: DataSpec = AUGMENTED
     pipeline: Literal["packed", "stream"] = "packed"
     n_people: int = Field(600, ge=4, le=1_000_000)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
+    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=8)
     finetune: FinetuneSpec = FinetuneSpec(rank=16, embedding_rank=128, lr=3e-3, weight_decay=0.01, batch_size=16)
     ft_epochs: int = Field(20, ge=1)
     memorise_check_every: int = Field(100, ge=0)
@@ -177,7 +178,7 @@ def null_arm_finetune(cfg: BiosQAConfig, world: BiosWorld, ctx: PointContext, *,
         ``null_inverse_test`` with ``inverse``; ``null_qa_*_<attr>`` per attribute) plus ``before_finetune``'s keys.
     """
     dev = ctx.device
-    model = make_model(world, cfg.model, cfg.seq_len, ctx.seed + NULL_INIT_OFFSET).to(dev)
+    model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed + NULL_INIT_OFFSET).to(dev)
     out: dict[str, Any] = dict(before_finetune(model)) if before_finetune is not None else {}
     model, info = finetune_qa(model, world, finetune_people, cfg.finetune, epochs=cfg.ft_epochs, seed=ctx.seed + 1,
                               seq_len=cfg.qa_seq_len, ctx=ctx, phase="null_qa_finetune", device=dev, inverse=inverse,
@@ -222,7 +223,7 @@ def pretrain_check_finetune(cfg: BiosQAConfig, world: BiosWorld, windows: Packed
     import json
 
     dev = ctx.device
-    model = make_model(world, cfg.model, cfg.seq_len, ctx.seed).to(dev)
+    model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed).to(dev)
     check = recall_checker(world, tested, seed=cfg.seed, spec=tested_spec, n=cfg.memorise_check_people, device=dev,
                            bios_fn=bios_fn)
     pre = train_packed(model, windows, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=dev,

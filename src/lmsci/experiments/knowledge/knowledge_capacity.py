@@ -35,11 +35,11 @@ from pydantic import Field
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import (H100_ASSUMPTIONS, ModelSpec, TrainSpec, check_model, h100_seconds,
-                                                make_model, mean_tokens, vocab_size)
+from lmsci.experiments.knowledge.common import H100_ASSUMPTIONS, PhaseSpec, h100_seconds, mean_tokens, vocab_size
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
 from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig
@@ -55,20 +55,22 @@ class Regime(StrictModel):
 
 
 def gpt2(n_layers: int, n_heads: int) -> dict:
-    """The paper's GPT2-l-h: ``n_layers`` layers, ``n_heads`` heads, d_model = 64 * n_heads, rotary."""
-    return {"n_layers": n_layers, "n_heads": n_heads, "d_model": 64 * n_heads}
+    """The paper's GPT2-l-h as :class:`~lmsci.models.gpt.GPTSpec` fields: ``n_layers`` layers, ``n_heads`` heads,
+    d_model = 64 * n_heads, rotary positions, tied embeddings."""
+    return {"n_layers": n_layers, "n_heads": n_heads, "d_model": 64 * n_heads, "pos": "rope", "tie_embeddings": True}
 
 
 class KnowledgeCapacityConfig(ExperimentConfig):
     """Configuration of ``knowledge-capacity`` (defaults = quick preset).
 
     Attributes:
-        models: the GPT2-l-h models swept (d_model = 64 * n_heads; the claims' gate needs l >= 2).
+        models: the GPT2-l-h models swept (:class:`~lmsci.models.gpt.GPTSpec`, rotary, tied embeddings;
+            d_model = 64 * n_heads; the claims' gate needs l >= 2).
         regimes: exposure regimes, each with its grid of N (every model trains at every N).
         seq_len: window length in tokens.
         permute: each fresh rendering also draws a new sentence order (Part 3.3's bioS); False keeps the
             canonical order.
-        pretrain: AdamW settings; ``batch_size`` is the largest batch (see ``min_steps``).
+        pretrain: AdamW settings (:class:`PhaseSpec`); ``batch_size`` is the largest batch (see ``min_steps``).
         min_steps: when > 0, the batch of a point is reduced (down to 1 window) so that it trains at least
             this many optimizer steps (Part 3.3 trains >= 50k steps whatever the data size).
         checkpoint_every: steps between checkpoints (0: none); a rerun into the same directory resumes.
@@ -76,11 +78,11 @@ class KnowledgeCapacityConfig(ExperimentConfig):
             losses are extrapolated to all N (every person when N is not larger).
     """
 
-    models: list[ModelSpec] = [ModelSpec(**gpt2(2, 1))]
+    models: list[GPTSpec] = [GPTSpec(**gpt2(2, 1))]
     regimes: list[Regime] = [Regime(exposures=100, n_people=[120, 300]), Regime(exposures=1000, n_people=[20])]
     seq_len: int = Field(256, ge=64)
     permute: bool = True
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=4, weight_decay=0.01)
+    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=4, weight_decay=0.01)
     min_steps: int = Field(0, ge=0)
     checkpoint_every: int = Field(0, ge=0)
     eval_people: int = Field(20_000, ge=1)
@@ -89,7 +91,8 @@ class KnowledgeCapacityConfig(ExperimentConfig):
     PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
 
     PRESETS = {
-        "smoke": {"models": [{"d_model": 16, "n_layers": 1, "n_heads": 2}], "seq_len": 128,
+        "smoke": {"models": [{"d_model": 16, "n_layers": 1, "n_heads": 2, "pos": "rope", "tie_embeddings": True}],
+                  "seq_len": 128,
                   "regimes": [{"exposures": 2, "n_people": [8]}]},
         "quick": {},
         # the issue's settling configuration: GPT2-2-2 and GPT2-2-4, N in {10k, 20k, 50k, 100k} at 100
@@ -157,7 +160,7 @@ CLAIM_BY_EXPOSURES = {
 }
 
 
-def _model_id(m: ModelSpec) -> str:
+def _model_id(m: GPTSpec) -> str:
     h = m.n_heads
     return f"GPT2-{m.n_layers}-{h}" if m.d_model == 64 * h else f"L{m.n_layers}_d{m.d_model}_h{h}"
 
@@ -240,8 +243,6 @@ class KnowledgeCapacity(Experiment):
     claims = list(CLAIM_BY_EXPOSURES.values())
 
     def validate(self, cfg: KnowledgeCapacityConfig) -> None:
-        for k, m in enumerate(cfg.models):
-            check_model(m, f"models.{k}")
         for k, r in enumerate(cfg.regimes):
             if min(r.n_people) < 2:
                 raise ConfigError(f"regimes.{k}.n_people", r.n_people, "integers >= 2")
@@ -261,7 +262,7 @@ class KnowledgeCapacity(Experiment):
 
         batch, steps = plan_batch(make(1).count_windows(), cfg.pretrain.batch_size, cfg.min_steps)
         stream = ResumableStream(make(batch))
-        model = make_model(world, spec, cfg.seq_len, ctx.seed)
+        model = GPT(spec.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed)
         tc = TrainConfig(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
                          warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
                          weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0, device=ctx.device,
@@ -279,7 +280,7 @@ class KnowledgeCapacity(Experiment):
                          people=range(min(n, cfg.eval_people)), device=ctx.device)
         bpp = bits_per_param(m["bits"]["total"], model)
         # the null arm (issue 29): the same bit count on a randomly initialised model of the same shape
-        null_model = make_model(world, spec, cfg.seq_len, ctx.seed + 11).to(ctx.device)
+        null_model = GPT(spec.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed + 11).to(ctx.device)
         m0 = measure_bits(null_model, world, seed=cfg.seed + 1, attrs=ATTRS, pronoun=True,
                           people=range(min(n, cfg.eval_people)), device=ctx.device)
         null_bpp = bits_per_param(m0["bits"]["total"], null_model)

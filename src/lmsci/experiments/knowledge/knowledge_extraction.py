@@ -27,11 +27,12 @@ from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, check_model,
-    exposures_of, first_value_words, make_model, mean_tokens, model_seconds, paired, pretrain_check_finetune,
+    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, exposures_of,
+    first_value_words, mean_tokens, model_seconds, paired, pretrain_check_finetune,
     null_arm_finetune, pretraining_data, qa_learned_gate, recall_gate, seed_summary, seed_values, token_fractions,
     within_run,
 )
+from lmsci.models.gpt import GPT
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
@@ -195,9 +196,6 @@ class KnowledgeExtraction(Experiment):
                    "pretrain_ft arm subtracted, same rule): no P_test knowledge to extract by construction"),
     ]
 
-    def validate(self, cfg: KnowledgeExtractionConfig) -> None:
-        check_model(cfg.model)
-
     def points(self, cfg: KnowledgeExtractionConfig) -> list[Point]:
         out = []
         for arm in cfg.arms:
@@ -242,7 +240,7 @@ class KnowledgeExtraction(Experiment):
         ptr, pte = tr[:k], te[:k]
         bios = {int(b.person): b for b in bios_fn(np.concatenate([ptr, pte]))}
         what = {"attrs": ATTRS, "value_words": first_value_words(world), "device": ctx.device}
-        rand = make_model(world, cfg.model, cfg.seq_len, ctx.seed + 7).to(ctx.device)
+        rand = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed + 7).to(ctx.device)
         row: dict = {"probe_people_train": len(ptr), "probe_people_test": len(pte)}
         for tag, m in (("", model), ("_rand", rand)):
             pp = p_probe(m, world, ptr, pte, seed=cfg.seed, bios=bios, **what)

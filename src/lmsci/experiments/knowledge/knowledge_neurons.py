@@ -37,8 +37,9 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    DataSpec, ModelSpec, TrainSpec, bio_stream, check_model, make_model, seed_values,
+    DataSpec, PhaseSpec, bio_stream, seed_values,
 )
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import recall_of_docs
 from lmsci.train.packed import train_packed
@@ -57,8 +58,8 @@ class BiosModelSpec(StrictModel):
 
     Attributes:
         n_people: N. multiplicity, permute, fullname: how biographies are written (Part 3.1 augmentations).
-        model: the GPT. exposures: biographies per person in the pretraining budget. seq_len: window length.
-        pretrain: optimizer. check_every: recall check every this many steps. stop_at: stop once the checked
+        model: the GPT (GPTSpec). exposures: biographies per person in the pretraining budget. seq_len: window length.
+        pretrain: optimizer (PhaseSpec). check_every: recall check every this many steps. stop_at: stop once the checked
             recall reaches this (None: the whole budget).
     """
 
@@ -66,10 +67,10 @@ class BiosModelSpec(StrictModel):
     multiplicity: int = Field(3, ge=1, le=100)
     permute: bool = True
     fullname: bool = True
-    model: ModelSpec = ModelSpec(d_model=64, n_layers=4, n_heads=4)
+    model: GPTSpec = GPTSpec(d_model=64, n_layers=4, n_heads=4, pos="rope", tie_embeddings=True)
     exposures: int = Field(150, ge=1)
     seq_len: int = Field(256, ge=64)
-    pretrain: TrainSpec = TrainSpec(lr=1e-2, batch_size=8)
+    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=8)
     check_every: int = Field(100, ge=0)
     stop_at: float | None = Field(0.97, gt=0, le=1)
 
@@ -83,7 +84,6 @@ def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ct
         renderings of the pretraining data); ``info`` has ``pretrain_steps``, ``steps_to_gate``, ``recall``
         (exact match of every attribute value given its prefix, over all of ``docs``), ``params``.
     """
-    check_model(spec.model, "bios.model")
     world = BiosWorld(spec.n_people, seed=data_seed)
     ds = DataSpec(multiplicity=spec.multiplicity, permute=spec.permute, fullname=spec.fullname)
     people = np.arange(spec.n_people)
@@ -92,7 +92,7 @@ def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ct
     docs_flat = bio_docs(world, people, multiplicity=spec.multiplicity, permute=spec.permute,
                          fullname=spec.fullname, seed=data_seed)
     docs = [docs_flat[i * spec.multiplicity:(i + 1) * spec.multiplicity] for i in range(spec.n_people)]
-    model = make_model(world, spec.model, spec.seq_len, train_seed).to(device)
+    model = GPT(spec.model.gpt_config(len(world.vocab), spec.seq_len), seed=train_seed).to(device)
     check_docs = [d for ds_ in docs for d in ds_]
     pre = train_packed(model, stream, spec.pretrain, seed=train_seed, ctx=ctx, phase="pretrain", device=device,
                        recall_fn=lambda m: recall_of_docs(m, check_docs, attrs=ATTRS, device=device),
@@ -230,9 +230,6 @@ class KnowledgeNeurons(Experiment):
                    "random neurons of the same count in the same layers (random - random), in the same run: zero in "
                    "expectation by construction"),
     ]
-
-    def validate(self, cfg: KnowledgeNeuronsConfig) -> None:
-        check_model(cfg.bios.model, "bios.model")
 
     def points(self, cfg: KnowledgeNeuronsConfig) -> list[Point]:
         return [Point("bios", {})]

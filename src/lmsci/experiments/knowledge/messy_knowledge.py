@@ -42,8 +42,9 @@ from lmsci.claims import Claim, Gate, Verdict, across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge.common import (
-    MEMORISED, ModelSpec, TrainSpec, check_model, make_model, recall_gate, seed_values,
+    MEMORISED, PhaseSpec, recall_gate, seed_values,
 )
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.report import markdown_table
 from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
@@ -71,17 +72,18 @@ class MessyKnowledgeConfig(ExperimentConfig):
     Attributes:
         n_people: people of the world (each: 3 relations x 2 templates facts, 3 true negations, 1 two-hop statement,
             in 2 languages).
-        model: the GPT. epochs: passes over the statements (budget; training stops once recall >= memorise_stop).
-        pretrain: optimizer settings. memorise_check_every / memorise_stop: recall checks.
+        model: the GPT (GPTSpec). epochs: passes over the statements (budget; training stops once recall >=
+            memorise_stop).
+        pretrain: optimizer settings (PhaseSpec). memorise_check_every / memorise_stop: recall checks.
         n_pairs: facts whose overlap pairs are measured per seed. n_matrix: facts shown in the overlap matrix figure.
         n_ripple: facts fine-tuned on (each alone, from the pretrained model). ripple_steps / ripple_lr: Adam
             fine-tuning on the new fact's object tokens.
     """
 
     n_people: int = Field(48, ge=4)
-    model: ModelSpec = ModelSpec(d_model=64, n_layers=4, n_heads=4)
+    model: GPTSpec = GPTSpec(d_model=64, n_layers=4, n_heads=4, pos="rope", tie_embeddings=True)
     epochs: int = Field(100, ge=1)
-    pretrain: TrainSpec = TrainSpec(lr=3e-3, batch_size=32)
+    pretrain: PhaseSpec = PhaseSpec(lr=3e-3, batch_size=32)
     memorise_check_every: int = Field(200, ge=0)
     memorise_stop: float | None = Field(0.97, gt=0, le=1)
     n_pairs: int = Field(32, ge=2)
@@ -222,9 +224,6 @@ class MessyKnowledge(Experiment):
               gates=(MEMORISED_FACTS, EDIT_LEARNED), ablation=True),
     ]
 
-    def validate(self, cfg: MessyKnowledgeConfig) -> None:
-        check_model(cfg.model)
-
     def points(self, cfg: MessyKnowledgeConfig) -> list[Point]:
         return [Point("messy", {})]
 
@@ -238,7 +237,7 @@ class MessyKnowledge(Experiment):
         perm = torch.from_numpy(np.concatenate([g.permutation(len(train_st)) for _ in range(cfg.epochs)]))
         packed = Packed(x[perm], y[perm], [[train_st[i].person] for i in perm.tolist()],
                         [[train_st[i].kind] for i in perm.tolist()])
-        model = make_model(world, cfg.model, max(32, x.shape[1]), ctx.seed).to(ctx.device)
+        model = GPT(cfg.model.gpt_config(len(world.vocab), max(32, x.shape[1])), seed=ctx.seed).to(ctx.device)
         pre = train_packed(model, packed, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
                            recall_fn=lambda m: fact_recall(m, train_st, ctx.device),
                            check_every=cfg.memorise_check_every, stop_at=cfg.memorise_stop,
@@ -273,7 +272,7 @@ class MessyKnowledge(Experiment):
         row["null_paraphrase_vs_same_template_para"] = float(np.mean(c["paraphrase"] - c["same_template_para"]))
         # reported beside (decides nothing): the same two statistics on an untrained model of the same shape, which
         # shows how much of them the shared tokens give before any training
-        init = make_model(world, cfg.model, max(32, x.shape[1]), ctx.seed + 11).to(ctx.device)
+        init = GPT(cfg.model.gpt_config(len(world.vocab), max(32, x.shape[1])), seed=ctx.seed + 11).to(ctx.device)
         ci0 = statement_gradients(init, [s.ids for s in sts], [s.span for s in sts]).cosine()
         c0 = {k: ci0[a_, b_] for k, (a_, b_) in pairs.items()}
         row["init_negation_vs_same_template"] = float(np.mean(c0["negation"] - c0["same_template"]))

@@ -163,21 +163,17 @@ class MLPMemories(Experiment):
 
     def validate(self, cfg: MLPMemoriesConfig) -> None:
         from lmsci.errors import ConfigError
-        from lmsci.experiments.knowledge.common import check_model
 
         bad = [k for k in cfg.kinds if k not in KINDS]
         if bad or not cfg.kinds:
             raise ConfigError("kinds", cfg.kinds, f"a non-empty subset of {KINDS}")
         if cfg.norm not in NORMS:
             raise ConfigError("norm", cfg.norm, " or ".join(NORMS))
-        check_model(cfg.bios.model, "bios.model")
 
     def points(self, cfg: MLPMemoriesConfig) -> list[Point]:
         return [Point(k, {"kind": k}) for k in cfg.kinds]
 
     def run_point(self, cfg: MLPMemoriesConfig, point: Point, ctx: PointContext) -> dict:
-        from lmsci.experiments.knowledge.common import make_model
-
         kind = point.params["kind"]
         if kind == "shakespeare":
             model, inputs, nxt, row = self._shakespeare(cfg, ctx)
@@ -195,7 +191,7 @@ class MLPMemories(Experiment):
                 inputs[j, :len(d.ids)] = torch.tensor(d.ids)
             nxt = next_token_targets(inputs, pad)
             row = {**info, "trained": bool(info["recall"] >= RECALL_MIN)}
-            null_model = make_model(world, cfg.bios.model, cfg.bios.seq_len, ctx.seed)
+            null_model = GPT(cfg.bios.model.gpt_config(len(world.vocab), cfg.bios.seq_len), seed=ctx.seed)
         row["kind"] = kind
         row.update(self._agreement(cfg, model, inputs, nxt, ""))
         # the null arm: the same GPT at its initialisation (same architecture and seed), same keys' text

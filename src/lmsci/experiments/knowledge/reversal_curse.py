@@ -49,10 +49,11 @@ from lmsci.experiments.knowledge import _reversal_curse_verdicts as _v
 from lmsci.experiments.knowledge._reversal_curse_verdicts import (  # noqa: F401 (FORWARD_QA_MIN re-exported)
     FORWARD_QA_MIN, GAP_FORWARD_MAX, GAP_LIFT_MIN)
 from lmsci.experiments.knowledge.common import (
-    BiosQAConfig, AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, check_model, concat_packed,
-    exposures_of, h100_seconds, mean_tokens, vocab_size, finetune_qa, make_model, null_arm_finetune,
+    BiosQAConfig, AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, concat_packed,
+    exposures_of, h100_seconds, mean_tokens, vocab_size, finetune_qa, null_arm_finetune,
 )
 from lmsci.measure.knowledge import qa_metrics
+from lmsci.models.gpt import GPT
 from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
@@ -320,9 +321,6 @@ class ReversalCurse(Experiment):
                    "people (no training; same seed's forward-only arm subtracted, same rule)"),
     ]
 
-    def validate(self, cfg: ReversalCurseConfig) -> None:
-        check_model(cfg.model)
-
     def points(self, cfg: ReversalCurseConfig) -> list[Point]:
         return [Point("forward_only", {"reverse": False}), Point("with_reverse", {"reverse": True})]
 
@@ -340,7 +338,7 @@ class ReversalCurse(Experiment):
             bios_fn = None
             first = {d.person: d for d in rdocs[::cfg.reverse_multiplicity]}
             rev_fn = lambda ppl: [first[int(i)] for i in ppl]  # noqa: E731
-        model = make_model(world, cfg.model, cfg.seq_len, ctx.seed)
+        model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed)
         pre = train_packed(model, stream, cfg.pretrain, seed=ctx.seed, ctx=ctx, phase="pretrain", device=ctx.device,
                            checkpoint=True, precision=cfg.precision)
         rexp = (stream.exposures(cfg.n_people, pre["windows_used"], kind="bio_reverse") if isinstance(stream, Packed)
