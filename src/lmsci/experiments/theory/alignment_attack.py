@@ -139,9 +139,10 @@ class AlignmentAttack(Experiment):
     source = ("Wolf, Wies, Avnery, Levine, Shashua, 'Fundamental Limitations of Alignment in Large Language Models', "
               "ICML 2024, arXiv 2304.11082, Theorems 1, 2, 4 and App. H")
     Config = AlignmentConfig
-    time_estimate = {"smoke": "~12 s", "quick": "~260 s (estimated from the 111 s measured for 3 seeds x 1,600 "
-                                                "steps: now 5 seeds x 2,200 steps, a second alpha = 1% mixture per "
-                                                "seed as the null arm; d_model 32, one thread)",
+    time_estimate = {"smoke": "~12 s", "quick": "~3-7 min: measured 400 s (master seed 0) and 185 s (seed 1) on "
+                                                "the 2-core machine shared with other jobs, one thread (5 seeds: "
+                                                "exact world 4-16 s per seed with thm2-slope's null arm, trained "
+                                                "world 30-120 s per seed)",
                      "gpu": "~15 min on one H100 (5 seeds x 3 alphas, 4-layer d=128)",
                      "paper": "~1 h on one H100 (5 seeds x 3 alphas, 6-layer d=256); the paper's own scale is "
                               "Llama-2-13B-chat with LoRA persona proxies, which lmsci does not download"}
