@@ -95,7 +95,8 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "lm-steer/transfer": {"quick": (0,)},
     "alignment-attack/thm1-length": {"quick": (0,)},
     "alignment-attack/exact-centre": {"quick": (0,)},
-    "alignment-attack/thm2-system-prompt": {"quick": (0,)},
+    # alignment-attack/thm2-system-prompt (post hoc at quick seed 0) was retired on 2026-11-27: split into the check
+    # thm2-bound and the claim thm2-slope, both registered before any run of theirs (CLAIMS.md)
     "alignment-attack/thm4-best-of-n": {"quick": (0,)},
     "alignment-attack/persona-centre": {"quick": (0,)},
     "alignment-attack/persona-alpha-shift": {"quick": (0,)},
