@@ -168,6 +168,8 @@ def test_smoke_runs_end_to_end(tmp_path):
     # smoke runs no GPT (absolute), so rot-beats-abs has no null arm; pos-effective's null ratio divides by the
     # smoke GPT_rot's accuracy, 0 after 4 steps: not computed. Neither may meet its rule.
     assert vs["rot-beats-abs"].null_passed is None and vs["pos-effective"].null_passed is not True
+    # smoke trains no GPT_uni either: uni-effective's null arm is not measured (never met)
+    assert vs["uni-effective"].null_passed is None
     run = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p",
                          progress=False, log=lambda *a, **k: None)
     res = pd.read_csv(run.path / "results.csv")

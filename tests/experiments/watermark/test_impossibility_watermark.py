@@ -141,6 +141,8 @@ def test_smoke_preset_runs(tmp_path):
     # texts are never flagged at z > 4: the TPR claims' null arm (the FPR) does not meet TPR >= 0.95
     for k in ("tpr-lefthash",):
         assert vs[k].null_value is not None and vs[k].null_passed is False, (k, vs[k].null_value)
+    # tpr-selfhash's arm is not in the smoke preset: its null arm is not measured there (never met)
+    assert vs["tpr-selfhash"].null_passed is None
     # null-normal's null arm: the KS test rejects N(0, 1) for the watermarked texts' z-scores
     assert vs["null-normal"].null_value is not None and vs["null-normal"].null_passed is False
 
