@@ -445,7 +445,7 @@ def train_cmd(
         overrides = parse_overrides(set_ or [])
         overrides.update({k: v for k, v in opts.items() if v is not None})
         exp = ShakespeareLM()
-        default_warmup = exp.Config.model_fields["warmup_steps"].default
+        default_warmup = exp.Config.model_fields["train"].default.warmup_steps
         if "warmup_steps" not in overrides and isinstance(overrides.get("steps"), int) \
                 and overrides["steps"] < default_warmup:
             overrides["warmup_steps"] = overrides["steps"] // 10

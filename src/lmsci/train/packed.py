@@ -26,7 +26,7 @@ __all__ = ["PackedTrainSpec", "train_packed"]
 
 
 class PackedTrainSpec(Protocol):
-    """Optimizer settings of one training phase (e.g. the knowledge family's ``TrainSpec``): AdamW learning rate
+    """Optimizer settings of one training phase (e.g. the knowledge family's ``PhaseSpec``): AdamW learning rate
     ``lr``, ``batch_size`` (windows a step), decoupled ``weight_decay`` and ``warmup_frac`` (share of the steps
     warmed up)."""
 

@@ -37,8 +37,10 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, Verdict
 from lmsci.stats import bootstrap_ci
+from lmsci.train.trainer import TrainSpec
 
 SAMPLES_FILE = "samples.txt"
 MODEL_DIR = "model"
@@ -50,8 +52,8 @@ class ShakespeareLMConfig(ExperimentConfig):
     Corpus: ``tokenizer`` (char | bpe), ``vocab_size`` (BPE only), ``val_fraction`` and
     ``split_seed`` (split by work), ``texts_dir`` (a ``shksprdata/texts``-like directory; default
     the installed package), ``cache_dir`` (default ``$LMSCI_CACHE`` or ``~/.cache/lmsci``).
-    Model: GPT fields (see :class:`lmsci.models.gpt.GPTConfig`); ``seq_len`` is the context length.
-    Training: see :class:`lmsci.train.trainer.TrainConfig`.
+    Model: ``model``, the GPT trained (:class:`lmsci.models.gpt.GPTSpec`); ``seq_len`` is the context length.
+    Training: ``train``, its optimizer and schedule (:class:`lmsci.train.trainer.TrainSpec`); ``checkpoint_every``.
     Measurement: ``eval_every`` / ``eval_tokens`` (curves), ``final_eval_tokens`` (final NLL and
     verdict), ``sample_tokens``/``temperature``/``top_k``/``prompt`` (samples in the report).
     """
@@ -63,26 +65,11 @@ class ShakespeareLMConfig(ExperimentConfig):
     texts_dir: str | None = None
     cache_dir: str | None = None
 
-    d_model: int = Field(128, ge=1)
-    n_layers: int = Field(4, ge=0)
-    n_heads: int = Field(4, ge=1)
-    d_head: int | None = Field(None, ge=1)
-    d_mlp: int | None = Field(None, ge=1)
-    pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni"] = "learned"
-    mlp: Literal["gelu", "swiglu", "none"] = "gelu"
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    tie_embeddings: bool = False
-    dropout: float = Field(0.0, ge=0, lt=1)
+    model: GPTSpec = GPTSpec(n_layers=4, n_heads=4, d_model=128)
     seq_len: int = Field(128, ge=2)
 
-    steps: int = Field(2000, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.1, ge=0)
-    grad_clip: float = Field(1.0, ge=0)
-    grad_accum: int = Field(1, ge=1)
+    train: TrainSpec = TrainSpec(steps=2000, batch_size=16, lr=3e-3, warmup_steps=100, min_lr_ratio=0.1,
+                                 weight_decay=0.1, grad_clip=1.0, grad_accum=1)
     checkpoint_every: int = Field(500, ge=0)
 
     eval_every: int = Field(200, ge=0)
@@ -96,16 +83,17 @@ class ShakespeareLMConfig(ExperimentConfig):
 
     PRECISIONS = ("fp32", "bf16")  # the base field ``precision`` goes to the trainer
     PRESETS = {
-        "smoke": {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "steps": 20, "batch_size": 8,
-                  "warmup_steps": 5, "eval_every": 10, "eval_tokens": 1024, "final_eval_tokens": 4096,
+        "smoke": {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "seq_len": 32, "train.steps": 20,
+                  "train.batch_size": 8, "train.warmup_steps": 5, "eval_every": 10, "eval_tokens": 1024, "final_eval_tokens": 4096,
                   "checkpoint_every": 10, "sample_tokens": 40, "n_samples": 1},
         # 3 training seeds (the claims need an interval across >= 3 seeds)
         "quick": {"n_seeds": 3},
         # one H100: the quick model (which beats the bigram by 0.8 nats/char on one seed) at nanoGPT's batch, 3 seeds
-        "gpu": {"batch_size": 64, "n_seeds": 3, "threads": 0},
+        "gpu": {"train.batch_size": 64, "n_seeds": 3, "threads": 0},
         # nanoGPT's shakespeare_char "baby GPT" (6 layers, 6 heads, 384 wide, 256 context, dropout 0.2)
-        "paper": {"d_model": 384, "n_layers": 6, "n_heads": 6, "seq_len": 256, "dropout": 0.2, "steps": 5000,
-                  "batch_size": 64, "lr": 1e-3, "warmup_steps": 100, "eval_every": 250,
+        "paper": {"model.d_model": 384, "model.n_layers": 6, "model.n_heads": 6, "seq_len": 256, "model.dropout": 0.2,
+                  "train.steps": 5000, "train.batch_size": 64, "train.lr": 1e-3, "train.warmup_steps": 100,
+                  "eval_every": 250,
                   "final_eval_tokens": 1_000_000, "checkpoint_every": 500, "n_seeds": 3},
     }
 
@@ -159,37 +147,28 @@ class ShakespeareLM(Experiment):
                      "paper": "~1.5 h on one GPU (3 seeds, ~30 min each; estimated)"}
 
     def validate(self, cfg: ShakespeareLMConfig) -> None:
-        d_head = cfg.d_head or (cfg.d_model // cfg.n_heads)
-        if cfg.d_head is None and cfg.d_model % cfg.n_heads:
-            raise ConfigError("d_model", cfg.d_model, f"a multiple of n_heads={cfg.n_heads} (or set d_head)")
-        if cfg.pos == "rope" and d_head % 2:
-            raise ConfigError("d_head", d_head, "an even number with pos=rope")
-        if cfg.warmup_steps > cfg.steps:
-            raise ConfigError("warmup_steps", cfg.warmup_steps, f"at most steps={cfg.steps}")
+        # head widths (d_model a multiple of n_heads, even with rope) are checked by GPTSpec
+        if cfg.train.warmup_steps > cfg.train.steps:
+            raise ConfigError("train.warmup_steps", cfg.train.warmup_steps, f"at most train.steps={cfg.train.steps}")
 
     def points(self, cfg: ShakespeareLMConfig) -> list[Point]:
-        return [Point(f"{cfg.tokenizer}_L{cfg.n_layers}_d{cfg.d_model}_{cfg.pos}", {})]
+        return [Point(f"{cfg.tokenizer}_L{cfg.model.n_layers}_d{cfg.model.d_model}_{cfg.model.pos}", {})]
 
     # ---------------------------------------------------------------------------------------
     def run_point(self, cfg: ShakespeareLMConfig, point: Point, ctx: PointContext) -> dict:
-        from lmsci.models.gpt import GPT, GPTConfig
-        from lmsci.train.trainer import TrainConfig, evaluate_nll, train
+        from lmsci.models.gpt import GPT
+        from lmsci.train.trainer import evaluate_nll, train
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed,
                             texts_dir=cfg.texts_dir, cache_dir=cfg.cache_dir)
         tok = corpus.tokenizer
-        gcfg = GPTConfig(vocab_size=tok.vocab_size, seq_len=cfg.seq_len, n_layers=cfg.n_layers,
-                         n_heads=cfg.n_heads, d_model=cfg.d_model, d_head=cfg.d_head, d_mlp=cfg.d_mlp,
-                         pos=cfg.pos, mlp=cfg.mlp, norm=cfg.norm, tie_embeddings=cfg.tie_embeddings,
-                         dropout=cfg.dropout)
+        gcfg = cfg.model.gpt_config(tok.vocab_size, cfg.seq_len)
         model = GPT(gcfg, seed=ctx.seed).to(ctx.device)
-        tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                           min_lr_ratio=cfg.min_lr_ratio, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
-                           grad_accum=cfg.grad_accum, eval_every=cfg.eval_every,
-                           checkpoint_every=cfg.checkpoint_every, log_every=max(1, min(10, cfg.steps // 50)),
+        tcfg = cfg.train.train_config(eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
+                                      log_every=max(1, min(10, cfg.train.steps // 50)),
                            device=ctx.device, precision=cfg.precision)
-        get_batch = sh.make_get_batch(corpus.train_ids, cfg.batch_size, cfg.seq_len)
+        get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         val_curve = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         train_curve = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.eval_tokens)
 
@@ -200,7 +179,7 @@ class ShakespeareLM(Experiment):
         val_final = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.final_eval_tokens)
         null_win = window_nll(model, val_final)
 
-        bar = ctx.progress(cfg.steps, "train")
+        bar = ctx.progress(cfg.train.steps, "train")
         result = train(model, get_batch, tcfg, seed=ctx.seed, eval_fn=eval_fn, log=lambda r: ctx.log(**r),
                        checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
         bar.close()
