@@ -34,25 +34,23 @@ from lmsci.report import markdown_table
 from lmsci.experiments.knowledge.knowledge_neurons import RECALL_MIN, BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
 from lmsci.measure.kv_memories import NORMS, key_value_memories, next_token_targets
-from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir
+from lmsci.train.trainer import TrainSpec
 
 KINDS = ("shakespeare", "bios")
 
 
 class ShakespeareSpec(StrictModel):
-    """The Shakespeare GPT (GELU, LayerNorm, learned positions, untied) and its BPE corpus."""
+    """The Shakespeare GPT and its BPE corpus: ``model`` (GPTSpec: GELU, LayerNorm, learned positions, untied;
+    at least 2 layers), ``train`` (TrainSpec), the corpus's ``vocab_size`` and the context ``seq_len``."""
 
     vocab_size: int = Field(1024, ge=257, le=65536)
-    d_model: int = Field(128, ge=8)
-    n_layers: int = Field(4, ge=2)
-    n_heads: int = Field(4, ge=1)
+    model: GPTSpec = GPTSpec(d_model=128, n_layers=4, n_heads=4)
     # quick: 1600 steps of 8 x 128 tokens (1.6M tokens); the first quick run's 800 x 16 x 64 left the held-out NLL
     # at the bigram's (4.08-4.10 vs 4.07 nats/token: the 'trained' gate failed in all 3 seeds)
     seq_len: int = Field(128, ge=8)
-    steps: int = Field(1600, ge=1)
-    batch_size: int = Field(8, ge=1)
-    lr: float = Field(3e-3, gt=0)
+    train: TrainSpec = TrainSpec(steps=1600, batch_size=8, lr=3e-3, warmup_steps=100)
     key_windows: int = Field(256, ge=1, description="training windows searched for trigger prefixes")
     eval_tokens: int = Field(32768, ge=64)
 
@@ -75,22 +73,25 @@ class MLPMemoriesConfig(ExperimentConfig):
     n_seeds: int = Field(3, ge=1, le=100)
 
     PRESETS = {
-        "smoke": {"shakespeare": {"d_model": 16, "n_layers": 2, "n_heads": 2, "seq_len": 16,
-                                  "steps": 3, "batch_size": 4, "key_windows": 8, "eval_tokens": 256},
+        "smoke": {"shakespeare": {"model": {"d_model": 16, "n_layers": 2, "n_heads": 2}, "seq_len": 16,
+                                  "train": {"steps": 3, "batch_size": 4, "warmup_steps": 0}, "key_windows": 8,
+                                  "eval_tokens": 256},
                   "bios": {"n_people": 8, "multiplicity": 1, "permute": False, "fullname": False, "exposures": 2, "seq_len": 128, "check_every": 0,
                            "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}},
                   "n_seeds": 2},
         "quick": {},
         # one H100 (estimated): 8-layer d_model 512 Shakespeare GPT on BPE-8192, 5k steps; 8-layer bioS GPT, N = 2000
-        "gpu": {"shakespeare": {"vocab_size": 8192, "d_model": 512, "n_layers": 8, "n_heads": 8, "seq_len": 256,
-                                "steps": 5000, "batch_size": 64, "lr": 1e-3, "key_windows": 4096},
+        "gpu": {"shakespeare": {"vocab_size": 8192, "model": {"d_model": 512, "n_layers": 8, "n_heads": 8},
+                                "seq_len": 256, "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3},
+                                "key_windows": 4096},
                 "bios": {"n_people": 2000, "multiplicity": 1, "permute": False, "fullname": False, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "exposures": 400,
                          "seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 32}, "check_every": 500},
                 "threads": 0},
         # the paper's scale: a 16-layer, 247M-parameter LM (Baevski & Auli) on WikiText-103 (not in lmsci's corpora;
         # the closest: a 16-layer d_model 1024 GPT on Shakespeare, which it would overfit)
-        "paper": {"shakespeare": {"vocab_size": 16384, "d_model": 1024, "n_layers": 16, "n_heads": 16,
-                                  "seq_len": 512, "steps": 20000, "batch_size": 64, "lr": 3e-4, "key_windows": 16384},
+        "paper": {"shakespeare": {"vocab_size": 16384, "model": {"d_model": 1024, "n_layers": 16, "n_heads": 16},
+                                  "seq_len": 512, "train": {"steps": 20000, "batch_size": 64, "lr": 3e-4},
+                                  "key_windows": 16384},
                   "bios": {"n_people": 20_000, "multiplicity": 1, "permute": False, "fullname": False, "model": {"d_model": 768, "n_layers": 16, "n_heads": 12},
                            "exposures": 600, "seq_len": 512, "pretrain": {"lr": 5e-4, "batch_size": 64},
                            "check_every": 2000},
@@ -169,6 +170,9 @@ class MLPMemories(Experiment):
             raise ConfigError("kinds", cfg.kinds, f"a non-empty subset of {KINDS}")
         if cfg.norm not in NORMS:
             raise ConfigError("norm", cfg.norm, " or ".join(NORMS))
+        if cfg.shakespeare.model.n_layers < 2:
+            raise ConfigError("shakespeare.model.n_layers", cfg.shakespeare.model.n_layers,
+                              ">= 2 (upper and lower layers are compared)")
 
     def points(self, cfg: MLPMemoriesConfig) -> list[Point]:
         return [Point(k, {"kind": k}) for k in cfg.kinds]
@@ -178,8 +182,7 @@ class MLPMemories(Experiment):
         if kind == "shakespeare":
             model, inputs, nxt, row = self._shakespeare(cfg, ctx)
             s = cfg.shakespeare
-            null_model = GPT(GPTConfig(vocab_size=int(row.pop("_vocab_size")), seq_len=s.seq_len,
-                                       n_layers=s.n_layers, n_heads=s.n_heads, d_model=s.d_model), seed=ctx.seed)
+            null_model = GPT(s.model.gpt_config(int(row.pop("_vocab_size")), s.seq_len), seed=ctx.seed)
         else:
             model, world, docs, info = train_bios_model(cfg.bios, data_seed=cfg.seed, train_seed=ctx.seed, ctx=ctx,
                                                         device=ctx.device)
@@ -226,10 +229,9 @@ class MLPMemories(Experiment):
 
         s = cfg.shakespeare
         corpus = prepare("bpe", s.vocab_size)
-        model, info = train_corpus_gpt(make_get_batch(corpus.train_ids, s.batch_size, s.seq_len),
+        model, info = train_corpus_gpt(make_get_batch(corpus.train_ids, s.train.batch_size, s.seq_len),
                                        eval_batches(corpus.val_ids, s.seq_len, s.eval_tokens), corpus.vocab_size,
-                                       d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, seq_len=s.seq_len,
-                                       steps=s.steps, batch_size=s.batch_size, lr=s.lr, device=ctx.device,
+                                       model=s.model, train_spec=s.train, seq_len=s.seq_len, device=ctx.device,
                                        seed=ctx.seed, log=lambda m: ctx.log(phase="train", **m))
         base = ngram_baselines(corpus.train_ids, corpus.val_ids, corpus.vocab_size)
         # key windows: evenly spaced, non-overlapping windows of the training split (fixed, no randomness)
