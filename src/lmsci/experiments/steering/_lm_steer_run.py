@@ -101,23 +101,16 @@ def train_language_models(cfg: Any, corpus: Any, device: str, log: Callable[...,
     "B": ...}``, stats with ``train_loss`` and ``val_nll`` in nats/token. ``A`` and ``B`` are ``cfg.model`` trained
     with ``cfg.train``; ``F`` is ``cfg.model`` with the ``flu_*`` width, depth and heads, trained ``flu_steps``
     steps at ``flu_lr`` (the same batch and schedule otherwise)."""
-    from lmsci.models.gpt import GPT
-    from lmsci.train.trainer import evaluate_nll, train
+    from lmsci.train.corpus_lm import train_corpus_gpt
     from lmsci.worlds import shakespeare as sh
 
     val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
 
     def lm_train(role: str, arch: dict[str, int], **optim: Any) -> tuple[Any, dict[str, float]]:
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        seed = derive_seed(cfg.seed, "lm", role)
-        model = GPT(cfg.model.gpt_config(corpus.vocab_size, cfg.seq_len, **arch), seed=seed).to(device)
-        steps = optim.get("steps", cfg.train.steps)
-        tc = cfg.train.train_config(**optim, device=device, log_every=max(1, steps // 20))
-        res = train(model, get_batch, tc, seed=seed + 1, log=lambda r: log(model=role, **r))
-        val_nll = evaluate_nll(model, val)
-        model.zero_grad(set_to_none=True)  # no stale gradients on the frozen-to-be model
-        model.eval()
-        return model, {"train_loss": float(res.final.get("loss", float("nan"))), "val_nll": val_nll}
+        return train_corpus_gpt(get_batch, val, corpus.vocab_size, model=cfg.model.model_copy(update=arch),
+                                train_spec=cfg.train.model_copy(update=optim), seq_len=cfg.seq_len, device=device,
+                                seed=derive_seed(cfg.seed, "lm", role), log=lambda r: log(model=role, **r))
 
     flu = {"d_model": cfg.flu_d_model, "n_layers": cfg.flu_n_layers, "n_heads": cfg.flu_n_heads}
     out = {"A": lm_train("A", {}), "F": lm_train("fluency", flu, steps=cfg.flu_steps, lr=cfg.flu_lr)}
