@@ -28,6 +28,11 @@ at most ``SPREAD_MAX``, the flat-inside tolerance. Nulls: the same head counts a
 heads), the same ratios at fixed ``d_model`` (N grows with the ratio). A model shared by two grids (same
 ``n_layers, d_model, n_heads, d_head, d_mlp``) is trained once. Fig. 5's rise at extreme feed-forward ratios is not
 claimed.
+
+Quick runs (2026-11-27, master seeds 0 and 1; no claim or preset changed): heads spread 0.7% and 0.6% (null 8.3%,
+8.2%); feed-forward spread 1.8% and 1.9%, meeting the rule, but its fixed-d_model null spreads only 0.3-0.4% (N
+30k-100k): at 0.72M tokens the loss follows d_model more than N, so the rule cannot tell (inconclusive), as for
+flat-inside.
 """
 
 from __future__ import annotations
@@ -158,11 +163,10 @@ class ModelShape(Experiment):
     source = _SRC
     Config = ModelShapeConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "~12 min of CPU time at threads=1 (= wall on an idle 2-core machine), estimated from "
-                              "CPU times measured 2026-11-27 (timing pilot, master seed 1000001): 41 s for a 3-seed "
-                              "stacked 100k shape, 66 s for the 8-head one, 27 s for a 60k one; 21 shapes (11 of ~100k "
-                              "params, 10 of 2-60k) x 3 stacked seeds, 0.72M tokens each. Before issue 35's panels: 31 "
-                              "min wall at load ~10 for 9 shapes (6 min of CPU time)",
+                     "quick": "16.2 and 17.3 min wall measured 2026-11-27 (master seeds 0 and 1) at threads=1 on "
+                              "the shared 2-core machine (load ~2-4); 11.0 and 11.1 min of user CPU time (12.6 and "
+                              "12.1 with system time), so ~12-13 min expected with the machine to itself: 21 shapes "
+                              "(11 of ~100k params, 10 of 2-60k) x 3 stacked seeds, 0.72M tokens each",
                      "gpu": "~10-15 min on one H100, estimated, not measured (no GPU in the sessions that wrote it): "
                             "34 shapes x 1,000 stacked steps of 3 seeds x 16k tokens, 0.01-3.2M-parameter GPTs of 2-32 "
                             "layers, bf16, at an assumed 20-30 ms a stacked step for the aspect grids (22 shapes; "
@@ -405,7 +409,7 @@ class ModelShape(Experiment):
         ax.grid(alpha=0.3)
         plot_panel(a_mlp, res, cfg, "mlp")
         plot_panel(a_heads, res, cfg, "heads")
-        a_mlp.set_ylabel("loss increase over the best fixed-N shape of the panel (%)")
+        a_mlp.set_ylabel("loss increase over the panel's best fixed-N shape (%)", fontsize=8)
         fig.tight_layout()
         return [save_figure(fig, run, "loss_vs_shape.png", "Loss increase (%) at fixed non-embedding parameters "
                             "against the feed-forward ratio (left), the aspect ratio (middle) and the attention head "
