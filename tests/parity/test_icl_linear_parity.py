@@ -177,8 +177,9 @@ def test_paper_preset_is_the_official_config():
         rec["dims"][k] for k in ("start", "end", "inc", "interval"))
     assert (cfg.curriculum_points_start, cfg.n_points, 2, cfg.curriculum_every) == tuple(
         rec["points"][k] for k in ("start", "end", "inc", "interval"))
-    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.batch_size, cfg.lr) == (12, 256, 8, 64, 1e-4)
-    assert abs(cfg.steps - rec["steps"]) <= 1
+    assert (cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads, cfg.train.batch_size, cfg.train.lr) == (
+        12, 256, 8, 64, 1e-4)
+    assert abs(cfg.train.steps - rec["steps"]) <= 1
 
 
 def test_training_loop_follows_the_official_schedule():
@@ -186,12 +187,12 @@ def test_training_loop_follows_the_official_schedule():
     it logs every step) draws its batches at the official schedule."""
     cfg = resolve_config(ICLLinearRegressionConfig, "smoke")
     rec = json.loads((FIX / "curriculum.json").read_text())["lmsci_smoke"]
-    assert (cfg.curriculum_dims_start, cfg.d, cfg.curriculum_every, cfg.steps) == (
+    assert (cfg.curriculum_dims_start, cfg.d, cfg.curriculum_every, cfg.train.steps) == (
         rec["dims"]["start"], rec["dims"]["end"], rec["dims"]["interval"], rec["steps"])
     assert (cfg.curriculum_points_start, cfg.n_points) == (rec["points"]["start"], rec["points"]["end"])
     torch.manual_seed(0)
     _, hist = ICLLinearRegression().train_model(cfg, LinearRegressionWorld(cfg.d, cfg.noise_std), 0, "cpu")
-    assert [h["step"] for h in hist] == list(range(1, cfg.steps + 1))
+    assert [h["step"] for h in hist] == list(range(1, cfg.train.steps + 1))
     assert _rle((h["d_active"], h["n_points"]) for h in hist) == rec["schedule"]
 
 
