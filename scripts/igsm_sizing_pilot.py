@@ -19,6 +19,7 @@ import torch
 
 from lmsci.experiments.reasoning.igsm_common import (IGSMCommonConfig, build_gpt, check_all, solve, summarize, test_set,
                                            tokenizer_of, world_of)
+from lmsci.config import resolve_config
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig
 from lmsci.worlds.igsm.tokenizer import get_batch_fn
@@ -35,8 +36,8 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     L, H, D = map(int, a.shape.split(","))
-    cfg = IGSMCommonConfig(preset="quick", seed=777, steps=a.steps, batch_size=a.batch, n_layers=L, n_heads=H,
-                           d_model=D)
+    cfg = resolve_config(IGSMCommonConfig, "quick", {"train.steps": a.steps, "train.batch_size": a.batch,
+                                                     "model.n_layers": L, "model.n_heads": H, "model.d_model": D}, seed=777)
     world = world_of(cfg)
     tok = tokenizer_of(cfg, world)
     model = build_gpt(cfg, tok, (L, H, D), 777)
