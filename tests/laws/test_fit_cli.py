@@ -146,3 +146,7 @@ def test_scaling_sweep_rejects_bad_grid():
     with pytest.raises(ConfigError) as ei:
         cls().validate(resolve_config(cls.Config, "smoke", ["laws=[chinchila]"]))
     assert ei.value.field == "laws"
+    for key in ("model.d_model=96", "steps=50"):  # unused spec fields: widths come from d_models, steps from tokens
+        with pytest.raises(ConfigError) as ei:
+            cls().validate(resolve_config(cls.Config, "smoke", [key]))
+        assert ei.value.field in ("model.d_model", "train.steps")

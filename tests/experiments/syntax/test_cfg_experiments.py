@@ -150,6 +150,8 @@ def test_bad_config_is_a_named_error():
         CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.d_model": 18, "model.n_heads": 4}))
     with pytest.raises(ConfigError, match="model.n_heads"):  # GPT_rot needs an even head width (d_head 3 here)
         CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.d_model": 12, "model.n_heads": 4}))
+    with pytest.raises(ConfigError, match="model.pos"):  # each variant sets pos: model.pos alone would be ignored
+        CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.pos": "rope"}))
 
 
 def test_smoke_runs_end_to_end(tmp_path):

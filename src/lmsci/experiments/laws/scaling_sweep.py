@@ -92,13 +92,13 @@ class ScalingSweepConfig(ExperimentConfig):
 
     Attributes:
         d_models: model widths (N grows ~ d_model^2; the rest of ``model`` fixed).
-        model: the GPT trained at every point (:class:`~lmsci.models.gpt.GPTSpec`); its ``d_model`` is not used:
-            each point's width comes from ``d_models``.
+        model: the GPT trained at every point (:class:`~lmsci.models.gpt.GPTSpec`); its ``d_model`` is not used
+            (each point's width comes from ``d_models``) and setting it is refused.
         seq_len: the context length (tokens per step = train.batch_size * seq_len).
         tokens: training-token budgets D; each run's steps = D / (train.batch_size * seq_len).
         train: the optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`: AdamW with warmup_frac of each
-            run's steps, then cosine to the end of the run); its ``steps`` is not used: each run's steps come from
-            ``tokens``.
+            run's steps, then cosine to the end of the run); its ``steps`` is not used (each run's steps come from
+            ``tokens``) and setting it is refused.
         eval_tokens: validation tokens scored per run (fixed windows of held-out works).
         threads: torch CPU threads per run (1 is fastest on a shared 2-core machine).
         n_boot: bootstrap resamples of the fits (over runs, all seeds pooled).
@@ -208,6 +208,11 @@ class ScalingSweep(Experiment):
     def validate(self, cfg: ScalingSweepConfig) -> None:
         from lmsci.laws.forms import get_form
 
+        fields = type(cfg).model_fields
+        if cfg.model.d_model != fields["model"].default.d_model:
+            raise ConfigError("model.d_model", cfg.model.d_model, "left as it is: set the widths with d_models")
+        if cfg.train.steps != fields["train"].default.steps:
+            raise ConfigError("train.steps", cfg.train.steps, "left as it is: each run's steps come from tokens")
         if len(cfg.d_models) < 2 or len(set(cfg.d_models)) != len(cfg.d_models):
             raise ConfigError("d_models", cfg.d_models, "at least 2 distinct widths")
         for d in cfg.d_models:

@@ -66,7 +66,8 @@ class CFGModelConfig(ExperimentConfig):
     and paper presets' ``cfg3f`` is the published cfg3f table.
 
     Attributes:
-        variants: the position schemes trained, one model each (GPTConfig ``pos``: each replaces ``model.pos``).
+        variants: the position schemes trained, one model each (GPTConfig ``pos``: each replaces ``model.pos``, which
+            is therefore not set on its own: setting it is refused).
         model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`; its ``pos`` is the variant's).
         seq_len: the context window (tokens, BOS included).
         train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`; AdamW betas 0.9/0.98, weight
@@ -122,6 +123,8 @@ def build_grammar(cfg: CFGModelConfig) -> CFG:
 def validate_model_config(cfg: CFGModelConfig) -> CFG:
     """Resolve the grammar and check the model fields (named errors before any work)."""
     g = build_grammar(cfg)
+    if cfg.model.pos != type(cfg).model_fields["model"].default.pos:
+        raise ConfigError("model.pos", cfg.model.pos, "left as it is: set the position schemes with variants")
     if "rope" in cfg.variants and cfg.model.head_dim % 2:
         raise ConfigError("model.n_heads", cfg.model.n_heads, "an even d_head = d_model / n_heads for pos='rope'")
     lo, _ = g.length_range()
