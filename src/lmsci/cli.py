@@ -235,7 +235,9 @@ def claims_cmd(
 def run_cmd(
     name: str = typer.Argument(..., help="experiment name (see `lmsci list`)"),
     preset: str = typer.Option("quick", "--preset", "-p", help="smoke | quick | gpu | paper (gpu where the experiment has one)"),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a config key: key=value (repeatable)"),
+    set_: Optional[list[str]] = typer.Option(
+        None, "--set", "-s", help="override a config key: key=value, dotted for nested specs (model.d_model=128, "
+        "train.steps=4000; a bare key that names one nested field works too); repeatable"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (rerun into it to resume)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="master seed (default: the config's, 0)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show progress bars"),
