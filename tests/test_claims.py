@@ -227,3 +227,22 @@ def test_every_registered_rule_has_a_dated_line_in_claims_md():
             if not re.search(pat, text, flags=re.M):
                 missing.append(f"{name}/{c.id} [{dg}]")
     assert not missing, f"CLAIMS.md has no dated line for: {missing}"
+
+
+def test_judge_arms_applies_one_rule_to_both_arms():
+    from lmsci.claims import judge_arms
+
+    seen = {}
+
+    def judge(cid, **kw):
+        seen[cid] = kw
+        return kw
+
+    def rule(s):
+        return bool(s.n >= 2 and s.lo > 0)
+
+    kw = judge_arms(judge, "c", [1.0, 1.2, 1.1], [0.1, -0.2, 0.05], rule, gates={"g": (1, True)})
+    assert kw["passed"] is True and kw["null"][1] is False and kw["n_seeds"] == 3
+    assert kw["details"]["null_per_seed"] == [0.1, -0.2, 0.05] and kw["gates"] == {"g": (1, True)}
+    kw = judge_arms(judge, "c", [1.0, 1.2], [], rule)
+    assert kw["null"] is None and kw["details"]["null_ci"] is None

@@ -487,6 +487,23 @@ def _fmt(v: Any) -> str:
 from lmsci.stats import SeedStat, across_seeds  # noqa: E402,F401
 
 
+def judge_arms(judge: Any, claim_id: str, real: Sequence[float], null: Sequence[float],
+               rule: Any, **kw: Any) -> Verdict:
+    """Judge a claim whose statistic is one value per training seed, with the same ``rule`` on both arms.
+
+    ``rule(SeedStat) -> bool`` decides the real arm's values (mean and interval by :func:`across_seeds`) and,
+    identically, the null arm's (an empty ``null``: not measured). ``judge(claim_id, **kw)`` is the experiment's
+    judge (for example ``lambda cid, **kw: exp.judge(cfg, cid, **kw)``); ``kw`` (gates, note, more details) is
+    passed through. The details record both arms' per-seed values and the null's interval.
+    """
+    s = across_seeds(real)
+    ns = across_seeds(null) if len(null) else None
+    details = {"per_seed": real, "null_per_seed": null, "null_ci": None if ns is None else ns.ci,
+               **kw.pop("details", {})}
+    return judge(claim_id, value=s.mean, passed=rule(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
+                 null=None if ns is None else (ns.mean, rule(ns)), details=details, **kw)
+
+
 # -- the registry's claims as data -------------------------------------------------------------------
 def claim_preset_digests(exp_cls: Any, claim: Claim) -> dict[str, str]:
     """preset -> :func:`lmsci.config.preset_digest` of the experiment's resolved configuration, for every

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict, judge_arms
 
 PANELS = {"flat-heads": ("heads", "heads-null"), "flat-mlp": ("mlp", "mlp-null")}
 KEY = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp")
@@ -110,12 +110,7 @@ def decide_panels(exp, cfg, per_seed: list[dict[str, float]], spread_max: float)
                                  "grid"))
             continue
         nulls = [st[null_arm] for st in per_seed if null_arm in st]
-        s = across_seeds(real)
-        ns = across_seeds(nulls) if nulls else None
-        out.append(exp.judge(cfg, cid, value=s.mean, passed=rule(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                             null=None if ns is None else (ns.mean, rule(ns)),
-                             details={"per_seed": real, "null_per_seed": nulls,
-                                      "null_ci": None if ns is None else ns.ci}))
+        out.append(judge_arms(lambda c, **kw: exp.judge(cfg, c, **kw), cid, real, nulls, rule))
     return out
 
 

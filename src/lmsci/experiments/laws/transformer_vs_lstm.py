@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.claims import Claim, Verdict, judge_arms
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
@@ -305,12 +305,7 @@ def decide(exp: TransformerVsLSTM, cfg: TransformerVsLSTMConfig, cv: dict[tuple[
         if not real:
             out.append(exp.judge(cfg, cid, value=None, passed=None, why_not_computed="no seed with the needed models"))
             continue
-        s = across_seeds(real)
-        ns = across_seeds(null) if null else None
-        out.append(exp.judge(cfg, cid, value=s.mean, passed=rule(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                             null=None if ns is None else (ns.mean, rule(ns)),
-                             details={"per_seed": real, "null_per_seed": null,
-                                      "null_ci": None if ns is None else ns.ci}))
+        out.append(judge_arms(lambda c, **kw: exp.judge(cfg, c, **kw), cid, real, null, rule))
     return out
 
 

@@ -223,6 +223,32 @@ def _steps(df: pd.DataFrame, col: str) -> list[int | None]:
     return [None if pd.isna(v) else int(v) for v in df[col]]
 
 
+def prefix_matching_verdict(judge: Callable[..., Verdict], claim_id: str, two: pd.DataFrame, one: pd.DataFrame,
+                            gates: dict[str, tuple[Any, bool]], **details: Any) -> Verdict:
+    """A prefix-matching claim, in either world: every seed's best layer-2 score ``pm_best`` >= PM_MIN; the null is
+    the larger of the 1-layer model's best score (``one``, any layer) and the random-init 2-layer model's."""
+    s = across_seeds(two["pm_best"].astype(float))
+    null = None
+    if not one.empty:
+        nv = max(float(one["pm_max_any_layer"].max()), float(two["init_pm_best"].max()))
+        null = (nv, nv >= PM_MIN)
+    return judge(claim_id, value=s.mean, passed=bool((two["pm_best"] >= PM_MIN).all()), ci=s.ci, ci_kind=s.kind,
+                 n_seeds=s.n, gates=gates, null=null,
+                 details={"min_over_seeds": float(two["pm_best"].min()), **details,
+                          "null_one_layer": None if one.empty else float(one["pm_max_any_layer"].max()),
+                          "null_random_init": float(two["init_pm_best"].max())})
+
+
+def copying_verdict(judge: Callable[..., Verdict], claim_id: str, two: pd.DataFrame,
+                    gates: dict[str, tuple[Any, bool]]) -> Verdict:
+    """A copying claim, in either world: the best head's OV copying score, mean over seeds >= COPY_MIN; the null is
+    the random-init head's mean score."""
+    c = across_seeds(two["copy_best"].astype(float))
+    cn = float(two["init_copy_best"].mean())
+    return judge(claim_id, value=c.mean, passed=bool(c.mean >= COPY_MIN), ci=c.ci, ci_kind=c.kind, n_seeds=c.n,
+                 gates=gates, null=(cn, cn >= COPY_MIN))
+
+
 def shakespeare_verdicts(judge: Callable[..., Verdict], two: pd.DataFrame, one: pd.DataFrame) -> list[Verdict]:
     """Verdicts of :data:`CLAIMS` from the Shakespeare rows of the 2-layer (``two``) and 1-layer (``one``)
     models, through ``judge(claim_id, **kw)``."""
@@ -232,21 +258,9 @@ def shakespeare_verdicts(judge: Callable[..., Verdict], two: pd.DataFrame, one: 
     gap = (two["val_nll"].astype(float) - two["bigram_nll"].astype(float)).max()
     gates = {"learned-language": (float(gap), bool(gap < 0))}
     out = []
-    s = across_seeds(two["pm_best"].astype(float))
-    null = None
-    if not one.empty:
-        nv = max(float(one["pm_max_any_layer"].max()), float(two["init_pm_best"].max()))
-        null = (nv, nv >= PM_MIN)
-    out.append(judge("shakespeare-prefix-matching-head", value=s.mean, passed=bool((two["pm_best"] >= PM_MIN).all()),
-                     ci=s.ci, ci_kind=s.kind, n_seeds=s.n, gates=gates, null=null,
-                     details={"min_over_seeds": float(two["pm_best"].min()),
-                              "pm_natural_text_best_head": [float(v) for v in two["pm_nat_best"]],
-                              "null_one_layer": None if one.empty else float(one["pm_max_any_layer"].max()),
-                              "null_random_init": float(two["init_pm_best"].max())}))
-    c = across_seeds(two["copy_best"].astype(float))
-    cn = float(two["init_copy_best"].mean())
-    out.append(judge("shakespeare-copying", value=c.mean, passed=bool(c.mean >= COPY_MIN), ci=c.ci, ci_kind=c.kind,
-                     n_seeds=c.n, gates=gates, null=(cn, cn >= COPY_MIN)))
+    out.append(prefix_matching_verdict(judge, "shakespeare-prefix-matching-head", two, one, gates,
+                                       pm_natural_text_best_head=[float(v) for v in two["pm_nat_best"]]))
+    out.append(copying_verdict(judge, "shakespeare-copying", two, gates))
     r = across_seeds(two["ratio_nat"].astype(float))
     rn = float(two["init_ratio_nat"].min())
     if not one.empty:

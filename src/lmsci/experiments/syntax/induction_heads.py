@@ -52,12 +52,13 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEARE_CLAIMS, COPY_MIN, ICL_FRAC,
-                                                              LEARNED_FRAC, PM_MIN, WINDOW_FRAC, evaluate, first,
+                                                              LEARNED_FRAC, PM_MIN, WINDOW_FRAC, copying_verdict,
+                                                              evaluate, first, prefix_matching_verdict,
                                                               run_shakespeare, shakespeare_figure,
                                                               shakespeare_verdicts, window)
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores
@@ -284,17 +285,11 @@ class InductionHeads(Experiment):
                                "trained on the synthetic world") for c in self.claims[:3]]
         lrn = float(two["late_final"].max())
         gates = {"learned": (lrn, lrn <= LEARNED_FRAC * math.log(cfg.n_tokens))}
-        out = []
-        s = across_seeds(two["pm_best"].astype(float))
-        null = None
-        if not one.empty:
-            nv = max(float(one["pm_max_any_layer"].max()), float(two["init_pm_best"].max()))
-            null = (nv, nv >= PM_MIN)
-        out.append(self.judge(cfg, "prefix-matching-head", value=s.mean, passed=bool((two["pm_best"] >= PM_MIN).all()),
-                              ci=s.ci, ci_kind=s.kind, n_seeds=s.n, gates=gates, null=null,
-                              details={"min_over_seeds": float(two["pm_best"].min()),
-                                       "null_one_layer": None if one.empty else float(one["pm_max_any_layer"].max()),
-                                       "null_random_init": float(two["init_pm_best"].max())}))
+
+        def judge(cid: str, **kw: Any) -> Verdict:
+            return self.judge(cfg, cid, **kw)
+
+        out = [prefix_matching_verdict(judge, "prefix-matching-head", two, one, gates)]
         g2, p2 = window(two)
         null = None if one.empty else window(one)
         out.append(self.judge(cfg, "phase-change", value=g2, passed=p2, n_seeds=len(two), gates=gates, null=null,
@@ -305,10 +300,7 @@ class InductionHeads(Experiment):
                                        "null_icl_final": None if one.empty else float(one["icl_final"].mean()),
                                        "null_t_pm": None if one.empty else [None if pd.isna(v) else int(v)
                                                                             for v in one["t_pm"]]}))
-        c = across_seeds(two["copy_best"].astype(float))
-        cn = float(two["init_copy_best"].mean())
-        out.append(self.judge(cfg, "copying", value=c.mean, passed=bool(c.mean >= COPY_MIN), ci=c.ci, ci_kind=c.kind,
-                              n_seeds=c.n, gates=gates, null=(cn, cn >= COPY_MIN)))
+        out.append(copying_verdict(judge, "copying", two, gates))
         return out
 
     def figures(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
