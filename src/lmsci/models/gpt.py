@@ -155,7 +155,7 @@ class GPTSpec(StrictModel):
 
     def spec(self) -> GPTSpec:
         """This architecture without the world's sizes (a :class:`GPTSpec`, also from a :class:`GPTConfig`)."""
-        return GPTSpec(**{k: getattr(self, k) for k in GPTSpec.model_fields})
+        return GPTSpec(**self.model_dump(include=set(GPTSpec.model_fields)))
 
     def gpt_config(self, vocab_size: int, seq_len: int, **changes: Any) -> GPTConfig:
         """The :class:`GPTConfig` of this architecture for a world of ``vocab_size`` token ids and ``seq_len``
@@ -164,7 +164,8 @@ class GPTSpec(StrictModel):
         Raises:
             ConfigError: the resulting configuration is invalid.
         """
-        return GPTConfig(**{**self.spec().model_dump(), **changes}, vocab_size=vocab_size, seq_len=seq_len)
+        arch = self.model_dump(include=set(GPTSpec.model_fields))
+        return GPTConfig(**{**arch, **changes}, vocab_size=vocab_size, seq_len=seq_len)
 
 
 class GPTConfig(GPTSpec):
