@@ -49,18 +49,22 @@ def test_guide_example_runs_at_smoke_and_its_null_arm_fails_its_rule(guide, tmp_
     run = run_experiment(cls(), resolve_config(cls.Config, "smoke", {"threads": 1}), tmp_path / "run",
                          progress=False, log=lambda m: None)
     res = run.results()
-    assert len(res) == 6 and set(res["arm"]) == {"chain", "iid"} and (res["status"] == "ok").all()
+    assert len(res) == 6 and set(res["arm"]) == {"real", "null"} and (res["status"] == "ok").all()
     v = {x.claim_id: x for x in run.verdicts()}
     claim = v["beats-unigram"]
     assert claim.null_value is not None and claim.null_passed is False  # the null arm does not meet the rule
     assert claim.outcome == "inconclusive" and any("below the scale" in r for r in claim.reasons)
     assert v["sparse-source"].kind == "check" and v["sparse-source"].outcome == "passed"
     assert (run.path / "figures" / "nll.png").is_file() and (run.path / run.REPORT).is_file()
+    assert claim.details["null_per_seed"] and len(claim.details["per_seed"]) == 3  # the engine judged both arms
+    report = (run.path / run.REPORT).read_text()
+    assert "### beats-unigram" in report and "## Method" in report  # the claim leads with its figure
 
 
 def _table(real_gap, null_gap, own_excess=0.0):
-    return pd.DataFrame([{"arm": arm, "gap": g, "H_pi": 2.7, "H_rate": 1.1, "own_nll": 2.7 + own_excess,
-                          "status": "ok"} for arm, gaps in (("chain", real_gap), ("iid", null_gap)) for g in gaps])
+    return pd.DataFrame([{"arm": arm, "seed_index": k, "gap": g, "room": 1.6, "own_excess": own_excess,
+                          "status": "ok"} for arm, gaps in (("real", real_gap), ("null", null_gap))
+                         for k, g in enumerate(gaps)])
 
 
 @pytest.mark.parametrize("real,null,excess,outcome", [

@@ -184,7 +184,8 @@ def claims_cmd(
                                 "(results/quick and results/gpu)"),
 ) -> None:
     """The registered claims: statement, source, the paper's value, statistic, rule, null arm, gates,
-    presets (with --status: each one's published outcome)."""
+    presets, and whether the claims engine or the experiment's own code judges it (with --status: each one's
+    published outcome)."""
     import json
 
     from rich.console import Console
@@ -223,11 +224,12 @@ def claims_cmd(
             seeds = {"seeds": f"CI across >= {c.min_seeds} seeds", "within-run": f"within-run, >= {c.min_seeds} seeds",
                      "exact": "exact"}[c.uncertainty]
             kind = " (check)" if c.kind == "check" else (" (ablation)" if c.ablation else "")
+            judged = "engine" if c.stat is not None else "by hand"
             null = f"\nnull arm: {c.null}" if c.null else ""
-            t.add_row(f"{ename}\n{c.id}{kind}\n[{registered_digest(cls, c)}]",
-                      f"{c.statement}\n[dim]{c.source}[/dim]", c.paper_value, c.statistic,
-                      f"{c.rule}\n({seeds}){null}",
-                      "\n".join(f"{g.id}: {g.rule}" for g in c.gates) or "-", ", ".join(c.presets))
+            t.add_row(f"{ename}\n{c.id}{kind}\n[{registered_digest(cls, c)}]\njudged {judged}",
+                      f"{c.statement}\n[dim]{c.source}[/dim]", c.paper_value, c.statistic_text,
+                      f"{c.rule_text}\n({seeds}){null}",
+                      "\n".join(f"{g.id}: {g.rule_text}" for g in c.gates) or "-", ", ".join(c.presets))
     Console(width=200).print(t)
 
 

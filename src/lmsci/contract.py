@@ -2,7 +2,7 @@
 
 An experiment is a pipeline world -> model -> trainer -> instruments -> verdict -> report run over
 a sweep of points; each point is a pure function of (config, point, seed) so sweeps resume and
-parallelise. See DESIGN.md.
+parallelise. See ``docs/architecture.md``.
 
 The contract lives below the executor (:mod:`lmsci.sweep`), the report (:mod:`lmsci.report`) and the
 suite (:mod:`lmsci.suite`), which see an experiment only through it; experiments import it as
@@ -33,30 +33,51 @@ class Point:
         params: the point's parameters (written to the results row by the experiment).
         seed_index: which training seed of the point this is (0 .. n_seeds - 1); the executor writes it
             to the results row as ``seed_index``.
+        arm: the arm of the sweep the point belongs to (``"real"``, ``"null"``, ``"control"``, ...); the
+            executor writes it to the results row as ``arm`` (when set), where the claims engine finds it: a null
+            arm is the same ``run_point`` on another arm, not a copied block or ``null_`` columns.
     """
 
     id: str
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     seed_index: int = 0
+    arm: str = ""
+
+
+def cross_arms(points: list[Point], arms: tuple[str, ...] | list[str]) -> list[Point]:
+    """Every point of ``points`` on every arm: ids ``<arm>-<id>``, the arm also in ``params["arm"]``.
+
+    Raises:
+        ValueError: no arms, or an arm name that is not filename-safe.
+    """
+    if not arms:
+        raise ValueError("cross_arms: no arms")
+    bad = [a for a in arms if not a or not all(c.isalnum() or c in "_." for c in a)]
+    if bad:
+        raise ValueError(f"cross_arms: arm names must be non-empty letters, digits, '_' or '.': {bad}")
+    return [Point(f"{a}-{p.id}", {**p.params, "arm": a}, p.seed_index, a) for a in arms for p in points]
 
 
 @dataclass
 class Figure:
-    """A figure written under ``RUN_DIR/figures/``; ``filename`` is relative to that folder."""
+    """A figure written under ``RUN_DIR/figures/``; ``filename`` is relative to that folder; ``claims``: the ids
+    of the claims it decides (the report shows it under each of them, first)."""
 
     filename: str
     caption: str
+    claims: tuple[str, ...] = ()
 
 
-def save_figure(fig: Any, run: RunDir, filename: str, caption: str, dpi: int = 110) -> Figure:
+def save_figure(fig: Any, run: RunDir, filename: str, caption: str, dpi: int = 110,
+                claims: tuple[str, ...] | list[str] = ()) -> Figure:
     """Lay out a matplotlib figure, write it as ``run.figures_dir / filename`` at ``dpi``, close it,
-    and return its :class:`Figure` (what ``Experiment.figures`` lists)."""
+    and return its :class:`Figure` (what ``Experiment.figures`` lists); ``claims`` names the claims it decides."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     fig.savefig(run.figures_dir / filename, dpi=dpi)
     plt.close(fig)
-    return Figure(filename, caption)
+    return Figure(filename, caption, tuple(claims))
 
 
 class PointContext:
@@ -138,7 +159,7 @@ class Experiment:
 
                 raise ConfigError("n_seeds", cfg.n_seeds, f"1 ({self.name} is deterministic: it trains nothing)")
             return base
-        return [Point(p.id if k == 0 else f"{p.id}__s{k}", dict(p.params), k)
+        return [Point(p.id if k == 0 else f"{p.id}__s{k}", dict(p.params), k, p.arm)
                 for p in base for k in range(cfg.n_seeds)]
 
     def get_claim(self, claim_id: str) -> Claim:
@@ -173,9 +194,37 @@ class Experiment:
         """Compute several points at once (override to batch tiny models); default loops."""
         return [self.run_point(cfg, p, c) for p, c in zip(points, ctxs)]
 
-    def verdicts(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """The claim's verdict(s), computed from the results table."""
-        raise NotImplementedError
+    def verdicts(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """Every claim's verdict from the results table.
+
+        The default judges each claim declared as values (a :class:`~lmsci.claims.Stat` and a
+        :class:`~lmsci.claims.Rule`) with :func:`lmsci.claims.judge_claim`, on the real and the null arm by the same
+        rule, with the gates that have statistics and those :meth:`measured_gates` returns; then it adds
+        :meth:`hand_verdicts` for the claims whose statistic is in words (the escape hatch). Override only to
+        change that composition.
+        """
+        from lmsci.claims import judge_claim
+
+        gates = self.measured_gates(cfg, results)
+        out = [judge_claim(c, cfg.preset, results, gate_values=gates, experiment=self.name, master_seed=cfg.seed)
+               for c in self.claims if c.stat is not None]
+        return out + self.hand_verdicts(cfg, results, run)
+
+    def measured_gates(self, cfg: ExperimentConfig, results: pd.DataFrame) -> dict[str, tuple[Any, bool | None]]:
+        """Gate id -> (value, passed) for gates the experiment measures itself (gates without a statistic;
+        default none)."""
+        return {}
+
+    def hand_verdicts(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """Verdicts written by hand, for claims whose statistic is in words: the escape hatch (like
+        lm-evaluation-harness' ``!function``). Each such claim says in the experiment's docstring why the engine
+        cannot judge it. Default: none."""
+        return []
+
+    @classmethod
+    def escape_hatches(cls) -> list[str]:
+        """The ids of the claims judged by hand (statistic in words) rather than by the engine."""
+        return [c.id for c in cls.claims if c.stat is None]
 
     def figures(self, cfg: ExperimentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         """Write PNG figures into ``run.figures_dir`` and describe them."""

@@ -154,6 +154,12 @@ def _same_config(stored: str, new: str) -> bool:
     return a == b
 
 
+
+#: strings read back as missing from results.csv: pandas' defaults less "null" / "NULL", which name an arm
+#: (:attr:`lmsci.contract.Point.arm`), not a missing value
+NA_VALUES = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+             "NA", "NaN", "None", "n/a", "nan"]
+
 class RunDir:
     """One run's directory on disk.
 
@@ -298,7 +304,7 @@ class RunDir:
         if not p.exists():
             return pd.DataFrame()
         try:
-            df = pd.read_csv(p)
+            df = pd.read_csv(p, keep_default_na=False, na_values=NA_VALUES)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise RunDirError(f"{p} is corrupted and cannot be read ({type(e).__name__}: {str(e).strip()[:200]}); "
                               "restore it, delete it to recompute every point, or choose another --out") from None

@@ -196,8 +196,9 @@ def run_experiment(
         try:
             for res in backend.run_groups(exp, cfg, groups, run, device, progress, log):
                 for p, row in zip(res.points, res.rows):
-                    run.append_result(p.id, {**row, "seed_index": p.seed_index, "seconds": round(res.seconds, 3),
-                                             **provenance, **res.provenance})
+                    arm = {"arm": p.arm} if p.arm else {}
+                    run.append_result(p.id, {**row, **arm, "seed_index": p.seed_index,
+                                             "seconds": round(res.seconds, 3), **provenance, **res.provenance})
                     bar.update(1)
         finally:
             bar.close()

@@ -135,8 +135,7 @@ def verdict_table(verdicts: list[Verdict]) -> str:
             "paper": _cell(v.paper_value),
             "ours": _cell(ours),
             "null arm": _cell(_fmt_null(v)),
-            "statistic": _cell(v.statistic),
-            "rule": _cell(v.rule),
+            "rule": _cell(short_rule(v.rule)),
             "gates": _cell(_fmt_gates(v)),
             "outcome": f"**{outcome_label(v)}**",
         })
@@ -149,6 +148,66 @@ def check_table(verdicts: list[Verdict]) -> str:
     rows = [{"check": v.claim_id, "ours": _cell(f"{_fmt_value(v)} ({_seeds_label(v)})"), "rule": _cell(v.rule),
              "outcome": f"**{outcome_label(v)}**"} for v in verdicts]
     return markdown_table(pd.DataFrame(rows))
+
+
+def short_rule(rule: str, width: int = 90) -> str:
+    """A rule in a few words for a table cell: its first clause, cut at ``width`` characters (the full rule is
+    printed under the claim)."""
+    first = rule.split("; ")[0].strip()
+    return first if len(first) <= width else first[: width - 3].rstrip() + "..."
+
+
+def one_line(v: Verdict) -> str:
+    """A claim's outcome in one line: outcome, value with its interval and seeds, the null arm, the rule."""
+    null = "" if v.kind == "check" else f"; null arm {_fmt_null(v)}"
+    return (f"**{outcome_label(v)}**: {_fmt_value(v)} ({_seeds_label(v)}){null}; paper {_cell(v.paper_value)}; "
+            f"rule: {short_rule(v.rule)}")
+
+
+def claim_section(v: Verdict, figures: list) -> str:
+    """One claim: its figures first, the one-line outcome, then the statement, statistic, full rule, gates and the
+    reasons, folded below."""
+    parts = [f"### {v.claim_id}\n"]
+    for f in figures:
+        parts.append(f"![{f.caption}](figures/{f.filename})\n\n_{f.caption}_\n")
+    parts.append(one_line(v) + "\n")
+    lines = [f"- claim: {v.claim} _Source: {v.source}._", f"- statistic: {v.statistic}", f"- rule: {v.rule}",
+             f"- gates: {_fmt_gates(v)}"]
+    if v.null and v.kind != "check":
+        lines.append(f"- null arm: {v.null}")
+    lines += [f"- inconclusive because {r}" for r in v.reasons]
+    if v.note:
+        lines.append(f"- note: {v.note}")
+    return "\n".join(parts) + "\n" + "\n".join(lines) + "\n"
+
+
+def claim_figures(exp: Experiment, ok: pd.DataFrame, run: RunDir, figures: list) -> dict[str, list]:
+    """claim id -> the figures shown under it: the experiment's figures that name the claim, else (for a claim
+    judged by the engine) the points of its statistic per arm and seed, drawn by the report kit."""
+    from lmsci.contract import save_figure
+    from lmsci.report.figures import claim_points
+
+    out: dict[str, list] = {}
+    for f in figures:
+        for cid in getattr(f, "claims", ()):
+            out.setdefault(cid, []).append(f)
+    for c in exp.claims:
+        if c.id in out or c.stat is None or c.kind == "check" or ok.empty:
+            continue
+        fig = claim_points(c, ok)
+        if fig is not None:
+            out[c.id] = [save_figure(fig, run, f"claim_{c.id}.png", f"{c.id}: the statistic per arm and training "
+                                     "seed, with each arm's mean and 95% interval", claims=(c.id,))]
+    return out
+
+
+def method_text(exp: Experiment) -> str:
+    """The experiment module's docstring (its method), without the first line (the report's title says it)."""
+    import inspect
+
+    mod = inspect.getmodule(type(exp))
+    doc = inspect.cleandoc(mod.__doc__ or "") if mod is not None else ""
+    return doc.split("\n", 1)[1].strip() if "\n" in doc else ""
 
 
 def verdict_notes(verdicts: list[Verdict]) -> str:
@@ -217,11 +276,14 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
             + ". Each results row names the commit and device it was computed on.\n")
     claims_ = [v for v in verdicts if v.kind != "check"]
     checks = [v for v in verdicts if v.kind == "check"]
+    by_claim = claim_figures(exp, ok, run, figures)
     parts += [
         "## Verdict\n",
         verdict_table(claims_) if claims_ else "_no registered claims_\n",
-        verdict_notes(claims_) if claims_ else "",
     ]
+    if claims_:
+        parts.append("## Claims\n")
+        parts += [claim_section(v, by_claim.get(v.claim_id, [])) for v in claims_]
     if checks:
         parts += ["## Design checks\n",
                   "True by construction (a world's design, a closed-form bound, an interpolation): they guard the "
@@ -230,10 +292,17 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
     if getattr(cfg, "seed", 0) >= PILOT_SEED_MIN:
         parts.append(f"> **Pilot.** Master seed {cfg.seed} is in the pilot range (>= {PILOT_SEED_MIN:,}): these "
                      "verdicts size a preset or check a gate and are never published.\n")
+    method = method_text(exp)
+    if method:
+        parts.append("## Method\n\n" + method + "\n")
     extra = exp.report_sections(cfg, ok, run) if not ok.empty else ""
     if extra:
         parts.append(extra.rstrip() + "\n")
-    for f in figures:
+    shown = {f.filename for fs in by_claim.values() for f in fs}
+    rest = [f for f in figures if f.filename not in shown]
+    if rest:
+        parts.append("## More figures\n")
+    for f in rest:
         parts.append(f"### {f.caption}\n\n![{f.caption}](figures/{f.filename})\n")
     parts.append("## Results\n")
     parts.append(markdown_table(results))

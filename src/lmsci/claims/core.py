@@ -151,11 +151,35 @@ class Gate:
 
     Attributes:
         id: short identifier, unique within the claim (``"memorised"``).
-        rule: the condition in words, with its threshold.
+        rule: the condition: words with its threshold (a gate measured by the experiment's own code,
+            :meth:`lmsci.contract.Experiment.measured_gates`), or a :class:`~lmsci.claims.rules.Rule` applied by
+            the engine to ``stat`` on ``arm``'s per-seed values.
+        stat: the :class:`~lmsci.claims.stat.Stat` the rule reads (with a rule object).
+        arm: the arm whose rows the gate reads (empty: the claim's real arm).
     """
 
     id: str
-    rule: str
+    rule: Any
+    stat: Any = None
+    arm: str = ""
+
+    def __post_init__(self):
+        if (self.stat is None) != isinstance(self.rule, str):
+            raise ValueError(f"gate {self.id!r}: give a rule in words, or a Rule object with a Stat")
+
+    @property
+    def rule_text(self) -> str:
+        """The gate in words (rendered from the rule and statistic objects when it has them)."""
+        if isinstance(self.rule, str):
+            return self.rule
+        where = f" on the {self.arm} arm" if self.arm else ""
+        return f"{self.stat.words or self.stat.definition()}{where}: {self.rule.text()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "rule": self.rule_text}
+        if self.stat is not None:
+            d.update(stat_spec=self.stat.spec(), rule_spec=self.rule.spec(), arm=self.arm)
+        return d
 
 
 @dataclass(frozen=True)
@@ -167,8 +191,10 @@ class Claim:
         statement: the claim in one sentence.
         source: paper, arXiv id, section / figure / table.
         paper_value: the paper's own number(s), as text.
-        statistic: what we compute, with units.
-        rule: the decision rule in words, with the CI level and the thresholds.
+        statistic: what we compute, with units: words (a claim judged by the experiment's own code, an escape
+            hatch) or a :class:`~lmsci.claims.stat.Stat` (judged by the engine, :mod:`lmsci.claims.engine`).
+        rule: the decision rule: words, with the CI level and the thresholds (with a statistic in words), or a
+            :class:`~lmsci.claims.rules.Rule` (with a ``Stat``); its words are then rendered from it.
         gates: prerequisites; any failed or unmeasured gate makes the outcome inconclusive.
         presets: the presets at whose scale the claim can be decided; elsewhere it is inconclusive
             ("preset below the claim's scale") and its value is still reported.
@@ -183,6 +209,9 @@ class Claim:
         null: the null arm in words: the configuration, measured in the same run with the same statistic,
             where the claimed effect is absent by construction (required for a claim that is not an
             ablation; ``tests/test_claims.py`` enforces it for the registry).
+        arms: ``(real arm, null arm)``: the values of the results' ``arm`` column the engine judges a ``Stat``
+            on (the null arm with the same statistic and the same rule).
+        null_can_meet: why the null arm could meet the rule (a null that fails by construction proves nothing).
     """
 
     id: str
@@ -198,8 +227,14 @@ class Claim:
     ablation: bool = False
     kind: str = "claim"
     null: str = ""
+    arms: tuple[str, str] = ("real", "null")
+    null_can_meet: str = ""
 
     def __post_init__(self):
+        obj_stat, obj_rule = not isinstance(self.statistic, str), not isinstance(self.rule, str)
+        if obj_stat != obj_rule:
+            raise ValueError(f"claim {self.id!r}: a Stat needs a Rule object and a Rule object a Stat")
+        object.__setattr__(self, "arms", tuple(self.arms))
         bad = [p for p in self.presets if p not in ALL_PRESETS]
         if bad:
             raise ValueError(f"claim {self.id!r}: presets {bad} not in {ALL_PRESETS}")
@@ -211,10 +246,38 @@ class Claim:
         if len(set(ids)) != len(ids):
             raise ValueError(f"claim {self.id!r}: duplicate gate ids {ids}")
 
+    @property
+    def stat(self) -> Any:
+        """The :class:`~lmsci.claims.stat.Stat` the engine judges (None: judged by the experiment's code)."""
+        return None if isinstance(self.statistic, str) else self.statistic
+
+    @property
+    def decider(self) -> Any:
+        """The :class:`~lmsci.claims.rules.Rule` object (None for a rule in words)."""
+        return None if isinstance(self.rule, str) else self.rule
+
+    @property
+    def statistic_text(self) -> str:
+        """The statistic in words (rendered from the ``Stat`` when there is one)."""
+        return self.statistic if isinstance(self.statistic, str) else self.statistic.text()
+
+    @property
+    def rule_text(self) -> str:
+        """The rule in words (rendered from the ``Rule`` when there is one, with the seeds it needs)."""
+        if isinstance(self.rule, str):
+            return self.rule
+        seeds = "" if self.uncertainty == "exact" else f" (>= {self.min_seeds} training seeds)"
+        return self.rule.text() + seeds
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["gates"] = [asdict(g) for g in self.gates]
-        d["presets"] = list(self.presets)
+        d = {k: getattr(self, k) for k in ("id", "statement", "source", "paper_value")}
+        d.update(statistic=self.statistic_text, rule=self.rule_text, gates=[g.to_dict() for g in self.gates],
+                 presets=list(self.presets), uncertainty=self.uncertainty, min_seeds=self.min_seeds,
+                 ablation=self.ablation, kind=self.kind, null=self.null)
+        if self.stat is not None:
+            d.update(stat_spec=self.stat.spec(), rule_spec=self.rule.spec(), arms=list(self.arms))
+        if self.null_can_meet:
+            d["null_can_meet"] = self.null_can_meet
         return d
 
     @property
@@ -230,7 +293,8 @@ class Claim:
         changed rule or preset."""
         d = self.to_dict()
         keep = {k: d[k] for k in ("id", "statistic", "rule", "gates", "presets", "uncertainty", "min_seeds",
-                                  "ablation", "kind", "null")}
+                                  "ablation", "kind", "null", "stat_spec", "rule_spec", "arms", "null_can_meet")
+                if k in d}
         if preset_digests:
             keep["preset_digests"] = dict(sorted(preset_digests.items()))
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
@@ -391,11 +455,11 @@ def judge(
     for g in claim.gates:
         val, ok = gates.get(g.id, (None, None))
         ok = None if ok is None else bool(ok)
-        results.append(GateResult(g.id, g.rule, _clean(val), ok))
+        results.append(GateResult(g.id, g.rule_text, _clean(val), ok))
         if ok is None:
-            reasons.append(f"gate {g.id!r} not measured ({g.rule})")
+            reasons.append(f"gate {g.id!r} not measured ({g.rule_text})")
         elif not ok:
-            reasons.append(f"gate {g.id!r} failed: {g.rule} (measured {_fmt(val)})")
+            reasons.append(f"gate {g.id!r} failed: {g.rule_text} (measured {_fmt(val)})")
     if preset not in claim.presets:
         reasons.append(f"preset {preset!r} is below the scale the claim is registered for "
                        f"({', '.join(claim.presets)})")
@@ -422,7 +486,7 @@ def judge(
     post_hoc = master_seed is not None and int(master_seed) in POST_HOC.get(key, {}).get(preset, ())
     return Verdict(
         claim_id=claim.id, claim=claim.statement, source=claim.source, paper_value=claim.paper_value,
-        statistic=claim.statistic, rule=claim.rule, outcome=outcome,
+        statistic=claim.statistic_text, rule=claim.rule_text, outcome=outcome,
         value=None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value),
         ci=None if ci is None or not all(math.isfinite(float(c)) for c in ci) else (float(ci[0]), float(ci[1])),
         ci_kind=ci_kind, n_seeds=int(n_seeds),
