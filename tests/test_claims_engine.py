@@ -196,3 +196,14 @@ def test_report_kit_draws_a_claims_statistic_per_arm(tmp_path):
     fig = loglog_fit([1, 10, 100], [1.0, 0.5, 0.25], xlabel="N", ylabel="L")
     assert "b = -0.301" in fig.axes[0].get_legend().get_texts()[-1].get_text()
     plt.close(fig)
+
+
+def test_the_arms_of_a_point_are_paired_by_seed():
+    class Cfg:
+        seed = 7
+
+    exp = _Exp()
+    real, null = cross_arms([Point("p1")], ("real", "null"))
+    s = exp.point_seed(Cfg(), real)
+    assert s == exp.point_seed(Cfg(), null) == exp.point_seed(Cfg(), Point("p1"))
+    assert s != exp.point_seed(Cfg(), Point("p2"))

@@ -45,7 +45,8 @@ class Point:
 
 
 def cross_arms(points: list[Point], arms: tuple[str, ...] | list[str]) -> list[Point]:
-    """Every point of ``points`` on every arm: ids ``<arm>-<id>``, the arm also in ``params["arm"]``.
+    """Every point of ``points`` on every arm: ids ``<arm>-<id>``, the arm also in ``params["arm"]``. The arms of
+    one point share its seed (:meth:`Experiment.point_seed`): they are paired by seed.
 
     Raises:
         ValueError: no arms, or an arm name that is not filename-safe.
@@ -235,4 +236,10 @@ class Experiment:
         return ""
 
     def point_seed(self, cfg: ExperimentConfig, point: Point) -> int:
-        return derive_seed(cfg.seed, self.name, point.id)
+        """The point's seed, derived from (master seed, experiment, point id). The arms of one point are paired:
+        ``real-p`` and ``null-p`` (from :func:`cross_arms`) get the seed of ``p`` (same initialisation and data
+        stream, only the arm differs), and ``p``'s seed is what it was before arms were an axis."""
+        pid = point.id
+        if point.arm and pid.startswith(f"{point.arm}-"):
+            pid = pid[len(point.arm) + 1:]
+        return derive_seed(cfg.seed, self.name, pid)
