@@ -436,6 +436,8 @@ class ICLKernelRegression(Experiment):
             return ("\n## Hugging Face models\n\nNot run (set `hf_model=/path/to/causal-lm` to run Han et al.'s Table 2 "
                     "procedure on Shakespeare lines labelled by VADER; for GPT-J-6B as in the paper: `--preset paper "
                     "--set hf_model=/path/to/gpt-j-6b --set hf_n_val=700 --set hf_n_test=300`).\n")
+        from lmsci.report import markdown_table
+
         hf = json.loads(results["hf_text_kr"].dropna().iloc[0])
         return (f"\n## Hugging Face model `{cfg.hf_model}` (text task, reported only)\n\n"
                 + markdown_table(pd.DataFrame([hf])))
