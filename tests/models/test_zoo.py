@@ -112,7 +112,13 @@ def test_gguf_file_loads_to_the_same_model(tiny, cache, monkeypatch):
     assert ("converted_cache" in p) == cache
     if cache:  # the second load reads the converted copy, never the GGUF parser
         assert (Path(p["converted_cache"]) / "lmsci_source.json").is_file()
-        monkeypatch.setattr(zoo, "_load_gguf_direct", lambda *a, **k: pytest.fail("GGUF parsed again"))
+        with monkeypatch.context() as mp:
+            mp.setattr(zoo, "_load_gguf_direct", lambda *a, **k: pytest.fail("GGUF parsed again"))
+            with torch.no_grad():
+                assert _same(zoo.load_model(g)(X), m(X).logits)
+        # a damaged copy (weights truncated) is noticed and rewritten
+        w = Path(p["converted_cache"]) / "model.safetensors"
+        w.write_bytes(w.read_bytes()[:100])
         with torch.no_grad():
             assert _same(zoo.load_model(g)(X), m(X).logits)
 

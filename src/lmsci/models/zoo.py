@@ -292,8 +292,9 @@ def _converted_dir(gguf: Path, sha: str, field: str, value: str) -> Path:
     import transformers
 
     out = cache_root() / f"{sha[:20]}-tf{transformers.__version__}"
-    if (out / "lmsci_source.json").is_file():
+    if _cache_intact(out, sha):
         return out
+    shutil.rmtree(out, ignore_errors=True)  # absent, or damaged (a file missing or of another size): rewrite it
     model, tok = _load_gguf_direct(gguf, "cpu", None, None, field, value)
     model.config.quantization_config = None  # a plain float32 checkpoint now, not a GGUF one
     del model.config.quantization_config
@@ -304,16 +305,28 @@ def _converted_dir(gguf: Path, sha: str, field: str, value: str) -> Path:
         model.save_pretrained(str(tmp))
         if tok is not None:
             tok.save_pretrained(str(tmp))
-        (tmp / "lmsci_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": sha,
+        files = {f.name: f.stat().st_size for f in tmp.iterdir()}
+        (tmp / "lmsci_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": sha, "files": files,
                                                            "transformers": transformers.__version__}, indent=2))
         try:
             os.replace(tmp, out)
         except OSError:  # another process finished first
-            if not (out / "lmsci_source.json").is_file():
+            if not _cache_intact(out, sha):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _cache_intact(out: Path, sha: str) -> bool:
+    """Whether ``out`` holds a finished conversion of the GGUF with hash ``sha``: its manifest names the hash and
+    every file it lists is there with its recorded size."""
+    try:
+        man = json.loads((out / "lmsci_source.json").read_text())
+        return man.get("sha256") == sha and bool(man.get("files")) and all(
+            (out / f).stat().st_size == n for f, n in man["files"].items())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def prepare(name_or_path: str | Path, field: str = "model") -> Path:
