@@ -115,13 +115,14 @@ def figures(page_path: str) -> str:
     for m in manifests:
         info = json.loads(m.read_text())
         exp = info["experiment"]
-        parts += [f"## {exp}", "",
-                  f"Preset `{info['preset']}`, master seed {info['seed']}, commit `{info['commit']}`, "
-                  f"{info['date']} ({info['device']}, {info['threads']} thread(s)). {info['statement']}", ""]
+        parts += [f"## {exp}", "", info["statement"], "",
+                  f"Run: preset `{info['preset']}`, master seed {info['seed']}, commit `{info['commit']}`, "
+                  f"{info['date']}, {info['device']}, {info['threads']} thread(s).", ""]
         if info.get("claims"):
-            parts += ["| claim | kind | outcome | ours | null arm |", "|---|---|---|---|---|"]
-            parts += [f"| `{c['id']}` | {c['kind']} | **{c['outcome']}** | {c['value']} | {c['null']} |"
-                      for c in info["claims"]]
+            parts += ["| claim | kind | this run (seed " + str(info["seed"]) + ") | ours [95% CI] | null arm | "
+                      "published (seeds 0, 1) |", "|---|---|---|---|---|---|"]
+            parts += [f"| `{c['id']}` | {c['kind']} | **{c['outcome']}** | {c['value']} | {c['null']} | "
+                      f"{c['published']} |" for c in info["claims"]]
             parts.append("")
         for fig in info["figures"]:
             decides = ", ".join(f"`{c}`" for c in fig.get("claims", [])) or "context (decides no claim)"

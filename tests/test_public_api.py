@@ -76,26 +76,28 @@ def test_re_exports_are_pinned_to_their_layer():
 
 
 def test_import_lmsci_is_cheap_and_names_survive_submodule_imports():
-    """In a fresh interpreter: ``import lmsci`` loads neither torch nor a subpackage; importing every submodule
-    first (the order experiments use) leaves every public name bound to its object, not to a module."""
+    """In a fresh interpreter: ``import lmsci`` loads neither torch nor a subpackage; a public name that is also a
+    submodule's name (``lmsci.methods.lm_infinite``) stays bound to its object when that submodule is imported
+    first, as experiments do."""
     code = (
-        "import sys, importlib, pkgutil, types\n"
+        "import sys, importlib, importlib.util, types\n"
         "import lmsci\n"
         "assert 'torch' not in sys.modules, 'import lmsci imported torch'\n"
         "assert not [m for m in sys.modules if m.startswith('lmsci.') and m != 'lmsci._api'], sorted(sys.modules)\n"
         f"pkgs = {PACKAGES!r}\n"
-        "for p in pkgs[1:]:\n"
-        "    base = importlib.import_module(p)\n"
-        "    for info in pkgutil.walk_packages(base.__path__, p + '.'):\n"
-        "        importlib.import_module(info.name)\n"
-        "bad = [f'{p}.{n}' for p in pkgs for n in importlib.import_module(p).__all__\n"
-        "       if isinstance(getattr(importlib.import_module(p), n), types.ModuleType)]\n"
+        "clash = [f'{p}.{n}' for p in pkgs[1:] for n in importlib.import_module(p).__all__\n"
+        "         if importlib.util.find_spec(f'{p}.{n}') is not None]\n"
+        "for m in clash:\n"
+        "    importlib.import_module(m)\n"
+        "bad = [m for m in clash if isinstance(getattr(importlib.import_module(m.rsplit('.', 1)[0]),\n"
+        "                                              m.rsplit('.', 1)[1]), types.ModuleType)]\n"
         "assert not bad, bad\n"
-        "print('ok')\n"
+        "print(len(clash))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={"PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout) >= 3  # lm_infinite, steering, vprobe, fit: the check has something to check
 
 
 def test_unknown_name_raises_attribute_error():
