@@ -39,7 +39,9 @@ SELECTION: dict[str, list[tuple[str, list[str]]]] = {
                        ("digits_zero_one.png", [])],
     "alpine-planning": [("alpine_tables.png", ["wm-adjacency"]),
                         ("alpine_accuracy.png", ["observed-accuracy", "transitive-gap"])],
-    "chinchilla-refit": [],  # filled from the run (all figures) when empty
+    "chinchilla-refit": [("fit.png", ["grid-refit", "final-in-ci", "hoffmann-rejected"]),
+                         ("residuals.png", ["hoffmann-rejected"]),
+                         ("isoloss.png", [])],
 }
 
 
@@ -86,7 +88,8 @@ def collect(run: Path) -> tuple[dict, list[tuple[Path, str]]]:
         copies.append((src, name))
     pub = published(experiment)
     claims = [{"id": v["claim_id"], "kind": v.get("kind", "claim") + (" (ablation)" if v.get("ablation") else ""),
-               "outcome": v["outcome"], "published": pub.get(v["claim_id"], "-"),
+               "outcome": v["outcome"] + (" (post hoc)" if v.get("post_hoc") else ""),
+               "published": pub.get(v["claim_id"], "-"),
                "value": fmt(v.get("value")) + ("" if not v.get("ci") else f" [{fmt(v['ci'][0])}, {fmt(v['ci'][1])}]"),
                "null": fmt(v.get("null_value"))} for v in verdicts]
     manifest = {"experiment": experiment, "preset": cfg["preset"], "seed": env.get("seed", cfg.get("seed")),

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:  # document the checkout being built, not another installed lmsci
     sys.path.insert(0, str(ROOT / "src"))
 MARKER = re.compile(r"<!-- lmsci:(\w+)(?: ([^>]*?))? -->")
+ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj|const):`~?([^`]+)`")  # Sphinx roles -> inline code
 API_PACKAGES = ("lmsci", "lmsci.models", "lmsci.worlds", "lmsci.train", "lmsci.measure", "lmsci.methods",
                 "lmsci.laws")
 
@@ -67,7 +68,7 @@ def api_reference() -> str:
         mod = importlib.import_module(pkg)
         lazy = getattr(mod, "_EXPORTS", {})
         names = [n for n in mod.__all__ if n != "__version__"]
-        parts += [f"## `{pkg}`", "", (mod.__doc__ or "").strip().split("\n\n")[0], ""]
+        parts += [f"## `{pkg}`", "", ROLE.sub(r"`\1`", (mod.__doc__ or "").strip().split("\n\n")[0]), ""]
         if pkg == "lmsci":
             parts += ["| `from lmsci import ...` | documented at |", "|---|---|"]
             parts += [f"| `{n}` | [`{lazy[n]}.{n}`][{lazy[n]}.{n}] |" for n in names]

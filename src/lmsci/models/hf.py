@@ -378,7 +378,7 @@ class HFModel:
         for the others; None when ``name`` is not an lmsci hook name.
 
         Raises:
-            as :meth:`arch_path`.
+            ConfigError, UnknownNameError: as :meth:`arch_path`.
         """
         import re
 
