@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 BIN=${VENV:-.venv}/bin
 [ -x "$BIN/mkdocs" ] || BIN=$(dirname "$(command -v mkdocs || command -v python3)")
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export NO_MKDOCS_2_WARNING=${NO_MKDOCS_2_WARNING:-1}   # mkdocs-material's banner about its successor
 case "${1:-build}" in
   serve) exec "$BIN/mkdocs" serve --strict "${@:2}" ;;
   build) exec "$BIN/mkdocs" build --strict "${@:2}" ;;

@@ -9,8 +9,8 @@ Markers in a page's Markdown are replaced before it is rendered:
 * ``<!-- lmsci:include PATH -->``: the file ``PATH`` (relative to the repository root) inlined, e.g. the
   published claims table ``results/quick/claims.md``;
 * ``<!-- lmsci:tutorial NAME -->``: the tutorial script ``docs/tutorials/NAME.py`` and the output it printed
-  (``docs/tutorials/NAME.out.txt``, written by ``bash scripts/docs.sh outputs``; the tests rerun every script and
-  compare that output's structure);
+  (``docs/tutorials/NAME.out.txt``, written by ``bash scripts/docs.sh outputs``; ``tests/test_docs.py`` reruns every
+  script and compares that output's lines, numbers aside);
 * ``<!-- lmsci:figures -->``: the published quick-run figures under ``docs/figures/<experiment>/`` with their
   captions and the claims they decide (``manifest.json``, written by ``scripts/docs_figures.py``).
 
@@ -91,7 +91,7 @@ def include(rel: str) -> str:
 
 
 def tutorial(name: str) -> str:
-    """Markdown: the script (a collapsed-nothing code block) and the output it printed when last run."""
+    """Markdown: the script as a code block and the output it printed when last run."""
     name = name.strip()
     script = ROOT / "docs" / "tutorials" / f"{name}.py"
     out = ROOT / "docs" / "tutorials" / f"{name}.out.txt"
@@ -99,8 +99,8 @@ def tutorial(name: str) -> str:
         if not p.is_file():
             raise FileNotFoundError(f"lmsci:tutorial {name!r}: {p} is missing (bash scripts/docs.sh outputs)")
     return "\n".join([f"```python title=\"docs/tutorials/{name}.py\"", script.read_text().rstrip(), "```", "",
-                      "What it printed (`bash scripts/docs.sh outputs` reruns it; the tests rerun it at the same "
-                      "size and compare the lines, numbers aside):", "",
+                      "What it printed (`bash scripts/docs.sh outputs` reruns it; the tests rerun it, smaller where "
+                      "`tests/test_docs.py` says so, and compare the lines, numbers aside):", "",
                       "```text", out.read_text().rstrip(), "```", ""])
 
 

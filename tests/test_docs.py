@@ -108,8 +108,11 @@ def test_figures_page_shows_every_copied_figure(site):
 
 
 def _shape(text: str) -> list[str]:
-    """Each line up to its first digit or quote: the output's structure, without the numbers a CPU changes."""
-    return [re.split(r"[\d'\"]", line, maxsplit=1)[0].rstrip() for line in text.strip().splitlines()]
+    """Each line up to its first digit or quote: the output's structure, without the numbers a CPU changes. The
+    reasons of an inconclusive verdict (``why:`` lines) are left out: which gate a smoke-size model misses may
+    differ between CPUs; that there are reasons is checked apart."""
+    return [re.split(r"[\d'\"]", line, maxsplit=1)[0].rstrip() for line in text.strip().splitlines()
+            if not line.lstrip().startswith("why:")]
 
 
 @pytest.mark.parametrize("name", TUTORIALS)
@@ -124,6 +127,7 @@ def test_tutorial_runs_and_prints_what_its_page_shows(name):
     print(f"{name}: {time.perf_counter() - t0:.1f} s")
     assert res.returncode == 0, res.stderr[-4000:]
     assert _shape(res.stdout) == _shape(shown.read_text())
+    assert ("why:" in res.stdout) == ("why:" in shown.read_text())
 
 
 def test_no_code_cites_a_document_outside_the_repository():
