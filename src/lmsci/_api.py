@@ -7,9 +7,11 @@ cheap, and a package imports none of its modules until asked, so the re-exports 
 no layering exception: ``tests/test_no_import_cycles.py``, ``tests/test_layering.py``). ``__all__`` is the
 map's keys; ``tests/test_public_api.py`` checks that every name imports and has a docstring.
 
-A public name that is also a submodule's name (``lmsci.methods.lm_infinite``, the function in the module of that
-name; ``lmsci.laws.fit``) is imported eagerly by the package instead: Python binds a submodule to its package's
-attribute when it is first imported, so a lazy name could come back as the module, depending on import order.
+A name that is also a submodule's (``lmsci.methods.lm_infinite``, a function in the module of that name) is not
+re-exported: Python binds a submodule to its package's attribute when it is first imported, so a lazy name would
+come back as the module or the function depending on import order, and binding the function eagerly would break
+``import lmsci.methods.lm_infinite as m`` and string targets of ``monkeypatch``. The one exception is
+``lmsci.laws.fit``, bound eagerly to the function as the package always did.
 """
 
 from __future__ import annotations

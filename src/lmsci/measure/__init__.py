@@ -9,7 +9,7 @@ arguments, imports no world, and runs on lmsci GPTs and, where stated, on Huggin
 - attention at long lengths (:mod:`lmsci.measure.attention`, Han et al. 2023): :func:`attention_profile`,
   :func:`nll_by_position`;
 - probes (:mod:`lmsci.measure.probes`, :mod:`lmsci.measure.vprobe`): :func:`hidden_at`,
-  :func:`fit_linear_probe`, :func:`vprobe`;
+  :func:`fit_linear_probe` (V-probes: ``lmsci.measure.vprobe.vprobe``);
 - MLP memories and neurons: :func:`key_value_memories` (Geva et al. 2021), :func:`knowledge_neurons`,
   :func:`integrated_gradients` (Dai et al. 2022);
 - patching (:mod:`lmsci.measure.patching`, Wang et al. 2022): :func:`logit_diff`, :func:`head_patching`,
@@ -46,10 +46,6 @@ _EXPORTS = {
     "count_params": "lmsci.measure.knowledge",
     "monofact_rate": "lmsci.measure.calibration",
     "miscalibration": "lmsci.measure.calibration",
-    "vprobe": "lmsci.measure.vprobe",
 }
 __all__ = list(_EXPORTS)
-# a public name that is also a submodule's: bound eagerly (see lmsci._api)
-from lmsci.measure.vprobe import vprobe  # noqa: E402
-
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
