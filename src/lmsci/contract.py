@@ -2,7 +2,7 @@
 
 An experiment is a pipeline world -> model -> trainer -> instruments -> verdict -> report run over
 a sweep of points; each point is a pure function of (config, point, seed) so sweeps resume and
-parallelise. See docs/architecture.md.
+parallelise. See ``docs/architecture.md``.
 
 The contract lives below the executor (:mod:`lmsci.sweep`), the report (:mod:`lmsci.report`) and the
 suite (:mod:`lmsci.suite`), which see an experiment only through it; experiments import it as
