@@ -293,14 +293,14 @@ class HFModel:
     ``blocks.{i}.mlp.pre``/``post`` ``[batch, seq, d_mlp]``, ``final``) through the architecture map
     (:func:`lmsci.models.arch.arch_of`), so lmsci's instruments run on it. Made by :func:`load_hf`.
 
+    Raises:
+        UnknownNameError: (from :meth:`hooks`) a path or name that matches no module, with close matches.
+        ConfigError: (from the lmsci names) a family the architecture map does not support.
+
     Attributes:
         model: the ``transformers`` module (e.g. ``LlamaForCausalLM``), in eval mode.
         tokenizer: the checkpoint's tokenizer when one was found, else None.
         name: the hub id or path it was loaded from.
-
-    Raises:
-        UnknownNameError: (from :meth:`hooks`) a path or name that matches no module, with close matches.
-        ConfigError: (from the lmsci names) a family the architecture map does not support.
     """
 
     def __init__(self, model: nn.Module, tokenizer: Any = None, name: str = ""):
