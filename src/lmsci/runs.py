@@ -1,6 +1,6 @@
 """The run directory: configuration, environment, metrics, results, verdict.
 
-Layout (see DESIGN.md)::
+Layout (see docs/architecture.md)::
 
     RUN_DIR/
       config.yaml        resolved configuration, every default written out

@@ -8,11 +8,29 @@
   IsoFLOP parabola minima (Approach 2), IsoLoss grids (Hoffmann et al. 2022, arXiv 2203.15556).
 - :mod:`lmsci.laws.datasets`: CSV loading with errors naming the rows; the packaged Chinchilla data.
 - :mod:`lmsci.laws.analysis`: one call from runs to fit, intervals, allocation and figures (``lmsci fit``).
+
+Names are imported lazily on first use (:mod:`lmsci._api`), but for :func:`fit`, which shares its module's name.
 """
 
-from lmsci.laws.allocation import allocation_table, approach2, chinchilla_allocation
-from lmsci.laws.fit import FitResult, bootstrap, compare_forms, fit, heldout_error
-from lmsci.laws.forms import FORMS, Form, get_form
+from lmsci._api import lazy_exports
 
-__all__ = ["FORMS", "Form", "FitResult", "allocation_table", "approach2", "bootstrap", "chinchilla_allocation",
-           "compare_forms", "fit", "get_form", "heldout_error"]
+_EXPORTS = {
+    "FORMS": "lmsci.laws.forms",
+    "Form": "lmsci.laws.forms",
+    "get_form": "lmsci.laws.forms",
+    "fit": "lmsci.laws.fit",
+    "FitResult": "lmsci.laws.fit",
+    "bootstrap": "lmsci.laws.fit",
+    "compare_forms": "lmsci.laws.fit",
+    "heldout_error": "lmsci.laws.fit",
+    "allocation_table": "lmsci.laws.allocation",
+    "approach2": "lmsci.laws.allocation",
+    "chinchilla_allocation": "lmsci.laws.allocation",
+    "load_csv": "lmsci.laws.datasets",
+    "analyze": "lmsci.laws.analysis",
+}
+__all__ = list(_EXPORTS)
+# a public name that is also a submodule's: bound eagerly (see lmsci._api)
+from lmsci.laws.fit import fit  # noqa: E402
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

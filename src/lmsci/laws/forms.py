@@ -381,6 +381,12 @@ FORMS: dict[str, Callable[[], Form]] = {
     "bnsl2": lambda: bnsl(2),
     "sigmoid": _sigmoid_form,
 }
+"""The registered law forms: name -> a zero-argument factory of its :class:`Form`. ``chinchilla``
+(L = E + A/N^alpha + B/D^beta, Hoffmann et al. 2022, arXiv 2203.15556, eq. 2); ``kaplan_n``, ``kaplan_d``,
+``kaplan_c``, ``kaplan_nd``, ``kaplan_ns`` (Kaplan et al. 2020, arXiv 2001.08361, eqs. 1.1-1.3, 1.5, 1.6);
+``bnsl``/``bnsl0``/``bnsl2`` (broken neural scaling laws with 1, 0, 2 breaks, Caballero et al. 2022, arXiv
+2210.14891); ``sigmoid`` (downstream accuracy against compute). Use :func:`get_form` (which also builds
+``bnslN`` for any N and raises :class:`~lmsci.errors.UnknownNameError` with a did-you-mean)."""
 
 
 def get_form(name: str, x: str | None = None) -> Form:

@@ -253,7 +253,18 @@ def adaptive_share(coarse_per_fact: Sequence[Sequence[set[tuple[int, int]]]], st
 def knowledge_neurons(model: Any, prompts: Sequence[Sequence[int]], answer: int, *, steps: int = 20,
                       threshold: float = 0.2, share: float = 0.7,
                       layers: Sequence[int] | None = None) -> tuple[list[tuple[int, int]], list[set[tuple[int, int]]]]:
-    """A fact's knowledge neurons from its prompts: ``(refined neurons, coarse set per prompt)``."""
+    """A fact's knowledge neurons from its prompts (Dai et al. 2022, arXiv 2104.08696, Sec. 3).
+
+    For each prompt (token ids), :func:`integrated_gradients` attributes ``P(answer | prompt)`` to every MLP neuron
+    (``steps`` Riemann steps); neurons above ``threshold`` x the prompt's largest attribution form its coarse set;
+    neurons in at least ``share`` of the coarse sets are the fact's knowledge neurons.
+
+    Returns:
+        ``(refined, coarse)``: ``refined`` a list of ``(layer, neuron)``; ``coarse`` one set of ``(layer, neuron)``
+        per prompt.
+
+    Raises:
+        ConfigError / UnknownNameError: a layer the model does not have; an answer outside the vocabulary."""
     layers = check_layers(model, layers)
     coarse = [coarse_neurons(integrated_gradients(model, p, answer, steps=steps, layers=layers), threshold, layers)
               for p in prompts]

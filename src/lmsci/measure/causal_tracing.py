@@ -132,8 +132,13 @@ def token_categories(n_tokens: int, subject: tuple[int, int]) -> list[str]:
 
 
 def embedding_std(model: Any, prompts: Sequence[Sequence[int]], subjects: Sequence[tuple[int, int]]) -> float:
-    """Empirical standard deviation (over all elements) of the ``embed`` activations of the subject tokens of
-    ``prompts`` (Meng et al.'s ``collect_embedding_std``); ``nu = NOISE_FACTOR *`` this."""
+    """Empirical standard deviation (over all elements) of the ``embed`` activations ``[n_tokens, d_model]`` of the
+    subject tokens ``ids[s:e]`` of each prompt (Meng et al. 2022, arXiv 2202.05262, Sec. 2.1; the released code's
+    ``collect_embedding_std``); the noise of :func:`causal_trace` is ``nu = NOISE_FACTOR *`` this (embedding units).
+
+    Raises:
+        ConfigError: ``model`` is not an lmsci GPT, an HFModel or a ``transformers`` causal LM.
+        UnknownNameError: the model has no ``embed`` hook."""
     model = hookable(model)
     dev = model_device(model)
     vals = []

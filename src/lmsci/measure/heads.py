@@ -33,7 +33,13 @@ from lmsci.errors import ConfigError
 @torch.no_grad()
 def attention_patterns(model, tokens: Tensor) -> Tensor:
     """All layers' attention patterns for ``tokens [B, T]``: ``[n_layers, B, n_heads, T, T]`` (float32, on the
-    model's device)."""
+    model's device; rows are queries, columns keys, each row sums to 1), read from the hook points
+    ``blocks.{i}.attn.pattern`` of an lmsci GPT. For a Hugging Face model use ``HFModel.attention_patterns`` (a list
+    of ``[B, n_heads, T, T]``; ``torch.stack`` it). Source of the analyses that use it: Olsson et al. 2022, arXiv
+    2209.11895; Elhage et al. 2021.
+
+    Raises:
+        UnknownNameError: the model has no ``blocks.*.attn.pattern`` hook points."""
     n_layers = len(model.blocks)
     with model.hooks(cache="blocks.*.attn.pattern") as cache:
         model(tokens)

@@ -111,9 +111,13 @@ def ideal_bits(n_people: int, n0: int, pool_bits: dict[str, float]) -> float:
 
 
 def count_params(model: torch.nn.Module, non_embedding: bool = False) -> int:
-    """Parameters counted for the capacity ratio: all (default) or without embeddings/unembedding.
+    """Parameters counted for the capacity ratio (bits per parameter, Allen-Zhu & Li, Physics of LMs Part 3.3,
+    arXiv 2404.05405, Sec. 2): all (default) or without embeddings/unembedding.
 
-    Uses ``model.num_params`` when present (lmsci GPT), otherwise counts unique tensors.
+    Uses ``model.num_params`` when present (lmsci GPT), otherwise counts unique tensors (tied weights once).
+
+    Raises:
+        ConfigError: ``non_embedding=True`` for a model without ``num_params`` (which would not know its embeddings).
     """
     if hasattr(model, "num_params"):
         return int(model.num_params(non_embedding=non_embedding))

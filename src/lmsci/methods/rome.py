@@ -350,7 +350,13 @@ def restore(model: Any, layer: int, weight: Tensor) -> None:
 
 @contextmanager
 def edited(model: Any, edit: RomeEdit) -> Iterator[Any]:
-    """``with edited(model, edit): ...``: the model with the edit applied, restored on exit (also on errors)."""
+    """``with edited(model, edit): ...``: the model with a ROME edit (:func:`compute_rome`; Meng et al. 2022, arXiv
+    2202.05262, Sec. 3, eq. 2: ``W += Lambda u^T`` on layer ``edit.layer``'s MLP down projection) applied, and the
+    original weight restored on exit (also on errors). Works on lmsci GPTs and the Hugging Face families whose down
+    projection :func:`down_projection` finds.
+
+    Raises:
+        ConfigError: the model has no MLP down projection at ``edit.layer``, or its shape differs from the edit's."""
     old = apply_edit(model, edit)
     try:
         yield model

@@ -93,7 +93,15 @@ def detector(hf_model: Any, wm_config: Any, device: str, ignore_repeated_ngrams:
 
 
 def detect(det: Any, tokens: torch.Tensor, z_threshold: float = 4.0) -> dict[str, np.ndarray]:
-    """Run a ``WatermarkDetector`` on generated tokens ``[n, T]``: ``{"z", "green", "scored", "p", "flag"}``."""
+    """KGW watermark detection (Kirchenbauer et al. 2023, arXiv 2301.10226, Sec. 3, the one-proportion z-test)
+    by ``transformers.WatermarkDetector`` (:func:`detector`) on generated tokens ``[n, T]``.
+
+    Returns:
+        arrays ``[n]``: ``"z"`` the z-score, ``"green"`` green tokens counted, ``"scored"`` tokens scored,
+        ``"p"`` the one-sided p-value, ``"flag"`` whether ``z > z_threshold``.
+
+    Raises:
+        ValueError (from ``transformers``): tokens of the wrong shape or outside the detector's vocabulary."""
     o = det(tokens, z_threshold=z_threshold, return_dict=True)
     return {"z": np.asarray(o.z_score, float), "green": np.asarray(o.num_green_tokens, float),
             "scored": np.asarray(o.num_tokens_scored, float), "p": np.asarray(o.p_value, float),

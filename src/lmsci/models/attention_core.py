@@ -133,15 +133,28 @@ class AttentionPolicy:
 
 
 def full_policy(block_size: int | None = None) -> AttentionPolicy:
-    """Plain causal attention with true distances (the harness's reference; equals vanilla)."""
+    """Plain causal attention with true distances: the harness's reference, equal to the model's own attention
+    (to float tolerance), computed block by block (``block_size`` queries at a time; None = the default).
+
+    Raises:
+        ConfigError: a ``block_size`` below 1."""
     return AttentionPolicy("full", block_size=block_size)
 
 
 def lm_infinite_policy(n_local: int, n_global: int = 10, d_max: int | None = None, top_k: int = 0,
                        top_k_from_layer: int = 4, top_k_distance: int | None = None,
                        block_size: int | None = None) -> AttentionPolicy:
-    """LM-Infinite (arXiv 2308.16137 Sec. 4): Lambda mask (``n_global`` + ``n_local``), ceiling ``d_max``
-    (default ``n_local`` = L_pretrain), optional top-k middle tokens (paper: k=5, h=5, d=L/2)."""
+    """LM-Infinite (Han et al. 2023, arXiv 2308.16137, Sec. 4; top-k: Sec. 5.3 / App. A) as an attention policy.
+
+    Each query sees the first ``n_global`` tokens and its last ``n_local`` keys (the Lambda-shaped mask); keys
+    farther than ``d_max`` (default ``n_local``, the pretraining length L) are scored as if at distance ``d_max``
+    (the distance ceiling). With ``top_k > 0``, from layer ``top_k_from_layer`` on, the last query also attends to
+    the ``top_k`` highest-scoring masked middle keys, scored at distance ``top_k_distance`` (the paper: k = 5,
+    from layer 5, d = L/2). Install it with :func:`lmsci.methods.lm_infinite` or pass it to the instruments of
+    :mod:`lmsci.measure.attention`; a long input costs O(n_global + n_local) score elements per query.
+
+    Raises:
+        ConfigError: ``n_local < 1``, ``n_global < 0``, ``d_max < 1``, ``top_k < 0`` (naming the field)."""
     return AttentionPolicy("lm_infinite", n_local, n_global, d_max, top_k, top_k_from_layer,
                            top_k_distance, block_size)
 
@@ -154,13 +167,22 @@ def lambda_mask_policy(n_local: int, n_global: int = 10, block_size: int | None 
 
 
 def sliding_window_policy(n_local: int, block_size: int | None = None) -> AttentionPolicy:
-    """Each query sees its last ``n_local`` keys (itself included); no starting tokens."""
+    """A sliding window: each query sees its last ``n_local`` keys (itself included) at their true distances, no
+    starting tokens (the baseline LM-Infinite and StreamingLLM improve on; Han et al. 2023, arXiv 2308.16137,
+    Table 1).
+
+    Raises:
+        ConfigError: ``n_local < 1``."""
     return AttentionPolicy("sliding_window", n_local, 0, block_size=block_size)
 
 
 def attention_sinks_policy(n_local: int, n_sink: int = 4, block_size: int | None = None) -> AttentionPolicy:
-    """StreamingLLM (arXiv 2309.17453 Sec. 3.2): cache = ``n_sink`` first tokens + ``n_local - n_sink``
-    recent tokens; positions are the indices within the cache (0..n_local-1)."""
+    """StreamingLLM's attention sinks (Xiao et al. 2023, arXiv 2309.17453, Sec. 3.2): the cache holds the
+    ``n_sink`` first tokens and the ``n_local - n_sink`` most recent ones; positions are the indices within the
+    cache (``0 .. n_local - 1``), so no query sees a distance beyond ``n_local``.
+
+    Raises:
+        ConfigError: ``n_local < 1`` or ``n_sink`` negative or not below ``n_local``."""
     return AttentionPolicy("attention_sinks", n_local, n_sink, block_size=block_size)
 
 

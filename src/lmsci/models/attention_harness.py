@@ -2,7 +2,7 @@
 windows as attention policies on lmsci GPT and Hugging Face models.
 
 It lives in ``models`` because both instruments (:mod:`lmsci.measure.attention`) and interventions
-(:mod:`lmsci.methods.lm_infinite`) run models through it (DESIGN.md: measure and methods are siblings).
+(:mod:`lmsci.methods.lm_infinite`) run models through it (docs/architecture.md: measure and methods are siblings).
 
 Source: Han, Wang, Peng, Xiong, Chen, Ji, Wang, "LM-Infinite: Zero-Shot Extreme Length Generalization
 for Large Language Models", NAACL 2024, arXiv 2308.16137, Section 4 (Lambda-shaped mask, distance

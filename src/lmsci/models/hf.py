@@ -287,6 +287,16 @@ HFHookFn = Callable[[Tensor, ModuleHook], "Tensor | None"]
 class HFModel:
     """A loaded Hugging Face causal LM (the real module in ``.model``) with a hook API by module path.
 
+    Calling it maps ``input_ids [batch, seq]`` to logits ``[batch, seq, vocab_size]``. :meth:`hooks` and
+    :meth:`run_with_cache` address modules by path (``model.layers.0.mlp``), by glob, or by lmsci's hook names
+    (``embed``, ``blocks.{i}.resid_post`` ``[batch, seq, d_model]``, ``blocks.{i}.attn.out``, ``blocks.{i}.mlp.out``,
+    ``blocks.{i}.mlp.pre``/``post`` ``[batch, seq, d_mlp]``, ``final``) through the architecture map
+    (:func:`lmsci.models.arch.arch_of`), so lmsci's instruments run on it. Made by :func:`load_hf`.
+
+    Raises:
+        UnknownNameError: (from :meth:`hooks`) a path or name that matches no module, with close matches.
+        ConfigError: (from the lmsci names) a family the architecture map does not support.
+
     Attributes:
         model: the ``transformers`` module (e.g. ``LlamaForCausalLM``), in eval mode.
         tokenizer: the checkpoint's tokenizer when one was found, else None.
@@ -371,7 +381,7 @@ class HFModel:
         for the others; None when ``name`` is not an lmsci hook name.
 
         Raises:
-            as :meth:`arch_path`.
+            ConfigError, UnknownNameError: as :meth:`arch_path`.
         """
         import re
 

@@ -25,7 +25,15 @@ BOS = 0
 
 @dataclass(frozen=True)
 class RepeatedSegments:
-    """The world (see the module docstring).
+    """Random-token sequences ``[BOS, s, s, filler]`` with a repeated segment ``s`` (Olsson et al. 2022, arXiv
+    2209.11895; see the module docstring): :meth:`sample` gives tokens ``[n, seq_len]`` int64 and segment lengths
+    ``[n]``; :meth:`induction_targets` the key an induction head attends to per query ``[n, seq_len]`` (-1: none);
+    :meth:`copy_masks` the first and second copy's target positions. Token ids ``1 .. n_tokens``, ``BOS = 0``,
+    ``vocab_size = n_tokens + 1``.
+
+    Attributes:
+        n_tokens: distinct tokens (>= 2). seq_len: tokens per sample (>= 1 + 2 seg_max).
+        seg_min, seg_max: the segment length range (uniform per sample).
 
     Raises:
         ConfigError: on construction, naming the bad field.

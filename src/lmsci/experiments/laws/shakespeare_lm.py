@@ -335,7 +335,7 @@ class ShakespeareLM(Experiment):
         return "\n".join(lines)
 
 
-PEAK_FLOPS = 170e9  # fp32 matmul peak of the 2-core reference machine (DESIGN.md)
+PEAK_FLOPS = 170e9  # fp32 matmul peak of the 2-core reference machine (docs/architecture.md)
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, peak: float = PEAK_FLOPS) -> float:
