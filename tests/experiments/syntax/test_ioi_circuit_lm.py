@@ -117,3 +117,18 @@ def test_bad_input_is_refused_before_any_work(tmp_path, override, field):
     assert e.value.field == field and not (tmp_path / "never").exists()
     with pytest.raises(ConfigError):
         resolve_config(IOILMConfig, "smoke", {"n_templates": 16})
+
+
+def test_real_model_prompts_and_hooks(smollm2):
+    """On SmolLM2-135M: its tokenizer gives single-token names and aligned prompt pairs; the head hooks read
+    ``[30, B, T, 9, 64]`` without changing the logits (GQA: 3 key/value heads)."""
+    sh = H.head_shape(smollm2)
+    assert (sh.n_layers, sh.n_heads, sh.n_kv_heads, sh.d_head) == (30, 9, 3, 64)
+    names, places, objects = M.vocabulary(smollm2.tokenizer)
+    assert len(names) >= 20 and places and objects
+    p = M.make_prompts(smollm2.tokenizer, 1, 2, np.random.default_rng(0))
+    rows = torch.arange(2)
+    assert (p.clean[rows, p.io_pos] == p.io).all() and ((p.clean != p.abc).sum(1) == 3).all()
+    base = H.logits(smollm2, p.clean)
+    out, z = H.run_z(smollm2, p.clean)
+    assert z.shape[:2] == (30, 2) and z.shape[-2:] == (9, 64) and torch.allclose(out, base, atol=1e-5)
