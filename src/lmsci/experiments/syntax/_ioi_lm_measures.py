@@ -99,7 +99,7 @@ def _ld(logit_end: Tensor, p: Prompts) -> Tensor:
 
 
 def _end(x: Tensor, p: Prompts) -> Tensor:
-    return x[torch.arange(len(p.end)), p.end]
+    return x[torch.arange(len(p.end), device=p.end.device), p.end]
 
 
 @dataclass
@@ -179,7 +179,7 @@ def _rms(x: Tensor) -> Tensor:
 def direct_effects(lm, clean: Run, abc: Run, p: Prompts) -> tuple[Tensor, Tensor]:
     """Path patching head -> logits, linearised at the clean final-norm scale: ``[n_layers, n_heads]`` mean change of
     LD when a head's END output is moved clean -> ABC on its direct path; and the writes ``dO [L, n, H, d_model]``."""
-    idx = torch.arange(len(p.end))
+    idx = torch.arange(len(p.end), device=p.end.device)
     dO = head_writes(lm, (abc.z - clean.z)[:, idx, p.end])
     _, W_U, _ = H.unembed(lm)
     u = (W_U[:, p.io] - W_U[:, p.s]).T / _rms(clean.x_end)[:, None]  # [n, d_model]
@@ -196,7 +196,7 @@ def query_effects(lm, clean: Run, dO: Tensor, receivers: list[tuple[int, int]]) 
     """Path patching sender -> receivers' queries, linearised: ``[n_layers, n_heads]`` change of the mean LD when a
     sender's END output (``dO``) is added to the residual read by the receivers' queries (senders below them)."""
     sh, lays = H.head_shape(lm), H.layers(lm)
-    out = torch.zeros(sh.n_layers, sh.n_heads)
+    out = torch.zeros(sh.n_layers, sh.n_heads, device=dO.device)
     for lr, hr in receivers:
         Wq = lays[lr].self_attn.q_proj.weight.float()[hr * sh.d_head:(hr + 1) * sh.d_head]
         g = lays[lr].input_layernorm.weight.float()
@@ -213,7 +213,8 @@ def direct_ld(lm, clean: Run, dO: Tensor, p: Prompts, heads: list[tuple[int, int
     _, W_U, _ = H.unembed(lm)
     lo = (x / _rms(x)[:, None]) @ W_U[:, torch.cat([p.io, p.s])]
     n = len(p.io)
-    return lo[torch.arange(n), torch.arange(n)] - lo[torch.arange(n), n + torch.arange(n)]
+    r = torch.arange(n, device=lo.device)
+    return lo[r, r] - lo[r, n + r]
 
 
 def query_patched_ld(lm, p: Prompts, dO: Tensor, senders: list[tuple[int, int]],
@@ -222,7 +223,7 @@ def query_patched_ld(lm, p: Prompts, dO: Tensor, senders: list[tuple[int, int]],
     each receiver's END query is computed from its layer's clean input residual plus the senders' (below it) END
     output changes clean -> ABC; everything else runs freely."""
     sh, lays, m = H.head_shape(lm), H.layers(lm), H.hf_module(lm)
-    idx = torch.arange(len(p.end))
+    idx = torch.arange(len(p.end), device=p.end.device)
     res: dict[int, Tensor] = {}
     handles = []
     for lr in sorted({l for l, _ in receivers}):
@@ -278,7 +279,7 @@ def ablate_except(keep: list[tuple[int, int]], means: Tensor, n_heads: int) -> H
 
 def name_positions(run: Run, p: Prompts) -> tuple[Tensor, Tensor]:
     """The residual after layer 0 at IO and S1 (``[2n, d_model]``) and their name tokens ``[2n]``."""
-    idx = torch.arange(len(p.end))
+    idx = torch.arange(len(p.end), device=p.end.device)
     return (torch.cat([run.resid0[idx, p.io_pos], run.resid0[idx, p.s1_pos]]), torch.cat([p.io, p.s]))
 
 
@@ -286,6 +287,6 @@ def bottom(x: Tensor, k: int, allowed: Tensor | None = None) -> list[tuple[int, 
     """The ``k`` (layer, head) with the most negative values of ``x [n_layers, n_heads]`` (within ``allowed``)."""
     v = x.clone().float()
     if allowed is not None:
-        v[~allowed] = float("inf")
+        v[~allowed.to(v.device)] = float("inf")
     idx = torch.argsort(v.flatten())[:k].tolist()
     return sorted((i // x.shape[1], i % x.shape[1]) for i in idx)
