@@ -10,8 +10,11 @@ same prompts.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
 
 from lmsci.errors import ConfigError
@@ -132,3 +135,43 @@ def random_heads(n_layers: int, n_heads: int, k: int, exclude: list[tuple[int, i
         raise ConfigError("k", k, f"at most {len(pool)} (heads left after excluding {len(exclude)})")
     idx = torch.randperm(len(pool), generator=gen)[:k].tolist()
     return sorted(pool[i] for i in idx)
+
+
+def _fmt(v: Any, ci: Any = None) -> str:
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return "n/a"
+    s = f"{v:.4g}"
+    if ci is not None and len(ci) == 2 and all(c is not None for c in ci):
+        s += f" [{ci[0]:.4g}, {ci[1]:.4g}]"
+    return s
+
+
+def toy_comparison(verdicts: list, toy: str, pairs: dict[str, tuple[str, str]]) -> str:
+    """A markdown table of this run's claims beside the toy experiment's published quick rows
+    (``results/quick/claims.csv`` of the repository, read as data), with where the outcomes disagree.
+
+    Args:
+        verdicts: this run's verdicts.
+        toy: the toy experiment's name (``induction-heads``, ``ioi-circuit``).
+        pairs: our claim id -> (the toy's claim id or "", what differs between the two statistics).
+    """
+    path = Path(__file__).resolve().parents[4] / "results" / "quick" / "claims.csv"
+    lines = [f"## Beside the toy experiment `{toy}`", ""]
+    if not path.is_file():
+        return "\n".join(lines + [f"(the published quick table {path} is not in this installation)", ""])
+    rows = pd.read_csv(path)
+    rows = rows[rows["experiment"] == toy].set_index("claim")
+    lines += [f"The toy's rows are its published quick values (`results/quick/claims.csv`, master seeds "
+              f"{', '.join(sorted(set(str(x) for x in rows.get('master_seeds', pd.Series(dtype=str)))))}); "
+              "this run's values are the real model's.", "",
+              "| claim (real model) | value [95% CI] | null arm | outcome | toy claim | toy value | toy null | "
+              "toy outcome | agree? | what differs |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for v in verdicts:
+        toy_id, differs = pairs.get(v.claim_id, ("", ""))
+        t = rows.loc[toy_id] if toy_id and toy_id in rows.index else None
+        agree = "-" if t is None else ("yes" if t["outcome"] == v.outcome else "**no**")
+        lines.append(f"| {v.claim_id} | {_fmt(v.value, v.ci)} | {_fmt(v.null_value)} | {v.outcome} | "
+                     f"{toy_id or '-'} | {t['ours'] if t is not None else '-'} | "
+                     f"{t['null_arm'] if t is not None else '-'} | {t['outcome'] if t is not None else '-'} | "
+                     f"{agree} | {differs} |")
+    return "\n".join(lines) + "\n"
