@@ -244,7 +244,7 @@ def copy_score(model, resid: Tensor, names: Tensor, heads: list[tuple[int, int]]
 
 
 def head_out(model, z: Tensor, layer: int, head: int) -> Tensor:
-    """Head ``(layer, head)``'s write into the residual stream from its ``z [..., n_heads, d_head]``: ``[..., d_model]``."""
+    """Head ``(layer, head)``'s write into the residual stream from ``z [..., n_heads, d_head]``: ``[..., d_model]``."""
     sh = head_shape(model)
     _, W_O, _ = _head_weights(model, sh, layer, head)
     return z[..., head, :].float() @ W_O

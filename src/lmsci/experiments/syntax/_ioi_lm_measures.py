@@ -88,7 +88,8 @@ def make_prompts(tok, n_per_template: int, n_templates: int, gen: np.random.Gene
     def padded(k):
         return torch.tensor([r[k] + [pad] * (T - len(r[k])) for r in rows])
 
-    return Prompts(padded(0), padded(1), torch.tensor([len(r[0]) - 1 for r in rows]), torch.tensor([r[2] for r in rows]),
+    return Prompts(padded(0), padded(1), torch.tensor([len(r[0]) - 1 for r in rows]),
+                   torch.tensor([r[2] for r in rows]),
                    torch.tensor([r[3] for r in rows]), torch.tensor([r[4] for r in rows]),
                    torch.tensor([r[5] for r in rows]), torch.tensor([r[6] for r in rows]))
 
@@ -133,7 +134,8 @@ def forward(lm, ids: Tensor, p: Prompts, grad: bool = False, edit: H.ZEdit | Non
         return new
 
     handles = [m.model.norm.register_forward_pre_hook(lambda mod, a: rec.__setitem__("x", a[0])),
-               lays[0].register_forward_hook(lambda mod, a, o: rec.__setitem__("r0", o[0] if isinstance(o, tuple) else o))]
+               lays[0].register_forward_hook(
+                   lambda mod, a, o: rec.__setitem__("r0", o[0] if isinstance(o, tuple) else o))]
     for i, lay in enumerate(lays):
         handles.append(lay.input_layernorm.register_forward_pre_hook(
             lambda mod, a, i=i: rin.__setitem__(i, a[0].detach())))
