@@ -45,6 +45,8 @@ meets the rule). The registered copying rule (CI above 0, no contrast with the n
 induction heads do not copy more than random heads. The direct-path OV score ignores 17+ layers of MLPs and
 attention before these heads, so it is a poor copying measure in a 30-layer model; an empirical copying score (as
 the IOI copy score) would be the better test, to be registered as a new claim.
+A look after the runs (descriptive, post hoc): the ten heads' OV scores range from -0.66 (20.6) to 0.62 (17.3);
+over all 270 heads the mean is 0.22 and 65% are positive.
 """
 
 from __future__ import annotations

@@ -54,6 +54,9 @@ heads) with the other 240 heads mean-ablated keeps 7% [-7, 22] and -4% [-30, 22]
 logit difference as in GPT-2 small, but the rest of the paper's circuit (S-inhibition through the queries; a
 26-head circuit that alone keeps 87%) is not found by these scans at this size: what feeds the name movers here
 (keys or values, MLPs, far more heads) is open.
+A look after the runs (descriptive, post hoc, not a claim; 30 prompts at a seed no verdict uses): the copy scores
+of the three name movers are 0.98 (23.0), 0.00 (23.3) and 0.00 (29.1): 23.0 copies names as the paper's name
+movers do; the other two carry direct effect without copying through the direct-path OV measure.
 """
 
 from __future__ import annotations
