@@ -92,9 +92,8 @@ from torch import Tensor, nn
 
 from lmsci.config import StrictModel, validation_to_config_error
 from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.models.positions import CONTENT_FREE, add_position_params, fixed_scores, position_bias, rotate_qk
 
-REL_BUCKETS = 32
-REL_MAX_DISTANCE = 128
 NORM_EPS = 1e-5
 
 HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
@@ -333,70 +332,6 @@ def hook_plan(fwd_hooks: Iterable[tuple[Any, Callable]] | Mapping[Any, Callable]
     return plan, store
 
 
-# ------------------------------------------------------------------------------------ positional
-
-
-def uni_window(h: int) -> int:
-    """GPT_uni window of head ``h`` (0-based): ``2**(h+1) - 1`` tokens (Physics of LMs Part 1)."""
-    return 2 ** (h + 1) - 1
-
-
-def alibi_slopes(n_heads: int) -> Tensor:
-    """ALiBi head slopes ``m_h`` (Press et al. 2022, sec. 3 and their reference code).
-
-    For a power of two ``n``: ``m_h = 2**(-8 (h+1) / n)``; otherwise the slopes of the next lower
-    power of two followed by every other slope of the next higher one. Returns ``[n_heads]``.
-    """
-
-    def pow2(n: int) -> list[float]:
-        start = 2 ** (-8 / n)
-        return [start ** (i + 1) for i in range(n)]
-
-    if math.log2(n_heads).is_integer():
-        s = pow2(n_heads)
-    else:
-        p = 2 ** math.floor(math.log2(n_heads))
-        s = pow2(p) + pow2(2 * p)[0::2][: n_heads - p]
-    return torch.tensor(s, dtype=torch.float32)
-
-
-def t5_bucket(distance: Tensor, num_buckets: int = REL_BUCKETS, max_distance: int = REL_MAX_DISTANCE) -> Tensor:
-    """T5 causal relative-position bucket of ``distance = q_pos - k_pos >= 0`` (Raffel et al. 2020).
-
-    Half the buckets are exact (distances ``0 .. num_buckets/2 - 1``), the rest logarithmic up to
-    ``max_distance``; larger distances share the last bucket. Negative distances map to bucket 0
-    (they are masked anyway). Returns a long tensor of the same shape.
-    """
-    d = distance.clamp(min=0)
-    exact = num_buckets // 2
-    is_small = d < exact
-    large = exact + (
-        torch.log(d.float().clamp(min=1) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
-    ).long()
-    large = large.clamp(max=num_buckets - 1)
-    return torch.where(is_small, d, large)
-
-
-def rope_cos_sin(pos: Tensor, d_head: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos/sin tables for positions ``pos`` (``[T]`` or ``[B, T]``), each ``[..., T, d_head]``.
-
-    Split-halves convention of HF Llama: ``inv_freq_j = base**(-2j/d_head)``, tables ``cat(f, f)``.
-    """
-    inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, device=pos.device, dtype=torch.float32) / d_head))
-    freqs = pos.to(torch.float32)[..., None] * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate ``x [B, H, T, d_head]`` by the tables from :func:`rope_cos_sin` (``x cos + rotate_half(x) sin``)."""
-    if cos.dim() == 3:  # [B, T, d] -> [B, 1, T, d]
-        cos, sin = cos[:, None], sin[:, None]
-    half = x.shape[-1] // 2
-    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rot * sin
-
-
 # ------------------------------------------------------------------------------------- modules
 
 
@@ -421,22 +356,14 @@ class Attention(nn.Module):
         self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
         inner = self.n_heads * self.d_head
         self.pos = cfg.pos
-        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in ("uni", "posonly") else 3 * inner, bias=cfg.bias)
+        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in CONTENT_FREE else 3 * inner, bias=cfg.bias)
         self.proj = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
         self.dropout = cfg.dropout
         # True: attention as explicit matmul/softmax instead of fused scaled_dot_product_attention (same values to
         # rounding). torch.func.vmap has no batching rule for CPU SDPA and loops over the members there; the
         # explicit path batches (set by lmsci.train.stacked for stacked training).
         self.explicit = False
-        if cfg.pos == "relative":
-            self.rel_bias = nn.Parameter(torch.zeros(cfg.n_heads, REL_BUCKETS))
-        if cfg.pos == "alibi":
-            self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
-        if cfg.pos == "posonly":
-            self.rel_bias_dist = nn.Parameter(torch.zeros(cfg.n_heads, cfg.seq_len))
-        if cfg.pos == "uni":
-            w = torch.tensor([uni_window(h) for h in range(cfg.n_heads)], dtype=torch.long)
-            self.register_buffer("windows", w, persistent=False)
+        add_position_params(self, cfg.pos, cfg.n_heads, cfg.seq_len)
         p = f"blocks.{layer}.attn."
         self.hook_scores = HookPoint(p + "scores")
         self.hook_pattern = HookPoint(p + "pattern")
@@ -445,17 +372,9 @@ class Attention(nn.Module):
 
     # -- positional pieces -------------------------------------------------------------------
     def position_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Additive logit bias ``[n_heads, q, k]`` (or ``[B, n_heads, q, k]``), or None (no bias)."""
-        if self.pos not in ("relative", "alibi"):
-            return None
-        dist = q_pos[..., :, None] - k_pos[..., None, :]  # [q, k] or [B, q, k]
-        if self.pos == "alibi":
-            bias = -self.slopes.view(-1, 1, 1) * dist.unsqueeze(-3).to(self.slopes.dtype)
-        else:
-            bias = self.rel_bias[:, t5_bucket(dist)]  # [H, q, k] or [H, B, q, k]
-            if dist.dim() == 3:
-                bias = bias.transpose(0, 1)
-        return bias
+        """Additive logit bias ``[n_heads, q, k]`` (or ``[B, n_heads, q, k]``), or None (no bias); see
+        :func:`lmsci.models.positions.position_bias`."""
+        return position_bias(self, self.pos, q_pos, k_pos)
 
     def attend(self, q: Tensor | None, k: Tensor | None, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Positional encoding + causal attention.
@@ -473,25 +392,8 @@ class Attention(nn.Module):
         same = q_pos is k_pos
         need_explicit = self.explicit or self.hook_scores.active or self.hook_pattern.active
         drop = self.dropout if self.training else 0.0
-        if self.pos == "uni":
-            dist = q_pos[..., :, None] - k_pos[..., None, :]
-            allowed = (dist.unsqueeze(-3) >= 0) & (dist.unsqueeze(-3) < self.windows.view(-1, 1, 1))
-            if allowed.dim() == 3:
-                allowed = allowed.unsqueeze(0)
-            scores = torch.zeros(allowed.shape, dtype=v.dtype, device=v.device).masked_fill(~allowed, float("-inf"))
-            scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
-            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-            if drop:
-                pattern = F.dropout(pattern, drop)
-            return pattern @ v
-        if self.pos == "posonly":
-            dist = q_pos[..., :, None] - k_pos[..., None, :]  # [q, k] or [B, q, k]
-            bias = self.rel_bias_dist[:, dist.clamp(0, self.rel_bias_dist.shape[1] - 1)]  # [H, q, k] or [H, B, q, k]
-            if dist.dim() == 3:
-                bias = bias.transpose(0, 1)
-            else:
-                bias = bias.unsqueeze(0)
-            scores = bias.to(v.dtype).masked_fill((dist < 0).unsqueeze(-3), float("-inf"))
+        if self.pos in CONTENT_FREE:
+            scores = fixed_scores(self, self.pos, q_pos, k_pos, v.dtype, v.device)
             scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
             if drop:
@@ -499,13 +401,7 @@ class Attention(nn.Module):
             return pattern @ v
         assert q is not None and k is not None
         if self.pos == "rope":
-            if same:
-                cos, sin = rope_cos_sin(q_pos, self.d_head, self.cfg.rope_base, q.dtype)
-                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            else:
-                cq, sq = rope_cos_sin(q_pos, self.d_head, self.cfg.rope_base, q.dtype)
-                ck, sk = rope_cos_sin(k_pos, self.d_head, self.cfg.rope_base, k.dtype)
-                q, k = apply_rope(q, cq, sq), apply_rope(k, ck, sk)
+            q, k = rotate_qk(q, k, q_pos, k_pos, self.d_head, self.cfg.rope_base)
         bias = self.position_bias(q_pos, k_pos)
         if not need_explicit:
             if bias is None and same:
@@ -537,7 +433,7 @@ class Attention(nn.Module):
         """
         B, T, _ = x.shape
         H, D = self.n_heads, self.d_head
-        if self.pos in ("uni", "posonly"):
+        if self.pos in CONTENT_FREE:
             q = k = None
             v = self.qkv(x).view(B, T, H, D).transpose(1, 2)
         else:
