@@ -121,3 +121,13 @@ def test_moe_save_load_round_trip(tmp_path):
     assert m2.cfg.moe_experts == 3 and m2.cfg.moe_top_k == 2
     with torch.no_grad():
         assert torch.equal(m(ids), m2(ids))
+
+
+def test_the_trainer_adds_the_balancing_loss():
+    x = torch.randint(0, 30, (4, 12), generator=torch.Generator().manual_seed(5))
+    routers = {}
+    for coef in (0.0, 10.0):
+        m = _moe(coef=coef)
+        trainer.train(m, lambda step, gen: (x[:, :-1], x[:, 1:]), TrainConfig(steps=1, batch_size=4, lr=1e-2), seed=0)
+        routers[coef] = m.blocks[0].mlp.router.weight.detach().clone()
+    assert not torch.allclose(routers[0.0], routers[10.0])  # only the auxiliary loss differs between the two runs
