@@ -131,3 +131,18 @@ def test_the_trainer_adds_the_balancing_loss():
         trainer.train(m, lambda step, gen: (x[:, :-1], x[:, 1:]), TrainConfig(steps=1, batch_size=4, lr=1e-2), seed=0)
         routers[coef] = m.blocks[0].mlp.router.weight.detach().clone()
     assert not torch.allclose(routers[0.0], routers[10.0])  # only the auxiliary loss differs between the two runs
+
+
+def test_a_trained_moe_can_be_copied_and_quantized():
+    import copy
+
+    from lmsci.models.quantize import fake_quantize
+
+    m = _moe().train()
+    ids = torch.randint(0, 30, (2, 8), generator=torch.Generator().manual_seed(6))
+    m(ids)  # the last forward's aux loss holds its autograd graph
+    assert m.moe_aux_loss().requires_grad
+    c = copy.deepcopy(m)
+    assert c.moe_aux_loss() is None and m.moe_aux_loss() is not None
+    q, rep = fake_quantize(m, 8)
+    assert rep["n_quantized"] > 0

@@ -115,6 +115,13 @@ class MoE(nn.Module):
         """This sublayer's hook points in forward order."""
         return [self.hook_router, self.hook_out]
 
+    def __getstate__(self) -> dict[str, Any]:
+        # copies and pickles leave out the last forward's loss: it may hold that forward's autograd graph, which
+        # copy.deepcopy refuses (lmsci.models.quantize.fake_quantize copies a model right after training)
+        state = dict(self.__dict__)
+        state["aux_loss"] = None
+        return state
+
     def forward(self, x: Tensor) -> Tensor:
         B, T, d = x.shape
         flat = x.reshape(B * T, d)
