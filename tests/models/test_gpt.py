@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from lmsci.errors import ConfigError, UnknownNameError
-from lmsci.models.gpt import GPT, GPTConfig, t5_bucket, uni_window
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.positions import t5_bucket, uni_window
 
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lmsci.errors import ConfigError, UnknownNameError
-from lmsci.models.gpt import GPT, TRANSFORMER_LENS_ALIASES, GPTConfig, HookCache, transformer_lens_name
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.hooks import TRANSFORMER_LENS_ALIASES, HookCache, transformer_lens_name
 
 X = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(0))
 

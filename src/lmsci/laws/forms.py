@@ -25,6 +25,9 @@ Forms (``FORMS`` registry, keyed by name):
 - ``sigmoid``: ``Acc = a / (1 + exp(-k (A N^-alpha + B D^-beta + E))) + b`` (the downstream law in
   seed 000 Part 3; cf. Gadre et al. 2024). ``k`` is not identifiable apart from the scale of
   ``(A, B, E)``, so it is held fixed at ``k = -1`` unless the caller frees it.
+- ``logistic_c``: ``y = b + a / (1 + exp(-k (ln C - m)))``, one metric over compute as a sigmoid in log compute
+  (linear space; ``k`` of either sign). ``power_c``: ``y = E + A C^-alpha`` (linear space; ``A`` of either sign).
+  The pair that :mod:`lmsci.laws.emergence` compares (Schaeffer et al. 2023, arXiv 2304.15004).
 """
 
 from __future__ import annotations
@@ -369,6 +372,69 @@ def _sigmoid_form() -> Form:
     )
 
 
+# --------------------------------------------------------------------------------------------
+# One metric over compute (emergence, Schaeffer et al. 2023, arXiv 2304.15004): a logistic in log compute
+# against a power law in compute, both in linear space so that their residuals, AIC and held-out errors compare.
+def _logistic_c_fj(theta, X, jac=True):
+    la, b, k, m = (_col(theta, i) for i in range(4))
+    lc = np.log(X["C"])
+    s = _sigmoid(k * (lc - m))
+    a = np.exp(la)
+    f = b + a * s
+    if not jac:
+        return f, None
+    ds = a * s * (1 - s)
+    J = np.stack(np.broadcast_arrays(a * s, np.ones_like(f), ds * (lc - m), -ds * k), axis=-1)
+    return f, J
+
+
+def _logistic_c() -> Form:
+    return Form(
+        name="logistic_c",
+        inputs=("C",),
+        params=(
+            ParamSpec("a", True, (-12.0, 5.0), (-2.0, -0.7, 0.0)),
+            ParamSpec("b", False, (-10.0, 10.0), (0.0, 0.5)),
+            ParamSpec("k", False, (-30.0, 30.0), (-3.0, -1.0, 1.0, 3.0)),
+            ParamSpec("m", False, (-60.0, 60.0), (-3.0, 0.0, 3.0)),
+        ),
+        space="linear",
+        equation="y = b + a / (1 + exp(-k (ln C - m)))",
+        source="Seed 000 'Downstream performance scales with training compute' (a sigmoid in log compute); the "
+        "emergent-ability curves of Wei et al. 2022 (arXiv 2206.07682) read by Schaeffer et al. 2023 "
+        "(arXiv 2304.15004, Section 2)",
+        fj=_logistic_c_fj,
+    )
+
+
+def _power_c_fj(theta, X, jac=True):
+    E, A, al = (_col(theta, i) for i in range(3))
+    lc = np.log(X["C"])
+    t = np.exp(-al * lc)
+    f = E + A * t
+    if not jac:
+        return f, None
+    J = np.stack(np.broadcast_arrays(np.ones_like(f), t, -A * t * lc), axis=-1)
+    return f, J
+
+
+def _power_c() -> Form:
+    return Form(
+        name="power_c",
+        inputs=("C",),
+        params=(
+            ParamSpec("E", False, (-10.0, 10.0), (0.0, 0.5, 1.0)),
+            ParamSpec("A", False, (-100.0, 100.0), (-1.0, -0.3, 0.3, 1.0)),
+            ParamSpec("alpha", False, (1e-4, 5.0), (0.1, 0.5, 1.5)),
+        ),
+        space="linear",
+        equation="y = E + A C^-alpha",
+        source="Schaeffer et al. 2023 (arXiv 2304.15004, Section 2): a metric linear in the per-token loss follows "
+        "the loss's power law in scale (Kaplan et al. 2020, arXiv 2001.08361); A < 0 for a metric that grows",
+        fj=_power_c_fj,
+    )
+
+
 FORMS: dict[str, Callable[[], Form]] = {
     "chinchilla": _chinchilla,
     "kaplan_n": lambda: _kaplan_single("N", "kaplan_n", "N", "eq. 1.1"),
@@ -380,6 +446,8 @@ FORMS: dict[str, Callable[[], Form]] = {
     "bnsl0": lambda: bnsl(0),
     "bnsl2": lambda: bnsl(2),
     "sigmoid": _sigmoid_form,
+    "logistic_c": _logistic_c,
+    "power_c": _power_c,
 }
 """The registered law forms: name -> a zero-argument factory of its :class:`Form`. ``chinchilla``
 (L = E + A/N^alpha + B/D^beta, Hoffmann et al. 2022, arXiv 2203.15556, eq. 2); ``kaplan_n``, ``kaplan_d``,

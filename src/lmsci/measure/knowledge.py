@@ -135,7 +135,8 @@ def bits_per_param(bits: float, model: torch.nn.Module) -> dict[str, float]:
 
 def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequence[str],
                  people: Sequence[int] | None = None, fullname: bool = False, pronoun: bool = False,
-                 batch_size: int = 256, device: str | torch.device | None = None) -> dict[str, Any]:
+                 batch_size: int = 256, device: str | torch.device | None = None,
+                 prefix: Sequence[int] = ()) -> dict[str, Any]:
     """Stored bits of ``model`` about ``world`` (a :class:`lmsci.worlds.bios.BiosWorld`).
 
     Renders one evaluation biography per person (canonical order, templates drawn from ``seed``,
@@ -148,6 +149,8 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequen
             world's ``value_bits()`` must cover them).
         pronoun: add the He/She bit (module docstring; ``knowledge-capacity`` counts it); ignored with
             ``fullname`` (no pronouns).
+        prefix: token ids put right after ``<bos>`` of every evaluation biography (the domain token of a model
+            trained with ``lmsci.worlds.bios_junk.JunkBioStream``: its ``eval_prefix()``); spans shift with it.
 
     Returns:
         ``{"bits": {...terms..., "total"}, "name_ce_bits": p1, "ce_bits": {attr: CE_a},
@@ -157,6 +160,8 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequen
     attrs = list(attrs)
     people = range(world.n) if people is None else people
     docs = [world.bio(int(i), np.random.default_rng([seed, 31, int(i)]), fullname=fullname) for i in people]
+    if len(prefix):
+        insert_after_bos(docs, prefix)
     keys = ["name", *attrs]
     if pronoun and not fullname:
         add_pronoun_spans(world, docs)
@@ -171,6 +176,17 @@ def measure_bits(model: torch.nn.Module, world: Any, *, seed: int, attrs: Sequen
     bits = stored_bits(world.n, world.pools.n0, name_ce, attr_ce, pool)
     return {"bits": bits, "name_ce_bits": name_ce, "ce_bits": attr_ce,
             "ideal_bits": ideal_bits(world.n, world.pools.n0, pool)}
+
+
+def insert_after_bos(docs: Sequence[Any], tokens: Sequence[int]) -> None:
+    """Put ``tokens`` right after the first token (``<bos>``) of every document (objects with ``ids``,
+    ``loss_mask`` and ``spans``, e.g. :class:`lmsci.worlds.bios.Doc`), in place; spans shift, the inserted
+    tokens are loss targets."""
+    k, tokens = len(tokens), [int(t) for t in tokens]
+    for d in docs:
+        d.ids = d.ids[:1] + tokens + d.ids[1:]
+        d.loss_mask = d.loss_mask[:1] + [1] * k + d.loss_mask[1:]
+        d.spans = {key: [(a + k, b + k) for a, b in v] for key, v in d.spans.items()}
 
 
 PRONOUN_BITS = 1.0

@@ -262,6 +262,12 @@ class ModelArch:
         """Block ``i``'s MLP module (input and output ``[B, T, d_model]``; IndexError for ``i`` out of range)."""
         return getattr(self.blocks()[i], self.family.mlp)
 
+    def _lmsci_moe(self, i: int) -> bool:
+        """Block ``i`` of an lmsci GPT has a mixture of experts (``mlp="moe"``: no single pre-activation or down
+        projection)."""
+        block = self.blocks()[i]
+        return self.family.name == "lmsci-gpt" and getattr(getattr(block, self.family.mlp, None), "kind", None) == "moe"
+
     def mlp_path(self, i: int) -> str:
         """Module path of block ``i``'s MLP module; not range-checked."""
         return f"{self.block_path(i)}.{self.family.mlp}"
@@ -277,7 +283,7 @@ class ModelArch:
         self._check_layer(i)
         name = self.family.mlp_in
         if self.family.name == "lmsci-gpt" and not hasattr(self.mlp(i), "fc"):
-            name = "gate"
+            name = None if self._lmsci_moe(i) else "gate"
         if name is None:
             raise ConfigError("hook", f"blocks.{i}.mlp.pre", f"a family with a separate MLP pre-activation "
                               f"module ({self.name} fuses it or routes experts); blocks.{{i}}.mlp.post and "
@@ -292,7 +298,7 @@ class ModelArch:
             ConfigError: the family has no single down projection (MoE); a layer index out of range.
         """
         self._check_layer(i)
-        if self.family.mlp_down is None:
+        if self.family.mlp_down is None or self._lmsci_moe(i):
             raise ConfigError("hook", f"blocks.{i}.mlp.post", f"a family with one MLP down projection per layer "
                               f"({self.name} routes tokens to experts); blocks.{{i}}.mlp.out exists")
         return f"{self.mlp_path(i)}.{self.family.mlp_down}"

@@ -34,7 +34,10 @@ Variants (``GPTConfig``):
       bias per exact relative position, softmax, no query/key product). Only value and output projections.
 * ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"relu"`` (``W_out ReLU(W_in x)``, the MLP of
   Nanda et al. 2023, arXiv 2301.05217, and of Power et al. 2022), ``"swiglu"`` (Shazeer 2020,
-  arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP) or ``"none"`` (attention-only).
+  arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP), ``"moe"`` (a mixture of GELU experts
+  with top-k routing and Switch Transformer's load-balancing loss, :class:`lmsci.models.mlp.MoE`) or ``"none"``
+  (attention-only). The sublayers live in :mod:`lmsci.models.mlp`, the position schemes in
+  :mod:`lmsci.models.positions`, the hook plumbing in :mod:`lmsci.models.hooks`.
 * ``norm``: pre-norm ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019, arXiv 1910.07467), eps 1e-5, or
   ``"none"`` (no normalisation anywhere, ``ln1``/``ln2``/``ln_f`` are identities: Nanda et al. 2023's grokking
   transformer).
@@ -64,7 +67,8 @@ Hook points (shapes; ``batch`` = B, ``seq`` = T, ``q``/``k`` = query/key positio
 ``final``                              after the final norm                  ``[B, T, d_model]``
 =====================================  ==========================================================
 
-(``mlp.*`` and ``resid_mid`` do not exist when ``mlp="none"``.) TransformerLens's spellings are aliases
+(``mlp.*`` and ``resid_mid`` do not exist when ``mlp="none"``; with ``mlp="moe"`` the MLP's hooks are
+``blocks.{i}.mlp.router`` (router probabilities ``[B, T, moe_experts]``) and ``blocks.{i}.mlp.out``.) TransformerLens's spellings are aliases
 (:data:`TRANSFORMER_LENS_ALIASES`): ``blocks.{i}.hook_resid_pre``/``hook_resid_mid``/``hook_resid_post``,
 ``blocks.{i}.attn.hook_attn_scores``/``hook_pattern``/``hook_z``, ``blocks.{i}.hook_attn_out``,
 ``blocks.{i}.mlp.hook_pre``/``hook_post``, ``blocks.{i}.hook_mlp_out``, ``ln_final.hook_normalized`` and
@@ -76,29 +80,28 @@ or a tensor of the same shape that replaces the activation. Hooks are only attac
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_serializer, model_validator
 from torch import Tensor, nn
 
 from lmsci.config import StrictModel, validation_to_config_error
 from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.models.hooks import HookFn, HookPoint, hook_plan, select_names, transformer_lens_name
+from lmsci.models.mlp import make_mlp
+from lmsci.models.positions import CONTENT_FREE, add_position_params, fixed_scores, position_bias, rotate_qk
 
-REL_BUCKETS = 32
-REL_MAX_DISTANCE = 128
 NORM_EPS = 1e-5
+MOE_FIELDS = ("moe_experts", "moe_top_k", "moe_aux_coef")
+"""GPTSpec fields read only with ``mlp="moe"`` (and dumped only then)."""
 
-HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
-T = TypeVar("T")
 
 
 class GPTSpec(StrictModel):
@@ -113,10 +116,14 @@ class GPTSpec(StrictModel):
         pos, mlp, norm, tie_embeddings, bias: see the module docstring.
         dropout: dropout probability on attention probabilities and sublayer outputs (training only).
         rope_base: RoPE base ``theta`` (Su et al. 2021, arXiv 2104.09864).
+        moe_experts, moe_top_k, moe_aux_coef: with ``mlp="moe"`` only (:class:`lmsci.models.mlp.MoE`): the number
+            of experts (each a GELU MLP of width ``d_mlp``), the experts per token (1 = Switch Transformer) and the
+            weight of the load-balancing loss (Switch's alpha = 1e-2). Not written by ``model_dump`` for other
+            ``mlp`` values, so adding them changed no other model's configuration or digest.
 
     Raises:
         ConfigError / pydantic ValidationError: a bad value (for example ``d_model`` not divisible by ``n_heads``
-            without an explicit ``d_head``, or an odd ``d_head`` with ``pos="rope"``); inside an experiment config
+            without an explicit ``d_head``, an odd ``d_head`` with ``pos="rope"``, or ``moe_top_k > moe_experts``); inside an experiment config
             :func:`lmsci.config.resolve_config` reports it as ``model.<field>``.
     """
 
@@ -126,15 +133,30 @@ class GPTSpec(StrictModel):
     d_head: int | None = Field(None, ge=1)
     d_mlp: int | None = Field(None, ge=1)
     pos: Literal["learned", "rope", "relative", "alibi", "nope", "uni", "posonly"] = "learned"
-    mlp: Literal["gelu", "relu", "swiglu", "none"] = "gelu"
+    mlp: Literal["gelu", "relu", "swiglu", "none", "moe"] = "gelu"
     norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
     tie_embeddings: bool = False
     bias: bool = True
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     rope_base: float = Field(10000.0, gt=0.0)
+    moe_experts: int = Field(4, ge=1)
+    moe_top_k: int = Field(1, ge=1)
+    moe_aux_coef: float = Field(0.01, ge=0.0)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        # the MoE fields are written only for mlp="moe": every other model's dump (config.yaml, preset digests,
+        # save_pretrained) stays what it was before they existed
+        out = handler(self)
+        if self.mlp != "moe":
+            for k in MOE_FIELDS:
+                out.pop(k, None)
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> GPTSpec:
+        if self.mlp == "moe" and self.moe_top_k > self.moe_experts:
+            raise ValueError(f"moe_top_k={self.moe_top_k} must be <= moe_experts={self.moe_experts}")
         if self.d_head is None and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} unless d_head is given"
@@ -155,7 +177,7 @@ class GPTSpec(StrictModel):
 
     def spec(self) -> GPTSpec:
         """This architecture without the world's sizes (a :class:`GPTSpec`, also from a :class:`GPTConfig`)."""
-        return GPTSpec(**self.model_dump(include=set(GPTSpec.model_fields)))
+        return GPTSpec(**{k: getattr(self, k) for k in GPTSpec.model_fields})
 
     def gpt_config(self, vocab_size: int, seq_len: int, **changes: Any) -> GPTConfig:
         """The :class:`GPTConfig` of this architecture for a world of ``vocab_size`` token ids and ``seq_len``
@@ -164,7 +186,7 @@ class GPTSpec(StrictModel):
         Raises:
             ConfigError: the resulting configuration is invalid.
         """
-        arch = self.model_dump(include=set(GPTSpec.model_fields))
+        arch = {k: getattr(self, k) for k in GPTSpec.model_fields}
         return GPTConfig(**{**arch, **changes}, vocab_size=vocab_size, seq_len=seq_len)
 
 
@@ -203,200 +225,6 @@ class GPTConfig(GPTSpec):
             raise validation_to_config_error(err, obj if isinstance(obj, dict) else {}) from None
 
 
-# ----------------------------------------------------------------------------------------- hooks
-
-
-class HookPoint:
-    """A named activation site. Identity unless hook functions are attached (only via ``GPT.hooks``)."""
-
-    __slots__ = ("name", "fns")
-
-    def __init__(self, name: str):
-        self.name = name
-        self.fns: list[HookFn] = []
-
-    @property
-    def active(self) -> bool:
-        return bool(self.fns)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        for fn in self.fns:
-            out = fn(x, self)
-            if out is not None:
-                if not isinstance(out, Tensor) or out.shape != x.shape:
-                    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-                    raise ValueError(f"hook on {self.name!r} returned {got}; expected a tensor of shape {tuple(x.shape)}")
-                x = out
-        return x
-
-    def __repr__(self) -> str:
-        return f"HookPoint({self.name!r}, {len(self.fns)} fns)"
-
-
-def select_names(name: str | Callable[[str], bool], table: Mapping[str, T]) -> list[tuple[str, T]]:
-    """The entries of ``table`` that ``name`` selects: a predicate on names, an exact name, or a glob
-    (``fnmatch``, when ``name`` has ``*?[``); ``[]`` when nothing matches (callers raise their own
-    :class:`UnknownNameError`). Used by :meth:`GPT.hooks` (hook points) and ``HFModel.hooks`` (module paths)."""
-    if callable(name):
-        return [(n, v) for n, v in table.items() if name(n)]
-    if name in table:
-        return [(name, table[name])]
-    if any(c in name for c in "*?["):
-        return [(n, v) for n, v in table.items() if fnmatch.fnmatchcase(n, name)]
-    return []
-
-
-# TransformerLens's hook names (TransformerLensOrg/TransformerLens, ``hook_points.py`` and ``components/``:
-# ``HookedTransformer.hook_embed``, ``TransformerBlock.hook_resid_pre`` ...) -> lmsci's, ``{i}`` the layer.
-TRANSFORMER_LENS_ALIASES: dict[str, str] = {
-    "hook_embed": "embed",                                        # token embedding (see transformer_lens_name)
-    "blocks.{i}.hook_resid_pre": "blocks.{i}.resid_pre",          # [B, T, d_model]
-    "blocks.{i}.attn.hook_attn_scores": "blocks.{i}.attn.scores",  # [B, n_heads, q, k], scaled, masked
-    "blocks.{i}.attn.hook_pattern": "blocks.{i}.attn.pattern",    # [B, n_heads, q, k]
-    "blocks.{i}.attn.hook_z": "blocks.{i}.attn.z",                # [B, T, n_heads, d_head]
-    "blocks.{i}.hook_attn_out": "blocks.{i}.attn.out",            # [B, T, d_model]
-    "blocks.{i}.hook_resid_mid": "blocks.{i}.resid_mid",          # [B, T, d_model]
-    "blocks.{i}.mlp.hook_pre": "blocks.{i}.mlp.pre",              # [B, T, d_mlp] (the gate for SwiGLU)
-    "blocks.{i}.mlp.hook_post": "blocks.{i}.mlp.post",            # [B, T, d_mlp]
-    "blocks.{i}.hook_mlp_out": "blocks.{i}.mlp.out",              # [B, T, d_model]
-    "blocks.{i}.hook_resid_post": "blocks.{i}.resid_post",        # [B, T, d_model]
-    "ln_final.hook_normalized": "final",                          # [B, T, d_model], after weight and bias
-}
-"""TransformerLens's hook names (TransformerLensOrg/TransformerLens: ``HookedTransformer``, ``components/`` and
-``hook_points.py``) accepted as aliases of lmsci's hook points, ``{i}`` a layer index (or a glob). Only names
-with an lmsci equivalent, same tensor and shape: TransformerLens also applies its scores hook after scaling and
-the causal mask, its ``hook_z`` is ``[batch, pos, head_index, d_head]``, its ``mlp.hook_pre`` of a gated MLP is
-the gate, and its ``ln_final.hook_normalized`` includes the norm's weight and bias."""
-_TL_PATTERNS = [(re.compile(k.replace(".", r"\.").replace("{i}", r"([0-9*?\[\]!-]+)") + "$"), v)
-                for k, v in TRANSFORMER_LENS_ALIASES.items()]
-
-
-def transformer_lens_name(name: str, positions_in_embed: bool = False) -> str | None:
-    """The lmsci hook name of a TransformerLens hook name (:data:`TRANSFORMER_LENS_ALIASES`), or None when
-    ``name`` is not one. Layer globs carry over (``"blocks.*.attn.hook_pattern"`` -> ``"blocks.*.attn.pattern"``).
-
-    TransformerLens names without an lmsci hook point have no alias: ``hook_pos_embed``, ``attn.hook_q`` /
-    ``hook_k`` / ``hook_v`` / ``hook_result``, ``hook_attn_in``, ``hook_mlp_in``, ``ln*.hook_scale``.
-
-    Args:
-        name: a hook name, e.g. ``"blocks.0.hook_resid_post"``.
-        positions_in_embed: lmsci's ``embed`` adds learned positions (``GPTConfig.pos == "learned"``), so it is
-            TransformerLens's ``blocks.0.hook_resid_pre``, not its ``hook_embed`` (the token embedding alone).
-
-    Raises:
-        ConfigError: ``hook_embed`` when ``positions_in_embed`` (the token embedding alone is not hooked).
-    """
-    for pat, target in _TL_PATTERNS:
-        m = pat.match(name)
-        if m is None:
-            continue
-        if name == "hook_embed" and positions_in_embed:
-            raise ConfigError("hook", name, "a name lmsci hooks: this GPT's 'embed' adds learned positions "
-                              "(TransformerLens's 'blocks.0.hook_resid_pre'); the token embedding alone has no hook")
-        return target.replace("{i}", m.group(1)) if m.groups() else target
-    return None
-
-
-class HookCache(dict):
-    """The dict that :meth:`GPT.hooks` and ``HFModel.hooks`` record into; a TransformerLens name missing from it
-    is looked up under its lmsci name (``cache["blocks.0.hook_resid_post"]`` is ``cache["blocks.0.resid_post"]``)."""
-
-    #: set by :meth:`GPT.hooks` for a GPT with learned positions (its ``embed`` is not TransformerLens's ``hook_embed``)
-    positions_in_embed = False
-
-    def __missing__(self, key: str) -> Tensor:
-        try:
-            alias = transformer_lens_name(key, self.positions_in_embed) if isinstance(key, str) else None
-        except ConfigError as e:
-            raise KeyError(f"{key}: {e}") from None
-        if alias is not None and alias in self:
-            return self[alias]
-        raise KeyError(key)
-
-
-def hook_plan(fwd_hooks: Iterable[tuple[Any, Callable]] | Mapping[Any, Callable],
-              cache: Iterable[str] | str | Callable[[str], bool] | None,
-              resolve: Callable[[Any], list[T]]) -> tuple[list[tuple[T, Callable]], HookCache]:
-    """Resolve every name of ``fwd_hooks`` and ``cache`` (raising before anything is attached) into
-    ``(target, fn)`` pairs, plus the dict the cache records into: the recording function stores
-    ``activation.detach()`` under ``hook.name``. Shared by :meth:`GPT.hooks` and ``HFModel.hooks``."""
-    items = list(fwd_hooks.items()) if isinstance(fwd_hooks, Mapping) else list(fwd_hooks)
-    plan: list[tuple[T, Callable]] = [(t, fn) for name, fn in items for t in resolve(name)]
-    store: dict[str, Tensor] = HookCache()
-    if cache is not None:
-        names = [cache] if isinstance(cache, str) or callable(cache) else list(cache)
-
-        def record(x: Tensor, hook: Any) -> None:
-            store[hook.name] = x.detach()
-
-        plan += [(t, record) for n in names for t in resolve(n)]
-    return plan, store
-
-
-# ------------------------------------------------------------------------------------ positional
-
-
-def uni_window(h: int) -> int:
-    """GPT_uni window of head ``h`` (0-based): ``2**(h+1) - 1`` tokens (Physics of LMs Part 1)."""
-    return 2 ** (h + 1) - 1
-
-
-def alibi_slopes(n_heads: int) -> Tensor:
-    """ALiBi head slopes ``m_h`` (Press et al. 2022, sec. 3 and their reference code).
-
-    For a power of two ``n``: ``m_h = 2**(-8 (h+1) / n)``; otherwise the slopes of the next lower
-    power of two followed by every other slope of the next higher one. Returns ``[n_heads]``.
-    """
-
-    def pow2(n: int) -> list[float]:
-        start = 2 ** (-8 / n)
-        return [start ** (i + 1) for i in range(n)]
-
-    if math.log2(n_heads).is_integer():
-        s = pow2(n_heads)
-    else:
-        p = 2 ** math.floor(math.log2(n_heads))
-        s = pow2(p) + pow2(2 * p)[0::2][: n_heads - p]
-    return torch.tensor(s, dtype=torch.float32)
-
-
-def t5_bucket(distance: Tensor, num_buckets: int = REL_BUCKETS, max_distance: int = REL_MAX_DISTANCE) -> Tensor:
-    """T5 causal relative-position bucket of ``distance = q_pos - k_pos >= 0`` (Raffel et al. 2020).
-
-    Half the buckets are exact (distances ``0 .. num_buckets/2 - 1``), the rest logarithmic up to
-    ``max_distance``; larger distances share the last bucket. Negative distances map to bucket 0
-    (they are masked anyway). Returns a long tensor of the same shape.
-    """
-    d = distance.clamp(min=0)
-    exact = num_buckets // 2
-    is_small = d < exact
-    large = exact + (
-        torch.log(d.float().clamp(min=1) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
-    ).long()
-    large = large.clamp(max=num_buckets - 1)
-    return torch.where(is_small, d, large)
-
-
-def rope_cos_sin(pos: Tensor, d_head: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos/sin tables for positions ``pos`` (``[T]`` or ``[B, T]``), each ``[..., T, d_head]``.
-
-    Split-halves convention of HF Llama: ``inv_freq_j = base**(-2j/d_head)``, tables ``cat(f, f)``.
-    """
-    inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, device=pos.device, dtype=torch.float32) / d_head))
-    freqs = pos.to(torch.float32)[..., None] * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate ``x [B, H, T, d_head]`` by the tables from :func:`rope_cos_sin` (``x cos + rotate_half(x) sin``)."""
-    if cos.dim() == 3:  # [B, T, d] -> [B, 1, T, d]
-        cos, sin = cos[:, None], sin[:, None]
-    half = x.shape[-1] // 2
-    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rot * sin
-
-
 # ------------------------------------------------------------------------------------- modules
 
 
@@ -421,22 +249,14 @@ class Attention(nn.Module):
         self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
         inner = self.n_heads * self.d_head
         self.pos = cfg.pos
-        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in ("uni", "posonly") else 3 * inner, bias=cfg.bias)
+        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in CONTENT_FREE else 3 * inner, bias=cfg.bias)
         self.proj = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
         self.dropout = cfg.dropout
         # True: attention as explicit matmul/softmax instead of fused scaled_dot_product_attention (same values to
         # rounding). torch.func.vmap has no batching rule for CPU SDPA and loops over the members there; the
         # explicit path batches (set by lmsci.train.stacked for stacked training).
         self.explicit = False
-        if cfg.pos == "relative":
-            self.rel_bias = nn.Parameter(torch.zeros(cfg.n_heads, REL_BUCKETS))
-        if cfg.pos == "alibi":
-            self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
-        if cfg.pos == "posonly":
-            self.rel_bias_dist = nn.Parameter(torch.zeros(cfg.n_heads, cfg.seq_len))
-        if cfg.pos == "uni":
-            w = torch.tensor([uni_window(h) for h in range(cfg.n_heads)], dtype=torch.long)
-            self.register_buffer("windows", w, persistent=False)
+        add_position_params(self, cfg.pos, cfg.n_heads, cfg.seq_len)
         p = f"blocks.{layer}.attn."
         self.hook_scores = HookPoint(p + "scores")
         self.hook_pattern = HookPoint(p + "pattern")
@@ -445,17 +265,9 @@ class Attention(nn.Module):
 
     # -- positional pieces -------------------------------------------------------------------
     def position_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Additive logit bias ``[n_heads, q, k]`` (or ``[B, n_heads, q, k]``), or None (no bias)."""
-        if self.pos not in ("relative", "alibi"):
-            return None
-        dist = q_pos[..., :, None] - k_pos[..., None, :]  # [q, k] or [B, q, k]
-        if self.pos == "alibi":
-            bias = -self.slopes.view(-1, 1, 1) * dist.unsqueeze(-3).to(self.slopes.dtype)
-        else:
-            bias = self.rel_bias[:, t5_bucket(dist)]  # [H, q, k] or [H, B, q, k]
-            if dist.dim() == 3:
-                bias = bias.transpose(0, 1)
-        return bias
+        """Additive logit bias ``[n_heads, q, k]`` (or ``[B, n_heads, q, k]``), or None (no bias); see
+        :func:`lmsci.models.positions.position_bias`."""
+        return position_bias(self, self.pos, q_pos, k_pos)
 
     def attend(self, q: Tensor | None, k: Tensor | None, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Positional encoding + causal attention.
@@ -473,25 +285,8 @@ class Attention(nn.Module):
         same = q_pos is k_pos
         need_explicit = self.explicit or self.hook_scores.active or self.hook_pattern.active
         drop = self.dropout if self.training else 0.0
-        if self.pos == "uni":
-            dist = q_pos[..., :, None] - k_pos[..., None, :]
-            allowed = (dist.unsqueeze(-3) >= 0) & (dist.unsqueeze(-3) < self.windows.view(-1, 1, 1))
-            if allowed.dim() == 3:
-                allowed = allowed.unsqueeze(0)
-            scores = torch.zeros(allowed.shape, dtype=v.dtype, device=v.device).masked_fill(~allowed, float("-inf"))
-            scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
-            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-            if drop:
-                pattern = F.dropout(pattern, drop)
-            return pattern @ v
-        if self.pos == "posonly":
-            dist = q_pos[..., :, None] - k_pos[..., None, :]  # [q, k] or [B, q, k]
-            bias = self.rel_bias_dist[:, dist.clamp(0, self.rel_bias_dist.shape[1] - 1)]  # [H, q, k] or [H, B, q, k]
-            if dist.dim() == 3:
-                bias = bias.transpose(0, 1)
-            else:
-                bias = bias.unsqueeze(0)
-            scores = bias.to(v.dtype).masked_fill((dist < 0).unsqueeze(-3), float("-inf"))
+        if self.pos in CONTENT_FREE:
+            scores = fixed_scores(self, self.pos, q_pos, k_pos, v.dtype, v.device)
             scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
             if drop:
@@ -499,13 +294,7 @@ class Attention(nn.Module):
             return pattern @ v
         assert q is not None and k is not None
         if self.pos == "rope":
-            if same:
-                cos, sin = rope_cos_sin(q_pos, self.d_head, self.cfg.rope_base, q.dtype)
-                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            else:
-                cq, sq = rope_cos_sin(q_pos, self.d_head, self.cfg.rope_base, q.dtype)
-                ck, sk = rope_cos_sin(k_pos, self.d_head, self.cfg.rope_base, k.dtype)
-                q, k = apply_rope(q, cq, sq), apply_rope(k, ck, sk)
+            q, k = rotate_qk(q, k, q_pos, k_pos, self.d_head, self.cfg.rope_base)
         bias = self.position_bias(q_pos, k_pos)
         if not need_explicit:
             if bias is None and same:
@@ -537,7 +326,7 @@ class Attention(nn.Module):
         """
         B, T, _ = x.shape
         H, D = self.n_heads, self.d_head
-        if self.pos in ("uni", "posonly"):
+        if self.pos in CONTENT_FREE:
             q = k = None
             v = self.qkv(x).view(B, T, H, D).transpose(1, 2)
         else:
@@ -559,35 +348,6 @@ class Attention(nn.Module):
         return self.hook_out(out)
 
 
-class MLP(nn.Module):
-    """GELU or ReLU MLP (``fc`` -> GELU/ReLU -> ``proj``) or SwiGLU (``proj(SiLU(gate x) * up x)``)."""
-
-    def __init__(self, cfg: GPTConfig, layer: int):
-        super().__init__()
-        self.kind = cfg.mlp
-        d, h = cfg.d_model, cfg.mlp_dim
-        if cfg.mlp in ("gelu", "relu"):
-            self.fc = nn.Linear(d, h, bias=cfg.bias)
-        else:
-            self.gate = nn.Linear(d, h, bias=cfg.bias)
-            self.up = nn.Linear(d, h, bias=cfg.bias)
-        self.proj = nn.Linear(h, d, bias=cfg.bias)
-        self.dropout = cfg.dropout
-        p = f"blocks.{layer}.mlp."
-        self.hook_pre, self.hook_post, self.hook_out = HookPoint(p + "pre"), HookPoint(p + "post"), HookPoint(p + "out")
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.kind in ("gelu", "relu"):
-            act = F.gelu if self.kind == "gelu" else F.relu
-            h = self.hook_post(act(self.hook_pre(self.fc(x))))
-        else:
-            h = self.hook_post(F.silu(self.hook_pre(self.gate(x))) * self.up(x))
-        out = self.proj(h)
-        if self.dropout and self.training:
-            out = F.dropout(out, self.dropout)
-        return self.hook_out(out)
-
-
 class Block(nn.Module):
     """Pre-norm block: ``x + attn(ln1 x)``, then ``+ mlp(ln2 x)`` (no MLP when ``mlp="none"``)."""
 
@@ -598,7 +358,7 @@ class Block(nn.Module):
         self.has_mlp = cfg.mlp != "none"
         if self.has_mlp:
             self.ln2 = _norm(cfg)
-            self.mlp = MLP(cfg, layer)
+            self.mlp = make_mlp(cfg, layer)
         p = f"blocks.{layer}."
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = (
             HookPoint(p + "resid_pre"), HookPoint(p + "resid_mid"), HookPoint(p + "resid_post"))
@@ -654,7 +414,8 @@ class GPT(nn.Module):
                     else:
                         p.zero_()
                     continue
-                s = std / math.sqrt(2 * max(1, self.cfg.n_layers)) if name.endswith("proj.weight") else std
+                residual_out = name.endswith(("proj.weight", "proj_weight"))  # proj_weight: the MoE's experts
+                s = std / math.sqrt(2 * max(1, self.cfg.n_layers)) if residual_out else std
                 p.copy_(torch.randn(p.shape, generator=g) * s)
 
     @property
@@ -664,7 +425,7 @@ class GPT(nn.Module):
         for b in self.blocks:
             hp = [b.hook_resid_pre, b.attn.hook_scores, b.attn.hook_pattern, b.attn.hook_z, b.attn.hook_out]
             if b.has_mlp:
-                hp += [b.hook_resid_mid, b.mlp.hook_pre, b.mlp.hook_post, b.mlp.hook_out]
+                hp += [b.hook_resid_mid, *b.mlp.hook_list]
             hp.append(b.hook_resid_post)
             out.update((h.name, h) for h in hp)
         out["final"] = self.hook_final
@@ -692,10 +453,19 @@ class GPT(nn.Module):
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Training FLOPs per token, ``6 N + 12 n_layers d_model T`` (Kaplan et al. 2020, Table 1;
-        N = non-embedding params + unembedding), with ``T`` = ``seq_len`` (default ``cfg.seq_len``)."""
+        N = non-embedding params + unembedding), with ``T`` = ``seq_len`` (default ``cfg.seq_len``). For
+        ``mlp="moe"`` N counts every expert, not the ``moe_top_k`` a token uses (an upper bound; see
+        :func:`lmsci.models.sizing.count_params` with ``active=True``)."""
         T = seq_len or self.cfg.seq_len
         n = self.num_params(non_embedding=True) + self.lm_head.weight.numel()
         return 6 * n + 12 * self.cfg.n_layers * self.cfg.n_heads * self.cfg.head_dim * T
+
+    def moe_aux_loss(self) -> Tensor | None:
+        """The load-balancing loss of the last forward, summed over the MoE layers (``moe_aux_coef`` included;
+        Switch Transformer, arXiv 2101.03961, sec. 2.2), a scalar tensor in that forward's autograd graph; None
+        when the model has no MoE layer or has not run. The trainer adds it to the mean NLL of each micro-batch."""
+        losses = [b.mlp.aux_loss for b in self.blocks if b.has_mlp and getattr(b.mlp, "aux_loss", None) is not None]
+        return torch.stack(losses).sum() if losses else None
 
     # -- forward ----------------------------------------------------------------------------
     def forward(self, input_ids: Tensor, *, kv_cache: list[dict[str, Tensor]] | None = None) -> Tensor:

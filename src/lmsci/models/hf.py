@@ -40,7 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from lmsci.errors import ConfigError, LmsciError, UnknownNameError
-from lmsci.models.gpt import GPT, GPTConfig, hook_plan, select_names, transformer_lens_name
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.hooks import hook_plan, select_names, transformer_lens_name
 
 EXPORT_ATOL = 1e-4
 
@@ -59,6 +60,9 @@ def hf_architecture(cfg: GPTConfig) -> str:
         ConfigError: the combination has no Hugging Face equivalent (names the fields and the
             supported combinations).
     """
+    if cfg.mlp == "moe":
+        raise ConfigError("mlp", "moe", "a dense MLP for export ('gelu' -> GPT-2, 'swiglu' -> Llama): lmsci's "
+                          "mixture of experts (GELU experts, Switch routing) has no transformers equivalent")
     combo = (cfg.pos, cfg.mlp, cfg.norm)
     if combo == ("learned", "gelu", "layernorm"):
         if cfg.n_heads * cfg.head_dim != cfg.d_model:

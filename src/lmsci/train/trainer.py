@@ -477,8 +477,12 @@ def _train_step(loop: _Loop, get_batch: GetBatch) -> tuple[float, float, float, 
     for x, y in micro:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with _autocast(device, cfg.precision):
-            s, _ = sum_nll(loop.fwd, x, y)
-        (s / max(n_tok, 1)).backward()
+            s, n_micro = sum_nll(loop.fwd, x, y)
+        objective = s / max(n_tok, 1)
+        aux = model.moe_aux_loss() if hasattr(model, "moe_aux_loss") else None  # MoE load balancing (Switch)
+        if aux is not None:
+            objective = objective + aux * (n_micro / max(n_tok, 1))
+        objective.backward()
         loss_sum += float(s.detach())
     if cfg.grad_clip > 0:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
