@@ -93,6 +93,11 @@ def test_cfg_features_align_with_labels():
     assert (feats[:, [i for i, nm in enumerate(names) if nm.startswith("L2=")]].sum(1) == 1).all()
     with pytest.raises(ConfigError):
         FR.cfg_features(model, cfg, samples, levels=[0])
+    _, sub, kept = FR.cfg_features(model, cfg, samples[:2], keep=["L2:end", "L1=1"], boundary=True)
+    assert kept == ["L2:end", "L1=1"] and sub.shape[1] == 2
+    assert np.array_equal(sub[:, 1], feats[:len(sub), names.index("L1=1")])
+    with pytest.raises(ConfigError):
+        FR.cfg_features(model, cfg, samples, keep=["L9=0"])
 
 
 def test_bios_features_align_with_people():

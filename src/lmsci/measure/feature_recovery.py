@@ -225,7 +225,7 @@ def compare_dictionaries(codes_by_name: Mapping[str, Any], features: Any, *, thr
 
 def cfg_features(model: Any, grammar: Any, samples: Sequence[Any], *, hook: str = "final",
                  levels: Sequence[int] | None = None, boundary: bool = False,
-                 min_count: int = 5) -> tuple[Tensor, np.ndarray, list[str]]:
+                 min_count: int = 5, keep: Sequence[str] | None = None) -> tuple[Tensor, np.ndarray, list[str]]:
     """Activations and true NT features of a CFG world at every token.
 
     Args:
@@ -237,13 +237,15 @@ def cfg_features(model: Any, grammar: Any, samples: Sequence[Any], *, hook: str 
         levels: NT levels (default ``1 .. depth-1``; level 0 is the root, constant).
         boundary: also the features "token ends a level-``l`` subtree".
         min_count: features with fewer positives (or negatives) than this are dropped.
+        keep: return exactly these feature names in this order instead (e.g. the names of the training call, so
+            that evaluation columns align; ``min_count`` is then not applied).
 
     Returns:
         ``(acts [n, d_model] float32 on CPU, features [n, F] bool, names)``; names like ``"L2=1"`` (level-2
         ancestor is symbol 1) and ``"L2:end"``; ``n`` = total tokens.
 
     Raises:
-        ConfigError: a level outside ``1 .. depth-1``; no samples.
+        ConfigError: a level outside ``1 .. depth-1``; no samples; a ``keep`` name not defined here.
     """
     from lmsci.measure.cfg_lm import hidden_states
 
@@ -265,10 +267,17 @@ def cfg_features(model: Any, grammar: Any, samples: Sequence[Any], *, hook: str 
         if boundary:
             cols.append(bnd[l].astype(bool))
             names.append(f"L{l}:end")
-    return _keep(acts, np.stack(cols, 1), names, min_count)
+    return _keep(acts, np.stack(cols, 1), names, min_count, keep)
 
 
-def _keep(acts: Tensor, feats: np.ndarray, names: list[str], min_count: int) -> tuple[Tensor, np.ndarray, list[str]]:
+def _keep(acts: Tensor, feats: np.ndarray, names: list[str], min_count: int,
+          keep: Sequence[str] | None = None) -> tuple[Tensor, np.ndarray, list[str]]:
+    if keep is not None:  # the columns of another call (train/eval alignment), in its order
+        missing = [k for k in keep if k not in names]
+        if missing:
+            raise ConfigError("keep", missing[:10], "feature names this world and these samples define")
+        idx = [names.index(k) for k in keep]
+        return acts, feats[:, idx], list(keep)
     pos = feats.sum(0)
     ok = (pos >= min_count) & (len(feats) - pos >= min_count)
     if not ok.any():
@@ -278,7 +287,7 @@ def _keep(acts: Tensor, feats: np.ndarray, names: list[str], min_count: int) -> 
 
 def bios_features(model: Any, world: Any, people: Sequence[int], *, attrs: Sequence[str], hook: str = "final",
                   position: str = "after_name", seed: int = 0, bios: Mapping[int, Any] | None = None,
-                  min_count: int = 5) -> tuple[Tensor, np.ndarray, list[str]]:
+                  min_count: int = 5, keep: Sequence[str] | None = None) -> tuple[Tensor, np.ndarray, list[str]]:
     """Activations at one position of each person's biography and the person's attribute classes as features.
 
     Args:
@@ -293,6 +302,7 @@ def bios_features(model: Any, world: Any, people: Sequence[int], *, attrs: Seque
         seed: renders each biography with ``np.random.default_rng([seed, 41, i])`` (as ``p_probe``) unless ``bios``
             (person -> its training ``Doc``) is given.
         min_count: features with fewer positives (or negatives) are dropped.
+        keep: exactly these feature names in this order (as :func:`cfg_features`).
 
     Returns:
         ``(acts [len(people), d_model] float32 on CPU, features [len(people), F] bool, names)``.
@@ -316,7 +326,7 @@ def bios_features(model: Any, world: Any, people: Sequence[int], *, attrs: Seque
         for w in sorted(set(first.tolist())):
             cols.append(first == w)
             names.append(f"{a}={w.replace('@@', '')}")
-    return _keep(acts, np.stack(cols, 1), names, min_count)
+    return _keep(acts, np.stack(cols, 1), names, min_count, keep)
 
 
 __all__ = ["BASELINES", "auc_matrix", "best_f1", "recovery_scores", "share_recovered", "baseline_codes",
