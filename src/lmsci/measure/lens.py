@@ -237,7 +237,11 @@ def lens_kl(model: Any, batches: Iterable[Tensor], lens: TunedLens | None = None
     for ids in batches:
         h, logits = residual_stream(m, ids)
         logp = F.log_softmax(logits, -1).flatten(0, 1)  # [N, V]
-        per = torch.stack([_kl(logp, ll.flatten(0, 1)) for ll in lens_logits(m, h, lens)]) * logp.shape[0]
+        if lens is not None and lens.n_layers != h.shape[0]:
+            raise ConfigError("lens.n_layers", lens.n_layers, f"the model's n_layers={h.shape[0]}")
+        # one layer's logits at a time ([B, T, V]; all layers at once would be n_layers times that)
+        per = torch.stack([_kl(logp, decode(m, h[l] if lens is None else lens.transform(h[l], l)).flatten(0, 1))
+                           for l in range(h.shape[0])]) * logp.shape[0]
         tot = per if tot is None else tot + per
         n += logp.shape[0]
     if tot is None:

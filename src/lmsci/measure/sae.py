@@ -349,7 +349,7 @@ def spliced_nll(nll_fn: Callable[[Callable[[Tensor], Tensor] | None], float], sa
     Args:
         nll_fn: ``nll_fn(replace) -> mean NLL (nats/token)`` with ``replace(activation [..., d_in]) -> same shape``
             applied at the hook (``None``: clean run); :func:`model_nll_fn` builds one for an lmsci GPT or HF model.
-        sae: a trained SAE of width ``d_in``.
+        sae: a trained SAE of width ``d_in``, on the device of the hooked activation.
         mean_act: ``[d_in]`` mean activation for the mean-ablation reference (default: ``sae.b_dec / sae.scale``,
             the training mean at initialisation, close to the data mean).
 
