@@ -42,6 +42,10 @@ def test_auc_and_f1_match_references():
     s = FR.recovery_scores(-c, y, signed=True)
     assert s["latent"][0] == 0 and s["best_sign"][0] == -1 and s["auc"][0] == pytest.approx(A[0, 0])
     assert FR.recovery_scores(-c, y, signed=False)["auc"][0] < 0.7
+    # an uninformative score still reaches the all-positive F1, 2p / (1 + p)
+    noise = FR.recovery_scores(g.standard_normal((200, 1)), y)
+    assert (noise["f1"] >= noise["f1_trivial"] - 1e-12).all()
+    assert np.allclose(noise["f1_trivial"], 2 * y.mean(0) / (1 + y.mean(0)))
 
 
 def test_sae_recovers_planted_features_random_directions_do_not():

@@ -117,7 +117,10 @@ def recovery_scores(codes: Any, features: Any, *, signed: bool = False, f1_candi
 
     Returns:
         ``{"auc": [F] best AUC, "latent": [F] its index, "best_sign": [F] +1/-1, "f1": [F] best F1,
-        "f1_latent": [F], "auc_matrix": [F, m], "feature_names": list}`` (numpy arrays).
+        "f1_latent": [F], "f1_trivial": [F], "base_rate": [F], "auc_matrix": [F, m], "feature_names": list}`` (numpy
+        arrays). ``f1_trivial = 2p / (1 + p)`` (``p`` the base rate) is the F1 of calling every row positive, which
+        the best-threshold F1 of any score reaches (its lowest threshold): a dense feature (``p`` = 1/3 gives 0.5)
+        has a high floor, so compare F1 with it, or with a null dictionary, never with 0.
 
     Raises:
         ConfigError: as :func:`auc_matrix`; ``f1_candidates < 1``; names of the wrong length.
@@ -140,8 +143,9 @@ def recovery_scores(codes: Any, features: Any, *, signed: bool = False, f1_candi
         k = int(np.argmax(scores))
         f1[f], f1_lat[f] = scores[k], int(cand[k])
     rows = np.arange(F_)
+    p = y.mean(0)
     return {"auc": Af[rows, best], "latent": best, "best_sign": sign_of[rows, best], "f1": f1, "f1_latent": f1_lat,
-            "auc_matrix": A, "feature_names": list(feature_names) if feature_names is not None else
+            "f1_trivial": 2 * p / (1 + p), "base_rate": p, "auc_matrix": A, "feature_names": list(feature_names) if feature_names is not None else
             [f"f{i}" for i in range(F_)]}
 
 
@@ -209,14 +213,15 @@ def compare_dictionaries(codes_by_name: Mapping[str, Any], features: Any, *, thr
         signed: name -> score negations too (default: False for names starting with ``"sae"``, True otherwise).
 
     Returns:
-        name -> ``{"share", "mean_auc", "mean_f1", "n_latents", "scores"}``.
+        name -> ``{"share", "mean_auc", "mean_f1", "mean_f1_trivial", "n_latents", "scores"}``.
     """
     out = {}
     for name, codes in codes_by_name.items():
         sg = (signed or {}).get(name, not name.startswith("sae"))
         sc = recovery_scores(codes, features, signed=sg, feature_names=feature_names)
         out[name] = {"share": share_recovered(sc, threshold, by), "mean_auc": float(np.mean(sc["auc"])),
-                     "mean_f1": float(np.mean(sc["f1"])), "n_latents": int(np.shape(codes)[1]), "scores": sc}
+                     "mean_f1": float(np.mean(sc["f1"])), "mean_f1_trivial": float(np.mean(sc["f1_trivial"])),
+                     "n_latents": int(np.shape(codes)[1]), "scores": sc}
     return out
 
 
