@@ -67,6 +67,27 @@ def test_sae_recovers_planted_features_random_directions_do_not():
     assert res["random"]["mean_auc"] > 0.8
 
 
+def test_sparse_probe_credits_a_feature_split_across_latents():
+    # feature = latent 0 OR latent 1 (each on for half of its rows); latents 2..9 are noise
+    g = np.random.default_rng(0)
+    n = 2000
+    which = g.integers(0, 2, n)
+    y = g.random(n) < 0.4
+    codes = np.abs(g.standard_normal((n, 10))) * 0.3
+    codes[y & (which == 0), 0] += 2.0
+    codes[y & (which == 1), 1] += 2.0
+    tr, ev = slice(0, 1000), slice(1000, None)
+    one = FR.sparse_probe(codes[tr], y[tr, None], codes[ev], y[ev, None], k=1)
+    two = FR.sparse_probe(codes[tr], y[tr, None], codes[ev], y[ev, None], k=2)
+    assert set(two["latents"][0]) == {0, 1}
+    assert two["acc"][0] > 0.97 and two["f1"][0] > 0.97
+    assert one["acc"][0] < 0.9 and one["acc"][0] > one["majority"][0]
+    rnd = FR.sparse_probe(g.standard_normal((1000, 10)), y[tr, None], g.standard_normal((1000, 10)), y[ev, None], k=2)
+    assert abs(rnd["acc"][0] - rnd["majority"][0]) < 0.05
+    with pytest.raises(ConfigError):
+        FR.sparse_probe(codes[tr], y[tr, None], codes[ev], y[ev, None], k=11)
+
+
 def test_bad_input_refused():
     y = np.zeros((10, 2), bool)
     y[:5, 0] = y[5:, 1] = True

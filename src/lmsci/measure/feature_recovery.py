@@ -9,7 +9,9 @@ class) and a dictionary's codes ``c [n, m]`` on the same rows:
   ``c_j > t`` at the best ``t``; Bricken et al. 2023 "Towards Monosemanticity" score features this way against
   known contexts, and Karvonen et al. 2024, arXiv 2408.00113, score SAE latents against board-state features of
   known games by best-threshold F1);
-* the share of true features recovered: best F1 (or AUC) at or above a threshold.
+* the share of true features recovered: best F1 (or AUC) at or above a threshold;
+* k-sparse probing (:func:`sparse_probe`): a held-out logistic read-out from the ``k`` most selective latents, for
+  features too dense to be one sparse latent.
 
 F1 is the discriminating score for sparse codes: a latent that is zero on most rows has tied ranks there, so
 its AUC is capped near ``0.5 + 0.5 * firing recall`` even when it is a perfect detector when it fires, while a
@@ -203,6 +205,50 @@ def baseline_codes(kind: str, train_acts: Any, eval_acts: Any, m: int, seed: int
     return ica.transform(ev)
 
 
+def sparse_probe(train_codes: Any, train_features: Any, eval_codes: Any, eval_features: Any, k: int = 1, *,
+                 l2: float = 1.0) -> dict[str, np.ndarray]:
+    """k-sparse probing: per feature, a logistic regression on the ``k`` latents whose standardised class-mean
+    difference on the training rows is largest (Gurnee et al. 2023, "Finding Neurons in a Haystack", arXiv 2305.01610,
+    sec. 3; the SAE form of Gao et al. arXiv 2406.04093 sec. 4.4 and Kantamneni et al. 2025). With ``k = 1`` it asks
+    whether one latent carries the feature; larger ``k`` credits a feature split across a few latents (a dense
+    feature, on at a third of the tokens, cannot be one sparse latent).
+
+    Args:
+        train_codes, eval_codes: ``[n_train, m]``, ``[n_eval, m]``. train_features, eval_features: binary ``[n, F]``.
+        k: latents per probe (1 <= k <= m). l2: inverse regularisation ``C`` of scikit-learn's LogisticRegression.
+
+    Returns:
+        ``{"acc": [F] eval accuracy, "f1": [F] eval F1, "majority": [F] eval majority-class rate, "latents": [F, k]}``.
+
+    Raises:
+        ConfigError: as :func:`auc_matrix` (on the training rows); mismatched widths or feature counts; ``k`` out of
+            range.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+
+    ctr, ytr = _check(train_codes, train_features)
+    cev = _as_np(eval_codes, "eval_codes").astype(np.float64)
+    yev = _as_np(eval_features, "eval_features").astype(bool)
+    if cev.shape[1] != ctr.shape[1] or yev.shape[1] != ytr.shape[1] or len(cev) != len(yev):
+        raise ConfigError("eval_codes/eval_features", (cev.shape, yev.shape),
+                          f"[n_eval, {ctr.shape[1]}] codes and [n_eval, {ytr.shape[1]}] features")
+    if not 1 <= int(k) <= ctr.shape[1]:
+        raise ConfigError("k", k, f"1..{ctr.shape[1]} (the number of latents)")
+    mu, sd = ctr.mean(0), ctr.std(0) + 1e-8
+    ztr, zev = (ctr - mu) / sd, (cev - mu) / sd
+    F_ = ytr.shape[1]
+    acc, f1, lat = np.zeros(F_), np.zeros(F_), np.zeros((F_, int(k)), dtype=int)
+    for f in range(F_):
+        gap = np.abs(ztr[ytr[:, f]].mean(0) - ztr[~ytr[:, f]].mean(0))
+        sel = np.argsort(-gap)[: int(k)]
+        clf = LogisticRegression(C=l2, max_iter=1000).fit(ztr[:, sel], ytr[:, f])
+        pred = clf.predict(zev[:, sel])
+        acc[f], f1[f], lat[f] = float((pred == yev[:, f]).mean()), f1_score(yev[:, f], pred, zero_division=0.0), sel
+    p = yev.mean(0)
+    return {"acc": acc, "f1": f1, "majority": np.maximum(p, 1 - p), "latents": lat}
+
+
 def compare_dictionaries(codes_by_name: Mapping[str, Any], features: Any, *, threshold: float = 0.7,
                          by: str = "f1", signed: Mapping[str, bool] | None = None,
                          feature_names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -334,5 +380,5 @@ def bios_features(model: Any, world: Any, people: Sequence[int], *, attrs: Seque
     return _keep(acts, np.stack(cols, 1), names, min_count, keep)
 
 
-__all__ = ["BASELINES", "auc_matrix", "best_f1", "recovery_scores", "share_recovered", "baseline_codes",
+__all__ = ["BASELINES", "auc_matrix", "best_f1", "recovery_scores", "share_recovered", "sparse_probe", "baseline_codes",
            "compare_dictionaries", "cfg_features", "bios_features"]
