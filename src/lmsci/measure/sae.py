@@ -27,7 +27,7 @@ model's forward pass (with the zero- and mean-ablation NLLs and the share of the
 Activations come from :func:`gather_activations` through lmsci's hook names (``blocks.{i}.resid_post`` ...) on an
 lmsci :class:`~lmsci.models.gpt.GPT` or an :class:`~lmsci.models.hf.HFModel` (architecture map).
 
-Why not SAELens: ``pip install --dry-run sae-lens`` (6.54.12) against this environment would add 47 packages, among
+Why not SAELens: ``pip install --dry-run sae-lens`` (6.54.12) against this environment would add 50 packages, among
 them ``transformer-lens`` 3.9.0 (a second model/hook stack beside lmsci's), ``wandb``, ``datasets``, ``plotly``,
 ``nltk``, ``statsmodels``, ``py2store``/``babe`` and the OpenTelemetry exporters; its training runner
 (``LanguageModelSAETrainingRunner``) gathers activations through a TransformerLens ``HookedTransformer`` and its own
