@@ -565,9 +565,30 @@ def fit_cmd(
         typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
+@app.command("models")
+def models_cmd(
+    as_json: bool = typer.Option(False, "--json", help="the zoo entries and their install state as JSON"),
+    prepare: str = typer.Option(None, "--prepare", help="write NAME's dequantised copy to the model cache now"),
+) -> None:
+    """The model zoo: pretrained models loadable offline (zoo name, or --set hf_model=NAME), what each supports,
+    and whether it is installed here (size, sha256 prefix)."""
+    import json
+
+    from lmsci.models import zoo
+
+    if prepare:
+        typer.echo(f"{prepare}: {_guard(zoo.prepare, prepare)}")
+        return
+    if as_json:
+        typer.echo(json.dumps([{**zoo.ZOO[n].to_dict(), **zoo.installed(n)} for n in zoo.zoo_names()], indent=2))
+        return
+    typer.echo(zoo.models_table())
+
+
 @app.command("check-model")
 def check_model_cmd(
-    path_or_id: str = typer.Argument(..., help="a checkpoint directory (config.json + weights) or a hub id"),
+    path_or_id: str = typer.Argument(..., help="a zoo name (lmsci models), a checkpoint directory (config.json + "
+                                     "weights), a .gguf file or a hub id"),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float64"),
     seq_len: int = typer.Option(48, "--seq-len", help="length of the random test input"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),

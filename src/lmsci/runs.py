@@ -229,6 +229,14 @@ class RunDir:
             first.setdefault("resumed", []).append(env)
             atomic_write_text(self.path / self.ENV, json.dumps(first, indent=2))
 
+    def record_model(self, provenance: dict[str, Any]) -> None:
+        """Add a loaded pretrained model's provenance (:func:`lmsci.models.zoo.model_provenance`: weight file
+        sha256, package version, known deviations) to ``environment.json`` under ``"models"``, keyed by its
+        ``source``; the report prints it. Call it from ``run_point`` after loading (``ctx.run.record_model``)."""
+        env = self.environment()
+        env.setdefault("models", {})[str(provenance.get("source", "?"))] = provenance
+        atomic_write_text(self.path / self.ENV, json.dumps(env, indent=2, default=str))
+
     def environment_segments(self) -> list[dict[str, Any]]:
         """The run's environment segments in order: the first run, then each resume on another commit
         or device."""

@@ -85,7 +85,8 @@ def _read_family(source: str) -> str:
 
     p = Path(source).expanduser()
     if p.exists() and not p.is_dir():
-        raise ConfigError("path_or_id", source, "a directory containing config.json (or a hub model id)")
+        raise ConfigError("path_or_id", source, "a directory containing config.json, a .gguf file, a zoo name "
+                                                "(lmsci models) or a hub model id")
     if p.is_dir():
         cfg_path = p / "config.json"
         if not cfg_path.is_file():
@@ -133,7 +134,8 @@ def check_model(source: str, dtype: str = "float32", seq_len: int = 48, seed: in
     """Load ``source`` and measure every supported intervention's no-op logit difference.
 
     Args:
-        source: a local checkpoint directory (``config.json`` + weights) or a hub id.
+        source: a zoo name (:mod:`lmsci.models.zoo`), a local checkpoint directory (``config.json`` + weights),
+            a ``.gguf`` file or a hub id.
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float64"`` (the model is loaded in it).
         seq_len: input length (random token ids; clipped to an absolute-position model's table).
         seed: seed of the input ids.
@@ -155,8 +157,13 @@ def check_model(source: str, dtype: str = "float32", seq_len: int = 48, seed: in
         raise ConfigError("--dtype", dtype, ", ".join(TOLERANCE))
     if seq_len < 8:
         raise ConfigError("--seq-len", seq_len, "an integer >= 8")
-    _read_family(source)
-    hf = load_hf(source, dtype=getattr(torch, dtype), attn_implementation="eager", tokenizer=False)
+    from lmsci.models.zoo import ZOO, load_model
+
+    if source in ZOO or str(source).lower().endswith(".gguf"):  # checked (package, file, sha256) before loading
+        hf = load_model(source, dtype=getattr(torch, dtype), attn_implementation="eager", field="path_or_id")
+    else:
+        _read_family(source)
+        hf = load_hf(source, dtype=getattr(torch, dtype), attn_implementation="eager", tokenizer=False)
     model = hf.model
     arch = arch_of(model)
     n = min(seq_len, arch.max_positions or seq_len)

@@ -291,10 +291,13 @@ class HFModel:
         model: the ``transformers`` module (e.g. ``LlamaForCausalLM``), in eval mode.
         tokenizer: the checkpoint's tokenizer when one was found, else None.
         name: the hub id or path it was loaded from.
+        provenance: where the weights come from (file sha256, package version, known deviations), set by
+            :func:`lmsci.models.zoo.load_model`; empty when loaded otherwise.
     """
 
     def __init__(self, model: nn.Module, tokenizer: Any = None, name: str = ""):
         self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.provenance: dict[str, Any] = {}
 
     @property
     def config(self) -> Any:

@@ -270,6 +270,11 @@ def render_report(exp: Experiment, cfg: ExperimentConfig, run: RunDir) -> list[V
         f"device {env.get('device', '?')} · lmsci {env.get('lmsci_version', '?')} "
         f"(commit {str(env.get('git_commit'))[:10]}) · torch {env.get('torch', '?')}\n",
     ]
+    if env.get("models"):  # pretrained models the run loaded (RunDir.record_model)
+        parts.append("**Models.** " + "; ".join(
+            f"`{k}` (sha256 {str(v.get('sha256'))[:12]}, {v.get('package') or v.get('format')} "
+            f"{v.get('package_version') or ''}{'; ' + v['deviation'] if v.get('deviation') else ''})"
+            for k, v in env["models"].items()) + "\n")
     if len(segs) > 1:
         parts.append("**Resumed** on " + "; ".join(
             f"commit {str(e.get('git_commit'))[:10]}, device {e.get('device')} ({e.get('started')})" for e in segs[1:])

@@ -76,7 +76,8 @@ class ICLKernelRegressionConfig(ExperimentConfig):
     n_val_per_task: int = Field(40, ge=2, description="validation prompts per task (head and temperature choice)")
     n_test_per_task: int = Field(40, ge=2, description="held-out prompts per task")
     minilm: bool = Field(True, description="run the all-MiniLM-L6-v2 kernel baseline")
-    hf_model: str | None = Field(None, description="path of a local Hugging Face causal LM: also run Han et al.'s "
+    hf_model: str | None = Field(None, description="a zoo name (lmsci models), a local Hugging Face causal LM "
+                                 "directory or .gguf file: also run Han et al.'s "
                                  "Table 2 procedure on Shakespeare lines labelled by VADER (reported, decides nothing)")
     hf_n_demos: int = Field(8, ge=1, description="demonstrations per text prompt")
     hf_n_val: int = Field(100, ge=2, description="text prompts for head and temperature selection (paper: 700)")
@@ -182,6 +183,10 @@ class ICLKernelRegression(Experiment):
     ]
 
     def validate(self, cfg: ICLKernelRegressionConfig) -> None:
+        if cfg.hf_model is not None:
+            from lmsci.models.zoo import check_model_source
+
+            check_model_source(cfg.hf_model, "hf_model")  # before any training: a bad model path fails now
         if sorted(set(cfg.n_grid)) != list(cfg.n_grid) or min(cfg.n_grid) < 1:
             raise ConfigError("n_grid", cfg.n_grid, "increasing demonstration counts >= 1")
 
@@ -226,7 +231,11 @@ class ICLKernelRegression(Experiment):
                                                     null_model=null_model)})
             del null_model
         if cfg.hf_model and any(p.seed_index == 0 for p in points):
-            hf = hf_text_kernel_regression(cfg.hf_model, None, n_demos=cfg.hf_n_demos, n_val=cfg.hf_n_val,
+            from lmsci.models.zoo import load_model
+
+            lm = load_model(cfg.hf_model, device, field="hf_model")  # a zoo name, HF directory or .gguf file
+            ctxs[0].run.record_model(lm.provenance)
+            hf = hf_text_kernel_regression(lm.model, lm.tokenizer, n_demos=cfg.hf_n_demos, n_val=cfg.hf_n_val,
                                            n_test=cfg.hf_n_test, seed=cfg.seed, minilm=cfg.minilm, device=device)
             i0 = [p.seed_index for p in points].index(0)
             rows[i0]["hf_text_kr"] = json.dumps(hf)
@@ -427,6 +436,8 @@ class ICLKernelRegression(Experiment):
             return ("\n## Hugging Face models\n\nNot run (set `hf_model=/path/to/causal-lm` to run Han et al.'s Table 2 "
                     "procedure on Shakespeare lines labelled by VADER; for GPT-J-6B as in the paper: `--preset paper "
                     "--set hf_model=/path/to/gpt-j-6b --set hf_n_val=700 --set hf_n_test=300`).\n")
+        from lmsci.report import markdown_table
+
         hf = json.loads(results["hf_text_kr"].dropna().iloc[0])
         return (f"\n## Hugging Face model `{cfg.hf_model}` (text task, reported only)\n\n"
                 + markdown_table(pd.DataFrame([hf])))

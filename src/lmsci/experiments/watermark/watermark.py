@@ -77,8 +77,8 @@ class WatermarkConfig(ExperimentConfig):
     seq_len: int = Field(256, ge=16)
     train: TrainSpec = TrainSpec(steps=800, batch_size=8, lr=2e-3, warmup_frac=0.1)
     gen_batch: int = Field(50, ge=1)
-    hf_model: str | None = Field(None, description="a local directory holding a Hugging Face causal LM and its "
-                                 "tokenizer (e.g. OPT-1.3B, the paper's model) to watermark instead of training an "
+    hf_model: str | None = Field(None, description="a zoo name (lmsci models, e.g. smollm2-135m), a .gguf file or "
+                                 "a local directory holding a Hugging Face causal LM and its tokenizer (e.g. OPT-1.3B, the paper's model) to watermark instead of training an "
                                  "lmsci GPT; never downloaded")
     threads: int = Field(1, ge=0)
 
@@ -183,12 +183,10 @@ class Watermark(Experiment):
                 raise ConfigError("sweep_deltas", d, ">= 0")
         if cfg.prompt_len + cfg.T > cfg.seq_len:
             raise ConfigError("seq_len", cfg.seq_len, f">= prompt_len + T = {cfg.prompt_len + cfg.T}")
-        if cfg.hf_model is not None:
-            from pathlib import Path
+        if cfg.hf_model is not None:  # a zoo name, a local HF directory or .gguf file (lmsci does not download)
+            from lmsci.models.zoo import check_model_source
 
-            if not Path(cfg.hf_model).is_dir():
-                raise ConfigError("hf_model", cfg.hf_model, "a local directory with a causal LM and its tokenizer "
-                                                            "(lmsci does not download models)")
+            check_model_source(cfg.hf_model, "hf_model")
 
     def points(self, cfg: WatermarkConfig) -> list[Point]:
         return [Point("kgw", {})]
@@ -199,9 +197,10 @@ class Watermark(Experiment):
         if cfg.hf_model is not None:  # the paper preset on a user's machine: a local model, e.g. OPT-1.3B
             from types import SimpleNamespace
 
-            from lmsci.models.hf import load_hf
+            from lmsci.models.zoo import load_model
 
-            h = load_hf(cfg.hf_model, device)
+            h = load_model(cfg.hf_model, device, field="hf_model")
+            ctx.run.record_model(h.provenance)
             if h.tokenizer is None:
                 raise ConfigError("hf_model", cfg.hf_model, "a directory that also holds the model's tokenizer")
             corpus = SimpleNamespace(val_ids=sh.val_ids_for(h.tokenizer), vocab_size=int(h.model.config.vocab_size))
