@@ -33,7 +33,10 @@ SmolLM2-135M's forward costs 11-13 ms per token; one fact of ~11 tokens at the q
 centres x 2 draws = 160 forwards) is then ~25 s (the full paper grid, 3 kinds x every token x 30 layers x 10 draws,
 would be ~20 min per fact), the screening of the 527 prompts took 79 s, and a ROME edit with 10 v* steps on 2
 rewriting prompts ~20 s (estimated from the same rate). Quick was sized from that rate to about 15 minutes: 3 fact
-samples x 2 arms, each 4 traced facts and 2 edits. Each run's report gives the cost it measured.
+samples x 2 arms, each 4 traced facts and 2 edits. Each run's report gives the cost it measured. The first quick
+runs (master seeds 0 and 1, run side by side on 2 cores under a load average of ~14) took 40.6 and 39.2 min wall
+for about 4 min of CPU each (ps: 2 min 50 s of CPU after 33 min, 4 of 6 points done): 28-76 s wall per traced fact,
+50-163 s wall per ROME edit, 145 s wall to screen the prompts; on an idle 2-core machine quick is ~5 min.
 
 Null arm (``arm = null``): the same run_point with the noise added to a *decoy*: a span of non-subject tokens of
 the same prompt (as long as the subject where the prompt allows; never the prefix or the last token), drawn at
@@ -207,8 +210,8 @@ class CausalTracingLM(Experiment):
     source = "Meng, Bau, Andonian, Belinkov, NeurIPS 2022, arXiv 2202.05262, Sections 2-3, Figure 2, Table 4"
     Config = CausalTracingLMConfig
     time_estimate = {"smoke": "~20 s (tiny random Llama; mostly imports)",
-                     "quick": "~15 min estimated from the measured rate (13 ms per forward token on one shared "
-                              "thread; 6 points of 4 traced facts and 2 edits; screening 79 s)",
+                     "quick": "40 min wall measured under a load average of ~14 on 2 cores (2026-12-06; ~4 min "
+                              "of CPU, one thread): ~5 min on an idle 2-core machine",
                      "gpu": "~10 min on one H100 (estimated, not measured)",
                      "paper": "~1.5 h on one H100 (estimated, not measured)"}
     claims = [
@@ -285,14 +288,14 @@ class CausalTracingLM(Experiment):
         centres = layer_centres(L, cfg.layer_stride)
         nu = cfg.noise_factor * embedding_std(model, [p.ids for p in traced], [p.subject for p in traced])
         drng = np.random.default_rng(derive_seed(cfg.seed, "decoy", k))
-        traces, t0 = [], time.perf_counter()
+        traces, t0, c0 = [], time.perf_counter(), time.process_time()
         for j, p in enumerate(traced):
             span = p.subject if real else decoy_span(len(p.ids), p.subject, len(pre), drng)
             toks = key_tokens(len(p.ids), span) if cfg.tokens == "key" else None
             traces.append(causal_trace(model, p.ids, span, p.object[0], noise=nu, kinds=cfg.kinds,
                                        samples=cfg.samples, window={"resid": 1, "mlp": cfg.window, "attn": cfg.window},
                                        seed=derive_seed(cfg.seed, "noise", k, j), tokens=toks, layers=centres))
-        t_trace = (time.perf_counter() - t0) / len(traced)
+        t_trace, c_trace = (time.perf_counter() - t0) / len(traced), (time.process_time() - c0) / len(traced)
         aie = {kd: average_by_category(traces, kd) for kd in cfg.kinds}
         ls = aie["mlp"][CATEGORIES.index("last subject")]
         traced_layer = int(np.nanargmax(np.where(np.isfinite(ls), ls, -np.inf)))
@@ -306,7 +309,7 @@ class CausalTracingLM(Experiment):
             "attn_margin": site_margin(aie["attn"], "last", band(L, LATE)),
             "mlp_peak_layer": traced_layer, "mlp_peak_aie": float(ls[traced_layer]),
             "attn_peak_layer": int(np.nanargmax(np.where(np.isfinite(la), la, -np.inf))),
-            "sec_screen": t_screen, "sec_per_fact": t_trace, "prompt_tokens": float(np.mean([len(p.ids) for p in traced])),
+            "sec_screen": t_screen, "sec_per_fact": t_trace, "cpu_per_fact": c_trace, "prompt_tokens": float(np.mean([len(p.ids) for p in traced])),
             "facts": json.dumps([f"{p.fact.subject} | {p.fact.relation} | {p.fact.object}" for p in traced]),
             "aie": json.dumps({kd: np.where(np.isfinite(v), v, None).tolist() for kd, v in aie.items()}),
             "example_trace": json.dumps({"tokens": tok.convert_ids_to_tokens(traced[0].ids),
@@ -329,9 +332,11 @@ class CausalTracingLM(Experiment):
                            [p.fact for p in pool], cfg, np.random.default_rng(derive_seed(cfg.seed, "rome", k)))
         windows = statement_windows(model.tokenizer, facts, pre, cfg.cov_windows, cfg.cov_len,
                                     derive_seed(cfg.seed, "cov")).to(ctx.device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = rome_scores(model, plans, layer, windows, cfg)
-        return {"edit_layer": layer, **out, "sec_per_edit": (time.perf_counter() - t0) / max(1, len(plans))}
+        n = max(1, len(plans))
+        return {"edit_layer": layer, **out, "sec_per_edit": (time.perf_counter() - t0) / n,
+                "cpu_per_edit": (time.process_time() - c0) / n}
 
     def figures(self, cfg: CausalTracingLMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         return lm_figures(cfg, results, run)
