@@ -151,6 +151,15 @@ def embedding_std(model: Any, prompts: Sequence[Sequence[int]], subjects: Sequen
     return float(torch.cat(vals).std())
 
 
+def last_logits(model: Any, x: Tensor) -> Tensor:
+    """``[batch, vocab]`` next-token logits after the last position of ``x [batch, seq]``. On an
+    :class:`~lmsci.models.hf.HFModel` only the last position goes through the unembedding (``logits_to_keep=1``:
+    on a 49k-token vocabulary the unembedding of every position is a fifth of a small model's forward)."""
+    if type(model).__name__ == "HFModel":
+        return model(x, logits_to_keep=1)[:, -1]
+    return model(x)[:, -1]
+
+
 def _window_layers(center: int, window: int, n_layers: int) -> range:
     # the released code's interval: [l - w//2, l + ceil(w/2)) clipped to the model
     return range(max(0, center - window // 2), min(n_layers, center - (-window // 2)))
@@ -158,7 +167,8 @@ def _window_layers(center: int, window: int, n_layers: int) -> range:
 
 def causal_trace(model: Any, ids: Sequence[int], subject: tuple[int, int], answer: int, *, noise: float,
                  kinds: Sequence[str] = ("resid", "mlp", "attn"), samples: int = 10,
-                 window: int | dict[str, int] = 1, seed: int = 0, max_rows: int = 2048) -> TraceResult:
+                 window: int | dict[str, int] = 1, seed: int = 0, max_rows: int = 2048,
+                 tokens: Sequence[int] | None = None, layers: Sequence[int] | None = None) -> TraceResult:
     """Causal trace of one fact (Meng et al. 2022, arXiv 2202.05262, Section 2.1).
 
     Args:
@@ -173,12 +183,16 @@ def causal_trace(model: Any, ids: Sequence[int], subject: tuple[int, int], answe
             uses 1 for ``resid`` and 10 for ``mlp``/``attn``).
         seed: seed of the noise.
         max_rows: largest batch of one forward (rows = restored cells x samples).
+        tokens, layers: restore only at these token positions / window centres (None: all); the other cells
+            of ``scores`` are NaN. A trace of a few key tokens and every other layer costs a fraction of the full
+            grid (``rows = len(kinds) x len(tokens) x len(layers) x samples`` forwards of the prompt).
 
     Returns:
-        :class:`TraceResult` (``scores[kind]`` ``[n_tokens, n_layers]`` probabilities).
+        :class:`TraceResult` (``scores[kind]`` ``[n_tokens, n_layers]`` probabilities, NaN where not restored).
 
     Raises:
-        ConfigError: empty or out-of-range subject, answer outside the vocabulary, unknown kind, window < 1.
+        ConfigError: empty or out-of-range subject, answer outside the vocabulary, unknown kind, window < 1,
+            a token position or layer out of range.
         UnknownNameError: the model lacks one of the hook points (names what exists).
     """
     model = hookable(model)
@@ -195,6 +209,12 @@ def causal_trace(model: Any, ids: Sequence[int], subject: tuple[int, int], answe
     wins = {k: int(window[k] if isinstance(window, dict) else window) for k in kinds}
     if any(w < 1 for w in wins.values()):
         raise ConfigError("window", window, "an integer >= 1 (layers restored around each centre)")
+    toks = list(range(T)) if tokens is None else sorted({int(t) for t in tokens})
+    centres = list(range(L)) if layers is None else sorted({int(l) for l in layers})
+    if not toks or not all(0 <= t < T for t in toks):
+        raise ConfigError("tokens", tokens, f"token positions in [0, {T})")
+    if not centres or not all(0 <= l < L for l in centres):
+        raise ConfigError("layers", layers, f"layers in [0, {L})")
     names = {k: [KINDS[k].format(l) for l in range(L)] for k in kinds}
     with torch.no_grad():
         with model.hooks(cache=["embed"] + [n for k in kinds for n in names[k]]) as clean:
@@ -228,13 +248,13 @@ def causal_trace(model: Any, ids: Sequence[int], subject: tuple[int, int], answe
 
             hooks = [("embed", corrupt)] + [(n, patch_fn(n)) for n in restore]
             with model.hooks(hooks):
-                out = model(x0[None].expand(R, T))
-            return torch.softmax(out[:, -1].float(), -1)[:, answer]
+                out = last_logits(model, x0[None].expand(R, T))
+            return torch.softmax(out.float(), -1)[:, answer]
 
         low = float(run(torch.arange(samples, device=dev), {}).mean())
         scores: dict[str, np.ndarray] = {}
         for k in kinds:
-            cells = [(l, t) for l in range(L) for t in range(T)]
+            cells = [(l, t) for l in centres for t in toks]
             per = max(1, max_rows // samples)
             res = torch.empty(len(cells), device=dev)
             for c0 in range(0, len(cells), per):
@@ -251,7 +271,11 @@ def causal_trace(model: Any, ids: Sequence[int], subject: tuple[int, int], answe
                              for nm, (rr, tt) in restore.items()}
                 p = run(rows_sample, restore_t)
                 res[c0:c0 + n] = p.view(n, samples).mean(1)
-            scores[k] = res.view(L, T).T.cpu().numpy().astype(np.float64)
+            grid = np.full((T, L), np.nan)
+            vals = res.cpu().numpy().astype(np.float64)
+            for (l, t), v in zip(cells, vals):
+                grid[t, l] = v
+            scores[k] = grid
     return TraceResult(scores=scores, high=high, low=low, answer=int(answer), subject=(s, e), window=wins,
                        categories=token_categories(T, (s, e)))
 
@@ -265,7 +289,7 @@ def average_by_category(traces: Sequence[TraceResult], kind: str, *, relative: b
         raise ConfigError("traces", 0, "at least one TraceResult")
     L = traces[0].scores[kind].shape[1]
     acc = np.zeros((len(CATEGORIES), L))
-    cnt = np.zeros((len(CATEGORIES), 1))
+    cnt = np.zeros((len(CATEGORIES), L))
     for tr in traces:
         ie = tr.indirect_effect(kind)
         if relative:
@@ -275,8 +299,11 @@ def average_by_category(traces: Sequence[TraceResult], kind: str, *, relative: b
         for ci, cat in enumerate(CATEGORIES):
             rows = [t for t, c in enumerate(tr.categories) if c == cat]
             if rows:
-                acc[ci] += ie[rows].mean(0)
-                cnt[ci] += 1
+                sub = ie[rows]
+                ok = np.isfinite(sub).any(0)  # cells not restored (a partial trace) are NaN and not counted
+                m = np.nansum(sub, 0) / np.maximum(np.isfinite(sub).sum(0), 1)
+                acc[ci, ok] += m[ok]
+                cnt[ci, ok] += 1
     with np.errstate(invalid="ignore"):
         return np.where(cnt > 0, acc / np.maximum(cnt, 1), np.nan)
 
@@ -329,4 +356,4 @@ def thirds(n_layers: int) -> tuple[list[int], list[int], list[int]]:
 
 __all__ = ["KINDS", "CATEGORIES", "NOISE_FACTOR", "TraceResult", "causal_trace", "embedding_std", "token_categories",
            "average_by_category", "subject_token_aie", "site_margin", "thirds", "hookable", "n_layers_of",
-           "check_layer"]
+           "check_layer", "last_logits"]
