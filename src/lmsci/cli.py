@@ -298,6 +298,8 @@ def suite_cmd(
     update: Optional[Path] = typer.Option(None, "--update", help="a published table directory (results/quick): "
                                           "replace the rows of the experiments run, keep the others"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="experiments (or master seeds) run at once, each its own process"),
+    check: Optional[Path] = typer.Option(None, "--check", help="a published table (results/quick): list the rows whose "
+                                         "provenance digest differs from HEAD's (runs nothing; exit 1 when any is stale)"),
     budget: Optional[float] = typer.Option(None, "--budget", help="wall seconds: start nothing after, stop what runs "
                                            "(finished points kept, the rest resumable), write the partial table"),
     progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
@@ -307,6 +309,12 @@ def suite_cmd(
     """Run every experiment (or --only some) at a preset into one directory; write the claims table
     (claims.md, claims.csv, claims.html), claims and design checks apart. Experiments that fail are error
     rows; the suite goes on."""
+    if check is not None:
+        from lmsci.table_check import check_published
+
+        rep = _guard(check_published, check)
+        typer.echo(rep.text())
+        raise typer.Exit(0 if rep.clean else 1)
     from lmsci.backends import make_backend
     from lmsci.publish import CLAIMS_HTML, CLAIMS_MD, ERROR
     from lmsci.suite import run_suite

@@ -33,6 +33,7 @@ import pandas as pd
 from lmsci.claims import finite_or_none
 from lmsci.config import ALL_PRESET_NAMES
 from lmsci.errors import LmsciError, RunDirError
+from lmsci.provenance import MIXED
 from lmsci.runs import RunDir, atomic_write_text
 
 SUITE_FILE = "suite.json"
@@ -45,7 +46,8 @@ SEED_DEPENDENT = "seed-dependent"
 COLUMNS = ["experiment", "claim", "kind", "source", "paper_value", "ours", "null_arm", "outcome", "seeds",
            "post_hoc", "wall_s", "device"]
 CSV_COLUMNS = COLUMNS + ["decided_here", "value", "ci_lo", "ci_hi", "null_value", "null_passed", "ablation", "master_seeds",
-                         "seed_outcomes", "seed_values", "pilot", "commit", "date", "machine", "error", "change"]
+                         "seed_outcomes", "seed_values", "pilot", "commit", "date", "machine", "digest", "error",
+                         "change"]
 
 
 def seed_run_name(name: str, seed: int, first: bool) -> str:
@@ -123,8 +125,22 @@ def _env_facts(run: RunDir) -> dict[str, str]:
     except (LmsciError, ValueError, json.JSONDecodeError):
         segs = []
     e = segs[0] if segs else {}
+    try:
+        digests = run.digests()
+    except (OSError, ValueError, KeyError):
+        digests = []
     return {"commit": str(e.get("git_commit") or "")[:10], "date": str(e.get("started") or "")[:10],
-            "machine": str(e.get("machine") or e.get("platform") or "")}
+            "machine": str(e.get("machine") or e.get("platform") or ""), "digests": digests}
+
+
+def _row_digest(reads: list) -> str:
+    """The provenance digest of a row: its runs' (every master seed, every resumed segment) common digest,
+    ``mixed`` when they differ, empty when any run recorded none."""
+    per_run = [r[4].get("digests") or [] for r in reads]
+    if not per_run or any(not d for d in per_run):
+        return ""
+    found = {d for ds in per_run for d in ds}
+    return found.pop() if len(found) == 1 else MIXED
 
 
 def _read_run(path: Path, run_name: str, rec: dict[str, Any]) -> tuple[list[Any], str, float | None, str, dict]:
@@ -179,13 +195,14 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
         wall = sum(r[2] for r in reads if r[2] is not None) if any(r[2] is not None for r in reads) else None
         device = ", ".join(dict.fromkeys(d for r in reads for d in r[1].split(", ") if d))
         env = reads[0][4]
+        digest = _row_digest(reads)
         if errors:
             rows.append({"experiment": name, "claim": "(error)", "kind": "", "source": "", "paper_value": "",
                          "ours": "", "null_arm": "", "outcome": ERROR, "seeds": None, "post_hoc": False,
                          "wall_s": wall, "device": device, "value": None, "ci_lo": None, "ci_hi": None,
                          "null_value": None, "null_passed": None, "ablation": False,
                          "master_seeds": ",".join(map(str, seeds or [])), "seed_outcomes": "", "seed_values": "",
-                         "pilot": False, **{k: env.get(k, "") for k in ("commit", "date", "machine")},
+                         "pilot": False, **{k: env.get(k, "") for k in ("commit", "date", "machine")}, "digest": digest,
                          "error": "; ".join(f"{rn}: {e}" for rn, e in errors) if len(run_names) > 1 else errors[0][1],
                          "change": ""})
             continue
@@ -208,7 +225,8 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
                 "seed_values": "; ".join(f"seed {m}: {_seed_value(x)}" for m, x in zip(seeds, vs) if x is not None)
                 if seeds and len(vs) > 1 else "",
                 "pilot": any(x is not None and x.pilot for x in vs),
-                **{k: env.get(k, "") for k in ("commit", "date", "machine")}, "error": "", "change": ""})
+                **{k: env.get(k, "") for k in ("commit", "date", "machine")}, "digest": digest, "error": "",
+                "change": ""})
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
 
