@@ -13,6 +13,9 @@ experiments at once, each its own ``lmsci run`` process; ``--budget`` stops the 
 marked; ``--update PUBLISHED`` (for example ``results/quick/``) then replaces the rows of the experiments this
 call ran in the published table and keeps the others (:func:`lmsci.publish.update_published`).
 
+Each run records its provenance digest (:mod:`lmsci.provenance`) and the table carries it per row;
+``lmsci suite --check PUBLISHED`` (:mod:`lmsci.table_check`) lists the rows that are not current at HEAD.
+
 The suite knows experiments only through the registry and the contract (:mod:`lmsci.contract`).
 """
 
