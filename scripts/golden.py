@@ -76,9 +76,12 @@ def main() -> int:
             print(f"{name}: {'unchanged' if not diffs else 'CHANGED'} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
             bad += bool(diffs)
             continue
+        csv = out / f"{name}.csv"
+        exact = compare_results(pd.read_csv(csv), res[outcome_columns(res)], 0.0, 0.0) if csv.is_file() else None
         status, diffs = update_golden(name, res, rec, out, {"commit": (git_commit() or "")[:10],
                                                             "date": date.today().isoformat(), "seconds": secs})
-        print(f"{name}: {status} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
+        same = "" if status != "unchanged" else " (bit-identical)" if not exact else " (within tolerance)"
+        print(f"{name}: {status}{same} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
     print(f"total {time.perf_counter() - t_all:.0f} s")
     return 1 if bad else 0
 
