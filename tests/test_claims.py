@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lmsci.claims import (FAILED, INCONCLUSIVE, NOT_REPRODUCED, NULL_MEETS_RULE, PASSED, PILOT_SEED_MIN, POST_HOC,
-                          REPRODUCED, Claim, Gate, Verdict, across_seeds, complete, judge, registered_digest,
-                          snapshot)
+                          REPRODUCED, Claim, Gate, Verdict, complete, judge, registered_digest, snapshot)
+from lmsci.stats import across_seeds
 from lmsci.experiments.registry import shipped
 
 ROOT = Path(__file__).resolve().parents[1]

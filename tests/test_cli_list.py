@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from lmsci.cli import LIST_WIDTH, app, outcome_summary, short_time
 from lmsci.experiments.registry import catalog
-from lmsci.suite import table_counts
+from lmsci.publish import table_counts
 
 runner = CliRunner()
 
@@ -61,7 +61,7 @@ def test_list_outcomes_add_up_to_the_published_table(tmp_path):
 
 
 def test_list_outcomes_match_the_real_published_counts():
-    from lmsci.suite import CLAIMS_CSV, load_claims_table, results_root
+    from lmsci.publish import CLAIMS_CSV, load_claims_table, results_root
 
     f = results_root() / "quick" / CLAIMS_CSV
     if not f.is_file():

@@ -19,8 +19,9 @@ from lmsci.claims import OUTCOMES
 from lmsci.cli import app
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.experiments.registry import catalog, experiment_modules
-from lmsci.suite import (CLAIMS_CSV, COLUMNS, ERROR, SEED_DEPENDENT, claims_table, mark_changes, published_outcomes,
-                         suite_names, table_counts, update_published, value_moved)
+from lmsci.publish import (CLAIMS_CSV, COLUMNS, ERROR, SEED_DEPENDENT, claims_table, mark_changes, published_outcomes,
+                           table_counts, update_published, value_moved)
+from lmsci.suite import suite_names
 
 SUBSET = ["hallucination-stage", "passkey-retrieval", "reversal-curse", "shakespeare-lm"]
 FULL = os.environ.get("LMSCI_FULL_SUITE") == "1"

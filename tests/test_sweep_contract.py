@@ -12,7 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from lmsci import runs
-from lmsci.claims import INCONCLUSIVE, REPRODUCED, Claim, across_seeds
+from lmsci.claims import INCONCLUSIVE, REPRODUCED, Claim
+from lmsci.stats import across_seeds
 from lmsci.cli import app
 from lmsci.config import ExperimentConfig, resolve_config
 from lmsci.errors import ConfigError, DivergedError, RunDirError

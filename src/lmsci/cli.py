@@ -89,7 +89,7 @@ def outcome_summary(rows) -> str:
     reproduced / inconclusive, seed-dependent included, ablations apart, as the README's counts), then
     ``"2P"``/``"1F"``/``"1?"`` for design checks passed / failed / inconclusive and ``"2u"`` for items not
     decided at the table's preset (each only when non-zero); ``"-"`` for no rows."""
-    from lmsci.suite import table_counts
+    from lmsci.publish import table_counts
 
     if rows is None or len(rows) == 0:
         return "-"
@@ -103,8 +103,8 @@ def outcome_summary(rows) -> str:
 
 
 def _published_quick():
-    """The published quick table (``results/quick/claims.csv`` of :func:`lmsci.suite.results_root`), or None."""
-    from lmsci.suite import CLAIMS_CSV, load_claims_table, results_root
+    """The published quick table (``results/quick/claims.csv`` of :func:`lmsci.publish.results_root`), or None."""
+    from lmsci.publish import CLAIMS_CSV, load_claims_table, results_root
 
     f = results_root() / "quick" / CLAIMS_CSV
     if not f.is_file():
@@ -202,7 +202,7 @@ def claims_cmd(
         typer.echo(json.dumps(snapshot(exps), indent=2))
         return
     if status:
-        from lmsci.suite import published_outcomes
+        from lmsci.publish import published_outcomes
 
         pub = published_outcomes()
         st = Table(show_lines=False)
@@ -300,6 +300,8 @@ def suite_cmd(
     update: Optional[Path] = typer.Option(None, "--update", help="a published table directory (results/quick): "
                                           "replace the rows of the experiments run, keep the others"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="experiments (or master seeds) run at once, each its own process"),
+    check: Optional[Path] = typer.Option(None, "--check", help="a published table (results/quick): list the rows whose "
+                                         "provenance digest differs from HEAD's (runs nothing; exit 1 when any is stale)"),
     budget: Optional[float] = typer.Option(None, "--budget", help="wall seconds: start nothing after, stop what runs "
                                            "(finished points kept, the rest resumable), write the partial table"),
     progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
@@ -309,8 +311,15 @@ def suite_cmd(
     """Run every experiment (or --only some) at a preset into one directory; write the claims table
     (claims.md, claims.csv, claims.html), claims and design checks apart. Experiments that fail are error
     rows; the suite goes on."""
+    if check is not None:
+        from lmsci.table_check import check_published
+
+        rep = _guard(check_published, check)
+        typer.echo(rep.text())
+        raise typer.Exit(0 if rep.clean else 1)
     from lmsci.backends import make_backend
-    from lmsci.suite import CLAIMS_HTML, CLAIMS_MD, ERROR, run_suite
+    from lmsci.publish import CLAIMS_HTML, CLAIMS_MD, ERROR
+    from lmsci.suite import run_suite
 
     b = _guard(make_backend, backend, address)
     _guard(b.open)  # an unreachable cluster is reported before any work
@@ -320,7 +329,7 @@ def suite_cmd(
                      jobs=jobs, budget=budget)
     finally:
         b.close()
-    from lmsci.suite import table_counts
+    from lmsci.publish import table_counts
 
     t = res.table
     counts = table_counts(t)

@@ -5,6 +5,7 @@ Layout (see docs/architecture.md)::
     RUN_DIR/
       config.yaml        resolved configuration, every default written out
       environment.json   lmsci version, git commit, Python/torch/numpy versions, threads, device, seed
+      provenance.json    the digest of what determines the outcome (lmsci.provenance): config, source, libraries
       metrics.jsonl      one line per logged training step, tagged with the sweep point id
       results.csv        one row per finished sweep point
       verdict.json       per claim: statement, paper value, statistic, value, CI, rule, gates, outcome
@@ -169,6 +170,7 @@ class RunDir:
 
     CONFIG = "config.yaml"
     ENV = "environment.json"
+    PROVENANCE = "provenance.json"
     METRICS = "metrics.jsonl"
     RESULTS = "results.csv"
     VERDICT = "verdict.json"
@@ -257,6 +259,28 @@ class RunDir:
     def environment(self) -> dict[str, Any]:
         p = self.path / self.ENV
         return json.loads(p.read_text()) if p.exists() else {}
+
+    def write_provenance(self, record: dict[str, Any]) -> None:
+        """Record a run's provenance (:meth:`lmsci.provenance.Provenance.to_json`) in ``provenance.json``; a
+        resume whose digest differs from the last recorded one is appended under ``resumed``, so a run
+        computed by two versions of the code shows both."""
+        old = self.provenance_record()
+        if not old:
+            atomic_write_text(self.path / self.PROVENANCE, json.dumps(record, indent=2))
+            return
+        if self.digests()[-1] != record.get("digest"):
+            old.setdefault("resumed", []).append(record)
+            atomic_write_text(self.path / self.PROVENANCE, json.dumps(old, indent=2))
+
+    def provenance_record(self) -> dict[str, Any]:
+        """``provenance.json`` as written ({} for a run made before provenance was recorded)."""
+        p = self.path / self.PROVENANCE
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def digests(self) -> list[str]:
+        """The run's provenance digests in order: the first run, then each resume with another digest."""
+        rec = self.provenance_record()
+        return [rec["digest"], *(r.get("digest", "") for r in rec.get("resumed", []))] if rec.get("digest") else []
 
     def point_dir(self, point_id: str) -> Path:
         """A directory for one point's artifacts (checkpoints, arrays)."""

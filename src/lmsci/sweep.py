@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmsci.config import ExperimentConfig, config_to_yaml
 from lmsci.errors import LmsciError
+from lmsci.provenance import provenance as run_provenance
 from lmsci.runs import RunDir, environment, resolve_device
 from lmsci.train.compile import compile_mode
 
@@ -185,6 +186,7 @@ def run_experiment(
         run = RunDir(out or default_out(exp.name))
         env = backend.environment(cfg.seed, device)
         resumed = run.init(exp.name, config_to_yaml(cfg), env)
+        run.write_provenance(run_provenance(exp.name, type(exp).__module__, cfg).to_json())
         provenance = {"commit": (env["git_commit"] or "")[:12] or "unknown", "device": device}
         done = run.finished_ids()
         todo = [p for p in points if p.id not in done]

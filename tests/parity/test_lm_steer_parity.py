@@ -143,10 +143,16 @@ def test_steered_logits(backend, i):
 
 def test_lmsci_init_is_the_official_init():
     """LMSteer(seed=0) draws P1 then P2 as ``randn(K, d, r) * init_std`` from a generator seeded 0: the same tensors
-    as the official Projected_Adaptor after ``set_seed(0)`` (equal bit for bit)."""
+    as the official Projected_Adaptor after ``set_seed(0)``. Equal bit for bit on the CPU kernels the reference was
+    recorded with (AVX2/AVX-512); torch's scalar kernel (``ATEN_CPU_CAPABILITY=default``) computes the Box-Muller
+    transform with other log/sin/cos and differs by up to 2e-8 on values of size 1e-2 (issue 46), while another
+    seed or draw order differs by about 1e-2: an absolute tolerance of 1e-7 tells the same draw from another."""
     T = _T()
     s = LMSteer(32, names=("attr",), rank=32, epsilon=1e-3, init_std=1e-2, dummy=True, seed=0)
-    assert torch.equal(s.P1.detach(), T["train/init/P1"]) and torch.equal(s.P2.detach(), T["train/init/P2"])
+    for got, key in ((s.P1, "P1"), (s.P2, "P2")):
+        want = T[f"train/init/{key}"]
+        assert float(want.std()) > 5e-3  # the draw is of size init_std, far above the tolerance
+        assert float((got.detach() - want).abs().max()) <= 1e-7, key
 
 
 def _loss_and_grads(backend, P1, P2, batch, l2):

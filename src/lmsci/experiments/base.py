@@ -6,7 +6,5 @@ The contract (:class:`Point`, :class:`PointContext`, :class:`Figure`, :func:`sav
 """
 
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure  # noqa: F401
-from lmsci.contract import Claim, Verdict, judge  # noqa: F401 (what experiments used to find here)
-from lmsci.contract import ExperimentConfig, RunDir, derive_seed  # noqa: F401
 
 __all__ = ["Experiment", "Figure", "Point", "PointContext", "save_figure"]

@@ -11,7 +11,7 @@ import pytest
 
 from lmsci.config import resolve_config
 from lmsci.experiments.knowledge import celebrity, knowledge_capacity, knowledge_extraction, reversal_curse
-from lmsci.experiments.knowledge import common as kc
+from lmsci.experiments.knowledge import _estimates as kc
 from lmsci.models.gpt import GPTSpec
 
 CASES = [

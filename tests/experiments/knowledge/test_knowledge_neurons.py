@@ -139,7 +139,7 @@ def test_bad_input_is_refused_by_name():
 
 
 def test_fact_prompts_cut_before_the_value():
-    from lmsci.experiments.knowledge.knowledge_neurons import BiosModelSpec
+    from lmsci.experiments.knowledge.common import BiosModelSpec
     from lmsci.worlds.bios import BiosWorld, bio_docs
 
     w = BiosWorld(6, seed=0)

@@ -13,9 +13,8 @@ import torch
 from lmsci.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments import registry
-from lmsci.experiments.knowledge.common import (
-    SINGLE, PhaseSpec, bio_stream, mixed_stream, token_fractions, training_bios,
-)
+from lmsci.experiments.knowledge._bios_streams import bio_stream, mixed_stream, token_fractions, training_bios
+from lmsci.experiments.knowledge._specs import SINGLE, PhaseSpec
 from lmsci.measure.knowledge import recall_of_docs
 from lmsci.train.packed import train_packed
 from lmsci.models.gpt import GPT, GPTConfig, GPTSpec
@@ -286,7 +285,8 @@ def test_presets_use_lora_and_the_gpu_preset_is_the_issue_scale():
 
 def test_streaming_pipeline_trains_mixed_windows_and_counts_exposures():
     """The gpu/paper presets' pipeline (lmsci.worlds.bios_stream) through the same training function."""
-    from lmsci.experiments.knowledge.common import exposures_of, pretraining_data, recall_checker
+    from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_data
+    from lmsci.experiments.knowledge.common import recall_checker
 
     world = BiosWorld(30, seed=0)
     tr, te = qa_split(30, 0)

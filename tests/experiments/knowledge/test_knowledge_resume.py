@@ -114,8 +114,13 @@ def test_the_lifted_sequence_gives_the_same_results_as_before(exp, tmp_path):
             g = got.loc[point, col]
             if v is None:
                 assert g is None or (isinstance(g, float) and math.isnan(g)), (point, col)
+            elif col == "pretrain_steps":
+                assert g == v, (point, col)
             else:
-                assert g == pytest.approx(v, rel=1e-9, abs=1e-12), (point, col)
+                # recorded on one CPU: a few training steps differ by ~1e-7 relative between CPU kernels (6.233444779
+                # on an AVX-512 Xeon vs 6.233444214 here, issue 46), while a changed protocol (data, steps, seeds,
+                # LoRA init) moves the fine-tuning loss by more than 1e-2: 1e-4 tells them apart
+                assert g == pytest.approx(v, rel=1e-4, abs=1e-9), (point, col)
     # the forgetting columns: held-out recall after fine-tuning, and its drop
     col = "bio_recall_minority" if exp.name == "celebrity-helps-minority" else "bio_recall_test"
     ft = got.dropna(subset=["ft_final_loss"])

@@ -291,7 +291,7 @@ def test_capacity_presets_follow_the_issue():
 
 
 def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():
-    from lmsci.experiments.knowledge.common import bio_stream
+    from lmsci.experiments.knowledge._bios_streams import bio_stream
     from lmsci.experiments.knowledge.reversal_curse import ReversalCurseConfig, pretraining_stream, reversed_docs
     w = BiosWorld(12, seed=0)
     cfg = resolve_config(ReversalCurseConfig, "quick", ["n_people=12", "exposures=15"])

@@ -7,7 +7,8 @@ import pytest
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
 from lmsci.experiments.laws._model_shape_panels import panel_shapes
-from lmsci.experiments.laws.model_shape import ModelShape, ModelShapeConfig, gpt_non_embedding_params, shape_for
+from lmsci.experiments.laws._common import gpt_non_embedding_params
+from lmsci.experiments.laws.model_shape import ModelShape, ModelShapeConfig, shape_for
 
 R, N, I = "reproduced", "not reproduced", "inconclusive"
 

@@ -14,7 +14,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment
 from lmsci.experiments.icl._common import seed_interval
 

@@ -4,7 +4,7 @@ Each verdict function takes the experiment (for :meth:`Experiment.judge` and its
 ``level_bounds`` / ``level_sr``), the resolved config and the rows it decides on (capacity rows: one per capacity
 point and training seed, ``facts`` = S·R stored, ``params`` = 4·H·d_h·d + 2·m·d; trade-off rows: one per
 (H, d_mlp) cell and seed, ``accuracy`` = best test accuracy), and returns the claim's :class:`Verdict`.
-Intervals are 95% Student-t CIs across training seeds (:func:`lmsci.claims.across_seeds`); one seed falls back to
+Intervals are 95% Student-t CIs across training seeds (:func:`lmsci.stats.across_seeds`); one seed falls back to
 its within-run OLS interval, labelled as such. Null arms: the per-family slopes and the trade-off boundary refit
 each seed with the fitted values permuted (:func:`permuted`); facts-per-param takes each capacity point's untrained
 model. Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative Memories",
@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.runs import derive_seed
 
 GUIDE_RATIO = 0.15  # the authors' guide line, facts ~ 0.15 x params (plotting.ipynb, c0 = 0.15)

@@ -3,7 +3,7 @@
 Gates: ``memorised`` (biography recall >= 0.9 of the people tested, every model) and ``qa-learned`` (QA exact match
 on the QA-trained people >= 0.5), the protocol of Allen-Zhu & Li, Physics of Language Models Part 3.1, arXiv
 2309.14316, Sections 3-4 (issue 11). Per-seed values are ``{seed_index: value}``; intervals across seeds come from
-:func:`lmsci.claims.across_seeds`, within-run binomial ones from :func:`lmsci.stats.wilson_interval`.
+:func:`lmsci.stats.across_seeds`, within-run binomial ones from :func:`lmsci.stats.wilson_interval`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Gate, across_seeds
-from lmsci.stats import wilson_interval
+from lmsci.claims import Gate
+from lmsci.stats import across_seeds, wilson_interval
 
 # -- verdicts: per-seed statistics and the shared gate -------------------------------------------------
 MEMORISED = Gate("memorised", "biography recall (exact match of each of the 6 attribute values given the "

@@ -5,7 +5,7 @@ point (True) on one column of the results (one row per point and seed): ``invers
 match after QA fine-tuning), ``reverse_completion_test`` (greedy exact match of the name after the held-out
 attributes-only prompt) or ``name_gap_bits_test`` (correct-minus-random name log-probability, bits). The value is
 the mean over seeds of (with-reverse - forward-only) with its 95% Student-t CI across seeds
-(:func:`lmsci.claims.across_seeds`). The null arm (``null_*`` columns of the forward-only rows: a randomly
+(:func:`lmsci.stats.across_seeds`). The null arm (``null_*`` columns of the forward-only rows: a randomly
 initialised model) takes the with-reverse arm's place in the same rule. Sources: Allen-Zhu & Li, Part 3.2, arXiv
 2309.14402, Section 5; Berglund et al., "The Reversal Curse", arXiv 2309.12288, Section 2, Table 1, Figure 4.
 """
@@ -17,8 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
-from lmsci.experiments.knowledge.common import paired, recall_gate, seed_summary, seed_values, within_run
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
+from lmsci.experiments.knowledge._gates import paired, recall_gate, seed_summary, seed_values, within_run
 
 FORWARD_QA_MIN = 0.5
 GAP_FORWARD_MAX, GAP_LIFT_MIN = 1.0, 3.0

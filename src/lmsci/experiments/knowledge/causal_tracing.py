@@ -35,13 +35,14 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt, greedy_first, rome_edits, traced_site
-from lmsci.experiments.knowledge.common import (
-    MEMORISED, MemoriseFirstConfig, PhaseSpec, bio_recall, pretraining_data,
-    recall_checker, recall_gate, seed_summary, seed_values,
-)
+from lmsci.experiments.knowledge._bios_streams import pretraining_data
+from lmsci.experiments.knowledge._gates import MEMORISED, recall_gate, seed_summary, seed_values
+from lmsci.experiments.knowledge._specs import PhaseSpec
+from lmsci.experiments.knowledge.common import MemoriseFirstConfig, bio_recall, recall_checker
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.report import markdown_table
 from lmsci.train.packed import train_packed

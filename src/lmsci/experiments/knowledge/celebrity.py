@@ -20,15 +20,17 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import (
-    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, RECALL_MIN, SINGLE, MemoriseFirstConfig, exposures_of,
-    mean_tokens, model_seconds, paired, null_arm_finetune, pretrain_check_finetune, pretraining_data,
-    qa_learned_gate, recall_gate, seed_summary, seed_values, within_run,
-)
+from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_data
+from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, mean_tokens, model_seconds
+from lmsci.experiments.knowledge._gates import (MEMORISED, QA_LEARNED, RECALL_MIN, paired, qa_learned_gate, recall_gate,
+                                                seed_summary, seed_values, within_run)
+from lmsci.experiments.knowledge._specs import SINGLE
+from lmsci.experiments.knowledge.common import MemoriseFirstConfig, null_arm_finetune, pretrain_check_finetune
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
-from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.claims import Claim, Verdict
+from lmsci.stats import across_seeds
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
 

@@ -6,8 +6,8 @@ Used by ``knowledge-extraction``, ``celebrity-helps-minority``, ``reversal-curse
 (arXiv 2309.14316, 2309.14402, 2404.05405); Berglund et al., arXiv 2309.12288.
 
 This module holds the configs (:class:`BiosQAConfig`, :class:`MemoriseFirstConfig`) and the protocols (QA
-fine-tuning, the null arm, memorisation-first pretraining, biography recall) and re-exports, so that every
-existing import keeps working, the pieces split by concept:
+fine-tuning, the null arm, memorisation-first pretraining, biography recall); the other shared pieces live in
+their own modules, split by concept (import them from there):
 
 * :mod:`._specs`: :class:`DataSpec` (``SINGLE``, ``AUGMENTED``), :class:`PhaseSpec` (one training phase, sized by
   exposures); the GPT trained is a library :class:`lmsci.models.gpt.GPTSpec` (rotary, tied embeddings);
@@ -39,24 +39,67 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from lmsci.config import ExperimentConfig
+from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
-from lmsci.experiments.knowledge._bios_streams import (  # noqa: F401 (re-exported)
-    bio_stream, concat_packed, exposures_of, mixed_stream, pretraining_data, qa_stream, token_fractions, training_bios)
-from lmsci.experiments.knowledge._estimates import (  # noqa: F401 (re-exported)
-    GPU_ASSUMPTIONS, GPU_BUDGET_S, H100_ASSUMPTIONS, HOST_DOCS_PER_S, PY_DOCS_PER_S, STEP_OVERHEAD_S,
-    flops_per_token, gpu_seconds, h100_seconds, mean_tokens, model_seconds, vocab_size)
-from lmsci.experiments.knowledge._gates import (  # noqa: F401 (re-exported)
-    MEMORISED, QA_LEARNED, QA_LEARNED_MIN, QA_LEARNED_MIXED, RECALL_MIN, paired, qa_learned_gate, recall_gate,
-    seed_summary, seed_values, within_run)
-from lmsci.experiments.knowledge._specs import (  # noqa: F401 (re-exported)
-    AUGMENTED, SINGLE, DataSpec, PhaseSpec)
+from lmsci.experiments.knowledge._bios_streams import bio_stream, qa_stream, training_bios
+from lmsci.experiments.knowledge._specs import AUGMENTED, DataSpec, PhaseSpec
 from lmsci.measure.knowledge import qa_metrics, recall_of_docs
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train.packed import train_packed
-from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed
+from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs
+
+
+class BiosModelSpec(StrictModel):
+    """A bioS world and a GPT pretrained on it until its biographies are memorised.
+
+    Attributes:
+        n_people: N. multiplicity, permute, fullname: how biographies are written (Part 3.1 augmentations).
+        model: the GPT (GPTSpec). exposures: biographies per person in the pretraining budget. seq_len: window length.
+        pretrain: optimizer (PhaseSpec). check_every: recall check every this many steps. stop_at: stop once the checked
+            recall reaches this (None: the whole budget).
+    """
+
+    n_people: int = Field(100, ge=4, le=1_000_000)
+    multiplicity: int = Field(3, ge=1, le=100)
+    permute: bool = True
+    fullname: bool = True
+    model: GPTSpec = GPTSpec(d_model=64, n_layers=4, n_heads=4, pos="rope", tie_embeddings=True)
+    exposures: int = Field(150, ge=1)
+    seq_len: int = Field(256, ge=64)
+    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=8)
+    check_every: int = Field(100, ge=0)
+    stop_at: float | None = Field(0.97, gt=0, le=1)
+
+
+def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ctx: PointContext | None,
+                     device: str) -> tuple[torch.nn.Module, BiosWorld, list[list[Doc]], dict[str, Any]]:
+    """Pretrain a GPT on a bioS world until memorised (:func:`lmsci.train.packed.train_packed`).
+
+    Returns:
+        ``(model in eval mode, world, docs, info)``: ``docs[i]`` are person ``i``'s training biographies (the
+        renderings of the pretraining data); ``info`` has ``pretrain_steps``, ``steps_to_gate``, ``recall``
+        (exact match of every attribute value given its prefix, over all of ``docs``), ``params``.
+    """
+    world = BiosWorld(spec.n_people, seed=data_seed)
+    ds = DataSpec(multiplicity=spec.multiplicity, permute=spec.permute, fullname=spec.fullname)
+    people = np.arange(spec.n_people)
+    stream = bio_stream(world, exposures=spec.exposures, seed=data_seed, seq_len=spec.seq_len, specs=[(people, ds)],
+                        order_seed=train_seed)
+    docs_flat = bio_docs(world, people, multiplicity=spec.multiplicity, permute=spec.permute,
+                         fullname=spec.fullname, seed=data_seed)
+    docs = [docs_flat[i * spec.multiplicity:(i + 1) * spec.multiplicity] for i in range(spec.n_people)]
+    model = GPT(spec.model.gpt_config(len(world.vocab), spec.seq_len), seed=train_seed).to(device)
+    check_docs = [d for ds_ in docs for d in ds_]
+    pre = train_packed(model, stream, spec.pretrain, seed=train_seed, ctx=ctx, phase="pretrain", device=device,
+                       recall_fn=lambda m: recall_of_docs(m, check_docs, attrs=ATTRS, device=device),
+                       check_every=spec.check_every, stop_at=spec.stop_at)
+    model.eval()
+    recall = recall_of_docs(model, check_docs, attrs=ATTRS, device=device)
+    return model, world, docs, {"pretrain_steps": pre["steps"], "pretrain_steps_budget": pre["steps_budget"],
+                                "steps_to_gate": pre["steps_to_gate"], "recall": recall,
+                                "pretrain_seconds": pre["seconds"], "params": model.num_params()}
 
 
 class BiosQAConfig(ExperimentConfig):

@@ -35,10 +35,12 @@ from pydantic import Field
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import H100_ASSUMPTIONS, PhaseSpec, h100_seconds, mean_tokens, vocab_size
+from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, h100_seconds, mean_tokens, vocab_size
+from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
-from lmsci.claims import Claim, Gate, Verdict, across_seeds, not_measured
+from lmsci.claims import Claim, Gate, Verdict, not_measured
+from lmsci.stats import across_seeds
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir
 from lmsci.train import trainer

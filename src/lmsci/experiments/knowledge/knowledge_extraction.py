@@ -26,18 +26,20 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import (
-    H100_ASSUMPTIONS, MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, SINGLE, MemoriseFirstConfig, exposures_of,
-    first_value_words, mean_tokens, model_seconds, paired, pretrain_check_finetune,
-    null_arm_finetune, pretraining_data, qa_learned_gate, recall_gate, seed_summary, seed_values, token_fractions,
-    within_run,
-)
+from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_data, token_fractions
+from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, mean_tokens, model_seconds
+from lmsci.experiments.knowledge._gates import (MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, paired,
+                                                qa_learned_gate, recall_gate, seed_summary, seed_values, within_run)
+from lmsci.experiments.knowledge._specs import SINGLE
+from lmsci.experiments.knowledge.common import (MemoriseFirstConfig, first_value_words, null_arm_finetune,
+                                                pretrain_check_finetune)
 from lmsci.models.gpt import GPT
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
-from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.claims import Claim, Verdict
+from lmsci.stats import across_seeds
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 

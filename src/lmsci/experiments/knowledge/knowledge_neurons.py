@@ -33,76 +33,19 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
-from lmsci.config import ExperimentConfig, StrictModel
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
+from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import (
-    DataSpec, PhaseSpec, bio_stream, seed_values,
-)
-from lmsci.models.gpt import GPT, GPTSpec
+from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
+from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
-from lmsci.measure.knowledge import recall_of_docs
-from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.attribution import (
     NeuronEdit, adaptive_share, answer_probs, coarse_neurons, integrated_gradients, refine, relative_change,
 )
 from lmsci.runs import RunDir
-from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, bio_docs
-
-RECALL_MIN = 0.9
-
-
-class BiosModelSpec(StrictModel):
-    """A bioS world and a GPT pretrained on it until its biographies are memorised.
-
-    Attributes:
-        n_people: N. multiplicity, permute, fullname: how biographies are written (Part 3.1 augmentations).
-        model: the GPT (GPTSpec). exposures: biographies per person in the pretraining budget. seq_len: window length.
-        pretrain: optimizer (PhaseSpec). check_every: recall check every this many steps. stop_at: stop once the checked
-            recall reaches this (None: the whole budget).
-    """
-
-    n_people: int = Field(100, ge=4, le=1_000_000)
-    multiplicity: int = Field(3, ge=1, le=100)
-    permute: bool = True
-    fullname: bool = True
-    model: GPTSpec = GPTSpec(d_model=64, n_layers=4, n_heads=4, pos="rope", tie_embeddings=True)
-    exposures: int = Field(150, ge=1)
-    seq_len: int = Field(256, ge=64)
-    pretrain: PhaseSpec = PhaseSpec(lr=1e-2, batch_size=8)
-    check_every: int = Field(100, ge=0)
-    stop_at: float | None = Field(0.97, gt=0, le=1)
-
-
-def train_bios_model(spec: BiosModelSpec, *, data_seed: int, train_seed: int, ctx: PointContext | None,
-                     device: str) -> tuple[torch.nn.Module, BiosWorld, list[list[Doc]], dict[str, Any]]:
-    """Pretrain a GPT on a bioS world until memorised (:func:`lmsci.train.packed.train_packed`).
-
-    Returns:
-        ``(model in eval mode, world, docs, info)``: ``docs[i]`` are person ``i``'s training biographies (the
-        renderings of the pretraining data); ``info`` has ``pretrain_steps``, ``steps_to_gate``, ``recall``
-        (exact match of every attribute value given its prefix, over all of ``docs``), ``params``.
-    """
-    world = BiosWorld(spec.n_people, seed=data_seed)
-    ds = DataSpec(multiplicity=spec.multiplicity, permute=spec.permute, fullname=spec.fullname)
-    people = np.arange(spec.n_people)
-    stream = bio_stream(world, exposures=spec.exposures, seed=data_seed, seq_len=spec.seq_len, specs=[(people, ds)],
-                        order_seed=train_seed)
-    docs_flat = bio_docs(world, people, multiplicity=spec.multiplicity, permute=spec.permute,
-                         fullname=spec.fullname, seed=data_seed)
-    docs = [docs_flat[i * spec.multiplicity:(i + 1) * spec.multiplicity] for i in range(spec.n_people)]
-    model = GPT(spec.model.gpt_config(len(world.vocab), spec.seq_len), seed=train_seed).to(device)
-    check_docs = [d for ds_ in docs for d in ds_]
-    pre = train_packed(model, stream, spec.pretrain, seed=train_seed, ctx=ctx, phase="pretrain", device=device,
-                       recall_fn=lambda m: recall_of_docs(m, check_docs, attrs=ATTRS, device=device),
-                       check_every=spec.check_every, stop_at=spec.stop_at)
-    model.eval()
-    recall = recall_of_docs(model, check_docs, attrs=ATTRS, device=device)
-    return model, world, docs, {"pretrain_steps": pre["steps"], "pretrain_steps_budget": pre["steps_budget"],
-                                "steps_to_gate": pre["steps_to_gate"], "recall": recall,
-                                "pretrain_seconds": pre["seconds"], "params": model.num_params()}
-
+from lmsci.worlds.bios import ATTRS, Doc
 
 def fact_prompts(docs: list[Doc], attr: str) -> tuple[list[list[int]], int]:
     """The prompts of (person, ``attr``): each biography truncated before the value; and the answer (its first

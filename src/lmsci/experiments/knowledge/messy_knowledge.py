@@ -38,12 +38,12 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import (
-    MEMORISED, PhaseSpec, recall_gate, seed_values,
-)
+from lmsci.experiments.knowledge._gates import MEMORISED, recall_gate, seed_values
+from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.report import markdown_table
 from lmsci.train.packed import train_packed

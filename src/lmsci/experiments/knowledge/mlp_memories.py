@@ -7,7 +7,7 @@ layer 11 to ~3.5%, against 0.0004% for a random token). Seed lecture 000 ("MLP ~
 
 Two lmsci GPTs per seed: one trained on Shakespeare (:mod:`lmsci.worlds.shakespeare`, BPE, trained with
 :func:`lmsci.train.corpus_lm.train_corpus_gpt`) and one that memorised a bioS world
-(:func:`lmsci.experiments.knowledge.knowledge_neurons.train_bios_model`). Keys are searched over training text (Shakespeare
+(:func:`lmsci.experiments.knowledge.common.train_bios_model`). Keys are searched over training text (Shakespeare
 windows; the bioS training biographies); values are projected through the output embedding without the final norm
 (the paper's ``softmax(v E)``). The chance level is the shuffled-neuron baseline of
 :meth:`lmsci.measure.kv_memories.KVMemories.shuffled_agreement` (neuron i's value against neuron j's key, same
@@ -26,12 +26,13 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge.common import seed_values
+from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
+from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
-from lmsci.experiments.knowledge.knowledge_neurons import RECALL_MIN, BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
 from lmsci.measure.kv_memories import NORMS, key_value_memories, next_token_targets
 from lmsci.models.gpt import GPT, GPTSpec

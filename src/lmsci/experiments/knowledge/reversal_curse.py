@@ -48,10 +48,11 @@ from lmsci.experiments.knowledge import _reversal_curse_figures as _f
 from lmsci.experiments.knowledge import _reversal_curse_verdicts as _v
 from lmsci.experiments.knowledge._reversal_curse_verdicts import (  # noqa: F401 (FORWARD_QA_MIN re-exported)
     FORWARD_QA_MIN, GAP_FORWARD_MAX, GAP_LIFT_MIN)
-from lmsci.experiments.knowledge.common import (
-    BiosQAConfig, AUGMENTED, H100_ASSUMPTIONS, MEMORISED, DataSpec, bio_recall, concat_packed,
-    exposures_of, h100_seconds, mean_tokens, vocab_size, finetune_qa, null_arm_finetune,
-)
+from lmsci.experiments.knowledge._bios_streams import concat_packed, exposures_of
+from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, h100_seconds, mean_tokens, vocab_size
+from lmsci.experiments.knowledge._gates import MEMORISED
+from lmsci.experiments.knowledge._specs import AUGMENTED, DataSpec
+from lmsci.experiments.knowledge.common import BiosQAConfig, bio_recall, finetune_qa, null_arm_finetune
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.models.gpt import GPT
 from lmsci.train.packed import train_packed

@@ -19,20 +19,10 @@ import numpy as np
 import pandas as pd
 
 from lmsci.claims import Verdict, judge_arms
+from lmsci.experiments.laws._common import gpt_non_embedding_params
 
 PANELS = {"flat-heads": ("heads", "heads-null"), "flat-mlp": ("mlp", "mlp-null")}
 KEY = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp")
-
-
-def gpt_non_embedding_params(n_layers: int, d_model: int, n_heads: int, d_head: int, d_mlp: int | None = None) -> int:
-    """Non-embedding parameters of lmsci's GPT (learned positions, GELU MLP of ``d_mlp`` (default 4 d_model),
-    LayerNorm, biases): per block ``2d + (3 d Hk + 3 Hk) + (Hk d + d) + 2d + (d m + m) + (m d + d)`` with
-    ``Hk = n_heads * d_head`` and ``m = d_mlp``, plus the final LayerNorm ``2d`` (equals
-    ``GPT.num_params(non_embedding=True)``; tested)."""
-    d, hk = d_model, n_heads * d_head
-    m = 4 * d if d_mlp is None else d_mlp
-    block = 2 * d + 3 * d * hk + 3 * hk + hk * d + d + 2 * d + 2 * d * m + m + d
-    return n_layers * block + 2 * d
 
 
 def shape_for(n_params: int, n_layers: int, d_head: int, mlp_ratio: float = 4.0) -> tuple[int, int]:
@@ -138,5 +128,5 @@ def plot_panel(ax, res: pd.DataFrame, cfg, panel: str) -> None:
         ax.set_xlabel(f"feed-forward ratio d_mlp / d_model ({cfg.mlp_layers} layers, N~{cfg.n_params[0]:,})")
 
 
-__all__ = ["PANELS", "gpt_non_embedding_params", "shape_for", "panel_shapes", "arch_key", "panel_stats",
+__all__ = ["PANELS", "shape_for", "panel_shapes", "arch_key", "panel_stats",
            "decide_panels", "plot_panel"]

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment
 
 EXP_RANGE = (0.05, 1.0)  # registered interval for alpha and beta

@@ -43,12 +43,14 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Verdict, across_seeds
+from lmsci.claims import Claim, Verdict
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.laws._model_shape_panels import (arch_key, decide_panels, gpt_non_embedding_params,
-                                                        panel_shapes, panel_stats, plot_panel, shape_for)
+from lmsci.experiments.laws._common import gpt_non_embedding_params
+from lmsci.experiments.laws._model_shape_panels import (arch_key, decide_panels, panel_shapes, panel_stats, plot_panel,
+                                                        shape_for)
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir
@@ -458,4 +460,4 @@ def decide(exp: ModelShape, cfg: ModelShapeConfig, per_seed: dict[int, list[dict
     return out
 
 
-__all__ = ["ModelShape", "ModelShapeConfig", "shape_for", "gpt_non_embedding_params", "grid_stats", "decide"]
+__all__ = ["ModelShape", "ModelShapeConfig", "shape_for", "grid_stats", "decide"]

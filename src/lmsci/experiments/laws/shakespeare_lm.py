@@ -32,14 +32,14 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from lmsci.claims import Claim, across_seeds
+from lmsci.claims import Claim
+from lmsci.stats import across_seeds, bootstrap_ci
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, Verdict
-from lmsci.stats import bootstrap_ci
 from lmsci.train.trainer import TrainSpec
 
 SAMPLES_FILE = "samples.txt"

@@ -31,7 +31,7 @@ from lmsci.claims import Claim, Verdict, judge_arms
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.laws.model_shape import gpt_non_embedding_params
+from lmsci.experiments.laws._common import gpt_non_embedding_params
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir

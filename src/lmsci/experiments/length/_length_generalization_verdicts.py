@@ -3,7 +3,7 @@
 Each function takes the experiment (for :meth:`Experiment.judge`), the resolved config and the results table
 (one row per point: ``kind`` train / eval / profile, ``method``, ``seed_index``) and returns the claim's
 verdict, or nothing when its measurements are absent. Statistics are per training seed with a Student-t 95% CI
-across seeds (:func:`lmsci.claims.across_seeds`); within-run intervals over evaluation sequences are reported
+across seeds (:func:`lmsci.stats.across_seeds`); within-run intervals over evaluation sequences are reported
 in the details. Source: Han et al., "LM-Infinite", NAACL 2024, arXiv 2308.16137, Sec. 3-4, Table 1, App. A.
 """
 
@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import across_seeds
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment
 from lmsci.runs import Verdict
 

@@ -35,7 +35,8 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, across_seeds
+from lmsci.claims import Claim
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure

@@ -49,7 +49,7 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import across_seeds
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Point, PointContext
@@ -344,7 +344,7 @@ def ok_rows(results: pd.DataFrame) -> pd.DataFrame:
 
 def paired_diff(results: pd.DataFrame, key: str, a: Any, b: Any, col: str):
     """Per training seed, ``col`` of the row with ``key == a`` minus that with ``key == b`` (paired by
-    ``seed_index``), as :func:`lmsci.claims.across_seeds`; None when no seed has both."""
+    ``seed_index``), as :func:`lmsci.stats.across_seeds`; None when no seed has both."""
     ok = ok_rows(results)
     if key not in ok or col not in ok:
         return None

@@ -28,7 +28,8 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure

@@ -3,7 +3,7 @@
 Each function takes the experiment (for :meth:`Experiment.judge` and the registered gates), the resolved config,
 the results table (one row per seed of W, sorted by ``seed_index``) and the gate values ``G`` (:func:`gates`, plus
 ``single-steer-gains``), and returns the claim's verdict. Statistics are across the seeds of W with a Student-t
-95% CI (:func:`lmsci.claims.across_seeds`); every claim but ``vs-baselines`` has a null arm (columns ``null_*``: a
+95% CI (:func:`lmsci.stats.across_seeds`); every claim but ``vs-baselines`` has a null arm (columns ``null_*``: a
 random W of the same Frobenius norm and rank). Source: Han, Xu, Li, Ji, "Word Embeddings Are Steers for Language
 Models", ACL 2024, arXiv 2305.12798, Tables 1, 2 and 5, sec. 5, App. F-G.
 """
@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.steering.lm_steer_detox import mean_curve, nan_stat
 from lmsci.measure import text_scores as ts
 

@@ -49,7 +49,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lmsci.claims import Verdict, across_seeds, not_measured
+from lmsci.claims import Verdict, not_measured
+from lmsci.stats import across_seeds
 from lmsci.errors import ConfigError
 from lmsci.measure import text_scores as ts
 from lmsci.runs import derive_seed, resolve_device

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores, prefix_matching_scores, token_nll
 from lmsci.models.gpt import GPT
 from lmsci.runs import derive_seed

@@ -35,56 +35,26 @@ rule must not find a gap.
 
 from __future__ import annotations
 
-import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
-from lmsci.config import ExperimentConfig
-from lmsci.errors import ConfigError
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.syntax._common import (VARIANT_NAMES, CFGModelConfig, build_grammar, make_model, train_model,
+                                             validate_model_config)
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy, mean_kl
-from lmsci.models.gpt import GPT, GPTSpec
+from lmsci.models.gpt import GPT
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainSpec, train
-from lmsci.worlds.cfg import CFG, get_grammar
+from lmsci.worlds.cfg import CFG
 
-VARIANT_NAMES = {"rope": "GPT_rot", "learned": "GPT (absolute)", "relative": "GPT_rel (T5 bias)", "uni": "GPT_uni",
-                 "posonly": "GPT_pos"}
 GEN_ACC_MIN = 0.9          # registered: generation accuracy of GPT_rot at least 0.9
 UNI_RATIO_MIN = 0.8        # registered: GPT_uni reaches at least 0.8 of GPT_rot's accuracy
-
-
-class CFGModelConfig(ExperimentConfig):
-    """Fields shared by ``cfg-learning`` and ``cfg-probing`` (defaults = the quick preset: the small grammar
-    ``cfg3b-small`` drawn by the cfg3 generator, 5 levels, strings of 16-81 tokens; a 4-layer d_model 64 GPT). The gpu
-    and paper presets' ``cfg3f`` is the published cfg3f table.
-
-    Attributes:
-        variants: the position schemes trained, one model each (GPTConfig ``pos``: each replaces ``model.pos``, which
-            is therefore not set on its own: setting it is refused).
-        model: the GPT trained (:class:`~lmsci.models.gpt.GPTSpec`; its ``pos`` is the variant's).
-        seq_len: the context window (tokens, BOS included).
-        train: its optimizer and schedule (:class:`~lmsci.train.trainer.TrainSpec`; AdamW betas 0.9/0.98, weight
-            decay 0.1, warmup ``warmup_steps`` then cosine decay).
-    """
-
-    grammar: str = Field("cfg3b-small", description="a published cfg3 table (cfg3b, cfg3e1, cfg3e2, cfg3f, cfg3g, "
-                         "cfg3h, cfg3i, cfg3j, cfg3k), a draw '<name>-draw:SEED', lmsci's small draws cfg3b-small / "
-                         "cfg3f-small (drawn with grammar_seed), or an official cfg3*.json path")
-    grammar_seed: int = Field(0, ge=0)
-    variants: list[Literal["rope", "learned", "relative", "uni", "posonly"]] = Field(["rope"], min_length=1)
-    model: GPTSpec = GPTSpec(n_layers=4, n_heads=4, d_model=64)
-    seq_len: int = Field(128, ge=8, description="context window (tokens, BOS included)")
-    train: TrainSpec = TrainSpec(steps=3000, batch_size=16, lr=3e-3, warmup_steps=50, weight_decay=0.1,
-                                 betas=(0.9, 0.98))
-    threads: int = Field(1, ge=0)
-    n_seeds: int = Field(3, ge=1, le=100)
 
 
 class CFGLearningConfig(CFGModelConfig):
@@ -107,68 +77,6 @@ class CFGLearningConfig(CFGModelConfig):
                   "train.batch_size": 96, "train.steps": 100_000, "train.lr": 3e-4, "train.warmup_steps": 1000,
                   "cut": 50, "n_gen": 2000, "n_kl": 100, "threads": 0},
     }
-
-
-# -- shared pieces (also used by cfg-probing) -------------------------------------------------------------------
-def build_grammar(cfg: CFGModelConfig) -> CFG:
-    """The grammar of ``cfg.grammar`` (:func:`lmsci.worlds.cfg.get_grammar`; ``grammar_seed`` seeds the draws).
-
-    Raises:
-        ConfigError: an unknown grammar spec or a missing table file; GrammarError: a malformed table (both
-            from :func:`~lmsci.worlds.cfg.get_grammar`).
-    """
-    return get_grammar(cfg.grammar, cfg.grammar_seed)
-
-
-def validate_model_config(cfg: CFGModelConfig) -> CFG:
-    """Resolve the grammar and check the model fields (named errors before any work)."""
-    g = build_grammar(cfg)
-    if cfg.model.pos != type(cfg).model_fields["model"].default.pos:
-        raise ConfigError("model.pos", cfg.model.pos, "left as it is: set the position schemes with variants")
-    if "rope" in cfg.variants and cfg.model.head_dim % 2:
-        raise ConfigError("model.n_heads", cfg.model.n_heads, "an even d_head = d_model / n_heads for pos='rope'")
-    lo, _ = g.length_range()
-    if cfg.seq_len < lo + 2:
-        raise ConfigError("seq_len", cfg.seq_len, f">= {lo + 2} (BOS, the grammar's shortest string, EOS)")
-    return g
-
-
-def make_model(cfg: CFGModelConfig, g: CFG, variant: str, seed: int) -> GPT:
-    """A GPT of ``cfg.model`` over the grammar's vocabulary with context ``cfg.seq_len`` and position variant
-    ``variant`` (a :class:`~lmsci.models.gpt.GPTConfig` ``pos``: rope, learned, relative, uni, posonly), initialised
-    from ``seed`` (Allen-Zhu & Li, arXiv 2305.13673, sec. 3: GPT_rot, GPT, GPT_rel, GPT_uni, GPT_pos)."""
-    return GPT(cfg.model.gpt_config(g.vocab_size, cfg.seq_len, pos=variant), seed=seed)
-
-
-def make_get_batch(g: CFG, batch_size: int, seq_len: int):
-    """``get_batch(step, gen) -> (input_ids, targets)`` ``[batch, seq_len]``: each row is BOS followed by fresh
-    EOS-separated strings (all randomness drawn from ``gen``)."""
-    lo, _ = g.length_range()
-    per_row = math.ceil(seq_len / (lo + 1)) + 1
-
-    def get_batch(step: int, gen: torch.Generator):
-        rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        stream = g.sample_stream(batch_size * per_row, rng)
-        ends = np.flatnonzero(stream == g.eos)
-        starts = np.r_[0, ends[per_row - 1::per_row][:-1] + 1]
-        rows = np.stack([stream[s: s + seq_len] for s in starts])  # each row >= seq_len tokens by construction
-        x = np.concatenate([np.full((batch_size, 1), g.bos), rows[:, :-1]], axis=1)
-        return torch.from_numpy(x), torch.from_numpy(rows.copy())
-
-    return get_batch
-
-
-def train_model(cfg: CFGModelConfig, g: CFG, variant: str, ctx: PointContext, tag: str = "") -> tuple[GPT, dict]:
-    """Train one model of ``variant`` from the point's seed; returns ``(model in eval mode, final record)``."""
-    model = make_model(cfg, g, variant, derive_seed(ctx.seed, "init", tag))
-    steps = cfg.train.steps
-    tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
-    bar = ctx.progress(steps, f"train {variant}")
-    res = train(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len), tc,
-                seed=derive_seed(ctx.seed, "data", tag), log=lambda m: ctx.log(**m),
-                checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
-    bar.close()
-    return model.eval(), res.final
 
 
 @torch.no_grad()

@@ -32,10 +32,11 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.syntax.cfg_learning import (VARIANT_NAMES, CFGModelConfig, build_grammar, make_model, train_model,
-                                            validate_model_config)
+from lmsci.experiments.syntax._common import (VARIANT_NAMES, CFGModelConfig, build_grammar, make_model, train_model,
+                                             validate_model_config)
 from lmsci.experiments.registry import register
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy, hidden_states, probe_parse
 from lmsci.measure.probes import fit_mixing_probe

@@ -54,8 +54,10 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
-from lmsci.experiments.base import Experiment, ExperimentConfig, Figure, Point, PointContext, save_figure
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
+from lmsci.config import ExperimentConfig
+from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.syntax._ioi_paths import dup_by_values, sinh_heads
 from lmsci.measure import patching as P

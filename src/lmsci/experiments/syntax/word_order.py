@@ -52,7 +52,8 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict, across_seeds
+from lmsci.claims import Claim, Gate, Verdict
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
@@ -325,7 +326,7 @@ class WordOrder(Experiment):
         return row
 
     def _cfg_row(self, cfg: WordOrderConfig, ctx: PointContext) -> dict[str, Any]:
-        from lmsci.experiments.syntax.cfg_learning import CFGModelConfig, build_grammar, train_model
+        from lmsci.experiments.syntax._common import CFGModelConfig, build_grammar, train_model
 
         smoke = cfg.preset == "smoke"  # the smoke contrast: a 1-layer d_model 16 GPT, batch 4, context 96
         spec, tspec = CFGModelConfig.model_fields["model"].default, CFGModelConfig.model_fields["train"].default
@@ -353,7 +354,7 @@ class WordOrder(Experiment):
         row = {"kind": "cfg", "task": "cfg-contrast", "nll_strings": a, "nll_deranged": b, "nll_drop": b - a,
                "deranged_in_language": float(np.mean([g.member(s) for s in shuffled]))}
         # null arm: the same model at its random initialisation
-        from lmsci.experiments.syntax.cfg_learning import make_model
+        from lmsci.experiments.syntax._common import make_model
 
         model = make_model(ccfg, g, "rope", derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
         row["null_nll_drop"] = nll(shuffled) - nll(strings)

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment
 
 CENTRE_TOL = 0.25  # exact world: fitted centre within 25% of log((1-alpha)/alpha)/beta

@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment
 
 GENERATORS = ("mle", "gt", "tf", "tf_cold")

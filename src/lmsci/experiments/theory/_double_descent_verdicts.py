@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Verdict, across_seeds
+from lmsci.claims import Verdict
+from lmsci.stats import across_seeds
 from lmsci.experiments.base import Experiment
 
 

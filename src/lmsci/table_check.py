@@ -1,0 +1,302 @@
+"""``lmsci suite --check PUBLISHED``: which rows of a published claims table are current with the code at HEAD.
+
+Each published row carries the provenance digest of the runs behind it (``digest`` in ``claims.csv``:
+``config.source.libraries``, :mod:`lmsci.provenance`). The check recomputes every experiment's digest at HEAD
+(its preset's resolved configuration, the import closure of its module as it is in the working tree, the
+installed library versions) and sorts each experiment's rows into:
+
+- ``current``: the row's digest equals HEAD's;
+- ``current (source changed, golden unchanged)``: the configuration is the same and only the source or library
+  part differs, and the experiment's smoke golden (``results/golden/<experiment>.json``, written by
+  ``scripts/golden.py``) was verified at both the row's and HEAD's source and libraries: its smoke results
+  (master seed 0, one thread) matched within the golden's tolerance, so the change left that run's numbers
+  as they were;
+- ``stale``: anything else, with the reasons: no digest recorded, ``mixed`` (the row's runs were computed by
+  different code), the configuration changed, the source changed (the closure's files changed since the row's
+  commit, from ``git diff``, when git and that commit are there), the libraries changed.
+
+What a ``current`` verdict cannot promise (besides what :mod:`lmsci.provenance` cannot see): a golden is the
+smoke preset at one master seed; a change whose effect shows only at quick (a code path smoke does not take,
+a tolerance-sized drift that a long run amplifies) passes the golden and still moves a quick row. The golden's
+tolerance (:data:`GOLDEN_RTOL`, :data:`GOLDEN_ATOL`) is chosen to hold across CPUs (AVX2 vs AVX-512, OpenBLAS
+vs MKL, thread counts), so a change smaller than it is not seen either.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import math
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmsci.errors import LmsciError
+from lmsci.provenance import SRC_ROOT, provenance, split_digest
+
+#: relative and absolute tolerance of a golden comparison: smoke runs of tiny models agree to about 1e-6
+#: relative between CPU kernels; 1e-3 leaves room for a few hundred training steps to amplify that
+GOLDEN_RTOL, GOLDEN_ATOL = 1e-3, 1e-6
+#: results columns that describe where or how fast a run went, not its outcome (never compared)
+VOLATILE_COLUMNS = frozenset({"seconds", "commit", "device", "node", "worker", "hostname", "wall_s"})
+VOLATILE_SUFFIXES = ("_per_s", "_seconds", "_sec", "_mfu", "_wall_s")
+CURRENT, CURRENT_BY_GOLDEN, STALE = "current", "current (source changed, golden unchanged)", "stale"
+REPO_ROOT = SRC_ROOT.parents[1]
+
+
+def golden_dir(root: str | Path | None = None) -> Path:
+    """``results/golden`` of the checkout (or under ``root``, a results folder)."""
+    from lmsci.publish import results_root
+
+    return Path(root if root is not None else results_root()) / "golden"
+
+
+def outcome_columns(df: pd.DataFrame) -> list[str]:
+    """The columns of a results table that a golden compares: all but :data:`VOLATILE_COLUMNS` and timing ones."""
+    return [c for c in df.columns if c not in VOLATILE_COLUMNS and not str(c).endswith(VOLATILE_SUFFIXES)]
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    return None
+
+
+def _plain(x: Any) -> Any:
+    """A numpy scalar as its Python value; NaN (an empty cell) as None."""
+    x = x.item() if hasattr(x, "item") and not isinstance(x, (str, bytes)) else x
+    return None if isinstance(x, float) and math.isnan(x) else x
+
+
+def values_close(a: Any, b: Any, rtol: float = GOLDEN_RTOL, atol: float = GOLDEN_ATOL) -> bool:
+    """Whether two cells agree: numbers within ``rtol``/``atol`` (NaN equals NaN), JSON strings (lists and
+    objects, as experiments store per-trial records) element by element, anything else exactly."""
+    na, nb = _num(a), _num(b)
+    if na is not None and nb is not None:
+        if math.isnan(na) or math.isnan(nb):
+            return math.isnan(na) and math.isnan(nb)
+        return math.isclose(na, nb, rel_tol=rtol, abs_tol=atol)
+    if isinstance(a, str) and isinstance(b, str) and a != b and a[:1] in "[{" and b[:1] in "[{":
+        try:
+            return values_close(json.loads(a), json.loads(b), rtol, atol)
+        except json.JSONDecodeError:
+            return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(values_close(x, y, rtol, atol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_close(a[k], b[k], rtol, atol) for k in a)
+    return a == b
+
+
+def compare_results(golden: pd.DataFrame, new: pd.DataFrame, rtol: float = GOLDEN_RTOL,
+                    atol: float = GOLDEN_ATOL) -> list[str]:
+    """The differences between a golden results table and a new one (empty: unchanged within tolerance),
+    matched on the ``point`` column: missing or extra points and columns, and each cell that moved."""
+    diffs = []
+    gc, nc = set(outcome_columns(golden)), set(outcome_columns(new))
+    if gc != nc:
+        diffs.append(f"columns differ: only golden {sorted(gc - nc)}, only new {sorted(nc - gc)}")
+    key = "point" if "point" in golden and "point" in new else None
+    g = golden.set_index(key) if key else golden
+    n = new.set_index(key) if key else new
+    if set(g.index) != set(n.index):
+        diffs.append(f"points differ: only golden {sorted(map(str, set(g.index) - set(n.index)))}, "
+                     f"only new {sorted(map(str, set(n.index) - set(g.index)))}")
+    for idx in [i for i in g.index if i in set(n.index)]:
+        for c in sorted((gc & nc) - {key}):
+            a, b = (_plain(x) for x in (g.at[idx, c], n.at[idx, c]))
+            if not values_close(a, b, rtol, atol):
+                diffs.append(f"{idx} / {c}: {a!r} -> {b!r}")
+    return diffs
+
+
+def load_golden(name: str, root: str | Path | None = None) -> dict[str, Any] | None:
+    """The golden record of an experiment (``<golden_dir>/<name>.json``), or None."""
+    p = golden_dir(root) / f"{name}.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def golden_vouches(golden: dict[str, Any] | None, row: dict[str, str], head: dict[str, str]) -> bool:
+    """Whether a golden was verified unchanged at both the row's and HEAD's (source, libraries)."""
+    if not golden:
+        return False
+    seen = {(v.get("source"), v.get("libraries")) for v in golden.get("verified", [])}
+    return (row["source"], row["libraries"]) in seen and (head["source"], head["libraries"]) in seen
+
+
+@functools.lru_cache(maxsize=256)
+def _changed_since(commit: str) -> frozenset[str] | None:
+    try:
+        out = subprocess.run(["git", "diff", "--name-only", commit, "--", "src/lmsci"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return frozenset(ln.removeprefix("src/") for ln in out.stdout.splitlines() if ln.strip())
+
+
+def changed_files(commit: str, paths: list[str]) -> list[str] | None:
+    """The files among ``paths`` (relative to ``src/``) that differ between ``commit`` and the working tree,
+    from ``git diff`` (one call per commit); None when git or the commit is not there."""
+    changed = _changed_since(commit) if commit else None
+    return None if changed is None else sorted(set(paths) & changed)
+
+
+@dataclass
+class RowCheck:
+    """The check of one experiment's rows (they share runs, so commit and digest)."""
+
+    experiment: str
+    rows: int
+    status: str
+    row_digest: str
+    head_digest: str
+    commit: str = ""
+    reasons: list[str] = field(default_factory=list)
+    files: list[str] | None = None
+
+    def line(self) -> str:
+        files = "" if not self.files else f" [changed since {self.commit}: {', '.join(self.files)}]"
+        why = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        return f"{self.experiment} ({self.rows} rows): {self.status}{why}{files}"
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check_published` found: one :class:`RowCheck` per experiment, in table order."""
+
+    where: str
+    preset: str
+    checks: list[RowCheck]
+
+    @property
+    def stale(self) -> list[RowCheck]:
+        return [c for c in self.checks if c.status == STALE]
+
+    @property
+    def clean(self) -> bool:
+        return not self.stale
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(c.rows for c in self.checks if c.status == s) for s in (CURRENT, CURRENT_BY_GOLDEN, STALE)}
+
+    def text(self) -> str:
+        c = self.counts()
+        head = (f"{self.where} (preset {self.preset}): {c[CURRENT]} rows current, {c[CURRENT_BY_GOLDEN]} current by "
+                f"their golden, {c[STALE]} stale, in {len(self.stale)} of {len(self.checks)} experiments")
+        return "\n".join([head, *(f"  {r.line()}" for r in self.checks)])
+
+
+def head_provenance(name: str, preset: str) -> Any:
+    """The :class:`lmsci.provenance.Provenance` of experiment ``name`` at ``preset`` at HEAD (no overrides)."""
+    from lmsci.config import resolve_config
+    from lmsci.experiments.registry import get
+
+    cls = get(name)
+    return provenance(name, cls.__module__, resolve_config(cls.Config, preset, {}))
+
+
+def check_rows(table: pd.DataFrame, preset: str, heads: dict[str, Any], goldens: dict[str, Any],
+               where: str = "", diff=changed_files) -> CheckReport:
+    """The check of a claims table against the HEAD provenance of each experiment (``heads``: name -> Provenance
+    or an error string) and the goldens (name -> record or None); ``diff(commit, paths)`` lists changed files."""
+    checks = []
+    for name, rows in table.groupby("experiment", sort=False):
+        r0 = rows.iloc[0]
+        digest = str(r0.get("digest")) if isinstance(r0.get("digest"), str) else ""
+        commit = str(r0.get("commit")) if isinstance(r0.get("commit"), str) else ""
+        head = heads.get(name)
+        if isinstance(head, str) or head is None:
+            checks.append(RowCheck(name, len(rows), STALE, digest, "", commit,
+                                   [f"no digest at HEAD: {head or 'not a registered experiment'}"]))
+            continue
+        row_parts, head_parts = split_digest(digest), split_digest(head.digest)
+        if row_parts == head_parts:
+            checks.append(RowCheck(name, len(rows), CURRENT, digest, head.digest, commit))
+            continue
+        files = diff(commit, sorted(head.files)) if commit else None
+        if row_parts is None:
+            why = "mixed digests (its runs were computed by different code)" if digest else "no digest recorded"
+            checks.append(RowCheck(name, len(rows), STALE, digest, head.digest, commit, [why], files))
+            continue
+        reasons = [f"{part} changed" for part in ("config", "source", "libraries")
+                   if row_parts[part] != head_parts[part]]
+        if row_parts["config"] == head_parts["config"] and golden_vouches(goldens.get(name), row_parts, head_parts):
+            checks.append(RowCheck(name, len(rows), CURRENT_BY_GOLDEN, digest, head.digest, commit, reasons, files))
+        else:
+            if goldens.get(name) is None and row_parts["config"] == head_parts["config"]:
+                reasons.append("no golden")
+            checks.append(RowCheck(name, len(rows), STALE, digest, head.digest, commit, reasons, files))
+    return CheckReport(where, preset, checks)
+
+
+def check_published(where: str | Path, golden_root: str | Path | None = None) -> CheckReport:
+    """Check a published table (a folder with ``claims.csv`` and ``published.json``, or a suite directory).
+
+    Raises:
+        RunDirError: no claims table there.
+    """
+    from lmsci.publish import load_claims_table
+
+    where = Path(where)
+    table = load_claims_table(where)
+    meta_p = (where if where.is_dir() else where.parent) / "published.json"
+    suite_p = (where if where.is_dir() else where.parent) / "suite.json"
+    preset = "quick"
+    for p in (meta_p, suite_p):
+        if p.is_file():
+            preset = json.loads(p.read_text()).get("preset", preset)
+            break
+    heads: dict[str, Any] = {}
+    for name in dict.fromkeys(table["experiment"]):
+        try:
+            heads[name] = head_provenance(name, preset)
+        except (LmsciError, ValueError) as e:  # an unregistered name, a preset that no longer exists: reported
+            heads[name] = f"{type(e).__name__}: {e}"
+    goldens = {n: load_golden(n, golden_root) for n in heads}
+    return check_rows(table, preset, heads, goldens, where=str(where))
+
+
+def update_golden(name: str, results: pd.DataFrame, record: dict[str, Any], out: str | Path,
+                  extra: dict[str, Any] | None = None) -> tuple[str, list[str]]:
+    """Compare a smoke run's results with the experiment's golden in ``out`` and record the outcome.
+
+    ``record`` is the run's ``provenance.json`` (:meth:`lmsci.provenance.Provenance.to_json`). Unchanged
+    within tolerance: the run's (source, libraries) joins the golden's ``verified`` list (the table is kept).
+    No golden, or a changed one: ``<name>.csv`` is rewritten and ``verified`` restarts with this run, so rows
+    computed before the change can no longer be vouched for.
+
+    Returns:
+        (``"new"``, ``"unchanged"`` or ``"changed"``; the differences found).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_p, json_p = out / f"{name}.csv", out / f"{name}.json"
+    cols = outcome_columns(results)
+    new = results[cols].sort_values("point", kind="stable") if "point" in cols else results[cols]
+    entry = {"source": record.get("source"), "libraries": record.get("libraries_digest"),
+             "digest": record.get("digest"), **(extra or {})}
+    old = json.loads(json_p.read_text()) if json_p.is_file() and csv_p.is_file() else None
+    diffs: list[str] = []
+    if old is not None:
+        diffs = compare_results(pd.read_csv(csv_p), pd.read_csv(io.StringIO(new.to_csv(index=False))),
+                                old.get("rtol", GOLDEN_RTOL), old.get("atol", GOLDEN_ATOL))
+        if not diffs:
+            known = {(v.get("source"), v.get("libraries")) for v in old.get("verified", [])}
+            if (entry["source"], entry["libraries"]) not in known:
+                old.setdefault("verified", []).append(entry)
+                json_p.write_text(json.dumps(old, indent=2) + "\n")
+            return "unchanged", []
+    csv_p.write_text(new.to_csv(index=False))
+    json_p.write_text(json.dumps({
+        "experiment": name, "preset": "smoke", "seed": 0, "threads": 1, "config": record.get("config"),
+        "rtol": GOLDEN_RTOL, "atol": GOLDEN_ATOL, "libraries": record.get("libraries", {}),
+        "verified": [entry]}, indent=2) + "\n")
+    return ("new" if old is None else "changed"), diffs
