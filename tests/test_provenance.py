@@ -84,7 +84,9 @@ def test_a_real_experiments_provenance_is_its_closure_with_the_executor_and_vers
     p = head_provenance("factual-recall", "quick")
     assert "lmsci/experiments/knowledge/factual_recall.py" in p.files and "lmsci/sweep.py" in p.files
     assert "lmsci/experiments/syntax/cfg_learning.py" not in p.files  # another family's experiment
-    assert all(f"lmsci/{r.split('.', 1)[1].replace('.', '/')}.py" in p.files for r in EXECUTOR_ROOTS)
+    for r in EXECUTOR_ROOTS:  # a module or a package (lmsci.claims is one)
+        rel = f"lmsci/{r.split('.', 1)[1].replace('.', '/')}"
+        assert f"{rel}.py" in p.files or f"{rel}/__init__.py" in p.files, r
     assert p.libraries["torch"] == torch.__version__ and p.libraries["numpy"]
     assert head_provenance("factual-recall", "quick").digest == p.digest
     assert head_provenance("factual-recall", "smoke").config != p.config

@@ -8,9 +8,10 @@ The claims table has one row per registered item:
     outcome, seeds, post hoc, wall time, device (claims.csv adds commit, date, machine and digest per row)
 
 With several master seeds a row's outcome is the seeds' common outcome, or ``seed-dependent`` (counted as
-inconclusive) when they differ, with every seed's value beside it. A row is ``post hoc`` when every master
-seed behind it is one at which the claim's preset, gate or rule changed after a result was seen
-(:data:`lmsci.claims.POST_HOC`); a fresh master seed clears it.
+inconclusive) when they differ, with every seed's value beside it. A row is ``post hoc`` when any master
+seed behind it is one at which the claim's preset, gate, null or rule changed after a result was seen
+(:data:`lmsci.claims.POST_HOC`; :mod:`lmsci.claims.posthoc`): ``post_hoc_seeds`` names them and
+``fresh_outcome`` is the outcome over the other seeds, counted as "reproduced on fresh seeds only".
 
 :func:`update_published` replaces the rows of the experiments a suite ran in the published table and keeps the
 others, each row with its own commit, date, machine and provenance digest (:mod:`lmsci.provenance`). With an
@@ -47,7 +48,7 @@ COLUMNS = ["experiment", "claim", "kind", "source", "paper_value", "ours", "null
            "post_hoc", "wall_s", "device"]
 CSV_COLUMNS = COLUMNS + ["decided_here", "value", "ci_lo", "ci_hi", "null_value", "null_passed", "ablation", "master_seeds",
                          "seed_outcomes", "seed_values", "pilot", "commit", "date", "machine", "digest", "error",
-                         "change"]
+                         "change", "post_hoc_seeds", "fresh_outcome"]
 
 
 def seed_run_name(name: str, seed: int, first: bool) -> str:
@@ -170,7 +171,7 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
     One row per verdict in ``verdict.json``; an experiment recorded with an error (in ``suite.json``)
     or without a verdict gets one error row. With several master seeds, a row's outcome is their common
     outcome or ``seed-dependent``, its value and interval those of the first seed, ``seed_values`` every
-    seed's, and ``post_hoc`` true only when every seed's verdict is post hoc.
+    seed's, and ``post_hoc`` true when any seed's verdict is post hoc (``post_hoc_seeds``, ``fresh_outcome``).
     """
     from lmsci.report import _fmt_null, _fmt_value
 
@@ -215,7 +216,7 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
             rows.append({
                 "experiment": name, "claim": v.claim_id, "kind": v.kind, "source": v.source,
                 "paper_value": v.paper_value, "ours": _fmt_value(v), "null_arm": _fmt_null(v), "outcome": outcome,
-                "seeds": v.n_seeds, "post_hoc": all(x is not None and x.post_hoc for x in vs),
+                "seeds": v.n_seeds, "post_hoc": any(x is not None and x.post_hoc for x in vs),
                 "decided_here": decided_here(name, v.claim_id),
                 "wall_s": None if wall is None else round(wall, 1), "device": device,
                 "value": v.value, "ci_lo": v.ci[0] if v.ci else None, "ci_hi": v.ci[1] if v.ci else None,
@@ -227,7 +228,10 @@ def claims_table(path: str | Path, names: Sequence[str], state: dict[str, Any] |
                 "pilot": any(x is not None and x.pilot for x in vs),
                 **{k: env.get(k, "") for k in ("commit", "date", "machine")}, "digest": digest, "error": "",
                 "change": ""})
-    return pd.DataFrame(rows, columns=CSV_COLUMNS)
+    from lmsci.claims.posthoc import refresh_post_hoc
+
+    out = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    return refresh_post_hoc(out, str(state.get("preset", ""))) if len(out) else out
 
 
 def table_counts(table: pd.DataFrame) -> dict[str, int]:
@@ -250,6 +254,8 @@ def table_counts(table: pd.DataFrame) -> dict[str, int]:
         "inconclusive": int(claims["outcome"].isin(["inconclusive", SEED_DEPENDENT]).sum()),
         "seed-dependent": int((claims["outcome"] == SEED_DEPENDENT).sum()),
         "post hoc": int(ph[claims.index].sum()),
+        "reproduced on fresh seeds only": int((claims["fresh_outcome"] == "reproduced").sum())
+        if "fresh_outcome" in claims else int((claims["outcome"] == "reproduced").sum()),
         "ablations": int((abl & ~err).sum()),
         "checks passed": int((checks["outcome"] == "passed").sum()),
         "checks failed": int((checks["outcome"] == "failed").sum()),
@@ -286,6 +292,9 @@ def update_published(published: str | Path, table: pd.DataFrame, preset: str,
     merged = merged.assign(_o=merged["experiment"].map(lambda n: order.get(n, len(order)))) \
         .sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
     merged = merged.reindex(columns=CSV_COLUMNS)
+    from lmsci.claims.posthoc import refresh_post_hoc
+
+    merged = refresh_post_hoc(merged, preset)  # every row, kept ones too: post hoc when any seed is
     atomic_write_text(pub / CLAIMS_CSV, merged.to_csv(index=False))
     atomic_write_text(pub / CLAIMS_MD, claims_markdown(merged, preset, link=None, published=True))
     atomic_write_text(meta_p, json.dumps({"preset": preset, "counts": table_counts(merged)}, indent=2) + "\n")
@@ -387,7 +396,8 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
     if c:
         parts.append(f"{table['experiment'].nunique()} experiments. **Claims: {c['reproduced']} reproduced, "
                      f"{c['not reproduced']} not reproduced, {c['inconclusive']} inconclusive** "
-                     f"({c['seed-dependent']} of them seed-dependent), {c['post hoc']} post hoc; "
+                     f"({c['seed-dependent']} of them seed-dependent), {c['post hoc']} post hoc at some seed "
+                     f"({c['reproduced on fresh seeds only']} reproduced on fresh seeds only); "
                      f"{c['ablations']} ablations (decide nothing). **Design checks: {c['checks passed']} passed, "
                      f"{c['checks failed']} failed, {c['checks inconclusive']} inconclusive.** "
                      f"{c['not decided at this preset']} more registered items are decided at other presets only "
@@ -414,7 +424,9 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for _, r in rows.iterrows():
             claim = r["claim"] + (" (ablation)" if str(r["ablation"]) == "True" else "")
-            marks = [m for m, on in (("post hoc", str(r.get("post_hoc")) == "True"),
+            seen = r.get("post_hoc_seeds")
+            ph_mark = f"post hoc at seed {seen}" if isinstance(seen, str) and seen else "post hoc"
+            marks = [m for m, on in ((ph_mark, str(r.get("post_hoc")) == "True"),
                                      ("not decided at this preset", str(r.get("decided_here")) == "False")) if on]
             outcome = f"**{r['outcome']}**" + (f" ({', '.join(marks)})" if marks else "")
             ours = r["ours"] if r["outcome"] != ERROR else r["error"]

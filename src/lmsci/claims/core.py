@@ -40,7 +40,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from lmsci.config import NON_SCIENCE_FIELDS, preset_digest  # noqa: F401 (NON_SCIENCE_FIELDS re-exported)
+from lmsci.claims.seen import POST_HOC
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -57,88 +57,6 @@ PILOT_SEED_MIN = 1_000_000
 #: what an inconclusive outcome says when the null arm meets the rule
 NULL_MEETS_RULE = "the rule cannot tell the effect from its absence"
 
-#: preset fields left out of a preset's digest: :data:`lmsci.config.NON_SCIENCE_FIELDS`, re-exported above
-#: (config never imports claims, so the two modules import one way)
-
-#: Verdicts seen before a preset, gate or rule changed: ``"experiment/claim" -> {preset: [master seeds]}``.
-#: A verdict at that preset from one of those master seeds is ``post hoc`` (the change was made after seeing
-#: it) until the claim is rerun on a fresh master seed. Each entry has its dated line in CLAIMS.md.
-POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
-    "cfg-learning/gen-accuracy": {"quick": (0,)},
-    "cfg-learning/rot-beats-abs": {"quick": (0,)},
-    "cfg-learning/uni-effective": {"quick": (0,)},
-    "cfg-learning/pos-effective": {"quick": (0,)},
-    "cfg-probing/probe-ancestor": {"quick": (0,)},
-    "cfg-probing/probe-ancestor-at-end": {"quick": (0,)},
-    "cfg-probing/probe-beats-random": {"quick": (0,)},
-    "cfg-probing/probe-beats-random-at-end": {"quick": (0,)},
-    "word-order/redundant-unchanged": {"quick": (0,)},
-    "word-order/redundant-omega": {"quick": (0,)},
-    "word-order/critical-chance": {"quick": (0,)},
-    "word-order/encoder-derangement-nn": {"quick": (0,)},
-    "word-order/encoder-swap-similarity": {"quick": (0,)},
-    "word-order/cfg-shuffle-drop": {"quick": (0,)},
-    "celebrity-helps-minority/minority-lift": {"quick": (0,)},
-    "reversal-curse/reversal": {"quick": (0,)},
-    "reversal-curse/reverse-completion": {"quick": (0,)},
-    "reversal-curse/name-logprob": {"quick": (0,)},
-    "causal-tracing/mlp-early-site": {"quick": (0,)},
-    "causal-tracing/attn-late-site": {"quick": (0,)},
-    "causal-tracing/rome-edit": {"quick": (0,)},
-    "messy-knowledge/negation-curse": {"quick": (0,)},
-    "messy-knowledge/cross-lingual-barrier": {"quick": (0,)},
-    "messy-knowledge/over-ripple": {"quick": (0,)},
-    "messy-knowledge/over-ripple-raw": {"quick": (0,)},
-    "knowledge-extraction/pretrain-ft-augmentation": {"quick": (0,)},
-    "knowledge-extraction/mixed-vs-pretrain-ft": {"quick": (0,)},
-    "lm-steer/compositional": {"quick": (0,)},
-    "lm-steer/transfer": {"quick": (0,)},
-    "alignment-attack/thm1-length": {"quick": (0,)},
-    "alignment-attack/exact-centre": {"quick": (0,)},
-    # alignment-attack/thm2-system-prompt (post hoc at quick seed 0) was retired on 2026-11-27: split into the check
-    # thm2-bound and the claim thm2-slope, both registered before any run of theirs (CLAIMS.md)
-    "alignment-attack/thm4-best-of-n": {"quick": (0,)},
-    "alignment-attack/persona-centre": {"quick": (0,)},
-    "alignment-attack/persona-alpha-shift": {"quick": (0,)},
-    "benign-overfitting/interpolates": {"quick": (0,)},
-    "benign-overfitting/benign-risk": {"quick": (0,)},
-    "benign-overfitting/risk-falls-with-junk": {"quick": (0,)},
-    "benign-overfitting/isotropic-harmful": {"quick": (0,)},
-    "benign-overfitting/effective-ranks": {"quick": (0,)},
-    "calibration-hallucination/bound-holds": {"quick": (0,)},
-    "calibration-hallucination/gt-tracks-mf": {"quick": (0,)},
-    "calibration-hallucination/transformer-tracks-mf": {"quick": (0,)},
-    "calibration-hallucination/temperature-tradeoff": {"quick": (0,)},
-    "chinchilla-refit/grid-refit": {"quick": (0,)},
-    "chinchilla-refit/final-in-ci": {"quick": (0,)},
-    "chinchilla-refit/hoffmann-rejected": {"quick": (0,)},
-    "double-descent/u-curve": {"quick": (0,)},
-    "double-descent/peak-at-threshold": {"quick": (0,)},
-    "double-descent/second-descent": {"quick": (0,)},
-    "double-descent/ridge-removes-peak-digits": {"quick": (0,)},
-    "double-descent/ridge-removes-peak-linear": {"quick": (0,)},
-    "double-descent/isotropic-exact": {"quick": (0,)},
-    "implicit-bias/angle-rate": {"quick": (0,)},
-    "implicit-bias/norm-log-t": {"quick": (0,)},
-    "implicit-bias/loss-rate": {"quick": (0,)},
-    "implicit-bias/heldout-loss-rises": {"quick": (0,)},
-    "hallucination-stage/plateau-structured": {"quick": (0,), "gpu": (0,)},
-    "hallucination-stage/plateau-random": {"quick": (0,), "gpu": (0,)},
-    "scaling-sweep/alpha-range": {"quick": (0,)},
-    "scaling-sweep/beta-range": {"quick": (0,)},
-    "scaling-sweep/heldout-within-noise": {"quick": (0,)},
-    "scaling-sweep/form-comparison": {"quick": (0,)},
-    "shakespeare-lm/beats-bigram": {"quick": (0,)},
-    "shakespeare-lm/beats-unigram": {"quick": (0,)},
-    "grokking/delay": {"quick": (0,), "gpu": (0,)},
-    "knowledge-neurons/amplify-strengthens": {"quick": (0,)},
-    "lm-steer/steering": {"quick": (0,)},
-    "lm-steer/continuous": {"quick": (0,)},
-    "lm-steer/highlighting": {"quick": (0,)},
-    "lm-steer/probe": {"quick": (0,)},
-    "lm-steer/vs-baselines": {"quick": (0,)},
-    "grokking-fractions/fraction-sweep": {"gpu": (0,)},
-}
 
 #: presets in increasing scale; a claim registered for ``presets`` is undecidable at any other preset
 ALL_PRESETS = ("smoke", "quick", "gpu", "paper")
@@ -548,7 +466,7 @@ def _fmt(v: Any) -> str:
 
 
 # -- statistics across training seeds: their home is lmsci.stats (re-exported here for experiments) ----
-from lmsci.stats import SeedStat, across_seeds  # noqa: E402,F401
+from lmsci.stats import across_seeds  # noqa: E402
 
 
 def judge_arms(judge: Any, claim_id: str, real: Sequence[float], null: Sequence[float],
@@ -566,30 +484,3 @@ def judge_arms(judge: Any, claim_id: str, real: Sequence[float], null: Sequence[
                **kw.pop("details", {})}
     return judge(claim_id, value=s.mean, passed=rule(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
                  null=None if ns is None else (ns.mean, rule(ns)), details=details, **kw)
-
-
-# -- the registry's claims as data -------------------------------------------------------------------
-def claim_preset_digests(exp_cls: Any, claim: Claim) -> dict[str, str]:
-    """preset -> :func:`lmsci.config.preset_digest` of the experiment's resolved configuration, for every
-    preset the claim is decided at that the experiment defines."""
-    have = getattr(exp_cls.Config, "PRESETS", {})
-    return {p: preset_digest(exp_cls.Config, p) for p in claim.presets if p in have}
-
-
-def registered_digest(exp_cls: Any, claim: Claim) -> str:
-    """The digest the registry records: the claim's decision fields and the resolved configuration of
-    every preset it is decided at (a preset change is a registered change, like a rule change)."""
-    return claim.digest(claim_preset_digests(exp_cls, claim))
-
-
-def snapshot(catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Every experiment's claims as plain data, with their preset digests and registered digests (what
-    ``tests/data/claims.json`` holds)."""
-    out = {}
-    for name, cls in catalog.items():
-        rows = []
-        for c in cls.claims:
-            pd_ = claim_preset_digests(cls, c)
-            rows.append({**c.to_dict(), "preset_digests": pd_, "digest": c.digest(pd_)})
-        out[name] = rows
-    return out
