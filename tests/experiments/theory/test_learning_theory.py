@@ -253,15 +253,17 @@ def _bo_table(benign_last=0.05, iso=5.0, residual=1e-14, n_seeds=3, null_iso_wid
     exp = BenignOverfitting()
     rows = []
     for s in range(n_seeds):
-        for pt in exp.points(cfg):
-            lam = exp.spectra(cfg)[pt.id]
+        for pt in exp.points(cfg):  # arms: real (benign, isotropic near n), null (isotropic wide), noiseless
+            lam = exp.spectra(cfg)[pt.id.removeprefix("noiseless-")]
             t = effective_ranks(lam, cfg.n, cfg.b, k_max=2 * cfg.n).bound_terms()
             kind = pt.params["spectrum"]
             m = lam.size - cfg.n_spikes if kind != "isotropic_near" else 0
             # the isotropic null arm rises with p towards null_iso_wide at the largest m
-            risk = (benign_last * cfg.tail_counts[-1] / m if kind == "benign" else iso if kind == "isotropic_near"
+            risk = (benign_last * cfg.tail_counts[-1] / m if kind == "benign" else
+                    noiseless if pt.arm == "noiseless" else iso if kind == "isotropic_near"
                     else null_iso_wide * (m / cfg.tail_counts[-1]) ** 0.05) * (1 + 0.02 * s)
-            rows.append({"spectrum": kind, "p": lam.size, "m": m, "seed_index": s, "train_residual": residual,
+            rows.append({"arm": pt.arm, "spectrum": kind, "p": lam.size, "m": m, "seed_index": s,
+                         "train_residual": residual,
                          "excess_risk_over_sigma2": risk, "variance_over_sigma2": risk / 2,
                          "bias_over_sigma2": noiseless * (1 + 0.02 * s) if kind == "isotropic_near" else risk / 2,
                          "r0_over_n": t["r0_over_n"], "k_star": 5 if kind == "benign" else 0,
