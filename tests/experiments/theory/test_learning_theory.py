@@ -174,31 +174,33 @@ def test_bad_configs_are_refused_before_any_work(tmp_path):
 
 # -- verdicts from synthetic tables -------------------------------------------------------------------
 def _dd_table(peak_at=1.0, iso_dev=0.01, ridge_peak=False, interp=0.0, n_seeds=3, null_like_real=False):
-    """A synthetic double-descent table; ``null_like_real`` makes every null arm look like the real one."""
+    """A synthetic double-descent table in the arm layout (real, null, ridge, oracle, permuted);
+    ``null_like_real`` makes every null arm look like the real one."""
     rows = []
     rng = np.random.default_rng(0)
     cfg = resolve_config(DoubleDescent.Config, "quick")
     for s in range(n_seeds):
         for d in range(cfg.max_degree + 1):  # U: test (d - 7)^2 / 20 + 0.2, train decreasing
             te = (d - 7) ** 2 / 20 + 0.2 + 0.01 * rng.random()
-            rows.append({"part": "ucurve", "level": d, "seed_index": s, "train_risk": 1.0 / (d + 1),
-                         "test_risk": te, "null_train_risk": 1.0 / (d + 1),
-                         "null_test_risk": te if null_like_real else 0.2 * (1 + d / 40)})
+            rows.append({"arm": "real", "part": "ucurve", "level": d, "seed_index": s, "train_risk": 1.0 / (d + 1),
+                         "test_risk": te})
+            rows.append({"arm": "null", "part": "ucurve", "level": d, "seed_index": s, "train_risk": 1.0 / (d + 1),
+                         "test_risk": te if null_like_real else 0.2 * (1 + d / 40)})
         for task, grid, n in (("digits", cfg.digits_features, cfg.digits_n), ("linear", cfg.linear_p, cfg.linear_n)):
             for N in grid:
                 g = N / (peak_at * n)
                 risk = 1.0 + 1.0 / max(abs(1 - g), 0.02) * 0.05 + (0.5 if g < 1 else 0.0) + 0.01 * rng.random()
                 ridge = 1.5 / (1 + N / n) + (risk if ridge_peak else 0.0)
-                row = {"part": task, "level": N, "seed_index": s, "test_risk": risk,
-                       "train_risk": interp if N >= n else 0.5, "ridge_test_risk": ridge,
-                       "oracle_ridge_test_risk": risk if null_like_real else 1.5 / (1 + N / n),
-                       "mean_pred_test_risk": 5.0}
+                base = {"part": task, "level": N, "seed_index": s, "n": n, "mean_pred_test_risk": 5.0}
+                rows.append({**base, "arm": "real", "test_risk": risk, "train_risk": interp if N >= n else 0.5})
+                rows.append({**base, "arm": "ridge", "test_risk": ridge, "train_risk": 0.5})
+                rows.append({**base, "arm": "oracle", "test_risk": risk if null_like_real else 1.5 / (1 + N / n)})
                 if N in (n // 2, 10 * n):  # permuted labels: no better than the label mean
-                    row["perm_test_risk"] = risk if null_like_real else 5.0 * (1.1 if N > n else 2.0)
-                rows.append(row)
+                    rows.append({**base, "arm": "permuted", "test_risk": risk if null_like_real else
+                                 5.0 * (1.1 if N > n else 2.0)})
         for gmm in cfg.gammas:
             ex = float(isotropic_risk(gmm, cfg.iso_r2, cfg.iso_sigma2))
-            rows.append({"part": "isotropic", "level": gmm, "seed_index": s, "exact_risk": ex,
+            rows.append({"arm": "real", "part": "isotropic", "level": gmm, "seed_index": s, "exact_risk": ex,
                          "test_risk": ex * (1 + iso_dev + 0.002 * rng.standard_normal())})
     return cfg, pd.DataFrame(rows).assign(status="ok")
 
@@ -220,9 +222,10 @@ def test_double_descent_verdicts_pass_fail_and_gate():
     for cid in ("ridge-removes-peak-digits", "ridge-removes-peak-linear"):
         assert v[cid].outcome == NOT_REPRODUCED, (cid, v[cid].value, v[cid].reasons)
     flat = df.copy()  # test error monotone in degree: no U
-    m = flat["part"] == "ucurve"
+    m = (flat["part"] == "ucurve") & (flat["arm"] == "real")
     flat.loc[m, "test_risk"] = 1.0 / (flat.loc[m, "level"] + 1)
-    assert _by_id(exp.verdicts(cfg, flat, None))["u-curve"].outcome == NOT_REPRODUCED
+    u = _by_id(exp.verdicts(cfg, flat, None))["u-curve"]  # the rule fails; the interior-minimum gate too
+    assert u.rule_passed is False and u.outcome == INCONCLUSIVE and "interior-min" in u.reasons[0]
     cfg, df = _dd_table(interp=0.1)  # the solver did not interpolate: the peak claims are undecided
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["peak-at-threshold"].outcome == INCONCLUSIVE and "interpolates" in v["peak-at-threshold"].reasons[0]
@@ -230,7 +233,7 @@ def test_double_descent_verdicts_pass_fail_and_gate():
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["u-curve"].outcome == INCONCLUSIVE and v["isotropic-exact"].outcome == INCONCLUSIVE
     cfg, df = _dd_table()  # no peak to remove: the min-norm-peak gate fails
-    df.loc[df["part"] == "digits", "test_risk"] = 1.0
+    df.loc[(df["part"] == "digits") & (df["arm"] == "real"), "test_risk"] = 1.0
     assert "min-norm-peak" in _by_id(exp.verdicts(cfg, df, None))["ridge-removes-peak-digits"].reasons[0]
 
 
@@ -242,7 +245,7 @@ def test_double_descent_null_arm_meeting_the_rule_is_inconclusive():
         assert v[cid].outcome == INCONCLUSIVE and v[cid].null_passed is True, (cid, v[cid].outcome)
         assert any(NULL_MEETS_RULE in r for r in v[cid].reasons)
     cfg, df = _dd_table()  # min-norm without a peak (ratio <= 1): the ridge claim's null meets the rule
-    m = df["part"] == "linear"
+    m = (df["part"] == "linear") & (df["arm"] == "real")
     df.loc[m, "test_risk"] = 1.0 / (1 + df.loc[m, "level"])
     r = _by_id(exp.verdicts(cfg, df, None))["ridge-removes-peak-linear"]
     assert r.outcome == INCONCLUSIVE and r.null_passed is True
