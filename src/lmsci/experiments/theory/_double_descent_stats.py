@@ -47,7 +47,7 @@ def train_monotone(rows: pd.DataFrame) -> pd.Series:
 
 def worst_train_beyond_n(rows: pd.DataFrame) -> pd.Series:
     """Per seed, the largest min-norm training MSE at N >= n on both tasks (NaN unless both tasks are there)."""
-    rows = rows[rows["level"] >= rows["n"]]
+    rows = rows[rows["part"].isin(TASKS) & (rows["level"] >= rows["n"])]
     if set(rows["part"]) != set(TASKS):
         return pd.Series(dtype=float)
     return rows.groupby("seed_index")["train_risk"].max()

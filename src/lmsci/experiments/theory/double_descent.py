@@ -51,7 +51,7 @@ from lmsci.errors import ConfigError
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.theory._double_descent_stats import (
-    TASKS, curves, isotropic_deviation, peak_ratio, train_monotone, ucurve_ratio, worst_train_beyond_n,
+    curves, isotropic_deviation, peak_ratio, train_monotone, ucurve_ratio, worst_train_beyond_n,
 )
 from lmsci.measure.risk import isotropic_risk, min_norm_fit, ridge_fit
 from lmsci.report import markdown_table
@@ -63,7 +63,7 @@ from lmsci.worlds.linear_models import (
 
 BHMM = "Belkin, Hsu, Ma, Mandal, PNAS 2019, arXiv 1812.11118, Fig. 1-2; Nakkiran et al., arXiv 2003.01897"
 INTERP = Gate("interpolates", every_at_most(1e-6), arm="real",
-              stat=Stat(fn=worst_train_beyond_n, where={"part": TASKS},
+              stat=Stat(fn=worst_train_beyond_n,
                         words="min-norm training MSE at every N >= n on both tasks (the solver interpolates; one "
                               "that regularises quietly hides the peak)"))
 
@@ -358,7 +358,7 @@ class DoubleDescent(Experiment):
         if len(mean) >= 3:
             arg = mean.idxmin()
             out["interior-min"] = (float(arg), bool(mean.index[0] < arg < mean.index[-1]))
-        worst = worst_train_beyond_n(INTERP.stat.rows(arm_rows(finished(results), "real")))
+        worst = worst_train_beyond_n(arm_rows(finished(results), "real"))
         if len(worst):
             out["interpolates"] = (float(worst.max()), bool(worst.max() <= 1e-6))
         return out
