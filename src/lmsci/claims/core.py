@@ -102,7 +102,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "alignment-attack/persona-alpha-shift": {"quick": (0,)},
     "benign-overfitting/interpolates": {"quick": (0,)},
     "benign-overfitting/benign-risk": {"quick": (0, 1)},
-    "benign-overfitting/risk-falls-with-junk": {"quick": (0,)},
+    "benign-overfitting/risk-falls-with-junk": {"quick": (0, 1)},
     "benign-overfitting/isotropic-harmful": {"quick": (0,)},
     "benign-overfitting/effective-ranks": {"quick": (0,)},
     "calibration-hallucination/bound-holds": {"quick": (0,)},

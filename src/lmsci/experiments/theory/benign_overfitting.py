@@ -152,9 +152,7 @@ class BenignOverfitting(Experiment):
               "variance term ~ sigma^2 (k*/n + n/m)",
               statistic=Stat(fn=log_risk_slope,
                              words="the least-squares slope of log(excess risk / sigma^2) against log m over the m grid"),
-              rule=ci_below(0.0), gates=(INTERP,),
-              null="the same slope for the isotropic control at p = m + n_spikes (Sigma = I_p: no junk directions, "
-                   "the risk rises with p as theta* is spread over more directions)"),
+              rule=ci_below(0.0), gates=(INTERP,), kind="check"),
         Claim("isotropic-harmful",
               "With isotropic features and p near n, the interpolator's excess risk exceeds the noise level.",
               f"{BLLT}, Theorem 4 lower bound (n/R_0 = n/p not small); Hastie et al. arXiv 1903.08560",
