@@ -103,7 +103,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "benign-overfitting/interpolates": {"quick": (0,)},
     "benign-overfitting/benign-risk": {"quick": (0, 1)},
     "benign-overfitting/risk-falls-with-junk": {"quick": (0, 1)},
-    "benign-overfitting/isotropic-harmful": {"quick": (0,)},
+    "benign-overfitting/isotropic-harmful": {"quick": (0, 1)},
     "benign-overfitting/effective-ranks": {"quick": (0,)},
     "calibration-hallucination/bound-holds": {"quick": (0,)},
     "calibration-hallucination/gt-tracks-mf": {"quick": (0,)},
