@@ -43,7 +43,7 @@ from pydantic import Field
 
 import math
 
-from lmsci.claims import Claim, Gate, Stat, Verdict, across_seeds, between, ci_inside, every_at_least, \
+from lmsci.claims import Claim, Gate, Stat, Verdict, across_seeds, between, ci_above, ci_inside, every_at_least, \
     every_at_most, mean_at_least
 from lmsci.claims.engine import arm_rows, finished
 from lmsci.config import ExperimentConfig
@@ -175,7 +175,7 @@ class DoubleDescent(Experiment):
               statistic=Stat(fn=ucurve_ratio, where={"part": "ucurve"},
                              words="test MSE ratio min(test at degree 0, test at the largest degree) / min over "
                                    "degrees"),
-              rule=every_at_least(1.2),
+              rule=ci_above(1.2),
               gates=(Gate("train-monotone", every_at_least(1.0), stat=Stat(
                           fn=train_monotone, where={"part": "ucurve"},
                           words="1 when the training MSE is non-increasing in degree (relative tolerance 1e-9)")),
