@@ -113,7 +113,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "chinchilla-refit/final-in-ci": {"quick": (0,)},
     "chinchilla-refit/hoffmann-rejected": {"quick": (0,)},
     "double-descent/u-curve": {"quick": (0, 1)},
-    "double-descent/peak-at-threshold": {"quick": (0,)},
+    "double-descent/peak-at-threshold": {"quick": (0, 1)},
     "double-descent/second-descent": {"quick": (0,)},
     "double-descent/ridge-removes-peak-digits": {"quick": (0,)},
     "double-descent/ridge-removes-peak-linear": {"quick": (0,)},

@@ -71,3 +71,16 @@ def isotropic_deviation(rows: pd.DataFrame) -> pd.Series:
         return pd.Series(dtype=float)
     rel = mc[seeds] / ex[seeds] - 1  # gammas x seeds
     return rel.loc[rel.mean(axis=1).abs().idxmax()].astype(float)
+
+
+def peak_deviation(rows: pd.DataFrame) -> pd.Series:
+    """The larger over the two tasks of |argmax_N of the across-seed mean test risk / n - 1| (one value; empty
+    unless both tasks are there). Seeds with a missing level are left out of the mean."""
+    dev = []
+    for task in TASKS:
+        sub = rows[rows["part"] == task] if "part" in rows else rows.iloc[0:0]
+        if sub.empty:
+            return pd.Series(dtype=float)
+        mean = _pivot(sub).dropna(axis=1).mean(axis=1)
+        dev.append(abs(float(mean.idxmax()) / int(sub["n"].iloc[0]) - 1))
+    return pd.Series({0: max(dev)}, dtype=float)
