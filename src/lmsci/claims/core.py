@@ -115,7 +115,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "double-descent/u-curve": {"quick": (0, 1)},
     "double-descent/peak-at-threshold": {"quick": (0, 1)},
     "double-descent/second-descent": {"quick": (0,)},
-    "double-descent/ridge-removes-peak-digits": {"quick": (0,)},
+    "double-descent/ridge-removes-peak-digits": {"quick": (0, 1)},
     "double-descent/ridge-removes-peak-linear": {"quick": (0,)},
     "double-descent/isotropic-exact": {"quick": (0,)},
     "implicit-bias/angle-rate": {"quick": (0,)},

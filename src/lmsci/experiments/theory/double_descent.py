@@ -188,8 +188,12 @@ class DoubleDescent(Experiment):
               "ridge 1e-3 removes the peak (lmsci's measurement in the research notes)",
               statistic=Stat(fn=peak_ratio, where={"part": "digits"},
                              words="test risk at N = n divided by max(risk at N = n/2, risk at N = 2n) (> 1: a peak)"),
-              rule=ci_inside(-math.inf, 1.0), gates=(INTERP, _peak_gate("digits")), arms=("ridge", "real"),
-              null="the same ratio for min-norm least squares (lambda -> 0: nothing removes the peak)"),
+              rule=ci_inside(-math.inf, 1.0), gates=(INTERP,), arms=("ridge", "real"),
+              null="the same ratio for min-norm least squares (lambda -> 0: nothing removes the peak)",
+              null_can_meet="min-norm meets the rule whenever the configuration has no interpolation peak to remove "
+                            "(too little label noise, a grid that misses the peak, a solver that regularises "
+                            "quietly): the null now does the job of the dropped min-norm-peak gate, which excluded "
+                            "exactly the case where the null could meet the rule"),
         Claim("ridge-removes-peak-linear",
               "Ridge with lambda = 1e-3 removes the interpolation peak on the misspecified linear model.",
               "Nakkiran, Venkat, Kakade, Ma, arXiv 2003.01897",
