@@ -232,9 +232,12 @@ def test_double_descent_verdicts_pass_fail_and_gate():
     cfg, df = _dd_table(n_seeds=1)
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["u-curve"].outcome == INCONCLUSIVE and v["isotropic-exact"].outcome == INCONCLUSIVE
-    cfg, df = _dd_table()  # no peak to remove: the min-norm-peak gate fails
-    df.loc[(df["part"] == "digits") & (df["arm"] == "real"), "test_risk"] = 1.0
-    assert "min-norm-peak" in _by_id(exp.verdicts(cfg, df, None))["ridge-removes-peak-digits"].reasons[0]
+    cfg, df = _dd_table()  # no peak to remove: the min-norm null meets the rule (digits), the gate fails (linear)
+    df.loc[df["part"].isin(["digits", "linear"]) & (df["arm"] == "real"), "test_risk"] = 1.0
+    v = _by_id(exp.verdicts(cfg, df, None))
+    r = v["ridge-removes-peak-digits"]
+    assert r.outcome == INCONCLUSIVE and r.null_passed is True and any(NULL_MEETS_RULE in x for x in r.reasons)
+    assert "min-norm-peak" in v["ridge-removes-peak-linear"].reasons[0]
 
 
 def test_double_descent_null_arm_meeting_the_rule_is_inconclusive():
