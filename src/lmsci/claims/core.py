@@ -138,6 +138,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "lm-steer/probe": {"quick": (0,)},
     "lm-steer/vs-baselines": {"quick": (0,)},
     "grokking-fractions/fraction-sweep": {"gpu": (0,)},
+    "grokking/restricted-before-test": {"quick": (0, 1)},
     "alignment-attack/thm2-slope": {"quick": (0, 1)},
 }
 
