@@ -30,7 +30,7 @@ at p = m + n_spikes) and ``noiseless`` (the harmful control's design with sigma 
 claims engine judges every item but one. Escape hatch (``hand_verdicts``): ``effective-ranks`` is a conjunction
 of exact conditions on different spectra (k* and r_0 of every benign spectrum, the theorem's term at the largest
 m and at the isotropic control), not one statistic under one rule. The ``interpolates`` gate is measured over
-every run of the real and null arms (``measured_gates``: an engine gate reads one arm).
+every run of every arm (``measured_gates``: an engine gate reads one arm).
 """
 
 from __future__ import annotations
