@@ -55,10 +55,10 @@ def test_papers_plateau_in_every_seed_is_reproduced(tmp_path):
     vs = _verdicts(cfg, _rows({"structured": [0.42, 0.38, 0.45], "random": [0.3, 0.35, 0.28]}), tmp_path)
     assert vs["plateau-structured"].outcome == "reproduced" and vs["plateau-structured"].n_seeds == 3
     assert vs["plateau-random"].outcome == "reproduced"
-    assert abs(vs["plateau-structured"].value - 0.38) < 1e-9  # the shortest window over seeds
-    assert vs["plateau-structured"].details["seeds_with_window"] == "3/3"
+    assert abs(vs["plateau-structured"].value - (0.42 + 0.38 + 0.45) / 3) < 1e-9  # the mean window over seeds
+    assert vs["plateau-structured"].details["per_seed"] == [0.42, 0.38, 0.45]
     assert vs["plateau-structured"].null_passed is False and vs["plateau-random"].null_passed is False
-    assert vs["plateau-structured"].null_value == 0.85  # the null arm has the window but never leaves it
+    assert vs["plateau-structured"].null_value == 0.0  # the null arm has the window but never leaves it: 0
 
 
 def test_a_model_that_never_leaves_the_plateau_does_not_meet_the_rule(tmp_path):
@@ -66,7 +66,7 @@ def test_a_model_that_never_leaves_the_plateau_does_not_meet_the_rule(tmp_path):
     # every seed has the window, but the loss ends at H(a|r) - 0.3 (not 0.5 nats below): not reproduced
     df = _rows({"structured": [0.42, 0.38, 0.45]}, final_loss=LOG_D - 0.3)
     v = _verdicts(cfg, df, tmp_path)["plateau-structured"]
-    assert v.outcome == "not reproduced" and v.details["seeds_leaving_plateau"] == "0/3"
+    assert v.outcome == "not reproduced" and v.details["per_seed"] == [0.0, 0.0, 0.0]
 
 
 def test_null_arm_meeting_the_rule_or_missing_is_inconclusive(tmp_path):
@@ -82,7 +82,7 @@ def test_one_seed_without_the_window_is_not_reproduced(tmp_path):
     cfg = resolve_config(HallucinationConfig, "quick")
     vs = _verdicts(cfg, _rows({"structured": [0.42, 0.03, 0.45], "random": [0.0, 0.0, 0.0]}), tmp_path)
     assert vs["plateau-structured"].outcome == "not reproduced"
-    assert vs["plateau-structured"].details["seeds_with_window"] == "2/3"
+    assert vs["plateau-structured"].details["per_seed"] == [0.42, 0.03, 0.45]
     assert vs["plateau-random"].outcome == "not reproduced" and vs["plateau-random"].value == 0
 
 
@@ -90,7 +90,7 @@ def test_too_few_seeds_or_a_diverged_point_is_inconclusive(tmp_path):
     cfg = resolve_config(HallucinationConfig, "quick")
     vs = _verdicts(cfg, _rows({"structured": [0.42, 0.38]}), tmp_path)
     assert vs["plateau-structured"].outcome == "inconclusive" and vs["plateau-structured"].rule_passed
-    assert "plateau-random" not in vs
+    assert vs["plateau-random"].outcome == "inconclusive" and vs["plateau-random"].value is None  # not run
     # the run-level gate: a diverged point makes every claim inconclusive; an unmeasured claim is too
     df = _rows({"structured": [0.42, 0.38, 0.45, 0.4]}, null=None)
     df.loc[3, "status"] = "diverged"

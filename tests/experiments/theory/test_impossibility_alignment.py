@@ -73,8 +73,8 @@ def test_first_crossing_and_sigmoid_fit():
 
 
 # -- verdicts from synthetic tables ---------------------------------------------------------------------
-CHECKS = ("thm1-length", "exact-centre", "thm2-bound", "thm4-best-of-n")
-CLAIMS = ("thm2-slope", "persona-centre", "persona-alpha-shift")
+CHECKS = ("thm1-length", "exact-centre", "thm2-bound", "thm2-slope", "thm4-best-of-n")
+CLAIMS = ("persona-centre", "persona-alpha-shift")
 
 
 def _rows(thm1=0.85, centre=0.1, frac=1.0, slope=0.1, thm4=0.8, ratios=(1.1, 0.95, 1.2), shifts=(3.1, 2.9, 3.3),
@@ -161,21 +161,20 @@ def test_thm2_slope_verdicts(tmp_path):
     from lmsci.experiments.theory._alignment_attack_verdicts import SLOPE_TOL
 
     assert SLOPE_TOL == 0.25
-    v = _verdicts(_rows(), tmp_path)["thm2-slope"]
-    assert v.outcome == "reproduced" and v.value == pytest.approx(2.98 / 3) and v.null_passed is False
-    assert v.null_value == pytest.approx(0.02 / 3)
-    # a biased slope, and a CI containing 1 but wider than the tolerance: both not reproduced
-    assert _verdicts(_rows(slope_ratios=(1.35, 1.4, 1.3)), tmp_path)["thm2-slope"].outcome == "not reproduced"
-    assert _verdicts(_rows(slope_ratios=(0.8, 1.0, 1.2)), tmp_path)["thm2-slope"].outcome == "not reproduced"
+    v = _verdicts(_rows(), tmp_path)["thm2-slope"]  # a check since issue 44 item 4 (an identity in the exact world)
+    assert v.kind == "check" and v.outcome == "passed" and v.value == pytest.approx(2.98 / 3)
+    # a biased slope, and a CI containing 1 but wider than the tolerance: both fail
+    assert _verdicts(_rows(slope_ratios=(1.35, 1.4, 1.3)), tmp_path)["thm2-slope"].outcome == "failed"
+    assert _verdicts(_rows(slope_ratios=(0.8, 1.0, 1.2)), tmp_path)["thm2-slope"].outcome == "failed"
     # gated: censored attacks bias the mean length
     v = _verdicts(_rows(censored=0.05), tmp_path)["thm2-slope"]
     assert v.outcome == "inconclusive" and v.rule_passed and any("uncensored" in r for r in v.reasons)
     # too few seeds: 2 < min_seeds 3
     v = _verdicts(_rows(slope_ratios=(0.99, 1.0), slope_nulls=(0.0, 0.01)), tmp_path)["thm2-slope"]
     assert v.outcome == "inconclusive" and v.n_seeds == 2 and any("3 training seeds" in r for r in v.reasons)
-    # the null arm not measured
+    # a check needs no null arm
     df = _rows().drop(columns=["thm2_null_ratio"])
-    assert _verdicts(df, tmp_path)["thm2-slope"].outcome == "inconclusive"
+    assert _verdicts(df, tmp_path)["thm2-slope"].outcome == "passed"
 
 
 def test_neutral_system_prompt_has_no_pull():
@@ -211,6 +210,6 @@ def test_smoke_preset_runs(tmp_path):
     # (1 seed gives no interval, and the 20-step P+ proxy has no misalignment step); persona-alpha-shift needs two
     # alphas, so its null arm is not measured at smoke (not True)
     assert vs["persona-centre"].null_passed is False
-    # thm2-slope's neutral system prompts (beta' = 0) do not meet its rule
-    assert vs["thm2-slope"].null_passed is False and vs["thm2-bound"].outcome == "inconclusive"  # smoke: below scale
+    # thm2-slope is a check (issue 44 item 4): no null arm judged
+    assert vs["thm2-slope"].null_passed is None and vs["thm2-bound"].outcome == "inconclusive"  # smoke: below scale
     assert vs["persona-alpha-shift"].null_passed is not True if "persona-alpha-shift" in vs else True

@@ -112,6 +112,14 @@ def _col(df: pd.DataFrame, name: str) -> list[float | None]:
     return [_num(v) for v in df[name]] if name in df else [None] * len(df)
 
 
+def _restricted_meets(rr: list[float], er: list[float]) -> bool:
+    """restricted-before-test's rule (issue 44 item 4: on the across-seed interval, not the smallest seed): the
+    lower ends of the 95% Student-t CIs across seeds of the restricted ratio (a) and of the excluded ratio (b) lie
+    above RESTRICTED_FACTOR and EXCLUDED_FACTOR."""
+    a, b = across_seeds(rr), across_seeds(er)
+    return bool(a.n >= 2 and b.n >= 2 and a.lo > RESTRICTED_FACTOR and b.lo > EXCLUDED_FACTOR)
+
+
 def _control_null_arms(ctl: pd.DataFrame) -> tuple[tuple | None, tuple | None, dict]:
     """The null arm of ``delay`` and of ``restricted-before-test`` from the wd = 0 control rows: the same
     statistics and rules as the main runs, ``(value, passed)`` each (None without control rows), and the
@@ -125,9 +133,8 @@ def _control_null_arms(ctl: pd.DataFrame) -> tuple[tuple | None, tuple | None, d
                       bool(all(r is not None and r >= DELAY_FACTOR for r in c_ratio)))
         c_rr, c_er = _col(ctl, "restricted_ratio"), _col(ctl, "excluded_ratio")
         if "restricted_ratio" in ctl or "excluded_ratio" in ctl:
-            ok = all(r is not None for r in c_rr + c_er) and min(c_rr) >= RESTRICTED_FACTOR \
-                and min(c_er) >= EXCLUDED_FACTOR
-            null_restr = (None if any(r is None for r in c_rr) else min(c_rr), bool(ok))
+            ok = all(r is not None for r in c_rr + c_er) and _restricted_meets(c_rr, c_er)
+            null_restr = (None if any(r is None for r in c_rr) else float(np.mean(c_rr)), bool(ok))
         null_det = {int(s): {"t_train": a, "t_test": b, "delay_ratio": r, "restricted_ratio": rr,
                              "excluded_ratio": e, "max_test_acc": _num(m)}
                     for s, a, b, r, rr, e, m in zip(ctl["seed_index"], c_tr, c_te, c_ratio, c_rr, c_er,
@@ -210,8 +217,9 @@ class Grokking(Experiment):
             "excluded loss rises during circuit formation",
             f"per seed, (a) t(test loss < {LOSS_X:g} nat) / t(restricted loss < {LOSS_X:g} nat), both on the test pairs at "
             "the checkpoint steps (key frequencies of the final model); (b) excluded loss (training pairs) at t_clean "
-            "over excluded loss at t_mem (linear interpolation between checkpoints); the smallest of each over seeds",
-            f"in every seed (at least 3) (a) >= {RESTRICTED_FACTOR:g} and (b) >= {EXCLUDED_FACTOR:g} (the phase "
+            "over excluded loss at t_mem (linear interpolation between checkpoints); the mean of each over seeds",
+            f"the lower ends of the 95% Student-t CIs across seeds (at least 3) of (a) and of (b) lie above "
+            f"{RESTRICTED_FACTOR:g} and {EXCLUDED_FACTOR:g} (the phase "
             "boundaries t_mem, t_clean by the rule of the module docstring)",
             gates=(_GEN_GATE,),
             null="the weight_decay = 0 control (same model, seeds, splits and steps), its progress measures computed "
@@ -352,10 +360,11 @@ class Grokking(Experiment):
                        main.get("t_test_loss_below_x", [None] * n), rr, main["t_train"], main["t_clean"],
                        main.get("excluded_at_mem", [None] * n), main.get("excluded_at_clean", [None] * n), er)}
             if all(v is not None for v in rr) and all(v is not None for v in er):
-                ok = min(rr) >= RESTRICTED_FACTOR and min(er) >= EXCLUDED_FACTOR
+                ok = _restricted_meets(rr, er)
+                st = across_seeds(rr)
                 out.append(self.judge(
-                    cfg, "restricted-before-test", value=min(rr), passed=bool(ok), n_seeds=n, null=null_restr,
-                    ci_kind="smallest over seeds (every seed must show it); value = restricted ratio (a)",
+                    cfg, "restricted-before-test", value=st.mean, passed=ok, n_seeds=n, null=null_restr, ci=st.ci,
+                    ci_kind=st.kind + "; value = mean restricted ratio (a), the rule also reads (b)'s interval",
                     gates={"generalised": gen_gate},
                     details={"min_restricted_ratio": min(rr), "min_excluded_ratio": min(er), "loss_level_nats": LOSS_X,
                              "per_seed": det, "null_arm_wd0": null_det}))

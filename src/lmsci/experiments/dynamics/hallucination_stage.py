@@ -33,6 +33,10 @@ Null arm (``null_arm``, on by default): the same model, seeds and protocol train
 attribute shuffled: every training sequence's answer is drawn uniformly from its relation's block ``A_r``,
 independently of the subject, so only ``p(a | r)`` can be learned; it is scored on the real test set. It can
 reach the plateau but cannot leave it (``H(a | r)`` is the best it can do), so it must fail the rule.
+
+The null arm is an arm of the sweep (``arm = "shuffled"``, its points keep their ids and seeds). The claims engine
+judges both claims: the statistic per seed is the window fraction, counted only when the loss left the plateau
+(0 otherwise), and the rule asks every seed's value to be at least 10% of the steps. No escape hatch.
 """
 
 from __future__ import annotations
@@ -45,10 +49,10 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Verdict
+from lmsci.claims import Claim, Stat, every_at_least
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, DivergedError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.models.associative import LinearAttentionModel
 from lmsci.runs import RunDir, derive_seed
@@ -59,6 +63,15 @@ from lmsci.worlds.factual_recall import FactualRecallWorld
 WINDOW_TOL, WINDOW_REL_LOSS, WINDOW_FRAC = 0.05, 0.25, 0.10
 # issue 29: the loss must also leave the plateau: final total test loss <= H(a|r) - LEAVE_MARGIN (nats)
 LEAVE_MARGIN = 0.5
+
+
+def window_that_left(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, the hallucination window as a fraction of the training steps, counted only when the loss also
+    left the plateau (final total test loss <= H(a|r) - LEAVE_MARGIN); 0 otherwise (a model that never leaves the
+    plateau does not meet the rule)."""
+    left = rows["final_loss"].astype(float) <= rows["H_a_given_r"].astype(float) - LEAVE_MARGIN
+    frac = rows["window_frac"].astype(float).fillna(0.0).where(left, 0.0)
+    return frac.groupby(rows["seed_index"]).min()
 
 
 class HallucinationConfig(ExperimentConfig):
@@ -204,13 +217,10 @@ class HallucinationStage(Experiment):
                      "paper": "~5 min CPU"}
 
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025), Theorem 6 and Fig. 5 left"
-    _RULE = (f"in every training seed (at least 3) a window of consecutive evaluations lasting at least "
-             f"{WINDOW_FRAC:.0%} of the training steps with total test loss within {WINDOW_TOL:.0%} of H(a|r) and "
-             f"relation-only loss at most {WINDOW_REL_LOSS}, and the loss leaves the plateau before training ends: "
-             f"final total test loss <= H(a|r) - {LEAVE_MARGIN} nats")
-    _STAT = ("per training seed, the longest window of consecutive evaluations (every eval_every steps) with total "
-             "test loss within 5% of H(a|r) and relation-only loss <= 0.25, as a fraction of the training steps; "
-             "the shortest over seeds (the final total test loss of every seed is read by the rule)")
+    _STAT = ("the longest window of consecutive evaluations (every eval_every steps) with total test loss within "
+             f"{WINDOW_TOL:.0%} of H(a|r) and relation-only loss <= {WINDOW_REL_LOSS}, as a fraction of the training "
+             f"steps, counted when the loss also leaves the plateau (final total test loss <= H(a|r) - {LEAVE_MARGIN} "
+             "nats), else 0")
     _NULL = ("the same model, seeds and protocol trained with the attribute shuffled (each training answer drawn "
              "uniformly from its relation's block A_r, independent of the subject), scored on the real test set: it "
              "can only learn p(a|r), so its loss cannot leave the plateau")
@@ -222,8 +232,10 @@ class HallucinationStage(Experiment):
             "learned.",
             _SRC,
             "a plateau at log D = 2.08 nats (D = 8) with relation-only loss near 0, before the subjects are learned",
-            _STAT + " (linear attention, one-hot embeddings, structured table a = rD + floor(Ds/S))",
-            _RULE,
+            statistic=Stat(fn=window_that_left, where={"variant": "linear-onehot", "facts": "structured"},
+                           words=_STAT + " (linear attention, one-hot embeddings, structured table a = rD + "
+                                         "floor(Ds/S))"),
+            rule=every_at_least(WINDOW_FRAC), arms=("real", "shuffled"),
             null=_NULL,
         ),
         Claim(
@@ -232,8 +244,9 @@ class HallucinationStage(Experiment):
             "log D).",
             _SRC + " (Theorem 6 holds for any fact table; the notebook uses the structured one)",
             "a plateau at H(a|r) of the table with relation-only loss near 0 (Theorem 6)",
-            _STAT + " (linear attention, one-hot embeddings, random table uniform in A_r)",
-            _RULE,
+            statistic=Stat(fn=window_that_left, where={"variant": "linear-onehot", "facts": "random"},
+                           words=_STAT + " (linear attention, one-hot embeddings, random table uniform in A_r)"),
+            rule=every_at_least(WINDOW_FRAC), arms=("real", "shuffled"),
             null=_NULL,
         ),
     ]
@@ -243,11 +256,11 @@ class HallucinationStage(Experiment):
             raise ConfigError("eval_every", cfg.eval_every, f"<= steps/3 = {cfg.steps // 3} (the curve needs points)")
 
     def points(self, cfg: HallucinationConfig) -> list[Point]:
-        pts = [Point(f"{v}_{f}", {"variant": v, "facts": f, "arm": "real"}) for v in cfg.variants
+        pts = [Point(f"{v}_{f}", {"variant": v, "facts": f, "arm": "real"}, arm="real") for v in cfg.variants
                for f in cfg.fact_tables]
-        if cfg.null_arm:
-            pts += [Point(f"{v}_{f}_shuffled", {"variant": v, "facts": f, "arm": "shuffled"}) for v in cfg.variants
-                    for f in cfg.fact_tables]
+        if cfg.null_arm:  # the null arm keeps its own point ids (and seeds)
+            pts += [Point(f"{v}_{f}_shuffled", {"variant": v, "facts": f, "arm": "shuffled"}, arm="shuffled")
+                    for v in cfg.variants for f in cfg.fact_tables]
         return pts
 
     def world(self, cfg: HallucinationConfig, facts: str, seed: int) -> FactualRecallWorld:
@@ -314,61 +327,7 @@ class HallucinationStage(Experiment):
                        level_rel_err=abs(pl["level"] - h_rel) / h_rel)
         return out
 
-    @staticmethod
-    def _arm(sub: pd.DataFrame) -> dict:
-        """One fact table's arm (its seeds): the window fractions, final losses and whether the rule holds."""
-        if "seed_index" not in sub:
-            sub = sub.assign(seed_index=0)
-        sub = sub.sort_values("seed_index")
-        fracs = [float(x) for x in sub["window_frac"].fillna(0.0)]
-        left = [float(f) <= float(h) - LEAVE_MARGIN for f, h in zip(sub["final_loss"], sub["H_a_given_r"])]
-        per_seed = {int(r["seed_index"]): {
-            "window_frac": round(float(r["window_frac"] or 0.0), 4),
-            "window_steps": None if pd.isna(r.get("window_start")) else [int(r["window_start"]), int(r["window_end"])],
-            "window_level": None if pd.isna(r.get("window_level")) else round(float(r["window_level"]), 4),
-            "window_rel_loss": None if pd.isna(r.get("window_rel_loss")) else round(float(r["window_rel_loss"]), 4),
-            "H_a_given_r": round(float(r["H_a_given_r"]), 4), "final_loss": round(float(r["final_loss"]), 4),
-            "left_plateau": bool(float(r["final_loss"]) <= float(r["H_a_given_r"]) - LEAVE_MARGIN),
-            "plateau_level (total-loss detector, reported only)": (
-                None if not bool(r.get("plateau")) else round(float(r["plateau_level"]), 4)),
-        } for _, r in sub.iterrows()}
-        shortest = min(fracs)
-        return {"fracs": fracs, "left": left, "per_seed": per_seed, "shortest": shortest,
-                "passed": bool(shortest >= WINDOW_FRAC and all(left)),
-                "held": sum(f >= WINDOW_FRAC and lf for f, lf in zip(fracs, left))}
-
-    def verdicts(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out = []
-        lin = results[results["variant"] == "linear-onehot"] if "variant" in results else results.iloc[0:0]
-        arm = lin["arm"].fillna("real") if "arm" in lin else pd.Series("real", index=lin.index)
-        main, null_rows = lin[arm == "real"], lin[arm == "shuffled"]
-        for table, sub in main.groupby("facts", sort=False):
-            claim_id = f"plateau-{table}"
-            a = self._arm(sub)
-            nsub = null_rows[null_rows["facts"] == table]
-            null, nd = None, {}
-            if len(nsub):
-                n = self._arm(nsub)
-                null = (n["shortest"], n["passed"])
-                nd = {"null_arm (attribute shuffled)": {"seeds_meeting_rule": f"{n['held']}/{len(n['fracs'])}",
-                                                        "per_seed": n["per_seed"]}}
-            fracs, held = a["fracs"], a["held"]
-            out.append(self.judge(
-                cfg, claim_id, value=a["shortest"], passed=a["passed"], n_seeds=len(fracs), null=null,
-                ci_kind=f"shortest window over {len(fracs)} seed{'s' * (len(fracs) != 1)} (no interval: every seed "
-                        "must show it and leave it)",
-                details={"seeds_meeting_rule": f"{held}/{len(fracs)}",
-                         "seeds_with_window": f"{sum(f >= WINDOW_FRAC for f in fracs)}/{len(fracs)}",
-                         "seeds_leaving_plateau": f"{sum(a['left'])}/{len(fracs)}",
-                         "min_window_frac": WINDOW_FRAC, "leave_margin_nats": LEAVE_MARGIN,
-                         "log_D": math.log(cfg.answers_per_relation), "per_seed": a["per_seed"], **nd},
-                note=(f"{held} of {len(fracs)} seeds show a window of >= {WINDOW_FRAC:.0%} of the {cfg.steps} steps "
-                      f"and end at least {LEAVE_MARGIN} nats below H(a|r)"
-                      + ("" if held == len(fracs) else
-                         "; the paper trains 8192 GD steps at lr 0.1 from init 1e-5 (a seed without the window at "
-                         "that protocol contradicts the claim; at another protocol it may need more steps)")),
-            ))
-        return out
+    # no verdicts method: the claims engine judges both claims from their Stat and Rule, on both arms
 
     def _curves(self, run: RunDir, pid: str) -> pd.DataFrame | None:
         p = run.path / "points" / pid / "curve.csv"
@@ -413,7 +372,8 @@ class HallucinationStage(Experiment):
             ax.grid(True, alpha=0.3)
             figs.append(save_figure(fig, run, f"losses_{v}.png",
                                     f"Total, relation-only and subject-only test loss ({v}), every seed; shaded: the "
-                                    "hallucination window of the registered rule (cf. Fig. 5)", dpi=120))
+                                    "hallucination window of the registered rule (cf. Fig. 5)", dpi=120,
+                                    claims=("plateau-structured", "plateau-random")))
         return figs
 
     def report_sections(self, cfg: HallucinationConfig, results: pd.DataFrame, run: RunDir) -> str:

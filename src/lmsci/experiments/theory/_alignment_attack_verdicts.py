@@ -64,16 +64,12 @@ def thm2_slope(exp: Experiment, cfg, ex: pd.DataFrame) -> Verdict:
     nulls = [float(x) for x in ex.get("thm2_null_ratio", pd.Series(dtype=float)) if pd.notna(x)]
     cens = float(ex["thm2_censored"].max()) if "thm2_censored" in ex else None
     gate = (cens, None if cens is None or not math.isfinite(cens) else cens <= CENSORED_MAX)
-    null = (None, None)
-    if nulls:
-        nst = across_seeds(nulls)
-        null = (nst.mean, _slope_meets(nst))
-    if not vals:
-        return exp.judge(cfg, "thm2-slope", value=None, passed=None, gates={"uncensored": gate}, null=null,
+    if not vals:  # a check (issue 44 item 4): the neutral-prompt ratio is reported, not judged
+        return exp.judge(cfg, "thm2-slope", value=None, passed=None, gates={"uncensored": gate},
                          why_not_computed="no finite slope ratio")
     st = across_seeds(vals)
     return exp.judge(cfg, "thm2-slope", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                     passed=_slope_meets(st), gates={"uncensored": gate}, null=null,
+                     passed=_slope_meets(st), gates={"uncensored": gate},
                      details={"slope_ratio_per_seed": vals, "null_ratio_per_seed": nulls,
                               "max_abs_deviation_over_cells": float(ex["thm2_slope_max_dev"].max())
                               if "thm2_slope_max_dev" in ex else None,

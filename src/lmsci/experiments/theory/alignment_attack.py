@@ -18,7 +18,7 @@ Points:
   ``gamma = B_{P-}`` (``sup_s B_{P-}(s)``, constant for i.i.d. personas). Theorem 1: greedy and median sampled
   ``N`` against the bound; the centre of the mean-behavior curve (reverse-sigmoid fit) against
   ``log((1-alpha)/alpha)/beta``; Theorem 2: ``sys_draws`` system prompts of ``m`` sentences from ``P+`` (and,
-  as ``thm2-slope``'s null arm, from a neutral distribution with ``beta' = 0``);
+  as a contrast reported beside ``thm2-slope``, from a neutral distribution with ``beta' = 0``);
   Theorem 4: best-of-n behavior ``1 - 2 q^n`` against ``gamma_n = 1 - 2 neg_bad^n``.
 * ``trained``: a small lmsci GPT is trained on mixture documents (``doc_len`` sentences, one token per
   sentence) for each ``alpha`` in ``trained_alphas``; the bad persona's own model (trained on ``P-`` documents
@@ -29,10 +29,11 @@ Points:
 Checks (hold by construction, reported apart): ``thm1-length``, ``exact-centre``, ``thm2-bound`` and
 ``thm4-best-of-n`` are computed in the exact closed-form world, where the posterior log-odds drift by beta per
 attack sentence and by -beta' per system-prompt sentence in expectation: they hold against the proven bounds (and
-the centre log((1-alpha)/alpha)/beta up to the crossing's discreteness) unless the code is wrong. Claims and their
-null arms: ``thm2-slope`` (exact world, Monte-Carlo over sampled system prompts and attacks; issue 29 split it from
-the bound): the delay per system-prompt sentence against beta'/beta, null arm: system prompts from a neutral
-distribution (beta' = 0); trained world: ``persona-centre``: the P+ proxy (alpha = 0) on the same prompts;
+the centre log((1-alpha)/alpha)/beta up to the crossing's discreteness) unless the code is wrong. ``thm2-slope``
+(exact world, Monte-Carlo over sampled system prompts and attacks; issue 29 split it from the bound) is a check
+too since issue 44 item 4: in the exact world the delay per system-prompt sentence equals beta'/beta by Wald's
+identity up to the overshoot, so it holds by construction (the neutral-prompt ratio, beta' = 0, is still reported).
+Claims and their null arms, trained world: ``persona-centre``: the P+ proxy (alpha = 0) on the same prompts;
 ``persona-alpha-shift``: a second alpha = 1% mixture (independent training seed) against the first, whose shift is
 0 by construction.
 """
@@ -200,9 +201,7 @@ class AlignmentAttack(Experiment):
             gates=(Gate("uncensored", "at most 1% of the sampled attacks (either arm, every cell and m) fail to "
                                       "misalign within the horizon 3 L2 + 20 sentences (a censored length would "
                                       "bias the mean)"),),
-            null="the same statistic for system prompts of m sentences from a neutral distribution (uniform within "
-                 "each bank, negative mass set so that E[log P-/P+] = 0: beta' = 0, no delay by construction), "
-                 "divided by the same beta'/beta, in the same run",
+            kind="check",
         ),
         Claim(
             "thm4-best-of-n",

@@ -18,10 +18,17 @@ Three parts, each a curve of test risk against model complexity, one row per (pa
    sigma^2 gamma/(1 - gamma) (gamma < 1) and r^2 (1 - 1/gamma) + sigma^2/(gamma - 1) (gamma > 1).
 
 Null arms (same run, same statistic and rule): ``u-curve``: the same fits to the noise alone (target 0);
-``peak-at-threshold``: ridge tuned per level on the test risk over lambda in 1e-6 .. 1e2 (no peak);
 ``second-descent``: min-norm on training labels permuted among the inputs (no signal; the rule also asks the risk
 at 10 n to be below that of the training-label mean); ``ridge-removes-peak-*``: min-norm (lambda -> 0).
-``isotropic-exact`` is a check (a closed-form theorem against its Monte Carlo).
+``isotropic-exact`` (a closed-form theorem against its Monte Carlo) and ``peak-at-threshold`` (where min-norm peaks
+is fixed by the configuration: the variance diverges at N = n; issue 44 item 4) are checks.
+
+Arms of the sweep (paired by seed: a seed's draw depends on (part, seed) only): ``real`` (min-norm fits on the
+true labels; point ids without a prefix), ``null`` (the U-curve's fits to the noise), ``ridge`` and ``permuted``
+(at n/2 and 10 n). The ridge claims compare the ``ridge`` arm with the ``real`` (min-norm) arm as their null. The
+U-curve's training-monotonicity and interior-minimum conditions are gates. Escape hatch (``hand_verdicts``):
+``second-descent`` requires both tasks' intervals below 1 (a conjunction over tasks, reported at the worse task's
+mean).
 
 A seed is an independent draw of everything random (data, split, label flips, features, theta*); within a seed
 every complexity level of a part shares the same draw (nested features), so each seed gives one curve.
@@ -33,13 +40,19 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+import math
+
+from lmsci.claims import Claim, Gate, Stat, Verdict, at_most, between, ci_above, ci_inside, every_at_least, \
+    every_at_most, mean_at_least
+from lmsci.claims.engine import arm_rows, finished
+from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.theory._double_descent_verdicts import curves
-from lmsci.experiments.theory._double_descent_verdicts import verdicts as double_descent_verdicts
+from lmsci.experiments.theory._double_descent_stats import (
+    curves, isotropic_deviation, peak_deviation, peak_ratio, train_monotone, ucurve_ratio, worst_train_beyond_n,
+)
 from lmsci.measure.risk import isotropic_risk, min_norm_fit, ridge_fit
 from lmsci.report import markdown_table
 from lmsci.runs import RunDir, derive_seed
@@ -49,10 +62,16 @@ from lmsci.worlds.linear_models import (
 )
 
 BHMM = "Belkin, Hsu, Ma, Mandal, PNAS 2019, arXiv 1812.11118, Fig. 1-2; Nakkiran et al., arXiv 2003.01897"
-INTERP = Gate("interpolates", "min-norm training MSE <= 1e-6 at every N >= n on both tasks, every seed (the solver "
-                              "interpolates; one that regularises quietly hides the peak)")
-PEAK = Gate("min-norm-peak", "mean across seeds of the min-norm ratio risk(n) / max(risk(n/2), risk(2n)) >= 1.5 (a "
-                             "peak existed to remove)")
+INTERP = Gate("interpolates", every_at_most(1e-6), arm="real",
+              stat=Stat(fn=worst_train_beyond_n,
+                        words="min-norm training MSE at every N >= n on both tasks (the solver interpolates; one "
+                              "that regularises quietly hides the peak)"))
+
+
+def _peak_gate(task: str) -> Gate:
+    return Gate("min-norm-peak", mean_at_least(1.5), arm="real",
+                stat=Stat(fn=peak_ratio, where={"part": task},
+                          words="the min-norm ratio risk(n) / max(risk(n/2), risk(2n)) (a peak existed to remove)"))
 HMRT = "Hastie, Montanari, Rosset, Tibshirani, Ann. Statist. 2022, arXiv 1903.08560, Theorem 1"
 ESL = "Hastie, Tibshirani, Friedman, The Elements of Statistical Learning, 2nd ed., Sec. 2.9, Fig. 2.11"
 
@@ -105,24 +124,6 @@ class DoubleDescentConfig(ExperimentConfig):
     PRESETS["gpu"] = {**PRESETS["paper"], "threads": 0}  # no GPU work: the paper scale on the machine's cores
 
 
-#: the ridge penalties the oracle-tuned null arm chooses from (per complexity level, by test risk)
-ORACLE_LAMBDAS = tuple(10.0 ** k for k in range(-6, 3))
-
-
-def _oracle_ridge(F: np.ndarray, Y: np.ndarray, test_risk) -> float:
-    """The smallest test risk over ridge fits with lambda in :data:`ORACLE_LAMBDAS` (objective
-    (1/n)||F theta - Y||^2 + lambda ||theta||^2; one SVD of F serves every lambda). ``test_risk(theta)`` -> float."""
-    n = F.shape[0]
-    U, sv, Vt = np.linalg.svd(F, full_matrices=False)
-    UtY = U.T @ Y
-    best = np.inf
-    for lam in ORACLE_LAMBDAS:
-        f = sv / (sv ** 2 + n * lam)
-        th = Vt.T @ (f[:, None] * UtY if UtY.ndim == 2 else f * UtY)
-        best = min(best, float(test_risk(th)))
-    return best
-
-
 def _need(grid: list, values: dict[str, float], field: str) -> None:
     for what, v in values.items():
         if v not in grid:
@@ -153,22 +154,24 @@ class DoubleDescent(Experiment):
               "Below the interpolation threshold training error falls monotonically with polynomial degree while "
               "test error is U-shaped.",
               ESL, "Fig. 2.11: training error decreasing, test error U-shaped in model complexity",
-              "test MSE ratio min(test at degree 0, test at the largest degree) / min over degrees, per seed; "
-              "mean over seeds",
-              "in every seed the training MSE is non-increasing in degree (relative tolerance 1e-9) and the ratio is "
-              ">= 1.2, and the argmin of the across-seed mean test curve is neither the smallest nor the largest "
-              "degree (95% Student-t CI of the ratio across seeds reported)",
+              statistic=Stat(fn=ucurve_ratio, where={"part": "ucurve"},
+                             words="test MSE ratio min(test at degree 0, test at the largest degree) / min over "
+                                   "degrees"),
+              rule=ci_above(1.2),
+              gates=(Gate("train-monotone", every_at_least(1.0), stat=Stat(
+                          fn=train_monotone, where={"part": "ucurve"},
+                          words="1 when the training MSE is non-increasing in degree (relative tolerance 1e-9)")),
+                     Gate("interior-min", "the argmin of the across-seed mean test curve is neither the smallest nor "
+                                          "the largest degree")),
               null="the same fits to the noise alone (target f = 0, same draws): with no bias to trade against "
                    "variance the test error rises from degree 0, so no interior minimum"),
         Claim("peak-at-threshold",
               "The test risk of min-norm least squares peaks at the interpolation threshold (features = samples), "
               "for random ReLU features of load_digits and for a misspecified linear model.",
               BHMM, "risk peaks at N = n (Belkin et al. Fig. 2: N = n = 10^4 random Fourier features on MNIST)",
-              "|argmax_N mean-over-seeds test risk / n - 1| on each task; the larger of the two tasks",
-              "<= 0.1 on both tasks (argmax of the across-seed mean curve; per-seed argmaxima reported)",
-              gates=(INTERP,),
-              null="the same argmax on the curve of ridge tuned per complexity level on the test risk over lambda in "
-                   "1e-6 .. 1e2 (optimally tuned ridge has no interpolation peak, Nakkiran et al. arXiv 2003.01897)"),
+              statistic=Stat(fn=peak_deviation, words="|argmax_N of the across-seed mean min-norm test risk / n - 1|, "
+                                                      "the larger of the two tasks (one value per run)"),
+              rule=at_most(0.1), gates=(INTERP,), uncertainty="exact", kind="check"),
         Claim("second-descent",
               "Past the threshold the min-norm test risk descends again: at 10x the samples it is below the risk at "
               "half the samples and below that of predicting the training-label mean.",
@@ -176,7 +179,7 @@ class DoubleDescent(Experiment):
               "test risk at N = 10 n divided by the smaller of the test risk at N = n/2 and the test risk of the "
               "training-label mean as predictor, per seed, on each task; the larger task mean",
               "upper end of the 95% Student-t CI across seeds < 1 on both tasks",
-              gates=(INTERP,),
+              gates=(Gate("interpolates", INTERP.stat.words + ": every seed's value is <= 1e-06"),),
               null="the same ratio for min-norm fits to the training labels permuted among the inputs (no signal: "
                    "past the threshold min-norm still shrinks towards a constant, but no fit beats the label mean)"),
         Claim("ridge-removes-peak-digits",
@@ -184,25 +187,30 @@ class DoubleDescent(Experiment):
               "Nakkiran, Venkat, Kakade, Ma, arXiv 2003.01897 (optimal ridge mitigates double descent); "
               "../shared/research/impossibility_and_theory.md Sec. 5d",
               "ridge 1e-3 removes the peak (lmsci's measurement in the research notes)",
-              "ridge test risk at N = n divided by max(ridge risk at N = n/2, ridge risk at N = 2n), per seed "
-              "(> 1: a peak); the same ratio for min-norm reported",
-              "upper end of the 95% Student-t CI across seeds of the ridge ratio <= 1", gates=(INTERP, PEAK),
-              null="the same ratio for min-norm least squares (lambda -> 0: nothing removes the peak)"),
+              statistic=Stat(fn=peak_ratio, where={"part": "digits"},
+                             words="test risk at N = n divided by max(risk at N = n/2, risk at N = 2n) (> 1: a peak)"),
+              rule=ci_inside(-math.inf, 1.0), gates=(INTERP,), arms=("ridge", "real"),
+              null="the same ratio for min-norm least squares (lambda -> 0: nothing removes the peak)",
+              null_can_meet="min-norm meets the rule whenever the configuration has no interpolation peak to remove "
+                            "(too little label noise, a grid that misses the peak, a solver that regularises "
+                            "quietly): the null now does the job of the dropped min-norm-peak gate, which excluded "
+                            "exactly the case where the null could meet the rule"),
         Claim("ridge-removes-peak-linear",
               "Ridge with lambda = 1e-3 removes the interpolation peak on the misspecified linear model.",
               "Nakkiran, Venkat, Kakade, Ma, arXiv 2003.01897",
               "optimally tuned ridge removes the peak (the paper tunes lambda; 1e-3 is fixed here)",
-              "ridge test risk at p = n divided by max(ridge risk at p = n/2, ridge risk at p = 2n), per seed; the "
-              "same ratio for min-norm reported",
-              "upper end of the 95% Student-t CI across seeds of the ridge ratio <= 1", gates=(INTERP, PEAK),
+              statistic=Stat(fn=peak_ratio, where={"part": "linear"},
+                             words="test risk at p = n divided by max(risk at p = n/2, risk at p = 2n) (> 1: a peak)"),
+              rule=ci_inside(-math.inf, 1.0), gates=(INTERP, _peak_gate("linear")), arms=("ridge", "real"),
               null="the same ratio for min-norm least squares (lambda -> 0: nothing removes the peak)"),
         Claim("isotropic-exact",
               "Monte Carlo excess risk of min-norm least squares with isotropic Gaussian features matches "
               "Hastie et al.'s limiting formula away from gamma = 1.",
               HMRT, "sigma^2 gamma/(1-gamma) for gamma < 1; r^2 (1 - 1/gamma) + sigma^2/(gamma - 1) for gamma > 1",
-              "|mean over seeds of (Monte Carlo risk / exact risk) - 1| at each gamma of the grid (|gamma - 1| >= "
-              "0.25); the largest over gammas",
-              "<= 0.05 at every gamma (95% Student-t CI across seeds of the worst gamma reported)", kind="check"),
+              statistic=Stat(fn=isotropic_deviation, where={"part": "isotropic"},
+                             words="Monte Carlo risk / exact risk - 1 at the gamma of the grid (|gamma - 1| >= 0.25) "
+                                   "whose mean over seeds deviates most"),
+              rule=between(-0.05, 0.05), kind="check"),
     ]
 
     # -- configuration ------------------------------------------------------------------------------
@@ -231,16 +239,23 @@ class DoubleDescent(Experiment):
                                                             "regime, below interpolation)")
 
     def points(self, cfg: DoubleDescentConfig) -> list[Point]:
-        pts = [Point(f"ucurve_d{d}", {"part": "ucurve", "level": d}) for d in range(cfg.max_degree + 1)]
-        pts += [Point(f"digits_N{N}", {"part": "digits", "level": N}) for N in sorted(set(cfg.digits_features))]
-        pts += [Point(f"linear_p{p}", {"part": "linear", "level": p}) for p in sorted(set(cfg.linear_p))]
-        pts += [Point(f"isotropic_g{g:g}", {"part": "isotropic", "level": float(g)}) for g in sorted(set(cfg.gammas))]
-        return pts
+        """The real arm (min-norm fits on the true labels; ids without an arm prefix) and the other arms
+        (``<arm>-<id>``): ``null`` (the U-curve's fits to the noise), ``ridge`` and ``permuted`` (labels permuted, at n/2 and 10 n only). The draws depend on (part, seed) only."""
+        ucurve = [Point(f"ucurve_d{d}", {"part": "ucurve", "level": d}) for d in range(cfg.max_degree + 1)]
+        tasks = [Point(f"digits_N{N}", {"part": "digits", "level": N}) for N in sorted(set(cfg.digits_features))]
+        tasks += [Point(f"linear_p{p}", {"part": "linear", "level": p}) for p in sorted(set(cfg.linear_p))]
+        iso = [Point(f"isotropic_g{g:g}", {"part": "isotropic", "level": float(g)}) for g in sorted(set(cfg.gammas))]
+        ends = {"digits": (cfg.digits_n // 2, 10 * cfg.digits_n), "linear": (cfg.linear_n // 2, 10 * cfg.linear_n)}
+        on = lambda arm, pts: [Point(f"{arm}-{p.id}", {**p.params, "arm": arm}, arm=arm) for p in pts]  # noqa: E731
+        return ([Point(p.id, p.params, arm="real") for p in ucurve + tasks + iso] + on("null", ucurve)
+                + on("ridge", tasks)
+                + on("permuted", [p for p in tasks if p.params["level"] in ends[p.params["part"]]]))
 
     # -- computation --------------------------------------------------------------------------------
     def run_point(self, cfg: DoubleDescentConfig, point: Point, ctx: PointContext) -> dict:
-        part, level = point.params["part"], point.params["level"]
-        # one draw per (part, seed): every complexity level of a seed sees the same data and nested features
+        part, level, arm = point.params["part"], point.params["level"], point.arm or "real"
+        # one draw per (part, seed): every complexity level and every arm of a seed sees the same data and nested
+        # features (the arms are paired by seed: the draw does not depend on the point's id)
         rng = np.random.default_rng(derive_seed(cfg.seed, self.name, part, point.seed_index))
         row = {"part": part, "level": level}
         if part == "ucurve":
@@ -248,35 +263,33 @@ class DoubleDescent(Experiment):
             xt = rng.uniform(-1, 1, cfg.ucurve_test)
             A = legendre_features(x, level)
             At = legendre_features(xt, level)
-            th = min_norm_fit(A, y)
             row["n"] = cfg.ucurve_n
-            row["train_risk"] = float(np.mean((A @ th - y) ** 2))
-            # expected squared prediction error on fresh noisy samples: E(f_hat - f)^2 + sigma^2
-            row["test_risk"] = float(np.mean((At @ th - smooth_target(xt)) ** 2) + cfg.ucurve_sigma ** 2)
-            # null arm: the same fit to the noise alone (target f = 0: no bias to trade against variance)
-            e = y - smooth_target(x)
-            th0 = min_norm_fit(A, e)
-            row["null_train_risk"] = float(np.mean((A @ th0 - e) ** 2))
-            row["null_test_risk"] = float(np.mean((At @ th0) ** 2) + cfg.ucurve_sigma ** 2)
+            if arm == "null":  # the same fit to the noise alone (target f = 0: no bias to trade against variance)
+                e = y - smooth_target(x)
+                th0 = min_norm_fit(A, e)
+                row["train_risk"] = float(np.mean((A @ th0 - e) ** 2))
+                row["test_risk"] = float(np.mean((At @ th0) ** 2) + cfg.ucurve_sigma ** 2)
+            else:
+                th = min_norm_fit(A, y)
+                row["train_risk"] = float(np.mean((A @ th - y) ** 2))
+                # expected squared prediction error on fresh noisy samples: E(f_hat - f)^2 + sigma^2
+                row["test_risk"] = float(np.mean((At @ th - smooth_target(xt)) ** 2) + cfg.ucurve_sigma ** 2)
         elif part == "digits":
             Xtr, Ytr, Xte, lte = digits_split(cfg.digits_n, cfg.label_noise, rng)
             W = relu_feature_weights(Xtr.shape[1], max(cfg.digits_features), rng)[:, :level]
             Ftr, Fte = relu_features(Xtr, W), relu_features(Xte, W)
             Yte = np.eye(10)[lte]
             row["n"] = cfg.digits_n
-            for tag, th in (("", min_norm_fit(Ftr, Ytr)), ("ridge_", ridge_fit(Ftr, Ytr, cfg.ridge))):
-                P = Fte @ th
-                row[f"{tag}train_risk"] = float(np.mean(np.sum((Ftr @ th - Ytr) ** 2, 1)))
-                row[f"{tag}test_risk"] = float(np.mean(np.sum((P - Yte) ** 2, 1)))
-                row[f"{tag}test_error"] = float(np.mean(P.argmax(1) != lte))
-            # null arms: ridge tuned on the test risk over ORACLE_LAMBDAS (no interpolation peak); the training-label
-            # mean as predictor; min-norm on training labels permuted among the images (no signal to learn)
-            row["oracle_ridge_test_risk"] = _oracle_ridge(Ftr, Ytr, lambda P: np.mean(np.sum((Fte @ P - Yte) ** 2, 1)))
+            # the training-label mean as predictor (the second descent's baseline)
             row["mean_pred_test_risk"] = float(np.mean(np.sum((Ytr.mean(0) - Yte) ** 2, 1)))
-            if level in (cfg.digits_n // 2, 10 * cfg.digits_n):
+            if arm == "permuted":  # min-norm on training labels permuted among the images (no signal to learn)
                 nrng = np.random.default_rng(derive_seed(cfg.seed, self.name, part, point.seed_index, "null"))
-                Yp = Ytr[nrng.permutation(len(Ytr))]
-                row["perm_test_risk"] = float(np.mean(np.sum((Fte @ min_norm_fit(Ftr, Yp) - Yte) ** 2, 1)))
+                Ytr = Ytr[nrng.permutation(len(Ytr))]
+            th = ridge_fit(Ftr, Ytr, cfg.ridge) if arm == "ridge" else min_norm_fit(Ftr, Ytr)
+            P = Fte @ th
+            row["train_risk"] = float(np.mean(np.sum((Ftr @ th - Ytr) ** 2, 1)))
+            row["test_risk"] = float(np.mean(np.sum((P - Yte) ** 2, 1)))
+            row["test_error"] = float(np.mean(P.argmax(1) != lte))
         elif part == "linear":
             theta = sphere_vector(cfg.linear_D, 1.0, rng)
             X = rng.standard_normal((cfg.linear_n, cfg.linear_D))
@@ -289,14 +302,13 @@ class DoubleDescent(Experiment):
             def risk(th):  # exact prediction risk for x ~ N(0, I_D): ||beta - theta_p||^2 + ||theta_rest||^2 + sigma^2
                 return float(np.sum((th / np.sqrt(level) - theta[:level]) ** 2) + rest + s2)
 
-            for tag, th in (("", min_norm_fit(Xp, y)), ("ridge_", ridge_fit(Xp, y, cfg.ridge))):
-                row[f"{tag}train_risk"] = float(np.mean((Xp @ th - y) ** 2))
-                row[f"{tag}test_risk"] = risk(th)
-            row["oracle_ridge_test_risk"] = _oracle_ridge(Xp, y, risk)
             row["mean_pred_test_risk"] = float(theta @ theta + s2 + np.mean(y) ** 2)  # E(y - mean(y_train))^2
-            if level in (cfg.linear_n // 2, 10 * cfg.linear_n):
+            if arm == "permuted":
                 nrng = np.random.default_rng(derive_seed(cfg.seed, self.name, part, point.seed_index, "null"))
-                row["perm_test_risk"] = risk(min_norm_fit(Xp, y[nrng.permutation(len(y))]))
+                y = y[nrng.permutation(len(y))]
+            th = ridge_fit(Xp, y, cfg.ridge) if arm == "ridge" else min_norm_fit(Xp, y)
+            row["train_risk"] = float(np.mean((Xp @ th - y) ** 2))
+            row["test_risk"] = risk(th)
         elif part == "isotropic":
             n = cfg.iso_n
             p = max(1, int(round(level * n)))
@@ -314,10 +326,50 @@ class DoubleDescent(Experiment):
             raise ConfigError("part", part, "ucurve, digits, linear, isotropic")
         return row
 
-    # -- verdicts (one function per claim or check: _double_descent_verdicts) -------------------------------
-    def verdicts(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """u-curve, peak-at-threshold, second-descent, ridge-removes-peak-{digits,linear}, isotropic-exact."""
-        return double_descent_verdicts(self, cfg, results)
+    # -- verdicts: the engine judges four of six; peak-at-threshold and second-descent by hand (module docstring)
+    def measured_gates(self, cfg: DoubleDescentConfig, results: pd.DataFrame) -> dict:
+        """``interior-min`` (the argmin of the across-seed mean U-curve is interior) and ``interpolates`` for the
+        claims judged by hand."""
+        out = {}
+        mean = curves(results, "ucurve", "test_risk").dropna(axis=1).mean(axis=1)
+        if len(mean) >= 3:
+            arg = mean.idxmin()
+            out["interior-min"] = (float(arg), bool(mean.index[0] < arg < mean.index[-1]))
+        worst = worst_train_beyond_n(arm_rows(finished(results), "real"))
+        if len(worst):
+            out["interpolates"] = (float(worst.max()), bool(worst.max() <= 1e-6))
+        return out
+
+    def hand_verdicts(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        if "part" not in results or results.empty:
+            return []
+        gate = {k: v for k, v in self.measured_gates(cfg, results).items() if k == "interpolates"}
+        tasks = {"digits": cfg.digits_n, "linear": cfg.linear_n}
+        desc = {}
+        for task, n in tasks.items():
+            ratio = {}
+            for arm in ("real", "permuted"):
+                te, mp = curves(results, task, "test_risk", arm), curves(results, task, "mean_pred_test_risk")
+                if {n // 2, 10 * n} <= set(te.index):
+                    r = te.loc[10 * n] / np.minimum(te.loc[n // 2], mp.loc[n // 2].reindex(te.columns))
+                    ratio[arm] = across_seeds(r.dropna().to_numpy())
+            if "real" in ratio:
+                desc[task] = ratio
+        out = []
+        if len(desc) == 2:
+            worst = max(desc, key=lambda k: desc[k]["real"].mean)
+            st = desc[worst]["real"]
+            nulls = [d.get("permuted") for d in desc.values()]
+            null = (None, None)
+            if all(x is not None and x.n >= 2 for x in nulls):
+                null = (max(x.mean for x in nulls), bool(all(x.hi < 1 for x in nulls)))
+            out.append(self.judge(cfg, "second-descent", value=st.mean, gates=gate, ci=st.ci, ci_kind=st.kind,
+                                  passed=all(d["real"].n >= 2 and d["real"].hi < 1 for d in desc.values())
+                                  if st.n >= 2 else None, why_not_computed="one seed: no interval across seeds",
+                                  n_seeds=min(d["real"].n for d in desc.values()), null=null,
+                                  details={"worst_task": worst} | {k: {"mean": d["real"].mean, "ci": d["real"].ci}
+                                                                   for k, d in desc.items()}))
+        return out
 
     # -- figures and report -------------------------------------------------------------------------
     def figures(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -336,12 +388,13 @@ class DoubleDescent(Experiment):
             if part not in set(results.get("part", [])):
                 ax.set_visible(False)
                 continue
-            cols = [("test_risk", "test (min-norm)" if part != "ucurve" else "test", "C0"),
-                    ("train_risk", "train", "C2"), ("ridge_test_risk", f"test (ridge {cfg.ridge:g})", "C1")]
-            for col, lab, c in cols:
+            cols = [("test_risk", "real", "test (min-norm)" if part != "ucurve" else "test", "C0"),
+                    ("train_risk", "real", "train", "C2"), ("test_risk", "ridge", f"test (ridge {cfg.ridge:g})", "C1"),
+                    ("test_risk", "null", "test, fit to the noise alone (null)", "C3")]
+            for col, arm, lab, c in cols:
                 if col not in results or part == "isotropic" and col != "test_risk":
                     continue
-                cur = curves(results, part, col)
+                cur = curves(results, part, col, arm)
                 if cur.empty or cur.isna().all().all():
                     continue
                 if col == "train_risk" and part in ("digits", "linear"):
@@ -372,11 +425,13 @@ class DoubleDescent(Experiment):
                                 "polynomial least squares (ESL Fig. 2.11); min-norm and ridge test risk on random "
                                 "ReLU features of load_digits and on a misspecified linear model with the "
                                 "interpolation threshold marked; Monte Carlo isotropic risk against Hastie et al.'s "
-                                "formula."))
+                                "formula.", claims=("u-curve", "peak-at-threshold", "second-descent",
+                                                    "ridge-removes-peak-digits", "ridge-removes-peak-linear",
+                                                    "isotropic-exact")))
         if "test_error" in results and "digits" in set(results["part"]):
             fig, ax = plt.subplots(figsize=(6, 4))
-            for col, lab, c in (("test_error", "min-norm", "C0"), ("ridge_test_error", f"ridge {cfg.ridge:g}", "C1")):
-                cur = curves(results, "digits", col)
+            for arm, lab, c in (("real", "min-norm", "C0"), ("ridge", f"ridge {cfg.ridge:g}", "C1")):
+                cur = curves(results, "digits", "test_error", arm)
                 ax.plot(cur.index, cur.mean(axis=1), "o-", color=c, ms=3, label=lab)
             ax.axvline(cfg.digits_n, color="r", ls="--", lw=1, label="N = n")
             ax.set_xscale("log")
@@ -390,10 +445,10 @@ class DoubleDescent(Experiment):
     def report_sections(self, cfg: DoubleDescentConfig, results: pd.DataFrame, run: RunDir) -> str:
         if "part" not in results:
             return ""
-        cols = [c for c in ("train_risk", "test_risk", "ridge_test_risk", "test_error", "ridge_test_error",
-                            "exact_risk", "null_test_risk", "oracle_ridge_test_risk", "mean_pred_test_risk",
-                            "perm_test_risk") if c in results]
-        tab = results.groupby(["part", "level"])[cols].mean().reset_index()
+        cols = [c for c in ("train_risk", "test_risk", "test_error", "exact_risk", "mean_pred_test_risk")
+                if c in results]
+        keys = ["part", "arm", "level"] if "arm" in results else ["part", "level"]
+        tab = results.groupby(keys)[cols].mean().reset_index()
         return ("### Mean over seeds by part and complexity\n\n" + markdown_table(tab, max_rows=80) +
                 "\nMin-norm fits use `numpy.linalg.lstsq` with the machine-precision cut-off (or the exact dual "
                 "solve for p > 2n); ridge minimises (1/n)||Phi theta - y||^2 + lambda ||theta||^2 on features scaled "
