@@ -115,7 +115,9 @@ class AttributionPatchingLM(Experiment):
     source = "Nanda 2023 (attribution patching); Syed et al., arXiv 2310.10348"
     Config = AttributionPatchingLMConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "~10m estimated (3 samples of 15 prompts x 271 forwards of SmolLM2-135M, one thread)",
+                     "quick": "~15m CPU estimated (3 samples x 271 forwards of 15 IOI prompts; one forward of "
+                              "SmolLM2-135M measured at 1.0 CPU-s on one thread, 2026-12-06; wall ~12x that at "
+                              "load 15)",
                      "gpu": "~2 min on one H100 (estimated)", "paper": "~5 min on one H100 (estimated)"}
     _SRC = "Syed, Rager & Conmy, arXiv 2310.10348, sec. 3-4; Nanda 2023"
     _GATE = (Gate("does-ioi", every_at_least(LD_GATE), arm="real",

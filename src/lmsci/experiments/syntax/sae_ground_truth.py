@@ -120,8 +120,9 @@ class SAEGroundTruth(Experiment):
              "and better than PCA of the same activations.")
     source = "Cunningham et al., arXiv 2309.08600; Bricken et al. 2023; Gao et al., arXiv 2406.04093 (TopK)"
     Config = SAEGroundTruthConfig
-    time_estimate = {"smoke": "~15 s", "quick": "~14m estimated CPU time (3 seeds x (2000 training steps at ~0.1 "
-                                                "CPU-s/step + 2 SAEs), one thread)",
+    time_estimate = {"smoke": "~15 s", "quick": "~15m CPU estimated (3 seeds x 2000 training steps at 0.12 "
+                                                "CPU-s/step measured on one thread, 2026-12-06, + 6 SAEs; "
+                                                "wall ~12x that at load 15)",
                      "gpu": "~10 min on one H100 (estimated)", "paper": "~1 day on 4xA100 (estimated)"}
 
     _SRC = "Cunningham et al., arXiv 2309.08600, sec. 1 and 4 (SAE features vs PCA/ICA/random baselines)"
