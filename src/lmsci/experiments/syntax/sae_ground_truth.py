@@ -247,7 +247,7 @@ class SAEGroundTruth(Experiment):
             for d in DICTS:
                 rows.append([float(sub[f"f1_{d}__{n}"].mean()) for n in names])
                 labels.append(f"{'trained' if arm == 'real' else 'random init'}: {d}")
-        fig = head_heatmap(np.array(rows), label="best-latent F1 (held-out tokens, mean over seeds)",
+        fig = head_heatmap(np.array(rows), label="best-latent F1 (mean over seeds)",
                            title=f"Feature recovery at {ok['hook'].iloc[0]}", annotate=True)
         ax = fig.axes[0]
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
