@@ -28,6 +28,15 @@ The quick preset's 2000 training steps come from the cfg presets' sizing pilot o
 GPT_rot on cfg3b-small reached generation accuracy 0.85 at 1500 steps and 0.97 at 2000), not from a run of this
 experiment.
 
+First quick runs (2026-12-06, master seeds 0 and 1, one thread, shared 2-core machine at load 13-15): stopped at
+the helper's deadline after seed index 0's real arm (2000 steps, 251 / 258 CPU-s, 38 min wall each), so no verdict.
+Seed index 0 (master 0 / 1): trained GPT generation accuracy 0.95 / 0.86; 12 features, all-positive F1 floor 0.449;
+SAE share recovered 0.00 / 0.00, mean best F1 SAE 0.565 / 0.543, PCA 0.590 / 0.587, random 0.609 / 0.628
+(SAE - PCA -0.025 / -0.043); L0 8, FVU 0.012 / 0.011, dead 0.10 / 0.11, spliced NLL +0.010 / +0.018 nats/token
+(loss recovered 0.987 / 0.976). The null arm of seed index 0 computed by the same ``run_point`` outside the executor:
+SAE share 0.00, mean F1 SAE 0.486 / 0.481, PCA 0.548 / 0.535 (SAE - PCA -0.062 / -0.054), dead 0.77 / 0.80.
+The run directories resume (``lmsci run ... --out`` the same directory).
+
 Pilot disclosure: the instruments' author ran a one-seed development pilot of this composition before the claims were
 registered (see CLAIMS.md, 2026-12-06); the rules below come from the literature's claims (the issue's "most true
 features", F1 0.7 as the library's default recovery threshold, a paired difference above 0), not from that pilot.
