@@ -56,8 +56,8 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, every_at_least
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
-from lmsci.experiments.syntax.cfg_learning import (CFGModelConfig, make_get_batch, make_model, train_model,
-                                                  validate_model_config)
+from lmsci.experiments.syntax._common import (CFGModelConfig, make_get_batch, make_model, train_model,
+                                             validate_model_config)
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy
 from lmsci.measure.feature_recovery import baseline_codes, cfg_features, compare_dictionaries
 from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll, train_sae
