@@ -160,7 +160,8 @@ class Stat:
 
     def spec(self) -> dict[str, Any]:
         """The definition as plain data (hashed into the claim's digest)."""
-        return {"column": self.column, "agg": self.agg, "where": [list(kv) for kv in self.where],
+        where = [[k, list(v) if isinstance(v, tuple) else v] for k, v in self.where]  # JSON round-trips lists
+        return {"column": self.column, "agg": self.agg, "where": where,
                 "minus": None if self.minus is None else self.minus.spec(),
                 "over": None if self.over is None else self.over.spec(), "arm": self.arm,
                 "fn": None if self.fn is None else fn_digest(self.fn), "per": self.per}
