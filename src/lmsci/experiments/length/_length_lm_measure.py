@@ -120,6 +120,56 @@ def policy_nll(model: Any, ids: Tensor, policy: Any, chunk: int | None = None,
     return out[: n - 1], stats, cache_max
 
 
+_ROWS: dict[str, Any] = {"stats": None, "rows": None}
+ROWSTATS_NAME = "lmsci_length_rowstats"
+
+
+def _rowstats_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                        dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple[Tensor, None]:
+    """The model's own causal SDPA attention, plus (while :func:`vanilla_row_stats` is active) the maximum logit and
+    the entropy of the selected query rows, computed in float32 from the same (rotated) queries and keys."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    st, rows = _ROWS["stats"], _ROWS["rows"]
+    if st is not None:
+        n, scale = key.shape[2], scaling if scaling is not None else query.shape[-1] ** -0.5
+        k = key.repeat_interleave(query.shape[1] // key.shape[1], 1).float()
+        for a in range(0, len(rows), 128):
+            r = rows[a:a + 128].to(query.device)
+            lg = (query[:, :, r].float() @ k.transpose(-1, -2)) * scale  # [b, h, r, n]
+            lg = lg.masked_fill(torch.arange(n, device=lg.device)[None, :] > r[:, None], float("-inf"))
+            st(int(module.layer_idx), r, None, lg, torch.softmax(lg, dim=-1))
+    return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling, is_causal=True)
+
+
+@torch.no_grad()
+def vanilla_row_stats(model: Any, ids: Tensor, rows: np.ndarray) -> tuple[np.ndarray, RowStats]:
+    """Per-token NLL ``[n - 1]`` of ``ids [1, n]`` under the model's own causal attention (PyTorch SDPA), with
+    :class:`RowStats` (max logit, entropy) for the query positions ``rows`` only (NaN elsewhere): the fast path of
+    the vanilla arm (the blockwise harness would score every row). Batch 1, no padding."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ROWSTATS_NAME, _rowstats_attention)
+    n_layers = sum(1 for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj"))
+    stats = RowStats(n_layers, ids.shape[1])
+    configs = {id(model.config): model.config}
+    for m in model.modules():
+        c = getattr(m, "config", None)
+        if c is not None and hasattr(c, "_attn_implementation_internal"):
+            configs.setdefault(id(c), c)
+    saved = [(c, c._attn_implementation_internal) for c in configs.values()]
+    _ROWS.update(stats=stats, rows=torch.as_tensor(np.asarray(rows), dtype=torch.long))
+    try:
+        for c, _ in saved:
+            c._attn_implementation_internal = ROWSTATS_NAME
+        nll = plain_nll(model, ids)
+    finally:
+        for c, impl in saved:
+            c._attn_implementation_internal = impl
+        _ROWS.update(stats=None, rows=None)
+    return nll, stats
+
+
 def bucket_curve(nll: np.ndarray, offset: int, bucket: int, n: int) -> list[float | None]:
     """Mean of ``nll`` (entry t at absolute target position ``offset + t + 1``) over absolute target-position
     buckets ``[b * bucket, (b + 1) * bucket)`` for ``b < n // bucket``; None where the array has no entry."""

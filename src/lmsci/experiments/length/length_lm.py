@@ -19,7 +19,8 @@ blockwise attention harness (:mod:`lmsci.models.attention_harness`, which handle
 
 Arms (one sweep axis, paired by sample):
 
-- ``vanilla``: the model's own causal attention over all T tokens (true distances up to T - 1).
+- ``vanilla``: the model's own causal attention over all T tokens (true distances up to T - 1), PyTorch SDPA; its
+  logit and entropy statistics are computed for the claim rows and 16 rows per bucket only (same queries and keys).
 - ``lm_infinite``: LM-Infinite, ``n_global`` starting tokens + the ``n_local`` most recent keys, every distance
   clipped at ``d_max = n_local``; fed as a stream of ``chunk`` tokens whose KV cache is trimmed to
   ``n_global + n_local`` entries (memory flat in T; the gate ``memory-flat`` checks it).
@@ -334,8 +335,11 @@ def run_method(cfg: LengthLMConfig, hf: Any, arm: str, ids: torch.Tensor, L: int
         nll, _, _ = M.policy_nll(hf.model, ids[:, offset:], pol, record=False)
     elif arm == "lm_infinite":
         nll, stats, cache = M.policy_nll(hf.model, ids, pol, chunk=cfg.chunk)
-    else:
-        nll, stats, _ = M.policy_nll(hf.model, ids, pol)
+    else:  # the model's own attention (SDPA), statistics of the claim rows and 16 rows per bucket (the curves)
+        B = cfg.bucket
+        rows = sorted(set(range(L - cfg.rows, L)) | set(range(T - cfg.rows, T))
+                      | {b * B + B - 1 - j for b in range(T // B) for j in range(min(16, B))})
+        nll, stats = M.vanilla_row_stats(hf.model, ids, np.array(rows))
     tail_nll = nll[-cfg.tail:]
     row: dict[str, Any] = {"L": L, "T": T, "offset": offset, "nll_tail": float(tail_nll.mean()),
                            "ref_tail": float(ref.mean()), "rise": float(tail_nll.mean() - ref.mean()),
