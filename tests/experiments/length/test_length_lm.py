@@ -141,3 +141,22 @@ def test_repeat_kv_heads_on_the_real_model(smollm2):
     x = smollm2.tokenizer("Shall I compare thee to a summer's day?", return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(r(x).logits, smollm2.model(x).logits, rtol=0, atol=1e-4)
+
+
+def test_vanilla_fast_path_equals_the_harness_on_the_recorded_rows():
+    """The vanilla arm's SDPA reading with row-selected statistics gives the harness's full-policy NLL, max logit
+    and entropy on the rows it records, and NaN elsewhere."""
+    from lmsci.experiments.length import _length_lm_measure as M
+    from lmsci.experiments.length.length_lm import LengthLM, load
+    from lmsci.methods.lm_infinite import full_policy
+
+    cfg = resolve_config(LengthLM.Config, "smoke", {"threads": 1})
+    hf = load(cfg, "cpu")
+    ids = torch.randint(0, 128, (1, 100), generator=torch.Generator().manual_seed(3))
+    rows = np.array([0, 5, 50, 99])
+    nll, st = M.vanilla_row_stats(hf.model, ids, rows)
+    nll2, st2, _ = M.policy_nll(hf.model, ids, full_policy(block_size=16))
+    assert np.allclose(nll, nll2, atol=1e-5)
+    assert np.allclose(st.max_logit[:, rows], st2.max_logit[:, rows], atol=1e-5)
+    assert np.allclose(st.entropy[:, rows], st2.entropy[:, rows], atol=1e-5)
+    assert np.isnan(st.max_logit[:, 1]).all() and hf.model.config._attn_implementation == "sdpa"
