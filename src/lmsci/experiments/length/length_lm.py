@@ -137,8 +137,9 @@ class LengthLM(Experiment):
     source = f"{_SRC}, Sec. 3-4, Table 1, Fig. 1/3; {_SL}, Sec. 3"
     Config = LengthLMConfig
     time_estimate = {"smoke": "~15 s (a tiny random Llama)",
-                     "quick": "~8m estimated on an idle core (3 samples of 12,288 tokens, bfloat16; from passes over "
-                              "4,096 tokens measured under load average ~12: 31 s bfloat16, 82 s float32)",
+                     "quick": "~80m measured under load average ~17 on 2 cores (each run ~25% of a core: vanilla points "
+                              "610-700 s, 2.7 CPU-minutes; LM-Infinite 494 s, 2.1 CPU-minutes); ~18 CPU-minutes, so "
+                              "estimated 12-18m on an idle core",
                      "gpu": "~10m on one H100 (estimated: 5 samples of 65,536 tokens, float32)",
                      "paper": "~25m on one H100 (estimated: 10 samples of 65,536 tokens)"}
     claims = [
