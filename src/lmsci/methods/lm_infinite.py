@@ -7,13 +7,18 @@ Models with Attention Sinks", ICLR 2024, arXiv 2309.17453, Section 3.2.
 
 The policies and the blockwise harness that computes them live in :mod:`lmsci.models.attention_harness`
 (instruments in :mod:`lmsci.measure.attention` use it too); this module re-exports them and adds the
-LM-Infinite conveniences :func:`apply_lm_infinite` and :func:`lm_infinite`.
+LM-Infinite conveniences :func:`apply_lm_infinite` and :func:`lm_infinite`, and :func:`repeat_kv_heads`, the exact
+rewrite of a grouped-query-attention model into multi-head attention that the official LM-Infinite code needs (it views
+keys and values with the query head count).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any, Iterator
+
+from lmsci.errors import ConfigError
 
 from lmsci.models.attention_harness import *  # noqa: F401,F403 (re-exported: the harness and its policies)
 from lmsci.models.attention_harness import (  # noqa: F401
@@ -60,4 +65,51 @@ def lm_infinite(model: Any, n_local: int, n_global: int = 10, **kw: Any) -> Iter
         p.remove()
 
 
-__all__ = [*_harness_all, "apply_lm_infinite", "lm_infinite"]
+def repeat_kv_heads(model: Any) -> Any:
+    """A copy of a Hugging Face grouped-query-attention model with every key/value head repeated to the query head
+    count: ``k_proj``/``v_proj`` weights ``[n_kv_heads * d_head, d_model]`` become ``[n_heads * d_head, d_model]``,
+    kv head j copied to heads ``j * n_rep .. (j + 1) * n_rep - 1`` (the order of ``transformers``' ``repeat_kv``), and
+    ``num_key_value_heads = num_attention_heads``. An exact rewrite: the logits are the same up to float rounding
+    (the same products, summed in the same order). Needed to run code that assumes multi-head attention, such as the
+    official LM-Infinite implementation (Glaciohound/LM-Infinite), on a GQA model (SmolLM2: 3 kv heads, 9 q heads).
+
+    Args:
+        model: a ``transformers`` causal LM whose attention modules have ``k_proj``, ``v_proj`` and
+            ``num_key_value_groups`` (Llama, Mistral, Qwen2, ...), or an lmsci ``HFModel`` wrapping one.
+
+    Returns:
+        The rewritten copy (the input is left unchanged); the copy of an ``HFModel``'s ``.model`` for an HFModel.
+
+    Raises:
+        ConfigError: no attention module with ``k_proj``/``v_proj``/``num_key_value_groups`` (not a supported family).
+    """
+    if type(model).__name__ == "HFModel":
+        model = model.model
+    if getattr(model, "config", None) is None:
+        raise ConfigError("model", type(model).__name__, "a Hugging Face Llama-family model")
+    new = copy.deepcopy(model)
+    cfg = new.config.get_text_config() if hasattr(new.config, "get_text_config") else new.config
+    n_heads = cfg.num_attention_heads
+    d_head = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    mods = [m for m in new.modules() if all(hasattr(m, a) for a in ("k_proj", "v_proj", "num_key_value_groups"))]
+    if not mods:
+        raise ConfigError("model", type(model).__name__, "a Llama-family model (attention with k_proj, v_proj and "
+                                                         "num_key_value_groups)")
+    for m in mods:
+        n_rep = int(m.num_key_value_groups)
+        for name in ("k_proj", "v_proj"):
+            lin = getattr(m, name)
+            w = lin.weight.data
+            n_kv = w.shape[0] // d_head
+            lin.weight.data = w.view(n_kv, d_head, -1).repeat_interleave(n_rep, 0).reshape(n_kv * n_rep * d_head, -1)
+            if lin.bias is not None:
+                lin.bias.data = lin.bias.data.view(n_kv, d_head).repeat_interleave(n_rep, 0).reshape(-1)
+            lin.out_features = lin.weight.shape[0]
+        m.num_key_value_groups = 1
+        if hasattr(m, "num_key_value_heads"):
+            m.num_key_value_heads = n_heads
+    cfg.num_key_value_heads = n_heads
+    return new
+
+
+__all__ = [*_harness_all, "apply_lm_infinite", "lm_infinite", "repeat_kv_heads"]
