@@ -53,6 +53,7 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, ci_inside, every_at_least
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
+from lmsci.experiments._published import toy_rows_section
 from lmsci.experiments.registry import register
 from lmsci.report.figures import arm_points
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -194,24 +195,6 @@ class WordOrderLM(Experiment):
 
     def report_sections(self, cfg: WordOrderLMConfig, results: pd.DataFrame, run: RunDir) -> str:
         return toy_rows_section("word-order")
-
-
-def toy_rows_section(toy: str) -> str:
-    """Markdown: the toy experiment ``toy``'s published quick rows (``results/quick/claims.csv``), shown beside the
-    real model's verdicts; an explanatory line when the file is not found."""
-    from pathlib import Path
-
-    from lmsci.report import markdown_table
-
-    for root in (Path.cwd(), *Path(__file__).resolve().parents):
-        f = root / "results" / "quick" / "claims.csv"
-        if f.is_file():
-            df = pd.read_csv(f)
-            df = df[df["experiment"] == toy][["claim", "kind", "ours", "null_arm", "outcome", "seeds",
-                                              "master_seeds", "commit"]]
-            return (f"\n## The toy experiment `{toy}` (published quick rows, results/quick/claims.csv)\n\n"
-                    + (markdown_table(df) if len(df) else "(no rows)\n"))
-    return f"\n## The toy experiment `{toy}`\n\nresults/quick/claims.csv not found.\n"
 
 
 @lru_cache(maxsize=2)
