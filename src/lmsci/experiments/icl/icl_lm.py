@@ -47,7 +47,7 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, every_at_least
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
-from lmsci.experiments._published import toy_rows_section
+from lmsci.report.published import toy_rows_section
 from lmsci.experiments.registry import register
 from lmsci.measure.icl import (build_text_prompt, embedding_kernel_predictions, kernel_values, last_token_attention,
                                load_minilm, select_heads, tune_temperature, vote_predictions)

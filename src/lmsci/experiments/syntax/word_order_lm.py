@@ -53,7 +53,7 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, ci_inside, every_at_least
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
-from lmsci.experiments._published import toy_rows_section
+from lmsci.report.published import toy_rows_section
 from lmsci.experiments.registry import register
 from lmsci.report.figures import arm_points
 from lmsci.runs import RunDir, derive_seed, resolve_device
