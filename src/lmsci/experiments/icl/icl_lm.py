@@ -112,8 +112,12 @@ class ICLLM(Experiment):
              "all-MiniLM-L6-v2 kernel regression.")
     source = f"{_SRC}, Sec. 5, Tables 2-3"
     Config = ICLLMConfig
-    time_estimate = {"smoke": "~20 s (a tiny model)", "quick": "~3 min CPU on one thread (estimated)",
-                     "gpu": "~3 min on one H100 (estimated)", "paper": "~6 min on one H100 (estimated)"}
+    time_estimate = {"smoke": "~20 s (a tiny model)",
+                     "quick": "~50 s CPU for a real-arm point measured (curve and kernel vote, with MiniLM; 12 points "
+                              "of three kinds: ~6-8 min CPU on one thread, estimated from it); ~740 s wall per real-arm "
+                              "point on a 2-core machine at load 13-16 (2026-12-06)",
+                     "gpu": "~3 min on one H100 (estimated, not measured)",
+                     "paper": "~6 min on one H100 (estimated, not measured)"}
     claims = [
         Claim("icl-rises", "The model's ICL accuracy against the gold label is higher at the largest number of "
               "demonstrations than at one.", f"{_SRC}, Table 3", "kernel estimate vs posterior 0.337 at 1 "

@@ -110,9 +110,11 @@ class WordOrderLM(Experiment):
              "deranged, while its answers to 'X is taller than Y. Is X taller than Y?' fall to chance.")
     source = _SRC
     Config = WordOrderLMConfig
-    time_estimate = {"smoke": "~15 s (a tiny model)", "quick": "~4 min CPU on one thread (estimated: 12 points of "
-                     "~130 prompts of ~60 tokens)", "gpu": "~2 min on one H100 (estimated)",
-                     "paper": "~5 min on one H100 (estimated)"}
+    time_estimate = {"smoke": "~15 s (a tiny model)",
+                     "quick": "~30 s CPU per point measured (12 points: ~6 min CPU on one thread, float32 SDPA); on "
+                              "a 2-core machine at load 13-16 a point took 380-620 s wall (2026-12-06)",
+                     "gpu": "~2 min on one H100 (estimated, not measured)",
+                     "paper": "~5 min on one H100 (estimated, not measured)"}
     claims = [
         Claim("redundant-kept",
               f"On the order-redundant task (sentiment of VADER-labelled lines), at least {AGREE_MIN:.0%} of the "
