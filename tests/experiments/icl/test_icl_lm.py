@@ -1,0 +1,112 @@
+"""icl-lm (issue 45, item 4): ICL of a pretrained LM on words and facts, the best head's kernel vote vs MiniLM, on the
+claims engine. The smoke run uses a tiny random Llama with a tiny byte-level BPE tokenizer trained in the test (the
+real model's quick run is in results/quick); verdicts on hand-made tables; bad input refused before any work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmsci.config import resolve_config
+from lmsci.errors import ConfigError
+from lmsci.experiments.registry import get
+from lmsci.sweep import run_experiment
+
+TEXT = ["Input: happy Output: positive\nInput: France Output: Europe\nInput: Kenya Output: Africa\n",
+        "Input: grief Output: negative\nInput: Japan Output: Asia\n Africa Asia Europe negative positive"]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_with_tokenizer(tmp_path_factory):
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(TEXT * 20, trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel
+                                                         .alphabet(), special_tokens=["<pad>"]))
+    tk.add_tokens(["Africa", "Asia", "Europe"])  # whole words: their first tokens must differ
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>")
+    cfg = LlamaConfig(vocab_size=tk.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("tiny_llama_icl")
+    LlamaForCausalLM(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_smoke_run_on_a_tiny_model_judges_every_claim_with_the_engine(tiny_llama_with_tokenizer, tmp_path):
+    exp = get("icl-lm")()
+    cfg = resolve_config(exp.Config, "smoke", {"model": str(tiny_llama_with_tokenizer), "threads": 1})
+    run = run_experiment(exp, cfg, tmp_path / "run", progress=False, log=lambda m: None)
+    res = run.results()
+    assert (res["status"] == "ok").all() and len(res) == 12
+    assert sorted(set(res["arm"])) == ["random_head", "random_labels", "real"]
+    real = res[res["arm"] == "real"]
+    assert real["acc_gain"].notna().all() and real["head_agree"].between(0, 1).all()
+    assert res[res["arm"] == "random_labels"]["head_agree"].isna().all()  # that arm runs the curve only
+    assert (res["head_layer"].dropna() < 2).all()
+    v = {x.claim_id: x for x in run.verdicts()}
+    assert set(v) == {"icl-rises", "head-reconstructs", "beats-minilm"}
+    assert all(x.outcome == "inconclusive" for x in v.values())  # 2 samples: below min_seeds
+    report = next(run.path.glob("report*.md")).read_text()
+    assert "The toy experiment `icl-kernel-regression`" in report
+
+
+def test_task_pools_and_prompts():
+    from lmsci.experiments.icl.icl_lm import draw_prompts, task_pool
+
+    pool, labels = task_pool("continents")
+    assert labels == ("Africa", "Asia", "Europe") and len(pool) == 42
+    assert ("Kenya", 0) in pool and ("Japan", 1) in pool and ("France", 2) in pool
+    words, lab = task_pool("sentiment-words")
+    d = dict(words)
+    assert lab == ("negative", "positive") and len(words) > 50 and d.get("love") == 1 and d.get("hate") == 0
+    rng = np.random.default_rng(0)
+    for demos, x, y in draw_prompts(pool, 3, 5, 20, rng, False):
+        assert len(demos) == 5 and x not in [a for a, _ in demos] and all(dict(pool)[a] == b for a, b in demos)
+    shuffled = draw_prompts(pool, 3, 8, 50, np.random.default_rng(1), True)
+    assert np.mean([dict(pool)[a] == b for demos, _, _ in shuffled for a, b in demos]) < 0.6
+
+
+def _table(gain_real, gain_null, head_real, head_rand, minilm=0.5, icl=0.3):
+    rows = []
+    for k in range(3):
+        for task in ("sentiment-words", "continents"):
+            rows += [{"arm": "real", "task": task, "seed_index": k, "acc_gain": gain_real[k],
+                      "head_agree": head_real[k], "minilm_agree": minilm, "acc_kr_over_chance": icl, "status": "ok"},
+                     {"arm": "random_labels", "task": task, "seed_index": k, "acc_gain": gain_null[k], "status": "ok"},
+                     {"arm": "random_head", "task": task, "seed_index": k, "head_agree": head_rand[k],
+                      "minilm_agree": minilm, "acc_kr_over_chance": icl, "status": "ok"}]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("gain_real,gain_null,head_real,head_rand,icl,outcomes", [
+    ((0.2, 0.25, 0.3), (-0.1, 0.0, -0.05), (0.8, 0.85, 0.82), (0.5, 0.55, 0.45), 0.3,
+     ("reproduced", "reproduced", "reproduced")),
+    ((0.0, -0.05, 0.02), (-0.1, 0.0, -0.05), (0.55, 0.6, 0.5), (0.5, 0.55, 0.45), 0.3,
+     ("not reproduced", "not reproduced", "not reproduced")),
+    ((0.2, 0.25, 0.3), (0.2, 0.25, 0.3), (0.8, 0.85, 0.82), (0.8, 0.84, 0.83), 0.3,
+     ("inconclusive", "inconclusive", "inconclusive")),  # the null arms meet the rules
+    ((0.2, 0.25, 0.3), (-0.1, 0.0, -0.05), (0.8, 0.85, 0.82), (0.5, 0.55, 0.45), 0.0,
+     ("reproduced", "inconclusive", "inconclusive")),  # the model does no ICL: the head claims' gate fails
+])
+def test_verdicts_on_hand_made_tables(gain_real, gain_null, head_real, head_rand, icl, outcomes):
+    exp = get("icl-lm")()
+    cfg = resolve_config(exp.Config, "quick")
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _table(gain_real, gain_null, head_real, head_rand, icl=icl), None)}
+    assert (v["icl-rises"].outcome, v["head-reconstructs"].outcome, v["beats-minilm"].outcome) == outcomes
+
+
+def test_bad_input_is_refused_before_any_work(tmp_path):
+    exp = get("icl-lm")()
+    for over in ({"model": "smollm-135"}, {"model": str(tmp_path / "missing")}, {"tasks": ["antonyms"]},
+                 {"n_grid": [2, 4]}):
+        cfg = resolve_config(exp.Config, "smoke", over)
+        with pytest.raises(ConfigError):
+            run_experiment(exp, cfg, tmp_path / "never", progress=False, log=lambda m: None)
+        assert not (tmp_path / "never").exists()
