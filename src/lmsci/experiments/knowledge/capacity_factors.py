@@ -123,6 +123,7 @@ class CapacityFactorsConfig(ExperimentConfig):
     eval_people: int = Field(20_000, ge=1)
     arms: list[str] = list(ARMS)
     threads: int = Field(1, ge=0, description="torch threads (0 = torch's default)")
+    n_seeds: int = Field(3, ge=1, le=100, description="training seeds per point (the claims need 3)")
 
     PRECISIONS = ("fp32", "bf16")
 

@@ -80,6 +80,7 @@ class EmergenceMetricsConfig(ExperimentConfig):
     train: TrainSpec = TrainSpec(steps=600, batch_size=64, lr=3e-3, warmup_frac=0.05, weight_decay=0.0)
     n_eval: int = Field(512, ge=16)
     threads: int = Field(1, ge=0)
+    n_seeds: int = Field(3, ge=1, le=100, description="training seeds per point (the claims need 3)")
 
     PRESETS = {
         "smoke": {"widths": [2, 4, 6, 8, 10, 12, 14], "train.steps": 20, "n_eval": 32, "n_seeds": 3,
