@@ -276,8 +276,8 @@ class CapacityFactors(Experiment):
     claims = CLAIMS
     time_estimate = {"smoke": "~20 s", "quick": "~4 min CPU (measured 2026-12-06: 6.4 CPU s per 127-step base training, 8 s junk; 30 trainings "
                               "per run, one thread); wall time is several times that on the loaded 2-core machine",
-                     "gpu": "~many H100 hours (estimated, estimate_h100_seconds: 8 trained arms x 50k steps)",
-                     "paper": "days on one H100 (estimated)"}
+                     "gpu": "~1.1 h on one H100 (estimated by estimate_h100_seconds: 7 trained arms x 3 seeds, "
+                            ">= 50k steps each)", "paper": "~16 h on one H100 (estimated the same way)"}
 
     def validate(self, cfg: CapacityFactorsConfig) -> None:
         bad = [a for a in cfg.arms if a not in ARMS]

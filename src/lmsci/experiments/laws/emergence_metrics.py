@@ -160,7 +160,8 @@ class EmergenceMetrics(Experiment):
     claims = CLAIMS
     time_estimate = {"smoke": "~15 s", "quick": "~5 min CPU (estimated from 11 ms per step averaged over widths 8 and 64: "
                                                        "42 models x 600 steps, one thread)",
-                     "gpu": "~1 h on one H100 (estimated: 18 models x 10k steps)", "paper": "~1 day (estimated)"}
+                     "gpu": "~30 min on one H100 (estimated: 54 models x 10k steps at ~3 ms per step)",
+                     "paper": "~4 h on one H100 (estimated: 54 models x 50k steps at ~5 ms per step)"}
 
     def validate(self, cfg: EmergenceMetricsConfig) -> None:
         if len(cfg.widths) < 5 + N_HELDOUT or len(set(cfg.widths)) != len(cfg.widths):
