@@ -64,7 +64,8 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, ci_below, ci_inside, every
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
-from lmsci.experiments.knowledge.common import PhaseSpec, h100_seconds, mean_tokens, vocab_size
+from lmsci.experiments.knowledge._estimates import h100_seconds, mean_tokens, vocab_size
+from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import bits_per_param, measure_bits
 from lmsci.models.gpt import GPT, GPTSpec
