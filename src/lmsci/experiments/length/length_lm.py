@@ -111,7 +111,7 @@ class LengthLMConfig(ExperimentConfig):
         "gpu": {"dtype": "float32", "length_factor": 8.0, "tail": 4096, "ref_ctx": 8192, "rows": 1024, "n_local": 8192,
                 "stream_len": 32768, "chunk": 4096, "block_size": 1024, "bucket": 2048, "n_pca": 32, "n_seeds": 5,
                 "threads": 0},
-        "paper": {"dtype": "float32", "length_factor": 8.0, "tail": 8192, "ref_ctx": 8192, "rows": 2048,
+        "paper": {"dtype": "float32", "length_factor": 8.0, "tail": 4096, "ref_ctx": 8192, "rows": 2048,
                   "n_local": 8192, "n_global": 100, "stream_len": 32768, "chunk": 4096, "block_size": 1024,
                   "bucket": 2048, "n_pca": 64, "n_seeds": 10, "threads": 0},
     }
