@@ -407,6 +407,30 @@ def load_model(name_or_path: str | Path, device: str | torch.device = "cpu", dty
     return hf
 
 
+_LOADED: dict[tuple[str, str, str, str | None], Any] = {}
+
+
+def load_cached(name_or_path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None,
+                attn_implementation: str | None = "eager", field: str = "model"):
+    """:func:`load_model`, loaded once per process for each ``(model, device, dtype, attention)``: the experiments'
+    points share one copy (an experiment that changes weights must restore them, as ROME's edits do).
+
+    Returns:
+        HFModel: the same object for the same arguments (at most two kept; the oldest is dropped).
+
+    Raises:
+        ConfigError: as :func:`load_model`.
+    """
+    key = (str(name_or_path), str(device), str(dtype), attn_implementation)
+    if key not in _LOADED:
+        hf = load_model(name_or_path, device=device, dtype=dtype, attn_implementation=attn_implementation,
+                        field=field)
+        while len(_LOADED) >= 2:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = hf
+    return _LOADED[key]
+
+
 def _load_gguf_direct(src: Path, device: Any, dtype: Any, attn_implementation: str | None, field: str, value: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

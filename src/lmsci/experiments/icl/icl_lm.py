@@ -51,6 +51,7 @@ from lmsci.report.published import toy_rows_section
 from lmsci.experiments.registry import register
 from lmsci.measure.icl import (build_text_prompt, embedding_kernel_predictions, kernel_values, last_token_attention,
                                load_minilm, select_heads, tune_temperature, vote_predictions)
+from lmsci.models.zoo import load_cached
 from lmsci.runs import RunDir, derive_seed, resolve_device
 
 HEAD_MIN = 0.6
@@ -166,7 +167,7 @@ class ICLLM(Experiment):
 
     def run_point(self, cfg: ICLLMConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         device = resolve_device(ctx.device)
-        hf = _load(cfg.model, str(device))
+        hf = load_cached(cfg.model, str(device), attn_implementation="eager")
         ctx.run.record_model(hf.provenance)
         if getattr(hf, "tokenizer", None) is None:
             raise ConfigError("model", cfg.model, "a model with a tokenizer (text prompts)")
@@ -251,13 +252,6 @@ class ICLLM(Experiment):
 
     def report_sections(self, cfg: ICLLMConfig, results: pd.DataFrame, run: RunDir) -> str:
         return toy_rows_section("icl-kernel-regression")
-
-
-@lru_cache(maxsize=2)
-def _load(model: str, device: str):
-    from lmsci.models.zoo import load_model
-
-    return load_model(model, device=device, attn_implementation="eager")
 
 
 @lru_cache(maxsize=4)

@@ -88,9 +88,9 @@ def get_model(name: str, facts: FactSet, device: str) -> Any:
         if name == TINY:
             _MODELS[key] = _tiny_model(facts, device)
         else:
-            from lmsci.models.zoo import load_model
+            from lmsci.models.zoo import load_cached
 
-            m = load_model(name, device, field="model")
+            m = load_cached(name, device, field="model")
             if m.tokenizer is None:
                 raise ConfigError("model", name, "a causal LM with a tokenizer (none found beside the weights)")
             _MODELS[key] = m

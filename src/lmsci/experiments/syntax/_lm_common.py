@@ -90,9 +90,9 @@ def load_lm(value: str, device: str):
         if value == TINY:
             _MODELS[key] = _tiny(device)
         else:
-            from lmsci.models.zoo import load_model
+            from lmsci.models.zoo import load_cached
 
-            _MODELS[key] = load_model(value, device=device)
+            _MODELS[key] = load_cached(value, device=device)
         for p in _MODELS[key].parameters():
             p.requires_grad_(False)
     return _MODELS[key]

@@ -41,7 +41,6 @@ names, labels and derangements with ``derive_seed(seed, ...)``. Arms (``cross_ar
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -56,6 +55,7 @@ from lmsci.errors import ConfigError
 from lmsci.report.published import toy_rows_section
 from lmsci.experiments.registry import register
 from lmsci.report.figures import arm_points
+from lmsci.models.zoo import load_cached
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.worlds.word_order import derangement
 
@@ -157,7 +157,7 @@ class WordOrderLM(Experiment):
 
     def run_point(self, cfg: WordOrderLMConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         device = resolve_device(ctx.device)
-        hf = _load(cfg.model, str(device))
+        hf = load_cached(cfg.model, str(device), attn_implementation="sdpa")
         ctx.run.record_model(hf.provenance)
         if getattr(hf, "tokenizer", None) is None:
             raise ConfigError("model", cfg.model, "a model with a tokenizer (text prompts)")
@@ -197,13 +197,6 @@ class WordOrderLM(Experiment):
 
     def report_sections(self, cfg: WordOrderLMConfig, results: pd.DataFrame, run: RunDir) -> str:
         return toy_rows_section("word-order")
-
-
-@lru_cache(maxsize=2)
-def _load(model: str, device: str):
-    from lmsci.models.zoo import load_model
-
-    return load_model(model, device=device, attn_implementation="sdpa")
 
 
 def derange_words(text: str, rng: np.random.Generator, tries: int = 50) -> str:
