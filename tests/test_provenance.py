@@ -241,3 +241,19 @@ def test_suite_check_runs_on_the_published_quick_table():
         assert c.status in (CURRENT, CURRENT_BY_GOLDEN, STALE)
         assert c.status != STALE or c.reasons  # a stale row says why
         assert c.head_digest and split_digest(c.head_digest)
+
+
+def test_the_post_hoc_marks_are_not_part_of_a_runs_source_digest():
+    """Marking a verdict post hoc (lmsci/claims/seen.py) must not make every published row stale: the marks are
+    bookkeeping read at publishing time; any other file of the closure still changes the digest."""
+    from lmsci.provenance import _read_src
+
+    mod = "lmsci.experiments.theory.benign_overfitting"
+    base = provenance("benign-overfitting", mod, {"a": 1})
+    marked = provenance("benign-overfitting", mod, {"a": 1},
+                        read=lambda rel: _read_src(rel) + b"\n# marked" if rel == "lmsci/claims/seen.py" else _read_src(rel))
+    other = provenance("benign-overfitting", mod, {"a": 1},
+                       read=lambda rel: _read_src(rel) + b"\n# edit" if rel == "lmsci/claims/rules.py" else _read_src(rel))
+    assert "lmsci/claims/seen.py" not in base.files and "lmsci/claims/rules.py" in base.files
+    assert marked.digest == base.digest
+    assert other.digest != base.digest

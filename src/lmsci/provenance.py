@@ -10,7 +10,8 @@ A run's digest has three parts, each 8 hex digits of a SHA-256, written ``config
   executor (:data:`EXECUTOR_ROOTS`) and, transitively, every ``lmsci`` module they name in an ``import`` or
   ``from ... import`` statement anywhere in the file (inside functions too: a lazy import runs when its
   function does), with the ``__init__.py`` of every package on the way (importing ``lmsci.a.b`` runs
-  ``lmsci/__init__.py`` and ``lmsci/a/__init__.py``). The closure is read statically with :mod:`ast` from the
+  ``lmsci/__init__.py`` and ``lmsci/a/__init__.py``), less :data:`BOOKKEEPING` (the post hoc marks, read at
+  publishing time, not by a run). The closure is read statically with :mod:`ast` from the
   files under ``src/lmsci`` (nothing is imported), so it is the same on every machine and at every commit.
 - **libraries**: the installed versions (``importlib.metadata``) of the numerical libraries the closure imports
   (:data:`COMPUTE_LIBRARIES`: torch, numpy, scipy, scikit-learn, transformers, pandas, ...), plus Python's
@@ -59,6 +60,10 @@ COMPUTE_LIBRARIES = {
     "pandas": "pandas", "tokenizers": "tokenizers", "safetensors": "safetensors", "statsmodels": "statsmodels",
     "vaderSentiment": "vaderSentiment", "nltk": "nltk",
 }
+#: modules in every closure that record the project's bookkeeping about claims, not how a run computes: which
+#: master seeds were seen before a rule changed (the published table reads it at HEAD when it marks post hoc).
+#: Their bytes are left out of the source digest, so marking a verdict post hoc does not make every row stale.
+BOOKKEEPING = ("lmsci/claims/seen.py",)
 #: the file a run directory records its provenance in
 PROVENANCE_FILE = "provenance.json"
 #: a run whose segments or master seeds have different digests (always stale)
@@ -231,7 +236,7 @@ def provenance(experiment: str, module: str, config: Any,
     """
     inside = module == "lmsci" or module.startswith("lmsci.")
     paths, third = import_closure([module, *EXECUTOR_ROOTS] if inside else list(EXECUTOR_ROOTS), read)
-    files = file_hashes(paths, read)
+    files = file_hashes([p for p in paths if p not in BOOKKEEPING], read)
     if not inside:  # an experiment defined outside lmsci (a test's toy): its own file, as far as it can be read
         import sys
 
