@@ -245,3 +245,24 @@ def test_budget_stops_the_suite_and_leaves_the_rest_resumable(tmp_path):
     assert (t["outcome"] == ERROR).all() and t["error"].str.contains("budget").all()
     res = _suite("--only", "hallucination-stage,passkey-retrieval", "--jobs", "0", "--out", str(out))
     assert res.exit_code == 2 and "--jobs" in res.output
+
+
+def test_a_quick_suite_leaves_out_the_experiments_that_decide_nothing_at_quick(tmp_path, monkeypatch):
+    """Issue 46 item 3: the whole-suite run at quick does not spend minutes on experiments whose claims are all
+    registered for gpu/paper; naming one in --only (or --include-undecided) still runs it."""
+    import lmsci.suite as suite
+    from lmsci.experiments.registry import shipped
+
+    und = suite.undecided(list(shipped()), "quick")
+    for n, cls in shipped().items():
+        assert (n in und) == (not any("quick" in c.presets for c in cls.claims))
+    assert "ioi-circuit" in und and "shakespeare-lm" not in und
+    # a "whole suite" of two: one decided at quick, one not; the budget stops the run before any work
+    monkeypatch.setattr(suite, "suite_names", lambda only=None: ["shakespeare-lm", "ioi-circuit"] if only is None
+                        else [only] if isinstance(only, str) else list(only))
+    res = suite.run_suite("quick", None, tmp_path / "q", overrides=["threads=1"], budget=1e-9, log=lambda m: None)
+    assert res.left_out == ["ioi-circuit"]
+    assert set(res.table["experiment"]) == {"shakespeare-lm"}
+    res = suite.run_suite("quick", None, tmp_path / "q2", overrides=["threads=1"], budget=1e-9, log=lambda m: None,
+                          include_undecided=True)
+    assert res.left_out == [] and set(res.table["experiment"]) == {"shakespeare-lm", "ioi-circuit"}

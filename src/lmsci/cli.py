@@ -307,6 +307,8 @@ def suite_cmd(
     progress: bool = typer.Option(False, "--progress/--no-progress", help="show progress bars"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
+    include_undecided: bool = typer.Option(False, "--include-undecided", help="at quick without --only, also run the "
+                                           "experiments that decide nothing at quick (left out by default)"),
 ) -> None:
     """Run every experiment (or --only some) at a preset into one directory; write the claims table
     (claims.md, claims.csv, claims.html), claims and design checks apart. Experiments that fail are error
@@ -326,7 +328,7 @@ def suite_cmd(
     try:
         res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
                      progress=progress, log=lambda m: typer.echo(m, err=True), backend=b, seeds=seeds, update=update,
-                     jobs=jobs, budget=budget)
+                     jobs=jobs, budget=budget, include_undecided=include_undecided)
     finally:
         b.close()
     from lmsci.publish import table_counts
@@ -334,6 +336,8 @@ def suite_cmd(
     t = res.table
     counts = table_counts(t)
     typer.echo(f"suite directory: {res.path}")
+    if res.left_out:
+        typer.echo(f"left out (decide nothing at {preset}): {', '.join(res.left_out)}")
     typer.echo(", ".join(f"{k}: {v}" for k, v in counts.items()) or "no claims")
     for _, r in t[t["outcome"] == ERROR].iterrows():
         typer.echo(f"error: {r['experiment']}: {r['error']}")

@@ -96,6 +96,20 @@ def suite_names(only: str | Sequence[str] | None = None) -> list[str]:
     return list(dict.fromkeys(asked))
 
 
+def decides_at(name: str, preset: str) -> bool:
+    """Whether experiment ``name`` has a claim or check registered for ``preset`` (one it can decide there)."""
+    from lmsci.experiments.registry import get
+
+    return any(preset in c.presets for c in get(name).claims)
+
+
+def undecided(names: list[str], preset: str) -> list[str]:
+    """The experiments of ``names`` that decide nothing at ``preset`` (every claim registered for other presets):
+    a whole-suite run at ``quick`` leaves them out rather than spend its minutes training toward gates they cannot
+    pass (issue 46 item 3); their published rows are kept."""
+    return [n for n in names if not decides_at(n, preset)]
+
+
 @dataclass
 class SuiteResult:
     """What :func:`run_suite` produced.
@@ -105,10 +119,12 @@ class SuiteResult:
         table: the claims table (``CSV_COLUMNS``), one row per claim, one error row per failed experiment.
         ran: experiments computed (or resumed) in this call; skipped: finished ones read back.
         changes: rows marked by ``compare`` (empty without it).
+        left_out: experiments not run because they decide nothing at the preset (:func:`undecided`).
     """
 
     path: Path
     table: pd.DataFrame
+    left_out: list[str] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     changes: pd.DataFrame | None = None
@@ -282,6 +298,7 @@ def run_suite(
     update: str | Path | None = None,
     jobs: int = 1,
     budget: float | None = None,
+    include_undecided: bool = False,
 ) -> SuiteResult:
     """Run (or resume) every experiment of the suite at ``preset`` into ``out`` and write the claims table.
 
@@ -306,6 +323,9 @@ def run_suite(
         budget: wall seconds for the whole call: no experiment starts after it, and the ones still running
             are stopped (finished points are kept: rerun into the same ``--out`` to resume them); the claims
             table is written for what finished.
+        include_undecided: at ``quick`` without ``only``, also run the experiments that decide nothing at quick
+            (default: they are left out and listed in ``SuiteResult.left_out`` and ``suite.json``; naming them in
+            ``only`` runs them).
 
     Returns:
         :class:`SuiteResult`.
@@ -318,13 +338,21 @@ def run_suite(
     if preset not in ALL_PRESET_NAMES:
         raise UnknownNameError("preset", preset, ALL_PRESET_NAMES)
     names = suite_names(only)
+    left_out = undecided(names, preset) if only is None and preset == "quick" and not include_undecided else []
+    for n in left_out:
+        log(f"{n}: left out (decides nothing at {preset}: its claims are registered for other presets; "
+            "--include-undecided or --only runs it)")
+    names = [n for n in names if n not in left_out]
     ov, seed_list = _suite_overrides(overrides, device, seeds, jobs, budget, backend, update)
     earlier = load_claims_table(compare) if compare is not None else None
     path = Path(out) if out is not None else default_suite_out(preset)
     state = _open_suite_dir(path, preset, ov, seed_list)
     plan = _plan(names, seed_list, preset, ov)
+    if left_out:
+        state["left_out"] = left_out
+        _save_state(path, state)
 
-    result = SuiteResult(path, pd.DataFrame(columns=CSV_COLUMNS))
+    result = SuiteResult(path, pd.DataFrame(columns=CSV_COLUMNS), left_out=left_out)
     t_suite = time.perf_counter()
     todo = _todo(plan, path, state, result, log)
 
