@@ -106,3 +106,12 @@ def test_train_throughput_bench_compiled_equals_eager():
     assert set(arms) == {"eager", "bf16", "compiled", "stacked"} and float(arms["eager"]) == 1.0
     diff = float(re.search(r"compiled vs eager: max rel\. loss difference ([0-9.e+-]+) over 3 steps", text).group(1))
     assert diff < 1e-4  # torch.compile trains the same model on the same batches
+
+
+def test_patching_bench_lmsci_and_nnsight_give_the_same_patched_logit_differences():
+    pytest.importorskip("nnsight")
+    text = _run("bench_patching_nnsight.py", "--model", "tiny", "--n-prompts", "4", "--threads", "1")
+    diff = float(re.search(r"largest \|difference\| of the patched logit differences: ([0-9.e+-]+)", text).group(1))
+    assert diff < 1e-5  # the same scan through two hook interfaces
+    assert float(re.search(r"ratio nnsight/lmsci: ([0-9.]+)x", text).group(1)) > 0
+    assert "top-5 heads equal: True" in text
