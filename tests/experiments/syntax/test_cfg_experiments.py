@@ -17,17 +17,18 @@ from lmsci.runs import RunDir
 
 
 def learning_rows(acc: dict[str, list[float]], rand: float = 0.02, rope_null: list[float] | None = None) -> pd.DataFrame:
-    """Rows per variant and seed (``rand``: every row's random-init generation accuracy); where GPT (absolute) is
-    run, a second GPT_rot (arm ``null``) with accuracies ``rope_null`` (default: GPT_rot's, shifted by seed noise)."""
+    """Rows per variant and seed on the real arm, the same variants at random init on the null arm (generation
+    accuracy ``rand``); where GPT (absolute) is run, a second GPT_rot (arm ``rope2``) with accuracies ``rope_null``
+    (default: GPT_rot's, shifted by seed noise)."""
     rows = []
-    arms = [(v, accs, "main") for v, accs in acc.items()]
+    arms = [(v, accs, "real") for v, accs in acc.items()] + [(v, [rand] * len(accs), "null") for v, accs in acc.items()]
     if "learned" in acc:
-        arms.append(("rope", rope_null or [a + d for a, d in zip(acc["rope"], (0.004, -0.006, 0.001))], "null"))
+        arms.append(("rope", rope_null or [a + d for a, d in zip(acc["rope"], (0.004, -0.006, 0.001))], "rope2"))
     for v, accs, arm in arms:
         for k, a in enumerate(accs):
-            name = "rope-null" if arm == "null" else v
+            name = {"real": v, "null": f"null-{v}", "rope2": "rope-null"}[arm]
             rows.append({"point": name + (f"__s{k}" if k else ""), "variant": v, "arm": arm,
-                         "grammar": "cfg3f(gen seed 0)", "rand_acc": rand,
+                         "grammar": "cfg3f(gen seed 0)",
                          "acc_bos": a, "acc_cut": min(1.0, a + 0.01), "acc": a, "kl": 0.01, "kl_sanity": 0.015,
                          "nll_model": 0.9, "nll_grammar": 0.88, "seed_index": k, "status": "ok"})
     return pd.DataFrame(rows)
@@ -56,9 +57,9 @@ def test_learning_null_arms_that_meet_the_rule_are_inconclusive(tmp_path):
     for c in ("gen-accuracy", "rot-beats-abs", "uni-effective", "pos-effective"):
         assert vs[c].outcome == "inconclusive" and vs[c].rule_passed and vs[c].null_passed, c
         assert any("cannot tell the effect from its absence" in r for r in vs[c].reasons)
-    # a table from before the null arms: not measured, inconclusive
-    old = learning_rows({"rope": [0.99, 0.985, 0.995]}).drop(columns=["rand_acc", "arm"])
-    v = lverdicts(old, tmp_path)["gen-accuracy"]
+    # a table without the null arm's rows: not measured, inconclusive
+    real = learning_rows({"rope": [0.99, 0.985, 0.995]}).query("arm == 'real'")
+    v = lverdicts(real, tmp_path)["gen-accuracy"]
     assert v.outcome == "inconclusive" and any("null arm not measured" in r for r in v.reasons)
 
 
@@ -159,10 +160,11 @@ def test_smoke_runs_end_to_end(tmp_path):
 
     run = run_experiment(CFGLearning(), resolve_config(CFGLearningConfig, "smoke", {"threads": 1}), tmp_path / "l",
                          progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
+    res = run.results()
     assert set(res["variant"]) == {"rope", "posonly"} and (res["status"] == "ok").all()
-    assert res["acc_bos"].between(0, 1).all() and (res["kl"] > 0).all() and (res["nll_grammar"] > 0).all()
-    assert res["rand_acc"].between(0, 1).all()
+    real = res[res["arm"] == "real"]
+    assert real["acc_bos"].between(0, 1).all() and (real["kl"] > 0).all() and (real["nll_grammar"] > 0).all()
+    assert set(res["arm"]) == {"real", "null"} and res["acc"].between(0, 1).all()
     assert (run.path / "figures" / "generation_accuracy.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     # the random-init GPT_rot does not generate the grammar
