@@ -17,16 +17,17 @@ from lmsci.runs import RunDir
 
 
 def learning_rows(acc: dict[str, list[float]], rand: float = 0.02, rope_null: list[float] | None = None) -> pd.DataFrame:
-    """Rows per variant and seed on the real arm, the same variants at random init on the null arm (generation
-    accuracy ``rand``); where GPT (absolute) is run, a second GPT_rot (arm ``rope2``) with accuracies ``rope_null``
+    """Rows per variant and seed on the real arm, the same variants at random init on the null arm and GPT_rot
+    trained on order-shuffled strings on the shuffled arm (generation accuracy ``rand``); where GPT (absolute) is run, a second GPT_rot (arm ``rope2``) with accuracies ``rope_null``
     (default: GPT_rot's, shifted by seed noise)."""
     rows = []
     arms = [(v, accs, "real") for v, accs in acc.items()] + [(v, [rand] * len(accs), "null") for v, accs in acc.items()]
+    arms.append(("rope", [rand] * len(acc["rope"]), "shuffled"))
     if "learned" in acc:
         arms.append(("rope", rope_null or [a + d for a, d in zip(acc["rope"], (0.004, -0.006, 0.001))], "rope2"))
     for v, accs, arm in arms:
         for k, a in enumerate(accs):
-            name = {"real": v, "null": f"null-{v}", "rope2": "rope-null"}[arm]
+            name = {"real": v, "null": f"null-{v}", "shuffled": "shuffled-rope", "rope2": "rope-null"}[arm]
             rows.append({"point": name + (f"__s{k}" if k else ""), "variant": v, "arm": arm,
                          "grammar": "cfg3f(gen seed 0)",
                          "acc_bos": a, "acc_cut": min(1.0, a + 0.01), "acc": a, "kl": 0.01, "kl_sanity": 0.015,
@@ -155,6 +156,26 @@ def test_bad_config_is_a_named_error():
         CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.pos": "rope"}))
 
 
+def test_shuffled_batches_keep_each_strings_tokens_and_remove_their_order():
+    import numpy as np
+    import torch
+
+    from lmsci.experiments.syntax._common import make_get_batch
+    from lmsci.worlds.cfg import get_grammar
+
+    g = get_grammar("cfg3b-small", 0)
+    x0, y0 = make_get_batch(g, 4, 64)(0, torch.Generator().manual_seed(1))
+    x1, y1 = make_get_batch(g, 4, 64, shuffle_within=True)(0, torch.Generator().manual_seed(1))
+    assert (x1[:, 1:] == y1[:, :-1]).all() and (x1[:, 0] == g.bos).all()
+    a, b = y0[0].numpy(), y1[0].numpy()
+    assert (np.flatnonzero(a == g.eos) == np.flatnonzero(b == g.eos)).all()  # strings keep length and place
+    cut = np.flatnonzero(a == g.eos)[-1] + 1
+    strings0 = np.split(a[:cut], np.flatnonzero(a[:cut] == g.eos) + 1)
+    strings1 = np.split(b[:cut], np.flatnonzero(b[:cut] == g.eos) + 1)
+    assert all(sorted(s.tolist()) == sorted(t.tolist()) for s, t in zip(strings0, strings1))
+    assert not (a == b).all() and not all(g.member(t[:-1]) for t in strings1 if len(t) > 1)
+
+
 def test_smoke_runs_end_to_end(tmp_path):
     from lmsci.sweep import run_experiment
 
@@ -164,10 +185,10 @@ def test_smoke_runs_end_to_end(tmp_path):
     assert set(res["variant"]) == {"rope", "posonly"} and (res["status"] == "ok").all()
     real = res[res["arm"] == "real"]
     assert real["acc_bos"].between(0, 1).all() and (real["kl"] > 0).all() and (real["nll_grammar"] > 0).all()
-    assert set(res["arm"]) == {"real", "null"} and res["acc"].between(0, 1).all()
+    assert set(res["arm"]) == {"real", "null", "shuffled"} and res["acc"].between(0, 1).all()
     assert (run.path / "figures" / "generation_accuracy.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
-    # the random-init GPT_rot does not generate the grammar
+    # GPT_rot trained on order-shuffled strings does not generate the grammar
     assert vs["gen-accuracy"].null_value is not None and vs["gen-accuracy"].null_passed is False
     # smoke runs no GPT (absolute), so rot-beats-abs has no null arm; pos-effective's null ratio divides by the
     # smoke GPT_rot's accuracy, 0 after 4 steps: not computed. Neither may meet its rule.
