@@ -89,23 +89,28 @@ def test_learning_inconclusive_below_scale_or_unmeasured(tmp_path):
 
 def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: int = 3,
                  rand2: list[float] | None = None) -> pd.DataFrame:
+    """Per seed, a real-arm row (the trained model's probes, its gaps over the random-init model) and a null-arm row
+    (the random-init model's probes, its gaps over a second random init ``rand2``)."""
     rand2 = rand2 or [x + 0.01 for x in rand]  # a second random init: about as good as the first
     rows = []
     for k in range(n):
-        r = {"point": "rope" + (f"__s{k}" if k else ""), "variant": "rope", "grammar": "cfg3f(gen seed 0)", "depth": 6,
-             "acc_bos": acc_bos, "seed_index": k, "status": "ok"}
+        base = {"variant": "rope", "grammar": "cfg3f(gen seed 0)", "depth": 6, "seed_index": k, "status": "ok",
+                **{f"chance_anc_L{l}": 0.4 for l in range(1, 6)}}
+        r = {**base, "point": "rope" + (f"__s{k}" if k else ""), "arm": "real", "acc_bos": acc_bos}
+        z = {**base, "point": "null-rope" + (f"__s{k}" if k else ""), "arm": "null", "acc_bos": 0.0}
         for l in range(1, 6):
-            r.update({f"anc_L{l}": anc[l - 1], f"anc_end_L{l}": min(1.0, anc[l - 1] + 0.02), f"bnd_L{l}": 0.95,
-                      f"rand_anc_L{l}": rand[l - 1], f"rand_anc_end_L{l}": rand[l - 1], f"chance_anc_L{l}": 0.4})
+            a = anc[l - 1] - (0.01 if (k, l) == (1, 1) else 0.0)  # seeds differ a little
+            r.update({f"anc_L{l}": a, f"anc_end_L{l}": min(1.0, anc[l - 1] + 0.02), f"bnd_L{l}": 0.95})
+            z.update({f"anc_L{l}": rand[l - 1], f"anc_end_L{l}": rand[l - 1], f"bnd_L{l}": 0.5})
         for l in (1, 2):
-            r[f"rand2_anc_L{l}"] = rand2[l - 1] + 0.003 * k
+            r[f"gap_anc_L{l}"] = r[f"anc_L{l}"] - z[f"anc_L{l}"]
+            r[f"gap_anc_end_L{l}"] = r[f"anc_end_L{l}"] - z[f"anc_end_L{l}"]
+            z[f"gap_anc_L{l}"] = z[f"anc_L{l}"] - (rand2[l - 1] + 0.003 * k)
         r["anc_mean"] = sum(anc) / 5
         r["anc_end_mean"] = sum(min(1.0, a + 0.02) for a in anc) / 5
-        r["rand_anc_mean"] = r["rand_anc_end_mean"] = sum(rand) / 5
-        rows.append(r)
-    df = pd.DataFrame(rows)
-    df.loc[1, "anc_L1"] -= 0.01  # seeds differ a little
-    return df
+        z["anc_mean"] = z["anc_end_mean"] = sum(rand) / 5
+        rows += [r, z]
+    return pd.DataFrame(rows)
 
 
 def pverdicts(df, tmp_path, preset="quick"):
@@ -197,8 +202,9 @@ def test_smoke_runs_end_to_end(tmp_path):
     assert vs["uni-effective"].null_passed is None
     run = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p",
                          progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
-    assert {"anc_L1", "rand_anc_L1", "anc_end_L2", "bnd_L3", "rand2_anc_L1", "rand2_anc_L2"} <= set(res.columns)
+    res = run.results()
+    assert {"anc_L1", "anc_end_L2", "bnd_L3", "gap_anc_L1", "gap_anc_L2", "gap_anc_end_L1"} <= set(res.columns)
+    assert set(res["arm"]) == {"real", "null"}
     assert (run.path / "verdict.json").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     for c in ("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"):
