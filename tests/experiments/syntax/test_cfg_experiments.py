@@ -17,17 +17,19 @@ from lmsci.runs import RunDir
 
 
 def learning_rows(acc: dict[str, list[float]], rand: float = 0.02, rope_null: list[float] | None = None) -> pd.DataFrame:
-    """Rows per variant and seed (``rand``: every row's random-init generation accuracy); where GPT (absolute) is
-    run, a second GPT_rot (arm ``null``) with accuracies ``rope_null`` (default: GPT_rot's, shifted by seed noise)."""
+    """Rows per variant and seed on the real arm, the same variants at random init on the null arm and GPT_rot
+    trained on order-shuffled strings on the shuffled arm (generation accuracy ``rand``); where GPT (absolute) is run, a second GPT_rot (arm ``rope2``) with accuracies ``rope_null``
+    (default: GPT_rot's, shifted by seed noise)."""
     rows = []
-    arms = [(v, accs, "main") for v, accs in acc.items()]
+    arms = [(v, accs, "real") for v, accs in acc.items()] + [(v, [rand] * len(accs), "null") for v, accs in acc.items()]
+    arms.append(("rope", [rand] * len(acc["rope"]), "shuffled"))
     if "learned" in acc:
-        arms.append(("rope", rope_null or [a + d for a, d in zip(acc["rope"], (0.004, -0.006, 0.001))], "null"))
+        arms.append(("rope", rope_null or [a + d for a, d in zip(acc["rope"], (0.004, -0.006, 0.001))], "rope2"))
     for v, accs, arm in arms:
         for k, a in enumerate(accs):
-            name = "rope-null" if arm == "null" else v
+            name = {"real": v, "null": f"null-{v}", "shuffled": "shuffled-rope", "rope2": "rope-null"}[arm]
             rows.append({"point": name + (f"__s{k}" if k else ""), "variant": v, "arm": arm,
-                         "grammar": "cfg3f(gen seed 0)", "rand_acc": rand,
+                         "grammar": "cfg3f(gen seed 0)",
                          "acc_bos": a, "acc_cut": min(1.0, a + 0.01), "acc": a, "kl": 0.01, "kl_sanity": 0.015,
                          "nll_model": 0.9, "nll_grammar": 0.88, "seed_index": k, "status": "ok"})
     return pd.DataFrame(rows)
@@ -56,9 +58,9 @@ def test_learning_null_arms_that_meet_the_rule_are_inconclusive(tmp_path):
     for c in ("gen-accuracy", "rot-beats-abs", "uni-effective", "pos-effective"):
         assert vs[c].outcome == "inconclusive" and vs[c].rule_passed and vs[c].null_passed, c
         assert any("cannot tell the effect from its absence" in r for r in vs[c].reasons)
-    # a table from before the null arms: not measured, inconclusive
-    old = learning_rows({"rope": [0.99, 0.985, 0.995]}).drop(columns=["rand_acc", "arm"])
-    v = lverdicts(old, tmp_path)["gen-accuracy"]
+    # a table without the null arm's rows: not measured, inconclusive
+    real = learning_rows({"rope": [0.99, 0.985, 0.995]}).query("arm == 'real'")
+    v = lverdicts(real, tmp_path)["gen-accuracy"]
     assert v.outcome == "inconclusive" and any("null arm not measured" in r for r in v.reasons)
 
 
@@ -87,23 +89,28 @@ def test_learning_inconclusive_below_scale_or_unmeasured(tmp_path):
 
 def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: int = 3,
                  rand2: list[float] | None = None) -> pd.DataFrame:
+    """Per seed, a real-arm row (the trained model's probes, its gaps over the random-init model) and a null-arm row
+    (the random-init model's probes, its gaps over a second random init ``rand2``)."""
     rand2 = rand2 or [x + 0.01 for x in rand]  # a second random init: about as good as the first
     rows = []
     for k in range(n):
-        r = {"point": "rope" + (f"__s{k}" if k else ""), "variant": "rope", "grammar": "cfg3f(gen seed 0)", "depth": 6,
-             "acc_bos": acc_bos, "seed_index": k, "status": "ok"}
+        base = {"variant": "rope", "grammar": "cfg3f(gen seed 0)", "depth": 6, "seed_index": k, "status": "ok",
+                **{f"chance_anc_L{l}": 0.4 for l in range(1, 6)}}
+        r = {**base, "point": "rope" + (f"__s{k}" if k else ""), "arm": "real", "acc_bos": acc_bos}
+        z = {**base, "point": "null-rope" + (f"__s{k}" if k else ""), "arm": "null", "acc_bos": 0.0}
         for l in range(1, 6):
-            r.update({f"anc_L{l}": anc[l - 1], f"anc_end_L{l}": min(1.0, anc[l - 1] + 0.02), f"bnd_L{l}": 0.95,
-                      f"rand_anc_L{l}": rand[l - 1], f"rand_anc_end_L{l}": rand[l - 1], f"chance_anc_L{l}": 0.4})
+            a = anc[l - 1] - (0.01 if (k, l) == (1, 1) else 0.0)  # seeds differ a little
+            r.update({f"anc_L{l}": a, f"anc_end_L{l}": min(1.0, anc[l - 1] + 0.02), f"bnd_L{l}": 0.95})
+            z.update({f"anc_L{l}": rand[l - 1], f"anc_end_L{l}": rand[l - 1], f"bnd_L{l}": 0.5})
         for l in (1, 2):
-            r[f"rand2_anc_L{l}"] = rand2[l - 1] + 0.003 * k
+            r[f"gap_anc_L{l}"] = r[f"anc_L{l}"] - z[f"anc_L{l}"]
+            r[f"gap_anc_end_L{l}"] = r[f"anc_end_L{l}"] - z[f"anc_end_L{l}"]
+            z[f"gap_anc_L{l}"] = z[f"anc_L{l}"] - (rand2[l - 1] + 0.003 * k)
         r["anc_mean"] = sum(anc) / 5
         r["anc_end_mean"] = sum(min(1.0, a + 0.02) for a in anc) / 5
-        r["rand_anc_mean"] = r["rand_anc_end_mean"] = sum(rand) / 5
-        rows.append(r)
-    df = pd.DataFrame(rows)
-    df.loc[1, "anc_L1"] -= 0.01  # seeds differ a little
-    return df
+        z["anc_mean"] = z["anc_end_mean"] = sum(rand) / 5
+        rows += [r, z]
+    return pd.DataFrame(rows)
 
 
 def pverdicts(df, tmp_path, preset="quick"):
@@ -154,18 +161,39 @@ def test_bad_config_is_a_named_error():
         CFGLearning().validate(resolve_config(CFGLearningConfig, "smoke", {"model.pos": "rope"}))
 
 
+def test_shuffled_batches_keep_each_strings_tokens_and_remove_their_order():
+    import numpy as np
+    import torch
+
+    from lmsci.experiments.syntax._common import make_get_batch
+    from lmsci.worlds.cfg import get_grammar
+
+    g = get_grammar("cfg3b-small", 0)
+    x0, y0 = make_get_batch(g, 4, 64)(0, torch.Generator().manual_seed(1))
+    x1, y1 = make_get_batch(g, 4, 64, shuffle_within=True)(0, torch.Generator().manual_seed(1))
+    assert (x1[:, 1:] == y1[:, :-1]).all() and (x1[:, 0] == g.bos).all()
+    a, b = y0[0].numpy(), y1[0].numpy()
+    assert (np.flatnonzero(a == g.eos) == np.flatnonzero(b == g.eos)).all()  # strings keep length and place
+    cut = np.flatnonzero(a == g.eos)[-1] + 1
+    strings0 = np.split(a[:cut], np.flatnonzero(a[:cut] == g.eos) + 1)
+    strings1 = np.split(b[:cut], np.flatnonzero(b[:cut] == g.eos) + 1)
+    assert all(sorted(s.tolist()) == sorted(t.tolist()) for s, t in zip(strings0, strings1))
+    assert not (a == b).all() and not all(g.member(t[:-1]) for t in strings1 if len(t) > 1)
+
+
 def test_smoke_runs_end_to_end(tmp_path):
     from lmsci.sweep import run_experiment
 
     run = run_experiment(CFGLearning(), resolve_config(CFGLearningConfig, "smoke", {"threads": 1}), tmp_path / "l",
                          progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
+    res = run.results()
     assert set(res["variant"]) == {"rope", "posonly"} and (res["status"] == "ok").all()
-    assert res["acc_bos"].between(0, 1).all() and (res["kl"] > 0).all() and (res["nll_grammar"] > 0).all()
-    assert res["rand_acc"].between(0, 1).all()
+    real = res[res["arm"] == "real"]
+    assert real["acc_bos"].between(0, 1).all() and (real["kl"] > 0).all() and (real["nll_grammar"] > 0).all()
+    assert set(res["arm"]) == {"real", "null", "shuffled"} and res["acc"].between(0, 1).all()
     assert (run.path / "figures" / "generation_accuracy.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
-    # the random-init GPT_rot does not generate the grammar
+    # GPT_rot trained on order-shuffled strings does not generate the grammar
     assert vs["gen-accuracy"].null_value is not None and vs["gen-accuracy"].null_passed is False
     # smoke runs no GPT (absolute), so rot-beats-abs has no null arm; pos-effective's null ratio divides by the
     # smoke GPT_rot's accuracy, 0 after 4 steps: not computed. Neither may meet its rule.
@@ -174,8 +202,9 @@ def test_smoke_runs_end_to_end(tmp_path):
     assert vs["uni-effective"].null_passed is None
     run = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p",
                          progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
-    assert {"anc_L1", "rand_anc_L1", "anc_end_L2", "bnd_L3", "rand2_anc_L1", "rand2_anc_L2"} <= set(res.columns)
+    res = run.results()
+    assert {"anc_L1", "anc_end_L2", "bnd_L3", "gap_anc_L1", "gap_anc_L2", "gap_anc_end_L1"} <= set(res.columns)
+    assert set(res["arm"]) == {"real", "null"}
     assert (run.path / "verdict.json").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     for c in ("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"):

@@ -157,8 +157,14 @@ def _row(arm, seed, acc=0.97, ld=4.0, frac=0.85, rfrac=0.3, copy=0.95, rcopy=0.2
             "val_eff": -0.4, "val_gap": 4.0}
 
 
+def _random_row(seed, rfrac=0.3, rcopy=0.2, rsinh=0.02, rdup=0.15, rval=0.2, **_):
+    """The ioi model's random heads (arm random): their five circuit statistics in the same columns."""
+    return {"status": "ok", "arm": "random", "seed_index": seed, "k": 3, "circuit_frac": rfrac, "nm_copy": rcopy,
+            "sinh_max": rsinh, "dup_max": rdup, "val_max": rval}
+
+
 def _verdicts(tmp_path, ioi_kw, ctl_kw=None):
-    rows = [_row("ioi", s, **ioi_kw) for s in range(3)]
+    rows = [_row("ioi", s, **ioi_kw) for s in range(3)] + [_random_row(s, **ioi_kw) for s in range(3)]
     rows += [_row("no-ioi", s, **(ctl_kw or {"acc": 0.5, "ld": 0.1})) for s in range(3)]
     cfg = resolve_config(IOICircuitConfig, "gpu", {})
     return {v.claim_id: v.outcome for v in IOICircuit().verdicts(cfg, pd.DataFrame(rows), RunDir(tmp_path))}
@@ -185,9 +191,13 @@ def test_smoke_run(tmp_path):
 
     cfg = resolve_config(IOICircuitConfig, "smoke", {"threads": 1})
     run = run_experiment(IOICircuit(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
-    assert set(res["arm"]) == {"ioi", "no-ioi"} and (res["status"] == "ok").all()
-    assert np.asarray(json.loads(res["patch"].iloc[0])).shape == (2, 2)
+    res = run.results()
+    assert set(res["arm"]) == {"ioi", "no-ioi", "random"} and (res["status"] == "ok").all()
+    ioi = res[res["arm"] == "ioi"]
+    assert np.asarray(json.loads(ioi["patch"].iloc[0])).shape == (2, 2)
+    # the random arm is the ioi model's random heads (one training): its values are the ioi rows' random_* columns
+    rnd = res[res["arm"] == "random"].set_index("seed_index")
+    assert rnd["circuit_frac"].tolist() == pytest.approx(ioi.set_index("seed_index")["random_frac"].tolist())
     assert (run.path / "figures" / "patching_and_attention.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     assert len(vs) == 6

@@ -48,14 +48,18 @@ def test_probe_and_purity_separate_clustered_from_random_embeddings():
 
 
 def rows(probe=0.97, purity=0.85, gain=1.4, init=0.35, shuf=0.4, shuf_purity=0.4, n=3) -> pd.DataFrame:
+    """Arms real (ordered), shuffled and init (the ordered model's embeddings at initialisation), n seeds."""
     out = []
     for k in range(n):
         sfx = f"__s{k}" if k else ""
-        for order, p, pu in (("ordered", probe - 0.01 * k, purity), ("shuffled", shuf, shuf_purity)):
-            out.append({"point": order + sfx, "status": "ok", "seed_index": k, "order": order, "probe_acc": p,
-                        "probe_chance": 0.38, "purity": pu, "init_probe_acc": init, "init_probe_chance": 0.38,
-                        "init_purity": 0.39, "test_nll": 3.4 if order == "ordered" else 4.9,
+        for order, arm, p, pu in (("ordered", "real", probe - 0.01 * k, purity), ("shuffled", "shuffled", shuf,
+                                                                                   shuf_purity)):
+            out.append({"point": order + sfx, "arm": arm, "status": "ok", "seed_index": k, "order": order,
+                        "probe_acc": p, "probe_chance": 0.38, "purity": pu,
+                        "test_nll": 3.4 if order == "ordered" else 4.9,
                         "unigram_entropy": 4.86, "nll_gain": gain if order == "ordered" else 0.0})
+        out.append({"point": "init-ordered" + sfx, "arm": "init", "status": "ok", "seed_index": k, "order": "init",
+                    "probe_acc": init, "probe_chance": 0.38, "purity": 0.39})
     return pd.DataFrame(out)
 
 
@@ -67,7 +71,8 @@ def verdicts(df, tmp_path, preset="quick"):
 def test_passing_failing_gated_and_null_passing_tables(tmp_path):
     v = verdicts(rows(), tmp_path)
     assert v["role-probe"].outcome == "reproduced" and v["role-probe"].null_passed is False
-    assert v["kmeans-purity"].ablation
+    assert v["kmeans-purity"].ablation and v["kmeans-purity"].null_passed is False
+    assert verdicts(rows(shuf_purity=0.85), tmp_path)["kmeans-purity"].null_passed  # the engine's null arm
     assert verdicts(rows(probe=0.7), tmp_path)["role-probe"].outcome == "not reproduced"
     assert verdicts(rows(gain=0.1), tmp_path)["role-probe"].outcome == "inconclusive"
     v = verdicts(rows(shuf=0.95), tmp_path)  # the shuffled model's embeddings also encode the roles
@@ -93,8 +98,9 @@ def test_smoke_run(tmp_path):
 
     cfg = resolve_config(SyntacticEmbeddingsConfig, "smoke", {"threads": 1})
     run = run_experiment(SyntacticEmbeddings(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
-    assert (res["status"] == "ok").all() and set(res["order"]) == {"ordered", "shuffled"}
+    res = run.results()
+    assert (res["status"] == "ok").all() and set(res["order"]) == {"ordered", "shuffled", "init"}
+    assert set(res["arm"]) == {"real", "shuffled", "init"}
     assert res["probe_acc"].between(0, 1).all() and (run.path / "figures" / "embedding_pca.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     # both null arms are measured and, for an almost untrained model, far from the rule

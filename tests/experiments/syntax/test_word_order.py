@@ -62,22 +62,27 @@ def test_permutation_metrics_by_hand():
     assert m["unchanged_correct"] == pytest.approx((3 + 4 + 0) / 12)
 
 
-def rows(overlap: dict, taller: dict, n: int = 3, encoder: bool = True) -> pd.DataFrame:
+def rows(overlap: dict, taller: dict, n: int = 3, encoder: bool = True, null_nn_own: float = 0.3) -> pd.DataFrame:
+    """Each task on its own arm (overlap, taller), n seeds; the ablation rows on arms real and null (random init)."""
     out = []
     for k in range(n):
         for name, v in (("overlap", overlap), ("taller", taller)):
-            out.append({"point": name + (f"__s{k}" if k else ""), "kind": "task", "task": name, "q": 20,
+            out.append({"point": name + (f"__s{k}" if k else ""), "arm": name, "kind": "task", "task": name, "q": 20,
                         "acc_orig": v["acc"], "acc_perm": v["perm"] + 0.005 * k, "omega_max": v["omega"],
                         "p_c": 0.9, "p_f": 0.3, "unchanged_correct": v["unch"] - 0.01 * k, "unchanged_all": 0.8,
                         "omega_0.5": 0.7, "omega_1": 0.4, "seed_index": k, "status": "ok"})
     if encoder:
-        out.append({"point": "encoder", "kind": "encoder", "task": "minilm", "nn_own": 0.93, "cos_own_derangement": 0.8,
-                    "cos_swap": 0.97, "cos_unrelated": 0.1, "n_sentences": 100, "example_swap": "a / b",
-                    "null_nn_own": 0.3, "null_cos_swap": 0.7, "null_cos_unrelated": 0.6, "seed_index": 0,
-                    "status": "ok"})
-        out.append({"point": "cfg-contrast", "kind": "cfg", "task": "cfg-contrast", "nll_strings": 0.4,
-                    "nll_deranged": 2.5, "nll_drop": 2.1, "deranged_in_language": 0.0, "null_nll_drop": 0.01,
-                    "seed_index": 0, "status": "ok"})
+        enc = {"kind": "encoder", "task": "minilm", "n_sentences": 100, "example_swap": "a / b", "seed_index": 0,
+               "status": "ok"}
+        out.append({**enc, "point": "encoder", "arm": "real", "nn_own": 0.93, "cos_own_derangement": 0.8,
+                    "cos_swap": 0.97, "cos_unrelated": 0.1})
+        out.append({**enc, "point": "null-encoder", "arm": "null", "nn_own": null_nn_own, "cos_own_derangement": 0.5,
+                    "cos_swap": 0.7, "cos_unrelated": 0.6})
+        cc = {"kind": "cfg", "task": "cfg-contrast", "deranged_in_language": 0.0, "seed_index": 0, "status": "ok"}
+        out.append({**cc, "point": "cfg-contrast", "arm": "real", "nll_strings": 0.4, "nll_deranged": 2.5,
+                    "nll_drop": 2.1})
+        out.append({**cc, "point": "null-cfg-contrast", "arm": "null", "nll_strings": 3.0, "nll_deranged": 3.01,
+                    "nll_drop": 0.01})
     return pd.DataFrame(out)
 
 
@@ -110,9 +115,9 @@ def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     v = vs["redundant-unchanged"]
     assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed
     assert any("cannot tell the effect from its absence" in r for r in v.reasons)
+    # a random-init encoder that also finds a line's own derangement
     df = rows({"acc": 0.99, "perm": 0.95, "omega": 0.987, "unch": 0.85}, {"acc": 0.98, "perm": 0.5, "omega": 0.99,
-                                                                          "unch": 0.5})
-    df["null_nn_own"] = 0.95  # a random-init encoder also finds a line's own derangement
+                                                                          "unch": 0.5}, null_nn_own=0.95)
     assert verdicts(df, tmp_path)["encoder-derangement-nn"].outcome == "inconclusive"
 
 
@@ -150,8 +155,9 @@ def test_smoke_run(tmp_path):
 
     cfg = resolve_config(WordOrderConfig, "smoke", {"threads": 1})
     run = run_experiment(WordOrder(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
+    res = run.results()
     assert set(res["task"]) == {"overlap", "taller", "cfg-contrast"} and (res["status"] == "ok").all()
+    assert set(res["arm"]) == {"overlap", "taller", "real", "null"}
     t = res[res["kind"] == "task"]
     assert t["omega_max"].between(0, 1).all() and t["acc_perm"].between(0, 1).all()
     assert (run.path / "figures" / "omega_curve.png").exists() and (run.path / "verdict.json").exists()

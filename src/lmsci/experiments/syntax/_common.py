@@ -84,15 +84,20 @@ def make_model(cfg: CFGModelConfig, g: CFG, variant: str, seed: int) -> GPT:
     return GPT(cfg.model.gpt_config(g.vocab_size, cfg.seq_len, pos=variant), seed=seed)
 
 
-def make_get_batch(g: CFG, batch_size: int, seq_len: int):
+def make_get_batch(g: CFG, batch_size: int, seq_len: int, shuffle_within: bool = False):
     """``get_batch(step, gen) -> (input_ids, targets)`` ``[batch, seq_len]``: each row is BOS followed by fresh
-    EOS-separated strings (all randomness drawn from ``gen``)."""
+    EOS-separated strings (all randomness drawn from ``gen``); ``shuffle_within``: the tokens of each string in a
+    random order (its tokens, length and EOS kept, its order removed)."""
     lo, _ = g.length_range()
     per_row = math.ceil(seq_len / (lo + 1)) + 1
 
     def get_batch(step: int, gen: torch.Generator):
         rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         stream = g.sample_stream(batch_size * per_row, rng)
+        if shuffle_within:  # sort by (string index, random key); each EOS keeps the last place of its string
+            eos = stream == g.eos
+            seg = np.r_[0, np.cumsum(eos)[:-1]]
+            stream = stream[np.argsort(seg + np.where(eos, 0.75, 0.5 * rng.random(stream.size)), kind="stable")]
         ends = np.flatnonzero(stream == g.eos)
         starts = np.r_[0, ends[per_row - 1::per_row][:-1] + 1]
         rows = np.stack([stream[s: s + seq_len] for s in starts])  # each row >= seq_len tokens by construction
@@ -102,13 +107,15 @@ def make_get_batch(g: CFG, batch_size: int, seq_len: int):
     return get_batch
 
 
-def train_model(cfg: CFGModelConfig, g: CFG, variant: str, ctx: PointContext, tag: str = "") -> tuple[GPT, dict]:
-    """Train one model of ``variant`` from the point's seed; returns ``(model in eval mode, final record)``."""
+def train_model(cfg: CFGModelConfig, g: CFG, variant: str, ctx: PointContext, tag: str = "",
+                shuffle_within: bool = False) -> tuple[GPT, dict]:
+    """Train one model of ``variant`` from the point's seed (``shuffle_within``: on strings whose tokens are shuffled,
+    see :func:`make_get_batch`); returns ``(model in eval mode, final record)``."""
     model = make_model(cfg, g, variant, derive_seed(ctx.seed, "init", tag))
     steps = cfg.train.steps
     tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
     bar = ctx.progress(steps, f"train {variant}")
-    res = train(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len), tc,
+    res = train(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len, shuffle_within), tc,
                 seed=derive_seed(ctx.seed, "data", tag), log=lambda m: ctx.log(**m),
                 checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
     bar.close()

@@ -29,7 +29,14 @@ test set (the chosen heads are scored), each with its ABC prompt (:mod:`lmsci.me
 
 Null arms (same run, same statistic): random heads of the same count (circuit, copy, S-inhibition, duplicate), the
 ``no-ioi`` model (logit difference); for 6., a random head of the same layers. The random-init model's values are
-reported beside.
+reported beside (``rand_*`` columns of the ioi rows).
+
+Arms (issue 44): ``ioi`` (point ``ioi``), ``no-ioi`` (point ``no-ioi``, its own seeds as before) and ``random`` (point
+``random-ioi``: the random heads of the ioi model, its five circuit statistics in the same columns; where a random
+head set has no eligible heads -- no name mover above layer 0 -- its value is 0, its expectation). The ``random`` arm
+reads the ioi model: its point and ``ioi``'s of one seed are one group (:meth:`IOICircuit.groups`), trained once. The
+claims engine judges every claim: ``logit-diff`` compares arm ``ioi`` with ``no-ioi``, the five circuit claims arm
+``ioi`` with ``random``; none is judged by hand.
 
 Presets. The claims are decided at ``gpu`` and ``paper`` only: in the sizing pilots (CLAIMS.md, 2026-11-27) no
 quick-sized 3-layer d_model 64 GPT left chance within ~3000 steps; its probability mass at END stayed uniform over
@@ -54,10 +61,10 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, mean_at_least
+from lmsci.claims.engine import finished
 from lmsci.config import ExperimentConfig
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.syntax._ioi_paths import dup_by_values, sinh_heads
 from lmsci.measure import patching as P
@@ -191,6 +198,12 @@ def measure_model(model: GPT, disc, test, k: int, n_random: int, seed: int) -> d
     return row
 
 
+#: the five circuit statistics and, in the ioi row, the column of their random-heads value (the random arm's)
+RANDOM_OF = {"circuit_frac": "random_frac", "nm_copy": "random_copy", "sinh_max": "random_sinh",
+             "dup_max": "random_dup", "val_max": "random_val"}
+ARMS = ("ioi", "random")
+
+
 def _mat(x) -> np.ndarray:
     return np.asarray(json.loads(x), dtype=float)
 
@@ -217,8 +230,9 @@ class IOICircuit(Experiment):
     _SRC = "Wang et al., arXiv 2211.00593"
     # decided at gpu and paper only: no quick-sized model met the 'learned' gate in the sizing pilots (CLAIMS.md)
     _PRESETS = ("gpu", "paper")
-    _GATE = Gate("learned", f"the IOI model ranks IO above S on >= {LEARNED_GATE:.0%} of held-out prompts (mean over "
-                 "seeds): a model that has not learned the task has no IOI circuit to find")
+    _GATE = Gate("learned", mean_at_least(LEARNED_GATE), arm="ioi",
+                 stat=Stat("acc", words="share of held-out prompts on which the IOI model ranks IO above S (a model "
+                                        "that has not learned the task has no IOI circuit to find)"))
     claims = [
         Claim(
             "logit-diff",
@@ -226,10 +240,9 @@ class IOICircuit(Experiment):
             "mean logit difference IO - S at END of at least 2 nats on held-out prompts.",
             _SRC + ", sec. 2 (logit difference on p_IOI)",
             "3.56 nats on GPT-2 small (IO probability 0.49)",
-            "per training seed, the mean over held-out test prompts of logit(IO) - logit(S) at END (nats); mean over "
-            "seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds >= {LD_MIN}",
-            presets=_PRESETS,
+            statistic=Stat("ld", words="the mean over held-out test prompts of logit(IO) - logit(S) at END (nats)"),
+            rule=mean_at_least(LD_MIN),
+            presets=_PRESETS, arms=("ioi", "no-ioi"),
             null="the same statistic on the same architecture trained on the plain text alone (no IOI sentences): "
                  "both names are in context and nothing says which one comes next",
         ),
@@ -239,12 +252,12 @@ class IOICircuit(Experiment):
             "most of the logit difference: patching those K heads together removes at least 70% of it.",
             _SRC + ", secs. 3-4 (26 of 144 heads; path patching from p_ABC)",
             "26 of 144 heads (18%) explain the circuit; faithfulness: circuit 3.10 vs model 3.56 nats (87%)",
-            "per training seed, K = round(circuit_fraction x heads) heads with the most negative single-head patching "
-            "effect on the discovery prompts; on the test prompts (LD_clean - LD_patched(K)) / (LD_clean - LD_ABC); "
-            "mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds >= {CIRCUIT_MIN}",
+            statistic=Stat("circuit_frac", words="K = round(circuit_fraction x heads) heads with the most negative "
+                                                 "single-head patching effect on the discovery prompts; on the test "
+                                                 "prompts (LD_clean - LD_patched(K)) / (LD_clean - LD_ABC)"),
+            rule=mean_at_least(CIRCUIT_MIN),
             gates=(_GATE,),
-            presets=_PRESETS,
+            presets=_PRESETS, arms=ARMS,
             null=f"the same fraction for K random heads of the same model (mean over n_random_sets draws): no head "
                  f"selection",
         ),
@@ -254,13 +267,13 @@ class IOICircuit(Experiment):
             "name among the top 5 logits (copy score) at least 90% of the time.",
             _SRC + ", sec. 3.1 (name mover heads; copy score)",
             "copy score > 95% for the name movers 9.9, 9.6, 10.0 (< 20% for an average head)",
-            f"per training seed, name movers = circuit heads with mean END->IO attention >= {NM_ATTN} and above their "
-            "END->S1+S2 attention; their mean copy score (IO token's residual after block 0 through ln1, OV, ln_f, "
-            "unembedding; IO in the top 5 of the vocabulary), 0 at a seed with no name mover; mean over seeds with a "
-            "95% Student-t CI",
-            f"mean over at least 3 seeds >= {COPY_MIN}",
+            statistic=Stat("nm_copy", words=f"name movers = circuit heads with mean END->IO attention >= {NM_ATTN} and "
+                                            "above their END->S1+S2 attention; their mean copy score (IO token's "
+                                            "residual after block 0 through ln1, OV, ln_f, unembedding; IO in the top "
+                                            "5 of the vocabulary), 0 at a seed with no name mover"),
+            rule=mean_at_least(COPY_MIN),
             gates=(_GATE,),
-            presets=_PRESETS,
+            presets=_PRESETS, arms=ARMS,
             null="the copy score of random heads of the same count in the same model (its expectation: the mean over "
                  "all heads)",
         ),
@@ -270,13 +283,13 @@ class IOICircuit(Experiment):
             "output by its ABC value raises the name movers' attention to S by at least 0.1.",
             _SRC + ", sec. 3.2 (S-inhibition heads, path patching to the name movers' queries)",
             "S-inhibition heads 7.3, 7.9, 8.6, 8.10; patching them makes the name movers attend to S",
-            "per training seed, the largest over heads below the name movers of the change of the name movers' mean "
-            "END->S1+S2 attention when that head's END output on the ABC prompt replaces its clean one on the direct "
-            "path to their queries; 0 at a seed with no name mover above layer 0; mean over seeds with a 95% "
-            "Student-t CI",
-            f"mean over at least 3 seeds >= {SINH_MIN}",
+            statistic=Stat("sinh_max", words="the largest over heads below the name movers of the change of the name "
+                                             "movers' mean END->S1+S2 attention when that head's END output on the ABC "
+                                             "prompt replaces its clean one on the direct path to their queries; 0 at "
+                                             "a seed with no name mover above layer 0"),
+            rule=mean_at_least(SINH_MIN),
             gates=(_GATE,),
-            presets=_PRESETS,
+            presets=_PRESETS, arms=ARMS,
             null="the same change for a random head of the same layers (its expectation: the mean over the heads "
                  "below the name movers)",
         ),
@@ -286,11 +299,11 @@ class IOICircuit(Experiment):
             "token after S1 (induction) with mean probability at least 0.5.",
             _SRC + ", sec. 3.3 (duplicate token heads 0.1, 3.0; induction heads 5.5, 6.9)",
             "duplicate-token and induction heads attend from S2 to S1 / S1+1",
-            "per training seed, the largest over heads of max(attention S2->S1, attention S2->S1+1) averaged over the "
-            "discovery prompts; mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds >= {DUP_MIN}",
+            statistic=Stat("dup_max", words="the largest over heads of max(attention S2->S1, attention S2->S1+1) "
+                                            "averaged over the discovery prompts"),
+            rule=mean_at_least(DUP_MIN),
             gates=(_GATE,),
-            presets=_PRESETS,
+            presets=_PRESETS, arms=ARMS,
             null="the same attention for a random head of the same model (its expectation: the mean over heads)",
         ),
         Claim(
@@ -301,15 +314,17 @@ class IOICircuit(Experiment):
             _SRC + ", sec. 3.3 (path patching to the S-inhibition heads' values)",
             "duplicate-token heads 0.1, 3.0 and induction heads 5.5, 6.9 found by path patching to the S-inhibition "
             "heads' values (4 of 144 heads)",
-            f"per training seed, S-inhibition heads = senders whose query path patching raises the name movers' "
-            f"END->S1+S2 attention by >= {SINH_MIN}; every head below them is path-patched from ABC (every position) "
-            f"into their values only, change of the mean logit difference on the discovery prompts (nats); the "
-            f"sender with the most negative change is found if that change <= -{VAL_FRAC} x (LD_clean - LD_ABC); "
-            "the statistic is its max(attention S2->S1, attention S2->S1+1) on the test prompts, 0 at a seed with no "
-            "found head, no S-inhibition head or none above layer 0; mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds >= {DUP_MIN}",
+            statistic=Stat("val_max", words=f"S-inhibition heads = senders whose query path patching raises the name "
+                                            f"movers' END->S1+S2 attention by >= {SINH_MIN}; every head below them is "
+                                            "path-patched from ABC (every position) into their values only, change of "
+                                            "the mean logit difference on the discovery prompts (nats); the sender "
+                                            f"with the most negative change is found if that change <= -{VAL_FRAC} x "
+                                            "(LD_clean - LD_ABC); the statistic is its max(attention S2->S1, attention "
+                                            "S2->S1+1) on the test prompts, 0 at a seed with no found head, no "
+                                            "S-inhibition head or none above layer 0"),
+            rule=mean_at_least(DUP_MIN),
             gates=(_GATE,),
-            presets=_PRESETS,
+            presets=_PRESETS, arms=ARMS,
             null="the same attention for a random head of the same count (one) from the same layers below the "
                  "S-inhibition heads (its expectation: the mean over those heads; 0 where there are none)",
         ),
@@ -324,96 +339,51 @@ class IOICircuit(Experiment):
             raise ConfigError("circuit_fraction", cfg.circuit_fraction, "a fraction leaving K below the number of heads")
 
     def points(self, cfg: IOICircuitConfig) -> list[Point]:
-        return [Point(a, {"arm": a}) for a in ("ioi", "no-ioi")]
+        return [Point("ioi", {}, arm="ioi"), Point("no-ioi", {}, arm="no-ioi"), Point("random-ioi", {}, arm="random")]
+
+    def groups(self, cfg: IOICircuitConfig, points: list[Point]) -> list[list[Point]]:
+        """The ioi model and its random heads (arm random) of one seed are one group: trained once."""
+        by: dict[tuple[str, int], list[Point]] = {}
+        for p in points:
+            by.setdefault(("no-ioi" if p.arm == "no-ioi" else "ioi", p.seed_index), []).append(p)
+        return list(by.values())
 
     def run_point(self, cfg: IOICircuitConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: IOICircuitConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        """The rows of one trained model: arm ``no-ioi``, or arm ``ioi`` and its random heads (arm ``random``)."""
         world = IOIWorld(cfg.n_names, cfg.n_templates)
-        arm = point.params["arm"]
+        arm = "no-ioi" if points[0].arm == "no-ioi" else "ioi"
+        ctx = next((c for p, c in zip(points, ctxs) if p.arm == arm), ctxs[0])
         # the prompts depend on the seed index only: both arms of a seed are measured on the same prompts
-        prng = np.random.default_rng(derive_seed(cfg.seed, "prompts", point.seed_index))
+        prng = np.random.default_rng(derive_seed(cfg.seed, "prompts", points[0].seed_index))
         disc = world.sample_prompts(cfg.n_discover, prng).to(ctx.device)
         test = world.sample_prompts(cfg.n_test, prng).to(ctx.device)
         model, final = train_arm(cfg, world, arm, ctx)
         k = circuit_k(cfg)
-        row = {"arm": arm, "k": k, "train_loss": float(final.get("loss", float("nan")))}
+        row = {"k": k, "train_loss": float(final.get("loss", float("nan")))}
         row.update(measure_model(model, disc, test, k, cfg.n_random_sets, derive_seed(ctx.seed, "random-heads")))
         if arm == "ioi":
             rand = GPT(model.cfg, seed=derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
             r = measure_model(rand, disc, test, k, cfg.n_random_sets, derive_seed(ctx.seed, "random-heads"))
             row.update({f"rand_{x}": r[x] for x in ("ld", "acc", "circuit_frac", "nm_copy", "sinh_max", "dup_max",
                                                     "val_max")})
-        return row
+        # random heads of the same model: no eligible heads (no name mover above layer 0) -> 0, their expectation
+        rnd = {"k": k, **{c: (float(row[rc]) if np.isfinite(float(row[rc])) else 0.0) for c, rc in RANDOM_OF.items()}}
+        return [rnd if p.arm == "random" else row for p in points]
 
-    def verdicts(self, cfg: IOICircuitConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = results[results["status"] == "ok"] if "status" in results else results
-        ioi = ok[ok["arm"] == "ioi"] if "arm" in ok else ok.iloc[0:0]
-        ctl = ok[ok["arm"] == "no-ioi"] if "arm" in ok else ok.iloc[0:0]
-        if ioi.empty:
-            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="the ioi arm was not run")
-                    for c in self.claims]
-        acc = across_seeds(ioi["acc"])
-        gate = {"learned": (acc.mean, acc.mean >= LEARNED_GATE)}
-        rand_init = {c: round(float(ioi[f"rand_{c}"].mean()), 4) for c in ("ld", "circuit_frac", "nm_copy",
-                                                                             "sinh_max", "dup_max", "val_max")
-                     if f"rand_{c}" in ioi}
-        no_ioi = {c: round(float(ctl[c].mean()), 4) for c in ("ld", "acc", "nm_copy", "sinh_max", "dup_max", "val_max")
-                  if not ctl.empty and c in ctl}
-        out = []
-        st = across_seeds(ioi["ld"])
-        null = None
-        if not ctl.empty:
-            sn = across_seeds(ctl["ld"])
-            null = (sn.mean, bool(sn.mean >= LD_MIN))
-        out.append(self.judge(cfg, "logit-diff", value=st.mean, passed=bool(st.mean >= LD_MIN), ci=st.ci,
-                              ci_kind=st.kind, n_seeds=st.n, null=null,
-                              details={"accuracy_io_over_s": round(acc.mean, 4), "ld_abc": round(float(ioi["ld_abc"]
-                                       .mean()), 4), "random_init": rand_init, "no_ioi_model": no_ioi}))
-        spec = (("circuit-concentration", "circuit_frac", "random_frac", CIRCUIT_MIN),
-                ("name-mover-copy", "nm_copy", "random_copy", COPY_MIN),
-                ("s-inhibition", "sinh_max", "random_sinh", SINH_MIN),
-                ("duplicate-induction", "dup_max", "random_dup", DUP_MIN),
-                ("dup-induction-values", "val_max", "random_val", DUP_MIN))
-        for cid, col, ncol, thr in spec:
-            vals = ioi[col].astype(float)
-            if not np.isfinite(vals).any():
-                out.append(self.judge(cfg, cid, value=None, passed=None, gates=gate,
-                                      why_not_computed=f"{col} is not finite at any seed"))
-                continue
-            st = across_seeds(vals)
-            nv = ioi[ncol].astype(float)
-            # no eligible heads for the null (no name mover above layer 0): its expectation is 0
-            nv = nv.where(np.isfinite(nv), 0.0)
-            sn = across_seeds(nv)
-            details = {"per_seed": [round(float(v), 4) for v in vals], "null_per_seed": [round(float(v), 4) for v in nv],
-                       "random_init": rand_init.get(col), "no_ioi_model": no_ioi.get(col)}
-            if cid == "name-mover-copy":
-                details["name_movers"] = list(ioi["name_movers"])
-                details["seeds_with_name_movers"] = int((ioi["n_nm"] > 0).sum())
-            if cid == "s-inhibition":
-                details["best_sender"] = list(ioi["sinh_head"])
-                details["io_attention_change_of_best"] = [round(float(v), 4) for v in ioi["sinh_io"]]
-            if cid == "duplicate-induction":
-                details["best_head"] = list(ioi["dup_head"])
-                details["kind"] = list(ioi["dup_kind"])
-            if cid == "dup-induction-values":
-                details.update(s_inhibition_heads=list(ioi["sinh_set"]), found_head=list(ioi["val_head"]),
-                               kind=list(ioi["val_kind"]), value_path_change_nats=[round(float(v), 4) for v in
-                                                                                    ioi["val_eff"]],
-                               ld_gap_nats=[round(float(v), 4) for v in ioi["val_gap"]])
-            if cid == "circuit-concentration":
-                details["circuit"] = list(ioi["circuit"])
-                details["k"] = int(ioi["k"].iloc[0])
-            out.append(self.judge(cfg, cid, value=st.mean, passed=bool(st.mean >= thr), ci=st.ci, ci_kind=st.kind,
-                                  n_seeds=st.n, gates=gate, null=(sn.mean, bool(sn.mean >= thr)), details=details))
-        return out
+    # no verdicts method: the claims engine judges every claim from its Stat and Rule, on both arms
 
     def figures(self, cfg: IOICircuitConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
-        ok = results[results["status"] == "ok"] if "status" in results else results
+        ok = finished(results)
         ioi = ok[ok["arm"] == "ioi"] if "arm" in ok else ok.iloc[0:0]
         if ioi.empty:
             return []
+        rnd_arm = ok[ok["arm"] == "random"]
+        ok = ok[ok["arm"] != "random"]
         r0 = ioi.iloc[0]
         patch, a_io, a_s = _mat(r0["patch"]), _mat(r0["attn_io"]), _mat(r0["attn_s"])
         fig, ax = plt.subplots(1, 3, figsize=(11, 3.4))
@@ -440,9 +410,8 @@ class IOICircuit(Experiment):
         for i, (arm, sub) in enumerate(ok.groupby("arm", sort=False)):
             cols = ["circuit_frac", "nm_copy", "sinh_max", "dup_max", "val_max"]
             ax.bar(np.arange(5) + 0.27 * i, [sub[c].mean() for c in cols], 0.27, label=arm)
-        rnd = ["random_frac", "random_copy", "random_sinh", "random_dup", "random_val"]
-        ax.bar(np.arange(5) + 0.54, [np.nan_to_num(ioi[c].astype(float)).mean() for c in rnd], 0.27,
-               label="ioi, random heads", color="gray")
+        ax.bar(np.arange(5) + 0.54, [rnd_arm[c].astype(float).mean() if c in rnd_arm else np.nan for c in RANDOM_OF],
+               0.27, label="ioi, random heads (arm random)", color="gray")
         ax.set_xticks(np.arange(5) + 0.27)
         ax.set_xticklabels(["circuit frac", "NM copy", "S-inh. d-attn", "dup/ind attn", "via S-inh. V"], fontsize=8)
         for x, t in enumerate((CIRCUIT_MIN, COPY_MIN, SINH_MIN, DUP_MIN, DUP_MIN)):
@@ -451,7 +420,9 @@ class IOICircuit(Experiment):
         fig.tight_layout()
         figs.append(save_figure(fig, run, "claim_statistics.png",
                                 "The five circuit statistics (mean over seeds) for the IOI model, the model trained "
-                                "without IOI and random heads of the IOI model; dashes: registered thresholds"))
+                                "without IOI and random heads of the IOI model; dashes: registered thresholds",
+                                claims=("circuit-concentration", "name-mover-copy", "s-inhibition",
+                                        "duplicate-induction", "dup-induction-values")))
         return figs
 
     def report_sections(self, cfg: IOICircuitConfig, results: pd.DataFrame, run: RunDir) -> str:
@@ -461,7 +432,7 @@ class IOICircuit(Experiment):
                 "random_frac", "name_movers", "nm_copy", "random_copy", "sinh_head", "sinh_max", "random_sinh",
                 "dup_head", "dup_kind", "dup_max", "random_dup", "sinh_set", "val_head", "val_eff", "val_kind",
                 "val_max", "random_val", "rand_ld", "rand_dup_max", "rand_val_max"]
-        return ("## Method\n\nWord-level IOI world (the paper's 15 templates with ABBA twins, {nn} names), "
+        return ("## Setup\n\nWord-level IOI world (the paper's 15 templates with ABBA twins, {nn} names), "
                 "ioi_fraction {f}; GPT {L} layers x {H} heads, d_model {d}, {steps} steps. Heads are chosen on {nd} "
                 "discovery prompts and scored on {nt} test prompts, each with its ABC prompt. Heads are (layer, head), "
                 "0-based. Path patching is the direct path from a sender's END output into the name movers' queries "

@@ -39,6 +39,13 @@ Claims, checks and null arms (issue 29):
 * The ablation rows carry random-init null arms, measured beside them: the MiniLM architecture with its weights
   re-initialised (``encoder-derangement-nn``, ``encoder-swap-similarity``) and the CFG GPT at its random
   initialisation (``cfg-shuffle-drop``).
+
+Arms (issue 44): each controlled task is its own arm, ``overlap`` and ``taller`` (points named by the task), so
+``redundant-unchanged`` compares arm ``overlap`` with arm ``taller`` by the same statistic and rule. The ablation
+rows run on arm ``real`` (points ``encoder``, ``cfg-contrast``) and ``null`` (points ``null-encoder``: the same lines,
+derangements and swaps encoded by the re-initialised MiniLM; ``null-cfg-contrast``: the same strings scored by the
+CFG GPT at its random initialisation, nothing trained), paired with the real arm by seed. The claims engine judges
+every claim and check; none is judged by hand.
 """
 
 from __future__ import annotations
@@ -52,10 +59,10 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, at_least, between, mean_at_least
+from lmsci.claims.engine import finished
 from lmsci.config import ExperimentConfig
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.measure.permutation import permutation_metrics
 from lmsci.models.gpt import GPT, GPTSpec
@@ -182,16 +189,16 @@ class WordOrder(Experiment):
 
     _SRC = ("Sinha et al., arXiv 2101.00010, sec. 3-4 (Omega_max 98.7% on MNLI); Pham et al., arXiv 2012.15180 "
             "(75-90% of correct predictions unchanged)")
-    _LEARN = lambda task: Gate("learned", f"the {task} classifier's mean accuracy on unpermuted test inputs >= "  # noqa: E731
-                               f"{LEARNED_MIN}")
+    _LEARN = lambda task: Gate("learned", mean_at_least(LEARNED_MIN), arm=task, stat=Stat(  # noqa: E731
+        "acc_orig", words=f"the {task} classifier's accuracy on unpermuted test inputs"))
     claims = [
         Claim("redundant-unchanged",
               "On the order-redundant task (label fixed by word overlap), at least 75% of the classifier's correct "
               "predictions stay unchanged when the words are deranged.",
               _SRC, "75-90% unchanged on many GLUE tasks (Pham et al.)",
-              "per training seed, over test examples predicted correctly unpermuted, the fraction of their q "
-              "derangements predicted the same; mean over seeds with a 95% Student-t CI",
-              f"mean over at least 3 seeds >= {UNCHANGED_MIN}", gates=(_LEARN("overlap"),),
+              statistic=Stat("unchanged_correct", words="over test examples predicted correctly unpermuted, the "
+                                                        "fraction of their q derangements predicted the same"),
+              rule=mean_at_least(UNCHANGED_MIN), gates=(_LEARN("overlap"),), arms=("overlap", "taller"),
               null="the same statistic for the classifier trained on the order-critical taller task (the paper's own "
                    "control, CoLA in Pham et al.): its deranged inputs carry no label signal, so its correct "
                    "predictions survive derangement only by chance (~0.5)"),
@@ -200,37 +207,43 @@ class WordOrder(Experiment):
               "the gold label (Omega_max >= 0.9); with binary labels and q = 20 derangements any classifier, a coin "
               "flip included, scores about 1 - 2^-20, so this checks the pipeline, not the model.",
               _SRC, "Omega_max = 98.7% on MNLI (RoBERTa-large)",
-              "per training seed, Omega_max = fraction of test examples with at least one of q derangements labelled "
-              "gold; mean over seeds with a 95% Student-t CI",
-              f"mean over at least 3 seeds >= {OMEGA_MIN}", gates=(_LEARN("overlap"),), kind="check"),
+              statistic=Stat("omega_max", words="Omega_max = fraction of test examples with at least one of q "
+                                                "derangements labelled gold"),
+              rule=mean_at_least(OMEGA_MIN), gates=(_LEARN("overlap"),), kind="check", arms=("overlap", "taller")),
         Claim("critical-chance",
               "Design check: on the order-critical task (X is taller than Y), accuracy on deranged inputs is within 10 "
               "points of chance (0.5); a deranged taller input carries no label signal, so chance holds for any "
               "classifier by construction.",
               _SRC + "; CoLA at chance in Pham et al.", "chance on tasks that need the order (CoLA)",
-              "per training seed, accuracy over all q derangements of every test example; mean over seeds with a 95% "
-              "Student-t CI",
-              f"|mean over at least 3 seeds - 0.5| <= {CHANCE_TOL}", gates=(_LEARN("taller"),), kind="check"),
+              statistic=Stat("acc_perm", words="accuracy over all q derangements of every test example"),
+              rule=between(0.5 - CHANCE_TOL, 0.5 + CHANCE_TOL), gates=(_LEARN("taller"),), kind="check",
+              arms=("taller", "overlap")),
         Claim("encoder-derangement-nn",
               "all-MiniLM-L6-v2 maps a deranged Shakespeare line nearest to its own line among the pool of originals.",
               "seed lecture 000 ('LMs are robust to unnatural language'); Sinha et al., arXiv 2101.00010",
               "(no paper number for this encoder)",
-              "fraction of (line, derangement) pairs whose nearest original by cosine (pool of n_sentences lines) is the "
-              "line itself", f"fraction >= {UNCHANGED_MIN}", uncertainty="exact", ablation=True,
+              statistic=Stat("nn_own", where={"kind": "encoder"},
+                             words="fraction of (line, derangement) pairs whose nearest original by cosine (pool of "
+                                   "n_sentences lines) is the line itself (one deterministic encoder: seed 0)"),
+              rule=at_least(UNCHANGED_MIN), uncertainty="exact", ablation=True,
               null="the same fraction for the MiniLM architecture with its weights re-initialised (random init)"),
         Claim("encoder-swap-similarity",
               "all-MiniLM-L6-v2 gives meaning-reversing swaps ('A causes B' / 'B causes A') a cosine similarity close to 1.",
               "seed lecture 000 ('when the meaning is reversed (A cause B v.s. B cause A)')",
               "(no paper number; the seed's example pair)",
-              "mean cosine similarity of 'A rel B' and 'B rel A' over the built-in SWAPS list (unrelated pairs reported "
-              "beside)", "mean cosine >= 0.9", uncertainty="exact", ablation=True,
+              statistic=Stat("cos_swap", where={"kind": "encoder"},
+                             words="mean cosine similarity of 'A rel B' and 'B rel A' over the built-in SWAPS list "
+                                   "(unrelated pairs reported beside; one deterministic encoder: seed 0)"),
+              rule=at_least(0.9), uncertainty="exact", ablation=True,
               null="the same mean cosine for the MiniLM architecture with its weights re-initialised (random init)"),
         Claim("cfg-shuffle-drop",
               "A GPT trained on a CFG is order-sensitive: its NLL per token rises on deranged strings.",
               "Allen-Zhu & Li, arXiv 2305.13673 (the CFG world) as the order-sensitive contrast (issue 14)",
               "(contrast row; no paper number)",
-              "model NLL per token (nats) on deranged grammar strings minus on the strings themselves, mean over seeds",
-              "the increase >= 0.1 nats/token", uncertainty="within-run", ablation=True,
+              statistic=Stat("nll_drop", where={"kind": "cfg"},
+                             words="model NLL per token (nats) on deranged grammar strings minus on the strings "
+                                   "themselves"),
+              rule=mean_at_least(0.1), uncertainty="within-run", ablation=True,
               null="the same NLL increase for the CFG GPT at its random initialisation (it has learned no order)"),
     ]
 
@@ -239,11 +252,10 @@ class WordOrder(Experiment):
             WordOrderTask(t, cfg.premise_len, cfg.hyp_len)
 
     def points(self, cfg: WordOrderConfig) -> list[Point]:
-        pts = [Point(t, {"kind": "task", "task": t}) for t in cfg.tasks]
-        if cfg.encoder:
-            pts.append(Point("encoder", {"kind": "encoder"}))
-        if cfg.cfg_contrast:
-            pts.append(Point("cfg-contrast", {"kind": "cfg"}))
+        pts = [Point(t, {"kind": "task", "task": t}, arm=t) for t in cfg.tasks]  # each task its own arm
+        for name, kind, on in (("encoder", "encoder", cfg.encoder), ("cfg-contrast", "cfg", cfg.cfg_contrast)):
+            if on:  # the ablation rows and their random-init null arms (paired by seed)
+                pts += [Point(name, {"kind": kind}, arm="real"), Point(f"null-{name}", {"kind": kind}, arm="null")]
         return pts
 
     # -- points ------------------------------------------------------------------------------------------
@@ -254,8 +266,8 @@ class WordOrder(Experiment):
         if kind == "encoder":
             if point.seed_index > 0:  # a deterministic encoder: computed once, at seed 0
                 return {"kind": "encoder", "task": "minilm", "skipped": "deterministic; computed at seed 0"}
-            return self._encoder_row(cfg, ctx)
-        return self._cfg_row(cfg, ctx)
+            return self._encoder_row(cfg, ctx, null=point.arm == "null")
+        return self._cfg_row(cfg, ctx, null=point.arm == "null")
 
     def _task(self, cfg: WordOrderConfig, name: str, ctx: PointContext) -> dict[str, Any]:
         task = WordOrderTask(name, cfg.premise_len, cfg.hyp_len)
@@ -294,7 +306,9 @@ class WordOrder(Experiment):
         row.update({f"omega_{x:g}": val for x, val in m["omega"].items()})
         return row
 
-    def _encoder_row(self, cfg: WordOrderConfig, ctx: PointContext) -> dict[str, Any]:
+    def _encoder_row(self, cfg: WordOrderConfig, ctx: PointContext, null: bool = False) -> dict[str, Any]:
+        """MiniLM's derangement and swap measures; ``null``: the same architecture with its weights re-initialised
+        (BERT's own scheme), the same lines, derangements and swaps."""
         lines = _shakespeare_lines(cfg.n_sentences, derive_seed(ctx.seed, "lines"))
         rng = np.random.default_rng(derive_seed(ctx.seed, "derange"))
         shuffled, owner = [], []
@@ -318,15 +332,15 @@ class WordOrder(Experiment):
                     "cos_unrelated": float((ea * np.roll(eb, 1, axis=0)).sum(1).mean())}
 
         enc = _encoder(ctx.device)
-        row = {"kind": "encoder", "task": "minilm", **measure(enc), "n_sentences": len(lines),
-               "example_swap": f"{a[0]} / {b[0]}"}
-        # null arm: the same architecture with its weights re-initialised (BERT's own scheme)
-        _reinit(enc[0].auto_model, derive_seed(ctx.seed, "rand-init"))
-        row.update({f"null_{k}": v for k, v in measure(enc).items()})
-        return row
+        if null:
+            _reinit(enc[0].auto_model, derive_seed(ctx.seed, "rand-init"))
+        return {"kind": "encoder", "task": "minilm", **measure(enc), "n_sentences": len(lines),
+                "example_swap": f"{a[0]} / {b[0]}"}
 
-    def _cfg_row(self, cfg: WordOrderConfig, ctx: PointContext) -> dict[str, Any]:
-        from lmsci.experiments.syntax._common import CFGModelConfig, build_grammar, train_model
+    def _cfg_row(self, cfg: WordOrderConfig, ctx: PointContext, null: bool = False) -> dict[str, Any]:
+        """The CFG GPT's NLL rise on deranged strings; ``null``: the same GPT at its random initialisation (nothing
+        trained), the same strings and derangements."""
+        from lmsci.experiments.syntax._common import CFGModelConfig, build_grammar, make_model, train_model
 
         smoke = cfg.preset == "smoke"  # the smoke contrast: a 1-layer d_model 16 GPT, batch 4, context 96
         spec, tspec = CFGModelConfig.model_fields["model"].default, CFGModelConfig.model_fields["train"].default
@@ -336,7 +350,10 @@ class WordOrder(Experiment):
         ccfg = CFGModelConfig(grammar="cfg3b-small", model=model_spec, train=train_spec, device=cfg.device,
                               threads=cfg.threads, n_seeds=1, **({"seq_len": 96} if smoke else {}))
         g = build_grammar(ccfg)
-        model, _ = train_model(ccfg, g, "rope", ctx)
+        if null:
+            model = make_model(ccfg, g, "rope", derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
+        else:
+            model, _ = train_model(ccfg, g, "rope", ctx)
         rng = np.random.default_rng(derive_seed(ctx.seed, "cfg-strings"))
         strings = [s for s in (g.sample(rng).tokens for _ in range(cfg.n_cfg_strings)) if len(s) + 1 < ccfg.seq_len]
         shuffled = [s[derangement(len(s), rng)] for s in strings]
@@ -351,101 +368,16 @@ class WordOrder(Experiment):
             return tot / n
 
         a, b = nll(strings), nll(shuffled)
-        row = {"kind": "cfg", "task": "cfg-contrast", "nll_strings": a, "nll_deranged": b, "nll_drop": b - a,
-               "deranged_in_language": float(np.mean([g.member(s) for s in shuffled]))}
-        # null arm: the same model at its random initialisation
-        from lmsci.experiments.syntax._common import make_model
+        return {"kind": "cfg", "task": "cfg-contrast", "nll_strings": a, "nll_deranged": b, "nll_drop": b - a,
+                "deranged_in_language": float(np.mean([g.member(s) for s in shuffled]))}
 
-        model = make_model(ccfg, g, "rope", derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
-        row["null_nll_drop"] = nll(shuffled) - nll(strings)
-        return row
-
-    # -- verdicts ----------------------------------------------------------------------------------------
-    def verdicts(self, cfg: WordOrderConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = results[results["status"] == "ok"] if "status" in results else results
-        out = []
-
-        def task(name):
-            return ok[(ok.get("kind") == "task") & (ok["task"] == name)] if len(ok) else ok
-
-        ov, ta = task("overlap"), task("taller")
-        # redundant-unchanged's null arm: the order-critical classifier's unchanged share (the paper's control)
-        null_unch = None
-        if not ta.empty and ta["unchanged_correct"].notna().any():
-            sn = across_seeds(ta["unchanged_correct"])
-            null_unch = (sn.mean, bool(sn.mean >= UNCHANGED_MIN))
-        for cid, col, thr in (("redundant-unchanged", "unchanged_correct", UNCHANGED_MIN),
-                              ("redundant-omega", "omega_max", OMEGA_MIN)):
-            null = null_unch if cid == "redundant-unchanged" else None
-            if ov.empty:
-                out.append(self.judge(cfg, cid, value=None, passed=None, null=null,
-                                      why_not_computed="the overlap task was not run"))
-                continue
-            st, learned = across_seeds(ov[col]), float(ov["acc_orig"].mean())
-            details = {"acc_orig": learned, "acc_perm": float(ov["acc_perm"].mean()),
-                       "p_c": float(ov["p_c"].mean()), "p_f": float(ov["p_f"].mean()),
-                       "omega_max": float(ov["omega_max"].mean()), "q": int(ov["q"].iloc[0])}
-            if null is not None:
-                details["null_taller_unchanged_correct"] = round(null[0], 4)
-            out.append(self.judge(cfg, cid, value=st.mean, passed=bool(st.mean >= thr), ci=st.ci, ci_kind=st.kind,
-                                  n_seeds=st.n, gates={"learned": (learned, learned >= LEARNED_MIN)},
-                                  details=details, null=null))
-        if ta.empty:
-            out.append(self.judge(cfg, "critical-chance", value=None, passed=None,
-                                  why_not_computed="the taller task was not run"))
-        else:
-            st, learned = across_seeds(ta["acc_perm"]), float(ta["acc_orig"].mean())
-            out.append(self.judge(cfg, "critical-chance", value=st.mean, passed=bool(abs(st.mean - 0.5) <= CHANCE_TOL),
-                                  ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                                  gates={"learned": (learned, learned >= LEARNED_MIN)},
-                                  details={"acc_orig": learned, "unchanged_correct": float(ta["unchanged_correct"].mean()),
-                                           "omega_max": float(ta["omega_max"].mean())}))
-        enc = ok[ok.get("kind") == "encoder"] if len(ok) else ok
-        if "nn_own" in enc:
-            enc = enc[enc["nn_own"].notna()]
-        else:
-            enc = enc.iloc[0:0]
-        if enc.empty:
-            out += [self.judge(cfg, c, value=None, passed=None, why_not_computed="the encoder rows were not run")
-                    for c in ("encoder-derangement-nn", "encoder-swap-similarity")]
-        else:
-            r = enc.iloc[0]
-
-            def null_of(col: str, thr: float):
-                v = r.get(f"null_{col}")
-                return None if v is None or pd.isna(v) else (float(v), bool(v >= thr))
-
-            out.append(self.judge(cfg, "encoder-derangement-nn", value=float(r["nn_own"]),
-                                  passed=bool(r["nn_own"] >= UNCHANGED_MIN), ci_kind="exact (one deterministic encoder)",
-                                  null=null_of("nn_own", UNCHANGED_MIN),
-                                  details={"cos_own_derangement": float(r["cos_own_derangement"]),
-                                           "n_sentences": int(r["n_sentences"])}))
-            out.append(self.judge(cfg, "encoder-swap-similarity", value=float(r["cos_swap"]),
-                                  passed=bool(r["cos_swap"] >= 0.9), ci_kind="exact (one deterministic encoder)",
-                                  null=null_of("cos_swap", 0.9),
-                                  details={"cos_unrelated": float(r["cos_unrelated"]), "example": r["example_swap"],
-                                           "null_cos_unrelated": r.get("null_cos_unrelated")}))
-        cc = ok[ok.get("kind") == "cfg"] if len(ok) else ok
-        if cc.empty:
-            out.append(self.judge(cfg, "cfg-shuffle-drop", value=None, passed=None,
-                                  why_not_computed="the CFG contrast row was not run"))
-        else:
-            sd = across_seeds(cc["nll_drop"])
-            null = None
-            if "null_nll_drop" in cc and cc["null_nll_drop"].notna().any():
-                sn = across_seeds(cc["null_nll_drop"])
-                null = (sn.mean, bool(sn.mean >= 0.1))
-            out.append(self.judge(cfg, "cfg-shuffle-drop", value=sd.mean, passed=bool(sd.mean >= 0.1), ci=sd.ci,
-                                  ci_kind=sd.kind, n_seeds=sd.n, null=null,
-                                  details={"nll_strings": float(cc["nll_strings"].mean()),
-                                           "nll_deranged": float(cc["nll_deranged"].mean()),
-                                           "deranged_in_language": float(cc["deranged_in_language"].mean())}))
-        return out
+    # no verdicts method: the claims engine judges every claim and check from its Stat and Rule
 
     def figures(self, cfg: WordOrderConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
-        ok = results[(results.get("status", "ok") == "ok") & (results.get("kind") == "task")] if len(results) else results
+        ok = finished(results)
+        ok = ok[ok["kind"] == "task"] if "kind" in ok else ok.iloc[0:0]
         if ok.empty:
             return []
         xs = sorted(float(c.split("_", 1)[1]) for c in ok.columns if c.startswith("omega_") and c != "omega_max")
@@ -459,12 +391,13 @@ class WordOrder(Experiment):
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=8)
         return [save_figure(fig, run, "omega_curve.png", "Permutation acceptance Omega_x (Sinha et al. sec. 3): the "
-                            "order-redundant task accepts derangements, the order-critical one at chance")]
+                            "order-redundant task accepts derangements, the order-critical one at chance",
+                            claims=("redundant-omega", "critical-chance"))]
 
     def report_sections(self, cfg: WordOrderConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        parts = ["## Method\n\n"
+        parts = ["## Setup\n\n"
                  f"Sentence pairs of {cfg.premise_len} + {cfg.hyp_len} words; a {cfg.model.n_layers}-layer d_model "
                  f"{cfg.model.d_model} GPT classifier ({cfg.model.pos} positions) trained {cfg.train.steps} steps on "
                  f"fresh examples; {cfg.n_test} test "
