@@ -1,11 +1,10 @@
 """Hand verdicts of :mod:`lmsci.experiments.length.length_generalization`: the claims the claims engine cannot judge.
 
 The engine judges the claims declared with a :class:`~lmsci.claims.Stat` (lm-infinite-flat,
-sliding-window-degrades, theorem1-ceiling-bounds). The escape hatch keeps four, whose rules are not one rule on one
-per-seed statistic: ``vanilla-nll-rises`` (a conjunction: mean >= 0.25 nats and the interval above 0),
-``needs-starting-tokens`` (every G >= 1's interval above 0), ``entropy-grows`` (an interval above 0 in more than half
-of the layers, and LM-Infinite's layer mean <= 0.05) and ``theorem1-logits-explode`` (an interval above 0 for more
-than half of the k in more than half of the layers). Each function takes the experiment (for
+sliding-window-degrades, entropy-grows, theorem1-ceiling-bounds). The escape hatch keeps three, whose rules are not
+one rule on one per-seed statistic: ``vanilla-nll-rises`` (a conjunction: mean >= 0.25 nats and the interval above
+0), ``needs-starting-tokens`` (every G >= 1's interval above 0) and ``theorem1-logits-explode`` (an interval above 0
+for more than half of the k in more than half of the layers). Each function takes the experiment (for
 :meth:`Experiment.judge`), the resolved config and the results table (one row per point: ``kind`` train / eval /
 profile, ``method``, ``arm``, ``seed_index``) and returns the claim's verdict, or nothing when its measurements are
 absent; the null arm is the same column on the null arm's rows. Statistics are per training seed with a Student-t
@@ -25,7 +24,6 @@ from lmsci.experiments.base import Experiment
 from lmsci.runs import Verdict
 
 RISE = 0.25  # nats, registered by vanilla-nll-rises
-ENTROPY_TOL = 0.05  # nats, registered by entropy-grows
 WR = "within-run 95% CI over evaluation sequences, per seed"
 
 
@@ -137,41 +135,6 @@ def needs_starting_tokens(exp: Experiment, cfg, results: pd.DataFrame) -> list[V
     return out
 
 
-def entropy_grows(exp: Experiment, cfg, results: pd.DataFrame) -> list[Verdict]:
-    """``entropy-grows``: per-layer far-minus-in-max attention entropy per seed [nats].
-
-    Null arm: the sliding window in vanilla's place. Returns [] when the measurements are absent.
-    """
-    out: list[Verdict] = []
-    # entropy-grows
-    ve = layer_lists(results, "vanilla", "entropy_far_minus_inmax_by_layer")
-    le = layer_lists(results, "lm_infinite", "entropy_far_minus_inmax_by_layer")
-    if ve and le:
-        n_layers = min(len(v) for v in ve.values())
-        per_layer = [across_seeds([ve[k][i] for k in ve]) for i in range(n_layers)]
-        n_up = sum(s.lo > 0 for s in per_layer)
-        lmi_mean = across_seeds([float(np.mean(v)) for v in le.values()])
-        van_mean = across_seeds([float(np.mean(v)) for v in ve.values()])
-        swe = layer_lists(results, "sliding_window", "entropy_far_minus_inmax_by_layer")
-        null, nd = None, {}
-        if swe and set(swe) == set(ve):
-            sw_layers = [across_seeds([swe[k][i] for k in swe]) for i in range(n_layers)]
-            n_up_sw = sum(s.lo > 0 for s in sw_layers)
-            null = (across_seeds([float(np.mean(v)) for v in swe.values()]).mean,
-                    bool(n_up_sw > n_layers / 2 and lmi_mean.mean <= ENTROPY_TOL))
-            nd = {"null_sliding_window_layers_with_ci_above_0": f"{n_up_sw} of {n_layers}",
-                  "null_per_seed_sliding_window_by_layer": swe}
-        out.append(exp.judge(
-            cfg, "entropy-grows", value=van_mean.mean,
-            passed=bool(n_up > n_layers / 2 and lmi_mean.mean <= ENTROPY_TOL),
-            ci=van_mean.ci, ci_kind=van_mean.kind + " (vanilla, layer mean)", n_seeds=van_mean.n, null=null,
-            details={**nd, "vanilla_layers_with_ci_above_0": f"{n_up} of {n_layers}",
-                     "vanilla_ci_by_layer": [[s.mean, s.lo, s.hi] for s in per_layer],
-                     "lm_infinite_layer_mean": lmi_mean.mean, "lm_infinite_ci": list(lmi_mean.ci or ()),
-                     "per_seed_vanilla_by_layer": ve, "per_seed_lm_infinite_by_layer": le}))
-    return out
-
-
 def theorem1_logits_explode(exp: Experiment, cfg, results: pd.DataFrame) -> list[Verdict]:
     """``theorem1-logits-explode``: band max logit [kL, (k+1)L) minus [0, L), per layer and k [logit units].
 
@@ -217,4 +180,4 @@ def theorem1_logits_explode(exp: Experiment, cfg, results: pd.DataFrame) -> list
 
 
 # the claims judged by hand, in the order of ``LengthGeneralization.claims``
-HAND_VERDICTS = (vanilla_nll_rises, needs_starting_tokens, entropy_grows, theorem1_logits_explode)
+HAND_VERDICTS = (vanilla_nll_rises, needs_starting_tokens, theorem1_logits_explode)
