@@ -201,7 +201,7 @@ class KnowledgeNeurons(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: KnowledgeNeuronsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """Train and attribute once; one row per arm (:meth:`_arm_rows`)."""
+        """Train and attribute once; one row per arm (:func:`_arm_rows`)."""
         rows = self._measure(cfg, ctxs[0])
         return [rows[p.arm or "real"] for p in points]
 
