@@ -206,14 +206,17 @@ NULL_MARGINS = (0.001, -0.002, 0.0005)  # a random-init GPT: no site (margins ar
 
 def _table(mlp, attn, recall=1.0, layers=6, te=0.5, eff=1.0, spec=0.9, null_mlp=NULL_MARGINS,
            null_attn=NULL_MARGINS, null_eff=1.0, null_spec=0.5):
+    """One row per (arm, seed): the trained GPT (``real``) and its initialisation (``null``), the same columns."""
     rows = []
     for k, (m, a, nm, na) in enumerate(zip(mlp, attn, null_mlp, null_attn)):
-        rows.append({"point": "trace" + (f"__s{k}" if k else ""), "seed_index": k, "bio_recall": recall,
-                     "n_layers": layers, "total_effect": te, "mlp_margin": m, "attn_margin": a, "n_traced": 48,
-                     "efficacy": eff, "specificity": spec, "paraphrase": 0.9, "specificity_before": 0.95,
-                     "edit_top1": 1.0, "edit_layer": 2, "null_total_effect": 0.0, "null_mlp_margin": nm,
-                     "null_attn_margin": na, "null_efficacy": null_eff, "null_specificity": null_spec,
-                     "null_specificity_before": 0.5, "null_edit_layer": 1})
+        sfx = f"__s{k}" if k else ""
+        shared = {"seed_index": k, "n_layers": layers, "n_traced": 48, "paraphrase": 0.9, "edit_top1": 1.0}
+        rows.append({**shared, "point": "real-trace" + sfx, "arm": "real", "bio_recall": recall, "total_effect": te,
+                     "mlp_margin": m, "attn_margin": a, "efficacy": eff, "specificity": spec,
+                     "specificity_before": 0.95, "edit_layer": 2})
+        rows.append({**shared, "point": "null-trace" + sfx, "arm": "null", "total_effect": 0.0, "mlp_margin": nm,
+                     "attn_margin": na, "efficacy": null_eff, "specificity": null_spec, "specificity_before": 0.5,
+                     "edit_layer": 1})
     return pd.DataFrame(rows)
 
 
@@ -248,7 +251,8 @@ def test_verdicts_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
         assert any("cannot tell" in r for r in v.reasons)
     ok = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09]), tmp_path, full=True)
     assert all(v.null_passed is False for v in ok.values())
-    missing = _table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09]).drop(columns=["null_mlp_margin", "null_efficacy"])
+    missing = _table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09])
+    missing.loc[missing["arm"] == "null", ["mlp_margin", "efficacy"]] = float("nan")  # the null arm not measured
     vs = _verdicts(missing, tmp_path, full=True)
     assert vs["mlp-early-site"].outcome == "inconclusive" and vs["rome-edit"].outcome == "inconclusive"
     assert vs["attn-late-site"].outcome == "reproduced"
@@ -263,22 +267,24 @@ def test_smoke_end_to_end_null_arms_fail(tmp_path):
     cfg = resolve_config(exp.Config, "smoke", [])
     run = run_experiment(exp, cfg, tmp_path / "ct", progress=False, log=lambda *a: None)
     res = run.results()
-    assert {"null_mlp_margin", "null_attn_margin", "null_efficacy", "null_specificity"} <= set(res.columns)
+    # one training, two arms: the trained GPT and its initialisation, the same columns, paired by seed
+    assert sorted(res["point"]) == ["null-trace", "real-trace"] and sorted(res["arm"]) == ["null", "real"]
+    real, nul = res[res["arm"] == "real"].iloc[0], res[res["arm"] == "null"].iloc[0]
+    assert real["n_traced"] == nul["n_traced"] and not any(c.startswith("null_") for c in res.columns)
     vs = {v.claim_id: v for v in run.verdicts()}
     assert set(vs) == {"mlp-early-site", "attn-late-site", "rome-edit"}
     for v in vs.values():
         assert v.outcome == "inconclusive"  # smoke: an unmemorised 2-layer GPT, one seed
-        # mlp-early-site: a 2-layer GPT has no middle third (margin NaN), so its null arm is not computed
-        assert v.null_passed is not True
-    assert vs["attn-late-site"].null_passed is False  # one seed: no interval, the rule cannot hold
+    # mlp-early-site: a 2-layer GPT has no middle third (margin NaN), so neither arm is computed
+    assert vs["mlp-early-site"].value is None and vs["mlp-early-site"].null_value is None
+    assert vs["attn-late-site"].null_value == pytest.approx(float(nul["attn_margin"]))
     assert vs["rome-edit"].null_passed is False  # the random-init GPT's edits are not specific
-    # the traced-site arm (issue 30 item 3): reported beside the last-token arm, on both models, not judged
-    site = {"site_token", "site_layer", "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity",
-            "null_site_token", "null_site_layer", "null_site_efficacy", "null_site_specificity"}
-    assert site <= set(res.columns)
-    n_sub = len(json.loads(res["site_aie_map"].iloc[0]))
-    assert 0 <= int(res["site_token"].iloc[0]) < n_sub and 0 <= int(res["site_layer"].iloc[0]) < cfg.model.n_layers
-    assert vs["rome-edit"].value == pytest.approx(float(res["efficacy"].iloc[0]))  # the claim stays the last token's
+    # the traced-site edit (issue 30 item 3): reported beside the last-token edit, on both arms, not judged
+    site = {"site_token", "site_layer", "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity"}
+    assert site <= set(res.columns) and res[sorted(site)].notna().all().all()
+    n_sub = len(json.loads(real["site_aie_map"]))
+    assert 0 <= int(real["site_token"]) < n_sub and 0 <= int(real["site_layer"]) < cfg.model.n_layers
+    assert vs["rome-edit"].value == pytest.approx(float(real["efficacy"]))  # the claim stays the last token's
     assert "ROME at the traced site" in (tmp_path / "ct" / "report.md").read_text()
     assert (tmp_path / "ct" / "figures" / "rome_traced_site.png").exists()
 
@@ -426,5 +432,5 @@ def test_site_arm_is_not_judged(tmp_path):
     ok = [0.05, 0.04, 0.06], [0.10, 0.12, 0.09]
     for eff, site_eff, outcome in ((0.5, 1.0, "not reproduced"), (1.0, 0.0, "reproduced")):
         t = _table(*ok, eff=eff).assign(site_efficacy=site_eff, site_specificity=1.0 - site_eff, site_token=0,
-                                        site_layer=1, null_site_efficacy=0.0, null_site_specificity=0.0)
+                                        site_layer=1)
         assert _verdicts(t, tmp_path)["rome-edit"] == outcome

@@ -154,17 +154,19 @@ def test_fact_prompts_cut_before_the_value():
 # ---------------------------------------------------------------------------------------------------- verdicts
 def _rows(suppress, other, amplify, recall=(1.0, 1.0, 1.0), frac=(1.0, 1.0, 1.0), random_suppress=-0.01,
           random_amplify=(0.01, -0.01, 0.0), random2=(0.005, -0.004, 0.001)) -> pd.DataFrame:
-    """Per-seed rows; the null arms: random neurons suppressed (``random_suppress``, others moved 1%), amplified
-    (``random_amplify``) and a second random draw amplified (``random2``)."""
+    """Per-seed rows of both arms; the null arm (random neurons in place of the knowledge neurons): suppressed
+    (``random_suppress``, others moved 1%) and a second random draw amplified against the first (``random2``)."""
     rows = []
     for k, (s, o, a, r, f, ra, r2) in enumerate(zip(suppress, other, amplify, recall, frac, random_amplify, random2)):
-        rows.append({"point": "bios" + (f"__s{k}" if k else ""), "seed_index": k, "status": "ok", "recall": r,
-                     "frac_with_neurons": f, "share": 0.7, "mean_neurons": 3.2, "suppress": s,
-                     "other_suppress_abs": o, "amplify": a, "random_suppress": random_suppress, "p_before": 0.6,
-                     "other_random_suppress_abs": 0.01, "random_amplify": ra, "random2_amplify": ra + r2,
-                     "amplify_vs_random": a - ra, "random2_vs_random": r2,
+        sfx = f"__s{k}" if k else ""
+        shared = {"seed_index": k, "status": "ok", "recall": r, "frac_with_neurons": f, "share": 0.7,
+                  "mean_neurons": 3.2, "p_before": 0.6, "random_amplify": ra}
+        rows.append({**shared, "point": "real-bios" + sfx, "arm": "real", "suppress": s, "other_suppress_abs": o,
+                     "amplify": a, "amplify_vs_random": a - ra,
                      "fact_suppress": json.dumps([s - 0.05, s, s + 0.05]),
                      "fact_amplify": json.dumps([a - 0.05, a, a + 0.05])})
+        rows.append({**shared, "point": "null-bios" + sfx, "arm": "null", "suppress": random_suppress,
+                     "other_suppress_abs": 0.01, "amplify": ra + r2, "amplify_vs_random": r2})
     return pd.DataFrame(rows)
 
 
@@ -237,4 +239,5 @@ def test_smoke_runs_end_to_end_and_null_arms_fail(tmp_path):
         assert v.null_passed is not True
         if v.value is not None:
             assert v.null_passed is False, (v.claim_id, v.null_value)
-    assert "random2_vs_random" in res
+    assert sorted(res["arm"]) == ["null", "null", "real", "real"]  # two seeds, one training per seed
+    assert not any(c.startswith(("null_", "random_suppress", "random2")) for c in res.columns)

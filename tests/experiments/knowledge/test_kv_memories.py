@@ -212,23 +212,25 @@ NULL_AGREE = [[0.005, 0.004, 0.006, 0.005], [0.006, 0.005, 0.004, 0.005], [0.004
 
 def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, trained: bool = True,
              null_agree: list[list[float]] = NULL_AGREE, null_shuffled: float = 0.005) -> pd.DataFrame:
-    """Per kind and seed rows; the null arm (the GPT at its initialisation) agrees at ``null_agree`` (default: at
-    the shuffled level, no depth trend)."""
+    """Per arm, kind and seed rows; the null arm (the GPT at its initialisation) agrees at ``null_agree`` (default:
+    at the shuffled level, no depth trend)."""
     rows = []
     for kind, per_seed in agree.items():
         for s, layers in enumerate(per_seed):
             L = len(layers)
-            r = {"point": kind + (f"__s{s}" if s else ""), "kind": kind, "seed_index": s, "status": "ok",
-                 "n_layers": L, "trained": trained if not (kind == "bios" and s == 1) else trained}
-            for pre, lay, sh in (("", layers, shuffled), ("null_", null_agree[s % len(null_agree)], null_shuffled)):
+            for arm, lay, sh in (("real", layers, shuffled), ("null", null_agree[s % len(null_agree)], null_shuffled)):
+                r = {"point": f"{arm}-{kind}" + (f"__s{s}" if s else ""), "arm": arm, "kind": kind, "seed_index": s,
+                     "status": "ok", "n_layers": L}
+                if arm == "real":
+                    r["trained"] = trained
                 up, lo = lay[L // 2:], lay[:L // 2]
                 for l, a in enumerate(lay):
-                    r[f"{pre}agree_L{l}"], r[f"{pre}shuffled_L{l}"] = a, sh
-                r[f"{pre}agree_upper"], r[f"{pre}agree_lower"], r[f"{pre}shuffled_upper"] = np.mean(up), np.mean(lo), sh
-                r[f"{pre}depth_gap"] = r[f"{pre}agree_upper"] - r[f"{pre}agree_lower"]
-                r[f"{pre}upper_minus_shuffled"] = r[f"{pre}agree_upper"] - sh
-                r[f"{pre}upper_ratio"] = r[f"{pre}agree_upper"] / sh
-            rows.append(r)
+                    r[f"agree_L{l}"], r[f"shuffled_L{l}"] = a, sh
+                r["agree_upper"], r["agree_lower"], r["shuffled_upper"] = np.mean(up), np.mean(lo), sh
+                r["depth_gap"] = r["agree_upper"] - r["agree_lower"]
+                r["upper_minus_shuffled"] = r["agree_upper"] - sh
+                r["upper_ratio"] = r["agree_upper"] / sh
+                rows.append(r)
     return pd.DataFrame(rows)
 
 
@@ -285,7 +287,9 @@ def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
     cfg = resolve_config(MLPMemoriesConfig, "smoke")
     run = run_experiment(MLPMemories(), cfg, tmp_path / "mm", progress=False, log=lambda *a: None)
     res = run.results()
-    assert {"null_depth_gap", "null_upper_ratio", "null_agree_L0"} <= set(res.columns)
+    # one training per (kind, seed), two arms with the same columns: the trained GPT and its initialisation
+    assert sorted(res["arm"]) == ["null"] * 4 + ["real"] * 4 and not any(c.startswith("null_") for c in res.columns)
+    assert res.groupby("arm")["depth_gap"].count().tolist() == [4, 4]
     vs = {v.claim_id: v for v in run.verdicts()}
     assert set(vs) == {"rises-with-depth", "upper-exceeds-shuffled"}
     for v in vs.values():

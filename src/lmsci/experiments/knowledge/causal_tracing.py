@@ -15,14 +15,19 @@ Causal tracing, the noise (3 x the subject embeddings' std) and the windows foll
 MLP trace peaks at the last subject token (locate, then edit), with ``C`` estimated on the training text and the
 key averaged over prompts prefixed by other people's biography sentences.
 
-A second ROME arm, reported and not judged (issue 30 item 3, a diagnosis; columns and report section ``site_*``):
-the same edits at the subject token and layer where the MLP AIE over every subject token peaks (the quick model
-reads its facts mainly from the first name tokens, so the last-token edit may act where the fact is not read).
+A traced-site ROME edit, reported and not judged (issue 30 item 3, a diagnosis; columns and report section
+``site_*``): the same edits at the subject token and layer where the MLP AIE over every subject token peaks (the
+quick model reads its facts mainly from the first name tokens, so the last-token edit may act where the fact is not
+read).
 
-Null arm of every claim (measured in the same run, columns ``null_*``): the same GPT at its initialisation (same
-architecture and seed), which stores no fact: the same facts are traced on it with the same noise rule and windows
-(``mlp-early-site``, ``attn-late-site``: its margins), and the same edits are located on its MLP trace and applied
-and scored the same way (``rome-edit``: its efficacy and specificity).
+Arms (paired by seed): ``real`` (the trained GPT) and ``null``, the same GPT at its initialisation (same architecture
+and seed), which stores no fact. Both rows come from one training (:meth:`CausalTracing.groups`): the facts traced are
+the ones the trained GPT knows, and one function traces, locates and edits on each arm's model
+(:meth:`CausalTracing._trace_and_edit`: the same noise rule, windows, edits, prefixes and neighbours), so the null
+arm's margins (``mlp-early-site``, ``attn-late-site``) and edits (``rome-edit``) are the same columns on another arm.
+The claims engine judges the two margins (and the gates ``memorised``, ``depth``, ``corruption`` on the real arm).
+Escape hatch (``hand_verdicts``): ``rome-edit``'s rule is a conjunction over two statistics (mean efficacy >= 0.9
+and mean specificity >= 0.8), not one rule on one per-seed statistic.
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
+from lmsci.claims.engine import arm_rows, finished
 from lmsci.stats import across_seeds
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt, greedy_first, rome_edits, traced_site
 from lmsci.experiments.knowledge._bios_streams import pretraining_data
-from lmsci.experiments.knowledge._gates import MEMORISED, recall_gate, seed_summary, seed_values
+from lmsci.experiments.knowledge._gates import RECALL_MIN, recall_gate, seed_summary, seed_values
 from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.experiments.knowledge.common import MemoriseFirstConfig, bio_recall, recall_checker
 from lmsci.models.gpt import GPT, GPTSpec
@@ -56,13 +62,18 @@ from lmsci.worlds.bios import ATTRS, TEMPLATES, BiosWorld
 
 MIN_LAYERS = 6
 TE_MIN = 0.2
-DEPTH = Gate("depth", f"n_layers >= {MIN_LAYERS}, so that the thirds of the layers (early / middle / late) hold "
-                      "at least two layers each")
+MEMORISED = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
+                 stat=Stat("bio_recall", words="biography recall (exact match of each of the 6 attribute values given "
+                                               "the biography prefix, on the pretrained model) of the people tested"))
+DEPTH = Gate("depth", every_at_least(MIN_LAYERS), arm="real",
+             stat=Stat("n_layers", words="layers of the GPT (the thirds of the layers, early / middle / late, hold at "
+                                         "least two layers each from 6 on)"))
 NULL_TRACE = ("the same margin, from the same facts traced with the same noise rule and windows, on the GPT at its "
               "initialisation (same architecture and seed), in the same run: it stores no fact, so no site mediates "
               "its recall by construction")
-CORRUPTION = Gate("corruption", f"the corruption removes the fact: mean total effect P(o) - P*(o) over the traced "
-                                f"facts >= {TE_MIN} in every seed")
+CORRUPTION = Gate("corruption", every_at_least(TE_MIN), arm="real",
+                  stat=Stat("total_effect", words="the corruption removes the fact: mean total effect P(o) - P*(o) "
+                                                  "over the traced facts"))
 
 
 class CausalTracingConfig(MemoriseFirstConfig):
@@ -146,20 +157,22 @@ class CausalTracing(Experiment):
               "Meng et al. 2022, arXiv 2202.05262, Section 2.1, Figure 2 (GPT-2 XL, window 10)",
               "MLP AIE peaks at the last subject token around layers 10-20 of 48 (AIE ~ 8.7% of the answer "
               "probability at the peak vs ~3% at the last token)",
-              "AIE map of MLP outputs (restoring a window of max(1, round(10/48 * L)) layers) averaged over the "
-              "traced facts per token category (first / middle / last subject, first subsequent, further, last), "
-              "per seed; margin = its largest value at (last subject token, a middle-third layer) minus its largest "
-              "value anywhere else",
-              "95% Student-t CI of the margin across seeds entirely above 0",
+              statistic=Stat("mlp_margin", words="AIE map of MLP outputs (restoring a window of max(1, round(10/48 "
+                                                 "* L)) layers) averaged over the traced facts per token category "
+                                                 "(first / middle / last subject, first subsequent, further, last), "
+                                                 "per seed; margin = its largest value at (last subject token, a "
+                                                 "middle-third layer) minus its largest value anywhere else"),
+              rule=ci_above(0.0),
               gates=(MEMORISED, DEPTH, CORRUPTION),
               null=NULL_TRACE),
         Claim("attn-late-site",
               "The average indirect effect of restoring attention outputs peaks at the last token in late layers.",
               "Meng et al. 2022, arXiv 2202.05262, Section 2.1, Figure 2",
               "attention AIE concentrated at the last token in the upper layers",
-              "AIE map of attention outputs (same window) per token category, per seed; margin = its largest value "
-              "at (last token, a last-third layer) minus its largest value anywhere else",
-              "95% Student-t CI of the margin across seeds entirely above 0",
+              statistic=Stat("attn_margin", words="AIE map of attention outputs (same window) per token category, "
+                                                  "per seed; margin = its largest value at (last token, a last-third "
+                                                  "layer) minus its largest value anywhere else"),
+              rule=ci_above(0.0),
               gates=(MEMORISED, DEPTH, CORRUPTION),
               null=NULL_TRACE),
         Claim("rome-edit",
@@ -191,9 +204,22 @@ class CausalTracing(Experiment):
         return cfg.window or max(1, round(10 / 48 * cfg.model.n_layers))
 
     def points(self, cfg: CausalTracingConfig) -> list[Point]:
-        return [Point("trace", {})]
+        return cross_arms([Point("trace", {})], ("real", "null"))
+
+    def groups(self, cfg: CausalTracingConfig, points: list[Point]) -> list[list[Point]]:
+        """The arms of one seed form one group: one training gives the facts both arms trace."""
+        by_seed: dict[int, list[Point]] = {}
+        for p in points:
+            by_seed.setdefault(p.seed_index, []).append(p)
+        return list(by_seed.values())
 
     def run_point(self, cfg: CausalTracingConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: CausalTracingConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """Train the GPT once (the seed shared by the arms), choose the facts it knows, then trace, locate and edit
+        them on each arm's model: the trained GPT (``real``) and the same GPT at its initialisation (``null``)."""
+        ctx = ctxs[0]
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         people = np.arange(cfg.n_people)
         stream, bios_fn = pretraining_data(world, pipeline=cfg.pipeline, exposures=cfg.exposures, seed=cfg.seed,
@@ -209,7 +235,6 @@ class CausalTracing(Experiment):
         model.eval()
         recall = bio_recall(model, world, people, seed=cfg.seed, spec=cfg.augmented, device=ctx.device,
                             bios_fn=bios_fn)
-        L = cfg.model.n_layers
         rng = np.random.default_rng([ctx.seed, 404])
         # candidate facts: every (person, attr), a random template; the traced ones are those the model knows
         cands = [fact_prompt(world, int(i), a, int(rng.integers(len(TEMPLATES[a]))))
@@ -217,6 +242,28 @@ class CausalTracing(Experiment):
         pred = greedy_first(model, [c["prompt"] for c in cands], ctx.device)
         known = [c for c, p in zip(cands, pred) if p == c["value"][0]]
         pool = known if known else cands[:cfg.n_trace]  # an untrained (smoke) model knows nothing
+        shared = {"n_people": cfg.n_people, "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model,
+                  "params": model.num_params(), "n_candidates": len(cands), "n_known": len(known),
+                  "n_traced": len(pool[:cfg.n_trace]), "traced_known": bool(known), "window": self.window(cfg)}
+        rows = []
+        for p in points:
+            if p.arm == "null":  # the same GPT at its initialisation (same architecture and seed: no fact stored)
+                m = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed).to(ctx.device).eval()
+                row = dict(shared)
+            else:
+                m = model
+                row = {**shared, "pretrain_steps": pre["steps"], "pretrain_steps_budget": pre["steps_budget"],
+                       "steps_to_gate": pre["steps_to_gate"], "recall_checks": json.dumps(pre["recall_checks"]),
+                       "bio_recall": recall}
+            # every arm draws the same new objects, prefixes and neighbours (copies of one generator)
+            rows.append({**row, **self._trace_and_edit(cfg, world, m, stream, pool, ctx, rng)})
+        return rows
+
+    def _trace_and_edit(self, cfg: CausalTracingConfig, world: BiosWorld, model, stream, pool: list[dict],
+                        ctx: PointContext, rng: np.random.Generator) -> dict[str, Any]:
+        """One arm's columns: causal traces of the first ``n_trace`` facts of ``pool`` on ``model`` (noise from its
+        own subject embeddings), the AIE maps and margins, then ROME at the located layer (last subject token) and
+        at the traced site (:meth:`_site_arm`); ``rng`` is copied, never advanced."""
         traced = pool[:cfg.n_trace]
         nu = cfg.noise_factor * embedding_std(model, [c["prompt"] for c in traced], [c["subject"] for c in traced])
         win = self.window(cfg)
@@ -224,16 +271,11 @@ class CausalTracing(Experiment):
                                window={"resid": 1, "mlp": win, "attn": win}, seed=ctx.seed * 1000 + k)
                   for k, c in enumerate(traced)]
         aie = {k: average_by_category(traces, k) for k in ("resid", "mlp", "attn")}
-        _, middle, late = thirds(L)
-        te = float(np.mean([t.total_effect for t in traces]))
+        _, middle, late = thirds(cfg.model.n_layers)
         row: dict[str, Any] = {
-            "n_people": cfg.n_people, "n_layers": L, "d_model": cfg.model.d_model, "params": model.num_params(),
-            "pretrain_steps": pre["steps"], "pretrain_steps_budget": pre["steps_budget"],
-            "steps_to_gate": pre["steps_to_gate"], "recall_checks": json.dumps(pre["recall_checks"]),
-            "bio_recall": recall, "n_candidates": len(cands), "n_known": len(known), "n_traced": len(traced),
-            "traced_known": bool(known), "noise_std": nu, "window": win,
-            "p_clean": float(np.mean([t.high for t in traces])), "p_corrupt": float(np.mean([t.low for t in traces])),
-            "total_effect": te,
+            "noise_std": nu, "p_clean": float(np.mean([t.high for t in traces])),
+            "p_corrupt": float(np.mean([t.low for t in traces])),
+            "total_effect": float(np.mean([t.total_effect for t in traces])),
             "mlp_margin": site_margin(aie["mlp"], "last subject", middle),
             "attn_margin": site_margin(aie["attn"], "last", late),
             "aie": json.dumps({k: np.where(np.isfinite(v), v, None).tolist() for k, v in aie.items()}),
@@ -245,30 +287,9 @@ class CausalTracing(Experiment):
         # locate, then edit: the layer of the MLP AIE peak at the last subject token
         layer = self._locate(cfg, aie)
         row["edit_layer"] = layer
-        rng_null = copy.deepcopy(rng)  # the null arm's edits draw the same new objects, prefixes and neighbours
-        rng_site, rng_null_site = copy.deepcopy(rng), copy.deepcopy(rng)  # and so do the traced-site arms
-        row.update(rome_edits(cfg, world, model, stream, pool, layer, ctx, rng))
-        # the null arm: the same GPT at its initialisation (same architecture and seed: no fact stored), the same
-        # facts traced with the same noise rule, then located and edited the same way
-        null_model = GPT(cfg.model.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed).to(ctx.device).eval()
-        nu0 = cfg.noise_factor * embedding_std(null_model, [c["prompt"] for c in traced],
-                                               [c["subject"] for c in traced])
-        traces0 = [causal_trace(null_model, c["prompt"], c["subject"], c["value"][0], noise=nu0, samples=cfg.samples,
-                                window={"resid": 1, "mlp": win, "attn": win}, seed=ctx.seed * 1000 + k)
-                   for k, c in enumerate(traced)]
-        aie0 = {k: average_by_category(traces0, k) for k in ("mlp", "attn")}
-        row.update({"null_total_effect": float(np.mean([t.total_effect for t in traces0])),
-                    "null_p_clean": float(np.mean([t.high for t in traces0])),
-                    "null_mlp_margin": site_margin(aie0["mlp"], "last subject", middle),
-                    "null_attn_margin": site_margin(aie0["attn"], "last", late)})
-        layer0 = self._locate(cfg, aie0)
-        row["null_edit_layer"] = layer0
-        row.update({f"null_{k}": v for k, v in rome_edits(cfg, world, null_model, stream, pool, layer0, ctx,
-                                                             rng_null).items()})
-        # diagnosis (issue 30 item 3), not a claim: ROME at the subject token and layer where each model's trace
-        # puts the fact, on the same edits (copies of the same generator)
-        row.update(self._site_arm(cfg, world, model, stream, pool, traces, ctx, rng_site, "site_"))
-        row.update(self._site_arm(cfg, world, null_model, stream, pool, traces0, ctx, rng_null_site, "null_site_"))
+        row.update(rome_edits(cfg, world, model, stream, pool, layer, ctx, copy.deepcopy(rng)))
+        # diagnosis (issue 30 item 3), not a claim: ROME at the subject token and layer where the trace puts the fact
+        row.update(self._site_arm(cfg, world, model, stream, pool, traces, ctx, copy.deepcopy(rng), "site_"))
         return row
 
     def _site_arm(self, cfg: CausalTracingConfig, world: BiosWorld, model, stream, pool: list[dict], traces: list,
@@ -290,89 +311,50 @@ class CausalTracing(Experiment):
         ls = aie["mlp"][CATEGORIES.index("last subject")]
         return cfg.edit_layer if cfg.edit_layer is not None else int(np.nanargmax(np.nan_to_num(ls, nan=-np.inf)))
 
-    # ---- verdicts ------------------------------------------------------------------------------
-    def verdicts(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        if not len(results):
+    # ---- verdicts: the engine judges the margins; rome-edit by hand (module docstring) ---------------------------
+    def hand_verdicts(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``rome-edit``: mean efficacy >= 0.9 and mean specificity >= 0.8 over seeds, on the real arm and, by the
+        same rule, on the null arm (the same columns on the null arm's rows)."""
+        ok = finished(results)
+        if not len(ok):
             return []
-        rec = seed_values(results, "bio_recall")
-        mem = recall_gate(rec)
-        L = int(results["n_layers"].iloc[0])
-        depth = (float(L), L >= MIN_LAYERS)
-        te = seed_values(results, "total_effect")
-        corr = (min(te.values()), min(te.values()) >= TE_MIN) if te else (None, None)
-        scale = (f"N={cfg.n_people}, {L} layers, d_model={cfg.model.d_model}")
-        out = []
-        for cid, col in (("mlp-early-site", "mlp_margin"), ("attn-late-site", "attn_margin")):
-            vals = seed_values(results, col)
-            finite = [v for v in vals.values() if np.isfinite(v)]
-            if not finite:
-                out.append(self.judge(cfg, cid, value=None, passed=None, gates={"memorised": mem, "depth": depth,
-                                      "corruption": corr}, why_not_computed="no finite margin (no traced fact)"))
-                continue
-            st = across_seeds(finite)
-            passed = bool(st.n >= 2 and np.isfinite(st.ci[0]) and st.ci[0] > 0)
-            nvals = seed_values(results, "null_" + col)
-            nfin = [nvals[k] for k in vals if np.isfinite(vals[k]) and k in nvals and np.isfinite(nvals[k])]
-            null: tuple[Any, bool | None] = (None, None)
-            nst = None
-            if nfin and len(nfin) == len(finite):
-                nst = across_seeds(nfin)
-                # the same rule: with one seed no interval, so the rule cannot hold (as for the real arm)
-                null = (nst.mean, bool(nst.n >= 2 and np.isfinite(nst.ci[0]) and nst.ci[0] > 0))
-            note = ""
-            if mem[1] is False:
-                note = (f"The model did not memorise its biographies (recall < 0.9) at {scale}; the gpu preset "
-                        "(N=2000, 12 layers, d_model 256) is the scale that would settle it.")
-            elif not depth[1]:
-                note = f"{L} layers: too shallow for thirds of the depth to mean something."
-            out.append(self.judge(cfg, cid, value=st.mean, passed=passed, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                                  gates={"memorised": mem, "depth": depth, "corruption": corr}, null=null,
-                                  details={"per_seed": vals, "total_effect": te, "window": self.window(cfg),
-                                           "n_traced": seed_values(results, "n_traced"),
-                                           "null_random_init": {"per_seed": nvals,
-                                                                "ci95": None if nst is None else nst.ci,
-                                                                "total_effect": seed_values(results,
-                                                                                            "null_total_effect")}},
-                                  note=note))
-        eff = seed_values(results, "efficacy")
-        spec = seed_values(results, "specificity")
+        real, nul = arm_rows(ok, "real"), arm_rows(ok, "null")
+        mem = recall_gate(seed_values(real, "bio_recall"))
+        eff, spec = seed_values(real, "efficacy"), seed_values(real, "specificity")
         seeds = [k for k in eff if k in spec and np.isfinite(eff[k]) and np.isfinite(spec[k])]
         if not seeds:
-            out.append(self.judge(cfg, "rome-edit", value=None, passed=None, gates={"memorised": mem},
-                                  why_not_computed="no edit evaluated"))
-            return out
+            return [self.judge(cfg, "rome-edit", value=None, passed=None, gates={"memorised": mem},
+                               why_not_computed="no edit evaluated")]
         e = across_seeds([eff[k] for k in seeds])
         s = across_seeds([spec[k] for k in seeds])
-        neff, nspec = seed_values(results, "null_efficacy"), seed_values(results, "null_specificity")
+        neff, nspec = seed_values(nul, "efficacy"), seed_values(nul, "specificity")
         null = (None, None)
         if all(k in neff and k in nspec and np.isfinite(neff[k]) and np.isfinite(nspec[k]) for k in seeds):
             ne, ns = float(np.mean([neff[k] for k in seeds])), float(np.mean([nspec[k] for k in seeds]))
             null = (ne, bool(ne >= 0.9 and ns >= 0.8))
-        out.append(self.judge(cfg, "rome-edit", value=e.mean, passed=bool(e.mean >= 0.9 and s.mean >= 0.8),
-                              ci=e.ci, ci_kind=e.kind, n_seeds=e.n, gates={"memorised": mem}, null=null,
-                              details={"efficacy": seed_summary(eff), "specificity": seed_summary(spec),
-                                       "paraphrase": seed_summary(seed_values(results, "paraphrase")),
-                                       "specificity_before_edit": seed_values(results, "specificity_before"),
-                                       "edit_top1": seed_values(results, "edit_top1"),
-                                       "edit_layer": seed_values(results, "edit_layer"),
-                                       "null_random_init": {"efficacy": neff, "specificity": nspec,
-                                                            "specificity_before_edit":
-                                                                seed_values(results, "null_specificity_before"),
-                                                            "edit_layer": seed_values(results, "null_edit_layer")},
-                                       "paper": {"efficacy": 1.0, "paraphrase": 0.964, "neighbourhood": 0.754}},
-                              note=f"value = mean efficacy; specificity mean {s.mean:.3f} (CI {s.ci}); null arm "
-                                   f"(random-init GPT): value = its mean efficacy"))
-        return out
+        return [self.judge(cfg, "rome-edit", value=e.mean, passed=bool(e.mean >= 0.9 and s.mean >= 0.8),
+                           ci=e.ci, ci_kind=e.kind, n_seeds=e.n, gates={"memorised": mem}, null=null,
+                           details={"efficacy": seed_summary(eff), "specificity": seed_summary(spec),
+                                    "paraphrase": seed_summary(seed_values(real, "paraphrase")),
+                                    "specificity_before_edit": seed_values(real, "specificity_before"),
+                                    "edit_top1": seed_values(real, "edit_top1"),
+                                    "edit_layer": seed_values(real, "edit_layer"),
+                                    "null_random_init": {"efficacy": neff, "specificity": nspec,
+                                                         "specificity_before_edit":
+                                                             seed_values(nul, "specificity_before"),
+                                                         "edit_layer": seed_values(nul, "edit_layer")},
+                                    "paper": {"efficacy": 1.0, "paraphrase": 0.964, "neighbourhood": 0.754}},
+                           note=f"value = mean efficacy; specificity mean {s.mean:.3f} (CI {s.ci}); null arm "
+                                f"(random-init GPT): value = its mean efficacy")]
 
     # ---- report ------------------------------------------------------------------------------
     def report_sections(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> str:
         if not len(results):
             return ""
-        cols = [c for c in ("point", "pretrain_steps", "bio_recall", "n_known", "n_traced", "noise_std", "p_clean",
-                            "p_corrupt", "total_effect", "mlp_margin", "attn_margin", "edit_layer", "efficacy",
-                            "paraphrase", "specificity", "specificity_before", "edit_top1", "null_total_effect",
-                            "null_mlp_margin", "null_attn_margin", "null_edit_layer", "null_efficacy",
-                            "null_specificity") if c in results]
+        cols = [c for c in ("point", "arm", "pretrain_steps", "bio_recall", "n_known", "n_traced", "noise_std",
+                            "p_clean", "p_corrupt", "total_effect", "mlp_margin", "attn_margin", "edit_layer",
+                            "efficacy", "paraphrase", "specificity", "specificity_before", "edit_top1")
+                if c in results]
         return "\n".join(["## Per seed", "", markdown_table(results, None, cols=cols, float_format=".3f"),
                           f"Noise: {cfg.noise_factor} x the std of the subject embeddings (Meng et al.). MLP/attention "
                           f"window: {self.window(cfg)} layers. Margins: peak at the claimed site minus the largest AIE "
@@ -384,23 +366,25 @@ class CausalTracing(Experiment):
         """The traced-site arm beside the registered last-token arm (issue 30 item 3): a diagnosis, not judged."""
         if "site_efficacy" not in results:
             return ""
-        cols = [c for c in ("point", "edit_layer", "efficacy", "paraphrase", "specificity", "site_token", "site_layer",
-                            "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity",
-                            "site_specificity_before", "site_edit_top1", "site_v_nll_end", "null_site_token",
-                            "null_site_layer", "null_site_efficacy", "null_site_paraphrase", "null_site_specificity")
-                if c in results]
-        m = {c: float(np.nanmean(results[c].astype(float))) for c in ("efficacy", "paraphrase", "specificity",
-                                                                         "site_efficacy", "site_paraphrase",
-                                                                         "site_specificity", "null_site_efficacy",
-                                                                         "null_site_specificity")}
-        share = float(np.nanmean(results["site_peak_aie"].astype(float) / results["total_effect"].astype(float)))
+        cols = [c for c in ("point", "arm", "edit_layer", "efficacy", "paraphrase", "specificity", "site_token",
+                            "site_layer", "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity",
+                            "site_specificity_before", "site_edit_top1", "site_v_nll_end") if c in results]
+        real, nul = arm_rows(results, "real"), arm_rows(results, "null")
+
+        def mean(rows: pd.DataFrame, c: str) -> float:
+            return float(np.nanmean(rows[c].astype(float))) if c in rows and len(rows) else float("nan")
+
+        m = {c: mean(real, c) for c in ("efficacy", "paraphrase", "specificity", "site_efficacy", "site_paraphrase",
+                                        "site_specificity")}
+        m |= {"null_" + c: mean(nul, c) for c in ("site_efficacy", "site_specificity")}
+        share = float(np.nanmean(real["site_peak_aie"].astype(float) / real["total_effect"].astype(float)))
         return "\n".join([
             "## ROME at the traced site (diagnosis, not a registered claim)", "",
             "The registered `rome-edit` arm edits at the last subject token, at the layer where the MLP AIE of that "
             "token peaks. This second arm (issue 30 item 3) edits where the causal trace puts the fact: the subject "
             "token and layer of the largest MLP AIE over every subject token (`site_token`: 0 = the first token of "
             "the name), with the same edits (facts, new objects, prefixes, paraphrases, neighbours) and scores "
-            "(efficacy, paraphrase, neighbourhood specificity). The `null_site_*` columns do the same on the GPT at "
+            "(efficacy, paraphrase, neighbourhood specificity). The rows of the null arm do the same on the GPT at "
             "its initialisation. It is not judged: it says whether the last-token arm fails because ROME is applied "
             "where this model does not read the fact.", "",
             markdown_table(results, None, cols=cols, float_format=".3f"),
@@ -419,7 +403,10 @@ class CausalTracing(Experiment):
 
         if not len(results):
             return []
-        maps = [json.loads(a) for a in results["aie"]]
+        real, nul = arm_rows(results, "real"), arm_rows(results, "null")
+        if not len(real):
+            return []
+        maps = [json.loads(a) for a in real["aie"]]
         figs = []
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
         for ax, k, cmap in zip(axes, ("resid", "mlp", "attn"), ("Purples", "Greens", "Reds")):
@@ -433,7 +420,7 @@ class CausalTracing(Experiment):
         figs.append(save_figure(fig, run, "aie_heatmaps.png",
                                 "Average indirect effect (restored P(o) - corrupted P(o)) by token category and layer, "
                                 "averaged over traced facts and seeds (Meng et al. Figure 2)."))
-        ex = json.loads(results["example_trace"].iloc[0])
+        ex = json.loads(real["example_trace"].iloc[0])
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
         for ax, k, cmap in zip(axes, ("resid", "mlp", "attn"), ("Purples", "Greens", "Reds")):
             im = ax.imshow(np.array(ex[k]), cmap=cmap, aspect="auto", vmin=ex["low"])
@@ -446,12 +433,13 @@ class CausalTracing(Experiment):
                                 "One fact's causal trace (seed 0): answer probability with one state (window) restored; "
                                 "* marks the corrupted subject tokens."))
         if "site_aie_map" in results:
-            figs.append(self._site_figure(results, run))
+            figs.append(self._site_figure(real, nul, run))
         return figs
 
     @staticmethod
-    def _site_figure(results: pd.DataFrame, run: RunDir) -> Figure:
-        """MLP AIE per subject token (mean over seeds; each seed's traced site marked) and both ROME arms' scores."""
+    def _site_figure(results: pd.DataFrame, nul: pd.DataFrame, run: RunDir) -> Figure:
+        """MLP AIE per subject token (mean over seeds; each seed's traced site marked) and both ROME edits' scores,
+        on the real arm (``results``) and the null arm (``nul``)."""
         import matplotlib.pyplot as plt
 
         maps = [np.array([[np.nan if v is None else v for v in r] for r in json.loads(a)], dtype=float)
@@ -469,11 +457,11 @@ class CausalTracing(Experiment):
         ax.set_title("MLP AIE per subject token")
         ax.legend(fontsize=7, loc="lower right")
         plt.colorbar(im, ax=ax, fraction=0.046)
-        arms = [("last token", ""), ("traced site", "site_"), ("null: last token", "null_"),
-                ("null: traced site", "null_site_")]
+        arms = [("last token", results, ""), ("traced site", results, "site_"), ("null: last token", nul, ""),
+                ("null: traced site", nul, "site_")]
         scores = ("efficacy", "paraphrase", "specificity")
-        for k, (label, pre) in enumerate(arms):
-            vals = [float(np.nanmean(results[pre + s].astype(float))) if pre + s in results else np.nan
+        for k, (label, rows, pre) in enumerate(arms):
+            vals = [float(np.nanmean(rows[pre + s].astype(float))) if pre + s in rows and len(rows) else np.nan
                     for s in scores]
             bx.bar(np.arange(len(scores)) + (k - 1.5) * 0.2, vals, 0.2, label=label)
         bx.set_xticks(range(len(scores)), scores)

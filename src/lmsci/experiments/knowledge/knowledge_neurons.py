@@ -21,6 +21,14 @@ other facts move < 5%; null: as many random neurons in the same layers, none sel
 count and layers has its CI across seeds above 0; null: the same difference with a second random draw in place of
 the knowledge neurons). Amplifying neurons selected for a positive attribution raises the probability to first
 order, so the claim is about the selected neurons beating random ones, not about the rise itself.
+
+Arms (paired by seed, one training and one attribution per seed: :meth:`KnowledgeNeurons.groups`): ``real`` (the
+knowledge neurons) and ``null`` (random neurons of the same count in the same layers in their place: the first
+random draw suppressed, and amplified the second draw, against the first draw as the contrast's random term). Both
+rows have the same columns (``suppress``, ``other_suppress_abs``, ``amplify``, ``random_amplify``,
+``amplify_vs_random``). The claims engine judges ``amplify-strengthens`` and the gates. Escape hatch
+(``hand_verdicts``): ``suppress-erases``'s rule is a conjunction over two statistics (the fact's own change: mean
+<= -0.25 with the interval below 0; the other facts' change: mean < 0.05), not one rule on one per-seed statistic.
 """
 
 from __future__ import annotations
@@ -33,10 +41,11 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
+from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
@@ -114,10 +123,13 @@ class KnowledgeNeuronsConfig(ExperimentConfig):
     }
 
 
-MEMORISED = Gate("memorised", "biography recall of the GPT (exact match of each attribute value given its biography "
-                              "prefix, over all training biographies) >= 0.9 in every seed")
-NEURONS_FOUND = Gate("neurons-found", "at least half of the attributed facts have >= 1 refined knowledge neuron in "
-                                      "every seed (facts without neurons are left out of the means, as the paper)")
+MEMORISED = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
+                 stat=Stat("recall", words="biography recall of the GPT (exact match of each attribute value given its "
+                                           "biography prefix, over all training biographies)"))
+NEURONS_FOUND = Gate("neurons-found", every_at_least(0.5), arm="real",
+                     stat=Stat("frac_with_neurons", words="share of the attributed facts with >= 1 refined knowledge "
+                                                          "neuron (facts without neurons are left out of the means, as "
+                                                          "the paper)"))
 
 
 @register("knowledge-neurons")
@@ -162,12 +174,13 @@ class KnowledgeNeurons(Experiment):
               "Dai et al., arXiv 2104.08696, Sec. 4.1 and Fig. 4 (searched: amplifying raises the correct "
               "probability by 31.17% on average)",
               "correct probability +31.17% on average under amplification",
-              "per seed: mean over facts with >= 1 knowledge neuron of the paired difference (relative change of the "
-              "answer probability when its knowledge neurons are amplified x2) - (the same when as many random "
-              "neurons in the same layers, none of them selected, are amplified x2); Student-t 95% CI across seeds "
-              "(the amplified change itself is reported beside)",
-              "the CI's lower bound > 0 (the direction; memorised answers have probabilities near 1, which caps the "
-              "relative rise at (1 - p) / p, so the paper's +31% is reported beside, not required)",
+              statistic=Stat("amplify_vs_random", words="per seed: mean over facts with >= 1 knowledge neuron of "
+                             "the paired difference (relative change of the answer probability when the arm's neurons "
+                             "are amplified x2) - (the same when as many random neurons in the same layers, none of "
+                             "them selected, are amplified x2); the amplified change itself is reported beside (the "
+                             "direction is the claim: memorised answers have probabilities near 1, which caps the "
+                             "relative rise at (1 - p) / p, so the paper's +31% is not required)"),
+              rule=ci_above(0.0),
               gates=(MEMORISED, NEURONS_FOUND),
               null="the same paired difference with the knowledge neurons replaced by a second, independent draw of "
                    "random neurons of the same count in the same layers (random - random), in the same run: zero in "
@@ -175,9 +188,24 @@ class KnowledgeNeurons(Experiment):
     ]
 
     def points(self, cfg: KnowledgeNeuronsConfig) -> list[Point]:
-        return [Point("bios", {})]
+        return cross_arms([Point("bios", {})], ("real", "null"))
+
+    def groups(self, cfg: KnowledgeNeuronsConfig, points: list[Point]) -> list[list[Point]]:
+        """The arms of one seed form one group: one training and one attribution give both rows."""
+        by_seed: dict[int, list[Point]] = {}
+        for p in points:
+            by_seed.setdefault(p.seed_index, []).append(p)
+        return list(by_seed.values())
 
     def run_point(self, cfg: KnowledgeNeuronsConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: KnowledgeNeuronsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """Train and attribute once; one row per arm (:func:`_arm_rows`)."""
+        rows = self._measure(cfg, ctxs[0])
+        return [rows[p.arm or "real"] for p in points]
+
+    def _measure(self, cfg: KnowledgeNeuronsConfig, ctx: PointContext) -> dict[str, dict]:
         model, world, docs, info = train_bios_model(cfg.bios, data_seed=cfg.seed, train_seed=ctx.seed, ctx=ctx,
                                                     device=ctx.device)
         rng = np.random.default_rng([ctx.seed, 19])
@@ -235,100 +263,57 @@ class KnowledgeNeurons(Experiment):
                 rec["random2_vs_random"] = rec["random2_amplify"] - rec["random_amplify"]
             recs.append(rec)
         pd.DataFrame(recs).to_csv(ctx.artifact_dir / "facts.csv", index=False)
-        with_n = [r for r in recs if r["n_neurons"] > 0]
+        return _arm_rows(info, share, recs)
 
-        def mean_of(key: str) -> float:
-            vals = [r[key] for r in with_n if key in r and np.isfinite(r[key])]
-            return float(np.mean(vals)) if vals else float("nan")
-
-        row = {**info, "share": share, "n_facts": len(recs), "n_facts_with_neurons": len(with_n),
-               "frac_with_neurons": len(with_n) / max(1, len(recs)),
-               "mean_neurons": float(np.mean([r["n_neurons"] for r in recs])) if recs else float("nan"),
-               "mean_coarse": float(np.mean([r["n_coarse"] for r in recs])) if recs else float("nan"),
-               "p_before": mean_of("p_before"), "suppress": mean_of("suppress"), "amplify": mean_of("amplify"),
-               "other_suppress_abs": mean_of("other_suppress_abs"), "other_suppress": mean_of("other_suppress"),
-               "other_amplify_abs": mean_of("other_amplify_abs"), "random_suppress": mean_of("random_suppress"),
-               "other_random_suppress_abs": mean_of("other_random_suppress_abs"),
-               "random_amplify": mean_of("random_amplify"), "random2_amplify": mean_of("random2_amplify"),
-               "amplify_vs_random": mean_of("amplify_vs_random"), "random2_vs_random": mean_of("random2_vs_random"),
-               "fact_suppress": json.dumps([round(r["suppress"], 6) for r in with_n]),
-               "fact_amplify": json.dumps([round(r["amplify"], 6) for r in with_n]),
-               "neuron_layers": json.dumps([l for r in with_n for l in r["layers"]])}
-        return row
-
-    # ---------------------------------------------------------------------------------------------- verdicts
-    def verdicts(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        rec = seed_values(results, "recall")
+    # ------------------------------------------------- verdicts: the engine judges amplify-strengthens and the gates
+    def hand_verdicts(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``suppress-erases`` (module docstring: a conjunction over two statistics), on the real arm and, by the
+        same rule, on the null arm's rows."""
+        ok = finished(results)
+        real, nul = arm_rows(ok, "real"), arm_rows(ok, "null")
+        rec = seed_values(real, "recall")
         if not rec:
             return []
+        gates = {g.id: measure_gate(g, self.claims[0], ok) for g in (MEMORISED, NEURONS_FOUND)}
         lo = min(rec.values())
-        gates_common = {"memorised": (lo, lo >= RECALL_MIN)}
-        fr = seed_values(results, "frac_with_neurons")
-        fmin = min(fr.values()) if fr else float("nan")
-        gates_common["neurons-found"] = (fmin, bool(fmin >= 0.5) if fr else None)
-        sup, oth, amp = (seed_values(results, c) for c in ("suppress", "other_suppress_abs", "amplify"))
-        rnd, rnd_oth = seed_values(results, "random_suppress"), seed_values(results, "other_random_suppress_abs")
-        avr, r2r = seed_values(results, "amplify_vs_random"), seed_values(results, "random2_vs_random")
+        sup, oth, amp = (seed_values(real, c) for c in ("suppress", "other_suppress_abs", "amplify"))
+        rnd, rnd_oth = seed_values(nul, "suppress"), seed_values(nul, "other_suppress_abs")
         scale = (f"N={cfg.bios.n_people}, {cfg.bios.model.n_layers}-layer d_model {cfg.bios.model.d_model}, "
                  f"{cfg.n_facts} facts")
         note = ""
-        if gates_common["memorised"][1] is False:
+        if gates["memorised"][1] is False:
             note = (f"The GPT did not memorise its biographies (recall {lo:.3f} < {RECALL_MIN}) at {scale}: inconclusive; "
                     "a longer pretraining budget (bios.exposures) or the gpu preset settles it.")
-        out = []
         seeds = sorted(k for k in sup if np.isfinite(sup[k]) and k in oth and np.isfinite(oth[k]))
         details = {"paper": {"suppress": -0.2903, "random_suppress": -0.0147, "amplify": 0.3117},
-                   "per_seed": {"suppress": sup, "other_suppress_abs": oth, "amplify": amp, "random_suppress": rnd,
-                                "other_random_suppress_abs": rnd_oth, "amplify_vs_random": avr,
-                                "random2_vs_random": r2r, "random_amplify": seed_values(results, "random_amplify"),
-                                "recall": rec, "share": seed_values(results, "share"),
-                                "mean_neurons": seed_values(results, "mean_neurons")},
-                   "ci_over_facts": _fact_cis(results)}
-        if seeds:
-            s = across_seeds([sup[k] for k in seeds])
-            o = across_seeds([oth[k] for k in seeds])
-            ok = s.mean <= -0.25 and _ci(s)[1] < 0 and o.mean < 0.05
-            nseeds = [k for k in seeds if k in rnd and np.isfinite(rnd[k]) and k in rnd_oth and np.isfinite(rnd_oth[k])]
-            null: tuple[Any, bool | None] = (None, None)
-            if len(nseeds) == len(seeds):
-                ns = across_seeds([rnd[k] for k in nseeds])
-                no = across_seeds([rnd_oth[k] for k in nseeds])
-                null = (ns.mean, bool(ns.mean <= -0.25 and _ci(ns)[1] < 0 and no.mean < 0.05))
-                details["null_random_neurons"] = {"suppress": {"mean": ns.mean, "ci95": ns.ci},
-                                                  "other_abs": {"mean": no.mean, "ci95": no.ci}}
-            out.append(self.judge(cfg, "suppress-erases", value=s.mean, passed=ok, ci=s.ci, ci_kind=s.kind,
-                                  n_seeds=s.n, gates=gates_common, null=null,
-                                  details={**details, "other_facts_abs_change": {"mean": o.mean, "ci95": o.ci}},
-                                  note=note or ("" if ok else _why_not(s.mean, _ci(s)[1], o.mean, scale))))
-        else:
-            out.append(self.judge(cfg, "suppress-erases", value=None, passed=None, gates=gates_common,
-                                  why_not_computed="no seed has a fact with a knowledge neuron", details=details,
-                                  note=note))
-        seeds_a = sorted(k for k in avr if np.isfinite(avr[k]))
-        if seeds_a:
-            a = across_seeds([avr[k] for k in seeds_a])
-            null = (None, None)
-            if all(k in r2r and np.isfinite(r2r[k]) for k in seeds_a):
-                na = across_seeds([r2r[k] for k in seeds_a])
-                null = (na.mean, bool(_ci(na)[0] > 0))
-                details = {**details, "null_random_vs_random": {"mean": na.mean, "ci95": na.ci}}
-            amp_f = [amp[k] for k in seeds_a if k in amp and np.isfinite(amp[k])]
-            amp_st = across_seeds(amp_f) if amp_f else None
-            out.append(self.judge(cfg, "amplify-strengthens", value=a.mean, passed=bool(_ci(a)[0] > 0), ci=a.ci,
-                                  ci_kind=a.kind, n_seeds=a.n, gates=gates_common, null=null,
-                                  details={**details, "amplify": None if amp_st is None else
-                                           {"mean": amp_st.mean, "ci95": amp_st.ci}}, note=note))
-        else:
-            out.append(self.judge(cfg, "amplify-strengthens", value=None, passed=None, gates=gates_common,
-                                  why_not_computed="no seed has a fact with a knowledge neuron", details=details,
-                                  note=note))
-        return out
+                   "per_seed": {"suppress": sup, "other_suppress_abs": oth, "amplify": amp, "null_suppress": rnd,
+                                "null_other_suppress_abs": rnd_oth, "recall": rec,
+                                "share": seed_values(real, "share"), "mean_neurons": seed_values(real, "mean_neurons")},
+                   "ci_over_facts": _fact_cis(real)}
+        if not seeds:
+            return [self.judge(cfg, "suppress-erases", value=None, passed=None, gates=gates,
+                               why_not_computed="no seed has a fact with a knowledge neuron", details=details,
+                               note=note)]
+        s = across_seeds([sup[k] for k in seeds])
+        o = across_seeds([oth[k] for k in seeds])
+        passed = s.mean <= -0.25 and _ci(s)[1] < 0 and o.mean < 0.05
+        nseeds = [k for k in seeds if k in rnd and np.isfinite(rnd[k]) and k in rnd_oth and np.isfinite(rnd_oth[k])]
+        null: tuple[Any, bool | None] = (None, None)
+        if len(nseeds) == len(seeds):
+            ns = across_seeds([rnd[k] for k in nseeds])
+            no = across_seeds([rnd_oth[k] for k in nseeds])
+            null = (ns.mean, bool(ns.mean <= -0.25 and _ci(ns)[1] < 0 and no.mean < 0.05))
+            details["null_random_neurons"] = {"suppress": {"mean": ns.mean, "ci95": ns.ci},
+                                              "other_abs": {"mean": no.mean, "ci95": no.ci}}
+        return [self.judge(cfg, "suppress-erases", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind,
+                           n_seeds=s.n, gates=gates, null=null,
+                           details={**details, "other_facts_abs_change": {"mean": o.mean, "ci95": o.ci}},
+                           note=note or ("" if passed else _why_not(s.mean, _ci(s)[1], o.mean, scale)))]
 
     def report_sections(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir) -> str:
-        cols = [c for c in ("point", "recall", "pretrain_steps", "share", "mean_coarse", "mean_neurons",
+        cols = [c for c in ("point", "arm", "recall", "pretrain_steps", "share", "mean_coarse", "mean_neurons",
                             "frac_with_neurons", "p_before", "suppress", "amplify", "other_suppress_abs",
-                            "other_amplify_abs", "random_suppress", "other_random_suppress_abs", "random_amplify",
-                            "amplify_vs_random", "random2_vs_random") if c in results]
+                            "other_amplify_abs", "random_amplify", "amplify_vs_random") if c in results]
         if not len(results):
             return ""
         return "\n".join([
@@ -339,13 +324,13 @@ class KnowledgeNeurons(Experiment):
             f"steps of {cfg.share_step} to {cfg.min_neurons:g}-{cfg.max_neurons:g} neurons per fact on average. "
             "Suppress: activations set to 0; amplify: doubled; relative change of the answer probability. "
             "`other_*_abs`: mean |relative change| of other facts of the same attribute (different answer token); "
-            "`random_suppress`, `other_random_suppress_abs`: as many random neurons in the same layers suppressed "
-            "(the null arm of suppress-erases); `amplify_vs_random`: amplified change minus that of as many random "
-            "neurons (amplify-strengthens' statistic); `random2_vs_random`: the same with a second random draw in "
-            "place of the knowledge neurons (its null arm). Per-fact rows: "
-            "`points/<id>/facts.csv`.", "", markdown_table(results, None, cols=cols, float_format=".3f"),
+            "`amplify_vs_random`: amplified change minus that of as many random neurons in the same layers "
+            "(`random_amplify`; amplify-strengthens' statistic). The `null` arm's rows: random neurons of the same "
+            "count in the same layers in place of the knowledge neurons (the first draw suppressed; the second draw "
+            "amplified, against the first). Per-fact rows: `points/real-bios/facts.csv` (and `__s<k>`).", "",
+            markdown_table(results, None, cols=cols, float_format=".3f"),
             "Knowledge neurons per layer (all seeds; Dai et al. find them mostly in the top layers of BERT): "
-            + _layer_counts(results, cfg.bios.model.n_layers), ""])
+            + _layer_counts(arm_rows(results, "real"), cfg.bios.model.n_layers), ""])
 
     def figures(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -353,23 +338,25 @@ class KnowledgeNeurons(Experiment):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        if not len(results) or "suppress" not in results:
+        real, nul = arm_rows(results, "real"), arm_rows(results, "null")
+        if not len(real) or "suppress" not in real:
             return []
+        null_sup = dict(zip(nul.get("seed_index", []), nul.get("suppress", [])))
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         ax = axes[0]
         labels = ["suppress\n(fact)", "suppress\n(other facts, |.|)", "suppress\n(random neurons)", "amplify\n(fact)"]
-        cols = ["suppress", "other_suppress_abs", "random_suppress", "amplify"]
-        for k, (_, r) in enumerate(results.iterrows()):
-            vals = [100 * float(r.get(c, np.nan)) for c in cols]
-            ax.bar(np.arange(4) + 0.8 * (k - (len(results) - 1) / 2) / max(1, len(results)), vals,
-                   0.8 / max(1, len(results)), label=f"seed {int(r.get('seed_index', 0))}")
+        for k, (_, r) in enumerate(real.iterrows()):
+            vals = [100 * float(r.get(c, np.nan)) for c in ("suppress", "other_suppress_abs")]
+            vals += [100 * float(null_sup.get(r.get("seed_index"), np.nan)), 100 * float(r.get("amplify", np.nan))]
+            ax.bar(np.arange(4) + 0.8 * (k - (len(real) - 1) / 2) / max(1, len(real)), vals,
+                   0.8 / max(1, len(real)), label=f"seed {int(r.get('seed_index', 0))}")
         ax.scatter([0, 2, 3], [-29.03, -1.47, 31.17], marker="*", s=120, c="k", zorder=5, label="paper (BERT)")
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xticks(np.arange(4), labels, fontsize=8)
         ax.set_ylabel("change of the answer probability (%)")
         ax.legend(fontsize=7)
         ax = axes[1]
-        for k, (_, r) in enumerate(results.iterrows()):
+        for k, (_, r) in enumerate(real.iterrows()):
             s = json.loads(r["fact_suppress"]) if isinstance(r.get("fact_suppress"), str) else []
             a = json.loads(r["fact_amplify"]) if isinstance(r.get("fact_amplify"), str) else []
             ax.scatter(100 * np.asarray(s), 100 * np.asarray(a), s=10, alpha=0.6, label=f"seed {int(r.get('seed_index', 0))}")
@@ -425,3 +412,34 @@ def _fact_cis(results: pd.DataFrame) -> dict[str, Any]:
                 d[c] = {"mean": st.mean, "ci95": st.ci, "n_facts": len(vals)}
         out[k] = d
     return out
+
+
+#: the null arm's columns: random neurons in place of the knowledge neurons (real-arm column -> per-fact key)
+_NULL_KEYS = {"suppress": "random_suppress", "other_suppress_abs": "other_random_suppress_abs",
+              "amplify": "random2_amplify", "random_amplify": "random_amplify",
+              "amplify_vs_random": "random2_vs_random"}
+
+
+def _arm_rows(info: dict, share: float, recs: list[dict]) -> dict[str, dict]:
+    """The ``real`` and ``null`` rows from the per-fact records: means over the facts with a knowledge neuron of the
+    same columns, on the knowledge neurons (``real``) and on random neurons in their place (``null``, :data:`_NULL_KEYS`)."""
+    with_n = [r for r in recs if r["n_neurons"] > 0]
+
+    def mean_of(key: str) -> float:
+        vals = [r[key] for r in with_n if key in r and np.isfinite(r[key])]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    shared = {**info, "share": share, "n_facts": len(recs), "n_facts_with_neurons": len(with_n),
+              "frac_with_neurons": len(with_n) / max(1, len(recs)),
+              "mean_neurons": float(np.mean([r["n_neurons"] for r in recs])) if recs else float("nan"),
+              "mean_coarse": float(np.mean([r["n_coarse"] for r in recs])) if recs else float("nan"),
+              "p_before": mean_of("p_before")}
+    real = {**shared, **{c: mean_of(c) for c in ("suppress", "amplify", "other_suppress_abs", "other_suppress",
+                                                 "other_amplify_abs", "random_amplify", "amplify_vs_random")},
+            "fact_suppress": json.dumps([round(r["suppress"], 6) for r in with_n]),
+            "fact_amplify": json.dumps([round(r["amplify"], 6) for r in with_n]),
+            "neuron_layers": json.dumps([l for r in with_n for l in r["layers"]])}
+    null = {**shared, **{c: mean_of(k) for c, k in _NULL_KEYS.items()},
+            "fact_suppress": json.dumps([round(r["random_suppress"], 6) for r in with_n]),
+            "fact_amplify": json.dumps([round(r["random2_amplify"], 6) for r in with_n])}
+    return {"real": real, "null": null}

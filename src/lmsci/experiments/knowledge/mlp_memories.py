@@ -14,9 +14,16 @@ windows; the bioS training biographies); values are projected through the output
 layer, exact average over pairs), which keeps the token frequencies a random-token baseline would ignore.
 
 Null arm of both claims (``rises-with-depth``, ``upper-exceeds-shuffled``), measured in the same run: each GPT at
-its initialisation (same architecture and seed, no training), keys searched over the same text (columns
-``null_*``): its layers are exchangeable and its values learned nothing, so neither a depth trend nor agreement
-above the shuffled level exists there by construction.
+its initialisation (same architecture and seed, no training), keys searched over the same text: its layers are
+exchangeable and its values learned nothing, so neither a depth trend nor agreement above the shuffled level exists
+there by construction.
+
+Arms (paired by seed): ``real`` (the trained GPT) and ``null`` (its initialisation), points ``<arm>-<kind>``; the
+arms of one kind and seed form one group (:meth:`MLPMemories.groups`): one training, the key search and agreement on
+each arm's model by the same function, one row per arm with the same columns. Escape hatch (``hand_verdicts``): both
+claims require their rule on both model kinds (a conjunction over kinds, reported at the weaker kind), and
+``upper-exceeds-shuffled`` also a conjunction of a mean-ratio rule and an interval rule; neither is one rule on one
+per-seed statistic.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ import torch
 from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims.engine import arm_rows, finished
 from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig, StrictModel
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
@@ -176,10 +184,23 @@ class MLPMemories(Experiment):
                               ">= 2 (upper and lower layers are compared)")
 
     def points(self, cfg: MLPMemoriesConfig) -> list[Point]:
-        return [Point(k, {"kind": k}) for k in cfg.kinds]
+        return cross_arms([Point(k, {"kind": k}) for k in cfg.kinds], ("real", "null"))
+
+    def groups(self, cfg: MLPMemoriesConfig, points: list[Point]) -> list[list[Point]]:
+        """The arms of one (kind, seed) form one group: one training gives both rows."""
+        by: dict[tuple, list[Point]] = {}
+        for p in points:
+            by.setdefault((p.params["kind"], p.seed_index), []).append(p)
+        return list(by.values())
 
     def run_point(self, cfg: MLPMemoriesConfig, point: Point, ctx: PointContext) -> dict:
-        kind = point.params["kind"]
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: MLPMemoriesConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """Train the kind's GPT once; the agreement on the trained GPT (``real``) and on the same GPT at its
+        initialisation (``null``: same architecture and seed), keys searched over the same text."""
+        ctx = ctxs[0]
+        kind = points[0].params["kind"]
         if kind == "shakespeare":
             model, inputs, nxt, row = self._shakespeare(cfg, ctx)
             s = cfg.shakespeare
@@ -196,32 +217,27 @@ class MLPMemories(Experiment):
             nxt = next_token_targets(inputs, pad)
             row = {**info, "trained": bool(info["recall"] >= RECALL_MIN)}
             null_model = GPT(cfg.bios.model.gpt_config(len(world.vocab), cfg.bios.seq_len), seed=ctx.seed)
-        row["kind"] = kind
-        row.update(self._agreement(cfg, model, inputs, nxt, ""))
-        # the null arm: the same GPT at its initialisation (same architecture and seed), same keys' text
-        row.update(self._agreement(cfg, null_model.to(ctx.device).eval(), inputs, nxt, "null_"))
-        return row
+        rows = {"real": {**row, "kind": kind, **self._agreement(cfg, model, inputs, nxt)},
+                "null": {"kind": kind, **self._agreement(cfg, null_model.to(ctx.device).eval(), inputs, nxt)}}
+        return [rows[p.arm or "real"] for p in points]
 
-    def _agreement(self, cfg: MLPMemoriesConfig, model, inputs, nxt, prefix: str) -> dict:
-        """Key/value agreement per layer and the claims' summaries, column names prefixed by ``prefix``."""
+    def _agreement(self, cfg: MLPMemoriesConfig, model, inputs, nxt) -> dict:
+        """Key/value agreement per layer and the claims' summaries (one arm's columns)."""
         kv = key_value_memories(model, inputs, nxt, k=cfg.top_k, norm=cfg.norm)
         L = len(kv.layers)
-        row: dict = {}
-        if not prefix:
-            row.update({"n_layers": L, "n_positions": kv.n_positions})
+        row: dict = {"n_layers": L, "n_positions": kv.n_positions}
         for s in kv.summary():
             l = s["layer"]
-            row[f"{prefix}agree_L{l}"], row[f"{prefix}shuffled_L{l}"] = s["agreement"], s["shuffled"]
-            row[f"{prefix}rank_L{l}"] = s["median_rank"]
+            row[f"agree_L{l}"], row[f"shuffled_L{l}"] = s["agreement"], s["shuffled"]
+            row[f"rank_L{l}"] = s["median_rank"]
         up = _upper(L)
         lo = [l for l in range(L) if l not in up]
-        a_up = float(np.mean([row[f"{prefix}agree_L{l}"] for l in up]))
-        a_lo = float(np.mean([row[f"{prefix}agree_L{l}"] for l in lo]))
-        s_up = float(np.mean([row[f"{prefix}shuffled_L{l}"] for l in up]))
-        row.update({f"{prefix}agree_upper": a_up, f"{prefix}agree_lower": a_lo, f"{prefix}shuffled_upper": s_up,
-                    f"{prefix}depth_gap": a_up - a_lo, f"{prefix}upper_minus_shuffled": a_up - s_up,
-                    f"{prefix}upper_ratio": (a_up / s_up if s_up > 0 else
-                                             (float("inf") if a_up > 0 else float("nan")))})
+        a_up = float(np.mean([row[f"agree_L{l}"] for l in up]))
+        a_lo = float(np.mean([row[f"agree_L{l}"] for l in lo]))
+        s_up = float(np.mean([row[f"shuffled_L{l}"] for l in up]))
+        row.update({"agree_upper": a_up, "agree_lower": a_lo, "shuffled_upper": s_up, "depth_gap": a_up - a_lo,
+                    "upper_minus_shuffled": a_up - s_up,
+                    "upper_ratio": a_up / s_up if s_up > 0 else (float("inf") if a_up > 0 else float("nan"))})
         return row
 
     def _shakespeare(self, cfg: MLPMemoriesConfig, ctx: PointContext):
@@ -245,10 +261,13 @@ class MLPMemories(Experiment):
                "trained": bool(info["val_nll"] < base["bigram_nll"]), "_vocab_size": corpus.vocab_size}
         return model, win[:, :-1].contiguous(), win[:, 1:].contiguous(), row
 
-    # ---------------------------------------------------------------------------------------------- verdicts
-    def verdicts(self, cfg: MLPMemoriesConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+    # ---------------------------------------------- verdicts: both claims by hand (module docstring: the escape hatch)
+    def hand_verdicts(self, cfg: MLPMemoriesConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """Both claims by hand (module docstring: conjunctions over the two model kinds), on the real arm and, by the
+        same rule, on the null arm (the same columns on the null arm's rows)."""
         if not len(results) or "kind" not in results:
             return []
+        results, nul = arm_rows(finished(results), "real"), arm_rows(finished(results), "null")
         trained = {k: seed_values(results, "trained", kind=k) for k in cfg.kinds}
         vals = [v for d in trained.values() for v in d.values()]
         gate = (float(min(vals)) if vals else None, (bool(min(vals) >= 1) if vals else None))
@@ -270,7 +289,7 @@ class MLPMemories(Experiment):
         ok = all(_lo(st[k]) > 0 for k in cfg.kinds)
         kmin = min(cfg.kinds, key=lambda k: st[k].mean)
         # the null arm: the same statistics of the GPTs at their initialisation (same architecture and seed)
-        ngap = {k: seed_values(results, "null_depth_gap", kind=k) for k in cfg.kinds}
+        ngap = {k: seed_values(nul, "depth_gap", kind=k) for k in cfg.kinds}
         null1: tuple = (None, None)
         if all(ngap[k] and np.isfinite(list(ngap[k].values())).all() for k in cfg.kinds):
             nst = {k: across_seeds(list(ngap[k].values())) for k in cfg.kinds}
@@ -287,8 +306,8 @@ class MLPMemories(Experiment):
         mr = {k: float(np.mean(list(ratio[k].values()))) for k in cfg.kinds}
         ok2 = all(mr[k] >= 3 and _lo(sd[k]) > 0 for k in cfg.kinds)
         kmin2 = min(cfg.kinds, key=lambda k: mr[k])
-        ndiff = {k: seed_values(results, "null_upper_minus_shuffled", kind=k) for k in cfg.kinds}
-        nratio = {k: seed_values(results, "null_upper_ratio", kind=k) for k in cfg.kinds}
+        ndiff = {k: seed_values(nul, "upper_minus_shuffled", kind=k) for k in cfg.kinds}
+        nratio = {k: seed_values(nul, "upper_ratio", kind=k) for k in cfg.kinds}
         null2: tuple = (None, None)
         if all(ndiff[k] and np.isfinite(list(ndiff[k].values())).all() for k in cfg.kinds):
             nsd = {k: across_seeds(list(ndiff[k].values())) for k in cfg.kinds}
@@ -311,9 +330,8 @@ class MLPMemories(Experiment):
             return ""
         layer_cols = sorted([c for c in results.columns if c.startswith(("agree_L", "shuffled_L", "rank_L"))],
                             key=lambda c: (int(c.split("_L")[1]), c))
-        cols = [c for c in ("point", "kind", "trained", "val_nll", "bigram_nll", "recall", "agree_lower",
-                            "agree_upper", "shuffled_upper", "upper_ratio", "null_agree_lower", "null_agree_upper",
-                            "null_shuffled_upper", "null_upper_ratio") if c in results]
+        cols = [c for c in ("point", "arm", "kind", "trained", "val_nll", "bigram_nll", "recall", "agree_lower",
+                            "agree_upper", "shuffled_upper", "upper_ratio") if c in results]
         return "\n".join([
             "## Protocol", "",
             f"Keys: top-{cfg.top_k} trigger prefixes per neuron (activation `blocks.{{l}}.mlp.post` at the prefix's last "
@@ -333,6 +351,7 @@ class MLPMemories(Experiment):
 
         if not len(results) or "kind" not in results:
             return []
+        results = arm_rows(results, "real")
         kinds = [k for k in cfg.kinds if (results["kind"] == k).any()]
         fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4), squeeze=False)
         for ax, k in zip(axes[0], kinds):
