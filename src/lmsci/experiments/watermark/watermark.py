@@ -53,6 +53,7 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.watermark._common import arms_by_seed
 from lmsci.experiments.watermark._shakespeare_gpt import train_shakespeare_hf
 from lmsci.methods import watermark as wm
 from lmsci.models.gpt import GPTSpec
@@ -244,11 +245,7 @@ class Watermark(Experiment):
         return cross_arms([Point("kgw", {})], ("real", "null"))  # watermarked / unwatermarked texts of one model
 
     def groups(self, cfg: WatermarkConfig, points: list[Point]) -> list[list[Point]]:
-        """The two arms of one training seed form one group: one model, trained once, scores both."""
-        by_seed: dict[int, list[Point]] = {}
-        for p in points:
-            by_seed.setdefault(p.seed_index, []).append(p)
-        return list(by_seed.values())
+        return arms_by_seed(points)  # the two arms of one training seed form one group: one model, trained once, scores both.
 
     def run_group(self, cfg: WatermarkConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         rows = self.measure(cfg, next((c for c in ctxs if c.point.arm == "real"), ctxs[0]))
