@@ -139,11 +139,12 @@ def test_text_walk_keeps_only_proposals_the_reward_model_accepts(tmp_path):
             "walk_total_steps=4", "walk_max_steps=4", "detect_every=2"]
     cfg = resolve_config(RemovalConfig, "smoke", sets)
     run = run_experiment(WatermarkRemoval(), cfg, tmp_path / "run", progress=False)
-    df = pd.read_csv(run.path / "results.csv")
+    df = run.results()
+    df = df[df["arm"] == "real"]  # the walk (the null arm is the walk with zero edits)
     assert df["status"].iloc[0] == "ok" and np.isfinite(df["zf_median"].iloc[0])
     assert df["reward_drop_median"].iloc[0] <= 0  # only proposals at least as good as the original are kept
     assert 0 <= df["accept_rate"].iloc[0] <= 1
     assert df["walk_steps_max"].iloc[0] == 4  # stopped at walk_total_steps (z <= 2) or at the hard cap
     assert 0 <= df["capped_share"].iloc[0] <= 1
-    curve = pd.read_csv(run.path / "points" / "walk" / "curve.csv")
+    curve = pd.read_csv(run.path / "points" / "real-walk" / "curve.csv")
     assert list(curve["step"]) == [0, 2, 4]

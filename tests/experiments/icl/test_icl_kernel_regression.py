@@ -124,40 +124,45 @@ def test_smoke_preset_runs(tmp_path):
     cfg = resolve_config(ICLKernelRegressionConfig, "smoke", {"minilm": True})
     exp.validate(cfg)
     pts = exp.seeded_points(cfg)
+    assert [(p.id, p.arm) for p in pts] == [("real-hmm", "real"), ("null-hmm", "null")]
+    assert exp.groups(cfg, pts) == [pts]  # one group: the untrained initialisation needs no training of its own
     run = RunDir(tmp_path)
     rows = exp.run_group(cfg, pts, [PointContext(run, p, 0, "cpu", show_progress=False) for p in pts])
-    r = rows[0]
+    r, r0 = rows
     assert len(json.loads(r["acc_model"])) == len(cfg.n_grid) and 0 <= r["kr_task_max"] <= 1
     heat = json.loads(r["heatmaps"])
     assert np.array(heat["agreement"]).shape == (cfg.model.n_layers, cfg.model.n_heads)
-    df = pd.DataFrame([{**r, "point": pts[0].id, "seed_index": 0, "status": "ok"}])
+    df = pd.DataFrame([{**row, "point": p.id, "arm": p.arm, "seed_index": 0, "status": "ok"}
+                       for row, p in zip(rows, pts)])
     vs = exp.verdicts(cfg, df, run)
     assert {v.claim_id for v in vs} == {c.id for c in exp.claims}
     assert all(v.outcome == "inconclusive" for v in vs)  # smoke is below the claims' scale
     # the null arm (each seed's untrained initialisation, same prompts, same code) meets none of the rules
     assert all(v.null_passed is False for v in vs), {v.claim_id: v.null_value for v in vs}
-    assert 0 <= r["null_kr_task_max"] <= 1 and len(json.loads(r["null_acc_model"])) == len(cfg.n_grid)
-    assert abs(r["null_bayes_gap_last"] - (r["acc_bayes_last"] - r["null_acc_model_last"])) < 1e-12
+    assert 0 <= r0["kr_task_max"] <= 1 and len(json.loads(r0["acc_model"])) == len(cfg.n_grid)
+    assert r0["acc_bayes_last"] == r["acc_bayes_last"]  # the same prompts
+    assert abs(r0["bayes_gap_last"] - (r0["acc_bayes_last"] - r0["acc_model_last"])) < 1e-12
 
 
 def _rows(rho, gap, task_agree, minilm, first=0.2, last=0.6, null_rho=-0.1, null_gap=0.5, null_agree=0.1,
-          null_minilm=0.1):
+          null_minilm=0.1, null=True):
     out = []
     for k in range(len(rho)):
         pick = lambda t: t[k % len(t)] if isinstance(t, (list, tuple)) else t  # noqa: E731
-        out.append({"point": "hmm" + (f"__s{k}" if k else ""), "seed_index": k, "status": "ok",
-                    "n_grid": json.dumps([1, 2, 4, 8, 16, 32]), "acc_model": json.dumps([first, .3, .4, .5, .55, last]),
-                    "acc_bayes": json.dumps([.23, .4, .48, .55, .62, .6]), "spearman_acc_n": rho[k],
-                    "acc_model_first": first, "acc_model_last": last, "acc_bayes_last": last + gap[k],
-                    "bayes_gap_last": gap[k], "kr_task_max": task_agree[k], "kr_overall_max": task_agree[k] - 0.05,
-                    "kr_task_sum": 0.5, "kr_task_label": 0.6, "kr_gold_task_max": 0.5, "minilm_raw": minilm,
-                    "minilm_tuned": minilm, "minilm_best": minilm,
-                    # the null arm: the untrained initialisation on the same prompts
-                    "null_acc_model": json.dumps([.1] * 6), "null_spearman_acc_n": pick(null_rho),
-                    "null_acc_model_first": 0.1, "null_acc_model_last": last + gap[k] - pick(null_gap),
-                    "null_bayes_gap_last": pick(null_gap), "null_kr_task_max": pick(null_agree),
-                    "null_kr_overall_max": pick(null_agree), "null_minilm_raw": null_minilm,
-                    "null_minilm_tuned": null_minilm, "null_minilm_best": null_minilm})
+        base = {"seed_index": k, "status": "ok", "n_grid": json.dumps([1, 2, 4, 8, 16, 32]),
+                "acc_bayes": json.dumps([.23, .4, .48, .55, .62, .6]), "acc_bayes_last": last + gap[k]}
+        out.append({**base, "point": "real-hmm" + (f"__s{k}" if k else ""), "arm": "real",
+                    "acc_model": json.dumps([first, .3, .4, .5, .55, last]), "spearman_acc_n": rho[k],
+                    "acc_model_first": first, "acc_model_last": last, "bayes_gap_last": gap[k],
+                    "kr_task_max": task_agree[k], "kr_overall_max": task_agree[k] - 0.05, "kr_task_sum": 0.5,
+                    "kr_task_label": 0.6, "kr_gold_task_max": 0.5, "minilm_raw": minilm, "minilm_tuned": minilm,
+                    "minilm_best": minilm})
+        if null:  # the null arm: the untrained initialisation on the same prompts
+            out.append({**base, "point": "null-hmm" + (f"__s{k}" if k else ""), "arm": "null",
+                        "acc_model": json.dumps([.1] * 6), "spearman_acc_n": pick(null_rho), "acc_model_first": 0.1,
+                        "acc_model_last": last + gap[k] - pick(null_gap), "bayes_gap_last": pick(null_gap),
+                        "kr_task_max": pick(null_agree), "kr_overall_max": pick(null_agree),
+                        "minilm_raw": null_minilm, "minilm_tuned": null_minilm, "minilm_best": null_minilm})
     return pd.DataFrame(out)
 
 
@@ -171,7 +176,7 @@ def test_verdicts_reproduced_not_reproduced_inconclusive(tmp_path):
     assert {k: v.outcome for k, v in vs.items()} == {k: "reproduced" for k in
                                                      ("icl-rises", "near-bayes", "head-reconstructs", "beats-minilm")}
     assert all(v.null_passed is False for v in vs.values())
-    assert vs["head-reconstructs"].null_value == pytest.approx(0.1) and vs["icl-rises"].null_value == -0.1
+    assert vs["head-reconstructs"].null_value == pytest.approx(0.1) and vs["icl-rises"].null_value == pytest.approx(-0.1)
     vs = _verdicts(_rows([0.3, 0.94, 0.97], [0.25, 0.2, 0.3], [0.5, 0.45, 0.55], 0.5), tmp_path)
     assert {k: v.outcome for k, v in vs.items()} == {k: "not reproduced" for k in vs}
     # no ICL gain: the kernel claims are inconclusive (gate), the others still decided
@@ -197,8 +202,7 @@ def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     vs = _verdicts(_rows(*good, null_rho=[0.9, 0.5, 1.0]), tmp_path)
     assert vs["icl-rises"].null_passed is False and vs["icl-rises"].outcome == "reproduced"
     # a table without the null arm: not measured, inconclusive
-    df = _rows(*good).drop(columns=["null_spearman_acc_n", "null_bayes_gap_last", "null_kr_task_max"])
-    vs = _verdicts(df, tmp_path)
+    vs = _verdicts(_rows(*good, null=False), tmp_path)
     assert all(v.outcome == "inconclusive" and v.null_passed is None for v in vs.values())
     assert all(any("null arm not measured" in r for r in v.reasons) for v in vs.values())
 

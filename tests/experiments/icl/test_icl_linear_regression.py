@@ -93,13 +93,17 @@ def test_smoke_preset_runs(tmp_path):
     exp = ICLLinearRegression()
     cfg = resolve_config(ICLLinearRegressionConfig, "smoke")
     exp.validate(cfg)
-    pt = exp.seeded_points(cfg)[0]
+    pts = exp.seeded_points(cfg)
+    assert [(p.id, p.arm) for p in pts] == [("real-d3", "real"), ("null-d3", "null")]
+    assert exp.groups(cfg, pts) == [pts]  # the arms of a seed: one group, the prompts and baselines computed once
     run = RunDir(tmp_path)
-    row = exp.run_point(cfg, pt, PointContext(run, pt, 0, "cpu", show_progress=False))
+    rows = exp.run_group(cfg, pts, [PointContext(run, p, 0, "cpu", show_progress=False) for p in pts])
+    row, row0 = rows
     assert np.isfinite(row["err_model_at_2d"]) and row["err_least_squares_at_2d"] > 0
     assert len(json.loads(row["probe_r2_by_layer"])) == cfg.model.n_layers + 1
     assert len(json.loads(row["err_curves"])["model"]) == cfg.n_points
-    df = pd.DataFrame([{**row, "point": pt.id, "seed_index": 0, "status": "ok"}])
+    assert row0["err_least_squares_at_2d"] == row["err_least_squares_at_2d"] and row0["final_train_loss"] is None
+    df = pd.DataFrame([{**r, "point": p.id, "arm": p.arm, "seed_index": 0, "status": "ok"} for r, p in zip(rows, pts)])
     vs = exp.verdicts(cfg, df, run)
     assert {v.claim_id for v in vs} == {c.id for c in exp.claims}
     assert all(v.outcome == "inconclusive" for v in vs)  # smoke is below the claims' scale
@@ -109,21 +113,22 @@ def test_smoke_preset_runs(tmp_path):
 
 # -- verdicts from synthetic tables ----------------------------------------------------------------------------
 def _rows(model_err, *, ls=0.55, ridge=0.5, gd=2.4, knn=4.0, avg=3.2, zero=6.0, spd_ls=(0.05,), spd_ridge=(0.02,),
-          spd_gd=(1.5,), r2=(0.8,), null_err=6.1, null_spd_ls=3.0, null_spd_gd=1.0, null_r2=0.05):
+          spd_gd=(1.5,), r2=(0.8,), null_err=6.1, null_spd_ls=3.0, null_spd_gd=1.0, null_r2=0.05, null=True):
     rows = []
     for k, e in enumerate(model_err):
         pick = lambda t: t[k % len(t)]  # noqa: E731
-        rows.append({"point": "d5" + (f"__s{k}" if k else ""), "seed_index": k, "status": "ok", "d": 5,
-                     "err_model_at_2d": e, "err_least_squares_at_2d": ls, "err_ridge_at_2d": ridge,
-                     "err_gd_1step_at_2d": gd, "err_knn3_at_2d": knn, "err_averaging_at_2d": avg,
-                     "err_zero_at_2d": zero, "spd_least_squares": pick(spd_ls), "spd_ridge": pick(spd_ridge),
+        base = {"seed_index": k, "status": "ok", "d": 5, "err_least_squares_at_2d": ls, "err_ridge_at_2d": ridge,
+                "err_gd_1step_at_2d": gd, "err_knn3_at_2d": knn, "err_averaging_at_2d": avg, "err_zero_at_2d": zero}
+        rows.append({**base, "point": "real-d5" + (f"__s{k}" if k else ""), "arm": "real",
+                     "err_model_at_2d": e, "spd_least_squares": pick(spd_ls), "spd_ridge": pick(spd_ridge),
                      "spd_gd_1step": pick(spd_gd), "spd_knn3": 5.0, "spd_averaging": 3.0,
                      "probe_r2_best": pick(r2), "probe_best_layer": 3,
-                     "probe_r2_by_layer": json.dumps([0.0, 0.2, 0.5, pick(r2)]),
-                     # the null arm: the untrained initialisation on the same prompts
-                     "null_err_model_at_2d": null_err, "null_spd_least_squares": null_spd_ls,
-                     "null_spd_ridge": null_spd_ls, "null_spd_gd_1step": null_spd_gd, "null_spd_knn3": 5.0,
-                     "null_spd_averaging": 3.0, "null_probe_r2_best": null_r2})
+                     "probe_r2_by_layer": json.dumps([0.0, 0.2, 0.5, pick(r2)])})
+        if null:  # the null arm: the untrained initialisation on the same prompts
+            rows.append({**base, "point": "null-d5" + (f"__s{k}" if k else ""), "arm": "null",
+                         "err_model_at_2d": null_err, "spd_least_squares": null_spd_ls, "spd_ridge": null_spd_ls,
+                         "spd_gd_1step": null_spd_gd, "spd_knn3": 5.0, "spd_averaging": 3.0,
+                         "probe_r2_best": null_r2})
     return pd.DataFrame(rows)
 
 
@@ -137,7 +142,7 @@ def test_papers_numbers_are_reproduced(tmp_path):
     vs = _verdicts(_rows([0.52, 0.56, 0.54], r2=(0.8, 0.85, 0.78)), tmp_path)
     assert all(v.outcome == "reproduced" for v in vs.values()), {k: (v.outcome, v.reasons) for k, v in vs.items()}
     assert vs["ls-error"].n_seeds == 3 and abs(vs["ls-error"].value - np.mean([0.52, 0.56, 0.54]) / 0.55) < 1e-9
-    assert vs["implied-ridge"].details["closest_per_seed"] == ["ridge"] * 3
+    assert vs["implied-ridge"].value == pytest.approx(1.5 - 0.02)  # min(SPD to GD, 3-NN, averaging) - SPD to ridge
     assert all(v.null_passed is False for v in vs.values())
 
 
@@ -151,8 +156,8 @@ def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
         assert v.null_passed is True and v.outcome == "inconclusive", v.claim_id
         assert any(NULL_MEETS_RULE in r for r in v.reasons)
     # a table without the null arm: not measured, inconclusive
-    df = _rows([0.52, 0.56, 0.54]).drop(columns=["null_err_model_at_2d"])
-    assert all(v.outcome == "inconclusive" for v in _verdicts(df, tmp_path).values())
+    df = _rows([0.52, 0.56, 0.54], null=False)
+    assert all(v.outcome == "inconclusive" and v.null_passed is None for v in _verdicts(df, tmp_path).values())
 
 
 def test_clear_failure_is_not_reproduced(tmp_path):
@@ -160,7 +165,8 @@ def test_clear_failure_is_not_reproduced(tmp_path):
     vs = _verdicts(_rows([2.9, 2.7, 2.8], spd_ls=(2.0,), spd_ridge=(1.9,), spd_gd=(0.1,), r2=(0.1, 0.2, 0.15)),
                    tmp_path)
     assert {k: v.outcome for k, v in vs.items()} == {k: "not reproduced" for k in vs}
-    assert vs["beats-baselines"].details["strongest_baseline"] == "gd_1step"
+    # the strongest weak baseline is one GD step (2.4): the statistic is the model's error minus it
+    assert vs["beats-baselines"].value == pytest.approx(2.8 - 2.4)
 
 
 def test_untrained_model_or_few_seeds_is_inconclusive(tmp_path):

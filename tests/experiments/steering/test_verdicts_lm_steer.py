@@ -67,9 +67,24 @@ def table(*, gain=0.2, slope=0.04, noise=0.0, retention=0.8, transfer=0.5, sprea
     return pd.DataFrame(rows)
 
 
+def arms(df: pd.DataFrame) -> pd.DataFrame:
+    """The results table of the sweep from a wide table: the real arm's rows (columns without ``null_``) and the
+    null arm's (the ``null_*`` columns without the prefix, the shared gate columns kept), as ``run_group`` writes."""
+    shared = ["seed_index", "val_nll_A", "unigram_nll", "bigram_nll", "val_nll_fluency", "clf_acc", "clf_acc_lo",
+              "clf_n"]
+    real = df[[c for c in df if not c.startswith("null_")]].assign(arm="real")
+    null = df[[c for c in df if c.startswith("null_")]].rename(columns=lambda c: c[len("null_"):])
+    null = pd.concat([df[[c for c in shared if c in df]], null], axis=1).assign(arm="null")
+    null["point"] = ["null-" + p for p in df["point"]]
+    return pd.concat([real.assign(point=["real-" + p for p in df["point"]]), null], ignore_index=True)
+
+
+def verdicts(df: pd.DataFrame, preset: str = "quick") -> list:
+    return LMSteerExperiment().verdicts(resolve_config(LMSteerConfig, preset), arms(df), None)
+
+
 def outcomes(df: pd.DataFrame, preset: str = "quick") -> dict[str, str]:
-    cfg = resolve_config(LMSteerConfig, preset)
-    vs = LMSteerExperiment().verdicts(cfg, df, None)
+    vs = verdicts(df, preset)
     assert [v.claim_id for v in vs] == [c.id for c in LMSteerExperiment.claims]
     return {v.claim_id: v.outcome for v in vs}
 
@@ -83,12 +98,11 @@ def test_paper_pattern_is_reproduced():
 
 def test_null_arm_meeting_the_rule_is_inconclusive():
     """A random W of the same norm that does as well as the trained steer: no claim can be decided."""
-    cfg = resolve_config(LMSteerConfig, "quick")
-    vs = {v.claim_id: v for v in LMSteerExperiment().verdicts(cfg, table(null_like_real=True), None)}
+    vs = {v.claim_id: v for v in verdicts(table(null_like_real=True))}
     for cid in ("steering", "continuous", "compositional", "transfer", "highlighting", "probe"):
         assert vs[cid].outcome == "inconclusive" and vs[cid].rule_passed is True and vs[cid].null_passed is True, cid
         assert any("cannot tell" in r for r in vs[cid].reasons), cid
-    vs = {v.claim_id: v for v in LMSteerExperiment().verdicts(cfg, table(), None)}
+    vs = {v.claim_id: v for v in verdicts(table())}
     assert all(vs[c].null_passed is False for c in ("steering", "continuous", "compositional", "transfer",
                                                     "highlighting", "probe"))
     df = table().drop(columns=["null_curves"])  # no null arm measured
@@ -99,7 +113,7 @@ def test_vs_baselines_decides_as_an_ablation():
     df = table()
     df["matched_act_add"] = [0.3, 0.25, 0.35]  # activation addition beats LM-Steer at the same fluency cost
     cfg = resolve_config(LMSteerConfig, "quick")
-    v = {v.claim_id: v for v in LMSteerExperiment().verdicts(cfg, df, None)}["vs-baselines"]
+    v = {v.claim_id: v for v in LMSteerExperiment().verdicts(cfg, arms(df), None)}["vs-baselines"]
     assert v.outcome == "not reproduced" and v.ablation and v.value == pytest.approx(-0.1)
     df["matched_act_add"] = np.nan  # its sweep never reaches LM-Steer's perplexity increase
     assert outcomes(df)["vs-baselines"] == "inconclusive"
@@ -177,11 +191,10 @@ def test_paper_preset_refuses_without_local_paths():
 def test_weak_single_gain_is_noted_on_ratio_claims():
     df = table()
     df["genre_gain_pos"] = [-0.01, 0.0, 0.02]
-    vs = {v.claim_id: v for v in LMSteerExperiment().verdicts(resolve_config(LMSteerConfig, "quick"), df, None)}
+    vs = {v.claim_id: v for v in verdicts(df)}
     assert "genre_pos" in vs["compositional"].note and "genre_pos" in vs["transfer"].note
     assert vs["steering"].outcome == "not reproduced"
-    assert "genre" not in {v.claim_id: v for v in LMSteerExperiment().verdicts(
-        resolve_config(LMSteerConfig, "quick"), table(), None)}["compositional"].note
+    assert "genre" not in {v.claim_id: v for v in verdicts(table())}["compositional"].note
 
 
 def test_random_like_keeps_the_norm_and_the_dummy():
@@ -207,9 +220,13 @@ def test_smoke_end_to_end_null_arms_fail(tmp_path):
     cfg = resolve_config(LMSteerConfig, "smoke")
     run = run_experiment(LMSteerExperiment(), cfg, tmp_path / "ls", progress=False, log=lambda *a: None)
     res = run.results()
-    assert {"null_curves", "null_sentiment_gain_pos", "null_comp_genre_retention", "null_transfer_sentiment_spread_B",
-            "null_highlight_enrichment", "null_probe_enrichment", "matched_act_add"} <= set(res.columns)
-    assert all({"logit_offset", "act_add"} <= set(json.loads(b)) for b in res["baselines"])  # on every seed
+    assert not any(c.startswith("null_") for c in res.columns)  # the null arm is rows of its own, not columns
+    real, null = res[res["arm"] == "real"], res[res["arm"] == "null"]
+    assert sorted(real["seed_index"]) == sorted(null["seed_index"]) == [0, 1]
+    assert {"comp_genre_retention", "transfer_sentiment_retention"} <= set(null.columns)  # NaN where undefined
+    assert null[["curves", "sentiment_gain_pos", "transfer_sentiment_spread_B"]].notna().all().all()
+    assert "matched_act_add" in real and null["matched_act_add"].isna().all()
+    assert all({"logit_offset", "act_add"} <= set(json.loads(b)) for b in real["baselines"])  # on every seed
     vs = {v.claim_id: v for v in run.verdicts()}
     for cid in ("steering", "continuous", "compositional", "transfer", "highlighting", "probe"):
         assert vs[cid].outcome == "inconclusive" and vs[cid].null_passed is not True, cid

@@ -64,10 +64,14 @@ def test_propose_span_draws_from_the_model():
 
 
 def _row(z0=9.0, zf=1.2, dq=0.01, seeds=3):
-    return pd.DataFrame([{"point": "walk" + (f"__s{k}" if k else ""), "status": "ok", "seed_index": k,
-                          "z0_median": z0, "zf_median": zf, "judge_dq_median": dq, "traceable_share": 1.0,
-                          "trace_own_overlap": 0.4, "trace_other_max_overlap": 0.02, "tokens_changed": 0.7}
-                         for k in range(seeds)])
+    """Rows of both arms: ``real`` the walk, ``null`` the walk with zero edits (final z = original z, change 0)."""
+    rows = []
+    for arm, zf_, dq_ in (("real", zf, dq), ("null", z0, 0.0)):
+        rows += [{"point": f"{arm}-walk" + (f"__s{k}" if k else ""), "arm": arm, "status": "ok", "seed_index": k,
+                  "z0_median": z0, "zf_median": zf_, "judge_dq_median": dq_, "tau": 0.02, "traceable_share": 1.0,
+                  "trace_own_overlap": 0.4, "trace_other_max_overlap": 0.02, "tokens_changed": 0.7}
+                 for k in range(seeds)]
+    return pd.DataFrame(rows)
 
 
 def _v(df, tmp_path, preset="gpu"):
@@ -76,7 +80,8 @@ def _v(df, tmp_path, preset="gpu"):
 
 def test_verdicts(tmp_path):
     v = _v(_row(), tmp_path)
-    assert v.outcome == "reproduced" and v.null_passed is False and v.null_value == 9.0
+    assert v.outcome == "reproduced" and v.null_passed is False and v.null_value == 0.0  # no seed's null removes it
+    assert v.gates[0].value == 9.0 and v.gates[0].passed
     assert _v(_row(zf=3.0), tmp_path).outcome == "not reproduced"
     assert _v(_row(dq=0.2), tmp_path).outcome == "not reproduced"  # quality lost
     assert _v(_row(z0=3.0), tmp_path).outcome == "inconclusive"  # never watermarked
@@ -84,7 +89,7 @@ def test_verdicts(tmp_path):
     assert _v(_row(seeds=1), tmp_path, "quick").outcome == "inconclusive"  # quick: below the claim's scale
     assert _v(_row(seeds=2), tmp_path).outcome == "inconclusive"  # fewer than 3 seeds
     df = _row()
-    df.loc[1, "zf_median"] = 2.5  # one seed keeps its watermark: the rule must hold in every seed
+    df.loc[1, "zf_median"] = 2.5  # one real seed keeps its watermark: the rule must hold in every seed
     assert _v(df, tmp_path).outcome == "not reproduced"
 
 
@@ -101,9 +106,11 @@ def test_smoke_preset_runs(tmp_path):
 
     cfg = resolve_config(RemovalConfig, "smoke", ["threads=1", "device=cpu"])
     run = run_experiment(WatermarkRemoval(), cfg, tmp_path / "run", progress=False)
-    df = pd.read_csv(run.path / "results.csv")
-    assert np.isfinite(df["zf_median"].iloc[0]) and 0 <= df["accept_rate"].iloc[0] <= 1
-    assert (run.path / "points" / "walk" / "curve.csv").exists()
+    df = run.results()  # reads the arm name "null" as a string (pd.read_csv would read a missing value)
+    real, null = (df[df["arm"] == a].iloc[0] for a in ("real", "null"))
+    assert np.isfinite(real["zf_median"]) and 0 <= real["accept_rate"] <= 1
+    assert null["zf_median"] == null["z0_median"] == real["z0_median"] and null["judge_dq_median"] == 0
+    assert (run.path / "points" / "real-walk" / "curve.csv").exists()
     v = run.verdicts()[0]
     # the zero-edit walk keeps the (24-token, near-uniform model) watermark: its median z stays >= 2
     assert v.null_value is not None and v.null_passed is False, (v.null_value, v.null_passed)

@@ -77,15 +77,20 @@ def test_watermark_is_detected_on_a_high_entropy_model():
 
 # -- verdicts from synthetic tables ---------------------------------------------------------------------
 def _row(tpr=0.99, tpr_s=0.98, ks=0.4, diff=5.0, zpred=6.0, seeds=3, fpr=0.0, ks_marked=1e-30):
+    """Rows of both arms: ``real`` scores the watermarked texts (TPR, their KS p ``ks_marked``), ``null`` the
+    unwatermarked ones (detection rate ``fpr``, KS p ``ks``)."""
     rows = []
-    for k in range(seeds):
-        r = {"point": "kgw" + (f"__s{k}" if k else ""), "status": "ok", "seed_index": k}
-        for s, t in (("lefthash", tpr), ("selfhash", tpr_s)):
-            r.update({f"{s}_tpr": t, f"{s}_fpr": fpr, f"{s}_z_median": 8.0, f"{s}_green_frac": 0.6, f"{s}_ks_p": ks,
-                      f"{s}_ks_p_marked": ks_marked, f"{s}_mean_spike": 0.8, f"{s}_thm42_z": zpred,
-                      f"{s}_thm42_diff": diff, f"{s}_thm42_diff_se": 1.0, f"{s}_thm42_green": 110.0,
-                      f"{s}_thm42_bound": 110.0 - diff, f"{s}_thm42_frac_above": 0.8})
-        rows.append(r)
+    for arm in ("real", "null"):
+        for k in range(seeds):
+            r = {"point": f"{arm}-kgw" + (f"__s{k}" if k else ""), "status": "ok", "seed_index": k, "arm": arm}
+            for s, t in (("lefthash", tpr), ("selfhash", tpr_s)):
+                r.update({f"{s}_tpr": t if arm == "real" else fpr, f"{s}_z_median": 8.0, f"{s}_green_frac": 0.6,
+                          f"{s}_ks_p": ks_marked if arm == "real" else ks})
+                if arm == "real":
+                    r.update({f"{s}_mean_spike": 0.8, f"{s}_thm42_z": zpred, f"{s}_thm42_diff": diff,
+                              f"{s}_thm42_diff_se": 1.0, f"{s}_thm42_green": 110.0, f"{s}_thm42_bound": 110.0 - diff,
+                              f"{s}_thm42_frac_above": 0.8})
+            rows.append(r)
     return pd.DataFrame(rows)
 
 
@@ -102,7 +107,7 @@ def test_papers_numbers_are_reproduced(tmp_path):
     assert {k: v.outcome for k, v in vs.items()} == {"tpr-lefthash": "reproduced", "tpr-selfhash": "reproduced",
                                                       "null-normal": "reproduced", "thm42-bound": "passed"}
     assert vs["thm42-bound"].kind == "check" and all(vs[k].null_passed is False for k in CLAIMS)
-    assert vs["tpr-lefthash"].ci[0] < 0.994 < vs["tpr-lefthash"].ci[1]
+    assert vs["tpr-lefthash"].value == pytest.approx(0.994) and vs["tpr-lefthash"].gates[0].passed
 
 
 def test_failures_are_not_reproduced(tmp_path):
@@ -133,9 +138,12 @@ def test_smoke_preset_runs(tmp_path):
 
     cfg = resolve_config(WatermarkConfig, "smoke", ["threads=1", "device=cpu"])
     run = run_experiment(Watermark(), cfg, tmp_path / "run", progress=False)
-    df = pd.read_csv(run.path / "results.csv")
-    assert 0 <= df["lefthash_tpr"].iloc[0] <= 1 and np.isfinite(df["lefthash_ks_p"].iloc[0])
-    assert "sweep2_ppl" in df and 0 < df["top40_mass_plain"].iloc[0] <= 1
+    df = run.results()  # reads the arm name "null" as a string (pd.read_csv would read a missing value)
+    assert sorted(df["arm"]) == ["null", "real"] and (df["seed_index"] == 0).all()  # one training, both arms
+    real, null = (df[df["arm"] == a].iloc[0] for a in ("real", "null"))
+    assert 0 <= real["lefthash_tpr"] <= 1 and np.isfinite(null["lefthash_ks_p"]) and null["lefthash_tpr"] < 0.95
+    assert real["train_loss"] == null["train_loss"] and (run.path / "points" / "real-kgw" / "z.npz").exists()
+    assert np.isfinite(real["sweep2_ppl"]) and 0 < real["top40_mass_plain"] <= 1
     vs = {v.claim_id: v for v in run.verdicts()}
     # the smoke model (5 steps) is nearly untrained, so its watermark may not be detected, but the unwatermarked
     # texts are never flagged at z > 4: the TPR claims' null arm (the FPR) does not meet TPR >= 0.95

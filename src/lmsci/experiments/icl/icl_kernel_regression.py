@@ -17,31 +17,31 @@ heads are chosen on a validation split (per task and pooled) to agree with the m
 a held-out split; the baseline is kernel regression with all-MiniLM-L6-v2 embeddings of the demonstrations rendered
 as text (``"o3 o11"``), raw cosine and ``exp(cos / tau)`` with tau tuned on the validation split.
 
-Claims (``icl-rises``, ``near-bayes``, ``head-reconstructs``, ``beats-minilm``) each have the same null arm: the same
-statistic and rule computed, by the same measurement code and on the same prompts, for the seed's GPT at its
-initialisation (same architecture and init seed, untrained; a cheap evaluation, no extra training), which has
-learned no in-context algorithm by construction (columns ``null_*``; for ``beats-minilm`` both its best head and the
-MiniLM kernels are scored against the untrained model's own predictions). ``reproduced`` needs the trained model to
-meet the rule and the untrained one not to.
+Arms (:func:`~lmsci.contract.cross_arms`): ``real`` is the trained GPT; ``null`` is the same seed's GPT at its
+initialisation (same architecture and init seed, untrained: a cheap evaluation, no extra training, in the same group
+as the trained seeds), measured by the same code on the same prompts; it has learned no in-context algorithm by
+construction. Every claim (``icl-rises``, ``near-bayes``, ``head-reconstructs``, ``beats-minilm``) is judged by the
+claims engine on both arms with the same statistic and rule (for ``beats-minilm`` the untrained model's best head and
+the MiniLM kernels are both scored against its own predictions); ``reproduced`` needs the trained model to meet the
+rule and the untrained one not to. The ``does-icl`` gate reads the real arm.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, ci_inside, every_at_least, mean_at_least
+from lmsci.claims.engine import arm_rows
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.icl._hf_text_kernel_regression import hf_text_kernel_regression
-from lmsci.experiments.icl._icl_kernel_regression_verdicts import (AGREE_MIN, BAYES_GAP_MAX, ICL_GAIN_MIN,
-                                                                   MINILM_MARGIN, SPEARMAN_MIN)
-from lmsci.experiments.icl._icl_kernel_regression_verdicts import verdicts as kernel_regression_verdicts
 from lmsci.experiments.registry import register
 from lmsci.measure.icl import (
     KERNELS, embedding_kernel_predictions, head_agreement, kernel_similarity_correlation, kernel_values,
@@ -51,6 +51,12 @@ from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.hmm_mixture import HMMMixture
+
+SPEARMAN_MIN = 0.8     # accuracy rises with n: Spearman >= 0.8 over n_grid, in every seed
+BAYES_GAP_MAX = 0.10   # model accuracy within 10 points of the Bayes posterior's at n = max(n_grid)
+AGREE_MIN = 0.75       # task-specific best head agrees with the model's prediction
+MINILM_MARGIN = 0.10   # ... by at least 10 points more than the MiniLM kernel baseline
+ICL_GAIN_MIN = 0.05    # gate: accuracy at max n exceeds accuracy at n = 1 by 5 points
 
 
 class ICLKernelRegressionConfig(ExperimentConfig):
@@ -146,38 +152,43 @@ class ICLKernelRegression(Experiment):
     _NULL = ("the same statistic and rule for the same GPT at its initialisation (each seed's init weights, untrained) "
              "on the same prompts, with the same measurement code: it has learned no in-context algorithm by "
              "construction")
-    _ICL = Gate("does-icl", f"the model's accuracy at the largest n exceeds its accuracy at n = 1 by at least "
-                            f"{ICL_GAIN_MIN} (mean across seeds)")
+    _ICL = Gate("does-icl", mean_at_least(ICL_GAIN_MIN), arm="real",
+                stat=Stat("acc_model_last", minus=Stat("acc_model_first"),
+                          words="the model's accuracy at the largest n minus its accuracy at n = 1"))
     claims = [
         Claim("icl-rises", "The pretrained GPT's ICL accuracy rises with the number of demonstrations.",
               _SRC + ", Table 3; Xie et al., arXiv 2111.02080, Fig. 3",
               "kernel estimate vs posterior: 0.337 at 1 demonstration, 0.901 at 8, ~0.96 at 32-128 (Table 3)",
-              "per seed, Spearman rank correlation between n in n_grid (1..32) and the model's accuracy against the "
-              "sampled gold label on fresh prompts",
-              f"Spearman >= {SPEARMAN_MIN} in every training seed (at least 3)", null=_NULL),
+              statistic=Stat("spearman_acc_n", words="Spearman rank correlation between n in n_grid (1..32) and the "
+                                                     "model's accuracy against the sampled gold label on fresh "
+                                                     "prompts"),
+              rule=every_at_least(SPEARMAN_MIN), null=_NULL),
         Claim("near-bayes", "At 32 demonstrations the GPT's accuracy is within 10 points of the Bayes posterior's.",
               _SRC + ", Thm 1 and Table 3",
               "~0.96 agreement with the posterior at 32 demonstrations (Table 3)",
-              "per seed, accuracy of the Bayes posterior (exact, forward algorithm) minus the model's accuracy, both "
-              "against the gold label, at n = max(n_grid)",
-              f"the upper end of the 95% Student-t CI across at least 3 seeds is <= {BAYES_GAP_MAX}", null=_NULL),
+              statistic=Stat("bayes_gap_last", words="accuracy of the Bayes posterior (exact, forward algorithm) "
+                                                     "minus the model's accuracy, both against the gold label, at "
+                                                     "n = max(n_grid)"),
+              rule=ci_inside(-math.inf, BAYES_GAP_MAX), null=_NULL),
         Claim("head-reconstructs", "The task-specific best head's kernel vote agrees with the model's own ICL "
               "prediction on held-out prompts.",
               _SRC + ", Sec. 5, Table 2 (ICL output reconstruction)",
               "0.60-0.80 agreement on GPT-J-6B (SST-2 0.797, best head L17H10)",
-              "per seed, held-out agreement between the model's prediction and the vote argmax_c sum_i a_i 1[y_i = c], "
-              "a_i = max of the head's last-token attention over [x_i, y_i], each prompt scored with the head chosen "
-              "on its task's validation prompts (n = n_kr demonstrations)",
-              f"the lower end of the 95% Student-t CI across at least 3 seeds is >= {AGREE_MIN}",
-              gates=(_ICL,), null=_NULL),
+              statistic=Stat("kr_task_max", words="held-out agreement between the model's prediction and the vote "
+                                                  "argmax_c sum_i a_i 1[y_i = c], a_i = max of the head's last-token "
+                                                  "attention over [x_i, y_i], each prompt scored with the head chosen "
+                                                  "on its task's validation prompts (n = n_kr demonstrations)"),
+              rule=ci_inside(AGREE_MIN, math.inf), gates=(_ICL,), null=_NULL),
         Claim("beats-minilm", "The task-specific best head reconstructs the ICL prediction at least 10 points better "
               "than kernel regression with MiniLM sentence embeddings.",
               _SRC + ", Table 2 (all-MiniLM-L6-v2 KR 0.32-0.59)",
               "best head 0.60-0.80 vs MiniLM KR near chance (Table 2)",
-              "per seed, the task-specific best head's held-out agreement minus the better of the two all-MiniLM-L6-v2 "
-              "kernel regressions (raw cosine; exp(cos / tau), tau tuned on the validation split) in agreement with "
-              "the model's prediction on the same held-out prompts",
-              f"the lower end of the 95% Student-t CI across at least 3 seeds is >= {MINILM_MARGIN}",
+              statistic=Stat("kr_task_max", minus=Stat("minilm_best"),
+                             words="the task-specific best head's held-out agreement minus the better of the two "
+                                   "all-MiniLM-L6-v2 kernel regressions (raw cosine; exp(cos / tau), tau tuned on the "
+                                   "validation split) in agreement with the model's prediction on the same held-out "
+                                   "prompts"),
+              rule=ci_inside(MINILM_MARGIN, math.inf),
               gates=(_ICL,), null=_NULL + " (its best head against the MiniLM kernels, both scored against the "
               "untrained model's own predictions)"),
     ]
@@ -191,10 +202,11 @@ class ICLKernelRegression(Experiment):
             raise ConfigError("n_grid", cfg.n_grid, "increasing demonstration counts >= 1")
 
     def points(self, cfg: ICLKernelRegressionConfig) -> list[Point]:
-        return [Point("hmm", {"n_tasks": cfg.n_tasks, "n_states": cfg.n_states, "n_obs": cfg.n_obs})]
+        base = Point("hmm", {"n_tasks": cfg.n_tasks, "n_states": cfg.n_states, "n_obs": cfg.n_obs})
+        return cross_arms([base], ("real", "null"))  # trained / the same seed's untrained initialisation
 
     def groups(self, cfg: ICLKernelRegressionConfig, points: list[Point]) -> list[list[Point]]:
-        return [points]  # all seeds of the one point: trained stacked
+        return [points]  # all seeds of both arms: the real arm's models trained stacked, once
 
     def build(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, seed: int) -> GPT:
         """The GPT over the mixture's vocabulary with context :func:`seq_len_of`, initialised from ``seed``."""
@@ -203,10 +215,10 @@ class ICLKernelRegression(Experiment):
     def run_point(self, cfg, point, ctx):
         return self.run_group(cfg, [point], [ctx])[0]
 
-    def run_group(self, cfg: ICLKernelRegressionConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+    def _train(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, ctxs: list[PointContext]):
+        """The real arm's GPTs of ``ctxs``' seeds, trained stacked; returns (models, the stacked result)."""
         from lmsci.train.stacked import train_stacked
 
-        world = world_of(cfg)
         T = seq_len_of(cfg, world)
         device = ctxs[0].device
         models = [self.build(cfg, world, derive_seed(c.seed, "init")) for c in ctxs]
@@ -218,91 +230,95 @@ class ICLKernelRegression(Experiment):
 
         tc = cfg.train.train_config(log_every=max(1, cfg.train.steps // 50), device=device)
         logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))}) for c in ctxs]
-        res = train_stacked(models, get_batch, tc, seeds=[derive_seed(c.seed, "data") for c in ctxs], log=logs)
+        return models, train_stacked(models, get_batch, tc, seeds=[derive_seed(c.seed, "data") for c in ctxs],
+                                     log=logs)
+
+    def run_group(self, cfg: ICLKernelRegressionConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """The real arm's seeds are trained stacked; the null arm is each seed's initialisation (same init seed),
+        untrained. Both arms are measured on the same prompts (drawn from ``cfg.seed``) by :meth:`measure`."""
+        world = world_of(cfg)
+        device = ctxs[0].device
+        real = [k for k, p in enumerate(points) if p.arm != "null"]
+        models, res = self._train(cfg, world, [ctxs[k] for k in real]) if real else ([], None)
+        trained = dict(zip(real, range(len(real))))
+        prompts = self.prompts(cfg, world, device)
         rows = []
         for k, (p, c) in enumerate(zip(points, ctxs)):
-            if k in res.diverged:
-                res.raise_for(k) if len(points) == 1 else None
+            if k in trained and trained[k] in res.diverged:
+                res.raise_for(trained[k]) if len(points) == 1 else None
                 rows.append({**p.params, "status": "diverged"})
                 continue
-            # the null arm: the same architecture at this seed's initialisation (same init seed), untrained
-            null_model = self.build(cfg, world, derive_seed(c.seed, "init")).to(device)
-            rows.append({**p.params, **self.measure(cfg, world, models[k].to(device), device, c,
-                                                    null_model=null_model)})
-            del null_model
-        if cfg.hf_model and any(p.seed_index == 0 for p in points):
+            model = models[trained[k]] if k in trained else self.build(cfg, world, derive_seed(c.seed, "init"))
+            rows.append({**p.params, **self.measure(cfg, world, model.to(device), device, prompts,
+                                                    full=k in trained)})
+        if cfg.hf_model and any(p.seed_index == 0 and p.arm != "null" for p in points):
             from lmsci.models.zoo import load_model
 
             lm = load_model(cfg.hf_model, device, field="hf_model")  # a zoo name, HF directory or .gguf file
             ctxs[0].run.record_model(lm.provenance)
             hf = hf_text_kernel_regression(lm.model, lm.tokenizer, n_demos=cfg.hf_n_demos, n_val=cfg.hf_n_val,
                                            n_test=cfg.hf_n_test, seed=cfg.seed, minilm=cfg.minilm, device=device)
-            i0 = [p.seed_index for p in points].index(0)
+            i0 = [(p.seed_index, p.arm == "null") for p in points].index((0, False))
             rows[i0]["hf_text_kr"] = json.dumps(hf)
         return rows
 
     # -- measurement -----------------------------------------------------------------------------------------
-    def measure(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, model: GPT, device: str,
-                ctx: PointContext | None = None, null_model: GPT | None = None) -> dict:
-        """Every statistic of one trained model (prompts drawn from ``cfg.seed``: the same for every seed).
-
-        With ``null_model`` (the seed's untrained initialisation: same architecture and init seed) the claims'
-        statistics are also computed for it on the same prompts, with the same code (columns ``null_*``)."""
-        C = world.n_obs
+    def prompts(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, device: str) -> dict:
+        """The evaluation prompts (drawn from ``cfg.seed``: the same for every seed and arm): per n of ``n_grid``
+        the prompts and their Bayes predictions, the kernel-regression validation / held-out prompts balanced over
+        tasks at ``n_kr`` demonstrations, and (with ``cfg.minilm``) their MiniLM embeddings."""
         evals = []
         for n in cfg.n_grid:
             pr = world.sample_prompts(cfg.n_eval, n, np.random.default_rng(derive_seed(cfg.seed, "eval", n)))
             evals.append((pr, world.bayes_posterior(pr).argmax(1)))
-        acc_bayes = [float((yb == pr.y_test).mean()) for pr, yb in evals]
-        acc_model, agree_bayes, rho = self._icl_curve(cfg, model, evals, C, device)
-        # kernel regression at n_kr demonstrations: validation / held-out prompts balanced over tasks
         rng = np.random.default_rng(derive_seed(cfg.seed, "kr"))
         tasks_val = np.repeat(np.arange(world.n_tasks), cfg.n_val_per_task)
         tasks_test = np.repeat(np.arange(world.n_tasks), cfg.n_test_per_task)
         pv = world.sample_prompts(len(tasks_val), cfg.n_kr, rng, tasks=tasks_val)
         pt = world.sample_prompts(len(tasks_test), cfg.n_kr, rng, tasks=tasks_test)
+        minilm = self._minilm_embeddings(cfg, pv, pt, device) if cfg.minilm else None
+        return {"evals": evals, "pv": pv, "pt": pt, "tasks_val": tasks_val, "tasks_test": tasks_test,
+                "minilm": minilm}
+
+    def measure(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, model: GPT, device: str, prompts: dict,
+                full: bool = True) -> dict:
+        """The statistics of one model (trained, or an untrained initialisation) on :meth:`prompts`: the ICL curve,
+        the kernel-regression head agreement and the MiniLM baselines against its own predictions; ``full`` adds
+        the other kernels, the per-head heat maps and the prediction-similarity correlation (the real arm)."""
+        C = world.n_obs
+        evals, pv, pt, minilm = prompts["evals"], prompts["pv"], prompts["pt"], prompts["minilm"]
+        acc_bayes = [float((yb == pr.y_test).mean()) for pr, yb in evals]
+        acc_model, agree_bayes, rho = self._icl_curve(cfg, model, evals, C, device)
         out = {"n_grid": json.dumps(list(cfg.n_grid)), "acc_model": json.dumps(acc_model),
                "acc_bayes": json.dumps(acc_bayes), "agree_model_bayes": json.dumps(agree_bayes),
                "spearman_acc_n": rho, "acc_model_first": acc_model[0], "acc_model_last": acc_model[-1],
                "acc_bayes_last": acc_bayes[-1], "bayes_gap_last": acc_bayes[-1] - acc_model[-1], "n_kr": cfg.n_kr}
-        kr, yhat_v, yhat_t, att_t, kv_max_t = self._kernel_regression(cfg, model, pv, pt, tasks_val, tasks_test, C,
-                                                                      device, KERNELS)
+        kr, yhat_v, yhat_t, att_t, kv_max_t = self._kernel_regression(
+            cfg, model, pv, pt, prompts["tasks_val"], prompts["tasks_test"], C, device, KERNELS if full else ("max",))
         out.update(kr)
-        heat = {"agreement": head_agreement(vote_predictions(kv_max_t, pt.ys, C), yhat_t).tolist()}
         out["icl_acc_kr_prompts"] = float((yhat_t == pt.y_test).mean())
-        # prediction similarity P(o|x_test)^T P(o|x_i): the model's next-token distribution on each input alone
-        p_test = model_label_probs(model, pt.x_test, C, device)
-        p_demo = model_label_probs(model, pt.xs.reshape(-1, cfg.x_len), C, device).reshape(len(pt.tasks), cfg.n_kr, C)
-        corr = kernel_similarity_correlation(kv_max_t, prediction_similarity(p_test, p_demo))
-        heat["corr_similarity"] = np.nan_to_num(corr).tolist()
-        bo = json.loads(out["best_head_overall"])
-        out["corr_similarity_best_head"] = float(np.nan_to_num(corr[bo[0], bo[1]]))
-        out["corr_similarity_max_abs"] = float(np.nanmax(np.abs(corr))) if np.isfinite(corr).any() else None
-        out["heatmaps"] = json.dumps(heat)
-        # MiniLM kernel baselines (each distinct input embedded once; shared by the null arm)
-        minilm = self._minilm_embeddings(cfg, pv, pt, device) if cfg.minilm else None
+        if full:
+            out.update(self._head_maps(cfg, model, pt, kv_max_t, yhat_t, C, device, json.loads(out["best_head_overall"])))
         if minilm is not None:
             raw, tuned, tau = self._minilm_agreement(minilm, pv, pt, C, yhat_v, yhat_t)
             out.update(minilm_raw=raw, minilm_tuned=tuned, minilm_tau=tau, minilm_best=max(raw, tuned))
         else:
             out.update(minilm_raw=None, minilm_tuned=None, minilm_tau=None, minilm_best=None)
-        if null_model is not None:
-            # the null arm: the same statistics of the untrained initialisation on the same prompts
-            acc0, _, rho0 = self._icl_curve(cfg, null_model, evals, C, device)
-            kr0, yv0, yt0, _, _ = self._kernel_regression(cfg, null_model, pv, pt, tasks_val, tasks_test, C, device,
-                                                          ("max",))
-            out.update(null_acc_model=json.dumps(acc0), null_spearman_acc_n=rho0, null_acc_model_first=acc0[0],
-                       null_acc_model_last=acc0[-1], null_bayes_gap_last=acc_bayes[-1] - acc0[-1],
-                       null_kr_task_max=kr0["kr_task_max"], null_kr_overall_max=kr0["kr_overall_max"],
-                       null_best_head_overall=kr0["best_head_overall"],
-                       null_icl_acc_kr_prompts=float((yt0 == pt.y_test).mean()))
-            if minilm is not None:
-                raw0, tuned0, tau0 = self._minilm_agreement(minilm, pv, pt, C, yv0, yt0)
-                out.update(null_minilm_raw=raw0, null_minilm_tuned=tuned0, null_minilm_tau=tau0,
-                           null_minilm_best=max(raw0, tuned0))
-            else:
-                out.update(null_minilm_raw=None, null_minilm_tuned=None, null_minilm_tau=None, null_minilm_best=None)
         return out
+
+    @staticmethod
+    def _head_maps(cfg: ICLKernelRegressionConfig, model: GPT, pt, kv_max_t: np.ndarray, yhat_t: np.ndarray, C: int,
+                   device: str, best: list[int]) -> dict:
+        """Per-head heat maps (vote agreement with the model, correlation of the kernel values with the prediction
+        similarity ``P(o|x_test)^T P(o|x_i)``, the model's next-token distribution on each input alone)."""
+        heat = {"agreement": head_agreement(vote_predictions(kv_max_t, pt.ys, C), yhat_t).tolist()}
+        p_test = model_label_probs(model, pt.x_test, C, device)
+        p_demo = model_label_probs(model, pt.xs.reshape(-1, cfg.x_len), C, device).reshape(len(pt.tasks), cfg.n_kr, C)
+        corr = kernel_similarity_correlation(kv_max_t, prediction_similarity(p_test, p_demo))
+        heat["corr_similarity"] = np.nan_to_num(corr).tolist()
+        return {"corr_similarity_best_head": float(np.nan_to_num(corr[best[0], best[1]])),
+                "corr_similarity_max_abs": float(np.nanmax(np.abs(corr))) if np.isfinite(corr).any() else None,
+                "heatmaps": json.dumps(heat)}
 
     @staticmethod
     def _icl_curve(cfg: ICLKernelRegressionConfig, model: GPT, evals: list, C: int,
@@ -371,15 +387,11 @@ class ICLKernelRegression(Experiment):
         tuned = float((embedding_kernel_predictions(ed_t, et_t, pt.ys, C, tau) == yhat_t).mean())
         return raw, tuned, tau
 
-    # -- verdicts (one function per claim: _icl_kernel_regression_verdicts) --------------------------------
-    def verdicts(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """icl-rises, near-bayes, head-reconstructs and (with the MiniLM baseline) beats-minilm."""
-        return kernel_regression_verdicts(self, cfg, results)
-
     # -- report ----------------------------------------------------------------------------------------------
     def figures(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
+        null, results = arm_rows(results, "null"), arm_rows(results, "real")
         if results.empty or "acc_model" not in results:
             return []
         figs = []
@@ -387,6 +399,8 @@ class ICLKernelRegression(Experiment):
         fig, ax = plt.subplots(figsize=(6, 4))
         for k, s in enumerate(results["acc_model"]):
             ax.plot(n, json.loads(s), "o-", color="C0", alpha=0.7, label="GPT (each seed)" if k == 0 else None)
+        for k, s in enumerate(null["acc_model"].dropna() if "acc_model" in null else []):
+            ax.plot(n, json.loads(s), "x:", color="grey", alpha=0.7, label="null: untrained init" if k == 0 else None)
         ax.plot(n, json.loads(results["acc_bayes"].iloc[0]), "s--", color="k", label="Bayes posterior (exact)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("demonstrations n")
@@ -394,7 +408,8 @@ class ICLKernelRegression(Experiment):
         ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
         figs.append(save_figure(fig, run, "icl_accuracy.png", "ICL accuracy against the number of demonstrations: "
-                                "the GPT (each seed) and the exact Bayes posterior (cf. Han et al. Table 3)"))
+                                "the GPT (each seed), its untrained initialisation (null arm) and the exact Bayes "
+                                "posterior (cf. Han et al. Table 3)", claims=("icl-rises", "near-bayes")))
         heats = [json.loads(s) for s in results["heatmaps"]]
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.4))
         for ax, key, title in ((axes[0], "agreement", "vote agreement with the model (held-out)"),
@@ -409,17 +424,17 @@ class ICLKernelRegression(Experiment):
             fig.colorbar(im, ax=ax)
         figs.append(save_figure(fig, run, "heads.png", "Per-head heat maps (mean over seeds): agreement of each head's "
                                 "kernel vote (max kernel) with the model's ICL prediction, and the correlation of its "
-                                "kernel values with the prediction similarity (cf. Han et al. Figs. 2-3)"))
+                                "kernel values with the prediction similarity (cf. Han et al. Figs. 2-3)",
+                                claims=("head-reconstructs",)))
         return figs
 
     def report_sections(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        cols = ["point", "seed_index", "spearman_acc_n", "acc_model_first", "acc_model_last", "acc_bayes_last",
+        cols = ["point", "arm", "seed_index", "spearman_acc_n", "acc_model_first", "acc_model_last", "acc_bayes_last",
                 "bayes_gap_last", "kr_task_max", "kr_overall_max", "kr_task_sum", "kr_task_label", "kr_gold_task_max",
                 "icl_acc_kr_prompts", "minilm_raw", "minilm_tuned", "minilm_tau", "best_head_overall",
-                "corr_similarity_best_head", "corr_similarity_max_abs", "null_spearman_acc_n", "null_acc_model_last",
-                "null_bayes_gap_last", "null_kr_task_max", "null_minilm_best"]
+                "corr_similarity_best_head", "corr_similarity_max_abs"]
         return (f"## Method\n\nWorld: {cfg.n_tasks} HMM tasks, {cfg.n_states} states, {cfg.n_obs} observations, "
                 f"inputs of {cfg.x_len} observations (Dirichlet {cfg.emit_alpha}/{cfg.trans_alpha}/{cfg.start_alpha}). "
                 f"GPT {cfg.model.n_layers} x {cfg.model.n_heads} heads x d_model {cfg.model.d_model}, "
@@ -427,8 +442,8 @@ class ICLKernelRegression(Experiment):
                 f"Accuracy on {cfg.n_eval} prompts per n; "
                 f"kernel regression at n = {cfg.n_kr} with {cfg.n_val_per_task} validation and {cfg.n_test_per_task} "
                 "held-out prompts per task; kernels max / sum over [x_i, y_i] and label-only; the `kr_gold_*` column "
-                "is the head's vote against the gold label (reconstructed performance). Null arm: the claims' "
-                "statistics also for each seed's untrained initialisation on the same prompts (columns null_*).\n\n## Per seed\n\n"
+                "is the head's vote against the gold label (reconstructed performance). Null arm (rows `null`): each "
+                "seed's untrained initialisation on the same prompts.\n\n## Per seed and arm\n\n"
                 + markdown_table(results[[c for c in cols if c in results]]) + self._hf_section(cfg, results))
 
     def _hf_section(self, cfg: ICLKernelRegressionConfig, results: pd.DataFrame) -> str:

@@ -17,10 +17,13 @@ seeds we measure the error at every context size against the exact baselines of
 :mod:`lmsci.worlds.linear_regression` (numpy), the SPD to each baseline, and ridge probes of ``w`` on the residual
 stream after every block at the query position of context size ``2d``.
 
-Claims (``ls-error``, ``beats-baselines``, ``implied-ridge``, ``probe-w``) each have the same null arm: the same
-statistic and rule computed for the seed's model at its initialisation (same architecture and init weights,
-untrained) on the same evaluation and probe prompts, which has learned no regression algorithm by construction;
-``reproduced`` needs the trained model to meet the rule and the untrained one not to.
+Arms (:func:`~lmsci.contract.cross_arms`; the two arms of a seed form one group, so the prompts and the exact
+baselines are computed once): ``real`` is the trained model; ``null`` is the same architecture at the seed's
+initialisation (same init weights, untrained) measured by the same code on the same evaluation and probe prompts,
+which has learned no regression algorithm by construction. Every claim (``ls-error``, ``beats-baselines``,
+``implied-ridge``, ``probe-w``) is judged by the claims engine on both arms with the same statistic and rule;
+``reproduced`` needs the trained model to meet the rule and the untrained one not to. The ``trained`` gate reads the
+real arm.
 """
 
 from __future__ import annotations
@@ -33,13 +36,11 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, ci_above, ci_below, ci_inside, mean_at_most
+from lmsci.claims.engine import arm_rows
 from lmsci.config import ExperimentConfig
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError, DivergedError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.icl._icl_linear_regression_verdicts import (LS_RATIO_MAX, PLATEAU_FRAC, PROBE_R2_MIN,
-                                                                   SPD_CANDIDATES)
-from lmsci.experiments.icl._icl_linear_regression_verdicts import verdicts as linear_regression_verdicts
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
 from lmsci.models.vector_gpt import VectorGPT
@@ -48,6 +49,33 @@ from lmsci.train.trainer import TrainSpec, lr_at
 from lmsci.worlds.linear_regression import (
     BASELINES, Curriculum, LinearRegressionWorld, baseline_predictions, spd, squared_errors,
 )
+
+
+#: registered thresholds (issue 16)
+LS_RATIO_MAX = 1.5          # model error at n = 2d within 1.5x of least squares
+PROBE_R2_MIN = 0.5          # best layer's held-out R^2 of a linear probe for w
+PLATEAU_FRAC = 0.5          # gate: error at n = 2d below half the zero predictor's (the model left the plateau)
+#: baselines the model must beat at n = 2d, and the candidates of the implied-predictor comparison
+WEAK_BASELINES = ("gd_1step", "knn3", "averaging")
+SPD_CANDIDATES = ("least_squares", "ridge", "gd_1step", "knn3", "averaging")
+LS_LIKE = ("least_squares", "ridge")
+
+
+def error_below_baselines(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, the model's error at n = 2d minus the strongest weak baseline's (the smallest of the baselines'
+    mean errors over the arm's rows: the baselines are exact functions of the shared prompts)."""
+    base = min(float(rows[f"err_{b}_at_2d"].astype(float).mean()) for b in WEAK_BASELINES)
+    return rows.groupby("seed_index")["err_model_at_2d"].mean().astype(float) - base
+
+
+def spd_margin(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, min(SPD to one GD step, 3-NN, averaging) - min(SPD to least squares, ridge): > 0 when ridge or
+    least squares is the model's closest baseline."""
+    g = rows.groupby("seed_index")
+    spd_of = {b: g[f"spd_{b}"].mean().astype(float) for b in SPD_CANDIDATES}
+    ls_like = pd.concat([spd_of[b] for b in LS_LIKE], axis=1).min(axis=1)
+    other = pd.concat([spd_of[b] for b in SPD_CANDIDATES if b not in LS_LIKE], axis=1).min(axis=1)
+    return other - ls_like
 
 
 class ICLLinearRegressionConfig(ExperimentConfig):
@@ -198,17 +226,20 @@ class ICLLinearRegression(Experiment):
     _SRC_A = "Akyurek et al., arXiv 2211.15661, Sec. 4 (Fig. 3: SPD), Sec. 5 (probes)"
     _NULL = ("the same statistic and rule for the same architecture at its initialisation (each seed's init weights, "
              "untrained) on the same prompts: it has learned no regression algorithm by construction")
-    _TRAINED = Gate("trained", f"the model's mean squared error at n = 2d (across seeds) is below {PLATEAU_FRAC} x that "
-                               "of the zero predictor (training left the initial plateau)")
+    _TRAINED = Gate("trained", mean_at_most(PLATEAU_FRAC), arm="real",
+                    stat=Stat("err_model_at_2d", over=Stat("err_zero_at_2d"),
+                              words="the model's mean squared error at n = 2d over that of the zero predictor on the "
+                                    "same prompts (training left the initial plateau)"))
     claims = [
         Claim(
             "ls-error",
             "At n = 2d in-context examples the trained GPT's squared error is within 1.5x of ordinary least squares.",
             _SRC_G,
             "transformer error matches least squares for n >= d (Fig. 2, noiseless d = 20; normalised error near 0)",
-            "per training seed, the model's mean squared error at n = 2d on fresh prompts (shared by the seeds) divided "
-            "by that of ordinary least squares on the same prompts",
-            f"the upper end of the 95% Student-t CI of the ratio across at least 3 seeds is <= {LS_RATIO_MAX}",
+            statistic=Stat("err_model_at_2d", over=Stat("err_least_squares_at_2d"),
+                           words="the model's mean squared error at n = 2d on fresh prompts (shared by the seeds) "
+                                 "divided by that of ordinary least squares on the same prompts"),
+            rule=ci_inside(-math.inf, LS_RATIO_MAX),
             gates=(_TRAINED,),
             null=_NULL,
         ),
@@ -218,11 +249,11 @@ class ICLLinearRegression(Experiment):
             "averaging.",
             _SRC_G + "; " + _SRC_A,
             "3-NN and averaging far above the transformer for n >= d (Fig. 2)",
-            "per seed, the model's mean squared error at n = 2d; compared with the smallest error of one GD step "
-            "(step size tuned per n on the evaluation prompts), 3-NN and averaging (w = mean y_i x_i) on the same "
-            "prompts",
-            "the upper end of the 95% Student-t CI of the model's error across at least 3 seeds is below the smallest "
-            "of the three baselines' errors",
+            statistic=Stat(fn=error_below_baselines,
+                           words="the model's mean squared error at n = 2d minus the smallest of the mean errors "
+                                 "(over the arm's seeds) of one GD step (step size tuned per n on the evaluation "
+                                 "prompts), 3-NN and averaging (w = mean y_i x_i) on the same prompts"),
+            rule=ci_below(0.0),
             gates=(_TRAINED,),
             null=_NULL,
         ),
@@ -231,11 +262,12 @@ class ICLLinearRegression(Experiment):
             "The trained GPT's implied predictor is closest to ridge regression / least squares.",
             _SRC_A,
             "SPD to ridge / least squares near 0, far below SPD to one GD step and k-NN (Fig. 3)",
-            "per seed, the squared prediction difference SPD between the model and each of least squares, ridge "
-            "(lambda = sigma^2), one GD step, 3-NN and averaging, averaged over context sizes n = 1..2d; the margin "
-            "min(SPD to GD, 3-NN, averaging) - min(SPD to ridge, least squares)",
-            "the lower end of the 95% Student-t CI of the margin across at least 3 seeds is > 0 (ridge or least "
-            "squares is the closest)",
+            statistic=Stat(fn=spd_margin,
+                           words="the squared prediction difference SPD between the model and each of least squares, "
+                                 "ridge (lambda = sigma^2), one GD step, 3-NN and averaging, averaged over context "
+                                 "sizes n = 1..2d; the margin min(SPD to GD, 3-NN, averaging) - min(SPD to ridge, "
+                                 "least squares)"),
+            rule=ci_above(0.0),
             gates=(_TRAINED,),
             null=_NULL,
         ),
@@ -244,9 +276,10 @@ class ICLLinearRegression(Experiment):
             "A linear probe on the residual stream recovers the task vector w (held-out R^2 reported per layer).",
             _SRC_A,
             "w (and the least-squares estimate) decodable from later layers (Sec. 5, Fig. 4)",
-            "per seed, the best layer's held-out R^2 (variance-weighted over the d coordinates) of a ridge probe of w "
-            "from the residual stream at the query position after 2d examples",
-            f"the lower end of the 95% Student-t CI of the best-layer R^2 across at least 3 seeds is >= {PROBE_R2_MIN}",
+            statistic=Stat("probe_r2_best", words="the best layer's held-out R^2 (variance-weighted over the d "
+                                                  "coordinates) of a ridge probe of w from the residual stream at the "
+                                                  "query position after 2d examples"),
+            rule=ci_inside(PROBE_R2_MIN, math.inf),
             gates=(_TRAINED,),
             null=_NULL,
         ),
@@ -261,7 +294,7 @@ class ICLLinearRegression(Experiment):
             raise ConfigError("curriculum_points_start", cfg.curriculum_points_start, f"<= 2d+1={cfg.n_points}")
 
     def points(self, cfg: ICLLinearRegressionConfig) -> list[Point]:
-        return [Point(f"d{cfg.d}", {"d": cfg.d})]
+        return cross_arms([Point(f"d{cfg.d}", {"d": cfg.d})], ("real", "null"))  # trained / untrained initialisation
 
     # -- training --------------------------------------------------------------------------------------------
     def train_model(self, cfg: ICLLinearRegressionConfig, world: LinearRegressionWorld, seed: int, device: str,
@@ -318,15 +351,44 @@ class ICLLinearRegression(Experiment):
         return world.sample(n, cfg.n_points, torch.Generator().manual_seed(derive_seed(cfg.seed, "icl-lr", kind)))
 
     def run_point(self, cfg: ICLLinearRegressionConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def groups(self, cfg: ICLLinearRegressionConfig, points: list[Point]) -> list[list[Point]]:
+        """The two arms of one seed form one group: the prompts and the exact baselines are computed once."""
+        by_seed: dict[int, list[Point]] = {}
+        for p in points:
+            by_seed.setdefault(p.seed_index, []).append(p)
+        return list(by_seed.values())
+
+    def run_group(self, cfg: ICLLinearRegressionConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """The real arm trains the seed's model; the null arm is the same architecture at its initialisation (same
+        init seed), untrained. Both are measured by :meth:`measure` on the same prompts."""
         world = LinearRegressionWorld(cfg.d, cfg.noise_std)
-        model, hist = self.train_model(cfg, world, ctx.seed, ctx.device, ctx)
         ev = self.eval_prompts(cfg, world, "eval", cfg.n_eval)
         ys = ev.ys.double().numpy()
-        pred = predict(model, ev.xs, ev.ys)
         base = baseline_predictions(ev.xs.numpy(), ys, ridge_lambda=world.ridge_lambda)
+        shared = {"ev": ev, "ys": ys, "base": base, "pr": self.eval_prompts(cfg, world, "probe", cfg.n_probe)}
+        rows = []
+        for p, ctx in zip(points, ctxs):
+            if p.arm == "null":
+                model, hist = build_model(cfg, derive_seed(ctx.seed, "init")).to(ctx.device), []
+            else:
+                model, hist = self.train_model(cfg, world, ctx.seed, ctx.device, ctx)
+                pd.DataFrame(hist).to_csv(ctx.artifact_dir / "train_curve.csv", index=False)
+            rows.append({**p.params, "noise_std": cfg.noise_std, "n_query": cfg.n_query,
+                         "final_train_loss": hist[-1]["loss"] if hist else None,
+                         **self.measure(cfg, world, model, shared)})
+            del model
+        return rows
+
+    def measure(self, cfg: ICLLinearRegressionConfig, world: LinearRegressionWorld, model: VectorGPT,
+                shared: dict) -> dict:
+        """Errors at n = 2d against the exact baselines, SPD to each baseline (mean over n = 1..2d), and ridge probes
+        of w and of its ridge estimate at the query after 2d examples, per layer, for one model."""
+        ev, ys, base, pr = shared["ev"], shared["ys"], shared["base"], shared["pr"]
+        pred = predict(model, ev.xs, ev.ys)
         errs = {"model": squared_errors(pred, ys)} | {b: squared_errors(v, ys) for b, v in base.items()}
         spds = {b: spd(pred, base[b]) for b in SPD_CANDIDATES}
-        pr = self.eval_prompts(cfg, world, "probe", cfg.n_probe)
         pos = 2 * cfg.n_query  # the x token after 2d pairs
         r2_w = probe_w(model, pr.xs, pr.ys, pr.ws.double().numpy(), pos, cfg.probe_alpha)
         # also probe the ridge estimate of w from the 2d pairs the model sees (Akyurek et al. probe w_OLS)
@@ -335,36 +397,20 @@ class ICLLinearRegression(Experiment):
                                 np.einsum("bij,bi->bj", X, Y)[..., None])[..., 0]
         r2_wh = probe_w(model, pr.xs, pr.ys, w_hat, pos, cfg.probe_alpha)
         nq = cfg.n_query
-        # the null arm: the same architecture at its initialisation (same init seed), the same prompts and statistics
-        null_model = build_model(cfg, derive_seed(ctx.seed, "init")).to(ctx.device)
-        pred0 = predict(null_model, ev.xs, ev.ys)
-        null = {"null_err_model_at_2d": float(squared_errors(pred0, ys)[nq]),
-                **{f"null_spd_{b}": float(spd(pred0, base[b])[1:nq + 1].mean()) for b in SPD_CANDIDATES},
-                "null_probe_r2_best": float(max(probe_w(null_model, pr.xs, pr.ys, pr.ws.double().numpy(), pos,
-                                                        cfg.probe_alpha)))}
-        del null_model
-        row = {**point.params, "noise_std": cfg.noise_std, "n_query": nq, **null,
-               "final_train_loss": hist[-1]["loss"] if hist else None,
-               **{f"err_{k}_at_2d": float(v[nq]) for k, v in errs.items()},
-               **{f"spd_{k}": float(v[1:nq + 1].mean()) for k, v in spds.items()},
-               "probe_r2_best": float(max(r2_w)), "probe_best_layer": int(np.argmax(r2_w)),
-               "probe_what_r2_best": float(max(r2_wh)),
-               "err_curves": json.dumps({k: [round(float(x), 6) for x in v] for k, v in errs.items()}),
-               "spd_curves": json.dumps({k: [round(float(x), 6) for x in v] for k, v in spds.items()}),
-               "probe_r2_by_layer": json.dumps([round(x, 4) for x in r2_w]),
-               "probe_what_r2_by_layer": json.dumps([round(x, 4) for x in r2_wh])}
-        pd.DataFrame(hist).to_csv(ctx.artifact_dir / "train_curve.csv", index=False)
-        return row
-
-    # -- verdicts (one function per claim: _icl_linear_regression_verdicts) --------------------------------
-    def verdicts(self, cfg: ICLLinearRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """ls-error, beats-baselines, implied-ridge and probe-w, in that order."""
-        return linear_regression_verdicts(self, cfg, results)
+        return {**{f"err_{k}_at_2d": float(v[nq]) for k, v in errs.items()},
+                **{f"spd_{k}": float(v[1:nq + 1].mean()) for k, v in spds.items()},
+                "probe_r2_best": float(max(r2_w)), "probe_best_layer": int(np.argmax(r2_w)),
+                "probe_what_r2_best": float(max(r2_wh)),
+                "err_curves": json.dumps({k: [round(float(x), 6) for x in v] for k, v in errs.items()}),
+                "spd_curves": json.dumps({k: [round(float(x), 6) for x in v] for k, v in spds.items()}),
+                "probe_r2_by_layer": json.dumps([round(x, 4) for x in r2_w]),
+                "probe_what_r2_by_layer": json.dumps([round(x, 4) for x in r2_wh])}
 
     # -- report ----------------------------------------------------------------------------------------------
     def figures(self, cfg: ICLLinearRegressionConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
+        results = arm_rows(results, "real")
         if results.empty or "err_curves" not in results:
             return []
         curves = [json.loads(s) for s in results["err_curves"]]
@@ -388,7 +434,8 @@ class ICLLinearRegression(Experiment):
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         figs = [save_figure(fig, run, "error_vs_n.png", "Squared error (normalised by d) against the number of "
-                            "in-context examples: the GPT and the exact baselines (cf. Garg et al. Fig. 2)")]
+                            "in-context examples: the GPT and the exact baselines (cf. Garg et al. Fig. 2)",
+                            claims=("ls-error", "beats-baselines"))]
         spdc = [json.loads(s) for s in results["spd_curves"]]
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for i, name in enumerate(SPD_CANDIDATES):
@@ -400,7 +447,7 @@ class ICLLinearRegression(Experiment):
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         figs.append(save_figure(fig, run, "spd_vs_n.png", "Squared prediction difference between the GPT and each "
-                                "baseline (mean over seeds; cf. Akyurek et al. Fig. 3)"))
+                                "baseline (mean over seeds; cf. Akyurek et al. Fig. 3)", claims=("implied-ridge",)))
         fig, ax = plt.subplots(figsize=(5.4, 3.8))
         for col, lab, ls in (("probe_r2_by_layer", "w", "-"), ("probe_what_r2_by_layer", "ridge estimate of w", "--")):
             arr = np.array([json.loads(s) for s in results[col]])
@@ -413,15 +460,15 @@ class ICLLinearRegression(Experiment):
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         figs.append(save_figure(fig, run, "probe_r2.png", "Held-out R^2 of ridge probes of w and of the ridge estimate "
-                                "of w at the query after 2d examples, per layer, every seed"))
+                                "of w at the query after 2d examples, per layer, every seed", claims=("probe-w",)))
         return figs
 
     def report_sections(self, cfg: ICLLinearRegressionConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        cols = ["point", "seed_index", "final_train_loss"] + [f"err_{b}_at_2d" for b in ("model",) + BASELINES] + \
+        cols = ["point", "arm", "seed_index", "final_train_loss"] + [f"err_{b}_at_2d" for b in ("model",) + BASELINES] + \
             [f"spd_{b}" for b in SPD_CANDIDATES] + ["probe_r2_best", "probe_best_layer", "probe_what_r2_best",
-                                                    "probe_r2_by_layer", "null_err_model_at_2d", "null_probe_r2_best"]
+                                                    "probe_r2_by_layer"]
         return (f"## Method\n\nd = {cfg.d}, prompts of 2d + 1 = {cfg.n_points} pairs, x ~ N(0, I), w ~ N(0, I), noise "
                 f"sigma = {cfg.noise_std}. GPT trunk {cfg.model.n_layers} layers x {cfg.model.n_heads} heads x d_model "
                 f"{cfg.model.d_model} with a linear read-in of the vectors; AdamW lr {cfg.train.lr}, batch "
@@ -434,9 +481,9 @@ class ICLLinearRegression(Experiment):
                 f"mean squared errors (the figures divide by d as Garg et al.). SPD averaged over n = 1..2d. Probes: "
                 f"scikit-learn Ridge(alpha={cfg.probe_alpha}) on standardised residual streams at the query after 2d "
                 f"examples, fit on {cfg.n_probe // 2} prompts and scored on {cfg.n_probe - cfg.n_probe // 2}. Null arm: "
-                f"every statistic also for the seed's untrained initialisation (columns null_*). Seeds are "
+                f"every statistic also for the seed's untrained initialisation (rows `null`). Seeds are "
                 "trained one after another (the stacked trainer is for token models with a cross-entropy loss).\n\n"
-                "## Per seed\n\n" + markdown_table(results[[c for c in cols if c in results]]))
+                "## Per seed and arm\n\n" + markdown_table(results[[c for c in cols if c in results]]))
 
 
 def _interleave(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:

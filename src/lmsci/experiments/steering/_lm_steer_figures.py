@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from lmsci.experiments.base import Figure, save_figure
+from lmsci.claims.engine import arm_rows
 from lmsci.experiments.steering import lm_steer_detox
 from lmsci.experiments.steering._lm_steer_verdicts import ATTRS
 from lmsci.experiments.steering.lm_steer_detox import mean_curve
@@ -27,6 +28,7 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
 
     if "curves" not in results:
         return lm_steer_detox.figures(results, run)
+    results = arm_rows(results, "real")  # the trained steers (the null arm's random W is in the verdicts)
     curves = [json.loads(c) for c in results["curves"]]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, a in zip(axes, ATTRS):
@@ -51,9 +53,12 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
 def report_sections(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
     """The report's measurements of seed 0 of W (NLL in nats/token, scores, perplexities, Dist-n), the baselines'
     sweep, highlighting and probe examples and sample continuations; the detoxification table at the paper preset."""
-    r = results.sort_values("seed_index").iloc[0] if "seed_index" in results else results.iloc[0]
     if "curves" not in results:
         return lm_steer_detox.report_section(results, run)
+    null = arm_rows(results, "null")
+    results = arm_rows(results, "real")
+    r = results.sort_values("seed_index").iloc[0] if "seed_index" in results else results.iloc[0]
+    r0 = null[null["seed_index"] == r["seed_index"]].iloc[0] if len(null) and "seed_index" in null else None
     lines = ["## Measurements (seed 0 of W)\n", "| quantity | value |", "|---|---|",
              f"| validation NLL A / B / fluency GPT (nats/token) | {r['val_nll_A']:.3f} / {r['val_nll_B']:.3f} / "
              f"{r['val_nll_fluency']:.3f} |",
@@ -68,13 +73,13 @@ def report_sections(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
             lines.append(f"| {label}: sentiment / P(comedy) / ppl / dist-1,2,3 | {r[f'{key}__sentiment']:.3f} / "
                          f"{r[f'{key}__genre']:.3f} / {r[f'{key}__ppl']:.1f} / {r[f'{key}__dist_1']:.2f}, "
                          f"{r[f'{key}__dist_2']:.2f}, {r[f'{key}__dist_3']:.2f} |")
-    if "null_sentiment_gain_pos" in r:
+    if r0 is not None and "sentiment_gain_pos" in r0:
         lines.append("| null arm (random W of the same norm): gains sentiment +/-, genre +/- | "
-                     + " / ".join(f"{float(r[f'null_{a}_gain_{d}']):.3f}" for a in ATTRS for d in ("pos", "neg"))
+                     + " / ".join(f"{float(r0[f'{a}_gain_{d}']):.3f}" for a in ATTRS for d in ("pos", "neg"))
                      + " |")
         lines.append(f"| highlighting / probe enrichment: steer vs null arm | {float(r['highlight_enrichment']):.2f}"
-                     f" vs {float(r['null_highlight_enrichment']):.2f} / {float(r['probe_enrichment']):.2f} vs "
-                     f"{float(r['null_probe_enrichment']):.2f} |")
+                     f" vs {float(r0['highlight_enrichment']):.2f} / {float(r['probe_enrichment']):.2f} vs "
+                     f"{float(r0['probe_enrichment']):.2f} |")
     lines.append(f"\nSteer plays: {str(r['steer_plays']).replace(';', ', ')}. Scorer plays (classifier, prompts, "
                  f"highlighting): {str(r['scorer_plays']).replace(';', ', ')}.\n")
     if "baselines" in r:

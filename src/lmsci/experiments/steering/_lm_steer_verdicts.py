@@ -1,10 +1,11 @@
 """Verdicts of :mod:`lmsci.experiments.steering.lm_steer` on the Shakespeare GPTs: one function per claim.
 
 Each function takes the experiment (for :meth:`Experiment.judge` and the registered gates), the resolved config,
-the results table (one row per seed of W, sorted by ``seed_index``) and the gate values ``G`` (:func:`gates`, plus
-``single-steer-gains``), and returns the claim's verdict. Statistics are across the seeds of W with a Student-t
-95% CI (:func:`lmsci.stats.across_seeds`); every claim but ``vs-baselines`` has a null arm (columns ``null_*``: a
-random W of the same Frobenius norm and rank). Source: Han, Xu, Li, Ji, "Word Embeddings Are Steers for Language
+the real arm's rows and the null arm's rows (one row per seed of W each, sorted by ``seed_index``; the same columns)
+and the gate values ``G`` (:func:`gates`, plus ``single-steer-gains``), and returns the claim's verdict. Statistics
+are across the seeds of W with a Student-t 95% CI (:func:`lmsci.stats.across_seeds`); every claim but
+``vs-baselines`` has a null arm (the arm ``null``: a random W of the same Frobenius norm and rank), judged by the
+same rule on the same statistic. Source: Han, Xu, Li, Ji, "Word Embeddings Are Steers for Language
 Models", ACL 2024, arXiv 2305.12798, Tables 1, 2 and 5, sec. 5, App. F-G.
 """
 
@@ -43,17 +44,17 @@ def _col(res: pd.DataFrame, name: str) -> list[float]:
 
 
 def _has(res: pd.DataFrame, *names: str) -> bool:
-    return all(n in res for n in names)
+    return len(res) > 0 and all(n in res for n in names)
 
 
 def _gates_for(exp: Any, G: Gates, cid: str) -> Gates:
     return {g.id: G[g.id] for g in exp.get_claim(cid).gates}
 
 
-def gain_stats(res: pd.DataFrame, prefix: str = "") -> dict[str, Any]:
+def gain_stats(res: pd.DataFrame) -> dict[str, Any]:
     """``"{attr}_{pos|neg}"`` -> the across-seed statistic of the single-steer gain at +-steer_value (columns
-    ``{prefix}{attr}_gain_{pos|neg}``; prefix ``"null_"`` for the null arm)."""
-    return {f"{a}_{d}": across_seeds(_col(res, f"{prefix}{a}_gain_{d}")) for a in ATTRS for d in ("pos", "neg")}
+    ``{attr}_gain_{pos|neg}`` of one arm's rows)."""
+    return {f"{a}_{d}": across_seeds(_col(res, f"{a}_gain_{d}")) for a in ATTRS for d in ("pos", "neg")}
 
 
 def single_steer_gains_gate(stats: dict[str, Any]) -> tuple[Any, bool]:
@@ -84,13 +85,13 @@ def continuous_stats(curves: list[dict]) -> tuple[list[float], dict[str, Any]]:
     return vals, {"spearman_score": rho, "spearman_abs_ppl": ppl_rho, "mean_curves": mean_curves}
 
 
-def steering(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def steering(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
     """``steering``: the smallest of the four mean gains; every gain's CI lower end > 0."""
     worst = min(stats, key=lambda k: stats[k].mean)
     null: tuple[Any, bool | None] = (None, None)
     null_details: dict[str, Any] = {}
-    if _has(res, *(f"null_{a}_gain_{d}" for a in ATTRS for d in ("pos", "neg"))):
-        nstats = gain_stats(res, "null_")
+    if _has(nres, *(f"{a}_gain_{d}" for a in ATTRS for d in ("pos", "neg"))):
+        nstats = gain_stats(nres)
         nw = min(nstats, key=lambda k: nstats[k].mean)
         null = (nstats[nw].mean, bool(all(np.isfinite(st.lo) and st.lo > 0 for st in nstats.values())))
         null_details = {"null_random_W": {k: {"mean": st.mean, "ci": [st.lo, st.hi]} for k, st in nstats.items()}}
@@ -103,7 +104,7 @@ def steering(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, A
                      note="sentiment in VADER compound units, genre in P(comedy) units")
 
 
-def continuous(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def continuous(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
     """``continuous``: the three Spearman correlations on the seed-averaged curves, each >= 0.9."""
     curves = [json.loads(c) for c in res["curves"]]
     vals, cd = continuous_stats(curves)
@@ -111,8 +112,8 @@ def continuous(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str,
     ok = None if any(not np.isfinite(v) for v in vals) else all(v >= 0.9 for v in vals)
     per_seed_min = [min(ts.spearman([c["s"] for c in cv[a]], [c[a] for c in cv[a]]) for a in ATTRS) for cv in curves]
     null, null_details = (None, None), {}
-    if _has(res, "null_curves"):
-        nv, nd = continuous_stats([json.loads(c) for c in res["null_curves"]])
+    if _has(nres, "curves") and nres["curves"].notna().all():
+        nv, nd = continuous_stats([json.loads(c) for c in nres["curves"]])
         # a constant curve (NaN Spearman) does not meet the rule
         null = (nan_stat(np.min, nv), bool(all(np.isfinite(v) and v >= 0.9 for v in nv)))
         null_details = {"null_random_W": nd}
@@ -125,7 +126,8 @@ def continuous(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str,
                               **null_details})
 
 
-def compositional(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def compositional(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates,
+                  stats: dict[str, Any]) -> Verdict:
     """``compositional``: each attribute's mean retention across seeds >= 0.6."""
     cs = {a: across_seeds(_col(res, f"comp_{a}_retention")) if np.isfinite(_col(res, f"comp_{a}_retention")).any()
           else None for a in ATTRS}
@@ -135,11 +137,11 @@ def compositional(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[s
                                           "is undefined")
     w = min(ATTRS, key=lambda a: cs[a].mean)
     null, nd = (None, None), {}
-    if _has(res, *(f"null_comp_{a}_retention" for a in ATTRS)):
+    if _has(nres, *(f"comp_{a}_retention" for a in ATTRS)):
         # a retention undefined in every seed (NaN) does not meet the rule
-        nm = {a: nan_stat(np.mean, _col(res, f"null_comp_{a}_retention")) for a in ATTRS}
+        nm = {a: nan_stat(np.mean, _col(nres, f"comp_{a}_retention")) for a in ATTRS}
         null = (nan_stat(np.min, list(nm.values())), bool(all(np.isfinite(v) and v >= 0.6 for v in nm.values())))
-        nd = {"null_random_W": {a: {"mean": nm[a], "per_seed": _col(res, f"null_comp_{a}_retention")}
+        nd = {"null_random_W": {a: {"mean": nm[a], "per_seed": _col(nres, f"comp_{a}_retention")}
                                 for a in ATTRS}}
     return exp.judge(cfg, "compositional", value=cs[w].mean, passed=all(s.mean >= 0.6 for s in cs.values()),
                      ci=cs[w].ci, ci_kind=cs[w].kind, n_seeds=cs[w].n, gates=_gates_for(exp, G, "compositional"),
@@ -148,7 +150,7 @@ def compositional(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[s
                               for a, s in cs.items()} | nd, note=weak_gain_note(stats))
 
 
-def transfer(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def transfer(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
     """``transfer``: each attribute's mean retention on B >= 0.3 and the spread on B's CI lower end > 0."""
     tr = {a: _col(res, f"transfer_{a}_retention") for a in ATTRS}
     if any(not np.isfinite(v).any() for v in tr.values()):
@@ -158,12 +160,12 @@ def transfer(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, A
     sp = {a: across_seeds(_col(res, f"transfer_{a}_spread_B")) for a in ATTRS}
     w = min(ATTRS, key=lambda a: ts_[a].mean)
     null, nd = (None, None), {}
-    if _has(res, *(f"null_transfer_{a}_{c}" for a in ATTRS for c in ("retention", "spread_B"))):
-        nm = {a: nan_stat(np.mean, _col(res, f"null_transfer_{a}_retention")) for a in ATTRS}
-        nsp = {a: across_seeds(_col(res, f"null_transfer_{a}_spread_B")) for a in ATTRS}
+    if _has(nres, *(f"transfer_{a}_{c}" for a in ATTRS for c in ("retention", "spread_B"))):
+        nm = {a: nan_stat(np.mean, _col(nres, f"transfer_{a}_retention")) for a in ATTRS}
+        nsp = {a: across_seeds(_col(nres, f"transfer_{a}_spread_B")) for a in ATTRS}
         null = (nan_stat(np.min, list(nm.values())),
                 bool(all(np.isfinite(nm[a]) and nm[a] >= 0.3 and nsp[a].lo > 0 for a in ATTRS)))
-        nd = {"null_random_W": {a: {"retention": _col(res, f"null_transfer_{a}_retention"),
+        nd = {"null_random_W": {a: {"retention": _col(nres, f"transfer_{a}_retention"),
                                     "spread_B_ci": [nsp[a].lo, nsp[a].hi]} for a in ATTRS}}
     return exp.judge(cfg, "transfer", value=ts_[w].mean, passed=all(ts_[a].mean >= 0.3 and sp[a].lo > 0 for a in ATTRS),
                      ci=ts_[w].ci, ci_kind=ts_[w].kind, n_seeds=ts_[w].n, gates=_gates_for(exp, G, "transfer"),
@@ -173,7 +175,8 @@ def transfer(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, A
                               for a in ATTRS} | nd, note=weak_gain_note(stats))
 
 
-def _enrichment(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, cid: str, name: str, thr: float) -> Verdict:
+def _enrichment(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, cid: str, name: str,
+                thr: float) -> Verdict:
     """An enrichment claim (column ``name``): mean across seeds >= ``thr`` and its CI lower end > 1."""
     v = _col(res, name)
     if not np.isfinite(v).any():
@@ -181,8 +184,8 @@ def _enrichment(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, cid: str, name:
                          why_not_computed="no lexicon word in the reference spans / vocabulary")
     s = across_seeds(v)
     null, nd = (None, None), {}
-    if _has(res, "null_" + name):
-        nv = _col(res, "null_" + name)
+    if _has(nres, name):
+        nv = _col(nres, name)
         if np.isfinite(nv).any():
             ns = across_seeds(nv)
             null = (ns.mean, bool(ns.mean >= thr and ns.lo > 1))
@@ -195,17 +198,17 @@ def _enrichment(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, cid: str, name:
                      details={"per_seed": v} | nd)
 
 
-def highlighting(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def highlighting(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
     """``highlighting``: lexicon enrichment of the highlighted spans, mean >= 2 and CI lower end > 1."""
-    return _enrichment(exp, cfg, res, G, "highlighting", "highlight_enrichment", 2.0)
+    return _enrichment(exp, cfg, res, nres, G, "highlighting", "highlight_enrichment", 2.0)
 
 
-def probe(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def probe(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
     """``probe``: lexicon enrichment of the SVD probe's extreme tokens, mean >= 3 and CI lower end > 1."""
-    return _enrichment(exp, cfg, res, G, "probe", "probe_enrichment", 3.0)
+    return _enrichment(exp, cfg, res, nres, G, "probe", "probe_enrichment", 3.0)
 
 
-def vs_baselines(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
+def vs_baselines(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame, G: Gates, stats: dict[str, Any]) -> Verdict:
     """The ablation: LM-Steer's sentiment gain minus each baseline's at LM-Steer's perplexity increase, across
     the seeds whose baselines were trained."""
     gates_ = _gates_for(exp, G, "vs-baselines")
@@ -239,9 +242,10 @@ def vs_baselines(exp: Any, cfg: Any, res: pd.DataFrame, G: Gates, stats: dict[st
 CLAIM_VERDICTS = (steering, continuous, compositional, transfer, highlighting, probe, vs_baselines)
 
 
-def shakespeare_verdicts(exp: Any, cfg: Any, res: pd.DataFrame) -> list[Verdict]:
-    """Every Shakespeare claim's verdict, in claim order, from the rows of ``res`` (sorted by seed of W)."""
+def shakespeare_verdicts(exp: Any, cfg: Any, res: pd.DataFrame, nres: pd.DataFrame) -> list[Verdict]:
+    """Every Shakespeare claim's verdict, in claim order, from the real arm's rows ``res`` and the null arm's rows
+    ``nres`` (each sorted by seed of W; ``nres`` empty: the null arm not measured)."""
     stats = gain_stats(res)
     G = gates(res.iloc[0])
     G["single-steer-gains"] = single_steer_gains_gate(stats)
-    return [f(exp, cfg, res, G, stats) for f in CLAIM_VERDICTS]
+    return [f(exp, cfg, res, nres, G, stats) for f in CLAIM_VERDICTS]

@@ -39,7 +39,8 @@ Set-up (every number a config field):
   vocabulary's. **Baselines** (the ablation ``vs-baselines``, decides nothing): a logit offset and activation
   addition trained with the same loss on the sentiment data on every seed of W, swept over steer values; LM-Steer's
   sentiment gain at 5 eps0 minus each baseline's at the same perplexity increase (rule: not negative on average).
-* **Null arm** (every claim, the same run, columns ``null_*``): each attribute's steer W replaced by a random W of
+* **Null arm** (every claim; the arm ``null`` of the sweep, one row per seed of W beside the real arm's, computed in
+  the same pass over the seed, so nothing is trained twice): each attribute's steer W replaced by a random W of
   the same Frobenius norm and rank (:func:`random_like`; the trained dummy steer kept, so steer value 0 is the same
   model), measured with the same prompts and sampling seeds: its gains and curves (steering, continuous); the
   composition with the attribute's own steer replaced by it (compositional); carried to B by the same map
@@ -50,7 +51,17 @@ The ``paper`` preset runs the paper's own setting instead, GPT2-Large detoxifica
 (:mod:`lmsci.experiments.steering.lm_steer_detox`: ``model_path``, ``fluency_model_path``, ``toxicity_model_path``,
 ``data_path``; a local toxicity classifier stands in for the Perspective API); it judges the claims ``detox`` and
 ``detox-tradeoff``, which only it measures, and without those paths it refuses with a ConfigError before any work.
-The Shakespeare claims are not measured at the paper preset and are registered for quick and gpu only.
+The Shakespeare claims are not measured at the paper preset and are registered for quick and gpu only. (The
+detoxification rows keep their random-W null arm in ``null_*`` columns: that setting runs from local files only.)
+
+Escape hatch (``hand_verdicts``; every claim): each registered rule is a conjunction the claims engine's one rule on
+one per-seed statistic cannot express. ``steering``: a CI above 0 for each of four gains (two attributes x two
+directions); ``continuous``: three Spearman correlations computed on the seed-averaged curves (not per seed), each
+>= 0.9; ``compositional``: each attribute's mean retention >= 0.6 (two statistics); ``transfer``: per attribute a
+mean retention >= 0.3 and a CI of the spread on B above 0 (four conditions); ``highlighting`` and ``probe``: a mean
+enrichment at least a threshold and a CI lower end above 1 on the same statistic (two rules); ``vs-baselines``: per
+baseline a mean over the seeds where both gains are defined; ``detox``: a CI of the reduction above 0 and a mean
+relative reduction >= 0.25; ``detox-tradeoff``: two Spearman correlations on seed-averaged curves.
 """
 
 from __future__ import annotations
@@ -59,9 +70,10 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Verdict, not_measured
+from lmsci.claims.engine import arm_rows
 from lmsci.config import ExperimentConfig
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
 from lmsci.experiments.registry import register
 from lmsci.experiments.steering import _lm_steer_figures, _lm_steer_run, lm_steer_detox
 from lmsci.experiments.steering._lm_steer_verdicts import ATTRS, shakespeare_verdicts
@@ -404,16 +416,19 @@ class LMSteerExperiment(Experiment):
             raise ConfigError("baselines", bad, "logit_offset, act_add")
 
     def points(self, cfg: LMSteerConfig) -> list[Point]:
-        return [Point("steer", {})]
+        if cfg.preset == "paper":  # the detoxification setting: its random-W null arm is in null_* columns
+            return [Point("steer", {})]
+        return cross_arms([Point("steer", {})], ("real", "null"))  # the trained steers / random W of the same norm
 
     def groups(self, cfg: LMSteerConfig, points: list[Point]) -> list[list[Point]]:
-        return [points] if points else []  # the language models are trained once for all seeds of W
+        return [points] if points else []  # the language models are trained once for all seeds of W and both arms
 
     # ------------------------------------------------------------------------------------------ run
     def run_group(self, cfg: LMSteerConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """Train the language models once, prepare the attribute data, then measure every seed of W (one point
-        each) through the phases of :mod:`lmsci.experiments.steering._lm_steer_run`; at the paper preset, the
-        detoxification setting (:func:`lm_steer_detox.run`)."""
+        """Train the language models once, prepare the attribute data, then measure every seed of W through the
+        phases of :mod:`lmsci.experiments.steering._lm_steer_run` (one pass per seed gives both arms' rows: the
+        random W is measured beside the trained steers, with the same prompts and sampling seeds); at the paper
+        preset, the detoxification setting (:func:`lm_steer_detox.run`)."""
         from lmsci.worlds import shakespeare as sh
 
         if cfg.preset == "paper":
@@ -425,21 +440,30 @@ class LMSteerExperiment(Experiment):
         base = sh.ngram_baselines(corpus.train_ids, corpus.val_ids, corpus.vocab_size)
         data = _lm_steer_run.prepare_data(cfg, tok)
         common = _lm_steer_run.shared_columns(cfg, corpus, lms, base, data)
-        return [_lm_steer_run.run_seed(cfg, point, ctx, lms, data, common, tok, corpus.vocab_size)
-                for point, ctx in zip(points, ctxs)]
+        by_seed: dict[int, dict[str, tuple[Point, PointContext]]] = {}
+        for point, ctx in zip(points, ctxs):
+            by_seed.setdefault(point.seed_index, {})[point.arm] = (point, ctx)
+        rows: dict[tuple[int, str], dict] = {}
+        for k, arms in by_seed.items():
+            point, ctx = arms.get("real", arms.get("null"))
+            row = _lm_steer_run.run_seed(cfg, point, ctx, lms, data, common, tok, corpus.vocab_size)
+            rows[(k, "real")] = {k_: v for k_, v in row.items() if not k_.startswith("null_")}
+            rows[(k, "null")] = {**common, **{k_[len("null_"):]: v for k_, v in row.items() if k_.startswith("null_")}}
+        return [rows[(p.seed_index, p.arm)] for p in points]
 
     # ------------------------------------------------------------------------------------------ verdicts
-    def verdicts(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """Every claim's verdict in claim order: the Shakespeare claims
-        (:mod:`lmsci.experiments.steering._lm_steer_verdicts`, not measured at the paper preset) and the
-        detoxification claims (:func:`lm_steer_detox.verdicts`, not measured outside it)."""
+    def hand_verdicts(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """Every claim's verdict in claim order, by hand (the module docstring says why): the Shakespeare claims
+        (:mod:`lmsci.experiments.steering._lm_steer_verdicts`, on the real and the null arm's rows; not measured at
+        the paper preset) and the detoxification claims (:func:`lm_steer_detox.verdicts`, not measured outside it)."""
         res = results.sort_values("seed_index") if "seed_index" in results else results
         detox = lm_steer_detox.verdicts(self, cfg, res)
-        if "curves" not in res:  # the paper preset's detoxification rows
+        real, null = arm_rows(res, "real"), arm_rows(res, "null")
+        if "curves" not in real or real.empty:  # the paper preset's detoxification rows
             why = "measured on the Shakespeare GPTs (smoke, quick, gpu); the paper preset runs the detoxification setting"
             return [not_measured(c, cfg.preset, why) for c in self.claims
                     if c.id not in lm_steer_detox.CLAIMS] + detox
-        return shakespeare_verdicts(self, cfg, res) + detox
+        return shakespeare_verdicts(self, cfg, real, null) + detox
 
     # ------------------------------------------------------------------------------------------ report
     def figures(self, cfg: LMSteerConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:

@@ -15,6 +15,8 @@ import torch
 
 from lmsci.methods import watermark as wm
 
+Z_START, Z_END = 4.0, 2.0  # the gate's original median z and the claim's final median z
+
 
 def ngram_overlap(a: np.ndarray, b: np.ndarray, n: int) -> float:
     """Share of the distinct n-grams of token sequence ``a`` that occur in ``b``."""
@@ -76,3 +78,13 @@ def propose_span(model: Any, x: torch.Tensor, s: int, k: int, generator: torch.G
         logp = torch.log_softmax(model(new[:, s + k - 1: -1], past_key_values=cache).logits.float(), -1)
         lps.append(logp.gather(2, new[:, s + k:, None]).squeeze(2))
     return new, torch.cat(lps, 1)
+
+
+def walk_summary(z0: np.ndarray, zf: np.ndarray, dq: np.ndarray, own: np.ndarray, other: np.ndarray) -> dict:
+    """A walk's results row from ``[n]`` per-text arrays: original and final z, the judge's quality change
+    (nats/token), and the final text's n-gram overlap with its own origin and the largest with another origin."""
+    return {"z0_median": float(np.median(z0)), "zf_median": float(np.median(zf)),
+            "zf_frac_below_2": float((zf < Z_END).mean()), "zf_frac_above_4": float((zf > Z_START).mean()),
+            "judge_dq_median": float(np.median(dq)), "judge_dq_mean": float(dq.mean()),
+            "trace_own_overlap": float(own.mean()), "trace_other_max_overlap": float(other.mean()),
+            "traceable_share": float((own > other).mean())}

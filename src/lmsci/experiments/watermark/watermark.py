@@ -19,9 +19,22 @@ left-hash, ``h = 4`` for transformers' self-hash, whose 4-token window includes 
 
 Issue 29: the claims are decided at gpu/paper, on 3 training seeds (texts pooled over them): the quick preset's one
 seed takes ~6 CPU-minutes, so the 3 seeds that min_seeds asks of within-run claims do not fit quick's 15 minutes;
-quick still runs and reports every value. Null arms: the TPR claims against the unwatermarked texts' detection
-rate (the FPR); null-normal against the KS test of the watermarked texts' z-scores. ``thm42-bound`` is a check
-(Theorem 4.2 is a proven lower bound: it fails only through a bug).
+quick still runs and reports every value. ``thm42-bound`` is a check (Theorem 4.2 is a proven lower bound: it fails
+only through a bug).
+
+Arms (one training per seed serves both: :meth:`Watermark.groups` pairs them): ``real`` scores the watermarked
+texts, ``null`` the unwatermarked texts of the same prompts (the same sampling seed for every scheme); each row's
+columns describe its own arm's texts (``<scheme>_tpr`` is the share flagged at z > 4: the TPR on the real arm, the
+false-positive rate on the null arm; ``<scheme>_ks_p`` the KS p-value of its z-scores against N(0, 1)). The TPR
+claims read the real arm with the null arm as null; ``null-normal`` reads the null arm (unwatermarked texts) with
+the real arm (watermarked texts, whose z-scores the KS test must tell from N(0, 1)) as its null. The TPR's decision
+reads the pooled TPR (the mean over seeds of equal-size text sets); the engine reports the interval across seeds.
+transformers' self-hash tests only the 40 most likely candidates for self-greenness, so its bias acts on at most the
+top-40 mass (``top40_mass_plain``).
+
+Escape hatch (``hand_verdicts``): ``thm42-bound``'s interval is a t-interval over the texts pooled across seeds,
+built from each seed's per-text standard error, and its rule reads the interval's upper end (>= 0); the engine's
+intervals are across seeds.
 """
 
 from __future__ import annotations
@@ -34,16 +47,17 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least, mean_at_least
+from lmsci.claims.engine import arm_rows, finished
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.watermark._common import arms_by_seed
 from lmsci.experiments.watermark._shakespeare_gpt import train_shakespeare_hf
 from lmsci.methods import watermark as wm
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.stats import clopper_pearson
 from lmsci.train.trainer import TrainSpec
 
 TPR_MIN = 0.95
@@ -104,6 +118,23 @@ def thm42_z(mean_spike: float, gamma: float, delta: float, T: int) -> float:
     return (frac - gamma) * math.sqrt(T) / math.sqrt(gamma * (1 - gamma))
 
 
+def smallest_ks_p(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, the smallest over the schemes' detectors of the KS p-value of the arm's z-scores against N(0, 1)
+    (columns ``<scheme>_ks_p``; a scheme not run is skipped)."""
+    cols = [f"{s}_ks_p" for s in wm.SCHEMES if f"{s}_ks_p" in rows and rows[f"{s}_ks_p"].notna().any()]
+    if not cols:
+        return pd.Series(dtype=float)
+    return rows[cols].astype(float).groupby(rows["seed_index"].to_numpy()).min().min(axis=1)
+
+
+def entropy_gate(scheme: str) -> Gate:
+    """Gate ``entropy`` of a TPR claim: Theorem 4.2's implied z at the scheme's measured spike entropy, every seed."""
+    return Gate("entropy", every_at_least(Z_THRESHOLD), arm="real",
+                stat=Stat(f"{scheme}_thm42_z", words="the z-score implied by Theorem 4.2's bound at the measured mean "
+                                                     "spike entropy over T tokens (the model's entropy is high enough "
+                                                     "for detection)"))
+
+
 @register("watermark")
 class Watermark(Experiment):
     """KGW watermark detection, its null distribution and Theorem 4.2 on an lmsci GPT exported to transformers."""
@@ -121,44 +152,45 @@ class Watermark(Experiment):
                               "paper's model, never downloaded) ~1.5 h"}
 
     _SRC = "Kirchenbauer et al., arXiv 2301.10226"
-    _ENTROPY_GATE = Gate("entropy", "the z-score implied by Theorem 4.2's bound at the measured mean spike entropy "
-                                    "over T tokens is >= 4 (the model's entropy is high enough for detection)")
+    _NULL_TPR = ("the same detection rate on the unwatermarked texts of the same prompts (gamma = delta = 0: the "
+                 "false-positive rate)")
     claims = [
         Claim(
             "tpr-lefthash",
             "Watermarked 200-token texts (left-hash, h = 1) are detected at z > 4.",
             _SRC + ", Table 2 (OPT-1.3B, multinomial sampling at temperature 0.7)",
             "TPR 0.994 at gamma 0.25, delta 2, T = 200, z > 4",
-            "share of the n_texts watermarked texts with z > 4 (transformers' WatermarkDetector, repeated n-grams "
-            "counted once); 95% Clopper-Pearson interval",
-            f"TPR >= {TPR_MIN} (texts pooled over at least 3 training seeds)",
-            gates=(_ENTROPY_GATE,),
+            statistic=Stat("lefthash_tpr", words="share of the arm's n_texts texts with z > 4 (transformers' "
+                                                 "WatermarkDetector, repeated n-grams counted once); the mean over "
+                                                 "seeds is the share of the texts pooled over seeds"),
+            rule=mean_at_least(TPR_MIN),
+            gates=(entropy_gate("lefthash"),),
             uncertainty="within-run", presets=("gpu", "paper"),
-            null="the same detection rate on the unwatermarked texts of the same prompts (gamma = delta = 0: the "
-                 "false-positive rate)",
+            null=_NULL_TPR,
         ),
         Claim(
             "tpr-selfhash",
             "Watermarked 200-token texts (self-hash, h = 4) are detected at z > 4.",
             _SRC + ", Table 2; self-hash scheme of arXiv 2306.04634 (the authors' recommended setting)",
             "TPR 0.994 (left-hash, Table 2); self-hash recommended since 2023",
-            "share of the n_texts watermarked texts with z > 4 (self-hash, context width 4); 95% Clopper-Pearson "
-            "interval",
-            f"TPR >= {TPR_MIN} (texts pooled over at least 3 training seeds)",
-            gates=(_ENTROPY_GATE,),
+            statistic=Stat("selfhash_tpr", words="share of the arm's n_texts texts with z > 4 (self-hash, context "
+                                                 "width 4); the mean over seeds is the share of the texts pooled "
+                                                 "over seeds"),
+            rule=mean_at_least(TPR_MIN),
+            gates=(entropy_gate("selfhash"),),
             uncertainty="within-run", presets=("gpu", "paper"),
-            null="the same detection rate on the unwatermarked texts of the same prompts (gamma = delta = 0: the "
-                 "false-positive rate)",
+            null=_NULL_TPR,
         ),
         Claim(
             "null-normal",
             "Without the watermark the detector's z-scores follow N(0, 1).",
             _SRC + ", sec. 3 (the one-proportion z-test)",
             "empirical FPR ~ 0 at z > 4 (at most one false positive per ~500 human texts)",
-            "Kolmogorov-Smirnov test of the z-scores of n_texts unwatermarked texts against N(0, 1), for each scheme's "
-            "detector and training seed; the smallest p-value",
-            f"the smallest KS p-value is >= {KS_ALPHA} (at least 3 training seeds)",
-            uncertainty="within-run", presets=("gpu", "paper"),
+            statistic=Stat(fn=smallest_ks_p, words="p-value of the Kolmogorov-Smirnov test of the arm's n_texts "
+                                                   "z-scores against N(0, 1), the smallest over the schemes' "
+                                                   "detectors"),
+            rule=every_at_least(KS_ALPHA),
+            uncertainty="within-run", presets=("gpu", "paper"), arms=("null", "real"),
             null="the same KS test on the watermarked texts' z-scores (shifted by the watermark, so not N(0, 1)): "
                  "the test must be able to tell",
         ),
@@ -188,9 +220,6 @@ class Watermark(Experiment):
 
             check_model_source(cfg.hf_model, "hf_model")
 
-    def points(self, cfg: WatermarkConfig) -> list[Point]:
-        return [Point("kgw", {})]
-
     def _model(self, cfg: WatermarkConfig, ctx: PointContext, device: str):
         from lmsci.worlds import shakespeare as sh
 
@@ -212,7 +241,34 @@ class Watermark(Experiment):
                                         train_seed=derive_seed(ctx.seed, "train"), log=lambda r: ctx.log(**r))
         return corpus, hf, loss
 
+    def points(self, cfg: WatermarkConfig) -> list[Point]:
+        return cross_arms([Point("kgw", {})], ("real", "null"))  # watermarked / unwatermarked texts of one model
+
+    def groups(self, cfg: WatermarkConfig, points: list[Point]) -> list[list[Point]]:
+        return arms_by_seed(points)  # the two arms of one training seed form one group: one model, trained once, scores both.
+
+    def run_group(self, cfg: WatermarkConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        rows = self.measure(cfg, next((c for c in ctxs if c.point.arm == "real"), ctxs[0]))
+        return [rows[p.arm] for p in points]
+
     def run_point(self, cfg: WatermarkConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    @staticmethod
+    def _scored(d: dict[str, np.ndarray]) -> dict[str, float]:
+        """Detection of one arm's texts: share flagged at z > 4, z median / mean / sd, KS p-value against N(0, 1)
+        (a shifted mean = a biased colouring of frequent tokens, a wider spread = green bits correlated within a
+        text), green fraction and scored tokens."""
+        from scipy.stats import kstest
+
+        return {"tpr": float(d["flag"].mean()), "z_median": float(np.median(d["z"])),
+                "z_mean": float(np.mean(d["z"])), "z_sd": float(np.std(d["z"], ddof=1)),
+                "ks_p": float(kstest(d["z"], "norm").pvalue),
+                "green_frac": float((d["green"] / d["scored"]).mean()), "scored_mean": float(d["scored"].mean())}
+
+    def measure(self, cfg: WatermarkConfig, ctx: PointContext) -> dict[str, dict]:
+        """Train (or load) the model of ``ctx``'s seed and score both arms: ``{"real": row, "null": row}``; the
+        z-scores go to ``z.npz`` in ``ctx``'s point directory."""
         device = resolve_device(cfg.device)
         corpus, hf, train_loss = self._model(cfg, ctx, device)
         rng = np.random.default_rng(derive_seed(ctx.seed, "prompts"))
@@ -225,6 +281,7 @@ class Watermark(Experiment):
         spike = wm.step_distributions_spike(hf, prompts, plain, cfg.gamma, cfg.delta, cfg.temperature, cfg.gen_batch)
         row["mean_spike_entropy_plain"] = float(spike.mean())
         row["top40_mass_plain"] = float(wm.top_k_mass(hf, prompts, plain, 40, cfg.temperature, cfg.gen_batch).mean())
+        null = dict(row)
         arrays: dict[str, np.ndarray] = {}
         for scheme in cfg.schemes:
             wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, scheme, cfg.key)
@@ -232,18 +289,8 @@ class Watermark(Experiment):
             marked = wm.generate(hf, prompts, cfg.T, wcfg, cfg.temperature, gseed + 1, cfg.gen_batch)
             d_m, d_p = wm.detect(det, marked, Z_THRESHOLD), wm.detect(det, plain, Z_THRESHOLD)
             arrays[f"{scheme}_z_marked"], arrays[f"{scheme}_z_plain"] = d_m["z"], d_p["z"]
-            row.update({f"{scheme}_tpr": float(d_m["flag"].mean()), f"{scheme}_fpr": float(d_p["flag"].mean()),
-                        f"{scheme}_z_median": float(np.median(d_m["z"])),
-                        f"{scheme}_green_frac": float((d_m["green"] / d_m["scored"]).mean()),
-                        f"{scheme}_scored_mean": float(d_m["scored"].mean())})
-            from scipy.stats import kstest
-
-            row[f"{scheme}_ks_p"] = float(kstest(d_p["z"], "norm").pvalue)
-            row[f"{scheme}_ks_p_marked"] = float(kstest(d_m["z"], "norm").pvalue)  # null arm of null-normal
-            # diagnostics of the null: N(0, 1) has mean 0 and sd 1 (a shift = a biased colouring of frequent tokens,
-            # a wider spread = green bits correlated within a text)
-            row[f"{scheme}_z_plain_mean"] = float(np.mean(d_p["z"]))
-            row[f"{scheme}_z_plain_sd"] = float(np.std(d_p["z"], ddof=1))
+            row.update({f"{scheme}_{k}": v for k, v in self._scored(d_m).items()})
+            null.update({f"{scheme}_{k}": v for k, v in self._scored(d_p).items()})
             # Theorem 4.2, every scored token counted
             s_m = wm.step_distributions_spike(hf, prompts, marked, cfg.gamma, cfg.delta, cfg.temperature, cfg.gen_batch)
             h = wm.SCHEMES[scheme]
@@ -265,7 +312,14 @@ class Watermark(Experiment):
                 rnd = torch.randint(0, corpus.vocab_size, marked.shape, generator=g)
                 edited = torch.where(mask.to(marked.device), rnd.to(marked.device), marked)
                 row[f"{scheme}_edit{eps:g}_z_median"] = float(np.median(wm.detect(det, edited)["z"]))
-        # perplexity cost against delta (left-hash)
+        row.update(self._delta_sweep(cfg, hf, prompts, gseed, device))
+        np.savez(ctx.artifact_dir / "z.npz", **arrays)
+        return {"real": row, "null": null}
+
+    @staticmethod
+    def _delta_sweep(cfg: WatermarkConfig, hf: Any, prompts: torch.Tensor, gseed: int, device: str) -> dict:
+        """The perplexity cost against delta (left-hash): NLL under the unwatermarked model, TPR and median z."""
+        row = {}
         sub = prompts[: cfg.sweep_texts]
         for d in cfg.sweep_deltas:
             wcfg = wm.watermarking_config(cfg.gamma, d, "lefthash", cfg.key) if d > 0 else None
@@ -278,82 +332,39 @@ class Watermark(Experiment):
             dd = wm.detect(det, texts)
             row.update({f"sweep{d:g}_nll": nll, f"sweep{d:g}_ppl": math.exp(nll), f"sweep{d:g}_tpr": float(dd["flag"].mean()),
                         f"sweep{d:g}_z_median": float(np.median(dd["z"]))})
-        np.savez(ctx.artifact_dir / "z.npz", **arrays)
         return row
 
-    # -- verdicts -------------------------------------------------------------------------------------
-    def verdicts(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out: list[Verdict] = []
-        if results.empty:
-            return out
-        ok = results[results["status"] == "ok"] if "status" in results else results
-        if ok.empty:
-            return out
+    # -- verdicts: the claims engine judges every claim but thm42-bound (see the module docstring) -------------
+    def hand_verdicts(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        ok = arm_rows(finished(results), "real")
+        if ok.empty or "lefthash_thm42_diff" not in ok or ok["lefthash_thm42_diff"].isna().all():
+            return []
         k = len(ok)  # training seeds (one row each)
         n = cfg.n_texts * k  # texts pooled over seeds
+        ms, ses = ok["lefthash_thm42_diff"].astype(float), ok["lefthash_thm42_diff_se"].astype(float)
+        m = float(ms.mean())
+        se = float(np.sqrt((ses ** 2).sum()) / len(ses))  # the mean of k per-seed means
+        from scipy.stats import t as student
 
-        def col(c):
-            return None if c not in ok or ok[c].isna().all() else ok[c].astype(float)
-
-        for scheme in ("lefthash", "selfhash"):
-            cid = f"tpr-{scheme}"
-            if col(f"{scheme}_tpr") is None:
-                continue
-            tpr = float(col(f"{scheme}_tpr").mean())
-            fpr = float(col(f"{scheme}_fpr").mean())
-            zs = col(f"{scheme}_thm42_z")
-            zpred = None if zs is None else float(zs.min())
-            spike = col(f"{scheme}_mean_spike")
-            out.append(self.judge(cfg, cid, value=tpr, passed=bool(tpr >= TPR_MIN), n_seeds=k,
-                                  ci=clopper_pearson(int(round(tpr * n)), n),
-                                  ci_kind=f"95% Clopper-Pearson, {n} texts ({k} seed{'s' if k > 1 else ''})",
-                                  gates={"entropy": (zpred, zpred is not None and zpred >= Z_THRESHOLD)},
-                                  null=(fpr, bool(fpr >= TPR_MIN)),
-                                  details={"fpr": fpr, "z_median": float(col(f"{scheme}_z_median").median()),
-                                           "green_fraction": float(col(f"{scheme}_green_frac").mean()),
-                                           "mean_spike_entropy": None if spike is None else float(spike.mean()),
-                                           "tpr_by_seed": col(f"{scheme}_tpr").tolist(),
-                                           "top40_mass_plain": (float(col("top40_mass_plain").mean())
-                                                                if col("top40_mass_plain") is not None else None)},
-                                  note=("transformers' self-hash tests only the 40 most likely candidates for "
-                                        "self-greenness, so the bias acts on at most the top-40 mass (details)"
-                                        if scheme == "selfhash" else "")))
-        ps = {s: float(col(f"{s}_ks_p").min()) for s in ("lefthash", "selfhash") if col(f"{s}_ks_p") is not None}
-        if ps:
-            p = min(ps.values())
-            pm = [float(col(f"{s}_ks_p_marked").max()) for s in ps if col(f"{s}_ks_p_marked") is not None]
-            # the null arm: the same smallest p-value, over the watermarked texts' z-scores
-            pmin = [float(col(f"{s}_ks_p_marked").min()) for s in ps if col(f"{s}_ks_p_marked") is not None]
-            null = (min(pmin), bool(min(pmin) >= KS_ALPHA)) if pmin else None
-            out.append(self.judge(cfg, "null-normal", value=p, passed=bool(p >= KS_ALPHA), n_seeds=k,
-                                  ci_kind=f"KS test, {cfg.n_texts} unwatermarked texts per seed and scheme", null=null,
-                                  details={"ks_p": ps, "ks_p_watermarked_max": max(pm) if pm else None,
-                                           **{f"{s}_null_z_mean_sd": [float(col(f"{s}_z_plain_mean").mean()),
-                                                                      float(col(f"{s}_z_plain_sd").mean())]
-                                              for s in ps if col(f"{s}_z_plain_mean") is not None}}))
-        if col("lefthash_thm42_diff") is not None:
-            ms, ses = col("lefthash_thm42_diff"), col("lefthash_thm42_diff_se")
-            m = float(ms.mean())
-            se = float(np.sqrt((ses ** 2).sum()) / len(ses))  # the mean of k per-seed means
-            from scipy.stats import t as student
-
-            half = float(student.ppf(0.975, n - 1)) * se
-            out.append(self.judge(cfg, "thm42-bound", value=m, passed=bool(m + half >= 0), ci=(m - half, m + half),
-                                  ci_kind=f"95% t-interval over {n} texts", n_seeds=k,
-                                  details={"mean_green": float(col("lefthash_thm42_green").mean()),
-                                           "mean_bound": float(col("lefthash_thm42_bound").mean()),
-                                           "share_of_texts_above_bound":
-                                               float(col("lefthash_thm42_frac_above").mean())}))
-        return out
+        half = float(student.ppf(0.975, n - 1)) * se
+        return [self.judge(cfg, "thm42-bound", value=m, passed=bool(m + half >= 0), ci=(m - half, m + half),
+                           ci_kind=f"95% t-interval over {n} texts", n_seeds=k,
+                           details={"mean_green": float(ok["lefthash_thm42_green"].astype(float).mean()),
+                                    "mean_bound": float(ok["lefthash_thm42_bound"].astype(float).mean()),
+                                    "share_of_texts_above_bound":
+                                        float(ok["lefthash_thm42_frac_above"].astype(float).mean())})]
 
     def figures(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
         if results.empty:
             return []
-        r = results.iloc[0]
+        real = arm_rows(results, "real")
+        if real.empty:
+            return []
+        r = real.iloc[0]
         figs = []
-        p = run.path / "points" / "kgw" / "z.npz"
+        p = run.path / "points" / "real-kgw" / "z.npz"
         if p.exists():
             z = np.load(p)
             fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -367,7 +378,8 @@ class Watermark(Experiment):
             ax.axvline(Z_THRESHOLD, color="r", lw=1)
             ax.set_xlabel("z-score")
             ax.legend(fontsize=7)
-            figs.append(save_figure(fig, run, "z_hist.png", "z-scores of watermarked and unwatermarked texts"))
+            figs.append(save_figure(fig, run, "z_hist.png", "z-scores of watermarked and unwatermarked texts",
+                                    claims=("tpr-lefthash", "tpr-selfhash", "null-normal")))
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         ds = [d for d in cfg.sweep_deltas if f"sweep{d:g}_ppl" in results]
         axes[0].plot(ds, [r[f"sweep{d:g}_ppl"] for d in ds], "o-")

@@ -35,8 +35,13 @@ quality change (mean NLL per token of the final minus the original text under ``
 the final text's 4-grams found in its own origin against the largest share found in any other origin text.
 
 Issue 29: the claim is decided at gpu/paper, on 3 training seeds (the rule must hold in each): one quick seed takes
-~5 CPU-minutes, so 3 do not fit quick's 15 minutes; quick still runs and reports every value. Null arm: the walk
-with zero edits (the original watermarked texts), whose median z stays above the gate's 4.
+~5 CPU-minutes, so 3 do not fit quick's 15 minutes; quick still runs and reports every value.
+
+Arms (one group per seed: the three models are trained once): ``real`` is the walk; ``null`` the walk with zero
+edits, whose final texts are the original watermarked texts (final z = original z, judge quality change 0). The
+claims engine judges ``removal`` on both arms (per seed: median final z below 2 and median judge quality change at
+most ``tau``, in every seed); the ``watermarked`` gate (original median z above 4 in every seed) is measured by
+:meth:`WatermarkRemoval.measured_gates`.
 """
 
 from __future__ import annotations
@@ -48,19 +53,28 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, every_at_least
+from lmsci.claims.engine import arm_rows, finished
 from lmsci.config import ExperimentConfig
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.watermark._watermark_removal_walk import detect_each, ngram_overlap, propose_span, token_logprobs
+from lmsci.experiments.watermark._common import arms_by_seed
+from lmsci.experiments.watermark._watermark_removal_walk import (Z_END, Z_START, detect_each, ngram_overlap,
+                                                                 propose_span, token_logprobs, walk_summary)
 from lmsci.experiments.watermark._shakespeare_gpt import train_shakespeare_hf
 from lmsci.methods import watermark as wm
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.train.trainer import TrainSpec
 
-Z_START, Z_END = 4.0, 2.0
+
+def removal_held(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, 1.0 when the median final z is below ``Z_END`` and the median judge quality change is at most the
+    run's ``tau`` (nats/token), else 0.0."""
+    dq, tau = rows["judge_dq_median"].astype(float), rows["tau"].astype(float)
+    held = (rows["zf_median"].astype(float) < Z_END) & (dq <= tau)
+    return held.astype(float).groupby(rows["seed_index"].to_numpy()).min()
 
 
 class RemovalConfig(ExperimentConfig):
@@ -153,20 +167,18 @@ class WatermarkRemoval(Experiment):
                               "(walk_total_steps = 400 steps, 70 acceptances, or more until z <= 2; at most "
                               "walk_max_steps = 2000)"}
     claims = [
-        Claim(
-            "removal",
-            "The random walk (the official stopping rule: once z <= 2 after 400 steps or 70 accepted edits, at most "
-            "walk_max_steps) brings the median z-score of the watermarked texts below 2 while the median quality "
-            "change measured by an independent LM stays within 0.02 nats/token.",
+        Claim("removal", "The random walk (the official stopping rule: once z <= 2 after 400 steps or 70 accepted "
+            "edits, at most walk_max_steps) brings the median z-score of the watermarked texts below 2 while the "
+            "median quality change measured by an independent LM stays within 0.02 nats/token.",
             "Zhang et al., arXiv 2311.04378, Algorithm 1 and sec. 5 (the attack removes KGW, EXP and Unigram "
             "watermarks with minor quality loss)",
             "p-values rise from 4e-15 to 0.24 and from 1e-5 to 0.47 on the paper's examples; quality flat under GPT-4",
-            "median over texts of the z-score (left-hash detector) at the end of each text's walk (the token walk: "
-            "walk_steps steps; the text walk: the official stopping rule, stop_z / walk_total_steps / "
-            "target_valid_steps, capped at walk_max_steps); median over texts of the judge's NLL change (final minus "
-            "original, nats/token)",
-            f"median final z < {Z_END} and median judge NLL change <= tau = 0.02 nats/token, in each of at least 3 "
-            "training seeds (the largest median z over seeds reported)",
+            statistic=Stat(fn=removal_held, words="1 when the median over texts of the z-score (left-hash detector) "
+                           "at the end of each text's walk (the token walk: walk_steps steps; the text walk: the official "
+                           "stopping rule, stop_z / walk_total_steps / target_valid_steps, capped at walk_max_steps) is "
+                           f"below {Z_END} and the median over texts of the judge's NLL change (final minus original, "
+                           "nats/token) is <= tau = 0.02, else 0"),
+            rule=every_at_least(1.0),
             gates=(Gate("watermarked", f"the median z of the original texts is > {Z_START} in every seed"),),
             uncertainty="within-run", presets=("gpu", "paper"),
             null="the same medians for the walk with zero edits (the original watermarked texts, judge NLL change 0): "
@@ -224,7 +236,17 @@ class WatermarkRemoval(Experiment):
             local_model_dir("reward_model", cfg.reward_model)
 
     def points(self, cfg: RemovalConfig) -> list[Point]:
-        return [Point("walk", {})]
+        return cross_arms([Point("walk", {})], ("real", "null"))  # the walk / the walk with zero edits
+
+    def groups(self, cfg: RemovalConfig, points: list[Point]) -> list[list[Point]]:
+        return arms_by_seed(points)  # the two arms of one seed form one group: the three models are trained once.
+
+    def run_group(self, cfg: RemovalConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        rows = self.measure(cfg, next((c for c in ctxs if c.point.arm == "real"), ctxs[0]))
+        return [rows[p.arm] for p in points]
+
+    def run_point(self, cfg: RemovalConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
 
     def _train(self, cfg: RemovalConfig, corpus: Any, role: str, ctx: PointContext, device: str):
         hf, _ = train_shakespeare_hf(cfg.model, cfg.train, corpus, cfg.seq_len, device,
@@ -233,7 +255,9 @@ class WatermarkRemoval(Experiment):
                                      log=lambda r: ctx.log(model=role, **r))
         return hf
 
-    def run_point(self, cfg: RemovalConfig, point: Point, ctx: PointContext) -> dict:
+    def measure(self, cfg: RemovalConfig, ctx: PointContext) -> dict[str, dict]:
+        """Train (or load) the three models of ``ctx``'s seed, watermark, walk and measure: ``{"real": row, "null":
+        row}`` (the null row: the walk with zero edits, whose final texts are the originals)."""
         from lmsci.worlds import shakespeare as sh
 
         device = resolve_device(cfg.device)
@@ -273,11 +297,11 @@ class WatermarkRemoval(Experiment):
         other = np.array([max(ngram_overlap(fn[t], y0n[u], cfg.ngram) for u in range(n) if u != t) for t in range(n)])
         pd.DataFrame(curve).to_csv(ctx.artifact_dir / "curve.csv", index=False)
         np.savez(ctx.artifact_dir / "texts.npz", z0=z0, zf=zf, dq=dq, own=own, other=other)
-        return {"z0_median": float(np.median(z0)), "zf_median": float(np.median(zf)),
-                "zf_frac_below_2": float((zf < Z_END).mean()), "zf_frac_above_4": float((zf > Z_START).mean()),
-                "judge_dq_median": float(np.median(dq)), "judge_dq_mean": float(dq.mean()),
-                "trace_own_overlap": float(own.mean()), "trace_other_max_overlap": float(other.mean()),
-                "traceable_share": float((own > other).mean()), **extra}
+        # the null arm, the walk with zero edits: the final texts are the originals (same z, judge NLL change 0)
+        other0 = np.array([max(ngram_overlap(y0n[t], y0n[u], cfg.ngram) for u in range(n) if u != t) for t in range(n)])
+        return {"real": {**walk_summary(z0, zf, dq, own, other), "tau": cfg.tau, **extra},
+                "null": {**walk_summary(z0, z0, np.zeros(n), np.ones(n), other0), "tau": cfg.tau, "accept_rate": 0.0,
+                         "tokens_changed": 0.0}}
 
     def _token_walk(self, cfg: RemovalConfig, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
                     ctx: PointContext, device: str) -> tuple[list[torch.Tensor], dict, list[dict]]:
@@ -414,36 +438,18 @@ class WatermarkRemoval(Experiment):
                                                        for c, o in zip(cur, orig)]))}
         return encode(cur), extra, curve
 
-    def verdicts(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        if results.empty or "zf_median" not in results:
-            return []
-        ok = results[results["status"] == "ok"] if "status" in results else results
-        if ok.empty:
-            return []
-        k = len(ok)  # training seeds (one row each)
-        z0s, zfs, dqs = (ok[c].astype(float).to_numpy() for c in ("z0_median", "zf_median", "judge_dq_median"))
-        held = (zfs < Z_END) & (dqs <= cfg.tau)
-        null_held = (z0s < Z_END) & (0.0 <= cfg.tau)  # zero edits: final = original, judge change 0
-        r = ok.iloc[0]
-        return [self.judge(cfg, "removal", value=float(zfs.max()), passed=bool(held.all()), n_seeds=k,
-                           ci_kind=f"medians over {cfg.n_texts} texts, the largest over {k} seed(s)",
-                           gates={"watermarked": (float(z0s.min()), bool((z0s > Z_START).all()))},
-                           null=(float(z0s.max()), bool(null_held.all())),
-                           details={"z0_median": float(r["z0_median"]), "z0_median_by_seed": z0s.tolist(),
-                                    "zf_median_by_seed": zfs.tolist(), "judge_quality_change_median_by_seed":
-                                        dqs.tolist(), "judge_quality_change_median": float(np.max(dqs)),
-                                    "traceable_share": float(ok["traceable_share"].mean()),
-                                    "own_vs_other_overlap": [float(ok["trace_own_overlap"].mean()),
-                                                             float(ok["trace_other_max_overlap"].mean())],
-                                    "tokens_changed": float(ok["tokens_changed"].mean()) if "tokens_changed" in ok
-                                    else float("nan")},
-                           note="Sandcastles (arXiv 2505.06827): the endpoint's n-gram overlap with its origin against "
-                                "the largest with any other origin is reported as traceable_share.")]
+    def measured_gates(self, cfg: RemovalConfig, results: pd.DataFrame) -> dict[str, tuple[Any, bool | None]]:
+        """``watermarked``: every real seed's median original z strictly above ``Z_START`` (engine rules: inclusive)."""
+        ok = arm_rows(finished(results), "real")
+        if ok.empty or "z0_median" not in ok:
+            return {}
+        z0s = ok["z0_median"].astype(float)
+        return {"watermarked": (float(z0s.min()), bool((z0s > Z_START).all()))}
 
     def figures(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
-        p = run.path / "points" / "walk" / "curve.csv"
+        p = run.path / "points" / "real-walk" / "curve.csv"
         if not p.exists():
             return []
         c = pd.read_csv(p)
@@ -461,7 +467,8 @@ class WatermarkRemoval(Experiment):
             ax2.plot(c["step"], c["quality_oracle_change"], "s-", color="C1", label="quality oracle drop")
             ax2.set_ylabel("quality oracle drop from the original", color="C1")
         ax.grid(True, alpha=0.3)
-        return [save_figure(fig, run, "walk.png", "Median z-score and the attacker's quality change along the walk")]
+        return [save_figure(fig, run, "walk.png", "Median z-score and the attacker's quality change along the walk",
+                            claims=("removal",))]
 
     def report_sections(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import quantity_table
