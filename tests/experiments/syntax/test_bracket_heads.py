@@ -82,12 +82,16 @@ def test_mean_ablation_changes_only_with_a_real_head():
 
 
 def rows(acc=0.97, eff=0.8, close=1.0, null_acc=0.3, rule=0.55, null_eff=0.0, oracle=1.0, n=3) -> pd.DataFrame:
-    return pd.DataFrame([{"point": "dyck" + (f"__s{k}" if k else ""), "status": "ok", "seed_index": k,
-                          "best_layer": 1, "best_head": k % 2, "best_acc": acc - 0.01 * k, "best_acc_at_close": 0.3,
-                          "d_close": eff + 0.02 * k + 0.05, "d_open": 0.05, "ablation_effect": eff + 0.02 * k,
-                          "nll_close": 0.01, "nll_open": 1.5, "close_acc": close, "null_best_acc": null_acc,
-                          "null_ablation_effect": null_eff + 0.001 * k, "null_d_close": 0.0,
-                          "rule_recent_open": rule, "rule_oracle": oracle} for k in range(n)])
+    """Arm real (the trained model) and arm null (the same model at random init), n seeds."""
+    out = []
+    for k in range(n):
+        common = {"status": "ok", "seed_index": k, "best_layer": 1, "best_head": k % 2, "best_acc_at_close": 0.3,
+                  "d_open": 0.05, "nll_close": 0.01, "nll_open": 1.5, "rule_recent_open": rule, "rule_oracle": oracle}
+        out.append({**common, "point": "dyck" + (f"__s{k}" if k else ""), "arm": "real", "best_acc": acc - 0.01 * k,
+                    "d_close": eff + 0.02 * k + 0.05, "ablation_effect": eff + 0.02 * k, "close_acc": close})
+        out.append({**common, "point": "null-dyck" + (f"__s{k}" if k else ""), "arm": "null", "best_acc": null_acc,
+                    "d_close": 0.0, "ablation_effect": null_eff + 0.001 * k, "close_acc": 0.3})
+    return pd.DataFrame(out)
 
 
 def verdicts(df, tmp_path, preset="quick"):
@@ -135,8 +139,9 @@ def test_smoke_run(tmp_path):
 
     cfg = resolve_config(BracketHeadsConfig, "smoke", {"threads": 1})
     run = run_experiment(BracketHeads(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
+    res = run.results()
     assert (res["status"] == "ok").all() and res["best_acc"].between(0, 1).all()
+    assert set(res["arm"]) == {"real", "null"}
     assert (run.path / "figures" / "bracket_heads.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     # the null arms are measured and, for an almost untrained model, do not meet the rules

@@ -92,6 +92,23 @@ def test_copying_score_of_identity_and_negated_ov():
     assert ov_copying_scores(**w).abs().max() <= 1.0
 
 
+INIT = {"init_pm_best": "pm_best", "init_copy_best": "copy_best", "init_icl": "icl_final", "init_ratio_nat": "ratio_nat"}
+
+
+def to_arms(rows: list[dict]) -> pd.DataFrame:
+    """The arms of the sweep from rows carrying their step-0 measures: the 2-layer rows on arm real with an init-arm
+    row (its step-0 measures) each, the 1-layer rows on arm null."""
+    out = []
+    for r in rows:
+        base = {"world": "synthetic", **{k: v for k, v in r.items() if k not in INIT}}  # as run_point writes it
+        out.append({**base, "arm": "real" if r["n_layers"] > 1 else "null"})
+        if r["n_layers"] > 1:
+            out.append({"point": "init-" + r["point"], "status": "ok", "seed_index": r["seed_index"], "n_layers": 2,
+                        "world": r.get("world", "synthetic"), "arm": "init",
+                        **{v: r[k] for k, v in INIT.items() if k in r}})
+    return pd.DataFrame(out)
+
+
 def rows(pm=0.8, copy=0.8, late=0.2, t_pm=(500, 600, 550), t_icl=(450, 650, 500), one_pm=0.1, init_pm=0.06,
          init_copy=0.05, one_tpm=(None, None, None), one_ticl=(None, None, None), n=3) -> pd.DataFrame:
     out = []
@@ -106,7 +123,7 @@ def rows(pm=0.8, copy=0.8, late=0.2, t_pm=(500, 600, 550), t_icl=(450, 650, 500)
                     "pm_best": one_pm, "pm_max_any_layer": one_pm, "copy_best": 0.3, "icl_final": -0.01,
                     "early_final": 3.4, "late_final": 3.4, "t_pm": one_tpm[k], "t_icl": one_ticl[k], "steps": 3000,
                     "init_pm_best": init_pm, "init_copy_best": 0.0, "init_icl": 0.0})
-    return pd.DataFrame(out)
+    return to_arms(out)
 
 
 def verdicts(df, tmp_path, preset="quick"):
@@ -159,7 +176,7 @@ def sh_rows(pm=0.8, copy=0.8, ratio=0.3, val=3.8, one_pm=0.1, one_ratio=0.8, ini
         out.append({**common, "point": "shakespeare_attn1" + sfx, "n_layers": 1, "pm_best": one_pm,
                     "pm_max_any_layer": one_pm, "pm_nat_best": 0.1, "copy_best": 0.2, "ratio_nat": one_ratio,
                     "val_nll": 4.3, "t_pm": one_tpm[k], "t_icl": one_ticl[k]})
-    return pd.DataFrame(out)
+    return to_arms(out)
 
 
 SH = ("shakespeare-prefix-matching-head", "shakespeare-copying", "shakespeare-repeat-icl", "shakespeare-phase-change")
@@ -231,9 +248,11 @@ def test_smoke_run(tmp_path):
 
     cfg = resolve_config(InductionHeadsConfig, "smoke", {"threads": 1})
     run = run_experiment(InductionHeads(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
+    res = run.results()
     assert (res["status"] == "ok").all() and set(res["n_layers"]) == {1, 2}
-    assert set(res["world"]) == {"synthetic", "shakespeare"} and len(res) == 4
+    assert set(res["world"]) == {"synthetic", "shakespeare"} and len(res) == 6
+    assert set(res["arm"]) == {"real", "null", "init"}
+    res = res[res["arm"] != "init"]  # the step-0 rows: pm and copy scores only
     assert res["pm_best"].between(0, 1).all() and res["copy_best"].between(-1, 1).all()
     assert (run.path / "figures" / "induction_heads.png").exists()
     assert (run.path / "figures" / "induction_heads_shakespeare.png").exists()

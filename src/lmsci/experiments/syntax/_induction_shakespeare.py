@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, mean_at_least
 from lmsci.stats import across_seeds
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores, prefix_matching_scores, token_nll
 from lmsci.models.gpt import GPT
@@ -179,9 +179,10 @@ CLAIMS = [
           "circuit has mostly positive eigenvalues.",
           "Olsson et al. 2022, arXiv 2209.11895 (copying); Elhage et al. 2021 (OV eigenvalue copying score)",
           "induction heads have positive copying scores (qualitative)",
-          "per training seed, sum(lambda)/sum(|lambda|) of W_E W_V^h W_O^h W_U for the final best layer-2 "
-          "prefix-matching head; mean over seeds with a 95% Student-t CI",
-          f"mean over at least 3 seeds >= {COPY_MIN} (the synthetic world's registered threshold)", gates=(_LEARN,),
+          statistic=Stat("copy_best", where={"world": "shakespeare"},
+                         words="sum(lambda)/sum(|lambda|) of W_E W_V^h W_O^h W_U for the final best layer-2 "
+                               "prefix-matching head (the synthetic world's registered threshold)"),
+          rule=mean_at_least(COPY_MIN), gates=(_LEARN,), arms=("real", "init"),
           null="the same score for the head of the 2-layer model at its random initialisation with the largest "
                "prefix-matching score (mean over seeds); meets the rule when >= 0.5"),
     Claim("shakespeare-repeat-icl",
@@ -225,49 +226,54 @@ def _steps(df: pd.DataFrame, col: str) -> list[int | None]:
 
 
 def prefix_matching_verdict(judge: Callable[..., Verdict], claim_id: str, two: pd.DataFrame, one: pd.DataFrame,
-                            gates: dict[str, tuple[Any, bool]], **details: Any) -> Verdict:
+                            init: pd.DataFrame, gates: dict[str, tuple[Any, bool]], **details: Any) -> Verdict:
     """A prefix-matching claim, in either world: every seed's best layer-2 score ``pm_best`` >= PM_MIN; the null is
-    the larger of the 1-layer model's best score (``one``, any layer) and the random-init 2-layer model's."""
+    the larger of the 1-layer model's best score (``one``, any layer) and the random-init 2-layer model's
+    (``init``); the arms' rows of the world."""
     s = across_seeds(two["pm_best"].astype(float))
+    init_pm = float(init["pm_best"].max()) if len(init) else float("nan")
     null = None
     if not one.empty:
-        nv = max(float(one["pm_max_any_layer"].max()), float(two["init_pm_best"].max()))
+        nv = max(float(one["pm_max_any_layer"].max()), init_pm) if len(init) else float(one["pm_max_any_layer"].max())
         null = (nv, nv >= PM_MIN)
     return judge(claim_id, value=s.mean, passed=bool((two["pm_best"] >= PM_MIN).all()), ci=s.ci, ci_kind=s.kind,
                  n_seeds=s.n, gates=gates, null=null,
                  details={"min_over_seeds": float(two["pm_best"].min()), **details,
                           "null_one_layer": None if one.empty else float(one["pm_max_any_layer"].max()),
-                          "null_random_init": float(two["init_pm_best"].max())})
+                          "null_random_init": init_pm})
 
 
-def copying_verdict(judge: Callable[..., Verdict], claim_id: str, two: pd.DataFrame,
-                    gates: dict[str, tuple[Any, bool]]) -> Verdict:
-    """A copying claim, in either world: the best head's OV copying score, mean over seeds >= COPY_MIN; the null is
-    the random-init head's mean score."""
-    c = across_seeds(two["copy_best"].astype(float))
-    cn = float(two["init_copy_best"].mean())
-    return judge(claim_id, value=c.mean, passed=bool(c.mean >= COPY_MIN), ci=c.ci, ci_kind=c.kind, n_seeds=c.n,
-                 gates=gates, null=(cn, cn >= COPY_MIN))
-
-
-def shakespeare_verdicts(judge: Callable[..., Verdict], two: pd.DataFrame, one: pd.DataFrame) -> list[Verdict]:
-    """Verdicts of :data:`CLAIMS` from the Shakespeare rows of the 2-layer (``two``) and 1-layer (``one``)
-    models, through ``judge(claim_id, **kw)``."""
+def learned_language_gate(two: pd.DataFrame) -> tuple[float, bool] | None:
+    """The ``learned-language`` gate on the 2-layer Shakespeare rows: (max over seeds of held-out NLL minus the
+    bigram baseline's, whether it is below 0); None without rows."""
     if two.empty:
-        return [judge(c.id, value=None, passed=None, why_not_computed="the Shakespeare world was not run")
-                for c in CLAIMS]
+        return None
     gap = (two["val_nll"].astype(float) - two["bigram_nll"].astype(float)).max()
-    gates = {"learned-language": (float(gap), bool(gap < 0))}
+    return float(gap), bool(gap < 0)
+
+
+#: the Shakespeare claims judged by hand (shakespeare-copying is judged by the claims engine)
+HAND = ("shakespeare-prefix-matching-head", "shakespeare-repeat-icl", "shakespeare-phase-change")
+
+
+def shakespeare_verdicts(judge: Callable[..., Verdict], two: pd.DataFrame, one: pd.DataFrame,
+                         init: pd.DataFrame) -> list[Verdict]:
+    """Verdicts of the claims in :data:`HAND` from the Shakespeare rows of the 2-layer (``two``), 1-layer (``one``)
+    and random-init 2-layer (``init``) models, through ``judge(claim_id, **kw)``."""
+    if two.empty:
+        return [judge(c, value=None, passed=None, why_not_computed="the Shakespeare world was not run")
+                for c in HAND]
+    gates = {"learned-language": learned_language_gate(two)}
     out = []
-    out.append(prefix_matching_verdict(judge, "shakespeare-prefix-matching-head", two, one, gates,
+    out.append(prefix_matching_verdict(judge, "shakespeare-prefix-matching-head", two, one, init, gates,
                                        pm_natural_text_best_head=[float(v) for v in two["pm_nat_best"]]))
-    out.append(copying_verdict(judge, "shakespeare-copying", two, gates))
     r = across_seeds(two["ratio_nat"].astype(float))
-    rn = float(two["init_ratio_nat"].min())
+    rn = float(init["ratio_nat"].min()) if len(init) else float("inf")
     if not one.empty:
         rn = min(rn, float(one["ratio_nat"].min()))
     out.append(judge("shakespeare-repeat-icl", value=r.mean, passed=bool((two["ratio_nat"] <= ICL_FRAC).all()),
-                     ci=r.ci, ci_kind=r.kind, n_seeds=r.n, gates=gates, null=(rn, rn <= ICL_FRAC),
+                     ci=r.ci, ci_kind=r.kind, n_seeds=r.n, gates=gates,
+                     null=(rn, rn <= ICL_FRAC) if np.isfinite(rn) else None,
                      details={"icl_nat_nats": float(two["icl_nat"].mean()),
                               "icl_plain_nats": float(two["icl_plain"].mean()),
                               "null_one_layer_icl_plain_nats": None if one.empty else float(one["icl_plain"].mean()),

@@ -28,6 +28,17 @@ registered values; gate: the 2-layer model's held-out NLL beats the bigram basel
 Null arms, measured in the same run: the 1-layer attention-only model trained the same way (its best head's
 scores; its events); the 2-layer model at its random initialisation (step 0).
 
+Arms (issue 44): ``real`` (the 2-layer model: points ``attn2``, ``shakespeare_attn2``), ``null`` (the 1-layer model:
+points ``attn1``, ``shakespeare_attn1``, their seeds as before) and ``init`` (points ``init-attn2``,
+``init-shakespeare_attn2``: the 2-layer model at step 0, measured before its training by the same instruments; it and
+the real point of one seed are one group, :meth:`InductionHeads.groups`, trained once). The claims engine judges
+``copying`` and ``shakespeare-copying`` (arm real against arm init; the ``learned`` / ``learned-language`` gates are
+measured by :meth:`InductionHeads.measured_gates`: the first's threshold depends on ``n_tokens``). Escape hatches
+(``hand_verdicts``): ``prefix-matching-head``, ``shakespeare-prefix-matching-head`` and ``shakespeare-repeat-icl``,
+whose registered null is the extreme over two null arms (1-layer and init) and over seeds ("any seed meets the
+threshold") while the real arm's rule is "every seed does"; ``phase-change`` and ``shakespeare-phase-change``, where a
+seed with an event missing has no value but fails the rule (the engine drops non-finite per-seed values).
+
 What the quick runs found (master seeds 0 and 1, 2026-11-27): the 2-layer model learns the second copy (NLL ~0.2
 nats) without a layer-2 prefix-matching head (best <= 0.13); its layer-2 heads attend to the current and previous
 token with OV copying scores near -1 (they suppress the recent tokens), and a look at one pilot-seed model showed
@@ -52,13 +63,14 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, mean_at_least
+from lmsci.claims.engine import finished
 from lmsci.config import ExperimentConfig
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEARE_CLAIMS, COPY_MIN, ICL_FRAC,
-                                                              LEARNED_FRAC, PM_MIN, WINDOW_FRAC, copying_verdict,
-                                                              evaluate, first, prefix_matching_verdict,
+                                                              LEARNED_FRAC, PM_MIN, WINDOW_FRAC, evaluate, first,
+                                                              learned_language_gate, prefix_matching_verdict,
                                                               run_shakespeare, shakespeare_figure,
                                                               shakespeare_verdicts, window)
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores
@@ -68,6 +80,9 @@ from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.repeated_segments import RepeatedSegments
 
 WORLDS = ("synthetic", "shakespeare")
+#: the step-0 measures of a trained row and their columns in the init arm's row
+INIT_COLUMNS = {"init_pm_best": "pm_best", "init_copy_best": "copy_best", "init_icl": "icl_final",
+                "init_ratio_nat": "ratio_nat", "init_icl_plain": "icl_plain"}
 
 
 class InductionHeadsConfig(ExperimentConfig):
@@ -174,9 +189,10 @@ class InductionHeads(Experiment):
               "positive eigenvalues.",
               "Olsson et al. 2022, arXiv 2209.11895 (copying); Elhage et al. 2021 (OV eigenvalue copying score)",
               "induction heads have positive copying scores (qualitative)",
-              "per training seed, sum(lambda)/sum(|lambda|) of W_E W_V^h W_O^h W_U for the final best layer-2 "
-              "prefix-matching head; mean over seeds with a 95% Student-t CI",
-              f"mean over at least 3 seeds >= {COPY_MIN}", gates=(_LEARN,),
+              statistic=Stat("copy_best", where={"world": "synthetic"},
+                             words="sum(lambda)/sum(|lambda|) of W_E W_V^h W_O^h W_U for the final best layer-2 "
+                                   "prefix-matching head"),
+              rule=mean_at_least(COPY_MIN), gates=(_LEARN,), arms=("real", "init"),
               null="the same score for the head of the 2-layer model at its random initialisation with the largest "
                    "prefix-matching score (mean over seeds)"),
     ] + SHAKESPEARE_CLAIMS
@@ -203,18 +219,37 @@ class InductionHeads(Experiment):
     def points(self, cfg: InductionHeadsConfig) -> list[Point]:
         L = cfg.model.n_layers
         out = []
-        if "synthetic" in cfg.worlds:
-            out += [Point(f"attn{L}", {"n_layers": L}), Point("attn1", {"n_layers": 1})]
-        if "shakespeare" in cfg.worlds:
-            out += [Point(f"shakespeare_attn{L}", {"world": "shakespeare", "n_layers": L}),
-                    Point("shakespeare_attn1", {"world": "shakespeare", "n_layers": 1})]
+        for w, pre in (("synthetic", ""), ("shakespeare", "shakespeare_")):
+            if w in cfg.worlds:
+                prm = {"world": w} if w == "shakespeare" else {}
+                out += [Point(f"{pre}attn{L}", {**prm, "n_layers": L}, arm="real"),
+                        Point(f"{pre}attn1", {**prm, "n_layers": 1}, arm="null"),
+                        Point(f"init-{pre}attn{L}", {**prm, "n_layers": L}, arm="init")]  # step 0 of the real run
         return out
 
+    def groups(self, cfg: InductionHeadsConfig, points: list[Point]) -> list[list[Point]]:
+        """A 2-layer point and its step-0 measures (arm init) of one world and seed are one group: trained once."""
+        by: dict[tuple, list[Point]] = {}
+        for p in points:
+            by.setdefault((p.params.get("world", "synthetic"), p.params["n_layers"], p.seed_index), []).append(p)
+        return list(by.values())
+
     def run_point(self, cfg: InductionHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
-        if point.params.get("world") == "shakespeare":
-            return run_shakespeare(cfg, int(point.params["n_layers"]), ctx)
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: InductionHeadsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """One training (real or null arm) and its rows: the trained model's; the step-0 measures for arm init."""
+        ctx = next((c for p, c in zip(points, ctxs) if p.arm != "init"), ctxs[0])
+        L, w = int(points[0].params["n_layers"]), points[0].params.get("world", "synthetic")
+        row = run_shakespeare(cfg, L, ctx) if w == "shakespeare" else self._synthetic_row(cfg, L, ctx)
+        init = {"world": w, "n_layers": L, **{v: row[k] for k, v in INIT_COLUMNS.items() if k in row}}
+        trained = {k: v for k, v in row.items() if k not in INIT_COLUMNS}
+        return [init if p.arm == "init" else trained for p in points]
+
+    def _synthetic_row(self, cfg: InductionHeadsConfig, L: int, ctx: PointContext) -> dict[str, Any]:
+        """Train the ``L``-layer attention-only model on the repeated-segment world and measure it (its step-0
+        measures in the ``init_*`` columns)."""
         world = RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
-        L = int(point.params["n_layers"])
         model = GPT(cfg.model.gpt_config(world.vocab_size, cfg.seq_len, n_layers=L),
                     seed=derive_seed(ctx.seed, "init")).to(ctx.device)
         rng = np.random.default_rng(derive_seed(ctx.seed, "eval"))
@@ -266,30 +301,43 @@ class InductionHeads(Experiment):
                 "init_pm_best": float(init["pm"][-1].max()), "init_copy_best": float(init_copy[hi0]),
                 "init_icl": init["icl"], "train_seconds": res.seconds}
 
-    # -- verdicts ----------------------------------------------------------------------------------------
-    def verdicts(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = results[results["status"] == "ok"] if "status" in results else results
-        world = ok["world"].fillna("synthetic") if "world" in ok else pd.Series("synthetic", index=ok.index)
+    # -- verdicts: the engine judges the copying claims; the others by hand (module docstring) -----------------
+    @staticmethod
+    def _arm(results: pd.DataFrame, arm: str, world: str) -> pd.DataFrame:
+        ok = finished(results)
+        if "arm" not in ok:
+            return ok.iloc[0:0]
+        w = ok["world"].fillna("synthetic") if "world" in ok else pd.Series("synthetic", index=ok.index)
+        return ok[(ok["arm"] == arm) & (w == world)]
 
-        def arm(w: str, n_layers: int) -> pd.DataFrame:
-            return ok[(world == w) & (ok["n_layers"] == n_layers)] if "n_layers" in ok else ok.iloc[0:0]
+    def measured_gates(self, cfg: InductionHeadsConfig, results: pd.DataFrame) -> dict[str, tuple[Any, bool]]:
+        """``learned`` (threshold LEARNED_FRAC ln(n_tokens)) and ``learned-language`` on the 2-layer rows."""
+        out = {}
+        two = self._arm(results, "real", "synthetic")
+        if len(two):
+            lrn = float(two["late_final"].max())
+            out["learned"] = (lrn, lrn <= LEARNED_FRAC * math.log(cfg.n_tokens))
+        g = learned_language_gate(self._arm(results, "real", "shakespeare"))
+        if g is not None:
+            out["learned-language"] = g
+        return out
 
-        L = cfg.model.n_layers
-        return (self._synthetic_verdicts(cfg, arm("synthetic", L), arm("synthetic", 1))
-                + shakespeare_verdicts(lambda cid, **kw: self.judge(cfg, cid, **kw), arm("shakespeare", L),
-                                       arm("shakespeare", 1)))
+    def hand_verdicts(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        arms = {w: [self._arm(results, a, w) for a in ("real", "null", "init")] for w in WORLDS}
+        return (self._synthetic_verdicts(cfg, *arms["synthetic"], self.measured_gates(cfg, results))
+                + shakespeare_verdicts(lambda cid, **kw: self.judge(cfg, cid, **kw), *arms["shakespeare"]))
 
-    def _synthetic_verdicts(self, cfg: InductionHeadsConfig, two: pd.DataFrame, one: pd.DataFrame) -> list[Verdict]:
+    def _synthetic_verdicts(self, cfg: InductionHeadsConfig, two: pd.DataFrame, one: pd.DataFrame,
+                            init: pd.DataFrame, measured: dict[str, tuple[Any, bool]]) -> list[Verdict]:
         if two.empty:
-            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="the 2-layer model was not "
-                               "trained on the synthetic world") for c in self.claims[:3]]
-        lrn = float(two["late_final"].max())
-        gates = {"learned": (lrn, lrn <= LEARNED_FRAC * math.log(cfg.n_tokens))}
+            return [self.judge(cfg, c, value=None, passed=None, why_not_computed="the 2-layer model was not "
+                               "trained on the synthetic world") for c in ("prefix-matching-head", "phase-change")]
+        gates = {"learned": measured["learned"]}
 
         def judge(cid: str, **kw: Any) -> Verdict:
             return self.judge(cfg, cid, **kw)
 
-        out = [prefix_matching_verdict(judge, "prefix-matching-head", two, one, gates)]
+        out = [prefix_matching_verdict(judge, "prefix-matching-head", two, one, init, gates)]
         g2, p2 = window(two)
         null = None if one.empty else window(one)
         out.append(self.judge(cfg, "phase-change", value=g2, passed=p2, n_seeds=len(two), gates=gates, null=null,
@@ -300,13 +348,13 @@ class InductionHeads(Experiment):
                                        "null_icl_final": None if one.empty else float(one["icl_final"].mean()),
                                        "null_t_pm": None if one.empty else [None if pd.isna(v) else int(v)
                                                                             for v in one["t_pm"]]}))
-        out.append(copying_verdict(judge, "copying", two, gates))
         return out
 
     def figures(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
-        ok = results[results["status"] == "ok"] if "status" in results else results
+        ok = finished(results)
+        ok = ok[ok["arm"] != "init"] if "arm" in ok else ok  # the step-0 rows have no curves
         out = []
         fsh = shakespeare_figure(ok, run.point_dir)
         if fsh is not None:
@@ -314,7 +362,8 @@ class InductionHeads(Experiment):
                                    "score of the best last-layer head and second/first-copy NLL ratio on repeated "
                                    "held-out text over training (left); the best 2-layer head's attention on a "
                                    "repeated random-token sequence (middle) and on held-out text with a repeated "
-                                   "passage (right): an induction head shows the off-diagonal stripe"))
+                                   "passage (right): an induction head shows the off-diagonal stripe",
+                                   claims=("shakespeare-prefix-matching-head", "shakespeare-phase-change")))
         if "world" in ok:
             ok = ok[ok["world"] != "shakespeare"]
         if ok.empty:
@@ -344,14 +393,15 @@ class InductionHeads(Experiment):
             a1.set_ylabel("query")
         return out + [save_figure(fig, run, "induction_heads.png", "Synthetic world: prefix-matching score of the best last-layer head and "
                             "in-context loss over training (left); the best 2-layer head's attention on one "
-                            "evaluation sequence: the off-diagonal stripe is the induction pattern (right)")]
+                            "evaluation sequence: the off-diagonal stripe is the induction pattern (right)",
+                            claims=("prefix-matching-head", "phase-change"))]
 
     def report_sections(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        cols = [c for c in ("point", "world", "n_layers", "best_head", "pm_best", "pm_nat_best", "copy_best",
+        cols = [c for c in ("point", "arm", "world", "n_layers", "best_head", "pm_best", "pm_nat_best", "copy_best",
                             "icl_final", "late_final", "ratio_nat", "val_nll", "bigram_nll", "icl_plain", "t_pm",
-                            "t_icl", "init_pm_best", "init_copy_best", "init_ratio_nat", "train_seconds")
+                            "t_icl", "train_seconds")
                 if c in results]
         st = cfg.shakespeare_train
         sh = (f"Shakespeare world: {cfg.shakespeare_tokenizer} tokens (vocabulary {cfg.shakespeare_vocab_size} for "
@@ -359,7 +409,7 @@ class InductionHeads(Experiment):
               f"evaluation on {cfg.shakespeare_n_eval} repeated random-token sequences, {cfg.shakespeare_n_eval} "
               f"held-out passages written twice (m in [{cfg.shakespeare_seg_min}, {cfg.shakespeare_seg_max}]) and "
               f"plain held-out windows. ") if "shakespeare" in cfg.worlds else ""
-        return ("## Method\n\n"
+        return ("## Setup\n\n"
                 f"[BOS, s, s, filler], m in [{cfg.seg_min}, {cfg.seg_max}], {cfg.n_tokens} tokens, seq_len "
                 f"{cfg.seq_len}; attention-only GPT (no MLP, {cfg.model.norm}), d_model {cfg.model.d_model}, "
                 f"{cfg.model.n_heads} heads, {cfg.model.n_layers} layers and 1 (the null); "
