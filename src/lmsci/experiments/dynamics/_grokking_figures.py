@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.experiments.base import Figure, save_figure
+from lmsci.contract import Figure, save_figure
 from lmsci.runs import RunDir
 
 
@@ -74,7 +74,8 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
             figs.append(save_figure(fig, run, "progress_measures.png",
                                     "Losses (train, test, restricted, excluded), accuracies and the embedding's "
                                     "top-6 Fourier share with the weight norm on a log-step axis; shaded: the "
-                                    "three phases detected by the registered rule (cf. Nanda et al. Fig. 7)"))
+                                    "three phases detected by the registered rule (cf. Nanda et al. Fig. 7)",
+                                    claims=("restricted-before-test",)))
             sh = m[[col for col in m if col.startswith("share_k")]].iloc[-1].values
             fig, ax = plt.subplots(figsize=(7, 3.2))
             ax.bar(np.arange(1, len(sh) + 1), sh)
@@ -83,7 +84,7 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
             ax.set_title(f"embedding Fourier spectrum at step {int(m['step'].iloc[-1])} (seed 0)", fontsize=10)
             figs.append(save_figure(fig, run, "fourier_spectrum.png",
                                     "Share of the embedding's squared norm per Fourier frequency at the end (cf. "
-                                    "Nanda et al. Fig. 3)"))
+                                    "Nanda et al. Fig. 3)", claims=("fourier-sparse",)))
     # all seeds + control accuracy
     fig, ax = plt.subplots(figsize=(7, 4))
     any_curve = False
@@ -104,7 +105,7 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
         ax.grid(True, alpha=0.3)
         figs.append(save_figure(fig, run, "accuracy_all_seeds.png",
                                 "Train (dotted) and test accuracy of every seed with weight decay and of the wd = 0 "
-                                "control"))
+                                "control", claims=("delay", "no-wd-no-grok")))
     else:
         plt.close(fig)
     return figs
