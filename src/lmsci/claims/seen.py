@@ -77,7 +77,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "scaling-sweep/form-comparison": {"quick": (0,)},
     "shakespeare-lm/beats-bigram": {"quick": (0,)},
     "shakespeare-lm/beats-unigram": {"quick": (0,)},
-    "grokking/delay": {"quick": (0,), "gpu": (0,)},
+    "grokking/delay": {"quick": (0, 1), "gpu": (0,)},  # 2026-12-06: null arm -> the dense arm (issue 44 item 4)
     "knowledge-neurons/amplify-strengthens": {"quick": (0,)},
     "lm-steer/steering": {"quick": (0,)},
     "lm-steer/continuous": {"quick": (0,)},

@@ -88,13 +88,13 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
     # all seeds + control accuracy
     fig, ax = plt.subplots(figsize=(7, 4))
     any_curve = False
-    for _, r in res[res["kind"].isin(["grok", "control"])].iterrows():
+    for _, r in res[res["kind"].isin(["grok", "control", "dense"])].iterrows():
         c = _csv(run, r["point"], "curve.csv")
         if c is None:
             continue
         any_curve = True
-        col = "C0" if r["kind"] == "grok" else "C3"
-        tag = f"wd={r['weight_decay']:g} seed {int(r.get('seed_index', 0) or 0)}"
+        col = {"grok": "C0", "control": "C3"}.get(r["kind"], "C2")
+        tag = f"frac={r['train_frac']:g} wd={r['weight_decay']:g} seed {int(r.get('seed_index', 0) or 0)}"
         ax.plot(c["step"].clip(lower=1), c["test_acc"], color=col, alpha=0.8, label="test " + tag)
         ax.plot(c["step"].clip(lower=1), c["train_acc"], color=col, ls=":", alpha=0.8, label="train " + tag)
     if any_curve:
@@ -104,8 +104,9 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
         ax.legend(fontsize=6)
         ax.grid(True, alpha=0.3)
         figs.append(save_figure(fig, run, "accuracy_all_seeds.png",
-                                "Train (dotted) and test accuracy of every seed with weight decay and of the wd = 0 "
-                                "control", claims=("delay", "no-wd-no-grok")))
+                                "Train (dotted) and test accuracy of every seed with weight decay, of the wd = 0 "
+                                "control and of the dense arm (training fraction 0.9: delay's null arm)",
+                                claims=("delay", "no-wd-no-grok")))
     else:
         plt.close(fig)
     return figs
