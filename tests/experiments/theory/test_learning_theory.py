@@ -297,20 +297,26 @@ def test_benign_overfitting_verdicts_pass_fail_and_gate():
 
 
 def _ib_table(r2=0.97, slope=-0.97, resid=0.07, svm_angle=1e-7, n_seeds=3, null_like_real=False):
+    """Rows of the real arm and of the two null arms (randdir: the angle to a random direction; squared: GD on the
+    squared loss), paired by seed and loss."""
     rows = []
     for s in range(n_seeds):
         sign = 1 if s % 2 == 0 else -1  # a random direction: slopes of either sign
         for loss in ("logistic", "exponential"):
-            rows.append({"point": loss if s == 0 else f"{loss}__s{s}", "loss": loss, "seed_index": s,
+            pid = loss if s == 0 else f"{loss}__s{s}"
+            rows.append({"point": pid, "loss": loss, "seed_index": s, "arm": "real",
                          "angle_r2": r2 - 0.01 * s, "angle_slope": 0.6, "angle_final": 0.07, "angle_start": 0.2,
                          "loss_slope": slope - 0.005 * s, "norm_residual_range": resid + 0.005 * s,
                          "norm_slope_ratio": 0.93, "svm_angle": svm_angle, "test_logistic_min": 0.2,
                          "test_logistic_final": 0.3, "test_error_at_min_loss": 0.1, "test_error_final": 0.1,
-                         "null_angle_r2": r2 - 0.01 * s if null_like_real else 0.9,
-                         "null_angle_slope": 0.6 if null_like_real else 0.2 * sign,
-                         "null_angle_change": -0.13 if null_like_real else -0.02 * sign,
-                         "null_norm_residual_range": resid + 0.005 * s if null_like_real else 1.0,
-                         "null_loss_slope": slope - 0.005 * s if null_like_real else -1e-4 * s, "status": "ok"})
+                         "status": "ok"})
+            rows.append({"point": "randdir-" + pid, "loss": loss, "seed_index": s, "arm": "randdir",
+                         "angle_r2": r2 - 0.01 * s if null_like_real else 0.9,
+                         "angle_slope": 0.6 if null_like_real else 0.2 * sign, "angle_start": 0.2,
+                         "angle_final": 0.2 + (-0.13 if null_like_real else -0.02 * sign), "status": "ok"})
+            rows.append({"point": "squared-" + pid, "loss": loss, "seed_index": s, "arm": "squared",
+                         "norm_residual_range": resid + 0.005 * s if null_like_real else 1.0,
+                         "loss_slope": slope - 0.005 * s if null_like_real else -1e-4 * s, "status": "ok"})
     return resolve_config(ImplicitBias.Config, "quick"), pd.DataFrame(rows)
 
 
