@@ -297,8 +297,8 @@ def test_benign_overfitting_verdicts_pass_fail_and_gate():
 
 
 def _ib_table(r2=0.97, slope=-0.97, resid=0.07, svm_angle=1e-7, n_seeds=3, null_like_real=False):
-    """Rows of the real arm and of the two null arms (randdir: the angle to a random direction; squared: GD on the
-    squared loss), paired by seed and loss."""
+    """Rows of the real arm and of the null arms (randdir: the angle to a random direction; squared: GD on the
+    squared loss; othersvm: w(t) against another data set's SVM), paired by seed and loss."""
     rows = []
     for s in range(n_seeds):
         sign = 1 if s % 2 == 0 else -1  # a random direction: slopes of either sign
@@ -317,6 +317,8 @@ def _ib_table(r2=0.97, slope=-0.97, resid=0.07, svm_angle=1e-7, n_seeds=3, null_
             rows.append({"point": "squared-" + pid, "loss": loss, "seed_index": s, "arm": "squared",
                          "norm_residual_range": resid + 0.005 * s if null_like_real else 1.0,
                          "loss_slope": slope - 0.005 * s if null_like_real else -1e-4 * s, "status": "ok"})
+            rows.append({"point": "othersvm-" + pid, "loss": loss, "seed_index": s, "arm": "othersvm",
+                         "norm_residual_range": resid + 0.005 * s if null_like_real else 0.3 + 0.1 * s, "status": "ok"})
     return resolve_config(ImplicitBias.Config, "quick"), pd.DataFrame(rows)
 
 
