@@ -67,7 +67,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "double-descent/isotropic-exact": {"quick": (0,)},
     "implicit-bias/angle-rate": {"quick": (0,)},
     "implicit-bias/norm-log-t": {"quick": (0, 1)},  # 2026-12-06: null arm -> another data set's SVM (issue 44 item 4)
-    "implicit-bias/loss-rate": {"quick": (0,)},
+    "implicit-bias/loss-rate": {"quick": (0, 1)},  # 2026-12-06: made a check (issue 44 item 4)
     "implicit-bias/heldout-loss-rises": {"quick": (0,)},
     "hallucination-stage/plateau-structured": {"quick": (0,), "gpu": (0,)},
     "hallucination-stage/plateau-random": {"quick": (0,), "gpu": (0,)},

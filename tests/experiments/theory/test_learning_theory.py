@@ -327,12 +327,15 @@ def test_implicit_bias_verdicts_pass_fail_and_gate():
     cfg, df = _ib_table()
     v = _by_id(exp.verdicts(cfg, df, None))
     assert set(v) == {c.id for c in exp.claims}
-    assert all(x.outcome == REPRODUCED for x in v.values()), {k: (x.outcome, x.reasons) for k, x in v.items()}
-    assert all(v[c].null_passed is False for c in ("angle-rate", "norm-log-t", "loss-rate"))
+    assert all(x.outcome == (PASSED if x.kind == "check" else REPRODUCED) for x in v.values()), \
+        {k: (x.outcome, x.reasons) for k, x in v.items()}
+    assert all(v[c].null_passed is False for c in ("angle-rate", "norm-log-t"))
+    assert v["loss-rate"].kind == "check" and v["loss-rate"].null_passed is None  # fixed by Theorem 3 (issue 44)
     assert v["heldout-loss-rises"].ablation
     cfg, df = _ib_table(r2=0.5, slope=-0.7, resid=0.5)
     v = _by_id(exp.verdicts(cfg, df, None))
-    assert {v[c].outcome for c in ("angle-rate", "loss-rate", "norm-log-t")} == {NOT_REPRODUCED}
+    assert {v[c].outcome for c in ("angle-rate", "norm-log-t")} == {NOT_REPRODUCED}
+    assert v["loss-rate"].outcome == FAILED
     cfg, df = _ib_table(svm_angle=0.1)
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["angle-rate"].outcome == INCONCLUSIVE and "svm-agrees" in v["angle-rate"].reasons[0]
@@ -342,7 +345,7 @@ def test_implicit_bias_verdicts_pass_fail_and_gate():
 
 def test_implicit_bias_null_arm_meeting_the_rule_is_inconclusive():
     v = _by_id(ImplicitBias().verdicts(*_ib_table(null_like_real=True), None))
-    for c in ("angle-rate", "norm-log-t", "loss-rate"):
+    for c in ("angle-rate", "norm-log-t"):
         assert v[c].outcome == INCONCLUSIVE and v[c].null_passed is True, (c, v[c].outcome)
         assert any(NULL_MEETS_RULE in r for r in v[c].reasons)
 
