@@ -144,7 +144,11 @@ def _rows(tf_slope=1.0, tf_mis=0.05, cold_dh=-0.1, cold_dm=0.1, slack=0.05, gt_b
                 r[f"{g}_hall"], r[f"{g}_mis"] = hall[g], mis[g]
                 r[f"{g}_bound"] = gt_bound if (g == "gt" and z == 0.0) else -0.1
                 r[f"{g}_slack"] = slack
-            rows.append(r)
+            # the init arm: the untrained network's numbers under the trained one's column names
+            init = {k.replace("tf_init", "tf"): v for k, v in r.items() if k.startswith("tf_init")}
+            rows.append({k: v for k, v in r.items() if not k.startswith("tf_init")} | {"arm": "real"})
+            rows.append({"point": "init-" + r["point"], "zipf": z, "seed_index": s, "mf": mf, "status": "ok",
+                         "arm": "init", **init})
     return pd.DataFrame(rows)
 
 
@@ -202,7 +206,11 @@ def test_smoke_preset_runs(tmp_path):
     cfg = resolve_config(CalibrationConfig, "smoke", ["threads=1", "device=cpu"])
     run = run_experiment(CalibrationHallucination(), cfg, tmp_path / "run", progress=False)
     df = pd.read_csv(run.path / "results.csv")
-    assert len(df) == 2 and (df["mle_hall"] == 0).all()
+    assert len(df) == 4 and set(df["arm"]) == {"real", "init"}  # 2 Zipf points x (trained, untrained)
+    init = df[df["arm"] == "init"]
+    assert init["mle_hall"].isna().all() and init["tf_hall"].notna().all()  # the untrained net's under tf_*
+    df = df[df["arm"] == "real"]
+    assert (df["mle_hall"] == 0).all()
     assert np.isfinite(df["tf_mis"]).all() and (df["gt_slack"] > -1).all()
     assert math.isfinite(df["mf"].iloc[0])
     report = (run.path / "report.md").read_text()
