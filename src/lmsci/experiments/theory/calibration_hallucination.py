@@ -22,9 +22,15 @@ architecture and initialisation, scored at both temperatures under the same colu
 ``tf_cold_*``; the null arm of the two transformer claims). The two arms of a Zipf point and seed are one group:
 the world, the documents and the scoring are shared and nothing is trained twice.
 
-Checks (hold by construction, reported apart): ``bound-holds`` (Kalai & Vempala's proven bound, w.p. >= 99%) and
-``gt-tracks-mf`` (the Good-Turing generator's hallucination rate is MF times a constant by design). Claims with
-their null arms: ``transformer-tracks-mf`` and ``temperature-tradeoff``, each against the untrained network.
+Checks (hold by construction, reported apart): ``bound-holds`` (Kalai & Vempala's proven bound, w.p. >= 99%),
+``gt-tracks-mf`` (the Good-Turing generator's hallucination rate is MF times a constant by design) and, since
+2026-12-06 (issue 44 item 4), ``temperature-tradeoff``: cooling moves mass toward each step's most probable tokens,
+so it lowers g(H) for any generator whose probabilities rank facts above hallucinations (any network that learned
+its documents; the calibrated Good-Turing generator, tempered, does the same) and raises the Mis_b of a calibrated
+one, while a generator whose probabilities carry nothing about the facts (the untrained network, its former null
+arm) cannot lower g(H) by cooling except by chance: no configuration without the effect could meet the rule, and
+the outcome says that training worked, not more. The untrained network's differences stay reported beside it.
+The claim with its null arm: ``transformer-tracks-mf``, against the untrained network.
 
 The claims engine judges every item but one. Escape hatch (``hand_verdicts``): ``temperature-tradeoff``'s rule is
 a conjunction, over every Zipf point with enough MF, of two interval rules on two statistics (the g(H) and the
@@ -180,8 +186,7 @@ class CalibrationHallucination(Experiment):
             f"at every Zipf point with mean MF >= {COLD_MIN_MF}, the 95% CI of the g(H) difference lies below 0 "
             "and the 95% CI of the Mis_b difference lies above 0 (at least 3 seeds)",
             gates=(Gate("points", f"at least one Zipf point has mean MF >= {COLD_MIN_MF}"),),
-            null="the same differences for the untrained transformer (same architecture and initialisation): it puts "
-                 "almost all its mass on hallucinations at any temperature, so cooling it cannot lower g(H)",
+            kind="check",
         ),
     ]
 
@@ -376,23 +381,21 @@ class CalibrationHallucination(Experiment):
                 "calibrated": (mx, mx <= CALIBRATED_MIS)}
 
     def hand_verdicts(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """``temperature-tradeoff``: the real arm is the trained transformer, the null arm the untrained one."""
+        """``temperature-tradeoff`` (a check): the trained transformer's differences; the untrained network's are
+        reported beside them (a contrast, deciding nothing)."""
         ok = finished(results)
         df, init = arm_rows(ok, REAL), arm_rows(ok, INIT)
         if df.empty or "mf" not in df:
             return []
         n_seeds = len(sorted(df["seed_index"].unique()))
         ok_all, judged, per_point, mean_dh = tradeoff(df, "tf")
-        null, nper = None, None
-        if not init.empty and "tf_hall" in init:
-            nok, _, nper, nmean = tradeoff(init, "tf")
-            null = (nmean, bool(nok) if judged else None)
+        contrast = tradeoff(init, "tf")[2] if not init.empty and "tf_hall" in init else None
         return [self.judge(
             cfg, "temperature-tradeoff", value=mean_dh, passed=bool(ok_all) if judged else None, n_seeds=n_seeds,
             ci_kind="per-point 95% CIs across seeds (details)", gates={"points": (judged, judged >= 1)},
-            why_not_computed="no Zipf point with enough MF", null=null,
+            why_not_computed="no Zipf point with enough MF",
             details={"per_point": per_point, "cold_temperature": cfg.cold_temperature,
-                     "null_untrained_per_point": nper})]
+                     "untrained_per_point (contrast, decides nothing)": contrast})]
 
     # -- figures and report ---------------------------------------------------------------------------
     def figures(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
