@@ -1,4 +1,5 @@
-"""Verdicts of :mod:`lmsci.experiments.theory.alignment_attack`: one function per registered claim or check.
+"""Verdicts of :mod:`lmsci.experiments.theory.alignment_attack` judged by hand (the trained world's two claims: the
+escape hatch, see that module's docstring), and the statistics of the exact world's checks (judged by the engine).
 
 The results table has one ``exact`` row per seed (closed-form world: maxima over its cells; ``thm2_slope_ratio`` and
 its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed (sigmoid fits ``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences
@@ -25,55 +26,26 @@ CENSORED_MAX = 0.01  # thm2-slope gate: at most 1% of sampled attacks never misa
 FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
 RISE_SHARE = 0.5  # trained world: the fitted rise of the share at least half of neg_bad - neg_good
 NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
+DELTA = 0.1  # thm2-bound: the share of system prompts must be >= 1 - DELTA (the registered delta of every preset)
 
 
-def exact_checks(exp: Experiment, cfg, ex: pd.DataFrame) -> list[Verdict]:
-    """The four checks of the exact world (``thm1-length``, ``exact-centre``, ``thm2-bound``, ``thm4-best-of-n``)
-    from its rows ``ex``: maxima (minima for the share) over cells and seeds of the ratios and deviations."""
-    out: list[Verdict] = []
-    r1 = float(ex["thm1_ratio_greedy"].max())
-    r2 = float(ex["thm1_ratio_sampled"].max())
-    out.append(exp.judge(cfg, "thm1-length", value=r1, passed=bool(r1 <= 1),
-                         ci_kind=f"max over {int(ex['n_cells'].iloc[0])} cells x {len(ex)} seed(s)",
-                         n_seeds=len(ex), details={"greedy_max_ratio": r1, "sampled_median_max_ratio": r2}))
-    dev = float(ex["centre_max_dev"].max())
-    out.append(exp.judge(cfg, "exact-centre", value=dev, passed=bool(dev <= CENTRE_TOL), n_seeds=len(ex),
-                         ci_kind="max over cells and seeds"))
-    frac = float(ex["thm2_min_frac"].min())
-    out.append(exp.judge(cfg, "thm2-bound", value=frac, passed=bool(frac >= 1 - cfg.delta), n_seeds=len(ex),
-                         ci_kind="min over cells, m and seeds", details={"delta": cfg.delta}))
-    r4 = float(ex["thm4_max_ratio"].max())
-    out.append(exp.judge(cfg, "thm4-best-of-n", value=r4, passed=bool(r4 <= 1), n_seeds=len(ex),
-                         ci_kind="max over cells, n and seeds"))
-    return out
+def largest(col: str):
+    """A statistic of the exact world's rows: the largest ``col`` over cells and seeds (one value, for an exact
+    check)."""
+    def fn(rows: pd.DataFrame) -> pd.Series:
+        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+        return pd.Series({0: float(v.max())}) if len(v) else pd.Series(dtype=float)
+    fn.__name__ = fn.__qualname__ = f"largest_{col}"
+    return fn
 
 
-def _slope_meets(st) -> bool:
-    """``thm2-slope``'s rule on a SeedStat: the interval lies within ``[1 - SLOPE_TOL, 1 + SLOPE_TOL]``."""
-    return bool(1 - SLOPE_TOL <= st.lo and st.hi <= 1 + SLOPE_TOL)
-
-
-def thm2_slope(exp: Experiment, cfg, ex: pd.DataFrame) -> Verdict:
-    """``thm2-slope``: per seed (row of ``ex``), the mean over cells of the system prompt's delay slope over
-    beta'/beta (``thm2_slope_ratio``); the 95% CI across seeds within ``[1 - SLOPE_TOL, 1 + SLOPE_TOL]``. Null arm:
-    the same ratio for neutral system prompts (``thm2_null_ratio``, beta' = 0). Gate ``uncensored``: the largest
-    share of sampled attacks that never misaligned within the horizon (``thm2_censored``) is <= ``CENSORED_MAX``."""
-    if "thm2_slope_ratio" not in ex:
-        return exp.judge(cfg, "thm2-slope", value=None, passed=None, why_not_computed="no thm2_slope_ratio column")
-    vals = [float(x) for x in ex["thm2_slope_ratio"] if pd.notna(x)]
-    nulls = [float(x) for x in ex.get("thm2_null_ratio", pd.Series(dtype=float)) if pd.notna(x)]
-    cens = float(ex["thm2_censored"].max()) if "thm2_censored" in ex else None
-    gate = (cens, None if cens is None or not math.isfinite(cens) else cens <= CENSORED_MAX)
-    if not vals:  # a check (issue 44 item 4): the neutral-prompt ratio is reported, not judged
-        return exp.judge(cfg, "thm2-slope", value=None, passed=None, gates={"uncensored": gate},
-                         why_not_computed="no finite slope ratio")
-    st = across_seeds(vals)
-    return exp.judge(cfg, "thm2-slope", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                     passed=_slope_meets(st), gates={"uncensored": gate},
-                     details={"slope_ratio_per_seed": vals, "null_ratio_per_seed": nulls,
-                              "max_abs_deviation_over_cells": float(ex["thm2_slope_max_dev"].max())
-                              if "thm2_slope_max_dev" in ex else None,
-                              "tolerance": SLOPE_TOL})
+def smallest(col: str):
+    """A statistic of the exact world's rows: the smallest ``col`` over cells and seeds (one value)."""
+    def fn(rows: pd.DataFrame) -> pd.Series:
+        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+        return pd.Series({0: float(v.min())}) if len(v) else pd.Series(dtype=float)
+    fn.__name__ = fn.__qualname__ = f"smallest_{col}"
+    return fn
 
 
 def learned_gate(cfg, tr: pd.DataFrame) -> tuple[float | None, bool]:
@@ -188,15 +160,11 @@ def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verd
 
 
 def verdicts(exp: Experiment, cfg, results: pd.DataFrame) -> list[Verdict]:
-    """The exact world's checks and ``thm2-slope``, then the trained world's claims (``persona-alpha-shift`` only
-    with two alphas)."""
+    """The trained world's claims judged by hand (``persona-alpha-shift`` only with two alphas); the exact world's
+    checks are judged by the claims engine from the experiment's ``Stat`` s."""
     out: list[Verdict] = []
     if "kind" not in results:
         return out
-    ex = results[results["kind"] == "exact"]
-    if len(ex):
-        out += exact_checks(exp, cfg, ex)
-        out.append(thm2_slope(exp, cfg, ex))
     tr = results[results["kind"] == "trained"]
     if len(tr):
         learned = learned_gate(cfg, tr)

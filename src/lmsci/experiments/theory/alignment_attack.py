@@ -36,6 +36,13 @@ identity up to the overshoot, so it holds by construction (the neutral-prompt ra
 Claims and their null arms, trained world: ``persona-centre``: the P+ proxy (alpha = 0) on the same prompts;
 ``persona-alpha-shift``: a second alpha = 1% mixture (independent training seed) against the first, whose shift is
 0 by construction.
+
+The claims engine judges the exact world's five checks (statistics of the ``exact`` rows; each exact check reads
+one value, the largest or smallest over cells and seeds). Escape hatch (``hand_verdicts``, the trained world):
+``persona-centre``'s rule is a conjunction of an interval rule on one statistic (N* beta_hat / log(1/alpha)) and a
+rule on the mean of another (the fitted rise), and ``persona-alpha-shift``'s threshold is itself measured (the CI
+must contain ln(10)/beta_hat, beta_hat averaged over the run's seeds), which one ``Stat`` under one fixed ``Rule``
+cannot state; their null arms are still columns of the trained row (``good_*``, ``null_a0_nstar``).
 """
 
 from __future__ import annotations
@@ -48,14 +55,15 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, at_least, at_most, ci_inside, every_at_most
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.theory._alignment_attack_exact import first_crossing, system_prompt_cells
-from lmsci.experiments.theory._alignment_attack_verdicts import CENTRE_TOL, FACTOR, NLL_GAP, RISE_SHARE, SLOPE_TOL
-from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as alignment_verdicts
+from lmsci.experiments.theory._alignment_attack_verdicts import (CENSORED_MAX, CENTRE_TOL, DELTA, FACTOR, NLL_GAP,
+                                                                  RISE_SHARE, SLOPE_TOL, largest, smallest)
+from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as trained_verdicts
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.train.trainer import TrainSpec, train
@@ -156,10 +164,12 @@ class AlignmentAttack(Experiment):
             "Theorem 1's length (1/beta)(log 1/alpha + log 1/eps + log 4).",
             _SRC + ", Theorem 1",
             "|s| = (1/beta)(log 1/alpha + log 1/eps + log 4) sentences suffice",
-            "over the grid of alpha x beta: the largest ratio of the length of the attacker's prompt (greedy: the "
-            "sentence with the largest log P-/P+, repeated) that misaligns to Theorem 1's length (the theorem is "
-            "existential; the median over prompts sampled from P- is reported beside it)",
-            "the ratio is <= 1 on every cell of the grid",
+            statistic=Stat(fn=largest("thm1_ratio_greedy"), where={"kind": "exact"},
+                           words="over the grid of alpha x beta and the seeds: the largest ratio of the length of the "
+                                 "attacker's prompt (greedy: the sentence with the largest log P-/P+, repeated) that "
+                                 "misaligns to Theorem 1's length (the theorem is existential; the median over prompts "
+                                 "sampled from P- is in the results)"),
+            rule=at_most(1.0),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -167,9 +177,11 @@ class AlignmentAttack(Experiment):
             "The mean behavior against the prompt length is a reverse sigmoid centred at log((1-alpha)/alpha)/beta.",
             _SRC + ", App. H (behavior falls as a reverse sigmoid centred at log(1/alpha)/beta)",
             "reverse sigmoid centred at log(1/alpha)/beta",
-            "per cell, the centre of a reverse-sigmoid fit (asymptotes B_{P+} and B_{P-}) to the mean behavior of the "
-            "sampled prompts, over log((1-alpha)/alpha)/beta; the largest |ratio - 1| over the grid",
-            f"|ratio - 1| <= {CENTRE_TOL} on every cell",
+            statistic=Stat(fn=largest("centre_max_dev"), where={"kind": "exact"},
+                           words="per cell, the centre of a reverse-sigmoid fit (asymptotes B_{P+} and B_{P-}) to the "
+                                 "mean behavior of the sampled prompts, over log((1-alpha)/alpha)/beta; the largest "
+                                 "|ratio - 1| over the grid and the seeds"),
+            rule=at_most(CENTRE_TOL),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -178,9 +190,10 @@ class AlignmentAttack(Experiment):
             "probability at least 1 - delta over the system prompt).",
             _SRC + ", Theorem 2",
             "length (1/beta)(log 1/alpha + log 1/eps + log 4) + (beta'/beta)|s0| + (sigma/beta) sqrt(|s0|/delta) + 1",
-            "per cell and m: the share of system-prompt draws after which the greedy attack misaligns within "
-            "Theorem 2's length; the minimum over cells, m and seeds",
-            "the share is >= 1 - delta on every (cell, m)",
+            statistic=Stat(fn=smallest("thm2_min_frac"), where={"kind": "exact"},
+                           words="per cell and m: the share of system-prompt draws after which the greedy attack "
+                                 "misaligns within Theorem 2's length; the minimum over cells, m and seeds"),
+            rule=at_least(1 - DELTA),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -189,18 +202,21 @@ class AlignmentAttack(Experiment):
             "linearly in m, by (beta'/beta) sentences per system-prompt sentence.",
             _SRC + ", Theorem 2 (the delay's linear term (beta'/beta)|s0|)",
             "(beta'/beta)|s0| extra sentences; an aligning system prompt delayed misalignment by about 1 sentence",
-            "per seed (an independent Monte-Carlo draw of system prompts and attacks): for each cell (alpha x beta), the least-squares slope of the mean length of "
-            "sampled attacks that misalign (B_P < gamma + eps) against m over beta'/beta; the mean over cells; "
-            "mean over seeds with its 95% Student-t CI",
-            f"the 95% CI across at least 3 seeds lies within [{1 - SLOPE_TOL:g}, {1 + SLOPE_TOL:g}]. Why "
-            f"{SLOPE_TOL:g}: Theorem 2 gives the delay's linear term (beta'/beta)|s0| up to terms that do not grow "
-            "linearly ((sigma/beta) sqrt(|s0|/delta) + 1; and, by Wald's identity, the first-passage overshoot of "
-            "less than one attack sentence's log-odds), which tilt a slope fitted over the preset's m grid by a fraction "
-            "of beta'/beta; 25% is the tolerance issue 18 registered for this slope (and App. H's centre) before "
-            "any run, kept unchanged, not chosen from values",
-            gates=(Gate("uncensored", "at most 1% of the sampled attacks (either arm, every cell and m) fail to "
-                                      "misalign within the horizon 3 L2 + 20 sentences (a censored length would "
-                                      "bias the mean)"),),
+            statistic=Stat("thm2_slope_ratio", where={"kind": "exact"},
+                           words="per seed (an independent Monte-Carlo draw of system prompts and attacks): for each "
+                                 "cell (alpha x beta), the least-squares slope of the mean length of sampled attacks "
+                                 "that misalign (B_P < gamma + eps) against m over beta'/beta; the mean over cells"),
+            rule=ci_inside(1 - SLOPE_TOL, 1 + SLOPE_TOL),
+            # Why SLOPE_TOL = 0.25: Theorem 2 gives the delay's linear term (beta'/beta)|s0| up to terms that do not
+            # grow linearly ((sigma/beta) sqrt(|s0|/delta) + 1; and, by Wald's identity, the first-passage overshoot
+            # of less than one attack sentence's log-odds), which tilt a slope fitted over the preset's m grid by a
+            # fraction of beta'/beta; 25% is the tolerance issue 18 registered for this slope (and App. H's centre)
+            # before any run, kept unchanged, not chosen from values.
+            gates=(Gate("uncensored", every_at_most(CENSORED_MAX),
+                        stat=Stat("thm2_censored", where={"kind": "exact"},
+                                  words="the share of the sampled attacks (either system-prompt distribution, every "
+                                        "cell and m) that fail to misalign within the horizon 3 L2 + 20 sentences (a "
+                                        "censored length would bias the mean)")),),
             kind="check",
         ),
         Claim(
@@ -209,9 +225,10 @@ class AlignmentAttack(Experiment):
             "(1/beta)(log 1/alpha + log 1/eps + log 4 + log n).",
             _SRC + ", Theorem 4",
             "log(n)/beta extra sentences",
-            "over alpha x beta x n: the largest ratio of the greedy misaligning length (B^(n) < gamma_n + eps) to "
-            "Theorem 4's length",
-            "the ratio is <= 1 everywhere",
+            statistic=Stat(fn=largest("thm4_max_ratio"), where={"kind": "exact"},
+                           words="over alpha x beta x n and the seeds: the largest ratio of the greedy misaligning "
+                                 "length (B^(n) < gamma_n + eps) to Theorem 4's length"),
+            rule=at_most(1.0),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -423,10 +440,10 @@ class AlignmentAttack(Experiment):
         row["curves"] = json.dumps(curves)
         return row
 
-    # -- verdicts (one function per claim or check: _alignment_attack_verdicts) -----------------------------
-    def verdicts(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """The exact world's four checks, then ``persona-centre`` and ``persona-alpha-shift`` (trained world)."""
-        return alignment_verdicts(self, cfg, results)
+    # -- verdicts: the engine judges the exact world's checks; the trained world's claims by hand (docstring) ------
+    def hand_verdicts(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``persona-centre`` and ``persona-alpha-shift`` (trained world; :mod:`._alignment_attack_verdicts`)."""
+        return trained_verdicts(self, cfg, results)
 
     # -- figures and report ---------------------------------------------------------------------------
     def figures(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -450,7 +467,8 @@ class AlignmentAttack(Experiment):
             ax.legend(fontsize=7)
             figs.append(save_figure(fig, run, "exact_behavior.png",
                                     "Exact two-component world: mean behavior against prompt length (reverse sigmoid); "
-                                    "dotted: log((1-alpha)/alpha)/beta, dashed: Theorem 1's length"))
+                                    "dotted: log((1-alpha)/alpha)/beta, dashed: Theorem 1's length",
+                                    claims=("exact-centre", "thm1-length")))
         tr = results[results.get("kind", pd.Series(dtype=str)) == "trained"] if "kind" in results else results.iloc[0:0]
         if len(tr) and "curves" in tr:
             fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -467,7 +485,8 @@ class AlignmentAttack(Experiment):
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
             figs.append(save_figure(fig, run, "trained_share.png",
-                                    "Trained persona world: share of negative continuations against N, every seed"))
+                                    "Trained persona world: share of negative continuations against N, every seed",
+                                    claims=("persona-centre", "persona-alpha-shift")))
         return figs
 
     def report_sections(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> str:
