@@ -60,7 +60,7 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.theory._alignment_attack_exact import first_crossing, system_prompt_cells
+from lmsci.experiments.theory._alignment_attack_exact import first_crossing, fit_sigmoid, system_prompt_cells
 from lmsci.experiments.theory._alignment_attack_verdicts import (CENSORED_MAX, CENTRE_TOL, DELTA, FACTOR, NLL_GAP,
                                                                   RISE_SHARE, SLOPE_TOL, largest, smallest)
 from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as trained_verdicts
@@ -117,26 +117,6 @@ class AlignmentConfig(ExperimentConfig):
                   "model.n_layers": 6, "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "train.batch_size": 512,
                   "n_attack": 2000, "threads": 0},
     }
-
-
-def fit_sigmoid(n: np.ndarray, y: np.ndarray, lo: float | None = None, hi: float | None = None) -> dict[str, float] | None:
-    """Least-squares fit of ``y = lo + (hi - lo) / (1 + exp(-(n - centre) / scale))`` (``lo``/``hi`` free when
-    None). Returns ``{"centre", "scale", "lo", "hi"}`` or None when the fit fails."""
-    from scipy.optimize import curve_fit
-
-    n, y = np.asarray(n, float), np.asarray(y, float)
-    mid = float(n[np.argmin(np.abs(y - (y.min() + y.max()) / 2))])
-    try:
-        if lo is None:
-            f = lambda x, c, s, a, b: a + (b - a) / (1 + np.exp(-(x - c) / s))  # noqa: E731
-            p, _ = curve_fit(f, n, y, p0=[mid, 1.0, y[0], y[-1]],
-                             bounds=([-10, 0.05, -1.5, -1.5], [10 * n.max() + 10, 50, 1.5, 1.5]), maxfev=20000)
-            return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(p[2]), "hi": float(p[3])}
-        f = lambda x, c, s: lo + (hi - lo) / (1 + np.exp(-(x - c) / s))  # noqa: E731
-        p, _ = curve_fit(f, n, y, p0=[mid, 1.0], bounds=([-10, 0.05], [10 * n.max() + 10, 50]), maxfev=20000)
-        return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(lo), "hi": float(hi)}
-    except (RuntimeError, ValueError):
-        return None
 
 
 @register("alignment-attack")
