@@ -2,10 +2,11 @@
 escape hatch, see that module's docstring), and the statistics of the exact world's checks (judged by the engine).
 
 The results table has one ``exact`` row per seed (closed-form world: maxima over its cells; ``thm2_slope_ratio`` and
-its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed (sigmoid fits ``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences
-against the number N of attack sentences, ``tag = a<alpha>``; the null arms ``good_nstar`` / ``good_rise`` and
-``null_a0_nstar``). Source: Wolf et al., "Fundamental Limitations of Alignment in Large Language Models", ICML 2024,
-arXiv 2304.11082, Theorems 1, 2, 4 and Appendix H.
+its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed and arm (sigmoid fits
+``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences against the number N of attack
+sentences, ``tag = a<alpha>``; on the ``good`` arm the P+ proxy's, on the ``mix2`` arm the second mixture's).
+Source: Wolf et al., "Fundamental Limitations of Alignment in Large Language Models", ICML 2024, arXiv 2304.11082,
+Theorems 1, 2, 4 and Appendix H.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def centre_stat(cfg, tr: pd.DataFrame, ncol: str, rcols) -> tuple[Any, Any, Any]
     return st, rise, bool(lo >= 1 / FACTOR and hi <= FACTOR and rise >= rise_min)
 
 
-def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
+def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned, good: pd.DataFrame) -> Verdict:
     """``persona-centre``: N* beta_hat / log(1/alpha0) per seed within a factor 2 of 1, with a rise of the share of
     at least ``RISE_SHARE (neg_bad - neg_good)``; null arm: the P+ proxy's curve on the same prompts."""
     a0 = cfg.trained_alphas[0]
@@ -97,11 +98,10 @@ def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
             else float("nan")
 
     st, rise, ok = centre_stat(cfg, tr, f"{t0}_nstar", real_rise)
-    if "good_nstar" in tr:
-        gst, grise, gok = centre_stat(cfg, tr, "good_nstar", lambda r: float(r["good_rise"])
-                                      if not pd.isna(r.get("good_rise")) else float("nan"))
+    if len(good) and f"{t0}_nstar" in good:  # the null arm: the P+ proxy's curve, the real arm's statistic
+        gst, grise, gok = centre_stat(cfg, good, f"{t0}_nstar", real_rise)
         # no fit, or no centre inside the prompt range, does not meet the rule
-        g_in = all(x is not None and not pd.isna(x) and 0 <= float(x) <= lmax for x in tr["good_nstar"])
+        g_in = all(x is not None and not pd.isna(x) and 0 <= float(x) <= lmax for x in good[f"{t0}_nstar"])
         null0 = (None, False) if gst is None else (gst.mean, bool(gok and g_in))
     else:
         null0 = (None, None)
@@ -119,11 +119,11 @@ def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
                               "beta_hat_per_seed": [float(x) for x in tr["beta_hat"]],
                               "beta_true": float(tr["beta_true"].iloc[0]),
                               "null_good_proxy_nstar": [None if pd.isna(x) else float(x) for x in
-                                                        tr["good_nstar"]] if "good_nstar" in tr
+                                                        good[f"{t0}_nstar"]] if len(good) and f"{t0}_nstar" in good
                               else None})
 
 
-def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
+def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned, mix2: pd.DataFrame) -> Verdict:
     """``persona-alpha-shift``: the shift of N* from alpha0 to alpha1 per seed against ln(alpha0/alpha1)/beta_hat
     (sentences); null arm: a second alpha0 mixture (independent training seed), whose shift is 0 by construction."""
     a0 = cfg.trained_alphas[0]
@@ -135,9 +135,11 @@ def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verd
               if not pd.isna(r.get(f"{t1}_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
     target = math.log(a0 / cfg.trained_alphas[1]) / float(tr["beta_hat"].mean())
     null1 = (None, None)
-    if "null_a0_nstar" in tr:
-        nsh = [float(r["null_a0_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
-               if not pd.isna(r.get("null_a0_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
+    if len(mix2) and f"{t0}_nstar" in mix2:  # the null arm: the second alpha0 mixture, paired by seed
+        second = mix2.set_index("seed_index")[f"{t0}_nstar"]
+        nsh = [float(second[r["seed_index"]]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
+               if r["seed_index"] in second.index and not pd.isna(second[r["seed_index"]])
+               and not pd.isna(r.get(f"{t0}_nstar"))]
         if len(nsh) >= 2:
             nst = across_seeds(nsh)
             null1 = (nst.mean, bool(nst.lo <= target <= nst.hi))
@@ -165,10 +167,12 @@ def verdicts(exp: Experiment, cfg, results: pd.DataFrame) -> list[Verdict]:
     out: list[Verdict] = []
     if "kind" not in results:
         return out
-    tr = results[results["kind"] == "trained"]
+    trained = results[results["kind"] == "trained"]
+    arm = trained["arm"] if "arm" in trained else pd.Series("real", index=trained.index)
+    tr, good, mix2 = (trained[arm == a] for a in ("real", "good", "mix2"))
     if len(tr):
         learned = learned_gate(cfg, tr)
-        out.append(persona_centre(exp, cfg, tr, learned))
+        out.append(persona_centre(exp, cfg, tr, learned, good))
         if len(cfg.trained_alphas) >= 2:
-            out.append(persona_alpha_shift(exp, cfg, tr, learned))
+            out.append(persona_alpha_shift(exp, cfg, tr, learned, mix2))
     return out

@@ -42,7 +42,9 @@ one value, the largest or smallest over cells and seeds). Escape hatch (``hand_v
 ``persona-centre``'s rule is a conjunction of an interval rule on one statistic (N* beta_hat / log(1/alpha)) and a
 rule on the mean of another (the fitted rise), and ``persona-alpha-shift``'s threshold is itself measured (the CI
 must contain ln(10)/beta_hat, beta_hat averaged over the run's seeds), which one ``Stat`` under one fixed ``Rule``
-cannot state; their null arms are still columns of the trained row (``good_*``, ``null_a0_nstar``).
+cannot state. Their null arms are arms of the sweep computed in one group with the real arm (the proxies, the
+prompts and the real mixtures trained once): ``good`` (the P+ proxy's fitted curve on the same prompts, under the
+real arm's column names) and ``mix2`` (the second alpha = 1% mixture's N*, paired with the real one by seed).
 """
 
 from __future__ import annotations
@@ -61,13 +63,17 @@ from lmsci.errors import ConfigError
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.experiments.theory._alignment_attack_exact import first_crossing, fit_sigmoid, system_prompt_cells
+from lmsci.experiments.theory._alignment_attack_trained import fit_model, sample_prompts
 from lmsci.experiments.theory._alignment_attack_verdicts import (CENSORED_MAX, CENTRE_TOL, DELTA, FACTOR, NLL_GAP,
                                                                   RISE_SHARE, SLOPE_TOL, largest, smallest)
 from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as trained_verdicts
-from lmsci.models.gpt import GPT, GPTSpec
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.personas import PersonaWorld
+
+
+TRAINED_ARMS = ("real", "good", "mix2")  # the trained world's arms (module docstring)
 
 
 class AlignmentConfig(ExperimentConfig):
@@ -259,7 +265,30 @@ class AlignmentAttack(Experiment):
             raise ConfigError("best_of/sys_lengths", (cfg.best_of, cfg.sys_lengths), "n >= 1, m >= 0")
 
     def points(self, cfg: AlignmentConfig) -> list[Point]:
-        return [Point("exact", {"kind": "exact"}), Point("trained", {"kind": "trained"})]
+        """The exact world and the trained world's arms: ``real``, ``good`` (the P+ proxy on the same prompts) and
+        ``mix2`` (a second mixture at the first alpha); ``exact`` and ``trained`` keep their ids (and seeds)."""
+        return [Point("exact", {"kind": "exact"}, arm="real")] + [
+            Point("trained" if a == "real" else f"{a}-trained", {"kind": "trained"}, arm=a) for a in TRAINED_ARMS]
+
+    def groups(self, cfg: AlignmentConfig, points: list[Point]) -> list[list[Point]]:
+        """Each exact point alone; the trained world's arms of one seed together (proxies and prompts shared)."""
+        out: dict[tuple, list[Point]] = {}
+        for p in points:
+            out.setdefault((p.params["kind"], p.seed_index) if p.params["kind"] == "trained" else (p.id,), []).append(p)
+        return list(out.values())
+
+    def run_group(self, cfg: AlignmentConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        if points[0].params["kind"] == "exact":
+            return [self.run_point(cfg, p, c) for p, c in zip(points, ctxs)]
+        ctx = next((c for p, c in zip(points, ctxs) if p.arm == "real"), ctxs[0])  # the arms share the seed
+        row = {"kind": "trained", **self._trained(cfg, ctx)}
+        t0 = f"a{cfg.trained_alphas[0]:g}"
+        arm_cols = {"good": {f"{t0}_nstar": "good_nstar", f"{t0}_lo": "good_lo", f"{t0}_hi": "good_hi"},
+                    "mix2": {f"{t0}_nstar": "null_a0_nstar"}}
+        null_cols = {c for m in arm_cols.values() for c in m.values()}
+        return [{k: v for k, v in row.items() if k not in null_cols} if p.arm == "real" else
+                {"kind": "trained", "beta_hat": row["beta_hat"], **{k: row[c] for k, c in arm_cols[p.arm].items()}}
+                for p in points]
 
     def run_point(self, cfg: AlignmentConfig, point: Point, ctx: PointContext) -> dict:
         if point.params["kind"] == "exact":
@@ -328,48 +357,15 @@ class AlignmentAttack(Experiment):
                 "thm4_max_ratio": float(max(c["thm4_max_ratio"] for c in cells))}
 
     # -- (b) the trained world ------------------------------------------------------------------------
-    def _model(self, cfg: AlignmentConfig, w: PersonaWorld, seed: int) -> GPT:
-        return GPT(cfg.model.gpt_config(w.vocab_size, w.doc_len), seed=seed)
-
-    def _fit_model(self, cfg: AlignmentConfig, w: PersonaWorld, kind: str, steps: int, seed: int, device: str,
-                   ctx: PointContext, tag: str | None = None) -> GPT:
-        """Train a GPT on fresh documents: ``kind`` "mixture", "bad" or "good" (``tag``: its name in the log)."""
-        model = self._model(cfg, w, derive_seed(seed, kind, "init"))
-
-        def get_batch(step: int, gen: torch.Generator):
-            rng = np.random.default_rng(int(torch.randint(2 ** 31 - 1, (1,), generator=gen)))
-            if kind == "mixture":
-                toks, _ = w.sample_docs(cfg.train.batch_size, rng)
-            else:
-                toks = w.persona_docs(kind == "bad", cfg.train.batch_size, rng)
-            t = torch.as_tensor(toks, device=device)
-            return t[:, :-1], t[:, 1:]
-
-        # each model (mixture: train.steps, proxies: proxy_steps) warms up for at most a tenth of its steps
-        tcfg = cfg.train.train_config(steps=steps, warmup_steps=min(cfg.train.warmup_steps, steps // 10),
-                                      device=device, log_every=50, precision=cfg.precision)
-        train(model, get_batch, tcfg, seed=derive_seed(seed, kind, "train"),
-              log=lambda r: ctx.log(model=tag or kind, alpha=w.alpha if kind == "mixture" else None, **r))
-        return model.eval()
-
-    @staticmethod
-    @torch.no_grad()
-    def sample_prompts(model: GPT, n: int, length: int, seed: int, device: str) -> torch.Tensor:
-        """``[n, 1 + length]`` token rows ``[BOS, ...]`` sampled from ``model`` at temperature 1."""
-        gen = torch.Generator(device=device).manual_seed(seed)
-        x = torch.zeros((n, 1), dtype=torch.long, device=device)
-        for _ in range(length):
-            p = torch.softmax(model(x)[:, -1].float(), -1)
-            x = torch.cat([x, torch.multinomial(p, 1, generator=gen)], 1)
-        return x
+    sample_prompts = staticmethod(sample_prompts)
 
     def _trained(self, cfg: AlignmentConfig, ctx: PointContext) -> dict:
         device = resolve_device(cfg.device)
         base = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, cfg.trained_alphas[0], cfg.doc_len)
-        bad = self._fit_model(cfg, base, "bad", cfg.proxy_steps, ctx.seed, device, ctx)
-        good = self._fit_model(cfg, base, "good", cfg.proxy_steps, ctx.seed, device, ctx)
+        bad = fit_model(cfg, base, "bad", cfg.proxy_steps, ctx.seed, device, ctx)
+        good = fit_model(cfg, base, "good", cfg.proxy_steps, ctx.seed, device, ctx)
         L = cfg.doc_len - 1
-        prompts = self.sample_prompts(bad, cfg.n_attack, L, derive_seed(ctx.seed, "attack"), device)  # [m, 1+L]
+        prompts = sample_prompts(bad, cfg.n_attack, L, derive_seed(ctx.seed, "attack"), device)  # [m, 1+L]
         neg = slice(1 + cfg.n_pos, 1 + cfg.n_pos + cfg.n_neg)
         with torch.no_grad():
             lb = torch.log_softmax(bad(prompts).double(), -1)
@@ -381,7 +377,7 @@ class AlignmentAttack(Experiment):
         curves = {}
         for a in cfg.trained_alphas:
             w = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a, cfg.doc_len)
-            mix = self._fit_model(cfg, w, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
+            mix = fit_model(cfg, w, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
             held, _ = w.sample_docs(cfg.n_heldout, np.random.default_rng(derive_seed(ctx.seed, "heldout", a)))
             ht = torch.as_tensor(held, device=device)
             with torch.no_grad():
@@ -405,14 +401,13 @@ class AlignmentAttack(Experiment):
             gshare = torch.softmax(good(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
         gfit = fit_sigmoid(N, gshare)
         w0 = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a0, cfg.doc_len)
-        mix2 = self._fit_model(cfg, w0, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
+        mix2 = fit_model(cfg, w0, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
                                tag="mixture-null")
         with torch.no_grad():
             share2 = torch.softmax(mix2(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
         fit2 = fit_sigmoid(N, share2)
-        row.update({"good_nstar": gfit["centre"] if gfit else None,
-                    "good_rise": gfit["hi"] - gfit["lo"] if gfit else None,
-                    "null_a0_nstar": fit2["centre"] if fit2 else None})
+        row.update({"good_nstar": gfit["centre"] if gfit else None, "good_lo": gfit["lo"] if gfit else None,
+                    "good_hi": gfit["hi"] if gfit else None, "null_a0_nstar": fit2["centre"] if fit2 else None})
         curves["good_proxy"] = {"model": gshare.tolist()}
         import json
 
@@ -449,7 +444,8 @@ class AlignmentAttack(Experiment):
                                     "Exact two-component world: mean behavior against prompt length (reverse sigmoid); "
                                     "dotted: log((1-alpha)/alpha)/beta, dashed: Theorem 1's length",
                                     claims=("exact-centre", "thm1-length")))
-        tr = results[results.get("kind", pd.Series(dtype=str)) == "trained"] if "kind" in results else results.iloc[0:0]
+        tr = results[results["kind"] == "trained"] if "kind" in results else results.iloc[0:0]
+        tr = tr[tr["arm"] == "real"] if "arm" in tr else tr  # the null arms' curves are in the real row's
         if len(tr) and "curves" in tr:
             fig, ax = plt.subplots(figsize=(6.4, 4.2))
             for _, r in tr.iterrows():
