@@ -1,6 +1,7 @@
 """Closed-form pieces of :mod:`lmsci.experiments.theory.alignment_attack`'s exact world: the first crossing of a
 behavior threshold, the neutral system-prompt distribution (the null arm of ``thm2-slope``), Theorem 2's
-system-prompt cells, and the reverse-sigmoid fit both worlds use (App. H).
+system-prompt cells, the reverse-sigmoid fit both worlds use (App. H), and the statistics the claims engine reads
+for the exact world's checks (:func:`largest`, :func:`smallest`).
 
 Source: Wolf, Wies, Avnery, Levine, Shashua, "Fundamental Limitations of Alignment in Large Language Models",
 ICML 2024, arXiv 2304.11082, Theorem 2 (a system prompt ``s0 ~ P+`` of ``|s0|`` sentences adds
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from lmsci.worlds.personas import PersonaWorld
 
@@ -110,3 +112,22 @@ def fit_sigmoid(n: np.ndarray, y: np.ndarray, lo: float | None = None, hi: float
         return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(lo), "hi": float(hi)}
     except (RuntimeError, ValueError):
         return None
+
+
+def largest(col: str):
+    """A statistic of the exact world's rows: the largest ``col`` over cells and seeds (one value, for an exact
+    check)."""
+    def fn(rows: pd.DataFrame) -> pd.Series:
+        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+        return pd.Series({0: float(v.max())}) if len(v) else pd.Series(dtype=float)
+    fn.__name__ = fn.__qualname__ = f"largest_{col}"
+    return fn
+
+
+def smallest(col: str):
+    """A statistic of the exact world's rows: the smallest ``col`` over cells and seeds (one value)."""
+    def fn(rows: pd.DataFrame) -> pd.Series:
+        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+        return pd.Series({0: float(v.min())}) if len(v) else pd.Series(dtype=float)
+    fn.__name__ = fn.__qualname__ = f"smallest_{col}"
+    return fn

@@ -1,5 +1,6 @@
 """Verdicts of :mod:`lmsci.experiments.theory.alignment_attack` judged by hand (the trained world's two claims: the
-escape hatch, see that module's docstring), and the statistics of the exact world's checks (judged by the engine).
+escape hatch, see that module's docstring) and the registered thresholds (the exact world's checks are judged by the
+engine from the statistics in :mod:`._alignment_attack_exact`).
 
 The results table has one ``exact`` row per seed (closed-form world: maxima over its cells; ``thm2_slope_ratio`` and
 its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed and arm (sigmoid fits
@@ -28,25 +29,6 @@ FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
 RISE_SHARE = 0.5  # trained world: the fitted rise of the share at least half of neg_bad - neg_good
 NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
 DELTA = 0.1  # thm2-bound: the share of system prompts must be >= 1 - DELTA (the registered delta of every preset)
-
-
-def largest(col: str):
-    """A statistic of the exact world's rows: the largest ``col`` over cells and seeds (one value, for an exact
-    check)."""
-    def fn(rows: pd.DataFrame) -> pd.Series:
-        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
-        return pd.Series({0: float(v.max())}) if len(v) else pd.Series(dtype=float)
-    fn.__name__ = fn.__qualname__ = f"largest_{col}"
-    return fn
-
-
-def smallest(col: str):
-    """A statistic of the exact world's rows: the smallest ``col`` over cells and seeds (one value)."""
-    def fn(rows: pd.DataFrame) -> pd.Series:
-        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
-        return pd.Series({0: float(v.min())}) if len(v) else pd.Series(dtype=float)
-    fn.__name__ = fn.__qualname__ = f"smallest_{col}"
-    return fn
 
 
 def learned_gate(cfg, tr: pd.DataFrame) -> tuple[float | None, bool]:

@@ -62,10 +62,11 @@ from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.theory._alignment_attack_exact import first_crossing, fit_sigmoid, system_prompt_cells
+from lmsci.experiments.theory._alignment_attack_exact import (first_crossing, fit_sigmoid, largest, smallest,
+                                                              system_prompt_cells)
 from lmsci.experiments.theory._alignment_attack_trained import fit_model, sample_prompts
 from lmsci.experiments.theory._alignment_attack_verdicts import (CENSORED_MAX, CENTRE_TOL, DELTA, FACTOR, NLL_GAP,
-                                                                  RISE_SHARE, SLOPE_TOL, largest, smallest)
+                                                                  RISE_SHARE, SLOPE_TOL)
 from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as trained_verdicts
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
