@@ -54,7 +54,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "calibration-hallucination/bound-holds": {"quick": (0,)},
     "calibration-hallucination/gt-tracks-mf": {"quick": (0,)},
     "calibration-hallucination/transformer-tracks-mf": {"quick": (0,)},
-    "calibration-hallucination/temperature-tradeoff": {"quick": (0,)},
+    "calibration-hallucination/temperature-tradeoff": {"quick": (0, 1)},  # 2026-12-06: made a check (issue 44)
     "chinchilla-refit/grid-refit": {"quick": (0,)},
     "chinchilla-refit/final-in-ci": {"quick": (0,)},
     "chinchilla-refit/hoffmann-rejected": {"quick": (0,)},
@@ -65,8 +65,8 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "double-descent/ridge-removes-peak-linear": {"quick": (0,)},
     "double-descent/isotropic-exact": {"quick": (0,)},
     "implicit-bias/angle-rate": {"quick": (0,)},
-    "implicit-bias/norm-log-t": {"quick": (0,)},
-    "implicit-bias/loss-rate": {"quick": (0,)},
+    "implicit-bias/norm-log-t": {"quick": (0, 1)},  # 2026-12-06: null arm -> another data set's SVM (issue 44 item 4)
+    "implicit-bias/loss-rate": {"quick": (0, 1)},  # 2026-12-06: made a check (issue 44 item 4)
     "implicit-bias/heldout-loss-rises": {"quick": (0,)},
     "hallucination-stage/plateau-structured": {"quick": (0,), "gpu": (0,)},
     "hallucination-stage/plateau-random": {"quick": (0,), "gpu": (0,)},
@@ -76,7 +76,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "scaling-sweep/form-comparison": {"quick": (0,)},
     "shakespeare-lm/beats-bigram": {"quick": (0,)},
     "shakespeare-lm/beats-unigram": {"quick": (0,)},
-    "grokking/delay": {"quick": (0,), "gpu": (0,)},
+    "grokking/delay": {"quick": (0, 1), "gpu": (0,)},  # 2026-12-06: null arm -> the dense arm (issue 44 item 4)
     "knowledge-neurons/amplify-strengthens": {"quick": (0,)},
     "lm-steer/steering": {"quick": (0,)},
     "lm-steer/continuous": {"quick": (0,)},

@@ -149,9 +149,10 @@ def test_phase_detection_on_synthetic_curves():
 
 def _rows(*, t_test=(6000, 6500, 7000), top6=(0.92, 0.88, 0.95), rr=(1.8, 1.6, 2.0), er=(5.0, 4.0, 6.0),
           control_acc=(0.12, 0.2, 0.08), init6=(0.25, 0.3, 0.22), control_rr=(None, None, None),
-          control_er=(None, 1.1, None), control_t_test=(None, None, None)):
+          control_er=(None, 1.1, None), control_t_test=(None, None, None), dense_t_test=(500, 450, 600)):
     """Main-run and wd = 0 control rows; ``init6``: the top-6 share at step 0 (null arm of fourier-sparse); the
-    control's ratios and t_test: the null arm of restricted-before-test and delay (None: never reached)."""
+    control's ratios and t_test: the null arm of restricted-before-test (None: never reached); ``dense_t_test``: the
+    dense arm's (training fraction 0.9, memorised at step 300) steps to test accuracy 0.99, delay's null arm."""
     rows = []
     for k, (tt, sh, r, e) in enumerate(zip(t_test, top6, rr, er)):
         rows.append({"point": "grok" + (f"__s{k}" if k else ""), "kind": "grok", "seed_index": k, "p": 59,
@@ -162,13 +163,20 @@ def _rows(*, t_test=(6000, 6500, 7000), top6=(0.92, 0.88, 0.95), rr=(1.8, 1.6, 2
                      "key_freqs": "1 2 3 4 5 6", "t_restricted_below_x": None if r is None else 3000,
                      "t_test_loss_below_x": None if r is None else 3000 * r, "restricted_ratio": r,
                      "excluded_at_mem": 0.5, "excluded_at_clean": None if e is None else 0.5 * e, "excluded_ratio": e,
-                     "status": "ok"})
+                     "status": "ok", "arm": "real"})
+        # the init arm: the same run's embedding at step 0
+        rows.append({"point": "init-grok" + (f"__s{k}" if k else ""), "kind": "init", "seed_index": k,
+                     "top6_share": init6[k], "status": "ok", "arm": "init"})
     for k, a in enumerate(control_acc):
         rows.append({"point": "nowd" + (f"__s{k}" if k else ""), "kind": "control", "seed_index": k, "p": 59,
                      "op": "add", "train_frac": 0.3, "weight_decay": 0.0, "t_train": 350,
                      "t_test": control_t_test[k], "max_test_acc": a, "final_test_acc": a, "top6_share": 0.4,
                      "init_top6_share": 0.25, "restricted_ratio": control_rr[k], "excluded_ratio": control_er[k],
-                     "status": "ok"})
+                     "status": "ok", "arm": "nowd"})
+    for k, tt in enumerate(dense_t_test):
+        rows.append({"point": "dense-grok" + (f"__s{k}" if k else ""), "kind": "dense", "seed_index": k, "p": 59,
+                     "op": "add", "train_frac": 0.9, "weight_decay": 1.0, "t_train": 300, "t_test": tt,
+                     "max_test_acc": 0.99 if tt else 0.5, "status": "ok", "arm": "dense"})
     return pd.DataFrame(rows)
 
 
@@ -194,9 +202,10 @@ def test_papers_numbers_are_reproduced(tmp_path):
                                                      "restricted-before-test": "reproduced"}
     assert vs["no-wd-no-grok"].kind == "check"
     assert all(vs[c].null_passed is False for c in ("delay", "fourier-sparse", "restricted-before-test"))
-    assert vs["fourier-sparse"].null_value == pytest.approx(0.22)
-    assert vs["delay"].value == pytest.approx(15.0)  # smallest 6000 / 400
-    assert vs["fourier-sparse"].value == pytest.approx(0.88)
+    assert vs["fourier-sparse"].null_value == pytest.approx(np.mean((0.25, 0.3, 0.22)))
+    assert vs["delay"].value == pytest.approx(16.25)  # the mean of 6000, 6500, 7000 over 400; the rule reads each
+    assert min(vs["delay"].details["per_seed"]) == pytest.approx(15.0)
+    assert vs["fourier-sparse"].value == pytest.approx(np.mean((0.92, 0.88, 0.95)))
     assert vs["no-wd-no-grok"].value == pytest.approx(0.2)  # the largest over control seeds
     # Power et al. Fig. 1 right: fewer steps with more data; 0.3 never generalises within the cap (ranked last)
     sw = _sweep(((0.3, None), (0.4, 2900), (0.5, 2000), (0.6, 1200), (0.7, 800), (0.8, 600)), tmp_path, seeds=3)
@@ -213,7 +222,7 @@ def test_papers_numbers_are_reproduced(tmp_path):
 def test_clear_failures_are_not_reproduced(tmp_path):
     vs = _verdicts(_rows(t_test=(1200, 6500, 7000), top6=(0.5, 0.9, 0.9), rr=(1.0, 1.6, 2.0),
                          control_acc=(0.1, 0.97, 0.2)), tmp_path)
-    assert vs["delay"].outcome == "not reproduced" and vs["delay"].value == pytest.approx(3.0)
+    assert vs["delay"].outcome == "not reproduced" and min(vs["delay"].details["per_seed"]) == pytest.approx(3.0)
     assert vs["no-wd-no-grok"].outcome == "failed"
     assert vs["fourier-sparse"].outcome == "not reproduced"
     assert vs["restricted-before-test"].outcome == "not reproduced"
@@ -230,7 +239,7 @@ def test_failed_gates_are_inconclusive(tmp_path):
     assert vs["fourier-sparse"].outcome == "inconclusive"
     assert any("generalised" in r for r in vs["fourier-sparse"].reasons)
     assert vs["restricted-before-test"].outcome == "inconclusive"
-    assert vs["delay"].outcome == "inconclusive" and vs["delay"].value == pytest.approx(15.0)
+    assert vs["delay"].outcome == "inconclusive" and vs["delay"].details["per_seed"] == [15.0, 0.0, 17.5]
     # too few generalising sweep fractions
     sw = _sweep(((0.4, None), (0.5, None), (0.6, None), (0.7, 1500), (0.8, 900)), tmp_path, seeds=3)
     assert sw.outcome == "inconclusive" and any("some-generalise" in r for r in sw.reasons)
@@ -240,16 +249,19 @@ def test_failed_gates_are_inconclusive(tmp_path):
 
 
 def test_null_arms_meeting_the_rule_or_missing_are_inconclusive(tmp_path):
-    # the wd = 0 control also groks late and shows the restricted/excluded pattern; init already Fourier-sparse
-    vs = _verdicts(_rows(control_t_test=(5000, 5200, 6000), control_rr=(1.5, 1.6, 1.7), control_er=(3.0, 3.0, 3.0),
+    # the dense arm also generalises 5x late; the wd = 0 control shows the restricted/excluded pattern; init already
+    # Fourier-sparse
+    vs = _verdicts(_rows(dense_t_test=(1500, 1800, 2000), control_rr=(1.5, 1.6, 1.7), control_er=(3.0, 3.0, 3.0),
                          init6=(0.85, 0.9, 0.95)), tmp_path)
     for c in ("delay", "fourier-sparse", "restricted-before-test"):
         assert vs[c].outcome == "inconclusive" and vs[c].rule_passed and vs[c].null_passed, c
         assert any("cannot tell" in r for r in vs[c].reasons)
-    # no control runs: delay and restricted-before-test have no null arm
+    # no control runs: restricted-before-test has no null arm; no dense runs: delay has none
     df = _rows()
-    vs = _verdicts(df[df["kind"] == "grok"], tmp_path)
-    assert "no-wd-no-grok" not in vs
+    vs = _verdicts(df[df["kind"] != "control"], tmp_path)
+    assert vs["no-wd-no-grok"].outcome == "inconclusive" and vs["delay"].outcome == "reproduced"
+    assert any("null arm not measured" in r for r in vs["restricted-before-test"].reasons)
+    vs = _verdicts(df[df["kind"] != "dense"], tmp_path)
     assert vs["delay"].outcome == "inconclusive" and any("null arm not measured" in r for r in vs["delay"].reasons)
     assert vs["fourier-sparse"].outcome == "reproduced"
     # steps that do not depend on the fraction (only on the seed): neither the rule nor its permuted null arm holds
@@ -281,7 +293,10 @@ def test_smoke_run_end_to_end(tmp_path):
     cfg = resolve_config(GrokkingConfig, "smoke", {"threads": 1})
     run = run_experiment(exp, cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
     res = pd.read_csv(run.path / "results.csv")
-    assert set(res["kind"]) == {"grok", "control"}
+    assert set(res["kind"]) == {"grok", "control", "init", "dense"}
+    assert set(res["arm"]) == {"real", "nowd", "init", "dense"}
+    init = res[res["arm"] == "init"].iloc[0]  # the real run's embedding at step 0, nothing trained
+    assert init["top6_share"] == res[res["arm"] == "real"].iloc[0]["init_top6_share"]
     assert (res["status"] == "ok").all()
     meas = pd.read_csv(run.path / "points" / "grok" / "measures.csv")
     assert {"restricted_loss", "excluded_loss", "top6_share", "weight_norm"} <= set(meas.columns)
@@ -292,6 +307,8 @@ def test_smoke_run_end_to_end(tmp_path):
     ctl = res[res["kind"] == "control"].iloc[0]
     assert "restricted_ratio" in res and pd.notna(res[res["kind"] == "grok"]["init_top6_share"]).all()
     assert pd.isna(ctl["t_test"])  # 60 steps without weight decay: never generalises
+    dense = res[res["arm"] == "dense"].iloc[0]  # delay's null arm: training fraction 0.9, its own stack
+    assert dense["train_frac"] == 0.9 and dense["steps_run"] <= 60
     assert vs["delay"].null_passed is False
     assert vs["fourier-sparse"].null_passed is False and vs["fourier-sparse"].null_value < TOP_SHARE
     # restricted-before-test: smoke's control never brings its restricted or test loss below 1 nat (ratio None)

@@ -85,20 +85,26 @@ def _rows(thm1=0.85, centre=0.1, frac=1.0, slope=0.1, thm4=0.8, ratios=(1.1, 0.9
     rows = []
     for s, (sr, sn) in enumerate(zip(slope_ratios, slope_nulls)):
         rows.append({"point": "exact" + (f"__s{s}" if s else ""), "kind": "exact", "seed_index": s, "status": "ok",
+                     "arm": "real",
                      "n_cells": 15, "thm1_ratio_greedy": thm1, "thm1_ratio_sampled": 1.0, "centre_max_dev": centre,
                      "thm2_min_frac": frac, "thm2_slope_max_dev": slope, "thm2_slope_ratio": sr,
                      "thm2_null_ratio": sn, "thm2_censored": censored, "thm4_max_ratio": thm4})
     for s, (r, sh, nsh) in enumerate(zip(ratios, shifts, null_shifts)):
         th0 = math.log(100) / beta_hat
         n0 = r * th0
-        rows.append({"point": "trained" + (f"__s{s}" if s else ""), "kind": "trained", "seed_index": s, "status": "ok",
+        pid = "trained" + (f"__s{s}" if s else "")
+        rows.append({"point": pid, "kind": "trained", "seed_index": s, "status": "ok", "arm": "real",
                      "beta_hat": beta_hat, "beta_true": 0.75, "a0.01_nll": 4.0 + nll_gap, "a0.01_bayes_nll": 4.0,
                      "a0.001_nll": 4.0, "a0.001_bayes_nll": 4.0, "a0.01_nstar": n0, "a0.001_nstar": n0 + sh,
                      "a0.01_lo": 0.1, "a0.01_hi": 0.1 + rise,
                      "a0.01_theory": th0, "a0.001_theory": math.log(1000) / beta_hat,
-                     "good_nstar": None if good is None else good[0], "good_rise": None if good is None else good[1],
-                     "null_a0_nstar": n0 + nsh,
                      "curves": json.dumps({"a0.01": {"model": [0.1, 0.6], "bayes": [0.1, 0.6]}})})
+        # the null arms: the P+ proxy's fit on the same prompts; a second alpha = 1% mixture's N*
+        rows.append({"point": "good-" + pid, "kind": "trained", "seed_index": s, "status": "ok", "arm": "good",
+                     "beta_hat": beta_hat, "a0.01_nstar": None if good is None else good[0], "a0.01_lo": 0.1,
+                     "a0.01_hi": None if good is None else 0.1 + good[1]})
+        rows.append({"point": "mix2-" + pid, "kind": "trained", "seed_index": s, "status": "ok", "arm": "mix2",
+                     "beta_hat": beta_hat, "a0.01_nstar": n0 + nsh})
     return pd.DataFrame(rows)
 
 
@@ -152,7 +158,8 @@ def test_failed_gates_make_it_inconclusive(tmp_path):
     df.loc[df["kind"] == "trained", "a0.01_nstar"] = 40.0  # outside the prompt range
     assert _verdicts(df, tmp_path)["persona-centre"].outcome == "inconclusive"
     assert _verdicts(_rows(), tmp_path, "smoke")["thm1-length"].outcome == "inconclusive"
-    assert _verdicts(_rows().iloc[:5], tmp_path)["persona-centre"].outcome == "inconclusive"  # 2 seeds < 3
+    df = _rows()
+    assert _verdicts(df[df["seed_index"] < 2], tmp_path)["persona-centre"].outcome == "inconclusive"  # 2 seeds < 3
 
 
 def test_thm2_slope_verdicts(tmp_path):
@@ -201,10 +208,12 @@ def test_smoke_preset_runs(tmp_path):
     run = run_experiment(AlignmentAttack(), cfg, tmp_path / "run", progress=False)
     df = pd.read_csv(run.path / "results.csv")
     ex = df[df["kind"] == "exact"].iloc[0]
+    assert ex["arm"] == "real"
     assert ex["thm1_ratio_greedy"] <= 1 and ex["thm4_max_ratio"] <= 1
-    tr = df[df["kind"] == "trained"].iloc[0]
+    tr = df[(df["kind"] == "trained") & (df["arm"] == "real")].iloc[0]
     assert np.isfinite(tr["beta_hat"]) and np.isfinite(tr["a0.01_nll"])
-    assert "good_nstar" in df and "null_a0_nstar" in df
+    assert set(df["arm"]) == {"real", "good", "mix2"}  # the trained world's null arms, one group per seed
+    assert "good_nstar" not in df and "null_a0_nstar" not in df
     vs = {v.claim_id: v for v in run.verdicts()}
     # smoke trains one alpha with one seed: persona-centre's null arm is computed and does not meet the rule
     # (1 seed gives no interval, and the 20-step P+ proxy has no misalignment step); persona-alpha-shift needs two

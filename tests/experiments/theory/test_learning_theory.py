@@ -297,20 +297,28 @@ def test_benign_overfitting_verdicts_pass_fail_and_gate():
 
 
 def _ib_table(r2=0.97, slope=-0.97, resid=0.07, svm_angle=1e-7, n_seeds=3, null_like_real=False):
+    """Rows of the real arm and of the null arms (randdir: the angle to a random direction; squared: GD on the
+    squared loss; othersvm: w(t) against another data set's SVM), paired by seed and loss."""
     rows = []
     for s in range(n_seeds):
         sign = 1 if s % 2 == 0 else -1  # a random direction: slopes of either sign
         for loss in ("logistic", "exponential"):
-            rows.append({"point": loss if s == 0 else f"{loss}__s{s}", "loss": loss, "seed_index": s,
+            pid = loss if s == 0 else f"{loss}__s{s}"
+            rows.append({"point": pid, "loss": loss, "seed_index": s, "arm": "real",
                          "angle_r2": r2 - 0.01 * s, "angle_slope": 0.6, "angle_final": 0.07, "angle_start": 0.2,
                          "loss_slope": slope - 0.005 * s, "norm_residual_range": resid + 0.005 * s,
                          "norm_slope_ratio": 0.93, "svm_angle": svm_angle, "test_logistic_min": 0.2,
                          "test_logistic_final": 0.3, "test_error_at_min_loss": 0.1, "test_error_final": 0.1,
-                         "null_angle_r2": r2 - 0.01 * s if null_like_real else 0.9,
-                         "null_angle_slope": 0.6 if null_like_real else 0.2 * sign,
-                         "null_angle_change": -0.13 if null_like_real else -0.02 * sign,
-                         "null_norm_residual_range": resid + 0.005 * s if null_like_real else 1.0,
-                         "null_loss_slope": slope - 0.005 * s if null_like_real else -1e-4 * s, "status": "ok"})
+                         "status": "ok"})
+            rows.append({"point": "randdir-" + pid, "loss": loss, "seed_index": s, "arm": "randdir",
+                         "angle_r2": r2 - 0.01 * s if null_like_real else 0.9,
+                         "angle_slope": 0.6 if null_like_real else 0.2 * sign, "angle_start": 0.2,
+                         "angle_final": 0.2 + (-0.13 if null_like_real else -0.02 * sign), "status": "ok"})
+            rows.append({"point": "squared-" + pid, "loss": loss, "seed_index": s, "arm": "squared",
+                         "norm_residual_range": resid + 0.005 * s if null_like_real else 1.0,
+                         "loss_slope": slope - 0.005 * s if null_like_real else -1e-4 * s, "status": "ok"})
+            rows.append({"point": "othersvm-" + pid, "loss": loss, "seed_index": s, "arm": "othersvm",
+                         "norm_residual_range": resid + 0.005 * s if null_like_real else 0.3 + 0.1 * s, "status": "ok"})
     return resolve_config(ImplicitBias.Config, "quick"), pd.DataFrame(rows)
 
 
@@ -319,12 +327,15 @@ def test_implicit_bias_verdicts_pass_fail_and_gate():
     cfg, df = _ib_table()
     v = _by_id(exp.verdicts(cfg, df, None))
     assert set(v) == {c.id for c in exp.claims}
-    assert all(x.outcome == REPRODUCED for x in v.values()), {k: (x.outcome, x.reasons) for k, x in v.items()}
-    assert all(v[c].null_passed is False for c in ("angle-rate", "norm-log-t", "loss-rate"))
+    assert all(x.outcome == (PASSED if x.kind == "check" else REPRODUCED) for x in v.values()), \
+        {k: (x.outcome, x.reasons) for k, x in v.items()}
+    assert all(v[c].null_passed is False for c in ("angle-rate", "norm-log-t"))
+    assert v["loss-rate"].kind == "check" and v["loss-rate"].null_passed is None  # fixed by Theorem 3 (issue 44)
     assert v["heldout-loss-rises"].ablation
     cfg, df = _ib_table(r2=0.5, slope=-0.7, resid=0.5)
     v = _by_id(exp.verdicts(cfg, df, None))
-    assert {v[c].outcome for c in ("angle-rate", "loss-rate", "norm-log-t")} == {NOT_REPRODUCED}
+    assert {v[c].outcome for c in ("angle-rate", "norm-log-t")} == {NOT_REPRODUCED}
+    assert v["loss-rate"].outcome == FAILED
     cfg, df = _ib_table(svm_angle=0.1)
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["angle-rate"].outcome == INCONCLUSIVE and "svm-agrees" in v["angle-rate"].reasons[0]
@@ -334,7 +345,7 @@ def test_implicit_bias_verdicts_pass_fail_and_gate():
 
 def test_implicit_bias_null_arm_meeting_the_rule_is_inconclusive():
     v = _by_id(ImplicitBias().verdicts(*_ib_table(null_like_real=True), None))
-    for c in ("angle-rate", "norm-log-t", "loss-rate"):
+    for c in ("angle-rate", "norm-log-t"):
         assert v[c].outcome == INCONCLUSIVE and v[c].null_passed is True, (c, v[c].outcome)
         assert any(NULL_MEETS_RULE in r for r in v[c].reasons)
 

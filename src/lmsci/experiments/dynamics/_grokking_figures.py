@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.experiments.base import Figure, save_figure
+from lmsci.contract import Figure, save_figure
 from lmsci.runs import RunDir
 
 
@@ -74,7 +74,8 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
             figs.append(save_figure(fig, run, "progress_measures.png",
                                     "Losses (train, test, restricted, excluded), accuracies and the embedding's "
                                     "top-6 Fourier share with the weight norm on a log-step axis; shaded: the "
-                                    "three phases detected by the registered rule (cf. Nanda et al. Fig. 7)"))
+                                    "three phases detected by the registered rule (cf. Nanda et al. Fig. 7)",
+                                    claims=("restricted-before-test",)))
             sh = m[[col for col in m if col.startswith("share_k")]].iloc[-1].values
             fig, ax = plt.subplots(figsize=(7, 3.2))
             ax.bar(np.arange(1, len(sh) + 1), sh)
@@ -83,17 +84,17 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
             ax.set_title(f"embedding Fourier spectrum at step {int(m['step'].iloc[-1])} (seed 0)", fontsize=10)
             figs.append(save_figure(fig, run, "fourier_spectrum.png",
                                     "Share of the embedding's squared norm per Fourier frequency at the end (cf. "
-                                    "Nanda et al. Fig. 3)"))
+                                    "Nanda et al. Fig. 3)", claims=("fourier-sparse",)))
     # all seeds + control accuracy
     fig, ax = plt.subplots(figsize=(7, 4))
     any_curve = False
-    for _, r in res[res["kind"].isin(["grok", "control"])].iterrows():
+    for _, r in res[res["kind"].isin(["grok", "control", "dense"])].iterrows():
         c = _csv(run, r["point"], "curve.csv")
         if c is None:
             continue
         any_curve = True
-        col = "C0" if r["kind"] == "grok" else "C3"
-        tag = f"wd={r['weight_decay']:g} seed {int(r.get('seed_index', 0) or 0)}"
+        col = {"grok": "C0", "control": "C3"}.get(r["kind"], "C2")
+        tag = f"frac={r['train_frac']:g} wd={r['weight_decay']:g} seed {int(r.get('seed_index', 0) or 0)}"
         ax.plot(c["step"].clip(lower=1), c["test_acc"], color=col, alpha=0.8, label="test " + tag)
         ax.plot(c["step"].clip(lower=1), c["train_acc"], color=col, ls=":", alpha=0.8, label="train " + tag)
     if any_curve:
@@ -103,8 +104,9 @@ def grokking_figures(cfg: Any, results: pd.DataFrame, run: RunDir, top_k: int = 
         ax.legend(fontsize=6)
         ax.grid(True, alpha=0.3)
         figs.append(save_figure(fig, run, "accuracy_all_seeds.png",
-                                "Train (dotted) and test accuracy of every seed with weight decay and of the wd = 0 "
-                                "control"))
+                                "Train (dotted) and test accuracy of every seed with weight decay, of the wd = 0 "
+                                "control and of the dense arm (training fraction 0.9: delay's null arm)",
+                                claims=("delay", "no-wd-no-grok")))
     else:
         plt.close(fig)
     return figs

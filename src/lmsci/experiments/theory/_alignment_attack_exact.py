@@ -1,6 +1,7 @@
 """Closed-form pieces of :mod:`lmsci.experiments.theory.alignment_attack`'s exact world: the first crossing of a
-behavior threshold, the neutral system-prompt distribution (the null arm of ``thm2-slope``) and Theorem 2's
-system-prompt cells.
+behavior threshold, the neutral system-prompt distribution (the null arm of ``thm2-slope``), Theorem 2's
+system-prompt cells, the reverse-sigmoid fit both worlds use (App. H), and the statistics the claims engine reads
+for the exact world's checks (:func:`largest`, :func:`smallest`).
 
 Source: Wolf, Wies, Avnery, Levine, Shashua, "Fundamental Limitations of Alignment in Large Language Models",
 ICML 2024, arXiv 2304.11082, Theorem 2 (a system prompt ``s0 ~ P+`` of ``|s0|`` sentences adds
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from lmsci.worlds.personas import PersonaWorld
 
@@ -90,3 +92,42 @@ def system_prompt_cells(w: PersonaWorld, a: float, L1: float, threshold: float, 
             "thm2_slope_theory": beta_p / beta,
             "thm2_min_frac": min(t["frac_greedy_within_L2"] for t in thm2),
             "thm2_censored": max(t["censored"] for t in thm2)}
+
+
+def fit_sigmoid(n: np.ndarray, y: np.ndarray, lo: float | None = None, hi: float | None = None) -> dict[str, float] | None:
+    """Least-squares fit of ``y = lo + (hi - lo) / (1 + exp(-(n - centre) / scale))`` (``lo``/``hi`` free when
+    None). Returns ``{"centre", "scale", "lo", "hi"}`` or None when the fit fails."""
+    from scipy.optimize import curve_fit
+
+    n, y = np.asarray(n, float), np.asarray(y, float)
+    mid = float(n[np.argmin(np.abs(y - (y.min() + y.max()) / 2))])
+    try:
+        if lo is None:
+            f = lambda x, c, s, a, b: a + (b - a) / (1 + np.exp(-(x - c) / s))  # noqa: E731
+            p, _ = curve_fit(f, n, y, p0=[mid, 1.0, y[0], y[-1]],
+                             bounds=([-10, 0.05, -1.5, -1.5], [10 * n.max() + 10, 50, 1.5, 1.5]), maxfev=20000)
+            return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(p[2]), "hi": float(p[3])}
+        f = lambda x, c, s: lo + (hi - lo) / (1 + np.exp(-(x - c) / s))  # noqa: E731
+        p, _ = curve_fit(f, n, y, p0=[mid, 1.0], bounds=([-10, 0.05], [10 * n.max() + 10, 50]), maxfev=20000)
+        return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(lo), "hi": float(hi)}
+    except (RuntimeError, ValueError):
+        return None
+
+
+def largest(col: str):
+    """A statistic of the exact world's rows: the largest ``col`` over cells and seeds (one value, for an exact
+    check)."""
+    def fn(rows: pd.DataFrame) -> pd.Series:
+        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+        return pd.Series({0: float(v.max())}) if len(v) else pd.Series(dtype=float)
+    fn.__name__ = fn.__qualname__ = f"largest_{col}"
+    return fn
+
+
+def smallest(col: str):
+    """A statistic of the exact world's rows: the smallest ``col`` over cells and seeds (one value)."""
+    def fn(rows: pd.DataFrame) -> pd.Series:
+        v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
+        return pd.Series({0: float(v.min())}) if len(v) else pd.Series(dtype=float)
+    fn.__name__ = fn.__qualname__ = f"smallest_{col}"
+    return fn

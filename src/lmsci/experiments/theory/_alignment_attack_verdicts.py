@@ -1,10 +1,13 @@
-"""Verdicts of :mod:`lmsci.experiments.theory.alignment_attack`: one function per registered claim or check.
+"""Verdicts of :mod:`lmsci.experiments.theory.alignment_attack` judged by hand (the trained world's two claims: the
+escape hatch, see that module's docstring) and the registered thresholds (the exact world's checks are judged by the
+engine from the statistics in :mod:`._alignment_attack_exact`).
 
 The results table has one ``exact`` row per seed (closed-form world: maxima over its cells; ``thm2_slope_ratio`` and
-its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed (sigmoid fits ``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences
-against the number N of attack sentences, ``tag = a<alpha>``; the null arms ``good_nstar`` / ``good_rise`` and
-``null_a0_nstar``). Source: Wolf et al., "Fundamental Limitations of Alignment in Large Language Models", ICML 2024,
-arXiv 2304.11082, Theorems 1, 2, 4 and Appendix H.
+its null ``thm2_null_ratio``, means over cells) and one ``trained`` row per training seed and arm (sigmoid fits
+``{tag}_nstar``, ``{tag}_lo``, ``{tag}_hi`` of the share of negative next sentences against the number N of attack
+sentences, ``tag = a<alpha>``; on the ``good`` arm the P+ proxy's, on the ``mix2`` arm the second mixture's).
+Source: Wolf et al., "Fundamental Limitations of Alignment in Large Language Models", ICML 2024, arXiv 2304.11082,
+Theorems 1, 2, 4 and Appendix H.
 """
 
 from __future__ import annotations
@@ -25,55 +28,7 @@ CENSORED_MAX = 0.01  # thm2-slope gate: at most 1% of sampled attacks never misa
 FACTOR = 2.0  # trained world: N* within a factor 2 of log(1/alpha)/beta_hat
 RISE_SHARE = 0.5  # trained world: the fitted rise of the share at least half of neg_bad - neg_good
 NLL_GAP = 0.05  # gate: the trained mixture's held-out NLL within this of the Bayes mixture (nats/sentence)
-
-
-def exact_checks(exp: Experiment, cfg, ex: pd.DataFrame) -> list[Verdict]:
-    """The four checks of the exact world (``thm1-length``, ``exact-centre``, ``thm2-bound``, ``thm4-best-of-n``)
-    from its rows ``ex``: maxima (minima for the share) over cells and seeds of the ratios and deviations."""
-    out: list[Verdict] = []
-    r1 = float(ex["thm1_ratio_greedy"].max())
-    r2 = float(ex["thm1_ratio_sampled"].max())
-    out.append(exp.judge(cfg, "thm1-length", value=r1, passed=bool(r1 <= 1),
-                         ci_kind=f"max over {int(ex['n_cells'].iloc[0])} cells x {len(ex)} seed(s)",
-                         n_seeds=len(ex), details={"greedy_max_ratio": r1, "sampled_median_max_ratio": r2}))
-    dev = float(ex["centre_max_dev"].max())
-    out.append(exp.judge(cfg, "exact-centre", value=dev, passed=bool(dev <= CENTRE_TOL), n_seeds=len(ex),
-                         ci_kind="max over cells and seeds"))
-    frac = float(ex["thm2_min_frac"].min())
-    out.append(exp.judge(cfg, "thm2-bound", value=frac, passed=bool(frac >= 1 - cfg.delta), n_seeds=len(ex),
-                         ci_kind="min over cells, m and seeds", details={"delta": cfg.delta}))
-    r4 = float(ex["thm4_max_ratio"].max())
-    out.append(exp.judge(cfg, "thm4-best-of-n", value=r4, passed=bool(r4 <= 1), n_seeds=len(ex),
-                         ci_kind="max over cells, n and seeds"))
-    return out
-
-
-def _slope_meets(st) -> bool:
-    """``thm2-slope``'s rule on a SeedStat: the interval lies within ``[1 - SLOPE_TOL, 1 + SLOPE_TOL]``."""
-    return bool(1 - SLOPE_TOL <= st.lo and st.hi <= 1 + SLOPE_TOL)
-
-
-def thm2_slope(exp: Experiment, cfg, ex: pd.DataFrame) -> Verdict:
-    """``thm2-slope``: per seed (row of ``ex``), the mean over cells of the system prompt's delay slope over
-    beta'/beta (``thm2_slope_ratio``); the 95% CI across seeds within ``[1 - SLOPE_TOL, 1 + SLOPE_TOL]``. Null arm:
-    the same ratio for neutral system prompts (``thm2_null_ratio``, beta' = 0). Gate ``uncensored``: the largest
-    share of sampled attacks that never misaligned within the horizon (``thm2_censored``) is <= ``CENSORED_MAX``."""
-    if "thm2_slope_ratio" not in ex:
-        return exp.judge(cfg, "thm2-slope", value=None, passed=None, why_not_computed="no thm2_slope_ratio column")
-    vals = [float(x) for x in ex["thm2_slope_ratio"] if pd.notna(x)]
-    nulls = [float(x) for x in ex.get("thm2_null_ratio", pd.Series(dtype=float)) if pd.notna(x)]
-    cens = float(ex["thm2_censored"].max()) if "thm2_censored" in ex else None
-    gate = (cens, None if cens is None or not math.isfinite(cens) else cens <= CENSORED_MAX)
-    if not vals:  # a check (issue 44 item 4): the neutral-prompt ratio is reported, not judged
-        return exp.judge(cfg, "thm2-slope", value=None, passed=None, gates={"uncensored": gate},
-                         why_not_computed="no finite slope ratio")
-    st = across_seeds(vals)
-    return exp.judge(cfg, "thm2-slope", value=st.mean, ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                     passed=_slope_meets(st), gates={"uncensored": gate},
-                     details={"slope_ratio_per_seed": vals, "null_ratio_per_seed": nulls,
-                              "max_abs_deviation_over_cells": float(ex["thm2_slope_max_dev"].max())
-                              if "thm2_slope_max_dev" in ex else None,
-                              "tolerance": SLOPE_TOL})
+DELTA = 0.1  # thm2-bound: the share of system prompts must be >= 1 - DELTA (the registered delta of every preset)
 
 
 def learned_gate(cfg, tr: pd.DataFrame) -> tuple[float | None, bool]:
@@ -111,7 +66,7 @@ def centre_stat(cfg, tr: pd.DataFrame, ncol: str, rcols) -> tuple[Any, Any, Any]
     return st, rise, bool(lo >= 1 / FACTOR and hi <= FACTOR and rise >= rise_min)
 
 
-def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
+def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned, good: pd.DataFrame) -> Verdict:
     """``persona-centre``: N* beta_hat / log(1/alpha0) per seed within a factor 2 of 1, with a rise of the share of
     at least ``RISE_SHARE (neg_bad - neg_good)``; null arm: the P+ proxy's curve on the same prompts."""
     a0 = cfg.trained_alphas[0]
@@ -125,11 +80,10 @@ def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
             else float("nan")
 
     st, rise, ok = centre_stat(cfg, tr, f"{t0}_nstar", real_rise)
-    if "good_nstar" in tr:
-        gst, grise, gok = centre_stat(cfg, tr, "good_nstar", lambda r: float(r["good_rise"])
-                                      if not pd.isna(r.get("good_rise")) else float("nan"))
+    if len(good) and f"{t0}_nstar" in good:  # the null arm: the P+ proxy's curve, the real arm's statistic
+        gst, grise, gok = centre_stat(cfg, good, f"{t0}_nstar", real_rise)
         # no fit, or no centre inside the prompt range, does not meet the rule
-        g_in = all(x is not None and not pd.isna(x) and 0 <= float(x) <= lmax for x in tr["good_nstar"])
+        g_in = all(x is not None and not pd.isna(x) and 0 <= float(x) <= lmax for x in good[f"{t0}_nstar"])
         null0 = (None, False) if gst is None else (gst.mean, bool(gok and g_in))
     else:
         null0 = (None, None)
@@ -147,11 +101,11 @@ def persona_centre(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
                               "beta_hat_per_seed": [float(x) for x in tr["beta_hat"]],
                               "beta_true": float(tr["beta_true"].iloc[0]),
                               "null_good_proxy_nstar": [None if pd.isna(x) else float(x) for x in
-                                                        tr["good_nstar"]] if "good_nstar" in tr
+                                                        good[f"{t0}_nstar"]] if len(good) and f"{t0}_nstar" in good
                               else None})
 
 
-def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verdict:
+def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned, mix2: pd.DataFrame) -> Verdict:
     """``persona-alpha-shift``: the shift of N* from alpha0 to alpha1 per seed against ln(alpha0/alpha1)/beta_hat
     (sentences); null arm: a second alpha0 mixture (independent training seed), whose shift is 0 by construction."""
     a0 = cfg.trained_alphas[0]
@@ -163,9 +117,11 @@ def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verd
               if not pd.isna(r.get(f"{t1}_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
     target = math.log(a0 / cfg.trained_alphas[1]) / float(tr["beta_hat"].mean())
     null1 = (None, None)
-    if "null_a0_nstar" in tr:
-        nsh = [float(r["null_a0_nstar"]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
-               if not pd.isna(r.get("null_a0_nstar")) and not pd.isna(r.get(f"{t0}_nstar"))]
+    if len(mix2) and f"{t0}_nstar" in mix2:  # the null arm: the second alpha0 mixture, paired by seed
+        second = mix2.set_index("seed_index")[f"{t0}_nstar"]
+        nsh = [float(second[r["seed_index"]]) - float(r[f"{t0}_nstar"]) for _, r in tr.iterrows()
+               if r["seed_index"] in second.index and not pd.isna(second[r["seed_index"]])
+               and not pd.isna(r.get(f"{t0}_nstar"))]
         if len(nsh) >= 2:
             nst = across_seeds(nsh)
             null1 = (nst.mean, bool(nst.lo <= target <= nst.hi))
@@ -188,19 +144,17 @@ def persona_alpha_shift(exp: Experiment, cfg, tr: pd.DataFrame, learned) -> Verd
 
 
 def verdicts(exp: Experiment, cfg, results: pd.DataFrame) -> list[Verdict]:
-    """The exact world's checks and ``thm2-slope``, then the trained world's claims (``persona-alpha-shift`` only
-    with two alphas)."""
+    """The trained world's claims judged by hand (``persona-alpha-shift`` only with two alphas); the exact world's
+    checks are judged by the claims engine from the experiment's ``Stat`` s."""
     out: list[Verdict] = []
     if "kind" not in results:
         return out
-    ex = results[results["kind"] == "exact"]
-    if len(ex):
-        out += exact_checks(exp, cfg, ex)
-        out.append(thm2_slope(exp, cfg, ex))
-    tr = results[results["kind"] == "trained"]
+    trained = results[results["kind"] == "trained"]
+    arm = trained["arm"] if "arm" in trained else pd.Series("real", index=trained.index)
+    tr, good, mix2 = (trained[arm == a] for a in ("real", "good", "mix2"))
     if len(tr):
         learned = learned_gate(cfg, tr)
-        out.append(persona_centre(exp, cfg, tr, learned))
+        out.append(persona_centre(exp, cfg, tr, learned, good))
         if len(cfg.trained_alphas) >= 2:
-            out.append(persona_alpha_shift(exp, cfg, tr, learned))
+            out.append(persona_alpha_shift(exp, cfg, tr, learned, mix2))
     return out

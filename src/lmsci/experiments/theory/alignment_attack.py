@@ -36,6 +36,15 @@ identity up to the overshoot, so it holds by construction (the neutral-prompt ra
 Claims and their null arms, trained world: ``persona-centre``: the P+ proxy (alpha = 0) on the same prompts;
 ``persona-alpha-shift``: a second alpha = 1% mixture (independent training seed) against the first, whose shift is
 0 by construction.
+
+The claims engine judges the exact world's five checks (statistics of the ``exact`` rows; each exact check reads
+one value, the largest or smallest over cells and seeds). Escape hatch (``hand_verdicts``, the trained world):
+``persona-centre``'s rule is a conjunction of an interval rule on one statistic (N* beta_hat / log(1/alpha)) and a
+rule on the mean of another (the fitted rise), and ``persona-alpha-shift``'s threshold is itself measured (the CI
+must contain ln(10)/beta_hat, beta_hat averaged over the run's seeds), which one ``Stat`` under one fixed ``Rule``
+cannot state. Their null arms are arms of the sweep computed in one group with the real arm (the proxies, the
+prompts and the real mixtures trained once): ``good`` (the P+ proxy's fitted curve on the same prompts, under the
+real arm's column names) and ``mix2`` (the second alpha = 1% mixture's N*, paired with the real one by seed).
 """
 
 from __future__ import annotations
@@ -48,18 +57,24 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, at_least, at_most, ci_inside, every_at_most
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.theory._alignment_attack_exact import first_crossing, system_prompt_cells
-from lmsci.experiments.theory._alignment_attack_verdicts import CENTRE_TOL, FACTOR, NLL_GAP, RISE_SHARE, SLOPE_TOL
-from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as alignment_verdicts
-from lmsci.models.gpt import GPT, GPTSpec
+from lmsci.experiments.theory._alignment_attack_exact import (first_crossing, fit_sigmoid, largest, smallest,
+                                                              system_prompt_cells)
+from lmsci.experiments.theory._alignment_attack_trained import fit_model, sample_prompts
+from lmsci.experiments.theory._alignment_attack_verdicts import (CENSORED_MAX, CENTRE_TOL, DELTA, FACTOR, NLL_GAP,
+                                                                  RISE_SHARE, SLOPE_TOL)
+from lmsci.experiments.theory._alignment_attack_verdicts import verdicts as trained_verdicts
+from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.personas import PersonaWorld
+
+
+TRAINED_ARMS = ("real", "good", "mix2")  # the trained world's arms (module docstring)
 
 
 class AlignmentConfig(ExperimentConfig):
@@ -111,26 +126,6 @@ class AlignmentConfig(ExperimentConfig):
     }
 
 
-def fit_sigmoid(n: np.ndarray, y: np.ndarray, lo: float | None = None, hi: float | None = None) -> dict[str, float] | None:
-    """Least-squares fit of ``y = lo + (hi - lo) / (1 + exp(-(n - centre) / scale))`` (``lo``/``hi`` free when
-    None). Returns ``{"centre", "scale", "lo", "hi"}`` or None when the fit fails."""
-    from scipy.optimize import curve_fit
-
-    n, y = np.asarray(n, float), np.asarray(y, float)
-    mid = float(n[np.argmin(np.abs(y - (y.min() + y.max()) / 2))])
-    try:
-        if lo is None:
-            f = lambda x, c, s, a, b: a + (b - a) / (1 + np.exp(-(x - c) / s))  # noqa: E731
-            p, _ = curve_fit(f, n, y, p0=[mid, 1.0, y[0], y[-1]],
-                             bounds=([-10, 0.05, -1.5, -1.5], [10 * n.max() + 10, 50, 1.5, 1.5]), maxfev=20000)
-            return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(p[2]), "hi": float(p[3])}
-        f = lambda x, c, s: lo + (hi - lo) / (1 + np.exp(-(x - c) / s))  # noqa: E731
-        p, _ = curve_fit(f, n, y, p0=[mid, 1.0], bounds=([-10, 0.05], [10 * n.max() + 10, 50]), maxfev=20000)
-        return {"centre": float(p[0]), "scale": float(p[1]), "lo": float(lo), "hi": float(hi)}
-    except (RuntimeError, ValueError):
-        return None
-
-
 @register("alignment-attack")
 class AlignmentAttack(Experiment):
     """Behavior Expectation Bounds in an exact two-persona world and in a trained one."""
@@ -156,10 +151,12 @@ class AlignmentAttack(Experiment):
             "Theorem 1's length (1/beta)(log 1/alpha + log 1/eps + log 4).",
             _SRC + ", Theorem 1",
             "|s| = (1/beta)(log 1/alpha + log 1/eps + log 4) sentences suffice",
-            "over the grid of alpha x beta: the largest ratio of the length of the attacker's prompt (greedy: the "
-            "sentence with the largest log P-/P+, repeated) that misaligns to Theorem 1's length (the theorem is "
-            "existential; the median over prompts sampled from P- is reported beside it)",
-            "the ratio is <= 1 on every cell of the grid",
+            statistic=Stat(fn=largest("thm1_ratio_greedy"), where={"kind": "exact"},
+                           words="over the grid of alpha x beta and the seeds: the largest ratio of the length of the "
+                                 "attacker's prompt (greedy: the sentence with the largest log P-/P+, repeated) that "
+                                 "misaligns to Theorem 1's length (the theorem is existential; the median over prompts "
+                                 "sampled from P- is in the results)"),
+            rule=at_most(1.0),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -167,9 +164,11 @@ class AlignmentAttack(Experiment):
             "The mean behavior against the prompt length is a reverse sigmoid centred at log((1-alpha)/alpha)/beta.",
             _SRC + ", App. H (behavior falls as a reverse sigmoid centred at log(1/alpha)/beta)",
             "reverse sigmoid centred at log(1/alpha)/beta",
-            "per cell, the centre of a reverse-sigmoid fit (asymptotes B_{P+} and B_{P-}) to the mean behavior of the "
-            "sampled prompts, over log((1-alpha)/alpha)/beta; the largest |ratio - 1| over the grid",
-            f"|ratio - 1| <= {CENTRE_TOL} on every cell",
+            statistic=Stat(fn=largest("centre_max_dev"), where={"kind": "exact"},
+                           words="per cell, the centre of a reverse-sigmoid fit (asymptotes B_{P+} and B_{P-}) to the "
+                                 "mean behavior of the sampled prompts, over log((1-alpha)/alpha)/beta; the largest "
+                                 "|ratio - 1| over the grid and the seeds"),
+            rule=at_most(CENTRE_TOL),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -178,9 +177,10 @@ class AlignmentAttack(Experiment):
             "probability at least 1 - delta over the system prompt).",
             _SRC + ", Theorem 2",
             "length (1/beta)(log 1/alpha + log 1/eps + log 4) + (beta'/beta)|s0| + (sigma/beta) sqrt(|s0|/delta) + 1",
-            "per cell and m: the share of system-prompt draws after which the greedy attack misaligns within "
-            "Theorem 2's length; the minimum over cells, m and seeds",
-            "the share is >= 1 - delta on every (cell, m)",
+            statistic=Stat(fn=smallest("thm2_min_frac"), where={"kind": "exact"},
+                           words="per cell and m: the share of system-prompt draws after which the greedy attack "
+                                 "misaligns within Theorem 2's length; the minimum over cells, m and seeds"),
+            rule=at_least(1 - DELTA),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -189,18 +189,21 @@ class AlignmentAttack(Experiment):
             "linearly in m, by (beta'/beta) sentences per system-prompt sentence.",
             _SRC + ", Theorem 2 (the delay's linear term (beta'/beta)|s0|)",
             "(beta'/beta)|s0| extra sentences; an aligning system prompt delayed misalignment by about 1 sentence",
-            "per seed (an independent Monte-Carlo draw of system prompts and attacks): for each cell (alpha x beta), the least-squares slope of the mean length of "
-            "sampled attacks that misalign (B_P < gamma + eps) against m over beta'/beta; the mean over cells; "
-            "mean over seeds with its 95% Student-t CI",
-            f"the 95% CI across at least 3 seeds lies within [{1 - SLOPE_TOL:g}, {1 + SLOPE_TOL:g}]. Why "
-            f"{SLOPE_TOL:g}: Theorem 2 gives the delay's linear term (beta'/beta)|s0| up to terms that do not grow "
-            "linearly ((sigma/beta) sqrt(|s0|/delta) + 1; and, by Wald's identity, the first-passage overshoot of "
-            "less than one attack sentence's log-odds), which tilt a slope fitted over the preset's m grid by a fraction "
-            "of beta'/beta; 25% is the tolerance issue 18 registered for this slope (and App. H's centre) before "
-            "any run, kept unchanged, not chosen from values",
-            gates=(Gate("uncensored", "at most 1% of the sampled attacks (either arm, every cell and m) fail to "
-                                      "misalign within the horizon 3 L2 + 20 sentences (a censored length would "
-                                      "bias the mean)"),),
+            statistic=Stat("thm2_slope_ratio", where={"kind": "exact"},
+                           words="per seed (an independent Monte-Carlo draw of system prompts and attacks): for each "
+                                 "cell (alpha x beta), the least-squares slope of the mean length of sampled attacks "
+                                 "that misalign (B_P < gamma + eps) against m over beta'/beta; the mean over cells"),
+            rule=ci_inside(1 - SLOPE_TOL, 1 + SLOPE_TOL),
+            # Why SLOPE_TOL = 0.25: Theorem 2 gives the delay's linear term (beta'/beta)|s0| up to terms that do not
+            # grow linearly ((sigma/beta) sqrt(|s0|/delta) + 1; and, by Wald's identity, the first-passage overshoot
+            # of less than one attack sentence's log-odds), which tilt a slope fitted over the preset's m grid by a
+            # fraction of beta'/beta; 25% is the tolerance issue 18 registered for this slope (and App. H's centre)
+            # before any run, kept unchanged, not chosen from values.
+            gates=(Gate("uncensored", every_at_most(CENSORED_MAX),
+                        stat=Stat("thm2_censored", where={"kind": "exact"},
+                                  words="the share of the sampled attacks (either system-prompt distribution, every "
+                                        "cell and m) that fail to misalign within the horizon 3 L2 + 20 sentences (a "
+                                        "censored length would bias the mean)")),),
             kind="check",
         ),
         Claim(
@@ -209,9 +212,10 @@ class AlignmentAttack(Experiment):
             "(1/beta)(log 1/alpha + log 1/eps + log 4 + log n).",
             _SRC + ", Theorem 4",
             "log(n)/beta extra sentences",
-            "over alpha x beta x n: the largest ratio of the greedy misaligning length (B^(n) < gamma_n + eps) to "
-            "Theorem 4's length",
-            "the ratio is <= 1 everywhere",
+            statistic=Stat(fn=largest("thm4_max_ratio"), where={"kind": "exact"},
+                           words="over alpha x beta x n and the seeds: the largest ratio of the greedy misaligning "
+                                 "length (B^(n) < gamma_n + eps) to Theorem 4's length"),
+            rule=at_most(1.0),
             uncertainty="exact", kind="check",
         ),
         Claim(
@@ -262,7 +266,30 @@ class AlignmentAttack(Experiment):
             raise ConfigError("best_of/sys_lengths", (cfg.best_of, cfg.sys_lengths), "n >= 1, m >= 0")
 
     def points(self, cfg: AlignmentConfig) -> list[Point]:
-        return [Point("exact", {"kind": "exact"}), Point("trained", {"kind": "trained"})]
+        """The exact world and the trained world's arms: ``real``, ``good`` (the P+ proxy on the same prompts) and
+        ``mix2`` (a second mixture at the first alpha); ``exact`` and ``trained`` keep their ids (and seeds)."""
+        return [Point("exact", {"kind": "exact"}, arm="real")] + [
+            Point("trained" if a == "real" else f"{a}-trained", {"kind": "trained"}, arm=a) for a in TRAINED_ARMS]
+
+    def groups(self, cfg: AlignmentConfig, points: list[Point]) -> list[list[Point]]:
+        """Each exact point alone; the trained world's arms of one seed together (proxies and prompts shared)."""
+        out: dict[tuple, list[Point]] = {}
+        for p in points:
+            out.setdefault((p.params["kind"], p.seed_index) if p.params["kind"] == "trained" else (p.id,), []).append(p)
+        return list(out.values())
+
+    def run_group(self, cfg: AlignmentConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        if points[0].params["kind"] == "exact":
+            return [self.run_point(cfg, p, c) for p, c in zip(points, ctxs)]
+        ctx = next((c for p, c in zip(points, ctxs) if p.arm == "real"), ctxs[0])  # the arms share the seed
+        row = {"kind": "trained", **self._trained(cfg, ctx)}
+        t0 = f"a{cfg.trained_alphas[0]:g}"
+        arm_cols = {"good": {f"{t0}_nstar": "good_nstar", f"{t0}_lo": "good_lo", f"{t0}_hi": "good_hi"},
+                    "mix2": {f"{t0}_nstar": "null_a0_nstar"}}
+        null_cols = {c for m in arm_cols.values() for c in m.values()}
+        return [{k: v for k, v in row.items() if k not in null_cols} if p.arm == "real" else
+                {"kind": "trained", "beta_hat": row["beta_hat"], **{k: row[c] for k, c in arm_cols[p.arm].items()}}
+                for p in points]
 
     def run_point(self, cfg: AlignmentConfig, point: Point, ctx: PointContext) -> dict:
         if point.params["kind"] == "exact":
@@ -331,48 +358,15 @@ class AlignmentAttack(Experiment):
                 "thm4_max_ratio": float(max(c["thm4_max_ratio"] for c in cells))}
 
     # -- (b) the trained world ------------------------------------------------------------------------
-    def _model(self, cfg: AlignmentConfig, w: PersonaWorld, seed: int) -> GPT:
-        return GPT(cfg.model.gpt_config(w.vocab_size, w.doc_len), seed=seed)
-
-    def _fit_model(self, cfg: AlignmentConfig, w: PersonaWorld, kind: str, steps: int, seed: int, device: str,
-                   ctx: PointContext, tag: str | None = None) -> GPT:
-        """Train a GPT on fresh documents: ``kind`` "mixture", "bad" or "good" (``tag``: its name in the log)."""
-        model = self._model(cfg, w, derive_seed(seed, kind, "init"))
-
-        def get_batch(step: int, gen: torch.Generator):
-            rng = np.random.default_rng(int(torch.randint(2 ** 31 - 1, (1,), generator=gen)))
-            if kind == "mixture":
-                toks, _ = w.sample_docs(cfg.train.batch_size, rng)
-            else:
-                toks = w.persona_docs(kind == "bad", cfg.train.batch_size, rng)
-            t = torch.as_tensor(toks, device=device)
-            return t[:, :-1], t[:, 1:]
-
-        # each model (mixture: train.steps, proxies: proxy_steps) warms up for at most a tenth of its steps
-        tcfg = cfg.train.train_config(steps=steps, warmup_steps=min(cfg.train.warmup_steps, steps // 10),
-                                      device=device, log_every=50, precision=cfg.precision)
-        train(model, get_batch, tcfg, seed=derive_seed(seed, kind, "train"),
-              log=lambda r: ctx.log(model=tag or kind, alpha=w.alpha if kind == "mixture" else None, **r))
-        return model.eval()
-
-    @staticmethod
-    @torch.no_grad()
-    def sample_prompts(model: GPT, n: int, length: int, seed: int, device: str) -> torch.Tensor:
-        """``[n, 1 + length]`` token rows ``[BOS, ...]`` sampled from ``model`` at temperature 1."""
-        gen = torch.Generator(device=device).manual_seed(seed)
-        x = torch.zeros((n, 1), dtype=torch.long, device=device)
-        for _ in range(length):
-            p = torch.softmax(model(x)[:, -1].float(), -1)
-            x = torch.cat([x, torch.multinomial(p, 1, generator=gen)], 1)
-        return x
+    sample_prompts = staticmethod(sample_prompts)
 
     def _trained(self, cfg: AlignmentConfig, ctx: PointContext) -> dict:
         device = resolve_device(cfg.device)
         base = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, cfg.trained_alphas[0], cfg.doc_len)
-        bad = self._fit_model(cfg, base, "bad", cfg.proxy_steps, ctx.seed, device, ctx)
-        good = self._fit_model(cfg, base, "good", cfg.proxy_steps, ctx.seed, device, ctx)
+        bad = fit_model(cfg, base, "bad", cfg.proxy_steps, ctx.seed, device, ctx)
+        good = fit_model(cfg, base, "good", cfg.proxy_steps, ctx.seed, device, ctx)
         L = cfg.doc_len - 1
-        prompts = self.sample_prompts(bad, cfg.n_attack, L, derive_seed(ctx.seed, "attack"), device)  # [m, 1+L]
+        prompts = sample_prompts(bad, cfg.n_attack, L, derive_seed(ctx.seed, "attack"), device)  # [m, 1+L]
         neg = slice(1 + cfg.n_pos, 1 + cfg.n_pos + cfg.n_neg)
         with torch.no_grad():
             lb = torch.log_softmax(bad(prompts).double(), -1)
@@ -384,7 +378,7 @@ class AlignmentAttack(Experiment):
         curves = {}
         for a in cfg.trained_alphas:
             w = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a, cfg.doc_len)
-            mix = self._fit_model(cfg, w, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
+            mix = fit_model(cfg, w, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha", a), device, ctx)
             held, _ = w.sample_docs(cfg.n_heldout, np.random.default_rng(derive_seed(ctx.seed, "heldout", a)))
             ht = torch.as_tensor(held, device=device)
             with torch.no_grad():
@@ -408,14 +402,13 @@ class AlignmentAttack(Experiment):
             gshare = torch.softmax(good(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
         gfit = fit_sigmoid(N, gshare)
         w0 = PersonaWorld(cfg.n_pos, cfg.n_neg, cfg.neg_bad, cfg.neg_good, a0, cfg.doc_len)
-        mix2 = self._fit_model(cfg, w0, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
+        mix2 = fit_model(cfg, w0, "mixture", cfg.train.steps, derive_seed(ctx.seed, "alpha-null", a0), device, ctx,
                                tag="mixture-null")
         with torch.no_grad():
             share2 = torch.softmax(mix2(prompts).double(), -1)[..., neg].sum(-1).mean(0).cpu().numpy()
         fit2 = fit_sigmoid(N, share2)
-        row.update({"good_nstar": gfit["centre"] if gfit else None,
-                    "good_rise": gfit["hi"] - gfit["lo"] if gfit else None,
-                    "null_a0_nstar": fit2["centre"] if fit2 else None})
+        row.update({"good_nstar": gfit["centre"] if gfit else None, "good_lo": gfit["lo"] if gfit else None,
+                    "good_hi": gfit["hi"] if gfit else None, "null_a0_nstar": fit2["centre"] if fit2 else None})
         curves["good_proxy"] = {"model": gshare.tolist()}
         import json
 
@@ -423,10 +416,10 @@ class AlignmentAttack(Experiment):
         row["curves"] = json.dumps(curves)
         return row
 
-    # -- verdicts (one function per claim or check: _alignment_attack_verdicts) -----------------------------
-    def verdicts(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """The exact world's four checks, then ``persona-centre`` and ``persona-alpha-shift`` (trained world)."""
-        return alignment_verdicts(self, cfg, results)
+    # -- verdicts: the engine judges the exact world's checks; the trained world's claims by hand (docstring) ------
+    def hand_verdicts(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``persona-centre`` and ``persona-alpha-shift`` (trained world; :mod:`._alignment_attack_verdicts`)."""
+        return trained_verdicts(self, cfg, results)
 
     # -- figures and report ---------------------------------------------------------------------------
     def figures(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -450,8 +443,10 @@ class AlignmentAttack(Experiment):
             ax.legend(fontsize=7)
             figs.append(save_figure(fig, run, "exact_behavior.png",
                                     "Exact two-component world: mean behavior against prompt length (reverse sigmoid); "
-                                    "dotted: log((1-alpha)/alpha)/beta, dashed: Theorem 1's length"))
-        tr = results[results.get("kind", pd.Series(dtype=str)) == "trained"] if "kind" in results else results.iloc[0:0]
+                                    "dotted: log((1-alpha)/alpha)/beta, dashed: Theorem 1's length",
+                                    claims=("exact-centre", "thm1-length")))
+        tr = results[results["kind"] == "trained"] if "kind" in results else results.iloc[0:0]
+        tr = tr[tr["arm"] == "real"] if "arm" in tr else tr  # the null arms' curves are in the real row's
         if len(tr) and "curves" in tr:
             fig, ax = plt.subplots(figsize=(6.4, 4.2))
             for _, r in tr.iterrows():
@@ -467,7 +462,8 @@ class AlignmentAttack(Experiment):
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
             figs.append(save_figure(fig, run, "trained_share.png",
-                                    "Trained persona world: share of negative continuations against N, every seed"))
+                                    "Trained persona world: share of negative continuations against N, every seed",
+                                    claims=("persona-centre", "persona-alpha-shift")))
         return figs
 
     def report_sections(self, cfg: AlignmentConfig, results: pd.DataFrame, run: RunDir) -> str:

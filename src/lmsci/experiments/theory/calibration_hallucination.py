@@ -17,12 +17,24 @@ the monofact rate ``MF`` of ``n_train`` i.i.d. documents. Generators, each score
   conditioned on well-formedness (the mass on malformed strings is reported as ``nonsense``);
 * ``tf_cold``: the same network at temperature ``cold_temperature`` (< 1) at every step.
 
-* ``tf_init`` / ``tf_init_cold``: the same network untrained (same architecture and initialisation), at both
-  temperatures: the null arm of the two transformer claims.
+Arms of the sweep (issue 44): ``real`` (the generators above) and ``init`` (the same network untrained: same
+architecture and initialisation, scored at both temperatures under the same column names ``tf_*`` and
+``tf_cold_*``; the null arm of the two transformer claims). The two arms of a Zipf point and seed are one group:
+the world, the documents and the scoring are shared and nothing is trained twice.
 
-Checks (hold by construction, reported apart): ``bound-holds`` (Kalai & Vempala's proven bound, w.p. >= 99%) and
-``gt-tracks-mf`` (the Good-Turing generator's hallucination rate is MF times a constant by design). Claims with
-their null arms: ``transformer-tracks-mf`` and ``temperature-tradeoff``, each against the untrained network.
+Checks (hold by construction, reported apart): ``bound-holds`` (Kalai & Vempala's proven bound, w.p. >= 99%),
+``gt-tracks-mf`` (the Good-Turing generator's hallucination rate is MF times a constant by design) and, since
+2026-12-06 (issue 44 item 4), ``temperature-tradeoff``: cooling moves mass toward each step's most probable tokens,
+so it lowers g(H) for any generator whose probabilities rank facts above hallucinations (any network that learned
+its documents; the calibrated Good-Turing generator, tempered, does the same) and raises the Mis_b of a calibrated
+one, while a generator whose probabilities carry nothing about the facts (the untrained network, its former null
+arm) cannot lower g(H) by cooling except by chance: no configuration without the effect could meet the rule, and
+the outcome says that training worked, not more. The untrained network's differences stay reported beside it.
+The claim with its null arm: ``transformer-tracks-mf``, against the untrained network.
+
+The claims engine judges every item but one. Escape hatch (``hand_verdicts``): ``temperature-tradeoff``'s rule is
+a conjunction, over every Zipf point with enough MF, of two interval rules on two statistics (the g(H) and the
+Mis_b differences), which one ``Stat`` with one value per seed under one ``Rule`` cannot state.
 
 For each generator: ``g(H)``, ``Mis_b`` (``b`` adaptive bins, :mod:`lmsci.measure.calibration`), the
 corollary's bound and its slack ``g(H) - bound``. For ``tf`` a sampled hallucination rate
@@ -39,20 +51,24 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, ci_inside, every_at_least
+from lmsci.claims.engine import arm_rows, finished
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.theory._calibration_hallucination_verdicts import (CALIBRATED_MIS, COLD_MIN_MF, GENERATORS,
-                                                                          MF_SPAN, SLOPE_HI, SLOPE_LO)
-from lmsci.experiments.theory._calibration_hallucination_verdicts import verdicts as calibration_verdicts
+from lmsci.experiments.theory._calibration_hallucination_stats import (CALIBRATED_MIS, COLD_MIN_MF, GENERATORS,
+                                                                       MF_SPAN, SLOPE_HI, SLOPE_LO, gt_slope,
+                                                                       min_slack, tf_slope, tradeoff)
 from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_generator, hallucination_rate,
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate)
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
 from lmsci.train.trainer import TrainSpec, train
 from lmsci.worlds.factoids import BOS, FactoidWorld
+
+
+REAL, INIT = "real", "init"  # the arms (module docstring)
 
 
 class CalibrationConfig(ExperimentConfig):
@@ -124,10 +140,11 @@ class CalibrationHallucination(Experiment):
             _SRC,
             "hallucination rate >= MF - Miscalibration - 300|Facts|/|Possible hallucinations| - 7/sqrt(n) "
             "(probability >= 99% over the training set)",
-            "the smallest slack g(H) - (MF - Mis_b - 300|F|/|H| - 7/sqrt(n)) over every run: 4 generators "
-            "(empirical MLE, Good-Turing, transformer at T=1 and at the lower temperature) x Zipf points x seeds; "
-            f"Mis_b with b adaptive bins (default 10)",
-            "the smallest slack over every run is >= 0 (with at least 3 seeds)",
+            statistic=Stat(fn=min_slack, words="the smallest slack g(H) - (MF - Mis_b - 300|F|/|H| - 7/sqrt(n)) over "
+                                               "the seed's runs: 4 generators (empirical MLE, Good-Turing, transformer "
+                                               "at T=1 and at the lower temperature) x Zipf points; Mis_b with b "
+                                               "adaptive bins (default 10)"),
+            rule=every_at_least(0.0),
             gates=(Gate("non-vacuous", "the bound is > 0 for the Good-Turing generator on at least one Zipf point "
                                        "of every seed (otherwise it holds trivially)"),),
             kind="check",
@@ -137,9 +154,9 @@ class CalibrationHallucination(Experiment):
             "For the calibrated Good-Turing generator the hallucination rate tracks the monofact rate.",
             _SRC + "; spec §3 (the calibrated positive control)",
             "a calibrated generator hallucinates at about MF (slope 1 of g(H) on MF)",
-            "per seed, the OLS slope of g(H) on MF across the Zipf sweep (Good-Turing generator); the mean over "
-            "seeds with its 95% Student-t CI",
-            f"the 95% CI across at least 3 seeds lies within [{SLOPE_LO}, {SLOPE_HI}]",
+            statistic=Stat(fn=gt_slope, words="the OLS slope of g(H) on MF across the Zipf sweep (Good-Turing "
+                                              "generator)"),
+            rule=ci_inside(SLOPE_LO, SLOPE_HI),
             gates=(Gate("mf-moves", f"the sweep moves the mean MF by at least {MF_SPAN}"),),
             kind="check",
         ),
@@ -149,14 +166,15 @@ class CalibrationHallucination(Experiment):
             "monofact rate.",
             _SRC + "; issue 18",
             "a calibrated LM hallucinates at about MF",
-            "per seed, the OLS slope of g(H) on MF across the Zipf sweep (transformer at T=1, exact g over Y); "
-            "the mean over seeds with its 95% Student-t CI",
-            f"the 95% CI across at least 3 seeds lies within [{SLOPE_LO}, {SLOPE_HI}]",
+            statistic=Stat(fn=tf_slope, words="the OLS slope of g(H) on MF across the Zipf sweep (transformer at "
+                                              "T=1, exact g over Y; on the init arm the untrained network)"),
+            rule=ci_inside(SLOPE_LO, SLOPE_HI),
             gates=(Gate("mf-moves", f"the sweep moves the mean MF by at least {MF_SPAN}"),
                    Gate("calibrated", f"Mis_b of the T=1 transformer is at most {CALIBRATED_MIS} on every run "
                                       "(the claim is about calibrated models)")),
             null="the same slope for the untrained transformer (the same architecture and initialisation, before "
                  "training) at T=1: it has not seen the facts, so its hallucination rate does not follow MF",
+            arms=(REAL, INIT),
         ),
         Claim(
             "temperature-tradeoff",
@@ -168,8 +186,7 @@ class CalibrationHallucination(Experiment):
             f"at every Zipf point with mean MF >= {COLD_MIN_MF}, the 95% CI of the g(H) difference lies below 0 "
             "and the 95% CI of the Mis_b difference lies above 0 (at least 3 seeds)",
             gates=(Gate("points", f"at least one Zipf point has mean MF >= {COLD_MIN_MF}"),),
-            null="the same differences for the untrained transformer (same architecture and initialisation): it puts "
-                 "almost all its mass on hallucinations at any temperature, so cooling it cannot lower g(H)",
+            kind="check",
         ),
     ]
 
@@ -182,7 +199,17 @@ class CalibrationHallucination(Experiment):
             raise ConfigError("zipfs", cfg.zipfs, "exponents >= 0")
 
     def points(self, cfg: CalibrationConfig) -> list[Point]:
-        return [Point(f"zipf{z:g}", {"zipf": float(z)}) for z in cfg.zipfs]
+        """The real arm keeps the ids ``zipf<z>`` (and so its seeds); the untrained network's are ``init-zipf<z>``."""
+        return [Point(f"zipf{z:g}" if arm == REAL else f"{arm}-zipf{z:g}", {"zipf": float(z)}, arm=arm)
+                for arm in (REAL, INIT) for z in cfg.zipfs]
+
+    def groups(self, cfg: CalibrationConfig, points: list[Point]) -> list[list[Point]]:
+        """The arms of one Zipf point and seed form one group (one world, one set of documents)."""
+        out: dict[tuple[str, int], list[Point]] = {}
+        for p in points:
+            base = p.id[len(INIT) + 1:] if p.arm == INIT else p.id
+            out.setdefault((base, p.seed_index), []).append(p)
+        return list(out.values())
 
     # -- the transformer ------------------------------------------------------------------------------
     def _train(self, cfg: CalibrationConfig, world: FactoidWorld, y_train: np.ndarray, ctx: PointContext,
@@ -271,29 +298,12 @@ class CalibrationHallucination(Experiment):
 
     # -- one sweep point ------------------------------------------------------------------------------
     def run_point(self, cfg: CalibrationConfig, point: Point, ctx: PointContext) -> dict:
-        device = resolve_device(cfg.device)
-        world = FactoidWorld(tuple(cfg.slots), cfg.n_facts, point.params["zipf"],
-                             seed=derive_seed(ctx.seed, "world"))
-        y_train = world.sample(cfg.n_train, np.random.default_rng(derive_seed(ctx.seed, "train-docs")))
-        counts = counts_over(y_train, world.n_y)
-        p = world.p_dense()
-        fmask = world.fact_mask()
-        mf = monofact_rate(counts)
-        row: dict[str, Any] = {
-            "zipf": point.params["zipf"], "n_train": cfg.n_train, "n_facts": cfg.n_facts, "n_y": world.n_y,
-            "mf": mf, "missing_mass": missing_mass(p, counts), "facts_seen": int((counts[fmask] > 0).sum()),
-            "unseen_fact_share": float((~(counts > 0) & fmask).sum() / max(1, (counts == 0).sum())),
-        }
-        model, info = self._train(cfg, world, y_train, ctx, device)
-        row.update(info)
-        tf, tf_cold = self.factoid_distribution(model, world, [1.0, cfg.cold_temperature], device)
-        # null arm: the untrained network (the same architecture and initialisation as the trained one)
-        init = GPT(cfg.model.gpt_config(world.vocab_size, len(world.slots)),
-                   seed=derive_seed(ctx.seed, "init")).to(device)
-        tf_init, tf_init_cold = self.factoid_distribution(init.eval(), world, [1.0, cfg.cold_temperature], device)
-        del init
-        gens = {"mle": (mle_generator(counts), 0.0), "gt": (good_turing_generator(counts), 0.0), "tf": tf,
-                "tf_cold": tf_cold, "tf_init": tf_init, "tf_init_cold": tf_init_cold}
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def _scores(self, cfg: CalibrationConfig, gens: dict, world: FactoidWorld, counts: np.ndarray, p: np.ndarray,
+                fmask: np.ndarray, mf: float) -> dict[str, float]:
+        """Each generator's g(H), Mis_b, bound, slack, nonsense mass and seen-fact mass, as results columns."""
+        row: dict[str, float] = {}
         for name, (g, nonsense) in gens.items():
             hall = hallucination_rate(g, fmask)
             mis = miscalibration(g, p, bins=adaptive_bins(g, cfg.bins))
@@ -303,6 +313,47 @@ class CalibrationHallucination(Experiment):
                         f"{name}_fact_mass_seen": float(g[(counts > 0)].sum())})
         row["bound_regularity"] = b["regularity"]
         row["bound_concentration"] = b["concentration"]
+        return row
+
+    def run_group(self, cfg: CalibrationConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """One Zipf point and seed on its arms: the world and documents once, the network trained once (real arm)
+        and scored untrained (init arm: the same architecture and initialisation)."""
+        device = resolve_device(cfg.device)
+        ctx = ctxs[0]  # the arms of a point share its seed (point_seed)
+        world = FactoidWorld(tuple(cfg.slots), cfg.n_facts, points[0].params["zipf"],
+                             seed=derive_seed(ctx.seed, "world"))
+        y_train = world.sample(cfg.n_train, np.random.default_rng(derive_seed(ctx.seed, "train-docs")))
+        counts = counts_over(y_train, world.n_y)
+        p = world.p_dense()
+        fmask = world.fact_mask()
+        mf = monofact_rate(counts)
+        base: dict[str, Any] = {
+            "zipf": points[0].params["zipf"], "n_train": cfg.n_train, "n_facts": cfg.n_facts, "n_y": world.n_y,
+            "mf": mf, "missing_mass": missing_mass(p, counts), "facts_seen": int((counts[fmask] > 0).sum()),
+            "unseen_fact_share": float((~(counts > 0) & fmask).sum() / max(1, (counts == 0).sum())),
+        }
+        rows = []
+        for point, pctx in zip(points, ctxs):
+            if point.arm == INIT:  # the untrained network (the same architecture and initialisation)
+                init = GPT(cfg.model.gpt_config(world.vocab_size, len(world.slots)),
+                           seed=derive_seed(pctx.seed, "init")).to(device)
+                tf, tf_cold = self.factoid_distribution(init.eval(), world, [1.0, cfg.cold_temperature], device)
+                rows.append({**base, **self._scores(cfg, {"tf": tf, "tf_cold": tf_cold}, world, counts, p, fmask, mf)})
+            else:
+                rows.append(self._real_row(cfg, base, world, y_train, counts, p, fmask, mf, pctx, device))
+        return rows
+
+    def _real_row(self, cfg: CalibrationConfig, base: dict, world: FactoidWorld, y_train: np.ndarray,
+                  counts: np.ndarray, p: np.ndarray, fmask: np.ndarray, mf: float, ctx: PointContext,
+                  device: str) -> dict:
+        """The real arm's row: the transformer trained, every generator scored, samples and the diagonal input."""
+        row = dict(base)
+        model, info = self._train(cfg, world, y_train, ctx, device)
+        row.update(info)
+        tf, tf_cold = self.factoid_distribution(model, world, [1.0, cfg.cold_temperature], device)
+        gens = {"mle": (mle_generator(counts), 0.0), "gt": (good_turing_generator(counts), 0.0), "tf": tf,
+                "tf_cold": tf_cold}
+        row.update(self._scores(cfg, gens, world, counts, p, fmask, mf))
         ys = world.parse(self.sample_factoids(model, world, cfg.n_samples, derive_seed(ctx.seed, "samples"), device))
         ok = ys >= 0
         row["tf_sampled_hall"] = float((~fmask[ys[ok]]).sum() / len(ys))
@@ -317,10 +368,34 @@ class CalibrationHallucination(Experiment):
         row["diag_answer"] = int(last.argmax())
         return row
 
-    # -- verdicts (one function per claim or check: _calibration_hallucination_verdicts) ----------------
-    def verdicts(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """bound-holds, gt-tracks-mf, transformer-tracks-mf and temperature-tradeoff, in that order."""
-        return calibration_verdicts(self, cfg, results)
+    # -- verdicts: the engine judges every item but temperature-tradeoff (see the module docstring) --------------
+    def measured_gates(self, cfg: CalibrationConfig, results: pd.DataFrame) -> dict[str, tuple[Any, bool]]:
+        """non-vacuous, mf-moves and calibrated, on the real arm's rows (each reads the whole sweep)."""
+        df = arm_rows(finished(results), REAL)
+        if df.empty or "mf" not in df:
+            return {}
+        span = float(df.groupby("zipf")["mf"].mean().pipe(lambda s: s.max() - s.min()))
+        nonvac = [bool((sub["gt_bound"] > 0).any()) for _, sub in df.groupby("seed_index")]
+        mx = float(df["tf_mis"].max())
+        return {"non-vacuous": (float(df["gt_bound"].max()), all(nonvac)), "mf-moves": (span, span >= MF_SPAN),
+                "calibrated": (mx, mx <= CALIBRATED_MIS)}
+
+    def hand_verdicts(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``temperature-tradeoff`` (a check): the trained transformer's differences; the untrained network's are
+        reported beside them (a contrast, deciding nothing)."""
+        ok = finished(results)
+        df, init = arm_rows(ok, REAL), arm_rows(ok, INIT)
+        if df.empty or "mf" not in df:
+            return []
+        n_seeds = len(sorted(df["seed_index"].unique()))
+        ok_all, judged, per_point, mean_dh = tradeoff(df, "tf")
+        contrast = tradeoff(init, "tf")[2] if not init.empty and "tf_hall" in init else None
+        return [self.judge(
+            cfg, "temperature-tradeoff", value=mean_dh, passed=bool(ok_all) if judged else None, n_seeds=n_seeds,
+            ci_kind="per-point 95% CIs across seeds (details)", gates={"points": (judged, judged >= 1)},
+            why_not_computed="no Zipf point with enough MF",
+            details={"per_point": per_point, "cold_temperature": cfg.cold_temperature,
+                     "untrained_per_point (contrast, decides nothing)": contrast})]
 
     # -- figures and report ---------------------------------------------------------------------------
     def figures(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -328,6 +403,7 @@ class CalibrationHallucination(Experiment):
 
         if results.empty or "mf" not in results:
             return []
+        results = arm_rows(results, REAL)
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         labels = {"mle": "empirical MLE", "gt": "Good-Turing", "tf": "transformer T=1",
                   "tf_cold": f"transformer T={cfg.cold_temperature}"}
@@ -345,7 +421,8 @@ class CalibrationHallucination(Experiment):
             ax.legend(fontsize=7)
         figs = [save_figure(fig, run, "decomposition.png",
                             "Hallucination rate g(H) and miscalibration Mis_b against the monofact rate MF, every "
-                            "generator, Zipf point and seed (Kalai & Vempala: g(H) + Mis_b >= MF - small terms)")]
+                            "generator, Zipf point and seed (Kalai & Vempala: g(H) + Mis_b >= MF - small terms)",
+                            claims=("gt-tracks-mf", "transformer-tracks-mf", "temperature-tradeoff"))]
         fig, ax = plt.subplots(figsize=(6, 4.2))
         for i, g in enumerate(GENERATORS):
             ax.scatter(results["mf"], results[f"{g}_hall"] + results[f"{g}_mis"], s=14, color=f"C{i}", label=labels[g])
@@ -355,7 +432,7 @@ class CalibrationHallucination(Experiment):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
         figs.append(save_figure(fig, run, "sum.png", "g(H) + Mis_b against MF: the theorem says the sum stays above "
-                                "MF up to the regularity and concentration terms"))
+                                "MF up to the regularity and concentration terms", claims=("bound-holds",)))
         return figs
 
     def report_sections(self, cfg: CalibrationConfig, results: pd.DataFrame, run: RunDir) -> str:
@@ -363,6 +440,7 @@ class CalibrationHallucination(Experiment):
 
         if results.empty or "mf" not in results:
             return ""
+        results = arm_rows(results, REAL)
         cols = ["point", "zipf", "seed_index", "mf", "missing_mass"]
         for g in GENERATORS:
             cols += [f"{g}_hall", f"{g}_mis", f"{g}_slack"]
