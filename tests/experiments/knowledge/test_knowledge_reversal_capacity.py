@@ -234,14 +234,18 @@ def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, b
                 bpp = p * (0.5, 1.0, 0.9, 0.85)[k]
                 for s in SEEDS:
                     b = (bpp + JITTER[s]) * params
-                    rows.append({"point": f"{model}_E{E}_N{n}" + (f"__s{s}" if s else ""), "model": model,
-                                 "n_layers": n_layers, "n_heads": h, "d_model": d_per_head * h, "n_people": n,
-                                 "exposures_nominal": E, "exposures": float(E), "steps": steps, "batch_size": 8,
-                                 "tokens_seen": steps * 8 * 512, "bits": b, "ideal_bits": ideal,
-                                 "fraction_of_ideal": b / ideal, "params": params, "params_non_embedding": 0.8 * params,
-                                 "bits_per_param": b / params, "bits_per_param_non_embedding": b / (0.8 * params),
-                                 "null_bits_per_param": null * (0.5, 1.0, 0.9, 0.85)[k],
-                                 "seed_index": s, "status": "ok"})
+                    shape = {"model": model, "n_layers": n_layers, "n_heads": h, "d_model": d_per_head * h,
+                             "n_people": n, "exposures_nominal": E, "ideal_bits": ideal, "params": params,
+                             "params_non_embedding": 0.8 * params, "seed_index": s, "status": "ok"}
+                    pid = f"{model}_E{E}_N{n}" + (f"__s{s}" if s else "")
+                    rows.append({"arm": "real", "point": f"real-{pid}", **shape, "exposures": float(E),
+                                 "steps": steps, "batch_size": 8, "tokens_seen": steps * 8 * 512, "bits": b,
+                                 "fraction_of_ideal": b / ideal, "bits_per_param": b / params,
+                                 "bits_per_param_non_embedding": b / (0.8 * params)})
+                    b0 = null * (0.5, 1.0, 0.9, 0.85)[k] * params  # the null arm: the untrained model
+                    rows.append({"arm": "null", "point": f"null-{pid}", **shape, "steps": 0, "bits": b0,
+                                 "fraction_of_ideal": b0 / ideal, "bits_per_param": b0 / params,
+                                 "bits_per_param_non_embedding": b0 / (0.8 * params)})
     return rows
 
 
