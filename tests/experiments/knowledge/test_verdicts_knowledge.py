@@ -108,11 +108,14 @@ def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) 
     for aug, a in ((False, single), (True, celeb)):
         for s in SEEDS:
             pid = ("celebrities_augmented" if aug else "baseline_all_single") + (f"__s{s}" if s else "")
-            rows.append({"point": pid, "celebrities_augmented": aug, "qa_minority": _clip(a + JITTER[s]),
-                         "qa_celebrity": 1.0, "bio_recall_minority": recall, "n_qa_minority": 480,
-                         "seed_index": s, "status": "ok"})
-            if not aug:
-                rows[-1].update({"null_qa_minority": _clip(null + JITTER[s]), "null_qa_celebrity": 0.6})
+            rows.append({"arm": "real", "point": pid, "celebrities_augmented": aug,
+                         "condition": "celebrities_augmented" if aug else "all_single",
+                         "qa_minority": _clip(a + JITTER[s]), "qa_celebrity": 1.0, "bio_recall_minority": recall,
+                         "n_qa_minority": 480, "seed_index": s, "status": "ok"})
+    for s in SEEDS:  # the null arm's point: a random-init model, QA fine-tuned on the celebrities only
+        rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
+                     "condition": "random_init_qa_only", "qa_minority": _clip(null + JITTER[s]), "qa_celebrity": 0.6,
+                     "n_qa_minority": 480, "seed_index": s, "status": "ok"})
     return rows
 
 
