@@ -219,11 +219,16 @@ def _cap_rows(slope=1.0, ratio=0.15, n_seeds=3, censored=()):
             for d in PAPER_D:
                 p = 16 * d * d if beta == 0 else 4 * d * d + 4 * d * d
                 facts = ratio * p * (p / 1000) ** (slope - 1) * math.exp(rng.normal(0, 0.1))
-                rows.append({"point": f"cap_{fam}_d{d}" + (f"__s{k}" if k else ""), "kind": "capacity",
-                             "family": fam, "alpha": 2.0 if beta == 0 else 0.5, "beta": beta, "d_model": d,
-                             "n_heads": 4, "params": p, "facts": facts, "S": 0, "R": 0,
-                             "censored": "at_size_max" if d in censored else "", "facts_per_param": facts / p,
-                             "untrained_acc_min_level": 0.125, "trials": "[]", "seed_index": k, "status": "ok"})
+                cens = "at_size_max" if d in censored else ""
+                shape = {"kind": "capacity", "family": fam, "alpha": 2.0 if beta == 0 else 0.5, "beta": beta,
+                         "d_model": d, "n_heads": 4, "params": p, "censored": cens, "usable": int(cens == ""),
+                         "seed_index": k, "status": "ok"}
+                pid = f"cap_{fam}_d{d}" + (f"__s{k}" if k else "")
+                rows.append({"arm": "real", "point": f"real-{pid}", **shape, "facts": facts, "S": 0, "R": 0,
+                             "facts_per_param": facts / p, "trials": "[]"})
+                # the null arm: the same point's untrained model (accuracy 0.125 < threshold: it stores nothing)
+                rows.append({"arm": "null", "point": f"null-{pid}", **shape, "facts": 0, "facts_per_param": 0.0,
+                             "untrained_acc_min_level": 0.125})
     return pd.DataFrame(rows)
 
 
@@ -235,7 +240,7 @@ def _trade_rows(cfg, mlp_boundary, n_seeds=3):
         for h in cfg.tradeoff_heads:
             for m in cfg.tradeoff_mlps:
                 attn, mlp = d * dh * h, d * m
-                rows.append({"point": f"trade_H{h}_m{m}" + (f"__s{k}" if k else ""), "kind": "tradeoff",
+                rows.append({"arm": "real", "point": f"trade_H{h}_m{m}" + (f"__s{k}" if k else ""), "kind": "tradeoff",
                              "d_model": d, "n_heads": h, "d_head": dh, "d_mlp": m, "attn_params": attn,
                              "mlp_params": mlp, "size": cfg.tradeoff_size, "facts": cfg.tradeoff_size**2,
                              "accuracy": 1.0 if mlp >= mlp_boundary(attn, k) else 0.4, "seed_index": k,
@@ -306,11 +311,13 @@ def test_a_null_arm_that_meets_the_rule_is_inconclusive(tmp_path, monkeypatch):
     rows = []
     for k in range(3):
         for j, p in enumerate((400, 420, 430, 440, 450, 460)):
-            rows.append({"point": f"cap_a_d{j}" + (f"__s{k}" if k else ""), "kind": "capacity", "family": "attn_a2",
-                         "alpha": 2.0, "beta": 0.0, "d_model": 8 + j, "n_heads": 8, "params": p,
-                         "facts": 0.15 * p * (1 + 0.01 * k), "S": 0, "R": 0, "censored": "",
-                         "facts_per_param": 0.15 * (1 + 0.01 * k), "untrained_acc_min_level": 1.0, "trials": "[]",
-                         "seed_index": k, "status": "ok"})
+            shape = {"kind": "capacity", "family": "attn_a2", "alpha": 2.0, "beta": 0.0, "d_model": 8 + j,
+                     "n_heads": 8, "params": p, "censored": "", "usable": 1, "seed_index": k, "status": "ok"}
+            rows.append({"arm": "real", "point": f"real-cap_a_d{j}" + (f"__s{k}" if k else ""), **shape,
+                         "facts": 0.15 * p * (1 + 0.01 * k), "S": 0, "R": 0,
+                         "facts_per_param": 0.15 * (1 + 0.01 * k), "trials": "[]"})
+            rows.append({"arm": "null", "point": f"null-cap_a_d{j}" + (f"__s{k}" if k else ""), **shape,
+                         "facts": 64, "facts_per_param": 64 / p, "untrained_acc_min_level": 1.0})
     v = _by_id(exp.verdicts(paper, pd.DataFrame(rows), RunDir(tmp_path)))["facts-per-param"][0]
     assert v.rule_passed and v.null_passed is True and v.outcome == "inconclusive"
 
@@ -360,16 +367,21 @@ def test_quick_preset_seeds_and_grid():
     base = exp.points(cfg)
     n_cap = len(cfg.d_models) * len(exp.families(cfg))
     n_trade = len(cfg.tradeoff_heads) * len(cfg.tradeoff_mlps)
-    assert len(base) == n_cap + n_trade == 7 * 2 + 7 * 8
+    assert len(base) == 2 * n_cap + n_trade == 2 * 7 * 2 + 7 * 8  # capacity points on the real and the null arm
     pts = exp.seeded_points(cfg)
     assert len(pts) == 3 * len(base) and {p.seed_index for p in pts} == {0, 1, 2}
-    assert len({exp.point_seed(cfg, p) for p in pts}) == len(pts)  # every seed its own derived seed
+    real = [p for p in pts if p.arm == "real"]  # every seed its own derived seed; the null arm shares the real's
+    assert len({exp.point_seed(cfg, p) for p in real}) == len(real) == len({exp.point_seed(cfg, p) for p in pts})
     groups = exp.groups(cfg, pts)
     assert sorted(p.id for g in groups for p in g) == sorted(p.id for p in pts)
-    for g in groups:  # the seeds of one shape train in one stack
+    for g in groups:  # the seeds (and arms) of one shape train in one stack
         ids = {p.id.split("__s")[0] for p in g}
         assert {p.seed_index for p in g} == {0, 1, 2}
         assert len(g) == 3 * len(ids)
+        if g[0].params["kind"] == "capacity":  # both arms of every capacity point, paired by seed
+            assert {p.id.removeprefix("null-") for p in g if p.arm == "null"} == \
+                {p.id.removeprefix("real-") for p in g if p.arm == "real"}
+            assert len({exp.point_seed(cfg, p) for p in g}) == len(g) // 2
     # the trade-off map has its attention-only column and at least 4 head counts
     assert min(cfg.tradeoff_mlps) == 0 and len(cfg.tradeoff_heads) >= 4
 
@@ -419,8 +431,9 @@ def test_factual_recall_smoke_run(tmp_path):
     cfg = resolve_config(FactualRecallConfig, "smoke", [])
     run = run_experiment(exp, cfg, tmp_path / "fr", progress=False)
     res = run.results()
-    cap = res[res["kind"] == "capacity"]
-    assert len(cap) == 4 and len(res[res["kind"] == "tradeoff"]) == 4
+    cap = res[(res["kind"] == "capacity") & (res["arm"] == "real")]
+    null = res[(res["kind"] == "capacity") & (res["arm"] == "null")]
+    assert len(cap) == len(null) == 4 and len(res[res["kind"] == "tradeoff"]) == 4
     assert (cap["facts"] == cap["S"] * cap["R"]).all()
     trials = json.loads(cap["trials"].iloc[-1])
     assert trials and all(t["facts"] == t["S"] * t["R"] for t in trials)
@@ -434,7 +447,8 @@ def test_factual_recall_smoke_run(tmp_path):
     # the null arms: the untrained models store nothing (facts-per-param); the slope and trade-off nulls need 5
     # (4) fitted points per seed, which the 2-size smoke grid does not have, so they are not measured here (never
     # met; the smoke search may leave every point censored too); the verdict tests above measure them on full tables
-    assert (cap["untrained_acc_min_level"] < cfg.threshold).all()
+    assert (null["untrained_acc_min_level"] < cfg.threshold).all() and (null["facts"] == 0).all()
+    assert sorted(null["usable"]) == sorted(cap["usable"])  # the real search's usability on both arms
     vs = {v.claim_id: v for v in run.verdicts()}
     if vs["facts-per-param"].value is not None:  # an uncensored point exists
         assert vs["facts-per-param"].null_value == 0 and vs["facts-per-param"].null_passed is False

@@ -212,11 +212,12 @@ def _ke_rows(acc, recall=0.99, qa_train=1.0):
     rows = []
     for (d, r), a in acc.items():
         for s in SEEDS:
-            rows.append({"point": f"{d}_{r}" + (f"__s{s}" if s else ""), "data": d, "regime": r,
+            rows.append({"arm": "real", "point": f"{d}_{r}" + (f"__s{s}" if s else ""), "data": d, "regime": r,
                          "qa_test": min(1.0, max(0.0, a + JIT[s])), "qa_train": qa_train, "bio_recall_test": recall,
                          "n_qa_test": 300 * 6, "seed_index": s, "status": "ok"})
-            if (d, r) == ("single", "pretrain_ft"):  # the null arm: a random-init model, QA fine-tuned
-                rows[-1]["null_qa_test"] = 0.02
+    for s in SEEDS:  # the null arm: a random-init model, QA fine-tuned
+        rows.append({"arm": "null", "point": "null-single_pretrain_ft" + (f"__s{s}" if s else ""), "data": "none",
+                     "regime": "qa_finetune", "qa_test": 0.02, "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -243,12 +244,15 @@ def _celeb_rows(single, celeb, recall=0.99, qa_cel=1.0):
     rows = []
     for aug, a in ((False, single), (True, celeb)):
         for s in SEEDS:
-            rows.append({"point": ("celebrities_augmented" if aug else "baseline_all_single") + (f"__s{s}" if s else ""),
-                         "celebrities_augmented": aug, "qa_minority": min(1.0, max(0.0, a + JIT[s])),
+            rows.append({"arm": "real",
+                         "point": ("celebrities_augmented" if aug else "baseline_all_single") + (f"__s{s}" if s else ""),
+                         "celebrities_augmented": aug, "condition": "celebrities_augmented" if aug else "all_single",
+                         "qa_minority": min(1.0, max(0.0, a + JIT[s])),
                          "qa_celebrity": qa_cel, "bio_recall_minority": recall, "n_qa_minority": 1800,
                          "seed_index": s, "status": "ok"})
-            if not aug:  # the null arm: a random-init model, QA fine-tuned on the celebrities
-                rows[-1]["null_qa_minority"] = 0.02
+    for s in SEEDS:  # the null arm: a random-init model, QA fine-tuned on the celebrities
+        rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
+                     "condition": "random_init_qa_only", "qa_minority": 0.02, "seed_index": s, "status": "ok"})
     return rows
 
 

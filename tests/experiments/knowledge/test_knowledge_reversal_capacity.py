@@ -172,22 +172,24 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "g
 
 def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_recall=0.99, fwd_qa=0.95,
              null=(0.0, 0.0, 0.0)):
-    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in the forward-only rows
-    (a random-init model)."""
+    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in its own rows (a
+    random-init model)."""
     rows = []
     for k, rev in enumerate((False, True)):
         for s in SEEDS:
-            rows.append({"point": ("with_reverse" if rev else "forward_only") + (f"__s{s}" if s else ""),
-                         "reverse_in_training": rev, "inverse_test": min(1, max(0, inv[k] + JITTER[s])),
+            rows.append({"arm": "real", "point": ("with_reverse" if rev else "forward_only") + (f"__s{s}" if s else ""),
+                         "reverse_in_training": rev, "condition": "with_reverse" if rev else "forward_only",
+                         "inverse_test": min(1, max(0, inv[k] + JITTER[s])),
                          "inverse_train": 1.0, "qa_test": fwd_qa, "qa_train": 1.0, "bio_recall_test": recall,
                          "reverse_recall_test": rev_recall if rev else float("nan"),
                          "reverse_completion_test": min(1, max(0, comp[k] + JITTER[s])),
                          "reverse_completion_train": comp[k], "name_gap_bits_test": gap[k] + 10 * JITTER[s],
                          "name_gap_bits_train": gap[k], "n_test": 80, "seed_index": s, "status": "ok"})
-            if not rev:
-                rows[-1].update({"null_inverse_test": min(1, max(0, null[0] + JITTER[s])),
-                                 "null_reverse_completion_test": min(1, max(0, null[1] + JITTER[s])),
-                                 "null_name_gap_bits_test": null[2] + 10 * JITTER[s]})
+    for s in SEEDS:  # the null arm's point: a random-init model
+        rows.append({"arm": "null", "point": "null-forward_only" + (f"__s{s}" if s else ""), "condition": "random_init",
+                     "inverse_test": min(1, max(0, null[0] + JITTER[s])),
+                     "reverse_completion_test": min(1, max(0, null[1] + JITTER[s])),
+                     "name_gap_bits_test": null[2] + 10 * JITTER[s], "n_test": 80, "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -234,14 +236,18 @@ def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, b
                 bpp = p * (0.5, 1.0, 0.9, 0.85)[k]
                 for s in SEEDS:
                     b = (bpp + JITTER[s]) * params
-                    rows.append({"point": f"{model}_E{E}_N{n}" + (f"__s{s}" if s else ""), "model": model,
-                                 "n_layers": n_layers, "n_heads": h, "d_model": d_per_head * h, "n_people": n,
-                                 "exposures_nominal": E, "exposures": float(E), "steps": steps, "batch_size": 8,
-                                 "tokens_seen": steps * 8 * 512, "bits": b, "ideal_bits": ideal,
-                                 "fraction_of_ideal": b / ideal, "params": params, "params_non_embedding": 0.8 * params,
-                                 "bits_per_param": b / params, "bits_per_param_non_embedding": b / (0.8 * params),
-                                 "null_bits_per_param": null * (0.5, 1.0, 0.9, 0.85)[k],
-                                 "seed_index": s, "status": "ok"})
+                    shape = {"model": model, "n_layers": n_layers, "n_heads": h, "d_model": d_per_head * h,
+                             "n_people": n, "exposures_nominal": E, "ideal_bits": ideal, "params": params,
+                             "params_non_embedding": 0.8 * params, "seed_index": s, "status": "ok"}
+                    pid = f"{model}_E{E}_N{n}" + (f"__s{s}" if s else "")
+                    rows.append({"arm": "real", "point": f"real-{pid}", **shape, "exposures": float(E),
+                                 "steps": steps, "batch_size": 8, "tokens_seen": steps * 8 * 512, "bits": b,
+                                 "fraction_of_ideal": b / ideal, "bits_per_param": b / params,
+                                 "bits_per_param_non_embedding": b / (0.8 * params)})
+                    b0 = null * (0.5, 1.0, 0.9, 0.85)[k] * params  # the null arm: the untrained model
+                    rows.append({"arm": "null", "point": f"null-{pid}", **shape, "steps": 0, "bits": b0,
+                                 "fraction_of_ideal": b0 / ideal, "bits_per_param": b0 / params,
+                                 "bits_per_param_non_embedding": b0 / (0.8 * params)})
     return rows
 
 

@@ -72,19 +72,21 @@ def test_bad_input(world):
 
 # -- verdicts ---------------------------------------------------------------------------------------------------
 def _rows(neg, trans, ripple, recall=1.0, p_after=0.9, null_neg=0.0, null_trans=0.5, null_ripple=0.0, seeds=3):
-    """One row per seed: the registered differences (negation - same template, translation - same template in
-    language 2, X's ripple - Z's) and their null arms."""
+    """One row per arm and seed: the registered differences (negation - same template, translation - same template
+    in language 2, X's ripple - Z's) on the real arm, the same with the partner replaced on the null arm."""
     rows = []
     for k in range(seeds):
         j = (k - 1) * 0.01
-        rows.append({"point": "messy" + (f"__s{k}" if k else ""), "seed_index": k, "fact_recall": recall,
-                     "cos_negation": 0.5 + j, "cos_negation_sd": 0.1, "cos_translation": 0.1 + j,
-                     "cos_unrelated": 0.05, "cos_paraphrase": 0.6, "cos_two_hop": 0.05, "barrier_diff": 0.05 + j,
-                     "negation_vs_same_template": neg + j, "null_negation_vs_same_template": null_neg - j,
-                     "translation_vs_same_template_l2": trans + j, "null_paraphrase_vs_same_template_para": null_trans + j,
-                     "ripple_related_dlogp": ripple + 0.1 + j, "ripple_target_dlogp": 3.0, "ripple_control_dlogp": 0.1,
-                     "ripple_control2_dlogp": 0.1 + null_ripple, "ripple_p_after": p_after,
-                     "ripple_specific": ripple + j, "null_ripple_specific": null_ripple - j})
+        common = {"seed_index": k, "fact_recall": recall, "cos_negation": 0.5 + j, "cos_negation_sd": 0.1,
+                  "cos_translation": 0.1 + j, "cos_unrelated": 0.05, "cos_paraphrase": 0.6, "cos_two_hop": 0.05,
+                  "barrier_diff": 0.05 + j, "ripple_target_dlogp": 3.0, "ripple_control_dlogp": 0.1,
+                  "ripple_control2_dlogp": 0.1 + null_ripple, "ripple_p_after": p_after}
+        rows.append({"arm": "real", "point": "real-messy" + (f"__s{k}" if k else ""), **common,
+                     "negation_vs_same_template": neg + j, "translation_vs_same_template_l2": trans + j,
+                     "ripple_related_dlogp": ripple + 0.1 + j, "ripple_specific": ripple + j})
+        rows.append({"arm": "null", "point": "null-messy" + (f"__s{k}" if k else ""), **common,
+                     "negation_vs_same_template": null_neg - j, "translation_vs_same_template_l2": null_trans + j,
+                     "ripple_related_dlogp": 0.1 + null_ripple, "ripple_specific": null_ripple - j})
     return pd.DataFrame(rows)
 
 
@@ -127,7 +129,7 @@ def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed is True
     assert any("cannot tell the effect from its absence" in r for r in v.reasons)
     assert vs["negation-curse"].kind == "check" and vs["negation-curse"].outcome == "passed"
-    assert vs["negation-curse"].details["second_other_person"]["meets_rule"] is True
+    assert vs["negation-curse"].null_value is None  # a check: its null rows are reported, not judged
     ok = _verdicts(_rows(neg=0.4, trans=0.01, ripple=0.8), tmp_path)
     assert ok["over-ripple"].null_passed is False and ok["over-ripple"].null_value is not None
 
@@ -148,6 +150,9 @@ def test_smoke_run_measures_the_null_arms(tmp_path):
     assert vs["over-ripple"].null_value is not None and vs["over-ripple"].null_passed is False
     assert vs["negation-curse"].kind == vs["cross-lingual-barrier"].kind == "check"
     res = run.results()
-    assert {"null_negation_vs_same_template", "null_paraphrase_vs_same_template_para", "null_ripple_specific",
-            "init_negation_vs_same_template", "init_translation_vs_same_template_l2"} <= set(res.columns)
-    assert (res["init_negation_vs_same_template"] > 0.3).all()  # the shared tokens align an untrained model
+    assert sorted(res["arm"]) == ["null"] * 3 + ["real"] * 3  # one model per seed, read on both arms
+    real, null = (res[res["arm"] == a].set_index("seed_index").sort_index() for a in ("real", "null"))
+    assert (real["fact_recall"] == null["fact_recall"]).all() and (real["pretrain_steps"] == null["pretrain_steps"]).all()
+    assert (real["ripple_control2_dlogp"] == null["ripple_related_dlogp"]).all()  # Z2 in X's place
+    assert not any(c.startswith("null_") for c in res.columns)
+    assert (real["init_negation_vs_same_template"] > 0.3).all()  # the shared tokens align an untrained model

@@ -34,16 +34,18 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets: list[str] | None = No
 
 # -- knowledge-extraction ----------------------------------------------------------------------------
 def _ke_rows(acc: dict[tuple[str, str], float], recall: float, seeds=SEEDS, null: float = 0.01) -> list[dict]:
-    """``null``: P_test QA of the null arm (random-init model, QA fine-tuned), in the single pretrain_ft rows."""
+    """``null``: P_test QA of the null arm (random-init model, QA fine-tuned), in the null arm's rows."""
     rows = []
     for (d, r), a in acc.items():
         for s in seeds:
             pid = f"{d}_{r}" + (f"__s{s}" if s else "")
-            rows.append({"point": pid, "data": d, "regime": r, "qa_test": _clip(a + JITTER[s]), "qa_train": 1.0,
-                         "bio_recall_test": recall, "bio_recall_train": recall, "bio_recall": recall,
+            rows.append({"arm": "real", "point": pid, "data": d, "regime": r, "qa_test": _clip(a + JITTER[s]),
+                         "qa_train": 1.0, "bio_recall_test": recall, "bio_recall_train": recall, "bio_recall": recall,
                          "n_qa_test": 480, "seed_index": s, "status": "ok"})
-            if (d, r) == ("single", "pretrain_ft"):
-                rows[-1].update({"null_qa_test": _clip(null + JITTER[s]), "null_qa_train": 0.6})
+    for s in seeds:  # the null arm's point: a random-init model, QA fine-tuned only
+        rows.append({"arm": "null", "point": "null-single_pretrain_ft" + (f"__s{s}" if s else ""), "data": "none",
+                     "regime": "qa_finetune", "qa_test": _clip(null + JITTER[s]), "qa_train": 0.6, "n_qa_test": 480,
+                     "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -106,11 +108,14 @@ def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) 
     for aug, a in ((False, single), (True, celeb)):
         for s in SEEDS:
             pid = ("celebrities_augmented" if aug else "baseline_all_single") + (f"__s{s}" if s else "")
-            rows.append({"point": pid, "celebrities_augmented": aug, "qa_minority": _clip(a + JITTER[s]),
-                         "qa_celebrity": 1.0, "bio_recall_minority": recall, "n_qa_minority": 480,
-                         "seed_index": s, "status": "ok"})
-            if not aug:
-                rows[-1].update({"null_qa_minority": _clip(null + JITTER[s]), "null_qa_celebrity": 0.6})
+            rows.append({"arm": "real", "point": pid, "celebrities_augmented": aug,
+                         "condition": "celebrities_augmented" if aug else "all_single",
+                         "qa_minority": _clip(a + JITTER[s]), "qa_celebrity": 1.0, "bio_recall_minority": recall,
+                         "n_qa_minority": 480, "seed_index": s, "status": "ok"})
+    for s in SEEDS:  # the null arm's point: a random-init model, QA fine-tuned on the celebrities only
+        rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
+                     "condition": "random_init_qa_only", "qa_minority": _clip(null + JITTER[s]), "qa_celebrity": 0.6,
+                     "n_qa_minority": 480, "seed_index": s, "status": "ok"})
     return rows
 
 

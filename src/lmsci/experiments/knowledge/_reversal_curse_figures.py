@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.experiments.base import Figure, save_figure
+from lmsci.contract import Figure, save_figure
 from lmsci.report import markdown_table
 from lmsci.runs import RunDir
 
@@ -20,10 +20,10 @@ from lmsci.runs import RunDir
 def report_sections(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
     """The memorisation, QA fine-tuning and forgetting section: what the columns mean and one row per point and
     seed (empty without results)."""
-    cols = [c for c in ("point", "pipeline", "pretrain_steps", "exposures", "reverse_exposures", "bio_recall_test",
-                        "reverse_recall_test", "qa_train", "inverse_train", "qa_test", "inverse_test",
-                        "bio_recall_test_after_ft", "forgetting_test", "null_reverse_completion_test",
-                        "null_name_gap_bits_test", "null_inverse_train", "null_inverse_test") if c in results]
+    cols = [c for c in ("arm", "point", "condition", "pipeline", "pretrain_steps", "exposures", "reverse_exposures",
+                        "bio_recall_test", "reverse_recall_test", "reverse_completion_test", "name_gap_bits_test",
+                        "qa_train", "inverse_train", "qa_test", "inverse_test", "bio_recall_test_after_ft",
+                        "forgetting_test") if c in results]
     if not len(results):
         return ""
     return "\n".join([
@@ -32,8 +32,8 @@ def report_sections(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
         f"{cfg.reverse_groups} sentence(s)), {cfg.reverse_multiplicity} per person. QA fine-tuning "
         f"({cfg.finetune.method}) on P_train: `qa_train` / `inverse_train` are its accuracy on the fine-tuned "
         "people; `bio_recall_test_after_ft` is the held-out people's biography recall after it and "
-        "`forgetting_test` its drop from the pretrained model. `null_*` (the claims' null arm, in the forward-only "
-        "row of each seed): a randomly initialised model that never saw the people, scored on the held-out "
+        "`forgetting_test` its drop from the pretrained model. The null arm's rows (condition `random_init`, on the "
+        "forward-only point's seed): a randomly initialised model that never saw the people, scored on the held-out "
         "prompts as it is and on inverse search after the same LoRA QA fine-tuning.", "",
         markdown_table(results, None, cols=cols, float_format=".3f")])
 
@@ -48,11 +48,14 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1.2]})
-    g = results.groupby("reverse_in_training")
+    if "condition" not in results or results.empty:
+        return []
+    g = results.groupby("condition")
     cols = [("qa_test", "forward QA (fine-tuned)"), ("inverse_test", "inverse QA (fine-tuned)"),
             ("reverse_completion_test", "held-out reversed prompt (pretrained)")]
-    labels = {False: "forward only", True: "with reversed biographies"}
-    conds = [c for c in (False, True) if c in g.groups]
+    labels = {"forward_only": "forward only", "with_reverse": "with reversed biographies",
+              "random_init": "null: random init"}
+    conds = [c for c in labels if c in g.groups]
     x = np.arange(len(conds))
     for k, (c, lab) in enumerate(cols):
         m = [g.get_group(cond)[c].mean() for cond in conds]
@@ -67,7 +70,7 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
     ax[0].set_title("Reversal curse on bioS (dots: seeds)")
     for j, cond in enumerate(conds):
         v = g.get_group(cond)["name_gap_bits_test"]
-        ax[1].bar(j, v.mean(), 0.6, color="C3" if cond else "C0")
+        ax[1].bar(j, v.mean(), 0.6, color={"forward_only": "C0", "with_reverse": "C3"}.get(cond, "C7"))
         ax[1].scatter(np.full(len(v), j), v, color="k", s=8, zorder=3)
     ax[1].axhline(0, color="k", lw=0.8)
     ax[1].set_xticks(range(len(conds)), [labels[c] for c in conds], fontsize=8)
@@ -77,4 +80,5 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
                         "Left: forward QA and inverse search after QA fine-tuning on P_train, and greedy "
                         "completion of the held-out attributes-only prompt on the pretrained model, for P_test. "
                         "Right: how much more likely the correct name is than another person's name after that "
-                        "prompt (0: the reversal curse).")]
+                        "prompt (0: the reversal curse). The null arm: a randomly initialised model (QA fine-tuned "
+                        "for the fine-tuned columns).", claims=("reversal", "reverse-completion", "name-logprob"))]

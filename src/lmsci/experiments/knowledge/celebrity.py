@@ -11,6 +11,13 @@ the memorisation gate (recall >= 0.9) and the qa-learned gate cannot pass; quick
 null arm, measured in every seed's all-single point: a randomly initialised model of the same shape that never
 read a biography, LoRA fine-tuned on the celebrities' QA as the real arms; its minority QA accuracy takes the
 place of the with-celebrities arm in the same statistic and rule.
+
+Arms (issue 44): the two conditions are the ``real`` arm's points (ids unchanged); the null arm is its own point,
+``null-baseline_all_single`` (a separate model: nothing is trained twice), on the seed of ``baseline_all_single`` as
+before; a row's ``condition`` is ``all_single``, ``celebrities_augmented`` or (the null arm) ``random_init_qa_only``.
+Escape hatch (``hand_verdicts``): the rule of ``minority-lift`` is a conjunction of two conditions on two statistics
+(the all-single arm's mean <= 0.25 AND the mean lift >= 0.5), which no single Rule expresses; it is computed with
+Stat objects (:data:`LIFT`, :data:`ALL_SINGLE`) and engine-measured gates on the real arm.
 """
 
 from __future__ import annotations
@@ -19,20 +26,39 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_data
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, mean_tokens, model_seconds
-from lmsci.experiments.knowledge._gates import (MEMORISED, QA_LEARNED, RECALL_MIN, paired, qa_learned_gate, recall_gate,
-                                                seed_summary, seed_values, within_run)
+from lmsci.experiments.knowledge._gates import QA_LEARNED_MIN, RECALL_MIN
 from lmsci.experiments.knowledge._specs import SINGLE
 from lmsci.experiments.knowledge.common import MemoriseFirstConfig, null_arm_finetune, pretrain_check_finetune
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
-from lmsci.claims import Claim, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least
+from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.stats import across_seeds
 from lmsci.runs import RunDir
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
+
+CONDITION = {False: "all_single", True: "celebrities_augmented"}
+NULL_CONDITION = "random_init_qa_only"
+#: minority QA of the real all-single model (the lift's subtrahend, on the real arm whatever arm is judged)
+ALL_SINGLE = Stat("qa_minority", where={"condition": "all_single"}, arm="real",
+                  words="minority (P_test) QA exact match of the all-single model after LoRA QA fine-tuning on the "
+                        "celebrities")
+LIFT = Stat("qa_minority", where={"condition": (CONDITION[True], NULL_CONDITION)}, minus=ALL_SINGLE,
+            words="minority QA exact match with augmented celebrities (the null arm: the random-init model, QA "
+                  "fine-tuned only) minus all single")
+MEMORISED_MINORITY = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
+                          stat=Stat("bio_recall_minority", agg="min", where={"condition": tuple(CONDITION.values())},
+                                    words="minority biography recall (exact match of each of the 6 attribute values "
+                                          "given the biography prefix, on the pretrained model), lowest of the two "
+                                          "conditions"))
+QA_LEARNED_CELEB = Gate("qa-learned", every_at_least(QA_LEARNED_MIN), arm="real",
+                        stat=Stat("qa_celebrity", where={"condition": CONDITION[True]},
+                                  words="QA exact match on the celebrities (fine-tuned on) of the with-celebrities "
+                                        "model: the fine-tuning learned the question format"))
 
 
 class CelebrityConfig(MemoriseFirstConfig):
@@ -128,7 +154,7 @@ class CelebrityHelpsMinority(Experiment):
               "mean over seeds: all single <= 0.25 and with celebrities - all single >= 0.5 (95% Student-t CI "
               "across seeds reported); decided at the gpu and paper presets only (a 15-minute CPU run cannot meet "
               "the memorisation and qa-learned gates: quick reports the values)",
-              gates=(MEMORISED, QA_LEARNED), presets=("gpu", "paper"),
+              gates=(MEMORISED_MINORITY, QA_LEARNED_CELEB), presets=("gpu", "paper"),
               null="the with-celebrities arm replaced by a randomly initialised model of the same shape that never "
                    "read a biography, LoRA fine-tuned on the celebrities' QA exactly as the real arms (same seed's "
                    "all-single arm subtracted, same rule): its minority answers carry no stored knowledge by "
@@ -136,12 +162,22 @@ class CelebrityHelpsMinority(Experiment):
     ]
 
     def points(self, cfg: CelebrityConfig) -> list[Point]:
-        return [Point("baseline_all_single", {"celebrities": False}), Point("celebrities_augmented", {"celebrities": True})]
+        pts = [Point("baseline_all_single", {"celebrities": False}, arm="real"),
+               Point("celebrities_augmented", {"celebrities": True}, arm="real")]
+        if cfg.null_arm:  # the claim's null arm, on the all-single point's seed (issue 29)
+            pts.append(Point("null-baseline_all_single", {"celebrities": None}, arm="null"))
+        return pts
 
     def run_point(self, cfg: CelebrityConfig, point: Point, ctx: PointContext) -> dict:
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         world.write_pools(ctx.run.path / "bios_pools.json")
         celeb, minority = qa_split(cfg.n_people, cfg.seed, cfg.celebrity_fraction)
+        if point.arm == "null":  # a random-init model that never read a biography, QA fine-tuned on the celebrities
+            m = null_arm_finetune(cfg, world, ctx, finetune_people=celeb, tested=minority)
+            row = {k.removeprefix("null_").replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v
+                   for k, v in m.items()}
+            return {**row, "condition": NULL_CONDITION, "n_people": cfg.n_people,
+                    "n_qa_minority": len(minority) * len(ATTRS)}
         celeb_spec = cfg.augmented if point.params["celebrities"] else SINGLE
         stream, bios_fn = pretraining_data(world, pipeline=cfg.pipeline, exposures=cfg.exposures, seed=cfg.seed,
                                            seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
@@ -151,36 +187,29 @@ class CelebrityHelpsMinority(Experiment):
             cfg, world, stream, bios_fn, ctx, tested=minority, tested_spec=SINGLE,
             recall={"minority": (minority, SINGLE), "celebrity": (celeb, celeb_spec)}, finetune_people=celeb,
             forgetting=("minority",))
-        row.update({"celebrities_augmented": bool(point.params["celebrities"]), "n_people": cfg.n_people,
+        row.update({"celebrities_augmented": bool(point.params["celebrities"]),
+                    "condition": CONDITION[bool(point.params["celebrities"])], "n_people": cfg.n_people,
                     "pipeline": cfg.pipeline,
                     "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                     "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority)})
         m = qa_metrics(model, world, celeb, minority, attrs=ATTRS, device=ctx.device)
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)
-        if not point.params["celebrities"] and cfg.null_arm:  # the claim's null arm, once per seed (issue 29)
-            m = null_arm_finetune(cfg, world, ctx, finetune_people=celeb, tested=minority)
-            row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         return row
 
-    def verdicts(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        base = seed_values(results, "qa_minority", celebrities_augmented=False)
-        cel = seed_values(results, "qa_minority", celebrities_augmented=True)
-        seeds = paired(base, cel)
-        if not seeds:
+    def hand_verdicts(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``minority-lift`` (the escape hatch: a conjunction of two conditions, see the module docstring): mean over
+        seeds of the real all-single arm <= 0.25 and of the lift >= 0.5, on the real arm and, with the same
+        all-single arm, on the null arm."""
+        ok = finished(results)
+        claim = self.get_claim("minority-lift")
+        lift = LIFT.per_seed(arm_rows(ok, "real"), ok)
+        if lift.empty:
             return []
-        n = int(results["n_qa_minority"].iloc[0])
-        rec_b = seed_values(results, "bio_recall_minority", celebrities_augmented=False)
-        rec_c = seed_values(results, "bio_recall_minority", celebrities_augmented=True)
-        qa_cel = seed_values(results, "qa_celebrity", celebrities_augmented=True)
-        lift = across_seeds([cel[k] - base[k] for k in seeds])
-        single = across_seeds([base[k] for k in seeds])
-        ok = single.mean <= 0.25 and lift.mean >= 0.5
-        null_m = seed_values(results, "null_qa_minority", celebrities_augmented=False)
-        nseeds = paired(base, null_m)
-        nl = across_seeds([null_m[k] - base[k] for k in nseeds]) if nseeds else None
-        null = (nl.mean, bool(single.mean <= 0.25 and nl.mean >= 0.5)) if nl is not None else None
-        gates = {"memorised": recall_gate(rec_b, rec_c), "qa-learned": qa_learned_gate(qa_cel)}
+        single_ok = bool(ALL_SINGLE.per_seed(ok, ok).reindex(lift.index).mean() <= 0.25)
+        null = LIFT.per_seed(arm_rows(ok, "null"), ok)
+        gates = {g.id: measure_gate(g, claim, ok) for g in claim.gates}
+        st = across_seeds(lift.to_numpy())
         scale = (f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.exposures} "
                  f"exposures, {cfg.finetune.method} fine-tuning")
         if gates["memorised"][1] is False:
@@ -190,26 +219,21 @@ class CelebrityHelpsMinority(Experiment):
         elif gates["qa-learned"][1] is False:
             note = f"Fine-tuning did not learn the celebrities' QA (QA accuracy < 0.5) at {scale}."
         else:
-            note = "" if ok else (f"At {scale}. The paper uses N=200k (100k celebrities) and GPT-2 small; the gpu "
-                                  "preset (N=10k, ~3M-parameter model) is the smallest that can settle it.")
+            note = "" if single_ok and st.mean >= 0.5 else (
+                f"At {scale}. The paper uses N=200k (100k celebrities) and GPT-2 small; the gpu preset (N=10k, "
+                "~3M-parameter model) is the smallest that can settle it.")
         return [self.judge(
-            cfg, "minority-lift", value=lift.mean, passed=ok, ci=lift.ci, ci_kind=lift.kind, n_seeds=lift.n,
-            gates=gates, null=null,
-            details={"all_single": seed_summary(base), "with_celebrities": seed_summary(cel),
-                     "null_arm": {"qa_minority": seed_summary(null_m),
-                                  "qa_celebrity": seed_values(results, "null_qa_celebrity", celebrities_augmented=False),
-                                  "minus_all_single": None if nl is None else {"mean": nl.mean, "ci95": nl.ci}},
-                     "qa_celebrity_with_celebrities": qa_cel,
-                     "bio_recall_minority": {"all_single": rec_b, "with_celebrities": rec_c},
-                     "all_single_within_run": within_run(base, n), "with_celebrities_within_run": within_run(cel, n),
-                     "paper": {"all_single": 0.044, "with_celebrities": 0.868}},
+            cfg, "minority-lift", value=st.mean, passed=bool(single_ok and st.mean >= 0.5), ci=st.ci,
+            ci_kind=st.kind, n_seeds=st.n, gates=gates,
+            null=(float(null.mean()), bool(single_ok and null.mean() >= 0.5)) if len(null) else None,
+            details={"per_seed": lift.to_dict(), "all_single_per_seed": ALL_SINGLE.per_seed(ok, ok).to_dict(),
+                     "null_per_seed": null.to_dict(), "paper": {"all_single": 0.044, "with_celebrities": 0.868}},
             note=note)]
 
     def report_sections(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> str:
-        cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures_minority",
-                            "bio_recall_minority", "bio_recall_celebrity", "qa_celebrity", "qa_minority",
-                            "bio_recall_minority_after_ft", "forgetting_minority", "null_qa_celebrity",
-                            "null_qa_minority") if c in results]
+        cols = [c for c in ("arm", "point", "condition", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate",
+                            "exposures_minority", "bio_recall_minority", "bio_recall_celebrity", "qa_celebrity",
+                            "qa_minority", "bio_recall_minority_after_ft", "forgetting_minority") if c in results]
         if not len(results):
             return ""
         return "\n".join([
@@ -220,9 +244,9 @@ class CelebrityHelpsMinority(Experiment):
             f"{RECALL_MIN} on the pretrained model (`steps_to_gate`: the first check that met it); "
             "Forgetting: `qa_celebrity` is the QA accuracy on the fine-tuned people; `bio_recall_minority_after_ft` "
             "the held-out (minority) biography recall after fine-tuning and `forgetting_minority` its drop from the "
-            "pretrained model (LoRA leaves the pretrained weights untouched). `null_qa_*` (the claim's null arm, in the "
-            "all-single row of each seed): a randomly initialised model that never read a biography, LoRA fine-tuned "
-            "on the celebrities' QA like the real arms.", "",
+            "pretrained model (LoRA leaves the pretrained weights untouched). The null arm's rows (condition "
+            "`random_init_qa_only`, on the all-single point's seed): a randomly initialised model that never read a "
+            "biography, LoRA fine-tuned on the celebrities' QA like the real arms.", "",
             markdown_table(results, None, cols=cols, float_format=".3f")])
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -231,17 +255,22 @@ class CelebrityHelpsMinority(Experiment):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4))
+        if "condition" not in results or results.empty:
+            return []
+        fig, ax = plt.subplots(figsize=(7, 4))
         x = np.arange(len(results))
         ax.bar(x - 0.2, results["qa_celebrity"], 0.4, label="QA celebrities (fine-tuned on)")
         ax.bar(x + 0.2, results["qa_minority"], 0.4, label="QA minority (held out)")
         ax.plot(x, results["bio_recall_minority"], "k*", ms=10, label="minority bio recall")
         multi = "seed_index" in results and results["seed_index"].max() > 0
-        ax.set_xticks(x, [("all single" if not r.celebrities_augmented else "celebrities augmented") +
-                          (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()])
+        names = {CONDITION[False]: "all single", CONDITION[True]: "celebrities augmented",
+                 NULL_CONDITION: "null: random init,\nQA fine-tuned only"}
+        ax.set_xticks(x, [names.get(r.condition, str(r.condition)) + (f"\nseed {r.seed_index}" if multi else "")
+                          for r in results.itertuples()], fontsize=7)
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("exact-match accuracy")
         ax.legend(fontsize=8)
         return [save_figure(fig, run, "celebrity.png",
                             "QA accuracy of the minority (single biographies, never QA-trained) "
-                            "with and without augmented celebrities in the same pretraining.")]
+                            "with and without augmented celebrities in the same pretraining, and of the null arm.",
+                            claims=("minority-lift",))]

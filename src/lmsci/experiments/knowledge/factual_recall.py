@@ -25,12 +25,17 @@ depend on it); later rounds gallop up/down until a bracket [largest stored, smal
 exists, then split the bracket with up to ``probes_per_round`` interior sizes (a k-ary
 bisection) until the two ends are adjacent.
 
-Null arms (issue 29), from the same run: the two per-family slope claims refit each seed with the
-family's capacities randomly permuted across its model sizes (capacity unrelated to parameters by
-construction; a random-init model stores no facts, so its log-log slope is undefined); the trade-off
-boundary refits each seed's slope with the boundary's MLP params permuted across its head counts;
-facts-per-param takes each capacity point's model before any training step (it stores the smallest
-fact set only if its test accuracy already reaches the threshold, else 0 facts).
+Null arms (issue 29): the per-family slopes refit each seed with the family's capacities permuted across its model
+sizes (a random-init model stores no facts: its slope is undefined), the trade-off boundary with its MLP params
+permuted across head counts; facts-per-param reads each capacity point's untrained model (the ``null`` arm of the
+sweep, :func:`cross_arms`: the group of one ``d_model`` holds both arms and searches once; the null row's ``facts``
+is the smallest fact set searched if the untrained test accuracy reaches the threshold, else 0; ``usable`` = 1 on
+both rows when the real capacity is uncensored and positive). The engine judges facts-per-param
+(:func:`median_facts_per_param`, ``ci_inside(0.075, 0.30)``). Escape hatch (``hand_verdicts``): the two slope
+claims give one verdict per family (several at paper), their rule is a conjunction (the CI inside the open
+(0.5, 1.5) and containing 1) with a within-run OLS interval for one seed, and their null is a permutation of the
+fitted values, not sweep rows; ``linear-pooled`` (ablation) is the pooled fit; ``tradeoff-boundary``'s null is a
+permutation of each seed's boundary (and one seed falls back to the within-run OLS interval).
 
 Presets: the two per-family slopes are decided at quick, gpu and paper; the trade-off boundary at gpu and
 paper only (issue 29: the quick map's MLP cells did not store the facts at H = 1, so its mlp-stores gate
@@ -48,14 +53,14 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, ci_inside
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, DivergedError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms
 from lmsci.experiments.knowledge import _factual_recall_figures as _f
 from lmsci.experiments.knowledge import _factual_recall_verdicts as _v
 from lmsci.experiments.knowledge._factual_recall_verdicts import (  # noqa: F401 (re-exported)
-    GUIDE_RATIO, MIN_BOUNDARY_POINTS, MIN_FAMILY_POINTS, PAPER_BOUNDARY, loglog_fit, permuted)
+    GUIDE_RATIO, MIN_BOUNDARY_POINTS, MIN_FAMILY_POINTS, PAPER_BOUNDARY, loglog_fit, median_facts_per_param, permuted)
 from lmsci.experiments.registry import register
 from lmsci.measure.capacity import next_probes, search_capacity, update_bracket  # noqa: F401 (re-exported)
 from lmsci.models.associative import OneLayerSpec
@@ -224,10 +229,12 @@ class FactualRecall(Experiment):
             "A one-layer transformer trained as in the paper stores about 0.15 facts per parameter.",
             f"{_SRC}, Fig. 4 left (the authors' guide line facts = 0.15 x params, plotting.ipynb c0 = 0.15)",
             "0.15 facts per parameter (after 16,384 AdamW steps of batch 1,024)",
-            "median facts / params over the uncensored capacity points of all families, per training seed; mean "
-            "over seeds",
-            "95% CI across seeds (Student t) inside [0.075, 0.30], i.e. within a factor 2 of 0.15; decided at the "
-            "paper preset only (the constant depends on training length)",
+            statistic=Stat(fn=median_facts_per_param, where={"kind": "capacity"},
+                           words="median facts / params over the uncensored capacity points of all families (the "
+                                 "real search's; the null arm: the same points' untrained models); window: within "
+                                 "a factor 2 of 0.15; decided at the paper preset only (the constant depends on "
+                                 "training length)"),
+            rule=ci_inside(GUIDE_RATIO / 2, GUIDE_RATIO * 2),
             presets=("paper",),
             null="the same statistic for each capacity point's model before any training step (its initialisation, "
                  "test accuracy on the smallest fact set searched): it stores that set if its accuracy reaches the "
@@ -288,7 +295,7 @@ class FactualRecall(Experiment):
                 raise ConfigError(name, vals, "distinct values (each is one sweep point)")
 
     def points(self, cfg: FactualRecallConfig) -> list[Point]:
-        pts = []
+        pts, trade = [], []
         for d in cfg.d_models:
             for a, b in self.families(cfg):
                 dh = max(1, round(a * d / cfg.n_heads))
@@ -302,21 +309,17 @@ class FactualRecall(Experiment):
             d = cfg.tradeoff_d_model
             for h in cfg.tradeoff_heads:
                 for m in cfg.tradeoff_mlps:
-                    pts.append(Point(f"trade_H{h}_m{m}", {
+                    trade.append(Point(f"trade_H{h}_m{m}", {
                         "kind": "tradeoff", "d_model": d, "n_heads": h, "d_head": cfg.tradeoff_d_head,
                         "d_mlp": m, "attn_params": d * cfg.tradeoff_d_head * h, "mlp_params": d * m,
                         "params": OneLayerSpec(h, cfg.tradeoff_d_head, m).num_params(d),
-                        "size": cfg.tradeoff_size, "facts": cfg.tradeoff_size**2}))
-        return pts
+                        "size": cfg.tradeoff_size, "facts": cfg.tradeoff_size**2}, arm="real"))
+        return cross_arms(pts, ("real", "null")) + trade  # null: each capacity point's untrained model
 
     def groups(self, cfg: FactualRecallConfig, points: list[Point]) -> list[list[Point]]:
-        """Capacity points batched by ``d_model`` (all families and training seeds at one d train as
-        one stack); the trade-off cells batched by head count (all MLP widths and seeds of one H, in
-        chunks of ``stack_size``: a stack pads every member to its largest one). Each seed of a point
-        (``<id>__s{k}``) has its own derived seed, hence its own fact tables and initial weights. Model
-        weights are drawn per member, but the training batches come from one generator per stack, so
-        a group cut by a kill between two result rows is recomputed (on resume) with statistically
-        equivalent, not identical, data."""
+        """Capacity points by ``d_model`` (every family, seed and arm at one d: one stack); trade-off cells by head
+        count (in chunks of ``stack_size``). Each seed has its own fact tables and initial weights; the batches come
+        from one generator per stack, so a group cut by a kill is recomputed with equivalent, not identical, data."""
         cap: dict[int, list[Point]] = {}
         trade: dict[int, list[Point]] = {}
         for p in points:
@@ -359,9 +362,8 @@ class FactualRecall(Experiment):
 
     def _untrained_accuracy(self, cfg: FactualRecallConfig, p: Point, seed: int, level: int,
                             device: str = "cpu") -> float:
-        """The null arm of ``facts-per-param``: test accuracy of the point's model *before any step* (its
-        initialisation at the first learning rate, as the search would draw it) on the smallest fact set searched.
-        Below the threshold, the untrained model stores no fact set: 0 facts."""
+        """The null arm of ``facts-per-param``: test accuracy of the point's model before any step (its init at the
+        first learning rate, as the search draws it) on the smallest fact set searched (below threshold: 0 facts)."""
         from lmsci.models.associative import OneLayerTransformer
 
         world = self._world(cfg, level, derive_seed(seed, "facts", level))
@@ -382,6 +384,24 @@ class FactualRecall(Experiment):
         return log
 
     def _capacity(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """One capacity search per point and seed (whichever arms the group holds); a row per arm."""
+        base = {}  # point id without its arm -> (point, ctx), the real arm's when the group has it
+        for p, c in sorted(zip(points, ctxs), key=lambda pc: pc[0].arm != "real"):  # stable: real first
+            base.setdefault(p.id.removeprefix(f"{p.arm}-"), (p, c))
+        rows = dict(zip(base, self._search(cfg, [p for p, _ in base.values()], [c for _, c in base.values()])))
+        S0, R0 = self.level_sr(cfg, self.level_bounds(cfg)[0])
+        out = []
+        for p in points:
+            row = dict(rows[p.id.removeprefix(f"{p.arm}-")])
+            acc = row.pop("untrained_acc_min_level")
+            if p.arm == "null":  # the untrained model stores the smallest fact set or nothing
+                stored = S0 * R0 if acc >= cfg.threshold else 0
+                row = {"censored": row["censored"], "usable": row["usable"], "facts": stored,
+                       "facts_per_param": stored / p.params["params"], "untrained_acc_min_level": acc}
+            out.append({**row, **p.params})
+        return out
+
+    def _search(self, cfg: FactualRecallConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         d = points[0].params["d_model"]
         k = cfg.probes_per_round
         lmin, lmax = self.level_bounds(cfg)
@@ -436,7 +456,8 @@ class FactualRecall(Experiment):
             hS, hR = self.level_sr(cfg, hi)
             rows.append({**p.params, "capacity_level": max(lo, 0), "S": S, "R": R, "facts": S * R,
                          "facts_next_failed": hS * hR if hi <= lmax else None,
-                         "censored": censored, "runs": s["runs"], "steps_total": s["steps"],
+                         "censored": censored, "usable": int(not censored and S * R > 0),
+                         "runs": s["runs"], "steps_total": s["steps"],
                          "facts_per_param": S * R / p.params["params"],
                          "untrained_acc_min_level": self._untrained_accuracy(cfg, p, c.seed, lmin, c.device),
                          "group_train_seq_per_s": round(seqs / max(t_train, 1e-9)),
@@ -464,23 +485,13 @@ class FactualRecall(Experiment):
         return [{**p.params, "accuracy": m.best_acc, "stored": m.reached_at is not None,
                  "steps_run": m.steps_run, "final_loss": m.final_loss} for p, m in zip(points, members)]
 
-    # -- analysis ---------------------------------------------------------------------------
     # -- analysis (lmsci.experiments.knowledge._factual_recall_verdicts / _factual_recall_figures) ---------------
-    @staticmethod
-    def boundary(cfg: FactualRecallConfig, tr: pd.DataFrame) -> pd.DataFrame:
-        """One seed's trade-off boundary (:func:`~lmsci.experiments.knowledge._factual_recall_verdicts.boundary`):
-        per head count (ascending), the smallest stored MLP params, up to and including the first H whose
-        attention-only cell (smallest d_mlp of the map) stores."""
-        return _v.boundary(cfg, tr)
-
-    def verdicts(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """The per-family slopes, the pooled slope, facts-per-param and the trade-off boundary, one function per
-        claim in :mod:`lmsci.experiments.knowledge._factual_recall_verdicts`."""
+    def hand_verdicts(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """The escape hatch (module docstring): the slopes and the trade-off boundary (``_factual_recall_verdicts``)."""
         return _v.verdicts(self, cfg, results)
 
     def figures(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        """Facts vs parameters, the capacity search and the trade-off map
-        (:mod:`lmsci.experiments.knowledge._factual_recall_figures`)."""
+        """Facts vs parameters, the capacity search and the trade-off map (``_factual_recall_figures``)."""
         return _f.figures(cfg, results, run)
 
     def report_sections(self, cfg: FactualRecallConfig, results: pd.DataFrame, run: RunDir) -> str:

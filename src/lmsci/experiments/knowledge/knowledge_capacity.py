@@ -14,6 +14,18 @@ Both claims are decided at the gpu and paper presets only (issue 29: the paper's
 count on a randomly initialised model of the same shape (it stores nothing, so this is the estimator's floor),
 through the same peak / median / mean.
 
+Arms (issue 44): every point runs on two arms of the sweep, paired by seed (:func:`cross_arms`): ``real`` (trained)
+and ``null`` (the same ``run_point`` without training: the random init of seed ``ctx.seed + 11``, scored by the same
+bit count). The claims engine judges both claims: the statistic is :func:`capacity_median` (a function of one
+arm's rows: per seed, each model's peak over N of bits/param, then the median over the data-sufficient models),
+the rule a window on its mean over seeds; the reported interval is the Student-t CI across seeds (the hand-written
+verdict reported the range across models). Gates, engine-measured on the real arm per exposure regime:
+``gpt2-family`` (1 when every model has >= 2 layers and d_model = 64 * n_heads), ``training-steps`` (the fewest
+steps of a peak point entering the median) and ``data-sufficient`` (the best ideal-bits ratio at a model's largest N,
+over ``1.25`` x the paper's ratio: at least one model must reach 1). A claim not reproduced at quick says nothing
+about capacity at the paper's scale: the gpu preset (GPT2-2-2 and GPT2-2-4, N 10k-100k at 100 exposures, N = 20k at
+1000, >= 50k steps per point) is the smallest configuration that can settle it. No escape hatch.
+
 Data (Part 3.3, Section 2): every exposure is a *fresh* rendering of the person's biography (new
 templates and a new sentence order; the full name in the first sentence, He/She after it), shuffled
 across people and packed into windows with no person twice in a window, rendered, tokenised and packed
@@ -34,13 +46,12 @@ from pydantic import Field
 
 from lmsci.config import ExperimentConfig, StrictModel
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, h100_seconds, mean_tokens, vocab_size
 from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
-from lmsci.claims import Claim, Gate, Verdict, not_measured
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, between, every_at_least, mean_at_least
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir
 from lmsci.train import trainer
@@ -121,35 +132,90 @@ PAPER_RATIO = {100: 1.0, 1000: 2.0}
 WINDOWS = {100: (0.7, 1.4), 1000: (1.8, float("inf"))}
 SUFFICIENT = 1.25  # ideal bits at the largest N >= SUFFICIENT * paper ratio * params
 
-FAMILY = Gate("gpt2-family", f"every model is a GPT2-l-h of the paper: at least {MIN_LAYERS} layers and d_model = "
-                             "64 * n_heads")
-STEPS = Gate("training-steps", f"every model's peak point trained at least {PAPER_MIN_STEPS:,} optimizer steps "
-                               "(the paper's minimum, Part 3.3 Remark A.2)")
+def _regime(rows: pd.DataFrame) -> int:
+    return int(rows["exposures_nominal"].iloc[0])
 
 
-def _data_gate(exposures: int) -> Gate:
-    return Gate("data-sufficient", f"at least one model has a largest N whose ideal bits (a perfect memoriser of "
-                                   f"bioS(N), pronoun bit included) reach {SUFFICIENT} x {PAPER_RATIO[exposures]} "
-                                   "bits/param x its parameters; only such models enter the median (a smaller N "
-                                   "measures the data, not the capacity)")
+def sufficient_models(rows: pd.DataFrame) -> list[str]:
+    """The data-sufficient models of one exposure regime's rows: a model whose ideal bits at its largest N reach
+    ``SUFFICIENT`` x the paper's ratio x its parameters (the ideal bits and the parameters do not depend on the
+    training seed)."""
+    largest = rows.loc[rows.groupby("model", sort=False)["n_people"].idxmax()]
+    E = _regime(rows)
+    return [m for m, r in zip(largest["model"], largest.itertuples())
+            if r.ideal_bits >= SUFFICIENT * PAPER_RATIO[E] * r.params]
+
+
+def _peak_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per seed, each model's peak row over N (of ``bits_per_param``), restricted to the data-sufficient models
+    (all models when none is)."""
+    rows = rows.reset_index(drop=True)
+    peaks = rows.loc[rows.groupby(["seed_index", "model"], sort=False)["bits_per_param"].idxmax()]
+    use = sufficient_models(rows)
+    return peaks[peaks["model"].isin(use)] if use else peaks
+
+
+def capacity_median(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, the median over the data-sufficient models of each model's peak over N of bits/param."""
+    if rows.empty:
+        return pd.Series(dtype=float)
+    return _peak_rows(rows).groupby("seed_index")["bits_per_param"].median()
+
+
+def family_ok(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, 1 when every model is a GPT2-l-h of the paper (>= MIN_LAYERS layers, d_model = 64 * n_heads)."""
+    ok = (rows["n_layers"] >= MIN_LAYERS) & (rows["d_model"] == 64 * rows["n_heads"])
+    return ok.groupby(rows["seed_index"]).all().astype(float)
+
+
+def peak_steps_min(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, the fewest optimizer steps of a peak point entering the median."""
+    if rows.empty:
+        return pd.Series(dtype=float)
+    return _peak_rows(rows).groupby("seed_index")["steps"].min().astype(float)
+
+
+def best_ideal_ratio(rows: pd.DataFrame) -> pd.Series:
+    """Per seed, the largest over models of (ideal bits at the model's largest N) / (SUFFICIENT x the paper's
+    ratio x its parameters): >= 1 when at least one model is data-sufficient."""
+    out = {}
+    for seed, g in rows.groupby("seed_index"):
+        largest = g.loc[g.groupby("model", sort=False)["n_people"].idxmax()]
+        out[seed] = float((largest["ideal_bits"] / (SUFFICIENT * PAPER_RATIO[_regime(g)] * largest["params"])).max())
+    return pd.Series(out, dtype=float)
+
+
+def _gates(exposures: int) -> tuple[Gate, ...]:
+    where = {"exposures_nominal": exposures}
+    return (Gate("gpt2-family", every_at_least(1.0), arm="real",
+                 stat=Stat(fn=family_ok, where=where, words=f"1 when every model is a GPT2-l-h of the paper (at least "
+                                                            f"{MIN_LAYERS} layers, d_model = 64 * n_heads)")),
+            Gate("training-steps", every_at_least(PAPER_MIN_STEPS), arm="real",
+                 stat=Stat(fn=peak_steps_min, where=where,
+                           words="the fewest optimizer steps of a peak point entering the median (the paper's "
+                                 "minimum, Part 3.3 Remark A.2)")),
+            Gate("data-sufficient", every_at_least(1.0), arm="real",
+                 stat=Stat(fn=best_ideal_ratio, where=where,
+                           words=f"the best over models of the ideal bits of bioS(N) at its largest N (a perfect "
+                                 f"memoriser, pronoun bit included) over {SUFFICIENT} x {PAPER_RATIO[exposures]} "
+                                 "bits/param x its parameters; only models reaching 1 enter the median (a smaller N "
+                                 "measures the data, not the capacity)")))
 
 
 def _capacity_claim(exposures: int, paper: str, rule: str) -> Claim:
     lo, hi = WINDOWS[exposures]
-    window = f"within [{lo}, {hi}]" if math.isfinite(hi) else f">= {lo}"
     return Claim(
         f"capacity-{exposures}-exposures",
         f"With {exposures} exposures per person a GPT-2 (rotary) stores {rule} of bioS knowledge per parameter.",
         "Allen-Zhu & Li, Physics of LMs Part 3.3, arXiv 2404.05405, Section 4, Figure 1 (Results 1-2)",
         paper,
-        f"per GPT2-l-h model and seed, the peak over N of stored bits (Part 3.3 lower bound with the He/She bit) per "
-        f"parameter (all parameters, tied embedding counted once), each exposure a fresh rendering (new templates "
-        f"and sentence order); per seed, the median over the data-sufficient models; mean over seeds; {exposures} "
-        f"exposures",
-        f"mean over seeds of the median over models {window} bits/param (95% Student-t CI across seeds in the "
-        "details; the interval reported is the range across models, not a CI); decided at the gpu and paper presets "
-        f"only (the {PAPER_MIN_STEPS:,}-step gate cannot pass in a 15-minute CPU run: quick reports the values)",
-        gates=(FAMILY, STEPS, _data_gate(exposures)), presets=("gpu", "paper"),
+        statistic=Stat(fn=capacity_median, where={"exposures_nominal": exposures},
+                       words=f"per GPT2-l-h model, the peak over N of stored bits (Part 3.3 lower bound with the "
+                             f"He/She bit) per parameter (all parameters, tied embedding counted once), each exposure "
+                             f"a fresh rendering (new templates and sentence order); the median over the "
+                             f"data-sufficient models; {exposures} exposures"),
+        rule=between(lo, hi) if math.isfinite(hi) else mean_at_least(lo),
+        gates=_gates(exposures), presets=("gpu", "paper"),
         null="the same statistic (peak over N, median over the same data-sufficient models, mean over seeds) on a "
              "randomly initialised model of each point's shape, scored on the same evaluation biographies: a "
              "model that stores nothing, so the bit estimator's own floor")
@@ -250,13 +316,19 @@ class KnowledgeCapacity(Experiment):
                 raise ConfigError(f"regimes.{k}.n_people", r.n_people, "integers >= 2")
 
     def points(self, cfg: KnowledgeCapacityConfig) -> list[Point]:
-        return [Point(f"{_model_id(m)}_E{r.exposures}_N{n}", {"model": k, "n_people": n, "exposures": r.exposures})
-                for r in cfg.regimes for k, m in enumerate(cfg.models) for n in r.n_people]
+        pts = [Point(f"{_model_id(m)}_E{r.exposures}_N{n}", {"model": k, "n_people": n, "exposures": r.exposures})
+               for r in cfg.regimes for k, m in enumerate(cfg.models) for n in r.n_people]
+        return cross_arms(pts, ("real", "null"))  # null: the same point's shape, untrained (paired by seed)
 
     def run_point(self, cfg: KnowledgeCapacityConfig, point: Point, ctx: PointContext) -> dict:
         n, E = int(point.params["n_people"]), int(point.params["exposures"])
         spec = cfg.models[int(point.params["model"])]
         world = BiosWorld(n, seed=cfg.seed)
+        row = {"model": _model_id(spec), "n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model,
+               "gpt2_family": bool(spec.d_model == 64 * spec.n_heads), "n_people": n, "exposures_nominal": E}
+        if point.arm == "null":  # issue 29: a randomly initialised model of the same shape, scored the same way
+            model = GPT(spec.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed + 11).to(ctx.device)
+            return {**row, "steps": 0, **self._bits(cfg, model, world, n, ctx)}
         world.write_pools(ctx.artifact_dir / "bios_pools.json")
         def make(batch: int) -> BioStream:  # a fresh rendering per exposure, one pass per exposure
             return BioStream(world, seq_len=cfg.seq_len, batch_size=batch, exposures=E, seed=cfg.seed,
@@ -278,25 +350,22 @@ class KnowledgeCapacity(Experiment):
         finally:
             bar.close()
         counts = stream.stream.exposures  # biographies per person in the batches drawn (skipped ones included)
+        row.update({"exposures": float(counts.mean()), "min_exposures": int(counts.min()),
+                    "batch_size": batch, "steps": steps, "tokens_seen": res.tokens_seen,
+                    "tokens_per_s": res.tokens_seen / max(res.seconds, 1e-9),
+                    "final_loss": float(res.final.get("loss", np.nan)), "resumed_from": res.resumed_from})
+        return {**row, **self._bits(cfg, model, world, n, ctx)}
+
+    @staticmethod
+    def _bits(cfg: KnowledgeCapacityConfig, model, world: BiosWorld, n: int, ctx: PointContext) -> dict:
+        """The Part 3.3 bit count of ``model`` on the first ``eval_people`` people (one evaluation biography each)."""
         m = measure_bits(model, world, seed=cfg.seed + 1, attrs=ATTRS, pronoun=True,
                          people=range(min(n, cfg.eval_people)), device=ctx.device)
-        bpp = bits_per_param(m["bits"]["total"], model)
-        # the null arm (issue 29): the same bit count on a randomly initialised model of the same shape
-        null_model = GPT(spec.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed + 11).to(ctx.device)
-        m0 = measure_bits(null_model, world, seed=cfg.seed + 1, attrs=ATTRS, pronoun=True,
-                          people=range(min(n, cfg.eval_people)), device=ctx.device)
-        null_bpp = bits_per_param(m0["bits"]["total"], null_model)
-        row = {"model": _model_id(spec), "n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model,
-               "gpt2_family": bool(spec.d_model == 64 * spec.n_heads), "n_people": n, "exposures_nominal": E,
-               "exposures": float(counts.mean()), "min_exposures": int(counts.min()),
-               "batch_size": batch, "steps": steps, "tokens_seen": res.tokens_seen,
-               "tokens_per_s": res.tokens_seen / max(res.seconds, 1e-9), "final_loss": float(res.final.get("loss", np.nan)),
-               "resumed_from": res.resumed_from,
-               "bits": m["bits"]["total"], "ideal_bits": m["ideal_bits"], "fraction_of_ideal": m["bits"]["total"] / m["ideal_bits"],
+        row = {"bits": m["bits"]["total"], "ideal_bits": m["ideal_bits"],
+               "fraction_of_ideal": m["bits"]["total"] / m["ideal_bits"],
                "name_bits": m["bits"]["name"], "name_ce_bits": m["name_ce_bits"],
                "pronoun_bits": m["bits"].get("pronoun", 0.0), "ce_bits_pronoun": m["ce_bits"].get("pronoun", np.nan),
-               "eval_people": min(n, cfg.eval_people), **bpp,
-               "null_bits": m0["bits"]["total"], "null_bits_per_param": null_bpp["bits_per_param"]}
+               "eval_people": min(n, cfg.eval_people), **bits_per_param(m["bits"]["total"], model)}
         for a in ATTRS:
             row[f"bits_{a}"] = m["bits"][a]
             row[f"ce_bits_{a}"] = m["ce_bits"][a]
@@ -310,97 +379,6 @@ class KnowledgeCapacity(Experiment):
         idx = results.groupby(keys, sort=False)["bits_per_param"].idxmax()
         return results.loc[idx].set_index("model")
 
-    @staticmethod
-    def _growth(results: pd.DataFrame) -> dict[str, float]:
-        """Per model (mean over seeds): stored bits at its largest N over the best stored bits at any smaller
-        N (1.0 or less: the bits have saturated; nan with a single N)."""
-        out: dict[str, list[float]] = {}
-        keys = ["seed_index", "model"] if "seed_index" in results else ["model"]
-        for key, g in results.groupby(keys, sort=False):
-            model = key[-1] if isinstance(key, tuple) else key
-            g = g.sort_values("n_people")
-            out.setdefault(model, []).append(
-                float(g["bits"].iloc[-1] / max(g["bits"].iloc[:-1].max(), 1.0)) if len(g) > 1 else float("nan"))
-        return {m: float(np.mean(v)) for m, v in out.items()}
-
-    def verdicts(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out = []
-        col = "exposures_nominal" if "exposures_nominal" in results else "exposures"
-        for E, claim in CLAIM_BY_EXPOSURES.items():
-            sub = results[results[col] == E] if len(results) else results
-            if not len(sub):
-                out.append(not_measured(claim, cfg.preset, f"this run has no point with {E} exposures per person"))
-                continue
-            out.append(self._verdict(cfg, E, claim, sub))
-        return out
-
-    def _verdict(self, cfg: KnowledgeCapacityConfig, E: int, claim: Claim, results: pd.DataFrame) -> Verdict:
-        peaks = self._peaks(results)
-        largest = results.loc[results.groupby("model", sort=False)["n_people"].idxmax()].set_index("model")
-        suff = {m: bool(r.ideal_bits >= SUFFICIENT * PAPER_RATIO[E] * r.params) for m, r in largest.iterrows()}
-        ideal_ratio = {m: float(r.ideal_bits / r.params) for m, r in largest.iterrows()}
-        use = [m for m, ok in suff.items() if ok]
-        fam = results.drop_duplicates("model")
-        family_ok = bool(((fam["n_layers"] >= MIN_LAYERS) & (fam["d_model"] == 64 * fam["n_heads"])).all()) \
-            if "n_heads" in fam else False
-        depth = int(fam["n_layers"].min())
-        gated = peaks.loc[peaks.index.isin(use)] if use else peaks
-        min_steps = int(gated["steps"].min()) if "steps" in gated else 0
-        per_model = peaks.groupby(level=0, sort=False)["bits_per_param"].mean()
-        per_model_ne = peaks.groupby(level=0, sort=False)["bits_per_param_non_embedding"].mean()
-        gates = {"gpt2-family": (f"min layers {depth}; d_model = 64 * n_heads for every model: {family_ok}",
-                                 family_ok),
-                 "training-steps": (min_steps, min_steps >= PAPER_MIN_STEPS),
-                 "data-sufficient": ({m: round(v, 3) for m, v in ideal_ratio.items()}, bool(use))}
-        sel = peaks.loc[peaks.index.isin(use)] if use else peaks
-        seed_col = sel["seed_index"] if "seed_index" in sel else pd.Series(0, index=sel.index)
-        medians = {int(k): float(np.median(g["bits_per_param"])) for k, g in sel.groupby(seed_col.values)}
-        stat = across_seeds(medians.values())
-        lo, hi = WINDOWS[E]
-        ok = bool(lo <= stat.mean <= hi)
-        null, null_medians = None, {}
-        if "null_bits_per_param" in results and results["null_bits_per_param"].notna().any():
-            r0 = results.reset_index(drop=True)
-            keys = ["seed_index", "model"] if "seed_index" in r0 else ["model"]
-            npk = r0.loc[r0.groupby(keys, sort=False)["null_bits_per_param"].idxmax()].set_index("model")
-            nsel = npk.loc[npk.index.isin(use)] if use else npk
-            nseed = nsel["seed_index"] if "seed_index" in nsel else pd.Series(0, index=nsel.index)
-            null_medians = {int(k): float(np.median(g["null_bits_per_param"])) for k, g in nsel.groupby(nseed.values)}
-            nst = across_seeds(null_medians.values())
-            null = (nst.mean, bool(lo <= nst.mean <= hi))
-        growth = self._growth(results)
-        sat_tol = 1.25
-        saturated = {m: bool(v < sat_tol) for m, v in growth.items()}
-        note = ""
-        if not ok or not all(v for _, v in gates.values()):
-            per = "; ".join(f"{m}: {per_model[m]:.3f} (all {int(peaks.loc[[m], 'params'].iloc[0])} params) / "
-                            f"{per_model_ne[m]:.3f} (non-embedding); ideal at its largest N {ideal_ratio[m]:.2f} "
-                            f"bits/param" for m in per_model.index)
-            unsat = [m for m, v in saturated.items() if not v]
-            note = (f"{E} exposures: median peak {stat.mean:.3f} bits/param over "
-                    f"{'the data-sufficient models' if use else 'all models (none is data-sufficient)'} (paper: "
-                    f"{claim.paper_value}). Peak ratios (mean over seeds): {per}. "
-                    + (f"Stored bits still grow with N for {', '.join(unsat)} (a lower bound on capacity). " if unsat else "")
-                    + f"Fewest steps at a peak: {min_steps:,} (paper >= {PAPER_MIN_STEPS:,}). The gpu preset (GPT2-2-2 "
-                    "and GPT2-2-4, N 10k-100k at 100 exposures, N = 20k at 1000, >= 50k steps per point) is the "
-                    "smallest configuration that can settle it.")
-        return self.judge(
-            cfg, claim.id, value=stat.mean, passed=ok,
-            ci=(float(sel["bits_per_param"].min()), float(sel["bits_per_param"].max())),
-            ci_kind="range across models of the per-model peak, not a CI", n_seeds=stat.n, gates=gates, null=null,
-            details={"median_over_models_per_seed": medians,
-                     "null_median_over_models_per_seed (random-init models)": null_medians,
-                     "across_seeds": {"mean": stat.mean, "ci95": stat.ci, "kind": stat.kind},
-                     "models_in_median": use, "peak_bits_per_param": per_model.to_dict(),
-                     "peak_bits_per_param_non_embedding": per_model_ne.to_dict(),
-                     "peak_at_N": {m: [int(v) for v in peaks.loc[[m], "n_people"]] for m in per_model.index},
-                     "peak_fraction_of_ideal": peaks.groupby(level=0, sort=False)["fraction_of_ideal"].mean().to_dict(),
-                     "ideal_bits_per_param_at_largest_N": ideal_ratio, "largest_N_bits_growth": growth,
-                     f"saturated (growth < {sat_tol})": saturated, "peak_steps_min": min_steps,
-                     "pronoun_bit_per_person": PRONOUN_BITS,
-                     "paper": {"100_exposures": 1.0, "1000_exposures": 2.0}},
-            note=note)
-
     def figures(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
 
@@ -408,6 +386,10 @@ class KnowledgeCapacity(Experiment):
         import matplotlib.pyplot as plt
 
         col = "exposures_nominal" if "exposures_nominal" in results else "exposures"
+        null = results[results["arm"] == "null"] if "arm" in results else results.iloc[0:0]
+        results = results[results["arm"] == "real"] if "arm" in results else results
+        if results.empty:
+            return []
         regimes = sorted(results[col].unique())
         fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
         for (model, E), g in results.groupby(["model", col], sort=False):
@@ -415,12 +397,15 @@ class KnowledgeCapacity(Experiment):
             ls = "o-" if E == regimes[0] else "s--"
             ax[0].plot(g["n_people"], g["bits_per_param"], ls, label=f"{model}, {E} exp.")
             ax[0].plot(g["n_people"], g["ideal_bits"] / g["params"], ":", color=ax[0].lines[-1].get_color(), lw=1)
+            g0 = null[(null["model"] == model) & (null[col] == E)].groupby("n_people")["bits_per_param"].mean()
+            if len(g0):
+                ax[0].plot(g0.index, g0.to_numpy(), "x", color=ax[0].lines[-1].get_color(), ms=5)
         ax[0].axhline(1, color="k", ls="--", lw=1)
         ax[0].axhline(2, color="k", ls=":", lw=1)
         ax[0].set_xscale("log")
         ax[0].set_xlabel("N (people)")
         ax[0].set_ylabel("bits / parameter")
-        ax[0].set_title("capacity ratio (dotted: perfect-memory ceiling)")
+        ax[0].set_title("capacity ratio (dotted: perfect-memory ceiling; x: null arm, untrained)")
         ax[0].legend(fontsize=7)
         peaks = results.loc[results.groupby(["model", col], sort=False)["bits_per_param"].idxmax()]
         for E, g in peaks.groupby(col):
@@ -436,11 +421,16 @@ class KnowledgeCapacity(Experiment):
         ax[1].legend(fontsize=8)
         return [save_figure(fig, run, "capacity.png",
                             "Left: bits per parameter against N per model and exposure regime; dotted lines are the "
-                            "ideal bits of bioS(N) (pronoun bit included) over parameters. Right: stored bits at each "
-                            "model's peak N against parameters, with the 1 and 2 bits/param lines.")]
+                            "ideal bits of bioS(N) (pronoun bit included) over parameters, crosses the null arm (a "
+                            "randomly initialised model of the same shape). Right: stored bits at each model's peak N "
+                            "against parameters, with the 1 and 2 bits/param lines.",
+                            claims=tuple(CLAIM_BY_EXPOSURES[E].id for E in CLAIM_BY_EXPOSURES))]
 
     def report_sections(self, cfg: KnowledgeCapacityConfig, results: pd.DataFrame, run: RunDir) -> str:
         col = "exposures_nominal" if "exposures_nominal" in results else "exposures"
+        null = results[results["arm"] == "null"] if "arm" in results else results.iloc[0:0]
+        results = results[results["arm"] == "real"] if "arm" in results else results
+        null_bpp = {(r.model, r.n_people, int(getattr(r, "seed_index", 0))): r.bits_per_param for r in null.itertuples()}
         lines = ["## Peak capacity ratio per model", "", "| exposures | model | seed | params | non-emb params | peak N | "
                  "steps | batch | bits | bits/param | bits/non-emb param | fraction of ideal | null bits/param |",
                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -450,11 +440,11 @@ class KnowledgeCapacity(Experiment):
                              f"{int(r.params_non_embedding)} | {int(r.n_people)} | {int(r.steps)} | "
                              f"{int(getattr(r, 'batch_size', 0))} | {r.bits:.0f} | {r.bits_per_param:.3f} | "
                              f"{r.bits_per_param_non_embedding:.3f} | {r.fraction_of_ideal:.2f} | "
-                             f"{getattr(r, 'null_bits_per_param', float('nan')):.3f} |")
+                             f"{null_bpp.get((m, r.n_people, int(getattr(r, 'seed_index', 0))), float('nan')):.3f} |")
         lines += ["", "Stored bits = N*max(0, log2(N0-N) - p1) + sum_a N*max(0, log2|pool_a| - CE_a) + N*max(0, 1 - "
                   "CE_pronoun), losses in bits measured on the name, on the value tokens and on the first He/She only "
                   "(lmsci.measure.knowledge); the null column is the same count on a randomly initialised model of the "
-                  "same shape (the claims' null arm). Parameters: all, including the token embedding (tied with the "
+                  "same shape at the same N (the null arm's row). Parameters: all, including the token embedding (tied with the "
                   "unembedding, counted once); the non-embedding count excludes it (Kaplan et al. 2020). Each "
                   "exposure is a fresh rendering (templates and sentence order)."]
         return "\n".join(lines)

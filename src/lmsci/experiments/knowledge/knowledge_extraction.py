@@ -15,6 +15,17 @@ Claims (both decided at the gpu and paper presets only: at quick, a 15-minute CP
 measured in every seed's ``single_pretrain_ft`` point: a randomly initialised model of the same shape that never
 read a biography, LoRA fine-tuned on P_train's QA as the real arms; its P_test QA accuracy takes the place of the
 augmented / mixed arm in the same statistic and rule.
+
+Arms (issue 44): the conditions of ``cfg.arms`` are the ``real`` arm's points (ids unchanged); the null arm is its
+own point of the sweep, ``null-single_pretrain_ft`` (a separate model: nothing is trained twice), on the seed of
+``single_pretrain_ft`` as before; its row has ``data = "none"`` (it read no biography) and ``regime =
+"qa_finetune"``, and its QA columns are the null model's. The engine judges ``mixed-vs-pretrain-ft`` (the mean over
+seeds of [qa_test of single_mixed, or of the null row] minus qa_test of the real single_pretrain_ft, paired by
+seed, >= 0.4). Escape hatch (``hand_verdicts``): ``pretrain-ft-augmentation``'s rule is a conjunction of two
+conditions on two statistics (the single arm's mean <= 0.25 AND the mean contrast >= 0.5), which no single Rule
+expresses; it is computed with the same Stat objects and gates. Both claims' gates read the real arm: a failed
+``memorised`` gate means the budget did not memorise the people tested at this scale (the gpu preset, N = 5k,
+4-layer d_model 256, 300 exposures, is the smallest that can settle the claims).
 """
 
 from __future__ import annotations
@@ -25,11 +36,10 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
+from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_data, token_fractions
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, mean_tokens, model_seconds
-from lmsci.experiments.knowledge._gates import (MEMORISED, QA_LEARNED, QA_LEARNED_MIXED, RECALL_MIN, paired,
-                                                qa_learned_gate, recall_gate, seed_summary, seed_values, within_run)
+from lmsci.experiments.knowledge._gates import QA_LEARNED_MIN, RECALL_MIN
 from lmsci.experiments.knowledge._specs import SINGLE
 from lmsci.experiments.knowledge.common import (MemoriseFirstConfig, first_value_words, null_arm_finetune,
                                                 pretrain_check_finetune)
@@ -38,10 +48,41 @@ from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
-from lmsci.claims import Claim, Verdict
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least, mean_at_least
+from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.runs import RunDir
+from lmsci.stats import across_seeds
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
+
+#: P_test QA of the real single pretrain_ft model (the contrasts' subtrahend, on the real arm whatever arm is judged)
+SINGLE_PFT = Stat("qa_test", where={"data": "single", "regime": "pretrain_ft"}, arm="real",
+                  words="P_test QA exact match of the real bioS-single pretrain -> LoRA fine-tune model")
+#: augmented pretrain_ft (real arm) or the null model (null arm: data "none", QA fine-tuning only) minus SINGLE_PFT
+AUG_MINUS_SINGLE = Stat("qa_test", where={"data": ("augmented", "none"), "regime": ("pretrain_ft", "qa_finetune")},
+                        minus=SINGLE_PFT,
+                        words="P_test QA exact match after BIO pretrain -> LoRA QA fine-tune (rank 16 on the attention "
+                              "qkv, rank up to 128 on the embedding), augmented minus single (the null arm: the "
+                              "random-init model, QA fine-tuned only, minus the same single)")
+MIXED_MINUS_PFT = Stat("qa_test", where={"data": ("single", "none"), "regime": ("mixed", "qa_finetune")},
+                       minus=SINGLE_PFT,
+                       words="P_test QA exact match on bioS single, mixed training (windows all biographies or all QA, "
+                             "QA at 80% of the tokens) minus pretrain -> LoRA fine-tune (the null arm: the random-init "
+                             "model, QA fine-tuned only, minus the same pretrain_ft)")
+
+
+def _memorised(*regimes: str, data: tuple[str, ...] = ("single",)) -> Gate:
+    return Gate("memorised", every_at_least(RECALL_MIN), arm="real",
+                stat=Stat("bio_recall_test", agg="min", where={"data": data, "regime": regimes},
+                          words="biography recall (exact match of each of the 6 attribute values given the biography "
+                                "prefix, on the pretrained model) of the people tested, lowest over the compared "
+                                "conditions"))
+
+
+def _qa_learned(data: str, regime: str) -> Gate:
+    return Gate("qa-learned", every_at_least(QA_LEARNED_MIN), arm="real",
+                stat=Stat("qa_train", where={"data": data, "regime": regime},
+                          words=f"QA exact match on the QA-trained people (P_train) of the {data} {regime} model: the "
+                                "training learned the question format"))
 
 
 class KnowledgeExtractionConfig(MemoriseFirstConfig):
@@ -178,7 +219,8 @@ class KnowledgeExtraction(Experiment):
               "mean over seeds: single <= 0.25 and augmented - single >= 0.5 (95% Student-t CI across seeds reported); "
               "decided at the gpu and paper presets only (a 15-minute CPU run cannot meet the memorisation and "
               "qa-learned gates: quick reports the values)",
-              gates=(MEMORISED, QA_LEARNED), presets=("gpu", "paper"),
+              gates=(_memorised("pretrain_ft", data=("single", "augmented")), _qa_learned("augmented", "pretrain_ft")),
+              presets=("gpu", "paper"),
               null="the augmented arm replaced by a randomly initialised model of the same shape that never read a "
                    "biography, LoRA fine-tuned on P_train's QA exactly as the real arms (same seed's single arm "
                    "subtracted, same rule): its P_test answers carry no stored knowledge by construction"),
@@ -187,12 +229,8 @@ class KnowledgeExtraction(Experiment):
               "BIO pretrain -> QA fine-tune on bioS single.",
               "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 3 (Figure 2) and Appendix C",
               "P_test QA accuracy: mixed 86.6% vs pretrain -> fine-tune 9.7% (bioS single)",
-              "P_test QA exact match on bioS single, mixed training (windows all biographies or all QA, QA at 80% of "
-              "the tokens) minus pretrain -> LoRA fine-tune, per seed; mean over seeds",
-              "mean over seeds: mixed - pretrain_ft >= 0.4 (95% Student-t CI across seeds reported); decided at the "
-              "gpu and paper presets only (a 15-minute CPU run cannot meet the memorisation and qa-learned gates: "
-              "quick reports the values)",
-              gates=(MEMORISED, QA_LEARNED_MIXED), presets=("gpu", "paper"),
+              statistic=MIXED_MINUS_PFT, rule=mean_at_least(0.4),
+              gates=(_memorised("mixed", "pretrain_ft"), _qa_learned("single", "mixed")), presets=("gpu", "paper"),
               null="the mixed arm replaced by a randomly initialised model of the same shape that never read a "
                    "biography, LoRA fine-tuned on P_train's QA (the QA without the biographies; same seed's "
                    "pretrain_ft arm subtracted, same rule): no P_test knowledge to extract by construction"),
@@ -202,7 +240,9 @@ class KnowledgeExtraction(Experiment):
         out = []
         for arm in cfg.arms:
             d, r = arm.split("_", 1)
-            out.append(Point(arm, {"data": d, "regime": r}))
+            out.append(Point(arm, {"data": d, "regime": r}, arm="real"))
+            if arm == "single_pretrain_ft" and cfg.null_arm:  # the claims' null arm, on this point's seed (issue 29)
+                out.append(Point(f"null-{arm}", {"data": "none", "regime": "qa_finetune"}, arm="null"))
         return out
 
     def run_point(self, cfg: KnowledgeExtractionConfig, point: Point, ctx: PointContext) -> dict:
@@ -210,6 +250,10 @@ class KnowledgeExtraction(Experiment):
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
+        if point.arm == "null":  # a random-init model that never read a biography, QA fine-tuned as the real arms
+            row = {k.removeprefix("null_"): v for k, v in
+                   null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te).items()}
+            return {**row, "data": d, "regime": regime, "n_people": cfg.n_people, "n_qa_test": len(te) * len(ATTRS)}
         spec = SINGLE if d == "single" else cfg.augmented
         mixed = regime == "mixed"
         stream, bios_fn = pretraining_data(
@@ -231,8 +275,6 @@ class KnowledgeExtraction(Experiment):
         row["bio_recall"] = (rec_tr * len(tr) + rec_te * len(te)) / (len(tr) + len(te))
         row.update(qa_metrics(model, world, tr, te, attrs=ATTRS, device=ctx.device))
         row["n_qa_test"] = len(te) * len(ATTRS)
-        if d == "single" and not mixed and cfg.null_arm:  # the claims' null arm, once per seed (issue 29)
-            row.update(null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te))
         return row
 
     def _probes(self, cfg, world, model, tr, te, bios_fn, ctx) -> dict:
@@ -258,83 +300,31 @@ class KnowledgeExtraction(Experiment):
                 row["probe_chance"] = float(np.mean([qp[a]["chance"] for a in ATTRS]))
         return row
 
-    def verdicts(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        out = []
-        n = int(results["n_qa_test"].iloc[0]) if "n_qa_test" in results and len(results) else 0
-        arms = [(d, r) for d in ("single", "augmented") for r in ("pretrain_ft", "mixed")]
-        qa = {k: seed_values(results, "qa_test", data=k[0], regime=k[1]) for k in arms}
-        qa_tr = {k: seed_values(results, "qa_train", data=k[0], regime=k[1]) for k in arms}
-        rec = {k: seed_values(results, "bio_recall_test", data=k[0], regime=k[1]) for k in arms}
-        null_qa = seed_values(results, "null_qa_test", data="single", regime="pretrain_ft")
-        null_tr = seed_values(results, "null_qa_train", data="single", regime="pretrain_ft")
-        scale = (f"N={cfg.n_people} people ({cfg.n_people // 2} QA-train), d_model={cfg.model.d_model}, "
-                 f"{cfg.model.n_layers} layers, {cfg.exposures} exposures, {cfg.finetune.method} fine-tuning")
-
-        def gate_note(gates: dict) -> str:
-            bad = [g for g, (_, ok) in gates.items() if ok is False]
-            if "memorised" in bad:
-                return (f" The pretrained model did not memorise the biographies of the people tested (recall < "
-                        f"{RECALL_MIN}) within the {cfg.exposures}-exposure budget at {scale}: extraction cannot be "
-                        "judged on CPU at this scale; the gpu preset (N=5k, 4-layer d_model 256, 300 exposures) "
-                        "is the smallest that can settle it.")
-            if bad:
-                return " Fine-tuning did not learn the QA of the P_train people (QA-train < 0.5)."
-            return ""
-
-        s, a = qa["single", "pretrain_ft"], qa["augmented", "pretrain_ft"]
-        seeds = paired(s, a)
-        if seeds:
-            diff = across_seeds([a[k] - s[k] for k in seeds])
-            single_ok = across_seeds([s[k] for k in seeds]).mean <= 0.25
-            ok = diff.mean >= 0.5 and single_ok
-            nseeds = paired(s, null_qa)
-            nd = across_seeds([null_qa[k] - s[k] for k in nseeds]) if nseeds else None
-            null = (nd.mean, bool(nd.mean >= 0.5 and single_ok)) if nd is not None else None
-            gates = {"memorised": recall_gate(rec["single", "pretrain_ft"], rec["augmented", "pretrain_ft"]),
-                     "qa-learned": qa_learned_gate(qa_tr["augmented", "pretrain_ft"])}
-            out.append(self.judge(
-                cfg, "pretrain-ft-augmentation", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind,
-                n_seeds=diff.n, gates=gates, null=null,
-                details={"single": seed_summary(s), "augmented": seed_summary(a),
-                         "null_arm": {"qa_test": seed_summary(null_qa), "qa_train": null_tr,
-                                      "minus_single": None if nd is None else {"mean": nd.mean, "ci95": nd.ci}},
-                         "qa_train": {"single": qa_tr["single", "pretrain_ft"],
-                                      "augmented": qa_tr["augmented", "pretrain_ft"]},
-                         "bio_recall_test": {"single": rec["single", "pretrain_ft"],
-                                             "augmented": rec["augmented", "pretrain_ft"]},
-                         "single_within_run": within_run(s, n), "augmented_within_run": within_run(a, n),
-                         "paper": {"single": 0.097, "augmented": 0.962}},
-                note=gate_note(gates).strip() or ("" if ok else (
-                    f"At {scale}; the paper uses N=100k people (50k QA-train), GPT-2 small with rotary and ~1000 "
-                    "exposures. The gpu preset (N=5k, 4-layer d_model 256) is the smallest that can settle it."))))
-        ms, ps = qa["single", "mixed"], qa["single", "pretrain_ft"]
-        seeds = paired(ms, ps)
-        if seeds:
-            diff = across_seeds([ms[k] - ps[k] for k in seeds])
-            ok = diff.mean >= 0.4
-            nseeds = paired(ps, null_qa)
-            nd = across_seeds([null_qa[k] - ps[k] for k in nseeds]) if nseeds else None
-            null = (nd.mean, bool(nd.mean >= 0.4)) if nd is not None else None
-            gates = {"memorised": recall_gate(rec["single", "mixed"], rec["single", "pretrain_ft"]),
-                     "qa-learned": qa_learned_gate(qa_tr["single", "mixed"])}
-            out.append(self.judge(
-                cfg, "mixed-vs-pretrain-ft", value=diff.mean, passed=ok, ci=diff.ci, ci_kind=diff.kind, n_seeds=diff.n,
-                gates=gates, null=null,
-                details={"mixed": seed_summary(ms), "pretrain_ft": seed_summary(ps),
-                         "null_arm": {"qa_test": seed_summary(null_qa), "qa_train": null_tr,
-                                      "minus_pretrain_ft": None if nd is None else {"mean": nd.mean, "ci95": nd.ci}},
-                         "qa_train_mixed": qa_tr["single", "mixed"],
-                         "bio_recall_test": {"mixed": rec["single", "mixed"], "pretrain_ft": rec["single", "pretrain_ft"]},
-                         "mixed_within_run": within_run(ms, n), "pretrain_ft_within_run": within_run(ps, n),
-                         "paper": {"mixed": 0.866, "pretrain_ft": 0.097}},
-                note=gate_note(gates).strip() or ("" if ok else
-                                                  f"At {scale}; the paper's scale (N=100k, GPT-2 small) would settle it.")))
-        return out
+    def hand_verdicts(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``pretrain-ft-augmentation`` (the escape hatch: a conjunction of two conditions, see the module
+        docstring): mean over seeds of the real single arm <= 0.25 and of the contrast >= 0.5, on the real arm and,
+        with the same single arm, on the null arm."""
+        ok = finished(results)
+        claim = self.get_claim("pretrain-ft-augmentation")
+        real = AUG_MINUS_SINGLE.per_seed(arm_rows(ok, "real"), ok)
+        if real.empty:
+            return []
+        single = SINGLE_PFT.per_seed(ok, ok).reindex(real.index)
+        single_ok = bool(single.mean() <= 0.25)
+        null = AUG_MINUS_SINGLE.per_seed(arm_rows(ok, "null"), ok)
+        gates = {g.id: measure_gate(g, claim, ok) for g in claim.gates}
+        st = across_seeds(real.to_numpy())
+        return [self.judge(
+            cfg, "pretrain-ft-augmentation", value=st.mean, passed=bool(st.mean >= 0.5 and single_ok), ci=st.ci,
+            ci_kind=st.kind, n_seeds=st.n, gates=gates,
+            null=(float(null.mean()), bool(null.mean() >= 0.5 and single_ok)) if len(null) else None,
+            details={"per_seed": real.to_dict(), "single_per_seed": single.to_dict(),
+                     "null_per_seed": null.to_dict(), "paper": {"single": 0.097, "augmented": 0.962}})]
 
     def report_sections(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> str:
-        cols = [c for c in ("point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures",
+        cols = [c for c in ("arm", "point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures",
                             "qa_token_fraction", "bio_recall_test", "qa_train", "qa_test", "bio_recall_test_after_ft",
-                            "forgetting_test", "null_qa_train", "null_qa_test",
+                            "forgetting_test",
                             "p_probe", "p_probe_rand", "p_probe_before", "p_probe_before_rand", "q_probe",
                             "q_probe_rand") if c in results]
         if not len(results):
@@ -346,9 +336,10 @@ class KnowledgeExtraction(Experiment):
                  f"pretrained model (checked every {cfg.memorise_check_every or 'last'} steps; `steps_to_gate` is the "
                  f"first check that met it). Mixed training: windows all biographies or all QA, QA at "
                  f"{cfg.qa_ratio:.0%} of the tokens (measured: `qa_token_fraction`). Probes read the training "
-                 "biographies; `_rand` columns are the same probes on a randomly initialised model. `null_qa_*` (the "
-                 "claims' null arm, in the single pretrain_ft row of each seed): a randomly initialised model that "
-                 "never read a biography, LoRA fine-tuned on P_train's QA like the real arms.", "",
+                 "biographies; `_rand` columns are the same probes on a randomly initialised model. The null arm's rows (data "
+                 "`none`, regime `qa_finetune`: the claims' null arm, on the seed of single pretrain_ft): a randomly "
+                 "initialised model that never read a biography, LoRA fine-tuned on P_train's QA like the real arms.",
+                 "",
                  markdown_table(results, None, cols=cols, float_format=".3f")]
         after = "bio_recall_test_after_ft"
         ft = results.dropna(subset=[after]) if after in results else results[:0]

@@ -26,6 +26,16 @@ Registered items (issue 29), each measured in the same run on the same model:
   person Z (the same false object for another person decides); null arm: the same paired difference with X
   replaced by a second other person Z2 (0 by symmetry). ``over-ripple-raw`` (X's rise against 0, the first
   registration's statistic) is an ablation; the earlier ``over-ripple-specific`` ablation is now the claim.
+
+Arms (issue 44): ``real`` and ``null`` are two arms of the sweep computed from ONE trained model per seed
+(:meth:`MessyKnowledge.groups` pairs them; nothing is trained twice). The null row holds the same registered
+columns measured with the partner replaced: ``negation_vs_same_template`` with a second other person's fact in the
+negation's place, ``translation_vs_same_template_l2`` with the language-1 paraphrase (less its paraphrase-template
+comparator) in the translation's place, ``ripple_specific`` and ``ripple_related_dlogp`` with a second other person
+Z2 in X's place, and the ``init_*`` differences likewise on the untrained model. The claims engine judges every
+item (the two checks need no null arm: their null rows are reported beside). Gates: ``memorised`` (fact recall
+>= 0.9 in every seed) and ``edit-learned`` (mean P(new object) after fine-tuning >= 0.5 in every seed) read the
+real arm's rows. No escape hatch.
 """
 
 from __future__ import annotations
@@ -38,11 +48,10 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, ci_above, ci_below, every_at_least
 from lmsci.config import ExperimentConfig
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
-from lmsci.experiments.knowledge._gates import MEMORISED, recall_gate, seed_values
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
+from lmsci.experiments.knowledge._gates import RECALL_MIN
 from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.report import markdown_table
@@ -60,11 +69,19 @@ PAIR_KINDS = ("negation", "translation", "unrelated", "paraphrase", "two_hop")
 two-hop statement of the employer's city."""
 BARRIER_MARGIN = 0.05
 EDIT_LEARNED_MIN = 0.5
-EDIT_LEARNED = Gate("edit-learned", f"fine-tuning learned the new fact: mean P(new object | prompt) after fine-tuning "
-                                    f">= {EDIT_LEARNED_MIN} in every seed")
-MEMORISED_FACTS = Gate("memorised", "fact recall (greedy exact match of the object of every training fact statement, "
-                                    "both languages, both templates) >= 0.9 in every seed")
-
+EDIT_LEARNED = Gate("edit-learned", every_at_least(EDIT_LEARNED_MIN),
+                    stat=Stat("ripple_p_after", words="fine-tuning learned the new fact: mean P(new object | prompt) "
+                                                      "after fine-tuning"))
+MEMORISED_FACTS = Gate("memorised", every_at_least(RECALL_MIN),
+                       stat=Stat("fact_recall", words="fact recall (greedy exact match of the object of every training "
+                                                      "fact statement, both languages, both templates)"))
+#: the registered columns whose null-arm value replaces the partner (real column -> the null arm's measurement)
+NULL_OF = {"negation_vs_same_template": "second_other_vs_same_template",
+           "translation_vs_same_template_l2": "paraphrase_vs_same_template_para",
+           "init_negation_vs_same_template": "init_second_other_vs_same_template",
+           "init_translation_vs_same_template_l2": "init_paraphrase_vs_same_template_para",
+           "ripple_specific": "ripple_specific_z2", "ripple_related_dlogp": "ripple_control2_dlogp"}
+REAL_ONLY = ("overlap_matrix", "cos_per_layer")
 
 class MessyKnowledgeConfig(ExperimentConfig):
     """Configuration of ``messy-knowledge`` (defaults = quick preset).
@@ -179,39 +196,38 @@ class MessyKnowledge(Experiment):
               "seed lecture 000, 'Knowledge seems to be stored messily: incompatible sentences positively align "
               "parameters'",
               "qualitative: 'X' and 'not X' positively align parameters",
-              "per fact: cos(grad log p(object | prompt) of 'X was born in Y .', that of 'X was not born in Y .') minus "
-              "cos(the fact's gradient, that of 'Z was born in W .': another person Z, same relation, same template, "
-              "same language), gradients over all parameters; mean over the measured facts, per seed (the paraphrase "
-              "and other-relation cosines reported beside)",
-              "95% Student-t CI across seeds of the mean difference entirely above 0; a design check (issue 29): the "
-              "fact and its negation share the subject and object tokens, and an untrained model of the same shape "
-              "already meets this rule (seen at the smoke preset), so it holds by construction; the untrained "
-              "model's value and a second other person's fact in the negation's place (0 by symmetry) are reported "
-              "beside",
-              gates=(MEMORISED_FACTS,), kind="check"),
+              statistic=Stat("negation_vs_same_template",
+                             words="per fact: cos(grad log p(object | prompt) of 'X was born in Y .', that of 'X was "
+                                   "not born in Y .') minus cos(the fact's gradient, that of 'Z was born in W .': "
+                                   "another person Z, same relation, same template, same language), gradients over "
+                                   "all parameters; mean over the measured facts. A design check (issue 29): the fact "
+                                   "and its negation share the subject and object tokens and an untrained model of "
+                                   "the same shape already meets the rule (init_* columns, reported beside)"),
+              rule=ci_above(0.0), gates=(MEMORISED_FACTS,), kind="check"),
         Claim("cross-lingual-barrier",
               "The gradient of a fact is barely more aligned with that of its language-2 translation than with that "
               "of another person's fact in language 2 (the cross-lingual barrier).",
               "seed lecture 000, 'similar sentences with low parameter overlap: cross-lingual barrier'",
               "qualitative: the same fact in two languages shares few parameters",
-              "per fact: cos(fact, its language-2 translation) minus cos(fact, another person's fact of the same "
-              "relation and template in language 2), gradients over all parameters; mean over facts, per seed",
-              f"95% Student-t CI across seeds entirely below {BARRIER_MARGIN}; a design check (issue 29): the "
-              "translation shares no token with the fact, and an untrained model of the same shape already shows no "
-              "excess alignment (seen at the smoke preset), so it holds by construction; the untrained model's value "
-              "and the same difference for the language-1 paraphrase (no language change) are reported beside",
-              gates=(MEMORISED_FACTS,), kind="check"),
+              statistic=Stat("translation_vs_same_template_l2",
+                             words="per fact: cos(fact, its language-2 translation) minus cos(fact, another person's "
+                                   "fact of the same relation and template in language 2), gradients over all "
+                                   "parameters; mean over facts. A design check (issue 29): the translation shares no "
+                                   "token with the fact and an untrained model of the same shape already shows no "
+                                   "excess alignment (init_* columns, reported beside)"),
+              rule=ci_below(BARRIER_MARGIN), gates=(MEMORISED_FACTS,), kind="check"),
         Claim("over-ripple",
               "After fine-tuning on a fact about X, the probability of X's related-but-false statement rises more "
               "than that of the same false object for another person (over-ripple follows the subject, not only the "
               "object).",
               "seed lecture 000, 'Over-ripple: X: Leonardo is from USA; Leonardo speaks USA'",
               "qualitative: the related false statement's probability rises",
-              "per fine-tuned counterfactual fact 'X was born in Y'' (Adam on its object tokens, from the pretrained "
-              "model): [log P(Y' | 'X worked in') after minus before] minus [log P(Y' | 'Z worked in') after minus "
-              "before] for a random other person Z (nats); mean over facts, per seed",
-              "95% Student-t CI across seeds of the mean paired difference entirely above 0",
-              gates=(MEMORISED_FACTS, EDIT_LEARNED),
+              statistic=Stat("ripple_specific",
+                             words="per fine-tuned counterfactual fact 'X was born in Y'' (Adam on its object tokens, "
+                                   "from the pretrained model): [log P(Y' | 'X worked in') after minus before] minus "
+                                   "[log P(Y' | 'Z worked in') after minus before] for a random other person Z "
+                                   "(nats); mean over facts"),
+              rule=ci_above(0.0), gates=(MEMORISED_FACTS, EDIT_LEARNED),
               null="the same paired difference with X replaced by a second other person Z2 (neither Z nor Z2 was "
                    "edited: expected 0 by symmetry), on the same fine-tuned models"),
         Claim("over-ripple-raw",
@@ -219,15 +235,31 @@ class MessyKnowledge(Experiment):
               "registration's over-ripple statistic, without the other-person comparator).",
               "seed lecture 000, 'Over-ripple: X: Leonardo is from USA; Leonardo speaks USA'",
               "qualitative: the related false statement's probability rises",
-              "per fine-tuned fact: log P(Y' | 'X worked in') after minus before (nats); mean over facts, per seed",
-              "95% Student-t CI across seeds entirely above 0",
-              gates=(MEMORISED_FACTS, EDIT_LEARNED), ablation=True),
+              statistic=Stat("ripple_related_dlogp",
+                             words="per fine-tuned fact: log P(Y' | 'X worked in') after minus before (nats); mean "
+                                   "over facts"),
+              rule=ci_above(0.0), gates=(MEMORISED_FACTS, EDIT_LEARNED), ablation=True),
     ]
 
     def points(self, cfg: MessyKnowledgeConfig) -> list[Point]:
-        return [Point("messy", {})]
+        return cross_arms([Point("messy", {})], ("real", "null"))
 
-    def run_point(self, cfg: MessyKnowledgeConfig, point: Point, ctx: PointContext) -> dict:
+    def groups(self, cfg: MessyKnowledgeConfig, points: list[Point]) -> list[list[Point]]:
+        """The two arms of one training seed form one group: both are read off one trained model."""
+        by: dict[int, list[Point]] = {}
+        for p in points:
+            by.setdefault(p.seed_index, []).append(p)
+        return list(by.values())
+
+    def run_group(self, cfg: MessyKnowledgeConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """One model per seed (the arms share the seed: :meth:`point_seed`); a row per arm (see the module
+        docstring: the null row holds the registered columns with the partner replaced)."""
+        row = self._measure(cfg, ctxs[0])
+        base = {k: v for k, v in row.items() if k not in set(NULL_OF.values()) - {"ripple_control2_dlogp"}}
+        null = {**{k: v for k, v in base.items() if k not in REAL_ONLY}, **{k: row[v] for k, v in NULL_OF.items()}}
+        return [{"arm": p.arm, **(null if p.arm == "null" else base)} for p in points]
+
+    def _measure(self, cfg: MessyKnowledgeConfig, ctx: PointContext) -> dict:
         import torch
 
         world = MessyBiosWorld(cfg.n_people, seed=cfg.seed)
@@ -264,12 +296,12 @@ class MessyKnowledge(Experiment):
             row[f"cos_{k}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
             per_layer[k] = {grp: float(G.cosine(grp)[a, b].mean()) for grp in G.groups}
         row["cos_per_layer"] = json.dumps(per_layer)
-        # the registered statistics (issue 29) and their null arms, per fact then averaged
+        # the registered statistics (issue 29) and their null arms' values, per fact then averaged
         c = {k: cos[a, b] for k, (a, b) in pairs.items()}
         row["negation_vs_same_template"] = float(np.mean(c["negation"] - c["same_template"]))
-        row["null_negation_vs_same_template"] = float(np.mean(c["same_template_2"] - c["same_template"]))
+        row["second_other_vs_same_template"] = float(np.mean(c["same_template_2"] - c["same_template"]))
         row["translation_vs_same_template_l2"] = float(np.mean(c["translation"] - c["same_template_l2"]))
-        row["null_paraphrase_vs_same_template_para"] = float(np.mean(c["paraphrase"] - c["same_template_para"]))
+        row["paraphrase_vs_same_template_para"] = float(np.mean(c["paraphrase"] - c["same_template_para"]))
         # reported beside (decides nothing): the same two statistics on an untrained model of the same shape, which
         # shows how much of them the shared tokens give before any training
         init = GPT(cfg.model.gpt_config(len(world.vocab), max(32, x.shape[1])), seed=ctx.seed + 11).to(ctx.device)
@@ -277,6 +309,8 @@ class MessyKnowledge(Experiment):
         c0 = {k: ci0[a_, b_] for k, (a_, b_) in pairs.items()}
         row["init_negation_vs_same_template"] = float(np.mean(c0["negation"] - c0["same_template"]))
         row["init_translation_vs_same_template_l2"] = float(np.mean(c0["translation"] - c0["same_template_l2"]))
+        row["init_second_other_vs_same_template"] = float(np.mean(c0["same_template_2"] - c0["same_template"]))
+        row["init_paraphrase_vs_same_template_para"] = float(np.mean(c0["paraphrase"] - c0["same_template_para"]))
         row["barrier_diff"] = row["cos_translation"] - row["cos_unrelated"]
         m = min(cfg.n_matrix, n)
         sel = np.concatenate([idx[k][:m] for k in ["fact", *PAIR_KINDS]])
@@ -332,114 +366,33 @@ class MessyKnowledge(Experiment):
                 "ripple_control_dlogp": float(np.mean(d_ctl)) if k else np.nan,
                 "ripple_control2_dlogp": float(np.mean(d_ctl2)) if k else np.nan,
                 "ripple_specific": float(np.mean(np.subtract(d_rel, d_ctl))) if k else np.nan,
-                "null_ripple_specific": float(np.mean(np.subtract(d_ctl2, d_ctl))) if k else np.nan,
+                "ripple_specific_z2": float(np.mean(np.subtract(d_ctl2, d_ctl))) if k else np.nan,
                 "ripple_p_after": float(np.mean(p_after)) if k else np.nan}
-
-    # ---- verdicts ------------------------------------------------------------------------------
-    def verdicts(self, cfg: MessyKnowledgeConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        if not len(results):
-            return []
-        mem = recall_gate(seed_values(results, "fact_recall"))
-        out = []
-
-        def seeds_ci(col: str):
-            d = {k: v for k, v in seed_values(results, col).items() if np.isfinite(v)}
-            return d, (across_seeds(list(d.values())) if d else None)
-
-        def above0(st) -> bool:
-            return bool(st is not None and st.n >= 2 and st.ci[0] > 0)
-
-        def below_margin(st) -> bool:
-            return bool(st is not None and st.n >= 2 and st.ci[1] < BARRIER_MARGIN)
-
-        def null_of(st, rule) -> tuple[float | None, bool | None]:
-            return (None, None) if st is None else (st.mean, rule(st))
-
-        neg, st = seeds_ci("negation_vs_same_template")
-        nneg, nst = seeds_ci("null_negation_vs_same_template")
-        if st is None:
-            out.append(self.judge(cfg, "negation-curse", value=None, passed=None, gates={"memorised": mem},
-                                  why_not_computed="this run has no negation_vs_same_template column"))
-        else:
-            out.append(self.judge(
-                cfg, "negation-curse", value=st.mean, passed=above0(st), ci=st.ci, ci_kind=st.kind, n_seeds=st.n,
-                gates={"memorised": mem},
-                details={"per_seed": neg, "second_other_person_per_seed": nneg,
-                         "second_other_person": None if nst is None else {"mean": nst.mean, "ci95": nst.ci,
-                                                                          "meets_rule": above0(nst)},
-                         "cos_negation": seed_values(results, "cos_negation"),
-                         "cos_same_template": seed_values(results, "cos_same_template"),
-                         "cos_same_template_2": seed_values(results, "cos_same_template_2"),
-                         "cos_paraphrase": seed_values(results, "cos_paraphrase"),
-                         "cos_unrelated (another relation)": seed_values(results, "cos_unrelated"),
-                         "untrained_model (same statistic, reported only)":
-                             seed_values(results, "init_negation_vs_same_template")}))
-        diff, st = seeds_ci("translation_vs_same_template_l2")
-        ndiff, nst = seeds_ci("null_paraphrase_vs_same_template_para")
-        if st is None:
-            out.append(self.judge(cfg, "cross-lingual-barrier", value=None, passed=None, gates={"memorised": mem},
-                                  why_not_computed="this run has no translation_vs_same_template_l2 column"))
-        else:
-            out.append(self.judge(
-                cfg, "cross-lingual-barrier", value=st.mean, passed=below_margin(st), ci=st.ci, ci_kind=st.kind,
-                n_seeds=st.n, gates={"memorised": mem},
-                details={"per_seed": diff, "paraphrase_same_language_per_seed": ndiff,
-                         "paraphrase_same_language": None if nst is None else {"mean": nst.mean, "ci95": nst.ci,
-                                                                               "meets_rule": below_margin(nst)},
-                         "cos_translation": seed_values(results, "cos_translation"),
-                         "cos_same_template_l2": seed_values(results, "cos_same_template_l2"),
-                         "cos_paraphrase": seed_values(results, "cos_paraphrase"),
-                         "cos_same_template_para": seed_values(results, "cos_same_template_para"),
-                         "translation_minus_other_relation (first registration)": seed_values(results, "barrier_diff"),
-                         "cos_two_hop": seed_values(results, "cos_two_hop"),
-                         "untrained_model (same statistic, reported only)":
-                             seed_values(results, "init_translation_vs_same_template_l2")}))
-        spec, st = seeds_ci("ripple_specific")
-        nspec, nst = seeds_ci("null_ripple_specific")
-        pa = seed_values(results, "ripple_p_after")
-        learned = (min(pa.values()), min(pa.values()) >= EDIT_LEARNED_MIN) if pa else (None, None)
-        gates = {"memorised": mem, "edit-learned": learned}
-        if st is None:
-            out.append(self.judge(cfg, "over-ripple", value=None, passed=None, gates=gates,
-                                  why_not_computed="no fact with a related-but-false statement was fine-tuned"))
-            return out
-        out.append(self.judge(cfg, "over-ripple", value=st.mean, passed=above0(st), ci=st.ci, ci_kind=st.kind,
-                              n_seeds=st.n, gates=gates, null=null_of(nst, above0),
-                              details={"per_seed": spec, "null_per_seed (second other person)": nspec,
-                                       "null_ci": None if nst is None else nst.ci,
-                                       "related_dlogp (X)": seed_values(results, "ripple_related_dlogp"),
-                                       "control_dlogp (Z)": seed_values(results, "ripple_control_dlogp"),
-                                       "control2_dlogp (Z2)": seed_values(results, "ripple_control2_dlogp"),
-                                       "target_dlogp": seed_values(results, "ripple_target_dlogp"),
-                                       "p_new_after": pa}))
-        rel, st = seeds_ci("ripple_related_dlogp")
-        if st is not None:
-            out.append(self.judge(cfg, "over-ripple-raw", value=st.mean, passed=above0(st), ci=st.ci,
-                                  ci_kind=st.kind, n_seeds=st.n, gates=gates, details={"per_seed": rel}))
-        return out
 
     def report_sections(self, cfg: MessyKnowledgeConfig, results: pd.DataFrame, run: RunDir) -> str:
         if not len(results):
             return ""
-        cols = [c for c in ("point", "pretrain_steps", "fact_recall", "negation_recall", "cos_negation",
-                            "cos_same_template", "cos_same_template_2", "negation_vs_same_template",
-                            "null_negation_vs_same_template", "cos_translation", "cos_same_template_l2",
-                            "translation_vs_same_template_l2", "cos_paraphrase", "cos_same_template_para",
-                            "null_paraphrase_vs_same_template_para", "init_negation_vs_same_template",
+        cols = [c for c in ("arm", "point", "pretrain_steps", "fact_recall", "negation_recall", "cos_negation",
+                            "cos_same_template", "cos_same_template_2", "negation_vs_same_template", "cos_translation",
+                            "cos_same_template_l2", "translation_vs_same_template_l2", "cos_paraphrase",
+                            "cos_same_template_para", "init_negation_vs_same_template",
                             "init_translation_vs_same_template_l2", "cos_unrelated", "cos_two_hop", "barrier_diff",
                             "ripple_p_after", "ripple_target_dlogp", "ripple_related_dlogp", "ripple_control_dlogp",
-                            "ripple_control2_dlogp", "ripple_specific", "null_ripple_specific")
+                            "ripple_control2_dlogp", "ripple_specific")
                 if c in results]
-        return "\n".join(["## Per seed", "", markdown_table(results, None, cols=cols, float_format=".3f"),
+        return "\n".join(["## Per arm and seed", "", markdown_table(results, None, cols=cols, float_format=".3f"),
                           "Cosines of grad log p(object | prompt) over all parameters; `cos_same_template` (and `_2`): "
                           "another person's fact of the same relation and template; `_l2`: that fact in language 2; "
-                          "`_para`: in the paraphrase template. `null_*` columns are the null arms of the registered "
-                          "differences; `init_*` the same differences on an untrained model of the same shape "
-                          "(reported only: what the shared tokens give before training). `cos_unrelated` is another person's fact of another relation; `cos_two_hop` "
-                          "pairs a person's employer fact with the two-hop statement of the employer's city. "
-                          "Over-ripple changes are in nats; `ripple_specific` (X's rise minus Z's, the same false object "
-                          "for another person) is over-ripple's statistic and `null_ripple_specific` (a second other "
-                          "person Z2's rise minus Z's) its null arm.", ""])
+                          "`_para`: in the paraphrase template. The null arm's rows (the same model) hold the "
+                          "registered differences with the partner replaced: `negation_vs_same_template` with a second "
+                          "other person's fact in the negation's place, `translation_vs_same_template_l2` with the "
+                          "language-1 paraphrase (less `cos_same_template_para`), `ripple_specific` and "
+                          "`ripple_related_dlogp` with a second other person Z2 in X's place; `init_*` the same "
+                          "differences on an untrained model of the same shape (reported only: what the shared tokens "
+                          "give before training). `cos_unrelated` is another person's fact of another relation; "
+                          "`cos_two_hop` pairs a person's employer fact with the two-hop statement of the employer's "
+                          "city. Over-ripple changes are in nats; `ripple_specific` (X's rise minus Z's, the same false "
+                          "object for another person) is over-ripple's statistic.", ""])
 
     def figures(self, cfg: MessyKnowledgeConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib
@@ -447,7 +400,9 @@ class MessyKnowledge(Experiment):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        if not len(results):
+        if "arm" in results:
+            results = results[results["arm"] == "real"]  # the overlap matrices are measured once per model
+        if not len(results) or "overlap_matrix" not in results:
             return []
         figs = []
         for r in results.itertuples():

@@ -32,6 +32,16 @@ only (issue 29: at quick, a 15-minute CPU run, the memorisation gates cannot pas
 Their null arm, measured in every seed's forward-only point: a randomly initialised model of the same shape that
 never saw the people takes the place of the with-reverse model in the same statistic and rule (scored on the
 held-out prompts as it is, and on inverse search after the same LoRA QA fine-tuning).
+
+Arms (issue 44): the two conditions are the ``real`` arm's points (ids unchanged); the null arm is its own point,
+``null-forward_only`` (a separate model: nothing is trained twice), on the seed of ``forward_only`` as before; a row's
+``condition`` is ``forward_only``, ``with_reverse`` or (the null arm) ``random_init``. Escape hatch
+(``hand_verdicts``, all three claims): each rule is a conjunction of conditions on three statistics (the
+forward-only mean, the with-reverse mean or the mean lift, and the lift's 95% CI across seeds), which no single
+Rule expresses; they are computed with the Stat objects :func:`lift_stat`, :func:`forward_stat` and
+:func:`treated_stat` (the null arm's random-init model in the with-reverse model's place, the same forward-only
+arm subtracted) and engine-measured gates on the real arm. As before, with one seed (no interval) the CI condition
+is not applied.
 """
 
 from __future__ import annotations
@@ -43,14 +53,11 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.experiments.base import Experiment, Figure, Point, PointContext
+from lmsci.contract import Experiment, Figure, Point, PointContext
 from lmsci.experiments.knowledge import _reversal_curse_figures as _f
-from lmsci.experiments.knowledge import _reversal_curse_verdicts as _v
-from lmsci.experiments.knowledge._reversal_curse_verdicts import (  # noqa: F401 (FORWARD_QA_MIN re-exported)
-    FORWARD_QA_MIN, GAP_FORWARD_MAX, GAP_LIFT_MIN)
 from lmsci.experiments.knowledge._bios_streams import concat_packed, exposures_of
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, h100_seconds, mean_tokens, vocab_size
-from lmsci.experiments.knowledge._gates import MEMORISED
+from lmsci.experiments.knowledge._gates import RECALL_MIN
 from lmsci.experiments.knowledge._specs import AUGMENTED, DataSpec
 from lmsci.experiments.knowledge.common import BiosQAConfig, bio_recall, finetune_qa, null_arm_finetune
 from lmsci.measure.knowledge import qa_metrics
@@ -59,8 +66,10 @@ from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import completion_gap_bits
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least
+from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.runs import RunDir
+from lmsci.stats import across_seeds
 from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_split
 
 
@@ -118,12 +127,41 @@ class ReversalCurseConfig(BiosQAConfig):
     }
 
 
-FORWARD_QA = Gate("forward-qa", "forward QA exact match (name -> attributes) on the tested people (P_test) >= 0.5 in "
-                                "every model trained (both conditions, every seed)")
-REVERSE_MEMORISED = Gate("reverse-memorised",
-                         "name recall in the reversed training biographies (greedy exact match of the name given the "
-                         "attributes before it, first reversed rendering, pretrained model) of the people tested >= "
-                         "0.9 in every with-reverse model (every seed)")
+FORWARD_QA_MIN = 0.5
+GAP_FORWARD_MAX, GAP_LIFT_MIN = 1.0, 3.0
+REAL_CONDITIONS = ("forward_only", "with_reverse")
+NULL_CONDITION = "random_init"
+
+
+def forward_stat(col: str) -> Stat:
+    """``col`` of the real forward-only model (the lift's subtrahend, on the real arm whatever arm is judged)."""
+    return Stat(col, where={"condition": "forward_only"}, arm="real")
+
+
+def treated_stat(col: str) -> Stat:
+    """``col`` of the with-reverse model (real arm) or of the random-init model (null arm)."""
+    return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)})
+
+
+def lift_stat(col: str) -> Stat:
+    """Per seed, :func:`treated_stat` minus :func:`forward_stat` (paired by seed)."""
+    return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)}, minus=forward_stat(col))
+
+
+MEMORISED_BOTH = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
+                      stat=Stat("bio_recall_test", agg="min", where={"condition": REAL_CONDITIONS},
+                                words="biography recall (exact match of each of the 6 attribute values given the "
+                                      "biography prefix, on the pretrained model) of the people tested, lowest of "
+                                      "the two conditions"))
+FORWARD_QA = Gate("forward-qa", every_at_least(FORWARD_QA_MIN), arm="real",
+                  stat=Stat("qa_test", agg="min", where={"condition": REAL_CONDITIONS},
+                            words="forward QA exact match (name -> attributes) on the tested people (P_test), lowest "
+                                  "of the two conditions"))
+REVERSE_MEMORISED = Gate("reverse-memorised", every_at_least(RECALL_MIN), arm="real",
+                         stat=Stat("reverse_recall_test", where={"condition": "with_reverse"},
+                                   words="name recall in the reversed training biographies (greedy exact match of the "
+                                         "name given the attributes before it, first reversed rendering, pretrained "
+                                         "model) of the people tested, with-reverse model"))
 SOURCE = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288"
 
 
@@ -285,7 +323,7 @@ class ReversalCurse(Experiment):
               "mean over seeds: forward-only <= 0.1 and with-reverse >= 0.5, and the 95% Student-t CI across seeds "
               "of (with-reverse - forward-only) above 0; decided at the gpu and paper presets only (a 15-minute CPU "
               "run cannot meet the memorisation gates: quick reports the values)",
-              gates=(MEMORISED, REVERSE_MEMORISED, FORWARD_QA), presets=("gpu", "paper"),
+              gates=(MEMORISED_BOTH, REVERSE_MEMORISED, FORWARD_QA), presets=("gpu", "paper"),
               null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
                    "people, LoRA fine-tuned on P_train's forward and inverse QA exactly as the real arms (same "
                    "seed's forward-only arm subtracted, same rule): no attributes -> name knowledge by construction"),
@@ -302,7 +340,7 @@ class ReversalCurse(Experiment):
               "mean over seeds: forward-only <= 0.1 and with-reverse - forward-only >= 0.3, and the 95% Student-t CI "
               "across seeds of the difference above 0; decided at the gpu and paper presets only (a 15-minute CPU "
               "run cannot meet the memorisation gates: quick reports the values)",
-              gates=(MEMORISED, REVERSE_MEMORISED), presets=("gpu", "paper"),
+              gates=(MEMORISED_BOTH, REVERSE_MEMORISED), presets=("gpu", "paper"),
               null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
                    "people (no training; same seed's forward-only arm subtracted, same rule)"),
         Claim("name-logprob",
@@ -317,18 +355,26 @@ class ReversalCurse(Experiment):
               f"mean over seeds: forward-only gap <= {GAP_FORWARD_MAX} bit, and (with-reverse - forward-only) >= "
               f"{GAP_LIFT_MIN} bits with its 95% Student-t CI across seeds above 0; decided at the gpu and paper "
               "presets only (a 15-minute CPU run cannot meet the memorisation gates: quick reports the values)",
-              gates=(MEMORISED, REVERSE_MEMORISED), presets=("gpu", "paper"),
+              gates=(MEMORISED_BOTH, REVERSE_MEMORISED), presets=("gpu", "paper"),
               null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
                    "people (no training; same seed's forward-only arm subtracted, same rule)"),
     ]
 
     def points(self, cfg: ReversalCurseConfig) -> list[Point]:
-        return [Point("forward_only", {"reverse": False}), Point("with_reverse", {"reverse": True})]
+        pts = [Point("forward_only", {"reverse": False}, arm="real"), Point("with_reverse", {"reverse": True}, arm="real")]
+        if cfg.null_arm:  # the claims' null arm, on the forward-only point's seed (issue 29)
+            pts.append(Point("null-forward_only", {"reverse": None}, arm="null"))
+        return pts
 
     def run_point(self, cfg: ReversalCurseConfig, point: Point, ctx: PointContext) -> dict:
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
+        if point.arm == "null":  # a random-init model that never saw the people: the prompts as it is, then QA-tuned
+            m = null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te, inverse=True,
+                                  before_finetune=lambda m: self._prompts(cfg, world, m, te, ctx))
+            return {**{k.removeprefix("null_"): v for k, v in m.items()}, "condition": NULL_CONDITION,
+                    "n_people": cfg.n_people, "n_test": len(te)}
         rev = bool(point.params["reverse"])
         if cfg.pipeline == "stream":
             stream, bios_fn, rev_fn = streamed_pretraining(world, cfg, rev, order_seed=ctx.seed)
@@ -344,7 +390,7 @@ class ReversalCurse(Experiment):
                            checkpoint=True, precision=cfg.precision)
         rexp = (stream.exposures(cfg.n_people, pre["windows_used"], kind="bio_reverse") if isinstance(stream, Packed)
                 else stream.reverse_exposures)
-        row = {"reverse_in_training": rev, "reverse_groups": cfg.reverse_groups if rev else 0,
+        row = {"reverse_in_training": rev, "condition": REAL_CONDITIONS[rev], "reverse_groups": cfg.reverse_groups if rev else 0,
                "n_people": cfg.n_people, "params": model.num_params(), "pipeline": cfg.pipeline,
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                "reverse_exposures": float(np.asarray(rexp).mean()),
@@ -373,9 +419,6 @@ class ReversalCurse(Experiment):
         row["forgetting_test"] = rec_te - row["bio_recall_test_after_ft"]
         row.update(qa_metrics(model, world, tr, te, attrs=ATTRS, device=ctx.device, inverse=True))
         row["n_test"] = len(te)
-        if not rev and cfg.null_arm:  # the claims' null arm, once per seed (issue 29)
-            row.update(null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te, inverse=True,
-                                         before_finetune=lambda m: self._prompts(cfg, world, m, te, ctx, "null_")))
         return row
 
     @staticmethod
@@ -388,10 +431,45 @@ class ReversalCurse(Experiment):
         return {f"{prefix}reverse_completion_{tag}": float(exact_match(model, prompts, device=ctx.device).mean()),
                 f"{prefix}name_gap_bits_{tag}": float(gap.mean())}
 
-    def verdicts(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """``reversal``, ``reverse-completion`` and ``name-logprob``, one function per claim in
-        :mod:`lmsci.experiments.knowledge._reversal_curse_verdicts`."""
-        return _v.verdicts(self, cfg, results)
+    #: claim -> (column, rule(forward-only mean, treated mean, lift's SeedStat)); the CI condition applies when there
+    #: is an interval (>= 2 seeds), as in the first registration
+    RULES = {
+        "reversal": ("inverse_test", lambda f, r, d: f <= 0.1 and r >= 0.5 and (d.ci is None or d.ci[0] > 0)),
+        "reverse-completion": ("reverse_completion_test",
+                               lambda f, r, d: f <= 0.1 and d.mean >= 0.3 and (d.ci is None or d.ci[0] > 0)),
+        "name-logprob": ("name_gap_bits_test", lambda f, r, d: f <= GAP_FORWARD_MAX and d.mean >= GAP_LIFT_MIN
+                         and (d.ci is None or d.ci[0] > 0)),
+    }
+
+    def hand_verdicts(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """The three claims (the escape hatch: conjunctions, see the module docstring), each on the real arm and,
+        with the same forward-only arm, on the null arm; a claim with no paired seeds is left out (not measured)."""
+        ok = finished(results)
+        out = []
+        for cid, (col, rule) in self.RULES.items():
+            got = {arm: self._arm_lift(ok, col, arm) for arm in ("real", "null")}
+            if got["real"] is None:
+                continue
+            f, r, d, per_seed = got["real"]
+            claim = self.get_claim(cid)
+            null = None if got["null"] is None else (got["null"][2].mean, bool(rule(*got["null"][:3])))
+            out.append(self.judge(
+                cfg, cid, value=d.mean, passed=bool(rule(f, r, d)), ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
+                gates={g.id: measure_gate(g, claim, ok) for g in claim.gates}, null=null,
+                details={"per_seed": per_seed, "forward_only_mean": f, "treated_mean": r,
+                         "null_per_seed": None if got["null"] is None else got["null"][3]}))
+        return out
+
+    @staticmethod
+    def _arm_lift(ok: pd.DataFrame, col: str, arm: str):
+        """``(forward-only mean, treated mean, SeedStat of the lift, lift per seed)`` over the seeds both have, on
+        ``arm`` (the treated model: with-reverse on the real arm, random init on the null arm); None when none."""
+        d = lift_stat(col).per_seed(arm_rows(ok, arm), ok)
+        if d.empty:
+            return None
+        f = forward_stat(col).per_seed(ok, ok).reindex(d.index).mean()
+        r = treated_stat(col).per_seed(arm_rows(ok, arm), ok).reindex(d.index).mean()
+        return float(f), float(r), across_seeds(d.to_numpy()), d.to_dict()
 
     def report_sections(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> str:
         """Memorisation, QA fine-tuning and forgetting (``_reversal_curse_figures.report_sections``)."""
