@@ -1,9 +1,9 @@
 """The knowledge experiments' shared gates and per-seed statistics (front: :mod:`.common`).
 
-Gates: ``memorised`` (biography recall >= 0.9 of the people tested, every model) and ``qa-learned`` (QA exact match
-on the QA-trained people >= 0.5), the protocol of Allen-Zhu & Li, Physics of Language Models Part 3.1, arXiv
+Gate: ``memorised`` (biography recall >= 0.9 of the people tested, every model; the experiments' ``qa-learned``
+gates are statistics of their own claims now), the protocol of Allen-Zhu & Li, Physics of Language Models Part 3.1, arXiv
 2309.14316, Sections 3-4 (issue 11). Per-seed values are ``{seed_index: value}``; intervals across seeds come from
-:func:`lmsci.stats.across_seeds`, within-run binomial ones from :func:`lmsci.stats.wilson_interval`.
+:func:`lmsci.stats.across_seeds`.
 """
 
 from __future__ import annotations
@@ -14,28 +14,13 @@ import numpy as np
 import pandas as pd
 
 from lmsci.claims import Gate
-from lmsci.stats import across_seeds, wilson_interval
+from lmsci.stats import across_seeds
 
 # -- verdicts: per-seed statistics and the shared gate -------------------------------------------------
 MEMORISED = Gate("memorised", "biography recall (exact match of each of the 6 attribute values given the "
                               "biography prefix, on the pretrained model) of the people tested >= 0.9 in every "
                               "model trained (every condition, every seed)")
 QA_LEARNED_MIN = 0.5
-QA_LEARNED = Gate("qa-learned", "QA exact match on the QA-trained people (P_train) after fine-tuning >= 0.5 in "
-                                "the arm the claim expects to extract (augmented biographies / with celebrities), "
-                                "every seed: the fine-tuning learned the question format")
-QA_LEARNED_MIXED = Gate("qa-learned", "QA exact match on the QA-trained people (P_train) at the end of mixed training "
-                                      ">= 0.5, every seed: the mixed model learned the question format")
-
-
-def qa_learned_gate(*per_seed: dict[int, float]) -> tuple[float | None, bool | None]:
-    """The ``qa-learned`` gate: the lowest QA accuracy on the QA-trained people over every (condition,
-    seed) given, >= :data:`QA_LEARNED_MIN`; None when not measured."""
-    vals = [v for d in per_seed for v in d.values() if np.isfinite(v)]
-    if not vals:
-        return (None, None)
-    lo = float(min(vals))
-    return (lo, lo >= QA_LEARNED_MIN)
 RECALL_MIN = 0.9
 
 
@@ -67,13 +52,6 @@ def recall_gate(*per_seed: dict[int, float]) -> tuple[float | None, bool | None]
         return (None, None)
     lo = float(min(vals))
     return (lo, lo >= RECALL_MIN)
-
-
-def within_run(per_seed: dict[int, float], n: int) -> dict[str, Any]:
-    """Within-run binomial intervals for reports (they decide nothing): per seed, the Wilson 95% interval
-    of an accuracy over ``n`` questions."""
-    return {"kind": f"within-run Wilson 95% CI over {n} questions, per seed",
-            "per_seed": {int(k): [v, *wilson_interval(v, n)] for k, v in per_seed.items()}}
 
 
 def seed_summary(per_seed: dict[int, float]) -> dict[str, Any]:
