@@ -187,7 +187,7 @@ def test_shakespeare_lm_diverged_smoke_run_is_recorded_and_inconclusive(texts_di
                                                "val_fraction": 0.25, "lr": 1e6, "threads": 1})
     run = run_experiment(cls(), cfg, tmp_path / "run", progress=False, log=lambda m: None)
     res = run.results()
-    assert list(res["status"]) == ["diverged", "diverged"]  # the trained model and its untrained null arm, one group
+    assert list(res["status"]) == ["diverged"] * 3  # the trained model and its two null arms form one group
     vs = run.verdicts()
     assert {v.claim_id for v in vs} == {c.id for c in cls.claims}
     assert all(v.outcome == INCONCLUSIVE for v in vs)

@@ -16,6 +16,14 @@ initialisation, one training per seed): its row carries the same columns (``val_
 ``unigram_minus_model``) for the untrained model, and the claims engine judges both claims on both arms with the
 same statistic and rule.
 
+``beats-bigram``'s null arm (issue 44 item 4) is the ``ctx1`` arm (point ``ctx1-<id>``, same group, nothing more
+trained): the trained GPT scored with a context of one token, each held-out target predicted from the previous
+token alone (the prediction the model makes at a window's first position, which training covers in every
+window). It is a bigram predictor, so it beats the tuned add-alpha bigram only by estimating the same bigram
+statistics better (smoothing of rare pairs, a sparse BPE bigram table, held-out text leaking into training), not
+by the longer context the claim credits; it could meet the rule where those account for the gap. The untrained
+model cannot meet it by construction (it predicts near-uniformly), which is why it was replaced for this claim.
+
 Sources: Karpathy 2015, "The Unreasonable Effectiveness of Recurrent Neural Networks" (char-rnn
 on Shakespeare) and nanoGPT's ``shakespeare_char`` configuration; n-gram baselines in the sense of
 Shannon 1951, "Prediction and Entropy of Printed English"; GPT: Radford et al. 2019.
@@ -114,6 +122,9 @@ class ShakespeareLM(Experiment):
     source = ("Karpathy 2015, 'The Unreasonable Effectiveness of RNNs' (char-rnn on Shakespeare); "
               "nanoGPT shakespeare_char; Shannon 1951 (n-gram baselines)")
     Config = ShakespeareLMConfig
+    _CTX1 = ("the same trained GPT scored with a context of one token on the same validation windows (each target "
+             "predicted from the previous token alone, as at a window's first position): a bigram predictor, so it "
+             "can beat the tuned bigram only by better bigram estimates, not by the longer context the claim credits")
     _NULL = ("the same GPT at its random initialisation (same seed and architecture, untrained), scored on the "
              "same validation windows: it has learned nothing, so it cannot beat an n-gram model")
     claims = [
@@ -130,7 +141,13 @@ class ShakespeareLM(Experiment):
                            words="bigram NLL - model NLL on the same held-out targets, in nats/char (nats/token / "
                                  "chars per token; a char token is a char)"),
             rule=ci_above(0.5),
-            null=_NULL,
+            null=_CTX1,
+            arms=("real", "ctx1"),
+            null_can_meet="the GPT at a context of one token is a bigram model learnt by gradient descent; the tuned "
+                          "baseline is only the best add-alpha bigram, so the null meets the rule wherever better "
+                          "bigram estimates (smoothing of rare pairs, a sparse BPE bigram table, held-out works "
+                          "leaking into training) rather than longer context make up the 0.5 nats/char (the untrained "
+                          "model it replaces could not meet the rule by construction: issue 44 item 4)",
         ),
         Claim(
             id="beats-unigram",
@@ -160,8 +177,8 @@ class ShakespeareLM(Experiment):
 
     def points(self, cfg: ShakespeareLMConfig) -> list[Point]:
         pid = f"{cfg.tokenizer}_L{cfg.model.n_layers}_d{cfg.model.d_model}_{cfg.model.pos}"
-        # the null arm shares the trained model's seed (point_seed strips the arm prefix): the same initialisation
-        return [Point(pid, {}, arm="real"), Point(f"null-{pid}", {}, arm="null")]
+        # the null arms share the trained model's seed (point_seed strips the arm prefix): the same initialisation
+        return [Point(pid, {}, arm="real"), Point(f"null-{pid}", {}, arm="null"), Point(f"ctx1-{pid}", {}, arm="ctx1")]
 
     def groups(self, cfg: ShakespeareLMConfig, points: list[Point]) -> list[list[Point]]:
         """The arms of one training seed form one group (one initialisation, one training), the real arm first."""
@@ -176,7 +193,8 @@ class ShakespeareLM(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: ShakespeareLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """The arms of one seed: the model at initialisation (``null``) and trained (``real``), one row each."""
+        """The arms of one seed: the model at initialisation (``null``), trained (``real``) and trained but scored at a
+        context of one token (``ctx1``), one row each."""
         from lmsci.models.gpt import GPT
         from lmsci.train.trainer import evaluate_nll, train
         from lmsci.worlds import shakespeare as sh
@@ -215,7 +233,7 @@ class ShakespeareLM(Experiment):
         null_row = {**common, "n_params": model.num_params(), "val_nll": null_nll,
                     "bigram_minus_model": float((bigram_win - null_win).mean()),
                     "unigram_minus_model": base["unigram_nll"] - null_nll}
-        if "real" not in arms:
+        if set(arms) <= {"null"}:
             return [null_row for _ in points]
 
         bar = ctx.progress(cfg.train.steps, "train")
@@ -257,7 +275,13 @@ class ShakespeareLM(Experiment):
             "bigram_minus_model": float(diff.mean()), "diff_ci_low": float(lo), "diff_ci_high": float(hi),
             "unigram_minus_model": base["unigram_nll"] - val_nll,
         }
-        return [real_row if (p.arm or "real") == "real" else null_row for p in points]
+        ctx1_win = window_nll(model, val_final, context=1)  # [n_windows]: the previous token alone
+        ctx1_nll = float(ctx1_win.mean())
+        ctx1_row = {**common, "n_params": model.num_params(), "val_nll": ctx1_nll,
+                    "bigram_minus_model": float((bigram_win - ctx1_win).mean()),
+                    "unigram_minus_model": base["unigram_nll"] - ctx1_nll}
+        rows = {"real": real_row, "null": null_row, "ctx1": ctx1_row}
+        return [rows[p.arm or "real"] for p in points]
 
     def figures(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
@@ -293,7 +317,7 @@ class ShakespeareLM(Experiment):
                             "Training and validation loss (nats/token) with n-gram baselines", dpi=120)]
 
     def report_sections(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> str:
-        real, null = _real(results), _real(results, "null")
+        real, null, ctx1 = _real(results), _real(results, "null"), _real(results, "ctx1")
         if real.empty:
             return ""
         r = real.iloc[0]  # the first finished seed (every seed's row is in the results table)
@@ -311,6 +335,8 @@ class ShakespeareLM(Experiment):
             f"| bigram baseline NLL | {r['bigram_nll']:.4f} |",
             *([f"| null arm: the untrained model's validation NLL | {null['val_nll'].iloc[0]:.4f} |"]
               if len(null) and pd.notna(null["val_nll"].iloc[0]) else []),
+            *([f"| null arm of beats-bigram: the trained model at a context of one token, validation NLL | "
+               f"{ctx1['val_nll'].iloc[0]:.4f} |"] if len(ctx1) and pd.notna(ctx1["val_nll"].iloc[0]) else []),
             f"| parameters (non-embedding) | {int(r['n_params']):,} ({int(r['n_params_non_embedding']):,}) |",
             f"| tokens seen | {int(r['tokens_seen']):,} (train split: {int(r['n_train_tokens']):,}) |",
             f"| training speed (median tokens/s) | {r['tokens_per_s']:,.0f}"
@@ -348,14 +374,25 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: float = PEAK_FLOPS) -
 
 
 @torch.no_grad()
-def window_nll(model, batches) -> np.ndarray:
-    """Mean NLL (nats/token) of each window: ``[n_windows]`` for ``batches`` of ``(x, y) [b, seq]``."""
+def window_nll(model, batches, context: int | None = None) -> np.ndarray:
+    """Mean NLL (nats/token) of each window: ``[n_windows]`` for ``batches`` of ``(x, y) [b, seq]``.
+
+    ``context=1`` predicts each target from the token before it alone (every position scored as a window's first
+    position: ``x`` reshaped to ``[b * seq, 1]``); None: the whole window as context.
+
+    Raises:
+        ValueError: ``context`` other than None or 1.
+    """
+    if context not in (None, 1):
+        raise ValueError(f"window_nll: context = {context!r}, expected None or 1")
     was = model.training
     model.eval()
     dev = next(model.parameters()).device
     out = []
     for x, y in batches:
-        logits = model(x.to(dev)).float()
+        b, t = x.shape
+        inp = x.reshape(b * t, 1) if context == 1 else x
+        logits = model(inp.to(dev)).float().reshape(b, t, -1)  # [b, seq, vocab]
         nll = F.cross_entropy(logits.transpose(1, 2), y.to(dev), reduction="none")  # [b, seq]
         out.append(nll.mean(1).cpu().numpy())
     model.train(was)
