@@ -88,5 +88,6 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "grokking/restricted-before-test": {"quick": (0, 1)},
     "alignment-attack/thm2-slope": {"quick": (0, 1)},
     "shakespeare-lm/beats-bigram": {"quick": (0, 1)},
+    "shakespeare-lm/beats-unigram": {"quick": (0, 1)},
 }
 

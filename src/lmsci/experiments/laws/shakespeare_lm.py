@@ -8,7 +8,10 @@ bigram models fitted on the same training split and scored on the same validatio
 difference (bigram NLL - model NLL, converted to nats/char) per training seed, with a Student-t
 95% CI across seeds (``n_seeds``; quick: 3); a bootstrap CI over validation windows is reported as within-run.
 
-Null arm (issue 29) of both claims: the same model before training (its random init, same seed and
+``beats-unigram`` is a check (issue 44 item 4): any trained character model beats the unigram, so it says that
+training worked and decides no claim. The untrained-model arm below is its former null arm, still measured and
+reported (the gap from it shows how much was learnt). Null arm (issue 29) of both, as first registered: the same
+model before training (its random init, same seed and
 architecture), scored on the same validation windows; the rule is applied to its differences, which must
 not meet it (an untrained model predicts near-uniformly: about log(vocab) nats/char). The null arm is an arm of
 the sweep (point ``null-<id>``, arm ``null``) computed in the same group as the trained model (``groups``: one
@@ -158,7 +161,9 @@ class ShakespeareLM(Experiment):
             statistic=Stat("unigram_minus_model", over=Stat("val_chars_per_token", words="chars per token"),
                            words="unigram NLL - model NLL on the held-out works, in nats/char"),
             rule=ci_above(0.0),
-            null=_NULL,
+            # issue 44 item 4: any trained character model beats the unigram (the paper's own words), so this is a
+            # check that training worked, not a claim; the untrained model's row is still reported beside it
+            kind="check",
         ),
     ]
     time_estimate = {"smoke": "5 s",
