@@ -65,12 +65,16 @@ def test_ood_null_arm_meeting_the_rule_is_inconclusive():
 
 # ---------------------------------------------------------------------------------------------------- igsm-depth
 def _depth(deep_ood, shallow_ood, deep_id=0.95, null=(0.0, 0.0)):
+    """Rows of an igsm-depth table: the trained deep and shallow models (arm real) and their random-init models (arm
+    null), one row each per seed."""
     rows = []
     for k, j in enumerate((0.0, 0.02, -0.02)):
-        rows.append({"status": "ok", "seed_index": k, "model": "deep", "acc_ood_mean": deep_ood + j,
-                     "acc_greedy_id": deep_id, "n_params": 1000, "null_rand_acc_ood_mean": null[0] + j})
-        rows.append({"status": "ok", "seed_index": k, "model": "shallow", "acc_ood_mean": shallow_ood + j / 2,
-                     "acc_greedy_id": 0.9, "n_params": 1100, "null_rand_acc_ood_mean": null[1] + j / 2})
+        rows.append({"status": "ok", "seed_index": k, "arm": "real", "model": "deep", "acc_ood_mean": deep_ood + j,
+                     "acc_greedy_id": deep_id, "n_params": 1000})
+        rows.append({"status": "ok", "seed_index": k, "arm": "real", "model": "shallow",
+                     "acc_ood_mean": shallow_ood + j / 2, "acc_greedy_id": 0.9, "n_params": 1100})
+        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "deep", "acc_ood_mean": null[0] + j})
+        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "shallow", "acc_ood_mean": null[1] + j / 2})
     return rows
 
 
@@ -155,15 +159,18 @@ def test_retry_points_and_keys():
 
 # -------------------------------------------------------------------------------------------------- igsm-probing
 def _probe(nece, dep, acc_id=0.95, null_gap=-0.05):
+    """Rows of an igsm-probing table: the trained model's probes (arm real) and the random-init model in its place
+    (arm null), one row each per seed."""
     rows = []
     for k, j in enumerate((0.0, 0.005, -0.005)):
-        r = {"status": "ok", "seed_index": k, "acc_greedy_id": acc_id}
+        r = {"status": "ok", "seed_index": k, "arm": "real", "acc_greedy_id": acc_id}
+        n = {"status": "ok", "seed_index": k, "arm": "null"}
         for t, (acc, maj, rand) in {"nece": nece, "dep": dep, "can_next": (0.9, 0.7, 0.75)}.items():
             r.update({f"{t}_acc": acc + j, f"{t}_majority": maj, f"{t}_rand": rand,
                       f"{t}_gap": acc + j - max(maj, rand)})
             if t != "can_next":
-                r.update({f"{t}_rand2": rand, f"{t}_null_gap": null_gap + j})
-        rows.append(r)
+                n.update({f"{t}_acc": rand, f"{t}_rand": rand, f"{t}_majority": maj, f"{t}_gap": null_gap + j})
+        rows += [r, n]
     return rows
 
 
@@ -182,17 +189,23 @@ def test_probing_verdicts():
 
 # ----------------------------------------------------------------------------------------------------- igsm-noop
 def _noop(orig, noop, null_drop=0.01):
-    return [{"status": "ok", "seed_index": k, "orig_acc": orig + j, "noop_acc": noop + j, "drop": orig - noop,
-             "flipped_to_wrong": orig - noop, "flipped_to_right": 0.0, "symbolic_std": 0.05, "symbolic_range": 0.1,
-             "null_other_acc": orig + j - null_drop, "null_drop": null_drop + j}
-            for k, j in enumerate((0.0, 0.01, -0.01))]
+    """Rows of an igsm-noop table: the trained model on the original and no-op problems (arm real) and on a second
+    fresh problem set (arm null), one row each per seed."""
+    rows = []
+    for k, j in enumerate((0.0, 0.01, -0.01)):
+        rows.append({"status": "ok", "seed_index": k, "arm": "real", "orig_acc": orig + j, "noop_acc": noop + j,
+                     "drop": orig - noop, "flipped_to_wrong": orig - noop, "flipped_to_right": 0.0,
+                     "symbolic_std": 0.05, "symbolic_range": 0.1})
+        rows.append({"status": "ok", "seed_index": k, "arm": "null", "orig_acc": orig + j,
+                     "other_acc": orig + j - null_drop, "drop": null_drop + j})
+    return rows
 
 
 def test_noop_verdicts():
     exp, cfg = IGSMNoOp(), IGSMNoOpConfig(**GPU)
     assert outcomes(exp, cfg, _noop(0.90, 0.50)) == {"noop-drop": R}
     v = exp.verdicts(cfg, pd.DataFrame(_noop(0.90, 0.88)), None)[0]
-    assert v.outcome == N and "resists" in v.note
+    assert v.outcome == N  # the iGSM model resists the no-ops (the report says so)
     assert outcomes(exp, cfg, _noop(0.20, 0.05)) == {"noop-drop": I}
     v = exp.verdicts(cfg, pd.DataFrame(_noop(0.90, 0.50, null_drop=0.2)), None)[0]
     assert v.outcome == I and v.null_passed  # two exchangeable problem sets differ by 20 points: the rule cannot tell
