@@ -8,24 +8,23 @@ bigram models fitted on the same training split and scored on the same validatio
 difference (bigram NLL - model NLL, converted to nats/char) per training seed, with a Student-t
 95% CI across seeds (``n_seeds``; quick: 3); a bootstrap CI over validation windows is reported as within-run.
 
-``beats-unigram`` is a check (issue 44 item 4): any trained character model beats the unigram, so it says that
-training worked and decides no claim. The untrained-model arm below is its former null arm, still measured and
-reported (the gap from it shows how much was learnt). Null arm (issue 29) of both, as first registered: the same
-model before training (its random init, same seed and
-architecture), scored on the same validation windows; the rule is applied to its differences, which must
-not meet it (an untrained model predicts near-uniformly: about log(vocab) nats/char). The null arm is an arm of
-the sweep (point ``null-<id>``, arm ``null``) computed in the same group as the trained model (``groups``: one
-initialisation, one training per seed): its row carries the same columns (``val_nll``, ``bigram_minus_model``,
-``unigram_minus_model``) for the untrained model, and the claims engine judges both claims on both arms with the
-same statistic and rule.
+Arms of the sweep, all from one initialisation and one training per seed (``groups``: the arms of a seed form one
+group), each row holding the same columns (``val_nll``, ``bigram_minus_model``, ``unigram_minus_model``):
 
-``beats-bigram``'s null arm (issue 44 item 4) is the ``ctx1`` arm (point ``ctx1-<id>``, same group, nothing more
-trained): the trained GPT scored with a context of one token, each held-out target predicted from the previous
-token alone (the prediction the model makes at a window's first position, which training covers in every
-window). It is a bigram predictor, so it beats the tuned add-alpha bigram only by estimating the same bigram
-statistics better (smoothing of rare pairs, a sparse BPE bigram table, held-out text leaking into training), not
-by the longer context the claim credits; it could meet the rule where those account for the gap. The untrained
-model cannot meet it by construction (it predicts near-uniformly), which is why it was replaced for this claim.
+- ``real`` (point ``<id>``): the trained GPT.
+- ``ctx1`` (point ``ctx1-<id>``): the null arm of ``beats-bigram`` (issue 44 item 4): the trained GPT scored with a
+  context of one token, each held-out target predicted from the previous token alone (the prediction the model
+  makes at a window's first position, which training covers in every window). It is a bigram predictor, so it beats
+  the tuned add-alpha bigram only by estimating the same bigram statistics better (smoothing of rare pairs, a sparse
+  BPE bigram table, held-out text leaking into training), not by the longer context the claim credits; it could meet
+  the rule where those account for the gap. It replaced the untrained model, which predicts near-uniformly (about
+  log(vocab) nats/char) and so could not meet the rule by construction.
+- ``null`` (point ``null-<id>``): the same model before training (its random init), scored on the same validation
+  windows: the null arm of both items as first registered (issue 29), now reported beside ``beats-unigram``, which
+  is a check (issue 44 item 4): any trained character model beats the unigram, so it says that training worked and
+  decides no claim.
+
+The claims engine judges both items (no hand-written verdicts).
 
 Sources: Karpathy 2015, "The Unreasonable Effectiveness of Recurrent Neural Networks" (char-rnn
 on Shakespeare) and nanoGPT's ``shakespeare_char`` configuration; n-gram baselines in the sense of
