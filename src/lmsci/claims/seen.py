@@ -88,5 +88,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "alignment-attack/thm2-slope": {"quick": (0, 1)},
     "cfg-learning/gen-accuracy": {"quick": (0, 1)},
     "length-generalization/entropy-grows": {"quick": (0, 1)},
+    "shakespeare-lm/beats-bigram": {"quick": (0, 1)},
+    "shakespeare-lm/beats-unigram": {"quick": (0, 1)},
 }
 

@@ -54,7 +54,8 @@ def _table(gap_small=0.01, gap_big=0.03, null=0.0, T=256, seeds=(0, 1, 2)):
             for arch, c in (("gpt", gpt), ("lstm", gpt + gap * x), ("gpt-null", gpt + null * x)):
                 c = c + rng.normal(0, 0.002, T)
                 rows.append({"status": "ok", "seed_index": k, "size": size, "arch": arch,
-                             "pos_nll": json.dumps(c.tolist())})
+                             "arm": "null" if arch == "gpt-null" else "real", "largest": size == 1,
+                             "smallest": size == 0, "pos_nll": json.dumps(c.tolist())})
     return pd.DataFrame(rows)
 
 

@@ -120,22 +120,24 @@ _EPOCH_CI = {"E": (1.769, 1.871), "A": (285.0, 744.0), "B": (1042.0, 5810.0), "a
              "beta": (0.331, 0.415)}
 
 
-def _refit_row(params, ci, chi2, p, **over):
+def _refit_row(params, ci, chi2, p, null_chi2_hoffmann=4.0, null_chi2_p_hoffmann=0.55, null_converged=True, **over):
+    """The real arm's row and the null arm's (Hoffmann's constants true by construction: by default not rejected)."""
     row = {"input": "input/x.csv", "n_runs": 245, "n_fit": 240, "objective": 1e-3, "rmse_log": 0.01,
            "fit_seconds": 90.0, "grid": "full", "n_starts_run": 4500, "n_starts_converged": 4500, "screened": False,
            "converged": True, "fit_message": "CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH",
            "optimizer_success": True, "stationarity": 1e-15, "n_starts_at_best": 800, "n_grid_starts": 4500,
-           # the null arm: Hoffmann's constants true by construction, not rejected
-           "null_chi2_hoffmann": 4.0, "null_chi2_p_hoffmann": 0.55, "null_converged": True, "null_n_boot_ok": 1000,
-           "null_n_boot_failed": 0,
            "n_boot": 1000, "n_boot_ok": 1000, "n_boot_failed": 0, "boot_seconds": 1.0,
            "chi2_hoffmann": chi2, "chi2_p_hoffmann": p, "chi2_hoffmann_unrounded": chi2,
-           "chi2_p_hoffmann_unrounded": p, "chi2_df": 5, "seed_index": 0, "status": "ok", "seconds": 95.0}
+           "chi2_p_hoffmann_unrounded": p, "chi2_df": 5, "seed_index": 0, "status": "ok", "seconds": 95.0,
+           "arm": "real", "point": "refit"}
     for k in ("E", "A", "B", "alpha", "beta"):
         row[k], (row[f"{k}_lo"], row[f"{k}_hi"]) = params[k], ci[k]
         row[f"{k}_se"] = (ci[k][1] - ci[k][0]) / 3.92
     row.update(over)
-    return pd.DataFrame([row])
+    null = {"chi2_hoffmann": null_chi2_hoffmann, "chi2_p_hoffmann": null_chi2_p_hoffmann, "chi2_df": 5,
+            "converged": null_converged, "n_boot": 1000, "n_boot_ok": 1000, "n_boot_failed": 0, "n_fit": 240,
+            "seed_index": 0, "status": "ok", "arm": "null", "point": "null-refit", **params}
+    return pd.DataFrame([row, null])
 
 
 @pytest.fixture

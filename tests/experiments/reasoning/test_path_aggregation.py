@@ -93,13 +93,15 @@ def test_pra_recovers_the_rule_on_the_world():
 def table(kl_real=0.3, kl_shuf=0.0, acc=(0.2, 0.5, 0.45, 0.3), acc_shuf=(0.2, 0.2, 0.21, 0.2), learned=0.9, n=3):
     rows = []
     lens = [1, 3, 6, 12]
+    kl_len = PathAggregationConfig().kl_walk_len  # the length weighted-closer reads (marked in each row)
     for k in range(n):
         e = 0.01 * k
         for arm, kd, ac in (("real", kl_real, acc), ("shuffled", kl_shuf, acc_shuf)):
             for L, a in zip(lens, ac):
                 rows.append({"point": f"{arm}_L{L}" + (f"__s{k}" if k else ""), "arm": arm, "walk_len": L,
                              "seed_index": k, "status": "ok", "acc_test": a + e, "kl_diff": kd + e * (1 if k % 2 else -1),
-                             "kl_diff_T": 0.1, "kl_weighted": 1.0, "kl_unweighted": 1.0 + kd, "acc_train_queries": learned})
+                             "kl_diff_T": 0.1, "kl_weighted": 1.0, "kl_unweighted": 1.0 + kd, "acc_train_queries": learned,
+                             "at_kl_walk_len": L == kl_len})
     return pd.DataFrame(rows)
 
 

@@ -16,8 +16,8 @@ def _rows(pre=0.6, retry=0.8, lora=0.6, ft=0.6, acc_id=0.9, jitter=(0.0, 0.01, -
     rows = []
     for k, j in enumerate(jitter):
         for arm, acc in [(PRE, pre), (PRE_RETRY, retry), (FT_NULL, ft)] + [(a, lora) for a in ARMS]:
-            rows.append({"status": "ok", "seed_index": k, "arm": arm, "acc_hard": acc + j,
-                         "acc_greedy_id": acc_id})
+            rows.append({"status": "ok", "seed_index": k, "model": arm, "arm": "null" if arm == FT_NULL else "real",
+                         "acc_hard": acc + j, "acc_greedy_id": acc_id})
     return pd.DataFrame(rows)
 
 
@@ -35,7 +35,7 @@ def test_verdicts_pass_fail_gate_and_null():
     assert _outcomes(cfg, _rows(retry=0.6))["retry-pretrain-helps"].outcome == N
     # one arm alone gaining fails the "every arm" rule
     rows = _rows()
-    rows.loc[rows["arm"] == "lora_qv8e16_masked", "acc_hard"] += 0.2
+    rows.loc[rows["model"] == "lora_qv8e16_masked", "acc_hard"] += 0.2
     assert _outcomes(cfg, rows)["lora-retry-no-gain"].outcome == N
     # gate: the error-free model did not learn
     assert {v.outcome for v in _outcomes(cfg, _rows(acc_id=0.1)).values()} == {I}
@@ -72,9 +72,10 @@ def test_smoke_end_to_end(tmp_path):
 
     run = run_experiment(RetryFinetune(), resolve_config(RetryFinetuneConfig, "smoke", {"threads": 1}),
                          tmp_path / "run", progress=False, log=lambda *a, **k: None)
-    res = pd.read_csv(run.path / "results.csv")
-    assert (res["status"] == "ok").all() and set(res["arm"]) >= {PRE, PRE_RETRY, FT_NULL}
-    assert (res.loc[res["arm"].str.startswith("lora"), "trainable_params"] > 0).all()
+    res = run.results()  # (pd.read_csv would read the arm name "null" as a missing value)
+    assert (res["status"] == "ok").all() and set(res["model"]) >= {PRE, PRE_RETRY, FT_NULL}
+    assert set(res.loc[res["model"] == FT_NULL, "arm"]) == {"null"} and set(res["arm"]) == {"real", "null"}
+    assert (res.loc[res["model"].str.startswith("lora"), "trainable_params"] > 0).all()
     vs = {v.claim_id: v for v in run.verdicts()}
     assert set(vs) == {c.id for c in RetryFinetune.claims}
     assert all(v.outcome == I for v in vs.values())

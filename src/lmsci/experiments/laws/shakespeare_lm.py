@@ -8,9 +8,23 @@ bigram models fitted on the same training split and scored on the same validatio
 difference (bigram NLL - model NLL, converted to nats/char) per training seed, with a Student-t
 95% CI across seeds (``n_seeds``; quick: 3); a bootstrap CI over validation windows is reported as within-run.
 
-Null arm (issue 29) of both claims: the same model before training (its random init, same seed and
-architecture), scored on the same validation windows; the rule is applied to its differences, which must
-not meet it (an untrained model predicts near-uniformly: about log(vocab) nats/char).
+Arms of the sweep, all from one initialisation and one training per seed (``groups``: the arms of a seed form one
+group), each row holding the same columns (``val_nll``, ``bigram_minus_model``, ``unigram_minus_model``):
+
+- ``real`` (point ``<id>``): the trained GPT.
+- ``ctx1`` (point ``ctx1-<id>``): the null arm of ``beats-bigram`` (issue 44 item 4): the trained GPT scored with a
+  context of one token, each held-out target predicted from the previous token alone (the prediction the model
+  makes at a window's first position, which training covers in every window). It is a bigram predictor, so it beats
+  the tuned add-alpha bigram only by estimating the same bigram statistics better (smoothing of rare pairs, a sparse
+  BPE bigram table, held-out text leaking into training), not by the longer context the claim credits; it could meet
+  the rule where those account for the gap. It replaced the untrained model, which predicts near-uniformly (about
+  log(vocab) nats/char) and so could not meet the rule by construction.
+- ``null`` (point ``null-<id>``): the same model before training (its random init), scored on the same validation
+  windows: the null arm of both items as first registered (issue 29), now reported beside ``beats-unigram``, which
+  is a check (issue 44 item 4): any trained character model beats the unigram, so it says that training worked and
+  decides no claim.
+
+The claims engine judges both items (no hand-written verdicts).
 
 Sources: Karpathy 2015, "The Unreasonable Effectiveness of Recurrent Neural Networks" (char-rnn
 on Shakespeare) and nanoGPT's ``shakespeare_char`` configuration; n-gram baselines in the sense of
@@ -32,14 +46,14 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from lmsci.claims import Claim
-from lmsci.stats import across_seeds, bootstrap_ci
+from lmsci.claims import Claim, Stat, ci_above
+from lmsci.stats import bootstrap_ci
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
-from lmsci.runs import RunDir, Verdict
+from lmsci.runs import RunDir
 from lmsci.train.trainer import TrainSpec
 
 SAMPLES_FILE = "samples.txt"
@@ -110,6 +124,9 @@ class ShakespeareLM(Experiment):
     source = ("Karpathy 2015, 'The Unreasonable Effectiveness of RNNs' (char-rnn on Shakespeare); "
               "nanoGPT shakespeare_char; Shannon 1951 (n-gram baselines)")
     Config = ShakespeareLMConfig
+    _CTX1 = ("the same trained GPT scored with a context of one token on the same validation windows (each target "
+             "predicted from the previous token alone, as at a window's first position): a bigram predictor, so it "
+             "can beat the tuned bigram only by better bigram estimates, not by the longer context the claim credits")
     _NULL = ("the same GPT at its random initialisation (same seed and architecture, untrained), scored on the "
              "same validation windows: it has learned nothing, so it cannot beat an n-gram model")
     claims = [
@@ -121,10 +138,18 @@ class ShakespeareLM(Experiment):
                    "shakespeare_char (val loss ~1.47 nats/char); Shannon 1951 (n-gram baselines)",
             paper_value="nanoGPT baby GPT: val 1.47 nats/char vs a character bigram at about 2.5 (about 1 nat/char "
                         "better)",
-            statistic="bigram NLL - model NLL on the same held-out targets, in nats/char (nats/token / chars per "
-                      "token; a char token is a char), one value per training seed",
-            rule="mean across seeds >= 0.5 nats/char and lower end of the 95% CI across seeds (Student t) > 0.5",
-            null=_NULL,
+            # the old rule "mean >= 0.5 and the CI's lower end > 0.5": the lower end above 0.5 implies the mean above it
+            statistic=Stat("bigram_minus_model", over=Stat("val_chars_per_token", words="chars per token"),
+                           words="bigram NLL - model NLL on the same held-out targets, in nats/char (nats/token / "
+                                 "chars per token; a char token is a char)"),
+            rule=ci_above(0.5),
+            null=_CTX1,
+            arms=("real", "ctx1"),
+            null_can_meet="the GPT at a context of one token is a bigram model learnt by gradient descent; the tuned "
+                          "baseline is only the best add-alpha bigram, so the null meets the rule wherever better "
+                          "bigram estimates (smoothing of rare pairs, a sparse BPE bigram table, held-out works "
+                          "leaking into training) rather than longer context make up the 0.5 nats/char (the untrained "
+                          "model it replaces could not meet the rule by construction: issue 44 item 4)",
         ),
         Claim(
             id="beats-unigram",
@@ -132,9 +157,12 @@ class ShakespeareLM(Experiment):
                       "tuned unigram model fitted on the same training split.",
             source="Shannon 1951, 'Prediction and Entropy of Printed English' (n-gram baselines); Karpathy 2015",
             paper_value="not stated as a number (any trained char model beats the unigram by > 1 nat/char)",
-            statistic="unigram NLL - model NLL on the held-out works, in nats/char, one value per training seed",
-            rule="lower end of the 95% CI across seeds (Student t) > 0",
-            null=_NULL,
+            statistic=Stat("unigram_minus_model", over=Stat("val_chars_per_token", words="chars per token"),
+                           words="unigram NLL - model NLL on the held-out works, in nats/char"),
+            rule=ci_above(0.0),
+            # issue 44 item 4: any trained character model beats the unigram (the paper's own words), so this is a
+            # check that training worked, not a claim; the untrained model's row is still reported beside it
+            kind="check",
         ),
     ]
     time_estimate = {"smoke": "5 s",
@@ -152,10 +180,25 @@ class ShakespeareLM(Experiment):
             raise ConfigError("train.warmup_steps", cfg.train.warmup_steps, f"at most train.steps={cfg.train.steps}")
 
     def points(self, cfg: ShakespeareLMConfig) -> list[Point]:
-        return [Point(f"{cfg.tokenizer}_L{cfg.model.n_layers}_d{cfg.model.d_model}_{cfg.model.pos}", {})]
+        pid = f"{cfg.tokenizer}_L{cfg.model.n_layers}_d{cfg.model.d_model}_{cfg.model.pos}"
+        # the null arms share the trained model's seed (point_seed strips the arm prefix): the same initialisation
+        return [Point(pid, {}, arm="real"), Point(f"null-{pid}", {}, arm="null"), Point(f"ctx1-{pid}", {}, arm="ctx1")]
+
+    def groups(self, cfg: ShakespeareLMConfig, points: list[Point]) -> list[list[Point]]:
+        """The arms of one training seed form one group (one initialisation, one training), the real arm first."""
+        by: dict[str, list[Point]] = {}
+        for p in points:
+            key = p.id[len(p.arm) + 1:] if p.arm and p.id.startswith(f"{p.arm}-") else p.id
+            by.setdefault(key, []).append(p)
+        return [sorted(g, key=lambda p: p.arm != "real") for g in by.values()]
 
     # ---------------------------------------------------------------------------------------
     def run_point(self, cfg: ShakespeareLMConfig, point: Point, ctx: PointContext) -> dict:
+        return self.run_group(cfg, [point], [ctx])[0]
+
+    def run_group(self, cfg: ShakespeareLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """The arms of one seed: the model at initialisation (``null``), trained (``real``) and trained but scored at a
+        context of one token (``ctx1``), one row each."""
         from lmsci.models.gpt import GPT
         from lmsci.train.trainer import evaluate_nll, train
         from lmsci.worlds import shakespeare as sh
@@ -164,6 +207,8 @@ class ShakespeareLM(Experiment):
                             texts_dir=cfg.texts_dir, cache_dir=cfg.cache_dir)
         tok = corpus.tokenizer
         gcfg = cfg.model.gpt_config(tok.vocab_size, cfg.seq_len)
+        arms = {p.arm or "real": (p, c) for p, c in zip(points, ctxs)}
+        point, ctx = arms.get("real", (points[0], ctxs[0]))
         model = GPT(gcfg, seed=ctx.seed).to(ctx.device)
         tcfg = cfg.train.train_config(eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
                                       log_every=max(1, min(10, cfg.train.steps // 50)),
@@ -178,6 +223,22 @@ class ShakespeareLM(Experiment):
         # the null arm: the same model before training, on the final validation windows
         val_final = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.final_eval_tokens)
         null_win = window_nll(model, val_final)
+        base = sh.ngram_baselines(corpus.train_ids, corpus.val_ids, tok.vocab_size)
+        table = sh.bigram_logprobs(corpus.train_ids, tok.vocab_size, base["bigram_alpha"])
+        bigram_win = np.concatenate([-table[x.numpy(), y.numpy()].mean(1) for x, y in val_final])
+        cpt = corpus.val_chars_per_token
+        common = {"tokenizer": cfg.tokenizer, "vocab_size": tok.vocab_size, "val_chars_per_token": cpt,
+                  "unigram_nll": base["unigram_nll"], "bigram_nll": base["bigram_nll"],
+                  "bigram_window_nll": float(bigram_win.mean()), "unigram_alpha": base["unigram_alpha"],
+                  "bigram_alpha": base["bigram_alpha"], "n_val_windows": len(bigram_win),
+                  "n_train_tokens": len(corpus.train_ids), "n_val_tokens": len(corpus.val_ids),
+                  "val_works": ";".join(corpus.val_works)}
+        null_nll = float(null_win.mean())
+        null_row = {**common, "n_params": model.num_params(), "val_nll": null_nll,
+                    "bigram_minus_model": float((bigram_win - null_win).mean()),
+                    "unigram_minus_model": base["unigram_nll"] - null_nll}
+        if set(arms) <= {"null"}:
+            return [null_row for _ in points]
 
         bar = ctx.progress(cfg.train.steps, "train")
         result = train(model, get_batch, tcfg, seed=ctx.seed, eval_fn=eval_fn, log=lambda r: ctx.log(**r),
@@ -189,9 +250,6 @@ class ShakespeareLM(Experiment):
         model_win = window_nll(model, val_final)  # [n_windows] mean NLL per window
         val_nll = float(model_win.mean())
         train_nll = evaluate_nll(model, train_final)
-        base = sh.ngram_baselines(corpus.train_ids, corpus.val_ids, tok.vocab_size)
-        table = sh.bigram_logprobs(corpus.train_ids, tok.vocab_size, base["bigram_alpha"])
-        bigram_win = np.concatenate([-table[x.numpy(), y.numpy()].mean(1) for x, y in val_final])
         diff = bigram_win - model_win
         lo, hi = bootstrap_ci(diff, n_boot=2000, seed=ctx.seed)
 
@@ -209,77 +267,34 @@ class ShakespeareLM(Experiment):
         tok.save(ctx.artifact_dir / MODEL_DIR)
 
         train_recs = [r for r in result.history if "grad_norm" in r]
-        cpt = corpus.val_chars_per_token
-        return {
-            "tokenizer": cfg.tokenizer, "vocab_size": tok.vocab_size,
+        real_row = {
+            **common,
             "n_params": model.num_params(), "n_params_non_embedding": model.num_params(non_embedding=True),
             "steps": result.steps, "tokens_seen": result.tokens_seen,
             "tokens_per_s": float(np.median([r["tokens_per_s"] for r in train_recs])) if train_recs else float("nan"),
             "mfu": mfu(float(np.median([r["tokens_per_s"] for r in train_recs])) if train_recs else float("nan"),
                        model.flops_per_token(cfg.seq_len)),
             "train_nll": train_nll, "val_nll": val_nll, "val_ppl": math.exp(val_nll),
-            "val_bits_per_char": val_nll / cpt / math.log(2), "val_chars_per_token": cpt,
-            "unigram_nll": base["unigram_nll"], "bigram_nll": base["bigram_nll"],
-            "bigram_window_nll": float(bigram_win.mean()),
-            "unigram_alpha": base["unigram_alpha"], "bigram_alpha": base["bigram_alpha"],
+            "val_bits_per_char": val_nll / cpt / math.log(2),
             "bigram_minus_model": float(diff.mean()), "diff_ci_low": float(lo), "diff_ci_high": float(hi),
-            "null_val_nll": float(null_win.mean()), "null_bigram_minus_model": float((bigram_win - null_win).mean()),
-            "n_val_windows": len(diff), "n_train_tokens": len(corpus.train_ids), "n_val_tokens": len(corpus.val_ids),
-            "val_works": ";".join(corpus.val_works),
+            "unigram_minus_model": base["unigram_nll"] - val_nll,
         }
-
-    # ---------------------------------------------------------------------------------------
-    def verdicts(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        res = results.sort_values("seed_index") if "seed_index" in results else results
-        cpt = res["val_chars_per_token"].astype(float)
-        to_char = 1.0 / cpt  # nats/token -> nats/char
-        d_bigram = (res["bigram_minus_model"].astype(float) * to_char).tolist()
-        d_unigram = ((res["unigram_nll"].astype(float) - res["val_nll"].astype(float)) * to_char).tolist()
-        r0 = res.iloc[0]
-        within = [{"seed_index": int(r.get("seed_index", 0)),
-                   "bigram_minus_model_nats_per_char": float(r["bigram_minus_model"]) / float(r["val_chars_per_token"]),
-                   "within_run_bootstrap_95ci_over_windows_nats_per_char":
-                       [float(r["diff_ci_low"]) / float(r["val_chars_per_token"]),
-                        float(r["diff_ci_high"]) / float(r["val_chars_per_token"])]}
-                  for _, r in res.iterrows()]
-        common = {"val_nll_nats_per_token": [float(v) for v in res["val_nll"]],
-                  "bigram_nll_nats_per_token": [float(v) for v in res["bigram_nll"]],
-                  "unigram_nll_nats_per_token": [float(v) for v in res["unigram_nll"]],
-                  "val_bits_per_char": [float(v) for v in res["val_bits_per_char"]],
-                  "chars_per_token": float(cpt.iloc[0]), "n_val_windows": int(r0["n_val_windows"])}
-        note = (f"Validation works: {str(r0['val_works']).replace(';', ', ')}. Baselines use add-alpha smoothing "
-                f"with alpha chosen on the validation set (unigram {r0['unigram_alpha']}, bigram {r0['bigram_alpha']}), "
-                "which favours them.")
-        # the null arm (the untrained model): the same differences and rules
-        has_null = "null_val_nll" in res and res["null_val_nll"].notna().all()
-        if has_null:
-            n_bigram = (res["null_bigram_minus_model"].astype(float) * to_char).tolist()
-            n_unigram = ((res["unigram_nll"].astype(float) - res["null_val_nll"].astype(float)) * to_char).tolist()
-            nb, nu = across_seeds(n_bigram), across_seeds(n_unigram)
-            null_b = (nb.mean, bool(nb.mean >= 0.5 and nb.lo > 0.5))
-            null_u = (nu.mean, bool(nu.lo > 0))
-            nd_b = {"null_per_seed_nats_per_char": n_bigram, "null_ci": list(nb.ci or ())}
-            nd_u = {"null_per_seed_nats_per_char": n_unigram, "null_ci": list(nu.ci or ())}
-        else:
-            null_b = null_u = None
-            nd_b = nd_u = {}
-        out = []
-        s = across_seeds(d_bigram)
-        out.append(self.judge(cfg, "beats-bigram", value=s.mean, passed=bool(s.mean >= 0.5 and s.lo > 0.5),
-                              ci=s.ci, ci_kind=s.kind, n_seeds=s.n, null=null_b,
-                              details=common | {"per_seed_within_run": within} | nd_b, note=note))
-        u = across_seeds(d_unigram)
-        out.append(self.judge(cfg, "beats-unigram", value=u.mean, passed=bool(u.lo > 0), ci=u.ci, ci_kind=u.kind,
-                              n_seeds=u.n, null=null_u, details={"per_seed_nats_per_char": d_unigram} | nd_u))
-        return out
+        ctx1_win = window_nll(model, val_final, context=1)  # [n_windows]: the previous token alone
+        ctx1_nll = float(ctx1_win.mean())
+        ctx1_row = {**common, "n_params": model.num_params(), "val_nll": ctx1_nll,
+                    "bigram_minus_model": float((bigram_win - ctx1_win).mean()),
+                    "unigram_minus_model": base["unigram_nll"] - ctx1_nll}
+        rows = {"real": real_row, "null": null_row, "ctx1": ctx1_row}
+        return [rows[p.arm or "real"] for p in points]
 
     def figures(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
         m = run.metrics()
-        if m.empty:
+        real = _real(results)
+        if m.empty or real.empty:
             return []
-        r = results.iloc[0]  # the first finished seed
+        r = real.iloc[0]  # the first finished seed
         if "point" in m and "point" in r:
             m = m[m["point"] == r["point"]]
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -306,7 +321,13 @@ class ShakespeareLM(Experiment):
                             "Training and validation loss (nats/token) with n-gram baselines", dpi=120)]
 
     def report_sections(self, cfg: ShakespeareLMConfig, results: pd.DataFrame, run: RunDir) -> str:
-        r = results.iloc[0]  # the first finished seed (every seed's row is in the results table)
+        real, null, ctx1 = _real(results), _real(results, "null"), _real(results, "ctx1")
+        if real.empty:
+            return ""
+        r = real.iloc[0]  # the first finished seed (every seed's row is in the results table)
+        within = "; ".join(f"seed {int(x.get('seed_index', 0))}: {x['bigram_minus_model'] / x['val_chars_per_token']:.4f} "
+                           f"[{x['diff_ci_low'] / x['val_chars_per_token']:.4f}, "
+                           f"{x['diff_ci_high'] / x['val_chars_per_token']:.4f}]" for _, x in real.iterrows())
         lines = [
             "## Measurements\n",
             "| quantity | value |", "|---|---|",
@@ -316,8 +337,10 @@ class ShakespeareLM(Experiment):
             f"| train NLL (nats/token) | {r['train_nll']:.4f} |",
             f"| unigram baseline NLL | {r['unigram_nll']:.4f} |",
             f"| bigram baseline NLL | {r['bigram_nll']:.4f} |",
-            *([f"| null arm: the untrained model's validation NLL | {r['null_val_nll']:.4f} |"]
-              if "null_val_nll" in r and pd.notna(r["null_val_nll"]) else []),
+            *([f"| null arm: the untrained model's validation NLL | {null['val_nll'].iloc[0]:.4f} |"]
+              if len(null) and pd.notna(null["val_nll"].iloc[0]) else []),
+            *([f"| null arm of beats-bigram: the trained model at a context of one token, validation NLL | "
+               f"{ctx1['val_nll'].iloc[0]:.4f} |"] if len(ctx1) and pd.notna(ctx1["val_nll"].iloc[0]) else []),
             f"| parameters (non-embedding) | {int(r['n_params']):,} ({int(r['n_params_non_embedding']):,}) |",
             f"| tokens seen | {int(r['tokens_seen']):,} (train split: {int(r['n_train_tokens']):,}) |",
             f"| training speed (median tokens/s) | {r['tokens_per_s']:,.0f}"
@@ -325,7 +348,11 @@ class ShakespeareLM(Experiment):
             "",
             f"Validation works (held out): {str(r['val_works']).replace(';', ', ')}. Final NLL over "
             f"{int(r['n_val_windows'])} evenly spaced windows of {cfg.seq_len} tokens; bits per character = "
-            f"NLL / ({r['val_chars_per_token']:.3f} chars/token) / ln 2.\n",
+            f"NLL / ({r['val_chars_per_token']:.3f} chars/token) / ln 2. Baselines use add-alpha smoothing with "
+            f"alpha chosen on the validation set (unigram {r['unigram_alpha']}, bigram {r['bigram_alpha']}), which "
+            "favours them.\n",
+            f"Bigram minus model NLL per seed (nats/char) with its within-run bootstrap 95% CI over validation "
+            f"windows: {within}.\n",
         ]
         p = run.path / "points" / str(r["point"]) / SAMPLES_FILE
         if p.exists() and p.read_text():
@@ -333,6 +360,13 @@ class ShakespeareLM(Experiment):
             for s in p.read_text().split("\n\n=====\n\n"):
                 lines.append("```text\n" + s.strip("\n") + "\n```\n")
         return "\n".join(lines)
+
+
+def _real(results: pd.DataFrame, arm: str = "real") -> pd.DataFrame:
+    """The finished rows of ``arm`` (a table without arms is all real), by seed."""
+    ok = results[results["status"].fillna("ok") == "ok"] if "status" in results else results
+    ok = ok[ok["arm"] == arm] if "arm" in ok else (ok if arm == "real" else ok.iloc[0:0])
+    return ok.sort_values("seed_index") if "seed_index" in ok else ok
 
 
 PEAK_FLOPS = 170e9  # fp32 matmul peak of the 2-core reference machine (docs/architecture.md)
@@ -344,14 +378,25 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: float = PEAK_FLOPS) -
 
 
 @torch.no_grad()
-def window_nll(model, batches) -> np.ndarray:
-    """Mean NLL (nats/token) of each window: ``[n_windows]`` for ``batches`` of ``(x, y) [b, seq]``."""
+def window_nll(model, batches, context: int | None = None) -> np.ndarray:
+    """Mean NLL (nats/token) of each window: ``[n_windows]`` for ``batches`` of ``(x, y) [b, seq]``.
+
+    ``context=1`` predicts each target from the token before it alone (every position scored as a window's first
+    position: ``x`` reshaped to ``[b * seq, 1]``); None: the whole window as context.
+
+    Raises:
+        ValueError: ``context`` other than None or 1.
+    """
+    if context not in (None, 1):
+        raise ValueError(f"window_nll: context = {context!r}, expected None or 1")
     was = model.training
     model.eval()
     dev = next(model.parameters()).device
     out = []
     for x, y in batches:
-        logits = model(x.to(dev)).float()
+        b, t = x.shape
+        inp = x.reshape(b * t, 1) if context == 1 else x
+        logits = model(inp.to(dev)).float().reshape(b, t, -1)  # [b, seq, vocab]
         nll = F.cross_entropy(logits.transpose(1, 2), y.to(dev), reduction="none")  # [b, seq]
         out.append(nll.mean(1).cpu().numpy())
     model.train(was)

@@ -20,7 +20,9 @@ The claim is registered for the ``gpu`` and ``paper`` presets only: the quick mo
 sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 Null arm, measured in the same run: the same "drop" between the original problems and a second set of n_eval fresh
 test-hash problems drawn from the same distribution, with no no-op inserted (the two sets are exchangeable, so a
-drop there is problem-sampling noise: the rule must fail).
+drop there is problem-sampling noise: the rule must fail). It is an arm of the sweep (point ``null-gpt``, arm
+``null``) computed from the same trained model (``groups``: the arms of a seed form one group, one training), its
+row holding the same ``drop`` column; the claim is judged by the claims engine.
 """
 
 from __future__ import annotations
@@ -32,9 +34,8 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
-from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.claims import Claim, Gate, Stat, mean_at_least
+from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            check_all, ok_rows, solve, summarize, test_set, time_gpu)
 from lmsci.experiments.registry import register
@@ -85,13 +86,13 @@ class IGSMNoOp(IGSMExperiment):
               "Mirzadeh et al., arXiv 2410.05229, sec. 4.4 and Fig. 8 (GSM-NoOp)",
               "drops of up to 65% for state-of-the-art LLMs on GSM8K-style problems (not measured on iGSM models; "
               "an iGSM model, trained with unnecessary parameters in every problem, may resist)",
-              "per training seed, greedy full-solution accuracy on n_eval fresh test-hash problems (op from the training "
-              "distribution) minus accuracy on the same problems with n_noop no-op sentences inserted; mean over "
-              "seeds with a 95% Student-t CI",
-              f"mean over at least 3 seeds >= {DROP_MIN} (decided at the gpu and paper presets only: the quick model "
-              "stays near 0% accuracy)",
-              gates=(Gate("learned", f"mean over seeds of the accuracy on the original problems >= {LEARNED_GATE} "
-                                     "(a drop of 10 points must be possible)"),),
+              statistic=Stat("drop", words="greedy full-solution accuracy on n_eval fresh test-hash problems (op from "
+                             "the training distribution) minus accuracy on the same problems with n_noop no-op "
+                             "sentences inserted"),
+              rule=mean_at_least(DROP_MIN),
+              gates=(Gate("learned", mean_at_least(LEARNED_GATE), arm="real",
+                          stat=Stat("orig_acc", words="the accuracy on the original problems (a drop of 10 points "
+                                                      "must be possible)")),),
               presets=("gpu", "paper"),
               null="the same drop, per seed, between the original problems and a second set of n_eval fresh "
                    "test-hash problems from the same distribution with no no-op inserted (exchangeable sets: no "
@@ -99,7 +100,34 @@ class IGSMNoOp(IGSMExperiment):
     ]
 
     def points(self, cfg: IGSMNoOpConfig) -> list[Point]:
-        return [Point("gpt", {"world": cfg.world})]
+        # the null arm shares the model's seed (point_seed strips the arm prefix) and its trained model
+        return [Point("gpt", {"world": cfg.world}, arm="real"), Point("null-gpt", {"world": cfg.world}, arm="null")]
+
+    def trained_points(self, cfg: IGSMNoOpConfig) -> list[Point]:
+        """The points that train a model (the null arm reuses the trained one): what the GPU estimate counts."""
+        return [p for p in self.points(cfg) if p.arm == "real"]
+
+    def groups(self, cfg: IGSMNoOpConfig, points: list[Point]) -> list[list[Point]]:
+        """Every seed and arm of the point in one group: the seeds train stacked (as before), the null arm reads the
+        same trained models."""
+        return [points]
+
+    def run_group(self, cfg: IGSMNoOpConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        real = [(p, c) for p, c in zip(points, ctxs) if p.arm != "null"]
+        rows = super().run_group(cfg, [p for p, _ in real], [c for _, c in real]) if real else []
+        by_seed = {p.seed_index: r for (p, _), r in zip(real, rows)}
+        nulls = {k: {c[len("_null_"):]: r.pop(c) for c in [c for c in r if c.startswith("_null_")]}
+                 for k, r in by_seed.items()}
+        out = []
+        for p in points:
+            r = by_seed.get(p.seed_index, {})
+            if p.arm != "null":
+                out.append(r)
+            elif r.get("status", "ok") != "ok" or not nulls.get(p.seed_index):  # diverged, or the seed not trained
+                out.append({**p.params, "status": r.get("status", "diverged")})
+            else:
+                out.append({**p.params, **nulls[p.seed_index]})
+        return out
 
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         probs = test_set(cfg, world, None, cfg.n_eval, "noop")
@@ -118,10 +146,12 @@ class IGSMNoOp(IGSMExperiment):
         row["drop"] = row["orig_acc"] - row["noop_acc"]
         row["flipped_to_wrong"] = sum(a.correct and not b.correct for a, b in zip(orig, noop)) / max(len(probs), 1)
         row["flipped_to_right"] = sum(b.correct and not a.correct for a, b in zip(orig, noop)) / max(len(probs), 1)
-        # null arm: a second fresh problem set of the same distribution, no no-op inserted
+        # the null arm's row (run_group moves these keys to it): a second fresh problem set of the same distribution,
+        # no no-op inserted, decoded by the same model
         other = [p for p in test_set(cfg, world, None, cfg.n_eval, "noop-null") if fits([p.prompt()])[0]]
-        row["null_other_acc"] = summarize(check_all(other, solve(model, tok, [p.prompt() for p in other], **kw)))["acc"]
-        row["null_drop"] = row["orig_acc"] - row["null_other_acc"]
+        other_acc = summarize(check_all(other, solve(model, tok, [p.prompt() for p in other], **kw)))["acc"]
+        row.update({"_null_orig_acc": row["orig_acc"], "_null_other_acc": other_acc, "_null_n_problems": len(other),
+                    "_null_drop": row["orig_acc"] - other_acc})
         accs = []
         rr = random.Random(derive_seed(cfg.seed, "symbolic"))
         for r in range(cfg.n_instances):
@@ -133,34 +163,10 @@ class IGSMNoOp(IGSMExperiment):
             row["symbolic_range"] = float(max(accs) - min(accs))
         return row
 
-    def verdicts(self, cfg: IGSMNoOpConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = ok_rows(results)
-        if ok.empty or "drop" not in ok:
-            return [self.judge(cfg, "noop-drop", value=None, passed=None, why_not_computed="no finished model")]
-        base = across_seeds(ok["orig_acc"])
-        gate = {"learned": (base.mean, base.mean >= LEARNED_GATE)}
-        s = across_seeds(ok["drop"])
-        details = {"orig_acc": round(base.mean, 4), "noop_acc": round(float(ok["noop_acc"].mean()), 4),
-                   "flipped_to_wrong": round(float(ok["flipped_to_wrong"].mean()), 4),
-                   "flipped_to_right": round(float(ok["flipped_to_right"].mean()), 4)}
-        if "symbolic_std" in ok:
-            details["symbolic_std_across_instantiations"] = round(float(ok["symbolic_std"].mean()), 4)
-            details["symbolic_range_across_instantiations"] = round(float(ok["symbolic_range"].mean()), 4)
-        passed = bool(s.mean >= DROP_MIN)
-        null = None
-        if "null_drop" in ok and ok["null_drop"].notna().any():
-            sn = across_seeds(ok["null_drop"])
-            null = (sn.mean, bool(sn.mean >= DROP_MIN))
-            details["null_drop_second_problem_set"] = round(sn.mean, 4)
-        note = ("the iGSM model resists the no-op sentences (its training problems already contain unnecessary "
-                "parameters)" if gate["learned"][1] and not passed else "")
-        return [self.judge(cfg, "noop-drop", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                           gates=gate, details=details, note=note, null=null)]
-
     def figures(self, cfg: IGSMNoOpConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
-        ok = ok_rows(results)
+        ok = _real(results)
         if ok.empty or "drop" not in ok:
             return []
         sym = [c for c in ok.columns if c.startswith("symbolic_acc_")]
@@ -173,14 +179,26 @@ class IGSMNoOp(IGSMExperiment):
         ax.set_ylim(0, 1.02)
         return [save_figure(fig, run, "noop_symbolic.png", "Accuracy on the original test problems, with no-op "
                             "sentences inserted (GSM-NoOp), and on re-instantiations of the same templates "
-                            "(GSM-Symbolic; mean over seeds)")]
+                            "(GSM-Symbolic; mean over seeds)", claims=("noop-drop",))]
 
     def report_sections(self, cfg: IGSMNoOpConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
         ok = ok_rows(results)
-        cols = ["point", "seed_index", "train_loss", "n_problems", "orig_acc", "noop_acc", "drop", "flipped_to_wrong",
-                "flipped_to_right", "null_other_acc", "null_drop", "orig_answer_acc", "noop_answer_acc",
+        cols = ["point", "arm", "seed_index", "train_loss", "n_problems", "orig_acc", "noop_acc", "other_acc", "drop",
+                "flipped_to_wrong", "flipped_to_right", "orig_answer_acc", "noop_answer_acc",
                 "noop_unneeded_per_correct",
                 "symbolic_std", "symbolic_range"] + [c for c in ok.columns if c.startswith("symbolic_acc_")]
-        return "## Results\n\n" + markdown_table(ok[[c for c in cols if c in ok]])
+        real = _real(results)
+        resists = ""
+        if len(real) and "drop" in real and real["orig_acc"].mean() >= LEARNED_GATE and real["drop"].mean() < DROP_MIN:
+            resists = ("The iGSM model resists the no-op sentences (its training problems already contain unnecessary "
+                       "parameters).\n\n")
+        return ("## Results\n\n" + resists + "Arm `null`: `other_acc` is the accuracy on a second fresh problem set "
+                "(no no-op), `drop` the original accuracy minus it.\n\n" + markdown_table(ok[[c for c in cols if c in ok]]))
+
+
+def _real(results: pd.DataFrame) -> pd.DataFrame:
+    """The finished rows of the trained model on the real arm (a table without arms is all real)."""
+    ok = ok_rows(results)
+    return ok[ok["arm"] == "real"] if "arm" in ok else ok

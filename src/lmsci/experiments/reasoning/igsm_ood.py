@@ -14,10 +14,12 @@ asked about another parameter), greedy and with beam search, and score each full
 Both claims are registered for the ``gpu`` and ``paper`` presets only: the quick model stays at 0-4% accuracy (the
 sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 
-Null arms, measured in the same run: ``ood-accuracy`` -- the same greedy accuracy at op ``max_op + 2`` of a
-random-init model of the same shape (per seed); ``planning`` -- unnecessary parameters per solution of the
+Null arms are arms of the sweep, measured in the same run: ``ood-accuracy`` -- the ``rand`` arm (point
+``rand-gpt``): the same greedy accuracy at op ``max_op + 2`` of a random-init model of the same shape (per seed,
+never trained); ``planning`` -- the ``brute`` arm (point ``brute-gpt``): unnecessary parameters per solution of the
 brute-force solver that computes every parameter the problem defines (correct by construction, no planning: the
-level-0 reasoning Part 2.1 contrasts with the model's), counted on the same in-distribution test problems.
+level-0 reasoning Part 2.1 contrasts with the model's), counted on the same in-distribution test problems. Both claims
+are judged by the claims engine (no hand-written verdicts).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
-from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.claims import Claim, Gate, Stat, mean_at_least, mean_at_most
+from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, random_init, test_set, time_gpu)
+                                           evaluate_ops, ok_rows, random_init, test_set, time_gpu, tokenizer_of,
+                                           world_of)
 from lmsci.experiments.registry import register
 from lmsci.errors import ConfigError
 from lmsci.runs import RunDir
@@ -52,13 +54,6 @@ class IGSMOODConfig(IGSMCommonConfig):
     }
 
 
-def _stat(ok: pd.DataFrame, col: str):
-    if col not in ok:
-        return None
-    v = ok[col].astype(float)
-    return across_seeds(v) if np.isfinite(v).any() else None
-
-
 @register("igsm-ood")
 class IGSMOOD(IGSMExperiment):
     """Full-solution accuracy per op bucket of a GPT trained on iGSM, in and out of distribution."""
@@ -74,8 +69,9 @@ class IGSMOOD(IGSMExperiment):
                      "gpu": time_gpu(60, "3 seeds x 5000 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Result 2 and Fig. 3"
-    _GATE = Gate("in-distribution", f"mean over seeds of the greedy full-solution accuracy on in-distribution test "
-                 f"problems (op from the training distribution, test template hashes) >= {ID_GATE}")
+    _GATE = Gate("in-distribution", mean_at_least(ID_GATE), arm="real",
+                 stat=Stat("acc_greedy_id", words="greedy full-solution accuracy on in-distribution test problems (op "
+                                                  "from the training distribution, test template hashes)"))
     claims = [
         Claim(
             "ood-accuracy",
@@ -83,30 +79,30 @@ class IGSMOOD(IGSMExperiment):
             "solution correct) at least half of the time.",
             _SRC,
             "iGSM-med trained to op 15: ~92% at op 20 (GPT2-12-12; quote-3p, approximate), ~99% at op <= 15",
-            "per training seed, the fraction of n_eval fresh test-hash problems with op = max_op + 2 whose greedy "
-            "solution passes the full-solution checker (answer, every mod-23 calculation, every dependency, no missing "
-            "parameter); mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds >= {OOD_MIN} (decided at the gpu and paper presets only: the quick model "
-            "stays at 0-4% accuracy)",
+            statistic=Stat("acc_greedy_ood2", words="the fraction of n_eval fresh test-hash problems with op = max_op + "
+                           "2 whose greedy solution passes the full-solution checker (answer, every mod-23 calculation, "
+                           "every dependency, no missing parameter)"),
+            rule=mean_at_least(OOD_MIN),
             gates=(_GATE,),
             presets=("gpu", "paper"),
             null="the same greedy accuracy at op = max_op + 2, on the same problems, of a random-init model of the same "
                  "shape (per seed): it cannot solve anything, so the rule must fail there",
+            arms=("real", "rand"),
         ),
         Claim(
             "planning",
             "Correct solutions are the shortest: they compute (almost) no unnecessary parameter.",
             "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Result 3, Fig. 4",
             "~0 unnecessary parameters per correct solution in distribution",
-            "per training seed, the mean number of unnecessary parameters (defined in the solution but not needed for "
-            "the answer) per correct greedy in-distribution solution; mean over seeds with a 95% Student-t CI",
-            f"mean over at least 3 seeds <= {UNNEEDED_MAX} (decided at the gpu and paper presets only: the quick "
-            "model stays at 0-4% accuracy)",
+            statistic=Stat("unneeded_per_correct_greedy_id", words="the mean number of unnecessary parameters (defined "
+                           "in the solution but not needed for the answer) per correct greedy in-distribution solution"),
+            rule=mean_at_most(UNNEEDED_MAX),
             gates=(_GATE,),
             presets=("gpu", "paper"),
             null="unnecessary parameters per solution of the brute-force solver that computes every parameter the "
                  "problem defines (correct, but no planning by construction), on the same in-distribution test "
                  "problems; mean over seeds",
+            arms=("real", "brute"),
         ),
     ]
 
@@ -116,71 +112,46 @@ class IGSMOOD(IGSMExperiment):
         super().validate(cfg)
 
     def points(self, cfg: IGSMOODConfig) -> list[Point]:
-        return [Point("gpt", {"world": cfg.world})]
+        # the null arms share the model's seed (point_seed strips the arm prefix): rand-gpt's random init is the one
+        # the model's row used to carry
+        return [Point("gpt", {"world": cfg.world}, arm="real"), Point("rand-gpt", {"world": cfg.world}, arm="rand"),
+                Point("brute-gpt", {"world": cfg.world}, arm="brute")]
+
+    def trained_points(self, cfg: IGSMOODConfig) -> list[Point]:
+        """The points that train a model (the null arms train nothing): what the GPU estimate counts."""
+        return [p for p in self.points(cfg) if p.arm == "real"]
+
+    def run_group(self, cfg: IGSMOODConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        arm = points[0].arm
+        if arm == "real":
+            return super().run_group(cfg, points, ctxs)
+        world = world_of(cfg)  # the null arms: nothing trained
+        tok = tokenizer_of(cfg, world)
+        m2 = world.cfg.max_op + 2
+        rows = []
+        for p, c in zip(points, ctxs):
+            row = {**p.params, "max_op": world.cfg.max_op}
+            if arm == "rand":  # a random-init model of the same shape, greedy at op = max_op + 2
+                rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, p), c), tok, world, [m2], beams=(1,))
+                row["acc_greedy_ood2"] = rand[f"acc_greedy_op{m2}"]
+            else:  # the brute-force solver: every defined parameter not needed for the answer counts as unnecessary
+                probs = test_set(cfg, world, None, cfg.n_eval)
+                row["unneeded_per_correct_greedy_id"] = (sum(len(set(q.defs) - set(q.necessary)) for q in probs)
+                                                         / max(len(probs), 1))
+            rows.append(row)
+        return rows
 
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         hi = world.cfg.max_op + cfg.ood_extra
         beams = (1, cfg.beam) if cfg.beam > 1 else (1,)
         row = evaluate_ops(cfg, model, tok, world, [None, *range(1, hi + 1)], beams=beams, reask=True)
-        # null arms: a random-init model of the same shape at op = max_op + 2; the brute-force solver's unnecessary
-        # parameters (every defined parameter not needed for the answer) on the in-distribution test problems
-        m2 = world.cfg.max_op + 2
-        rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, point), ctx), tok, world, [m2], beams=(1,))
-        probs = test_set(cfg, world, None, cfg.n_eval)
-        brute = sum(len(set(p.defs) - set(p.necessary)) for p in probs) / max(len(probs), 1)
-        return {"max_op": world.cfg.max_op, "max_eval": hi, **row, "null_rand_acc_greedy_ood2": rand[f"acc_greedy_op{m2}"],
-                "null_brute_unneeded_id": brute}
-
-    def verdicts(self, cfg: IGSMOODConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = ok_rows(results)
-        if ok.empty or "max_op" not in ok:
-            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model")
-                    for c in self.claims]
-        m = int(ok["max_op"].iloc[0])
-        gid = _stat(ok, "acc_greedy_id")
-        gate = {"in-distribution": (None if gid is None else gid.mean, None if gid is None else gid.mean >= ID_GATE)}
-        buckets = sorted({c.split("_")[-1] for c in ok.columns if c.startswith("acc_greedy_op")},
-                         key=lambda b: int(b[2:]))
-        details: dict[str, Any] = {}
-        for dec in ("greedy", f"beam{cfg.beam}"):
-            for b in ["id", *buckets, "reask"]:
-                s = _stat(ok, f"acc_{dec}_{b}")
-                if s is not None:
-                    details[f"acc_{dec}_{b}"] = round(s.mean, 4)
-        out = []
-        s = _stat(ok, f"acc_greedy_op{m + 2}")
-        n_acc = _stat(ok, "null_rand_acc_greedy_ood2")
-        null_acc = None if n_acc is None else (n_acc.mean, bool(n_acc.mean >= OOD_MIN))
-        n_unn = _stat(ok, "null_brute_unneeded_id")
-        null_unn = None if n_unn is None else (n_unn.mean, bool(n_unn.mean <= UNNEEDED_MAX))
-        if null_acc is not None:
-            details["null_random_init_acc_greedy_ood2"] = round(null_acc[0], 4)
-        if s is None:
-            out.append(self.judge(cfg, "ood-accuracy", value=None, passed=None, gates=gate, null=null_acc,
-                                  why_not_computed=f"op = {m + 2} was not evaluated"))
-        else:
-            out.append(self.judge(cfg, "ood-accuracy", value=s.mean, passed=bool(s.mean >= OOD_MIN), ci=s.ci,
-                                  ci_kind=s.kind, n_seeds=s.n, gates=gate, details=details, null=null_acc,
-                                  note="" if gate["in-distribution"][1] else
-                                  "the quick model is far below the paper's scale (GPT2-12-12, 100k steps x 512 x 768 "
-                                  "tokens on iGSM-med); the gpu preset (igsm-small, 6-layer d384, 3 seeds) is the "
-                                  "smallest configuration expected to pass the in-distribution gate"))
-        u = _stat(ok, "unneeded_per_correct_greedy_id")
-        if u is None:
-            out.append(self.judge(cfg, "planning", value=None, passed=None, gates=gate, null=null_unn,
-                                  why_not_computed="no correct in-distribution solution to count unnecessary "
-                                                   "parameters on"))
-        else:
-            out.append(self.judge(cfg, "planning", value=u.mean, passed=bool(u.mean <= UNNEEDED_MAX), ci=u.ci,
-                                  ci_kind=u.kind, n_seeds=u.n, gates=gate, null=null_unn,
-                                  details={"null_brute_force_unneeded_per_solution":
-                                           None if n_unn is None else round(n_unn.mean, 3)}))
-        return out
+        return {"max_op": world.cfg.max_op, "max_eval": hi, **row,
+                "acc_greedy_ood2": row[f"acc_greedy_op{world.cfg.max_op + 2}"]}
 
     def figures(self, cfg: IGSMOODConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
-        ok = ok_rows(results)
+        ok = _real(results)
         if ok.empty or "max_op" not in ok:
             return []
         m = int(ok["max_op"].iloc[0])
@@ -203,12 +174,13 @@ class IGSMOOD(IGSMExperiment):
         ax.legend(fontsize=7)
         return [save_figure(fig, run, "accuracy_vs_op.png",
                             "Full-solution accuracy per op on fresh test-template problems, greedy and beam search; the "
-                            "dotted line marks the largest training op (cf. Part 2.1 Fig. 3)")]
+                            "dotted line marks the largest training op (cf. Part 2.1 Fig. 3)",
+                            claims=("ood-accuracy",))]
 
     def report_sections(self, cfg: IGSMOODConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
-        ok = ok_rows(results)
+        ok = _real(results)
         if ok.empty:
             return ""
         rows = []
@@ -225,16 +197,25 @@ class IGSMOOD(IGSMExperiment):
                 "'answer only' = the final answer alone.\n\n## Accuracy per bucket (mean over seeds)\n\n").format(
             w=cfg.world, L=cfg.model.n_layers, H=cfg.model.n_heads, D=cfg.model.d_model, st=cfg.train.steps,
             bs=cfg.train.batch_size,
-            T=cfg.seq_len, n=cfg.n_eval) + markdown_table(pd.DataFrame(rows)) + _null_text(ok)
+            T=cfg.seq_len, n=cfg.n_eval) + markdown_table(pd.DataFrame(rows)) + _null_text(ok_rows(results))
+
+
+def _real(results: pd.DataFrame) -> pd.DataFrame:
+    """The finished rows of the trained model (the real arm; a table without arms is all real)."""
+    ok = ok_rows(results)
+    return ok[ok["arm"] == "real"] if "arm" in ok else ok
 
 
 def _null_text(ok: pd.DataFrame) -> str:
     """The null arms' values (mean over seeds), for the report."""
+    if "arm" not in ok:
+        return ""
     parts = []
-    if "null_rand_acc_greedy_ood2" in ok:
+    rand, brute = ok[ok["arm"] == "rand"], ok[ok["arm"] == "brute"]
+    if "acc_greedy_ood2" in rand and len(rand):
         parts.append(f"a random-init model's greedy accuracy at op = max_op + 2: "
-                     f"{ok['null_rand_acc_greedy_ood2'].astype(float).mean():.4f} (null arm of ood-accuracy)")
-    if "null_brute_unneeded_id" in ok:
+                     f"{rand['acc_greedy_ood2'].astype(float).mean():.4f} (null arm of ood-accuracy)")
+    if "unneeded_per_correct_greedy_id" in brute and len(brute):
         parts.append(f"unnecessary parameters per solution of the brute-force solver: "
-                     f"{ok['null_brute_unneeded_id'].astype(float).mean():.3f} (null arm of planning)")
+                     f"{brute['unneeded_per_correct_greedy_id'].astype(float).mean():.3f} (null arm of planning)")
     return ("\n\n## Null arms\n\n" + "; ".join(parts) + ".\n") if parts else ""

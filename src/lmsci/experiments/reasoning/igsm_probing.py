@@ -13,7 +13,9 @@ Both claims are registered for the ``gpu`` and ``paper`` presets only: the quick
 sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
 Null arm, measured in the same run (the classic control): the same statistic with the random-init model in the
 trained model's place -- its probe accuracy minus the larger of the majority rate and the same probe on a second
-random-init model of the same shape (another seed).
+random-init model of the same shape (another seed). It is an arm of the sweep (point ``null-gpt``, arm ``null``)
+computed in the same group as the trained model (the random-init probes are fitted there once), its row holding the
+same ``<task>_gap`` columns; both claims are judged by the claims engine.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from typing import Any
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, mean_at_least
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
                                            build_gpt, evaluate_ops, ok_rows, time_gpu)
 from lmsci.experiments.registry import register
@@ -107,26 +108,25 @@ class IGSMProbing(IGSMExperiment):
                      "paper": TIME_PAPER}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, sec. 4 and Fig. 7(a)"
-    _GATE = Gate("learned", f"mean over seeds of the greedy in-distribution full-solution accuracy >= {LEARNED_GATE} "
-                 "(the probed model reasons)")
-    _STAT = ("per training seed, V-probe test accuracy of {t} (rank-8 embedding update + linear head at [END], frozen "
-             "model, queries of fresh problems disjoint from the probe's training problems) minus the larger of the "
-             "majority rate and the same probe's accuracy on a random-init model of the same shape; mean over seeds "
-             "with a 95% Student-t CI")
-    _RULE = (f"mean over at least 3 seeds >= {GAP_MIN} (decided at the gpu and paper presets only: the quick model "
-             "stays near 0% accuracy)")
+    _GATE = Gate("learned", mean_at_least(LEARNED_GATE), arm="real",
+                 stat=Stat("acc_greedy_id", words="the greedy in-distribution full-solution accuracy (the probed "
+                                                  "model reasons)"))
+    _STAT = ("V-probe test accuracy of {t} (rank-8 embedding update + linear head at [END], frozen model, queries of "
+             "fresh problems disjoint from the probe's training problems) minus the larger of the majority rate and "
+             "the same probe's accuracy on a random-init model of the same shape")
+    _RULE = mean_at_least(GAP_MIN)
     _NULL = ("the same statistic with the random-init model in the trained model's place: its {t} V-probe accuracy "
              "minus the larger of the majority rate and the same probe on a second random-init model of the same "
              "shape (another seed); untrained, it encodes no reasoning, so the rule must fail there")
     claims = [
         Claim("nece-probe", "At the end of the question, whether a parameter is necessary for the answer is decodable "
               "from the model, at least 10 points above both the majority rate and a random-init model.",
-              _SRC, "nece 99.8% vs majority 74.7% (op <= 15, iGSM-med) [fig-src]", _STAT.format(t="nece"),
-              _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL.format(t="nece")),
+              _SRC, "nece 99.8% vs majority 74.7% (op <= 15, iGSM-med) [fig-src]",
+              statistic=Stat("nece_gap", words=_STAT.format(t="nece")), rule=_RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL.format(t="nece")),
         Claim("dep-probe", "At the end of the problem (before the question), whether parameter A depends on B is "
               "decodable from the model, at least 10 points above both the majority rate and a random-init model.",
-              _SRC, "dep 99.7% vs majority 84.6% (op <= 15, iGSM-med) [fig-src]", _STAT.format(t="dep"),
-              _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL.format(t="dep")),
+              _SRC, "dep 99.7% vs majority 84.6% (op <= 15, iGSM-med) [fig-src]",
+              statistic=Stat("dep_gap", words=_STAT.format(t="dep")), rule=_RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL.format(t="dep")),
     ]
 
     def validate(self, cfg: IGSMProbingConfig) -> None:
@@ -139,7 +139,34 @@ class IGSMProbing(IGSMExperiment):
         super().validate(cfg)
 
     def points(self, cfg: IGSMProbingConfig) -> list[Point]:
-        return [Point("gpt", {"world": cfg.world})]
+        # the null arm shares the model's seed (point_seed strips the arm prefix): the same random-init models
+        return [Point("gpt", {"world": cfg.world}, arm="real"), Point("null-gpt", {"world": cfg.world}, arm="null")]
+
+    def trained_points(self, cfg: IGSMProbingConfig) -> list[Point]:
+        """The points that train a model (the null arm reuses the trained one): what the GPU estimate counts."""
+        return [p for p in self.points(cfg) if p.arm == "real"]
+
+    def groups(self, cfg: IGSMProbingConfig, points: list[Point]) -> list[list[Point]]:
+        """Every seed and arm in one group: the seeds train stacked (as before) and the null arm's probes are fitted
+        beside the trained model's."""
+        return [points]
+
+    def run_group(self, cfg: IGSMProbingConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        real = [(p, c) for p, c in zip(points, ctxs) if p.arm != "null"]
+        rows = super().run_group(cfg, [p for p, _ in real], [c for _, c in real]) if real else []
+        by_seed = {p.seed_index: r for (p, _), r in zip(real, rows)}
+        nulls = {k: {c[len("_null_"):]: r.pop(c) for c in [c for c in r if c.startswith("_null_")]}
+                 for k, r in by_seed.items()}
+        out = []
+        for p in points:
+            r = by_seed.get(p.seed_index, {})
+            if p.arm != "null":
+                out.append(r)
+            elif r.get("status", "ok") != "ok":  # the model diverged: its group's null arm is not measured
+                out.append({**p.params, "status": r.get("status", "diverged")})
+            else:
+                out.append({**p.params, **nulls.get(p.seed_index, {})})
+        return out
 
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         row: dict[str, Any] = evaluate_ops(cfg, model, tok, world, [None], beams=(1,))
@@ -163,45 +190,23 @@ class IGSMProbing(IGSMExperiment):
             row[f"{task}_majority"] = r["majority"]
             row[f"{task}_n_test"] = r["n_test"]
             row[f"{task}_gap"] = r["acc"] - max(r["majority"], r["random_init_acc"])
-            if task in ("nece", "dep"):  # null arm: the random-init model in the trained one's place
+            if task in ("nece", "dep"):  # the null arm's row (run_group moves it): random init in the trained one's place
                 if rand2 is None:
                     rand2 = build_gpt(cfg, tok, self.shape(cfg, point),
                                       derive_seed(ctx.seed, "rand-init-2")).to(ctx.device).eval()
                 b2 = vprobe(rand2, xtr, ytr, xte, yte, N_CLASSES[task], rank=cfg.probe_rank, steps=cfg.probe_steps,
                             batch_size=cfg.probe_batch, lr=cfg.probe_lr, seed=derive_seed(ctx.seed, "probe", task),
                             pad_id=tok.pad_id)
-                row[f"{task}_rand2"] = b2.test_acc
-                row[f"{task}_null_gap"] = r["random_init_acc"] - max(r["majority"], b2.test_acc)
+                row.update({f"_null_{task}_acc": r["random_init_acc"], f"_null_{task}_rand": b2.test_acc,
+                            f"_null_{task}_majority": r["majority"],
+                            f"_null_{task}_gap": r["random_init_acc"] - max(r["majority"], b2.test_acc)})
         return row
-
-    def verdicts(self, cfg: IGSMProbingConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = ok_rows(results)
-        if ok.empty or "acc_greedy_id" not in ok:
-            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model")
-                    for c in self.claims]
-        learned = across_seeds(ok["acc_greedy_id"])
-        gate = {"learned": (learned.mean, learned.mean >= LEARNED_GATE)}
-        details = {t: {k: round(float(ok[f"{t}_{k}"].mean()), 4) for k in ("acc", "rand", "majority", "rand2", "null_gap")
-                       if f"{t}_{k}" in ok} for t in TASKS if f"{t}_acc" in ok}
-        out = []
-        for cid, t in (("nece-probe", "nece"), ("dep-probe", "dep")):
-            if f"{t}_gap" not in ok:
-                out.append(self.judge(cfg, cid, value=None, passed=None, gates=gate,
-                                      why_not_computed=f"the {t} probe was not fitted (no query fits seq_len?)"))
-                continue
-            s = across_seeds(ok[f"{t}_gap"])
-            null = None
-            if f"{t}_null_gap" in ok and ok[f"{t}_null_gap"].notna().any():
-                sn = across_seeds(ok[f"{t}_null_gap"])
-                null = (sn.mean, bool(sn.mean >= GAP_MIN))
-            out.append(self.judge(cfg, cid, value=s.mean, passed=bool(s.mean >= GAP_MIN), ci=s.ci, ci_kind=s.kind,
-                                  n_seeds=s.n, gates=gate, details=details, null=null))
-        return out
 
     def figures(self, cfg: IGSMProbingConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
         ok = ok_rows(results)
+        ok = ok[ok["arm"] == "real"] if "arm" in ok else ok
         tasks = [t for t in TASKS if f"{t}_acc" in ok]
         if ok.empty or not tasks:
             return []
@@ -216,17 +221,19 @@ class IGSMProbing(IGSMExperiment):
         ax.legend(fontsize=7)
         return [save_figure(fig, run, "probe_accuracy.png", "V-probe accuracy per task on the trained model vs the "
                             "same probe on a random-init model and the majority rate (mean over seeds; cf. Part 2.1 "
-                            "Fig. 7)")]
+                            "Fig. 7)", claims=("nece-probe", "dep-probe"))]
 
     def report_sections(self, cfg: IGSMProbingConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
         ok = ok_rows(results)
-        cols = ["point", "seed_index", "train_loss", "acc_greedy_id"] + [
-            f"{t}_{k}" for t in TASKS for k in ("acc", "train_acc", "rand", "majority", "n_test", "rand2", "null_gap")
+        cols = ["point", "arm", "seed_index", "train_loss", "acc_greedy_id"] + [
+            f"{t}_{k}" for t in TASKS for k in ("acc", "train_acc", "rand", "majority", "n_test", "gap")
             if f"{t}_{k}" in ok]
         return ("## Method\n\nV-probe: rank-{r} update of the input embedding + linear head on the last-layer state at "
                 "[END], {s} Adam steps of {b} queries; {ntr} / {nte} fresh problems for probe training / testing, at "
-                "most {q} queries per problem and task.\n\n## Results\n\n").format(
+                "most {q} queries per problem and task. Arm `null`: `<task>_acc` is the random-init model's probe accuracy, "
+                "`<task>_rand` that of a second random-init model, `<task>_gap` the first minus the larger of the "
+                "majority rate and the second.\n\n## Results\n\n").format(
             r=cfg.probe_rank, s=cfg.probe_steps, b=cfg.probe_batch, ntr=cfg.n_probe_train, nte=cfg.n_probe_test,
             q=cfg.queries_per_problem) + markdown_table(ok[[c for c in cols if c in ok]])

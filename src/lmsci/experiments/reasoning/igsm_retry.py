@@ -15,12 +15,17 @@ steps are skipped and counted) on the same fresh test-hash problems in distribut
 
 Every claim is registered for the ``gpu`` and ``paper`` presets only: the quick models stay near 0% accuracy (the
 sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
-Null arms, measured in the same run: for the three "retry helps" claims, a second error-free model (point
-``q0_nullarm``: the same initialisation, another problem stream) compared with the first by the same paired rule
-(the retry data are absent from both, so no gain may be found); for ``masking-unneeded`` (an equivalence rule:
-the CI of masked minus unmasked inside +-``MASK_DELTA``), the masked model against a random-init model of the same
-shape (hard-op accuracy of an untrained model): a model that learned differs from it, so the equivalence rule must
-fail there -- if it holds, the accuracies are too low for equivalence to mean anything.
+Null arms are arms of the sweep, measured in the same run (every point of a seed shares that seed's initialisation
+and problem stream): for the three "retry helps" claims the ``null`` arm is a second error-free model (point
+``q0_nullarm``: the same initialisation, another problem stream) compared with the first by the same paired statistic
+and rule (the retry data are absent from both, so no gain may be found); for ``masking-unneeded`` (an equivalence
+rule: the CI of masked minus unmasked inside +-``MASK_DELTA``) the ``rand`` arm is a random-init model of the same
+shape (point ``q0_randinit``, evaluated on the hard bucket, never trained) that takes the unmasked model's place in
+the difference: a model that learned differs from it, so the equivalence rule must fail there -- if it holds, the
+accuracies are too low for equivalence to mean anything. Each row names its role in the ``variant`` column
+(``error-free``, ``retry-q<q>``, ``masked``, ``weak``, ``error-free-2``, ``random-init``) and ``mask_baseline`` marks
+the term the masked model is compared with (the unmasked model at ``masked_rate``; the random-init model on the
+``rand`` arm). Every claim is judged by the claims engine (no hand-written verdicts).
 """
 
 from __future__ import annotations
@@ -30,12 +35,11 @@ from typing import Any
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Verdict
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, ci_above, equivalent_within, mean_at_least
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Figure, Point, save_figure
+from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, random_init, time_gpu)
+                                           evaluate_ops, ok_rows, random_init, time_gpu, tokenizer_of, world_of)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.igsm.world import check_retry_rate
@@ -78,6 +82,8 @@ def _key(q: float, masked: bool, weak: bool = False, data_tag: str = "") -> str:
 
 #: the null arm's second error-free model (same initialisation, another problem stream)
 NULL_KEY = _key(0.0, False, False, "nullarm")
+#: masking-unneeded's null arm: a random-init model of the same shape (evaluated, never trained)
+RAND_KEY = _key(0.0, False, False, "randinit")
 
 
 def _row_keys(rows: pd.DataFrame) -> list[str]:
@@ -87,6 +93,16 @@ def _row_keys(rows: pd.DataFrame) -> list[str]:
     tags = rows["data_tag"] if "data_tag" in rows else [""] * len(rows)
     return [_key(float(q), bool(m), False if pd.isna(x) else bool(x), "" if pd.isna(t) else str(t))
             for q, m, x, t in zip(rows["retry_rate"], rows["mask_mistakes"], weak, tags)]
+
+
+def _gain(variant: str, what: str) -> Stat:
+    """Per seed: hard-op accuracy of the point ``variant`` (on the null arm: the second error-free model) minus that of
+    the error-free model (always read on the real arm)."""
+    return Stat("acc_hard", where={"variant": (variant, "error-free-2")},
+                minus=Stat("acc_hard", where={"variant": "error-free"}, arm="real",
+                           words="the error-free model's greedy full-solution accuracy at the hardest op"),
+                words=f"greedy full-solution accuracy at the hardest op (max_op + ood_extra) of the model pretrained with "
+                      f"{what} minus that of the error-free model (same fresh test-hash problems)")
 
 
 @register("igsm-retry")
@@ -103,34 +119,34 @@ class IGSMRetry(IGSMExperiment):
                      "gpu": time_gpu(179, "6 points (the null arm's second error-free model included) x 3 seeds x 2500 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER + "; 6 models per seed"}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry pretraining results"
-    _GATE = Gate("learned", f"mean over seeds of the error-free model's greedy in-distribution full-solution accuracy "
-                 f">= {LEARNED_GATE}")
-    _STAT = ("per training seed, greedy full-solution accuracy at the hardest op (max_op + ood_extra) of the model "
-             "pretrained with retry data at q = {q} minus that of the error-free model (same fresh test-hash problems); "
-             "mean over seeds with a 95% Student-t CI")
-    _RULE = ("mean > 0 and the CI's lower end > 0, over at least 3 seeds (decided at the gpu and paper presets only: "
-             "the quick models stay near 0% accuracy)")
+    _GATE = Gate("learned", mean_at_least(LEARNED_GATE), arm="real",
+                 stat=Stat("acc_greedy_id", where={"variant": "error-free"},
+                           words="the error-free model's greedy in-distribution full-solution accuracy"))
     _NULL = ("the same paired statistic and rule for a second error-free model (same initialisation, another problem "
              "stream) against the first: no retry data in either, so no gain may be found")
     claims = [
         Claim("retry-helps-q0.5",
               "Retry pretraining at q = 0.5 raises the hardest-op full-solution accuracy over error-free pretraining.",
-              _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry, q = 0.5) [quote-3p]", _STAT.format(q=0.5),
-              _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL),
+              _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry, q = 0.5) [quote-3p]",
+              statistic=_gain("retry-q0.5", "retry data at q = 0.5"), rule=ci_above(0.0), gates=(_GATE,),
+              presets=("gpu", "paper"), null=_NULL),
         Claim("retry-helps-q0.2",
               "Retry pretraining at q = 0.2 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "accuracy grows with q up to 0.5 (q = 0.2 already above error-free) [quote-3p]",
-              _STAT.format(q=0.2), _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL),
+              statistic=_gain("retry-q0.2", "retry data at q = 0.2"), rule=ci_above(0.0), gates=(_GATE,),
+              presets=("gpu", "paper"), null=_NULL),
         Claim("masking-unneeded",
               "Masking the loss on the mistakes is not needed: the masked model is not more accurate than the "
               "unmasked one.",
               _SRC + " ('masking mistakes is unnecessary')",
               "masked ~ unmasked (no gain) [quote-3p]",
-              "per training seed, hardest-op greedy accuracy of the model trained at masked_rate with the mistakes' "
-              "loss masked minus the unmasked model at the same rate; mean over seeds with a 95% Student-t CI",
-              f"equivalence: the 95% CI across at least 3 seeds lies inside [-{MASK_DELTA}, +{MASK_DELTA}] (decided at "
-              "the gpu and paper presets only: the quick models stay near 0% accuracy)", gates=(_GATE,),
-              presets=("gpu", "paper"),
+              statistic=Stat("acc_hard", where={"variant": "masked"}, arm="real",
+                             minus=Stat("acc_hard", where={"mask_baseline": True},
+                                        words="hard-op accuracy of the unmasked model at masked_rate (rand arm: of "
+                                              "the random-init model)"),
+                             words="hardest-op greedy accuracy of the model trained at masked_rate with the mistakes' "
+                                   "loss masked minus the unmasked model at the same rate"),
+              rule=equivalent_within(MASK_DELTA), gates=(_GATE,), presets=("gpu", "paper"), arms=("real", "rand"),
               null="the same equivalence rule on the masked model's hard-op accuracy minus that of a random-init model "
                    "of the same shape (per seed): a model that learned is not equivalent to an untrained one, so the "
                    "rule must fail there (if it holds, the accuracies are too low for equivalence to mean anything)"),
@@ -139,10 +155,8 @@ class IGSMRetry(IGSMExperiment):
               "also raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC + " (retry_weak data 'significantly' improves accuracy)",
               "significant gain over error-free pretraining [quote-3p]",
-              "per training seed, greedy full-solution accuracy at the hardest op of the model pretrained with "
-              "retry_weak data at q = weak_rate minus that of the error-free model (same fresh test-hash problems); "
-              "mean over seeds with a 95% Student-t CI",
-              _RULE, gates=(_GATE,), presets=("gpu", "paper"), null=_NULL),
+              statistic=_gain("weak", "retry_weak data at q = weak_rate"), rule=ci_above(0.0), gates=(_GATE,),
+              presets=("gpu", "paper"), null=_NULL),
     ]
 
     def validate(self, cfg: IGSMRetryConfig) -> None:
@@ -156,99 +170,51 @@ class IGSMRetry(IGSMExperiment):
 
     def points(self, cfg: IGSMRetryConfig) -> list[Point]:
         w = cfg.retry_weak
-        pts = [Point(_key(0.0, False), {"retry_rate": 0.0, "mask_mistakes": False, "retry_weak": False})]
-        pts += [Point(_key(q, False, w), {"retry_rate": q, "mask_mistakes": False, "retry_weak": w})
+
+        def pt(key: str, variant: str, q: float, masked: bool, weak: bool, arm: str = "real", tag: str = "",
+               baseline: bool = False) -> Point:
+            params = {"retry_rate": q, "mask_mistakes": masked, "retry_weak": weak, "variant": variant,
+                      "mask_baseline": baseline}
+            return Point(key, params | ({"data_tag": tag} if tag else {}), arm=arm)
+
+        pts = [pt(_key(0.0, False), "error-free", 0.0, False, False)]
+        pts += [pt(_key(q, False, w), f"retry-q{q:g}", q, False, w, baseline=q == cfg.masked_rate)
                 for q in cfg.retry_rates]
         if cfg.masked_rate > 0:
-            pts.append(Point(_key(cfg.masked_rate, True, w), {"retry_rate": cfg.masked_rate, "mask_mistakes": True,
-                                                              "retry_weak": w}))
+            pts.append(pt(_key(cfg.masked_rate, True, w), "masked", cfg.masked_rate, True, w))
         if cfg.weak_rate > 0 and not w:
-            pts.append(Point(_key(cfg.weak_rate, False, True), {"retry_rate": cfg.weak_rate, "mask_mistakes": False,
-                                                               "retry_weak": True}))
-        pts.append(Point(NULL_KEY, {"retry_rate": 0.0, "mask_mistakes": False, "retry_weak": False, "data_tag": "nullarm"}))
+            pts.append(pt(_key(cfg.weak_rate, False, True), "weak", cfg.weak_rate, False, True))
+        pts.append(pt(NULL_KEY, "error-free-2", 0.0, False, False, arm="null", tag="nullarm"))
+        # masking-unneeded's null arm: a random-init model of the same shape, never trained
+        pts.append(pt(RAND_KEY, "random-init", 0.0, False, False, arm="rand", tag="randinit", baseline=True))
         return pts
+
+    def trained_points(self, cfg: IGSMRetryConfig) -> list[Point]:
+        """The points that train a model (all but the random-init null arm): what the GPU estimate counts."""
+        return [p for p in self.points(cfg) if p.arm != "rand"]
 
     def point_seed(self, cfg: IGSMRetryConfig, point: Point) -> int:
         """The seed of ``point``: one per training seed index, shared by every point."""
         # seed k of every point: the same initialisation and problem stream (a paired comparison)
         return derive_seed(cfg.seed, self.name, f"seed{point.seed_index}")
 
+    def run_group(self, cfg: IGSMRetryConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
+        if points[0].arm != "rand":
+            return super().run_group(cfg, points, ctxs)
+        world = world_of(cfg)  # the random-init arm: nothing trained, the same hard bucket decoded
+        tok = tokenizer_of(cfg, world)
+        hard = world.cfg.max_op + cfg.ood_extra
+        rows = []
+        for p, c in zip(points, ctxs):
+            rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, p), c), tok, world, [hard], beams=(1,))
+            rows.append({**p.params, "hard_op": hard, "acc_hard": rand[f"acc_greedy_op{hard}"]})
+        return rows
+
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         hard = world.cfg.max_op + cfg.ood_extra
         row = evaluate_ops(cfg, model, tok, world, [None, hard], beams=(1,))
-        out = {"hard_op": hard, "acc_hard": row[f"acc_greedy_op{hard}"], "data_tag": point.params.get("data_tag", ""),
-               "retries_hard": row[f"retries_greedy_op{hard}"], "retries_id": row["retries_greedy_id"], **row}
-        if point.id.split("__s")[0] == _key(0.0, False):  # masking-unneeded's null arm: a random-init model, once per seed
-            rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, point), ctx), tok, world, [hard], beams=(1,))
-            out["null_rand_acc_hard"] = rand[f"acc_greedy_op{hard}"]
-        return out
-
-    def verdicts(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        ok = ok_rows(results)
-        if ok.empty or "acc_hard" not in ok:
-            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no finished model")
-                    for c in self.claims]
-        keys = _row_keys(ok)
-        by = {k: g.set_index("seed_index") for k, g in ok.assign(key=keys).groupby("key")}
-        w = cfg.retry_weak
-        base = by.get(_key(0.0, False))
-        gate = {"learned": (None, None)}
-        if base is not None:
-            s0 = across_seeds(base["acc_greedy_id"])
-            gate = {"learned": (s0.mean, s0.mean >= LEARNED_GATE)}
-        details = {k: {"acc_hard": round(float(g["acc_hard"].mean()), 4),
-                       "acc_id": round(float(g["acc_greedy_id"].mean()), 4),
-                       "retries_per_problem_hard": round(float(g["retries_hard"].mean()), 3),
-                       "retries_per_problem_id": round(float(g["retries_id"].mean()), 3)} for k, g in by.items()}
-
-        def diff(a: str, b: str):
-            if a not in by or b not in by:
-                return None
-            d = (by[a]["acc_hard"] - by[b]["acc_hard"]).dropna()
-            return across_seeds(d.values) if len(d) else None
-
-        def gains(s) -> bool:
-            return bool(s.mean > 0 and s.n >= 2 and s.lo > 0)
-
-        def equivalent(s) -> bool:
-            return bool(s.n >= 2 and s.lo >= -MASK_DELTA and s.hi <= MASK_DELTA)
-
-        sn = diff(NULL_KEY, _key(0.0, False))
-        null_gain = None if sn is None else (sn.mean, gains(sn))
-        if sn is not None:
-            details["null_second_error_free_minus_first"] = {"mean": round(sn.mean, 4), "ci": sn.ci}
-
-        def gain_over_error_free(cid: str, key: str | None, missing: str) -> Verdict:
-            """A claim that the model at point ``key`` beats error-free pretraining at the hardest op."""
-            s = diff(key, _key(0.0, False)) if key is not None else None
-            if s is None:
-                return self.judge(cfg, cid, value=None, passed=None, gates=gate, why_not_computed=missing,
-                                  null=null_gain)
-            return self.judge(cfg, cid, value=s.mean, passed=gains(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                              gates=gate, details=details, null=null_gain)
-
-        out = [gain_over_error_free(f"retry-helps-q{q:g}", _key(q, False, w),
-                                    f"q = {q} or error-free pretraining was not run") for q in (0.5, 0.2)]
-        mk = _key(cfg.masked_rate, True, w)
-        s = diff(mk, _key(cfg.masked_rate, False, w))
-        null_eq = None
-        if mk in by and base is not None and "null_rand_acc_hard" in base:
-            dn = (by[mk]["acc_hard"] - base["null_rand_acc_hard"]).dropna()
-            if len(dn):
-                se = across_seeds(dn.values)
-                null_eq = (se.mean, equivalent(se))
-                details["null_masked_minus_random_init"] = {"mean": round(se.mean, 4), "ci": se.ci}
-        if s is None:
-            out.append(self.judge(cfg, "masking-unneeded", value=None, passed=None, gates=gate, null=null_eq,
-                                  why_not_computed="the masked and unmasked models at masked_rate were not both run"))
-        else:
-            out.append(self.judge(cfg, "masking-unneeded", value=s.mean, passed=equivalent(s), ci=s.ci,
-                                  ci_kind=s.kind, n_seeds=s.n, gates=gate, null=null_eq, details=details))
-        out.append(gain_over_error_free("retry-weak-helps",
-                                        _key(cfg.weak_rate, False, True) if cfg.weak_rate > 0 and not w else None,
-                                        "the retry_weak point (weak_rate > 0, retry_weak off) or error-free "
-                                        "pretraining was not run"))
-        return out
+        return {"hard_op": hard, "acc_hard": row[f"acc_greedy_op{hard}"], "data_tag": point.params.get("data_tag", ""),
+                "retries_hard": row[f"retries_greedy_op{hard}"], "retries_id": row["retries_greedy_id"], **row}
 
     def figures(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
@@ -268,14 +234,16 @@ class IGSMRetry(IGSMExperiment):
         ax.set_ylim(0, 1.02)
         ax.legend(fontsize=7)
         return [save_figure(fig, run, "retry_accuracy.png", "Accuracy by pretraining data: error-free (q0), retry data "
-                            "at rate q, and retry data with the mistakes' loss masked (mean over seeds)")]
+                            "at rate q, and retry data with the mistakes' loss masked (mean over seeds)",
+                            claims=tuple(c.id for c in self.claims))]
 
     def report_sections(self, cfg: IGSMRetryConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
 
         ok = ok_rows(results)
-        cols = ["point", "seed_index", "retry_rate", "mask_mistakes", "retry_weak", "data_tag", "train_loss",
-                "acc_greedy_id", "acc_hard", "retries_id", "retries_hard", "null_rand_acc_hard"]
+        cols = ["point", "arm", "variant", "seed_index", "retry_rate", "mask_mistakes", "retry_weak", "data_tag",
+                "train_loss", "acc_greedy_id", "acc_hard", "retries_id", "retries_hard"]
         return ("## Results\n\n`retries_*`: retracted `[BACK]` steps per problem in the greedy generations "
-                "(Part 2.2: < 0.3 at q = 0.2, 2-4 at q = 0.5). Null arms: `q0_nullarm` is a second error-free model "
-                "(another problem stream); `null_rand_acc_hard` is a random-init model's hard-op accuracy.\n\n") + markdown_table(ok[[c for c in cols if c in ok]])
+                "(Part 2.2: < 0.3 at q = 0.2, 2-4 at q = 0.5). Null arms: `q0_nullarm` (arm `null`) is a second "
+                "error-free model (another problem stream); `q0_randinit` (arm `rand`) a random-init model decoded on "
+                "the hard bucket.\n\n") + markdown_table(ok[[c for c in cols if c in ok]])

@@ -16,6 +16,13 @@ walks of L triples, the official ``random_walk_iter``) and ``shuffled`` (L indep
 tokens (packed chunks). Scores per model on the held-out queries (head, derived relation): accuracy (the top entity
 not already a training tail is a held-out tail, as the official ``analysis.py``) and the mean KL of the weighted and
 unweighted aggregation distributions (T = ``pra_temp``) to the LM's softmax over entities after ``EOS h r``.
+
+Claims engine: the two arms are arms of the sweep (``arm`` column: ``real`` and ``shuffled``, the null arm of both
+claims). ``weighted-closer`` is judged by the engine (``kl_diff`` of the rows at ``kl_walk_len``, marked by the
+``at_kl_walk_len`` column). Escape hatch (``hand_verdicts``): ``optimal-walk-length``'s rule is a conjunction of two
+rules on one statistic (the mean over seeds >= ``OPT_MARGIN`` and the CI's lower end > 0; its third condition, an
+interior L*, is implied by the first, since the per-seed value is <= 0 when L* is an end), which a single rule object
+cannot express. The ``learned`` gate (mean over all the real arm's rows) is measured by ``measured_gates``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import pandas as pd
 import torch
 from pydantic import Field, field_validator
 
-from lmsci.claims import Claim, Gate, Verdict
+from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above
 from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
@@ -119,11 +126,14 @@ class PathAggregation(Experiment):
               "(PRA) path aggregation than to the unweighted one.",
               "Wang et al., arXiv 2402.03268, sec. 3.2, eqs. (3)-(4), Fig. 2 (KL heat-maps)",
               "KL to the weighted aggregation below KL to the unweighted one across KGs (figure; no single number)",
-              "per seed, the model trained on walks of length kl_walk_len: min over T of the mean over held-out "
-              "queries of KL(softmax(T s_unweighted) || P_LM) minus the same for s_weighted, in nats (official KL; T "
-              "on a grid 0, 10^-1..10^4, each aggregation its own T, so that sharpness does not decide; the "
-              "official fixed T = pra_temp is reported beside it); mean over seeds, 95% Student-t CI across seeds",
-              "mean > 0 and the CI's lower end > 0",
+              statistic=Stat("kl_diff", where={"at_kl_walk_len": True},
+                             words="the model trained on walks of length kl_walk_len: min over T of the mean over "
+                                   "held-out queries of KL(softmax(T s_unweighted) || P_LM) minus the same for "
+                                   "s_weighted, in nats (official KL; T on a grid 0, 10^-1..10^4, each aggregation its "
+                                   "own T, so that sharpness does not decide; the official fixed T = pra_temp is "
+                                   "reported beside it)"),
+              # the old "mean > 0 and the CI's lower end > 0": with >= 2 seeds the lower end above 0 implies the mean
+              rule=ci_above(0.0), arms=("real", "shuffled"),
               gates=_gate,
               null="the same statistic for the model trained at the same length on shuffled walks (independent "
                    "training triples: the same facts, no paths)"),
@@ -188,6 +198,7 @@ class PathAggregation(Experiment):
             m.eval()
             hist = [h for h in res.members[k].history if "loss" in h]
             row = {"arm": p.params["arm"], "walk_len": p.params["walk_len"],
+                   "at_kl_walk_len": p.params["walk_len"] == cfg.kl_walk_len,
                    "train_loss": hist[-1]["loss"] if hist else float("nan"),
                    "tokens_seen": hist[-1]["tokens_seen"] if hist else 0, "tokens_per_s": res.tokens_per_s,
                    "n_params": m.num_params()}
@@ -225,39 +236,20 @@ class PathAggregation(Experiment):
                 "kl_diff_T": float((ku - kw).mean()), "acc_train_queries": train_acc,
                 "pra_acc_weighted": agg["pra_acc_weighted"], "pra_acc_unweighted": agg["pra_acc_unweighted"]}
 
-    # -- verdicts -----------------------------------------------------------------------------
-    def verdicts(self, cfg: PathAggregationConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
+    # -- verdicts: weighted-closer by the engine, optimal-walk-length by hand (module docstring) -------------------
+    def measured_gates(self, cfg: PathAggregationConfig, results: pd.DataFrame) -> dict:
+        """``learned``: the mean over every finished real-arm row of the top-1 accuracy on training queries."""
         ok = results[results["status"] == "ok"] if "status" in results.columns else results
-        if ok.empty or "kl_diff" not in ok:
-            return [self.judge(cfg, c.id, value=None, passed=None, why_not_computed="no trained model")
-                    for c in self.claims]
+        real = ok[ok["arm"] == "real"] if "arm" in ok else ok.iloc[0:0]
+        learned = float(real["acc_train_queries"].mean()) if len(real) and "acc_train_queries" in real else math.nan
+        return {"learned": (learned, bool(learned >= LEARNED_MIN)) if math.isfinite(learned) else (None, None)}
+
+    def hand_verdicts(self, cfg: PathAggregationConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        ok = results[results["status"] == "ok"] if "status" in results.columns else results
+        if ok.empty or "acc_test" not in ok:
+            return [self.judge(cfg, "optimal-walk-length", value=None, passed=None, why_not_computed="no trained model")]
         real, shuf = ok[ok["arm"] == "real"], ok[ok["arm"] == "shuffled"]
-        learned = float(real["acc_train_queries"].mean()) if len(real) else float("nan")
-        gates = {"learned": (learned, bool(learned >= LEARNED_MIN)) if math.isfinite(learned) else (None, None)}
-        return [self.kl_verdict(cfg, real, shuf, gates), self.optimum_verdict(cfg, real, shuf, gates)]
-
-    @staticmethod
-    def kl_rule(df: pd.DataFrame, L: int):
-        d = df[df["walk_len"] == L].set_index("seed_index")["kl_diff"].dropna()
-        if d.empty:
-            return None
-        s = across_seeds(d.values)
-        return s, bool(s.mean > 0 and s.n >= 2 and s.lo > 0)
-
-    def kl_verdict(self, cfg, real, shuf, gates) -> Verdict:
-        r, n = self.kl_rule(real, cfg.kl_walk_len), self.kl_rule(shuf, cfg.kl_walk_len)
-        if r is None:
-            return self.judge(cfg, "weighted-closer", value=None, passed=None, gates=gates,
-                              why_not_computed=f"no real-arm model at walk length {cfg.kl_walk_len}")
-        s, passed = r
-        at = real[real["walk_len"] == cfg.kl_walk_len]
-        return self.judge(cfg, "weighted-closer", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                          gates=gates, null=None if n is None else (n[0].mean, n[1]),
-                          details={"kl_weighted": round(float(at["kl_weighted"].mean()), 4),
-                                   "kl_unweighted": round(float(at["kl_unweighted"].mean()), 4),
-                                   "kl_diff_at_pra_temp": round(float(at["kl_diff_T"].mean()), 4),
-                                   "kl_diff_by_walk_len": {int(L): round(float(g["kl_diff"].mean()), 4)
-                                                           for L, g in real.groupby("walk_len")}})
+        return [self.optimum_verdict(cfg, real, shuf, self.measured_gates(cfg, results))]
 
     @staticmethod
     def optimum_rule(df: pd.DataFrame):
@@ -309,7 +301,8 @@ class PathAggregation(Experiment):
             a.set_xscale("log")
             a.legend(fontsize=7)
         return [save_figure(fig, run, "path_aggregation.png", "Held-out accuracy and KL to the weighted / unweighted "
-                            "path aggregation by walk length, mean over seeds (cf. arXiv 2402.03268 Figs. 2-3)")]
+                            "path aggregation by walk length, mean over seeds (cf. arXiv 2402.03268 Figs. 2-3)",
+                            claims=("weighted-closer", "optimal-walk-length"))]
 
     def report_sections(self, cfg: PathAggregationConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import markdown_table
