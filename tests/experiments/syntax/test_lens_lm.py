@@ -108,3 +108,32 @@ def test_first_top1_finds_the_layer_where_the_answer_is_top1():
     f = FX.first_top1(lm, h, at1, [0, 1])
     assert ((f == 0) == (at0 == at1).numpy()).all() and set(f) <= {0, 1}
     assert (FX.first_top1(lm, h, at1, [0, 1], LN.TunedLens(2, h.shape[-1])) == f).all()   # identity lens = logit lens
+
+
+def _local_gpt2(path):
+    """A tiny random GPT-2 with a byte-level BPE tokenizer trained on a few lines, saved as a local HF directory."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    lines = ["To be, or not to be, that is the question.", "The capital of France is Paris.",
+             "Whether 'tis nobler in the mind to suffer the slings and arrows of outrageous fortune."] * 4
+    tk.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>").save_pretrained(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        GPT2LMHeadModel(GPT2Config(vocab_size=tk.get_vocab_size(), n_positions=64, n_embd=32, n_layer=3, n_head=2,
+                                   initializer_range=0.2)).save_pretrained(path)
+    return path
+
+
+def test_a_local_hf_directory_runs(tmp_path):
+    # --set model=PATH: any local causal LM the architecture map knows (here GPT-2 with its own tokenizer)
+    path = _local_gpt2(tmp_path / "gpt2")
+    cfg = resolve_config(LensLMConfig, "smoke", {"model": str(path), "n_seeds": 1, "layer_stride": 2})
+    run = run_experiment(LensLM(), cfg, tmp_path / "run", progress=False, log=lambda m: None)
+    res = run.results()
+    assert (res["status"] == "ok").all() and (res["layers"] == "1 2").all() and (res["n_screened"] > 100).all()
