@@ -106,3 +106,24 @@ def test_bad_input_refused():
         LN.answer_layers(m, _ids(4), [1, 2])
     with pytest.raises(ConfigError):
         LN.as_lensable(object())
+
+
+def test_fit_on_cached_states_of_a_layer_subset_matches_full_training():
+    # the translators are independent: training layers {0, 2} on cached states gives the full lens's translator 0,
+    # leaves translator 1 the identity, and states_kl equals lens_kl at those layers
+    m = _gpt()
+    train, test = _ids(16, 1), _ids(8, 3)
+    full, _ = LN.train_tuned_lens(m, [train], steps=20, batch_tokens=64, seed=3)
+    h = LN.residual_stream(m, train)[0].flatten(1, 2)
+    sub, hist = LN.fit_tuned_lens(m, h[[0, 2]], [0, 2], steps=20, batch_tokens=64, seed=3)
+    assert len(hist["loss"]) == 20
+    assert torch.allclose(sub.translators[0].weight, full.translators[0].weight, atol=1e-5)
+    assert not sub.translators[1].weight.any() and full.translators[1].weight.any()
+    ht = LN.residual_stream(m, test)[0].flatten(1, 2)
+    for lens in (None, sub):
+        got = LN.states_kl(m, ht[[0, 2]], [0, 2], lens, chunk=17)
+        assert np.allclose(got, LN.lens_kl(m, [test], lens)[[0, 2]], rtol=1e-4, atol=1e-6)
+    with pytest.raises(ConfigError):
+        LN.fit_tuned_lens(m, h[[0, 1]], [0, 1])            # the last layer (the target) is missing
+    with pytest.raises(ConfigError):
+        LN.states_kl(m, h[[0, 2]], [0, 1, 2])

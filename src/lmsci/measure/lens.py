@@ -149,15 +149,67 @@ def train_tuned_lens(model: Any, batches: Iterable[Tensor], *, steps: int = 250,
                      optimizer: str = "sgd", lr_scale: float = 1.0, momentum: float = 0.9, weight_decay: float = 1e-3,
                      shuffle_targets: bool = False, seed: int = 0) -> tuple[TunedLens, dict[str, list[float]]]:
     """Train a :class:`TunedLens` on the residual streams of ``batches`` (Belrose et al. 2023, sec. 3; the official
-    optimiser, see the module docstring).
-
-    The residual streams of every token are gathered once (``n_layers * n_tokens * d_model`` floats on the model's
-    device); each step draws ``batch_tokens`` tokens (with replacement, generator seeded with ``seed``) and minimises
-    the sum over layers of ``KL(p_final || p_lens_l)`` (nats), one backward per layer.
+    optimiser, see the module docstring): gathers every layer's states once (``n_layers * n_tokens * d_model``
+    floats on the model's device) and calls :func:`fit_tuned_lens` on them.
 
     Args:
         model: an lmsci GPT, HFModel or transformers causal LM (frozen; its parameters get no gradient).
         batches: ``[batch, seq]`` long token ids (no padding).
+        steps, batch_tokens, optimizer, lr_scale, momentum, weight_decay, shuffle_targets, seed: as
+            :func:`fit_tuned_lens`.
+
+    Returns:
+        ``(lens, {"step", "loss"})``; ``loss`` is the summed per-layer KL of the step's batch.
+
+    Raises:
+        ConfigError: bad arguments or no tokens (before any work); DivergedError: a non-finite loss.
+    """
+    _check_fit(optimizer, steps, batch_tokens, lr_scale, momentum, weight_decay)
+    m = as_lensable(model)
+    hs = [residual_stream(m, ids)[0].flatten(1, 2) for ids in batches]
+    if not hs:
+        raise ConfigError("batches", 0, "at least one batch of token ids")
+    return fit_tuned_lens(m, torch.cat(hs, 1), steps=steps, batch_tokens=batch_tokens, optimizer=optimizer,
+                          lr_scale=lr_scale, momentum=momentum, weight_decay=weight_decay,
+                          shuffle_targets=shuffle_targets, seed=seed)
+
+
+def _check_fit(optimizer: str, steps: int, batch_tokens: int, lr_scale: float, momentum: float,
+               weight_decay: float) -> None:
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError("optimizer", optimizer, ", ".join(OPTIMIZERS))
+    if int(steps) < 1 or int(batch_tokens) < 1 or not lr_scale > 0 or not 0 <= momentum < 1 or weight_decay < 0:
+        raise ConfigError("(steps, batch_tokens, lr_scale, momentum, weight_decay)",
+                          (steps, batch_tokens, lr_scale, momentum, weight_decay),
+                          "steps >= 1, batch_tokens >= 1, lr_scale > 0, 0 <= momentum < 1, weight_decay >= 0")
+
+
+def _check_layers(states: Tensor, layers: Sequence[int] | None, L: int) -> list[int]:
+    """The layers of ``states [k, N, d]`` (default all ``L``), increasing, the last one ``L - 1``."""
+    layers = list(range(L)) if layers is None else [int(x) for x in layers]
+    if (states.ndim != 3 or states.shape[0] != len(layers) or not layers or layers[-1] != L - 1
+            or any(b <= a for a, b in zip(layers, layers[1:])) or layers[0] < 0 or states.shape[1] < 1):
+        raise ConfigError("(states, layers)", (tuple(states.shape), layers),
+                          f"states [len(layers), n_tokens >= 1, d_model] at increasing layers ending with the "
+                          f"last layer {L - 1}")
+    return layers
+
+
+def fit_tuned_lens(model: Any, states: Tensor, layers: Sequence[int] | None = None, *, steps: int = 250,
+                   batch_tokens: int = 512, optimizer: str = "sgd", lr_scale: float = 1.0, momentum: float = 0.9,
+                   weight_decay: float = 1e-3, shuffle_targets: bool = False,
+                   seed: int = 0) -> tuple[TunedLens, dict[str, list[float]]]:
+    """Train a :class:`TunedLens` on residual streams gathered beforehand (e.g. cached on disk).
+
+    Each step draws ``batch_tokens`` tokens (with replacement, generator seeded with ``seed``) and minimises the sum
+    over ``layers[:-1]`` of ``KL(p_final || p_lens_l)`` (nats), one backward per layer; ``p_final`` is the model's
+    output, decoded from the last layer's states. The translators are independent, so training a subset of layers
+    gives the same translators as training all of them and keeping those; the other layers stay the identity.
+
+    Args:
+        model: an lmsci GPT, HFModel or transformers causal LM (frozen).
+        states: ``[len(layers), n_tokens, d_model]`` the residual stream (``blocks.{l}.resid_post``) at ``layers``.
+        layers: increasing layer indices ending with ``n_layers - 1`` (default: every layer).
         steps, batch_tokens: optimisation length and tokens per step.
         optimizer: ``"sgd"`` (Nesterov, lr ``lr_scale * (1 - momentum)``, linear decay) or ``"adam"`` (amsgrad,
             lr ``1e-3 * lr_scale``, 20% warm-up then linear decay).
@@ -167,23 +219,18 @@ def train_tuned_lens(model: Any, batches: Iterable[Tensor], *, steps: int = 250,
         ``(lens, {"step", "loss"})``; ``loss`` is the summed per-layer KL of the step's batch.
 
     Raises:
-        ConfigError: bad arguments or no tokens (before any work); DivergedError: a non-finite loss.
+        ConfigError: bad arguments (before any work); DivergedError: a non-finite loss.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError("optimizer", optimizer, ", ".join(OPTIMIZERS))
-    if int(steps) < 1 or int(batch_tokens) < 1 or not lr_scale > 0 or not 0 <= momentum < 1 or weight_decay < 0:
-        raise ConfigError("(steps, batch_tokens, lr_scale, momentum, weight_decay)",
-                          (steps, batch_tokens, lr_scale, momentum, weight_decay),
-                          "steps >= 1, batch_tokens >= 1, lr_scale > 0, 0 <= momentum < 1, weight_decay >= 0")
+    _check_fit(optimizer, steps, batch_tokens, lr_scale, momentum, weight_decay)
     m = as_lensable(model)
     L, norm, head = lens_parts(m)
-    hs = [residual_stream(m, ids)[0].flatten(1, 2) for ids in batches]
-    if not hs:
-        raise ConfigError("batches", 0, "at least one batch of token ids")
-    H = torch.cat(hs, 1)  # [L, N, d]
+    layers = _check_layers(states, layers, L)
+    H = states
     N, d = H.shape[1], H.shape[2]
     lens = TunedLens(L, d).to(H.device)
-    params = list(lens.parameters())
+    params = [p for l in layers[:-1] for p in lens.translators[l].parameters()]
+    if not params:  # only the last layer: nothing to train
+        return lens.eval(), {"step": [], "loss": []}
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=lr_scale * (1 - momentum), momentum=momentum, nesterov=True,
                               weight_decay=weight_decay)
@@ -198,11 +245,11 @@ def train_tuned_lens(model: Any, batches: Iterable[Tensor], *, steps: int = 250,
         for step in range(int(steps)):
             idx = torch.randint(0, N, (int(batch_tokens),), generator=g).to(H.device)
             with torch.no_grad():
-                tgt = F.log_softmax(decode(m, H[L - 1, idx if perm is None else perm[idx]]), -1)
+                tgt = F.log_softmax(decode(m, H[-1, idx if perm is None else perm[idx]]), -1)
             opt.zero_grad(set_to_none=True)
             total = 0.0
-            for l in range(L - 1):
-                loss = _kl(tgt, decode(m, lens.transform(H[l, idx], l)))
+            for i, l in enumerate(layers[:-1]):
+                loss = _kl(tgt, decode(m, lens.transform(H[i, idx], l)))
                 if not torch.isfinite(loss):
                     raise DivergedError(step, float(loss), f"tuned-lens KL at layer {l}")
                 loss.backward()
@@ -212,6 +259,33 @@ def train_tuned_lens(model: Any, batches: Iterable[Tensor], *, steps: int = 250,
             hist["step"].append(step)
             hist["loss"].append(total)
     return lens.eval(), hist
+
+
+@torch.no_grad()
+def states_kl(model: Any, states: Tensor, layers: Sequence[int] | None = None, lens: TunedLens | None = None,
+              chunk: int = 256) -> np.ndarray:
+    """Mean ``KL(p_final || p_lens_l)`` over the tokens of cached residual streams, per layer of ``layers``:
+    ``[len(layers)]`` (nats/token; the last entry, the model's own output, is 0). ``lens=None``: the logit lens.
+
+    Args:
+        states: ``[len(layers), n_tokens, d_model]`` as :func:`fit_tuned_lens`. chunk: tokens decoded at once.
+
+    Raises:
+        ConfigError: bad ``states``/``layers``; a lens of another depth.
+    """
+    m = as_lensable(model)
+    L = lens_parts(m)[0]
+    layers = _check_layers(states, layers, L)
+    if lens is not None and lens.n_layers != L:
+        raise ConfigError("lens.n_layers", lens.n_layers, f"the model's n_layers={L}")
+    N = states.shape[1]
+    tot = torch.zeros(len(layers), dtype=torch.float64)
+    for a in range(0, N, int(chunk)):
+        logp = F.log_softmax(decode(m, states[-1, a:a + int(chunk)]), -1)
+        for i, l in enumerate(layers):
+            h = states[i, a:a + int(chunk)]
+            tot[i] += float(_kl(logp, decode(m, h if lens is None else lens.transform(h, l)))) * logp.shape[0]
+    return (tot / N).numpy()
 
 
 @torch.no_grad()
@@ -288,4 +362,4 @@ def answer_layers(model: Any, ids: Tensor, positions: Sequence[int] | Tensor, le
 
 
 __all__ = ["OPTIMIZERS", "as_lensable", "lens_parts", "residual_stream", "decode", "TunedLens", "train_tuned_lens",
-           "lens_logits", "lens_kl", "answer_layers"]
+           "fit_tuned_lens", "states_kl", "lens_logits", "lens_kl", "answer_layers"]
