@@ -163,3 +163,17 @@ def test_claims_status_shows_each_claims_published_outcome(tmp_path):
     line = {s.split("│")[2].strip(): s for s in res.output.splitlines() if s.count("│") >= 5}
     assert "not reproduced, 2026-11-27" in line["beats-bigram"]
     assert "reproduced" not in line["beats-unigram"] and "not published" in line["beats-unigram"]
+
+
+def test_quick_time_is_the_published_wall_per_master_seed_when_there_is_one():
+    """Issue 46 item 3: `lmsci list` shows the measured quick time (the published rows' wall time, summed over their
+    master seeds, per seed) and falls back to the experiment's estimate only without one."""
+    import pandas as pd
+
+    from lmsci.cli import measured_quick
+
+    rows = pd.DataFrame({"wall_s": [1200.0, 1200.0], "master_seeds": ["0,1", "0,1"]})
+    assert measured_quick(rows) == "10m"
+    assert measured_quick(pd.DataFrame({"wall_s": [90.0], "master_seeds": ["2"]})) == "2m"
+    assert measured_quick(pd.DataFrame({"wall_s": [float("nan")], "master_seeds": ["0"]})) is None
+    assert measured_quick(None) is None

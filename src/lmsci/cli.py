@@ -84,6 +84,21 @@ def short_time(text: str | None) -> str:
     return ("~" if approx else "") + short
 
 
+def measured_quick(rows) -> str | None:
+    """One experiment's quick wall time per master seed from its published rows (``wall_s`` is summed over the
+    row's master seeds), as :func:`short_time` writes a measured one; None without a positive time."""
+    import pandas as pd
+
+    if rows is None or len(rows) == 0 or "wall_s" not in rows:
+        return None
+    wall = pd.to_numeric(rows["wall_s"], errors="coerce").max()
+    seeds = str(rows["master_seeds"].iloc[0]) if "master_seeds" in rows else ""
+    n = max(len([x for x in seeds.split(",") if x.strip()]), 1)
+    if not wall or wall != wall or wall <= 0:
+        return None
+    return short_time(f"{wall / n:.0f} s measured")
+
+
 def outcome_summary(rows) -> str:
     """One experiment's published rows (a claims-table slice) as ``"3R 1N 0I"`` (claims reproduced / not
     reproduced / inconclusive, seed-dependent included, ablations apart, as the README's counts), then
@@ -132,7 +147,7 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
         mine = None if pub is None else pub[pub["experiment"] == name]
         est = cls.time_estimate
         rows.append([name, family, f"{n_claims}" + (f"+{n_abl}a" if n_abl else ""), str(n_checks or "-"),
-                     outcome_summary(mine), short_time(est.get("quick")),
+                     outcome_summary(mine), measured_quick(mine) or short_time(est.get("quick")),
                      short_time(est.get("gpu")) if "gpu" in cls.Config.PRESETS else "-", " ".join(cls.claim.split())])
     head = ["name", "family", "claims", "checks", "quick outcome", "quick", "gpu", "claim tested"]
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
@@ -146,7 +161,8 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
     title = f"{len(rows)} experiments (`lmsci list --long`: claims, sources, every preset's time)"
     legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1): R reproduced,",
               "N not reproduced, I inconclusive (claims; ablations apart); design checks P passed, F failed,",
-              "? inconclusive; u not decided at quick; - no row. claims: +Na = N ablations. Times: ~ estimated."]
+              "? inconclusive; u not decided at quick; - no row. claims: +Na = N ablations. Times: ~ estimated;",
+              "quick without ~: the published rows' wall time per master seed (2-core CPU, often run two at a time)."]
     return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
 
 
