@@ -58,6 +58,7 @@ def test_list_outcomes_add_up_to_the_published_table(tmp_path):
     assert "1R 0N 1I" in line["shakespeare-lm"]
     assert "0R 1N 0I 1P 1u" in line["double-descent"]
     assert line["grokking"].split()[4] == "-"  # no row in this table
+    assert " left out " in line["watermark"]  # no row, and decides nothing at quick: the quick suite leaves it out
 
 
 def test_list_outcomes_match_the_real_published_counts():

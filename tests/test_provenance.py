@@ -227,6 +227,29 @@ def test_suite_check_on_a_small_published_table(tmp_path):
     assert runner.invoke(app, ["suite", "--check", str(pub)]).exit_code == 0
 
 
+def test_a_left_out_experiments_stale_rows_are_dropped_and_listed_as_left_out(tmp_path):
+    """Issue 46: the quick suite leaves out experiments that decide nothing at quick, so their rows can never be
+    rerun into currency by it; once stale they are dropped (current ones kept) and claims.md lists them."""
+    from lmsci.publish import leave_out_published
+
+    pub = tmp_path / "quick"
+    pub.mkdir()
+    head = head_provenance("ioi-circuit", "quick")
+    rows = _table([("grokking", "delay", None), ("ioi-circuit", "a", head.digest), ("watermark", "b", None)])
+    rows.reindex(columns=CSV_COLUMNS).to_csv(pub / CLAIMS_CSV, index=False)
+    (pub / "published.json").write_text(json.dumps({"preset": "quick"}))
+    dropped = leave_out_published(pub, ["ioi-circuit", "watermark", "igsm-ood"], "quick", log=lambda m: None)
+    assert dropped == ["watermark"]  # ioi-circuit is current: kept; igsm-ood has no rows
+    t = pd.read_csv(pub / CLAIMS_CSV)
+    assert list(dict.fromkeys(t["experiment"])) == ["grokking", "ioi-circuit"]  # grokking is stale but decides at quick
+    md = (pub / "claims.md").read_text()
+    left = md.split("## Left out at this preset")[1].split("##")[0]
+    assert "`watermark`" in left and "`igsm-ood`" in left and "`grokking`" not in left and "`ioi-circuit`" not in left
+    assert json.loads((pub / "published.json").read_text())["preset"] == "quick"
+    with pytest.raises(Exception, match="preset"):
+        leave_out_published(pub, ["watermark"], "gpu", log=lambda m: None)
+
+
 def test_suite_check_runs_on_the_published_quick_table():
     from lmsci.publish import load_claims_table, results_root
 

@@ -146,8 +146,11 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
         n_checks = sum(c.kind == "check" for c in cls.claims)
         mine = None if pub is None else pub[pub["experiment"] == name]
         est = cls.time_estimate
+        outcome = outcome_summary(mine)
+        if outcome == "-" and not any("quick" in c.presets for c in cls.claims):
+            outcome = "left out"
         rows.append([name, family, f"{n_claims}" + (f"+{n_abl}a" if n_abl else ""), str(n_checks or "-"),
-                     outcome_summary(mine), measured_quick(mine) or short_time(est.get("quick")),
+                     outcome, measured_quick(mine) or short_time(est.get("quick")),
                      short_time(est.get("gpu")) if "gpu" in cls.Config.PRESETS else "-", " ".join(cls.claim.split())])
     head = ["name", "family", "claims", "checks", "quick outcome", "quick", "gpu", "claim tested"]
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
@@ -161,7 +164,8 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
     title = f"{len(rows)} experiments (`lmsci list --long`: claims, sources, every preset's time)"
     legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1): R reproduced,",
               "N not reproduced, I inconclusive (claims; ablations apart); design checks P passed, F failed,",
-              "? inconclusive; u not decided at quick; - no row. claims: +Na = N ablations. Times: ~ estimated;",
+              "? inconclusive; u not decided at quick; - no row; left out: decides nothing at quick, so the quick",
+              "suite does not run it. claims: +Na = N ablations. Times: ~ estimated;",
               "quick without ~: the published rows' wall time per master seed (2-core CPU, often run two at a time)."]
     return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
 

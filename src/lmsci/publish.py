@@ -291,15 +291,57 @@ def update_published(published: str | Path, table: pd.DataFrame, preset: str,
     order = {n: i for i, n in enumerate(catalog())}
     merged = merged.assign(_o=merged["experiment"].map(lambda n: order.get(n, len(order)))) \
         .sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
-    merged = merged.reindex(columns=CSV_COLUMNS)
-    from lmsci.claims.posthoc import refresh_post_hoc
-
-    merged = refresh_post_hoc(merged, preset)  # every row, kept ones too: post hoc when any seed is
-    atomic_write_text(pub / CLAIMS_CSV, merged.to_csv(index=False))
-    atomic_write_text(pub / CLAIMS_MD, claims_markdown(merged, preset, link=None, published=True))
-    atomic_write_text(meta_p, json.dumps({"preset": preset, "counts": table_counts(merged)}, indent=2) + "\n")
+    merged = _write_published(pub, merged, preset)
     log(f"published table {pub / CLAIMS_CSV}: replaced {len(names)} experiment(s), kept {keep['experiment'].nunique()}")
     return merged
+
+
+def _write_published(pub: Path, merged: pd.DataFrame, preset: str) -> pd.DataFrame:
+    """Write a published table (``claims.csv``, ``claims.md``, ``published.json`` with its counts), post hoc
+    marks refreshed on every row (post hoc when any seed is)."""
+    from lmsci.claims.posthoc import refresh_post_hoc
+
+    merged = refresh_post_hoc(merged.reindex(columns=CSV_COLUMNS), preset)
+    atomic_write_text(pub / CLAIMS_CSV, merged.to_csv(index=False))
+    atomic_write_text(pub / CLAIMS_MD, claims_markdown(merged, preset, link=None, published=True))
+    atomic_write_text(pub / "published.json",
+                      json.dumps({"preset": preset, "counts": table_counts(merged)}, indent=2) + "\n")
+    return merged
+
+
+def leave_out_published(published: str | Path, names: Sequence[str], preset: str,
+                        log: Callable[[str], None] = print) -> list[str]:
+    """Drop from a published table the rows of experiments that the suite leaves out at ``preset`` (they decide
+    nothing there, :func:`lmsci.suite.undecided`) when those rows are stale at HEAD (``lmsci suite --check``):
+    a row the preset's suite no longer produces cannot be brought current by rerunning the suite, so it is
+    removed rather than published stale; ``claims.md`` then lists the experiment under "Left out at this
+    preset". Rows that are still current are kept.
+
+    Returns:
+        the experiments whose rows were dropped.
+
+    Raises:
+        RunDirError: no published table there, or it holds another preset.
+    """
+    from lmsci.table_check import CURRENT, check_published
+
+    pub = Path(published)
+    meta_p = pub / "published.json"
+    if not (pub / CLAIMS_CSV).is_file() or not meta_p.is_file():
+        raise RunDirError(f"{pub}: no published table (claims.csv and published.json)")
+    if json.loads(meta_p.read_text()).get("preset", preset) != preset:
+        raise RunDirError(f"{pub} publishes preset {json.loads(meta_p.read_text()).get('preset')!r}, not {preset!r}")
+    old = load_claims_table(pub)
+    present = [n for n in dict.fromkeys(names) if n in set(old["experiment"])]
+    if not present:
+        return []
+    status = {c.experiment: c.status for c in check_published(pub).checks}
+    drop = [n for n in present if status.get(n) != CURRENT]
+    if drop:
+        _write_published(pub, old[~old["experiment"].isin(drop)].reset_index(drop=True), preset)
+        log(f"published table {pub / CLAIMS_CSV}: dropped the stale rows of {len(drop)} experiment(s) left out at "
+            f"{preset} ({', '.join(drop)})")
+    return drop
 
 
 def load_claims_table(where: str | Path) -> pd.DataFrame:
@@ -452,15 +494,24 @@ def claims_markdown(table: pd.DataFrame, preset: str, *, link: str | None = "rep
         from lmsci.experiments.registry import shipped
 
         missing = [(n, cls) for n, cls in shipped().items() if n not in set(table["experiment"])]
+        left = [(n, cls) for n, cls in missing if not any(preset in c.presets for c in cls.claims)]
+        if left:
+            parts.append("## Left out at this preset\n")
+            parts.append(f"Every registered item of these experiments is decided at other presets only, so the "
+                         f"`{preset}` suite does not run them (`lmsci suite --only NAME` still does, "
+                         "reporting values that decide nothing):\n")
+            for n, cls in left:
+                at = sorted({p for c in cls.claims for p in c.presets}, key=ALL_PRESET_NAMES.index)
+                parts.append(f"- `{n}`: {len(cls.claims)} registered item(s), decided at {', '.join(at)}")
+            parts.append("")
+        missing = [(n, cls) for n, cls in missing if (n, cls) not in left]
         if missing:
             parts.append("## Not yet in this table\n")
             parts.append("Registered experiments with no row here yet (run them with `lmsci suite --preset "
                          f"{preset} --seeds 0,1 --only NAME --update` into this folder):\n")
             for n, cls in missing:
                 k = sum(preset in c.presets for c in cls.claims)
-                at = sorted({p for c in cls.claims for p in c.presets}, key=ALL_PRESET_NAMES.index)
-                decided = f"{k} decided at {preset}" if k else f"decided at {', '.join(at)} only"
-                parts.append(f"- `{n}`: {len(cls.claims)} registered item(s), {decided}")
+                parts.append(f"- `{n}`: {len(cls.claims)} registered item(s), {k} decided at {preset}")
             parts.append("")
     machines = sorted({str(m) for m in table.get("machine", pd.Series(dtype=str)).dropna() if str(m)})
     if machines:
