@@ -14,7 +14,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.reasoning.alpine import AlpineConfig, AlpinePlanning
+from lmsci.experiments.reasoning.alpine import AlpineConfig, AlpinePlanning, rule_holds
 from lmsci.measure.graph_reading import accuracy_by_type, auc, greedy_paths, mlp_logit_table, table_vs_graph
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.runs import RunDir
@@ -88,20 +88,32 @@ def table(acc_obs=0.95, acc_tr=0.3, wm=0.97, train=0.98, rand=(0.0, 0.0, 0.5), s
           n=3) -> pd.DataFrame:
     rows = []
     for k in range(n):
-        e = 0.01 * k
-        rows.append({"point": "real" + (f"__s{k}" if k else ""), "arm": "real", "seed_index": k, "status": "ok",
+        e, sfx = 0.01 * k, (f"__s{k}" if k else "")
+        rows.append({"point": "real" + sfx, "arm": "real", "seed_index": k, "status": "ok",
                      "acc_train": train, "acc_observed": acc_obs - e, "acc_transitive": acc_tr + e, "wm_auc": wm - e,
-                     "n_transitive": n_tr, "rand_acc_train": 0.0, "rand_acc_observed": rand[0],
-                     "rand_acc_transitive": rand[1] + e, "rand_wm_auc": rand[2] + e})
-        rows.append({"point": "shuffled" + (f"__s{k}" if k else ""), "arm": "shuffled", "seed_index": k,
+                     "n_transitive": n_tr})
+        rows.append({"point": "shuffled" + sfx, "arm": "shuffled", "seed_index": k,
                      "status": "ok", "acc_train": 0.1, "acc_observed": shuf[0] + e, "acc_transitive": shuf[1],
                      "wm_auc": shuf[2] - e, "n_transitive": n_tr})
+        rows.append({"point": "init" + sfx, "arm": "init", "seed_index": k, "status": "ok", "acc_train": 0.0,
+                     "acc_observed": rand[0], "acc_transitive": rand[1] + e, "wm_auc": rand[2] + e,
+                     "n_transitive": n_tr})
     return pd.DataFrame(rows)
 
 
 def verdicts(df, tmp_path):
     cfg = resolve_config(AlpineConfig, "quick")
     return {v.claim_id: v for v in AlpinePlanning().verdicts(cfg, df, RunDir(tmp_path))}
+
+
+def test_rules_are_the_registered_ones():
+    assert rule_holds("observed-accuracy", [0.9, 0.95]) and not rule_holds("observed-accuracy", [0.89, 0.9])
+    assert rule_holds("wm-adjacency", [0.9]) and not rule_holds("wm-adjacency", [0.5, 0.6])
+    assert rule_holds("transitive-gap", [0.3, 0.35, 0.4])
+    assert not rule_holds("transitive-gap", [0.3])  # one seed: no interval
+    assert not rule_holds("transitive-gap", [0.15, 0.18, 0.2])  # mean below 0.2
+    assert not rule_holds("transitive-gap", [-0.5, 0.4, 1.0])  # mean >= 0.2 but the CI reaches below 0
+    assert AlpinePlanning.escape_hatches() == ["observed-accuracy", "wm-adjacency", "transitive-gap"]
 
 
 def test_verdicts_reproduced_and_not(tmp_path):
@@ -120,6 +132,13 @@ def test_verdicts_gated_and_null_meeting_the_rule(tmp_path):
     # the shuffled-edges arm also recovers "adjacency" and random init solves observed pairs: null meets the rule
     v = verdicts(table(shuf=(0.95, 0.1, 0.95)), tmp_path)
     assert all(x.outcome == "inconclusive" and x.null_passed for x in v.values())
+    # either null arm meeting the rule is enough; its value is the larger arm mean
+    v = verdicts(table(rand=(0.92, 0.0, 0.5)), tmp_path)
+    assert v["observed-accuracy"].outcome == "inconclusive" and v["observed-accuracy"].null_value == pytest.approx(0.92)
+    assert v["wm-adjacency"].outcome == "reproduced" and not v["wm-adjacency"].null_passed
+    # a missing null arm: not measured, inconclusive
+    v = verdicts(table()[lambda d: d["arm"] != "init"], tmp_path)
+    assert all(x.outcome == "inconclusive" and x.null_passed is None for x in v.values())
     v = verdicts(table(n=1), tmp_path)
     assert all(x.outcome == "inconclusive" for x in v.values())
 
@@ -131,7 +150,8 @@ def test_smoke_run_end_to_end(tmp_path):
     cfg = resolve_config(AlpineConfig, "smoke", {"threads": 1})
     run = run_experiment(AlpinePlanning(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
     res = pd.read_csv(run.path / "results.csv")
-    assert set(res["arm"]) == {"real", "shuffled"} and (res["status"] == "ok").all()
+    assert set(res["arm"]) == {"real", "shuffled", "init"} and (res["status"] == "ok").all()
+    assert res[res["arm"] == "init"]["train_loss"].isna().all()  # the init arm is not trained
     assert res["wm_auc"].between(0, 1).all() and res["acc_observed"].between(0, 1).all()
     assert (run.path / "figures" / "alpine_tables.png").exists() and (run.path / "figures" / "alpine_accuracy.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
