@@ -147,6 +147,7 @@ def test_null_normal_is_one_test_on_the_z_scores_pooled_over_seeds(tmp_path):
         v = _verdicts(_row(ks=0.001, seeds=seeds), tmp_path / str(seeds))["null-normal"]
         assert v.outcome == "reproduced" and v.value > 0.9 and v.n_seeds == seeds, (seeds, v.value)
         assert f"{200 * seeds} z-scores pooled over {seeds} seeds" in v.ci_kind and v.null_value < 1e-10
+        assert v.details["per_seed_p"]["lefthash"] == [0.001] * seeds  # reported: the unwatermarked texts' own
     # a shift of 0.25 sd: 200 texts alone would not tell it at p < 0.01 (D = 0.10), the 600 pooled texts do
     v = _verdicts(_row(), tmp_path / "shift", plain=0.25)["null-normal"]
     assert v.outcome == "not reproduced" and v.value < 0.01

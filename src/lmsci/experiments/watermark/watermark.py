@@ -362,7 +362,7 @@ class Watermark(Experiment):
         ok = arm_rows(finished(results), "real")
         if ok.empty:
             return []
-        out = [self._null_normal(cfg, ok, run)]
+        out = [self._null_normal(cfg, ok, arm_rows(finished(results), "null"), run)]
         if "lefthash_thm42_diff" not in ok or ok["lefthash_thm42_diff"].isna().all():
             return out
         k = len(ok)  # training seeds (one row each)
@@ -380,9 +380,11 @@ class Watermark(Experiment):
                                     "share_of_texts_above_bound":
                                         float(ok["lefthash_thm42_frac_above"].astype(float).mean())})]
 
-    def _null_normal(self, cfg: WatermarkConfig, ok: pd.DataFrame, run: RunDir | None) -> Verdict:
-        """``null-normal``: one KS test per scheme on the z-scores pooled over the seeds (real arm's rows ``ok``),
-        the smallest p over the schemes; the null arm the same on the watermarked texts."""
+    def _null_normal(self, cfg: WatermarkConfig, ok: pd.DataFrame, plain_rows: pd.DataFrame,
+                     run: RunDir | None) -> Verdict:
+        """``null-normal``: one KS test per scheme on the z-scores pooled over the seeds (the real arm's rows ``ok``
+        name the points that hold them), the smallest p over the schemes; the null arm the same on the watermarked
+        texts. The per-seed p-values of the unwatermarked texts (``plain_rows``, the sweep's null arm) are reported."""
         from scipy.stats import kstest
 
         plain, marked = (pooled_z(run, ok, cfg.schemes, w) for w in ("plain", "marked"))
@@ -398,8 +400,8 @@ class Watermark(Experiment):
                           ci_kind=f"KS test of {n} z-scores pooled over {len(ok)} seeds",
                           null=(v0, bool(v0 >= KS_ALPHA)),
                           details={"pooled_p": p, "null_pooled_p": p0,
-                                   "per_seed_p": {s: ok[f"{s}_ks_p"].astype(float).tolist()
-                                                  for s in cfg.schemes if f"{s}_ks_p" in ok},
+                                   "per_seed_p": {s: plain_rows[f"{s}_ks_p"].astype(float).tolist()
+                                                  for s in cfg.schemes if f"{s}_ks_p" in plain_rows},
                                    "z_mean_sd": {s: [float(plain[s].mean()), float(plain[s].std(ddof=1))]
                                                  for s in cfg.schemes}})
 
