@@ -148,3 +148,7 @@ def test_text_walk_keeps_only_proposals_the_reward_model_accepts(tmp_path):
     assert 0 <= df["capped_share"].iloc[0] <= 1
     curve = pd.read_csv(run.path / "points" / "real-walk" / "curve.csv")
     assert list(curve["step"]) == [0, 2, 4]
+    # the null arm: the same text walk with every proposal accepted, as many steps per text as the real walk made
+    null = run.results().query("arm == 'null'").iloc[0]
+    assert null["accept_rate"] == 1.0 and null["backtracks_mean"] == 0
+    assert null["walk_steps_median"] == df["walk_steps_median"].iloc[0] and null["walk_steps_max"] == 4

@@ -63,13 +63,15 @@ def test_propose_span_draws_from_the_model():
     assert (freq - p).abs().max() < 0.015  # 20,000 draws: the standard error is at most 0.0036
 
 
-def _row(z0=9.0, zf=1.2, dq=0.01, seeds=3):
-    """Rows of both arms: ``real`` the walk, ``null`` the walk with zero edits (final z = original z, change 0)."""
+def _row(z0=9.0, zf=1.2, dq=0.01, seeds=3, null_zf=0.4, null_dq=0.5):
+    """Rows of both arms: ``real`` the walk, ``null`` the same walk with every proposal accepted (random edits: z
+    falls, the judge sees the damage); per-seed values spread by +-0.05 (z) and +-0.001 (change)."""
     rows = []
-    for arm, zf_, dq_ in (("real", zf, dq), ("null", z0, 0.0)):
+    for arm, zf_, dq_ in (("real", zf, dq), ("null", null_zf, null_dq)):
         rows += [{"point": f"{arm}-walk" + (f"__s{k}" if k else ""), "arm": arm, "status": "ok", "seed_index": k,
-                  "z0_median": z0, "zf_median": zf_, "judge_dq_median": dq_, "tau": 0.02, "traceable_share": 1.0,
-                  "trace_own_overlap": 0.4, "trace_other_max_overlap": 0.02, "tokens_changed": 0.7}
+                  "z0_median": z0, "zf_median": zf_ + 0.05 * (k % 3 - 1), "judge_dq_median": dq_ + 0.001 * (k % 3 - 1),
+                  "tau": 0.02, "traceable_share": 1.0, "trace_own_overlap": 0.4, "trace_other_max_overlap": 0.02,
+                  "tokens_changed": 0.7}
                  for k in range(seeds)]
     return pd.DataFrame(rows)
 
@@ -80,8 +82,11 @@ def _v(df, tmp_path, preset="gpu"):
 
 def test_verdicts(tmp_path):
     v = _v(_row(), tmp_path)
-    assert v.outcome == "reproduced" and v.null_passed is False and v.null_value == 0.0  # no seed's null removes it
+    assert v.outcome == "reproduced" and v.null_passed is False and v.null_value == pytest.approx(0.4)
+    assert v.value == pytest.approx(1.2) and v.ci[1] < 2 and "3 seeds" in v.ci_kind
+    assert v.details["null_judge_dq_mean"] == pytest.approx(0.5)  # random edits: z falls, quality is lost
     assert v.gates[0].value == 9.0 and v.gates[0].passed
+    assert _v(_row(dq=0.0195), tmp_path).outcome == "not reproduced"  # the change's interval reaches above tau
     assert _v(_row(zf=3.0), tmp_path).outcome == "not reproduced"
     assert _v(_row(dq=0.2), tmp_path).outcome == "not reproduced"  # quality lost
     assert _v(_row(z0=3.0), tmp_path).outcome == "inconclusive"  # never watermarked
@@ -89,16 +94,20 @@ def test_verdicts(tmp_path):
     assert _v(_row(seeds=1), tmp_path, "quick").outcome == "inconclusive"  # quick: below the claim's scale
     assert _v(_row(seeds=2), tmp_path).outcome == "inconclusive"  # fewer than 3 seeds
     df = _row()
-    df.loc[1, "zf_median"] = 2.5  # one real seed keeps its watermark: the rule must hold in every seed
+    df.loc[1, "zf_median"] = 2.5  # one of 3 seeds keeps its watermark: the interval of the z reaches above 2
     assert _v(df, tmp_path).outcome == "not reproduced"
+    df = _row(seeds=10)
+    df.loc[1, "zf_median"] = 2.1  # one of 10 seeds above 2: the interval still lies below 2 (no minimum over seeds)
+    assert _v(df, tmp_path).outcome == "reproduced"
 
 
 def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     from lmsci.claims import NULL_MEETS_RULE
 
-    v = _v(_row(z0=1.0), tmp_path)  # texts that were never watermarked: zero edits already "remove" it
+    v = _v(_row(null_dq=0.0), tmp_path)  # a judge blind to the random edits' damage: the null meets the rule
     assert v.outcome == "inconclusive" and v.null_passed is True
     assert any(NULL_MEETS_RULE in r for r in v.reasons)
+    assert WatermarkRemoval().get_claim("removal").null_can_meet
 
 
 def test_smoke_preset_runs(tmp_path):
@@ -109,11 +118,14 @@ def test_smoke_preset_runs(tmp_path):
     df = run.results()  # reads the arm name "null" as a string (pd.read_csv would read a missing value)
     real, null = (df[df["arm"] == a].iloc[0] for a in ("real", "null"))
     assert np.isfinite(real["zf_median"]) and 0 <= real["accept_rate"] <= 1
-    assert null["zf_median"] == null["z0_median"] == real["z0_median"] and null["judge_dq_median"] == 0
+    # the null arm walks the same texts with every proposal accepted: as many steps, more tokens changed
+    assert null["z0_median"] == real["z0_median"] and null["accept_rate"] == 1.0
+    assert null["tokens_changed"] > 0 and np.isfinite(null["judge_dq_median"])
     assert (run.path / "points" / "real-walk" / "curve.csv").exists()
+    random = pd.read_csv(run.path / "points" / "null-walk" / "curve_random.csv")
+    assert list(random["step"]) == list(pd.read_csv(run.path / "points" / "real-walk" / "curve.csv")["step"])
     v = run.verdicts()[0]
-    # the zero-edit walk keeps the (24-token, near-uniform model) watermark: its median z stays >= 2
-    assert v.null_value is not None and v.null_passed is False, (v.null_value, v.null_passed)
+    assert v.null_value == pytest.approx(null["zf_median"]) and v.null_passed is not None
 
 
 def _export(tmp_path, name, vocab_size, tokenizer=None, seed=0):

@@ -94,7 +94,21 @@ def _row(tpr=0.99, tpr_s=0.98, ks=0.4, diff=5.0, zpred=6.0, seeds=3, fpr=0.0, ks
     return pd.DataFrame(rows)
 
 
-def _verdicts(df, tmp_path, preset="gpu"):
+def _write_z(df, tmp_path, plain=0.0, marked=8.0, n=200):
+    """Each real point's ``z.npz``: the unwatermarked z-scores at the N(0, 1) quantiles shifted by ``plain``, the
+    watermarked ones by ``marked`` (deterministic: no sampling)."""
+    from scipy.stats import norm
+
+    q = norm.ppf((np.arange(n) + 0.5) / n)
+    for pid in df.loc[df["arm"] == "real", "point"]:
+        d = tmp_path / "points" / pid
+        d.mkdir(parents=True, exist_ok=True)
+        np.savez(d / "z.npz", **{f"{s}_z_{w}": q + shift for s in ("lefthash", "selfhash")
+                                 for w, shift in (("plain", plain), ("marked", marked))})
+
+
+def _verdicts(df, tmp_path, preset="gpu", plain=0.0, marked=8.0):
+    _write_z(df, tmp_path, plain, marked)
     cfg = resolve_config(WatermarkConfig, preset)
     return {v.claim_id: v for v in Watermark().verdicts(cfg, df, RunDir(tmp_path))}
 
@@ -111,17 +125,36 @@ def test_papers_numbers_are_reproduced(tmp_path):
 
 
 def test_failures_are_not_reproduced(tmp_path):
-    vs = _verdicts(_row(tpr=0.8, tpr_s=0.5, ks=0.001, diff=-5.0), tmp_path)
+    vs = _verdicts(_row(tpr=0.8, tpr_s=0.5, ks=0.001, diff=-5.0), tmp_path, plain=0.3)  # pooled z shifted by 0.3
     assert all(vs[k].outcome == "not reproduced" for k in CLAIMS) and vs["thm42-bound"].outcome == "failed"
 
 
 def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     from lmsci.claims import NULL_MEETS_RULE
 
-    vs = _verdicts(_row(fpr=0.99, ks_marked=0.5), tmp_path)  # unwatermarked texts flagged; marked z look normal
+    # unwatermarked texts flagged; marked z look normal
+    vs = _verdicts(_row(fpr=0.99, ks_marked=0.5), tmp_path, marked=0.0)
     for k in CLAIMS:
         assert vs[k].outcome == "inconclusive" and vs[k].null_passed is True, k
         assert any(NULL_MEETS_RULE in r for r in vs[k].reasons)
+
+
+def test_null_normal_is_one_test_on_the_z_scores_pooled_over_seeds(tmp_path):
+    """The KS test reads the pooled z-scores (not the per-seed p-values of the table): per-seed p-values of 0.001
+    do not fail it when the pooled z-scores are normal, more seeds keep it passing, and without the z-scores it is
+    not measured."""
+    for seeds in (3, 8):
+        v = _verdicts(_row(ks=0.001, seeds=seeds), tmp_path / str(seeds))["null-normal"]
+        assert v.outcome == "reproduced" and v.value > 0.9 and v.n_seeds == seeds, (seeds, v.value)
+        assert f"{200 * seeds} z-scores pooled over {seeds} seeds" in v.ci_kind and v.null_value < 1e-10
+        assert v.details["per_seed_p"]["lefthash"] == [0.001] * seeds  # reported: the unwatermarked texts' own
+    # a shift of 0.25 sd: 200 texts alone would not tell it at p < 0.01 (D = 0.10), the 600 pooled texts do
+    v = _verdicts(_row(), tmp_path / "shift", plain=0.25)["null-normal"]
+    assert v.outcome == "not reproduced" and v.value < 0.01
+    no_z = Watermark().verdicts(resolve_config(WatermarkConfig, "gpu"), _row(), RunDir(tmp_path / "none"))
+    v = {x.claim_id: x for x in no_z}["null-normal"]
+    assert v.outcome == "inconclusive" and any("z.npz is missing" in r for r in v.reasons), v.reasons
+    assert Watermark().get_claim("null-normal").null_can_meet and Watermark().get_claim("tpr-lefthash").null_can_meet
 
 
 def test_low_entropy_and_scale_are_inconclusive(tmp_path):
@@ -143,6 +176,10 @@ def test_smoke_preset_runs(tmp_path):
     real, null = (df[df["arm"] == a].iloc[0] for a in ("real", "null"))
     assert 0 <= real["lefthash_tpr"] <= 1 and np.isfinite(null["lefthash_ks_p"]) and null["lefthash_tpr"] < 0.95
     assert real["train_loss"] == null["train_loss"] and (run.path / "points" / "real-kgw" / "z.npz").exists()
+    # the TPR claims' null arm is the unwatermarked texts under the same detector and threshold (the FPR)
+    z = np.load(run.path / "points" / "real-kgw" / "z.npz")
+    assert null["lefthash_tpr"] == pytest.approx(float((z["lefthash_z_plain"] > 4).mean()))
+    assert real["lefthash_tpr"] == pytest.approx(float((z["lefthash_z_marked"] > 4).mean()))
     assert np.isfinite(real["sweep2_ppl"]) and 0 < real["top40_mass_plain"] <= 1
     vs = {v.claim_id: v for v in run.verdicts()}
     # the smoke model (5 steps) is nearly untrained, so its watermark may not be detected, but the unwatermarked

@@ -1,7 +1,9 @@
 """The random walk's oracles of :mod:`lmsci.experiments.watermark.watermark_removal` on Hugging Face causal LMs.
 
-The perturbation oracle (:func:`propose_span`: resample a span, score the suffix with one key/value cache), token
-log-probabilities, per-text watermark z-scores and the n-gram overlap that measures traceability. Source: Zhang,
+The perturbation oracle (:func:`propose_span`: resample a span, score the suffix with one key/value cache), the
+CPU-scale token walk (:func:`token_walk`, and its null arm: every proposal accepted, no quality oracle), token
+log-probabilities, per-text watermark z-scores, the scoring of a walk's final texts (:func:`score_walk`) and the
+n-gram overlap that measures traceability. Source: Zhang,
 Edelman, Francati, Venturi, Ateniese, Barak, "Watermarks in the Sand", ICML 2024, arXiv 2311.04378, Algorithm 1;
 traceability as Harel-Canada et al., "Sandcastles in the Storm", arXiv 2505.06827.
 """
@@ -88,3 +90,74 @@ def walk_summary(z0: np.ndarray, zf: np.ndarray, dq: np.ndarray, own: np.ndarray
             "judge_dq_median": float(np.median(dq)), "judge_dq_mean": float(dq.mean()),
             "trace_own_overlap": float(own.mean()), "trace_other_max_overlap": float(other.mean()),
             "traceable_share": float((own > other).mean())}
+
+
+@torch.no_grad()
+def token_walk(cfg: Any, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any, seed: int, log: Any,
+               device: str, random_edits: bool = False) -> tuple[list[torch.Tensor], dict, list[dict]]:
+    """The CPU-scale walk of ``watermark-removal``: ``cfg.walk_steps`` steps of span resampling from the causal LM
+    ``A`` (:func:`propose_span`, ``cfg.span`` tokens) with Metropolis-Hastings acceptance and the quality oracle
+    (``A``'s mean NLL of the generated tokens at most the original's plus ``cfg.tau`` nats/token).
+
+    Args:
+        cfg: the experiment's config (``prompt_len``, ``T``, ``span``, ``n_texts``, ``walk_steps``, ``tau``,
+            ``detect_every``).
+        A: the attacker's Hugging Face causal LM; prompts ``[n, prompt_len]``, y0 ``[n, T]``: the watermarked texts.
+        det: the watermark detector; seed: the walk's seed (span starts, draws, MH uniforms); log: ``log(**row)``.
+        random_edits: the null arm: every proposal is accepted (no MH step, no quality oracle), the same steps,
+            spans and draws otherwise.
+
+    Returns:
+        (final generated tokens per text, result fields ``attacker_dq_median`` / ``accept_rate`` /
+        ``tokens_changed``, the curve: median z every ``detect_every`` steps and at the last).
+    """
+    P, T, k, n = cfg.prompt_len, cfg.T, cfg.span, cfg.n_texts
+    x = torch.cat([prompts, y0], 1)
+    lpA = token_logprobs(A, x)[:, P - 1:]  # [n, T]: the attacker's log-probs of the generated tokens
+    q0 = -lpA.mean(1)  # original quality (NLL per token under A)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    curve = []
+    accepted = torch.zeros(n)
+    for step in range(cfg.walk_steps + 1):
+        if step % cfg.detect_every == 0 or step == cfg.walk_steps:
+            z = wm.detect(det, x[:, P:])["z"]
+            curve.append({"step": step, "z_median": float(np.median(z)), "z_mean": float(np.mean(z)),
+                          "accept_rate": float(accepted.mean() / max(step, 1)),
+                          "quality_A_change": float((-lpA.mean(1) - q0).median())})
+            log(**curve[-1])
+        if step == cfg.walk_steps:
+            break
+        i = int(torch.randint(0, T - k + 1, (1,), generator=g))  # span start within the generated tokens
+        new, lp_tail = propose_span(A, x, P + i, k, g)  # no watermark: the attacker's own model
+        lp_new = torch.cat([lpA[:, :i], lp_tail], 1)
+        # MH: the suffix after the span, scored under A with the new vs the old span
+        log_ratio = (lp_new[:, i + k:] - lpA[:, i + k:]).sum(1)
+        u = torch.rand(n, generator=g).to(device)
+        mh = torch.log(u) < log_ratio
+        quality_ok = (-lp_new.mean(1)) <= q0 + cfg.tau
+        take = torch.ones_like(mh) if random_edits else mh & quality_ok
+        x = torch.where(take[:, None], new, x)
+        lpA = torch.where(take[:, None], lp_new, lpA)
+        accepted += take.float().cpu()
+    final = x[:, P:]
+    same = float((final == y0).float().mean())
+    extra = {"attacker_dq_median": float((-lpA.mean(1) - q0).median()),
+             "accept_rate": float(accepted.mean() / cfg.walk_steps), "tokens_changed": 1 - same}
+    return list(final), extra, curve
+
+
+def score_walk(J: Any, det: Any, prompts: torch.Tensor, y0: torch.Tensor, z0: np.ndarray, final: list[torch.Tensor],
+               ngram: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """A walk's results row (:func:`walk_summary`) and its ``[n]`` per-text arrays (``z0``, ``zf``, ``dq``, ``own``,
+    ``other``): the final texts' z-scores, the judge ``J``'s NLL change per token (final minus original, nats/token,
+    generated tokens only) and the ``ngram`` overlap of each final text with its own and with the other origins."""
+    P, n = prompts.shape[1], len(final)
+    zf = detect_each(det, final)
+    nll_j0 = -token_logprobs(J, torch.cat([prompts, y0], 1))[:, P - 1:].mean(1).cpu().numpy()
+    nll_j1 = np.array([-float(token_logprobs(J, torch.cat([prompts[t], f])[None])[0, P - 1:].mean())
+                       for t, f in enumerate(final)])
+    dq = nll_j1 - nll_j0
+    y0n, fn = y0.cpu().numpy(), [f.cpu().numpy() for f in final]
+    own = np.array([ngram_overlap(fn[t], y0n[t], ngram) for t in range(n)])
+    other = np.array([max(ngram_overlap(fn[t], y0n[u], ngram) for u in range(n) if u != t) for t in range(n)])
+    return walk_summary(z0, zf, dq, own, other), {"z0": z0, "zf": zf, "dq": dq, "own": own, "other": other}

@@ -26,15 +26,22 @@ Arms (one training per seed serves both: :meth:`Watermark.groups` pairs them): `
 texts, ``null`` the unwatermarked texts of the same prompts (the same sampling seed for every scheme); each row's
 columns describe its own arm's texts (``<scheme>_tpr`` is the share flagged at z > 4: the TPR on the real arm, the
 false-positive rate on the null arm; ``<scheme>_ks_p`` the KS p-value of its z-scores against N(0, 1)). The TPR
-claims read the real arm with the null arm as null; ``null-normal`` reads the null arm (unwatermarked texts) with
-the real arm (watermarked texts, whose z-scores the KS test must tell from N(0, 1)) as its null. The TPR's decision
-reads the pooled TPR (the mean over seeds of equal-size text sets); the engine reports the interval across seeds.
+claims read the real arm with the null arm as null: the unwatermarked texts (generated with delta = 0, the same
+prompts) scored by the same detector at the same gamma, hash, key and z > 4 threshold, i.e. the false-positive rate;
+it would meet TPR >= 0.95 if the detector flagged text regardless of the watermark (low-entropy, repetitive
+generations whose n-grams fall in the key's green lists). ``null-normal`` reads the unwatermarked texts' z-scores
+with the watermarked texts' (whose z-scores the KS test must tell from N(0, 1)) as its null, by one KS test on the
+z-scores pooled over the seeds (``z.npz`` of each seed), so that its chance of failing when the z-scores are N(0, 1)
+stays 0.01 whatever the number of seeds (issue 44 item 4; it was the smallest per-seed p-value, whose false-failure
+rate grows with the seeds). The TPR's decision reads the pooled TPR (the mean over seeds of equal-size text sets);
+the engine reports the interval across seeds.
 transformers' self-hash tests only the 40 most likely candidates for self-greenness, so its bias acts on at most the
 top-40 mass (``top40_mass_plain``).
 
-Escape hatch (``hand_verdicts``): ``thm42-bound``'s interval is a t-interval over the texts pooled across seeds,
-built from each seed's per-text standard error, and its rule reads the interval's upper end (>= 0); the engine's
-intervals are across seeds.
+Escape hatches (``hand_verdicts``), both statistics of the texts pooled across seeds, which the engine's per-seed
+``Stat`` cannot express: ``thm42-bound``'s interval is a t-interval over the texts pooled across seeds, built from
+each seed's per-text standard error, and its rule reads the interval's upper end (>= 0); ``null-normal``'s KS test
+reads the per-text z-scores of every seed (the points' ``z.npz``; a results table alone cannot recompute it).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least, mean_at_least
+from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least, mean_at_least, not_measured
 from lmsci.claims.engine import arm_rows, finished
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError
@@ -118,13 +125,23 @@ def thm42_z(mean_spike: float, gamma: float, delta: float, T: int) -> float:
     return (frac - gamma) * math.sqrt(T) / math.sqrt(gamma * (1 - gamma))
 
 
-def smallest_ks_p(rows: pd.DataFrame) -> pd.Series:
-    """Per seed, the smallest over the schemes' detectors of the KS p-value of the arm's z-scores against N(0, 1)
-    (columns ``<scheme>_ks_p``; a scheme not run is skipped)."""
-    cols = [f"{s}_ks_p" for s in wm.SCHEMES if f"{s}_ks_p" in rows and rows[f"{s}_ks_p"].notna().any()]
-    if not cols:
-        return pd.Series(dtype=float)
-    return rows[cols].astype(float).groupby(rows["seed_index"].to_numpy()).min().min(axis=1)
+def pooled_z(run: RunDir | None, real: pd.DataFrame, schemes: list[str], which: str) -> dict[str, np.ndarray] | str:
+    """Per scheme, the ``[n_texts * n_seeds]`` z-scores of the ``which`` texts (``"plain"``: unwatermarked,
+    ``"marked"``: watermarked) pooled over the real arm's rows (each seed's ``points/<point>/z.npz``); or why they
+    cannot be read (no run directory, a missing file or array)."""
+    if run is None:
+        return "no run directory: the per-text z-scores (points/<point>/z.npz) are not available"
+    out: dict[str, list[np.ndarray]] = {s: [] for s in schemes}
+    for pid in real["point"].astype(str):
+        f = run.path / "points" / pid / "z.npz"
+        if not f.exists():
+            return f"{f} is missing"
+        z = np.load(f)
+        for s in schemes:
+            if f"{s}_z_{which}" not in z:
+                return f"{f} holds no {s}_z_{which}"
+            out[s].append(z[f"{s}_z_{which}"])
+    return {s: np.concatenate(v) for s, v in out.items()}
 
 
 def entropy_gate(scheme: str) -> Gate:
@@ -152,8 +169,12 @@ class Watermark(Experiment):
                               "paper's model, never downloaded) ~1.5 h"}
 
     _SRC = "Kirchenbauer et al., arXiv 2301.10226"
-    _NULL_TPR = ("the same detection rate on the unwatermarked texts of the same prompts (gamma = delta = 0: the "
-                 "false-positive rate)")
+    _NULL_TPR = ("the same detection rate (share of texts at z > 4) on texts of the same prompts generated without the "
+                 "watermark (delta = 0), scored by the same detector at the same gamma, hash, key and threshold: the "
+                 "false-positive rate")
+    _NULL_TPR_CAN_MEET = ("nothing bounds it below 0.95 by construction: it meets the rule if the detector flags text "
+                          "regardless of the watermark, e.g. low-entropy or repetitive generations whose n-grams fall in "
+                          "the key's green lists, or a colouring biased towards the model's frequent tokens")
     claims = [
         Claim(
             "tpr-lefthash",
@@ -166,7 +187,7 @@ class Watermark(Experiment):
             rule=mean_at_least(TPR_MIN),
             gates=(entropy_gate("lefthash"),),
             uncertainty="within-run", presets=("gpu", "paper"),
-            null=_NULL_TPR,
+            null=_NULL_TPR, null_can_meet=_NULL_TPR_CAN_MEET,
         ),
         Claim(
             "tpr-selfhash",
@@ -179,20 +200,22 @@ class Watermark(Experiment):
             rule=mean_at_least(TPR_MIN),
             gates=(entropy_gate("selfhash"),),
             uncertainty="within-run", presets=("gpu", "paper"),
-            null=_NULL_TPR,
+            null=_NULL_TPR, null_can_meet=_NULL_TPR_CAN_MEET,
         ),
         Claim(
             "null-normal",
             "Without the watermark the detector's z-scores follow N(0, 1).",
             _SRC + ", sec. 3 (the one-proportion z-test)",
             "empirical FPR ~ 0 at z > 4 (at most one false positive per ~500 human texts)",
-            statistic=Stat(fn=smallest_ks_p, words="p-value of the Kolmogorov-Smirnov test of the arm's n_texts "
-                                                   "z-scores against N(0, 1), the smallest over the schemes' "
-                                                   "detectors"),
-            rule=every_at_least(KS_ALPHA),
+            "p-value of one Kolmogorov-Smirnov test against N(0, 1) of the unwatermarked texts' z-scores pooled over "
+            "the training seeds (n_texts per seed), the smallest over the schemes' detectors",
+            f"the pooled p-value is >= {KS_ALPHA} (one test whatever the number of seeds: when the z-scores are "
+            f"N(0, 1) it fails with probability {KS_ALPHA})",
             uncertainty="within-run", presets=("gpu", "paper"), arms=("null", "real"),
-            null="the same KS test on the watermarked texts' z-scores (shifted by the watermark, so not N(0, 1)): "
-                 "the test must be able to tell",
+            null="the same pooled KS test on the watermarked texts' z-scores of the same prompts (the same detectors)",
+            null_can_meet="the watermarked z-scores look N(0, 1) when the watermark barely acts (a low-entropy model "
+                          "leaves the green bias little room to change the sampled tokens, Theorem 4.2) or the KS test "
+                          "has too little power to tell a shift; it fails only if the test can tell the watermark",
         ),
         Claim(
             "thm42-bound",
@@ -334,11 +357,14 @@ class Watermark(Experiment):
                         f"sweep{d:g}_z_median": float(np.median(dd["z"]))})
         return row
 
-    # -- verdicts: the claims engine judges every claim but thm42-bound (see the module docstring) -------------
+    # -- verdicts: the claims engine judges every claim but thm42-bound and null-normal (module docstring) -------
     def hand_verdicts(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
         ok = arm_rows(finished(results), "real")
-        if ok.empty or "lefthash_thm42_diff" not in ok or ok["lefthash_thm42_diff"].isna().all():
+        if ok.empty:
             return []
+        out = [self._null_normal(cfg, ok, arm_rows(finished(results), "null"), run)]
+        if "lefthash_thm42_diff" not in ok or ok["lefthash_thm42_diff"].isna().all():
+            return out
         k = len(ok)  # training seeds (one row each)
         n = cfg.n_texts * k  # texts pooled over seeds
         ms, ses = ok["lefthash_thm42_diff"].astype(float), ok["lefthash_thm42_diff_se"].astype(float)
@@ -347,12 +373,37 @@ class Watermark(Experiment):
         from scipy.stats import t as student
 
         half = float(student.ppf(0.975, n - 1)) * se
-        return [self.judge(cfg, "thm42-bound", value=m, passed=bool(m + half >= 0), ci=(m - half, m + half),
+        return out + [self.judge(cfg, "thm42-bound", value=m, passed=bool(m + half >= 0), ci=(m - half, m + half),
                            ci_kind=f"95% t-interval over {n} texts", n_seeds=k,
                            details={"mean_green": float(ok["lefthash_thm42_green"].astype(float).mean()),
                                     "mean_bound": float(ok["lefthash_thm42_bound"].astype(float).mean()),
                                     "share_of_texts_above_bound":
                                         float(ok["lefthash_thm42_frac_above"].astype(float).mean())})]
+
+    def _null_normal(self, cfg: WatermarkConfig, ok: pd.DataFrame, plain_rows: pd.DataFrame,
+                     run: RunDir | None) -> Verdict:
+        """``null-normal``: one KS test per scheme on the z-scores pooled over the seeds (the real arm's rows ``ok``
+        name the points that hold them), the smallest p over the schemes; the null arm the same on the watermarked
+        texts. The per-seed p-values of the unwatermarked texts (``plain_rows``, the sweep's null arm) are reported."""
+        from scipy.stats import kstest
+
+        plain, marked = (pooled_z(run, ok, cfg.schemes, w) for w in ("plain", "marked"))
+        if isinstance(plain, str) or isinstance(marked, str):
+            why = plain if isinstance(plain, str) else marked
+            return not_measured(self.get_claim("null-normal"), cfg.preset, why, experiment=self.name,
+                                master_seed=cfg.seed)
+        p = {s: float(kstest(plain[s], "norm").pvalue) for s in cfg.schemes}
+        p0 = {s: float(kstest(marked[s], "norm").pvalue) for s in cfg.schemes}
+        v, v0 = min(p.values()), min(p0.values())
+        n = len(next(iter(plain.values())))
+        return self.judge(cfg, "null-normal", value=v, passed=bool(v >= KS_ALPHA), n_seeds=len(ok),
+                          ci_kind=f"KS test of {n} z-scores pooled over {len(ok)} seeds",
+                          null=(v0, bool(v0 >= KS_ALPHA)),
+                          details={"pooled_p": p, "null_pooled_p": p0,
+                                   "per_seed_p": {s: plain_rows[f"{s}_ks_p"].astype(float).tolist()
+                                                  for s in cfg.schemes if f"{s}_ks_p" in plain_rows},
+                                   "z_mean_sd": {s: [float(plain[s].mean()), float(plain[s].std(ddof=1))]
+                                                 for s in cfg.schemes}})
 
     def figures(self, cfg: WatermarkConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt

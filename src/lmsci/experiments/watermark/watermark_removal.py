@@ -34,14 +34,22 @@ Measured: the median z-score (transformers' ``WatermarkDetector``) every ``detec
 quality change (mean NLL per token of the final minus the original text under ``J``); traceability: the share of
 the final text's 4-grams found in its own origin against the largest share found in any other origin text.
 
-Issue 29: the claim is decided at gpu/paper, on 3 training seeds (the rule must hold in each): one quick seed takes
-~5 CPU-minutes, so 3 do not fit quick's 15 minutes; quick still runs and reports every value.
+Issue 29: the claim is decided at gpu/paper, on 3 training seeds: one quick seed takes ~5 CPU-minutes (before the
+null walk, which adds one walk), so 3 do not fit quick's 15 minutes; quick still runs and reports every value.
 
-Arms (one group per seed: the three models are trained once): ``real`` is the walk; ``null`` the walk with zero
-edits, whose final texts are the original watermarked texts (final z = original z, judge quality change 0). The
-claims engine judges ``removal`` on both arms (per seed: median final z below 2 and median judge quality change at
-most ``tau``, in every seed); the ``watermarked`` gate (original median z above 4 in every seed) is measured by
+Arms (one group per seed: the three models are trained once): ``real`` is the walk; ``null`` the same walk (the
+same steps, span starts and draws; the text walk: as many steps per text as the real walk made) with every proposed
+perturbation accepted, without the Metropolis-Hastings step and the quality oracle: random edits from the
+attacker's model. Its z falls too; it meets the rule if the judge does not see the damage of unfiltered edits, so
+the rule credits the quality oracle only when the judge tells the two walks apart (issue 44 item 4: the null was
+the walk with zero edits, whose z stays above 4 by construction). The rule reads the across-seed Student-t 95%
+intervals (issue 44 item 4: it was "in every seed", stricter as seeds are added): the interval of the per-seed
+median final z lies below 2 and the upper end of that of the per-seed median judge NLL change is at most ``tau``.
+The ``watermarked`` gate (original median z above 4 in every seed) is measured by
 :meth:`WatermarkRemoval.measured_gates`.
+
+Escape hatch (``hand_verdicts``): ``removal``'s rule is a conjunction of intervals on two statistics (final z, the
+judge's change); an engine rule reads one statistic, and no single per-seed value has both intervals.
 """
 
 from __future__ import annotations
@@ -53,28 +61,37 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Stat, every_at_least
+from lmsci.claims import Claim, Gate, Verdict
 from lmsci.claims.engine import arm_rows, finished
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.watermark._common import arms_by_seed
-from lmsci.experiments.watermark._watermark_removal_walk import (Z_END, Z_START, detect_each, ngram_overlap,
-                                                                 propose_span, token_logprobs, walk_summary)
+from lmsci.experiments.watermark._watermark_removal_walk import (Z_END, Z_START, detect_each,  # noqa: F401
+                                                                 ngram_overlap, propose_span, score_walk,
+                                                                 token_logprobs, token_walk)
 from lmsci.experiments.watermark._shakespeare_gpt import train_shakespeare_hf
 from lmsci.methods import watermark as wm
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
+from lmsci.stats import SeedStat, across_seeds
 from lmsci.train.trainer import TrainSpec
 
 
-def removal_held(rows: pd.DataFrame) -> pd.Series:
-    """Per seed, 1.0 when the median final z is below ``Z_END`` and the median judge quality change is at most the
-    run's ``tau`` (nats/token), else 0.0."""
-    dq, tau = rows["judge_dq_median"].astype(float), rows["tau"].astype(float)
-    held = (rows["zf_median"].astype(float) < Z_END) & (dq <= tau)
-    return held.astype(float).groupby(rows["seed_index"].to_numpy()).min()
+def removal_stats(rows: pd.DataFrame) -> tuple[SeedStat, SeedStat, float] | None:
+    """Across the seeds of one arm's finished rows: the Student-t 95% summaries of the median final z and of the
+    median judge NLL change (nats/token), and the run's ``tau``; None when the rows hold no walk."""
+    if rows.empty or "zf_median" not in rows or rows["zf_median"].isna().all():
+        return None
+    per = rows.groupby("seed_index")[["zf_median", "judge_dq_median"]].mean().astype(float)
+    return across_seeds(per["zf_median"]), across_seeds(per["judge_dq_median"]), float(rows["tau"].astype(float).max())
+
+
+def removal_holds(z: SeedStat, dq: SeedStat, tau: float) -> bool:
+    """The rule of ``removal``: the interval of the median final z lies below ``Z_END`` and that of the median judge
+    NLL change reaches at most ``tau`` (one seed: the values themselves)."""
+    return bool(z.hi < Z_END and dq.hi <= tau)
 
 
 class RemovalConfig(ExperimentConfig):
@@ -156,9 +173,9 @@ class WatermarkRemoval(Experiment):
     source = ("Zhang et al., 'Watermarks in the Sand', ICML 2024, arXiv 2311.04378, Algorithm 1; Harel-Canada et al., "
               "arXiv 2505.06827")
     Config = RemovalConfig
-    time_estimate = {"smoke": "~20 s", "quick": "309 s measured (threads=2, nothing else running; three models x 800 "
-                                                "steps, then 200 walk steps over 50 texts)",
-                     "gpu": "~1 h on one H100 (3 seeds x ~20 min)",
+    time_estimate = {"smoke": "~20 s", "quick": "309 s measured before the null arm walked (threads=2; three models x "
+                                                "800 steps, then 200 walk steps over 50 texts); now one walk more",
+                     "gpu": "~1 h on one H100 (3 seeds x ~20 min) before the null arm's walk; now one walk more",
                      "paper": "~1 h on one H100 with the trained GPTs. The paper's own oracles run on a user's machine "
                               "from local directories (never downloaded): --set generator_model=DIR --set "
                               "attacker_model=DIR --set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
@@ -173,16 +190,20 @@ class WatermarkRemoval(Experiment):
             "Zhang et al., arXiv 2311.04378, Algorithm 1 and sec. 5 (the attack removes KGW, EXP and Unigram "
             "watermarks with minor quality loss)",
             "p-values rise from 4e-15 to 0.24 and from 1e-5 to 0.47 on the paper's examples; quality flat under GPT-4",
-            statistic=Stat(fn=removal_held, words="1 when the median over texts of the z-score (left-hash detector) "
-                           "at the end of each text's walk (the token walk: walk_steps steps; the text walk: the official "
-                           "stopping rule, stop_z / walk_total_steps / target_valid_steps, capped at walk_max_steps) is "
-                           f"below {Z_END} and the median over texts of the judge's NLL change (final minus original, "
-                           "nats/token) is <= tau = 0.02, else 0"),
-            rule=every_at_least(1.0),
+            "per training seed, the median over texts of the z-score (left-hash detector) at the end of each text's "
+            "walk (the token walk: walk_steps steps; the text walk: the official stopping rule, stop_z / "
+            "walk_total_steps / target_valid_steps, capped at walk_max_steps) and the median over texts of the judge's "
+            "NLL change (final minus original text, nats/token); the value is the mean over seeds of the first",
+            f"the 95% CI across seeds (Student t) of the median final z lies below {Z_END} and the upper end of that "
+            "of the median judge NLL change is <= tau = 0.02 nats/token (>= 3 training seeds)",
             gates=(Gate("watermarked", f"the median z of the original texts is > {Z_START} in every seed"),),
             uncertainty="within-run", presets=("gpu", "paper"),
-            null="the same medians for the walk with zero edits (the original watermarked texts, judge NLL change 0): "
-                 "nothing is perturbed, so the watermark stays",
+            null="the same walk (the same steps, spans and draws; the text walk: as many steps per text as the real "
+                 "walk made) with every proposed perturbation accepted, without the Metropolis-Hastings step and the "
+                 "quality oracle (random edits from the attacker's model): the same two medians, the same rule",
+            null_can_meet="random edits wash the watermark out too (z falls as the edited share grows), so the null "
+                          "meets the z part; it meets the whole rule if the judge's NLL does not see the damage of "
+                          "unfiltered edits, and then the rule cannot credit the walk's quality oracle",
         ),
     ]
 
@@ -242,7 +263,8 @@ class WatermarkRemoval(Experiment):
         return arms_by_seed(points)  # the two arms of one seed form one group: the three models are trained once.
 
     def run_group(self, cfg: RemovalConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        rows = self.measure(cfg, next((c for c in ctxs if c.point.arm == "real"), ctxs[0]))
+        by_arm = {c.point.arm: c for c in ctxs}
+        rows = self.measure(cfg, by_arm.get("real", ctxs[0]), by_arm.get("null", ctxs[0]))
         return [rows[p.arm] for p in points]
 
     def run_point(self, cfg: RemovalConfig, point: Point, ctx: PointContext) -> dict:
@@ -255,9 +277,9 @@ class WatermarkRemoval(Experiment):
                                      log=lambda r: ctx.log(model=role, **r))
         return hf
 
-    def measure(self, cfg: RemovalConfig, ctx: PointContext) -> dict[str, dict]:
+    def measure(self, cfg: RemovalConfig, ctx: PointContext, nctx: PointContext | None = None) -> dict[str, dict]:
         """Train (or load) the three models of ``ctx``'s seed, watermark, walk and measure: ``{"real": row, "null":
-        row}`` (the null row: the walk with zero edits, whose final texts are the originals)."""
+        row}`` (the null row: the same walk with every proposal accepted, logged and stored under ``nctx``)."""
         from lmsci.worlds import shakespeare as sh
 
         device = resolve_device(cfg.device)
@@ -279,70 +301,27 @@ class WatermarkRemoval(Experiment):
         wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, cfg.scheme, cfg.key)
         det = wm.detector(G, wcfg, device)
         y0 = wm.generate(G, prompts, cfg.T, wcfg, cfg.temperature, derive_seed(ctx.seed, "gen"))
-        n, P = cfg.n_texts, cfg.prompt_len
         z0 = wm.detect(det, y0)["z"]
-        if cfg.infiller_model is not None:
-            final, extra, curve = self._text_walk(cfg, G_tok, A, prompts, y0, det, ctx, device)
-        else:
-            final, extra, curve = self._token_walk(cfg, A, prompts, y0, det, ctx, device)
-        zf = detect_each(det, final)
-        if "tokens_changed" in extra:  # the token walk: z if the same share of tokens were edited at random
-            extra["analytic_z_random_edits"] = float(np.median(z0) * (1 - extra["tokens_changed"]) ** 2)
-        nll_j0 = -token_logprobs(J, torch.cat([prompts, y0], 1))[:, P - 1:].mean(1).cpu().numpy()
-        nll_j1 = np.array([-float(token_logprobs(J, torch.cat([prompts[t], f])[None])[0, P - 1:].mean())
-                           for t, f in enumerate(final)])
-        dq = nll_j1 - nll_j0
-        y0n, fn = y0.cpu().numpy(), [f.cpu().numpy() for f in final]
-        own = np.array([ngram_overlap(fn[t], y0n[t], cfg.ngram) for t in range(n)])
-        other = np.array([max(ngram_overlap(fn[t], y0n[u], cfg.ngram) for u in range(n) if u != t) for t in range(n)])
-        pd.DataFrame(curve).to_csv(ctx.artifact_dir / "curve.csv", index=False)
-        np.savez(ctx.artifact_dir / "texts.npz", z0=z0, zf=zf, dq=dq, own=own, other=other)
-        # the null arm, the walk with zero edits: the final texts are the originals (same z, judge NLL change 0)
-        other0 = np.array([max(ngram_overlap(y0n[t], y0n[u], cfg.ngram) for u in range(n) if u != t) for t in range(n)])
-        return {"real": {**walk_summary(z0, zf, dq, own, other), "tau": cfg.tau, **extra},
-                "null": {**walk_summary(z0, z0, np.zeros(n), np.ones(n), other0), "tau": cfg.tau, "accept_rate": 0.0,
-                         "tokens_changed": 0.0}}
-
-    def _token_walk(self, cfg: RemovalConfig, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
-                    ctx: PointContext, device: str) -> tuple[list[torch.Tensor], dict, list[dict]]:
-        """The CPU-scale walk: span resampling from the causal LM ``A`` with Metropolis-Hastings acceptance and the
-        attacker-NLL quality oracle; returns (final generated tokens per text, result fields, curve)."""
-        P, T, k, n = cfg.prompt_len, cfg.T, cfg.span, cfg.n_texts
-        x = torch.cat([prompts, y0], 1)
-        lpA = token_logprobs(A, x)[:, P - 1:]  # [n, T]: the attacker's log-probs of the generated tokens
-        q0 = -lpA.mean(1)  # original quality (NLL per token under A)
-        g = torch.Generator(device="cpu").manual_seed(derive_seed(ctx.seed, "walk"))
-        curve = []
-        accepted = torch.zeros(n)
-        for step in range(cfg.walk_steps + 1):
-            if step % cfg.detect_every == 0 or step == cfg.walk_steps:
-                z = wm.detect(det, x[:, P:])["z"]
-                curve.append({"step": step, "z_median": float(np.median(z)), "z_mean": float(np.mean(z)),
-                              "accept_rate": float(accepted.mean() / max(step, 1)),
-                              "quality_A_change": float((-lpA.mean(1) - q0).median())})
-                ctx.log(**curve[-1])
-            if step == cfg.walk_steps:
-                break
-            i = int(torch.randint(0, T - k + 1, (1,), generator=g))  # span start within the generated tokens
-            new, lp_tail = propose_span(A, x, P + i, k, g)  # no watermark: the attacker's own model
-            lp_new = torch.cat([lpA[:, :i], lp_tail], 1)
-            # MH: the suffix after the span, scored under A with the new vs the old span
-            log_ratio = (lp_new[:, i + k:] - lpA[:, i + k:]).sum(1)
-            u = torch.rand(n, generator=g).to(device)
-            mh = torch.log(u) < log_ratio
-            quality_ok = (-lp_new.mean(1)) <= q0 + cfg.tau
-            take = mh & quality_ok
-            x = torch.where(take[:, None], new, x)
-            lpA = torch.where(take[:, None], lp_new, lpA)
-            accepted += take.float().cpu()
-        final = x[:, P:]
-        same = float((final == y0).float().mean())
-        extra = {"attacker_dq_median": float((-lpA.mean(1) - q0).median()),
-                 "accept_rate": float(accepted.mean() / cfg.walk_steps), "tokens_changed": 1 - same}
-        return list(final), extra, curve
+        rows, steps = {}, None
+        for arm, c in (("real", ctx), ("null", nctx or ctx)):  # the null: the same walk, every proposal accepted
+            if cfg.infiller_model is not None:
+                final, extra, curve = self._text_walk(cfg, G_tok, A, prompts, y0, det, c, device, steps=steps)
+                steps = extra.pop("steps_per_text")  # the null text walk makes as many steps per text
+            else:
+                final, extra, curve = token_walk(cfg, A, prompts, y0, det, derive_seed(c.seed, "walk"), c.log, device,
+                                                 random_edits=arm == "null")
+            if "tokens_changed" in extra:  # the token walk: z if the same share of tokens were edited at random
+                extra["analytic_z_random_edits"] = float(np.median(z0) * (1 - extra["tokens_changed"]) ** 2)
+            row, arrays = score_walk(J, det, prompts, y0, z0, final, cfg.ngram)
+            tag = "" if arm == "real" else "_random"  # distinct names: one point directory when run alone
+            pd.DataFrame(curve).to_csv(c.artifact_dir / f"curve{tag}.csv", index=False)
+            np.savez(c.artifact_dir / f"texts{tag}.npz", **arrays)
+            rows[arm] = {**row, "tau": cfg.tau, **extra}
+        return rows
 
     def _text_walk(self, cfg: RemovalConfig, tok: Any, A: Any, prompts: torch.Tensor, y0: torch.Tensor, det: Any,
-                   ctx: PointContext, device: str) -> tuple[list[torch.Tensor], dict, list[dict]]:
+                   ctx: PointContext, device: str, steps: np.ndarray | None = None
+                   ) -> tuple[list[torch.Tensor], dict, list[dict]]:
         """The paper-scale walk (Algorithm 1 as the camera-ready ``RandomWalkAttack.edit``), one walk per text, all
         texts still walking stepped together.
 
@@ -356,11 +335,12 @@ class WatermarkRemoval(Experiment):
         ``target_valid_steps`` acceptances; or, where the official walk would go on forever, at ``walk_max_steps``
         steps. Deliberate difference: after a backtrack the official loop keeps the z of the abandoned text; lmsci
         uses the z of the text it returned to. Texts are re-tokenized with the generator's tokenizer ``tok`` for
-        detection and cut at ``seq_len - prompt_len`` tokens (an infill can lengthen a text).
+        detection and cut at ``seq_len - prompt_len`` tokens. With ``steps`` (``[n]``, the null arm) every proposal
+        is accepted and text ``i`` walks exactly ``steps[i]`` steps.
 
         Returns:
-            As :meth:`_token_walk`: the final generated tokens per text, result fields (``accept_rate``: mean over
-            texts of acceptances per step; ``walk_steps_median`` / ``walk_steps_max``: steps per text;
+            As :func:`token_walk`: the final generated tokens per text, result fields (``accept_rate``: mean over
+            texts of acceptances per step; ``walk_steps_median`` / ``walk_steps_max`` / ``steps_per_text``: steps;
             ``capped_share``: share of texts stopped by ``walk_max_steps``; ``backtracks_mean``; the quality
             oracle's median drop from the original; ``words_changed_proxy``) and the curve (every ``detect_every``
             steps and at the last step).
@@ -372,7 +352,6 @@ class WatermarkRemoval(Experiment):
         P, n = cfg.prompt_len, int(y0.shape[0])  # n: the texts (cfg.n_texts in a run)
         prompt_txt = tok.batch_decode(prompts.cpu().tolist())
         orig = tok.batch_decode(y0.cpu().tolist())
-
         cap = cfg.seq_len - P  # an infill can lengthen a text: keep it within the models' context
 
         def encode(texts: list[str]) -> list[torch.Tensor]:
@@ -410,7 +389,7 @@ class WatermarkRemoval(Experiment):
                               seed=derive_seed(ctx.seed, "infill", step), prompts=[prompt_txt[i] for i in act])
             cand = [si.correct_text(" ".join(x for x in (a, f, b) if x)) for (a, b), f in zip(spans, fills)]
             qc = quality(cand, act)
-            take = qc >= q0[act] - tol  # quality compared with the ORIGINAL text (Algorithm 1)
+            take = qc >= q0[act] - tol if steps is None else np.ones(len(act), dtype=bool)  # vs the ORIGINAL text
             z_take = iter(detect_each(det, encode([c for c, t in zip(cand, take) if t])) if take.any() else [])
             for j, i in enumerate(act):
                 iters[i] += 1
@@ -425,7 +404,10 @@ class WatermarkRemoval(Experiment):
                         cur[i], q_cur[i], z_cur[i] = cached[i], q_cached[i], z_cached[i]
                         patience[i] = 0
                         backtracks[i] += 1
-                if z_cur[i] <= cfg.stop_z and (iters[i] >= cfg.walk_total_steps or valid[i] >= cfg.target_valid_steps):
+                if steps is not None:  # the null arm: as many steps as the real walk made
+                    done[i] = iters[i] >= steps[i]
+                elif z_cur[i] <= cfg.stop_z and (iters[i] >= cfg.walk_total_steps
+                                                 or valid[i] >= cfg.target_valid_steps):
                     done[i] = True
                 elif iters[i] >= cfg.walk_max_steps:
                     done[i] = capped[i] = True
@@ -433,7 +415,7 @@ class WatermarkRemoval(Experiment):
         extra = {"accept_rate": float(np.mean(valid / np.maximum(iters, 1))),
                  ("reward_drop_median" if rm is not None else "attacker_dq_median"): float(np.median(q0 - q_cur)),
                  "walk_steps_median": float(np.median(iters)), "walk_steps_max": int(iters.max()),
-                 "capped_share": float(capped.mean()), "backtracks_mean": float(backtracks.mean()),
+                 "steps_per_text": iters, "capped_share": float(capped.mean()), "backtracks_mean": float(backtracks.mean()),
                  "words_changed_proxy": float(np.mean([1 - ngram_overlap(np.array(c.split()), np.array(o.split()), 1)
                                                        for c, o in zip(cur, orig)]))}
         return encode(cur), extra, curve
@@ -446,6 +428,20 @@ class WatermarkRemoval(Experiment):
         z0s = ok["z0_median"].astype(float)
         return {"watermarked": (float(z0s.min()), bool((z0s > Z_START).all()))}
 
+    def hand_verdicts(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """``removal`` (the escape hatch: a conjunction of two across-seed intervals, see the module docstring)."""
+        ok = finished(results)
+        real, null = (removal_stats(arm_rows(ok, a)) for a in ("real", "null"))
+        if real is None:
+            return []
+        z, dq, tau = real
+        details = {"judge_dq_mean": dq.mean, "judge_dq_ci": dq.ci, "tau": tau, "n_texts": cfg.n_texts}
+        if null is not None:
+            details.update(null_zf_ci=null[0].ci, null_judge_dq_mean=null[1].mean, null_judge_dq_ci=null[1].ci)
+        return [self.judge(cfg, "removal", value=z.mean, passed=removal_holds(*real), ci=z.ci, ci_kind=z.kind,
+                           n_seeds=z.n, gates=self.measured_gates(cfg, results), details=details,
+                           null=None if null is None else (null[0].mean, removal_holds(*null)))]
+
     def figures(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
@@ -455,6 +451,9 @@ class WatermarkRemoval(Experiment):
         c = pd.read_csv(p)
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         ax.plot(c["step"], c["z_median"], "o-", label="median z")
+        q = run.path / "points" / "null-walk" / "curve_random.csv"
+        if q.exists():  # the null arm: every proposal accepted (random edits)
+            ax.plot(*pd.read_csv(q)[["step", "z_median"]].to_numpy().T, "o:", color="C2", label="random edits (null)")
         ax.axhline(Z_START, color="r", lw=1, ls="--")
         ax.axhline(Z_END, color="g", lw=1, ls="--")
         ax.set_xlabel("walk step")
@@ -467,8 +466,9 @@ class WatermarkRemoval(Experiment):
             ax2.plot(c["step"], c["quality_oracle_change"], "s-", color="C1", label="quality oracle drop")
             ax2.set_ylabel("quality oracle drop from the original", color="C1")
         ax.grid(True, alpha=0.3)
-        return [save_figure(fig, run, "walk.png", "Median z-score and the attacker's quality change along the walk",
-                            claims=("removal",))]
+        ax.legend(fontsize=7, loc="center right")
+        return [save_figure(fig, run, "walk.png", "Median z-score and the attacker's quality change along the walk "
+                            "(dotted: the null arm's walk of random edits)", claims=("removal",))]
 
     def report_sections(self, cfg: RemovalConfig, results: pd.DataFrame, run: RunDir) -> str:
         from lmsci.report import quantity_table
