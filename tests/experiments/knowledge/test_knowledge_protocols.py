@@ -251,9 +251,10 @@ def _celeb_rows(single, celeb, recall=0.99, qa_cel=1.0):
                          "qa_minority": min(1.0, max(0.0, a + JIT[s])),
                          "qa_celebrity": qa_cel, "bio_recall_minority": recall, "n_qa_minority": 1800,
                          "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm: a random-init model, QA fine-tuned on the celebrities
+    for s in SEEDS:  # the null arm: a second all-single model at another seed
         rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
-                     "condition": "random_init_qa_only", "qa_minority": 0.02, "seed_index": s, "status": "ok"})
+                     "celebrities_augmented": False, "condition": "all_single_second", "qa_minority": single + 0.02,
+                     "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -319,5 +320,19 @@ def test_knowledge_extraction_null_is_a_second_single_model_at_its_own_seed():
         assert null.arm == "null" and null.params == real.params == {"data": "single", "regime": "pretrain_ft"}
         assert null.seed_index == real.seed_index == k  # paired by seed in the statistic
         # the real seed is what it always was; the null's is its own
+        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
+        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}
+
+
+def test_celebrity_null_is_a_second_all_single_model_at_its_own_seed():
+    """Issue 44 item 4: the null arm is the all-single condition again (same params), at a seed of its own."""
+    exp = registry.get("celebrity-helps-minority")()
+    cfg = resolve_config(exp.Config, "gpu", [])
+    pts = {p.id: p for p in exp.seeded_points(cfg)}
+    for k in range(cfg.n_seeds):
+        sfx = f"__s{k}" if k else ""
+        real, null = pts[f"baseline_all_single{sfx}"], pts[f"null-baseline_all_single{sfx}"]
+        assert null.arm == "null" and null.params == real.params == {"celebrities": False}
+        assert null.seed_index == real.seed_index == k
         assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
         assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}

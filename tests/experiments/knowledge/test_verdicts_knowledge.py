@@ -106,7 +106,9 @@ def test_knowledge_extraction_one_seed_and_smoke_are_inconclusive(tmp_path):
 
 
 # -- celebrity-helps-minority ------------------------------------------------------------------------
-def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) -> list[dict]:
+def _celeb_rows(single: float, celeb: float, recall: float, null: float | None = None) -> list[dict]:
+    """``null``: minority QA of the null arm (a second all-single model at another seed; default: ``single``)."""
+    null = single if null is None else null
     rows = []
     for aug, a in ((False, single), (True, celeb)):
         for s in SEEDS:
@@ -115,9 +117,10 @@ def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) 
                          "condition": "celebrities_augmented" if aug else "all_single",
                          "qa_minority": _clip(a + JITTER[s]), "qa_celebrity": 1.0, "bio_recall_minority": recall,
                          "n_qa_minority": 480, "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm's point: a random-init model, QA fine-tuned on the celebrities only
+    for s in SEEDS:  # the null arm's point: a second all-single model at another seed
         rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
-                     "condition": "random_init_qa_only", "qa_minority": _clip(null + JITTER[s]), "qa_celebrity": 0.6,
+                     "celebrities_augmented": False, "condition": "all_single_second",
+                     "qa_minority": _clip(null - JITTER[s]), "qa_celebrity": 1.0, "bio_recall_minority": recall,
                      "n_qa_minority": 480, "seed_index": s, "status": "ok"})
     return rows
 
@@ -132,10 +135,11 @@ def test_celebrity_verdict(single, celeb, recall, outcome, tmp_path):
     v = _verdicts("celebrity-helps-minority", _celeb_rows(single, celeb, recall), tmp_path)["minority-lift"]
     assert v.outcome == outcome, v.reasons
     assert v.value == pytest.approx(celeb - single) and v.n_seeds == 3
-    assert v.null_passed is False
+    assert v.null_passed is False and v.null_value == pytest.approx(0, abs=1e-9)  # a second all-single model
 
 
 def test_celebrity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    # a second all-single model whose minority answers as well as with celebrities (a seed spread or a leak)
     v = _verdicts("celebrity-helps-minority", _celeb_rows(0.044, 0.868, 0.99, null=0.8), tmp_path)["minority-lift"]
     assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
     v = _verdicts("celebrity-helps-minority", _celeb_rows(0.044, 0.868, 0.99), tmp_path, preset="quick")["minority-lift"]
