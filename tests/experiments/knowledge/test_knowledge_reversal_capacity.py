@@ -171,9 +171,10 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "g
 
 
 def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_recall=0.99, fwd_qa=0.95,
-             null=(0.0, 0.0, 0.0)):
-    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in its own rows (a
-    random-init model)."""
+             null=None):
+    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in its own rows (a second
+    forward-only model at another seed; default: the forward-only values)."""
+    null = (inv[0], comp[0], gap[0]) if null is None else null
     rows = []
     for k, rev in enumerate((False, True)):
         for s in SEEDS:
@@ -185,11 +186,12 @@ def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_
                          "reverse_completion_test": min(1, max(0, comp[k] + JITTER[s])),
                          "reverse_completion_train": comp[k], "name_gap_bits_test": gap[k] + 10 * JITTER[s],
                          "name_gap_bits_train": gap[k], "n_test": 80, "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm's point: a random-init model
-        rows.append({"arm": "null", "point": "null-forward_only" + (f"__s{s}" if s else ""), "condition": "random_init",
-                     "inverse_test": min(1, max(0, null[0] + JITTER[s])),
-                     "reverse_completion_test": min(1, max(0, null[1] + JITTER[s])),
-                     "name_gap_bits_test": null[2] + 10 * JITTER[s], "n_test": 80, "seed_index": s, "status": "ok"})
+    for s in SEEDS:  # the null arm's point: a second forward-only model at another seed
+        rows.append({"arm": "null", "point": "null-forward_only" + (f"__s{s}" if s else ""), "reverse_in_training": False,
+                     "condition": "forward_only_second", "inverse_test": min(1, max(0, null[0] - JITTER[s])),
+                     "inverse_train": 1.0, "qa_test": fwd_qa, "qa_train": 1.0, "bio_recall_test": recall,
+                     "reverse_completion_test": min(1, max(0, null[1] - JITTER[s])),
+                     "name_gap_bits_test": null[2] - 10 * JITTER[s], "n_test": 80, "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -217,7 +219,8 @@ def test_reversal_verdicts(kw, outcomes, tmp_path):
 
 
 def test_reversal_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    # a random-init model that searches inversely as well as the with-reverse model: the rules cannot tell
+    # a second forward-only model that searches inversely as well as the with-reverse model (a seed spread or a
+    # leak): the rules cannot tell
     vs = _verdicts("reversal-curse", _rev_rows(null=(0.9, 0.9, 8.0)), tmp_path)
     for cid in ("reversal", "reverse-completion", "name-logprob"):
         assert vs[cid].outcome == INCONCLUSIVE and vs[cid].rule_passed and vs[cid].null_passed is True, cid
@@ -311,3 +314,19 @@ def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():
     c = pretraining_stream(w, cfg2, r, order_seed=3)
     n = c.input_ids.shape[0] // 3
     assert torch.equal(c.input_ids[:n], c.input_ids[n:2 * n]) and (c.exposures(12) == 15).all()
+
+
+def test_reversal_null_is_a_second_forward_only_model_at_its_own_seed():
+    """Issue 44 item 4: the null arm is the forward-only condition again (same params), at a seed of its own."""
+    from lmsci.runs import derive_seed
+
+    exp = registry.get("reversal-curse")()
+    cfg = resolve_config(exp.Config, "gpu", [])
+    pts = {p.id: p for p in exp.seeded_points(cfg)}
+    for k in range(cfg.n_seeds):
+        sfx = f"__s{k}" if k else ""
+        real, null = pts[f"forward_only{sfx}"], pts[f"null-forward_only{sfx}"]
+        assert null.arm == "null" and null.params == real.params == {"reverse": False}
+        assert null.seed_index == real.seed_index == k
+        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
+        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}
