@@ -18,7 +18,7 @@ from lmsci.experiments.knowledge._specs import SINGLE, PhaseSpec
 from lmsci.measure.knowledge import recall_of_docs
 from lmsci.train.packed import train_packed
 from lmsci.models.gpt import GPT, GPTConfig, GPTSpec
-from lmsci.runs import RunDir
+from lmsci.runs import RunDir, derive_seed
 from lmsci.train.finetune import FinetuneSpec, add_lora, finetune, trainable_parameters
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
@@ -213,11 +213,12 @@ def _ke_rows(acc, recall=0.99, qa_train=1.0):
     for (d, r), a in acc.items():
         for s in SEEDS:
             rows.append({"arm": "real", "point": f"{d}_{r}" + (f"__s{s}" if s else ""), "data": d, "regime": r,
-                         "qa_test": min(1.0, max(0.0, a + JIT[s])), "qa_train": qa_train, "bio_recall_test": recall,
-                         "n_qa_test": 300 * 6, "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm: a random-init model, QA fine-tuned
-        rows.append({"arm": "null", "point": "null-single_pretrain_ft" + (f"__s{s}" if s else ""), "data": "none",
-                     "regime": "qa_finetune", "qa_test": 0.02, "seed_index": s, "status": "ok"})
+                         "condition": f"{d}_{r}", "qa_test": min(1.0, max(0.0, a + JIT[s])), "qa_train": qa_train,
+                         "bio_recall_test": recall, "n_qa_test": 300 * 6, "seed_index": s, "status": "ok"})
+    for s in SEEDS:  # the null arm: a second single pretrain_ft model at another seed
+        rows.append({"arm": "null", "point": "null-single_pretrain_ft" + (f"__s{s}" if s else ""), "data": "single",
+                     "regime": "pretrain_ft", "condition": "single_pretrain_ft_second",
+                     "qa_test": acc["single", "pretrain_ft"] + 0.02, "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -250,9 +251,10 @@ def _celeb_rows(single, celeb, recall=0.99, qa_cel=1.0):
                          "qa_minority": min(1.0, max(0.0, a + JIT[s])),
                          "qa_celebrity": qa_cel, "bio_recall_minority": recall, "n_qa_minority": 1800,
                          "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm: a random-init model, QA fine-tuned on the celebrities
+    for s in SEEDS:  # the null arm: a second all-single model at another seed
         rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
-                     "condition": "random_init_qa_only", "qa_minority": 0.02, "seed_index": s, "status": "ok"})
+                     "celebrities_augmented": False, "condition": "all_single_second", "qa_minority": single + 0.02,
+                     "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -305,3 +307,32 @@ def test_streaming_pipeline_trains_mixed_windows_and_counts_exposures():
     assert 3.0 <= exposures_of(stream, 30, res["windows_used"]) <= 4.0
     docs = bios_fn(te[:3])
     assert [d.person for d in docs] == [int(i) for i in te[:3]] and all("birth_date" in d.spans for d in docs)
+
+
+def test_knowledge_extraction_null_is_a_second_single_model_at_its_own_seed():
+    """Issue 44 item 4: the null arm is the single pretrain_ft condition again (same params), at a seed of its own."""
+    exp = registry.get("knowledge-extraction")()
+    cfg = resolve_config(exp.Config, "gpu", [])
+    pts = {p.id: p for p in exp.seeded_points(cfg)}
+    for k in range(cfg.n_seeds):
+        sfx = f"__s{k}" if k else ""
+        real, null = pts[f"single_pretrain_ft{sfx}"], pts[f"null-single_pretrain_ft{sfx}"]
+        assert null.arm == "null" and null.params == real.params == {"data": "single", "regime": "pretrain_ft"}
+        assert null.seed_index == real.seed_index == k  # paired by seed in the statistic
+        # the real seed is what it always was; the null's is its own
+        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
+        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}
+
+
+def test_celebrity_null_is_a_second_all_single_model_at_its_own_seed():
+    """Issue 44 item 4: the null arm is the all-single condition again (same params), at a seed of its own."""
+    exp = registry.get("celebrity-helps-minority")()
+    cfg = resolve_config(exp.Config, "gpu", [])
+    pts = {p.id: p for p in exp.seeded_points(cfg)}
+    for k in range(cfg.n_seeds):
+        sfx = f"__s{k}" if k else ""
+        real, null = pts[f"baseline_all_single{sfx}"], pts[f"null-baseline_all_single{sfx}"]
+        assert null.arm == "null" and null.params == real.params == {"celebrities": False}
+        assert null.seed_index == real.seed_index == k
+        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
+        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}

@@ -171,9 +171,10 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets=None, preset: str = "g
 
 
 def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_recall=0.99, fwd_qa=0.95,
-             null=(0.0, 0.0, 0.0)):
-    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in its own rows (a
-    random-init model)."""
+             null=None):
+    """``null``: the null arm's (inverse_test, reverse_completion_test, name_gap_bits_test) in its own rows (a second
+    forward-only model at another seed; default: the forward-only values)."""
+    null = (inv[0], comp[0], gap[0]) if null is None else null
     rows = []
     for k, rev in enumerate((False, True)):
         for s in SEEDS:
@@ -185,11 +186,12 @@ def _rev_rows(inv=(0.0, 0.9), comp=(0.0, 0.9), gap=(0.1, 8.0), recall=0.99, rev_
                          "reverse_completion_test": min(1, max(0, comp[k] + JITTER[s])),
                          "reverse_completion_train": comp[k], "name_gap_bits_test": gap[k] + 10 * JITTER[s],
                          "name_gap_bits_train": gap[k], "n_test": 80, "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm's point: a random-init model
-        rows.append({"arm": "null", "point": "null-forward_only" + (f"__s{s}" if s else ""), "condition": "random_init",
-                     "inverse_test": min(1, max(0, null[0] + JITTER[s])),
-                     "reverse_completion_test": min(1, max(0, null[1] + JITTER[s])),
-                     "name_gap_bits_test": null[2] + 10 * JITTER[s], "n_test": 80, "seed_index": s, "status": "ok"})
+    for s in SEEDS:  # the null arm's point: a second forward-only model at another seed
+        rows.append({"arm": "null", "point": "null-forward_only" + (f"__s{s}" if s else ""), "reverse_in_training": False,
+                     "condition": "forward_only_second", "inverse_test": min(1, max(0, null[0] - JITTER[s])),
+                     "inverse_train": 1.0, "qa_test": fwd_qa, "qa_train": 1.0, "bio_recall_test": recall,
+                     "reverse_completion_test": min(1, max(0, null[1] - JITTER[s])),
+                     "name_gap_bits_test": null[2] - 10 * JITTER[s], "n_test": 80, "seed_index": s, "status": "ok"})
     return rows
 
 
@@ -217,7 +219,8 @@ def test_reversal_verdicts(kw, outcomes, tmp_path):
 
 
 def test_reversal_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    # a random-init model that searches inversely as well as the with-reverse model: the rules cannot tell
+    # a second forward-only model that searches inversely as well as the with-reverse model (a seed spread or a
+    # leak): the rules cannot tell
     vs = _verdicts("reversal-curse", _rev_rows(null=(0.9, 0.9, 8.0)), tmp_path)
     for cid in ("reversal", "reverse-completion", "name-logprob"):
         assert vs[cid].outcome == INCONCLUSIVE and vs[cid].rule_passed and vs[cid].null_passed is True, cid
@@ -244,8 +247,8 @@ def _cap_rows(peak: dict[int, float], n_layers=2, steps=60_000, d_per_head=64, b
                                  "steps": steps, "batch_size": 8, "tokens_seen": steps * 8 * 512, "bits": b,
                                  "fraction_of_ideal": b / ideal, "bits_per_param": b / params,
                                  "bits_per_param_non_embedding": b / (0.8 * params)})
-                    b0 = null * (0.5, 1.0, 0.9, 0.85)[k] * params  # the null arm: the untrained model
-                    rows.append({"arm": "null", "point": f"null-{pid}", **shape, "steps": 0, "bits": b0,
+                    b0 = null * (0.5, 1.0, 0.9, 0.85)[k] * params  # the null arm: the model on held-out people
+                    rows.append({"arm": "null", "point": f"null-{pid}", **shape, "steps": steps, "bits": b0,
                                  "fraction_of_ideal": b0 / ideal, "bits_per_param": b0 / params,
                                  "bits_per_param_non_embedding": b0 / (0.8 * params)})
     return rows
@@ -275,7 +278,7 @@ def test_capacity_verdicts(peak, kw, outcomes, reason, tmp_path):
 
 
 def test_capacity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    # an estimator that credits an untrained model with 1 bit/param cannot tell storage from its absence
+    # an estimator that credits 1 bit/param about people the model never saw cannot tell storage from its absence
     vs = _verdicts("knowledge-capacity", _cap_rows({100: 1.0}, null=1.0), tmp_path)
     v = vs["capacity-100-exposures"]
     assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
@@ -311,3 +314,41 @@ def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():
     c = pretraining_stream(w, cfg2, r, order_seed=3)
     n = c.input_ids.shape[0] // 3
     assert torch.equal(c.input_ids[:n], c.input_ids[n:2 * n]) and (c.exposures(12) == 15).all()
+
+
+def test_reversal_null_is_a_second_forward_only_model_at_its_own_seed():
+    """Issue 44 item 4: the null arm is the forward-only condition again (same params), at a seed of its own."""
+    from lmsci.runs import derive_seed
+
+    exp = registry.get("reversal-curse")()
+    cfg = resolve_config(exp.Config, "gpu", [])
+    pts = {p.id: p for p in exp.seeded_points(cfg)}
+    for k in range(cfg.n_seeds):
+        sfx = f"__s{k}" if k else ""
+        real, null = pts[f"forward_only{sfx}"], pts[f"null-forward_only{sfx}"]
+        assert null.arm == "null" and null.params == real.params == {"reverse": False}
+        assert null.seed_index == real.seed_index == k
+        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
+        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}
+
+
+def test_capacity_null_is_the_trained_model_on_held_out_people(tmp_path):
+    """Issue 44 item 4: one training per point and seed; the null arm scores that model on N held-out people of the
+    same distribution (same vocabulary and pools, other individuals), who carry no stored bits."""
+    from lmsci.experiments.knowledge.knowledge_capacity import KnowledgeCapacity
+    from lmsci.sweep import run_experiment
+
+    exp = KnowledgeCapacity()
+    cfg = resolve_config(exp.Config, "smoke", ['regimes=[{"exposures": 100, "n_people": [8]}]'])
+    pts = exp.seeded_points(cfg)
+    assert [[p.arm for p in g] for g in exp.groups(cfg, pts)] == [["real", "null"]] * (len(pts) // 2)
+    held, train = exp.held_out_world(cfg, 8), BiosWorld(8, seed=cfg.seed)
+    assert held.vocab.itos == train.vocab.itos and held.pools.sizes == train.pools.sizes
+    assert not {train.full_name(i) for i in range(8)} & {held.full_name(i) for i in range(8)}
+    run = run_experiment(exp, cfg, tmp_path / "kc", progress=False, log=lambda *a: None)
+    res = run.results().set_index("arm")
+    real, null = res.loc["real"], res.loc["null"]
+    assert real["steps"] == null["steps"] > 0 and real["final_loss"] == null["final_loss"]  # one trained model
+    assert (real["scored_on"], null["scored_on"]) == ("training", "held_out")
+    assert real["ideal_bits"] == null["ideal_bits"]  # the same N, the same estimator
+    assert null["bits"] < real["bits"]  # the trained people's facts are stored, the held-out people's are not

@@ -33,18 +33,20 @@ def _verdicts(name: str, rows: list[dict], tmp_path, sets: list[str] | None = No
 
 
 # -- knowledge-extraction ----------------------------------------------------------------------------
-def _ke_rows(acc: dict[tuple[str, str], float], recall: float, seeds=SEEDS, null: float = 0.01) -> list[dict]:
-    """``null``: P_test QA of the null arm (random-init model, QA fine-tuned), in the null arm's rows."""
+def _ke_rows(acc: dict[tuple[str, str], float], recall: float, seeds=SEEDS, null: float = 0.10) -> list[dict]:
+    """``null``: P_test QA of the null arm (a second bioS single pretrain_ft model at another seed)."""
     rows = []
     for (d, r), a in acc.items():
         for s in seeds:
             pid = f"{d}_{r}" + (f"__s{s}" if s else "")
-            rows.append({"arm": "real", "point": pid, "data": d, "regime": r, "qa_test": _clip(a + JITTER[s]),
+            rows.append({"arm": "real", "point": pid, "data": d, "regime": r, "condition": f"{d}_{r}",
+                         "qa_test": _clip(a + JITTER[s]),
                          "qa_train": 1.0, "bio_recall_test": recall, "bio_recall_train": recall, "bio_recall": recall,
                          "n_qa_test": 480, "seed_index": s, "status": "ok"})
-    for s in seeds:  # the null arm's point: a random-init model, QA fine-tuned only
-        rows.append({"arm": "null", "point": "null-single_pretrain_ft" + (f"__s{s}" if s else ""), "data": "none",
-                     "regime": "qa_finetune", "qa_test": _clip(null + JITTER[s]), "qa_train": 0.6, "n_qa_test": 480,
+    for s in seeds:  # the null arm's point: a second single pretrain_ft model (its own seed)
+        rows.append({"arm": "null", "point": "null-single_pretrain_ft" + (f"__s{s}" if s else ""), "data": "single",
+                     "regime": "pretrain_ft", "condition": "single_pretrain_ft_second",
+                     "qa_test": _clip(null - JITTER[s]), "qa_train": 1.0, "bio_recall_test": recall, "n_qa_test": 480,
                      "seed_index": s, "status": "ok"})
     return rows
 
@@ -62,11 +64,12 @@ def test_knowledge_extraction_paper_numbers_reproduce(tmp_path):
     assert vs["pretrain-ft-augmentation"].n_seeds == 3 and vs["pretrain-ft-augmentation"].ci is not None
     assert vs["mixed-vs-pretrain-ft"].outcome == REPRODUCED
     for v in vs.values():
-        assert v.null_passed is False and v.null_value == pytest.approx(0.01 - 0.097)
+        assert v.null_passed is False and v.null_value == pytest.approx(0.10 - 0.097)
 
 
 def test_knowledge_extraction_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    # a random-init model that answers P_test as well as the augmented one: the rule cannot tell
+    # a second single model that answers P_test as well as the augmented one (the control condition alone extracts,
+    # e.g. a seed-to-seed spread or an evaluation leak): the rule cannot tell
     vs = _verdicts("knowledge-extraction", _ke_rows(KE_PAPER, 0.99, null=0.95), tmp_path)
     for v in vs.values():
         assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
@@ -103,7 +106,9 @@ def test_knowledge_extraction_one_seed_and_smoke_are_inconclusive(tmp_path):
 
 
 # -- celebrity-helps-minority ------------------------------------------------------------------------
-def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) -> list[dict]:
+def _celeb_rows(single: float, celeb: float, recall: float, null: float | None = None) -> list[dict]:
+    """``null``: minority QA of the null arm (a second all-single model at another seed; default: ``single``)."""
+    null = single if null is None else null
     rows = []
     for aug, a in ((False, single), (True, celeb)):
         for s in SEEDS:
@@ -112,9 +117,10 @@ def _celeb_rows(single: float, celeb: float, recall: float, null: float = 0.01) 
                          "condition": "celebrities_augmented" if aug else "all_single",
                          "qa_minority": _clip(a + JITTER[s]), "qa_celebrity": 1.0, "bio_recall_minority": recall,
                          "n_qa_minority": 480, "seed_index": s, "status": "ok"})
-    for s in SEEDS:  # the null arm's point: a random-init model, QA fine-tuned on the celebrities only
+    for s in SEEDS:  # the null arm's point: a second all-single model at another seed
         rows.append({"arm": "null", "point": "null-baseline_all_single" + (f"__s{s}" if s else ""),
-                     "condition": "random_init_qa_only", "qa_minority": _clip(null + JITTER[s]), "qa_celebrity": 0.6,
+                     "celebrities_augmented": False, "condition": "all_single_second",
+                     "qa_minority": _clip(null - JITTER[s]), "qa_celebrity": 1.0, "bio_recall_minority": recall,
                      "n_qa_minority": 480, "seed_index": s, "status": "ok"})
     return rows
 
@@ -129,10 +135,11 @@ def test_celebrity_verdict(single, celeb, recall, outcome, tmp_path):
     v = _verdicts("celebrity-helps-minority", _celeb_rows(single, celeb, recall), tmp_path)["minority-lift"]
     assert v.outcome == outcome, v.reasons
     assert v.value == pytest.approx(celeb - single) and v.n_seeds == 3
-    assert v.null_passed is False
+    assert v.null_passed is False and v.null_value == pytest.approx(0, abs=1e-9)  # a second all-single model
 
 
 def test_celebrity_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
+    # a second all-single model whose minority answers as well as with celebrities (a seed spread or a leak)
     v = _verdicts("celebrity-helps-minority", _celeb_rows(0.044, 0.868, 0.99, null=0.8), tmp_path)["minority-lift"]
     assert v.outcome == INCONCLUSIVE and v.rule_passed and v.null_passed is True
     v = _verdicts("celebrity-helps-minority", _celeb_rows(0.044, 0.868, 0.99), tmp_path, preset="quick")["minority-lift"]

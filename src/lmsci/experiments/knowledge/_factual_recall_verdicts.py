@@ -8,8 +8,9 @@ Intervals are 95% Student-t CIs across training seeds (:func:`lmsci.stats.across
 its within-run OLS interval, labelled as such. Null arms: the per-family slopes and the trade-off boundary refit
 each seed with the fitted values permuted (:func:`permuted`). These are the experiment's escape hatch (see its
 docstring); ``facts-per-param`` is judged by the claims engine from :func:`median_facts_per_param` on the real and
-the null arm (each capacity point's untrained model). Source: Nichani, Lee, Bietti, "Understanding Factual Recall in Transformers via Associative Memories",
-arXiv 2412.06538 (ICLR 2025), Theorems 3-4 and Figure 4.
+the null arm (the same trained models scored on fact tables they never saw). Source: Nichani, Lee, Bietti,
+"Understanding Factual Recall in Transformers via Associative Memories", arXiv 2412.06538 (ICLR 2025), Theorems 3-4
+and Figure 4.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ def tradeoff_rows(results: pd.DataFrame) -> pd.DataFrame:
 
 def median_facts_per_param(rows: pd.DataFrame) -> pd.Series:
     """Per seed, the median of ``facts_per_param`` over one arm's capacity rows whose real search found an
-    uncensored, positive capacity (``usable`` = 1): the capacity found / params on the real arm, the untrained
-    model's (the smallest fact set searched or 0) / params on the null arm."""
+    uncensored, positive capacity (``usable`` = 1): the capacity found / params on the real arm; on the null arm the
+    largest probed fact set whose trained model reached the threshold on an unseen table of the same size (or 0) /
+    params."""
     if rows.empty or "usable" not in rows:
         return pd.Series(dtype=float)
     use = rows[pd.to_numeric(rows["usable"], errors="coerce") == 1]

@@ -32,9 +32,9 @@ def report_sections(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
         f"{cfg.reverse_groups} sentence(s)), {cfg.reverse_multiplicity} per person. QA fine-tuning "
         f"({cfg.finetune.method}) on P_train: `qa_train` / `inverse_train` are its accuracy on the fine-tuned "
         "people; `bio_recall_test_after_ft` is the held-out people's biography recall after it and "
-        "`forgetting_test` its drop from the pretrained model. The null arm's rows (condition `random_init`, on the "
-        "forward-only point's seed): a randomly initialised model that never saw the people, scored on the held-out "
-        "prompts as it is and on inverse search after the same LoRA QA fine-tuning.", "",
+        "`forgetting_test` its drop from the pretrained model. The null arm's rows (condition `forward_only_second`): a "
+        "second forward-only model, trained, prompted and LoRA QA fine-tuned as the real forward-only arm at another "
+        "seed (initialisation, data and fine-tuning order).", "",
         markdown_table(results, None, cols=cols, float_format=".3f")])
 
 
@@ -54,7 +54,7 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
     cols = [("qa_test", "forward QA (fine-tuned)"), ("inverse_test", "inverse QA (fine-tuned)"),
             ("reverse_completion_test", "held-out reversed prompt (pretrained)")]
     labels = {"forward_only": "forward only", "with_reverse": "with reversed biographies",
-              "random_init": "null: random init"}
+              "forward_only_second": "null: forward only,\nanother seed"}
     conds = [c for c in labels if c in g.groups]
     x = np.arange(len(conds))
     for k, (c, lab) in enumerate(cols):
@@ -80,5 +80,5 @@ def figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
                         "Left: forward QA and inverse search after QA fine-tuning on P_train, and greedy "
                         "completion of the held-out attributes-only prompt on the pretrained model, for P_test. "
                         "Right: how much more likely the correct name is than another person's name after that "
-                        "prompt (0: the reversal curse). The null arm: a randomly initialised model (QA fine-tuned "
-                        "for the fine-tuned columns).", claims=("reversal", "reverse-completion", "name-logprob"))]
+                        "prompt (0: the reversal curse). The null arm: a second forward-only model at another "
+                        "seed.", claims=("reversal", "reverse-completion", "name-logprob"))]

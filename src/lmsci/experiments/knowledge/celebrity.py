@@ -8,13 +8,18 @@ and a memorisation gate on the minority's biographies before the lift is judged.
 
 The claim ``minority-lift`` is decided at the gpu and paper presets only (issue 29: at quick, a 15-minute CPU run,
 the memorisation gate (recall >= 0.9) and the qa-learned gate cannot pass; quick still reports the values). Its
-null arm, measured in every seed's all-single point: a randomly initialised model of the same shape that never
-read a biography, LoRA fine-tuned on the celebrities' QA as the real arms; its minority QA accuracy takes the
-place of the with-celebrities arm in the same statistic and rule.
+null arm (issue 44 item 4): the with-celebrities arm replaced by a second model of the control condition, everyone
+single (pretraining and LoRA QA fine-tuning on the celebrities exactly as ``baseline_all_single``: same world,
+biographies, budget and protocol) at a seed of its own (initialisation, data order and fine-tuning order:
+:meth:`CelebrityHelpsMinority.point_seed`); its minority QA accuracy takes the place of the with-celebrities arm in
+the same statistic (minus the same seed's real all-single arm) and rule. No factor differs between the two terms, so
+the null meets the rule only if the all-single condition alone sometimes makes the minority extractable (a
+seed-to-seed spread as large as the claimed lift, or a leak in the evaluation that some training orders exploit).
 
 Arms (issue 44): the two conditions are the ``real`` arm's points (ids unchanged); the null arm is its own point,
-``null-baseline_all_single`` (a separate model: nothing is trained twice), on the seed of ``baseline_all_single`` as
-before; a row's ``condition`` is ``all_single``, ``celebrities_augmented`` or (the null arm) ``random_init_qa_only``.
+``null-baseline_all_single`` (a separate model: nothing is trained twice); a row's ``condition`` is ``all_single``,
+``celebrities_augmented`` or (the null arm) ``all_single_second``. The gates read the real arm; the null model's
+minority recall is in its row.
 Escape hatch (``hand_verdicts``): the rule of ``minority-lift`` is a conjunction of two conditions on two statistics
 (the all-single arm's mean <= 0.25 AND the mean lift >= 0.5), which no single Rule expresses; it is computed with
 Stat objects (:data:`LIFT`, :data:`ALL_SINGLE`) and engine-measured gates on the real arm.
@@ -31,25 +36,25 @@ from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, mean_tokens, model_seconds
 from lmsci.experiments.knowledge._gates import QA_LEARNED_MIN, RECALL_MIN
 from lmsci.experiments.knowledge._specs import SINGLE
-from lmsci.experiments.knowledge.common import MemoriseFirstConfig, null_arm_finetune, pretrain_check_finetune
+from lmsci.experiments.knowledge.common import MemoriseFirstConfig, pretrain_check_finetune
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least
 from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.stats import across_seeds
-from lmsci.runs import RunDir
+from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
 
 CONDITION = {False: "all_single", True: "celebrities_augmented"}
-NULL_CONDITION = "random_init_qa_only"
+NULL_CONDITION = "all_single_second"  # the null arm: a second all-single model at its own seed
 #: minority QA of the real all-single model (the lift's subtrahend, on the real arm whatever arm is judged)
 ALL_SINGLE = Stat("qa_minority", where={"condition": "all_single"}, arm="real",
                   words="minority (P_test) QA exact match of the all-single model after LoRA QA fine-tuning on the "
                         "celebrities")
 LIFT = Stat("qa_minority", where={"condition": (CONDITION[True], NULL_CONDITION)}, minus=ALL_SINGLE,
-            words="minority QA exact match with augmented celebrities (the null arm: the random-init model, QA "
-                  "fine-tuned only) minus all single")
+            words="minority QA exact match with augmented celebrities (the null arm: a second all-single model at "
+                  "another seed) minus all single")
 MEMORISED_MINORITY = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
                           stat=Stat("bio_recall_minority", agg="min", where={"condition": tuple(CONDITION.values())},
                                     words="minority biography recall (exact match of each of the 6 attribute values "
@@ -71,9 +76,8 @@ class CelebrityConfig(MemoriseFirstConfig):
         finetune: QA fine-tuning on the celebrities (LoRA by default, the papers' protocol).
         pipeline: ``"packed"`` (whole epochs packed in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`,
             rendered and packed on the fly; gpu and paper presets).
-        null_arm: the claim's null arm (:func:`knowledge_common.null_arm_finetune`), measured in the
-            ``baseline_all_single`` point of every seed: a randomly initialised model of the same shape that never
-            read a biography, LoRA fine-tuned on the celebrities' QA, scored on the minority.
+        null_arm: the claim's null arm, its own point per seed: a second all-single model (pretraining and LoRA
+            QA fine-tuning on the celebrities as ``baseline_all_single``) at another seed, scored on the minority.
     """
 
     celebrity_fraction: float = Field(0.5, gt=0, lt=1)
@@ -118,8 +122,9 @@ def estimate_h100_seconds(cfg: CelebrityConfig) -> float:
         tokens = cfg.exposures * (n_cel * b_cel + (cfg.n_people - n_cel) * single)
         total += model_seconds(cfg, bio_tokens=tokens, bio_docs=cfg.n_people * cfg.exposures, ft_people=n_cel,
                                eval_docs=cfg.n_people * 9)
-    if cfg.null_arm:  # the null arm: LoRA fine-tuning of a random-init model, QA scored
-        total += model_seconds(cfg, bio_tokens=0.0, bio_docs=0.0, ft_people=n_cel, eval_docs=cfg.n_people * 6)
+    if cfg.null_arm:  # the null arm: a second all-single model
+        total += model_seconds(cfg, bio_tokens=cfg.exposures * cfg.n_people * single,
+                               bio_docs=cfg.n_people * cfg.exposures, ft_people=n_cel, eval_docs=cfg.n_people * 9)
     return total * cfg.n_seeds
 
 
@@ -134,10 +139,11 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~13 min estimated: 10.5 min measured before the null arm (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26; 1378 s wall, 905 s CPU at one thread beside two other runs) plus 3 null-arm LoRA fine-tunings (~45 s each at one thread, measured on the same-sized knowledge-extraction fine-tuning, 2026-11-27)",
-                     "gpu": "29.5 min on one H100, estimated (estimate_h100_seconds: 3 seeds x 2 "
-                            "models x ~0.2B pretraining tokens at 22.9 MFLOP/token, LoRA fine-tuning on the 5k "
-                            "celebrities, and the null arm's LoRA fine-tuning; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "
+    time_estimate = {"smoke": "~10 s", "quick": "~16 min estimated: 10.5 min measured for the two real arms (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26; 1378 s wall, 905 s CPU at one thread beside two other runs) plus the null arm, a third model of the all-single kind per seed (issue 44 item 4; not measured)",
+                     "gpu": "40.5 min on one H100, estimated, over the 30-minute budget since the null arm became a "
+                            "second all-single model (issue 44 item 4; 29.5 min before) (estimate_h100_seconds: 3 "
+                            "seeds x 3 models x ~0.2B pretraining tokens at 22.9 MFLOP/token, each LoRA fine-tuned on "
+                            "the 5k celebrities; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "
                             "(2026-11-26): the first of 6 points took 415 s (344 s pretraining, 177.6M tokens; 53 s "
                             "LoRA); the whole preset did not finish in the 470 s given",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
@@ -155,29 +161,33 @@ class CelebrityHelpsMinority(Experiment):
               "across seeds reported); decided at the gpu and paper presets only (a 15-minute CPU run cannot meet "
               "the memorisation and qa-learned gates: quick reports the values)",
               gates=(MEMORISED_MINORITY, QA_LEARNED_CELEB), presets=("gpu", "paper"),
-              null="the with-celebrities arm replaced by a randomly initialised model of the same shape that never "
-                   "read a biography, LoRA fine-tuned on the celebrities' QA exactly as the real arms (same seed's "
-                   "all-single arm subtracted, same rule): its minority answers carry no stored knowledge by "
-                   "construction"),
+              null="the with-celebrities arm replaced by a second all-single model (pretraining and LoRA QA "
+                   "fine-tuning on the celebrities as the real all-single arm, same world, budget and protocol) at "
+                   "another seed (initialisation, data and fine-tuning order); same seed's real all-single arm "
+                   "subtracted, same statistic and rule",
+              null_can_meet="no factor differs between the two all-single models, so it meets the rule only if the "
+                            "all-single condition alone sometimes makes the minority extractable: a seed-to-seed "
+                            "spread of 0.5 in minority QA, or a leak in the evaluation (minority answers reachable "
+                            "from the format or the answer pools) that some training orders exploit"),
     ]
 
     def points(self, cfg: CelebrityConfig) -> list[Point]:
         pts = [Point("baseline_all_single", {"celebrities": False}, arm="real"),
                Point("celebrities_augmented", {"celebrities": True}, arm="real")]
-        if cfg.null_arm:  # the claim's null arm, on the all-single point's seed (issue 29)
-            pts.append(Point("null-baseline_all_single", {"celebrities": None}, arm="null"))
+        if cfg.null_arm:  # the claim's null arm: a second all-single model (point_seed gives it its own seed)
+            pts.append(Point("null-baseline_all_single", {"celebrities": False}, arm="null"))
         return pts
+
+    def point_seed(self, cfg: CelebrityConfig, point: Point) -> int:
+        """The real points' seeds as before; the null point (a second all-single model) gets its own, derived from
+        the paired real point's, so that its initialisation, data order and fine-tuning order differ."""
+        seed = super().point_seed(cfg, point)
+        return derive_seed(seed, "second-control-model") if point.arm == "null" else seed
 
     def run_point(self, cfg: CelebrityConfig, point: Point, ctx: PointContext) -> dict:
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         world.write_pools(ctx.run.path / "bios_pools.json")
         celeb, minority = qa_split(cfg.n_people, cfg.seed, cfg.celebrity_fraction)
-        if point.arm == "null":  # a random-init model that never read a biography, QA fine-tuned on the celebrities
-            m = null_arm_finetune(cfg, world, ctx, finetune_people=celeb, tested=minority)
-            row = {k.removeprefix("null_").replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v
-                   for k, v in m.items()}
-            return {**row, "condition": NULL_CONDITION, "n_people": cfg.n_people,
-                    "n_qa_minority": len(minority) * len(ATTRS)}
         celeb_spec = cfg.augmented if point.params["celebrities"] else SINGLE
         stream, bios_fn = pretraining_data(world, pipeline=cfg.pipeline, exposures=cfg.exposures, seed=cfg.seed,
                                            seq_len=cfg.seq_len, batch_size=cfg.pretrain.batch_size,
@@ -188,7 +198,8 @@ class CelebrityHelpsMinority(Experiment):
             recall={"minority": (minority, SINGLE), "celebrity": (celeb, celeb_spec)}, finetune_people=celeb,
             forgetting=("minority",))
         row.update({"celebrities_augmented": bool(point.params["celebrities"]),
-                    "condition": CONDITION[bool(point.params["celebrities"])], "n_people": cfg.n_people,
+                    "condition": NULL_CONDITION if point.arm == "null" else CONDITION[bool(point.params["celebrities"])],
+                    "n_people": cfg.n_people,
                     "pipeline": cfg.pipeline,
                     "exposures_celebrity": exposures_of(stream, cfg.n_people, pre["windows_used"], celeb),
                     "exposures_minority": exposures_of(stream, cfg.n_people, pre["windows_used"], minority)})
@@ -245,8 +256,8 @@ class CelebrityHelpsMinority(Experiment):
             "Forgetting: `qa_celebrity` is the QA accuracy on the fine-tuned people; `bio_recall_minority_after_ft` "
             "the held-out (minority) biography recall after fine-tuning and `forgetting_minority` its drop from the "
             "pretrained model (LoRA leaves the pretrained weights untouched). The null arm's rows (condition "
-            "`random_init_qa_only`, on the all-single point's seed): a randomly initialised model that never read a "
-            "biography, LoRA fine-tuned on the celebrities' QA like the real arms.", "",
+            "`all_single_second`): a second all-single model, pretrained and LoRA fine-tuned on the celebrities' QA "
+            "like the real all-single arm, at another seed (initialisation, data and fine-tuning order).", "",
             markdown_table(results, None, cols=cols, float_format=".3f")])
 
     def figures(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -264,7 +275,7 @@ class CelebrityHelpsMinority(Experiment):
         ax.plot(x, results["bio_recall_minority"], "k*", ms=10, label="minority bio recall")
         multi = "seed_index" in results and results["seed_index"].max() > 0
         names = {CONDITION[False]: "all single", CONDITION[True]: "celebrities augmented",
-                 NULL_CONDITION: "null: random init,\nQA fine-tuned only"}
+                 NULL_CONDITION: "null: all single,\nanother seed"}
         ax.set_xticks(x, [names.get(r.condition, str(r.condition)) + (f"\nseed {r.seed_index}" if multi else "")
                           for r in results.itertuples()], fontsize=7)
         ax.set_ylim(0, 1.05)

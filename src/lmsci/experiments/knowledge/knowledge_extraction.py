@@ -11,21 +11,26 @@ against a randomly initialised model.
 Claims (both decided at the gpu and paper presets only: at quick, a 15-minute CPU run, the memorisation gate
 (recall >= 0.9) and the qa-learned gate cannot pass, issue 29; quick still reports every value):
 ``pretrain-ft-augmentation`` (augmented minus single P_test QA after LoRA QA fine-tuning) and
-``mixed-vs-pretrain-ft`` (mixed training minus pretrain -> fine-tune, bioS single). Their null arm (issue 29),
-measured in every seed's ``single_pretrain_ft`` point: a randomly initialised model of the same shape that never
-read a biography, LoRA fine-tuned on P_train's QA as the real arms; its P_test QA accuracy takes the place of the
-augmented / mixed arm in the same statistic and rule.
+``mixed-vs-pretrain-ft`` (mixed training minus pretrain -> fine-tune, bioS single). Their null arm (issue 44 item
+4): the treated arm (augmented / mixed) replaced by a second model of the control condition, bioS single pretrain
+-> LoRA QA fine-tune exactly as ``single_pretrain_ft`` (same world, biographies, budget and protocol) at its own
+seed (initialisation, data order and fine-tuning order: :meth:`KnowledgeExtraction.point_seed`); its P_test QA
+accuracy takes the place of the augmented / mixed arm in the same statistic (minus the same seed's real single
+pretrain_ft) and rule. No factor differs between the two terms, so the null meets a rule only if the control
+condition alone sometimes extracts P_test knowledge (a seed-to-seed spread as large as the claimed effect, or a
+leak in the evaluation that some training orders exploit).
 
 Arms (issue 44): the conditions of ``cfg.arms`` are the ``real`` arm's points (ids unchanged); the null arm is its
-own point of the sweep, ``null-single_pretrain_ft`` (a separate model: nothing is trained twice), on the seed of
-``single_pretrain_ft`` as before; its row has ``data = "none"`` (it read no biography) and ``regime =
-"qa_finetune"``, and its QA columns are the null model's. The engine judges ``mixed-vs-pretrain-ft`` (the mean over
-seeds of [qa_test of single_mixed, or of the null row] minus qa_test of the real single_pretrain_ft, paired by
-seed, >= 0.4). Escape hatch (``hand_verdicts``): ``pretrain-ft-augmentation``'s rule is a conjunction of two
+own point of the sweep, ``null-single_pretrain_ft`` (a separate model: nothing is trained twice; no probes); every
+row carries ``condition`` (``<data>_<regime>``; the null row ``single_pretrain_ft_second``), which the statistics
+select on. The engine judges ``mixed-vs-pretrain-ft`` (the mean over seeds of [qa_test of single_mixed, or of the
+null row] minus qa_test of the real single_pretrain_ft, paired by seed, >= 0.4). Escape hatch (``hand_verdicts``):
+``pretrain-ft-augmentation``'s rule is a conjunction of two
 conditions on two statistics (the single arm's mean <= 0.25 AND the mean contrast >= 0.5), which no single Rule
 expresses; it is computed with the same Stat objects and gates. Both claims' gates read the real arm: a failed
 ``memorised`` gate means the budget did not memorise the people tested at this scale (the gpu preset, N = 5k,
-4-layer d_model 256, 300 exposures, is the smallest that can settle the claims).
+4-layer d_model 256, 300 exposures, is the smallest that can settle the claims). The null model is trained to the
+same budget as the real single model; its memorisation is in its row (``bio_recall_test``), not a gate.
 """
 
 from __future__ import annotations
@@ -41,8 +46,7 @@ from lmsci.experiments.knowledge._bios_streams import exposures_of, pretraining_
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, mean_tokens, model_seconds
 from lmsci.experiments.knowledge._gates import QA_LEARNED_MIN, RECALL_MIN
 from lmsci.experiments.knowledge._specs import SINGLE
-from lmsci.experiments.knowledge.common import (MemoriseFirstConfig, first_value_words, null_arm_finetune,
-                                                pretrain_check_finetune)
+from lmsci.experiments.knowledge.common import MemoriseFirstConfig, first_value_words, pretrain_check_finetune
 from lmsci.models.gpt import GPT
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
@@ -50,24 +54,24 @@ from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
 from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least, mean_at_least
 from lmsci.claims.engine import arm_rows, finished, measure_gate
-from lmsci.runs import RunDir
+from lmsci.runs import RunDir, derive_seed
 from lmsci.stats import across_seeds
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
 #: P_test QA of the real single pretrain_ft model (the contrasts' subtrahend, on the real arm whatever arm is judged)
 SINGLE_PFT = Stat("qa_test", where={"data": "single", "regime": "pretrain_ft"}, arm="real",
                   words="P_test QA exact match of the real bioS-single pretrain -> LoRA fine-tune model")
-#: augmented pretrain_ft (real arm) or the null model (null arm: data "none", QA fine-tuning only) minus SINGLE_PFT
-AUG_MINUS_SINGLE = Stat("qa_test", where={"data": ("augmented", "none"), "regime": ("pretrain_ft", "qa_finetune")},
-                        minus=SINGLE_PFT,
+#: the null arm's row: a second bioS single pretrain_ft model at its own seed (``condition`` of its row)
+SECOND = "single_pretrain_ft_second"
+#: augmented pretrain_ft (real arm) or the second single pretrain_ft model (null arm) minus SINGLE_PFT
+AUG_MINUS_SINGLE = Stat("qa_test", where={"condition": ("augmented_pretrain_ft", SECOND)}, minus=SINGLE_PFT,
                         words="P_test QA exact match after BIO pretrain -> LoRA QA fine-tune (rank 16 on the attention "
-                              "qkv, rank up to 128 on the embedding), augmented minus single (the null arm: the "
-                              "random-init model, QA fine-tuned only, minus the same single)")
-MIXED_MINUS_PFT = Stat("qa_test", where={"data": ("single", "none"), "regime": ("mixed", "qa_finetune")},
-                       minus=SINGLE_PFT,
+                              "qkv, rank up to 128 on the embedding), augmented minus single (the null arm: a second "
+                              "single model at another seed minus the same single)")
+MIXED_MINUS_PFT = Stat("qa_test", where={"condition": ("single_mixed", SECOND)}, minus=SINGLE_PFT,
                        words="P_test QA exact match on bioS single, mixed training (windows all biographies or all QA, "
-                             "QA at 80% of the tokens) minus pretrain -> LoRA fine-tune (the null arm: the random-init "
-                             "model, QA fine-tuned only, minus the same pretrain_ft)")
+                             "QA at 80% of the tokens) minus pretrain -> LoRA fine-tune (the null arm: a second "
+                             "pretrain -> fine-tune model at another seed minus the same pretrain_ft)")
 
 
 def _memorised(*regimes: str, data: tuple[str, ...] = ("single",)) -> Gate:
@@ -104,9 +108,8 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
         probes: P- and Q-probing after BIO pretraining (``pretrain_ft`` points), on the training
             biographies, with a randomly initialised model of the same shape as the baseline.
         probe_people: at most this many people per side (fit on P_train, score on P_test).
-        null_arm: the claims' null arm (:func:`knowledge_common.null_arm_finetune`), measured in the
-            ``single_pretrain_ft`` point of every seed: a randomly initialised model of the same shape that never
-            read a biography, LoRA fine-tuned on P_train's QA as the real arms, scored on P_test.
+        null_arm: the claims' null arm, its own point per seed: a second bioS single pretrain -> LoRA QA
+            fine-tune model at another seed (initialisation, data and fine-tuning order), scored on P_test.
         pipeline: ``"packed"`` (whole epochs packed in memory, :func:`bio_stream`) or ``"stream"``
             (:mod:`lmsci.worlds.bios_stream`, rendered and packed on the fly; gpu and paper presets).
     """
@@ -181,8 +184,9 @@ def estimate_h100_seconds(cfg: KnowledgeExtractionConfig) -> float:
             probes = 6 * min(cfg.probe_people, ntr) * 2 if cfg.probes else 0  # 2 models x (P, P-before, Q) x 2 sides
             total += model_seconds(cfg, bio_tokens=n * cfg.exposures * b, bio_docs=n * cfg.exposures, ft_people=ntr,
                                    eval_docs=n * 8 + probes)
-            if d == "single" and cfg.null_arm:  # the null arm: LoRA fine-tuning of a random-init model, QA scored
-                total += model_seconds(cfg, bio_tokens=0.0, bio_docs=0.0, ft_people=ntr, eval_docs=n * 6)
+            if d == "single" and cfg.null_arm:  # the null arm: a second single pretrain_ft model (no probes)
+                total += model_seconds(cfg, bio_tokens=n * cfg.exposures * b, bio_docs=n * cfg.exposures,
+                                       ft_people=ntr, eval_docs=n * 8)
     return total * cfg.n_seeds
 
 
@@ -197,10 +201,12 @@ class KnowledgeExtraction(Experiment):
              "for held-out people (QA-test accuracy near zero); augmentation (multiM+permute+fullname) lifts it high.")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
-    time_estimate = {"smoke": "~15 s", "quick": "~14 CPU-min estimated: 13.3 CPU-min measured before the null arm (801 s CPU, 1278 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 1 seed) plus the null arm's LoRA fine-tuning (43 s wall for its 528 steps at one thread, measured alone on the loaded machine, 2026-11-27)",
-                     "gpu": "25.5 min on one H100, estimated (estimate_h100_seconds: 3 seeds x (single 0.09B + "
-                            "augmented 0.13B + mixed 0.15B pretraining tokens at 22.9 MFLOP/token, ~32k steps, LoRA "
-                            "fine-tuning 12M tokens per arm and per null arm); " + H100_ASSUMPTIONS + "). Every point < 5 min; "
+    time_estimate = {"smoke": "~15 s", "quick": "13.3 CPU-min measured before the null arm (801 s CPU, 1278 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 1 seed), plus the null arm, a second single pretrain -> fine-tune model without probes (issue 44 item 4; not measured: about as long as the single point's training)",
+                     "gpu": "31.0 min on one H100, estimated, over the 30-minute budget since the null arm became a "
+                            "second single model (issue 44 item 4; 25.5 min before) (estimate_h100_seconds: 3 seeds x "
+                            "(single 0.09B x 2 (the null arm's second single model) + augmented 0.13B + mixed 0.15B "
+                            "pretraining tokens at 22.9 MFLOP/token, ~40k steps, LoRA fine-tuning 12M tokens per "
+                            "pretrain_ft model); " + H100_ASSUMPTIONS + "). Every point < 5 min; "
                             "pretraining checkpoints every 1000 steps (rerun into the same --out to resume). "
                             + CPU_CHECK,
                      "paper": "N=100k, GPT-2 small, 80k steps of 96 x 512 tokens (~4B tokens) per pretraining: ~3 h on "
@@ -221,9 +227,13 @@ class KnowledgeExtraction(Experiment):
               "qa-learned gates: quick reports the values)",
               gates=(_memorised("pretrain_ft", data=("single", "augmented")), _qa_learned("augmented", "pretrain_ft")),
               presets=("gpu", "paper"),
-              null="the augmented arm replaced by a randomly initialised model of the same shape that never read a "
-                   "biography, LoRA fine-tuned on P_train's QA exactly as the real arms (same seed's single arm "
-                   "subtracted, same rule): its P_test answers carry no stored knowledge by construction"),
+              null="the augmented arm replaced by a second bioS single model (BIO pretrain -> LoRA QA fine-tune as "
+                   "the real single arm, same world, budget and protocol) at another seed (initialisation, data and "
+                   "fine-tuning order); same seed's real single arm subtracted, same statistic and rule",
+              null_can_meet="no factor differs between the two single models, so it meets the rule only if the "
+                            "single condition alone sometimes extracts P_test knowledge: a seed-to-seed spread of "
+                            "0.5 in P_test QA, or a leak in the evaluation (P_test answers reachable from the format "
+                            "or the answer pools) that some training orders exploit"),
         Claim("mixed-vs-pretrain-ft",
               "Mixed training (biographies + P_train QA from scratch) extracts knowledge for P_test far better than "
               "BIO pretrain -> QA fine-tune on bioS single.",
@@ -231,9 +241,12 @@ class KnowledgeExtraction(Experiment):
               "P_test QA accuracy: mixed 86.6% vs pretrain -> fine-tune 9.7% (bioS single)",
               statistic=MIXED_MINUS_PFT, rule=mean_at_least(0.4),
               gates=(_memorised("mixed", "pretrain_ft"), _qa_learned("single", "mixed")), presets=("gpu", "paper"),
-              null="the mixed arm replaced by a randomly initialised model of the same shape that never read a "
-                   "biography, LoRA fine-tuned on P_train's QA (the QA without the biographies; same seed's "
-                   "pretrain_ft arm subtracted, same rule): no P_test knowledge to extract by construction"),
+              null="the mixed arm replaced by a second bioS single pretrain -> LoRA QA fine-tune model (as the real "
+                   "pretrain_ft arm, same world, budget and protocol) at another seed (initialisation, data and "
+                   "fine-tuning order); same seed's real pretrain_ft arm subtracted, same statistic and rule",
+              null_can_meet="no factor differs between the two pretrain_ft models, so it meets the rule only if "
+                            "pretrain -> fine-tune alone sometimes extracts P_test knowledge: a seed-to-seed spread "
+                            "of 0.4 in P_test QA, or a leak in the evaluation that some training orders exploit"),
     ]
 
     def points(self, cfg: KnowledgeExtractionConfig) -> list[Point]:
@@ -241,19 +254,22 @@ class KnowledgeExtraction(Experiment):
         for arm in cfg.arms:
             d, r = arm.split("_", 1)
             out.append(Point(arm, {"data": d, "regime": r}, arm="real"))
-            if arm == "single_pretrain_ft" and cfg.null_arm:  # the claims' null arm, on this point's seed (issue 29)
-                out.append(Point(f"null-{arm}", {"data": "none", "regime": "qa_finetune"}, arm="null"))
+            if arm == "single_pretrain_ft" and cfg.null_arm:  # the claims' null arm: a second control model
+                out.append(Point(f"null-{arm}", {"data": d, "regime": r}, arm="null"))
         return out
+
+    def point_seed(self, cfg: KnowledgeExtractionConfig, point: Point) -> int:
+        """The real points' seeds as before; the null point (a second model of the single pretrain_ft condition)
+        gets its own, derived from the paired real point's, so that its initialisation, data order and fine-tuning
+        order differ from the model it is compared with."""
+        seed = super().point_seed(cfg, point)
+        return derive_seed(seed, "second-control-model") if point.arm == "null" else seed
 
     def run_point(self, cfg: KnowledgeExtractionConfig, point: Point, ctx: PointContext) -> dict:
         d, regime = point.params["data"], point.params["regime"]
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
-        if point.arm == "null":  # a random-init model that never read a biography, QA fine-tuned as the real arms
-            row = {k.removeprefix("null_"): v for k, v in
-                   null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te).items()}
-            return {**row, "data": d, "regime": regime, "n_people": cfg.n_people, "n_qa_test": len(te) * len(ATTRS)}
         spec = SINGLE if d == "single" else cfg.augmented
         mixed = regime == "mixed"
         stream, bios_fn = pretraining_data(
@@ -265,9 +281,11 @@ class KnowledgeExtraction(Experiment):
             cfg, world, stream, bios_fn, ctx, tested=te, tested_spec=spec,
             recall={"train": (tr, spec), "test": (te, spec)},
             finetune_people=None if mixed else tr, forgetting=("test",),
-            before_finetune=(lambda m: self._probes(cfg, world, m, tr, te, bios_fn, ctx)) if cfg.probes and not mixed else None)
+            before_finetune=(lambda m: self._probes(cfg, world, m, tr, te, bios_fn, ctx))
+            if cfg.probes and not mixed and point.arm == "real" else None)
         frac = token_fractions(stream, world.vocab.pad_id)
-        row.update({"data": d, "regime": regime, "n_people": cfg.n_people, "pipeline": cfg.pipeline,
+        cond = SECOND if point.arm == "null" else f"{d}_{regime}"
+        row.update({"data": d, "regime": regime, "condition": cond, "n_people": cfg.n_people, "pipeline": cfg.pipeline,
                     "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                     "qa_token_fraction": frac.get("qa", 0.0), "mixed_windows": frac["mixed_windows"]})
         # memorisation on the pretrained model: the QA-test people (the gate), the QA-train people, and all
@@ -336,9 +354,9 @@ class KnowledgeExtraction(Experiment):
                  f"pretrained model (checked every {cfg.memorise_check_every or 'last'} steps; `steps_to_gate` is the "
                  f"first check that met it). Mixed training: windows all biographies or all QA, QA at "
                  f"{cfg.qa_ratio:.0%} of the tokens (measured: `qa_token_fraction`). Probes read the training "
-                 "biographies; `_rand` columns are the same probes on a randomly initialised model. The null arm's rows (data "
-                 "`none`, regime `qa_finetune`: the claims' null arm, on the seed of single pretrain_ft): a randomly "
-                 "initialised model that never read a biography, LoRA fine-tuned on P_train's QA like the real arms.",
+                 "biographies; `_rand` columns are the same probes on a randomly initialised model. The null arm's rows "
+                 "(condition `single_pretrain_ft_second`): a second bioS single pretrain -> LoRA QA fine-tune model "
+                 "at another seed (initialisation, data and fine-tuning order), no probes.",
                  "",
                  markdown_table(results, None, cols=cols, float_format=".3f")]
         after = "bio_recall_test_after_ft"
@@ -361,7 +379,8 @@ class KnowledgeExtraction(Experiment):
 
         fig, ax = plt.subplots(1, 2, figsize=(11, 4))
         multi = "seed_index" in results and results["seed_index"].max() > 0
-        labels = [f"{r.data}\n{r.regime}" + (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()]
+        labels = [f"{r.data}\n{r.regime}" + ("\n(null)" if getattr(r, "arm", "real") == "null" else "")
+                  + (f"\nseed {r.seed_index}" if multi else "") for r in results.itertuples()]
         x = np.arange(len(results))
         ax[0].bar(x - 0.2, results["qa_train"], 0.4, label="QA train (P_train)")
         ax[0].bar(x + 0.2, results["qa_test"], 0.4, label="QA test (P_test)")

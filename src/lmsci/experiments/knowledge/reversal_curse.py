@@ -29,18 +29,21 @@ Measured on the people held out of QA fine-tuning (P_test):
 
 The three claims (``reversal``, ``reverse-completion``, ``name-logprob``) are decided at the gpu and paper presets
 only (issue 29: at quick, a 15-minute CPU run, the memorisation gates cannot pass; quick still reports the values).
-Their null arm, measured in every seed's forward-only point: a randomly initialised model of the same shape that
-never saw the people takes the place of the with-reverse model in the same statistic and rule (scored on the
-held-out prompts as it is, and on inverse search after the same LoRA QA fine-tuning).
+Their null arm (issue 44 item 4): the with-reverse model replaced by a second forward-only model (pretraining, the
+held-out prompts and LoRA QA fine-tuning exactly as ``forward_only``: same world, biographies, budget and protocol)
+at a seed of its own (initialisation, data order and fine-tuning order: :meth:`ReversalCurse.point_seed`), in the
+same statistic (minus the same seed's real forward-only model) and rule. No factor differs between the two terms,
+so the null meets a rule only if forward-only training alone sometimes retrieves attributes -> name (a seed-to-seed
+spread as large as the claimed lift, or a leak, e.g. the name reachable from the prompt or the answer pools).
 
 Arms (issue 44): the two conditions are the ``real`` arm's points (ids unchanged); the null arm is its own point,
-``null-forward_only`` (a separate model: nothing is trained twice), on the seed of ``forward_only`` as before; a row's
-``condition`` is ``forward_only``, ``with_reverse`` or (the null arm) ``random_init``. Escape hatch
+``null-forward_only`` (a separate model: nothing is trained twice); a row's ``condition`` is ``forward_only``,
+``with_reverse`` or (the null arm) ``forward_only_second``. The gates read the real arm. Escape hatch
 (``hand_verdicts``, all three claims): each rule is a conjunction of conditions on three statistics (the
 forward-only mean, the with-reverse mean or the mean lift, and the lift's 95% CI across seeds), which no single
 Rule expresses; they are computed with the Stat objects :func:`lift_stat`, :func:`forward_stat` and
-:func:`treated_stat` (the null arm's random-init model in the with-reverse model's place, the same forward-only
-arm subtracted) and engine-measured gates on the real arm. As before, with one seed (no interval) the CI condition
+:func:`treated_stat` (the null arm's second forward-only model in the with-reverse model's place, the same
+forward-only arm subtracted) and engine-measured gates on the real arm. As before, with one seed (no interval) the CI condition
 is not applied.
 """
 
@@ -59,7 +62,7 @@ from lmsci.experiments.knowledge._bios_streams import concat_packed, exposures_o
 from lmsci.experiments.knowledge._estimates import H100_ASSUMPTIONS, h100_seconds, mean_tokens, vocab_size
 from lmsci.experiments.knowledge._gates import RECALL_MIN
 from lmsci.experiments.knowledge._specs import AUGMENTED, DataSpec
-from lmsci.experiments.knowledge.common import BiosQAConfig, bio_recall, finetune_qa, null_arm_finetune
+from lmsci.experiments.knowledge.common import BiosQAConfig, bio_recall, finetune_qa
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.models.gpt import GPT
 from lmsci.train.packed import train_packed
@@ -68,7 +71,7 @@ from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import completion_gap_bits
 from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least
 from lmsci.claims.engine import arm_rows, finished, measure_gate
-from lmsci.runs import RunDir
+from lmsci.runs import RunDir, derive_seed
 from lmsci.stats import across_seeds
 from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_split
 
@@ -89,11 +92,8 @@ class ReversalCurseConfig(BiosQAConfig):
             exposures). The packed path renders ~75 us and packs ~250 us per document in Python and holds every
             epoch in RAM: at the gpu preset's N = 10k with reversed biographies (100k documents, 60 epochs) it
             spent minutes before the first step and would hold ~6.7 GB of windows.
-        null_arm: the claims' null arm, measured in the ``forward_only`` point of every seed: a randomly initialised
-            model of the same shape that never saw the people, scored on the held-out reversed prompts as it is
-            (reverse-completion, name-logprob), then LoRA fine-tuned on P_train's forward and inverse QA as the
-            real arms and scored on P_test's inverse search (reversal)
-            (:func:`knowledge_common.null_arm_finetune`).
+        null_arm: the claims' null arm, its own point per seed: a second forward-only model (pretraining, held-out
+            prompts, LoRA QA fine-tuning as ``forward_only``) at another seed.
     """
 
     data: DataSpec = AUGMENTED
@@ -130,7 +130,7 @@ class ReversalCurseConfig(BiosQAConfig):
 FORWARD_QA_MIN = 0.5
 GAP_FORWARD_MAX, GAP_LIFT_MIN = 1.0, 3.0
 REAL_CONDITIONS = ("forward_only", "with_reverse")
-NULL_CONDITION = "random_init"
+NULL_CONDITION = "forward_only_second"  # the null arm: a second forward-only model at its own seed
 
 
 def forward_stat(col: str) -> Stat:
@@ -139,7 +139,7 @@ def forward_stat(col: str) -> Stat:
 
 
 def treated_stat(col: str) -> Stat:
-    """``col`` of the with-reverse model (real arm) or of the random-init model (null arm)."""
+    """``col`` of the with-reverse model (real arm) or of the second forward-only model (null arm)."""
     return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)})
 
 
@@ -163,6 +163,13 @@ REVERSE_MEMORISED = Gate("reverse-memorised", every_at_least(RECALL_MIN), arm="r
                                          "name given the attributes before it, first reversed rendering, pretrained "
                                          "model) of the people tested, with-reverse model"))
 SOURCE = "Allen-Zhu & Li, Part 3.2, arXiv 2309.14402, Section 5; Berglund et al., arXiv 2309.12288"
+NULL_WORDS = ("the with-reverse arm replaced by a second forward-only model (pretraining, held-out prompts and LoRA QA "
+              "fine-tuning as the real forward-only arm, same world, budget and protocol) at another seed "
+              "(initialisation, data and fine-tuning order); same seed's real forward-only arm subtracted, same "
+              "statistic and rule")
+CAN_MEET = ("no factor differs between the two forward-only models, so it meets the rule only if forward-only training "
+            "alone sometimes retrieves attributes -> name (a seed-to-seed spread as large as the claimed lift, or a "
+            "leak: the name reachable from the prompt, the packing or the answer pools), i.e. ")
 
 
 def _swap_answer(doc: Doc, name_ids: list[int]) -> Doc:
@@ -255,8 +262,8 @@ CPU_CHECK = (
 
 def estimate_h100_seconds(cfg: ReversalCurseConfig) -> float:
     """Estimated wall seconds of a whole run on one H100 (:func:`knowledge_common.h100_seconds`): per seed, the
-    forward-only model trains on N x ceil(exposures / M) x M forward biographies, the with-reverse model also on
-    as many passes over ``reverse_multiplicity`` reversed ones; LoRA fine-tuning on the N/2 QA-train people
+    forward-only model (and, with ``null_arm``, a second one) trains on N x ceil(exposures / M) x M forward
+    biographies, the with-reverse model also on as many passes over ``reverse_multiplicity`` reversed ones; LoRA fine-tuning on the N/2 QA-train people
     (seven questions each); evaluation of ~12 documents per person (recall, held-out prompts with the correct
     and a random name, forward and inverse QA), rendered in Python (~75 us each, a quarter of the packing rate)."""
     V, T = vocab_size(), cfg.seq_len
@@ -268,7 +275,10 @@ def estimate_h100_seconds(cfg: ReversalCurseConfig) -> float:
     qa = (6 * mean_tokens("qa") + mean_tokens("inverse_qa")) / 7
     stream = cfg.pipeline == "stream"
     total = 0.0
-    for docs, tokens in ((fwd, fwd * tf), (fwd + rev, fwd * tf + rev * tr)):
+    models = [(fwd, fwd * tf), (fwd + rev, fwd * tf + rev * tr)]
+    if cfg.null_arm:  # the null arm: a second forward-only model
+        models.append((fwd, fwd * tf))
+    for docs, tokens in models:
         mean_doc = tokens / docs
         steps = tokens / (cfg.pretrain.batch_size * T * (1 - mean_doc / (2 * T)))
         # the host: the stream packs every document twice (lengths-only count + the pass); the packed path renders
@@ -281,12 +291,6 @@ def estimate_h100_seconds(cfg: ReversalCurseConfig) -> float:
         ft_steps = ft_docs * qa / (cfg.finetune.batch_size * cfg.qa_seq_len * (1 - qa / (2 * cfg.qa_seq_len)))
         total += h100_seconds(cfg.model, V, cfg.qa_seq_len, tokens=ft_docs * qa, steps=ft_steps,
                               **({"host_docs": ft_docs} if stream else {"python_docs": ft_docs}))
-    if cfg.null_arm:  # the null arm: one more LoRA fine-tuning (of a random-init model) and ~6 documents per person
-        ft_docs = (cfg.n_people // 2) * 7 * cfg.ft_epochs
-        ft_steps = ft_docs * qa / (cfg.finetune.batch_size * cfg.qa_seq_len * (1 - qa / (2 * cfg.qa_seq_len)))
-        py = 6 * cfg.n_people / 4 + (0.0 if stream else ft_docs)
-        total += h100_seconds(cfg.model, V, cfg.qa_seq_len, tokens=ft_docs * qa, steps=ft_steps,
-                              eval_tokens=6 * cfg.n_people * 60, host_docs=ft_docs if stream else 0.0, python_docs=py)
     return total * cfg.n_seeds
 
 
@@ -301,10 +305,12 @@ class ReversalCurse(Experiment):
              "completion from an attributes-only prompt) unless its training text states names after attributes.")
     source = SOURCE
     Config = ReversalCurseConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~13.5 CPU-min estimated: 12.6 CPU-min measured before the null arm (757 s CPU, 1233 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 3 seeds; 784 s wall beside one other run, 2026-11-23) plus 3 null-arm LoRA fine-tunings (16 s wall each for 257 steps at one thread, measured 2026-11-27)",
-                     "gpu": "22.8 min on one H100, estimated (estimate_h100_seconds: 3 seeds x "
-                            "(forward-only 0.13B + with-reverse 0.22B pretraining tokens at 22.9 MFLOP/token, ~30k "
-                            "steps; streaming pipeline; the null arm's LoRA fine-tuning); " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
+    time_estimate = {"smoke": "~10 s", "quick": "12.6 CPU-min measured for the two real arms (757 s CPU, 1233 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 3 seeds; 784 s wall beside one other run, 2026-11-23), plus the null arm, a second forward-only model per seed (issue 44 item 4; not measured)",
+                     "gpu": "30.8 min on one H100, estimated, over the 30-minute budget since the null arm became a "
+                            "second forward-only model (issue 44 item 4; 22.8 min before) (estimate_h100_seconds: 3 "
+                            "seeds x (2 x forward-only 0.13B + with-reverse 0.22B pretraining tokens at 22.9 "
+                            "MFLOP/token, ~41k steps; streaming pipeline; a LoRA fine-tuning per model); "
+                            + H100_ASSUMPTIONS + "). The old packed pipeline spent "
                             "minutes in Python before the first step (measured on this loaded CPU: 162 s to render "
                             "the 50k forward and 110 s the 50k reversed biographies, 27 s to pack each epoch, and "
                             "60 epochs of windows held in RAM, ~8 GB). " + CPU_CHECK,
@@ -324,9 +330,8 @@ class ReversalCurse(Experiment):
               "of (with-reverse - forward-only) above 0; decided at the gpu and paper presets only (a 15-minute CPU "
               "run cannot meet the memorisation gates: quick reports the values)",
               gates=(MEMORISED_BOTH, REVERSE_MEMORISED, FORWARD_QA), presets=("gpu", "paper"),
-              null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
-                   "people, LoRA fine-tuned on P_train's forward and inverse QA exactly as the real arms (same "
-                   "seed's forward-only arm subtracted, same rule): no attributes -> name knowledge by construction"),
+              null=NULL_WORDS,
+              null_can_meet=CAN_MEET + "inverse search of 0.5 after the same QA fine-tuning"),
         Claim("reverse-completion",
               "Before any fine-tuning, completing an attributes-only prompt written in a held-out template with the "
               "person's name works only when the training text states names after attributes.",
@@ -341,8 +346,8 @@ class ReversalCurse(Experiment):
               "across seeds of the difference above 0; decided at the gpu and paper presets only (a 15-minute CPU "
               "run cannot meet the memorisation gates: quick reports the values)",
               gates=(MEMORISED_BOTH, REVERSE_MEMORISED), presets=("gpu", "paper"),
-              null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
-                   "people (no training; same seed's forward-only arm subtracted, same rule)"),
+              null=NULL_WORDS,
+              null_can_meet=CAN_MEET + "held-out-prompt completion of 0.3 above the first forward-only model"),
         Claim("name-logprob",
               "From an attributes-only prompt, a model trained forward-only gives the correct name no more "
               "probability than a random other person's name; trained with reversed biographies it does.",
@@ -356,25 +361,27 @@ class ReversalCurse(Experiment):
               f"{GAP_LIFT_MIN} bits with its 95% Student-t CI across seeds above 0; decided at the gpu and paper "
               "presets only (a 15-minute CPU run cannot meet the memorisation gates: quick reports the values)",
               gates=(MEMORISED_BOTH, REVERSE_MEMORISED), presets=("gpu", "paper"),
-              null="the with-reverse arm replaced by a randomly initialised model of the same shape that never saw the "
-                   "people (no training; same seed's forward-only arm subtracted, same rule)"),
+              null=NULL_WORDS,
+              null_can_meet=CAN_MEET + f"a correct-vs-random name gap {GAP_LIFT_MIN} bits above the first "
+                                       "forward-only model"),
     ]
 
     def points(self, cfg: ReversalCurseConfig) -> list[Point]:
         pts = [Point("forward_only", {"reverse": False}, arm="real"), Point("with_reverse", {"reverse": True}, arm="real")]
-        if cfg.null_arm:  # the claims' null arm, on the forward-only point's seed (issue 29)
-            pts.append(Point("null-forward_only", {"reverse": None}, arm="null"))
+        if cfg.null_arm:  # the claims' null arm: a second forward-only model (point_seed gives it its own seed)
+            pts.append(Point("null-forward_only", {"reverse": False}, arm="null"))
         return pts
+
+    def point_seed(self, cfg: ReversalCurseConfig, point: Point) -> int:
+        """The real points' seeds as before; the null point (a second forward-only model) gets its own, derived from
+        the paired real point's, so that its initialisation, data order and fine-tuning order differ."""
+        seed = super().point_seed(cfg, point)
+        return derive_seed(seed, "second-control-model") if point.arm == "null" else seed
 
     def run_point(self, cfg: ReversalCurseConfig, point: Point, ctx: PointContext) -> dict:
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         world.write_pools(ctx.run.path / "bios_pools.json")
         tr, te = qa_split(cfg.n_people, cfg.seed)
-        if point.arm == "null":  # a random-init model that never saw the people: the prompts as it is, then QA-tuned
-            m = null_arm_finetune(cfg, world, ctx, finetune_people=tr, tested=te, inverse=True,
-                                  before_finetune=lambda m: self._prompts(cfg, world, m, te, ctx))
-            return {**{k.removeprefix("null_"): v for k, v in m.items()}, "condition": NULL_CONDITION,
-                    "n_people": cfg.n_people, "n_test": len(te)}
         rev = bool(point.params["reverse"])
         if cfg.pipeline == "stream":
             stream, bios_fn, rev_fn = streamed_pretraining(world, cfg, rev, order_seed=ctx.seed)
@@ -390,7 +397,8 @@ class ReversalCurse(Experiment):
                            checkpoint=True, precision=cfg.precision)
         rexp = (stream.exposures(cfg.n_people, pre["windows_used"], kind="bio_reverse") if isinstance(stream, Packed)
                 else stream.reverse_exposures)
-        row = {"reverse_in_training": rev, "condition": REAL_CONDITIONS[rev], "reverse_groups": cfg.reverse_groups if rev else 0,
+        cond = NULL_CONDITION if point.arm == "null" else REAL_CONDITIONS[rev]
+        row = {"reverse_in_training": rev, "condition": cond, "reverse_groups": cfg.reverse_groups if rev else 0,
                "n_people": cfg.n_people, "params": model.num_params(), "pipeline": cfg.pipeline,
                "exposures": exposures_of(stream, cfg.n_people, pre["windows_used"]),
                "reverse_exposures": float(np.asarray(rexp).mean()),
@@ -420,16 +428,6 @@ class ReversalCurse(Experiment):
         row.update(qa_metrics(model, world, tr, te, attrs=ATTRS, device=ctx.device, inverse=True))
         row["n_test"] = len(te)
         return row
-
-    @staticmethod
-    def _prompts(cfg: ReversalCurseConfig, world: BiosWorld, model, people, ctx: PointContext,
-                 prefix: str = "", tag: str = "test") -> dict:
-        """Greedy exact match of the name after the held-out attributes-only prompt, and the correct-minus-random
-        name log-probability gap (bits), on ``people``."""
-        prompts = [world.reverse_prompt(int(i)) for i in people]
-        gap = completion_gap_bits(model, prompts, random_name_docs(world, prompts, cfg.seed), device=ctx.device)
-        return {f"{prefix}reverse_completion_{tag}": float(exact_match(model, prompts, device=ctx.device).mean()),
-                f"{prefix}name_gap_bits_{tag}": float(gap.mean())}
 
     #: claim -> (column, rule(forward-only mean, treated mean, lift's SeedStat)); the CI condition applies when there
     #: is an interval (>= 2 seeds), as in the first registration
@@ -463,7 +461,8 @@ class ReversalCurse(Experiment):
     @staticmethod
     def _arm_lift(ok: pd.DataFrame, col: str, arm: str):
         """``(forward-only mean, treated mean, SeedStat of the lift, lift per seed)`` over the seeds both have, on
-        ``arm`` (the treated model: with-reverse on the real arm, random init on the null arm); None when none."""
+        ``arm`` (the treated model: with-reverse on the real arm, the second forward-only model on the null arm);
+        None when none."""
         d = lift_stat(col).per_seed(arm_rows(ok, arm), ok)
         if d.empty:
             return None
