@@ -115,6 +115,15 @@ def test_scaling_sweep_failed_gates_inconclusive(sweep_cfg, tmp_path, monkeypatc
     assert vs["alpha-range"].details["convergence"]["stationarity"] > CERT_STATIONARITY_RTOL
 
 
+def test_scaling_sweep_judged_by_the_default_path_with_every_item_an_escape_hatch():
+    """No verdicts override (issue 44): the base class composes the verdicts; every item is judged by hand (the
+    module docstring says why)."""
+    cls = get("scaling-sweep")
+    assert "verdicts" not in cls.__dict__ and "hand_verdicts" in cls.__dict__
+    assert cls.escape_hatches() == ["alpha-range", "beta-range", "heldout-within-noise", "form-comparison"]
+    assert "Escape hatch" in __import__(cls.__module__, fromlist=["_"]).__doc__
+
+
 # -- chinchilla-refit -----------------------------------------------------------------------------
 _EPOCH_CI = {"E": (1.769, 1.871), "A": (285.0, 744.0), "B": (1042.0, 5810.0), "alpha": (0.317, 0.373),
              "beta": (0.331, 0.415)}

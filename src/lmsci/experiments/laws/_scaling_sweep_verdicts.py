@@ -1,4 +1,4 @@
-"""Verdicts of :mod:`lmsci.experiments.laws.scaling_sweep`: one function per registered claim.
+"""Hand verdicts of :mod:`lmsci.experiments.laws.scaling_sweep` (its escape hatch, why: its docstring), one per claim.
 
 Each reads the memoised analysis of the results table (``ScalingSweep._analysis``: the Chinchilla fit of validation
 NLL in nats/char over every run with its bootstrap over runs, the permuted-input null fits, the per-seed fits, the

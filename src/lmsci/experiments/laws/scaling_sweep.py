@@ -28,6 +28,13 @@ certified (:func:`lmsci.laws.fit.certify_optimum`: stationary at the best point 
 starts; the optimiser's own success flag decides nothing) makes its claim inconclusive; so does an unfinished
 grid.
 
+Escape hatch (``hand_verdicts``, issue 44; every item, in ``_scaling_sweep_verdicts``): each statistic is one fit
+over every run (cells and seeds pooled), not a value per training seed, and depends on the configuration (start
+grid, resamples, held-out fraction, forms compared), which a ``Stat(fn)`` of the rows cannot see; the exponents'
+rule reads a within-fit bootstrap interval over runs (rule objects read the interval across seeds); the nulls
+(N or D permuted across the runs, a constant-loss model) transform the real runs' table and train nothing, so
+they are not arms of the sweep.
+
 The quick preset trains 2 seeds (40 runs): 3 seeds would not fit the 15-minute budget on 2 CPU cores.
 """
 
@@ -410,8 +417,8 @@ class ScalingSweep(Experiment):
         self._cache = (key, out)
         return out
 
-    def verdicts(self, cfg: ScalingSweepConfig, results: pd.DataFrame, run: RunDir) -> list[Verdict]:
-        """alpha-range, beta-range, heldout-within-noise, form-comparison (see ``_scaling_sweep_verdicts``)."""
+    def hand_verdicts(self, cfg: ScalingSweepConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
+        """Every item by hand (the escape hatch, module docstring), from the fits (``_scaling_sweep_verdicts``)."""
         return scaling_verdicts(self, cfg, results, self._analysis(cfg, results))
 
     def report_sections(self, cfg: ScalingSweepConfig, results: pd.DataFrame, run: RunDir) -> str:
