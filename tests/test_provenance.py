@@ -230,7 +230,7 @@ def test_suite_check_on_a_small_published_table(tmp_path):
 def test_a_left_out_experiments_stale_rows_are_dropped_and_listed_as_left_out(tmp_path):
     """Issue 46: the quick suite leaves out experiments that decide nothing at quick, so their rows can never be
     rerun into currency by it; once stale they are dropped (current ones kept) and claims.md lists them."""
-    from lmsci.publish import leave_out_published
+    from lmsci.table_check import leave_out_published
 
     pub = tmp_path / "quick"
     pub.mkdir()

@@ -309,41 +309,6 @@ def _write_published(pub: Path, merged: pd.DataFrame, preset: str) -> pd.DataFra
     return merged
 
 
-def leave_out_published(published: str | Path, names: Sequence[str], preset: str,
-                        log: Callable[[str], None] = print) -> list[str]:
-    """Drop from a published table the rows of experiments that the suite leaves out at ``preset`` (they decide
-    nothing there, :func:`lmsci.suite.undecided`) when those rows are stale at HEAD (``lmsci suite --check``):
-    a row the preset's suite no longer produces cannot be brought current by rerunning the suite, so it is
-    removed rather than published stale; ``claims.md`` then lists the experiment under "Left out at this
-    preset". Rows that are still current are kept.
-
-    Returns:
-        the experiments whose rows were dropped.
-
-    Raises:
-        RunDirError: no published table there, or it holds another preset.
-    """
-    from lmsci.table_check import CURRENT, check_published
-
-    pub = Path(published)
-    meta_p = pub / "published.json"
-    if not (pub / CLAIMS_CSV).is_file() or not meta_p.is_file():
-        raise RunDirError(f"{pub}: no published table (claims.csv and published.json)")
-    if json.loads(meta_p.read_text()).get("preset", preset) != preset:
-        raise RunDirError(f"{pub} publishes preset {json.loads(meta_p.read_text()).get('preset')!r}, not {preset!r}")
-    old = load_claims_table(pub)
-    present = [n for n in dict.fromkeys(names) if n in set(old["experiment"])]
-    if not present:
-        return []
-    status = {c.experiment: c.status for c in check_published(pub).checks}
-    drop = [n for n in present if status.get(n) != CURRENT]
-    if drop:
-        _write_published(pub, old[~old["experiment"].isin(drop)].reset_index(drop=True), preset)
-        log(f"published table {pub / CLAIMS_CSV}: dropped the stale rows of {len(drop)} experiment(s) left out at "
-            f"{preset} ({', '.join(drop)})")
-    return drop
-
-
 def load_claims_table(where: str | Path) -> pd.DataFrame:
     """An earlier suite's claims table: a suite directory or its ``claims.csv``.
 

@@ -32,8 +32,8 @@ import pandas as pd
 from lmsci.claims import PILOT_SEED_MIN
 from lmsci.config import ALL_PRESET_NAMES, config_to_yaml, parse_overrides, resolve_config
 from lmsci.errors import ConfigError, LmsciError, RunDirError, UnknownNameError
-from lmsci.publish import (CSV_COLUMNS, ERROR, SUITE_FILE, claims_table, leave_out_published, load_claims_table,
-                           load_state, mark_changes, seed_run_name, update_published, write_claims)
+from lmsci.publish import (CSV_COLUMNS, ERROR, SUITE_FILE, claims_table, load_claims_table, load_state, mark_changes,
+                           seed_run_name, update_published, write_claims)
 from lmsci.runs import RunDir, atomic_write_text, resolve_device
 
 #: the error recorded for a run the suite's --budget left out or stopped
@@ -107,7 +107,7 @@ def undecided(names: list[str], preset: str) -> list[str]:
     """The experiments of ``names`` that decide nothing at ``preset`` (every claim registered for other presets):
     a whole-suite run at ``quick`` leaves them out rather than spend its minutes training toward gates they cannot
     pass (issue 46 item 3); with ``--update``, their published rows are kept while current at HEAD and dropped
-    once stale (:func:`lmsci.publish.leave_out_published`)."""
+    once stale (:func:`lmsci.table_check.leave_out_published`)."""
     return [n for n in names if not decides_at(n, preset)]
 
 
@@ -377,6 +377,8 @@ def run_suite(
     if update is not None:
         update_published(update, table, preset, log=log)
         if left_out:
+            from lmsci.table_check import leave_out_published
+
             leave_out_published(update, left_out, preset, log=log)
     return result
 

@@ -15,6 +15,10 @@ installed library versions) and sorts each experiment's rows into:
   different code), the configuration changed, the source changed (the closure's files changed since the row's
   commit, from ``git diff``, when git and that commit are there), the libraries changed.
 
+:func:`leave_out_published` acts on the check: the rows of an experiment that the preset's suite leaves out (it
+decides nothing there) are dropped from the published table once stale, since rerunning the suite cannot bring
+them current.
+
 What a ``current`` verdict cannot promise (besides what :mod:`lmsci.provenance` cannot see): a golden is the
 smoke preset at one master seed; a change whose effect shows only at quick (a code path smoke does not take,
 a tolerance-sized drift that a long run amplifies) passes the golden and still moves a quick row. The golden's
@@ -31,11 +35,11 @@ import math
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from lmsci.errors import LmsciError
+from lmsci.errors import LmsciError, RunDirError
 from lmsci.provenance import SRC_ROOT, provenance, split_digest
 
 #: relative and absolute tolerance of a golden comparison: smoke runs of tiny models agree to about 1e-6
@@ -262,6 +266,41 @@ def check_published(where: str | Path, golden_root: str | Path | None = None) ->
             heads[name] = f"{type(e).__name__}: {e}"
     goldens = {n: load_golden(n, golden_root) for n in heads}
     return check_rows(table, preset, heads, goldens, where=str(where))
+
+
+def leave_out_published(published: str | Path, names: Sequence[str], preset: str,
+                        log: Callable[[str], None] = print) -> list[str]:
+    """Drop from a published table the rows of experiments that the suite leaves out at ``preset`` (they decide
+    nothing there, :func:`lmsci.suite.undecided`) when those rows are stale at HEAD (``lmsci suite --check``):
+    a row the preset's suite no longer produces cannot be brought current by rerunning the suite, so it is
+    removed rather than published stale; ``claims.md`` then lists the experiment under "Left out at this
+    preset". Rows that are still current are kept.
+
+    Returns:
+        the experiments whose rows were dropped.
+
+    Raises:
+        RunDirError: no published table there, or it holds another preset.
+    """
+    from lmsci.publish import CLAIMS_CSV, _write_published, load_claims_table
+
+    pub = Path(published)
+    meta_p = pub / "published.json"
+    if not (pub / CLAIMS_CSV).is_file() or not meta_p.is_file():
+        raise RunDirError(f"{pub}: no published table (claims.csv and published.json)")
+    if json.loads(meta_p.read_text()).get("preset", preset) != preset:
+        raise RunDirError(f"{pub} publishes preset {json.loads(meta_p.read_text()).get('preset')!r}, not {preset!r}")
+    old = load_claims_table(pub)
+    present = [n for n in dict.fromkeys(names) if n in set(old["experiment"])]
+    if not present:
+        return []
+    status = {c.experiment: c.status for c in check_published(pub).checks}
+    drop = [n for n in present if status.get(n) != CURRENT]
+    if drop:
+        _write_published(pub, old[~old["experiment"].isin(drop)].reset_index(drop=True), preset)
+        log(f"published table {pub / CLAIMS_CSV}: dropped the stale rows of {len(drop)} experiment(s) left out at "
+            f"{preset} ({', '.join(drop)})")
+    return drop
 
 
 def update_golden(name: str, results: pd.DataFrame, record: dict[str, Any], out: str | Path,
