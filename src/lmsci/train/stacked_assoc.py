@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lmsci.errors import DivergedError
+from lmsci.errors import ConfigError, DivergedError
 from lmsci.models.associative import OneLayerSpec, OneLayerTransformer
 from lmsci.runs import derive_seed
 
@@ -87,24 +87,33 @@ def _adam_update(model: OneLayerTransformer, state: dict[str, tuple[torch.Tensor
 
 
 def _record_eval(model: OneLayerTransformer, live: list[StackMember], ev_x: torch.Tensor, ev_y: torch.Tensor,
-                 losses: torch.Tensor, step: int, threshold: float, log: Any) -> None:
+                 losses: torch.Tensor, step: int, threshold: float, log: Any, ex_y: torch.Tensor | None = None) -> None:
     """Test accuracy of every live member (``ev_x [M, n_eval, seq]``, ``ev_y [M, n_eval]``) written on the
-    members (``best_acc``, ``steps_run``, ``final_loss`` from ``losses [M]`` nats, ``reached_at``), then ``log``."""
+    members (``best_acc``, ``steps_run``, ``final_loss`` from ``losses [M]`` nats, ``reached_at``), then ``log``;
+    with ``ex_y [M, n_eval]``, the same predictions scored against those targets too (``extra_best_acc``,
+    ``extra_reached_at``)."""
     with torch.no_grad():
-        acc = (model(ev_x).argmax(-1) == ev_y).float().mean(1)
+        pred = model(ev_x).argmax(-1)
+        acc = (pred == ev_y).float().mean(1)
+        ex_acc = None if ex_y is None else (pred == ex_y).float().mean(1).tolist()
     loss_list = losses.detach().tolist()
     for i, m in enumerate(live):
         m.best_acc = max(m.best_acc, float(acc[i]))
         m.steps_run, m.final_loss = step, loss_list[i]
         if m.best_acc >= threshold and m.reached_at is None:
             m.reached_at = step
+        if ex_acc is not None:
+            m.extra_best_acc = max(m.extra_best_acc, ex_acc[i])
+            if m.extra_best_acc >= threshold and m.extra_reached_at is None:
+                m.extra_reached_at = step
     if log is not None:
         log(step, live, acc.tolist(), loss_list)
 
 
 def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack, steps: int, batch_size: int,
                 eval_every: int, n_eval: int, threshold: float, schedule: str, seed: int, done_key=None, log=None,
-                progress=None, device: str | torch.device = "cpu") -> None:
+                progress=None, device: str | torch.device = "cpu",
+                extra_targets: Sequence[torch.Tensor] | None = None) -> None:
     """Train every member with AdamW (weight decay 0) as one stacked computation.
 
     A member stops (and leaves the stack) as soon as its test accuracy reaches ``threshold``; if
@@ -130,13 +139,24 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
         device: where the stack, its optimizer state and every batch live (``ctx.device``; the batches
             and the initial weights are drawn on the CPU from their seeds, so a run does not depend
             on the device beyond float rounding).
+        extra_targets: optional, one ``[n_eval]`` long tensor per member: other answers for the member's own test
+            sequences (e.g. a null arm's independently drawn fact table). Each evaluation scores the same
+            predictions against them too and writes ``extra_best_acc`` and ``extra_reached_at`` on every member;
+            training, early stop and ``done_key`` follow the member's own targets only.
 
     Source: arXiv 2412.06538 experiments / official ``run.py`` (AdamW, fresh batches, early stop).
 
     Raises:
         DivergedError: the summed training loss of the stack became non-finite (the whole stack is
             recorded as diverged).
+        ConfigError: ``extra_targets`` does not give one ``[n_eval]`` tensor per member.
     """
+    if extra_targets is not None:
+        if len(extra_targets) != len(members) or any(tuple(t.shape) != (n_eval,) for t in extra_targets):
+            raise ConfigError("extra_targets", [tuple(t.shape) for t in extra_targets],
+                              f"one [n_eval] = [{n_eval}] tensor per member ({len(members)})")
+        for m in members:
+            m.extra_best_acc, m.extra_reached_at = 0.0, None
     if not members:
         return
     model, A = _build_stack(members, d_model, device)
@@ -145,6 +165,7 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
     evals = [m.world.eval_set(n_eval, derive_seed(m.seed, "eval")) for m in live]
     ev_x = torch.stack([e.input_ids for e in evals]).to(device)
     ev_y = torch.stack([e.targets for e in evals]).to(device)
+    ex_y = None if extra_targets is None else torch.stack(list(extra_targets)).to(device)
     state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
     base_lr = torch.tensor([m.lr for m in live], device=device)
     done_key = done_key or (lambda m: id(m))
@@ -169,7 +190,7 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
             progress.update(1)
         if step % eval_every and step != steps:
             continue
-        _record_eval(model, live, ev_x, ev_y, losses, step, threshold, log)
+        _record_eval(model, live, ev_x, ev_y, losses, step, threshold, log, ex_y)
         finished = {done_key(m) for m in live if m.reached_at is not None}
         keep = [i for i, m in enumerate(live) if done_key(m) not in finished]
         if not keep:
@@ -180,5 +201,6 @@ def train_stack(members: list[StackMember], d_model: int, *, sample: SampleStack
             state = {n: (a[idx].clone(), b[idx].clone()) for n, (a, b) in state.items()}
             live = [live[i] for i in keep]
             base_lr, ev_x, ev_y = base_lr[idx], ev_x[idx], ev_y[idx]
+            ex_y = None if ex_y is None else ex_y[idx]
     if progress is not None:
         progress.close()

@@ -196,6 +196,9 @@ def test_scoring_unseen_facts_leaves_training_unchanged_and_could_meet():
     with pytest.raises(ConfigError):
         train_stack_scoring_unseen(plain, [unseen_world(plain[0].world, 1)], 16, sample=sample_stack, steps=1,
                                    batch_size=2, eval_every=1, n_eval=16, threshold=0.9, schedule="constant", seed=0)
+    with pytest.raises(ConfigError, match="extra_targets"):  # the trainer's hook checks one [n_eval] tensor per member
+        train_stack(plain, 16, steps=1, batch_size=2, eval_every=1, n_eval=16, threshold=0.9,
+                    schedule="constant", seed=0, extra_targets=[torch.zeros(16, dtype=torch.long)])
 
 
 def test_search_helpers():
