@@ -288,13 +288,16 @@ def leave_out_published(published: str | Path, names: Sequence[str], preset: str
     meta_p = pub / "published.json"
     if not (pub / CLAIMS_CSV).is_file() or not meta_p.is_file():
         raise RunDirError(f"{pub}: no published table (claims.csv and published.json)")
-    if json.loads(meta_p.read_text()).get("preset", preset) != preset:
-        raise RunDirError(f"{pub} publishes preset {json.loads(meta_p.read_text()).get('preset')!r}, not {preset!r}")
+    published_preset = json.loads(meta_p.read_text()).get("preset", preset)
+    if published_preset != preset:
+        raise RunDirError(f"{pub} publishes preset {published_preset!r}, not {preset!r}")
     old = load_claims_table(pub)
     present = [n for n in dict.fromkeys(names) if n in set(old["experiment"])]
     if not present:
         return []
-    status = {c.experiment: c.status for c in check_published(pub).checks}
+    heads = {n: head_provenance(n, preset) for n in present}  # only the left-out experiments' digests
+    rows = old[old["experiment"].isin(present)]
+    status = {c.experiment: c.status for c in check_rows(rows, preset, heads, {n: load_golden(n) for n in present}).checks}
     drop = [n for n in present if status.get(n) != CURRENT]
     if drop:
         _write_published(pub, old[~old["experiment"].isin(drop)].reset_index(drop=True), preset)
