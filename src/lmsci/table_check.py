@@ -297,7 +297,8 @@ def leave_out_published(published: str | Path, names: Sequence[str], preset: str
         return []
     heads = {n: head_provenance(n, preset) for n in present}  # only the left-out experiments' digests
     rows = old[old["experiment"].isin(present)]
-    status = {c.experiment: c.status for c in check_rows(rows, preset, heads, {n: load_golden(n) for n in present}).checks}
+    goldens = {n: load_golden(n) for n in present}
+    status = {c.experiment: c.status for c in check_rows(rows, preset, heads, goldens).checks}
     drop = [n for n in present if status.get(n) != CURRENT]
     if drop:
         _write_published(pub, old[~old["experiment"].isin(drop)].reset_index(drop=True), preset)
