@@ -38,3 +38,34 @@ def smollm2():
         return load_model("smollm2-135m")
     finally:
         torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def make_tiny_llama(tmp_path_factory):
+    """A factory of tiny random Hugging Face Llama directories with a tokenizer: ``make(name, text, vocab_size,
+    extra_tokens=())`` trains a byte-level BPE tokenizer (``tokenizers``, ``<pad>`` special) on ``text`` (a list of
+    strings), adds ``extra_tokens`` as whole tokens, and saves it beside a ``LlamaForCausalLM`` of 2 layers,
+    d_model 32, 4 query and 2 key-value heads, d_mlp 64 (weights from ``torch.manual_seed(0)``); returns the
+    directory, loadable with ``model=DIR``. For the real-model experiments' smoke tests (the real model's quick runs
+    are in results/quick)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    def make(name: str, text: list[str], vocab_size: int, extra_tokens: tuple[str, ...] = ()):
+        tk = Tokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        if extra_tokens:
+            tk.add_tokens(list(extra_tokens))
+        tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>")
+        cfg = LlamaConfig(vocab_size=tk.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+        torch.manual_seed(0)
+        d = tmp_path_factory.mktemp(name)
+        LlamaForCausalLM(cfg).save_pretrained(d)
+        tok.save_pretrained(d)
+        return d
+
+    return make

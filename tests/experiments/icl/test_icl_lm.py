@@ -18,25 +18,9 @@ TEXT = ["Input: happy Output: positive\nInput: France Output: Europe\nInput: Ken
 
 
 @pytest.fixture(scope="module")
-def tiny_llama_with_tokenizer(tmp_path_factory):
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(TEXT * 20, trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel
-                                                         .alphabet(), special_tokens=["<pad>"]))
-    tk.add_tokens(["Africa", "Asia", "Europe"])  # whole words: their first tokens must differ
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>")
-    cfg = LlamaConfig(vocab_size=tk.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    torch.manual_seed(0)
-    d = tmp_path_factory.mktemp("tiny_llama_icl")
-    LlamaForCausalLM(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+def tiny_llama_with_tokenizer(make_tiny_llama):
+    # the labels as whole words: their first tokens must differ
+    return make_tiny_llama("tiny_llama_icl", TEXT * 20, 600, ("Africa", "Asia", "Europe"))
 
 
 def test_smoke_run_on_a_tiny_model_judges_every_claim_with_the_engine(tiny_llama_with_tokenizer, tmp_path):

@@ -309,30 +309,23 @@ def test_streaming_pipeline_trains_mixed_windows_and_counts_exposures():
     assert [d.person for d in docs] == [int(i) for i in te[:3]] and all("birth_date" in d.spans for d in docs)
 
 
-def test_knowledge_extraction_null_is_a_second_single_model_at_its_own_seed():
-    """Issue 44 item 4: the null arm is the single pretrain_ft condition again (same params), at a seed of its own."""
-    exp = registry.get("knowledge-extraction")()
+@pytest.mark.parametrize("name,base,params", [
+    ("knowledge-extraction", "single_pretrain_ft", {"data": "single", "regime": "pretrain_ft"}),
+    ("celebrity-helps-minority", "baseline_all_single", {"celebrities": False}),
+    ("reversal-curse", "forward_only", {"reverse": False}),
+])
+def test_null_is_a_second_control_model_at_its_own_seed(name, base, params):
+    """Issue 44 item 4: the null arm is the control condition again (same params), at a seed of its own: the
+    single pretrain_ft model (knowledge-extraction), the all-single model (celebrity), the forward-only model
+    (reversal-curse)."""
+    exp = registry.get(name)()
     cfg = resolve_config(exp.Config, "gpu", [])
     pts = {p.id: p for p in exp.seeded_points(cfg)}
     for k in range(cfg.n_seeds):
         sfx = f"__s{k}" if k else ""
-        real, null = pts[f"single_pretrain_ft{sfx}"], pts[f"null-single_pretrain_ft{sfx}"]
-        assert null.arm == "null" and null.params == real.params == {"data": "single", "regime": "pretrain_ft"}
+        real, null = pts[f"{base}{sfx}"], pts[f"null-{base}{sfx}"]
+        assert null.arm == "null" and null.params == real.params == params
         assert null.seed_index == real.seed_index == k  # paired by seed in the statistic
         # the real seed is what it always was; the null's is its own
-        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
-        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}
-
-
-def test_celebrity_null_is_a_second_all_single_model_at_its_own_seed():
-    """Issue 44 item 4: the null arm is the all-single condition again (same params), at a seed of its own."""
-    exp = registry.get("celebrity-helps-minority")()
-    cfg = resolve_config(exp.Config, "gpu", [])
-    pts = {p.id: p for p in exp.seeded_points(cfg)}
-    for k in range(cfg.n_seeds):
-        sfx = f"__s{k}" if k else ""
-        real, null = pts[f"baseline_all_single{sfx}"], pts[f"null-baseline_all_single{sfx}"]
-        assert null.arm == "null" and null.params == real.params == {"celebrities": False}
-        assert null.seed_index == real.seed_index == k
         assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
         assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}

@@ -316,22 +316,6 @@ def test_reversal_stream_matches_bio_stream_and_caps_distinct_epochs():
     assert torch.equal(c.input_ids[:n], c.input_ids[n:2 * n]) and (c.exposures(12) == 15).all()
 
 
-def test_reversal_null_is_a_second_forward_only_model_at_its_own_seed():
-    """Issue 44 item 4: the null arm is the forward-only condition again (same params), at a seed of its own."""
-    from lmsci.runs import derive_seed
-
-    exp = registry.get("reversal-curse")()
-    cfg = resolve_config(exp.Config, "gpu", [])
-    pts = {p.id: p for p in exp.seeded_points(cfg)}
-    for k in range(cfg.n_seeds):
-        sfx = f"__s{k}" if k else ""
-        real, null = pts[f"forward_only{sfx}"], pts[f"null-forward_only{sfx}"]
-        assert null.arm == "null" and null.params == real.params == {"reverse": False}
-        assert null.seed_index == real.seed_index == k
-        assert exp.point_seed(cfg, real) == derive_seed(cfg.seed, exp.name, real.id)
-        assert exp.point_seed(cfg, null) not in {exp.point_seed(cfg, p) for p in pts.values() if p.arm == "real"}
-
-
 def test_capacity_null_is_the_trained_model_on_held_out_people(tmp_path):
     """Issue 44 item 4: one training per point and seed; the null arm scores that model on N held-out people of the
     same distribution (same vocabulary and pools, other individuals), who carry no stored bits."""

@@ -18,24 +18,8 @@ TEXT = ["Alice is taller than Bob. Is the sentiment positive or negative? Answer
 
 
 @pytest.fixture(scope="module")
-def tiny_chat_llama(tmp_path_factory):
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(TEXT * 5, trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel
-                                                         .alphabet(), special_tokens=["<pad>"]))
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>")
-    cfg = LlamaConfig(vocab_size=tk.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    torch.manual_seed(0)
-    d = tmp_path_factory.mktemp("tiny_chat_llama")
-    LlamaForCausalLM(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+def tiny_chat_llama(make_tiny_llama):
+    return make_tiny_llama("tiny_chat_llama", TEXT * 5, 300)
 
 
 def test_smoke_run_on_a_tiny_model_judges_every_claim_with_the_engine(tiny_chat_llama, tmp_path):
