@@ -131,3 +131,21 @@ def test_bad_input_is_refused_before_any_work(tmp_path, override, field):
     assert e.value.field == field and not (tmp_path / "never").exists()
     with pytest.raises(ConfigError):
         resolve_config(MLPMemoriesLMConfig, "smoke", {"n_neurons": 1})
+
+
+def test_real_model_gated_keys_windows_and_values(smollm2):
+    """On SmolLM2-135M: windows start with its document separator; ``blocks.{l}.mlp.post`` is act(gate) * up of the
+    MLP's input (the gated MLP's coefficients); the sampled search and projection have the model's shapes."""
+    tok = smollm2.tokenizer
+    w = shakespeare_windows(tok, 1, 12, seed=0)
+    assert int(w[0, 0]) == separator_id(tok) == tok.convert_tokens_to_ids("<|endoftext|>")
+    with smollm2.hooks(cache=["blocks.3.mlp.post", "model.layers.3.post_attention_layernorm"]) as c:
+        smollm2(w)
+    mlp = smollm2.model.model.layers[3].mlp
+    h = c["model.layers.3.post_attention_layernorm"]
+    with torch.no_grad():
+        torch.testing.assert_close(c["blocks.3.mlp.post"], mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+    keys = search_keys(smollm2, w, sample_neurons(30, 1536, 3, seed=0), k=1)
+    vtop, (rank,) = value_side(smollm2, keys, [keys.next[:, :, 0]])
+    assert keys.acts.shape == (30, 3, 1) and vtop.shape == (30, 3, 5) and rank.shape == (30, 3)
+    assert 0 < keys.nll < 10 and int(rank.max()) < 49152

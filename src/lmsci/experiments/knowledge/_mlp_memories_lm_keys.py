@@ -90,6 +90,9 @@ class CharTokenizer:
     def convert_tokens_to_ids(self, token: str) -> int | None:
         return self.vocab.get(token)
 
+    def convert_ids_to_tokens(self, i: int) -> str | None:
+        return self.inv.get(int(i))
+
     def __len__(self) -> int:
         return len(self.vocab)
 
@@ -162,8 +165,7 @@ def separator_id(tok: Any) -> int:
         ConfigError: the tokenizer has none of them.
     """
     tid = tok.convert_tokens_to_ids(SEPARATOR)
-    unk = getattr(tok, "unk_token_id", None)
-    if tid is not None and tid != unk:
+    if tid is not None and tok.convert_ids_to_tokens(int(tid)) == SEPARATOR:  # (SmolLM2: also its unk token, id 0)
         return int(tid)
     for name in ("bos_token_id", "eos_token_id"):
         if getattr(tok, name, None) is not None:
