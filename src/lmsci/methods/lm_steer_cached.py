@@ -67,7 +67,7 @@ def final_hidden_states(model: Any, data: Any, *, tokenizer: Any = None, max_len
         model: lmsci GPT, HFModel or ``transformers`` causal LM.
         data: ``N`` texts (with ``tokenizer``) or token sequences; each cut to ``max_length`` tokens. Texts of one
             token are kept (they have no target and add nothing to the loss).
-        batch_size: texts per forward pass.
+        batch_size: texts per forward pass (texts sorted by length, each batch padded to its longest).
 
     Returns:
         :class:`HiddenCache` on the model's device (``h [N, T, d]`` float32).
@@ -89,12 +89,15 @@ def final_hidden_states(model: Any, data: Any, *, tokenizer: Any = None, max_len
     hook = lm_head(m).register_forward_pre_hook(lambda mod, args: store.append(args[0].detach()))
     was = m.training
     m.eval()
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # batches of similar length: little padding
     try:
         for i in range(0, len(seqs), batch_size):
             store.clear()
-            b_ids, b_mask = ids[i:i + batch_size], mask[i:i + batch_size]
+            rows = torch.tensor(order[i:i + batch_size], device=dev)
+            T = max(1, max(len(seqs[j]) for j in order[i:i + batch_size]))
+            b_ids, b_mask = ids[rows, :T], mask[rows, :T]
             logits_of(m, b_ids, b_mask)
-            h[i:i + batch_size] = store[-1].reshape(b_ids.shape[0], b_ids.shape[1], d).float()
+            h[rows, :T] = store[-1].reshape(b_ids.shape[0], T, d).float()
     finally:
         hook.remove()
         m.train(was)
@@ -183,7 +186,7 @@ def train_steer_cached(
     vals = steer.values(batch=n).cpu()
     vals[:, steer.index(steer.attributes[0])] = y
     vals = vals[keep].to(dev)
-    h, ids, mask = cache.h[keep.to(cache.h.device)], cache.ids[keep.to(cache.ids.device)], cache.mask[keep.to(cache.mask.device)]
+    h, ids, mask = (t[keep.to(t.device)] for t in (cache.h, cache.ids, cache.mask))
     head = lm_head(m)
     opt = torch.optim.Adam([p for p in steer.parameters() if p.requires_grad], lr=lr)
     g = torch.Generator().manual_seed(int(seed))

@@ -165,21 +165,26 @@ def get_model(name: str, device: str, lines: list[str]) -> Any:
 # ---------------------------------------------------------------------------------------------------- measuring
 def evaluate(cfg: Any, hf: Any, steer: Any, value: float, prompts: torch.Tensor, gen_seed: int) -> dict[str, Any]:
     """Continuations of ``prompts [n, P]`` (``n_samples`` each, ``gen_tokens`` new tokens, nucleus ``top_p``, end of
-    text suppressed until ``gen_tokens``) with ``steer`` at ``value`` (dummy at 1), sampled with ``gen_seed`` (the
-    same at every steer value and arm: common random numbers); scored by mean VADER compound (``sentiment``) and
-    mean conditional perplexity of the continuation under the unsteered model itself (``ppl``)."""
+    text suppressed until ``gen_tokens``, ``gen_batch`` per ``generate`` call) with ``steer`` at ``value`` (dummy at
+    1), sampled with ``gen_seed`` (the same at every steer value and arm: common random numbers); scored by mean VADER
+    compound (``sentiment``) and mean conditional perplexity of the continuation under the unsteered model itself
+    (``ppl``)."""
     from lmsci.methods.steering import generate
 
     dev = hf.device
     x = prompts.to(dev).repeat_interleave(cfg.n_samples, 0)
     tok = hf.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    gens = []
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(int(gen_seed))
-        out = generate(hf, x, steer, {"attr": float(value)}, cfg.gen_tokens, do_sample=True, top_p=cfg.top_p,
-                       top_k=0, temperature=cfg.temperature, min_new_tokens=cfg.gen_tokens,
-                       attention_mask=torch.ones_like(x), pad_token_id=pad)
-    gen = out[:, x.shape[1]:]
+        for i in range(0, x.shape[0], cfg.gen_batch):  # the same chunks at every steer value: the same draws
+            xb = x[i:i + cfg.gen_batch]
+            out = generate(hf, xb, steer, {"attr": float(value)}, cfg.gen_tokens, do_sample=True, top_p=cfg.top_p,
+                           top_k=0, temperature=cfg.temperature, min_new_tokens=cfg.gen_tokens,
+                           attention_mask=torch.ones_like(xb), pad_token_id=pad)
+            gens.append(out[:, xb.shape[1]:])
+    gen = torch.cat(gens)
     texts = tok.batch_decode(gen.cpu().tolist(), skip_special_tokens=True)
     ppl = ts.conditional_perplexity(hf, x, gen)
     return {"sentiment": float(ts.vader_compound(texts).mean()), "ppl": ts.mean_perplexity(ppl), "_texts": texts}

@@ -49,13 +49,14 @@ tokens of W's first ``probe_dims`` singular directions (signs: top = promoted at
 them (a seed-specific permutation), the same initialisation, batches, prompts and sampling seeds. The dummy steer
 still learns the domain and W still grows, but no sentiment direction separates its +1 and -1 texts.
 
-**Timing pilot** (2026-12-06, master seed 1000001, 2-core machine shared with other jobs, one thread, float32,
-SmolLM2-135M on CPU): hidden states of the training lines 8.3 ms/token (0.09 s per line of ~11 tokens); a cached
-training step 0.43 s at batch 8 (0.82 s at 16); sampling 0.020-0.022 s per continuation-token (batches of 16-32,
-KV cache); the perplexity pass ~0.09 s per continuation; model load 5 s from the converted cache (~40 s the first
-time). The quick preset (3 seeds x 2 arms, each 100 steps and 5 steer values x 16 continuations of 20 tokens, ~85 s;
-the 400 lines' hidden states once, ~37 s) is therefore ~9.5 min per master seed on that loaded machine, less on a
-quiet thread.
+**Timing pilot** (2026-12-06, master seed 1000001, the 2-core machine shared with the publication runs, one
+thread at nice 10, float32, SmolLM2-135M on CPU): hidden states of the training lines 8.3 ms/token (0.09 s per line
+of ~11 tokens, before batching lines by length); a cached training step 0.43 s at batch 8 (0.82 s at 16; 0.67 s
+over the first 3 steps of a second check); sampling 0.020-0.022 s per continuation-token in batches of 16-32 (KV
+cache), plus ~1-3 s per ``generate`` call; the perplexity pass ~0.09 s per continuation; model load 5 s from the
+converted cache (~40 s the first time). The quick preset (3 seeds x 2 arms, each 100 steps and 5 steer values x 16
+continuations of 20 tokens: ~85-110 s; the 400 lines' hidden states once: <= 37 s) is therefore ~9.5 min per master
+seed (9-11 min by the machine's load), less on a quiet thread.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class LMSteerLMConfig(ExperimentConfig):
     gen_tokens: int = Field(20, ge=2, description="new tokens per continuation (paper 20)")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(0.9, gt=0, le=1, description="nucleus sampling (paper 0.9)")
+    gen_batch: int = Field(32, ge=1, description="continuations per generate call")
     steer_value: float = Field(5.0, gt=0, description="the paper's 5 eps0")
     steer_grid: list[float] = Field([-5.0, -2.5, 0.0, 2.5, 5.0], min_length=3, description="units of eps0")
     probe_dims: int = Field(3, ge=1)
@@ -124,15 +126,17 @@ class LMSteerLMConfig(ExperimentConfig):
     PRESETS = {
         "smoke": {"model": data_mod.TINY, "n_seeds": 2, "lines_per_play": 40, "n_train_lines": 12,
                   "steer_steps": 4, "steer_batch": 4, "n_loss_lines": 8, "n_prompts": 3, "gen_tokens": 3,
-                  "prompt_tokens": 3, "steer_grid": [-5.0, 0.0, 5.0], "probe_dims": 1, "probe_top": 3},
+                  "prompt_tokens": 3, "steer_grid": [-5.0, 0.0, 5.0], "probe_dims": 1, "probe_top": 3,
+                  "gen_batch": 2},
         "quick": {},
         "gpu": {"threads": 0, "n_seeds": 5, "lines_per_play": None, "n_train_lines": 1000, "steer_steps": 1000,
                 "steer_batch": 32, "n_loss_lines": 256, "n_prompts": 200, "n_samples": 5,
-                "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "probe_dims": 5},
+                "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "probe_dims": 5,
+                "gen_batch": 500},
         "paper": {"threads": 0, "n_seeds": 3, "lines_per_play": None, "n_train_lines": 2000, "max_words": 30,
                   "max_length": 64, "steer_steps": 1000, "steer_batch": 32, "n_loss_lines": 512, "n_prompts": 2500,
                   "n_samples": 25, "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
-                  "probe_dims": 5, "probe_top": 20},
+                  "probe_dims": 5, "probe_top": 20, "gen_batch": 500},
     }
 
 
@@ -162,13 +166,14 @@ class LMSteerLM(Experiment):
     source = SRC + ", Sec. 3.3-5, Table 2, App. D, G"
     Config = LMSteerLMConfig
     time_estimate = {"smoke": "~15 s (a tiny random Llama)",
-                     "quick": "~9.5 min per master seed, estimated from the rates of a timing pilot (2026-12-06, one "
-                              "thread on the shared 2-core machine: 0.43 s per training step, 0.021 s per "
-                              "continuation-token, 8.3 ms per token of hidden states; module docstring)",
+                     "quick": "~9.5 min per master seed (9-11 min by load), estimated from the rates of a timing pilot "
+                              "(2026-12-06, one thread on the shared 2-core machine: 0.43-0.67 s per training step, "
+                              "0.021 s per continuation-token, 8.3 ms per token of hidden states; module docstring)",
                      "gpu": "~5 min on one H100 (estimated, not measured: 10 points x (1,000 cached steps + 11 steer "
                             "values x 1,000 continuations), VADER on the CPU)",
-                     "paper": "~4 h on one H100 (estimated, not measured: 6 points x 11 steer values x 62,500 "
-                              "continuations of 20 tokens, the paper's 2.5K prompts x 25 samples)"}
+                     "paper": "~2 h on one H100 (estimated, not measured: 6 points x 11 steer values x 62,500 "
+                              "continuations of 20 tokens, the paper's 2.5K prompts x 25 samples, in batches of 500, "
+                              "each scored by VADER on the CPU and by the model)"}
     claims = [
         Claim(
             id="steering",
