@@ -66,3 +66,23 @@ def test_bad_input_and_a_model_with_transformed_logits():
             check_cache(m, cache)
     finally:
         h.remove()
+
+
+def test_on_the_real_tied_smollm2_the_cached_path_is_the_hooked_steer(smollm2):
+    """SmolLM2-135M (a tied LlamaForCausalLM): the LMSteer pre-hook on lm_head and the cached path give one loss."""
+    from lmsci.methods.lm_steer import LMSteer
+
+    tok = smollm2.tokenizer
+    lines = ["\nO happy dagger, this is thy sheath.", "\nGood night, good night!", "\nThou art a villain."]
+    data = [tok.encode(s, add_special_tokens=False) for s in lines]
+    y = torch.tensor([1.0, 1.0, -1.0])
+    cache = final_hidden_states(smollm2, data, pad_id=tok.pad_token_id)
+    assert cache.h.shape[-1] == 576 and check_cache(smollm2, cache, n=3) < 1e-2
+    steer = LMSteer(576, rank=8, epsilon=1e-3, init_std=0.5, seed=0)
+    ids, mask = pad_batch(data, tok.pad_token_id)
+    vals = steer.values(batch=3)
+    vals[:, steer.index("attr")] = y
+    with steering(smollm2, steer, vals), torch.no_grad():
+        ref = float(mean_nll(smollm2, ids, mask))
+    assert abs(cached_loss(smollm2, cache, steer, y) - ref) < 1e-3
+    assert abs(cached_loss(smollm2, cache, steer, y) - cached_loss(smollm2, cache, None, y)) > 1e-4  # it acts
