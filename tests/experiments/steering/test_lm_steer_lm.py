@@ -41,6 +41,7 @@ def test_smoke_run_end_to_end_on_a_tiny_llama(smoke_run):
     assert all(x.outcome == "inconclusive" for x in v.values())  # smoke preset, 2 seeds, a random model's gates
     report = next(smoke_run.path.glob("report*.md")).read_text()
     assert "The toy experiment `lm-steer`" in report and "SVD probe of W" in report
+    assert "| real | +5 |" in report and "| null | -5 |" in report
     assert (smoke_run.path / "figures" / "steer_curve.png").is_file()
 
 

@@ -330,8 +330,24 @@ class LMSteerLM(Experiment):
                             "(thin lines: seeds)", claims=("steering", "continuous", "ppl-cost"))]
 
     def report_sections(self, cfg: LMSteerLMConfig, results: pd.DataFrame, run: RunDir) -> str:
-        """The SVD probe's words of the real arm's first seed, then the toy's published quick rows."""
-        return probe_section(results) + toy_rows_section("lm-steer")
+        """The mean curves, the SVD probe's words of the real arm's first seed, then the toy's published quick rows."""
+        return curve_section(results) + probe_section(results) + toy_rows_section("lm-steer")
+
+
+def curve_section(results: pd.DataFrame) -> str:
+    """A markdown table: per arm and steer value, the mean over seeds of the continuations' sentiment (VADER
+    compound) and perplexity under the unsteered model."""
+    if results.empty or "curve" not in results:
+        return ""
+    lines = ["\n## Sentiment and perplexity by steer value (mean over seeds)\n", "| arm | steer value (eps0) | "
+             "mean VADER compound | perplexity | seeds |", "|---|---|---|---|---|"]
+    for arm, g in results.dropna(subset=["curve"]).groupby("arm"):
+        curves = [json.loads(c) for c in g["curve"]]
+        for i, p in enumerate(curves[0]):
+            sent = np.nanmean([c[i]["sentiment"] for c in curves])
+            ppl = np.nanmean([c[i]["ppl"] for c in curves])
+            lines.append(f"| {arm} | {p['s']:+g} | {sent:.3f} | {ppl:.4g} | {len(curves)} |")
+    return "\n".join(lines) + "\n"
 
 
 def probe_section(results: pd.DataFrame) -> str:
