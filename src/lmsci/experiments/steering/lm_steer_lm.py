@@ -1,0 +1,368 @@
+"""Experiment ``lm-steer-lm``: LM-Steer on a real pretrained LM (SmolLM2-135M), sentiment from Shakespeare lines.
+
+LM-Steer steers the sentiment of a real LM's continuations with a steer trained on VADER-labelled Shakespeare lines.
+
+Source: Han, Xu, Li, Ji, "Word Embeddings Are Steers for Language Models", ACL 2024, arXiv 2305.12798 (Sec. 3.3 the
+steer ``e_v <- (I + eps W) e_v``; Sec. 4 sentiment control on neutral prompts, Table 2; Sec. 5 continuous control;
+App. D training; App. G the SVD probe). Issue 45, item 2. The toy version (GPTs trained on Shakespeare in minutes)
+is ``lm-steer``; its published quick rows are shown beside this report's.
+
+**Model.** A pretrained causal LM from the model zoo, frozen (default ``smollm2-135m``: SmolLM2-135M-Instruct, a
+tied-embedding ``LlamaForCausalLM``, d_model 576, dequantised from Q4_1; any zoo name, local Hugging Face
+directory or ``.gguf`` file with a tokenizer via ``model=PATH``; ``tiny-llama``, a random 2-layer Llama, for the
+smoke preset). The library's :class:`~lmsci.methods.lm_steer.LMSteer` acts on any Hugging Face causal LM through a
+forward pre-hook on ``lm_head`` (tied or not: the steer edits the input of the unembedding, ``h <- h + eps h
+W(s)``, which is the paper's ``(I + eps W) e_v`` on every output embedding and leaves the tied input embedding
+alone); :func:`~lmsci.methods.lm_steer.train_steer` works on it unchanged (checked: same loss to the bit as
+the cached path below on a tied tiny Llama). Each step of it runs the whole frozen LM forward and backward, so this
+experiment trains with :func:`lmsci.methods.lm_steer_cached.train_steer_cached`, the same objective and loop on the
+training lines' final hidden states computed once (exact: the steer never reaches the blocks in teacher-forced
+training; :func:`~lmsci.methods.lm_steer_cached.check_cache` compares the cached logits with the model's before
+any training), about 5x cheaper per step on SmolLM2-135M.
+
+**Data** (the toy's recipe, :func:`~lmsci.experiments.steering._lm_steer_lm_data.build_data`). The comedies and
+tragedies of the First Folio are split per genre into *steer plays* and *held-out plays*
+(:func:`lmsci.worlds.shakespeare.split_plays_by_genre`, ``scorer_fraction`` held out). Dialogue lines of
+``min_words..max_words`` words (``lines_per_play`` sampled per play) are scored by VADER (``vaderSentiment``):
+``n_train_lines`` lines of the steer plays with compound >= ``vader_threshold`` are the positive texts (steer value
++1) and as many with compound <= -threshold the negative ones (-1); each text is the line after a newline. The
+prompts are the first ``prompt_tokens`` tokens of VADER-neutral lines (compound 0) of the held-out plays.
+
+**Training** (App. D; per seed of W): an LM-Steer of full rank (``rank`` None: ``W = P1 P2^T``, ``P1, P2 [d, d]``)
+with the explicit dummy steer at 1 for every text, eps = eps0 = 1e-3, init ``N(0, init_std^2)``; Adam at
+``steer_lr`` for ``steer_steps`` steps of ``steer_batch`` texts: maximise the likelihood of the positive texts
+with ``+eps W`` and of the negative ones with ``-eps W`` (next-token cross-entropy over the real tokens).
+
+**Measurement** (per seed: ``n_prompts`` prompts drawn for the seed, ``n_samples`` continuations each of exactly
+``gen_tokens`` tokens, nucleus sampling ``top_p`` at ``temperature``, the same sampling seed at every steer value
+and in both arms: common random numbers). At each steer value of ``steer_grid`` (units of eps0, the dummy at 1,
+the README's ``--steer_values s 1``): sentiment = mean VADER compound of the continuations (without the prompt);
+perplexity = mean ``exp`` of the continuation's conditional NLL under the frozen model itself, unsteered.
+Statistics per seed: ``spread`` = sentiment(+5 eps0) - sentiment(-5 eps0); ``spearman`` = Spearman(steer value,
+sentiment) over the grid; ``ppl_cost`` = mean perplexity at +-5 eps0 minus at 0. Gates: ``loss_drop`` (NLL of the
+first ``n_loss_lines`` training lines unsteered minus with the trained steer at their labels: the steer fits its
+data) and ``nll_below_uniform`` (``ln V`` minus the unsteered NLL of those lines: a pretrained model, not random
+weights). The SVD probe (App. G, :func:`~lmsci.methods.lm_steer.svd_probe`) lists the top and bottom whole-word
+tokens of W's first ``probe_dims`` singular directions (signs: top = promoted at positive steer values).
+
+**Null arm** (``cross_arms``; both claims): the same run on the same lines with their +-1 labels shuffled among
+them (a seed-specific permutation), the same initialisation, batches, prompts and sampling seeds. The dummy steer
+still learns the domain and W still grows, but no sentiment direction separates its +1 and -1 texts.
+
+**Timing pilot** (2026-12-06, master seed 1000001, the 2-core machine shared with the publication runs, one
+thread at nice 10, float32, SmolLM2-135M on CPU): hidden states of the training lines 8.3 ms/token (0.09 s per line
+of ~11 tokens, before batching lines by length); a cached training step 0.43 s at batch 8 (0.82 s at 16; 0.67 s
+over the first 3 steps of a second check); sampling 0.020-0.022 s per continuation-token in batches of 16-32 (KV
+cache), plus ~1-3 s per ``generate`` call; the perplexity pass ~0.09 s per continuation; model load 5 s from the
+converted cache (~40 s the first time). The quick preset (3 seeds x 2 arms, each 100 steps and 5 steer values x 16
+continuations of 20 tokens: ~85-110 s; the 400 lines' hidden states once: <= 37 s) is therefore ~9.5 min per master
+seed (9-11 min by the machine's load), less on a quiet thread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lmsci.claims import Claim, Gate, Stat, ci_above, every_at_least
+from lmsci.config import ExperimentConfig
+from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
+from lmsci.errors import ConfigError
+from lmsci.experiments.registry import register
+from lmsci.experiments.steering import _lm_steer_lm_data as data_mod
+from lmsci.measure import text_scores as ts
+from lmsci.report.published import toy_rows_section
+from lmsci.runs import RunDir, resolve_device
+
+SRC = "Han et al., 'Word Embeddings Are Steers for Language Models', ACL 2024, arXiv 2305.12798"
+LOSS_DROP_MIN = 0.01   # registered gate: the trained steer lowers its training lines' NLL by >= 0.01 nats/token
+PRETRAINED_MIN = 2.0   # registered gate: the unsteered NLL of the lines is >= 2 nats/token below ln V
+
+
+class LMSteerLMConfig(ExperimentConfig):
+    """Configuration of ``lm-steer-lm`` (field defaults = the quick preset)."""
+
+    model: str = Field("smollm2-135m", description="a zoo name (lmsci models), a local Hugging Face directory or "
+                                                   ".gguf file with a tokenizer, or tiny-llama (tests)")
+    n_seeds: int = Field(3, ge=1, le=100, description="training seeds of W, each with its own prompt sample")
+    threads: int = Field(1, ge=0)
+    # data (the toy's recipe)
+    scorer_fraction: float = Field(0.5, gt=0, lt=1, description="fraction of each genre's plays held out for prompts")
+    play_split_seed: int = Field(0, ge=0)
+    min_words: int = Field(4, ge=1)
+    max_words: int = Field(12, ge=1, description="short lines keep a training step cheap")
+    lines_per_play: int | None = Field(400, ge=10, description="dialogue lines sampled per play (None: all)")
+    vader_threshold: float = Field(0.5, gt=0, lt=1)
+    n_train_lines: int = Field(200, ge=2, description="training lines per class (positive, negative)")
+    max_length: int = Field(24, ge=4, description="tokens kept of a training line")
+    # steer training (the README's GPT2-Large run: lr 1e-2, batch 32, 1000 steps; fewer steps on a CPU)
+    epsilon: float = Field(1e-3, gt=0, description="eps0")
+    rank: int | None = Field(None, ge=1, description="rank r of W (None: r = d, a full d x d map)")
+    init_std: float = Field(1e-2, gt=0)
+    steer_lr: float = Field(1e-2, gt=0)
+    steer_steps: int = Field(100, ge=1)
+    steer_batch: int = Field(8, ge=1)
+    l2: float = Field(0.0, ge=0)
+    n_loss_lines: int = Field(64, ge=2, description="training lines of the loss and pretrained gates")
+    # generation and scoring
+    n_prompts: int = Field(16, ge=2, description="held-out neutral prompts per seed")
+    n_samples: int = Field(1, ge=1, description="continuations per prompt (paper 25)")
+    prompt_tokens: int = Field(5, ge=1, description="tokens of a prompt (the newline included)")
+    gen_tokens: int = Field(20, ge=2, description="new tokens per continuation (paper 20)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.9, gt=0, le=1, description="nucleus sampling (paper 0.9)")
+    gen_batch: int = Field(32, ge=1, description="continuations per generate call")
+    steer_value: float = Field(5.0, gt=0, description="the paper's 5 eps0")
+    steer_grid: list[float] = Field([-5.0, -2.5, 0.0, 2.5, 5.0], min_length=3, description="units of eps0")
+    probe_dims: int = Field(3, ge=1)
+    probe_top: int = Field(10, ge=1)
+
+    PRESETS = {
+        "smoke": {"model": data_mod.TINY, "n_seeds": 2, "lines_per_play": 40, "n_train_lines": 12,
+                  "steer_steps": 4, "steer_batch": 4, "n_loss_lines": 8, "n_prompts": 3, "gen_tokens": 3,
+                  "prompt_tokens": 3, "steer_grid": [-5.0, 0.0, 5.0], "probe_dims": 1, "probe_top": 3,
+                  "gen_batch": 2},
+        "quick": {},
+        "gpu": {"threads": 0, "n_seeds": 5, "lines_per_play": None, "n_train_lines": 1000, "steer_steps": 1000,
+                "steer_batch": 32, "n_loss_lines": 256, "n_prompts": 200, "n_samples": 5,
+                "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "probe_dims": 5,
+                "gen_batch": 500},
+        "paper": {"threads": 0, "n_seeds": 3, "lines_per_play": None, "n_train_lines": 2000, "max_words": 30,
+                  "max_length": 64, "steer_steps": 1000, "steer_batch": 32, "n_loss_lines": 512, "n_prompts": 2500,
+                  "n_samples": 25, "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+                  "probe_dims": 5, "probe_top": 20, "gen_batch": 500},
+    }
+
+
+_WORDS_SEED = ("per seed (a training seed of W with its own sample of n_prompts held-out neutral prompts, n_samples "
+               "continuations of gen_tokens tokens each, the same sampling seed at every steer value and arm; the LM "
+               "fixed)")
+_GATES = (
+    Gate("steer-fits", every_at_least(LOSS_DROP_MIN), arm="real",
+         stat=Stat("loss_drop", words="NLL of the first n_loss_lines training lines unsteered minus with the trained "
+                                      "steer at their labels (dummy at 1), nats/token")),
+    Gate("pretrained", every_at_least(PRETRAINED_MIN), arm="real",
+         stat=Stat("nll_below_uniform", words="ln(vocabulary size) minus the unsteered NLL of those lines, "
+                                              "nats/token (a pretrained model, not random weights)")),
+)
+_NULL = ("the same training on the same lines with their positive/negative labels shuffled among them (a "
+         "seed-specific permutation), the same initialisation, batches, prompts and sampling seeds; the same "
+         "statistic: the steer learns the domain and a W of its own, but no sentiment direction")
+
+
+@register("lm-steer-lm")
+class LMSteerLM(Experiment):
+    """LM-Steer on a real pretrained LM: sentiment steering of SmolLM2-135M from VADER-labelled Shakespeare lines."""
+
+    claim = ("A steer on the output word embeddings of a real pretrained LM (SmolLM2-135M), trained with the LM frozen "
+             "on positive and negative lines, moves the sentiment of its continuations of held-out neutral prompts, "
+             "monotonically in the steer value.")
+    source = SRC + ", Sec. 3.3-5, Table 2, App. D, G"
+    Config = LMSteerLMConfig
+    time_estimate = {"smoke": "~15 s (a tiny random Llama)",
+                     "quick": "~9.5 min per master seed (9-11 min by load), estimated from the rates of a timing pilot "
+                              "(2026-12-06, one thread on the shared 2-core machine: 0.43-0.67 s per training step, "
+                              "0.021 s per continuation-token, 8.3 ms per token of hidden states; module docstring)",
+                     "gpu": "~5 min on one H100 (estimated, not measured: 10 points x (1,000 cached steps + 11 steer "
+                            "values x 1,000 continuations), VADER on the CPU)",
+                     "paper": "~2 h on one H100 (estimated, not measured: 6 points x 11 steer values x 62,500 "
+                              "continuations of 20 tokens, the paper's 2.5K prompts x 25 samples, in batches of 500, "
+                              "each scored by VADER on the CPU and by the model)"}
+    claims = [
+        Claim(
+            id="steering",
+            statement="Continuations of held-out neutral prompts are more positive (mean VADER compound) with the "
+                      "sentiment steer at +5 eps0 than at -5 eps0.",
+            source=SRC + ", Table 2 (sentiment control, 5 eps0)",
+            paper_value="GPT2-Large sentiment: positive steering on neutral prompts 90.7% positive vs 50.0% "
+                        "unsteered; negative 8.0% vs 50.0%",
+            statistic=Stat("spread", words=_WORDS_SEED + ": mean VADER compound of the continuations at +5 eps0 "
+                                                         "minus at -5 eps0"),
+            rule=ci_above(0.0), gates=_GATES, null=_NULL,
+            null_can_meet="a W trained on shuffled labels is still a large learned map; +5 and -5 eps0 push the "
+                          "continuations in opposite directions along whatever it picked up from the label noise or "
+                          "from the lines themselves, so the difference can come out positive on every seed"),
+        Claim(
+            id="continuous",
+            statement="The continuations' sentiment rises monotonically with the steer value over -5..5 eps0.",
+            source=SRC + ", Sec. 5 (continuous control), Table 5 (eps ablation)",
+            paper_value="detox: max-toxicity 0.322/0.293/0.268/0.246/0.249 at 1-5 eps0 (Table 5); sentiment "
+                        "control with the steer value shown qualitatively",
+            statistic=Stat("spearman", words=_WORDS_SEED + ": Spearman correlation between the steer value and "
+                                                           "the mean VADER compound over steer_grid"),
+            rule=ci_above(0.0), gates=_GATES, null=_NULL,
+            null_can_meet="any W moves the continuations monotonically along its own direction as the steer value "
+                          "grows; if that direction happens to carry sentiment the correlation is positive"),
+        Claim(
+            id="ppl-cost",
+            statement="Steering costs fluency: the continuations' perplexity under the unsteered model is higher at "
+                      "+-5 eps0 than at 0 (an ablation: reported, decides nothing; any W of this size may cost "
+                      "fluency, so it has no null arm).",
+            source=SRC + ", Table 1 (PPL 28.3 at 5 eps0 vs 25.5 unsteered), Table 5",
+            paper_value="PPL 22.4/23.4/24.5/25.9/28.3 at 1-5 eps0 (Table 5)",
+            statistic=Stat("ppl_cost", words=_WORDS_SEED + ": mean perplexity of the continuations under the "
+                                                           "unsteered model at +5 and -5 eps0 (their mean) minus at 0"),
+            rule=ci_above(0.0), gates=_GATES, ablation=True),
+    ]
+
+    # ------------------------------------------------------------------------------------------ config
+    def validate(self, cfg: LMSteerLMConfig) -> None:
+        data_mod.check_model_name(cfg.model)
+        if cfg.max_words < cfg.min_words:
+            raise ConfigError("max_words", cfg.max_words, f">= min_words={cfg.min_words}")
+        grid = list(cfg.steer_grid)
+        if sorted(set(grid)) != grid:
+            raise ConfigError("steer_grid", grid, "increasing distinct steer values")
+        for v in (cfg.steer_value, -cfg.steer_value, 0.0):
+            if v not in grid:
+                raise ConfigError("steer_grid", grid, f"a grid containing 0 and +-steer_value={cfg.steer_value}")
+        if cfg.n_loss_lines > 2 * cfg.n_train_lines:
+            raise ConfigError("n_loss_lines", cfg.n_loss_lines, f"<= 2 n_train_lines = {2 * cfg.n_train_lines}")
+
+    def points(self, cfg: LMSteerLMConfig) -> list[Point]:
+        return cross_arms([Point("steer")], ("real", "null"))  # trained on the true / the shuffled labels
+
+    def groups(self, cfg: LMSteerLMConfig, points: list[Point]) -> list[list[Point]]:
+        return [points] if points else []  # the model, the lines and their hidden states once for every point
+
+    # ------------------------------------------------------------------------------------------ run
+    def run_group(self, cfg: LMSteerLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
+        """Load the model, build the lines, cache their hidden states, then train and measure each point."""
+        from lmsci.methods.lm_steer_cached import cached_loss, check_cache, final_hidden_states
+
+        device = str(resolve_device(cfg.device))
+        data = data_mod.build_data(cfg)
+        hf = data_mod.get_model(cfg.model, device, data["texts"] + data["neutral"])
+        ctxs[0].run.record_model(getattr(hf, "provenance", {"source": cfg.model}))
+        tok = hf.tokenizer
+        enc = [data_mod.encode(tok, s) for s in data["texts"]]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        cache = final_hidden_states(hf, enc, max_length=cfg.max_length, pad_id=pad)
+        check_cache(hf, cache)
+        k = cfg.n_loss_lines  # lines of the gates: an even spread of both classes (positives first in the pool)
+        idx = np.r_[0:k // 2, cfg.n_train_lines:cfg.n_train_lines + k - k // 2]
+        sub = type(cache)(cache.h[idx], cache.ids[idx], cache.mask[idx])
+        base_nll = cached_loss(hf, sub, None, data["labels"][idx])
+        V = int(hf.model.get_output_embeddings().weight.shape[0])
+        contexts = cache.h[cache.mask.bool()]
+        cand = data_mod.whole_word_tokens(tok, V)
+        common = {"model": cfg.model, "vocab_size": V, "n_pool": len(enc), "base_nll": base_nll,
+                  "nll_below_uniform": math.log(V) - base_nll, "n_probe_candidates": len(cand[0]),
+                  "n_pos_available": data["n_pos_available"], "n_neg_available": data["n_neg_available"],
+                  "steer_plays": ";".join(data["steer_plays"]), "scorer_plays": ";".join(data["scorer_plays"])}
+        rows = []
+        for point, ctx in zip(points, ctxs):
+            row = dict(common)
+            row.update(self._run_one(cfg, point, ctx, hf, data, cache, sub, idx, contexts, cand))
+            rows.append(row)
+        return rows
+
+    def _run_one(self, cfg, point, ctx, hf, data, cache, sub, idx, contexts, cand) -> dict[str, Any]:
+        from lmsci.methods.lm_steer_cached import cached_loss, train_steer_cached
+        from lmsci.runs import derive_seed
+
+        labels = np.asarray(data["labels"], dtype=float)
+        if point.arm == "null":
+            labels = labels[np.random.default_rng(derive_seed(ctx.seed, "shuffle")).permutation(len(labels))]
+        steer = train_steer_cached(hf, cache, labels, rank=cfg.rank, epsilon=cfg.epsilon, init_std=cfg.init_std,
+                                   lr=cfg.steer_lr, steps=cfg.steer_steps, batch_size=cfg.steer_batch, l2=cfg.l2,
+                                   seed=derive_seed(ctx.seed, "steer"))
+        h = steer.history
+        n = max(1, min(10, len(h) // 4))
+        row: dict[str, Any] = {"train_loss_first": float(np.mean(h[:n])), "train_loss_last": float(np.mean(h[-n:])),
+                               "train_seconds": steer.train_seconds,
+                               "loss_drop": cached_loss(hf, sub, None, labels[idx]) - cached_loss(hf, sub, steer,
+                                                                                                   labels[idx]),
+                               "label_agreement": float(np.mean(labels == np.asarray(data["labels"]))),
+                               "w_norm": float(steer.matrix("attr").norm())}
+        prompts = data_mod.sample_prompts(cfg, hf.tokenizer, data["neutral"], derive_seed(ctx.seed, "prompts"))
+        gen_seed = derive_seed(ctx.seed, "gen")
+        curve, texts = [], {}
+        for v in cfg.steer_grid:
+            r = data_mod.evaluate(cfg, hf, steer, v, prompts, gen_seed)
+            texts[f"{v:+g}"] = r.pop("_texts")
+            curve.append({"s": v, **r})
+            ctx.log(arm=point.arm, steer_value=v, **r)
+        at = {c["s"]: c for c in curve}
+        S = cfg.steer_value
+        row.update({"sentiment_pos": at[S]["sentiment"], "sentiment_neg": at[-S]["sentiment"],
+                    "sentiment_zero": at[0.0]["sentiment"], "ppl_pos": at[S]["ppl"], "ppl_neg": at[-S]["ppl"],
+                    "ppl_zero": at[0.0]["ppl"], "spread": at[S]["sentiment"] - at[-S]["sentiment"],
+                    "spearman": ts.spearman([c["s"] for c in curve], [c["sentiment"] for c in curve]),
+                    "ppl_cost": (at[S]["ppl"] + at[-S]["ppl"]) / 2 - at[0.0]["ppl"], "curve": json.dumps(curve)})
+        probe = data_mod.probe_words(cfg, hf, steer, cand, contexts)
+        row.update({k: v for k, v in probe.items() if k != "probe"})
+        row["probe_json"] = json.dumps(probe["probe"])
+        (ctx.artifact_dir / "generations.json").write_text(json.dumps({k: v[:8] for k, v in texts.items()}, indent=1))
+        return row
+
+    # ------------------------------------------------------------------------------------------ report
+    def figures(self, cfg: LMSteerLMConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
+        """Sentiment and perplexity against the steer value, real and null arm (mean and per seed)."""
+        import matplotlib.pyplot as plt
+
+        if results.empty or "curve" not in results:
+            return []
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+        for j, (arm, g) in enumerate(results.dropna(subset=["curve"]).groupby("arm")):
+            curves = [json.loads(c) for c in g["curve"]]
+            s = [p["s"] for p in curves[0]]
+            for ax, key in zip(axes, ("sentiment", "ppl")):
+                ys = np.array([[p[key] for p in c] for c in curves], dtype=float)
+                for y in ys:
+                    ax.plot(s, y, color=f"C{j}", alpha=0.25, lw=0.8)
+                ax.plot(s, np.nanmean(ys, 0), "o-", color=f"C{j}", label=f"{arm} (mean of {len(ys)} seeds)")
+        axes[0].set_ylabel("mean VADER compound of continuations")
+        axes[1].set_ylabel("perplexity under the unsteered model")
+        for ax in axes:
+            ax.set_xlabel("steer value (units of eps0)")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{cfg.model}: LM-Steer sentiment steer", fontsize=9)
+        fig.tight_layout()
+        return [save_figure(fig, run, "steer_curve.png", "Sentiment (left) and perplexity (right) of the "
+                            "continuations against the steer value: the real steer and the shuffled-label null "
+                            "(thin lines: seeds)", claims=("steering", "continuous", "ppl-cost"))]
+
+    def report_sections(self, cfg: LMSteerLMConfig, results: pd.DataFrame, run: RunDir) -> str:
+        """The mean curves, the SVD probe's words of the real arm's first seed, then the toy's published quick rows."""
+        return curve_section(results) + probe_section(results) + toy_rows_section("lm-steer")
+
+
+def curve_section(results: pd.DataFrame) -> str:
+    """A markdown table: per arm and steer value, the mean over seeds of the continuations' sentiment (VADER
+    compound) and perplexity under the unsteered model."""
+    if results.empty or "curve" not in results:
+        return ""
+    lines = ["\n## Sentiment and perplexity by steer value (mean over seeds)\n", "| arm | steer value (eps0) | "
+             "mean VADER compound | perplexity | seeds |", "|---|---|---|---|---|"]
+    for arm, g in results.dropna(subset=["curve"]).groupby("arm"):
+        curves = [json.loads(c) for c in g["curve"]]
+        for i, p in enumerate(curves[0]):
+            sent = np.nanmean([c[i]["sentiment"] for c in curves])
+            ppl = np.nanmean([c[i]["ppl"] for c in curves])
+            lines.append(f"| {arm} | {p['s']:+g} | {sent:.3f} | {ppl:.4g} | {len(curves)} |")
+    return "\n".join(lines) + "\n"
+
+
+def probe_section(results: pd.DataFrame) -> str:
+    """A markdown table of the SVD probe (App. G) of the real arm's first seed, and each arm's VADER enrichment."""
+    lines = ["\n## SVD probe of W (paper App. G)\n"]
+    real = results[results.get("arm", pd.Series(dtype=str)) == "real"] if len(results) else results
+    if real.empty or "probe_json" not in real:
+        return lines[0] + "\nNo real-arm rows.\n"
+    first = real.sort_values("seed_index").iloc[0]
+    lines += [f"Seed {int(first['seed_index'])} of the real arm: the top (promoted at positive steer values) and "
+              "bottom whole-word tokens of W's first singular directions.\n", "| dim | sigma | top | bottom |",
+              "|---|---|---|---|"]
+    for d in json.loads(first["probe_json"]):
+        lines.append(f"| {d['dim']} | {d['sigma']:.3g} | {', '.join(d['top'])} | {', '.join(d['bottom'])} |")
+    lines.append("\nVADER-lexicon words among the probe's tokens over their base rate among the candidates "
+                 "(mean over seeds): " + ", ".join(f"{a} {g['probe_enrichment'].mean():.3g}"
+                                                    for a, g in results.groupby("arm")) + ".\n")
+    return "\n".join(lines) + "\n"
