@@ -61,8 +61,8 @@ def test_same_layer_random_keeps_the_count_per_layer_and_avoids_the_chosen():
 def test_arm_rows_average_the_facts_with_neurons():
     recs = [{"fact": "a", "n_neurons": 2, "n_coarse": 5.0, "layers": [28, 29], "p_before": 0.4,
              **{f"{a}_{c}": v for a in ("real", "null") for c, v in
-                zip(("suppress", "amplify", "other", "specificity"), ((-0.5, 0.4, -0.1, -0.4) if a == "real" else
-                                                                     (-0.01, 0.01, 0.0, -0.01)))}},
+                zip(("suppress", "amplify", "other", "specificity", "suppress_per_prompt", "amplify_per_prompt"),
+                    ((-0.5, 0.4, -0.1, -0.4, -0.6, 0.9) if a == "real" else (-0.01, 0.01, 0.0, -0.01, 0.0, 0.0)))}},
             {"fact": "b", "n_neurons": 0, "n_coarse": 1.0, "layers": [], "p_before": 0.9}]
     rows = arm_rows({"n_layers": 30}, recs)
     assert rows["real"]["suppress"] == -0.5 and rows["null"]["suppress"] == -0.01
@@ -131,3 +131,18 @@ def test_bad_input_is_refused_before_work(tmp_path, over, err):
     assert not (tmp_path / "never").exists()
     with pytest.raises(ConfigError):
         resolve_config(KnowledgeNeuronsLMConfig, "smoke", {"ig_steps": 0})
+
+
+def test_cached_integrated_gradients_on_the_real_model(smollm2):
+    fs = load_facts()
+    f = next(f for f in fs.facts if f.subject == "France" and f.relation == "capital")
+    p = encode_fact(smollm2.tokenizer, fs, f, prefix_ids(smollm2.tokenizer, "<|endoftext|>"), paraphrase=0)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        want = integrated_gradients(smollm2, p.ids, p.object[0], steps=4, layers=[2, 29])
+        got = cached_integrated_gradients(smollm2, p.ids, p.object[0], steps=4, layers=[2, 29])
+    finally:
+        torch.set_num_threads(n)
+    assert got.shape == (2, 1536)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4 * float(want.abs().max()))

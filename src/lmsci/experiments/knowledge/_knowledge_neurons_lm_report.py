@@ -28,7 +28,9 @@ def layer_counts(results: pd.DataFrame, n_layers: int) -> np.ndarray:
     """Knowledge neurons per layer over the real arm's samples, ``[n_layers]`` (int)."""
     rows = results[results["arm"] == "real"] if "arm" in results else results
     layers = [l for v in rows.get("neuron_layers", []) if isinstance(v, str) for l in json.loads(v)]
-    return np.bincount(np.asarray(layers, dtype=int), minlength=n_layers)[:n_layers] if layers else np.zeros(n_layers, int)
+    if not layers:
+        return np.zeros(n_layers, int)
+    return np.bincount(np.asarray(layers, dtype=int), minlength=n_layers)[:n_layers]
 
 
 def kn_figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
@@ -54,7 +56,8 @@ def kn_figures(cfg: Any, results: pd.DataFrame, run: RunDir) -> list[Figure]:
             ax.scatter([100 * PAPER["random_suppress"]], [100 * PAPER["suppress"]], marker="*", s=140, c="k",
                        zorder=5, label="Dai et al. (BERT-base)")
         else:
-            ax.axhline(100 * PAPER["amplify"], color="k", ls=":", lw=1, label="Dai et al. (BERT-base; random not given)")
+            ax.axhline(100 * PAPER["amplify"], color="k", ls=":", lw=1,
+                       label="Dai et al. (BERT-base; random not given)")
         ax.axhline(0, color="grey", lw=0.8)
         ax.axvline(0, color="grey", lw=0.8)
         lo, hi = min(ax.get_xlim()[0], ax.get_ylim()[0]), max(ax.get_xlim()[1], ax.get_ylim()[1])
@@ -88,7 +91,8 @@ def kn_report(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
     if not len(results):
         return ""
     cols = [c for c in ("arm", "seed_index", "n_known", "n_facts", "n_facts_with_neurons", "share", "mean_coarse",
-                        "mean_neurons", "p_before", "suppress", "amplify", "other", "specificity", "sec_per_fact")
+                        "mean_neurons", "p_before", "suppress", "amplify", "other", "specificity", "suppress_per_prompt",
+                        "amplify_per_prompt", "sec_per_fact")
             if c in results]
     L = int(results["n_layers"].iloc[0])
     c = layer_counts(results, L)

@@ -3,12 +3,12 @@
 Source: Dai, Dong, Hao, Sui, Chang, Wei, "Knowledge Neurons in Pretrained Transformers", ACL 2022, arXiv 2104.08696:
 Sec. 3.1 (knowledge attribution by integrated gradients, m = 20 Riemann steps, Eq. 2-3), Sec. 3.2 (coarse neurons
 above t = 0.2 x the prompt's largest attribution; refined to those shared by more than p of the fact's prompts, p
-from 0.7 moved by 0.05 until a fact has 2-5 knowledge neurons on average), Sec. 4.1 and Figs. 3-4 (BERT-base on
-PARAREL: suppressing a fact's knowledge neurons lowers its answer probability by 29.03% on average, as many random
-neurons by 1.47%; doubling them raises it by 31.17%), Sec. 4.2 (intra- vs inter-relation facts: the effect is
-specific to the fact's relation). Issue 43, item 2: the same claims on a real model, beside the toy
-``knowledge-neurons`` experiment (a GPT trained on bioS biographies; its published quick rows are shown in the
-report).
+from 0.7 moved by 0.05 until a fact has 2-5 knowledge neurons on average), Sec. 4 "Knowledge Neurons Affect
+Knowledge Expression" (BERT-base on PARAREL: suppressing a fact's knowledge neurons lowers its answer
+probability by 29.03% on average, as many random neurons by 1.47%; doubling them raises it by 31.17%), Sec. 5 (case
+study "Erasing Relations": the edit's effect on other relations is far smaller than on its own). Issue 43, item 2:
+the same claims on a real model, beside the toy ``knowledge-neurons`` experiment (a GPT trained on bioS
+biographies; its published quick rows are shown in the report).
 
 The model is fixed (``model``: a zoo name such as ``smollm2-135m``, the Q4_1 GGUF of SmolLM2-135M-Instruct
 dequantised to float32: 30 layers, d_mlp 1536, 46,080 MLP neurons; a local Hugging Face directory; a ``.gguf``
@@ -20,18 +20,23 @@ is the object's first token (gate ``known``: at least 40 known facts). The answe
 (the causal-LM counterpart of BERT's ``[MASK]``), predicted at the prompt's last position.
 
 Per seed (an independent random sample of ``n_facts`` known facts, drawn with ``derive_seed(seed, "facts", k)``;
-the model is fixed), each fact has three prompts: its relation's template and its two paraphrases (Dai et al. use
-PARAREL's paraphrased prompts). For every prompt, integrated gradients attribute ``P(answer | prompt)`` to all
+the model is fixed), each fact's prompts are its relation's template and paraphrases (three in the shipped set;
+Dai et al. use PARAREL's paraphrased prompts). For every prompt, integrated gradients attribute ``P(answer | prompt)`` to all
 neurons of all layers (hook ``blocks.{l}.mlp.post``, the down projection's input, at the last position;
 ``ig_steps`` = m = 20), computed with the prompt's earlier positions cached (:mod:`._knowledge_neurons_lm_ig`;
 the same numbers as :func:`lmsci.measure.attribution.integrated_gradients`, which the test checks, at a fraction
 of the cost). Coarse and refined neurons and the adaptive p (per sample, over its facts) are
 :mod:`lmsci.measure.attribution`'s. Facts without a knowledge neuron are left out of the means (as the paper).
 
-Interventions (at the last position of each of the fact's three prompts, :class:`~lmsci.measure.attribution.NeuronEdit`):
+Interventions (:class:`~lmsci.measure.attribution.NeuronEdit`, at the last position of each of the fact's prompts):
 *suppress* sets the neurons' activations to 0, *amplify* doubles them; the statistic is the relative change
-``(p_after - p_before) / p_before`` of the answer's probability, averaged over the prompts, then over the sample's
-facts. ``n_other`` known facts of OTHER relations (their template prompts and answers) are measured under the same
+``(p_after - p_before) / p_before`` of the fact's answer probability, ``p`` its mean over the fact's three prompts,
+then averaged over the sample's facts. A deviation from the paper, which averages the ratio per prompt: the
+paraphrases of a fact this small model knows by its template are often ones it does not answer, with answer
+probabilities near 0 whose ratios (a rise from 0.001 to 0.01 is +900%) would dominate a mean of ratios over a few
+facts; the ratio of the mean weighs the prompts by their probability. The paper's per-prompt mean is reported
+beside (``suppress_per_prompt``, ``amplify_per_prompt``) and decides nothing. ``n_other`` known facts of OTHER
+relations (their template prompts and answers) are measured under the same
 suppression: their mean relative change is the inter-relation term of ``suppress-specific``.
 
 Arms (``cross_arms``; one attribution per seed serves both rows: :meth:`KnowledgeNeuronsLM.groups`): ``real``
@@ -39,14 +44,17 @@ edits each fact's knowledge neurons; ``null`` edits, through the same code, as m
 layers, none of them a knowledge neuron of the fact (:func:`same_layer_random`, the toy's control and the paper's
 random-neuron baseline). Both rows carry the same columns, so every claim is the engine's rule on one column.
 
-Measured cost (timing pilot, master seed 1000001, 2026-12-06, one thread on the 2-core machine shared with a
-publication run, load ~1): SmolLM2-135M loads in ~5 s from the model cache and screens the 527 prompts in 17 s;
-integrated gradients over all 30 layers of one 8-token prompt at m = 20 (600 scaled rows in one batch) took 8.4 s
-wall, 5.7 s CPU with the cached prefix, against ~1.1 s per layer (~33 s for 30 layers) through the library's
-full-prompt function. A fact (3 prompts) is then ~17-25 s; its edits (a dozen forwards of a few prompts) well under
-a second. Quick was sized from that rate: 3 samples x 8 facts x ~20 s = ~8 min of attribution, plus loading and
-screening (~25 s, once per process): ~8-9 min per master seed on one quiet thread. Each run's report gives the
-cost it measured (``sec_per_fact``).
+Measured cost (timing pilots, master seed 1000001, 2026-12-06, one thread on the 2-core machine shared with a
+publication run, load average 1-3; timing only, no claim statistic computed): SmolLM2-135M loads in ~6 s from the
+model cache and screens the 527 prompts in 17-32 s; integrated gradients over all 30 layers of one prompt at
+m = 20 (600 scaled single-token rows in one batched forward/backward) cost ~5.8 s of CPU with the cached prefix,
+against ~1.1 s per layer (~33 s for 30 layers) through the library's full-prompt function; three facts of three
+prompts (10-12 tokens) took 17.3, 16.7 and 18.3 s of CPU (19-34 s wall under that load). The edits of a fact
+(suppress and amplify on both arms, the other facts: 8 batched forwards of at most ``n_other`` prompts) add ~2-3 s
+(estimated from the measured 0.17 s for a batch of 3 prompts). Quick was sized from that rate: 3 samples x 8 facts
+x ~20 s = ~8 min, plus loading and screening (~40 s, once per process): ~9 min per master seed on one quiet
+thread. Each run's report gives the cost it measured
+(``sec_per_fact``, ``cpu_per_fact``).
 """
 
 from __future__ import annotations
@@ -147,8 +155,9 @@ _NULL = ("the same statistic, through the same code and facts, with each fact's 
 
 def _words(edit: str) -> str:
     return (f"per sample of n_facts known facts: mean over the facts with >= 1 knowledge neuron of the relative "
-            f"change (p_after - p_before) / p_before of the answer's first-token probability, averaged over the "
-            f"fact's three prompts (template and two paraphrases), when the arm's neurons are {edit} at the "
+            f"change (p_after - p_before) / p_before of p, the answer's first-token probability averaged over the "
+            f"fact's prompts (its relation's template and paraphrases: three per fact in the shipped fact set), when "
+            f"the arm's neurons are {edit} at the "
             "answer position (fraction)")
 
 
@@ -158,18 +167,18 @@ class KnowledgeNeuronsLM(Experiment):
 
     claim = ("In a real pretrained LM, suppressing the MLP neurons that integrated gradients attribute a fact to "
              "lowers its answer probability far more than as many random neurons, and amplifying them raises it.")
-    source = "Dai, Dong, Hao, Sui, Chang, Wei, ACL 2022, arXiv 2104.08696, Secs. 3-4, Figs. 3-4"
+    source = "Dai, Dong, Hao, Sui, Chang, Wei, ACL 2022, arXiv 2104.08696, Secs. 3-5"
     Config = KnowledgeNeuronsLMConfig
     time_estimate = {"smoke": "~15 s (tiny random Llama; mostly imports)",
-                     "quick": "~9 min (estimated from a measured rate: ~20 s per fact on one thread, 24 facts; "
-                              "timing pilot 2026-12-06)",
+                     "quick": "~9 min (estimated from a measured rate: ~17.5 s of CPU per fact of 3 prompts "
+                              "plus ~2.5 s of edits, 24 facts, one thread; timing pilot 2026-12-06)",
                      "gpu": "~5 min on one H100 (estimated, not measured)",
                      "paper": "~15 min on one H100 (estimated, not measured)"}
     claims = [
         Claim("suppress-erases",
               f"Suppressing (zeroing) a fact's knowledge neurons at the answer position lowers its answer probability "
               f"by more than {-SUPPRESS_MAX:.0%} on average, while as many random neurons in the same layers do not.",
-              f"{_SRC}, Sec. 4.1, Fig. 3 (BERT-base, PARAREL)",
+              f"{_SRC}, Sec. 4, 'Knowledge Neurons Affect Knowledge Expression' (BERT-base, PARAREL)",
               "answer probability -29.03% on average under suppression (random neurons -1.47%)",
               statistic=Stat("suppress", words=_words("suppressed (set to 0)")),
               rule=ci_below(SUPPRESS_MAX), gates=(_KNOWN, _FOUND), null=_NULL,
@@ -180,7 +189,8 @@ class KnowledgeNeuronsLM(Experiment):
         Claim("amplify-strengthens",
               f"Doubling a fact's knowledge neurons at the answer position raises its answer probability by more "
               f"than {AMPLIFY_MIN:.0%} on average, while as many random neurons in the same layers do not.",
-              f"{_SRC}, Sec. 4.1, Fig. 4", "answer probability +31.17% on average under amplification",
+              f"{_SRC}, Sec. 4, 'Knowledge Neurons Affect Knowledge Expression'",
+              "answer probability +31.17% on average under amplification",
               statistic=Stat("amplify", words=_words("amplified (doubled)")),
               rule=ci_above(AMPLIFY_MIN), gates=(_KNOWN, _FOUND), null=_NULL,
               null_can_meet="doubling random neurons in the layers where knowledge neurons sit pushes the "
@@ -190,11 +200,13 @@ class KnowledgeNeuronsLM(Experiment):
         Claim("suppress-specific",
               "Suppressing a fact's knowledge neurons lowers its own answer probability more than it changes the "
               "answers of facts of other relations.",
-              f"{_SRC}, Sec. 4.2 (intra- vs inter-relation facts)",
-              "suppression changes inter-relation facts' probabilities far less than the fact's own",
+              f"{_SRC}, intra- vs inter-relation effects of editing knowledge neurons (Sec. 5, case study 'Erasing "
+              "Relations': erasing a relation's knowledge neurons raises its perplexity, other relations' far less)",
+              "editing a fact's or relation's knowledge neurons changes other relations' facts far less than its own",
               statistic=Stat("specificity", words="per sample of n_facts known facts: mean over the facts with >= 1 "
                              "knowledge neuron of (the fact's own relative change under suppression of the arm's "
-                             "neurons, mean over its three prompts) minus (the mean relative change of n_other known "
+                             "neurons, of its answer probability averaged over its prompts) minus (the mean "
+                             "relative change of n_other known "
                              "facts of other relations under the same suppression); fraction"),
               rule=ci_below(SPECIFIC_MAX), gates=(_KNOWN, _FOUND), null=_NULL,
               null_can_meet="random neurons in the answer-writing layers may still hurt the fact's own prompts more "
@@ -277,11 +289,12 @@ class KnowledgeNeuronsLM(Experiment):
                 o_base = answer_probs(model, o_ids, o_ans) if others else None
                 for arm, ns in (("real", neurons), ("null", same_layer_random(d_mlp, neurons, rng))):
                     for mode in ("suppress", "amplify"):
-                        e = NeuronEdit(tuple(ns), mode, cfg.amplify_factor)
-                        rec[f"{arm}_{mode}"] = float(relative_change(base, answer_probs(model, qs, ans, edit=e)).mean())
+                        after = answer_probs(model, qs, ans, edit=NeuronEdit(tuple(ns), mode, cfg.amplify_factor))
+                        rec[f"{arm}_{mode}"] = float(relative_change(base.mean()[None], after.mean()[None])[0])
+                        rec[f"{arm}_{mode}_per_prompt"] = float(relative_change(base, after).mean())
                     e = NeuronEdit(tuple(ns), "suppress")
-                    rec[f"{arm}_other"] = (float(relative_change(o_base, answer_probs(model, o_ids, o_ans, edit=e)).mean())
-                                           if others else float("nan"))
+                    rec[f"{arm}_other"] = (float(relative_change(o_base, answer_probs(
+                        model, o_ids, o_ans, edit=e)).mean()) if others else float("nan"))
                     rec[f"{arm}_specificity"] = rec[f"{arm}_suppress"] - rec[f"{arm}_other"]
             recs.append(rec)
         pd.DataFrame(recs).to_csv(ctx.artifact_dir / "facts.csv", index=False)
@@ -298,7 +311,7 @@ class KnowledgeNeuronsLM(Experiment):
         return kn_report(cfg, results, run)
 
 
-COLUMNS = ("suppress", "amplify", "other", "specificity")
+COLUMNS = ("suppress", "amplify", "other", "specificity", "suppress_per_prompt", "amplify_per_prompt")
 
 
 def arm_rows(info: dict[str, Any], recs: list[dict]) -> dict[str, dict]:
