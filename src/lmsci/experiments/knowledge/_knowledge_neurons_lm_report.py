@@ -91,8 +91,8 @@ def kn_report(cfg: Any, results: pd.DataFrame, run: RunDir) -> str:
     if not len(results):
         return ""
     cols = [c for c in ("arm", "seed_index", "n_known", "n_facts", "n_facts_with_neurons", "share", "mean_coarse",
-                        "mean_neurons", "p_before", "suppress", "amplify", "other", "specificity", "suppress_per_prompt",
-                        "amplify_per_prompt", "sec_per_fact")
+                        "mean_neurons", "p_before", "suppress", "amplify", "other", "specificity",
+                        "suppress_per_prompt", "amplify_per_prompt", "sec_per_fact")
             if c in results]
     L = int(results["n_layers"].iloc[0])
     c = layer_counts(results, L)

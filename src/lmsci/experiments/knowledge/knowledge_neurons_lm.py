@@ -21,11 +21,11 @@ is the object's first token (gate ``known``: at least 40 known facts). The answe
 
 Per seed (an independent random sample of ``n_facts`` known facts, drawn with ``derive_seed(seed, "facts", k)``;
 the model is fixed), each fact's prompts are its relation's template and paraphrases (three in the shipped set;
-Dai et al. use PARAREL's paraphrased prompts). For every prompt, integrated gradients attribute ``P(answer | prompt)`` to all
-neurons of all layers (hook ``blocks.{l}.mlp.post``, the down projection's input, at the last position;
-``ig_steps`` = m = 20), computed with the prompt's earlier positions cached (:mod:`._knowledge_neurons_lm_ig`;
-the same numbers as :func:`lmsci.measure.attribution.integrated_gradients`, which the test checks, at a fraction
-of the cost). Coarse and refined neurons and the adaptive p (per sample, over its facts) are
+Dai et al. use PARAREL's paraphrased prompts). For every prompt, integrated gradients attribute
+``P(answer | prompt)`` to all neurons of all layers (hook ``blocks.{l}.mlp.post``, the down projection's input,
+at the last position; ``ig_steps`` = m = 20), computed with the prompt's earlier positions cached
+(:mod:`._knowledge_neurons_lm_ig`; the same numbers as :func:`lmsci.measure.attribution.integrated_gradients`,
+which the test checks, at a fraction of the cost). Coarse and refined neurons and the adaptive p (per sample, over its facts) are
 :mod:`lmsci.measure.attribution`'s. Facts without a knowledge neuron are left out of the means (as the paper).
 
 Interventions (:class:`~lmsci.measure.attribution.NeuronEdit`, at the last position of each of the fact's prompts):
