@@ -25,24 +25,31 @@ Dai et al. use PARAREL's paraphrased prompts). For every prompt, integrated grad
 ``P(answer | prompt)`` to all neurons of all layers (hook ``blocks.{l}.mlp.post``, the down projection's input,
 at the last position; ``ig_steps`` = m = 20), computed with the prompt's earlier positions cached
 (:mod:`._knowledge_neurons_lm_ig`; the same numbers as :func:`lmsci.measure.attribution.integrated_gradients`,
-which the test checks, at a fraction of the cost). Coarse and refined neurons and the adaptive p (per sample, over its facts) are
-:mod:`lmsci.measure.attribution`'s. Facts without a knowledge neuron are left out of the means (as the paper).
+which the test checks, at a fraction of the cost). Coarse and refined neurons and the adaptive p (per sample,
+over its facts) are :mod:`lmsci.measure.attribution`'s. Facts without a knowledge neuron are left out of the means
+(as the paper).
 
 Interventions (:class:`~lmsci.measure.attribution.NeuronEdit`, at the last position of each of the fact's prompts):
 *suppress* sets the neurons' activations to 0, *amplify* doubles them; the statistic is the relative change
-``(p_after - p_before) / p_before`` of the fact's answer probability, ``p`` its mean over the fact's three prompts,
-then averaged over the sample's facts. A deviation from the paper, which averages the ratio per prompt: the
-paraphrases of a fact this small model knows by its template are often ones it does not answer, with answer
-probabilities near 0 whose ratios (a rise from 0.001 to 0.01 is +900%) would dominate a mean of ratios over a few
-facts; the ratio of the mean weighs the prompts by their probability. The paper's per-prompt mean is reported
-beside (``suppress_per_prompt``, ``amplify_per_prompt``) and decides nothing. ``n_other`` known facts of OTHER
-relations (their template prompts and answers) are measured under the same
-suppression: their mean relative change is the inter-relation term of ``suppress-specific``.
+``(p_after - p_before) / p_before`` of the fact's answer probability, ``p`` its mean over the fact's prompts,
+then averaged over the sample's facts. A deviation from the paper, which averages the ratio per prompt: the gate
+``known`` checks the template prompt only, so a fact's paraphrases may be prompts the model does not answer, with
+answer probabilities near 0 whose ratios (a rise from 0.001 to 0.01 is +900%) would dominate a mean of ratios
+over a few facts; the ratio of the mean weighs the prompts by their probability. The paper's per-prompt mean is
+reported beside (``suppress_per_prompt``, ``amplify_per_prompt``) and decides nothing. ``n_other`` known facts of
+OTHER relations (their template prompts and answers) are measured under the same suppression: their mean relative
+change is the inter-relation term of ``suppress-specific``.
 
 Arms (``cross_arms``; one attribution per seed serves both rows: :meth:`KnowledgeNeuronsLM.groups`): ``real``
 edits each fact's knowledge neurons; ``null`` edits, through the same code, as many random neurons in the same
 layers, none of them a knowledge neuron of the fact (:func:`same_layer_random`, the toy's control and the paper's
 random-neuron baseline). Both rows carry the same columns, so every claim is the engine's rule on one column.
+
+Rules (registered before the first quick run, on the 95% Student-t interval across samples): ``suppress-erases``
+needs the interval below -10% (a third of the paper's -29%, seven times its random-neuron -1.47%),
+``amplify-strengthens`` above +10% (a third of +31%), ``suppress-specific`` (own change minus other relations')
+below -5 points. The null arm is judged by the same rule; if random neurons of the same count and layers meet it,
+the claim is inconclusive (the effect is not the knowledge neurons').
 
 Measured cost (timing pilots, master seed 1000001, 2026-12-06, one thread on the 2-core machine shared with a
 publication run, load average 1-3; timing only, no claim statistic computed): SmolLM2-135M loads in ~6 s from the
