@@ -8,7 +8,8 @@ earlier positions' keys and values are the same in every scaled row: :func:`cach
 prompt's first ``T - 1`` tokens once (``past_key_values``), then pushes only the last token through the model for
 the ``m x len(layers)`` scaled rows (one batched forward/backward). It returns what
 :func:`lmsci.measure.attribution.integrated_gradients` returns (the test compares them) at about ``1 / T`` of its
-cost. Models that are not Hugging Face causal LMs (lmsci GPTs) go through the library function unchanged.
+cost. Models that are not Hugging Face causal LMs (lmsci GPTs), or return no ``transformers`` cache, go through the
+library function unchanged.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def cached_integrated_gradients(model: Any, prompt: Sequence[int], answer: int, 
             _, cache = model.run_with_cache(ids, names)
             base = torch.stack([cache[k][0, -1].float() for k in names])  # [L, d_mlp]
             past = model.model(input_ids=ids[:, :-1], use_cache=True).past_key_values
+            if not hasattr(past, "batch_repeat_interleave"):  # a model without a transformers Cache: the library
+                return integrated_gradients(model, prompt, answer, steps=steps, layers=layers)
             past.batch_repeat_interleave(m * n)
         alphas = torch.arange(1, m + 1, device=dev, dtype=torch.float32)[:, None] / m
         scaled = [(alphas * base[j][None, :]).requires_grad_(True) for j in range(n)]
