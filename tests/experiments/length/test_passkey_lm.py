@@ -95,7 +95,7 @@ def test_shared_prefix_decoding_equals_decoding_each_method_from_scratch():
 
 
 @pytest.mark.parametrize("over", [{"model": "no-such-model"}, {"dtype": "float16"}, {"prompt_format": "json"},
-                                  {"contexts": [300]}, {"contexts": []}, {"n_global": 600}, {"n_local": 8}])
+                                  {"contexts": [400]}, {"contexts": []}, {"n_global": 600}, {"n_local": 8}])
 def test_bad_input_refused_before_any_work(over, tmp_path):
     exp = get("passkey-lm")()
     with pytest.raises((ConfigError, ValueError)):
