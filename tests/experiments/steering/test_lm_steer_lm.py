@@ -121,7 +121,8 @@ def test_verdicts_of_the_new_claims_on_hand_made_tables():
 def test_matched_gain_and_random_directions():
     import torch
 
-    from lmsci.experiments.steering._lm_steer_lm_extra import matched_gain, random_direction_rate
+    from lmsci.experiments.steering._lm_steer_lm_data import random_direction_rate
+    from lmsci.experiments.steering._lm_steer_lm_extra import matched_gain
 
     sweep = [{"ppl_increase": 2.0, "gain": 0.2}, {"ppl_increase": 6.0, "gain": 0.4}]
     assert matched_gain(1.0, sweep) == pytest.approx(0.1) and matched_gain(4.0, sweep) == pytest.approx(0.3)

@@ -8,7 +8,8 @@
   or :data:`TINY`, a tiny random tied Llama with a word-level tokenizer over the run's lines (smoke preset, tests).
 * :func:`sample_prompts`, :func:`evaluate`: a seed's prompts and one steer value's continuations scored by VADER
   (sentiment) and by the unsteered model itself (conditional perplexity).
-* :func:`probe_words`: the SVD probe (:func:`lmsci.methods.lm_steer.svd_probe`) over whole-word tokens.
+* :func:`probe_words`: the SVD probe (:func:`lmsci.methods.lm_steer.svd_probe`) over whole-word tokens, against
+  random orthonormal directions (:func:`random_direction_rate`).
 
 Source: Han, Xu, Li, Ji, arXiv 2305.12798 (ACL 2024), Sec. 4-5, App. G.
 """
@@ -217,7 +218,6 @@ def probe_words(cfg: Any, hf: Any, steer: Any, cand: tuple[list[int], list[str]]
     (``probe_vader_frac``), over the candidates' base rate (``probe_enrichment``), and minus the same fraction for
     ``probe_random`` sets of ``probe_dims`` random orthonormal directions drawn with ``seed``
     (``probe_random_frac``, ``probe_excess``)."""
-    from lmsci.experiments.steering._lm_steer_lm_extra import random_direction_rate
     from lmsci.methods.lm_steer import output_embeddings, svd_probe
 
     ids, words = cand
@@ -236,3 +236,24 @@ def probe_words(cfg: Any, hf: Any, steer: Any, cand: tuple[list[int], list[str]]
     return {"probe": listing, "probe_vader_frac": frac, "probe_base_rate": base, "probe_random_frac": rand,
             "probe_excess": frac - rand,
             "probe_enrichment": frac / base if base and np.isfinite(base) else float("nan")}
+
+
+@torch.no_grad()
+def random_direction_rate(E: torch.Tensor, lex_hits: np.ndarray, k: int, n_top: int, draws: int,
+                          seed: int) -> float:
+    """The VADER-lexicon fraction of the ``n_top`` top and bottom tokens of ``k`` random orthonormal directions
+    (``draws`` independent sets, QR of a Gaussian ``[d, k]``): the reference of the probe statistic.
+
+    Args:
+        E: ``[n_candidates, d]`` output embeddings of the candidate tokens. lex_hits: ``[n_candidates]`` bool.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    n = min(int(n_top), E.shape[0])
+    hits = []
+    for _ in range(int(draws)):
+        Q, _ = torch.linalg.qr(torch.randn(E.shape[1], int(k), generator=g))
+        scores = E.float() @ Q.to(E.device)
+        for j in range(scores.shape[1]):
+            idx = torch.cat([torch.topk(scores[:, j], n).indices, torch.topk(-scores[:, j], n).indices]).cpu()
+            hits.append(lex_hits[idx.numpy()])
+    return float(np.mean(np.concatenate(hits))) if hits else float("nan")

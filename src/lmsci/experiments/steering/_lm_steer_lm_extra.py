@@ -12,8 +12,8 @@
   the token frequencies of the positive and negative training lines); neither is trained, so they cost no step.
 * :func:`matched_gain`: a baseline's sentiment gain at LM-Steer's perplexity increase (linear interpolation along
   its sweep, anchored at the unsteered model).
-* :func:`random_direction_rate`: the probe's reference, the VADER fraction of the top and bottom tokens of random
-  orthonormal directions of the same shape as W's singular directions.
+* :func:`measure_composition`, :func:`measure_baselines`: a point's composition and baseline rows; the report's
+  composition, baselines and probe sections.
 
 Source: Han, Xu, Li, Ji, arXiv 2305.12798 (ACL 2024), sec. 4 (baselines), sec. 5 (composition), App. G.
 """
@@ -138,26 +138,6 @@ def matched_gain(target: float, sweep: list[dict[str, float]]) -> float:
     return float(np.interp(target, xs, ys))
 
 
-@torch.no_grad()
-def random_direction_rate(E: torch.Tensor, lex_hits: np.ndarray, k: int, n_top: int, draws: int, seed: int) -> float:
-    """The VADER-lexicon fraction of the ``n_top`` top and bottom tokens of ``k`` random orthonormal directions
-    (``draws`` independent sets, QR of a Gaussian ``[d, k]``): the reference of the probe statistic.
-
-    Args:
-        E: ``[n_candidates, d]`` output embeddings of the candidate tokens. lex_hits: ``[n_candidates]`` bool.
-    """
-    g = torch.Generator().manual_seed(int(seed))
-    n = min(int(n_top), E.shape[0])
-    hits = []
-    for _ in range(int(draws)):
-        Q, _ = torch.linalg.qr(torch.randn(E.shape[1], int(k), generator=g))
-        scores = E.float() @ Q.to(E.device)
-        for j in range(scores.shape[1]):
-            idx = torch.cat([torch.topk(scores[:, j], n).indices, torch.topk(-scores[:, j], n).indices]).cpu()
-            hits.append(lex_hits[idx.numpy()])
-    return float(np.mean(np.concatenate(hits))) if hits else float("nan")
-
-
 COMP_KEEP = 0.5
 """Registered fraction of the compositional claim: the composed sentiment spread must exceed this fraction of the
 sentiment steer's own spread (``comp_margin`` = composed spread - COMP_KEEP x single spread)."""
@@ -273,4 +253,29 @@ def baselines_section(results: Any) -> str:
             mean = float(vals[ok].mean()) if ok.any() else float("nan")
             lines.append(f"\n{name} at LM-Steer's perplexity increase: mean gain {mean:.3f} ({int(ok.sum())} of "
                          f"{len(vals)} seeds bracketed by its sweep).")
+    return "\n".join(lines) + "\n"
+
+
+def probe_section(results: Any) -> str:
+    """A markdown table of the SVD probe (App. G) of the real arm's first seed, and each arm's VADER enrichment."""
+    import pandas as pd
+
+    lines = ["\n## SVD probe of W (paper App. G)\n"]
+    real = results[results.get("arm", pd.Series(dtype=str)) == "real"] if len(results) else results
+    if real.empty or "probe_json" not in real:
+        return lines[0] + "\nNo real-arm rows.\n"
+    first = real.sort_values("seed_index").iloc[0]
+    lines += [f"Seed {int(first['seed_index'])} of the real arm: the top (promoted at positive steer values) and "
+              "bottom whole-word tokens of W's first singular directions.\n", "| dim | sigma | top | bottom |",
+              "|---|---|---|---|"]
+    for d in json.loads(first["probe_json"]):
+        lines.append(f"| {d['dim']} | {d['sigma']:.3g} | {', '.join(d['top'])} | {', '.join(d['bottom'])} |")
+    lines.append("\nVADER-lexicon words among the probe's tokens over their base rate among the candidates "
+                 "(mean over seeds): " + ", ".join(f"{a} {g['probe_enrichment'].mean():.3g}"
+                                                    for a, g in results.groupby("arm")) + ".\n")
+    if "probe_excess" in results:
+        parts = [f"{a} {g['probe_vader_frac'].mean():.3f} - {g['probe_random_frac'].mean():.3f} = "
+                 f"{g['probe_excess'].mean():+.3f}" for a, g in results.groupby("arm")]
+        lines.append("Their VADER fraction minus that of random orthonormal directions (the probe claim; mean over "
+                     "seeds): " + ", ".join(parts) + ".\n")
     return "\n".join(lines) + "\n"

@@ -45,18 +45,49 @@ data) and ``nll_below_uniform`` (``ln V`` minus the unsteered NLL of those lines
 weights). The SVD probe (App. G, :func:`~lmsci.methods.lm_steer.svd_probe`) lists the top and bottom whole-word
 tokens of W's first ``probe_dims`` singular directions (signs: top = promoted at positive steer values).
 
-**Null arm** (``cross_arms``; both claims): the same run on the same lines with their +-1 labels shuffled among
-them (a seed-specific permutation), the same initialisation, batches, prompts and sampling seeds. The dummy steer
-still learns the domain and W still grows, but no sentiment direction separates its +1 and -1 texts.
+**Composition** (sec. 5, Thm 3; :mod:`~lmsci.experiments.steering._lm_steer_lm_extra`). A genre steer is trained
+the same way (cached, same hyper-parameters) on ``n_genre_lines`` comedy (+1) and as many tragedy (-1) lines of the
+steer plays, once per run (seed ``derive_seed(seed, "genre-steer")``) and shared by every seed and both arms; a
+TF-IDF + logistic-regression genre classifier trains on the held-out plays' lines (the toy's recipe) and scores
+P(comedy) of the continuations; its accuracy on the steer plays' lines (Wilson lower bound) is a gate. The two
+steers are summed exactly (:meth:`~lmsci.methods.lm_steer.LMSteer.combine`, both dummies at 1) and valued at
+sentiment +5 / -5 eps0 with the genre held at +5 eps0, so the genre steer's own push on sentiment is the same in
+both and cancels in their difference. ``comp_spread`` = sentiment at (+5, +5) minus at (-5, +5); the statistic
+``comp_margin`` = ``comp_spread - 0.5 spread`` (> 0: the sum keeps more than half of the sentiment steer's own
+spread; a margin rather than a ratio, whose noisy denominator made the toy's first retention verdicts unstable);
+``comp_retention`` is reported. The real arm also measures (+5, -5) for the genre spread under the sum (reported).
 
-**Timing pilot** (2026-12-06, master seed 1000001, the 2-core machine shared with the publication runs, one
-thread at nice 10, float32, SmolLM2-135M on CPU): hidden states of the training lines 8.3 ms/token (0.09 s per line
-of ~11 tokens, before batching lines by length); a cached training step 0.43 s at batch 8 (0.82 s at 16; 0.67 s
-over the first 3 steps of a second check); sampling 0.020-0.022 s per continuation-token in batches of 16-32 (KV
-cache), plus ~1-3 s per ``generate`` call; the perplexity pass ~0.09 s per continuation; model load 5 s from the
-converted cache (~40 s the first time). The quick preset (3 seeds x 2 arms, each 100 steps and 5 steer values x 16
-continuations of 20 tokens: ~85-110 s; the 400 lines' hidden states once: <= 37 s) is therefore ~9.5 min per master
-seed (9-11 min by the machine's load), less on a quiet thread.
+**Probe** (App. G). ``probe_excess`` = the VADER-lexicon fraction among the probe's top and bottom tokens minus the
+same fraction for ``probe_random`` sets of ``probe_dims`` random orthonormal directions of the embedding space
+(the same candidates, the same ``probe_top``; drawn per seed, the same in both arms).
+
+**Baselines** (the ablation ``vs-baselines``, real arm only, decides nothing). Neither baseline is trained (cheap on
+a CPU): activation addition (Turner et al. 2023, arXiv 2308.10248) adds ``s`` times the mean residual stream
+(leaving the middle block) of ``baseline_lines`` positive lines minus that of as many negative lines, at every
+position (:meth:`~lmsci.methods.steering.ActAdd.from_contrast`); the logit offset adds ``s`` times the
+add-one-smoothed log-ratio of the token frequencies of the positive and negative training lines to the logits.
+Each is swept over its grid (``actadd_grid``, ``offset_grid``); with the unsteered model's continuations (``none``)
+the gains and perplexity increases are over ``none``; a baseline's gain at LM-Steer's +5 eps0 perplexity increase
+is interpolated linearly from (0, 0) through its sweep (NaN outside it), and ``vs_baselines_margin`` = LM-Steer's
+gain minus the larger matched baseline gain.
+
+**Null arm** (``cross_arms``; every claim but the ablations): the same run on the same lines with their +-1 labels
+shuffled among them (a seed-specific permutation), the same initialisation, batches, prompts and sampling seeds. The
+dummy steer still learns the domain and W still grows, but no sentiment direction separates its +1 and -1 texts.
+For ``compositional`` it is this steer summed with the same genre steer; for ``probe`` its W's singular directions.
+
+**Timing** (2026-12-06, one thread at nice 10 on the 2-core machine shared with the publication runs, float32,
+SmolLM2-135M on CPU). The first helper's pilot (master seed 1000001): hidden states 8.3 ms/token; a cached
+training step 0.43 s at batch 8; sampling 0.020-0.022 s per continuation-token (KV cache) plus ~1-3 s per
+``generate`` call; the perplexity pass ~0.09 s per continuation; model load 5 s from the converted cache. A second
+pilot (master seed 1000001, the same day, under a heavier load: 32 ms/token of hidden states, 2.5 s per step, i.e.
+~4x slower) timed the genre lines and classifier at 14 s and checked the new pieces' costs are of those kinds. At
+the first pilot's rates the quick preset (3 seeds x 2 arms; per point 80 steps and 7 generate calls of 12
+continuations x 16 tokens, the real arm 4 more: the genre spread under the sum, the unsteered model and one value
+of each baseline; once per run the lines' hidden states, 80 genre-steer steps and the activation-addition contrast,
+~2 min) costs ~12 min per master seed (34 s of training per point and ~7 s per generate call; 10-14 min by the
+machine's load), less on a quiet thread. For it the quick preset has fewer prompts (12), tokens (16) and steps (80)
+than the single-steer version had (16, 20, 100).
 """
 
 from __future__ import annotations
@@ -77,6 +108,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.steering import _lm_steer_lm_data as data_mod
 from lmsci.experiments.steering import _lm_steer_lm_extra as extra
+from lmsci.experiments.steering._lm_steer_lm_extra import probe_section
 from lmsci.measure import text_scores as ts
 from lmsci.report.published import toy_rows_section
 from lmsci.runs import RunDir, resolve_device
@@ -107,15 +139,15 @@ class LMSteerLMConfig(ExperimentConfig):
     rank: int | None = Field(None, ge=1, description="rank r of W (None: r = d, a full d x d map)")
     init_std: float = Field(1e-2, gt=0)
     steer_lr: float = Field(1e-2, gt=0)
-    steer_steps: int = Field(100, ge=1)
+    steer_steps: int = Field(80, ge=1)
     steer_batch: int = Field(8, ge=1)
     l2: float = Field(0.0, ge=0)
     n_loss_lines: int = Field(64, ge=2, description="training lines of the loss and pretrained gates")
     # generation and scoring
-    n_prompts: int = Field(16, ge=2, description="held-out neutral prompts per seed")
+    n_prompts: int = Field(12, ge=2, description="held-out neutral prompts per seed")
     n_samples: int = Field(1, ge=1, description="continuations per prompt (paper 25)")
     prompt_tokens: int = Field(5, ge=1, description="tokens of a prompt (the newline included)")
-    gen_tokens: int = Field(20, ge=2, description="new tokens per continuation (paper 20)")
+    gen_tokens: int = Field(16, ge=2, description="new tokens per continuation (paper 20)")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(0.9, gt=0, le=1, description="nucleus sampling (paper 0.9)")
     gen_batch: int = Field(32, ge=1, description="continuations per generate call")
@@ -125,13 +157,13 @@ class LMSteerLMConfig(ExperimentConfig):
     probe_top: int = Field(10, ge=1)
     probe_random: int = Field(20, ge=1, description="random direction sets of the probe's reference")
     # composition (the genre steer: comedy +1 vs tragedy -1 lines of the steer plays, trained once per run)
-    n_genre_lines: int = Field(100, ge=2, description="genre steer training lines per class (comedy, tragedy)")
+    n_genre_lines: int = Field(64, ge=2, description="genre steer training lines per class (comedy, tragedy)")
     clf_C: float = Field(1.0, gt=0, description="genre classifier's inverse L2 strength")
     # baselines (not trained: activation addition from a contrast, a logit offset in closed form)
     baseline_lines: int = Field(64, ge=1, description="lines per class of the activation-addition contrast")
     actadd_layer: int | None = Field(None, ge=0, description="block of the activation addition (None: the middle)")
-    actadd_grid: list[float] = Field([2.0, 6.0], min_length=1, description="activation-addition steer values")
-    offset_grid: list[float] = Field([0.5, 1.5], min_length=1, description="logit-offset steer values")
+    actadd_grid: list[float] = Field([4.0], min_length=1, description="activation-addition steer values")
+    offset_grid: list[float] = Field([1.0], min_length=1, description="logit-offset steer values")
 
     PRESETS = {
         "smoke": {"model": data_mod.TINY, "n_seeds": 2, "lines_per_play": 40, "n_train_lines": 12,
@@ -141,12 +173,13 @@ class LMSteerLMConfig(ExperimentConfig):
                   "actadd_grid": [4.0], "offset_grid": [1.0]},
         "quick": {},
         "gpu": {"threads": 0, "n_seeds": 5, "lines_per_play": None, "n_train_lines": 1000, "steer_steps": 1000,
-                "steer_batch": 32, "n_loss_lines": 256, "n_prompts": 200, "n_samples": 5,
+                "steer_batch": 32, "n_loss_lines": 256, "n_prompts": 200, "n_samples": 5, "gen_tokens": 20,
                 "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "probe_dims": 5,
                 "gen_batch": 500, "n_genre_lines": 1000, "probe_random": 100, "baseline_lines": 256,
                 "actadd_grid": [1.0, 2.0, 4.0, 8.0], "offset_grid": [0.25, 0.5, 1.0, 2.0]},
         "paper": {"threads": 0, "n_seeds": 3, "lines_per_play": None, "n_train_lines": 2000, "max_words": 30,
                   "max_length": 64, "steer_steps": 1000, "steer_batch": 32, "n_loss_lines": 512, "n_prompts": 2500,
+                  "gen_tokens": 20,
                   "n_samples": 25, "steer_grid": [-5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
                   "probe_dims": 5, "probe_top": 20, "gen_batch": 500, "n_genre_lines": 2000, "probe_random": 100,
                   "baseline_lines": 512, "actadd_grid": [1.0, 2.0, 4.0, 8.0], "offset_grid": [0.25, 0.5, 1.0, 2.0]},
@@ -189,10 +222,12 @@ class LMSteerLM(Experiment):
              "monotonically in the steer value.")
     source = SRC + ", Sec. 3.3-5, Table 2, App. D, G"
     Config = LMSteerLMConfig
-    time_estimate = {"smoke": "~15 s (a tiny random Llama)",
-                     "quick": "~9.5 min per master seed (9-11 min by load), estimated from the rates of a timing pilot "
+    time_estimate = {"smoke": "~30 s (a tiny random Llama)",
+                     "quick": "~12 min per master seed (10-14 min by load), estimated from the rates of a timing pilot "
                               "(2026-12-06, one thread on the shared 2-core machine: 0.43-0.67 s per training step, "
-                              "0.021 s per continuation-token, 8.3 ms per token of hidden states; module docstring)",
+                              "0.021 s per continuation-token + ~2 s per generate call, 8.3 ms per token of hidden "
+                              "states; 6 points x (80 steps + 7-11 generate calls of 12 x 16 tokens) + ~2 min once; "
+                              "module docstring)",
                      "gpu": "~5 min on one H100 (estimated, not measured: 10 points x (1,000 cached steps + 11 steer "
                             "values x 1,000 continuations), VADER on the CPU)",
                      "paper": "~2 h on one H100 (estimated, not measured: 6 points x 11 steer values x 62,500 "
@@ -258,9 +293,9 @@ class LMSteerLM(Experiment):
             paper_value="qualitative lists (toxic and sentiment words along the first dimensions)",
             statistic=Stat("probe_excess", words="per seed (a training seed of W; the LM fixed): the fraction of "
                            "VADER-lexicon words among the probe_top top and bottom whole-word tokens (>= 3 letters, "
-                           "with a leading space where the tokenizer marks word starts so) of W's first probe_dims right-singular directions, minus the same "
-                           "fraction for probe_random sets of probe_dims random orthonormal directions of the same "
-                           "space (a difference of fractions)"),
+                           "with a leading space where the tokenizer marks word starts so) of W's first probe_dims "
+                           "right-singular directions, minus the same fraction for probe_random sets of probe_dims "
+                           "random orthonormal directions of the same space (a difference of fractions)"),
             rule=ci_above(0.0), gates=_GATES, null=_NULL,
             null_can_meet="a W trained on shuffled labels still aligns with the directions of the output embeddings "
                           "that the training lines excite (the domain's words, high-variance embedding directions); "
@@ -329,7 +364,8 @@ class LMSteerLM(Experiment):
                   "nll_below_uniform": math.log(V) - base_nll, "n_probe_candidates": len(cand[0]),
                   "n_pos_available": data["n_pos_available"], "n_neg_available": data["n_neg_available"],
                   "steer_plays": ";".join(data["steer_plays"]), "scorer_plays": ";".join(data["scorer_plays"])}
-        common.update(self._shared_steers(cfg, hf, genre, enc, pad, ex := {"clf": genre["clf"]}))
+        ex: dict[str, Any] = {"clf": genre["clf"]}  # the genre classifier, genre steer and baselines of every point
+        common.update(self._shared_steers(cfg, hf, genre, enc, pad, ex))
         rows = []
         for point, ctx in zip(points, ctxs):
             row = dict(common)
@@ -443,27 +479,4 @@ def curve_section(results: pd.DataFrame) -> str:
             sent = np.nanmean([c[i]["sentiment"] for c in curves])
             ppl = np.nanmean([c[i]["ppl"] for c in curves])
             lines.append(f"| {arm} | {p['s']:+g} | {sent:.3f} | {ppl:.4g} | {len(curves)} |")
-    return "\n".join(lines) + "\n"
-
-
-def probe_section(results: pd.DataFrame) -> str:
-    """A markdown table of the SVD probe (App. G) of the real arm's first seed, and each arm's VADER enrichment."""
-    lines = ["\n## SVD probe of W (paper App. G)\n"]
-    real = results[results.get("arm", pd.Series(dtype=str)) == "real"] if len(results) else results
-    if real.empty or "probe_json" not in real:
-        return lines[0] + "\nNo real-arm rows.\n"
-    first = real.sort_values("seed_index").iloc[0]
-    lines += [f"Seed {int(first['seed_index'])} of the real arm: the top (promoted at positive steer values) and "
-              "bottom whole-word tokens of W's first singular directions.\n", "| dim | sigma | top | bottom |",
-              "|---|---|---|---|"]
-    for d in json.loads(first["probe_json"]):
-        lines.append(f"| {d['dim']} | {d['sigma']:.3g} | {', '.join(d['top'])} | {', '.join(d['bottom'])} |")
-    lines.append("\nVADER-lexicon words among the probe's tokens over their base rate among the candidates "
-                 "(mean over seeds): " + ", ".join(f"{a} {g['probe_enrichment'].mean():.3g}"
-                                                    for a, g in results.groupby("arm")) + ".\n")
-    if "probe_excess" in results:
-        lines.append("Their VADER fraction minus that of random orthonormal directions (the probe claim; mean over "
-                     "seeds): " + ", ".join(f"{a} {g['probe_vader_frac'].mean():.3f} - {g['probe_random_frac'].mean():.3f}"
-                                            f" = {g['probe_excess'].mean():+.3f}" for a, g in results.groupby("arm"))
-                     + ".\n")
     return "\n".join(lines) + "\n"
