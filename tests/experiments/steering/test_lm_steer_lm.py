@@ -57,7 +57,7 @@ def test_smoke_run_end_to_end_on_a_tiny_llama(smoke_run):
 
 @pytest.mark.parametrize("over", [{"model": "no-such-model"}, {"steer_grid": [-2.0, 0.0, 2.0]},
                                   {"steer_grid": [5.0, 0.0, -5.0]}, {"min_words": 9, "max_words": 4},
-                                  {"n_loss_lines": 100}])
+                                  {"n_loss_lines": 100}, {"actadd_grid": [0.0, 2.0]}, {"n_genre_lines": 10000}])
 def test_bad_input_is_refused_before_any_work(over, tmp_path):
     exp = get("lm-steer-lm")()
     cfg = resolve_config(exp.Config, "smoke", over)

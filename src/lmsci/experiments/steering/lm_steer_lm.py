@@ -329,6 +329,9 @@ class LMSteerLM(Experiment):
         for v in (cfg.steer_value, -cfg.steer_value, 0.0):
             if v not in grid:
                 raise ConfigError("steer_grid", grid, f"a grid containing 0 and +-steer_value={cfg.steer_value}")
+        for field in ("actadd_grid", "offset_grid"):
+            if not all(v > 0 for v in getattr(cfg, field)):
+                raise ConfigError(field, getattr(cfg, field), "positive steer values (toward the positive lines)")
         if cfg.n_loss_lines > 2 * cfg.n_train_lines:
             raise ConfigError("n_loss_lines", cfg.n_loss_lines, f"<= 2 n_train_lines = {2 * cfg.n_train_lines}")
 
