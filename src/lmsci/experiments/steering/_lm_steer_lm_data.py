@@ -8,13 +8,15 @@
   or :data:`TINY`, a tiny random tied Llama with a word-level tokenizer over the run's lines (smoke preset, tests).
 * :func:`sample_prompts`, :func:`evaluate`: a seed's prompts and one steer value's continuations scored by VADER
   (sentiment) and by the unsteered model itself (conditional perplexity).
-* :func:`probe_words`: the SVD probe (:func:`lmsci.methods.lm_steer.svd_probe`) over whole-word tokens.
+* :func:`probe_words`: the SVD probe (:func:`lmsci.methods.lm_steer.svd_probe`) over whole-word tokens, against
+  random orthonormal directions (:func:`random_direction_rate`).
 
 Source: Han, Xu, Li, Ji, arXiv 2305.12798 (ACL 2024), Sec. 4-5, App. G.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -163,13 +165,17 @@ def get_model(name: str, device: str, lines: list[str]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
-def evaluate(cfg: Any, hf: Any, steer: Any, value: float, prompts: torch.Tensor, gen_seed: int) -> dict[str, Any]:
+def evaluate(cfg: Any, hf: Any, steer: Any, value: float | Mapping[str, float], prompts: torch.Tensor, gen_seed: int,
+             clf: Any = None) -> dict[str, Any]:
     """Continuations of ``prompts [n, P]`` (``n_samples`` each, ``gen_tokens`` new tokens, nucleus ``top_p``, end of
-    text suppressed until ``gen_tokens``, ``gen_batch`` per ``generate`` call) with ``steer`` at ``value`` (dummy at
-    1), sampled with ``gen_seed`` (the same at every steer value and arm: common random numbers); scored by mean VADER
-    compound (``sentiment``) and mean conditional perplexity of the continuation under the unsteered model itself
-    (``ppl``)."""
+    text suppressed until ``gen_tokens``, ``gen_batch`` per ``generate`` call) with ``steer`` at ``value`` (the steer
+    ``attr`` at that value, or a name -> value mapping; dummies at 1; ``steer=None``: the unsteered model), sampled
+    with ``gen_seed`` (the same at every steer value and arm: common random numbers); scored by mean VADER compound
+    (``sentiment``), mean conditional perplexity of the continuation under the unsteered model itself (``ppl``) and,
+    with a genre classifier ``clf``, its mean P(comedy) (``genre``)."""
     from lmsci.methods.steering import generate
+
+    values = dict(value) if isinstance(value, Mapping) else {"attr": float(value)}
 
     dev = hf.device
     x = prompts.to(dev).repeat_interleave(cfg.n_samples, 0)
@@ -180,14 +186,17 @@ def evaluate(cfg: Any, hf: Any, steer: Any, value: float, prompts: torch.Tensor,
         torch.manual_seed(int(gen_seed))
         for i in range(0, x.shape[0], cfg.gen_batch):  # the same chunks at every steer value: the same draws
             xb = x[i:i + cfg.gen_batch]
-            out = generate(hf, xb, steer, {"attr": float(value)}, cfg.gen_tokens, do_sample=True, top_p=cfg.top_p,
+            out = generate(hf, xb, steer, values, cfg.gen_tokens, do_sample=True, top_p=cfg.top_p,
                            top_k=0, temperature=cfg.temperature, min_new_tokens=cfg.gen_tokens,
                            attention_mask=torch.ones_like(xb), pad_token_id=pad)
             gens.append(out[:, xb.shape[1]:])
     gen = torch.cat(gens)
     texts = tok.batch_decode(gen.cpu().tolist(), skip_special_tokens=True)
     ppl = ts.conditional_perplexity(hf, x, gen)
-    return {"sentiment": float(ts.vader_compound(texts).mean()), "ppl": ts.mean_perplexity(ppl), "_texts": texts}
+    res = {"sentiment": float(ts.vader_compound(texts).mean()), "ppl": ts.mean_perplexity(ppl), "_texts": texts}
+    if clf is not None:
+        res["genre"] = float(ts.classifier_score(clf, texts).mean())
+    return res
 
 
 def whole_word_tokens(tok: Any, vocab_size: int) -> tuple[list[int], list[str]]:
@@ -201,12 +210,14 @@ def whole_word_tokens(tok: Any, vocab_size: int) -> tuple[list[int], list[str]]:
 
 
 @torch.no_grad()
-def probe_words(cfg: Any, hf: Any, steer: Any, cand: tuple[list[int], list[str]], contexts: torch.Tensor
-                ) -> dict[str, Any]:
+def probe_words(cfg: Any, hf: Any, steer: Any, cand: tuple[list[int], list[str]], contexts: torch.Tensor,
+                seed: int = 0) -> dict[str, Any]:
     """The SVD probe of the steer's W over the candidate tokens: the first ``probe_dims`` singular directions'
     ``probe_top`` top and bottom words (signs fixed so that top = promoted at positive steer values, from the
-    training lines' hidden states ``contexts [N, d]``), and the fraction of VADER-lexicon words among them over the
-    candidates' base rate (``probe_enrichment``)."""
+    training lines' hidden states ``contexts [N, d]``); the fraction of VADER-lexicon words among them
+    (``probe_vader_frac``), over the candidates' base rate (``probe_enrichment``), and minus the same fraction for
+    ``probe_random`` sets of ``probe_dims`` random orthonormal directions drawn with ``seed``
+    (``probe_random_frac``, ``probe_excess``)."""
     from lmsci.methods.lm_steer import output_embeddings, svd_probe
 
     ids, words = cand
@@ -218,7 +229,31 @@ def probe_words(cfg: Any, hf: Any, steer: Any, cand: tuple[list[int], list[str]]
         top, bot = [words[i] for i in d.top_ids], [words[i] for i in d.bottom_ids]
         listing.append({"dim": d.index, "sigma": d.singular_value, "top": top, "bottom": bot})
         hits += [w.lower() in lex for w in top + bot]
-    base = float(np.mean([w.lower() in lex for w in words])) if words else float("nan")
+    lex_hits = np.array([w.lower() in lex for w in words], dtype=bool)
+    base = float(lex_hits.mean()) if words else float("nan")
     frac = float(np.mean(hits)) if hits else float("nan")
-    return {"probe": listing, "probe_vader_frac": frac, "probe_base_rate": base,
+    rand = random_direction_rate(E, lex_hits, len(dirs), cfg.probe_top, cfg.probe_random, seed)
+    return {"probe": listing, "probe_vader_frac": frac, "probe_base_rate": base, "probe_random_frac": rand,
+            "probe_excess": frac - rand,
             "probe_enrichment": frac / base if base and np.isfinite(base) else float("nan")}
+
+
+@torch.no_grad()
+def random_direction_rate(E: torch.Tensor, lex_hits: np.ndarray, k: int, n_top: int, draws: int,
+                          seed: int) -> float:
+    """The VADER-lexicon fraction of the ``n_top`` top and bottom tokens of ``k`` random orthonormal directions
+    (``draws`` independent sets, QR of a Gaussian ``[d, k]``): the reference of the probe statistic.
+
+    Args:
+        E: ``[n_candidates, d]`` output embeddings of the candidate tokens. lex_hits: ``[n_candidates]`` bool.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    n = min(int(n_top), E.shape[0])
+    hits = []
+    for _ in range(int(draws)):
+        Q, _ = torch.linalg.qr(torch.randn(E.shape[1], int(k), generator=g))
+        scores = E.float() @ Q.to(E.device)
+        for j in range(scores.shape[1]):
+            idx = torch.cat([torch.topk(scores[:, j], n).indices, torch.topk(-scores[:, j], n).indices]).cpu()
+            hits.append(lex_hits[idx.numpy()])
+    return float(np.mean(np.concatenate(hits))) if hits else float("nan")
