@@ -174,8 +174,9 @@ def separator_id(tok: Any) -> int:
 
 
 def shakespeare_windows(tok: Any, n_windows: int, seq_len: int, seed: int) -> Tensor:
-    """``[n_windows, seq_len + 1]`` long: the separator, then ``seq_len`` tokens of the corpus from a line start
-    drawn uniformly at random (``numpy`` generator seeded by ``seed``; windows may overlap)."""
+    """``[n_windows, seq_len + 1]`` long: the separator, then ``seq_len`` tokens of the corpus from the first line
+    start after a character offset drawn uniformly at random (so a line is drawn with probability proportional to
+    the length of the line before it; ``numpy`` generator seeded by ``seed``; windows may overlap)."""
     text, rng, sep = corpus_text(), np.random.default_rng(seed), separator_id(tok)
     out = torch.empty(n_windows, seq_len + 1, dtype=torch.long)
     for i in range(n_windows):

@@ -249,6 +249,9 @@ class MLPMemoriesLM(Experiment):
             rows[a] = {**base, "weights": "random init" if a == "random_init" else "pretrained",
                        "pairing": "another key of the layer" if a == "shuffled" else "own key",
                        **self._summary(kv), "examples": _examples(hf.tokenizer, windows, kv, neurons)}
+            if a == "shuffled":  # its "baseline" would pair each value with its own key: not a chance level
+                for c in [c for c in rows[a] if c.startswith("shuffled_") or c == "upper_minus_shuffled"]:
+                    rows[a][c] = float("nan")
         return [rows[p.arm] for p in points]
 
     @staticmethod
