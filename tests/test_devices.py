@@ -57,19 +57,14 @@ CROSS_OK = {"copy_", "to", "cpu", "cuda", "__setitem__", "__repr__", "__format__
             "is_floating_point", "dim", "size", "numel", "element_size", "stride", "storage_offset",
             "is_contiguous", "__hash__", "__reduce_ex__", "_fix_weakref", "requires_grad_", "__set__",
             "_has_compatible_shallow_copy_type",
+            "_parse_to",  # nn.Module.to(device=...) parses its arguments through it: the device must survive
             "detach"}
 MIN_HEAVY_NUMEL = 64  # smaller CPU ops (bookkeeping on a few numbers) are not reported
 
 # Experiments (not owned by the author of this test) that still pin work to the CPU, with where; each is an
 # expected failure until fixed, and a strict one: once it keeps its work on the device the test fails and asks
 # for the entry to be removed. Found by this test on 2026-11-23 (issue 12, item 3).
-KNOWN_PINNED = {
-    # found by the CI run of stop 50 after these experiments' first quick rows were published; fixing them changes
-    # their modules (the rows go stale), so the fix and the rerun go together next
-    "mlp-memories-lm": "the model is found on the CPU at the key search under an emulated CUDA device",
-    "lm-steer-lm": "torch.random.fork_rng(devices=[cuda]) in _lm_steer_lm_data.evaluate asks CUDA for its generator "
-                   "states without torch.cuda.is_available(): the emulated device cannot answer (real CUDA unverified)",
-}
+KNOWN_PINNED: dict[str, str] = {}
 
 
 def _base(t: torch.Tensor) -> torch.Tensor:
@@ -296,6 +291,10 @@ def fake_cuda(monkeypatch):
         return gs
 
     monkeypatch.setattr(torch.autograd, "grad", grad)
+    # torch.random.fork_rng(devices=[cuda]) saves and restores CUDA generator states: the emulated device answers
+    # with the CPU generator's state (a CPU build has no CUDA generator to ask)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": torch.get_rng_state())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": None)
     handle = torch.nn.modules.module.register_module_forward_pre_hook(spy.module_hook)
     try:
         yield spy
@@ -406,6 +405,23 @@ def test_spy_catches_a_model_moved_back_to_the_cpu_for_evaluation(fake_cuda):
         model.cpu()
         model(torch.zeros(2, 5, dtype=torch.long))  # evaluation harness on the CPU
     assert any("Embedding called with a parameter on the CPU" in v for v in fake_cuda.violations)
+
+
+def test_spy_follows_module_to_with_keyword_arguments_and_cuda_rng_forks(fake_cuda):
+    """Two limits of the emulation found at stop 50 (mlp-memories-lm, lm-steer-lm): ``Module.to(device=...,
+    dtype=...)`` left the parameters unmarked, and ``fork_rng(devices=[cuda])`` asked a CPU build for CUDA
+    generator states; both work on real CUDA, so the emulation must follow them."""
+    with fake_cuda:
+        ref = _Tiny().to("cuda")
+        p = next(ref.parameters())
+        m = _Tiny().to(device=p.device, dtype=p.dtype)
+        assert next(m.parameters()).device.type == "cuda"
+        with torch.random.fork_rng(devices=[p.device]):
+            torch.manual_seed(0)
+            m(torch.zeros(2, 5, dtype=torch.long, device="cuda"))
+        cpu = _Tiny().to(device="cpu")
+    assert next(cpu.parameters()).device.type == "cpu"
+    assert not fake_cuda.violations, fake_cuda.violations
 
 
 def test_spy_catches_cpu_tensors_cpu_generators_and_numpy(fake_cuda):
