@@ -1,4 +1,4 @@
-"""`lmsci profile` (lmsci.profile_table): a tiny run directory written by hand, every number computed by hand.
+"""`lmsci profile` (lmsci.profile_table, lmsci.profile_report): a tiny run directory written by hand, every number computed by hand.
 
 The toy run (master seed 0, wall 100 s from its suite.json) has four points:
   a  (results n_params = 1000): windows 100 tok / 50 tok/s = 2 s and 100 tok / 100 tok/s = 1 s, plus an eval record;
@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from lmsci.errors import RunDirError
-from lmsci.profile_table import derive_params, measure_peak_flops, select_runs, profile_rows, write_profile
+from lmsci.profile_report import write_profile
+from lmsci.profile_table import derive_params, measure_peak_flops, profile_rows, select_runs
 
 PEAK = {"peak_flops": 1e6, "median_flops": 1e6, "wall_flops": 1e6, "n": 8, "repeats": 3, "threads": 1,
         "seconds": 2.0, "cpu": "test cpu"}
@@ -85,7 +86,8 @@ def test_two_seeds_superseded_unfinished_and_pretrained(tmp_path):
     b = _write_run(tmp_path / "new", "toy.seed1", 1, 300.0, started="2026-12-06T12:00:00")
     old = _write_run(tmp_path / "old", "toy", 0, 999.0, started="2026-12-05T12:00:00")
     unfinished = _write_run(tmp_path / "run", "toy", 0, 1.0, finished=False)
-    (tmp_path / "run" / "suite.json").write_text(json.dumps({"experiments": {}}))
+    # a suite still running this seed records wall_s 0.0 and no error field yet
+    (tmp_path / "run" / "suite.json").write_text(json.dumps({"experiments": {"toy": {"wall_s": 0.0}}}))
     pre = _write_run(tmp_path / "lm", "lm", 0, 50.0, experiment="lm", metrics=False, model="model: smollm2-135m\n")
     runs, notes = select_runs([old, a, b, unfinished, pre])
     assert [(r.experiment, r.seed, r.path) for r in runs] == [("lm", 0, pre), ("toy", 0, a), ("toy", 1, b)]

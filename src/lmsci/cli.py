@@ -650,8 +650,8 @@ def profile_cmd(
     note: str = typer.Option("", "--note", help="a line for the table's header: how the runs were made"),
 ) -> None:
     """Wall time, training tokens/s, train share and MFU per experiment from finished run directories, against
-    a one-thread float32 matmul peak measured here (see lmsci.profile_table)."""
-    from lmsci.profile_table import published_experiments, write_profile
+    a one-thread float32 matmul peak measured here (see lmsci.profile_table, lmsci.profile_report)."""
+    from lmsci.profile_report import published_experiments, write_profile
 
     if table is not None:
         expected = _guard(published_experiments, table)
