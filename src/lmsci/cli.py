@@ -637,6 +637,36 @@ def check_model_cmd(
         raise typer.Exit(1)
 
 
+@app.command("profile")
+def profile_cmd(
+    run_dirs: list[Path] = typer.Argument(..., help="lmsci run directories (one per experiment and master seed)"),
+    out: Path = typer.Option(Path("profile"), "--out", "-o", help="output path without suffix: writes OUT.md "
+                             "and OUT.csv"),
+    peak_seconds: float = typer.Option(2.0, "--peak-seconds", help="seconds of float32 matmul that measure the "
+                                       "one-thread peak"),
+    table: Optional[Path] = typer.Option(None, "--table", help="a published table directory (results/quick): its "
+                                         "experiments without a run directory are listed as missing (default: "
+                                         "every shipped experiment)"),
+    note: str = typer.Option("", "--note", help="a line for the table's header: how the runs were made"),
+) -> None:
+    """Wall time, training tokens/s, train share and MFU per experiment from finished run directories, against
+    a one-thread float32 matmul peak measured here (see lmsci.profile_table, lmsci.profile_report)."""
+    from lmsci.profile_report import published_experiments, write_profile
+
+    if table is not None:
+        expected = _guard(published_experiments, table)
+    else:
+        from lmsci.experiments.registry import shipped
+
+        expected = sorted(shipped())
+    try:
+        md, csv, rows, peak = _guard(write_profile, run_dirs, out, expected=expected, header=note,
+                                     peak_seconds=peak_seconds)
+    except ValueError as e:
+        fail(str(e))
+    typer.echo(f"peak {peak['peak_flops'] / 1e9:.1f} GFLOP/s ({peak['cpu']}); {len(rows)} experiments -> {md}, {csv}")
+
+
 def main() -> None:  # console script entry point
     app()
 
