@@ -50,10 +50,10 @@ def test_features_follow_the_worlds_ground_truth():
     for r, d in enumerate(flat):
         for j, a in enumerate(ATTRS):
             p = pos[6 * r + j]
-            # the value position is the token right before the value; the value's first token is the feature's word
-            assert (p + 1, ) == (d.spans[a][0][0], )
-            assert world.vocab.decode([d.ids[p + 1]]).replace("@@", "").strip() == words[6 * r + j] or \
-                world.value_words(d.person, a)[0].replace("@@", "") == words[6 * r + j]
+            # the value position is the token right before the value; the feature's word is the value's first token
+            first = world.value_words(d.person, a)[0]
+            assert p + 1 == d.spans[a][0][0] and d.ids[p + 1] == world.vocab.encode([first])[0]
+            assert words[6 * r + j] == first.replace("@@", "")
     a, b = split_people(20, 7)
     assert len(a) == 10 and len(b) == 10 and not set(a) & set(b)
     names = feature_names((at, words), (at, words), 1)

@@ -39,8 +39,15 @@ Thresholds (registered before the first quick run, as ``sae-ground-truth``'s, fr
 run): F1 0.7 is the library's recovery threshold, "most" features is a share above 0.5, and the SAE-minus-PCA
 contrast must be above 0.
 
-Sizing (timing pilot of the training, master seed 1000000, one thread at nice 10 on the shared 2-core machine while
-two quick runs held both cores: the rate is pessimistic): see ``SAEBios.time_estimate``.
+Sizing (timing pilot, 2026-12-06, master seed 1000000, one thread at nice 10 on the shared 2-core machine while two
+quick runs held both cores, so the rates are pessimistic; no claim statistic was looked at): pretraining the quick
+GPT (d_model 64, 4 layers, batch 8 x 256 tokens) on N = 400 biographies took 0.082 CPU-s per step (steps 37 -> 74:
+3.0 CPU-s; the pilot was stopped at its 3-minute cap after step 100) and a recall check of the 400 biographies ~0.5
+CPU-s; the null arm's whole ``run_point`` (no training: recall, activations of 200 + 200 people, the SAE's 2000 steps,
+PCA, random directions, scores of 96 kept features, spliced NLL) took 8.9 CPU-s (106 s wall). A biography is ~60
+tokens, so the 120-exposure budget is ~1413 steps (116 CPU-s) at most; per master seed (3 seeds x 2 arms) at most
+3 x (116 + 7 + 9) + 3 x 9 ~ 420 CPU-s ~ 7 min, less when the recall check stops training early (the same GPT
+memorised N = 100 people at ~60 exposures in ``mlp-memories``' quick runs).
 """
 
 from __future__ import annotations
@@ -87,7 +94,9 @@ class SAEBiosConfig(ExperimentConfig):
         n_nll: evaluation biographies for the spliced NLL.
     """
 
-    bios: BiosModelSpec = BiosModelSpec(n_people=400, multiplicity=1, permute=False, fullname=False, exposures=150)
+    # quick: N = 400 (200 evaluation people: ~7 positives per 30-class feature), a budget of 120 exposures (the same
+    # GPT memorised N = 100 by ~60 exposures in mlp-memories' quick runs), sized from the timing pilot (docstring)
+    bios: BiosModelSpec = BiosModelSpec(n_people=400, multiplicity=1, permute=False, fullname=False, exposures=120)
     layer: int = Field(-1, description="block read: blocks.{layer}.resid_post (negative: from the end)")
     min_count: int = Field(5, ge=1)
     d_sae: int = Field(256, ge=2)
@@ -138,7 +147,12 @@ class SAEBios(Experiment):
              "random initialisation, and better than PCA of the same activations.")
     source = "Cunningham et al., arXiv 2309.08600; Bricken et al. 2023; Gao et al., arXiv 2406.04093 (TopK)"
     Config = SAEBiosConfig
-    time_estimate = {"smoke": "~10 s", "quick": "PILOT", "gpu": "~10 min on one H100 (estimated, not measured)",
+    time_estimate = {"smoke": "~10 s", "quick": "<= 7 min CPU per master seed, worst case (3 seeds; measured rates at "
+                                                "one thread, nice 10, both cores busy, 2026-12-06: 0.082 CPU-s per "
+                                                "pretraining step, 1413-step budget = 116 s + recall checks 7 s; SAE, "
+                                                "dictionaries, spliced NLL 9 CPU-s per arm); ~4-5 min when "
+                                                "memorisation stops training near 60 exposures",
+                     "gpu": "~15 min on one H100 (estimated, not measured: 3 seeds x ~2.9k steps of 32 x 512 tokens)",
                      "paper": "~1 day on 4xA100 (estimated)"}
 
     _GATE = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
@@ -286,7 +300,8 @@ class SAEBios(Experiment):
         cols = ["point", "arm", "seed_index", "recall", "pretrain_steps", "n_features", "f1_floor",
                 *[f"{m}_{d}" for m in ("share", "mean_f1") for d in DICTS], "sae_minus_pca", "l0", "fvu",
                 "dead_fraction", "nll_clean", "nll_increase", "loss_recovered", "cpu_s", "wall_s"]
-        per_attr = ["point", "seed_index", *[f"f1_{d}__{a}" for d in ("sae", "pca") for a in ATTRS]]
+        per_attr = ["point", "arm", "seed_index", *[f"f1_{d}__{a}" for d in ("sae", "pca") for a in ATTRS]]
         return ("## Results\n\n" + markdown_table(results[[c for c in cols if c in results]])
-                + "\n\n## Mean best F1 per attribute\n\n" + markdown_table(results[[c for c in per_attr if c in results]])
+                + "\n\n## Mean best F1 per attribute\n\n"
+                + markdown_table(results[[c for c in per_attr if c in results]])
                 + "\n" + toy_rows_section("sae-ground-truth"))
