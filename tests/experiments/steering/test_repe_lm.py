@@ -45,7 +45,7 @@ def test_smoke_run_end_to_end_on_a_tiny_llama(smoke_run):
     assert set(v) == {"reading", "steering", "mean-diff-reading", "mean-diff-steering"}
     assert all(x.outcome == "inconclusive" for x in v.values())  # smoke preset, 2 seeds, a random model's gate
     report = next(smoke_run.path.glob("report*.md")).read_text()
-    assert "The toy experiment `lm-steer-lm`" in report and "The toy experiment `lm-steer`" in report
+    assert "The real-model steering experiment `lm-steer-lm`" in report and "The toy experiment `lm-steer`" in report
     assert "| reading vector (PCA) | real |" in report and "| random direction (null) | null |" in report
     for f in ("accuracy_by_layer.png", "steering.png"):
         assert (smoke_run.path / "figures" / f).is_file()

@@ -105,4 +105,5 @@ def sections(results: pd.DataFrame) -> str:
     body = "\n".join(lines) + "\n" if len(lines) > 3 else ""
     note = ("\nNo activation-addition experiment of its own is in the catalog: activation addition from a contrast "
             "is a baseline of `lm-steer-lm` (its `vs-baselines` row) and the mean-difference row above.\n")
-    return body + toy_rows_section("lm-steer-lm") + toy_rows_section("lm-steer") + note
+    real = toy_rows_section("lm-steer-lm").replace("The toy experiment", "The real-model steering experiment", 1)
+    return body + real + toy_rows_section("lm-steer") + note
