@@ -110,9 +110,7 @@ def test_a_judge_with_another_vocabulary_is_refused(tmp_path):
 
 
 def test_on_the_real_smollm2_the_walk_keeps_the_quality_oracle(smollm2):
-    from lmsci.experiments.watermark.watermark_lm import sample_prompts
-
-    prompts = sample_prompts(smollm2, 2, 8, 0)
+    prompts = walk.sample_prompts(smollm2, 2, 8, 0)
     wcfg = wm.watermarking_config(0.25, 2.0)
     y0 = wm.generate(smollm2.model, prompts, 16, wcfg, 0.7, 0, 2)
     det = wm.detector(smollm2.model, wcfg, "cpu")

@@ -8,7 +8,7 @@ Kirchenbauer et al., arXiv 2301.10226. Issue 45, item 3 (the removal half; ``wat
 The generator ``G`` is a pretrained causal LM from the model zoo (default ``smollm2-135m``: SmolLM2-135M-Instruct,
 dequantised from its Q4_1 GGUF; any zoo name, local Hugging Face directory or ``.gguf`` file via ``model=PATH``;
 ``tiny-llama``, a random 2-layer Llama, for the smoke preset). Prompts are ``prompt_len`` tokens of the Shakespeare
-corpus in the model's tokenizer (:func:`~lmsci.experiments.watermark.watermark_lm.sample_prompts`); each prompt gets
+corpus in the model's tokenizer (as in ``watermark-lm``); each prompt gets
 ``T`` new tokens sampled at temperature 0.7 with transformers' ``WatermarkLogitsProcessor`` (left-hash, gamma 0.25,
 delta 2), scored by transformers' ``WatermarkDetector`` (generated tokens only, repeated bigrams counted once).
 
@@ -69,7 +69,6 @@ from lmsci.experiments.registry import register
 from lmsci.experiments.watermark import _watermark_removal_lm_walk as walk
 from lmsci.experiments.watermark._common import arms_by_seed
 from lmsci.experiments.watermark._watermark_removal_walk import Z_END, score_walk
-from lmsci.experiments.watermark.watermark_lm import sample_prompts
 from lmsci.methods import watermark as wm
 from lmsci.runs import RunDir, derive_seed, resolve_device
 
@@ -205,7 +204,7 @@ class WatermarkRemovalLM(Experiment):
                 ctx.run.record_model(h.provenance)
                 if h.model.config.vocab_size != G.model.config.vocab_size:  # a .gguf: known only once loaded
                     raise ConfigError(f, getattr(cfg, f), "a model with the generator's vocabulary")
-        prompts = sample_prompts(G, cfg.n_texts, cfg.prompt_len, derive_seed(ctx.seed, "prompts")).to(device)
+        prompts = walk.sample_prompts(G, cfg.n_texts, cfg.prompt_len, derive_seed(ctx.seed, "prompts")).to(device)
         wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, cfg.scheme, cfg.key)
         y0 = wm.generate(G.model, prompts, cfg.T, wcfg, cfg.temperature, derive_seed(ctx.seed, "gen"), cfg.gen_batch)
         det = wm.detector(G.model, wcfg, str(device))
