@@ -46,10 +46,13 @@ the watermarked texts are generated once):
 Timing pilot (master seed 1000001, one thread at nice 10 on a 2-core machine at load ~5, CPU time of the process,
 2026-12-06): loading SmolLM2 2.8 s CPU (~30 s wall); generation 25 ms CPU per generated token per text (batch 4);
 one walk step over 4 texts of 32 + 64 tokens 1.4 s CPU (0.35 s per text-step, ~3.6 ms per token position); a full
-forward of 4 x 96 tokens 1.0 s. Quick (T = 64, prompt 16, 4 texts, at most 60 steps per text, 3 samples): per
-sample <= 6 s generation + <= 60 x 4 x 0.30 s for the walk + as much for the random arm + ~2 s judging, ~150 s;
-~7.7 min per master seed in the worst case (every text capped), less when texts stop at 30 steps. The rates were
-measured under load: pessimistic for a quiet thread.
+forward of 4 x 96 tokens 1.0 s. Quick (T = 64, prompt 16, 4 texts; a text stops once z <= 2 after 25 steps or 6
+acceptances, at most 50 steps; 3 samples): per sample ~6 s generation + <= 50 x 4 x 0.30 s = 60 s for the walk +
+as much for the random arm + ~6 s scoring and judging, <= ~135 s; <= ~7.3 min per master seed with the model load
+(the worst case: every text capped at 50 steps, likely when the quality oracle rejects most proposals), less when
+texts stop at 25 steps. The rates were measured under load: pessimistic for a quiet thread. The gpu and paper
+presets (T = 200, the official 400 steps / 70 acceptances; caps 1000 and 2000) are estimated, not measured: the
+detector's per-token green lists after each acceptance cost about as much as the model's forward passes there.
 """
 
 from __future__ import annotations
@@ -98,9 +101,9 @@ class RemovalLMConfig(ExperimentConfig):
     span: int = Field(6, ge=1, description="tokens resampled per walk step")
     tau: float = Field(TAU, ge=0, description="quality tolerance, nats/token under the attacker's model")
     stop_z: float = Field(Z_END, allow_inf_nan=False, description="a text stops only once its z-score is <= stop_z")
-    walk_total_steps: int = Field(30, ge=1, description="a text with z <= stop_z stops after this many steps ...")
-    target_valid_steps: int = Field(10, ge=1, description="... or this many accepted steps (official: 400 and 70)")
-    walk_max_steps: int = Field(60, ge=1, description="hard cap on a text's steps (lmsci's), >= walk_total_steps")
+    walk_total_steps: int = Field(25, ge=1, description="a text with z <= stop_z stops after this many steps ...")
+    target_valid_steps: int = Field(6, ge=1, description="... or this many accepted steps (official: 400 and 70)")
+    walk_max_steps: int = Field(50, ge=1, description="hard cap on a text's steps (lmsci's), >= walk_total_steps")
     detect_every: int = Field(10, ge=1, description="steps between the curve's detections")
     ngram: int = Field(4, ge=1, description="n of the traceability overlap")
     n_seeds: int = Field(3, ge=1, le=100, description="independent prompt samples")
@@ -126,11 +129,12 @@ class WatermarkRemovalLM(Experiment):
     source = f"{_SRC}, Algorithm 1, sec. 5"
     Config = RemovalLMConfig
     time_estimate = {"smoke": "~10 s (tiny random Llama)",
-                     "quick": "<= 7.7 min CPU per master seed (worst case, every text capped at 60 steps; from the "
+                     "quick": "<= 7.3 min CPU per master seed (worst case, every text capped at 50 steps; from the "
                               "timing pilot: 0.35 s CPU per text-step at 96 tokens, 25 ms per generated token, "
                               "measured at nice 10 under load: pessimistic)",
-                     "gpu": "~10 min on one H100 (estimated, not measured)",
-                     "paper": "~40 min on one H100 (estimated, not measured)"}
+                     "gpu": "~20 min on one H100 (estimated, not measured: 3 samples x 50 texts x 400-1000 steps)",
+                     "paper": "~1.5 h on one H100 (estimated, not measured: 5 samples x 100 texts x 400-2000 "
+                              "steps)"}
     claims = [
         Claim("removal", "The random walk (span resampling from the unwatermarked model with Metropolis-Hastings "
               "acceptance, a quality oracle and the official stopping rule) brings the median z-score of the "
@@ -246,8 +250,8 @@ class WatermarkRemovalLM(Experiment):
                             "dashed: z = 2)", claims=("removal",))]
 
     def report_sections(self, cfg: RemovalLMConfig, results: pd.DataFrame, run: RunDir) -> str:
-        from lmsci.report import quantity_table
-        from lmsci.report.published import toy_rows_section
+        from lmsci.report import markdown_table, quantity_table
+        from lmsci.report.published import published_quick_rows, toy_rows_section
 
         if results.empty:
             return ""
@@ -258,7 +262,9 @@ class WatermarkRemovalLM(Experiment):
                 f"judge {judge}. {cfg.n_texts} texts of T = {cfg.T} tokens per prompt sample; span {cfg.span}, tau "
                 f"{cfg.tau}; a text stops once z <= {cfg.stop_z} after {cfg.walk_total_steps} steps or "
                 f"{cfg.target_valid_steps} acceptances (at most {cfg.walk_max_steps} steps).\n\n## Measurements\n\n")
-        toy = ("\nThe toy experiment's removal claim is registered for gpu/paper only, so its quick run publishes "
-               "no rows; the detection half on this model (`watermark-lm`) is shown too.\n")
-        return (head + quantity_table(results, max_rows=60) + toy_rows_section("watermark-removal") + toy
-                + toy_rows_section("watermark-lm"))
+        note = ("\nThe toy experiment's removal claim is registered for gpu/paper only, so its quick run may publish "
+                "no rows.\n\n## The detection half on this model, `watermark-lm`: its published quick rows\n\n")
+        det = published_quick_rows("watermark-lm")
+        det_rows = "results/quick/claims.csv not found.\n" if det is None else (
+            markdown_table(det) if len(det) else "(no published rows)\n")
+        return head + quantity_table(results, max_rows=60) + toy_rows_section("watermark-removal") + note + det_rows
