@@ -42,7 +42,7 @@ def test_smoke_run_on_the_tiny_model_walks_every_arm_and_judges_both_claims(smok
     assert by["real"]["zf_median"].mean() < by["real"]["z0_median"].mean() - 1
     v = {x.claim_id: x for x in run.verdicts()}
     assert set(v) == {"removal", "quality"}
-    assert v["removal"].null_value is not None and v["quality"].null_value is not None
+    assert v["removal"].null_value is not None  # quality is a check (by construction with the default judge)
     assert all(x.outcome == "inconclusive" for x in v.values())  # smoke is below every registered scale
     assert get(NAME).escape_hatches() == []
     text = exp.report_sections(cfg, res, run)

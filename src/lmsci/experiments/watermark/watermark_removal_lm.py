@@ -151,19 +151,15 @@ class WatermarkRemovalLM(Experiment):
                             "begin with (median z already below 2: low-entropy, repetitive generations whose "
                             "repeated bigrams the detector does not score), so a pass would not be the walk's"),
         Claim("quality", "The walk keeps quality: the median NLL change of the final text under the judge is at most "
-              f"tau = {TAU} nats/token (with the default judge, the attacker's own weights, by construction: the "
-              "claim's content is whether the judge tells the walk from random edits, its null arm).",
+              f"tau = {TAU} nats/token. A check: with the default judge (the attacker's own weights) every accepted "
+              "edit passed the same measure, so it holds by construction; with an independent judge "
+              "(judge_model=PATH) it becomes a measurement. The random-edit arm is reported beside it.",
               f"{_SRC}, Algorithm 1 (quality oracle), sec. 5 (quality flat under GPT-4)",
               "quality of the attacked texts close to the originals' (GPT-4 judge)",
               statistic=Stat("judge_dq_median", words="per prompt sample of n_texts Shakespeare prompts, the median "
                              "over texts of the judge's mean NLL of the generated tokens after the walk minus before "
                              "it (nats/token)"),
-              rule=ci_below(TAU), arms=("real", "random"),
-              null="the same walk with every proposal accepted (no Metropolis-Hastings step, no quality oracle), as "
-                   "many steps per text as the real walk made: random edits from the attacker",
-              null_can_meet="random edits from the attacker at temperature 1 meet the rule if the judge does not "
-                            "see their damage (edits too few, or the judge indifferent to them); then the claim "
-                            "cannot credit the quality oracle"),
+              rule=ci_below(TAU), kind="check"),
     ]
 
     def validate(self, cfg: RemovalLMConfig) -> None:
