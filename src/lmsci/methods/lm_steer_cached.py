@@ -8,13 +8,13 @@ Why it is exact. LM-Steer changes only the unembedding: a position's logits are 
 ``h [d]`` the input of ``lm_head`` (:mod:`lmsci.methods.lm_steer`). In teacher-forced training every ``h`` is a
 function of the text's tokens alone (the steer never reaches the blocks), so the ``[N, T, d]`` hidden states of
 the training texts can be computed once (:func:`final_hidden_states`, one forward pass without gradients) and each
-Adam step needs only ``lm_head`` on the steered cached states. :func:`train_steer_cached` reproduces
-:func:`lmsci.methods.steering.train_intervention`'s loop step for step: the same :class:`LMSteer` initialisation
-(``seed``), the same mini-batches (a ``torch.Generator`` seeded with ``seed``, drawn without replacement and
-reshuffled per epoch), the loss = mean NLL over the real (non-padding) targets plus ``l2 * ||params||^2``, Adam;
-so the two give the same steer to float rounding (tested on a tied tiny Llama). A real-model step then costs one
-``[B T, d] x [d, V]`` product and its gradient instead of a forward and backward pass through every block (about
-5x less for SmolLM2-135M, whose 28M-parameter unembedding is a fifth of its FLOPs).
+Adam step needs only ``lm_head`` on the steered cached states. :func:`train_steer_cached` runs
+:func:`lmsci.methods.steering.train_intervention`'s own loop with this forward plugged in (its ``loss_fn``): the
+same :class:`LMSteer` initialisation (``seed``), the same mini-batches (a ``torch.Generator`` seeded with ``seed``,
+drawn without replacement and reshuffled per epoch), the loss = mean NLL over the real (non-padding) targets plus
+``l2 * ||params||^2``, Adam; so the two give the same steer to float rounding (tested on a tied tiny Llama). A
+real-model step then costs one ``[B T, d] x [d, V]`` product and its gradient instead of a forward and backward
+pass through every block (about 5x less for SmolLM2-135M, whose 28M-parameter unembedding is a fifth of its FLOPs).
 
 It holds for causal LMs whose logits are ``lm_head(h)`` (Llama, GPT-2, GPT-NeoX, ...); a model that transforms the
 logits after ``lm_head`` (e.g. Gemma-2's soft-capping) would differ: :func:`check_cache` compares the cached path's
@@ -25,8 +25,6 @@ Shapes: ``N`` texts, ``T`` the longest (after ``max_length``), ``d`` the unembed
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,9 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lmsci.errors import ConfigError, DivergedError
+from lmsci.errors import ConfigError
 from lmsci.methods.lm_steer import EPSILON0, LMSteer
-from lmsci.methods.steering import as_steerable, as_token_lists, hidden_size, lm_head, logits_of, masked_nll, pad_batch
+from lmsci.methods.steering import (as_steerable, as_token_lists, hidden_size, lm_head, logits_of, masked_nll,
+                                   pad_batch, train_intervention)
 from lmsci.models.device import device_of
 
 
@@ -151,7 +150,8 @@ def train_steer_cached(
     seed: int = 0,
 ) -> LMSteer:
     """Train an :class:`LMSteer` on cached hidden states: :func:`lmsci.methods.lm_steer.train_steer`'s objective
-    and loop (module docstring), the LM frozen and not run.
+    and loop (:func:`lmsci.methods.steering.train_intervention` with ``lm_head`` on the steered cached states as its
+    ``loss_fn``; module docstring), the LM frozen and not run.
 
     Args:
         model: the model ``cache`` was computed on (only its ``lm_head`` is used).
@@ -172,50 +172,27 @@ def train_steer_cached(
     y = torch.as_tensor(labels, dtype=torch.float32)
     if y.dim() != 1 or y.shape[0] != n:
         raise ConfigError("labels", tuple(y.shape), f"[N] with N={n} cached texts")
-    for field, v in (("steps", steps), ("batch_size", batch_size)):
-        if int(v) < 1:
-            raise ConfigError(field, v, ">= 1")
-    if not lr > 0:
-        raise ConfigError("lr", lr, "> 0")
     keep = torch.nonzero(cache.mask.sum(1) >= 2).flatten().cpu()  # as train_intervention: texts with a target
     if not len(keep):
         raise ConfigError("data", n, "at least one text of two or more tokens")
-    dev = device_of(m)
     steer = LMSteer(hidden_size(m), names, rank=rank, epsilon=epsilon, init_std=init_std, dummy=dummy, seed=seed,
-                    device=dev)
+                    device=device_of(m))
     vals = steer.values(batch=n).cpu()
     vals[:, steer.index(steer.attributes[0])] = y
-    vals = vals[keep].to(dev)
-    h, ids, mask = (t[keep.to(t.device)] for t in (cache.h, cache.ids, cache.mask))
+    kept = HiddenCache(*(t[keep.to(t.device)] for t in (cache.h, cache.ids, cache.mask)))
     head = lm_head(m)
-    opt = torch.optim.Adam([p for p in steer.parameters() if p.requires_grad], lr=lr)
-    g = torch.Generator().manual_seed(int(seed))
-    order: list[int] = []
-    t0 = time.perf_counter()
-    steer.train()
-    for step in range(int(steps)):
-        if len(order) < batch_size:
-            order += torch.randperm(len(keep), generator=g).tolist()
-        idx, order = order[:batch_size], order[batch_size:]
-        bi = torch.tensor(idx, device=ids.device)
-        b_mask = mask[bi]
+
+    def loss_fn(idx: list[int], values: Tensor) -> Tensor:
+        """Mean NLL over the real targets of the kept texts ``idx``: ``lm_head`` on their steered cached states."""
+        bi = torch.tensor(idx, device=kept.ids.device)
+        b_mask = kept.mask[bi]
         T = int(b_mask.sum(1).max())
-        b_h, b_ids, b_mask = h[bi, :T], ids[bi, :T], b_mask[:, :T]
-        logits = _head_logits(head, steer.shift(b_h, vals[bi]))
-        nll, tmask = masked_nll(logits, b_ids, b_mask)
-        loss = nll.sum() / tmask.sum().clamp(min=1)
-        if l2:
-            loss = loss + l2 * steer.regularization()
-        val = float(loss.detach())
-        if not math.isfinite(val):
-            raise DivergedError(step, val, "steer training loss")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        steer.history.append(val)
-    steer.eval()
-    steer.train_seconds = time.perf_counter() - t0
-    return steer
+        logits = _head_logits(head, steer.shift(kept.h[bi, :T], values))
+        nll, tmask = masked_nll(logits, kept.ids[bi, :T], b_mask[:, :T])
+        return nll.sum() / tmask.sum().clamp(min=1)
+
+    return train_intervention(m, steer, kept, vals[keep], lr=lr, steps=steps, batch_size=batch_size, l2=l2,
+                              seed=seed, loss_fn=loss_fn)
 
 
 @torch.no_grad()

@@ -578,12 +578,34 @@ def _intervention_data(m: GPT | HFModel, steer: Steer, data: Any, values: Tensor
     if not keep:
         raise ConfigError("data", len(seqs), "at least one text of two or more tokens")
     seqs, values = [seqs[i] for i in keep], values[keep]
+    _check_optimiser(steps, batch_size, lr)
+    return seqs, values
+
+
+def _check_optimiser(steps: int, batch_size: int, lr: float) -> None:
+    """Raise ConfigError for non-positive ``steps``, ``batch_size`` or ``lr``."""
     for field, v in (("steps", steps), ("batch_size", batch_size)):
         if int(v) < 1:
             raise ConfigError(field, v, ">= 1")
     if not lr > 0:
         raise ConfigError("lr", lr, "> 0")
-    return seqs, values
+
+
+def _loss_fn_data(steer: Steer, data: Any, values: Tensor, steps: int, batch_size: int,
+                  lr: float) -> tuple[int, Tensor]:
+    """``N = len(data)`` and the steer values ``[N, K]`` for :func:`train_intervention` with a ``loss_fn``.
+
+    Raises:
+        ConfigError: no example; ``values`` not ``[N, K]``; non-positive ``steps``/``batch_size``/``lr``.
+    """
+    n = len(data)
+    values = torch.as_tensor(values, dtype=torch.float32)
+    if values.shape != (n, steer.K):
+        raise ConfigError("values", tuple(values.shape), f"[N, K] = [{n}, {steer.K}] ({steer.names})")
+    if not n:
+        raise ConfigError("data", n, "at least one example")
+    _check_optimiser(steps, batch_size, lr)
+    return n, values
 
 
 @contextlib.contextmanager
@@ -614,11 +636,26 @@ def _check_no_leak(lm_params: list[Tensor], before: list[Tensor | None]) -> None
         raise RuntimeError(f"{len(leaked)} LM parameters received gradients; the LM must stay frozen")
 
 
-def _steer_steps(m: GPT | HFModel, steer: Steer, seqs: list[list[int]], values: Tensor, *, lr: float, steps: int,
-                 batch_size: int, l2: float, seed: int, pad_id: int, grad_clip: float | None,
-                 on_step: Callable[[int, float], None] | None) -> None:
-    """The Adam steps of :func:`train_intervention` (the steer already attached, the LM frozen): batches drawn
-    without replacement from a ``torch.Generator`` seeded with ``seed``, losses appended to ``steer.history``.
+def _lm_loss(m: GPT | HFModel, steer: Steer, seqs: list[list[int]],
+             pad_id: int) -> Callable[[list[int], Tensor], Tensor]:
+    """The default batch loss of :func:`train_intervention` (the steer attached to ``m``): the texts ``seqs[idx]``
+    right-padded with ``pad_id``, the steer set to their values ``[B, K]``, the LM's mean NLL over real targets."""
+    dev = device_of(m)
+
+    def loss(idx: list[int], values: Tensor) -> Tensor:
+        ids, mask = pad_batch([seqs[i] for i in idx], pad_id, dev)
+        steer.set_values(values)
+        return mean_nll(m, ids, mask)
+
+    return loss
+
+
+def _steer_steps(m: GPT | HFModel, steer: Steer, n: int, values: Tensor,
+                 batch_loss: Callable[[list[int], Tensor], Tensor], *, lr: float, steps: int, batch_size: int,
+                 l2: float, seed: int, grad_clip: float | None, on_step: Callable[[int, float], None] | None) -> None:
+    """The Adam steps of :func:`train_intervention` (the LM frozen): batches of indices into the ``n`` examples
+    drawn without replacement from a ``torch.Generator`` seeded with ``seed``, the loss ``batch_loss(idx,
+    values[idx])`` plus ``l2 * steer.regularization()``, losses appended to ``steer.history``.
 
     Raises:
         DivergedError: a non-finite loss. RuntimeError: an LM parameter received a gradient (checked once).
@@ -633,11 +670,9 @@ def _steer_steps(m: GPT | HFModel, steer: Steer, seqs: list[list[int]], values: 
     order: list[int] = []
     for step in range(int(steps)):
         if len(order) < batch_size:
-            order += torch.randperm(len(seqs), generator=g).tolist()
+            order += torch.randperm(n, generator=g).tolist()
         idx, order = order[:batch_size], order[batch_size:]
-        ids, mask = pad_batch([seqs[i] for i in idx], pad_id, dev)
-        steer.set_values(values[idx].to(dev))
-        loss = mean_nll(m, ids, mask)
+        loss = batch_loss(idx, values[idx].to(dev))
         if l2:
             loss = loss + l2 * steer.regularization()
         val = float(loss.detach())
@@ -671,6 +706,7 @@ def train_intervention(
     tokenizer: Any = None,
     grad_clip: float | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    loss_fn: Callable[[list[int], Tensor], Tensor] | None = None,
 ) -> Steer:
     """Train ``steer`` on ``model`` (frozen) by next-token cross-entropy of the steered LM.
 
@@ -690,26 +726,38 @@ def train_intervention(
         values: per-example steer values ``[N, K]``.
         lr, steps, batch_size, l2, grad_clip: optimiser settings (paper: Adam lr 1e-2, 1000 steps, batch 32).
         on_step: called as ``on_step(step, loss)`` after every step.
+        loss_fn: a pluggable forward: ``loss_fn(idx, values) -> scalar tensor``, the loss (without L2) of the
+            examples ``idx`` (a list of indices into ``data``) at their steer values ``values [B, K]`` (on the
+            model's device). Then ``data`` is any sized collection of ``N`` examples (only ``len(data)`` is read;
+            every example is kept), ``loss_fn`` computes the steered loss itself (e.g. from cached hidden states,
+            :func:`lmsci.methods.lm_steer_cached.train_steer_cached`), the steer is not attached to the model and
+            ``max_length``, ``pad_id``, ``tokenizer`` are unused; the batches, Adam, L2, divergence check, frozen
+            LM and history are the same. None (default): the steered model's mean NLL of the padded texts.
 
     Returns:
         ``steer`` (trained in place); ``steer.history`` gets the per-step losses (nats/token).
 
     Raises:
-        ConfigError: ``values`` not ``[N, K]``; no text of two or more tokens (shorter ones are dropped);
-            non-positive ``steps``/``batch_size``/``lr``.
+        ConfigError: ``values`` not ``[N, K]``; no text of two or more tokens (shorter ones are dropped; with
+            ``loss_fn``: no example); non-positive ``steps``/``batch_size``/``lr``.
         DivergedError: a non-finite loss.
     """
     m = as_steerable(model)
-    seqs, values = _intervention_data(m, steer, data, values, tokenizer, max_length, steps, batch_size, lr)
+    if loss_fn is None:
+        seqs, values = _intervention_data(m, steer, data, values, tokenizer, max_length, steps, batch_size, lr)
+        n, batch_loss = len(seqs), _lm_loss(m, steer, seqs, pad_id)
+    else:
+        (n, values), batch_loss = _loss_fn_data(steer, data, values, steps, batch_size, lr), loss_fn
     steer.to(device_of(m))
     t0 = time.perf_counter()
     with _frozen_lm(m, steer):
-        handle = steer.attach(m)
+        handle = steer.attach(m) if loss_fn is None else None
         try:
-            _steer_steps(m, steer, seqs, values, lr=lr, steps=steps, batch_size=batch_size, l2=l2, seed=seed,
-                         pad_id=pad_id, grad_clip=grad_clip, on_step=on_step)
+            _steer_steps(m, steer, n, values, batch_loss, lr=lr, steps=steps, batch_size=batch_size, l2=l2,
+                         seed=seed, grad_clip=grad_clip, on_step=on_step)
         finally:
-            handle.remove()
+            if handle is not None:
+                handle.remove()
             steer.set_values(None)
     steer.train_seconds = time.perf_counter() - t0
     return steer

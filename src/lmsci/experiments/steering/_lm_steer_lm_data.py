@@ -1,9 +1,9 @@
 """Data, model and measurements of :mod:`lmsci.experiments.steering.lm_steer_lm` (LM-Steer on a real LM).
 
 * :func:`build_data`: VADER-labelled Shakespeare lines of the steer plays (training pool) and VADER-neutral lines of
-  the other plays (prompt candidates), split by play per genre as the toy ``lm-steer`` does
-  (:func:`lmsci.worlds.shakespeare.split_plays_by_genre`; the toy's ``prepare_data`` also trains a genre classifier
-  and draws one prompt set per run, so its recipe is repeated here with per-seed prompt samples).
+  the other plays (prompt candidates), split by play per genre and gathered as the toy ``lm-steer`` does (both use
+  :func:`lmsci.experiments.steering._lm_steer_lines.play_lines`; the toy's ``prepare_data`` also trains a genre
+  classifier and draws one prompt set per run, so its selection is repeated here with per-seed prompt samples).
 * :func:`get_model`: a zoo name, local Hugging Face directory or ``.gguf`` file (:func:`lmsci.models.zoo.load_cached`),
   or :data:`TINY`, a tiny random tied Llama with a word-level tokenizer over the run's lines (smoke preset, tests).
 * :func:`sample_prompts`, :func:`evaluate`: a seed's prompts and one steer value's continuations scored by VADER
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from lmsci.errors import ConfigError
+from lmsci.experiments.steering._lm_steer_lines import play_lines
 from lmsci.measure import text_scores as ts
 from lmsci.runs import derive_seed
 
@@ -58,22 +59,9 @@ def build_data(cfg: Any) -> dict[str, Any]:
     Raises:
         ConfigError: ``n_train_lines`` above the positive or negative lines available.
     """
-    from lmsci.worlds import shakespeare as sh
-
-    works = sh.load_works()
-    scorer, steer = sh.split_plays_by_genre(works, ("comedy", "tragedy"), cfg.scorer_fraction, cfg.play_split_seed)
     rng = np.random.default_rng(derive_seed(cfg.seed, "lines"))
-
-    def lines(ws):
-        out = []
-        for w in ws:
-            ls = sh.dialogue_lines(w, cfg.min_words, cfg.max_words)
-            if cfg.lines_per_play is not None and len(ls) > cfg.lines_per_play:
-                ls = [ls[i] for i in sorted(rng.permutation(len(ls))[: cfg.lines_per_play])]
-            out += ls
-        return out
-
-    st, sc = lines(steer), lines(scorer)
+    pl = play_lines(cfg, rng)
+    st, sc = [s for s, _, _ in pl.steer], [s for s, _, _ in pl.scorer]
     comp = ts.vader_compound(st)
     pos = [s for s, c in zip(st, comp) if c >= cfg.vader_threshold]
     neg = [s for s, c in zip(st, comp) if c <= -cfg.vader_threshold]
@@ -85,7 +73,7 @@ def build_data(cfg: Any) -> dict[str, Any]:
     neg = [neg[i] for i in rng.permutation(len(neg))[:n]]
     neutral = [s for s, c in zip(sc, ts.vader_compound(sc)) if c == 0.0]
     return {"texts": pos + neg, "labels": np.array([1.0] * n + [-1.0] * n), "neutral": neutral,
-            "steer_plays": [w.name for w in steer], "scorer_plays": [w.name for w in scorer],
+            "steer_plays": [w.name for w in pl.steer_plays], "scorer_plays": [w.name for w in pl.scorer_plays],
             "n_pos_available": len([c for c in comp if c >= cfg.vader_threshold]),
             "n_neg_available": len([c for c in comp if c <= -cfg.vader_threshold])}
 

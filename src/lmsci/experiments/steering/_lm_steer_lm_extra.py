@@ -2,8 +2,10 @@
 
 * :func:`build_genre`: the genre steer's lines (comedy +1, tragedy -1, lines of the steer plays) and the genre
   classifier (TF-IDF + logistic regression, trained on the held-out *scorer* plays only, its accuracy measured on
-  the steer plays' lines), the toy ``lm-steer``'s recipe (``_lm_steer_run.prepare_data`` builds them together
-  with its own prompts and a BPE tokenizer, so the recipe is repeated here).
+  the steer plays' lines), the toy ``lm-steer``'s recipe: the lines of
+  :func:`lmsci.experiments.steering._lm_steer_lines.play_lines`, which both share (``_lm_steer_run.prepare_data``
+  builds the pairs and classifier together with its own prompts and a BPE tokenizer, so that selection is repeated
+  here).
 * :func:`compose`: the sentiment and genre steers summed (:meth:`lmsci.methods.lm_steer.LMSteer.combine`, the exact
   sum of the two edits; paper sec. 5, Thm 3) and the values of the composed grid.
 * :func:`baseline_steers`: activation addition (Turner et al. 2023, arXiv 2308.10248: the mean difference of the
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 
 from lmsci.errors import ConfigError
+from lmsci.experiments.steering._lm_steer_lines import play_lines
 from lmsci.measure import text_scores as ts
 from lmsci.runs import derive_seed
 from lmsci.stats import wilson_interval
@@ -43,23 +46,9 @@ def build_genre(cfg: Any) -> dict[str, Any]:
     Raises:
         ConfigError: ``n_genre_lines`` above the comedy or tragedy lines available.
     """
-    from lmsci.worlds import shakespeare as sh
-
-    works = sh.load_works()
-    scorer, steer = sh.split_plays_by_genre(works, ("comedy", "tragedy"), cfg.scorer_fraction, cfg.play_split_seed)
     rng = np.random.default_rng(derive_seed(cfg.seed, "genre-lines"))
-
-    def lines(ws):
-        out = []
-        for w in ws:
-            y = int(sh.genre_of(w.name) == "comedy")
-            ls = sh.dialogue_lines(w, cfg.min_words, cfg.max_words)
-            if cfg.lines_per_play is not None and len(ls) > cfg.lines_per_play:
-                ls = [ls[i] for i in sorted(rng.permutation(len(ls))[: cfg.lines_per_play])]
-            out += [(ln, y) for ln in ls]
-        return out
-
-    st, sc = lines(steer), lines(scorer)
+    pl = play_lines(cfg, rng)
+    st, sc = [(s, y) for s, y, _ in pl.steer], [(s, y) for s, y, _ in pl.scorer]
     n = cfg.n_genre_lines
     picked = []
     for y, what in ((1, "comedy"), (0, "tragedy")):

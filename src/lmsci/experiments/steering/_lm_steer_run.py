@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lmsci.errors import ConfigError
+from lmsci.experiments.steering._lm_steer_lines import play_lines
 from lmsci.experiments.steering._lm_steer_verdicts import ATTRS
 from lmsci.experiments.steering.lm_steer_detox import nan_stat, random_like
 from lmsci.measure import text_scores as ts
@@ -29,7 +30,8 @@ from lmsci.stats import wilson_interval
 
 # ---------------------------------------------------------------------------------------------------- data
 def prepare_data(cfg: Any, tok: Any) -> dict[str, Any]:
-    """The attribute data from the First Folio's comedies and tragedies, split into steer and scorer plays.
+    """The attribute data from the First Folio's comedies and tragedies, split into steer and scorer plays
+    (the lines of :func:`lmsci.experiments.steering._lm_steer_lines.play_lines`).
 
     Returns ``sentiment`` / ``genre`` (``(line, +-1.0)`` training pairs, ``n_train_lines`` per class, steer plays),
     ``clf`` (the genre classifier, trained on the scorer plays) and its accuracy ``clf_acc`` on the ``clf_n``
@@ -39,24 +41,9 @@ def prepare_data(cfg: Any, tok: Any) -> dict[str, Any]:
     Raises:
         ConfigError: ``n_train_lines`` above the lines available for a class.
     """
-    from lmsci.worlds import shakespeare as sh
-
-    works = sh.load_works()
-    scorer, steer = sh.split_plays_by_genre(works, ("comedy", "tragedy"), cfg.scorer_fraction,
-                                            cfg.play_split_seed)
     rng = np.random.default_rng(derive_seed(cfg.seed, "lines"))
-
-    def lines(ws):
-        out = []
-        for w in ws:
-            y = int(sh.genre_of(w.name) == "comedy")
-            ls = sh.dialogue_lines(w, cfg.min_words, cfg.max_words)
-            if cfg.lines_per_play is not None and len(ls) > cfg.lines_per_play:
-                ls = [ls[i] for i in sorted(rng.permutation(len(ls))[: cfg.lines_per_play])]
-            out += [(ln, y, w.name) for ln in ls]
-        return out
-
-    steer_lines, scorer_lines = lines(steer), lines(scorer)
+    pl = play_lines(cfg, rng)
+    steer_lines, scorer_lines = pl.steer, pl.scorer
 
     def pick(items, n, what):
         if len(items) < n:
@@ -91,7 +78,7 @@ def prepare_data(cfg: Any, tok: Any) -> dict[str, Any]:
         hl += [(s, lab) for s in pick(cand, min(cfg.n_highlight_lines, len(cand)), "highlight lines")]
     return {"sentiment": sent, "genre": genre, "clf": clf, "clf_acc": acc, "clf_n": len(steer_lines),
             "prompts": torch.tensor(prompts, dtype=torch.long), "highlight": hl,
-            "steer_plays": [w.name for w in steer], "scorer_plays": [w.name for w in scorer]}
+            "steer_plays": [w.name for w in pl.steer_plays], "scorer_plays": [w.name for w in pl.scorer_plays]}
 
 
 # ---------------------------------------------------------------------------------------------------- models
