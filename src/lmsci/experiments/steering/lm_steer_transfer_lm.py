@@ -49,8 +49,17 @@ transferred steer of a W that learned the domain but no sentiment direction.
 ``pretrained`` (the source's NLL of those lines >= 2 nats/token below ``ln V``) and ``toy-learned`` (the toy GPT's
 held-out NLL below the unigram NLL of the same split).
 
-**Timing** (2026-12-06, one thread at nice 10 on the 2-core machine shared with the publication runs: pessimistic;
-timing pilot at master seed 1000001, see ``time_estimate``).
+**Timing** (2026-12-06; timing pilot at master seed 1000001, one thread at nice 10 on the 2-core machine shared with
+the publication runs (load average ~3): pessimistic rates). Source model load 32 s; hidden states 38 ms/token (378
+tokens in 14-15 s); toy GPT 0.25 s per training step at d_model 64, batch 16 x 64 tokens (100 steps in 28 s with the
+cached corpus, the validation NLL and the n-gram baselines); cached steer training 2.4 s/step at batch 8; the map
+0.7 s (973 shared tokens with the 1,024-token toy BPE, 778 fitted); a toy steer value (24 continuations of 16 tokens)
+0.46 s. The source's generate call was not timed by this pilot; ``lm-steer-lm``'s pilot measured ~7 s per call of 12
+x 16 tokens on a quieter thread. The same day's quieter measurements (``lm-steer-lm``: 8.3 ms/token, 0.43 s/step) are
+~5x faster than this pilot's. Quick (3 seeds x 2 arms: 300 cached lines of ~12 tokens, a 600-step toy GPT, 6 x 60 steer
+steps, 6 x 3 toy steer values, 3 x 3 source generate calls of 24 continuations) then costs ~5 min per master seed on
+a quiet thread (6 s load, 30 s hidden states, ~35 s toy, ~155 s steers, ~90 s source generation, ~10 s toy) and up
+to ~25 min at this pilot's loaded rates; the lead's quick run will measure it.
 """
 
 from __future__ import annotations
@@ -99,22 +108,23 @@ class LMSteerTransferLMConfig(ExperimentConfig):
     max_words: int = Field(12, ge=1)
     lines_per_play: int | None = Field(400, ge=10, description="dialogue lines sampled per play (None: all)")
     vader_threshold: float = Field(0.5, gt=0, lt=1)
-    n_train_lines: int = Field(200, ge=2, description="training lines per class (positive, negative)")
+    n_train_lines: int = Field(150, ge=2, description="training lines per class (positive, negative)")
     max_length: int = Field(24, ge=4, description="tokens kept of a training line")
     # steer training on the source (cached hidden states)
     epsilon: float = Field(1e-3, gt=0, description="eps0")
     rank: int | None = Field(None, ge=1, description="rank r of W (None: full d x d)")
     init_std: float = Field(1e-2, gt=0)
     steer_lr: float = Field(1e-2, gt=0)
-    steer_steps: int = Field(80, ge=1)
+    steer_steps: int = Field(60, ge=1)
     steer_batch: int = Field(8, ge=1)
     l2: float = Field(0.0, ge=0)
     n_loss_lines: int = Field(64, ge=2, description="training lines of the loss and pretrained gates")
     # the toy GPT (the toy lm-steer's quick steered GPT)
-    toy_vocab_size: int = Field(2048, ge=257, le=65536, description="BPE vocabulary of the toy corpus")
+    toy_vocab_size: int = Field(1024, ge=257, le=65536,
+                                description="BPE vocabulary of the toy corpus (the toy lm-steer's)")
     toy_seq_len: int = Field(64, ge=16)
     toy_model: GPTSpec = GPTSpec(n_layers=2, n_heads=4, d_model=64)
-    toy_train: TrainSpec = TrainSpec(steps=1000, batch_size=16, lr=3e-3, warmup_steps=100)
+    toy_train: TrainSpec = TrainSpec(steps=600, batch_size=16, lr=3e-3, warmup_steps=60)
     toy_eval_tokens: int = Field(20000, ge=100, description="held-out targets of the toy's validation NLL")
     map_method: str = Field("lstsq", pattern="^(lstsq|procrustes)$", description="the embedding map (App. F)")
     map_holdout: float = Field(0.2, ge=0, lt=1, description="shared tokens held out to measure the map's error")
@@ -174,11 +184,14 @@ class LMSteerTransferLM(Experiment):
     real LM's steered text."""
 
     claim = ("A sentiment steer trained on a real pretrained LM (SmolLM2-135M) and carried to a toy Shakespeare GPT by "
-             "a linear map of their output embeddings on shared tokens steers the sentiment of the toy's continuations.")
+             "a linear map of their output embeddings on shared tokens steers the sentiment of the toy's "
+             "continuations.")
     source = SRC + ", v1 App. F (transfer), Sec. 4 (perplexity under another LM)"
     Config = LMSteerTransferLMConfig
     time_estimate = {"smoke": "~30 s (a tiny random Llama and a 1-layer toy GPT)",
-                     "quick": "~6 min per master seed (estimated from a timing pilot; see the module docstring)",
+                     "quick": "~5 min per master seed on a quiet thread (estimated from a timing pilot at nice 10 on the "
+                              "loaded 2-core machine, whose rates are ~5x slower: up to ~25 min there; module "
+                              "docstring)",
                      "gpu": "~10 min on one H100 (estimated, not measured: a 4-layer d 256 toy GPT of 4,000 steps, "
                             "10 points x 1,000 cached steps, 1,000 continuations per steer value)",
                      "paper": "~1 h on one H100 (estimated, not measured: 6 points x 62,500 continuations per steer "
