@@ -189,8 +189,8 @@ class LMSteerTransferLM(Experiment):
     source = SRC + ", v1 App. F (transfer), Sec. 4 (perplexity under another LM)"
     Config = LMSteerTransferLMConfig
     time_estimate = {"smoke": "~30 s (a tiny random Llama and a 1-layer toy GPT)",
-                     "quick": "~5 min per master seed on a quiet thread (estimated from a timing pilot at nice 10 on the "
-                              "loaded 2-core machine, whose rates are ~5x slower: up to ~25 min there; module "
+                     "quick": "~5 min per master seed on a quiet thread (estimated from a timing pilot at nice 10 on "
+                              "the loaded 2-core machine, whose rates are ~5x slower: up to ~25 min there; module "
                               "docstring)",
                      "gpu": "~10 min on one H100 (estimated, not measured: a 4-layer d 256 toy GPT of 4,000 steps, "
                             "10 points x 1,000 cached steps, 1,000 continuations per steer value)",
