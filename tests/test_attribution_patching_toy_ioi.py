@@ -42,3 +42,30 @@ def test_bad_input_refused_before_work(tmp_path):
     for bad in ({"n_prompts": 1}, {"ioi_fraction": 0.0}, {"n_templates": 16}):
         with pytest.raises(Exception):
             resolve_config(AttributionPatchingConfig, "smoke", bad)
+
+
+def _ap_table(pearson, top_k, null_pearson=(0.0, 0.1, -0.1), null_top_k=(0.0, 0.33, 0.0), ld=2.0):
+    import pandas as pd
+
+    rows = []
+    for arm, r, t in (("real", pearson, top_k), ("null", null_pearson, null_top_k)):
+        for k in range(3):
+            rows.append({"arm": arm, "seed_index": k, "status": "ok", "pearson": r[k], "top_k": t[k],
+                         "ld_clean": ld})
+    return pd.DataFrame(rows)
+
+
+def test_verdicts_on_hand_made_tables():
+    """Both claims on a passing, a failing, a gated and a null-passing table."""
+    exp = AttributionPatching()
+    cfg = resolve_config(AttributionPatchingConfig, "quick", {})
+    good = dict(pearson=(0.9, 0.92, 0.88), top_k=(1.0, 1.0, 1.0))
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _ap_table(**good), None)}
+    assert v["attr-pearson"].outcome == "reproduced" and v["attr-top-k"].outcome == "reproduced"
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _ap_table(pearson=(0.2, 0.3, 0.1), top_k=(0.33, 0.0, 0.33)),
+                                             None)}
+    assert v["attr-pearson"].outcome == "not reproduced" and v["attr-top-k"].outcome == "not reproduced"
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _ap_table(**good, ld=0.0), None)}
+    assert all(x.outcome == "inconclusive" for x in v.values())  # the model did not learn IOI
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _ap_table(**good, null_pearson=(0.9, 0.91, 0.9)), None)}
+    assert v["attr-pearson"].outcome == "inconclusive" and v["attr-pearson"].null_passed

@@ -78,3 +78,32 @@ def test_transfer_map_on_shared_tokens_recovers_a_linear_relation():
     moved = emap.map_steer(steer)
     W = steer.matrix("attr")
     assert torch.allclose(moved.matrix("attr"), emap.B.T @ W @ emap.A.T, atol=1e-4)
+
+
+def _xfer_table(real, null, loss_drop=0.05, below_uniform=5.0, toy_below=1.0):
+    import pandas as pd
+
+    rows = []
+    for arm, sp in (("real", real), ("null", null)):
+        for k in range(3):
+            rows.append({"arm": arm, "seed_index": k, "status": "ok", "toy_spread": sp[k],
+                         "toy_ppl_cost": 10.0 if arm == "real" else np.nan, "loss_drop": loss_drop,
+                         "nll_below_uniform": below_uniform, "toy_below_unigram": toy_below})
+    return pd.DataFrame(rows)
+
+
+def test_verdicts_on_hand_made_tables():
+    """`transfer` on a passing, a failing, a gated and a null-passing table."""
+    exp = get("lm-steer-transfer-lm")()
+    cfg = resolve_config(exp.Config, "quick", {})
+    good = dict(real=(0.3, 0.35, 0.32), null=(0.01, -0.02, 0.0))
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _xfer_table(**good), None)}
+    assert v["transfer"].outcome == "reproduced" and v["ppl-under-toy"].ablation
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _xfer_table(real=(0.1, -0.1, 0.02), null=good["null"]), None)}
+    assert v["transfer"].outcome == "not reproduced"
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _xfer_table(**good, loss_drop=0.0), None)}
+    assert v["transfer"].outcome == "inconclusive"  # the steer did not fit its training lines
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _xfer_table(**good, toy_below=-0.5), None)}
+    assert v["transfer"].outcome == "inconclusive"  # the toy GPT learned nothing
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _xfer_table(real=good["real"], null=(0.3, 0.31, 0.29)), None)}
+    assert v["transfer"].outcome == "inconclusive" and v["transfer"].null_passed

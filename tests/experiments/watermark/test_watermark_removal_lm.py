@@ -118,3 +118,29 @@ def test_on_the_real_smollm2_the_walk_keeps_the_quality_oracle(smollm2):
     assert final.shape == y0.shape and (extra["steps_per_text"] == 2).all()
     _, arrays = score_walk(smollm2.model, det, prompts, y0, wm.detect(det, y0)["z"], list(final), 4)
     assert (arrays["dq"] <= 0.02 + 1e-4).all()
+
+
+def _wm_table(z_real, z_null, dq_real=(0.0, 0.01, 0.0), n=3):
+    import pandas as pd
+
+    rows = [{"arm": arm, "seed_index": k, "status": "ok", "zf_median": z[k], "judge_dq_median": dq_real[k]}
+            for arm, z in (("real", z_real), ("null", z_null), ("random", z_null)) for k in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_verdicts_on_hand_made_tables():
+    """A passing, a failing, a null-passing and a too-few-seeds table for `removal` (it has no gate), and the
+    `quality` check passing and failing."""
+    exp = get(NAME)()
+    cfg = resolve_config(exp.Config, "quick", {})
+    good = dict(z_real=(0.5, 1.0, 0.8), z_null=(5.0, 4.5, 5.5))
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _wm_table(**good), None)}
+    assert v["removal"].outcome == "reproduced" and v["quality"].outcome == "passed"
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _wm_table(z_real=(4.0, 5.0, 4.5), z_null=good["z_null"]), None)}
+    assert v["removal"].outcome == "not reproduced"
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _wm_table(z_real=good["z_real"], z_null=(0.6, 0.9, 0.7)), None)}
+    assert v["removal"].outcome == "inconclusive" and v["removal"].null_passed  # no watermark to remove
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _wm_table(z_real=(0.5, 1.0), z_null=(5.0, 4.5), n=2), None)}
+    assert v["removal"].outcome == "inconclusive"  # fewer than 3 prompt samples
+    v = {x.claim_id: x for x in exp.verdicts(cfg, _wm_table(**good, dq_real=(0.5, 0.6, 0.4)), None)}
+    assert v["quality"].outcome == "failed"
