@@ -44,7 +44,8 @@ def main() -> int:
     from lmsci.runs import RunDir, git_commit
     from lmsci.suite import suite_names
     from lmsci.sweep import run_experiment
-    from lmsci.table_check import compare_results, golden_dir, outcome_columns, update_golden
+    from lmsci.table_check import (as_stored, compare_results, golden_dir, outcome_columns, read_golden_csv,
+                                   update_golden)
 
     torch.set_num_threads(1)
     out = Path(args.out) if args.out else golden_dir()
@@ -71,13 +72,14 @@ def main() -> int:
         secs = round(time.perf_counter() - t0, 1)
         if args.verify:
             csv = out / f"{name}.csv"
-            diffs = compare_results(pd.read_csv(csv), res[outcome_columns(res)]) \
+            diffs = compare_results(read_golden_csv(csv), as_stored(res[outcome_columns(res)])) \
                 if csv.is_file() and (out / f"{name}.json").is_file() else ["no golden"]
             print(f"{name}: {'unchanged' if not diffs else 'CHANGED'} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
             bad += bool(diffs)
             continue
         csv = out / f"{name}.csv"
-        exact = compare_results(pd.read_csv(csv), res[outcome_columns(res)], 0.0, 0.0) if csv.is_file() else None
+        exact = compare_results(read_golden_csv(csv), as_stored(res[outcome_columns(res)]), 0.0, 0.0) \
+            if csv.is_file() else None
         status, diffs = update_golden(name, res, rec, out, {"commit": (git_commit() or "")[:10],
                                                             "date": date.today().isoformat(), "seconds": secs})
         same = "" if status != "unchanged" else " (bit-identical)" if not exact else " (within tolerance)"

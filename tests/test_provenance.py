@@ -21,8 +21,9 @@ from lmsci.publish import CLAIMS_CSV, CSV_COLUMNS, claims_table
 from lmsci.runs import RunDir
 from lmsci.stats import across_seeds
 from lmsci.sweep import run_experiment
-from lmsci.table_check import (CURRENT, CURRENT_BY_GOLDEN, STALE, check_published, check_rows, compare_results,
-                               golden_vouches, head_provenance, update_golden, values_close)
+from lmsci.table_check import (CURRENT, CURRENT_BY_GOLDEN, STALE, as_stored, check_published, check_rows,
+                               compare_results, golden_vouches, head_provenance, outcome_columns, read_golden_csv,
+                               update_golden, values_close)
 
 runner = CliRunner()
 
@@ -195,6 +196,18 @@ def test_golden_comparison_holds_within_tolerance_and_sees_real_changes():
     assert diffs == ["q / loss: 2.0 -> 2.5"]
     assert "points differ" in compare_results(g, g.iloc[:1])[0]
     assert "columns differ" in compare_results(g, g.assign(extra=1))[0]
+
+
+def test_timing_columns_are_not_compared_and_an_arm_named_null_survives_the_csv(tmp_path):
+    res = pd.DataFrame({"point": ["real-p", "null-p"], "arm": ["real", "null"], "attn_s": [0.5, 0.25],
+                        "cpu_s": [1.0, 2.0], "sec_per_fact": [0.1, 0.2], "time_exact_s": [3.0, 4.0],
+                        "cpu_speedup": [1.3, 1.2], "mfu": [0.07, 0.08], "train_cpu_s": [5.0, 6.0]})
+    assert outcome_columns(res) == ["point", "arm", "attn_s"]  # attention to S is an outcome, not a time
+    (tmp_path / "g.csv").write_text(res.to_csv(index=False))
+    stored = read_golden_csv(tmp_path / "g.csv")
+    assert stored["arm"].tolist() == ["real", "null"]  # pandas' default reader makes "null" a NaN
+    assert compare_results(stored, as_stored(res.assign(cpu_s=[9.0, 9.0], mfu=[0.01, 0.02]))) == []
+    assert compare_results(stored, as_stored(res.assign(arm=["real", "real"]))) == ["null-p / arm: 'null' -> 'real'"]
 
 
 def test_update_golden_records_unchanged_runs_and_restarts_on_a_change(tmp_path):

@@ -48,6 +48,9 @@ GOLDEN_RTOL, GOLDEN_ATOL = 1e-3, 1e-6
 #: results columns that describe where or how fast a run went, not its outcome (never compared)
 VOLATILE_COLUMNS = frozenset({"seconds", "commit", "device", "node", "worker", "hostname", "wall_s"})
 VOLATILE_SUFFIXES = ("_per_s", "_seconds", "_sec", "_mfu", "_wall_s")
+#: a column one of whose ``_``-separated words is one of these times a computation (``cpu_s``, ``sec_per_fact``,
+#: ``time_exact_s``, ``cpu_speedup``): never compared (``attn_s``, attention to S, is not one)
+VOLATILE_WORDS = frozenset({"cpu", "sec", "secs", "seconds", "time", "wall", "speedup", "elapsed", "mfu"})
 CURRENT, CURRENT_BY_GOLDEN, STALE = "current", "current (source changed, golden unchanged)", "stale"
 REPO_ROOT = SRC_ROOT.parents[1]
 
@@ -60,8 +63,24 @@ def golden_dir(root: str | Path | None = None) -> Path:
 
 
 def outcome_columns(df: pd.DataFrame) -> list[str]:
-    """The columns of a results table that a golden compares: all but :data:`VOLATILE_COLUMNS` and timing ones."""
-    return [c for c in df.columns if c not in VOLATILE_COLUMNS and not str(c).endswith(VOLATILE_SUFFIXES)]
+    """The columns of a results table that a golden compares: all but :data:`VOLATILE_COLUMNS` and timing ones
+    (:data:`VOLATILE_SUFFIXES`, :data:`VOLATILE_WORDS`)."""
+    return [c for c in df.columns if c not in VOLATILE_COLUMNS and not str(c).endswith(VOLATILE_SUFFIXES)
+            and not VOLATILE_WORDS.intersection(str(c).split("_"))]
+
+
+def as_stored(df: pd.DataFrame) -> pd.DataFrame:
+    """A results table as a golden CSV stores it: written and read back as :meth:`lmsci.runs.RunDir.results`
+    reads (so an ``arm`` named ``null`` stays the string ``"null"`` on both sides of a comparison)."""
+    return read_golden_csv(io.StringIO(df.to_csv(index=False)))
+
+
+def read_golden_csv(path_or_buf: Any) -> pd.DataFrame:
+    """A golden (or any results) CSV read as :meth:`lmsci.runs.RunDir.results` reads one: only empty cells and
+    pandas' NaN spellings are missing values, not the words ``null``/``None``/``NA``."""
+    from lmsci.runs import NA_VALUES
+
+    return pd.read_csv(path_or_buf, keep_default_na=False, na_values=NA_VALUES)
 
 
 def _num(x: Any) -> float | None:
@@ -329,7 +348,7 @@ def update_golden(name: str, results: pd.DataFrame, record: dict[str, Any], out:
     old = json.loads(json_p.read_text()) if json_p.is_file() and csv_p.is_file() else None
     diffs: list[str] = []
     if old is not None:
-        diffs = compare_results(pd.read_csv(csv_p), pd.read_csv(io.StringIO(new.to_csv(index=False))),
+        diffs = compare_results(read_golden_csv(csv_p), as_stored(new),
                                 old.get("rtol", GOLDEN_RTOL), old.get("atol", GOLDEN_ATOL))
         if not diffs:
             known = {(v.get("source"), v.get("libraries")) for v in old.get("verified", [])}
