@@ -336,7 +336,8 @@ class RunDir:
         if not p.exists():
             return pd.DataFrame()
         try:
-            df = pd.read_csv(p, keep_default_na=False, na_values=NA_VALUES)
+            # a commit column holds hex strings, some of which ("1234e567") read as numbers
+            df = pd.read_csv(p, keep_default_na=False, na_values=NA_VALUES, dtype={"commit": str})
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise RunDirError(f"{p} is corrupted and cannot be read ({type(e).__name__}: {str(e).strip()[:200]}); "
                               "restore it, delete it to recompute every point, or choose another --out") from None
