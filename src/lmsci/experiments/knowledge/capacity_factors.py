@@ -16,7 +16,7 @@ factor an *arm* trained on the same world, the same useful biographies and the s
 
 * ``base``: the standard GPT-2 MLP (GELU, width 4 d_model); ``base2``: the same at another init seed, the null
   arm of every ratio claim (two seeds of the standard arm compared by the same statistic).
-* ``int8`` / ``int4``: the base model of the same seed, post-training fake-quantized
+* ``int8`` / ``int4`` / ``int2``: the base model of the same seed, post-training fake-quantized
   (:func:`lmsci.models.quantize.fake_quantize`: symmetric round-to-nearest per output channel, every weight matrix
   including the tied embedding; biases and norms kept). The paper's quantizer is not verified; round-to-nearest
   loses more than GPTQ at 4 bits, so the int4 ratio here is a lower bound on the paper's. The base arm keeps its
@@ -37,17 +37,18 @@ factor an *arm* trained on the same world, the same useful biographies and the s
   reading; the paper's own normalisation is bits per (total) parameter, which the statistic also uses.
 
 Statistic per seed: stored bits per parameter (all parameters) of the arm, divided by the base arm's value of the
-same seed (for ``junk_domain``, by the junk arm's). The null arm of each ratio claim is ``base2`` over ``base``
-(``junk2`` over ``junk`` for the domain token), by the same rule. The claims are decided at the gpu and paper
-presets only (as ``knowledge-capacity``: the paper's 50,000-step minimum and a world large enough to fill the
-model are gates that a 15-minute CPU run cannot pass); the quick preset reports the values: its model is far below
-capacity (it stores a few hundredths of a bit per parameter), so its ratios measure how fast each arm learns a
-small world, not its capacity.
-
-Which rules the null could meet: the int8 band and the MoE band contain 1, so two seeds of the same arm meet them
-whenever the seeds agree (those two claims are then inconclusive by the engine's rule; they can only be decided if
-seed-to-seed spread is larger than the band). The int4 band, the junk, gated and no-MLP "below 1" rules and the
-domain-token "above 1" rule are met by the null only through seed-to-seed differences.
+same seed (for ``junk_domain``, by the junk arm's). The null arm of each "a factor moves capacity" claim is
+``base2`` over ``base`` (``junk2`` over ``junk`` for the domain token), by the same rule: it meets the rule only
+through seed-to-seed differences. The two "a factor keeps capacity" claims (a band around 1) take as null a
+factor that removes capacity, by the same band: ``int2`` (the same quantizer at 2 bits) for int8, ``no_mlp`` for
+the MoE; they meet the band only if the statistic cannot see that damage. (Until 2026-12-06 those two nulls were
+``base2`` over ``base`` too, which meets a band around 1 whenever two seeds agree, so the claims could never be
+decided; see CLAIMS.md.) The claims are decided at the paper preset only (as ``knowledge-capacity``: the paper's
+50,000-step minimum and a world large enough to fill the model are gates; 8 trained arms x 3 seeds at that scale
+take ~67 min of one H100 at the smallest world, past the gpu preset's 10 minutes); the gpu preset (6.7 min
+estimated) and the quick preset report the values: the quick model is far below capacity (it stores a few
+hundredths of a bit per parameter), so its ratios measure how fast each arm learns a small world, not its
+capacity.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ from lmsci.train.trainer import TrainConfig
 from lmsci.worlds.bios import ATTRS, BiosWorld
 from lmsci.worlds.bios_junk import JunkSpec, junk_stream
 
-ARMS = ("base", "base2", "int8", "int4", "junk", "junk2", "junk_domain", "moe", "gated", "no_mlp")
-QUANT_BITS = {"int8": 8, "int4": 4}
+ARMS = ("base", "base2", "int8", "int4", "int2", "junk", "junk2", "junk_domain", "moe", "gated", "no_mlp")
+QUANT_BITS = {"int8": 8, "int4": 4, "int2": 2}
 JUNK_ARMS = ("junk", "junk2", "junk_domain")
 SECOND_SEED = ("base2", "junk2")
 PAPER_MIN_STEPS = 50_000
@@ -132,10 +133,11 @@ class CapacityFactorsConfig(ExperimentConfig):
         "smoke": {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "pos": "rope", "tie_embeddings": True},
                   "n_people": 6, "exposures": 2, "n_seeds": 2, "moe_experts": 2},
         "quick": {},
-        # Part 3.3's 100-exposure regime (junk and GatedMLP are reported there): GPT2-2-2 on N = 20k (ideal bits
-        # about 3x the parameters), the paper's 1:7 junk, >= 50k steps per trained arm
-        "gpu": {"model": gpt2(2, 2), "n_people": 20_000, "seq_len": 512, "threads": 0,
-                "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": PAPER_MIN_STEPS,
+        # within 10 minutes of one H100 (estimate_h100_seconds: 6.7 min): GPT2-2-2 on N = 2k people, >= 5k steps
+        # per trained arm, the paper's 1:7 junk; reports the values (the claims are decided at paper only: 8
+        # trained arms x 3 seeds x the paper's 50k steps on N = 20k come to ~67 min, past the gpu budget)
+        "gpu": {"model": gpt2(2, 2), "n_people": 2_000, "seq_len": 512, "threads": 0,
+                "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": 5_000,
                 "junk": {"share": 0.875, "exposures": 1}, "moe_experts": 8, "precision": "bf16"},
         "paper": {"model": gpt2(4, 4), "n_people": 100_000, "seq_len": 512, "threads": 0,
                   "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": PAPER_MIN_STEPS,
@@ -163,15 +165,18 @@ _NULL = ("base2 over base: the standard arm at another init seed over the standa
 def _claim(cid: str, statement: str, paper: str, rule, real: str, can_meet: str, *, over: str = "base",
            null_arm: str = "base2", null: str = _NULL) -> Claim:
     return Claim(cid, statement, _SRC, paper, statistic=_ratio(over), rule=rule, gates=_GATES,
-                 presets=("gpu", "paper"), null=null, null_can_meet=can_meet, arms=(real, null_arm))
+                 presets=("paper",), null=null, null_can_meet=can_meet, arms=(real, null_arm))
 
 
 CLAIMS = [
     _claim("int8-keeps-capacity", f"Post-training int8 quantization keeps the stored bits: the int8/base ratio's 95% "
            f"CI lies inside [{INT8_BAND[0]}, {INT8_BAND[1]}].", "2 bits/param even when quantized to int8 (abstract)",
            ci_inside(*INT8_BAND), "int8",
-           "yes, by construction: two seeds of the standard arm have a ratio near 1, so the null meets the band "
-           "whenever seeds agree to within 10% (the claim is then inconclusive)"),
+           "only if the bit estimator is blind to what 2-bit rounding does to the weights (an insensitive "
+           "statistic): then the claim is inconclusive", null_arm="int2",
+           null="int2 over base: the same base model of the same seed through the same quantizer at 2 bits, same "
+                "statistic (quantization damage present: a ratio inside the band would mean the statistic cannot "
+                "see it)"),
     _claim("int4-cuts-capacity", f"Post-training int4 quantization (round-to-nearest) cuts the stored bits to "
            f"roughly half or less: the int4/base ratio's 95% CI lies inside [{INT4_BAND[0]}, {INT4_BAND[1]}].",
            "int4: about 0.7 bits/param against 2 (ratio 0.35; third-party summary, unverified); the issue and seed "
@@ -195,7 +200,11 @@ CLAIMS = [
     _claim("moe-matters-less", f"A Switch mixture of experts at matched total parameters keeps most of the "
            f"capacity: the moe/base ratio's 95% CI lies inside [{MOE_BAND[0]}, {MOE_BAND[1]}].",
            "32 experts: only 1.3x lower than dense (ratio 0.77; summary, unverified)", ci_inside(*MOE_BAND), "moe",
-           "yes, by construction: two seeds of the standard arm have a ratio near 1, inside the band"),
+           "yes, if removing the MLP altogether cost under 40% of the bits at this scale (the paper's summary: "
+           "most architectures reach 2 bits/param even without MLP at 1000 exposures): then the band does not "
+           "tell a MoE from no MLP and the claim is inconclusive", null_arm="no_mlp",
+           null="no_mlp over base: the attention-only model at matched total parameters (the MLP's form changed "
+                "as far as it goes), the same ratio and band"),
     _claim("no-mlp-hurts", "Without MLP layers (attention only, parameters matched by depth) a GPT stores fewer bits "
            "per parameter: the no_mlp/base ratio's 95% CI lies below 1.", "seed 001: 'w/o MLP -> hurts' (the "
            "paper's summary says most architectures reach 2 bits/param even without MLP at 1000 exposures)",
@@ -277,8 +286,8 @@ class CapacityFactors(Experiment):
     claims = CLAIMS
     time_estimate = {"smoke": "~20 s", "quick": "~4 min CPU (measured 2026-12-06: 6.4 CPU s per 127-step base training, 8 s junk; 30 trainings "
                               "per run, one thread); wall time is several times that on the loaded 2-core machine",
-                     "gpu": "~1.1 h on one H100 (estimated by estimate_h100_seconds: 7 trained arms x 3 seeds, "
-                            ">= 50k steps each)", "paper": "~16 h on one H100 (estimated the same way)"}
+                     "gpu": "~7 min on one H100 (estimated by estimate_h100_seconds: 8 trained arms x 3 seeds, "
+                            ">= 5k steps each on N = 2k; not measured: no GPU in the session that sized it)", "paper": "~16 h on one H100 (estimated the same way)"}
 
     def validate(self, cfg: CapacityFactorsConfig) -> None:
         bad = [a for a in cfg.arms if a not in ARMS]
