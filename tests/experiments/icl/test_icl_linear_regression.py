@@ -94,41 +94,71 @@ def test_smoke_preset_runs(tmp_path):
     cfg = resolve_config(ICLLinearRegressionConfig, "smoke")
     exp.validate(cfg)
     pts = exp.seeded_points(cfg)
-    assert [(p.id, p.arm) for p in pts] == [("real-d3", "real"), ("null-d3", "null")]
-    assert exp.groups(cfg, pts) == [pts]  # the arms of a seed: one group, the prompts and baselines computed once
+    assert [(p.id, p.arm) for p in pts] == [("real-d3", "real"), ("weak_baseline-d3", "weak_baseline"),
+                                            ("other_w-d3", "other_w"), ("control_target-d3", "control_target")]
+    assert exp.groups(cfg, pts) == [pts]  # the arms of a seed: one group, one training, the prompts computed once
     run = RunDir(tmp_path)
     rows = exp.run_group(cfg, pts, [PointContext(run, p, 0, "cpu", show_progress=False) for p in pts])
-    row, row0 = rows
+    row, weak, other, ctrl = rows
     assert np.isfinite(row["err_model_at_2d"]) and row["err_least_squares_at_2d"] > 0
     assert len(json.loads(row["probe_r2_by_layer"])) == cfg.model.n_layers + 1
     assert len(json.loads(row["err_curves"])["model"]) == cfg.n_points
-    assert row0["err_least_squares_at_2d"] == row["err_least_squares_at_2d"] and row0["final_train_loss"] is None
+    # weak_baseline: the strongest weak baseline in the model's place, against the same least squares
+    assert weak["weak_baseline"] in ("gd_1step", "knn3", "averaging") and weak["final_train_loss"] is None
+    assert weak["err_model_at_2d"] == min(row[f"err_{b}_at_2d"] for b in ("gd_1step", "knn3", "averaging"))
+    assert weak["err_least_squares_at_2d"] == row["err_least_squares_at_2d"] and weak[f"spd_{weak['weak_baseline']}"] == 0
+    # other_w: the same model on another task vector's context, every reference from the true prompts
+    assert other["err_least_squares_at_2d"] == row["err_least_squares_at_2d"]
+    assert other["err_model_at_2d"] != row["err_model_at_2d"] and other["final_train_loss"] == row["final_train_loss"]
+    # control_target: the same residual streams, another target
+    assert len(json.loads(ctrl["probe_r2_by_layer"])) == cfg.model.n_layers + 1
+    assert ctrl["probe_r2_best"] != row["probe_r2_best"]
     df = pd.DataFrame([{**r, "point": p.id, "arm": p.arm, "seed_index": 0, "status": "ok"} for r, p in zip(rows, pts)])
     vs = exp.verdicts(cfg, df, run)
     assert {v.claim_id for v in vs} == {c.id for c in exp.claims}
     assert all(v.outcome == "inconclusive" for v in vs)  # smoke is below the claims' scale
-    # the null arm (the untrained initialisation, same prompts) meets none of the rules
-    assert all(v.null_passed is False for v in vs), {v.claim_id: v.null_value for v in vs}
+    assert all(v.null_passed is not None for v in vs), {v.claim_id: v.reasons for v in vs}  # every null measured
+
+
+def test_null_arm_draws():
+    """other_w labels: the context from the next prompt's w with fresh noise, the query's label kept; the ridge
+    estimate solves the regularised normal equations."""
+    from lmsci.experiments.icl._linear_regression_parts import other_w_labels, ridge_estimate
+
+    w = LinearRegressionWorld(3, noise_std=0.0)
+    ev = w.sample(8, 7, torch.Generator().manual_seed(0))
+    ys = other_w_labels(ev, 6, 0.0, torch.Generator().manual_seed(1))
+    assert torch.equal(ys[:, 6], ev.ys[:, 6])
+    assert torch.allclose(ys[:, :6], torch.einsum("bnd,bd->bn", ev.xs[:, :6], torch.roll(ev.ws, 1, 0)), atol=1e-5)
+    assert not torch.allclose(ys[:, :6], ev.ys[:, :6])
+    X, Y = ev.xs.double().numpy(), ev.ys.double().numpy()
+    assert np.allclose(ridge_estimate(X, Y, 1e-10), ev.ws.double().numpy(), atol=1e-5)  # noiseless, n > d
 
 
 # -- verdicts from synthetic tables ----------------------------------------------------------------------------
 def _rows(model_err, *, ls=0.55, ridge=0.5, gd=2.4, knn=4.0, avg=3.2, zero=6.0, spd_ls=(0.05,), spd_ridge=(0.02,),
-          spd_gd=(1.5,), r2=(0.8,), null_err=6.1, null_spd_ls=3.0, null_spd_gd=1.0, null_r2=0.05, null=True):
+          spd_gd=(1.5,), r2=(0.8,), weak_err=2.4, null_err=10.1, null_spd_ls=12.0, null_spd_gd=7.0, null_r2=0.05,
+          null=True):
     rows = []
     for k, e in enumerate(model_err):
         pick = lambda t: t[k % len(t)]  # noqa: E731
         base = {"seed_index": k, "status": "ok", "d": 5, "err_least_squares_at_2d": ls, "err_ridge_at_2d": ridge,
                 "err_gd_1step_at_2d": gd, "err_knn3_at_2d": knn, "err_averaging_at_2d": avg, "err_zero_at_2d": zero}
-        rows.append({**base, "point": "real-d5" + (f"__s{k}" if k else ""), "arm": "real",
+        sk = f"__s{k}" if k else ""
+        rows.append({**base, "point": "real-d5" + sk, "arm": "real",
                      "err_model_at_2d": e, "spd_least_squares": pick(spd_ls), "spd_ridge": pick(spd_ridge),
                      "spd_gd_1step": pick(spd_gd), "spd_knn3": 5.0, "spd_averaging": 3.0,
                      "probe_r2_best": pick(r2), "probe_best_layer": 3,
                      "probe_r2_by_layer": json.dumps([0.0, 0.2, 0.5, pick(r2)])})
-        if null:  # the null arm: the untrained initialisation on the same prompts
-            rows.append({**base, "point": "null-d5" + (f"__s{k}" if k else ""), "arm": "null",
+        if null:  # the nulls: the strongest weak baseline; the model on another w's context; a control probe target
+            rows.append({**base, "point": "weak_baseline-d5" + sk, "arm": "weak_baseline", "weak_baseline": "gd_1step",
+                         "err_model_at_2d": weak_err, "spd_least_squares": 1.4, "spd_ridge": 1.5, "spd_gd_1step": 0.0,
+                         "spd_knn3": 2.0, "spd_averaging": 1.0})
+            rows.append({**base, "point": "other_w-d5" + sk, "arm": "other_w",
                          "err_model_at_2d": null_err, "spd_least_squares": null_spd_ls, "spd_ridge": null_spd_ls,
-                         "spd_gd_1step": null_spd_gd, "spd_knn3": 5.0, "spd_averaging": 3.0,
-                         "probe_r2_best": null_r2})
+                         "spd_gd_1step": null_spd_gd, "spd_knn3": 9.0, "spd_averaging": 8.0})
+            rows.append({"seed_index": k, "status": "ok", "d": 5, "point": "control_target-d5" + sk,
+                         "arm": "control_target", "probe_r2_best": null_r2})
     return pd.DataFrame(rows)
 
 
@@ -149,12 +179,18 @@ def test_papers_numbers_are_reproduced(tmp_path):
 def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     from lmsci.claims import NULL_MEETS_RULE
 
-    # an "untrained" arm as good as the trained one: the rules cannot tell the effect from its absence
-    vs = _verdicts(_rows([0.52, 0.56, 0.54], null_err=0.5, null_spd_ls=0.01, null_spd_gd=2.0, null_r2=0.9),
-                   tmp_path)
+    # nulls as good as the trained model (a weak baseline within 1.5x of least squares, as under high noise; a
+    # model as accurate on another w's context, as with a leak of the query's label; a control target as decodable
+    # as w): the rules cannot tell the effect from its absence
+    vs = _verdicts(_rows([0.52, 0.56, 0.54], weak_err=0.7, null_err=0.5, null_spd_ls=0.01, null_spd_gd=2.0,
+                         null_r2=0.9), tmp_path)
     for v in vs.values():
         assert v.null_passed is True and v.outcome == "inconclusive", v.claim_id
         assert any(NULL_MEETS_RULE in r for r in v.reasons)
+    # each claim reads its own null: only the weak baseline meeting ls-error's rule leaves the others decided
+    vs = _verdicts(_rows([0.52, 0.56, 0.54], weak_err=0.7), tmp_path)
+    assert vs["ls-error"].outcome == "inconclusive" and vs["ls-error"].null_value == pytest.approx(0.7 / 0.55)
+    assert all(vs[c].outcome == "reproduced" for c in ("beats-baselines", "implied-ridge", "probe-w"))
     # a table without the null arm: not measured, inconclusive
     df = _rows([0.52, 0.56, 0.54], null=False)
     assert all(v.outcome == "inconclusive" and v.null_passed is None for v in _verdicts(df, tmp_path).values())
