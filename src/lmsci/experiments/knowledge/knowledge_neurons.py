@@ -45,8 +45,9 @@ from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
 from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
-from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
+from lmsci.contract import Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
+from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
 from lmsci.experiments.registry import register
@@ -133,7 +134,7 @@ NEURONS_FOUND = Gate("neurons-found", every_at_least(0.5), arm="real",
 
 
 @register("knowledge-neurons")
-class KnowledgeNeurons(Experiment):
+class KnowledgeNeurons(SeedArmsExperiment):
     """Integrated-gradients knowledge neurons of memorised bioS facts; suppress / amplify them.
 
     Source: Dai et al., ACL 2022, arXiv 2104.08696, Secs. 3-4.1.
@@ -190,22 +191,12 @@ class KnowledgeNeurons(Experiment):
     def points(self, cfg: KnowledgeNeuronsConfig) -> list[Point]:
         return cross_arms([Point("bios", {})], ("real", "null"))
 
-    def groups(self, cfg: KnowledgeNeuronsConfig, points: list[Point]) -> list[list[Point]]:
-        """The arms of one seed form one group: one training and one attribution give both rows."""
-        by_seed: dict[int, list[Point]] = {}
-        for p in points:
-            by_seed.setdefault(p.seed_index, []).append(p)
-        return list(by_seed.values())
+    # groups, run_point, run_group: SeedArmsExperiment's (the arms of one seed: one training and one attribution
+    # give both rows)
 
-    def run_point(self, cfg: KnowledgeNeuronsConfig, point: Point, ctx: PointContext) -> dict:
-        return self.run_group(cfg, [point], [ctx])[0]
-
-    def run_group(self, cfg: KnowledgeNeuronsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """Train and attribute once; one row per arm (:func:`_arm_rows`)."""
-        rows = self._measure(cfg, ctxs[0])
-        return [rows[p.arm or "real"] for p in points]
-
-    def _measure(self, cfg: KnowledgeNeuronsConfig, ctx: PointContext) -> dict[str, dict]:
+    def _measure(self, cfg: KnowledgeNeuronsConfig, k: int, ctx: PointContext) -> dict[str, dict]:
+        """Train and attribute once (seed ``ctx.seed``; ``k``, the seed index, is not needed); one row per arm
+        (:func:`_arm_rows`)."""
         model, world, docs, info = train_bios_model(cfg.bios, data_seed=cfg.seed, train_seed=ctx.seed, ctx=ctx,
                                                     device=ctx.device)
         rng = np.random.default_rng([ctx.seed, 19])

@@ -75,13 +75,14 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, ci_above, ci_below, every_at_least
 from lmsci.config import ExperimentConfig
-from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms
+from lmsci.contract import Figure, Point, PointContext, cross_arms
 from lmsci.errors import ConfigError
 from lmsci.experiments.knowledge._causal_tracing_lm_model import (
     check_model_name, encode_fact, get_model, known_facts, prefix_ids,
 )
 from lmsci.experiments.knowledge._knowledge_neurons_lm_ig import cached_integrated_gradients
 from lmsci.experiments.knowledge._knowledge_neurons_lm_report import kn_figures, kn_report
+from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
 from lmsci.experiments.registry import register
 from lmsci.measure.attribution import NeuronEdit, adaptive_share, answer_probs, coarse_neurons, refine, relative_change
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -169,7 +170,7 @@ def _words(edit: str) -> str:
 
 
 @register("knowledge-neurons-lm")
-class KnowledgeNeuronsLM(Experiment):
+class KnowledgeNeuronsLM(SeedArmsExperiment):
     """Knowledge neurons of a real pretrained LM, suppressed and amplified (Dai et al. 2022, arXiv 2104.08696)."""
 
     claim = ("In a real pretrained LM, suppressing the MLP neurons that integrated gradients attribute a fact to "
@@ -230,19 +231,7 @@ class KnowledgeNeuronsLM(Experiment):
     def points(self, cfg: KnowledgeNeuronsLMConfig) -> list[Point]:
         return cross_arms([Point("facts")], ("real", "null"))
 
-    def groups(self, cfg: KnowledgeNeuronsLMConfig, points: list[Point]) -> list[list[Point]]:
-        """The arms of one sample form one group: one attribution gives both rows."""
-        by_seed: dict[int, list[Point]] = {}
-        for p in points:
-            by_seed.setdefault(p.seed_index, []).append(p)
-        return list(by_seed.values())
-
-    def run_point(self, cfg: KnowledgeNeuronsLMConfig, point: Point, ctx: PointContext) -> dict:
-        return self.run_group(cfg, [point], [ctx])[0]
-
-    def run_group(self, cfg: KnowledgeNeuronsLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        rows = self._measure(cfg, points[0].seed_index, ctxs[0])
-        return [rows[p.arm or "real"] for p in points]
+    # groups, run_point, run_group: SeedArmsExperiment's (the arms of one sample: one attribution gives both rows)
 
     def _sample(self, cfg: KnowledgeNeuronsLMConfig, k: int, ctx: PointContext) -> tuple[Any, dict[str, Any]]:
         """The model, the sample's facts (three prompts each) and the other-relation facts."""
