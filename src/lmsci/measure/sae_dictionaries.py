@@ -7,6 +7,8 @@ the measurement that ``sae-ground-truth`` (CFG features) and ``sae-bios`` (bioS 
   dictionary against the held-out true features (:func:`lmsci.measure.feature_recovery.compare_dictionaries`,
   best-threshold F1 of each feature's best latent; Bricken et al. 2023, Karvonen et al. arXiv 2408.00113).
 * :func:`dictionary_columns`: the per-dictionary result columns of that comparison.
+* :class:`SAEDictionaryFields`: the configuration fields of the read-out layer and of the SAE (a mixin of both
+  experiments' configurations).
 """
 
 from __future__ import annotations
@@ -16,13 +18,36 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from lmsci.config import StrictModel
 from lmsci.measure.feature_recovery import baseline_codes, compare_dictionaries
 from lmsci.measure.sae import SparseAutoencoder, train_sae
 
 DICTS = ("sae", "pca", "random")
 """The dictionaries compared, in column order: the TopK SAE, PCA components, random unit directions."""
+
+
+class SAEDictionaryFields(StrictModel):
+    """Configuration fields of the read-out and the SAE (a mixin: ``class C(ExperimentConfig, SAEDictionaryFields)``).
+
+    Attributes:
+        layer: the block whose output residual stream is read (``blocks.{layer}.resid_post``; negative counts from
+            the last block).
+        d_sae, k: SAE latents and active latents (TopK). sae_steps, sae_batch, sae_lr: its Adam optimisation.
+        aux_k, dead_tokens: AuxK (Gao et al., arXiv 2406.04093, app. A.2): a latent silent for ``dead_tokens``
+            training tokens is dead; the ``aux_k`` largest dead pre-activations reconstruct the residual.
+    """
+
+    layer: int = Field(-1, description="block read: blocks.{layer}.resid_post (negative: from the end)")
+    d_sae: int = Field(256, ge=2)
+    k: int = Field(8, ge=1)
+    sae_steps: int = Field(2000, ge=1)
+    sae_batch: int = Field(256, ge=1)
+    sae_lr: float = Field(1e-3, gt=0)
+    aux_k: int = Field(64, ge=1)
+    dead_tokens: int = Field(4096, ge=1)
 
 
 def compare_sae_baselines(a_tr: Tensor, a_ev: Tensor, f_ev: Any, names: Sequence[str], *, d_sae: int, k: int,

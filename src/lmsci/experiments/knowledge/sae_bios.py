@@ -71,7 +71,7 @@ from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
 from lmsci.measure.knowledge import recall_of_docs
 from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll
-from lmsci.measure.sae_dictionaries import compare_sae_baselines, dictionary_columns
+from lmsci.measure.sae_dictionaries import SAEDictionaryFields, compare_sae_baselines, dictionary_columns
 from lmsci.report.sae_recovery import ok_rows, recovery_heatmap, results_table
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.bios import ATTRS
@@ -80,32 +80,22 @@ F1_MIN = 0.7          # registered: a true feature is recovered when its best la
 SHARE_MIN = 0.5       # registered: "most true features": the share's 95% CI lower end above 0.5
 
 
-class SAEBiosConfig(ExperimentConfig):
+class SAEBiosConfig(ExperimentConfig, SAEDictionaryFields):
     """Configuration of ``sae-bios`` (defaults = quick).
 
     Attributes:
         bios: the world and the GPT memorising it (:class:`~lmsci.experiments.knowledge.common.BiosModelSpec`).
-        layer: the block whose output residual stream is read (``blocks.{layer}.resid_post``; negative counts from
-            the last block).
+        layer, d_sae, k, sae_steps, sae_batch, sae_lr, aux_k, dead_tokens: the read-out block and the SAE
+            (:class:`~lmsci.measure.sae_dictionaries.SAEDictionaryFields`).
         min_count: a feature is kept when it has at least this many positives and negatives among the value
             positions of both halves of the people.
-        d_sae, k: SAE latents and active latents (TopK). sae_steps, sae_batch, sae_lr: its Adam optimisation.
-        aux_k, dead_tokens: AuxK (Gao et al., arXiv 2406.04093, app. A.2).
         n_nll: evaluation biographies for the spliced NLL.
     """
 
     # quick: N = 400 (200 evaluation people: ~7 positives per 30-class feature), a budget of 120 exposures (the same
     # GPT memorised N = 100 by ~60 exposures in mlp-memories' quick runs), sized from the timing pilot (docstring)
     bios: BiosModelSpec = BiosModelSpec(n_people=400, multiplicity=1, permute=False, fullname=False, exposures=120)
-    layer: int = Field(-1, description="block read: blocks.{layer}.resid_post (negative: from the end)")
     min_count: int = Field(5, ge=1)
-    d_sae: int = Field(256, ge=2)
-    k: int = Field(8, ge=1)
-    sae_steps: int = Field(2000, ge=1)
-    sae_batch: int = Field(256, ge=1)
-    sae_lr: float = Field(1e-3, gt=0)
-    aux_k: int = Field(64, ge=1)
-    dead_tokens: int = Field(4096, ge=1)
     n_nll: int = Field(32, ge=1)
     n_seeds: int = Field(3, ge=1, le=100)
 

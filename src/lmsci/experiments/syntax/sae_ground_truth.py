@@ -61,7 +61,7 @@ from lmsci.experiments.syntax._common import (CFGModelConfig, make_get_batch, ma
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy
 from lmsci.measure.feature_recovery import cfg_features
 from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll
-from lmsci.measure.sae_dictionaries import compare_sae_baselines, dictionary_columns
+from lmsci.measure.sae_dictionaries import SAEDictionaryFields, compare_sae_baselines, dictionary_columns
 from lmsci.report.sae_recovery import ok_rows, recovery_heatmap, results_table
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.trainer import TrainSpec
@@ -71,29 +71,18 @@ SHARE_MIN = 0.5       # registered: "most true features": the share's 95% CI low
 LEARNED_GATE = 0.8    # registered gate (as cfg-probing): generation accuracy from BOS >= 0.8 on the real arm
 
 
-class SAEGroundTruthConfig(CFGModelConfig):
+class SAEGroundTruthConfig(CFGModelConfig, SAEDictionaryFields):
     """Configuration of ``sae-ground-truth`` (model and training fields as ``cfg-learning``; defaults = quick).
 
     Attributes:
-        layer: the block whose output residual stream is read (``blocks.{layer}.resid_post``; negative counts from
-            the last block).
+        layer, d_sae, k, sae_steps, sae_batch, sae_lr, aux_k, dead_tokens: the read-out block and the SAE
+            (:class:`~lmsci.measure.sae_dictionaries.SAEDictionaryFields`).
         n_sae_train / n_eval: fresh strings whose tokens train the SAE and PCA / evaluate every dictionary.
-        d_sae, k: SAE latents and active latents (TopK). sae_steps, sae_batch, sae_lr: its Adam optimisation.
-        aux_k, dead_tokens: AuxK (Gao et al., arXiv 2406.04093, app. A.2): a latent silent for ``dead_tokens``
-            training tokens is dead; the ``aux_k`` largest dead pre-activations reconstruct the residual.
         n_nll: packed windows (``seq_len`` tokens) for the spliced NLL. n_gen: generations for the learned gate.
     """
 
-    layer: int = Field(-1, description="block read: blocks.{layer}.resid_post (negative: from the end)")
     n_sae_train: int = Field(150, ge=2)
     n_eval: int = Field(100, ge=2)
-    d_sae: int = Field(256, ge=2)
-    k: int = Field(8, ge=1)
-    sae_steps: int = Field(2000, ge=1)
-    sae_batch: int = Field(256, ge=1)
-    sae_lr: float = Field(1e-3, gt=0)
-    aux_k: int = Field(64, ge=1)
-    dead_tokens: int = Field(4096, ge=1)
     n_nll: int = Field(8, ge=1)
     n_gen: int = Field(100, ge=1)
     train: TrainSpec = TrainSpec(steps=2000, batch_size=16, lr=3e-3, warmup_steps=50, weight_decay=0.1,
