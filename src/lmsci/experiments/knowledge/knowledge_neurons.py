@@ -47,6 +47,7 @@ from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
+from lmsci.experiments.knowledge._knowledge_neurons_fields import KnowledgeNeuronFields
 from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
@@ -82,28 +83,19 @@ def same_layer_random(model: Any, neurons: list[tuple[int, int]], rng: np.random
     return sorted(out)
 
 
-class KnowledgeNeuronsConfig(ExperimentConfig):
+class KnowledgeNeuronsConfig(ExperimentConfig, KnowledgeNeuronFields):
     """Configuration of ``knowledge-neurons`` (defaults = the quick preset).
 
     Attributes:
         bios: the world and the memorised GPT (:class:`BiosModelSpec`).
         n_facts: facts attributed (spread evenly over the six attributes, distinct people per attribute).
-        ig_steps: Riemann steps m (paper 20). threshold: coarse threshold t (paper 0.2 of the maximum).
-        share_start, share_step: the sharing threshold p's start and step (paper 0.7, 0.05), tuned so the mean
-            number of neurons per fact lies in [min_neurons, max_neurons] (paper [2, 5]).
-        amplify_factor: the amplification (paper 2).
+        ig_steps, threshold, share_start, share_step, min_neurons, max_neurons, amplify_factor: the attribution
+            and the edits (:class:`~lmsci.experiments.knowledge._knowledge_neurons_fields.KnowledgeNeuronFields`).
         n_other: other facts of the same relation (different answer token) measured per fact.
     """
 
     bios: BiosModelSpec = BiosModelSpec()
     n_facts: int = Field(60, ge=1)
-    ig_steps: int = Field(20, ge=1)
-    threshold: float = Field(0.2, gt=0, le=1)
-    share_start: float = Field(0.7, ge=0, lt=1)
-    share_step: float = Field(0.05, gt=0, lt=1)
-    min_neurons: float = Field(2.0, ge=0)
-    max_neurons: float = Field(5.0, ge=0)
-    amplify_factor: float = Field(2.0, gt=1)
     n_other: int = Field(8, ge=1)
     n_seeds: int = Field(3, ge=1, le=100)
 

@@ -80,6 +80,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.knowledge._causal_tracing_lm_model import (
     check_model_name, encode_fact, get_model, known_facts, prefix_ids,
 )
+from lmsci.experiments.knowledge._knowledge_neurons_fields import KnowledgeNeuronFields
 from lmsci.experiments.knowledge._knowledge_neurons_lm_ig import cached_integrated_gradients
 from lmsci.experiments.knowledge._knowledge_neurons_lm_report import kn_figures, kn_report
 from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
@@ -111,7 +112,7 @@ def same_layer_random(d_mlp: dict[int, int], neurons: list[tuple[int, int]],
     return sorted(out)
 
 
-class KnowledgeNeuronsLMConfig(ExperimentConfig):
+class KnowledgeNeuronsLMConfig(ExperimentConfig, KnowledgeNeuronFields):
     """Configuration of ``knowledge-neurons-lm`` (defaults = the quick preset).
 
     Attributes:
@@ -119,9 +120,8 @@ class KnowledgeNeuronsLMConfig(ExperimentConfig):
         prefix: one token prepended to every prompt (``""``: none).
         relations: the fact set's relations used (None: all 13).
         n_facts: known facts attributed per sample. n_other: known facts of other relations measured per fact.
-        ig_steps: Riemann steps m (paper 20). threshold: coarse threshold t (paper 0.2 of the maximum).
-        share_start, share_step, min_neurons, max_neurons: the adaptive sharing threshold p (paper 0.7, 0.05,
-            2-5 knowledge neurons per fact on average). amplify_factor: paper 2.
+        ig_steps, threshold, share_start, share_step, min_neurons, max_neurons, amplify_factor: the attribution
+            and the edits (:class:`~lmsci.experiments.knowledge._knowledge_neurons_fields.KnowledgeNeuronFields`).
     """
 
     model: str = Field("smollm2-135m", description="zoo name, local HF directory, .gguf file, or tiny-llama")
@@ -129,13 +129,6 @@ class KnowledgeNeuronsLMConfig(ExperimentConfig):
     relations: tuple[str, ...] | None = None
     n_facts: int = Field(8, ge=1)
     n_other: int = Field(10, ge=1)
-    ig_steps: int = Field(20, ge=1)
-    threshold: float = Field(0.2, gt=0, le=1)
-    share_start: float = Field(0.7, ge=0, lt=1)
-    share_step: float = Field(0.05, gt=0, lt=1)
-    min_neurons: float = Field(2.0, ge=0)
-    max_neurons: float = Field(5.0, ge=0)
-    amplify_factor: float = Field(2.0, gt=1)
     n_seeds: int = Field(3, ge=1, le=100)
     threads: int = Field(1, ge=0)
 
