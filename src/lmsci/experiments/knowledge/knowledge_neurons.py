@@ -45,8 +45,10 @@ from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
 from lmsci.claims.engine import arm_rows, finished, measure_gate
 from lmsci.stats import across_seeds
 from lmsci.config import ExperimentConfig
-from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
+from lmsci.contract import Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
+from lmsci.experiments.knowledge._knowledge_neurons_fields import KnowledgeNeuronFields
+from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.report import markdown_table
 from lmsci.experiments.registry import register
@@ -81,28 +83,19 @@ def same_layer_random(model: Any, neurons: list[tuple[int, int]], rng: np.random
     return sorted(out)
 
 
-class KnowledgeNeuronsConfig(ExperimentConfig):
+class KnowledgeNeuronsConfig(ExperimentConfig, KnowledgeNeuronFields):
     """Configuration of ``knowledge-neurons`` (defaults = the quick preset).
 
     Attributes:
         bios: the world and the memorised GPT (:class:`BiosModelSpec`).
         n_facts: facts attributed (spread evenly over the six attributes, distinct people per attribute).
-        ig_steps: Riemann steps m (paper 20). threshold: coarse threshold t (paper 0.2 of the maximum).
-        share_start, share_step: the sharing threshold p's start and step (paper 0.7, 0.05), tuned so the mean
-            number of neurons per fact lies in [min_neurons, max_neurons] (paper [2, 5]).
-        amplify_factor: the amplification (paper 2).
+        ig_steps, threshold, share_start, share_step, min_neurons, max_neurons, amplify_factor: the attribution
+            and the edits (:class:`~lmsci.experiments.knowledge._knowledge_neurons_fields.KnowledgeNeuronFields`).
         n_other: other facts of the same relation (different answer token) measured per fact.
     """
 
     bios: BiosModelSpec = BiosModelSpec()
     n_facts: int = Field(60, ge=1)
-    ig_steps: int = Field(20, ge=1)
-    threshold: float = Field(0.2, gt=0, le=1)
-    share_start: float = Field(0.7, ge=0, lt=1)
-    share_step: float = Field(0.05, gt=0, lt=1)
-    min_neurons: float = Field(2.0, ge=0)
-    max_neurons: float = Field(5.0, ge=0)
-    amplify_factor: float = Field(2.0, gt=1)
     n_other: int = Field(8, ge=1)
     n_seeds: int = Field(3, ge=1, le=100)
 
@@ -133,7 +126,7 @@ NEURONS_FOUND = Gate("neurons-found", every_at_least(0.5), arm="real",
 
 
 @register("knowledge-neurons")
-class KnowledgeNeurons(Experiment):
+class KnowledgeNeurons(SeedArmsExperiment):
     """Integrated-gradients knowledge neurons of memorised bioS facts; suppress / amplify them.
 
     Source: Dai et al., ACL 2022, arXiv 2104.08696, Secs. 3-4.1.
@@ -190,22 +183,12 @@ class KnowledgeNeurons(Experiment):
     def points(self, cfg: KnowledgeNeuronsConfig) -> list[Point]:
         return cross_arms([Point("bios", {})], ("real", "null"))
 
-    def groups(self, cfg: KnowledgeNeuronsConfig, points: list[Point]) -> list[list[Point]]:
-        """The arms of one seed form one group: one training and one attribution give both rows."""
-        by_seed: dict[int, list[Point]] = {}
-        for p in points:
-            by_seed.setdefault(p.seed_index, []).append(p)
-        return list(by_seed.values())
+    # groups, run_point, run_group: SeedArmsExperiment's (the arms of one seed: one training and one attribution
+    # give both rows)
 
-    def run_point(self, cfg: KnowledgeNeuronsConfig, point: Point, ctx: PointContext) -> dict:
-        return self.run_group(cfg, [point], [ctx])[0]
-
-    def run_group(self, cfg: KnowledgeNeuronsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """Train and attribute once; one row per arm (:func:`_arm_rows`)."""
-        rows = self._measure(cfg, ctxs[0])
-        return [rows[p.arm or "real"] for p in points]
-
-    def _measure(self, cfg: KnowledgeNeuronsConfig, ctx: PointContext) -> dict[str, dict]:
+    def _measure(self, cfg: KnowledgeNeuronsConfig, k: int, ctx: PointContext) -> dict[str, dict]:
+        """Train and attribute once (seed ``ctx.seed``; ``k``, the seed index, is not needed); one row per arm
+        (:func:`_arm_rows`)."""
         model, world, docs, info = train_bios_model(cfg.bios, data_seed=cfg.seed, train_seed=ctx.seed, ctx=ctx,
                                                     device=ctx.device)
         rng = np.random.default_rng([ctx.seed, 19])

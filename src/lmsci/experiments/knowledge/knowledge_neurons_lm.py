@@ -75,13 +75,15 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, ci_above, ci_below, every_at_least
 from lmsci.config import ExperimentConfig
-from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms
+from lmsci.contract import Figure, Point, PointContext, cross_arms
 from lmsci.errors import ConfigError
 from lmsci.experiments.knowledge._causal_tracing_lm_model import (
     check_model_name, encode_fact, get_model, known_facts, prefix_ids,
 )
+from lmsci.experiments.knowledge._knowledge_neurons_fields import KnowledgeNeuronFields
 from lmsci.experiments.knowledge._knowledge_neurons_lm_ig import cached_integrated_gradients
 from lmsci.experiments.knowledge._knowledge_neurons_lm_report import kn_figures, kn_report
+from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
 from lmsci.experiments.registry import register
 from lmsci.measure.attribution import NeuronEdit, adaptive_share, answer_probs, coarse_neurons, refine, relative_change
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -110,7 +112,7 @@ def same_layer_random(d_mlp: dict[int, int], neurons: list[tuple[int, int]],
     return sorted(out)
 
 
-class KnowledgeNeuronsLMConfig(ExperimentConfig):
+class KnowledgeNeuronsLMConfig(ExperimentConfig, KnowledgeNeuronFields):
     """Configuration of ``knowledge-neurons-lm`` (defaults = the quick preset).
 
     Attributes:
@@ -118,9 +120,8 @@ class KnowledgeNeuronsLMConfig(ExperimentConfig):
         prefix: one token prepended to every prompt (``""``: none).
         relations: the fact set's relations used (None: all 13).
         n_facts: known facts attributed per sample. n_other: known facts of other relations measured per fact.
-        ig_steps: Riemann steps m (paper 20). threshold: coarse threshold t (paper 0.2 of the maximum).
-        share_start, share_step, min_neurons, max_neurons: the adaptive sharing threshold p (paper 0.7, 0.05,
-            2-5 knowledge neurons per fact on average). amplify_factor: paper 2.
+        ig_steps, threshold, share_start, share_step, min_neurons, max_neurons, amplify_factor: the attribution
+            and the edits (:class:`~lmsci.experiments.knowledge._knowledge_neurons_fields.KnowledgeNeuronFields`).
     """
 
     model: str = Field("smollm2-135m", description="zoo name, local HF directory, .gguf file, or tiny-llama")
@@ -128,13 +129,6 @@ class KnowledgeNeuronsLMConfig(ExperimentConfig):
     relations: tuple[str, ...] | None = None
     n_facts: int = Field(8, ge=1)
     n_other: int = Field(10, ge=1)
-    ig_steps: int = Field(20, ge=1)
-    threshold: float = Field(0.2, gt=0, le=1)
-    share_start: float = Field(0.7, ge=0, lt=1)
-    share_step: float = Field(0.05, gt=0, lt=1)
-    min_neurons: float = Field(2.0, ge=0)
-    max_neurons: float = Field(5.0, ge=0)
-    amplify_factor: float = Field(2.0, gt=1)
     n_seeds: int = Field(3, ge=1, le=100)
     threads: int = Field(1, ge=0)
 
@@ -169,7 +163,7 @@ def _words(edit: str) -> str:
 
 
 @register("knowledge-neurons-lm")
-class KnowledgeNeuronsLM(Experiment):
+class KnowledgeNeuronsLM(SeedArmsExperiment):
     """Knowledge neurons of a real pretrained LM, suppressed and amplified (Dai et al. 2022, arXiv 2104.08696)."""
 
     claim = ("In a real pretrained LM, suppressing the MLP neurons that integrated gradients attribute a fact to "
@@ -230,19 +224,7 @@ class KnowledgeNeuronsLM(Experiment):
     def points(self, cfg: KnowledgeNeuronsLMConfig) -> list[Point]:
         return cross_arms([Point("facts")], ("real", "null"))
 
-    def groups(self, cfg: KnowledgeNeuronsLMConfig, points: list[Point]) -> list[list[Point]]:
-        """The arms of one sample form one group: one attribution gives both rows."""
-        by_seed: dict[int, list[Point]] = {}
-        for p in points:
-            by_seed.setdefault(p.seed_index, []).append(p)
-        return list(by_seed.values())
-
-    def run_point(self, cfg: KnowledgeNeuronsLMConfig, point: Point, ctx: PointContext) -> dict:
-        return self.run_group(cfg, [point], [ctx])[0]
-
-    def run_group(self, cfg: KnowledgeNeuronsLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        rows = self._measure(cfg, points[0].seed_index, ctxs[0])
-        return [rows[p.arm or "real"] for p in points]
+    # groups, run_point, run_group: SeedArmsExperiment's (the arms of one sample: one attribution gives both rows)
 
     def _sample(self, cfg: KnowledgeNeuronsLMConfig, k: int, ctx: PointContext) -> tuple[Any, dict[str, Any]]:
         """The model, the sample's facts (three prompts each) and the other-relation facts."""

@@ -69,43 +69,33 @@ from lmsci.experiments.knowledge._sae_bios_data import (all_token_acts, feature_
                                                         split_people, value_acts, value_rows, world_and_docs)
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
 from lmsci.experiments.registry import register
-from lmsci.measure.feature_recovery import baseline_codes, compare_dictionaries
 from lmsci.measure.knowledge import recall_of_docs
-from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll, train_sae
+from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll
+from lmsci.measure.sae_dictionaries import SAEDictionaryFields, compare_sae_baselines, dictionary_columns
+from lmsci.report.sae_recovery import ok_rows, recovery_heatmap, results_table
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.bios import ATTRS
 
 F1_MIN = 0.7          # registered: a true feature is recovered when its best latent's held-out F1 >= 0.7
 SHARE_MIN = 0.5       # registered: "most true features": the share's 95% CI lower end above 0.5
-DICTS = ("sae", "pca", "random")
 
 
-class SAEBiosConfig(ExperimentConfig):
+class SAEBiosConfig(ExperimentConfig, SAEDictionaryFields):
     """Configuration of ``sae-bios`` (defaults = quick).
 
     Attributes:
         bios: the world and the GPT memorising it (:class:`~lmsci.experiments.knowledge.common.BiosModelSpec`).
-        layer: the block whose output residual stream is read (``blocks.{layer}.resid_post``; negative counts from
-            the last block).
+        layer, d_sae, k, sae_steps, sae_batch, sae_lr, aux_k, dead_tokens: the read-out block and the SAE
+            (:class:`~lmsci.measure.sae_dictionaries.SAEDictionaryFields`).
         min_count: a feature is kept when it has at least this many positives and negatives among the value
             positions of both halves of the people.
-        d_sae, k: SAE latents and active latents (TopK). sae_steps, sae_batch, sae_lr: its Adam optimisation.
-        aux_k, dead_tokens: AuxK (Gao et al., arXiv 2406.04093, app. A.2).
         n_nll: evaluation biographies for the spliced NLL.
     """
 
     # quick: N = 400 (200 evaluation people: ~7 positives per 30-class feature), a budget of 120 exposures (the same
     # GPT memorised N = 100 by ~60 exposures in mlp-memories' quick runs), sized from the timing pilot (docstring)
     bios: BiosModelSpec = BiosModelSpec(n_people=400, multiplicity=1, permute=False, fullname=False, exposures=120)
-    layer: int = Field(-1, description="block read: blocks.{layer}.resid_post (negative: from the end)")
     min_count: int = Field(5, ge=1)
-    d_sae: int = Field(256, ge=2)
-    k: int = Field(8, ge=1)
-    sae_steps: int = Field(2000, ge=1)
-    sae_batch: int = Field(256, ge=1)
-    sae_lr: float = Field(1e-3, gt=0)
-    aux_k: int = Field(64, ge=1)
-    dead_tokens: int = Field(4096, ge=1)
     n_nll: int = Field(32, ge=1)
     n_seeds: int = Field(3, ge=1, le=100)
 
@@ -235,30 +225,21 @@ class SAEBios(Experiment):
         a_tr = all_token_acts(model, tr_docs, hook)
         a_ev = value_acts(model, ev_docs, ev_pos, hook)
         f_ev = feature_matrix(ev_at, ev_w, names)
-        seed = derive_seed(ctx.seed, "sae")
-        sae, _ = train_sae(a_tr.to(ctx.device), cfg.d_sae, kind="topk", k=cfg.k, steps=cfg.sae_steps,
-                           batch_size=cfg.sae_batch, lr=cfg.sae_lr, aux_k=cfg.aux_k, dead_tokens=cfg.dead_tokens,
-                           seed=seed)
-        with torch.no_grad():
-            codes = {"sae": sae.encode(a_ev.to(ctx.device)).float().cpu().numpy()}
-        codes["pca"] = baseline_codes("pca", a_tr, a_ev, cfg.d_sae, seed=seed)
-        codes["random"] = baseline_codes("random", a_tr, a_ev, cfg.d_sae, seed=seed)
-        res = compare_dictionaries(codes, f_ev, threshold=F1_MIN, by="f1", feature_names=names)
+        sae, res = compare_sae_baselines(a_tr, a_ev, f_ev, names, d_sae=cfg.d_sae, k=cfg.k, steps=cfg.sae_steps,
+                                         batch_size=cfg.sae_batch, lr=cfg.sae_lr, aux_k=cfg.aux_k,
+                                         dead_tokens=cfg.dead_tokens, seed=derive_seed(ctx.seed, "sae"),
+                                         device=ctx.device, threshold=F1_MIN)
         out: dict[str, Any] = {"n_features": len(names), "n_train_tokens": len(a_tr), "n_eval_rows": len(a_ev),
                                "f1_floor": res["sae"]["mean_f1_trivial"]}
         attr_of = np.array([n.split("=", 1)[0] for n in names])
         for a in ATTRS:
             out[f"n_features__{a}"] = int((attr_of == a).sum())
-        for d in DICTS:
-            out[f"share_{d}"] = res[d]["share"]
-            out[f"mean_f1_{d}"] = res[d]["mean_f1"]
-            out[f"mean_auc_{d}"] = res[d]["mean_auc"]
-            f1 = np.asarray(res[d]["scores"]["f1"])
-            for a in ATTRS:  # per attribute: mean best F1 over its kept features (NaN when none is kept)
-                sel = attr_of == a
-                out[f"f1_{d}__{a}"] = float(f1[sel].mean()) if sel.any() else float("nan")
-        out["sae_minus_pca"] = out["mean_f1_sae"] - out["mean_f1_pca"]
-        out["sae_minus_random"] = out["mean_f1_sae"] - out["mean_f1_random"]
+
+        def per_attr(d: str, f1: np.ndarray) -> dict[str, float]:  # mean best F1 over its kept features (or NaN)
+            return {f"f1_{d}__{a}": float(f1[attr_of == a].mean()) if (attr_of == a).any() else float("nan")
+                    for a in ATTRS}
+
+        out.update(dictionary_columns(res, per_attr))
         met = sae_metrics(sae, all_token_acts(model, ev_docs, hook).to(ctx.device))
         out.update(l0=met["l0"], fvu=met["fvu"], dead_fraction=met["dead_fraction"])
         batches = [torch.tensor([d.ids], dtype=torch.long) for d in ev_docs[: cfg.n_nll]]
@@ -267,27 +248,12 @@ class SAEBios(Experiment):
         return out
 
     def figures(self, cfg: SAEBiosConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        from lmsci.report.figures import head_heatmap
-
-        ok = results[results["status"] == "ok"] if "status" in results else results
+        ok = ok_rows(results)
         if ok.empty or "arm" not in ok or "f1_sae__birth_city" not in ok:
             return []
-        rows, labels = [], []
-        for arm in ("real", "null"):
-            sub = ok[ok["arm"] == arm]
-            if sub.empty:
-                continue
-            for d in DICTS:
-                rows.append([float(sub[f"f1_{d}__{a}"].mean()) for a in ATTRS])
-                labels.append(f"{'trained' if arm == 'real' else 'random init'}: {d}")
-        fig = head_heatmap(np.array(rows), label="mean best-latent F1 (over features, then seeds)",
-                           title=f"Attribute recovery at {ok['hook'].iloc[0]}", annotate=True)
-        ax = fig.axes[0]
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
-        ax.set_xticks(range(len(ATTRS)), list(ATTRS), rotation=30, fontsize=7)
-        ax.set(xlabel="attribute (its '<attribute>=<first word>' features)", ylabel="")
-        fig.set_size_inches(7.0, 3.6)
-        fig.tight_layout()
+        fig = recovery_heatmap(ok, ATTRS, label="mean best-latent F1 (over features, then seeds)",
+                               title="Attribute recovery", xlabel="attribute (its '<attribute>=<first word>' features)",
+                               rotation=30, width=7.0)
         return [save_figure(fig, run, "feature_recovery.png",
                             "Mean best-latent F1 of each attribute's true features, per dictionary (SAE, PCA, random "
                             f"directions) and arm (trained, random init); a feature is recovered at F1 >= {F1_MIN}",
@@ -297,11 +263,8 @@ class SAEBios(Experiment):
         from lmsci.report import markdown_table
         from lmsci.report.published import toy_rows_section
 
-        cols = ["point", "arm", "seed_index", "recall", "pretrain_steps", "n_features", "f1_floor",
-                *[f"{m}_{d}" for m in ("share", "mean_f1") for d in DICTS], "sae_minus_pca", "l0", "fvu",
-                "dead_fraction", "nll_clean", "nll_increase", "loss_recovered", "cpu_s", "wall_s"]
         per_attr = ["point", "arm", "seed_index", *[f"f1_{d}__{a}" for d in ("sae", "pca") for a in ATTRS]]
-        return ("## Results\n\n" + markdown_table(results[[c for c in cols if c in results]])
+        return ("## Results\n\n" + results_table(results, ("recall", "pretrain_steps"))
                 + "\n\n## Mean best F1 per attribute\n\n"
                 + markdown_table(results[[c for c in per_attr if c in results]])
                 + "\n" + toy_rows_section("sae-ground-truth"))

@@ -35,8 +35,9 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, mean_at_least
-from lmsci.experiments.base import Figure, Point, PointContext, save_figure
-from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.base import Figure, save_figure
+from lmsci.experiments.reasoning._igsm_null_arm import NullOnTrained
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig,
                                            check_all, ok_rows, solve, summarize, test_set, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
@@ -66,7 +67,7 @@ class IGSMNoOpConfig(IGSMCommonConfig):
 
 
 @register("igsm-noop")
-class IGSMNoOp(IGSMExperiment):
+class IGSMNoOp(NullOnTrained):
     """GSM-NoOp and GSM-Symbolic on an iGSM-trained GPT: no-op sentences and re-instantiated templates."""
 
     claim = ("Inserting no-op sentences (parameters and numbers that change nothing needed) into iGSM problems drops "
@@ -99,35 +100,7 @@ class IGSMNoOp(IGSMExperiment):
                    "effect by construction)"),
     ]
 
-    def points(self, cfg: IGSMNoOpConfig) -> list[Point]:
-        # the null arm shares the model's seed (point_seed strips the arm prefix) and its trained model
-        return [Point("gpt", {"world": cfg.world}, arm="real"), Point("null-gpt", {"world": cfg.world}, arm="null")]
-
-    def trained_points(self, cfg: IGSMNoOpConfig) -> list[Point]:
-        """The points that train a model (the null arm reuses the trained one): what the GPU estimate counts."""
-        return [p for p in self.points(cfg) if p.arm == "real"]
-
-    def groups(self, cfg: IGSMNoOpConfig, points: list[Point]) -> list[list[Point]]:
-        """Every seed and arm of the point in one group: the seeds train stacked (as before), the null arm reads the
-        same trained models."""
-        return [points]
-
-    def run_group(self, cfg: IGSMNoOpConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
-        real = [(p, c) for p, c in zip(points, ctxs) if p.arm != "null"]
-        rows = super().run_group(cfg, [p for p, _ in real], [c for _, c in real]) if real else []
-        by_seed = {p.seed_index: r for (p, _), r in zip(real, rows)}
-        nulls = {k: {c[len("_null_"):]: r.pop(c) for c in [c for c in r if c.startswith("_null_")]}
-                 for k, r in by_seed.items()}
-        out = []
-        for p in points:
-            r = by_seed.get(p.seed_index, {})
-            if p.arm != "null":
-                out.append(r)
-            elif r.get("status", "ok") != "ok" or not nulls.get(p.seed_index):  # diverged, or the seed not trained
-                out.append({**p.params, "status": r.get("status", "diverged")})
-            else:
-                out.append({**p.params, **nulls[p.seed_index]})
-        return out
+    null_needs_columns = True  # a trained seed without null columns gives a null row with a status
 
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         probs = test_set(cfg, world, None, cfg.n_eval, "noop")

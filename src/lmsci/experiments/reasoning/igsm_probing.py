@@ -28,8 +28,9 @@ from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, mean_at_least
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Figure, Point, PointContext, save_figure
-from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
+from lmsci.experiments.base import Figure, save_figure
+from lmsci.experiments.reasoning._igsm_null_arm import NullOnTrained
+from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig,
                                            build_gpt, evaluate_ops, ok_rows, time_gpu)
 from lmsci.experiments.registry import register
 from lmsci.measure.vprobe import vprobe, vprobe_with_baselines
@@ -92,7 +93,7 @@ def probe_queries(problems: list, tok, task: str, per_problem: int, seed: int, m
 
 
 @register("igsm-probing")
-class IGSMProbing(IGSMExperiment):
+class IGSMProbing(NullOnTrained):
     """V-probing of nece / dep / can_next on a GPT trained on iGSM vs a random-init model and the majority rate."""
 
     claim = ("The hidden states of a GPT trained on iGSM encode which parameters are necessary (nece) and which "
@@ -137,36 +138,6 @@ class IGSMProbing(IGSMExperiment):
             if t not in cfg.probe_tasks:
                 raise ConfigError("probe_tasks", cfg.probe_tasks, "a list containing nece and dep (they decide the claims)")
         super().validate(cfg)
-
-    def points(self, cfg: IGSMProbingConfig) -> list[Point]:
-        # the null arm shares the model's seed (point_seed strips the arm prefix): the same random-init models
-        return [Point("gpt", {"world": cfg.world}, arm="real"), Point("null-gpt", {"world": cfg.world}, arm="null")]
-
-    def trained_points(self, cfg: IGSMProbingConfig) -> list[Point]:
-        """The points that train a model (the null arm reuses the trained one): what the GPU estimate counts."""
-        return [p for p in self.points(cfg) if p.arm == "real"]
-
-    def groups(self, cfg: IGSMProbingConfig, points: list[Point]) -> list[list[Point]]:
-        """Every seed and arm in one group: the seeds train stacked (as before) and the null arm's probes are fitted
-        beside the trained model's."""
-        return [points]
-
-    def run_group(self, cfg: IGSMProbingConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
-        real = [(p, c) for p, c in zip(points, ctxs) if p.arm != "null"]
-        rows = super().run_group(cfg, [p for p, _ in real], [c for _, c in real]) if real else []
-        by_seed = {p.seed_index: r for (p, _), r in zip(real, rows)}
-        nulls = {k: {c[len("_null_"):]: r.pop(c) for c in [c for c in r if c.startswith("_null_")]}
-                 for k, r in by_seed.items()}
-        out = []
-        for p in points:
-            r = by_seed.get(p.seed_index, {})
-            if p.arm != "null":
-                out.append(r)
-            elif r.get("status", "ok") != "ok":  # the model diverged: its group's null arm is not measured
-                out.append({**p.params, "status": r.get("status", "diverged")})
-            else:
-                out.append({**p.params, **nulls.get(p.seed_index, {})})
-        return out
 
     def measure(self, cfg, point, ctx, world, tok, model) -> dict[str, Any]:
         row: dict[str, Any] = evaluate_ops(cfg, model, tok, world, [None], beams=(1,))

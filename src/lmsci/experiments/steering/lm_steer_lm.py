@@ -93,7 +93,6 @@ than the single-steer version had (16, 20, 100).
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import numpy as np
@@ -102,12 +101,13 @@ import torch
 from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, ci_above, every_at_least, mean_at_least
-from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.steering import _lm_steer_lm_data as data_mod
 from lmsci.experiments.steering import _lm_steer_lm_extra as extra
+from lmsci.experiments.steering._lm_steer_lm_common import (LMSteerSourceConfig, cache_source, check_source,
+                                                             train_point_steer)
 from lmsci.experiments.steering._lm_steer_lm_extra import probe_section
 from lmsci.measure import text_scores as ts
 from lmsci.report.published import toy_rows_section
@@ -118,40 +118,11 @@ LOSS_DROP_MIN = 0.01   # registered gate: the trained steer lowers its training 
 PRETRAINED_MIN = 2.0   # registered gate: the unsteered NLL of the lines is >= 2 nats/token below ln V
 
 
-class LMSteerLMConfig(ExperimentConfig):
-    """Configuration of ``lm-steer-lm`` (field defaults = the quick preset)."""
+class LMSteerLMConfig(LMSteerSourceConfig):
+    """Configuration of ``lm-steer-lm`` (field defaults = the quick preset): the source LM's data, steer training and
+    sampling (:class:`~lmsci.experiments.steering._lm_steer_lm_common.LMSteerSourceConfig`), then the grid, the
+    probe, the composition and the baselines."""
 
-    model: str = Field("smollm2-135m", description="a zoo name (lmsci models), a local Hugging Face directory or "
-                                                   ".gguf file with a tokenizer, or tiny-llama (tests)")
-    n_seeds: int = Field(3, ge=1, le=100, description="training seeds of W, each with its own prompt sample")
-    threads: int = Field(1, ge=0)
-    # data (the toy's recipe)
-    scorer_fraction: float = Field(0.5, gt=0, lt=1, description="fraction of each genre's plays held out for prompts")
-    play_split_seed: int = Field(0, ge=0)
-    min_words: int = Field(4, ge=1)
-    max_words: int = Field(12, ge=1, description="short lines keep a training step cheap")
-    lines_per_play: int | None = Field(400, ge=10, description="dialogue lines sampled per play (None: all)")
-    vader_threshold: float = Field(0.5, gt=0, lt=1)
-    n_train_lines: int = Field(200, ge=2, description="training lines per class (positive, negative)")
-    max_length: int = Field(24, ge=4, description="tokens kept of a training line")
-    # steer training (the README's GPT2-Large run: lr 1e-2, batch 32, 1000 steps; fewer steps on a CPU)
-    epsilon: float = Field(1e-3, gt=0, description="eps0")
-    rank: int | None = Field(None, ge=1, description="rank r of W (None: r = d, a full d x d map)")
-    init_std: float = Field(1e-2, gt=0)
-    steer_lr: float = Field(1e-2, gt=0)
-    steer_steps: int = Field(80, ge=1)
-    steer_batch: int = Field(8, ge=1)
-    l2: float = Field(0.0, ge=0)
-    n_loss_lines: int = Field(64, ge=2, description="training lines of the loss and pretrained gates")
-    # generation and scoring
-    n_prompts: int = Field(12, ge=2, description="held-out neutral prompts per seed")
-    n_samples: int = Field(1, ge=1, description="continuations per prompt (paper 25)")
-    prompt_tokens: int = Field(5, ge=1, description="tokens of a prompt (the newline included)")
-    gen_tokens: int = Field(16, ge=2, description="new tokens per continuation (paper 20)")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(0.9, gt=0, le=1, description="nucleus sampling (paper 0.9)")
-    gen_batch: int = Field(32, ge=1, description="continuations per generate call")
-    steer_value: float = Field(5.0, gt=0, description="the paper's 5 eps0")
     steer_grid: list[float] = Field([-5.0, -2.5, 0.0, 2.5, 5.0], min_length=3, description="units of eps0")
     probe_dims: int = Field(3, ge=1)
     probe_top: int = Field(10, ge=1)
@@ -320,9 +291,7 @@ class LMSteerLM(Experiment):
 
     # ------------------------------------------------------------------------------------------ config
     def validate(self, cfg: LMSteerLMConfig) -> None:
-        data_mod.check_model_name(cfg.model)
-        if cfg.max_words < cfg.min_words:
-            raise ConfigError("max_words", cfg.max_words, f">= min_words={cfg.min_words}")
+        check_source(cfg)
         grid = list(cfg.steer_grid)
         if sorted(set(grid)) != grid:
             raise ConfigError("steer_grid", grid, "increasing distinct steer values")
@@ -332,8 +301,6 @@ class LMSteerLM(Experiment):
         for field in ("actadd_grid", "offset_grid"):
             if not all(v > 0 for v in getattr(cfg, field)):
                 raise ConfigError(field, getattr(cfg, field), "positive steer values (toward the positive lines)")
-        if cfg.n_loss_lines > 2 * cfg.n_train_lines:
-            raise ConfigError("n_loss_lines", cfg.n_loss_lines, f"<= 2 n_train_lines = {2 * cfg.n_train_lines}")
 
     def points(self, cfg: LMSteerLMConfig) -> list[Point]:
         return cross_arms([Point("steer")], ("real", "null"))  # trained on the true / the shuffled labels
@@ -344,35 +311,24 @@ class LMSteerLM(Experiment):
     # ------------------------------------------------------------------------------------------ run
     def run_group(self, cfg: LMSteerLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         """Load the model, build the lines, cache their hidden states, then train and measure each point."""
-        from lmsci.methods.lm_steer_cached import cached_loss, check_cache, final_hidden_states
-
         device = str(resolve_device(cfg.device))
         data = data_mod.build_data(cfg)
         genre = extra.build_genre(cfg)
         hf = data_mod.get_model(cfg.model, device, data["texts"] + data["neutral"] + genre["texts"])
         ctxs[0].run.record_model(getattr(hf, "provenance", {"source": cfg.model}))
-        tok = hf.tokenizer
-        enc = [data_mod.encode(tok, s) for s in data["texts"]]
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        cache = final_hidden_states(hf, enc, max_length=cfg.max_length, pad_id=pad)
-        check_cache(hf, cache)
-        k = cfg.n_loss_lines  # lines of the gates: an even spread of both classes (positives first in the pool)
-        idx = np.r_[0:k // 2, cfg.n_train_lines:cfg.n_train_lines + k - k // 2]
-        sub = type(cache)(cache.h[idx], cache.ids[idx], cache.mask[idx])
-        base_nll = cached_loss(hf, sub, None, data["labels"][idx])
-        V = int(hf.model.get_output_embeddings().weight.shape[0])
+        src = cache_source(cfg, hf, data)
+        cache = src["cache"]
         contexts = cache.h[cache.mask.bool()]
-        cand = data_mod.whole_word_tokens(tok, V)
-        common = {"model": cfg.model, "vocab_size": V, "n_pool": len(enc), "base_nll": base_nll,
-                  "nll_below_uniform": math.log(V) - base_nll, "n_probe_candidates": len(cand[0]),
+        cand = data_mod.whole_word_tokens(hf.tokenizer, src["V"])
+        common = {**src["columns"], "n_probe_candidates": len(cand[0]),
                   "n_pos_available": data["n_pos_available"], "n_neg_available": data["n_neg_available"],
                   "steer_plays": ";".join(data["steer_plays"]), "scorer_plays": ";".join(data["scorer_plays"])}
         ex: dict[str, Any] = {"clf": genre["clf"]}  # the genre classifier, genre steer and baselines of every point
-        common.update(self._shared_steers(cfg, hf, genre, enc, pad, ex))
+        common.update(self._shared_steers(cfg, hf, genre, src["enc"], src["pad"], ex))
         rows = []
         for point, ctx in zip(points, ctxs):
             row = dict(common)
-            row.update(self._run_one(cfg, point, ctx, hf, data, cache, sub, idx, contexts, cand, ex))
+            row.update(self._run_one(cfg, point, ctx, hf, data, src, contexts, cand, ex))
             rows.append(row)
         return rows
 
@@ -394,24 +350,14 @@ class LMSteerLM(Experiment):
                                                                                                 genre["labels"]),
                 "genre_train_seconds": g.train_seconds, "actadd_layer": ex["bases"]["act_add"].layer}
 
-    def _run_one(self, cfg, point, ctx, hf, data, cache, sub, idx, contexts, cand, ex) -> dict[str, Any]:
-        from lmsci.methods.lm_steer_cached import cached_loss, train_steer_cached
+    def _run_one(self, cfg, point, ctx, hf, data, src, contexts, cand, ex) -> dict[str, Any]:
         from lmsci.runs import derive_seed
 
-        labels = np.asarray(data["labels"], dtype=float)
-        if point.arm == "null":
-            labels = labels[np.random.default_rng(derive_seed(ctx.seed, "shuffle")).permutation(len(labels))]
-        steer = train_steer_cached(hf, cache, labels, rank=cfg.rank, epsilon=cfg.epsilon, init_std=cfg.init_std,
-                                   lr=cfg.steer_lr, steps=cfg.steer_steps, batch_size=cfg.steer_batch, l2=cfg.l2,
-                                   seed=derive_seed(ctx.seed, "steer"))
+        steer, fit = train_point_steer(cfg, point.arm, ctx.seed, hf, data, src)
         h = steer.history
         n = max(1, min(10, len(h) // 4))
         row: dict[str, Any] = {"train_loss_first": float(np.mean(h[:n])), "train_loss_last": float(np.mean(h[-n:])),
-                               "train_seconds": steer.train_seconds,
-                               "loss_drop": cached_loss(hf, sub, None, labels[idx]) - cached_loss(hf, sub, steer,
-                                                                                                   labels[idx]),
-                               "label_agreement": float(np.mean(labels == np.asarray(data["labels"]))),
-                               "w_norm": float(steer.matrix("attr").norm())}
+                               **fit}
         prompts = data_mod.sample_prompts(cfg, hf.tokenizer, data["neutral"], derive_seed(ctx.seed, "prompts"))
         gen_seed = derive_seed(ctx.seed, "gen")
         curve, texts = [], {}

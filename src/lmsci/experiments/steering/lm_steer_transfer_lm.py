@@ -65,7 +65,6 @@ to ~25 min at this pilot's loaded rates; the lead's quick run will measure it.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import numpy as np
@@ -73,12 +72,13 @@ import pandas as pd
 from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, ci_above, every_at_least, mean_at_least
-from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Point, PointContext, cross_arms
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.steering import _lm_steer_lm_data as data_mod
 from lmsci.experiments.steering import _lm_steer_transfer_lm_run as toy_mod
+from lmsci.experiments.steering._lm_steer_lm_common import (LMSteerSourceConfig, cache_source, check_source,
+                                                             train_point_steer)
 from lmsci.models.gpt import GPTSpec
 from lmsci.report.published import toy_rows_section
 from lmsci.runs import RunDir, resolve_device
@@ -89,36 +89,20 @@ LOSS_DROP_MIN = 0.01   # registered gate: the trained steer lowers its training 
 PRETRAINED_MIN = 2.0   # registered gate: the source's unsteered NLL of the lines is >= 2 nats/token below ln V
 
 
-class LMSteerTransferLMConfig(ExperimentConfig):
-    """Configuration of ``lm-steer-transfer-lm`` (field defaults = the quick preset).
+class LMSteerTransferLMConfig(LMSteerSourceConfig):
+    """Configuration of ``lm-steer-transfer-lm`` (field defaults = the quick preset): ``lm-steer-lm``'s source fields
+    (:class:`~lmsci.experiments.steering._lm_steer_lm_common.LMSteerSourceConfig`), then the toy GPT and the map.
 
     Attributes:
         toy_model: the toy GPT (:class:`~lmsci.models.gpt.GPTSpec`). toy_train: its optimisation
             (:class:`~lmsci.train.trainer.TrainSpec`; ``batch_size`` windows of ``toy_seq_len`` BPE tokens per step).
     """
 
-    model: str = Field("smollm2-135m", description="the source LM: a zoo name, a local Hugging Face directory or "
-                                                   ".gguf file with a tokenizer, or tiny-llama (tests)")
-    n_seeds: int = Field(3, ge=1, le=100, description="training seeds of W, each with its own prompt sample")
-    threads: int = Field(1, ge=0)
-    # data (lm-steer-lm's recipe)
-    scorer_fraction: float = Field(0.5, gt=0, lt=1, description="fraction of each genre's plays held out for prompts")
-    play_split_seed: int = Field(0, ge=0)
-    min_words: int = Field(4, ge=1)
-    max_words: int = Field(12, ge=1)
-    lines_per_play: int | None = Field(400, ge=10, description="dialogue lines sampled per play (None: all)")
-    vader_threshold: float = Field(0.5, gt=0, lt=1)
+    # the source LM's data, cached steer training and sampling: lm-steer-lm's fields (LMSteerSourceConfig), fewer
+    # training lines and steps, more samples per prompt
     n_train_lines: int = Field(150, ge=2, description="training lines per class (positive, negative)")
-    max_length: int = Field(24, ge=4, description="tokens kept of a training line")
-    # steer training on the source (cached hidden states)
-    epsilon: float = Field(1e-3, gt=0, description="eps0")
-    rank: int | None = Field(None, ge=1, description="rank r of W (None: full d x d)")
-    init_std: float = Field(1e-2, gt=0)
-    steer_lr: float = Field(1e-2, gt=0)
     steer_steps: int = Field(60, ge=1)
-    steer_batch: int = Field(8, ge=1)
-    l2: float = Field(0.0, ge=0)
-    n_loss_lines: int = Field(64, ge=2, description="training lines of the loss and pretrained gates")
+    n_samples: int = Field(2, ge=1, description="continuations per prompt")
     # the toy GPT (the toy lm-steer's quick steered GPT)
     toy_vocab_size: int = Field(1024, ge=257, le=65536,
                                 description="BPE vocabulary of the toy corpus (the toy lm-steer's)")
@@ -128,17 +112,9 @@ class LMSteerTransferLMConfig(ExperimentConfig):
     toy_eval_tokens: int = Field(20000, ge=100, description="held-out targets of the toy's validation NLL")
     map_method: str = Field("lstsq", pattern="^(lstsq|procrustes)$", description="the embedding map (App. F)")
     map_holdout: float = Field(0.2, ge=0, lt=1, description="shared tokens held out to measure the map's error")
-    # generation and scoring
-    n_prompts: int = Field(12, ge=2, description="held-out neutral prompts per seed")
-    n_samples: int = Field(2, ge=1, description="continuations per prompt")
-    prompt_tokens: int = Field(5, ge=1, description="source tokens of a source prompt (the newline included)")
+    # generation on the toy
     toy_prompt_tokens: int = Field(6, ge=1, description="toy tokens of a toy prompt (the newline included)")
-    gen_tokens: int = Field(16, ge=2, description="new tokens per continuation")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(0.9, gt=0, le=1, description="nucleus sampling on the source")
     toy_top_k: int | None = Field(50, ge=1, description="top-k sampling on the toy GPT (GPT.generate)")
-    gen_batch: int = Field(32, ge=1, description="source continuations per generate call")
-    steer_value: float = Field(5.0, gt=0, description="the paper's 5 eps0")
 
     PRESETS = {
         "smoke": {"model": data_mod.TINY, "n_seeds": 2, "lines_per_play": 40, "n_train_lines": 12,
@@ -227,11 +203,7 @@ class LMSteerTransferLM(Experiment):
 
     # ------------------------------------------------------------------------------------------ config
     def validate(self, cfg: LMSteerTransferLMConfig) -> None:
-        data_mod.check_model_name(cfg.model)
-        if cfg.max_words < cfg.min_words:
-            raise ConfigError("max_words", cfg.max_words, f">= min_words={cfg.min_words}")
-        if cfg.n_loss_lines > 2 * cfg.n_train_lines:
-            raise ConfigError("n_loss_lines", cfg.n_loss_lines, f"<= 2 n_train_lines = {2 * cfg.n_train_lines}")
+        check_source(cfg)
         if cfg.toy_model.d_model % cfg.toy_model.n_heads:
             raise ConfigError("toy_model.n_heads", cfg.toy_model.n_heads,
                               f"a divisor of toy_model.d_model={cfg.toy_model.d_model}")
@@ -249,25 +221,14 @@ class LMSteerTransferLM(Experiment):
     def run_group(self, cfg: LMSteerTransferLMConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         """Load the source LM, build the lines and cache their hidden states, train the toy GPT, fit the map; then
         train, transfer and measure each point's steer."""
-        from lmsci.methods.lm_steer_cached import cached_loss, check_cache, final_hidden_states
-
         device = str(resolve_device(cfg.device))
         data = data_mod.build_data(cfg)
         hf = data_mod.get_model(cfg.model, device, data["texts"] + data["neutral"])
         ctxs[0].run.record_model(getattr(hf, "provenance", {"source": cfg.model}))
-        enc = [data_mod.encode(hf.tokenizer, s) for s in data["texts"]]
-        pad = hf.tokenizer.pad_token_id if hf.tokenizer.pad_token_id is not None else 0
-        cache = final_hidden_states(hf, enc, max_length=cfg.max_length, pad_id=pad)
-        check_cache(hf, cache)
-        k = cfg.n_loss_lines  # lines of the gates: an even spread of both classes (positives first in the pool)
-        idx = np.r_[0:k // 2, cfg.n_train_lines:cfg.n_train_lines + k - k // 2]
-        sub = type(cache)(cache.h[idx], cache.ids[idx], cache.mask[idx])
-        base_nll = cached_loss(hf, sub, None, data["labels"][idx])
-        V = int(hf.model.get_output_embeddings().weight.shape[0])
+        src = cache_source(cfg, hf, data)
         toy = toy_mod.train_toy(cfg, device, ctxs[0].log)
         emap = toy_mod.fit_map(cfg, hf, toy)
-        common = {"model": cfg.model, "vocab_size": V, "n_pool": len(enc), "base_nll": base_nll,
-                  "nll_below_uniform": math.log(V) - base_nll, "toy_vocab_size": int(toy["tok"].vocab_size),
+        common = {**src["columns"], "toy_vocab_size": int(toy["tok"].vocab_size),
                   "toy_val_nll": toy["val_nll"], "toy_unigram_nll": toy["unigram_nll"],
                   "toy_bigram_nll": toy["bigram_nll"], "toy_below_unigram": toy["unigram_nll"] - toy["val_nll"],
                   "toy_seconds": toy["toy_seconds"], "n_shared_tokens": emap.n_shared, "map_n_fit": emap.n_fit,
@@ -275,25 +236,14 @@ class LMSteerTransferLM(Experiment):
         rows = []
         for point, ctx in zip(points, ctxs):
             row = dict(common)
-            row.update(self._run_one(cfg, point, ctx, hf, toy, emap, data, cache, sub, idx))
+            row.update(self._run_one(cfg, point, ctx, hf, toy, emap, data, src))
             rows.append(row)
         return rows
 
-    def _run_one(self, cfg, point, ctx, hf, toy, emap, data, cache, sub, idx) -> dict[str, Any]:
-        from lmsci.methods.lm_steer_cached import cached_loss, train_steer_cached
+    def _run_one(self, cfg, point, ctx, hf, toy, emap, data, src) -> dict[str, Any]:
         from lmsci.runs import derive_seed
 
-        labels = np.asarray(data["labels"], dtype=float)
-        if point.arm == "null":
-            labels = labels[np.random.default_rng(derive_seed(ctx.seed, "shuffle")).permutation(len(labels))]
-        steer = train_steer_cached(hf, cache, labels, rank=cfg.rank, epsilon=cfg.epsilon, init_std=cfg.init_std,
-                                   lr=cfg.steer_lr, steps=cfg.steer_steps, batch_size=cfg.steer_batch, l2=cfg.l2,
-                                   seed=derive_seed(ctx.seed, "steer"))
-        row: dict[str, Any] = {"train_seconds": steer.train_seconds,
-                               "loss_drop": cached_loss(hf, sub, None, labels[idx]) - cached_loss(hf, sub, steer,
-                                                                                                   labels[idx]),
-                               "label_agreement": float(np.mean(labels == np.asarray(data["labels"]))),
-                               "w_norm": float(steer.matrix("attr").norm())}
+        steer, row = train_point_steer(cfg, point.arm, ctx.seed, hf, data, src)
         moved = emap.map_steer(steer)
         row["w_norm_toy"] = float(moved.matrix("attr").norm())
         S = cfg.steer_value

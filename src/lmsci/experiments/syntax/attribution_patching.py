@@ -8,11 +8,12 @@ same claim ids, statistics, rules and null arm, so the two reports line up (its 
 beside this report's).
 
 Method (per training seed). The world is :mod:`lmsci.worlds.ioi` (word-level; the paper's 15 templates and their
-ABBA twins). A GPT is trained exactly as in ``ioi-circuit`` (:func:`train_model`, a copy of its ``train_arm``,
-its ``ioi`` arm; here the stream is IOI sentences only, ``ioi_fraction`` 1, so that a quick-sized model learns the
-task in few steps). On ``n_prompts`` held-out prompts (drawn from ``derive_seed(seed, "prompts", seed_index)``),
-each with its ABC twin (IO, S1, S2 replaced by three other names), the metric is the mean logit difference
-logit(IO) - logit(S) at END (nats). Attribution patching
+ABBA twins). A GPT is trained exactly as in ``ioi-circuit`` (the same function,
+:func:`~lmsci.experiments.syntax._ioi_train.train_ioi_gpt`, as its ``train_arm``'s ``ioi`` arm; here the stream is
+IOI sentences only, ``ioi_fraction`` 1, so that a quick-sized model learns the task in few steps). On
+``n_prompts`` held-out prompts (drawn from ``derive_seed(seed, "prompts", seed_index)``), each with its ABC twin
+(IO, S1, S2 replaced by three other names), the metric is the mean logit difference logit(IO) - logit(S) at END
+(nats). Attribution patching
 (:func:`lmsci.measure.attribution_patching.attribution_patching`, one clean forward + backward and one ABC forward)
 estimates, for every head, the change of the metric when the head's ABC output (every position) is patched into the
 clean run; exact activation patching (:func:`~lmsci.measure.attribution_patching.exact_patching`,
@@ -53,13 +54,14 @@ from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
+from lmsci.experiments.syntax._ioi_train import train_ioi_gpt
 from lmsci.measure.attribution_patching import agreement, attribution_patching, exact_patching
 from lmsci.measure.patching import logit_diff
-from lmsci.models.gpt import GPT, GPTSpec
+from lmsci.models.gpt import GPTSpec
 from lmsci.report.published import toy_rows_section
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainSpec, train
-from lmsci.worlds.ioi import IOIWorld, make_get_batch
+from lmsci.train.trainer import TrainSpec
+from lmsci.worlds.ioi import IOIWorld
 
 R_MIN = 0.5       # registered (as attribution-patching-lm): Pearson r, 95% CI lower end above 0.5
 TOPK_MIN = 0.5    # registered (as attribution-patching-lm): top-k agreement, 95% CI lower end above 0.5
@@ -102,28 +104,13 @@ class AttributionPatchingConfig(ExperimentConfig):
     }
 
 
-def train_model(cfg: AttributionPatchingConfig, world: IOIWorld, ctx: PointContext) -> tuple[GPT, dict]:
-    """Train the toy GPT from ``ctx.seed`` as ``ioi-circuit``'s ``train_arm`` does (its own init, stream and batches;
-    the same trainer, schedule and seed keys; a sibling experiment's module cannot be imported, issue 44 item 6);
-    returns (model in eval mode, the trainer's final record)."""
-    ids = world.stream(cfg.stream_tokens, cfg.ioi_fraction, np.random.default_rng(derive_seed(ctx.seed, "stream")))
-    model = GPT(cfg.model.gpt_config(world.vocab_size, cfg.seq_len), seed=derive_seed(ctx.seed, "init")).to(ctx.device)
-    steps = cfg.train.steps
-    tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
-    bar = ctx.progress(steps, "train")
-    res = train(model, make_get_batch(ids, tc.batch_size, cfg.seq_len), tc, seed=derive_seed(ctx.seed, "data"),
-                log=lambda m: ctx.log(**m), checkpoint_dir=ctx.artifact_dir / "ckpt", progress=bar)
-    bar.close()
-    return model.eval(), res.final
-
-
 def compute(cfg: AttributionPatchingConfig, seed_index: int, ctx: PointContext) -> dict[str, Any]:
     """Train one toy GPT (``ctx``'s seed) and run both methods on its held-out prompts: the per-head maps
     ``[n_layers * n_heads]`` (nats), the clean logit difference and the timings (seconds)."""
     world = IOIWorld(cfg.n_names, cfg.n_templates)
     p = world.sample_prompts(cfg.n_prompts, np.random.default_rng(derive_seed(cfg.seed, "prompts", seed_index)))
     p = p.to(ctx.device)
-    model, final = train_model(cfg, world, ctx)
+    model, final = train_ioi_gpt(cfg, world, cfg.ioi_fraction, ctx)
     args = (model, p.clean, p.corrupt, p.end, p.io, p.s)
     w0, c0 = time.perf_counter(), time.process_time()
     est = attribution_patching(*args).sum(-1)

@@ -59,40 +59,30 @@ from lmsci.experiments.registry import register
 from lmsci.experiments.syntax._common import (CFGModelConfig, make_get_batch, make_model, train_model,
                                              validate_model_config)
 from lmsci.measure.cfg_lm import generate_strings, generation_accuracy
-from lmsci.measure.feature_recovery import baseline_codes, cfg_features, compare_dictionaries
-from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll, train_sae
+from lmsci.measure.feature_recovery import cfg_features
+from lmsci.measure.sae import model_nll_fn, sae_metrics, spliced_nll
+from lmsci.measure.sae_dictionaries import SAEDictionaryFields, compare_sae_baselines, dictionary_columns
+from lmsci.report.sae_recovery import ok_rows, recovery_heatmap, results_table
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.trainer import TrainSpec
 
 F1_MIN = 0.7          # registered: a true feature is recovered when its best latent's held-out F1 >= 0.7
 SHARE_MIN = 0.5       # registered: "most true features": the share's 95% CI lower end above 0.5
 LEARNED_GATE = 0.8    # registered gate (as cfg-probing): generation accuracy from BOS >= 0.8 on the real arm
-DICTS = ("sae", "pca", "random")
 
 
-class SAEGroundTruthConfig(CFGModelConfig):
+class SAEGroundTruthConfig(CFGModelConfig, SAEDictionaryFields):
     """Configuration of ``sae-ground-truth`` (model and training fields as ``cfg-learning``; defaults = quick).
 
     Attributes:
-        layer: the block whose output residual stream is read (``blocks.{layer}.resid_post``; negative counts from
-            the last block).
+        layer, d_sae, k, sae_steps, sae_batch, sae_lr, aux_k, dead_tokens: the read-out block and the SAE
+            (:class:`~lmsci.measure.sae_dictionaries.SAEDictionaryFields`).
         n_sae_train / n_eval: fresh strings whose tokens train the SAE and PCA / evaluate every dictionary.
-        d_sae, k: SAE latents and active latents (TopK). sae_steps, sae_batch, sae_lr: its Adam optimisation.
-        aux_k, dead_tokens: AuxK (Gao et al., arXiv 2406.04093, app. A.2): a latent silent for ``dead_tokens``
-            training tokens is dead; the ``aux_k`` largest dead pre-activations reconstruct the residual.
         n_nll: packed windows (``seq_len`` tokens) for the spliced NLL. n_gen: generations for the learned gate.
     """
 
-    layer: int = Field(-1, description="block read: blocks.{layer}.resid_post (negative: from the end)")
     n_sae_train: int = Field(150, ge=2)
     n_eval: int = Field(100, ge=2)
-    d_sae: int = Field(256, ge=2)
-    k: int = Field(8, ge=1)
-    sae_steps: int = Field(2000, ge=1)
-    sae_batch: int = Field(256, ge=1)
-    sae_lr: float = Field(1e-3, gt=0)
-    aux_k: int = Field(64, ge=1)
-    dead_tokens: int = Field(4096, ge=1)
     n_nll: int = Field(8, ge=1)
     n_gen: int = Field(100, ge=1)
     train: TrainSpec = TrainSpec(steps=2000, batch_size=16, lr=3e-3, warmup_steps=50, weight_decay=0.1,
@@ -211,26 +201,13 @@ class SAEGroundTruth(Experiment):
         tr, ev = fresh(cfg.n_sae_train), fresh(cfg.n_eval)
         a_tr, _, names = cfg_features(model, g, tr, hook=hook, boundary=True, min_count=5)
         a_ev, f_ev, _ = cfg_features(model, g, ev, hook=hook, boundary=True, keep=names)
-        seed = derive_seed(ctx.seed, "sae")
-        sae, _ = train_sae(a_tr.to(ctx.device), cfg.d_sae, kind="topk", k=cfg.k, steps=cfg.sae_steps,
-                           batch_size=cfg.sae_batch, lr=cfg.sae_lr, aux_k=cfg.aux_k, dead_tokens=cfg.dead_tokens,
-                           seed=seed)
-        sae.eval()
-        with torch.no_grad():
-            codes = {"sae": sae.encode(a_ev.to(ctx.device)).float().cpu().numpy()}
-        codes["pca"] = baseline_codes("pca", a_tr, a_ev, cfg.d_sae, seed=seed)
-        codes["random"] = baseline_codes("random", a_tr, a_ev, cfg.d_sae, seed=seed)
-        res = compare_dictionaries(codes, f_ev, threshold=F1_MIN, by="f1", feature_names=names)
+        sae, res = compare_sae_baselines(a_tr, a_ev, f_ev, names, d_sae=cfg.d_sae, k=cfg.k, steps=cfg.sae_steps,
+                                         batch_size=cfg.sae_batch, lr=cfg.sae_lr, aux_k=cfg.aux_k,
+                                         dead_tokens=cfg.dead_tokens, seed=derive_seed(ctx.seed, "sae"),
+                                         device=ctx.device, threshold=F1_MIN)
         out: dict[str, Any] = {"n_features": len(names), "n_train_tokens": len(a_tr), "n_eval_tokens": len(a_ev),
                                "f1_floor": res["sae"]["mean_f1_trivial"]}
-        for d in DICTS:
-            out[f"share_{d}"] = res[d]["share"]
-            out[f"mean_f1_{d}"] = res[d]["mean_f1"]
-            out[f"mean_auc_{d}"] = res[d]["mean_auc"]
-            for name, f1 in zip(names, res[d]["scores"]["f1"]):
-                out[f"f1_{d}__{name}"] = float(f1)
-        out["sae_minus_pca"] = out["mean_f1_sae"] - out["mean_f1_pca"]
-        out["sae_minus_random"] = out["mean_f1_sae"] - out["mean_f1_random"]
+        out.update(dictionary_columns(res, lambda d, f1: {f"f1_{d}__{n}": float(v) for n, v in zip(names, f1)}))
         met = sae_metrics(sae, a_ev.to(ctx.device))
         out.update(l0=met["l0"], fvu=met["fvu"], dead_fraction=met["dead_fraction"])
         batch = make_get_batch(g, cfg.n_nll, cfg.seq_len)
@@ -241,38 +218,18 @@ class SAEGroundTruth(Experiment):
         return out
 
     def figures(self, cfg: SAEGroundTruthConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
-        from lmsci.report.figures import head_heatmap
-
-        ok = results[results["status"] == "ok"] if "status" in results else results
+        ok = ok_rows(results)
         cols = [c for c in ok.columns if c.startswith("f1_sae__")]
         if ok.empty or not cols or "arm" not in ok:
             return []
         names = [c[len("f1_sae__"):] for c in cols]
-        rows, labels = [], []
-        for arm in ("real", "null"):
-            sub = ok[ok["arm"] == arm]
-            if sub.empty:
-                continue
-            for d in DICTS:
-                rows.append([float(sub[f"f1_{d}__{n}"].mean()) for n in names])
-                labels.append(f"{'trained' if arm == 'real' else 'random init'}: {d}")
-        fig = head_heatmap(np.array(rows), label="best-latent F1 (mean over seeds)",
-                           title=f"Feature recovery at {ok['hook'].iloc[0]}", annotate=True)
-        ax = fig.axes[0]
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
-        ax.set_xticks(range(len(names)), names, rotation=60, fontsize=7)
-        ax.set(xlabel="true feature (NT level = symbol, or NT end)", ylabel="")
-        fig.set_size_inches(max(6.0, 0.55 * len(names) + 2.5), 3.6)
-        fig.tight_layout()
+        fig = recovery_heatmap(ok, names, label="best-latent F1 (mean over seeds)", title="Feature recovery",
+                               xlabel="true feature (NT level = symbol, or NT end)", rotation=60,
+                               width=max(6.0, 0.55 * len(names) + 2.5))
         return [save_figure(fig, run, "feature_recovery.png",
                             "Best-latent F1 per true feature, per dictionary (SAE, PCA, random directions) and arm "
                             f"(trained, random init); recovered = F1 >= {F1_MIN}",
                             claims=("sae-recovers", "sae-beats-pca"))]
 
     def report_sections(self, cfg: SAEGroundTruthConfig, results: pd.DataFrame, run: RunDir) -> str:
-        from lmsci.report import markdown_table
-
-        cols = ["point", "arm", "seed_index", "acc_bos", "train_loss", "n_features", "f1_floor",
-                *[f"{m}_{d}" for m in ("share", "mean_f1") for d in DICTS], "sae_minus_pca", "l0", "fvu",
-                "dead_fraction", "nll_clean", "nll_increase", "loss_recovered", "cpu_s", "wall_s"]
-        return "## Results\n\n" + markdown_table(results[[c for c in cols if c in results]])
+        return "## Results\n\n" + results_table(results, ("acc_bos", "train_loss"))

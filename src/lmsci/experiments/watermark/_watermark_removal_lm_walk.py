@@ -3,7 +3,8 @@
 * :func:`check_model` / :func:`load` -- a pretrained causal LM by zoo name, local Hugging Face directory or ``.gguf``
   file (:func:`lmsci.models.zoo.load_cached`, once per process and device), or :data:`TINY`, a tiny random Llama
   without a tokenizer (the smoke preset and the tests run the whole pipeline on it in seconds).
-* :func:`sample_prompts` -- Shakespeare windows in the model's tokenizer (random ids without one).
+* :func:`sample_prompts` -- Shakespeare windows in the model's tokenizer (random ids without one): ``watermark-lm``'s
+  prompts (:func:`lmsci.experiments.watermark._watermark_lm_common.sample_prompts`, imported here).
 * :func:`stopping_walk` -- Algorithm 1 of "Watermarks in the Sand" (Zhang et al., ICML 2024, arXiv 2311.04378) as
   token span resampling from a causal LM (the perturbation oracle of the toy ``watermark-removal``,
   :func:`~lmsci.experiments.watermark._watermark_removal_walk.propose_span`, with its Metropolis-Hastings step and
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from lmsci.errors import ConfigError
+from lmsci.experiments.watermark._watermark_lm_common import sample_prompts  # noqa: F401 (this module's API)
 from lmsci.experiments.watermark._watermark_removal_walk import propose_span, token_logprobs
 from lmsci.methods import watermark as wm
 
@@ -99,28 +101,6 @@ def load(name: str, device: str) -> Any:
 
             _MODELS[key] = load_cached(name, device, attn_implementation="sdpa", field="model")
     return _MODELS[key]
-
-
-def sample_prompts(hf: Any, n: int, prompt_len: int, seed: int) -> torch.Tensor:
-    """``[n, prompt_len]`` long prompts: windows of the Shakespeare corpus (the ``shakespeare`` package) in the
-    model's tokenizer, the first (probably cut) token dropped; random token ids when the model has no tokenizer.
-    Deterministic in ``seed``. The prompts of ``watermark-lm`` (a sibling experiment, not imported: the same
-    procedure, so the two experiments watermark the same kind of text)."""
-    rng = np.random.default_rng(seed)
-    tok = getattr(hf, "tokenizer", None)
-    if tok is None:
-        return torch.as_tensor(rng.integers(0, hf.model.config.vocab_size, (n, prompt_len)), dtype=torch.long)
-    from lmsci.worlds.shakespeare import load_works
-
-    works = load_works()
-    out: list[list[int]] = []
-    while len(out) < n:
-        w = works[int(rng.integers(len(works)))]
-        start = int(rng.integers(0, max(1, len(w.text) - 8 * prompt_len)))
-        ids = tok(w.text[start: start + 8 * prompt_len], add_special_tokens=False)["input_ids"]
-        if len(ids) > prompt_len + 1:
-            out.append(ids[1: prompt_len + 1])
-    return torch.as_tensor(out, dtype=torch.long)
 
 
 @torch.no_grad()

@@ -37,13 +37,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import Field
 
 from lmsci.claims import Claim, Gate, Stat, between, ci_above, every_at_least
-from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
+from lmsci.experiments.watermark._watermark_lm_common import KGWLMConfig, sample_prompts
 from lmsci.methods import watermark as wm
 from lmsci.report.figures import arm_points
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -54,22 +53,9 @@ SCORED_MIN = 0.5
 _SRC = "Kirchenbauer et al., arXiv 2301.10226"
 
 
-class WatermarkLMConfig(ExperimentConfig):
-    """Configuration of ``watermark-lm`` (field defaults = the quick preset)."""
-
-    model: str = Field("smollm2-135m", description="a zoo name (lmsci models), a local Hugging Face directory or a "
-                                                   ".gguf file")
-    gamma: float = Field(0.25, gt=0, lt=1, description="green-list fraction")
-    delta: float = Field(2.0, gt=0, description="green logit bias of the real arm")
-    scheme: str = Field("lefthash", description="seeding scheme: lefthash (h = 1) or selfhash (h = 4)")
-    key: int = Field(15485863, description="hashing key (the paper's)")
-    T: int = Field(200, ge=8, description="generated tokens per text")
-    n_texts: int = Field(24, ge=2, description="texts per prompt sample (per seed and arm)")
-    prompt_len: int = Field(32, ge=1, description="prompt tokens")
-    temperature: float = Field(0.7, gt=0, description="sampling temperature (the paper's multinomial 0.7)")
-    gen_batch: int = Field(24, ge=1, description="texts generated at once")
-    n_seeds: int = Field(3, ge=1, le=100, description="independent prompt samples")
-    threads: int = Field(1, ge=0)
+class WatermarkLMConfig(KGWLMConfig):
+    """Configuration of ``watermark-lm`` (field defaults = the quick preset): the generator, its watermark and the
+    sampled texts (:class:`~lmsci.experiments.watermark._watermark_lm_common.KGWLMConfig`)."""
 
     PRESETS = {
         "smoke": {"T": 16, "n_texts": 4, "gen_batch": 4, "n_seeds": 2, "prompt_len": 8},
@@ -154,26 +140,6 @@ class WatermarkLM(Experiment):
                          title=f"{cfg.model}: gamma {cfg.gamma}, delta {cfg.delta}, T {cfg.T}")
         return [save_figure(fig, run, "z_by_arm.png", "Mean detector z per prompt sample and arm (the threshold z = 4 "
                             "dashed)", claims=("tpr",))]
-
-
-def sample_prompts(hf: Any, n: int, prompt_len: int, seed: int) -> torch.Tensor:
-    """``[n, prompt_len]`` long prompts: windows of the Shakespeare corpus in the model's tokenizer, or random token
-    ids when the model has no tokenizer. Deterministic in ``seed``."""
-    rng = np.random.default_rng(seed)
-    tok = getattr(hf, "tokenizer", None)
-    if tok is None:
-        return torch.as_tensor(rng.integers(0, hf.model.config.vocab_size, (n, prompt_len)), dtype=torch.long)
-    from lmsci.worlds.shakespeare import load_works
-
-    works = load_works()
-    out = []
-    while len(out) < n:
-        w = works[int(rng.integers(len(works)))]
-        start = int(rng.integers(0, max(1, len(w.text) - 8 * prompt_len)))
-        ids = tok(w.text[start: start + 8 * prompt_len], add_special_tokens=False)["input_ids"]
-        if len(ids) > prompt_len + 1:
-            out.append(ids[1: prompt_len + 1])  # drop the first, probably cut, token
-    return torch.as_tensor(out, dtype=torch.long)
 
 
 @torch.no_grad()

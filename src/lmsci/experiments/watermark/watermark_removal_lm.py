@@ -65,12 +65,12 @@ import torch
 from pydantic import Field
 
 from lmsci.claims import Claim, Stat, ci_below
-from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.watermark import _watermark_removal_lm_walk as walk
 from lmsci.experiments.watermark._common import arms_by_seed
+from lmsci.experiments.watermark._watermark_lm_common import KGWLMConfig
 from lmsci.experiments.watermark._watermark_removal_walk import Z_END, score_walk
 from lmsci.methods import watermark as wm
 from lmsci.runs import RunDir, derive_seed, resolve_device
@@ -80,23 +80,18 @@ ARMS = ("real", "null", "random")
 _SRC = "Zhang et al., 'Watermarks in the Sand', ICML 2024, arXiv 2311.04378"
 
 
-class RemovalLMConfig(ExperimentConfig):
-    """Configuration of ``watermark-removal-lm`` (field defaults = the quick preset)."""
+class RemovalLMConfig(KGWLMConfig):
+    """Configuration of ``watermark-removal-lm`` (field defaults = the quick preset): ``watermark-lm``'s generator,
+    watermark and texts (:class:`~lmsci.experiments.watermark._watermark_lm_common.KGWLMConfig`; shorter and fewer
+    texts here), the attacker's and judge's models and the walk."""
 
-    model: str = Field("smollm2-135m", description="the generator: a zoo name, a local Hugging Face directory, a "
-                                                   ".gguf file, or tiny-llama (tests)")
     attacker_model: str = Field("same", description="the perturbation and quality oracles' model: 'same' (the "
                                 "generator's weights without the watermark) or a model sharing its vocabulary")
     judge_model: str = Field("same", description="the model judging the final quality: 'same' (the generator's "
                              "weights: not independent of the attacker) or a model sharing its vocabulary")
-    gamma: float = Field(0.25, gt=0, lt=1, description="green-list fraction")
-    delta: float = Field(2.0, gt=0, description="green logit bias")
-    scheme: str = Field("lefthash", description="seeding scheme: lefthash (h = 1) or selfhash (h = 4)")
-    key: int = Field(15485863, description="hashing key (the paper's)")
     T: int = Field(64, ge=8, description="generated tokens per text")
     n_texts: int = Field(4, ge=2, description="texts per prompt sample")
     prompt_len: int = Field(16, ge=1, description="prompt tokens")
-    temperature: float = Field(0.7, gt=0, description="generation temperature (multinomial)")
     gen_batch: int = Field(50, ge=1, description="texts generated at once")
     span: int = Field(6, ge=1, description="tokens resampled per walk step")
     tau: float = Field(TAU, ge=0, description="quality tolerance, nats/token under the attacker's model")
@@ -106,8 +101,6 @@ class RemovalLMConfig(ExperimentConfig):
     walk_max_steps: int = Field(50, ge=1, description="hard cap on a text's steps (lmsci's), >= walk_total_steps")
     detect_every: int = Field(10, ge=1, description="steps between the curve's detections")
     ngram: int = Field(4, ge=1, description="n of the traceability overlap")
-    n_seeds: int = Field(3, ge=1, le=100, description="independent prompt samples")
-    threads: int = Field(1, ge=0)
 
     PRESETS = {
         "smoke": {"model": "tiny-llama", "T": 24, "n_texts": 4, "prompt_len": 8, "walk_total_steps": 4,
