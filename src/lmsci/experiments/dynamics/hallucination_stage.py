@@ -31,16 +31,17 @@ and final levels) is reported beside it and decides nothing.
 
 Null arm (``null_arm``, on by default; issue 44 item 4): the same model, seeds and protocol trained on a world with
 as many subjects as relations (``S = R``; the same fact-table kind, D and noise), scored by the same rule on its own
-test set and its own ``H(a | r)``. Theorem 6's relation comes first because each relation is seen ``S / R`` times as
-often as each subject (its gradient pools all S subjects); with ``S = R`` that head start is gone. The null meets the
-rule if the window is something else: a relation learned first for another reason, or a slow descent through
-``H(a | r)`` that lingers 10% of the steps (at quick, one seed: window 0 on both tables, the subjects learned with or
-before the relation). The earlier null (answers shuffled within their relation's block) could only learn
-``p(a | r)``, so its loss could never leave the plateau and its statistic was 0 by construction. A table whose
-relations share one answer block (the audit's proposal) was rejected: its relation-only predictor is the answer
-marginal, which Theorem 6 also fits first, so it meets the rule for the claim's own reason (measured at quick, one
-seed: windows 0.19 and 0.13 of the steps, then the loss leaves), and with a one-block output its window would be the
-initial saddle, which the real arm's window (at ``H(a | r)``, far below the initial ``log(DR)``) can never be.
+test set and its own ``H(a | r)``. In the real world each relation is seen ``S / R`` times as often as each subject
+(its answer block pools all S subjects), a head start for the relation; with ``S = R`` that head start is gone. The
+null meets the rule if the window is something else: a relation learned first for another reason, or a slow descent
+through ``H(a | r)`` that lingers 10% of the steps (a probe at the quick sizes, one seed outside any registered run,
+2026-12-06: window 0 on both tables, the subjects learned with or before the relation). The earlier null (answers
+shuffled within their relation's block) could only learn ``p(a | r)``, so its loss could never leave the plateau and
+its statistic was 0 by construction. A table whose relations share one answer block (the null audit's proposal) was
+rejected: its relation-only predictor is the answer marginal, which Theorem 6 also fits first, so it meets the rule
+for the claim's own reason (the same probe: windows 0.19 and 0.13 of the steps, then the loss leaves), and with a
+one-block output its window would be the initial saddle, which the real arm's window (at ``H(a | r)``, far below the
+initial ``log(DR)``) can never be.
 
 The null arm is an arm of the sweep (``arm = "s_eq_r"``, its points keep their own ids and seeds). The claims engine
 judges both claims: the statistic per seed is the window fraction, counted only when the loss left the plateau
