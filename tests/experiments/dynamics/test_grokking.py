@@ -149,8 +149,10 @@ def test_phase_detection_on_synthetic_curves():
 
 def _rows(*, t_test=(6000, 6500, 7000), top6=(0.92, 0.88, 0.95), rr=(1.8, 1.6, 2.0), er=(5.0, 4.0, 6.0),
           control_acc=(0.12, 0.2, 0.08), init6=(0.25, 0.3, 0.22), control_rr=(None, None, None),
-          control_er=(None, 1.1, None), control_t_test=(None, None, None), dense_t_test=(500, 450, 600)):
-    """Main-run and wd = 0 control rows; ``init6``: the top-6 share at step 0 (null arm of fourier-sparse); the
+          control_er=(None, 1.1, None), control_t_test=(None, None, None), dense_t_test=(500, 450, 600),
+          control6=(0.4, 0.45, 0.35)):
+    """Main-run and wd = 0 control rows; ``init6``: the top-6 share at step 0 (reported beside fourier-sparse);
+    ``control6``: the wd = 0 control's final top-6 share (the null arm of fourier-sparse); the
     control's ratios and t_test: the null arm of restricted-before-test (None: never reached); ``dense_t_test``: the
     dense arm's (training fraction 0.9, memorised at step 300) steps to test accuracy 0.99, delay's null arm."""
     rows = []
@@ -170,7 +172,7 @@ def _rows(*, t_test=(6000, 6500, 7000), top6=(0.92, 0.88, 0.95), rr=(1.8, 1.6, 2
     for k, a in enumerate(control_acc):
         rows.append({"point": "nowd" + (f"__s{k}" if k else ""), "kind": "control", "seed_index": k, "p": 59,
                      "op": "add", "train_frac": 0.3, "weight_decay": 0.0, "t_train": 350,
-                     "t_test": control_t_test[k], "max_test_acc": a, "final_test_acc": a, "top6_share": 0.4,
+                     "t_test": control_t_test[k], "max_test_acc": a, "final_test_acc": a, "top6_share": control6[k],
                      "init_top6_share": 0.25, "restricted_ratio": control_rr[k], "excluded_ratio": control_er[k],
                      "status": "ok", "arm": "nowd"})
     for k, tt in enumerate(dense_t_test):
@@ -202,7 +204,7 @@ def test_papers_numbers_are_reproduced(tmp_path):
                                                      "restricted-before-test": "reproduced"}
     assert vs["no-wd-no-grok"].kind == "check"
     assert all(vs[c].null_passed is False for c in ("delay", "fourier-sparse", "restricted-before-test"))
-    assert vs["fourier-sparse"].null_value == pytest.approx(np.mean((0.25, 0.3, 0.22)))
+    assert vs["fourier-sparse"].null_value == pytest.approx(np.mean((0.4, 0.45, 0.35)))  # the wd = 0 control's
     assert vs["delay"].value == pytest.approx(16.25)  # the mean of 6000, 6500, 7000 over 400; the rule reads each
     assert min(vs["delay"].details["per_seed"]) == pytest.approx(15.0)
     assert vs["fourier-sparse"].value == pytest.approx(np.mean((0.92, 0.88, 0.95)))
@@ -249,10 +251,10 @@ def test_failed_gates_are_inconclusive(tmp_path):
 
 
 def test_null_arms_meeting_the_rule_or_missing_are_inconclusive(tmp_path):
-    # the dense arm also generalises 5x late; the wd = 0 control shows the restricted/excluded pattern; init already
-    # Fourier-sparse
+    # the dense arm also generalises 5x late; the wd = 0 control shows the restricted/excluded pattern and ends
+    # Fourier-sparse too
     vs = _verdicts(_rows(dense_t_test=(1500, 1800, 2000), control_rr=(1.5, 1.6, 1.7), control_er=(3.0, 3.0, 3.0),
-                         init6=(0.85, 0.9, 0.95)), tmp_path)
+                         control6=(0.85, 0.9, 0.95)), tmp_path)
     for c in ("delay", "fourier-sparse", "restricted-before-test"):
         assert vs[c].outcome == "inconclusive" and vs[c].rule_passed and vs[c].null_passed, c
         assert any("cannot tell" in r for r in vs[c].reasons)
@@ -264,6 +266,11 @@ def test_null_arms_meeting_the_rule_or_missing_are_inconclusive(tmp_path):
     vs = _verdicts(df[df["kind"] != "dense"], tmp_path)
     assert vs["delay"].outcome == "inconclusive" and any("null arm not measured" in r for r in vs["delay"].reasons)
     assert vs["fourier-sparse"].outcome == "reproduced"
+    # a Fourier-sparse random init decides nothing now (the init arm is reported, the control is the null)
+    assert _verdicts(_rows(init6=(0.85, 0.9, 0.95)), tmp_path)["fourier-sparse"].outcome == "reproduced"
+    # no control runs: fourier-sparse has no null arm either
+    assert any("null arm not measured" in r for r in _verdicts(df[df["kind"] != "control"], tmp_path)[
+        "fourier-sparse"].reasons)
     # steps that do not depend on the fraction (only on the seed): neither the rule nor its permuted null arm holds
     v = _sweep(((0.4, 500), (0.5, 500), (0.6, 500), (0.7, 500)), tmp_path, seeds=3)
     assert v.null_passed is False and v.outcome == "not reproduced"
@@ -302,7 +309,7 @@ def test_smoke_run_end_to_end(tmp_path):
     assert {"restricted_loss", "excluded_loss", "top6_share", "weight_norm"} <= set(meas.columns)
     assert (run.path / "figures" / "progress_measures.png").exists()
     assert (run.path / "verdict.json").exists()
-    # the null arms: the wd = 0 control (delay, restricted-before-test) and the random init (fourier-sparse)
+    # the null arms: the wd = 0 control (fourier-sparse, restricted-before-test) and the dense arm (delay)
     vs = {v.claim_id: v for v in run.verdicts()}
     ctl = res[res["kind"] == "control"].iloc[0]
     assert "restricted_ratio" in res and pd.notna(res[res["kind"] == "grok"]["init_top6_share"]).all()
@@ -310,7 +317,9 @@ def test_smoke_run_end_to_end(tmp_path):
     dense = res[res["arm"] == "dense"].iloc[0]  # delay's null arm: training fraction 0.9, its own stack
     assert dense["train_frac"] == 0.9 and dense["steps_run"] <= 60
     assert vs["delay"].null_passed is False
-    assert vs["fourier-sparse"].null_passed is False and vs["fourier-sparse"].null_value < TOP_SHARE
+    assert vs["fourier-sparse"].null_value == pytest.approx(ctl["top6_share"])  # the control's final embedding
+    assert Grokking().claims[2].arms == ("real", "nowd") and all(
+        c.null_can_meet for c in Grokking().claims if c.kind == "claim")
     # restricted-before-test: smoke's control never brings its restricted or test loss below 1 nat (ratio None)
     assert vs["restricted-before-test"].null_passed is False
     assert vs["no-wd-no-grok"].kind == "check"

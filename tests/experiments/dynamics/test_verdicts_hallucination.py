@@ -20,21 +20,24 @@ LOG_D = math.log(8)
 H_RANDOM = 1.9  # H(a|r) of a random table is below log D
 
 
-def _rows(window_fracs: dict[str, list[float]], *, final_loss: float = 0.02, null: str | None = "plateau"
+def _rows(window_fracs: dict[str, list[float]], *, final_loss: float = 0.02, null: str | None = "no-window"
           ) -> pd.DataFrame:
-    """Real-arm rows per table and seed; ``null``: the null arm (attribute shuffled) "plateau" (window, never
-    leaves: the expected null), "learns" (leaves it too: the rule cannot tell), or None (not measured)."""
+    """Real-arm rows per table and seed; ``null``: the null arm (S = R subjects) "no-window" (learns the subjects
+    with the relation, no window: the expected null), "plateau" (a window, but the loss never leaves it),
+    "learns" (a window, then it leaves: the rule cannot tell), or None (not measured)."""
     rows = []
     for table, fracs in window_fracs.items():
         h = LOG_D if table == "structured" else H_RANDOM
         arms = [("real", fracs, final_loss)]
-        if null == "plateau":
-            arms.append(("shuffled", [0.85] * len(fracs), h * 1.01))
+        if null == "no-window":
+            arms.append(("s_eq_r", [0.0] * len(fracs), final_loss))
+        elif null == "plateau":
+            arms.append(("s_eq_r", [0.85] * len(fracs), h * 1.01))
         elif null == "learns":
-            arms.append(("shuffled", fracs, final_loss))
+            arms.append(("s_eq_r", fracs, final_loss))
         for arm, fr, fl in arms:
             for k, f in enumerate(fr):
-                rows.append({"point": f"linear-onehot_{table}" + ("_shuffled" if arm == "shuffled" else "")
+                rows.append({"point": f"linear-onehot_{table}" + ("_s_eq_r" if arm == "s_eq_r" else "")
                              + (f"__s{k}" if k else ""), "variant": "linear-onehot", "arm": arm,
                              "facts": table, "log_D": LOG_D, "H_a_given_r": h, "initial_loss": math.log(32),
                              "final_loss": fl, "final_acc": 1.0, "plateau": f > 0, "plateau_level": h if f else None,
@@ -58,7 +61,10 @@ def test_papers_plateau_in_every_seed_is_reproduced(tmp_path):
     assert abs(vs["plateau-structured"].value - (0.42 + 0.38 + 0.45) / 3) < 1e-9  # the mean window over seeds
     assert vs["plateau-structured"].details["per_seed"] == [0.42, 0.38, 0.45]
     assert vs["plateau-structured"].null_passed is False and vs["plateau-random"].null_passed is False
-    assert vs["plateau-structured"].null_value == 0.0  # the null arm has the window but never leaves it: 0
+    assert vs["plateau-structured"].null_value == 0.0  # the null arm (S = R) learns the subjects with the relation
+    # a null with the window that never leaves the plateau does not meet the rule either (counted 0)
+    vs = _verdicts(cfg, _rows({"structured": [0.42, 0.38, 0.45]}, null="plateau"), tmp_path)
+    assert vs["plateau-structured"].outcome == "reproduced" and vs["plateau-structured"].null_value == 0.0
 
 
 def test_a_model_that_never_leaves_the_plateau_does_not_meet_the_rule(tmp_path):
@@ -126,11 +132,15 @@ def test_quick_preset_uses_three_seeds_of_both_tables():
     assert [p.id for p in pts] == ["linear-onehot_structured", "linear-onehot_structured__s1",
                                    "linear-onehot_structured__s2", "linear-onehot_random",
                                    "linear-onehot_random__s1", "linear-onehot_random__s2",
-                                   "linear-onehot_structured_shuffled", "linear-onehot_structured_shuffled__s1",
-                                   "linear-onehot_structured_shuffled__s2", "linear-onehot_random_shuffled",
-                                   "linear-onehot_random_shuffled__s1", "linear-onehot_random_shuffled__s2"]
+                                   "linear-onehot_structured_s_eq_r", "linear-onehot_structured_s_eq_r__s1",
+                                   "linear-onehot_structured_s_eq_r__s2", "linear-onehot_random_s_eq_r",
+                                   "linear-onehot_random_s_eq_r__s1", "linear-onehot_random_s_eq_r__s2"]
     assert len({exp.point_seed(cfg, p) for p in pts}) == 12
     assert {c.id for c in exp.claims} == {"plateau-structured", "plateau-random"}
+    assert all(c.null_can_meet and c.arms == ("real", "s_eq_r") for c in exp.claims)
+    # the null arm's world has as many subjects as relations; the real arm's has S
+    assert exp.world(cfg, "structured", 1, "s_eq_r").S == cfg.n_relations
+    assert exp.world(cfg, "structured", 1).S == cfg.n_subjects
 
 
 def test_a_non_finite_loss_is_recorded_as_diverged(tmp_path):
@@ -144,7 +154,7 @@ def test_a_non_finite_loss_is_recorded_as_diverged(tmp_path):
     assert all(v.outcome == "inconclusive" for v in run.verdicts())
 
 
-def test_smoke_run_end_to_end_null_arm_fails_the_rule(tmp_path):
+def test_smoke_run_end_to_end_null_arm_measured(tmp_path):
     from lmsci.sweep import run_experiment
 
     # both fact tables (the smoke preset runs only the structured one), so that plateau-random's null arm is
@@ -152,11 +162,12 @@ def test_smoke_run_end_to_end_null_arm_fails_the_rule(tmp_path):
     cfg = resolve_config(HallucinationConfig, "smoke", ["threads=1", 'fact_tables=["structured","random"]'])
     run = run_experiment(HallucinationStage(), cfg, tmp_path / "hs", progress=False, log=lambda *_: None)
     res = run.results()
-    assert set(res["arm"]) == {"real", "shuffled"} and (res["status"] == "ok").all()
-    for _, null in res[res["arm"] == "shuffled"].iterrows():
-        assert null["final_loss"] > null["H_a_given_r"] - 0.5  # the shuffled world cannot leave the plateau
+    assert set(res["arm"]) == {"real", "s_eq_r"} and (res["status"] == "ok").all()
+    null = res[res["arm"] == "s_eq_r"]
+    assert (null["n_subjects"] == cfg.n_relations).all() and (res[res["arm"] == "real"]["n_subjects"] == 16).all()
+    assert (null["final_loss"] < null["H_a_given_r"] - 0.5).all()  # the null world's loss can leave its plateau
     vs = {v.claim_id: v for v in run.verdicts()}
     for cid in ("plateau-structured", "plateau-random"):
-        # smoke is below the claims' scale; the attribute-shuffled null arm is measured and does not meet the rule
-        assert vs[cid].null_value is not None and vs[cid].null_passed is False, (cid, vs[cid].null_value)
+        # smoke is below the claims' scale; the S = R null arm is measured by the same rule
+        assert vs[cid].null_value is not None and vs[cid].null_passed is not None, (cid, vs[cid].null_value)
         assert vs[cid].outcome == "inconclusive"

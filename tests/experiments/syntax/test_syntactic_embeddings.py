@@ -13,7 +13,7 @@ import pytest
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
 from lmsci.experiments.syntax.syntactic_embeddings import (SyntacticEmbeddings, SyntacticEmbeddingsConfig,
-                                                           embedding_metrics)
+                                                           embedding_metrics, shuffle_within_sentences)
 from lmsci.runs import RunDir
 from lmsci.worlds.pos_pcfg import BOS, EOS, ROLES, PosPCFG
 
@@ -36,6 +36,18 @@ def test_grammar_sentences_follow_the_roles():
         PosPCFG(class_sizes={"DET": 3})
 
 
+def test_within_sentence_shuffle_keeps_each_sentence_bag_of_words():
+    g = PosPCFG()
+    st = g.stream(3000, np.random.default_rng(0))
+    sh = shuffle_within_sentences(st, np.random.default_rng(1))
+    assert sh.shape == st.shape and (st != sh).mean() > 0.3  # the order changed
+    assert (sh[st == BOS] == BOS).all() and (sh[st == EOS] == EOS).all()  # boundaries in place
+    starts = np.flatnonzero(st == BOS)
+    for a, b in zip(starts[:-1], starts[1:]):
+        assert sorted(st[a:b]) == sorted(sh[a:b])  # each sentence keeps its words
+    assert sorted(st[starts[-1]:]) == sorted(sh[starts[-1]:])  # the truncated last sentence too
+
+
 def test_probe_and_purity_separate_clustered_from_random_embeddings():
     rng = np.random.default_rng(0)
     roles = np.repeat(np.arange(4), 30)
@@ -48,12 +60,12 @@ def test_probe_and_purity_separate_clustered_from_random_embeddings():
 
 
 def rows(probe=0.97, purity=0.85, gain=1.4, init=0.35, shuf=0.4, shuf_purity=0.4, n=3) -> pd.DataFrame:
-    """Arms real (ordered), shuffled and init (the ordered model's embeddings at initialisation), n seeds."""
+    """Arms real (ordered), sentence_shuffled and init (the ordered model's embeddings at initialisation), n seeds."""
     out = []
     for k in range(n):
         sfx = f"__s{k}" if k else ""
-        for order, arm, p, pu in (("ordered", "real", probe - 0.01 * k, purity), ("shuffled", "shuffled", shuf,
-                                                                                   shuf_purity)):
+        for order, arm, p, pu in (("ordered", "real", probe - 0.01 * k, purity),
+                                  ("sentence-shuffled", "sentence_shuffled", shuf, shuf_purity)):
             out.append({"point": order + sfx, "arm": arm, "status": "ok", "seed_index": k, "order": order,
                         "probe_acc": p, "probe_chance": 0.38, "purity": pu,
                         "test_nll": 3.4 if order == "ordered" else 4.9,
@@ -75,8 +87,11 @@ def test_passing_failing_gated_and_null_passing_tables(tmp_path):
     assert verdicts(rows(shuf_purity=0.85), tmp_path)["kmeans-purity"].null_passed  # the engine's null arm
     assert verdicts(rows(probe=0.7), tmp_path)["role-probe"].outcome == "not reproduced"
     assert verdicts(rows(gain=0.1), tmp_path)["role-probe"].outcome == "inconclusive"
-    v = verdicts(rows(shuf=0.95), tmp_path)  # the shuffled model's embeddings also encode the roles
+    v = verdicts(rows(shuf=0.95), tmp_path)  # the sentence-shuffled model's embeddings also encode the roles
     assert v["role-probe"].outcome == "inconclusive" and v["role-probe"].null_passed
+    assert v["role-probe"].null_value == pytest.approx(0.95) and v["role-probe"].details["null_sentence_shuffled"] == pytest.approx(0.95)
+    assert verdicts(rows(shuf=0.88), tmp_path)["role-probe"].outcome == "reproduced"  # close, below the rule
+    assert SyntacticEmbeddings().get_claim("role-probe").null_can_meet
     assert verdicts(rows(init=0.92), tmp_path)["role-probe"].outcome == "inconclusive"
     assert verdicts(rows(n=2), tmp_path)["role-probe"].outcome == "inconclusive"
     assert verdicts(rows(), tmp_path, preset="smoke")["role-probe"].outcome == "inconclusive"
@@ -99,10 +114,10 @@ def test_smoke_run(tmp_path):
     cfg = resolve_config(SyntacticEmbeddingsConfig, "smoke", {"threads": 1})
     run = run_experiment(SyntacticEmbeddings(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
     res = run.results()
-    assert (res["status"] == "ok").all() and set(res["order"]) == {"ordered", "shuffled", "init"}
-    assert set(res["arm"]) == {"real", "shuffled", "init"}
+    assert (res["status"] == "ok").all() and set(res["order"]) == {"ordered", "sentence-shuffled", "init"}
+    assert set(res["arm"]) == {"real", "sentence_shuffled", "init"}
     assert res["probe_acc"].between(0, 1).all() and (run.path / "figures" / "embedding_pca.png").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     # both null arms are measured and, for an almost untrained model, far from the rule
     v = vs["role-probe"]
-    assert v.null_value is not None and v.null_passed is False and v.details["null_shuffled"] is not None
+    assert v.null_value is not None and v.null_passed is False and v.details["null_sentence_shuffled"] is not None

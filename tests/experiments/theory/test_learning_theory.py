@@ -174,8 +174,8 @@ def test_bad_configs_are_refused_before_any_work(tmp_path):
 
 # -- verdicts from synthetic tables -------------------------------------------------------------------
 def _dd_table(peak_at=1.0, iso_dev=0.01, ridge_peak=False, interp=0.0, n_seeds=3, null_like_real=False):
-    """A synthetic double-descent table in the arm layout (real, null, ridge, oracle, permuted);
-    ``null_like_real`` makes every null arm look like the real one."""
+    """A synthetic double-descent table in the arm layout (real, null, ridge, ridge_tiny, oracle, noise);
+    ``null_like_real`` makes every null arm look like the real one (the tiny ridge: like the claim's ridge)."""
     rows = []
     rng = np.random.default_rng(0)
     cfg = resolve_config(DoubleDescent.Config, "quick")
@@ -195,9 +195,12 @@ def _dd_table(peak_at=1.0, iso_dev=0.01, ridge_peak=False, interp=0.0, n_seeds=3
                 rows.append({**base, "arm": "real", "test_risk": risk, "train_risk": interp if N >= n else 0.5})
                 rows.append({**base, "arm": "ridge", "test_risk": ridge, "train_risk": 0.5})
                 rows.append({**base, "arm": "oracle", "test_risk": risk if null_like_real else 1.5 / (1 + N / n)})
-                if N in (n // 2, 10 * n):  # permuted labels: no better than the label mean
-                    rows.append({**base, "arm": "permuted", "test_risk": risk if null_like_real else
-                                 5.0 * (1.1 if N > n else 2.0)})
+                if N in (n // 2, n, 2 * n):  # ridge at a negligible lambda: keeps min-norm's peak
+                    rows.append({**base, "arm": "ridge_tiny", "test_risk": ridge if null_like_real else risk,
+                                 "train_risk": 0.0})
+                if N in (n // 2, 10 * n):  # the features past n/2 uninformative: no second descent below n/2
+                    rows.append({**base, "arm": "noise", "test_risk": risk if null_like_real or N < n else
+                                 1.2 * (1.0 + 0.05 / 0.9 + 0.5)})
         for gmm in cfg.gammas:
             ex = float(isotropic_risk(gmm, cfg.iso_r2, cfg.iso_sigma2))
             rows.append({"arm": "real", "part": "isotropic", "level": gmm, "seed_index": s, "exact_risk": ex,
@@ -232,23 +235,34 @@ def test_double_descent_verdicts_pass_fail_and_gate():
     cfg, df = _dd_table(n_seeds=1)
     v = _by_id(exp.verdicts(cfg, df, None))
     assert v["u-curve"].outcome == INCONCLUSIVE and v["isotropic-exact"].outcome == INCONCLUSIVE
-    cfg, df = _dd_table()  # no peak to remove: the min-norm null meets the rule (digits), the gate fails (linear)
-    df.loc[df["part"].isin(["digits", "linear"]) & (df["arm"] == "real"), "test_risk"] = 1.0
+    cfg, df = _dd_table()  # no peak to remove: the tiny-ridge null meets the rule too (no min-norm-peak gate now)
+    df.loc[df["part"].isin(["digits", "linear"]) & df["arm"].isin(["real", "ridge_tiny"]), "test_risk"] = 1.0
     v = _by_id(exp.verdicts(cfg, df, None))
-    r = v["ridge-removes-peak-digits"]
-    assert r.outcome == INCONCLUSIVE and r.null_passed is True and any(NULL_MEETS_RULE in x for x in r.reasons)
-    assert "min-norm-peak" in v["ridge-removes-peak-linear"].reasons[0]
+    for cid in ("ridge-removes-peak-digits", "ridge-removes-peak-linear"):
+        r = v[cid]
+        assert r.outcome == INCONCLUSIVE and r.null_passed is True and any(NULL_MEETS_RULE in x for x in r.reasons)
+        assert r.rule_passed and not any("min-norm-peak" in x for x in r.reasons)
+    # u-curve is a check: passed without its (reported) noise-only arm; second-descent fails without a descent
+    cfg, df = _dd_table()
+    v = _by_id(exp.verdicts(cfg, df[~((df["part"] == "ucurve") & (df["arm"] == "null"))], None))
+    assert v["u-curve"].kind == "check" and v["u-curve"].outcome == PASSED
+    high = df.copy()  # min-norm at 10 n no better than at n/2: no second descent
+    m = (high["arm"] == "real") & (high["level"] == 10 * high["n"])
+    high.loc[m, "test_risk"] = 3.0
+    s = _by_id(exp.verdicts(cfg, high, None))["second-descent"]
+    assert s.outcome == NOT_REPRODUCED and s.null_passed is False
 
 
 def test_double_descent_null_arm_meeting_the_rule_is_inconclusive():
     exp = DoubleDescent()
     cfg, df = _dd_table(null_like_real=True)
     v = _by_id(exp.verdicts(cfg, df, None))
-    for cid in ("u-curve", "second-descent"):
+    for cid in ("second-descent", "ridge-removes-peak-digits", "ridge-removes-peak-linear"):
         assert v[cid].outcome == INCONCLUSIVE and v[cid].null_passed is True, (cid, v[cid].outcome)
         assert any(NULL_MEETS_RULE in r for r in v[cid].reasons)
-    cfg, df = _dd_table()  # min-norm without a peak (ratio <= 1): the ridge claim's null meets the rule
-    m = (df["part"] == "linear") & (df["arm"] == "real")
+    assert v["u-curve"].outcome == PASSED  # a check: its noise-only arm decides nothing
+    cfg, df = _dd_table()  # the tiny ridge without a peak (ratio <= 1): the ridge claim's null meets the rule
+    m = (df["part"] == "linear") & (df["arm"] == "ridge_tiny")
     df.loc[m, "test_risk"] = 1.0 / (1 + df.loc[m, "level"])
     r = _by_id(exp.verdicts(cfg, df, None))["ridge-removes-peak-linear"]
     assert r.outcome == INCONCLUSIVE and r.null_passed is True

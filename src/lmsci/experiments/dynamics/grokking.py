@@ -35,8 +35,10 @@ nearly every pair in training there is nothing left to generalise to late, so te
 accuracy; Power et al. Fig. 1 right, Liu et al. "Omnigrok" arXiv 2210.01117; its runs stop at the first evaluation
 with test accuracy 0.99, which is when its statistic is known, and are trained as a stack of their own).
 ``delay`` compares ``real`` with ``dense`` (since 2026-12-06; before, with ``nowd``, which never generalises and so
-could not meet the rule); ``restricted-before-test`` compares ``real`` with ``nowd``; ``fourier-sparse`` compares
-``real`` with ``init``. ``no-wd-no-grok`` is a design check on the ``nowd`` arm: it checks that the null arm is a null (the
+could not meet the rule); ``restricted-before-test`` and ``fourier-sparse`` compare ``real`` with ``nowd`` (for
+``fourier-sparse`` since 2026-12-06, issue 44 item 4: before, with ``init``, whose isotropic random embedding holds
+about 6 / ((p-1)/2) of its norm in its top 6 frequencies and so could not reach 0.8; the init arm is still reported
+beside it and decides nothing). ``no-wd-no-grok`` is a design check on the ``nowd`` arm: it checks that the null arm is a null (the
 control does not generalise), and is never counted as reproduced. Power et al.'s fraction sweep is the sibling
 experiment ``grokking-fractions`` (:mod:`.grokking_fractions`).
 
@@ -105,8 +107,8 @@ class GrokkingConfig(ModularTrainConfig):
     control: bool = Field(True, description="run the weight_decay = 0 control (same steps, every seed)")
 
     PRESETS = {
-        # p = 31 (15 frequencies): at p = 13 the top 6 of 6 frequencies hold ~all of any embedding's norm, so the
-        # random-init null arm of fourier-sparse could not fail its rule
+        # p = 31 (15 frequencies): at p = 13 the top 6 of 6 frequencies hold ~all of any embedding's norm, so no
+        # arm of fourier-sparse could fail its rule
         "smoke": {"p": 31, "train_frac": 0.6, "d_model": 32, "n_heads": 2, "d_mlp": 64, "steps": 60,
                   "eval_every": 5, "n_checkpoints": 8, "lr": 3e-3, "n_key": 3, "n_seeds": 1},
         "quick": {"n_seeds": 3, "threads": 0},
@@ -254,13 +256,16 @@ class Grokking(Experiment):
             "Nanda et al., arXiv 2301.05217, sec. 4 and Fig. 3 (W_E sparse in the Fourier basis; 5 key frequencies)",
             "5 key frequencies {14, 35, 41, 42, 52} at p = 113 carry nearly all of W_E's norm",
             statistic=Stat("top6_share", words=f"the share of ||W_E||_F^2 (residue tokens, orthonormal Fourier basis) "
-                                               f"in its top {TOP_K} frequencies at the last step (on the init arm: "
-                                               "at step 0)"),
+                                               f"in its top {TOP_K} frequencies at the last step"),
             rule=every_at_least(TOP_SHARE),
             gates=(_GEN_GATE,),
-            arms=(REAL, INIT),
-            null=f"the same share of each main run's embedding at step 0 (its random initialisation): an isotropic "
-                 f"random embedding spreads its norm over all (p-1)/2 frequencies",
+            arms=(REAL, NOWD),
+            null="the same share of the weight_decay = 0 control's final embedding (same model, seeds, split and "
+                 "steps; it memorises the training set but does not grok)",
+            null_can_meet="yes: the control is trained as long on the same pairs and its embedding is measured the "
+                          "same way; fitting the training set alone (AdamW without the weight decay that makes the "
+                          "model grok) can concentrate the embedding on a few frequencies, and the null meets the "
+                          "rule if the sparsity comes from fitting the task rather than from the generalising circuit",
         ),
         Claim(
             "restricted-before-test",
@@ -278,6 +283,11 @@ class Grokking(Experiment):
             gates=(_GEN_GATE,),
             null="the weight_decay = 0 control (same model, seeds, splits and steps), its progress measures computed "
                  "as the main runs' (key frequencies of its own final embedding): no circuit forms without weight decay",
+            null_can_meet="yes, if the wd = 0 control generalises after all within the same steps (grokking without "
+                          "weight decay has been reported with Adam over long runs): its progress measures are "
+                          "computed exactly as the main runs' and can clear both thresholds; a control that never "
+                          "brings its test loss below the threshold has no ratio and fails (as the check "
+                          "no-wd-no-grok expects)",
         ),
     ]
 
