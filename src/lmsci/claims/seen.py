@@ -60,16 +60,16 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "chinchilla-refit/hoffmann-rejected": {"quick": (0,)},
     "double-descent/u-curve": {"quick": (0, 1)},
     "double-descent/peak-at-threshold": {"quick": (0, 1)},
-    "double-descent/second-descent": {"quick": (0,)},
+    "double-descent/second-descent": {"quick": (0, 1)},  # 2026-12-06: null -> uninformative extra features
     "double-descent/ridge-removes-peak-digits": {"quick": (0, 1)},
-    "double-descent/ridge-removes-peak-linear": {"quick": (0,)},
+    "double-descent/ridge-removes-peak-linear": {"quick": (0, 1)},  # 2026-12-06: null -> ridge 1e-8, gate dropped
     "double-descent/isotropic-exact": {"quick": (0,)},
     "implicit-bias/angle-rate": {"quick": (0,)},
     "implicit-bias/norm-log-t": {"quick": (0, 1)},  # 2026-12-06: null arm -> another data set's SVM (issue 44 item 4)
     "implicit-bias/loss-rate": {"quick": (0, 1)},  # 2026-12-06: made a check (issue 44 item 4)
     "implicit-bias/heldout-loss-rises": {"quick": (0,)},
-    "hallucination-stage/plateau-structured": {"quick": (0,), "gpu": (0,)},
-    "hallucination-stage/plateau-random": {"quick": (0,), "gpu": (0,)},
+    "hallucination-stage/plateau-structured": {"quick": (0, 1), "gpu": (0,)},  # 2026-12-06: null -> S = R world
+    "hallucination-stage/plateau-random": {"quick": (0, 1), "gpu": (0,)},  # 2026-12-06: null -> S = R world
     "scaling-sweep/alpha-range": {"quick": (0,)},
     "scaling-sweep/beta-range": {"quick": (0,)},
     "scaling-sweep/heldout-within-noise": {"quick": (0,)},
@@ -102,5 +102,9 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "alpine-planning/observed-accuracy": {"quick": (0, 1)},
     "alpine-planning/wm-adjacency": {"quick": (0, 1)},
     "alpine-planning/transitive-gap": {"quick": (0, 1)},
+    # 2026-12-06 (issue 44 item 4, null audit): nulls changed after these quick verdicts were read
+    "grokking/fourier-sparse": {"quick": (2,)},
+    "syntactic-embeddings/role-probe": {"quick": (0, 1)},
+    "syntactic-embeddings/kmeans-purity": {"quick": (0, 1)},
 }
 
