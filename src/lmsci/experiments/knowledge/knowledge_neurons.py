@@ -160,7 +160,12 @@ class KnowledgeNeurons(SeedArmsExperiment):
               gates=(MEMORISED, NEURONS_FOUND),
               null="the same statistic with the fact's knowledge neurons replaced by as many random neurons in the "
                    "same layers (none of them selected), suppressed the same way, in the same run: attribution did "
-                   "not choose them, so the fact is not erased by construction (the paper's random-neuron control)"),
+                   "not choose them, so the fact is not erased by construction (the paper's random-neuron control)",
+              null_can_meet="yes, if the facts attribution finds neurons for are fragile in the layers those neurons "
+                            "sit in (less firmly memorised than the other facts, or answered through few neurons "
+                            "there), so that zeroing as many random neurons of those layers lowers their probability "
+                            "by 25% on average while the other facts, hit by the same neurons, move less than 5%: "
+                            "attribution would then have chosen the layers, not the neurons"),
         Claim("amplify-strengthens",
               "Amplifying (doubling) a fact's knowledge neurons at the answer position raises its answer probability "
               "more than amplifying as many random neurons in the same layers.",
@@ -177,7 +182,9 @@ class KnowledgeNeurons(SeedArmsExperiment):
               gates=(MEMORISED, NEURONS_FOUND),
               null="the same paired difference with the knowledge neurons replaced by a second, independent draw of "
                    "random neurons of the same count in the same layers (random - random), in the same run: zero in "
-                   "expectation by construction"),
+                   "expectation by construction",
+              null_can_meet="only by chance: two independent draws of random neurons of the same count and layers are "
+                            "exchangeable, so the CI of their paired difference lies above 0 about 1 run in 40"),
     ]
 
     def points(self, cfg: KnowledgeNeuronsConfig) -> list[Point]:

@@ -148,8 +148,7 @@ class ShakespeareLM(Experiment):
             null_can_meet="the GPT at a context of one token is a bigram model learnt by gradient descent; the tuned "
                           "baseline is only the best add-alpha bigram, so the null meets the rule wherever better "
                           "bigram estimates (smoothing of rare pairs, a sparse BPE bigram table, held-out works "
-                          "leaking into training) rather than longer context make up the 0.5 nats/char (the untrained "
-                          "model it replaces could not meet the rule by construction: issue 44 item 4)",
+                          "leaking into training) rather than longer context make up the 0.5 nats/char",
         ),
         Claim(
             id="beats-unigram",

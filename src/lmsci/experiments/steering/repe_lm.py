@@ -191,8 +191,8 @@ class RepELM(Experiment):
                            "at the layer (VADER compound units)"),
             rule=ci_above(0.0), gates=_GATES, null=_NULL_STEER,
             null_can_meet="a random direction of the same norm whose sign was fitted on the sentiment pairs leans "
-                          "toward the sentiment axis by construction; pushed at alpha at every position it moves "
-                          "what the model writes, and VADER can follow it on every seed"),
+                          "toward the sentiment axis through that fitted sign; pushed at alpha at every position it "
+                          "moves what the model writes, and VADER can follow it on every seed"),
         Claim(
             id="mean-diff-reading",
             statement="The mean-difference direction, through the same pipeline, reads held-out pairs above "

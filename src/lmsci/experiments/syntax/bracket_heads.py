@@ -150,7 +150,11 @@ class BracketHeads(Experiment):
               "brackets whose query position j-1 has its attention argmax on match[j]) on n_test fresh strings",
               f"in every seed (at least 3) the best head's accuracy >= {MATCH_MIN}", gates=(_LEARN,),
               null="the larger of (a) the same statistic for the model at its random initialisation and (b) the "
-                   "accuracy of the string rule 'most recent opening bracket'; meets the rule when >= 0.9"),
+                   "accuracy of the string rule 'most recent opening bracket'; meets the rule when >= 0.9",
+              null_can_meet="yes, when the strings nest so shallowly that the most recent opening bracket is the "
+                            "match of >= 90% of closing brackets, or when a head of the untrained model already puts "
+                            "its argmax on the match (e.g. by a positional bias on short strings): the null is the "
+                            "larger of the two and meets the rule if any seed does"),
         Claim("ablation-closing",
               "Mean-ablating the best matching head raises the NLL on closing brackets far more than on opening "
               "brackets.",

@@ -237,6 +237,9 @@ class IOICircuit(Experiment):
             presets=_PRESETS, arms=("ioi", "no-ioi"),
             null="the same statistic on the same architecture trained on the plain text alone (no IOI sentences): "
                  "both names are in context and nothing says which one comes next",
+            null_can_meet="yes, if plain-text statistics alone favour the name said once: no plain sentence says a "
+                          "name more than twice, so a model trained without IOI sentences can learn that a name "
+                          "already said twice (S) does not come again, which favours IO at END",
         ),
         Claim(
             "circuit-concentration",
@@ -252,6 +255,9 @@ class IOICircuit(Experiment):
             presets=_PRESETS, arms=ARMS,
             null=f"the same fraction for K random heads of the same model (mean over n_random_sets draws): no head "
                  f"selection",
+            null_can_meet="yes, if the logit difference is spread over most heads, or collapses nonlinearly when any "
+                          "quarter of the heads is patched from ABC, so that K random heads remove 70% of it too "
+                          "(mean over n_random_sets draws)",
         ),
         Claim(
             "name-mover-copy",
@@ -268,6 +274,10 @@ class IOICircuit(Experiment):
             presets=_PRESETS, arms=ARMS,
             null="the copy score of random heads of the same count in the same model (its expectation: the mean over "
                  "all heads)",
+            null_can_meet="yes, if copying names is a property of most heads of the trained model (its tied "
+                          "embeddings make OV circuits that keep the attended name's direction common) rather than of "
+                          "the name movers; the null is the mean copy score over all heads and is not set to 0 at a "
+                          "seed without name movers, as the real arm is",
         ),
         Claim(
             "s-inhibition",
@@ -284,6 +294,9 @@ class IOICircuit(Experiment):
             presets=_PRESETS, arms=ARMS,
             null="the same change for a random head of the same layers (its expectation: the mean over the heads "
                  "below the name movers)",
+            null_can_meet="yes, if S-inhibition is spread over most heads below the name movers (few candidates when "
+                          "the name movers sit in layer 1), or if patching any lower head's END output from ABC moves "
+                          "the name movers' attention toward S by 0.1 on average",
         ),
         Claim(
             "duplicate-induction",
@@ -297,6 +310,9 @@ class IOICircuit(Experiment):
             gates=(_GATE,),
             presets=_PRESETS, arms=ARMS,
             null="the same attention for a random head of the same model (its expectation: the mean over heads)",
+            null_can_meet="yes, if most heads of the trained model attend from S2 to S1 or to S1+1 (duplicate-token "
+                          "attention is generic in a language whose plain sentences repeat names), so that the mean "
+                          "over heads reaches 0.5",
         ),
         Claim(
             "dup-induction-values",
@@ -319,6 +335,9 @@ class IOICircuit(Experiment):
             presets=_PRESETS, arms=ARMS,
             null="the same attention for a random head of the same count (one) from the same layers below the "
                  "S-inhibition heads (its expectation: the mean over those heads; 0 where there are none)",
+            null_can_meet="yes, if most heads below the S-inhibition heads attend from S2 to S1 or S1+1, so that their "
+                          "mean reaches 0.5; the null is computed wherever S-inhibition heads exist above layer 0, "
+                          "even where value patching finds no head (the real arm is 0 there)",
         ),
     ]
 
