@@ -1,0 +1,25 @@
+"""S52: the gpu presets of the training-bound experiments fit 10 minutes of one H100 by lmsci.train.estimate.
+
+The estimate (:func:`lmsci.train.estimate.gpu_seconds`: achieved bf16 throughput plus a per-step overhead) of the
+training alone must leave room (<= 540 s) for evaluation and start-up within the brief's 600 s.
+"""
+
+from __future__ import annotations
+
+from lmsci.config import resolve_config
+from lmsci.train.estimate import gpu_seconds
+
+BUDGET_S = 540.0
+
+
+def test_emergence_metrics_gpu_training_fits():
+    from lmsci.experiments.laws.emergence_metrics import ARMS, EmergenceMetricsConfig
+    from lmsci.worlds.addition import AdditionWorld
+
+    cfg = resolve_config(EmergenceMetricsConfig, "gpu")
+    w = AdditionWorld(cfg.digits)
+    st, b = cfg.train.steps, cfg.train.batch_size
+    total = len(ARMS) * cfg.n_seeds * sum(
+        gpu_seconds(d, cfg.model.n_layers, w.vocab_size, w.seq_len, tokens=st * b * w.seq_len, steps=st)
+        for d in cfg.widths)
+    assert 300 < total <= BUDGET_S, total
