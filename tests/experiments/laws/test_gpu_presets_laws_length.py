@@ -23,3 +23,13 @@ def test_emergence_metrics_gpu_training_fits():
         gpu_seconds(d, cfg.model.n_layers, w.vocab_size, w.seq_len, tokens=st * b * w.seq_len, steps=st)
         for d in cfg.widths)
     assert 300 < total <= BUDGET_S, total
+
+
+def test_scaling_sweep_gpu_training_fits():
+    from lmsci.experiments.laws.scaling_sweep import ScalingSweepConfig
+
+    cfg = resolve_config(ScalingSweepConfig, "gpu")
+    per_step = cfg.train.batch_size * cfg.seq_len
+    total = sum(gpu_seconds(d, cfg.model.n_layers, 84, cfg.seq_len, tokens=cfg.n_seeds * t, steps=t // per_step)
+                for d in cfg.d_models for t in cfg.tokens)  # 84: the Shakespeare character vocabulary
+    assert total <= BUDGET_S / 3, total  # leaves two thirds for the fits' bootstraps on the CPU
