@@ -33,3 +33,14 @@ def test_scaling_sweep_gpu_training_fits():
     total = sum(gpu_seconds(d, cfg.model.n_layers, 84, cfg.seq_len, tokens=cfg.n_seeds * t, steps=t // per_step)
                 for d in cfg.d_models for t in cfg.tokens)  # 84: the Shakespeare character vocabulary
     assert total <= BUDGET_S / 3, total  # leaves two thirds for the fits' bootstraps on the CPU
+
+
+def test_model_shape_gpu_training_fits():
+    from lmsci.experiments.laws.model_shape import ModelShape, ModelShapeConfig
+
+    cfg = resolve_config(ModelShapeConfig, "gpu")
+    st, tok = cfg.train.steps, cfg.train.batch_size * cfg.seq_len
+    total = sum(gpu_seconds(p.params["d_model"], p.params["n_layers"], 84, cfg.seq_len,
+                            tokens=cfg.n_seeds * st * tok, steps=st)  # the seeds train stacked: one step overhead
+                for p in ModelShape().points(cfg))
+    assert 300 < total <= BUDGET_S - 60, total
