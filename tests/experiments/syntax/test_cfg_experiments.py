@@ -35,7 +35,7 @@ def learning_rows(acc: dict[str, list[float]], rand: float = 0.02, rope_null: li
     return pd.DataFrame(rows)
 
 
-def lverdicts(df, tmp_path, preset="gpu"):
+def lverdicts(df, tmp_path, preset="paper"):
     cfg = resolve_config(CFGLearningConfig, preset)
     return {v.claim_id: v for v in CFGLearning().verdicts(cfg, df, RunDir(tmp_path))}
 
@@ -77,7 +77,7 @@ def test_learning_failures_are_not_reproduced(tmp_path):
 
 
 def test_learning_inconclusive_below_scale_or_unmeasured(tmp_path):
-    # quick runs GPT_rot only: the variant claims are not measured and registered for gpu/paper anyway
+    # quick runs GPT_rot only: the variant claims are not measured and registered for paper anyway
     vs = lverdicts(learning_rows({"rope": [0.99, 0.99, 0.98]}), tmp_path, preset="quick")
     assert vs["gen-accuracy"].outcome == "reproduced"
     assert {vs[c].outcome for c in ("rot-beats-abs", "uni-effective", "pos-effective")} == {"inconclusive"}
@@ -236,3 +236,12 @@ def test_position_mixing_probe_reads_earlier_positions_a_pointwise_probe_cannot(
     first = [np.where(np.arange(len(y)) == 0, y, -1) for y in ytr]
     first_te = [np.where(np.arange(len(y)) == 0, y, -1) for y in yte]
     assert fit_mixing_probe(htr, first, hte, first_te, 4, steps=200)["test_acc"] == 1.0
+
+
+def test_learning_gpu_preset_is_values_only_within_ten_minutes(tmp_path):
+    """S52: the gpu preset (one H100, 10 minutes) decides no claim: every claim's verdict there is inconclusive."""
+    cfg = resolve_config(CFGLearningConfig, "gpu")
+    assert cfg.variants == ["rope"] and cfg.n_seeds == 1 and "~8 min" in CFGLearning.time_estimate["gpu"]
+    assert all("gpu" not in c.presets for c in CFGLearning.claims)
+    vs = lverdicts(learning_rows({"rope": [0.99, 0.985, 0.995]}), tmp_path, preset="gpu")
+    assert {v.outcome for v in vs.values()} == {"inconclusive"}

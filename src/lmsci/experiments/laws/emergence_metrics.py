@@ -20,7 +20,8 @@ Arms: ``multi`` (the multi-token answer) and the null arm ``single``: the same p
 on a one-token answer (the sum's units digit), where exact match is the greedy accuracy of one token and so
 carries no p^L sharpening; both arms are judged by the same statistic.
 
-Claims (decided at quick, gpu and paper; >= 3 seeds):
+Claims (decided at quick, gpu and paper; >= 3 seeds; gpu: 5 digits, 9 widths x 2500 steps, within 10 minutes of
+one H100):
 
 * ``exact-match-sharp``: per seed, AIC(power law) - AIC(sigmoid in log compute) of the exact match over the family;
   the 95% CI across seeds lies above ``AIC_MARGIN`` (10: Burnham & Anderson's "essentially no support" for the
@@ -87,7 +88,7 @@ class EmergenceMetricsConfig(ExperimentConfig):
                   "model.n_heads": 2, "model.n_layers": 1, "digits": 2},
         "quick": {},
         "gpu": {"digits": 5, "widths": [16, 24, 32, 48, 64, 96, 128, 192, 256], "model.n_layers": 4,
-                "model.n_heads": 4, "train": {"steps": 10_000, "batch_size": 256}, "n_eval": 4096, "threads": 0},
+                "model.n_heads": 4, "train": {"steps": 2500, "batch_size": 256}, "n_eval": 4096, "threads": 0},
         "paper": {"digits": 8, "widths": [32, 48, 64, 96, 128, 192, 256, 384, 512], "model.n_layers": 6,
                   "model.n_heads": 8, "train": {"steps": 50_000, "batch_size": 256}, "n_eval": 8192, "threads": 0},
     }
@@ -160,7 +161,9 @@ class EmergenceMetrics(Experiment):
     claims = CLAIMS
     time_estimate = {"smoke": "~15 s", "quick": "~5 min CPU (estimated from 11 ms per step averaged over widths 8 and 64: "
                                                        "42 models x 600 steps, one thread)",
-                     "gpu": "~30 min on one H100 (estimated: 54 models x 10k steps at ~3 ms per step)",
+                     "gpu": "~8 min on one H100 (54 models x 2500 steps: 452 s of training by "
+                            "lmsci.train.estimate, ~3 ms per step, plus host sampling and evaluation; not measured: "
+                            "no GPU in the session; S52: was ~30 min at 10k steps)",
                      "paper": "~4 h on one H100 (estimated: 54 models x 50k steps at ~5 ms per step)"}
 
     def validate(self, cfg: EmergenceMetricsConfig) -> None:

@@ -117,10 +117,11 @@ class ModelShapeConfig(ExperimentConfig):
                   "extreme_ar": (1.0, 1000.0), "heads_shape": (1, 16), "heads": [1, 2, 4], "mlp_ratios": [2.0, 4.0],
                   "seq_len": 16, "train.batch_size": 4, "train.steps": 3, "eval_tokens": 256, "n_seeds": 1},
         "quick": {},
-        # one H100: two N (0.8M, 3.2M), 6 layer counts, ~16M tokens per model, 3 seeds (bf16, stacked)
+        # one H100 within 10 minutes (S52): two N (0.8M, 3.2M), 6 layer counts, ~11.5M tokens per model, 3 seeds
+        # (bf16, stacked)
         "gpu": {"n_params": [800_000, 3_200_000], "n_layers": [2, 3, 4, 6, 16, 32], "model.d_head": 32,
                 "heads_shape": (4, 128), "heads": [2, 4, 8, 16], "mlp_layers": 4, "seq_len": 256,
-                "train.batch_size": 64, "train.steps": 1000, "train.lr": 2e-3, "eval_tokens": 262144,
+                "train.batch_size": 64, "train.steps": 700, "train.lr": 2e-3, "eval_tokens": 262144,
                 "precision": "bf16", "threads": 0},
         # the paper's scale: 25M-50M non-embedding parameters on BPE tokens, aspect ratio ~2-700
         "paper": {"tokenizer": "bpe", "vocab_size": 8192, "n_params": [25_000_000, 50_000_000],
@@ -179,10 +180,10 @@ class ModelShape(Experiment):
                               "the shared 2-core machine (load ~2-4); 11.0 and 11.1 min of user CPU time (12.6 and "
                               "12.1 with system time), so ~12-13 min expected with the machine to itself: 21 shapes "
                               "(11 of ~100k params, 10 of 2-60k) x 3 stacked seeds, 0.72M tokens each",
-                     "gpu": "~10-15 min on one H100, estimated, not measured (no GPU in the sessions that wrote it): "
-                            "34 shapes x 1,000 stacked steps of 3 seeds x 16k tokens, 0.01-3.2M-parameter GPTs of 2-32 "
-                            "layers, bf16, at an assumed 20-30 ms a stacked step for the aspect grids (22 shapes; "
-                            "8-12 min) plus 12 four-layer panel shapes; may exceed the 10-minute budget: measure",
+                     "gpu": "~8 min on one H100, estimated, not measured (S52; was ~10-15 min at 1,000 steps, ~11.5 "
+                            "min by the same estimate): 35 shapes x 700 stacked steps of 3 seeds x 16k tokens, "
+                            "0.01-3.2M-parameter GPTs of 2-32 layers; training ~460 s by lmsci.train.estimate (the "
+                            "3 stacked seeds as 3x the tokens, one step overhead), evaluation and start-up ~40 s",
                      "paper": "~5 days on one H100 (2 x 7 aspect shapes + 12 panel shapes at 25M, 3 seeds of "
                               "25-50M parameters, 1.3B tokens each; estimated)"}
     _NULL = ("the same layer counts at fixed width (the narrowest d_model of the fixed-N grid; parameter count then "

@@ -170,8 +170,10 @@ class ScalingSweep(Experiment):
     time_estimate = {"smoke": "30 s", "quick": "6 min 10 s measured (2 seeds x 20 runs, one after another, 1 thread "
                      "beside another run; seeds now train stacked); the two null-arm fits with their 1,000-resample bootstraps add "
                      "~20-40 s (estimated from the verdict-test rate)",
-                     "gpu": "~15 min on one H100 (30 (N, D) cells x 3 stacked seeds, ~12k stacked steps, then the fits; "
-                            "estimated, not measured: no GPU in the session that wrote it)",
+                     "gpu": "~6 min on one H100, estimated, not measured (S52; was ~15 min, no derivation): 30 (N, D) "
+                            "cells x 3 stacked seeds, ~12k stacked steps, ~71 s by lmsci.train.estimate; the fits and "
+                            "bootstraps on the CPU ~4 min (quick's ~106 s of non-training wall over 40 runs, x 90/40 "
+                            "runs); evaluation and start-up ~40 s",
                      "paper": "~3 days on one GPU (3 seeds)"}
 
     claims = [

@@ -319,8 +319,9 @@ class LengthGeneralization(Experiment):
     time_estimate = {"smoke": "~20 s (1 seed)",
                      "quick": "~2.5 min (3 seeds; 100 s measured one thread beside another run before the null arms "
                               "of issue 29 added 3 evaluations and 2 attention profiles per seed; estimated)",
-                     "gpu": "~15 min on one H100 (3 seeds x 5,000 steps, 7 methods over 16 sequences of 4,096 tokens; "
-                            "estimated, not measured: no GPU in the session that wrote it)",
+                     "gpu": "~6 min on one H100, estimated, not measured (S52; was ~15 min, no derivation): per seed "
+                            "5,000 steps ~30 s by lmsci.train.estimate (x2 for fp32), 10 methods x 16 sequences of 4,096 "
+                            "tokens at ~1 CPU-s each in a one-thread pilot, /10 on the GPU, and the profile; x 3 seeds",
                      "paper": "~9 GPU-hours with 3 seeds (estimated)"}
 
     def validate(self, cfg: LengthGeneralizationConfig) -> None:

@@ -290,8 +290,10 @@ class PasskeyRetrieval(Experiment):
     ]
     time_estimate = {"smoke": "~5 s (1 seed)",
                      "quick": "4.5 min measured (3 seeds, one thread beside another run)",
-                     "gpu": "~10 min on one H100 (3 seeds x 4,000 steps, 7 methods x 250 prompts up to 2,048 tokens; "
-                            "estimated, not measured: no GPU in the session that wrote it)",
+                     "gpu": "~3-5 min on one H100, estimated, not measured (S52; was ~10 min, no derivation): 3 seeds x "
+                            "4,000 steps ~1 min by lmsci.train.estimate; 7 methods x 250 prompts up to 2,048 tokens, "
+                            "~27 CPU-min on one thread by a pilot (12.3 s per 10 prompts of 2,048 tokens, all methods), "
+                            "/10 to /20 on the GPU",
                      "paper": "~3 GPU-hours with 3 seeds (estimated)"}
 
     def validate(self, cfg: PasskeyConfig) -> None:

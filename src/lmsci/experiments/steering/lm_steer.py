@@ -210,8 +210,12 @@ class LMSteerExperiment(Experiment):
                               "measured 2026-11-26 before the null arm: the random W adds 28 of each seed's 29 "
                               "generation-and-scoring passes and a second highlighting pass, the baselines now train "
                               "on all 3 seeds: ~1.7x the CPU time, ~11 min at one thread)",
-                     "gpu": "~25 min on one H100 (estimated, not measured: 3 GPTs of 4-8 layers x 4,000 steps, 100 "
-                            "prompts x 25 samples per steer value)",
+                     "gpu": "~7 min on one H100, estimated, not measured (no GPU in S52; the old ~25 min had no "
+                            "derivation): the GPTs A (4 x 256) and F (8 x 512), 4,000 steps each, 160 s by "
+                            "lmsci.train.estimate; per seed of W ~65 generation-and-scoring passes of 100 prompts x 25 "
+                            "samples at ~0.6 s (VADER + classifier + Dist 0.43 s per 2,500 texts in a CPU pilot, "
+                            "decoding, GPU generation and perplexity), 4 steers x 1,000 steps at ~5 ms and two "
+                            "highlighting passes, ~75 s; x 3 seeds + ~40 s of data and BPE start-up",
                      "paper": "~2-3.5 h per seed of W on one H100, estimated, not measured (GPT2-Large: 1,000 steer "
                               "steps x 32 x 256 tokens, then 6 steer values + 5 for the random-W null arm x 10K "
                               "prompts x 25 continuations x 20 tokens, each scored by the toxicity classifier and "

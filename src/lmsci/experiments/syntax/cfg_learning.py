@@ -35,6 +35,10 @@ model could not meet its rule even if the DP accepted any order; a model of each
 the grammar's acceptance blind to order), of ``uni-effective`` / ``pos-effective`` the random-init GPT_uni / GPT_pos over the trained GPT_rot; ``rot-beats-abs``
 reads ``rope2``: its second GPT_rot takes GPT's place in the paired gap (two GPT_rot differ by seed noise only, so the
 rule must not find a gap). The claims engine judges every claim; none is judged by hand.
+
+Presets (S52): the claims are decided at quick (``gen-accuracy``, cfg3b-small) and paper. The gpu preset is a
+values-only run that fits 10 minutes of one H100: GPT_rot and its shuffled arm on cfg3f at 3000 steps, one seed
+(the four variants, their second GPT_rot and 3 seeds at that scale are 18 trainings, ~80 minutes).
 """
 
 from __future__ import annotations
@@ -89,9 +93,10 @@ class CFGLearningConfig(CFGModelConfig):
                   "model.d_model": 16, "model.n_heads": 2, "seq_len": 32, "n_gen": 6, "n_kl": 2, "n_seeds": 1,
                   "variants": ["rope", "posonly"]},
         "quick": {},
-        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned", "uni", "posonly"], "model.n_layers": 6,
+        # gpu (S52): values only, within 10 minutes of one H100: GPT_rot and its shuffled arm on cfg3f, one seed
+        "gpu": {"grammar": "cfg3f", "variants": ["rope"], "n_seeds": 1, "model.n_layers": 6,
                 "model.n_heads": 8, "model.d_model": 256, "seq_len": 512, "train.batch_size": 64, "train.steps": 3000,
-                "train.lr": 1e-3, "train.warmup_steps": 200, "cut": 50, "n_gen": 500, "n_kl": 8, "threads": 0},
+                "train.lr": 1e-3, "train.warmup_steps": 200, "cut": 50, "n_gen": 200, "n_kl": 2, "threads": 0},
         "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"],
                   "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "seq_len": 512,
                   "train.batch_size": 96, "train.steps": 100_000, "train.lr": 3e-4, "train.warmup_steps": 1000,
@@ -125,10 +130,12 @@ class CFGLearning(Experiment):
                      "quick": "~24 min estimated: 711 s measured for the 3 seeds of GPT_rot (3000 steps on cfg3b-small, "
                               "threads=2, nothing else running), as much again for the shuffled arm's GPT_rot, plus "
                               "the null arm's random-init generations (2 x 200 per seed: ~+10 s)",
-                     "gpu": "~37 min estimated on one H100, not measured (cfg3f, 4 variants + the second GPT_rot + the "
-                            "shuffled arm's GPT_rot x 3 seeds, 3000 steps of "
-                            "a 6-layer d256 GPT, batch 64 x 512; the exact KL DP runs on the CPU, ~5-10 s per cfg3f "
-                            "string, hence n_kl = 8)",
+                     "gpu": "~8 min on one H100, values only (S52; was ~37 min estimated, ~80 min by the estimate "
+                            "below with 18 trainings): GPT_rot and the shuffled arm's GPT_rot, 3000 steps of a 6-layer "
+                            "d256 GPT, batch 64 x 512 on cfg3f, one seed: 2 x (146 s by lmsci.train.estimate + 36 s "
+                            "of host sampling, 12 ms per batch in a CPU pilot) + evaluation (~28 ms per DP membership "
+                            "test in the pilot, 400 per trained model; the exact KL DP ~5-10 s per cfg3f string, "
+                            "n_kl = 2) + the random-init point; not measured: no GPU in the session",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, batch 96 x 512, 100k steps; physics_of_lms.md "
                               "sec. 1.3)"}
 
@@ -146,6 +153,7 @@ class CFGLearning(Experiment):
                                  "`cut` tokens of a fresh valid string), n_gen samples each, judged by the exact DP "
                                  "(fraction)"),
             rule=mean_at_least(GEN_ACC_MIN),
+            presets=("quick", "paper"),
             null="the same generation accuracy (the lower of from-BOS and from-prefix, same n_gen, same prompts) of a "
                  "GPT_rot with the same initialisation, data stream and training, trained on the grammar's strings "
                  "with the tokens of each string shuffled (arm shuffled): it learns each string's tokens and length, "
@@ -166,7 +174,7 @@ class CFGLearning(Experiment):
                            words="GPT_rot minus GPT (absolute) generation accuracy (the lower of cut0/cut), paired by "
                                  "seed index (fraction)"),
             rule=ci_above(0.0),
-            presets=("gpu", "paper"),
+            presets=("paper",),
             null="the same paired gap with a second GPT_rot (point rope-null, its own seeds) in place of GPT "
                  "(absolute): two GPT_rot differ by seed noise only, so the gap must not appear",
             arms=("real", "rope2"),
@@ -182,7 +190,7 @@ class CFGLearning(Experiment):
                                  "seed index)"),
             rule=mean_at_least(UNI_RATIO_MIN),
             gates=(ROT_LEARNED,),
-            presets=("gpu", "paper"),
+            presets=("paper",),
             null="the same ratio with a random-init GPT_uni of the same shape (per seed) over the trained GPT_rot: an "
                  "untrained GPT_uni is not effective",
         ),
@@ -197,7 +205,7 @@ class CFGLearning(Experiment):
                                  "seed index)"),
             rule=mean_at_least(UNI_RATIO_MIN),
             gates=(ROT_LEARNED,),
-            presets=("gpu", "paper"),
+            presets=("paper",),
             null="the same ratio with a random-init GPT_pos of the same shape (per seed) over the trained GPT_rot: an "
                  "untrained GPT_pos is not effective",
         ),

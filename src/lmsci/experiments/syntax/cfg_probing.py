@@ -15,7 +15,8 @@ with a linear probe on position ``i`` alone are reported beside (``*_pw_*`` colu
 2026-11-26, see CLAIMS.md). Accuracies on ``n_probe_test`` other fresh strings. The same probes on a model of the
 same architecture at its random initialisation (GPT_rand) are the baseline.
 The generation accuracy from BOS (as in ``cfg-learning``) gates the claims: a model that did not learn the
-grammar is not the paper's subject.
+grammar is not the paper's subject. The gpu preset (S52: 10 minutes of one H100) trains GPT_rot only (the claims
+read it alone), 2000 steps on cfg3f, 3 seeds.
 
 Null arms (issue 29), measured in the same run with the same statistic: ``probe-ancestor`` and
 ``probe-ancestor-at-end`` -- the same probes on the random-init model (GPT_rand, the classic control);
@@ -95,8 +96,9 @@ class CFGProbingConfig(CFGModelConfig):
                   "model.d_model": 16, "model.n_heads": 2, "seq_len": 32, "n_probe_train": 6, "n_probe_test": 4,
                   "n_gen": 4, "n_seeds": 1},
         "quick": {},
-        "gpu": {"grammar": "cfg3f", "variants": ["rope", "learned"], "model.n_layers": 6, "model.n_heads": 8,
-                "model.d_model": 256, "seq_len": 512, "train.batch_size": 64, "train.steps": 3000, "train.lr": 1e-3,
+        # gpu (S52): within 10 minutes of one H100; the claims read GPT_rot only
+        "gpu": {"grammar": "cfg3f", "variants": ["rope"], "model.n_layers": 6, "model.n_heads": 8,
+                "model.d_model": 256, "seq_len": 512, "train.batch_size": 64, "train.steps": 2000, "train.lr": 1e-3,
                 "train.warmup_steps": 200, "n_probe_train": 150, "n_probe_test": 50, "n_gen": 200, "threads": 0},
         "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"],
                   "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "seq_len": 512,
@@ -118,8 +120,11 @@ class CFGProbing(Experiment):
                      "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, "
                               "nothing else running), before the null arm's second random-init model (2 more mixing "
                               "probes per seed: ~+60 s estimated from a timed fit on the loaded machine)",
-                     "gpu": "~20 min estimated on one H100, not measured (cfg3f, 2 variants x 3 seeds; the mixing "
-                            "and L-BFGS probes fit on the device of the hidden states)",
+                     "gpu": "~8 min on one H100, estimated, not measured (no GPU in S52; was ~20 min with GPT (absolute) "
+                            "as well and 3000 steps): GPT_rot on cfg3f x 3 seeds, 2000 steps of batch 64 x 512, 97 s "
+                            "each by lmsci.train.estimate + 24 s of host sampling (12 ms per batch in a CPU pilot); "
+                            "3 probe fits per seed (trained, random init, second random init) on the device, ~5 s "
+                            "each; 200 generations per seed judged by the DP (~28 ms per string in the pilot)",
                      "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
 
     _SRC = "Allen-Zhu & Li, arXiv 2305.13673, sec. 4, 'predict NT ancestor (%)' table"

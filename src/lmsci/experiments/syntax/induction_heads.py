@@ -151,8 +151,11 @@ class InductionHeads(Experiment):
     Config = InductionHeadsConfig
     time_estimate = {"smoke": "~12 s", "quick": "8.7-9.2 CPU-min measured at threads=1 (seeds 0 and 1: 10.8 and 16.6 min "
                      "wall on the shared 2-core machine at load ~2-5); Shakespeare world ~2/3 of it",
-                     "gpu": "~9 min estimated on one H100 (synthetic ~4 min; Shakespeare 6 models x 4000 steps at an "
-                     "assumed ~80 steps/s for these launch-bound tiny models; not measured)",
+                     "gpu": "~3-9 min estimated on one H100, not measured (no GPU in S52): 6 synthetic models x 6000 "
+                     "steps and 6 Shakespeare models x 4000 steps take ~2 min by lmsci.train.estimate (1.5 ms a step "
+                     "for 2 layers, MLP FLOPs counted: an upper bound for attention-only models) plus ~100 evaluations "
+                     "per model pair; ~9 min at the older assumption of ~80 steps/s for the Shakespeare models "
+                     "(synthetic ~4 min); within 10 minutes either way",
                      "paper": "~45 min on one GPU (estimated)"}
 
     _SRC = "Olsson et al. 2022, arXiv 2209.11895, sec. 'Key concepts' and Argument 1"

@@ -7,9 +7,8 @@ oracle, random walk); counterpoint Harel-Canada et al., "Sandcastles in the Stor
 
 Three lmsci GPTs are trained on Shakespeare (BPE, different seeds; one after another: at this shape, seq_len 256
 and d_model 128, stacking them with :func:`lmsci.train.stacked.train_stacked` was 0.94x as fast on 2 CPU threads):
-the generator ``G`` (watermarked through
-transformers' ``WatermarkLogitsProcessor``, left-hash, gamma 0.25, delta 2), the attacker's own model ``A`` and an
-independent judge ``J``. Each walk step, for every text at once:
+the generator ``G`` (watermarked through transformers' ``WatermarkLogitsProcessor``, left-hash, gamma 0.25, delta 2),
+the attacker's own model ``A`` and an independent judge ``J``. Each walk step, for every text at once:
 
 1. perturbation oracle: mask a random span of ``span`` generated tokens and resample it from ``A`` (no watermark)
    given the left context; Metropolis-Hastings acceptance ``min(1, A(suffix | new span) / A(suffix | old span))``
@@ -34,8 +33,8 @@ Measured: the median z-score (transformers' ``WatermarkDetector``) every ``detec
 quality change (mean NLL per token of the final minus the original text under ``J``); traceability: the share of
 the final text's 4-grams found in its own origin against the largest share found in any other origin text.
 
-Issue 29: the claim is decided at gpu/paper, on 3 training seeds: one quick seed takes ~5 CPU-minutes (before the
-null walk, which adds one walk), so 3 do not fit quick's 15 minutes; quick still runs and reports every value.
+Issue 29: the claim is decided at gpu/paper on 3 training seeds (a quick seed takes ~5 CPU-minutes before the null
+walk, so 3 do not fit quick's 15 minutes; quick reports every value); gpu: 100 texts, 2,000 steps per model.
 
 Arms (one group per seed: the three models are trained once): ``real`` is the walk; ``null`` the same walk (the
 same steps, span starts and draws; the text walk: as many steps per text as the real walk made) with every proposed
@@ -45,8 +44,7 @@ the rule credits the quality oracle only when the judge tells the two walks apar
 the walk with zero edits, whose z stays above 4 by construction). The rule reads the across-seed Student-t 95%
 intervals (issue 44 item 4: it was "in every seed", stricter as seeds are added): the interval of the per-seed
 median final z lies below 2 and the upper end of that of the per-seed median judge NLL change is at most ``tau``.
-The ``watermarked`` gate (original median z above 4 in every seed) is measured by
-:meth:`WatermarkRemoval.measured_gates`.
+The ``watermarked`` gate (original median z above 4 in every seed): :meth:`WatermarkRemoval.measured_gates`.
 
 Escape hatch (``hand_verdicts``): ``removal``'s rule is a conjunction of intervals on two statistics (final z, the
 judge's change); an engine rule reads one statistic, and no single per-seed value has both intervals.
@@ -154,10 +152,10 @@ class RemovalConfig(ExperimentConfig):
         "smoke": {"T": 24, "n_texts": 6, "prompt_len": 8, "walk_steps": 6, "detect_every": 3, "model.n_layers": 1,
                   "model.d_model": 32, "seq_len": 48, "train.steps": 5, "train.batch_size": 4},
         "quick": {},
-        # warmup min(100, steps // 10) = 100 at these step counts
-        "gpu": {"n_seeds": 3, "n_texts": 200, "walk_steps": 400, "train.steps": 5000, "train.warmup_frac": None,
-                "train.warmup_steps": 100, "model.d_model": 256, "model.n_layers": 4, "train.batch_size": 32,
-                "threads": 0},
+        # warmup min(100, steps // 10) = 100 at these step counts; gpu: within 10 minutes of one H100 (S52)
+        "gpu": {"n_seeds": 3, "n_texts": 100, "walk_steps": 400, "detect_every": 40, "train.steps": 2000,
+                "train.warmup_frac": None, "train.warmup_steps": 100, "model.d_model": 256, "model.n_layers": 4,
+                "train.batch_size": 32, "threads": 0},
         "paper": {"n_seeds": 3, "n_texts": 400, "walk_steps": 400, "train.steps": 20000, "train.warmup_frac": None,
                   "train.warmup_steps": 100, "model.d_model": 512, "model.n_layers": 8, "model.n_heads": 8,
                   "train.batch_size": 64, "threads": 0},
@@ -175,7 +173,9 @@ class WatermarkRemoval(Experiment):
     Config = RemovalConfig
     time_estimate = {"smoke": "~20 s", "quick": "309 s measured before the null arm walked (threads=2; three models x "
                                                 "800 steps, then 200 walk steps over 50 texts); now one walk more",
-                     "gpu": "~1 h on one H100 (3 seeds x ~20 min) before the null arm's walk; now one walk more",
+                     "gpu": "~7 min on one H100 (3 seeds x ~140 s: 3 models x 2k steps ~60 s, lmsci.train.estimate; "
+                            "100 texts, 2 walks x 400 steps ~80 s by a CPU pilot of transformers' watermark Python x 3 "
+                            "for GPU syncs, ~30 ms/walk step); not measured: no GPU here (was ~1 h: 200 texts, 5k steps)",
                      "paper": "~1 h on one H100 with the trained GPTs. The paper's own oracles run on a user's machine "
                               "from local directories (never downloaded): --set generator_model=DIR --set "
                               "attacker_model=DIR --set judge_model=DIR (causal LMs sharing a tokenizer, e.g. "
