@@ -31,7 +31,8 @@ variant: steps/s and tokens/s (target tokens; stacked: summed over its K members
 ``6 N + 12 n_layers d_model T``, Kaplan et al. 2020, arXiv:2001.08361 Table 1, via :meth:`GPT.flops_per_token`, over
 ``--peak`` GFLOP/s, the one-thread matmul peak of ``results/quick/profile.md``), the ratio of tokens/s to the
 trainer's, and ``quick_ratio``: the speed-up over a whole quick run of the shape including the warm-up,
-``(w_trainer + S t_trainer) / (compile_s + S t_variant)`` with S the quick preset's steps per model.
+``(w_trainer + S t_trainer) / (compile_s + S t_variant)`` with S the quick preset's steps per model (and the same
+in CPU seconds: ``compile CPU s``, ``ratio over a quick run (CPU)``).
 
 Usage (one thread, reniced; the machine is shared, so read the ratios, measured in the same run, not the absolute
 rates)::
@@ -108,6 +109,7 @@ class Arm:
     members: int = 1
     losses: list[float] = field(default_factory=list)
     check_s: float = 0.0
+    check_cpu: float = 0.0
     t: float = 0.0
     cpu: float = 0.0
     steps: int = 0
@@ -216,12 +218,12 @@ def bench_shape(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
     arms = []
     for v in a.variants:
         arm = make_arm(v, gc, gb, a.k)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             arm.losses = arm.run(a.check_steps)
         except Exception as e:  # noqa: BLE001 - a variant that fails on this machine is reported, not fatal
             arm.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-        arm.check_s = time.perf_counter() - t0
+        arm.check_s, arm.check_cpu = time.perf_counter() - t0, time.process_time() - c0
         arms.append(arm)
         print(f"  [{name}] {v}: {a.check_steps} check steps in {arm.check_s:.1f} s {arm.error}", flush=True)
     for _ in range(a.rounds):
@@ -237,6 +239,7 @@ def bench_shape(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
     t_ref = ref.t / ref.steps
     ref_warm = max(0.0, ref.check_s - a.check_steps * t_ref)
     c_ref = ref.cpu / ref.steps
+    ref_warm_cpu = max(0.0, ref.check_cpu - a.check_steps * c_ref)
     rows = []
     for arm in arms:
         row: dict[str, Any] = {"shape": name, "variant": arm.name, "N": n_params, "tok_step": batch * gc.seq_len}
@@ -246,6 +249,9 @@ def bench_shape(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
         t_step = arm.t / arm.steps
         tps = arm.members * batch * gc.seq_len / t_step
         compile_s = max(0.0, arm.check_s - a.check_steps * t_step)
+        c_step = arm.cpu / arm.steps
+        compile_cpu = max(0.0, arm.check_cpu - a.check_steps * c_step)
+        quick_cpu = (ref_warm_cpu + quick_steps * c_ref) / (compile_cpu / arm.members + quick_steps * c_step / arm.members)
         m = min(len(arm.losses), len(ref.losses))
         diff = max(abs(p - q) / abs(q) for p, q in zip(arm.losses[:m], ref.losses[:m])) if m else float("nan")
         # a stacked step trains K models: per model it costs t_step / K
@@ -255,24 +261,26 @@ def bench_shape(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
                      "ratio": tps / (batch * gc.seq_len / t_ref), "compile_s": compile_s,
                      "cpu_ratio": arm.members * c_ref / (arm.cpu / arm.steps),
                      "loss_rel_diff": diff, "loss_first_last": (arm.losses[0], arm.losses[m - 1]) if m else None,
-                     "quick_steps": quick_steps, "quick_ratio": quick})
+                     "quick_steps": quick_steps, "quick_ratio": quick, "compile_cpu": compile_cpu,
+                     "quick_cpu": quick_cpu})
     return rows
 
 
 def table(rows: list[dict[str, Any]], a: argparse.Namespace) -> str:
     head = ("| shape | variant | N | tokens/step | steps/s | tokens/s | MFU | ratio to trainer | per CPU s | compile s | "
-            f"loss rel. diff to trainer ({a.check_steps} steps) | quick steps | ratio over a quick run |")
-    out = [head, "|" + "---|" * 13]
+            f"loss rel. diff to trainer ({a.check_steps} steps) | quick steps | ratio over a quick run | "
+            "compile CPU s | ratio over a quick run (CPU) |")
+    out = [head, "|" + "---|" * 15]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['shape']} | {r['variant']} | {r['N']:,} | {r['tok_step']} | failed: {r['error']} |"
-                       + " |" * 8)
+                       + " |" * 10)
             continue
         diff = "-" if r["variant"] == "trainer" else f"{r['loss_rel_diff']:.1e}"
         out.append(f"| {r['shape']} | {r['variant']} | {r['N']:,} | {r['tok_step']} | {r['steps_s']:.1f} | "
                    f"{r['tok_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['ratio']:.2f}x | {r['cpu_ratio']:.2f}x | "
                    f"{r['compile_s']:.1f} | "
-                   f"{diff} | {r['quick_steps']} | {r['quick_ratio']:.2f}x |")
+                   f"{diff} | {r['quick_steps']} | {r['quick_ratio']:.2f}x | {r['compile_cpu']:.1f} | {r['quick_cpu']:.2f}x |")
     return "\n".join(out)
 
 
