@@ -46,8 +46,10 @@ NO_CXX = not any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 @pytest.mark.parametrize("stacked", [False, True], ids=["train", "train_stacked"])
 def test_compiled_training_equals_eager(stacked):
     cfg = dict(steps=4, batch_size=4, lr=3e-3, warmup_steps=0, device="cpu")
-    runs = {}
+    runs, compiled = {}, {}
     for mode in ("off", "on"):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
         ms = _models(2 if stacked else 1)
         tc = TrainConfig(**cfg, compile=mode)
         if stacked:
@@ -56,7 +58,9 @@ def test_compiled_training_equals_eager(stacked):
         else:
             res = train(ms[0], _gb, tc, seed=5)
             runs[mode] = ([r["loss"] for r in res.history if "loss" in r], ms)
+        compiled[mode] = sum(torch._dynamo.utils.counters["stats"].values())
     (le, me), (lc, mc) = runs["off"], runs["on"]
+    assert compiled["on"] > 0 and compiled["off"] == 0  # "on" really compiled (train once compiled nothing)
     assert len(le) == len(lc) >= 4
     assert max(abs(a - b) for a, b in zip(le, lc)) < 1e-4
     for a, b in zip(me, mc):

@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import torch
@@ -205,6 +206,17 @@ def _logits(out: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
+def _training_forward(model: nn.Module, mode: str | None, device: str) -> Any:
+    """What the training step calls through :func:`sum_nll`: ``model``, or, when training compiles
+    (:func:`lmsci.train.compile.resolve`), its ``torch.compile`` wrapper; for a model with its own ``sum_nll``
+    (lmsci's GPT) that method itself is compiled, because a compiled module's wrapper hands a method call
+    straight to the uncompiled module (before 2026-12-06 ``train`` therefore never compiled an lmsci GPT)."""
+    fwd = maybe_compile(model, mode, device)
+    if fwd is not model and callable(getattr(model, "sum_nll", None)):
+        return SimpleNamespace(sum_nll=torch.compile(model.sum_nll, dynamic=False))
+    return fwd
+
+
 def sum_nll(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Summed cross-entropy (nats) over non-ignored targets, and their count.
 
@@ -371,7 +383,7 @@ class _Loop:
     log: Callable[[dict[str, Any]], None] | None
     checkpoint_dir: str | Path | None
     tb: Any = None
-    fwd: Any = None  # the module the training step calls: ``model`` or its torch.compile wrapper (set by train)
+    fwd: Any = None  # what the training step calls: ``model`` or its compiled loss (``_training_forward``)
     result: TrainResult = field(default_factory=TrainResult)
     step: int = 0
     tokens_seen: int = 0
@@ -571,7 +583,7 @@ def train(
     opt = make_optimizer(model, cfg)
     gen = torch.Generator().manual_seed(int(seed))  # CPU on purpose: the same batches on every device
     loop = _Loop(model, cfg, seed, device, opt, gen, eval_fn, log, checkpoint_dir,
-                 tb=_open_tensorboard(cfg, checkpoint_dir), fwd=maybe_compile(model, cfg.compile, device))
+                 tb=_open_tensorboard(cfg, checkpoint_dir), fwd=_training_forward(model, cfg.compile, device))
 
     # fork (and so restore on exit) every CUDA generator: a resumed run restores all their states
     cuda_devices = list(range(torch.cuda.device_count())) if device.startswith("cuda") and torch.cuda.is_available() else []
