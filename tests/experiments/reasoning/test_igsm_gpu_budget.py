@@ -10,7 +10,7 @@ from lmsci.experiments.reasoning._igsm_gpu_budget import BUDGET_S, decode_second
 from lmsci.experiments.reasoning.igsm_common import IGSMCommonConfig
 from lmsci.experiments.registry import catalog
 
-NAMES = ["igsm-retry"]
+NAMES = ["igsm-retry", "igsm-depth"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -33,3 +33,12 @@ def test_budget_parts_scale_with_their_inputs():
     assert decode_seconds(cfg, (4, 4, 256), 1, beam=4) > 3 * one  # 4 batches of 32 prompts x 4 beams
     assert decode_seconds(cfg.model_copy(update={"max_new_tokens": 384}), (4, 4, 256), 1) == pytest.approx(one / 2)
     assert host_data_seconds(cfg, 2) == pytest.approx(2 * host_data_seconds(cfg, 1))
+
+
+def test_depth_gpu_shapes_keep_the_comparison():
+    cls = catalog()["igsm-depth"]
+    cfg = resolve_config(cls.Config, "gpu")
+    cls().validate(cfg)
+    (ld, hd, dd), (ls, hs, ds) = cfg.deep, cfg.shallow
+    assert ld > ls and dd == 64 * hd and ds == 64 * hs  # GPT2-l-h: deeper and narrower
+    assert 12 * ls * ds ** 2 >= 12 * ld * dd ** 2  # the shallow model is no smaller: the comparison is conservative
