@@ -10,7 +10,7 @@ from lmsci.experiments.reasoning._igsm_gpu_budget import BUDGET_S, decode_second
 from lmsci.experiments.reasoning.igsm_common import IGSMCommonConfig
 from lmsci.experiments.registry import catalog
 
-NAMES = ["igsm-retry", "igsm-depth", "retry-finetune"]
+NAMES = ["igsm-retry", "igsm-depth", "retry-finetune", "igsm-ood"]
 
 
 @pytest.mark.parametrize("name", NAMES)
