@@ -33,7 +33,7 @@ def test_flops_per_token_is_kaplan_6n_plus_attention():
 
 
 #: session 52: sized within 9 minutes of one H100 (claims decided at paper where the gpu run is values only)
-SIZED_S52 = {knowledge_capacity, celebrity}
+SIZED_S52 = {knowledge_capacity, celebrity, knowledge_extraction}
 NINE_MIN_S = 9 * 60
 
 
@@ -55,7 +55,7 @@ def test_gpu_preset_is_estimated_within_30_minutes_and_says_so(mod, exp_cls):
     assert "24 TFLOP/s" in exp.time_estimate["gpu"] and "measured" in exp.time_estimate["gpu"]  # its throughput
     if mod is not knowledge_capacity:
         # N = 5k for extraction and reversal (10k was estimated at 49 and 45 min at the measured throughput)
-        n_people = 2_000 if mod is celebrity else 5_000
+        n_people = {celebrity: 2_000, knowledge_extraction: 1_200}.get(mod, 5_000)
         assert cfg.n_seeds >= 3 and cfg.n_people == n_people and cfg.model.d_model == 256 and cfg.model.n_layers == 4
         assert cfg.pretrain.batch_size == 24 and cfg.seq_len == 512 and cfg.finetune.method == "lora"
         assert getattr(cfg, "pipeline", "stream") == "stream"  # the vectorised data pipeline
