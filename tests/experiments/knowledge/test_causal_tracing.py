@@ -434,3 +434,22 @@ def test_site_arm_is_not_judged(tmp_path):
         t = _table(*ok, eff=eff).assign(site_efficacy=site_eff, site_specificity=1.0 - site_eff, site_token=0,
                                         site_layer=1)
         assert _verdicts(t, tmp_path)["rome-edit"] == outcome
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its estimate, which the documented time repeats."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.knowledge._causal_tracing_estimate import estimate_h100_seconds
+    from lmsci.experiments.knowledge.causal_tracing import CausalTracing, CausalTracingConfig
+
+    cfg = resolve_config(CausalTracingConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["pretrain"] > 0 and est["trace_edit"] > 0
+    text = CausalTracing.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert cfg.n_seeds >= 3 and cfg.model.n_layers >= 6 and cfg.pipeline == "stream"
+    more = estimate_h100_seconds(cfg.model_copy(update={"n_trace": 2 * cfg.n_trace}))
+    assert more["trace_edit"] > est["trace_edit"] and more["pretrain"] == est["pretrain"]

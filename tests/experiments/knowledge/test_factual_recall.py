@@ -504,3 +504,21 @@ def test_hallucination_smoke_run(tmp_path):
     assert r["window_frac"] >= 0.1 and abs(r["window_level"] - math.log(8)) < 0.05 * math.log(8)
     assert abs(r["plateau_level"] - math.log(8)) < 0.3
     assert (tmp_path / "hs" / "figures" / "losses_linear-onehot.png").exists()
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by the host-bound estimate, which the
+    documented time repeats; a larger budget costs more."""
+    import re
+
+    from lmsci.experiments.knowledge._factual_recall_estimate import estimate_h100_seconds
+
+    cfg = resolve_config(FactualRecallConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["host"] > est["steps"] > 0
+    text = FactualRecall.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    bigger = estimate_h100_seconds(cfg.model_copy(update={"steps": 2 * cfg.steps}))
+    assert bigger["total"] > est["total"]
+    assert max(cfg.d_models) / min(cfg.d_models) >= 8  # the 8x width range the attention-only slope needs

@@ -295,3 +295,22 @@ def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
     for v in vs.values():
         assert v.outcome == "inconclusive"  # smoke: below the claims' scale, untrained models
         assert v.null_passed is False, (v.claim_id, v.null_value)
+
+
+def test_mlp_memories_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its estimate, which the documented time repeats."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.knowledge._mlp_memories_estimate import estimate_h100_seconds
+    from lmsci.experiments.knowledge.mlp_memories import MLPMemories, MLPMemoriesConfig
+
+    cfg = resolve_config(MLPMemoriesConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["shakespeare"] > 0 and est["bios"] > 0
+    text = MLPMemories.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert cfg.n_seeds >= 3 and cfg.shakespeare.model.n_layers >= 8 and cfg.bios.model.n_layers >= 8
+    only = estimate_h100_seconds(cfg.model_copy(update={"kinds": ("bios",)}))
+    assert only["shakespeare"] == 0 and only["total"] == est["bios"]

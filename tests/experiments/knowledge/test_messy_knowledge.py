@@ -156,3 +156,21 @@ def test_smoke_run_measures_the_null_arms(tmp_path):
     assert (real["ripple_control2_dlogp"] == null["ripple_related_dlogp"]).all()  # Z2 in X's place
     assert not any(c.startswith("null_") for c in res.columns)
     assert (real["init_negation_vs_same_template"] > 0.3).all()  # the shared tokens align an untrained model
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its estimate (for the whole epoch budget), which
+    the documented time repeats."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.knowledge._messy_knowledge_estimate import estimate_h100_seconds
+    from lmsci.experiments.knowledge.messy_knowledge import MessyKnowledge, MessyKnowledgeConfig
+
+    cfg = resolve_config(MessyKnowledgeConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["pretrain"] > est["measure"] > 0
+    text = MessyKnowledge.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert cfg.n_seeds >= 3 and cfg.model.n_layers == 8 and cfg.n_people > resolve_config(MessyKnowledgeConfig).n_people

@@ -9,6 +9,7 @@ from lmsci.experiments.reasoning.retry_finetune import FT_NULL, PRE, PRE_RETRY, 
 
 R, N, I = "reproduced", "not reproduced", "inconclusive"
 GPU = {"preset": "gpu", "lora_ranks": [[8, 16], [64, 128]]}
+PAPER = {"preset": "paper", "lora_ranks": [[8, 16], [64, 128]]}  # the claims are decided at paper only (session 52)
 ARMS = ["lora_qv8e16", "lora_qv8e16_masked", "lora_qv64e128", "lora_qv64e128_masked"]
 
 
@@ -26,7 +27,7 @@ def _outcomes(cfg, rows):
 
 
 def test_verdicts_pass_fail_gate_and_null():
-    cfg = RetryFinetuneConfig(**GPU)
+    cfg = RetryFinetuneConfig(**PAPER)
     vs = _outcomes(cfg, _rows())
     assert vs["lora-retry-no-gain"].outcome == R and vs["lora-retry-no-gain"].null_passed is False
     assert vs["retry-pretrain-helps"].outcome == R and vs["retry-pretrain-helps"].null_passed is False
@@ -45,8 +46,9 @@ def test_verdicts_pass_fail_gate_and_null():
     assert v.rule_passed and v.null_passed and v.outcome == I
     v = _outcomes(cfg, _rows(ft=0.8))["retry-pretrain-helps"]
     assert v.rule_passed and v.null_passed and v.outcome == I
-    # the quick preset decides nothing
+    # the quick and gpu presets decide nothing
     assert {v.outcome for v in _outcomes(RetryFinetuneConfig(), _rows()).values()} == {I}
+    assert {v.outcome for v in _outcomes(RetryFinetuneConfig(**GPU), _rows()).values()} == {I}
 
 
 def test_points():

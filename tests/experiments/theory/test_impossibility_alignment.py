@@ -222,3 +222,21 @@ def test_smoke_preset_runs(tmp_path):
     # thm2-slope is a check (issue 44 item 4): no null arm judged
     assert vs["thm2-slope"].null_passed is None and vs["thm2-bound"].outcome == "inconclusive"  # smoke: below scale
     assert vs["persona-alpha-shift"].null_passed is not True if "persona-alpha-shift" in vs else True
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its estimate, which the documented time repeats."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.theory._alignment_attack_trained import estimate_h100_seconds
+    from lmsci.experiments.theory.alignment_attack import AlignmentAttack, AlignmentConfig
+
+    cfg = resolve_config(AlignmentConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and all(est[k] > 0 for k in ("train", "host", "eval", "exact"))
+    text = AlignmentAttack.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert cfg.n_seeds >= 5 and len(cfg.trained_alphas) == 3
+    assert estimate_h100_seconds(resolve_config(AlignmentConfig, "paper"))["total"] > est["total"]

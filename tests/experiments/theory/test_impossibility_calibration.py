@@ -229,3 +229,21 @@ def test_warmup_is_a_tenth_of_the_steps_at_most_100(preset):
     assert cfg.train.train_config(eval_every=cfg.eval_every).eval_every == cfg.eval_every
     with pytest.raises(ConfigError, match="model"):
         resolve_config(CalibrationConfig, preset, ["model.n_heads=3"])
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its host-bound estimate, which the documented
+    time repeats; it keeps the gpu model and at least 6 Zipf points, 5 seeds."""
+    import re
+
+    from lmsci.experiments.theory._calibration_hallucination_estimate import estimate_h100_seconds
+
+    cfg = resolve_config(CalibrationConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["host"] > 0 and est["train"] > 0
+    text = CalibrationHallucination.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert len(cfg.zipfs) >= 6 and cfg.n_seeds >= 5 and cfg.model.d_model == 256
+    bigger = estimate_h100_seconds(cfg.model_copy(update={"slots": [s * 2 for s in cfg.slots]}))
+    assert bigger["host"] == pytest.approx(8 * est["host"])

@@ -380,3 +380,17 @@ def test_smoke_runs(cls, tmp_path):
     assert list(run.figures_dir.glob("*.png"))
     df = run.results()
     assert (df["status"] == "ok").all() and len(df) == len(cls().seeded_points(cfg))
+
+
+def test_implicit_bias_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset (numpy only, on one core of the GPU machine) fits 10 minutes by its estimate, which
+    the documented time repeats; the paper's 10 seeds and fitting windows are kept."""
+    from lmsci.config import resolve_config
+    from lmsci.experiments.theory.implicit_bias import ImplicitBiasConfig, estimate_cpu_seconds
+
+    cfg = resolve_config(ImplicitBiasConfig, "gpu")
+    est = estimate_cpu_seconds(cfg)
+    assert 60 < est <= 9 * 60 and f"({est / 60:.1f} min)" in ImplicitBias.time_estimate["gpu"]
+    assert cfg.n_seeds == resolve_config(ImplicitBiasConfig, "paper").n_seeds and cfg.steps >= 10 ** 6
+    ImplicitBias().validate(cfg)
+    assert estimate_cpu_seconds(resolve_config(ImplicitBiasConfig, "paper")) == 2 * est

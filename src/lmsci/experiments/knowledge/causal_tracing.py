@@ -121,10 +121,13 @@ class CausalTracingConfig(MemoriseFirstConfig):
                   "memorise_check_every": 0, "memorise_check_people": 4, "n_trace": 2, "samples": 2, "n_edits": 1,
                   "n_prefixes": 1, "n_neighbours": 2, "cov_windows": 4, "v_steps": 2},
         "quick": {"n_seeds": 3},
-        # one H100, <= 30 minutes (estimated, not measured): N = 2000, 12-layer d_model 256 GPT, 300 exposures
-        "gpu": {"n_people": 2000, "model": {"d_model": 256, "n_layers": 12, "n_heads": 8}, "exposures": 300,
+        # one H100, <= 9 minutes (estimated, not measured; _causal_tracing_estimate): N = 1500, 12-layer d_model 256
+        # GPT, 300 exposures, the streaming data pipeline; 100 facts traced and 50 edited per seed (session 52: N =
+        # 2000, the Python pipeline, 200 traced and 100 edits were ~22 min)
+        "gpu": {"n_people": 1500, "model": {"d_model": 256, "n_layers": 12, "n_heads": 8}, "exposures": 300,
                 "seq_len": 256, "pretrain": {"lr": 1e-3, "batch_size": 32}, "memorise_check_every": 500,
-                "memorise_check_people": 300, "n_trace": 200, "n_edits": 100, "cov_windows": 2000, "n_seeds": 3},
+                "memorise_check_people": 300, "n_trace": 100, "n_edits": 50, "cov_windows": 2000, "n_seeds": 3,
+                "pipeline": "stream"},
         # the paper's scale: GPT-2 XL (48 layers, 1.5B); 1000 known facts traced; 2000+ CounterFact edits
         "paper": {"n_people": 20_000, "model": {"d_model": 1600, "n_layers": 48, "n_heads": 25}, "exposures": 300,
                   "seq_len": 512, "pretrain": {"lr": 3e-4, "batch_size": 96}, "memorise_check_every": 5000,
@@ -148,7 +151,9 @@ class CausalTracing(Experiment):
                      "quick": "~6-15 min: 15.5 min wall measured with the null and traced-site arms (3 seeds, one "
                               "thread, 2026-11-27, on 2 cores shared with ~5 other runs: 193 s user CPU, 198-398 s "
                               "per seed); 5.1 min before the null arm beside one other run (2026-11-23)",
-                     "gpu": "~20 min on one H100 (estimated, not measured)",
+                     "gpu": "~8 min on one H100 (7.7 min), estimated by _causal_tracing_estimate (pretraining by "
+                            "knowledge._estimates, traces and edits as forwards at the step overhead); not measured: no "
+                            "GPU in the session (was ~20 min documented, 22 min by the same estimate)",
                      "paper": "GPT-2 XL scale: days of pretraining; tracing 1000 facts ~2 GPU-hours (estimated)"}
     claims = [
         Claim("mlp-early-site",

@@ -91,10 +91,10 @@ class CelebrityConfig(MemoriseFirstConfig):
                   "ft_epochs": 1, "seq_len": 128, "qa_seq_len": 64, "finetune": {"batch_size": 4, "rank": 2,
                   "embedding_rank": 4, "lr": 3e-4}, "memorise_check_every": 2, "memorise_check_people": 4},
         "quick": {"n_seeds": 3},
-        # one H100, <= 30 minutes (estimated, not measured): N = 10k (5k celebrities), 4-layer d_model 256 RoPE GPT,
-        # 300 exposures, batch 24 x 512, lr 1e-3, wd 0.1, LoRA fine-tune on the celebrities at lr 1e-3 for ~3.6k
-        # steps (the papers' 3e-4 is for 50k steps); the whole budget trained; checkpoints chain
-        "gpu": {"n_people": 10_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
+        # one H100, <= 9 minutes (estimated, not measured; session 52, was N = 10k at ~40.5 min): N = 2k (1k
+        # celebrities), 4-layer d_model 256 RoPE GPT, 300 exposures, batch 24 x 512, lr 1e-3, wd 0.1, LoRA fine-tune
+        # on the celebrities at lr 1e-3 for 40 epochs (the papers' 3e-4 is for 50k steps); checkpoints chain
+        "gpu": {"n_people": 2_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
                 "seq_len": 512, "qa_seq_len": 128,
                 "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1, "warmup_frac": 0.02},
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
@@ -140,12 +140,12 @@ class CelebrityHelpsMinority(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
     time_estimate = {"smoke": "~10 s", "quick": "~16 min estimated: 10.5 min measured for the two real arms (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26; 1378 s wall, 905 s CPU at one thread beside two other runs) plus the null arm, a third model of the all-single kind per seed (issue 44 item 4; not measured)",
-                     "gpu": "40.5 min on one H100, estimated, over the 30-minute budget since the null arm became a "
-                            "second all-single model (issue 44 item 4; 29.5 min before) (estimate_h100_seconds: 3 "
-                            "seeds x 3 models x ~0.2B pretraining tokens at 22.9 MFLOP/token, each LoRA fine-tuned on "
-                            "the 5k celebrities; " + H100_ASSUMPTIONS + "). Measured on an H200 shared with 7 other runs "
-                            "(2026-11-26): the first of 6 points took 415 s (344 s pretraining, 177.6M tokens; 53 s "
-                            "LoRA); the whole preset did not finish in the 470 s given",
+                     "gpu": "~8 min on one H100 (8.1 min), estimated by estimate_h100_seconds; not measured: no GPU in "
+                            "the session (3 seeds x 3 models x ~40M pretraining tokens of N = 2k people x 300 exposures "
+                            "at 22.9 MFLOP/token, each LoRA fine-tuned on the 1k celebrities; " + H100_ASSUMPTIONS
+                            + "). Session 52 cut N from 10k (40.5 min estimated) to 2k; at N = 10k an H200 shared with "
+                            "7 other runs (2026-11-26) took 415 s for the first of 6 points (344 s pretraining, 177.6M "
+                            "tokens; 53 s LoRA) and did not finish the preset in the 470 s given (no verdict)",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
                               "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
     claims = [
@@ -225,14 +225,14 @@ class CelebrityHelpsMinority(Experiment):
                  f"exposures, {cfg.finetune.method} fine-tuning")
         if gates["memorised"][1] is False:
             note = (f"The pretrained model did not memorise the minority's biographies (recall < {RECALL_MIN}) within "
-                    f"the budget at {scale}: the claim cannot be judged on CPU at this scale; the gpu preset (N=10k, "
-                    "4-layer d_model 256, 300 exposures) is the smallest that can settle it.")
+                    f"the budget at {scale}: the claim cannot be judged at this scale; the gpu preset (N=2k, "
+                    "4-layer d_model 256, 300 exposures) is the smallest meant to settle it.")
         elif gates["qa-learned"][1] is False:
             note = f"Fine-tuning did not learn the celebrities' QA (QA accuracy < 0.5) at {scale}."
         else:
             note = "" if single_ok and st.mean >= 0.5 else (
-                f"At {scale}. The paper uses N=200k (100k celebrities) and GPT-2 small; the gpu preset (N=10k, "
-                "~3M-parameter model) is the smallest that can settle it.")
+                f"At {scale}. The paper uses N=200k (100k celebrities) and GPT-2 small; the gpu preset (N=2k, "
+                "~3M-parameter model) is the smallest meant to settle it.")
         return [self.judge(
             cfg, "minority-lift", value=st.mean, passed=bool(single_ok and st.mean >= 0.5), ci=st.ci,
             ci_kind=st.kind, n_seeds=st.n, gates=gates,

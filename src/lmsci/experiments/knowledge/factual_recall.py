@@ -140,13 +140,13 @@ class FactualRecallConfig(ExperimentConfig):
             "tradeoff_steps": 60,
         },
         "quick": {"n_seeds": 3},
-        # one H100: d spans 8x (quick: 4x, which left the attention-only slope unresolved), 2x the quick steps at
-        # 2x its batch, and a trade-off map at the paper's d = 32, d_h = 8 with 256 facts and wider MLPs (quick's
-        # MLP cells did not store at H = 1). facts-per-param stays at the paper preset (it needs 16,384 steps).
+        # one H100 <= 9 min (session 52): d spans 8x (quick's 4x left the attention-only slope unresolved) at quick's
+        # steps and batch, and a trade-off map at the paper's d = 32, d_h = 8, 256 facts, wider MLPs (quick's MLP
+        # cells did not store at H = 1). facts-per-param stays at the paper preset (it needs 16,384 steps).
         "gpu": {
-            "d_models": [8, 11, 16, 22, 32, 45, 64], "size_max": 256, "steps": 4096, "batch_size": 512,
-            "eval_every": 64, "tradeoff_d_model": 32, "tradeoff_d_head": 8, "tradeoff_size": 16,
-            "tradeoff_mlps": [0, 16, 32, 48, 64, 96, 128, 192], "tradeoff_lr": 1e-2, "tradeoff_steps": 4096,
+            "d_models": [8, 11, 16, 22, 32, 45, 64], "size_max": 256, "steps": 2000, "batch_size": 256,
+            "eval_every": 50, "tradeoff_d_model": 32, "tradeoff_d_head": 8, "tradeoff_size": 16,
+            "tradeoff_mlps": [0, 16, 32, 48, 64, 96, 128, 192], "tradeoff_lr": 1e-2, "tradeoff_steps": 1500,
             "stack_size": 256, "threads": 0, "n_seeds": 3,
         },
         "paper": {
@@ -182,9 +182,10 @@ class FactualRecall(Experiment):
     time_estimate = {"smoke": "~10 s",
                      "quick": "14 min measured on 2 CPU cores (threads=2, 3 seeds, 210 points; 22.6 min on one "
                               "thread beside another run)",
-                     "gpu": "~25 min on one H100 (7 widths x 2 families x 3 seeds, stacked search of up to 8 rounds of "
-                            "4,096 steps with early stop, plus the 56-cell trade-off map; "
-                            "estimated, not measured: no GPU in the session that wrote it)",
+                     "gpu": "~9 min on one H100 (8.5 min), estimated by _factual_recall_estimate from the quick run's "
+                            "measured host rate (batches drawn on the CPU); not measured: no GPU in the session (7 "
+                            "widths x 2 families x 3 seeds, search of up to 8 rounds of 2,000 steps x 256 sequences, "
+                            "early stop; 56-cell trade-off map x 3 seeds, 1,500 steps; 4,096 x 512 was ~35 min)",
                      "paper": "days on one GPU"}
     _SRC = "Nichani, Lee, Bietti, arXiv 2412.06538 (ICLR 2025)"
     _SLOPE_RULE = ("95% CI across training seeds (Student t) of the per-seed slope lies inside (0.5, 1.5) and "

@@ -9,8 +9,9 @@ Stored bits are the bit-complexity lower bound of :mod:`lmsci.measure.knowledge`
 pronoun bit (one bit of gender per person); the ratio counts all parameters (embeddings included,
 tied input/output embedding counted once, as in GPT-2); the non-embedding ratio is also reported.
 For each model the capacity is the peak over N of bits/param; the claim takes the median over models.
-Both claims are decided at the gpu and paper presets only (issue 29: the paper's 50k-step gate cannot pass in a
-15-minute CPU run; quick reports the values). Their null arm (issue 44 item 4), measured at every point: the same
+Both claims are decided at the paper preset only (issue 29: the paper's 50k-step gate cannot pass in a 15-minute CPU
+run; session 52: nor in the 10 minutes of one H100 a gpu preset has -- issue 11's settling grid below was estimated at
+43 min with one seed, and the claims need 3; quick and gpu report the values). Their null arm (issue 44 item 4), measured at every point: the same
 bit count of the same trained model on the biographies of N *held-out* people, drawn from the same distribution
 (the same name, attribute and template pools, so the same format and marginals; another draw of individuals, a
 world seeded apart from the training one) but never in its training data, through the same peak / median / mean.
@@ -30,8 +31,10 @@ verdict reported the range across models). Gates, engine-measured on the real ar
 ``gpt2-family`` (1 when every model has >= 2 layers and d_model = 64 * n_heads), ``training-steps`` (the fewest
 steps of a peak point entering the median) and ``data-sufficient`` (the best ideal-bits ratio at a model's largest N,
 over ``1.25`` x the paper's ratio: at least one model must reach 1). A claim not reproduced at quick says nothing
-about capacity at the paper's scale: the gpu preset (GPT2-2-2 and GPT2-2-4, N 10k-100k at 100 exposures, N = 20k at
-1000, >= 50k steps per point) is the smallest configuration that can settle it. No escape hatch.
+about capacity at the paper's scale: issue 11's grid (GPT2-2-2 and GPT2-2-4, N 10k-100k at 100 exposures, N = 20k at
+1000, >= 50k steps per point) is the smallest configuration that can settle it, at 3 seeds; the gpu preset is a
+values-only run of the same two models at N = 10k, 20k (100 exposures) and N = 5k (1000 exposures), >= 10k steps per
+point, one seed (~7.7 min of one H100 estimated). No escape hatch.
 
 Data (Part 3.3, Section 2): every exposure is a *fresh* rendering of the person's biography (new
 templates and a new sentence order; the full name in the first sentence, He/She after it), shuffled
@@ -115,12 +118,13 @@ class KnowledgeCapacityConfig(ExperimentConfig):
                   "seq_len": 128,
                   "regimes": [{"exposures": 2, "n_people": [8]}]},
         "quick": {},
-        # the issue's settling configuration: GPT2-2-2 and GPT2-2-4, N in {10k, 20k, 50k, 100k} at 100
-        # exposures and N = 20k at 1000 exposures, >= 50k steps per point, checkpoints for 10-minute commands
+        # values only (the claims are decided at paper; session 52: within 10 minutes of one H100): GPT2-2-2 and
+        # GPT2-2-4, N in {10k, 20k} at 100 exposures and N = 5k at 1000 exposures, >= 10k steps per point (issue 11's
+        # settling grid -- N up to 100k, N = 20k at 1000, >= 50k steps -- was ~43 min with one seed)
         "gpu": {"models": [gpt2(2, 2), gpt2(2, 4)], "seq_len": 512, "threads": 0,
-                "regimes": [{"exposures": 100, "n_people": [10_000, 20_000, 50_000, 100_000]},
-                            {"exposures": 1000, "n_people": [20_000]}],
-                "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": 50_000,
+                "regimes": [{"exposures": 100, "n_people": [10_000, 20_000]},
+                            {"exposures": 1000, "n_people": [5_000]}],
+                "pretrain": {"lr": 1e-3, "batch_size": 96, "weight_decay": 0.1}, "min_steps": 10_000,
                 "checkpoint_every": 5_000, "n_seeds": 1, "precision": "bf16"},
         "paper": {"models": [gpt2(L, h) for L in (2, 4, 8, 12) for h in (2, 4, 8, 12)], "seq_len": 512,
                   "threads": 0,
@@ -222,7 +226,7 @@ def _capacity_claim(exposures: int, paper: str, rule: str) -> Claim:
                              f"a fresh rendering (new templates and sentence order); the median over the "
                              f"data-sufficient models; {exposures} exposures"),
         rule=between(lo, hi) if math.isfinite(hi) else mean_at_least(lo),
-        gates=_gates(exposures), presets=("gpu", "paper"),
+        gates=_gates(exposures), presets=("paper",),
         null="the same statistic (bit estimator, peak over N, median over the same data-sufficient models, mean over "
              "seeds) with each point's trained model scored on the biographies of N held-out people drawn from the "
              "same distribution (same name, attribute and template pools) but not in its training data",
@@ -312,12 +316,11 @@ class KnowledgeCapacity(Experiment):
     Config = KnowledgeCapacityConfig
     time_estimate = {"smoke": "~5 s",
                      "quick": "~3.5 min: 3.4 min measured before the null arm (205 s, GPT2-2-1, 3 points, 1 seed, one thread, beside another run; 2026-11-23); the null arm adds one forward-only bit count per point",
-                     "gpu": "43.0 min on one H100, estimated (over the 30-minute budget: the issue fixes this configuration; "
-                            "it chains in 10-minute commands through its checkpoints; estimate_h100_seconds: 10 points, "
-                            "4.6B tokens at 3.6 / 11.9 MFLOP/token for GPT2-2-2 / GPT2-2-4, 560k optimizer steps "
-                            "(>= 50k per point, the batch reduced to reach them; step-bound), 76M fresh biographies "
-                            "rendered on the host; " + H100_ASSUMPTIONS + "). Each point < 5 min; checkpoints every "
-                            "5k steps (rerun into the same --out to resume). " + CPU_CHECK,
+                     "gpu": "~8 min on one H100 (7.7 min), estimated by estimate_h100_seconds; not measured: no GPU in the "
+                            "session (values only: the claims are decided at paper; 6 points, GPT2-2-2 and GPT2-2-4 at "
+                            "N = 10k, 20k x 100 exposures and N = 5k x 1000 exposures, >= 10k optimizer steps per point, "
+                            "one seed; " + H100_ASSUMPTIONS + "; checkpoints every 5k steps; issue 11's grid, N up to "
+                            "100k and >= 50k steps, was 43.0 min). " + CPU_CHECK,
                      "paper": "~weeks of GPU time per seed, 3 seeds (estimated)"}
     claims = list(CLAIM_BY_EXPOSURES.values())
 

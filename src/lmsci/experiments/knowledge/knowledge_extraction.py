@@ -28,8 +28,9 @@ null row] minus qa_test of the real single_pretrain_ft, paired by seed, >= 0.4).
 ``pretrain-ft-augmentation``'s rule is a conjunction of two
 conditions on two statistics (the single arm's mean <= 0.25 AND the mean contrast >= 0.5), which no single Rule
 expresses; it is computed with the same Stat objects and gates. Both claims' gates read the real arm: a failed
-``memorised`` gate means the budget did not memorise the people tested at this scale (the gpu preset, N = 5k,
-4-layer d_model 256, 300 exposures, is the smallest that can settle the claims). The null model is trained to the
+``memorised`` gate means the budget did not memorise the people tested at this scale (the gpu preset, N = 1.2k,
+4-layer d_model 256, 300 exposures, is the smallest meant to settle the claims; session 52 cut it from N = 5k, ~31
+min of one H100, to fit 10 minutes). The null model is trained to the
 same budget as the real single model; its memorisation is in its row (``bio_recall_test``), not a gate.
 """
 
@@ -132,13 +133,14 @@ class KnowledgeExtractionConfig(MemoriseFirstConfig):
                   "embedding_rank": 4, "lr": 3e-4}, "memorise_check_every": 2, "memorise_check_people": 4,
                   "mixed_exposures": 2},
         "quick": {"n_seeds": 1},
-        # one H100, <= 30 minutes (estimated from the throughput measured on an H200): N = 5k (2.5k QA-train; 10k
-        # before 2026-11-26, when the measured throughput put it at 49 min), 4-layer d_model 256 RoPE GPT,
+        # one H100 (estimated from the throughput measured on an H200): N = 1.2k (600 QA-train; 10k before
+        # 2026-11-26, when the measured throughput put it at 49 min; 5k until session 52, ~31 min), 4-layer
+        # d_model 256 RoPE GPT,
         # 300 exposures (100 in mixed training, plus 4x their tokens of QA), batch 24 x 512, lr 1e-3, wd 0.1; LoRA
         # fine-tune (rank 16 on qkv, rank 128 on the embedding, wd 0.01, cosine to 10%) at lr 1e-3 for ~3.6k steps
         # (the papers' 3e-4 is for 50k steps); the whole budget is trained (no early stop), recall checked every
-        # 1000 steps; trainer checkpoints let 10-minute commands chain (rerun into the same --out)
-        "gpu": {"n_people": 5_000, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
+        # 1000 steps; trainer checkpoints let 10-minute commands chain (rerun into the same --out); <= 9 minutes
+        "gpu": {"n_people": 1_200, "model": {"d_model": 256, "n_layers": 4, "n_heads": 8}, "exposures": 300,
                 "mixed_exposures": 100, "seq_len": 512, "qa_seq_len": 128, "pipeline": "stream",
                 "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1, "warmup_frac": 0.02},
                 "finetune": {"method": "lora", "rank": 16, "embedding_rank": 128, "lr": 1e-3, "weight_decay": 0.01,
@@ -202,13 +204,12 @@ class KnowledgeExtraction(Experiment):
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-6, Figures 2-3"
     Config = KnowledgeExtractionConfig
     time_estimate = {"smoke": "~15 s", "quick": "13.3 CPU-min measured before the null arm (801 s CPU, 1278 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 1 seed), plus the null arm, a second single pretrain -> fine-tune model without probes (issue 44 item 4; not measured: about as long as the single point's training)",
-                     "gpu": "31.0 min on one H100, estimated, over the 30-minute budget since the null arm became a "
-                            "second single model (issue 44 item 4; 25.5 min before) (estimate_h100_seconds: 3 seeds x "
-                            "(single 0.09B x 2 (the null arm's second single model) + augmented 0.13B + mixed 0.15B "
-                            "pretraining tokens at 22.9 MFLOP/token, ~40k steps, LoRA fine-tuning 12M tokens per "
-                            "pretrain_ft model); " + H100_ASSUMPTIONS + "). Every point < 5 min; "
-                            "pretraining checkpoints every 1000 steps (rerun into the same --out to resume). "
-                            + CPU_CHECK,
+                     "gpu": "~7 min on one H100 (7.4 min), estimated by estimate_h100_seconds; not measured: no GPU in "
+                            "the session (3 seeds x (single x 2 (the null arm's second single model) + augmented + "
+                            "mixed) models of N = 1.2k people at 22.9 MFLOP/token, 0.24x the tokens of the N = 5k preset "
+                            "of issue 11 (31.0 min), LoRA fine-tuning on the 600 P_train people per pretrain_ft model; "
+                            + H100_ASSUMPTIONS + "). Pretraining checkpoints every 1000 steps (rerun into the same --out "
+                            "to resume). " + CPU_CHECK,
                      "paper": "N=100k, GPT-2 small, 80k steps of 96 x 512 tokens (~4B tokens) per pretraining: ~3 h on "
                               "one H100 at ~0.4M tokens/s (estimated); mixed training 5x the tokens; 3 arms x 3 seeds "
                               "~70 H100-hours"}

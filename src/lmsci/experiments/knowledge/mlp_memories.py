@@ -89,11 +89,13 @@ class MLPMemoriesConfig(ExperimentConfig):
                            "model": {"d_model": 16, "n_layers": 2, "n_heads": 2}},
                   "n_seeds": 2},
         "quick": {},
-        # one H100 (estimated): 8-layer d_model 512 Shakespeare GPT on BPE-8192, 5k steps; 8-layer bioS GPT, N = 2000
-        "gpu": {"shakespeare": {"vocab_size": 8192, "model": {"d_model": 512, "n_layers": 8, "n_heads": 8},
-                                "seq_len": 256, "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3},
+        # one H100 <= 9 min (estimated, _mlp_memories_estimate; session 52: d512 x 5k x 64 steps and N = 2000 x 400
+        # exposures were ~51 min): 8-layer d_model 384 Shakespeare GPT on BPE-8192, 2k steps x 32 x 256 tokens;
+        # 8-layer bioS GPT, N = 500, 300 exposures
+        "gpu": {"shakespeare": {"vocab_size": 8192, "model": {"d_model": 384, "n_layers": 8, "n_heads": 6},
+                                "seq_len": 256, "train": {"steps": 2000, "batch_size": 32, "lr": 1e-3},
                                 "key_windows": 4096},
-                "bios": {"n_people": 2000, "multiplicity": 1, "permute": False, "fullname": False, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "exposures": 400,
+                "bios": {"n_people": 500, "multiplicity": 1, "permute": False, "fullname": False, "model": {"d_model": 256, "n_layers": 8, "n_heads": 8}, "exposures": 300,
                          "seq_len": 512, "pretrain": {"lr": 1e-3, "batch_size": 32}, "check_every": 500},
                 "threads": 0},
         # the paper's scale: a 16-layer, 247M-parameter LM (Baevski & Auli) on WikiText-103 (not in lmsci's corpora;
@@ -138,7 +140,9 @@ class MLPMemories(Experiment):
                                               "(~2 s each at one thread, measured), to 10.6 min measured (638 s wall, 1222 s CPU, threads=2 alone on the 2-core machine, "
                                               "2026-11-26); 931 s wall, 920 s CPU at one thread, beside another run for its first 12 "
                                               "minutes",
-                     "gpu": "~20 min on one H100 (estimated, not measured)",
+                     "gpu": "~8 min on one H100 (7.8 min), estimated by _mlp_memories_estimate (knowledge._estimates' "
+                            "rates: training, key search and evaluation forwards, the Python packer); not measured: no "
+                            "GPU in the session (was ~20 min documented, 51 min by the same estimate)",
                      "paper": "~2 H100-hours (estimated: a 16-layer LM of ~250M parameters, 20k steps)"}
     claims = [
         Claim("rises-with-depth",

@@ -109,13 +109,14 @@ class ReversalCurseConfig(BiosQAConfig):
                   "ft_epochs": 1, "seq_len": 160, "qa_seq_len": 64, "reverse_multiplicity": 1,
                   "finetune": {"batch_size": 4, "rank": 2, "embedding_rank": 4}},
         "quick": {"n_seeds": 3},
-        # the issue's smallest configuration that can settle the claims, at N = 5k (2.5k QA-train; the issue's 10k
-        # was estimated at 45 min with the throughput measured on an H200 on 2026-11-26), a 4-layer
+        # the issue's configuration to settle the claims, at N = 1.2k (600 QA-train; the issue's 10k was estimated at
+        # 45 min with the throughput measured on an H200 on 2026-11-26, N = 5k at 30.8 min: session 52 sized it to
+        # the 10 minutes of one H100), a 4-layer
         # d_model 256 RoPE GPT, 300 exposures, 24 x 512-token batches, lr 1e-3, wd 0.1; the streaming pipeline
         # (vectorised rendering, DocStream packing: the Python packer spent minutes before the first step) and
         # bf16 autocast; pretraining checkpoints every 10% of its steps, so commands of <= 10 minutes chain
         # (rerun into the same --out)
-        "gpu": {"n_people": 5_000, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
+        "gpu": {"n_people": 1_200, "exposures": 300, "model": {"d_model": 256, "n_layers": 4, "n_heads": 4},
                 "seq_len": 512, "qa_seq_len": 128, "pretrain": {"lr": 1e-3, "batch_size": 24, "weight_decay": 0.1},
                 "finetune": {"method": "lora", "lr": 3e-4, "batch_size": 48, "weight_decay": 0.01}, "ft_epochs": 10,
                 "n_seeds": 3, "threads": 0, "pipeline": "stream", "precision": "bf16"},
@@ -306,11 +307,10 @@ class ReversalCurse(Experiment):
     source = SOURCE
     Config = ReversalCurseConfig
     time_estimate = {"smoke": "~10 s", "quick": "12.6 CPU-min measured for the two real arms (757 s CPU, 1233 s wall at one thread beside two other runs on the 2-core machine, 2026-11-26; 3 seeds; 784 s wall beside one other run, 2026-11-23), plus the null arm, a second forward-only model per seed (issue 44 item 4; not measured)",
-                     "gpu": "30.8 min on one H100, estimated, over the 30-minute budget since the null arm became a "
-                            "second forward-only model (issue 44 item 4; 22.8 min before) (estimate_h100_seconds: 3 "
-                            "seeds x (2 x forward-only 0.13B + with-reverse 0.22B pretraining tokens at 22.9 "
-                            "MFLOP/token, ~41k steps; streaming pipeline; a LoRA fine-tuning per model); "
-                            + H100_ASSUMPTIONS + "). The old packed pipeline spent "
+                     "gpu": "~7 min on one H100 (7.4 min), estimated by estimate_h100_seconds; not measured: no GPU in "
+                            "the session (3 seeds x (2 x forward-only + with-reverse) models of N = 1.2k people at 22.9 "
+                            "MFLOP/token, 0.24x the tokens of the N = 5k preset (30.8 min); streaming pipeline; a LoRA "
+                            "fine-tuning per model; " + H100_ASSUMPTIONS + "). The old packed pipeline spent "
                             "minutes in Python before the first step (measured on this loaded CPU: 162 s to render "
                             "the 50k forward and 110 s the 50k reversed biographies, 27 s to pack each epoch, and "
                             "60 epochs of windows held in RAM, ~8 GB). " + CPU_CHECK,

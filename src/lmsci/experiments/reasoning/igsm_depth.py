@@ -11,8 +11,13 @@ conservative), each trained per seed on the same data recipe (seed k of both sha
 then scored on the same fresh test-hash problems at op ``max_op + 1 .. max_op + ood_extra`` (greedy, full-solution
 checker). The statistic is paired by seed.
 
-The claim is registered for the ``gpu`` and ``paper`` presets only: the quick models stay near 0% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
+The claim is registered for the ``paper`` preset only: the quick models stay near 0% accuracy (the sizing pilot in
+:mod:`lmsci.experiments.reasoning.igsm_common`), and the scale that could pass the learned gate (3 seeds x 3,000 steps x
+96 x 768 tokens of GPT2-12-6 d384 and GPT2-3-12 d768, ~137 min of one H100 estimated) does not fit the 10 minutes of a
+``gpu`` preset (session 52). ``quick`` and ``gpu`` run and report their values but decide nothing; ``gpu`` is a
+values-only run at a larger scale than ``quick``: igsm-small, one seed of GPT2-8-4 (d256) against GPT2-2-8 (d512),
+both ~6.3M non-embedding parameters, each trained 2,000 steps x 16 x 768 tokens (~7 min of one H100 estimated by
+:mod:`lmsci.experiments.reasoning._igsm_gpu_budget`, mostly host data generation).
 Null arm, measured in the same run: the same paired statistic for random-init models of the two shapes (arm
 ``null``: points ``null-deep`` and ``null-shallow``, never trained, decoded on the same out-of-distribution problems
 with the initialisation the trained points' rows used to carry). The claim is judged by the claims engine.
@@ -29,8 +34,9 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, mean_at_least
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, ood_ops, random_init, time_gpu, tokenizer_of,
+                                           evaluate_ops, ok_rows, ood_ops, random_init, tokenizer_of,
                                            world_of)
+from lmsci.experiments.reasoning._igsm_gpu_budget import run_seconds, time_text
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
 
@@ -55,8 +61,10 @@ class IGSMDepthConfig(IGSMCommonConfig):
         # seq_len 512) at 612 tokens/s per member with 852 s of system time, 3x slower than one model through the
         # trainer (5.8k tokens/s in igsm-ood); a performance setting only (same results to float rounding)
         "quick": {"train.steps": 200, "n_eval": 16, "stack_seeds": False},
-        # GPT2-l-h has d_model = 64 h: 12-6 (d384) vs 3-12 (d768), both ~21M non-embedding parameters
-        "gpu": {**GPU, "deep": [12, 6, 384], "shallow": [3, 12, 768], "train.steps": 3000},
+        # values only (the claim is decided at paper): GPT2-l-h has d_model = 64 h: 8-4 (d256) vs 2-8 (d512), both
+        # ~6.3M non-embedding parameters; one seed, 2000 x 16 x 768 tokens (was 12-6 vs 3-12, 3 seeds x 3000 x 96 x 768)
+        "gpu": {**GPU, "deep": [8, 4, 256], "shallow": [2, 8, 512], "train.steps": 2000, "train.batch_size": 16,
+                "train.warmup_steps": 200, "n_eval": 128, "n_seeds": 1},
         # the paper's size-1 family: GPT2-16-10 vs GPT2-4-21
         "paper": {**PAPER, "deep": [16, 10, 640], "shallow": [4, 21, 1344], "ood_extra": 8},
     }
@@ -75,7 +83,11 @@ class IGSMDepth(IGSMExperiment):
                      "point also decoded its random-init null model on the OOD buckets (~+60 s, estimated from the "
                      "decoding share); with the 3 seeds stacked under vmap it had taken 1834 s wall, 807 s CPU + 852 s "
                      "system"),
-                     "gpu": time_gpu(137, "3 seeds x 3000 steps x 96 x 768 tokens of each of two shapes, GPT2-12-6 d384 and GPT2-3-12 d768"), "paper": TIME_PAPER + "; 2 models per seed"}
+                     "gpu": time_text(7, "1 seed x 2000 steps x 16 x 768 tokens of each of two shapes, GPT2-8-4 d256 "
+                                      "and GPT2-2-8 d512, 3 test buckets of 128 problems decoded greedily per model and "
+                                      "2 per random-init null model; was ~137 min at 3 seeds x 3000 steps x 96 x 768 "
+                                      "tokens of GPT2-12-6 d384 and GPT2-3-12 d768"),
+                     "paper": TIME_PAPER + "; 2 models per seed"}
 
     claims = [
         Claim(
@@ -93,7 +105,7 @@ class IGSMDepth(IGSMExperiment):
             gates=(Gate("learned", mean_at_least(LEARNED_GATE), arm="real",
                         stat=Stat("acc_greedy_id", where={"model": "deep"},
                                   words="the deep model's greedy in-distribution full-solution accuracy")),),
-            presets=("gpu", "paper"),
+            presets=("paper",),
             null="the same paired statistic (deep minus shallow, same problems, per seed) for random-init models of "
                  "the two shapes: untrained, neither solves anything, so depth cannot win there",
         ),
@@ -129,6 +141,14 @@ class IGSMDepth(IGSMExperiment):
             rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, p), c), tok, world, ops, beams=(1,))
             rows.append({**p.params, "acc_ood_mean": sum(rand[f"acc_greedy_op{o}"] for o in ops) / len(ops)})
         return rows
+
+    def estimate_gpu_seconds(self, cfg: IGSMDepthConfig) -> dict[str, float]:
+        """Estimated seconds of a run of ``cfg`` on one H100 (:func:`~lmsci.experiments.reasoning._igsm_gpu_budget.
+        run_seconds`): both trained shapes, each decoded greedily on the in-distribution and every OOD bucket, and
+        their random-init null models on the OOD buckets."""
+        shapes = [self.shape(cfg, p) for p in self.trained_points(cfg)]
+        n_ood = cfg.ood_extra
+        return run_seconds(cfg, shapes, [(s, 1 + n_ood, 1) for s in shapes] + [(s, n_ood, 1) for s in shapes])
 
     def point_seed(self, cfg: IGSMDepthConfig, point: Point) -> int:
         """The seed of ``point``: one per training seed index, shared by both shapes."""

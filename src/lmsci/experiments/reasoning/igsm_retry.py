@@ -13,8 +13,13 @@ stream; only the inserted mistakes differ), scored greedy with the full-solution
 steps are skipped and counted) on the same fresh test-hash problems in distribution and at the hardest op
 ``max_op + ood_extra``.
 
-Every claim is registered for the ``gpu`` and ``paper`` presets only: the quick models stay near 0% accuracy (the
-sizing pilot in :mod:`lmsci.experiments.reasoning.igsm_common`), so quick runs and reports its values but decides nothing.
+Every claim is registered for the ``paper`` preset only: the quick models stay near 0% accuracy (the sizing pilot in
+:mod:`lmsci.experiments.reasoning.igsm_common`), and the scale that could pass the learned gate (6 models x 3 seeds x
+2,500 steps x 96 x 768 tokens of a 6-layer d384 GPT, ~179 min of one H100 estimated) does not fit the 10 minutes of a
+``gpu`` preset (session 52). ``quick`` and ``gpu`` run and report their values and null arms but decide nothing;
+``gpu`` is a values-only run at a larger scale than ``quick``: igsm-small, one seed of the 6 trained models, each a
+4-layer d256 GPT trained 750 steps x 16 x 768 tokens (~7 min of one H100 estimated by
+:mod:`lmsci.experiments.reasoning._igsm_gpu_budget`, mostly host data generation).
 Null arms are arms of the sweep, measured in the same run (every point of a seed shares that seed's initialisation
 and problem stream): for the three "retry helps" claims the ``null`` arm is a second error-free model (point
 ``q0_nullarm``: the same initialisation, another problem stream) compared with the first by the same paired statistic
@@ -39,7 +44,8 @@ from lmsci.claims import Claim, Gate, Stat, ci_above, equivalent_within, mean_at
 from lmsci.errors import ConfigError
 from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, random_init, time_gpu, tokenizer_of, world_of)
+                                           evaluate_ops, ok_rows, random_init, tokenizer_of, world_of)
+from lmsci.experiments.reasoning._igsm_gpu_budget import run_seconds, time_text
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.igsm.world import check_retry_rate
@@ -70,7 +76,9 @@ class IGSMRetryConfig(IGSMCommonConfig):
     PRESETS = {
         "smoke": {**SMOKE, "retry_rates": [0.5], "masked_rate": 0.5},
         "quick": {"train.steps": 250, "n_eval": 16, "n_seeds": 1, "max_new_tokens": 400},
-        "gpu": {**GPU, "train.steps": 2500},
+        # values only (claims decided at paper): one seed of the 6 trained models, 4-layer d256, 750 x 16 x 768 tokens
+        "gpu": {**GPU, "model.n_layers": 4, "model.n_heads": 4, "model.d_model": 256, "train.batch_size": 16,
+                "train.steps": 750, "train.warmup_steps": 75, "n_eval": 128, "n_seeds": 1},
         "paper": {**PAPER, "ood_extra": 8},
     }
 
@@ -116,7 +124,11 @@ class IGSMRetry(IGSMExperiment):
     time_estimate = {"smoke": "~5 s", "quick": ("407 s measured (5 points x 1 seed, 250 steps, igsm-tiny; threads=2, "
                      "nothing else running) before the null arms; ~500 s estimated with them (a sixth point, the "
                      "second error-free model, and one random-init model decoded on the hard bucket)"),
-                     "gpu": time_gpu(179, "6 points (the null arm's second error-free model included) x 3 seeds x 2500 steps x 96 x 768 tokens of a 6-layer d384 GPT"), "paper": TIME_PAPER + "; 6 models per seed"}
+                     "gpu": time_text(7, "6 trained points (the null arm's second error-free model included) x 1 "
+                                      "seed x 750 steps x 16 x 768 tokens of a 4-layer d256 GPT, 2 test buckets of 128 "
+                                      "problems each decoded greedily; was ~179 min at 3 seeds x 2500 steps x 96 x 768 "
+                                      "tokens of a 6-layer d384 GPT"),
+                     "paper": TIME_PAPER + "; 6 models per seed"}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2408.16293 (Part 2.2), retry pretraining results"
     _GATE = Gate("learned", mean_at_least(LEARNED_GATE), arm="real",
@@ -129,12 +141,12 @@ class IGSMRetry(IGSMExperiment):
               "Retry pretraining at q = 0.5 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry, q = 0.5) [quote-3p]",
               statistic=_gain("retry-q0.5", "retry data at q = 0.5"), rule=ci_above(0.0), gates=(_GATE,),
-              presets=("gpu", "paper"), null=_NULL),
+              presets=("paper",), null=_NULL),
         Claim("retry-helps-q0.2",
               "Retry pretraining at q = 0.2 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "accuracy grows with q up to 0.5 (q = 0.2 already above error-free) [quote-3p]",
               statistic=_gain("retry-q0.2", "retry data at q = 0.2"), rule=ci_above(0.0), gates=(_GATE,),
-              presets=("gpu", "paper"), null=_NULL),
+              presets=("paper",), null=_NULL),
         Claim("masking-unneeded",
               "Masking the loss on the mistakes is not needed: the masked model is not more accurate than the "
               "unmasked one.",
@@ -146,7 +158,7 @@ class IGSMRetry(IGSMExperiment):
                                               "the random-init model)"),
                              words="hardest-op greedy accuracy of the model trained at masked_rate with the mistakes' "
                                    "loss masked minus the unmasked model at the same rate"),
-              rule=equivalent_within(MASK_DELTA), gates=(_GATE,), presets=("gpu", "paper"), arms=("real", "rand"),
+              rule=equivalent_within(MASK_DELTA), gates=(_GATE,), presets=("paper",), arms=("real", "rand"),
               null="the same equivalence rule on the masked model's hard-op accuracy minus that of a random-init model "
                    "of the same shape (per seed): a model that learned is not equivalent to an untrained one, so the "
                    "rule must fail there (if it holds, the accuracies are too low for equivalence to mean anything)"),
@@ -156,7 +168,7 @@ class IGSMRetry(IGSMExperiment):
               _SRC + " (retry_weak data 'significantly' improves accuracy)",
               "significant gain over error-free pretraining [quote-3p]",
               statistic=_gain("weak", "retry_weak data at q = weak_rate"), rule=ci_above(0.0), gates=(_GATE,),
-              presets=("gpu", "paper"), null=_NULL),
+              presets=("paper",), null=_NULL),
     ]
 
     def validate(self, cfg: IGSMRetryConfig) -> None:
@@ -192,6 +204,13 @@ class IGSMRetry(IGSMExperiment):
     def trained_points(self, cfg: IGSMRetryConfig) -> list[Point]:
         """The points that train a model (all but the random-init null arm): what the GPU estimate counts."""
         return [p for p in self.points(cfg) if p.arm != "rand"]
+
+    def estimate_gpu_seconds(self, cfg: IGSMRetryConfig) -> dict[str, float]:
+        """Estimated seconds of a run of ``cfg`` on one H100 (:func:`~lmsci.experiments.reasoning._igsm_gpu_budget.
+        run_seconds`): every trained point, its 2 test buckets decoded greedily, and the random-init arm's hard bucket."""
+        shapes = [self.shape(cfg, p) for p in self.trained_points(cfg)]
+        rand = [self.shape(cfg, p) for p in self.points(cfg) if p.arm == "rand"]
+        return run_seconds(cfg, shapes, [(s, 2, 1) for s in shapes] + [(s, 1, 1) for s in rand])
 
     def point_seed(self, cfg: IGSMRetryConfig, point: Point) -> int:
         """The seed of ``point``: one per training seed index, shared by every point."""

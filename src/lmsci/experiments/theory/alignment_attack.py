@@ -117,7 +117,8 @@ class AlignmentConfig(ExperimentConfig):
                   "model.n_layers": 1, "train.steps": 20, "proxy_steps": 10, "train.batch_size": 16, "n_attack": 20,
                   "n_heldout": 50},
         "quick": {"n_seeds": 5},
-        "gpu": {"n_seeds": 5, "train.steps": 4000, "proxy_steps": 1000, "model.d_model": 128, "model.n_layers": 4,
+        # <= 9 min of one H100 (session 52: 4000 mixture steps were 9.1 min by _alignment_attack_trained's estimate)
+        "gpu": {"n_seeds": 5, "train.steps": 3500, "proxy_steps": 1000, "model.d_model": 128, "model.n_layers": 4,
                 "trained_alphas": [1e-2, 1e-3, 1e-4], "doc_len": 32, "train.batch_size": 256, "n_attack": 1000,
                 "threads": 0},
         "paper": {"n_seeds": 5, "train.steps": 20000, "proxy_steps": 5000, "model.d_model": 256,
@@ -139,7 +140,10 @@ class AlignmentAttack(Experiment):
                                                 "the 2-core machine shared with other jobs, one thread (5 seeds: "
                                                 "exact world 4-16 s per seed with thm2-slope's null arm, trained "
                                                 "world 30-120 s per seed)",
-                     "gpu": "~15 min on one H100 (5 seeds x 3 alphas, 4-layer d=128)",
+                     "gpu": "~8 min on one H100 (8.3 min), estimated by _alignment_attack_trained.estimate_h100_seconds "
+                            "(training at lmsci.train.estimate's rate, documents drawn on the host at a measured rate, "
+                            "the exact world at the quick run's 16 s a seed); not measured: no GPU in the session (5 "
+                            "seeds x 3 alphas, 4-layer d=128; was ~15 min documented, 9.1 min at 4000 steps)",
                      "paper": "~1 h on one H100 (5 seeds x 3 alphas, 6-layer d=256); the paper's own scale is "
                               "Llama-2-13B-chat with LoRA persona proxies, which lmsci does not download"}
 
