@@ -162,11 +162,12 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
         return (left + last).rstrip()[:width]
 
     title = f"{len(rows)} experiments (`lmsci list --long`: claims, sources, every preset's time)"
-    legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1): R reproduced,",
-              "N not reproduced, I inconclusive (claims; ablations apart); design checks P passed, F failed,",
-              "? inconclusive; u not decided at quick; - no row; left out: decides nothing at quick, so the quick",
-              "suite does not run it. claims: +Na = N ablations. Times: ~ estimated;",
-              "quick without ~: the published rows' wall time per master seed (2-core CPU, often run two at a time)."]
+    legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1, or fresh",
+              "ones where claims changed after those were seen): R reproduced, N not reproduced, I inconclusive",
+              "(claims; ablations apart); design checks P passed, F failed, ? inconclusive; u not decided at",
+              "quick; - no row; left out: decides nothing at quick, so the quick suite does not run it.",
+              "claims: +Na = N ablations. Times: ~ estimated; quick without ~: the published rows' wall time",
+              "per master seed (one core of a 2-core CPU, two master seeds run at once)."]
     return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
 
 
