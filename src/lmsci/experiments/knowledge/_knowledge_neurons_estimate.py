@@ -23,10 +23,9 @@ CHECK_BATCH = 256  # forward_in_batches' default (recall_of_docs)
 EDIT_FORWARDS = 12
 
 
-def estimate_h100_seconds(cfg: Any) -> dict[str, float]:
-    """Estimated seconds of a run of ``cfg`` (a ``KnowledgeNeuronsConfig``) on one H100, summed over ``cfg.n_seeds``
-    seeds: ``pretrain`` (training and recall checks), ``attribute`` (integrated gradients and edits) and ``total``."""
-    b = cfg.bios
+def pretrain_seconds(b: Any) -> float:
+    """Estimated H100 seconds of :func:`lmsci.experiments.knowledge.common.train_bios_model` for the
+    ``BiosModelSpec`` ``b``: the whole ``exposures`` budget and every recall check (the module docstring)."""
     doc = mean_tokens("bio", DataSpec(multiplicity=b.multiplicity, permute=b.permute, fullname=b.fullname))
     tokens = b.n_people * b.exposures * doc
     steps = tokens / (b.pretrain.batch_size * b.seq_len * (1 - doc / (2 * b.seq_len)))
@@ -35,7 +34,15 @@ def estimate_h100_seconds(cfg: Any) -> dict[str, float]:
     step = STEP_OVERHEAD_S[0] + STEP_OVERHEAD_S[1] * b.model.n_layers
     pre = h100_seconds(b.model, vocab_size(), b.seq_len, tokens=tokens, steps=steps, eval_tokens=checks * n_docs * doc,
                        host_docs=b.n_people * b.exposures)
-    pre += checks * math.ceil(n_docs / CHECK_BATCH) * step
+    return float(pre + checks * math.ceil(n_docs / CHECK_BATCH) * step)
+
+
+def estimate_h100_seconds(cfg: Any) -> dict[str, float]:
+    """Estimated seconds of a run of ``cfg`` (a ``KnowledgeNeuronsConfig``) on one H100, summed over ``cfg.n_seeds``
+    seeds: ``pretrain`` (training and recall checks), ``attribute`` (integrated gradients and edits) and ``total``."""
+    b = cfg.bios
+    pre = pretrain_seconds(b)
+    step = STEP_OVERHEAD_S[0] + STEP_OVERHEAD_S[1] * b.model.n_layers
     attribute = cfg.n_facts * (3 * b.multiplicity + EDIT_FORWARDS) * step
     return {"pretrain": cfg.n_seeds * pre, "attribute": cfg.n_seeds * attribute,
             "total": cfg.n_seeds * (pre + attribute)}
