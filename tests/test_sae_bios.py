@@ -107,3 +107,22 @@ def test_pydantic_bounds_and_presets():
         cfg = resolve_config(SAEBiosConfig, preset)
         SAEBios().validate(cfg)
         assert preset in SAEBios.time_estimate
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its estimate (for the whole exposure budget and
+    both arms' SAEs), which the documented time repeats; the old N = 2000 did not leave the margin."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.knowledge._sae_bios_estimate import estimate_h100_seconds
+    from lmsci.experiments.knowledge.sae_bios import SAEBios, SAEBiosConfig
+
+    cfg = resolve_config(SAEBiosConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["pretrain"] > 0 and est["sae"] > 0
+    assert estimate_h100_seconds(resolve_config(SAEBiosConfig, "gpu", {"bios.n_people": 2000}))["total"] > 540
+    text = SAEBios.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert cfg.n_seeds >= 3 and cfg.sae_steps == 6000 and cfg.bios.model.n_layers == 8

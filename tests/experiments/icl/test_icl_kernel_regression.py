@@ -292,3 +292,18 @@ def test_train_spec_keeps_the_warmup_below_the_steps(preset):
     assert (cfg.train.warmup_steps, cfg.train.weight_decay) == (min(w, cfg.train.steps - 1), 0.1)
     with pytest.raises(ConfigError, match="model"):
         resolve_config(ICLKernelRegressionConfig, preset, {"model.n_heads": 5})
+
+
+def test_gpu_preset_fits_ten_minutes_of_one_h100_and_decides_nothing():
+    """Session 52: the gpu preset's estimate is <= 9 minutes (the old 3 x 20k steps were far over 10), and no claim is
+    decided at gpu (a values-only run); quick and paper still decide every claim."""
+    from lmsci.experiments.icl._kernel_regression_parts import estimate_gpu_seconds
+    from lmsci.experiments.icl.icl_kernel_regression import ICLKernelRegression, seq_len_of, world_of
+
+    def est(overrides=None):
+        cfg = resolve_config(ICLKernelRegressionConfig, "gpu", overrides or {})
+        world = world_of(cfg)
+        return estimate_gpu_seconds(cfg, world, seq_len_of(cfg, world))
+
+    assert est() <= 540 < 600 < est({"n_seeds": 3, "train.steps": 20000})
+    assert all(c.presets == ("quick", "paper") for c in ICLKernelRegression.claims)

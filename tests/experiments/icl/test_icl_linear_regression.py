@@ -227,3 +227,14 @@ def test_train_spec_keeps_the_loops_schedule(preset):
     assert (cfg.train.betas, cfg.train.grad_clip, cfg.train.min_lr_ratio) == ((0.9, 0.999), 1.0, 0.1)
     with pytest.raises(ConfigError, match="model"):
         resolve_config(ICLLinearRegressionConfig, preset, {"model.n_heads": 3})
+
+
+def test_gpu_preset_fits_ten_minutes_of_one_h100():
+    """Session 52: the gpu preset's estimate (FLOPs + step overhead of lmsci.train.estimate) is <= 9 minutes, and the
+    curriculum reaches the full task (d, 2d + 1 points) by mid-run."""
+    from lmsci.experiments.icl._linear_regression_parts import estimate_gpu_seconds
+
+    cfg = resolve_config(ICLLinearRegressionConfig, "gpu")
+    assert estimate_gpu_seconds(cfg) <= 540
+    assert estimate_gpu_seconds(resolve_config(ICLLinearRegressionConfig, "gpu", {"train.steps": 60000})) > 600
+    assert 15 * cfg.curriculum_every <= cfg.train.steps // 2 and cfg.n_seeds >= 3

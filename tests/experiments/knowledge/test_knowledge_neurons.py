@@ -241,3 +241,22 @@ def test_smoke_runs_end_to_end_and_null_arms_fail(tmp_path):
             assert v.null_passed is False, (v.claim_id, v.null_value)
     assert sorted(res["arm"]) == ["null", "null", "real", "real"]  # two seeds, one training per seed
     assert not any(c.startswith(("null_", "random_suppress", "random2")) for c in res.columns)
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset fits the 10 minutes of one H100 by its estimate (for the whole exposure budget),
+    which the documented time repeats; the old N = 2000 did not leave the margin."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.knowledge._knowledge_neurons_estimate import estimate_h100_seconds
+    from lmsci.experiments.knowledge.knowledge_neurons import KnowledgeNeurons, KnowledgeNeuronsConfig
+
+    cfg = resolve_config(KnowledgeNeuronsConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["pretrain"] > est["attribute"] > 0
+    assert estimate_h100_seconds(resolve_config(KnowledgeNeuronsConfig, "gpu", {"bios.n_people": 2000}))["total"] > 540
+    text = KnowledgeNeurons.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert cfg.n_seeds >= 3 and cfg.n_facts == 300 and cfg.bios.model.n_layers == 8

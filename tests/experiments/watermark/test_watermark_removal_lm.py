@@ -144,3 +144,24 @@ def test_verdicts_on_hand_made_tables():
     assert v["removal"].outcome == "inconclusive"  # fewer than 3 prompt samples
     v = {x.claim_id: x for x in exp.verdicts(cfg, _wm_table(**good, dq_real=(0.5, 0.6, 0.4)), None)}
     assert v["quality"].outcome == "failed"
+
+
+def test_gpu_preset_is_estimated_within_9_minutes_and_says_so():
+    """Session 52: the gpu preset's upper-bound estimate (every text walking the cap) fits 10 minutes of one H100 and
+    the documented time repeats it; the old 50 texts x cap 1000 did not; the official stopping rule is kept."""
+    import re
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.watermark._watermark_removal_lm_estimate import estimate_h100_seconds
+    from lmsci.experiments.watermark.watermark_removal_lm import RemovalLMConfig, WatermarkRemovalLM
+
+    cfg = resolve_config(RemovalLMConfig, "gpu")
+    est = estimate_h100_seconds(cfg)
+    assert 60 < est["total"] <= 9 * 60 and est["walks"] > est["generate"] > 0
+    assert estimate_h100_seconds(resolve_config(RemovalLMConfig, "gpu", {"n_texts": 50, "walk_max_steps": 1000}))[
+        "total"] > 600
+    text = WatermarkRemovalLM.time_estimate["gpu"]
+    assert int(re.match(r"~(\d+) min", text).group(1)) == round(est["total"] / 60)
+    assert f"({est['total'] / 60:.1f} min)" in text and "not measured" in text
+    assert (cfg.n_seeds, cfg.walk_total_steps, cfg.target_valid_steps, cfg.T) == (3, 400, 70, 200)
+    assert cfg.walk_max_steps > cfg.walk_total_steps

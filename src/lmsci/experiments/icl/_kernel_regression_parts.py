@@ -9,6 +9,7 @@ Source: Han, Wang, Zhao, Ji, arXiv 2305.12766, Table 3 and Figs. 2-3; Xie et al.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,32 @@ from lmsci.claims.engine import arm_rows
 from lmsci.contract import Figure, save_figure
 from lmsci.errors import ConfigError
 from lmsci.runs import RunDir
+from lmsci.train.estimate import gpu_seconds
 from lmsci.worlds.hmm_mixture import HMMMixture, ICLPrompts
+
+#: host seconds to sample one training batch of 64 documents x 324 tokens of the paper-size mixture (8 tasks x 80
+#: states x 100 observations, x_len 3), measured once on this project's CPU host (one thread, a loaded 2-core
+#: machine, 2026-12-06); the stacked trainer draws every member's batch on the host, one after another
+HOST_BATCH_S = 0.044
+#: host seconds of the evaluation prompts and their exact Bayes posteriors at the gpu preset (``prompts``: 7 x 1000
+#: prompts + 8 x (700 + 300) kernel-regression prompts), measured once the same way (66 s)
+HOST_PROMPTS_S = 66.0
+
+
+def estimate_gpu_seconds(cfg: Any, world: HMMMixture, seq_len: int) -> float:
+    """Estimated wall seconds of a run of ``cfg`` (an ``ICLKernelRegressionConfig``) on one H100: the stacked training
+    (:func:`lmsci.train.estimate.gpu_seconds` for every seed's tokens, the step overhead once per stacked step) plus
+    the host's batch sampling (:data:`HOST_BATCH_S` scaled by the batch's tokens, per seed and step), the evaluation
+    prompts (:data:`HOST_PROMPTS_S` scaled by their count), the forward passes of every measured prompt (real and
+    ``other_task`` arms) and 30 s a seed plus 30 s of allowance for the votes, the MiniLM embeddings and start-up
+    (not measured)."""
+    m, t = cfg.model, cfg.train
+    tokens = cfg.n_seeds * t.steps * t.batch_size * seq_len
+    n_eval = 2 * cfg.n_eval * len(cfg.n_grid) + cfg.n_tasks * (cfg.n_val_per_task + cfg.n_test_per_task)
+    train = gpu_seconds(m.d_model, m.n_layers, world.vocab_size, seq_len, tokens=tokens, steps=t.steps,
+                        eval_tokens=cfg.n_seeds * n_eval * seq_len)
+    host = HOST_BATCH_S * tokens / (64 * 324) + HOST_PROMPTS_S * n_eval / (2 * 7 * 1000 + 8 * 1000)
+    return float(train + host + 30.0 * cfg.n_seeds + 30.0)
 
 
 def other_task_prompts(world: HMMMixture, pr: ICLPrompts, rng: np.random.Generator) -> ICLPrompts:

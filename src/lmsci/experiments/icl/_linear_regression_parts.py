@@ -18,7 +18,22 @@ import torch
 from lmsci.claims.engine import arm_rows
 from lmsci.contract import Figure, save_figure
 from lmsci.runs import RunDir
+from lmsci.train.estimate import gpu_seconds
 from lmsci.worlds.linear_regression import BASELINES
+
+
+def estimate_gpu_seconds(cfg: Any) -> float:
+    """Estimated wall seconds of a run of ``cfg`` (an ``ICLLinearRegressionConfig``) on one H100: every seed's
+    training (``n_seeds x train.steps`` steps of ``batch_size x 2 (2d + 1)`` vectors; the whole prompt length, an upper
+    bound under the curriculum) by :func:`lmsci.train.estimate.gpu_seconds` (its step overhead dominates at this
+    size), plus the forward passes of the three measured arms (evaluation and two probe passes) and 10 s a seed of
+    host work (the exact baselines in numpy, the scikit-learn probes), an allowance, not measured."""
+    seq = 2 * (2 * cfg.d + 1)
+    m, t = cfg.model, cfg.train
+    per_seed = gpu_seconds(m.d_model, m.n_layers, (cfg.d_in or cfg.d) + 1, seq, tokens=t.steps * t.batch_size * seq,
+                           steps=t.steps, eval_tokens=(2 * cfg.n_eval + 3 * cfg.n_probe) * seq)
+    return float(cfg.n_seeds * (per_seed + 10.0))
+
 
 def ridge_estimate(X: np.ndarray, Y: np.ndarray, lam: float) -> np.ndarray:
     """Per prompt ``(X^T X + lam I)^{-1} X^T Y`` ``[batch, d]`` from ``X [batch, n, d]``, ``Y [batch, n]``."""

@@ -26,6 +26,11 @@ from a head drawn at random per task (seeded per training seed) instead of the v
 same MiniLM kernels, for ``head-reconstructs`` and ``beats-minilm``. Each claim says in ``null_can_meet`` why its
 null could meet the rule; ``reproduced`` needs the trained model to meet the rule and its null arm not to. The
 ``does-icl`` gate reads the real arm.
+
+The claims are decided at ``quick`` and ``paper``, not at ``gpu`` (session 52): at the paper's HMM sizes the
+training batches and the exact posteriors are sampled on the host, and 3 seeds x 20,000 steps of the 6 x 256 GPT
+(~75 min of one H100 estimated by :func:`~lmsci.experiments.icl._kernel_regression_parts.estimate_gpu_seconds`) do
+not fit the 10 minutes of a ``gpu`` preset; ``gpu`` is a values-only run of one seed x 4,000 steps (~7 min estimated).
 """
 
 from __future__ import annotations
@@ -100,9 +105,9 @@ class ICLKernelRegressionConfig(ExperimentConfig):
                   "n_seeds": 1},
         "quick": {"n_seeds": 3},
         "gpu": {"n_tasks": 8, "n_states": 80, "n_obs": 100, "x_len": 3, "n_grid": [1, 2, 4, 8, 16, 32, 64],
-                "n_kr": 32, "model.n_layers": 6, "model.n_heads": 8, "model.d_model": 256, "train.steps": 20000,
-                "train.batch_size": 64, "train.lr": 5e-4, "train.warmup_steps": 500, "n_eval": 1000, "n_val_per_task": 700, "n_test_per_task": 300, "n_seeds": 3,
-                "threads": 0},
+                "n_kr": 32, "model.n_layers": 6, "model.n_heads": 8, "model.d_model": 256, "train.steps": 4000,
+                "train.batch_size": 64, "train.lr": 5e-4, "train.warmup_steps": 500, "n_eval": 1000, "n_val_per_task": 700, "n_test_per_task": 300, "n_seeds": 1,
+                "threads": 0},  # values only (session 52): 1 seed x 4000 steps (was 3 x 20000); claims at quick/paper
         "paper": {"n_tasks": 8, "n_states": 80, "n_obs": 100, "x_len": 3, "n_grid": [1, 2, 4, 8, 16, 32, 64, 128],
                   "n_kr": 32, "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "train.steps": 100000,
                   "train.batch_size": 64, "train.lr": 3e-4, "train.warmup_steps": 2000, "n_eval": 2000, "n_val_per_task": 700, "n_test_per_task": 300,
@@ -146,8 +151,9 @@ class ICLKernelRegression(Experiment):
                      "quick": "416 s measured (3 stacked seeds of 1500 steps, 2 layers x 64, 16 tasks x 16 states x 16 "
                               "observations; one thread beside another run on a loaded machine); the null arms "
                               "train nothing (the trained GPT on foreign-demonstration prompts: ~1 s per seed; a random head: free)",
-                     "gpu": "~25 min on one H100 (the paper's HMM sizes: 8 tasks, 80 states, 100 observations; "
-                            "3 seeds x 20k steps, 6 x 256; estimate, not measured)",
+                     "gpu": "~7 min on one H100, estimated by _kernel_regression_parts.estimate_gpu_seconds (the "
+                            "paper's HMM sizes, 1 seed x 4000 steps of 6 x 256, mostly host batch sampling and exact "
+                            "posteriors; was 3 seeds x 20k steps, ~75 min by it); not measured: no GPU in the session",
                      "paper": "~3 h on one GPU per seed (GPT-2 small size, 100k steps; estimate)"}
 
     _SRC = "Han et al., arXiv 2305.12766"
@@ -166,6 +172,7 @@ class ICLKernelRegression(Experiment):
               statistic=Stat("spearman_acc_n", words="Spearman rank correlation between n in n_grid (1..32) and the "
                                                      "model's accuracy against the sampled gold label on fresh "
                                                      "prompts"),
+              presets=("quick", "paper"),  # not gpu: a values-only run since session 52
               rule=ci_above(SPEARMAN_MIN), arms=("real", "other_task"), null=_OTHER,
               null_can_meet="if the accuracy rose with n for anything but inferring the prompt's task from its "
                             "demonstrations (the format and delimiters, a longer context, label statistics that "
@@ -177,6 +184,7 @@ class ICLKernelRegression(Experiment):
               statistic=Stat("bayes_gap_last", words="accuracy of the Bayes posterior (exact, forward algorithm) "
                                                      "minus the model's accuracy, both against the gold label, at "
                                                      "n = max(n_grid)"),
+              presets=("quick", "paper"),  # not gpu: a values-only run since session 52
               rule=ci_inside(-math.inf, BAYES_GAP_MAX), arms=("real", "other_task"),
               null=_OTHER + " (the reference stays the exact posterior's accuracy on the true prompts)",
               null_can_meet="if the model's accuracy at the largest n came from the test input alone (where the "
@@ -190,6 +198,7 @@ class ICLKernelRegression(Experiment):
                                                   "argmax_c sum_i a_i 1[y_i = c], a_i = max of the head's last-token "
                                                   "attention over [x_i, y_i], each prompt scored with the head chosen "
                                                   "on its task's validation prompts (n = n_kr demonstrations)"),
+              presets=("quick", "paper"),  # not gpu: a values-only run since session 52
               rule=ci_inside(AGREE_MIN, math.inf), gates=(_ICL,), arms=("real", "random_head"), null=_RANDOM,
               null_can_meet="when the model's answer is what any attention-weighted vote over the demonstrations' "
                             "labels gives (the prompt's majority label, or one label for most prompts), or when "
@@ -204,6 +213,7 @@ class ICLKernelRegression(Experiment):
                                    "validation split) in agreement with the model's prediction on the same held-out "
                                    "prompts"),
               rule=ci_inside(MINILM_MARGIN, math.inf),
+              presets=("quick", "paper"),  # not gpu: a values-only run since session 52
               gates=(_ICL,), arms=("real", "random_head"),
               null=_RANDOM + ", against the same MiniLM kernels (both scored against the model's own predictions)",
               null_can_meet="if most heads' votes follow the model's prediction (a majority-label answer), a "

@@ -113,9 +113,9 @@ class ICLLinearRegressionConfig(ExperimentConfig):
                   "train.warmup_steps": 39, "train.batch_size": 16, "curriculum_every": 10, "n_eval": 64,
                   "n_probe": 64, "n_seeds": 1},
         "quick": {"n_seeds": 3},
-        "gpu": {"d": 20, "model.n_layers": 6, "model.n_heads": 4, "model.d_model": 128, "train.steps": 60000,
+        "gpu": {"d": 20, "model.n_layers": 6, "model.n_heads": 4, "model.d_model": 128, "train.steps": 27000,
                 "train.batch_size": 64, "train.lr": 2e-4, "train.warmup_steps": 1000, "curriculum_dims_start": 5,
-                "curriculum_points_start": 11, "curriculum_every": 2000, "n_eval": 4000, "n_probe": 4000, "n_seeds": 3,
+                "curriculum_points_start": 11, "curriculum_every": 900, "n_eval": 4000, "n_probe": 4000, "n_seeds": 3,
                 "threads": 0},
         "paper": {"d": 20, "model.n_layers": 12, "model.n_heads": 8, "model.d_model": 256, "train.steps": 500000,
                   "train.batch_size": 64, "train.lr": 1e-4, "train.warmup_steps": 1000, "curriculum_dims_start": 5,
@@ -226,7 +226,7 @@ class ICLLinearRegression(Experiment):
                      "quick": "551 s measured (3 seeds of 4000 steps, d = 5, one thread, beside another run on a loaded "
                               "machine; the models leave the plateau but stay 2-5x above least squares at n = 2d); "
                               "the nulls train nothing (one more prediction pass and one more probe per seed)",
-                     "gpu": "~25 min on one H100 (3 seeds of 60k steps, d = 20, 6 layers x 128; estimate)",
+                     "gpu": "~7.5 min on one H100 (estimate_gpu_seconds, 3 seeds x 27k steps); not measured",
                      "paper": "~3 days on one GPU per seed (500k steps, d = 20, 12 layers x 256, as Garg et al.)"}
 
     _SRC_G = "Garg et al., arXiv 2208.01066, Sec. 3, Fig. 2"

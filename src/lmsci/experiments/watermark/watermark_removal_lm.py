@@ -51,7 +51,8 @@ acceptances, at most 50 steps; 3 samples): per sample ~6 s generation + <= 50 x 
 as much for the random arm + ~6 s scoring and judging, <= ~135 s; <= ~7.3 min per master seed with the model load
 (the worst case: every text capped at 50 steps, likely when the quality oracle rejects most proposals), less when
 texts stop at 25 steps. The rates were measured under load: pessimistic for a quiet thread. The gpu and paper
-presets (T = 200, the official 400 steps / 70 acceptances; caps 1000 and 2000) are estimated, not measured: the
+presets (T = 200, the official 400 steps / 70 acceptances; caps 450 (1000 before session 52, with 50 texts instead of
+10) and 2000) are estimated, not measured: the
 detector's per-token green lists after each acceptance cost about as much as the model's forward passes there.
 """
 
@@ -106,8 +107,9 @@ class RemovalLMConfig(KGWLMConfig):
         "smoke": {"model": "tiny-llama", "T": 24, "n_texts": 4, "prompt_len": 8, "walk_total_steps": 4,
                   "target_valid_steps": 2, "walk_max_steps": 8, "detect_every": 2, "n_seeds": 2},
         "quick": {},
-        "gpu": {"T": 200, "prompt_len": 32, "n_texts": 50, "walk_total_steps": 400, "target_valid_steps": 70,
-                "walk_max_steps": 1000, "detect_every": 50, "threads": 0},
+        # within 10 minutes of one H100 (session 52; _watermark_removal_lm_estimate): 10 texts, cap 450 (were 50, 1000)
+        "gpu": {"T": 200, "prompt_len": 32, "n_texts": 10, "walk_total_steps": 400, "target_valid_steps": 70,
+                "walk_max_steps": 450, "detect_every": 50, "threads": 0},
         "paper": {"T": 200, "prompt_len": 32, "n_texts": 100, "walk_total_steps": 400, "target_valid_steps": 70,
                   "walk_max_steps": 2000, "detect_every": 50, "n_seeds": 5, "threads": 0},
     }
@@ -125,7 +127,9 @@ class WatermarkRemovalLM(Experiment):
                      "quick": "<= 7.3 min CPU per master seed (worst case, every text capped at 50 steps; from the "
                               "timing pilot: 0.35 s CPU per text-step at 96 tokens, 25 ms per generated token, "
                               "measured at nice 10 under load: pessimistic)",
-                     "gpu": "~20 min on one H100 (estimated, not measured: 3 samples x 50 texts x 400-1000 steps)",
+                     "gpu": "~8 min on one H100 (7.8 min), an upper bound (every text walking 450 steps) estimated "
+                            "by _watermark_removal_lm_estimate: 3 samples x 10 texts x 400-450 steps; not measured: no "
+                            "GPU in the session (was ~20 min documented: 50 texts, cap 1000; ~32 min by that estimate)",
                      "paper": "~1.5 h on one H100 (estimated, not measured: 5 samples x 100 texts x 400-2000 "
                               "steps)"}
     claims = [
