@@ -120,18 +120,6 @@ PAPER = {"world": "igsm-med", "model.n_layers": 12, "model.n_heads": 12, "model.
          "eval_batch": 256, "n_seeds": 3, "precision": "bf16", "threads": 0, "stack_seeds": False,
          "max_new_tokens": 0}
 #: time estimates shared by the presets (the quick one is measured per experiment).
-def time_gpu(train_minutes: int, what: str) -> str:
-    """The documented time of an iGSM ``gpu`` preset: ``train_minutes`` from :func:`estimate_gpu_train_seconds`
-    (a test checks the number against it), what is trained, and how the run chains past the budget."""
-    over = train_minutes > 30
-    return (f"~{train_minutes} min of training on one H100, estimated, not measured ({what}; lmsci.train.estimate at "
-            "24 TFLOP/s, the rate measured for a d_model 256 GPT at 12k tokens a step: an upper bound, since d_model "
-            "384-768 at 74k tokens a step runs larger matmuls), plus decoding the test buckets (not estimated)"
-            + ("; over the 30-minute budget of a gpu preset: the seeds train one at a time with a checkpoint every "
-               "quarter of training, so commands of at most 10 minutes chain (rerun into the same --out to resume)"
-               if over else ""))
-
-
 TIME_PAPER = ("~1 day per model on one H100, estimated (GPT2-12-12, 100k steps x 512 x 768 = 39B tokens, ~2e19 FLOPs "
               "at ~40% of bf16 peak); the paper used several A100s")
 
