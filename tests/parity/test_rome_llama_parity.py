@@ -31,7 +31,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import lmsci.measure.causal_tracing as ct_mod
+import rome_parity_common as common  # this folder's shared lmsci side (not a test module)
+
 from lmsci.measure.causal_tracing import causal_trace, embedding_std
 from lmsci.methods.rome import RomeHParams, apply_edit, compute_rome, down_projection, key_second_moment, restore
 
@@ -90,45 +91,12 @@ def _module(backend: str) -> torch.nn.Module:
     return m if backend == "hf" else m.model
 
 
-class _TorchWithNoise:
-    """``torch`` for lmsci's causal_trace module, except that ``randn`` returns the official noise draws."""
-
-    def __init__(self, z: torch.Tensor):
-        self.z = z
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def randn(self, *shape, generator=None, **kw):
-        assert tuple(shape) == tuple(self.z.shape), (shape, self.z.shape)
-        return self.z.float().clone()
-
-
 def _trace(backend: str, i: int, kinds_windows: dict[str, tuple[str, int]], monkeypatch):
-    tr = _src()["causal_trace"]["traces"][i]
-    kinds = sorted({k for k, _ in kinds_windows.values()})
-    windows = {k: w for k, w in kinds_windows.values()}
-    monkeypatch.setattr(ct_mod, "torch", _TorchWithNoise(_T()[f"trace/{i}/noise_z"]))
-    return causal_trace(_model(backend), tr["input_ids"], tuple(tr["subject_range"]), tr["answer_id"],
-                        noise=_src()["causal_trace"]["noise"], kinds=kinds, samples=10, window=windows)
-
-
-def _hp(h: dict, **over) -> RomeHParams:
-    kw = dict(v_lr=h["v_lr"], v_steps=h["v_num_grad_steps"], kl_factor=h["kl_factor"], weight_decay=h["v_weight_decay"],
-              clamp_norm_factor=h["clamp_norm_factor"], ridge=0.0)  # the official code inverts C as it is
-    kw.update(over)
-    return RomeHParams(**kw)
+    return common.trace(_model(backend), _src(), _T(), i, kinds_windows, monkeypatch)
 
 
 def _rome(backend: str, case: int, variant: str, cov: torch.Tensor | None = None, **over):
-    meta = _src()["rome"]["requests"][case]
-    h = meta["variants"][variant]["hparams"]
-    layer = meta["layer"]
-    if cov is None:
-        cov = _T()[f"mom2/{layer}"] if h["mom2_adjustment"] else torch.eye(128, dtype=torch.float64)
-    return compute_rome(_model(backend), layer, prompts=meta["prompts"], subject_last=meta["subject_last"],
-                        target=meta["target_ids"], cov=cov, kl_prompts=meta["kl_prompts"],
-                        kl_positions=meta["kl_positions"], hparams=_hp(h, **over))
+    return common.rome(_model(backend), _src(), _T(), case, variant, 128, cov, **over)
 
 
 def _dW(edit) -> torch.Tensor:
@@ -141,9 +109,7 @@ def _official_dW(pre: str, T: dict) -> torch.Tensor:
     return torch.outer(T[f"{pre}/right_vector"].double(), T[f"{pre}/u"].double())
 
 
-def _unit(u: torch.Tensor) -> torch.Tensor:
-    u = u.double()
-    return u / u.norm()
+_unit = common.unit
 
 
 def _max(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -365,7 +331,7 @@ def test_rome_smollm2(smollm2):
     assert not h["mom2_adjustment"] and h["kl_factor"] == 0.0625
     e = compute_rome(smollm2, layer, prompts=S["prompts"], subject_last=S["subject_last"], target=S["target_ids"],
                      cov=torch.eye(1536, dtype=torch.float64), kl_prompts=S["kl_prompts"],
-                     kl_positions=S["kl_positions"], hparams=_hp(h))
+                     kl_positions=S["kl_positions"], hparams=common.hparams(h))
     assert _max(_unit(e.u), T["rome/official/u"]) <= SMOL_U_ATOL
     assert _max(e.v_star, T["rome/official/v_star"]) <= SMOL_V_RTOL * float(T["rome/official/v_star"].abs().max())
     assert float((T["rome/official/v_star"] - T["rome/official/target_init"]).norm()) > 100.0
