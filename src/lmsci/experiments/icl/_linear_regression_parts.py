@@ -47,7 +47,9 @@ def other_w_labels(ev: Any, n_context: int, noise_std: float, gen: torch.Generat
     ys = ev.ys.clone()
     w_other = torch.roll(ev.ws, 1, dims=0)
     noise = noise_std * torch.randn(ys.shape[0], n_context, generator=gen).to(ys.device)
-    ys[:, :n_context] = (ev.xs[:, :n_context] @ w_other[:, :, None])[..., 0] + noise
+    # host work on the evaluation prompts (kept on the CPU), in numpy as the exact baselines are
+    wx = np.einsum("bnd,bd->bn", ev.xs[:, :n_context].cpu().numpy(), w_other.cpu().numpy())
+    ys[:, :n_context] = torch.from_numpy(wx).to(ys.device, ys.dtype) + noise
     return ys
 
 
