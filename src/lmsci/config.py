@@ -22,8 +22,10 @@ PRESET_NAMES = ("smoke", "quick", "paper")  # every experiment defines these; "g
 ALL_PRESET_NAMES = ("smoke", "quick", "gpu", "paper")
 
 #: preset fields left out of a preset's digest (where and how fast it runs, not what it computes); re-exported
-#: by :mod:`lmsci.claims`, which imports this module (never the reverse)
-NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset", "compile")
+#: by :mod:`lmsci.claims`, which imports this module (never the reverse). ``stack_seeds`` (S53): training a point's
+#: seeds as one stacked computation or one after another gives the same models to float rounding
+#: (:mod:`lmsci.train.seeds`), like ``compile``; which is faster depends on the device
+NON_SCIENCE_FIELDS = ("device", "threads", "progress", "out", "preset", "compile", "stack_seeds")
 
 
 class StrictModel(BaseModel):
@@ -247,7 +249,7 @@ def config_from_yaml(config_cls: type[ExperimentConfig], text: str) -> Experimen
 
 def preset_digest(config_cls: type[ExperimentConfig], preset: str) -> str:
     """8 hex digits of a hash of ``preset``'s resolved configuration: every field but where and how fast it
-    runs (:data:`NON_SCIENCE_FIELDS`: device, threads, progress, out, preset, compile). A claim's
+    runs (:data:`NON_SCIENCE_FIELDS`: device, threads, progress, out, preset, compile, stack_seeds). A claim's
     registered digest includes it for every preset the claim is decided at, so a preset change is a
     registered change (CLAIMS.md).
 

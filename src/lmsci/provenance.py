@@ -4,7 +4,7 @@ A run's digest has three parts, each 8 hex digits of a SHA-256, written ``config
 (for example ``3f2a9c01.77b0e412.0c9d5e6a``):
 
 - **config**: the resolved configuration's science fields, every field but :data:`lmsci.config.NON_SCIENCE_FIELDS`
-  (device, threads, progress, out, preset, compile) and the master ``seed`` (a published row names its master
+  (device, threads, progress, out, preset, compile, stack_seeds) and the master ``seed`` (a published row names its master
   seeds in its own column, so the seeds of one row share one digest).
 - **source**: the bytes of every lmsci module in the run's *import closure*: the experiment's module, the
   executor (:data:`EXECUTOR_ROOTS`) and, transitively, every ``lmsci`` module they name in an ``import`` or

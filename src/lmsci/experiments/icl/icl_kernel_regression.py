@@ -96,6 +96,8 @@ class ICLKernelRegressionConfig(ExperimentConfig):
     hf_n_demos: int = Field(8, ge=1, description="demonstrations per text prompt")
     hf_n_val: int = Field(100, ge=2, description="text prompts for head and temperature selection (paper: 700)")
     hf_n_test: int = Field(100, ge=2, description="held-out text prompts (paper: 300)")
+    stack_seeds: bool = Field(True, description="train the seeds' GPTs as one stacked computation (a performance "
+                              "setting: the same models to float rounding, lmsci.train.seeds); off at quick")
     threads: int = Field(1, ge=0)
 
     PRESETS = {
@@ -236,7 +238,7 @@ class ICLKernelRegression(Experiment):
         return cross_arms([base], ARMS)  # the trained GPT; foreign demonstrations; a random head
 
     def groups(self, cfg: ICLKernelRegressionConfig, points: list[Point]) -> list[list[Point]]:
-        return [points]  # all seeds and arms: one GPT per seed, trained stacked, once
+        return [points]  # all seeds and arms: one GPT per seed, trained once (stacked with stack_seeds)
 
     def build(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, seed: int) -> GPT:
         """The GPT over the mixture's vocabulary with context :func:`seq_len_of`, initialised from ``seed``."""
@@ -246,8 +248,9 @@ class ICLKernelRegression(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def _train(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, ctxs: list[PointContext]):
-        """The real arm's GPTs of ``ctxs``' seeds, trained stacked; returns (models, the stacked result)."""
-        from lmsci.train.stacked import train_stacked
+        """The real arm's GPTs of ``ctxs``' seeds, trained stacked with ``stack_seeds``, else one after another;
+        returns (models, the :class:`~lmsci.train.stacked.StackedResult`)."""
+        from lmsci.train.seeds import train_seeds
 
         T = seq_len_of(cfg, world)
         device = ctxs[0].device
@@ -260,8 +263,8 @@ class ICLKernelRegression(Experiment):
 
         tc = cfg.train.train_config(log_every=max(1, cfg.train.steps // 50), device=device)
         logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))}) for c in ctxs]
-        return models, train_stacked(models, get_batch, tc, seeds=[derive_seed(c.seed, "data") for c in ctxs],
-                                     log=logs)
+        return models, train_seeds(models, get_batch, tc, seeds=[derive_seed(c.seed, "data") for c in ctxs],
+                                   stack=cfg.stack_seeds, log=logs)
 
     def run_group(self, cfg: ICLKernelRegressionConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         """One GPT per training seed of ``points`` (trained stacked); every arm of that seed reads it: ``real`` and

@@ -88,7 +88,9 @@ class ModelShapeConfig(ExperimentConfig):
         mlp_layers: layers of the feed-forward panel; mlp_ratios: its ratios d_mlp / d_model (at ``n_params[0]``).
         seq_len: context length (tokens) of training and evaluation windows.
         eval_tokens: validation tokens scored per model (fixed windows of the held-out works).
-        stack_seeds: train the seeds of one shape as one stacked computation.
+        stack_seeds: train the seeds of one shape as one stacked computation (a performance setting: the same
+            models to float rounding, :mod:`lmsci.train.seeds`); off at quick, where one CPU thread trains these
+            0.1M-parameter GPTs 1.6x faster one at a time (``benchmarks/bench_compile.py``), on at gpu.
     """
 
     tokenizer: Literal["char", "bpe"] = "char"

@@ -109,6 +109,8 @@ class TransformerVsLSTMConfig(ExperimentConfig):
     lstm_layers: int = Field(2, ge=1)
     seq_len: int = Field(256, ge=8)
     train: TrainSpec = TrainSpec(steps=400, batch_size=8, lr=3e-3, warmup_frac=0.1, min_lr_ratio=0.1, weight_decay=0.1)
+    stack_seeds: bool = Field(True, description="train a GPT size's seeds as one stacked computation (a performance "
+                              "setting: the same models to float rounding, lmsci.train.seeds); off at quick")
     eval_tokens: int = Field(131072, ge=64)
     n_seeds: int = Field(3, ge=1, le=100)
 
@@ -204,6 +206,8 @@ class TransformerVsLSTM(Experiment):
         return pts
 
     def groups(self, cfg: TransformerVsLSTMConfig, points: list[Point]) -> list[list[Point]]:
+        if not cfg.stack_seeds:
+            return [[p] for p in points]
         by: dict[str, list[Point]] = {}
         for p in points:
             by.setdefault(p.id.split("__s")[0], []).append(p)
@@ -225,7 +229,8 @@ class TransformerVsLSTM(Experiment):
 
     def run_group(self, cfg: TransformerVsLSTMConfig, points: list[Point],
                   ctxs: list[PointContext]) -> list[dict[str, Any]]:
-        """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`), LSTMs one at a time."""
+        """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`) with ``stack_seeds``, LSTMs one at
+        a time."""
         from lmsci.measure.position_loss import position_nll
         from lmsci.train.stacked import train_stacked
         from lmsci.train.trainer import train
