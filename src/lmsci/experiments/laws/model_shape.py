@@ -118,7 +118,7 @@ class ModelShapeConfig(ExperimentConfig):
         "smoke": {"n_params": [3000], "n_layers": [2, 3, 8], "model.d_head": 4, "inside_ar": (2.0, 300.0),
                   "extreme_ar": (1.0, 1000.0), "heads_shape": (1, 16), "heads": [1, 2, 4], "mlp_ratios": [2.0, 4.0],
                   "seq_len": 16, "train.batch_size": 4, "train.steps": 3, "eval_tokens": 256, "n_seeds": 1},
-        "quick": {},
+        "quick": {"stack_seeds": False},
         # one H100 within 10 minutes (S52): two N (0.8M, 3.2M), 6 layer counts, ~11.5M tokens per model, 3 seeds
         # (bf16, stacked)
         "gpu": {"n_params": [800_000, 3_200_000], "n_layers": [2, 3, 4, 6, 16, 32], "model.d_head": 32,
