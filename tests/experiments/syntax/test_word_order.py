@@ -62,19 +62,12 @@ def test_permutation_metrics_by_hand():
     assert m["unchanged_correct"] == pytest.approx((3 + 4 + 0) / 12)
 
 
-INIT = {"acc": 0.5, "perm": 0.5, "omega": 0.99, "unch": 0.5}
-
-
-def rows(overlap: dict, taller: dict, n: int = 3, encoder: bool = True, null_nn_own: float = 0.3,
-         init: dict = INIT) -> pd.DataFrame:
-    """Each task on its own arm (overlap, taller) and the overlap classifier at its initialisation (arm init), n
-    seeds; the ablation rows on arms real and null (random init)."""
+def rows(overlap: dict, taller: dict, n: int = 3, encoder: bool = True, null_nn_own: float = 0.3) -> pd.DataFrame:
+    """Each task on its own arm (overlap, taller), n seeds; the ablation rows on arms real and null (random init)."""
     out = []
     for k in range(n):
-        for name, arm, v in (("overlap", "overlap", overlap), ("taller", "taller", taller),
-                             ("overlap", "init", init)):
-            pid = name if arm != "init" else "init-overlap"
-            out.append({"point": pid + (f"__s{k}" if k else ""), "arm": arm, "kind": "task", "task": name, "q": 20,
+        for name, v in (("overlap", overlap), ("taller", taller)):
+            out.append({"point": name + (f"__s{k}" if k else ""), "arm": name, "kind": "task", "task": name, "q": 20,
                         "acc_orig": v["acc"], "acc_perm": v["perm"] + 0.005 * k, "omega_max": v["omega"],
                         "p_c": 0.9, "p_f": 0.3, "unchanged_correct": v["unch"] - 0.01 * k, "unchanged_all": 0.8,
                         "omega_0.5": 0.7, "omega_1": 0.4, "seed_index": k, "status": "ok"})
@@ -103,7 +96,7 @@ def test_papers_numbers_are_reproduced(tmp_path):
     vs = verdicts(rows({"acc": 0.99, "perm": 0.95, "omega": 0.987, "unch": 0.85},
                        {"acc": 0.98, "perm": 0.5, "omega": 0.99, "unch": 0.5}), tmp_path)
     assert vs["redundant-unchanged"].outcome == "reproduced" and vs["redundant-unchanged"].n_seeds == 3
-    # the null arm: the untrained overlap classifier's unchanged share (0.5 here) does not meet the rule
+    # the null arm: the order-critical classifier's unchanged share (0.5 here) does not meet the rule
     assert vs["redundant-unchanged"].null_value == pytest.approx(0.49) and vs["redundant-unchanged"].null_passed is False
     # design checks: passed, never reproduced
     assert vs["redundant-omega"].kind == "check" and vs["redundant-omega"].outcome == "passed"
@@ -115,10 +108,10 @@ def test_papers_numbers_are_reproduced(tmp_path):
 
 
 def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    # an untrained classifier that keeps its correct predictions under derangement (a near-constant one does):
-    # the unchanged share cannot tell learned order-insensitivity from not looking at the order at all
+    # an order-critical classifier that keeps its correct predictions under derangement (a constant one does):
+    # the unchanged share cannot tell order-insensitivity from not looking at the input
     vs = verdicts(rows({"acc": 0.99, "perm": 0.95, "omega": 0.987, "unch": 0.85},
-                       {"acc": 0.98, "perm": 0.5, "omega": 0.99, "unch": 0.5}, init={**INIT, "unch": 0.9}), tmp_path)
+                       {"acc": 0.98, "perm": 0.5, "omega": 0.99, "unch": 0.9}), tmp_path)
     v = vs["redundant-unchanged"]
     assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed
     assert any("cannot tell the effect from its absence" in r for r in v.reasons)
@@ -164,9 +157,7 @@ def test_smoke_run(tmp_path):
     run = run_experiment(WordOrder(), cfg, tmp_path / "run", progress=False, log=lambda *a, **k: None)
     res = run.results()
     assert set(res["task"]) == {"overlap", "taller", "cfg-contrast"} and (res["status"] == "ok").all()
-    assert set(res["arm"]) == {"overlap", "taller", "init", "real", "null"}
-    init = res[(res["task"] == "overlap") & (res["arm"] == "init")]
-    assert len(init) == 1 and init["unchanged_correct"].between(0, 1).all()
+    assert set(res["arm"]) == {"overlap", "taller", "real", "null"}
     t = res[res["kind"] == "task"]
     assert t["omega_max"].between(0, 1).all() and t["acc_perm"].between(0, 1).all()
     assert (run.path / "figures" / "omega_curve.png").exists() and (run.path / "verdict.json").exists()
@@ -174,6 +165,8 @@ def test_smoke_run(tmp_path):
     assert {vs[c].kind for c in ("redundant-omega", "critical-chance")} == {"check"}
     # the CFG contrast's random-init null arm is measured and does not meet the rule
     assert vs["cfg-shuffle-drop"].null_value is not None and vs["cfg-shuffle-drop"].null_passed is False
-    # redundant-unchanged's null arm (the overlap classifier at its initialisation) is measured; smoke is one seed
+    # redundant-unchanged's null arm is measured; after 5 smoke steps the taller classifier is constant, so its
+    # correct predictions all survive derangement and the null arm meets the rule -- the very case it is there to
+    # flag -- and the verdict is inconclusive (at quick the taller classifier has learned its task; see the docstring)
     v = vs["redundant-unchanged"]
-    assert v.null_value == pytest.approx(float(init["unchanged_correct"].iloc[0])) and v.outcome == "inconclusive"
+    assert v.null_value is not None and v.outcome == "inconclusive"
