@@ -298,3 +298,10 @@ def test_copying_null_draws_a_non_best_head_and_phase_change_null_pairs_other_se
     assert cross_seed_window(df) == (pytest.approx(0.19), False)
     assert cross_seed(df.iloc[:1]) is None and cross_seed_window(df.iloc[:1]) is None
     assert cross_seed_window(df.assign(t_icl=[None, 11, 22]))[0] is None  # an event missing: cannot meet the rule
+
+
+def test_null_arm_is_evaluated_about_ten_times_the_real_arm_at_its_cadence():
+    from lmsci.experiments.syntax._induction_shakespeare import eval_cadence
+
+    assert eval_cadence(50, 3000, True) == 50 and eval_cadence(50, 3000, False) == 300
+    assert eval_cadence(2, 6, False) == 2  # never finer than the configured cadence

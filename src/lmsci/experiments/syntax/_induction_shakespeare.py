@@ -120,6 +120,13 @@ def shuffle_windows(get_batch: Callable) -> Callable:
     return shuffled
 
 
+def eval_cadence(eval_every: int, steps: int, repeats: bool) -> int:
+    """Evaluation cadence (steps): ``eval_every`` for the real arm, whose curves give the phase-change events; the
+    null arm (``repeats=False``), whose curves only draw the figure, about 10 evaluations (its final measures are
+    taken after the last step either way)."""
+    return eval_every if repeats else max(eval_every, steps // 10)
+
+
 def other_head(seed: int, n_heads: int, best: int) -> int:
     """A head index drawn uniformly (``seed``) among ``n_heads`` other than ``best`` (the copying claims' null)."""
     rest = [h for h in range(n_heads) if h != best]
@@ -147,7 +154,8 @@ def run_shakespeare(cfg: Any, L: int, ctx: Any, repeats: bool = True) -> dict[st
         hist.append(r)
         return {"icl_nat": r["icl_nat"], "val_nll": r["val_nll"], "pm_last_layer_max": float(r["pm"][-1].max())}
 
-    tc = tr.train_config(device=dev, log_every=max(tr.steps // 20, 1), eval_every=cfg.eval_every,
+    tc = tr.train_config(device=dev, log_every=max(tr.steps // 20, 1),
+                         eval_every=eval_cadence(cfg.eval_every, tr.steps, repeats),
                          precision=cfg.precision)
     bar = ctx.progress(tr.steps, f"train attn-only L{L} on Shakespeare")
     get_batch = sh.make_get_batch(corpus.train_ids, tr.batch_size, T)

@@ -44,7 +44,9 @@ each seed's ``t_pm`` paired with the next seed's ``t_icl`` (cyclic shift over th
 whose registered null is the extreme over seeds ("any seed meets the threshold", for repeat-icl also over the null
 and init arms) while the real arm's rule is "every seed does"; ``phase-change`` and ``shakespeare-phase-change``,
 where a seed with an event missing has no value but fails the rule (the engine drops non-finite per-seed values) and
-the null pairs events across seeds.
+the null pairs events across seeds. The null arm's curves (only drawn in the figure now) are evaluated about 10
+times per training (:func:`~lmsci.experiments.syntax._induction_shakespeare.eval_cadence`); its final measures are
+taken after the last step, as the real arm's.
 
 What the quick runs found (master seeds 0 and 1, 2026-11-27, with the 1-layer null of then): the 2-layer model learns the second copy (NLL ~0.2
 nats) without a layer-2 prefix-matching head (best <= 0.13); its layer-2 heads attend to the current and previous
@@ -75,6 +77,7 @@ from lmsci.claims.engine import finished
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
+from lmsci.experiments.syntax import _induction_shakespeare as sh_mod
 from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEARE_CLAIMS, COPY_CAN_MEET, COPY_MIN,
                                                               COPY_NULL, ICL_FRAC, LEARNED_FRAC, PHASE_CAN_MEET,
                                                               PHASE_NULL, PM_CAN_MEET, PM_MIN, WINDOW_FRAC,
@@ -301,8 +304,8 @@ class InductionHeads(Experiment):
             s = torch.from_numpy(xs)
             return s[:, :-1], s[:, 1:]
 
-        tc = cfg.train.train_config(device=dev, log_every=max(cfg.train.steps // 20, 1), eval_every=cfg.eval_every,
-                                    precision=cfg.precision)
+        tc = cfg.train.train_config(device=dev, log_every=max(cfg.train.steps // 20, 1), precision=cfg.precision,
+                                    eval_every=sh_mod.eval_cadence(cfg.eval_every, cfg.train.steps, repeats))
         bar = ctx.progress(cfg.train.steps, f"train attn-only L{L}")
         res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda mm: ctx.log(**mm),
                     eval_fn=lambda mdl: record(-1, mdl), progress=bar)
