@@ -163,8 +163,10 @@ class InductionHeads(Experiment):
              "repeated random segments and on Shakespeare; the same model trained without repeats does not.")
     source = "Olsson et al. 2022, arXiv 2209.11895; Elhage et al. 2021 (transformer-circuits.pub/2021/framework)"
     Config = InductionHeadsConfig
-    time_estimate = {"smoke": "~12 s", "quick": "8.7-9.2 CPU-min measured at threads=1 (seeds 0 and 1: 10.8 and 16.6 min "
-                     "wall on the shared 2-core machine at load ~2-5); Shakespeare world ~2/3 of it",
+    time_estimate = {"smoke": "~15 s", "quick": "8.7-9.2 CPU-min measured at threads=1 with the 1-layer null (seeds 0 "
+                     "and 1: 10.8 and 16.6 min wall on the shared 2-core machine at load ~2-5); Shakespeare world ~2/3 "
+                     "of it; the 2-layer no-repeat null (2026-12-06) adds ~26 CPU s per training seed (estimated from "
+                     "1/4 of the steps: ~+1.3 min per master seed)",
                      "gpu": "~3-9 min estimated on one H100, not measured (no GPU in S52): 6 synthetic models x 6000 "
                      "steps and 6 Shakespeare models x 4000 steps take ~2 min by lmsci.train.estimate (1.5 ms a step "
                      "for 2 layers, MLP FLOPs counted: an upper bound for attention-only models) plus ~100 evaluations "
