@@ -106,5 +106,12 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "grokking/fourier-sparse": {"quick": (2,)},
     "syntactic-embeddings/role-probe": {"quick": (0, 1)},
     "syntactic-embeddings/kmeans-purity": {"quick": (0, 1)},
+    "induction-heads/prefix-matching-head": {"quick": (0, 1)},  # null -> 2-layer model without repeats
+    "induction-heads/phase-change": {"quick": (0, 1)},  # null -> t_pm and t_icl paired across seeds
+    "induction-heads/copying": {"quick": (0, 1)},  # null -> a random non-best layer-2 head
+    "induction-heads/shakespeare-prefix-matching-head": {"quick": (0, 1)},  # null -> shuffled-window 2-layer model
+    "induction-heads/shakespeare-copying": {"quick": (0, 1)},  # null -> a random non-best layer-2 head
+    "induction-heads/shakespeare-repeat-icl": {"quick": (0, 1)},  # null -> shuffled-window model (was 1-layer)
+    "induction-heads/shakespeare-phase-change": {"quick": (0, 1)},  # null -> t_pm and t_icl paired across seeds
 }
 

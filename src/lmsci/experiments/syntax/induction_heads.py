@@ -1,6 +1,6 @@
 """Experiment ``induction-heads``: a 2-layer attention-only transformer trained on sequences with a repeated
 random segment forms a layer-2 head with a high prefix-matching score that copies, and the in-context loss drops
-at the same time (the phase change); a 1-layer attention-only model cannot form one.
+at the same time (the phase change); the same model trained without repeats does not form one.
 
 Sources: Olsson et al. 2022, "In-context Learning and Induction Heads", arXiv 2209.11895 (prefix-matching and
 copying as the definition of an induction head, sec. "Key concepts"; in-context loss = loss late in the context
@@ -12,7 +12,7 @@ models; OV-circuit eigenvalue copying score).
 Protocol. World :class:`lmsci.worlds.repeated_segments.RepeatedSegments` (``[BOS, s, s, filler]``, segment
 length ``m`` uniform in ``[seg_min, seg_max]``, so no fixed offset predicts the copy). Models: lmsci GPT with
 ``mlp="none"`` (attention-only), pre-LayerNorm (folded into the OV circuit ``W_E W_V W_O W_U`` as
-:func:`lmsci.measure.heads.gpt_head_weights` describes), learned positions; ``n_layers = 2`` (the model) and ``n_layers = 1`` (the null). Every ``eval_every`` steps, on a fixed
+:func:`lmsci.measure.heads.gpt_head_weights` describes), learned positions; ``n_layers = 2``. Every ``eval_every`` steps, on a fixed
 evaluation batch: every head's prefix-matching score (mean attention from each second-copy token to the token
 after its previous occurrence) and the in-context loss (mean NLL on the second copy minus on the first copy,
 nats/token). Events: ``t_pm`` = first evaluation at which the best layer-2 head's prefix-matching score reaches
@@ -25,21 +25,30 @@ with a repeated passage and on plain held-out windows; protocol, claims and verd
 :mod:`lmsci.experiments.syntax._induction_shakespeare` (claims ``shakespeare-*``, thresholds the synthetic claims'
 registered values; gate: the 2-layer model's held-out NLL beats the bigram baseline).
 
-Null arms, measured in the same run: the 1-layer attention-only model trained the same way (its best head's
-scores; its events); the 2-layer model at its random initialisation (step 0).
-
-Arms (issue 44): ``real`` (the 2-layer model: points ``attn2``, ``shakespeare_attn2``), ``null`` (the 1-layer model:
-points ``attn1``, ``shakespeare_attn1``, their seeds as before) and ``init`` (points ``init-attn2``,
-``init-shakespeare_attn2``: the 2-layer model at step 0, measured before its training by the same instruments; it and
-the real point of one seed are one group, :meth:`InductionHeads.groups`, trained once). The claims engine judges
-``copying`` and ``shakespeare-copying`` (arm real against arm init; the ``learned`` / ``learned-language`` gates are
-measured by :meth:`InductionHeads.measured_gates`: the first's threshold depends on ``n_tokens``). Escape hatches
+Null arms (issue 44 item 4, 2026-12-06; they replace the 1-layer model, whose keys cannot see the previous token,
+so it could never prefix-match: it is no longer trained). Arms: ``real`` (points ``attn2``, ``shakespeare_attn2``);
+``null`` (points ``null-attn2``, ``null-shakespeare_attn2``: the same 2-layer model, seed and steps trained without
+repeats -- synthetic: ``[BOS, s, s', filler]`` with the second copy replaced by fresh random tokens; Shakespeare:
+each training window's tokens shuffled within the window -- measured on the same repeated evaluation batches: the
+prefix-matching claims' null, and with the init arm shakespeare-repeat-icl's); ``init`` (``init-attn2``,
+``init-shakespeare_attn2``: the real model at step 0, same instruments: shakespeare-repeat-icl's null and a reported
+contrast); ``otherhead`` (``otherhead-attn2``, ``otherhead-shakespeare_attn2``: the OV copying score of a layer-2
+head of the trained real model drawn at random, ``derive_seed(seed, "other-head")``, among its heads other than the
+best prefix-matching one: the copying claims' null). init and otherhead rows come from the real point's training
+(one group, :meth:`InductionHeads.groups`, trained once). The phase-change claims' null comes from the real rows:
+each seed's ``t_pm`` paired with the next seed's ``t_icl`` (cyclic shift over the seeds,
+:func:`lmsci.experiments.syntax._induction_shakespeare.cross_seed`). The claims engine judges ``copying`` and
+``shakespeare-copying`` (arm real against arm otherhead; the ``learned`` / ``learned-language`` gates are measured by
+:meth:`InductionHeads.measured_gates`: the first's threshold depends on ``n_tokens``). Escape hatches
 (``hand_verdicts``): ``prefix-matching-head``, ``shakespeare-prefix-matching-head`` and ``shakespeare-repeat-icl``,
-whose registered null is the extreme over two null arms (1-layer and init) and over seeds ("any seed meets the
-threshold") while the real arm's rule is "every seed does"; ``phase-change`` and ``shakespeare-phase-change``, where a
-seed with an event missing has no value but fails the rule (the engine drops non-finite per-seed values).
+whose registered null is the extreme over seeds ("any seed meets the threshold", for repeat-icl also over the null
+and init arms) while the real arm's rule is "every seed does"; ``phase-change`` and ``shakespeare-phase-change``,
+where a seed with an event missing has no value but fails the rule (the engine drops non-finite per-seed values) and
+the null pairs events across seeds. The null arm's curves (only drawn in the figure now) are evaluated about 10
+times per training (:func:`~lmsci.experiments.syntax._induction_shakespeare.eval_cadence`); its final measures are
+taken after the last step, as the real arm's.
 
-What the quick runs found (master seeds 0 and 1, 2026-11-27): the 2-layer model learns the second copy (NLL ~0.2
+What the quick runs found (master seeds 0 and 1, 2026-11-27, with the 1-layer null of then): the 2-layer model learns the second copy (NLL ~0.2
 nats) without a layer-2 prefix-matching head (best <= 0.13); its layer-2 heads attend to the current and previous
 token with OV copying scores near -1 (they suppress the recent tokens), and a look at one pilot-seed model showed
 layer-1 heads attending around the earlier copy (argmax within one position of the induction target) with copying
@@ -68,11 +77,14 @@ from lmsci.claims.engine import finished
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Experiment, Figure, Point, PointContext, save_figure
 from lmsci.experiments.registry import register
-from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEARE_CLAIMS, COPY_MIN, ICL_FRAC,
-                                                              LEARNED_FRAC, PM_MIN, WINDOW_FRAC, evaluate, first,
-                                                              learned_language_gate, prefix_matching_verdict,
-                                                              run_shakespeare, shakespeare_figure,
-                                                              shakespeare_verdicts, window)
+from lmsci.experiments.syntax import _induction_shakespeare as sh_mod
+from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEARE_CLAIMS, COPY_CAN_MEET, COPY_MIN,
+                                                              COPY_NULL, ICL_FRAC, LEARNED_FRAC, PHASE_CAN_MEET,
+                                                              PHASE_NULL, PM_CAN_MEET, PM_MIN, WINDOW_FRAC,
+                                                              cross_seed_window, evaluate, first,
+                                                              learned_language_gate, other_head,
+                                                              prefix_matching_verdict, run_shakespeare,
+                                                              shakespeare_figure, shakespeare_verdicts, window)
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
@@ -83,6 +95,8 @@ WORLDS = ("synthetic", "shakespeare")
 #: the step-0 measures of a trained row and their columns in the init arm's row
 INIT_COLUMNS = {"init_pm_best": "pm_best", "init_copy_best": "copy_best", "init_icl": "icl_final",
                 "init_ratio_nat": "ratio_nat", "init_icl_plain": "icl_plain"}
+#: a random non-best layer-2 head of a trained row and its columns in the otherhead arm's row (the copying null)
+OTHER_COLUMNS = {"other_head": "best_head", "copy_other": "copy_best"}
 
 
 class InductionHeadsConfig(ExperimentConfig):
@@ -90,8 +104,8 @@ class InductionHeadsConfig(ExperimentConfig):
 
     Attributes:
         n_tokens, seq_len, seg_min, seg_max: the repeated-segment world (:class:`RepeatedSegments`).
-        model: the attention-only GPT trained (GPTSpec, ``mlp="none"``, ``n_layers >= 2``); the null arm is the
-            same spec with ``n_layers=1``.
+        model: the attention-only GPT trained (GPTSpec, ``mlp="none"``, ``n_layers >= 2``, ``n_heads >= 2``); the
+            null arm trains the same spec on data without repeats.
         train: its optimizer and schedule (TrainSpec).
         eval_every, n_eval: evaluation cadence (steps) and evaluation sequences (synthetic world).
         worlds: which worlds get points: ``synthetic`` (the repeated-segment world) and/or ``shakespeare``.
@@ -146,11 +160,13 @@ class InductionHeads(Experiment):
 
     claim = ("A 2-layer attention-only transformer forms a layer-2 head with prefix-matching score >= 0.5 that "
              "copies (OV eigenvalue score >= 0.5), at the same time as its in-context loss drops, on sequences with "
-             "repeated random segments and on Shakespeare; a 1-layer model does not.")
+             "repeated random segments and on Shakespeare; the same model trained without repeats does not.")
     source = "Olsson et al. 2022, arXiv 2209.11895; Elhage et al. 2021 (transformer-circuits.pub/2021/framework)"
     Config = InductionHeadsConfig
-    time_estimate = {"smoke": "~12 s", "quick": "8.7-9.2 CPU-min measured at threads=1 (seeds 0 and 1: 10.8 and 16.6 min "
-                     "wall on the shared 2-core machine at load ~2-5); Shakespeare world ~2/3 of it",
+    time_estimate = {"smoke": "~15 s", "quick": "8.7-9.2 CPU-min measured at threads=1 with the 1-layer null (seeds 0 "
+                     "and 1: 10.8 and 16.6 min wall on the shared 2-core machine at load ~2-5); Shakespeare world ~2/3 "
+                     "of it; the 2-layer no-repeat null (2026-12-06) adds ~26 CPU s per training seed (estimated from "
+                     "1/4 of the steps: ~+1.3 min per master seed)",
                      "gpu": "~3-9 min estimated on one H100, not measured (no GPU in S52): 6 synthetic models x 6000 "
                      "steps and 6 Shakespeare models x 4000 steps take ~2 min by lmsci.train.estimate (1.5 ms a step "
                      "for 2 layers, MLP FLOPs counted: an upper bound for attention-only models) plus ~100 evaluations "
@@ -171,9 +187,11 @@ class InductionHeads(Experiment):
               "token to the token after its previous occurrence) on the evaluation batch after training; mean over "
               "seeds with a 95% Student-t CI",
               f"in every seed (at least 3) >= {PM_MIN}", gates=(_LEARN,),
-              null="the larger of: the 1-layer attention-only model's largest prefix-matching score (trained the same "
-                   "way, max over seeds) and the 2-layer model's at its random initialisation; meets the rule when "
-                   ">= 0.5"),
+              null="the same score for the 2-layer model (same architecture, seed and steps) trained on the same layout "
+                   "with the second copy replaced by fresh random tokens ([BOS, s, s', filler]: no repeats), measured on "
+                   "the same repeated evaluation batch: its largest layer-2 score, max over seeds; meets the rule when "
+                   ">= 0.5",
+              null_can_meet=PM_CAN_MEET),
         Claim("phase-change",
               "The best layer-2 head's prefix-matching score crosses 0.5 within a window of 10% of the training "
               "steps of the step where the in-context loss first falls to -0.5 ln(n_tokens).",
@@ -183,10 +201,7 @@ class InductionHeads(Experiment):
               "prefix-matching score >= 0.5 and t_icl the first at which the in-context loss (second-copy minus "
               "first-copy NLL) <= -0.5 ln(n_tokens); the max over seeds is reported",
               f"in every seed (at least 3) both events occur and |t_pm - t_icl| <= {WINDOW_FRAC} x steps",
-              gates=(_LEARN,),
-              null="the same statistic for the 1-layer attention-only model trained the same way (its best head's "
-                   "prefix-matching score and its in-context loss); meets the rule when both events occur within the "
-                   "window in every seed"),
+              gates=(_LEARN,), null=PHASE_NULL, null_can_meet=PHASE_CAN_MEET),
         Claim("copying",
               "The best prefix-matching head of the 2-layer model copies: its direct-path OV circuit has mostly "
               "positive eigenvalues.",
@@ -195,9 +210,8 @@ class InductionHeads(Experiment):
               statistic=Stat("copy_best", where={"world": "synthetic"},
                              words="sum(lambda)/sum(|lambda|) of W_E W_V^h W_O^h W_U for the final best layer-2 "
                                    "prefix-matching head"),
-              rule=mean_at_least(COPY_MIN), gates=(_LEARN,), arms=("real", "init"),
-              null="the same score for the head of the 2-layer model at its random initialisation with the largest "
-                   "prefix-matching score (mean over seeds)"),
+              rule=mean_at_least(COPY_MIN), gates=(_LEARN,), arms=("real", "otherhead"),
+              null=COPY_NULL, null_can_meet=COPY_CAN_MEET),
     ] + SHAKESPEARE_CLAIMS
 
     def validate(self, cfg: InductionHeadsConfig) -> None:
@@ -205,7 +219,9 @@ class InductionHeads(Experiment):
 
         RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
         if cfg.model.n_layers < 2:
-            raise ConfigError("model.n_layers", cfg.model.n_layers, "an integer >= 2 (the 1-layer model is the null)")
+            raise ConfigError("model.n_layers", cfg.model.n_layers, "an integer >= 2 (layer 2 holds induction heads)")
+        if cfg.model.n_heads < 2:
+            raise ConfigError("model.n_heads", cfg.model.n_heads, "an integer >= 2 (the copying null is another head)")
         if cfg.model.mlp != "none":
             raise ConfigError("model.mlp", cfg.model.mlp, "'none' (the models are attention-only)")
         if "shakespeare" in cfg.worlds:
@@ -224,34 +240,41 @@ class InductionHeads(Experiment):
         out = []
         for w, pre in (("synthetic", ""), ("shakespeare", "shakespeare_")):
             if w in cfg.worlds:
-                prm = {"world": w} if w == "shakespeare" else {}
-                out += [Point(f"{pre}attn{L}", {**prm, "n_layers": L}, arm="real"),
-                        Point(f"{pre}attn1", {**prm, "n_layers": 1}, arm="null"),
-                        Point(f"init-{pre}attn{L}", {**prm, "n_layers": L}, arm="init")]  # step 0 of the real run
+                prm = {"world": w, "n_layers": L} if w == "shakespeare" else {"n_layers": L}
+                out += [Point(f"{pre}attn{L}", prm, arm="real"),
+                        Point(f"null-{pre}attn{L}", {**prm, "repeats": False}, arm="null"),  # no repeats to learn
+                        Point(f"init-{pre}attn{L}", prm, arm="init"),  # step 0 of the real run
+                        Point(f"otherhead-{pre}attn{L}", prm, arm="otherhead")]  # a non-best head of the real run
         return out
 
     def groups(self, cfg: InductionHeadsConfig, points: list[Point]) -> list[list[Point]]:
-        """A 2-layer point and its step-0 measures (arm init) of one world and seed are one group: trained once."""
+        """A real point, its step-0 measures (arm init) and its random other head (arm otherhead) of one world and
+        seed are one group: trained once; the null point is a group of its own."""
         by: dict[tuple, list[Point]] = {}
         for p in points:
-            by.setdefault((p.params.get("world", "synthetic"), p.params["n_layers"], p.seed_index), []).append(p)
+            key = (p.params.get("world", "synthetic"), p.params.get("repeats", True), p.seed_index)
+            by.setdefault(key, []).append(p)
         return list(by.values())
 
     def run_point(self, cfg: InductionHeadsConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: InductionHeadsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """One training (real or null arm) and its rows: the trained model's; the step-0 measures for arm init."""
-        ctx = next((c for p, c in zip(points, ctxs) if p.arm != "init"), ctxs[0])
+        """One training (real or null arm) and its rows: the trained model's; the step-0 measures for arm init; the
+        random non-best head's copying score for arm otherhead."""
+        ctx = next((c for p, c in zip(points, ctxs) if p.arm in ("real", "null")), ctxs[0])
         L, w = int(points[0].params["n_layers"]), points[0].params.get("world", "synthetic")
-        row = run_shakespeare(cfg, L, ctx) if w == "shakespeare" else self._synthetic_row(cfg, L, ctx)
-        init = {"world": w, "n_layers": L, **{v: row[k] for k, v in INIT_COLUMNS.items() if k in row}}
+        rep = bool(points[0].params.get("repeats", True))
+        row = run_shakespeare(cfg, L, ctx, rep) if w == "shakespeare" else self._synthetic_row(cfg, L, ctx, rep)
+        derived = {a: {"world": w, "n_layers": L, **{v: row[k] for k, v in cols.items() if k in row}}
+                   for a, cols in (("init", INIT_COLUMNS), ("otherhead", OTHER_COLUMNS))}
         trained = {k: v for k, v in row.items() if k not in INIT_COLUMNS}
-        return [init if p.arm == "init" else trained for p in points]
+        return [derived.get(p.arm, trained) for p in points]
 
-    def _synthetic_row(self, cfg: InductionHeadsConfig, L: int, ctx: PointContext) -> dict[str, Any]:
-        """Train the ``L``-layer attention-only model on the repeated-segment world and measure it (its step-0
-        measures in the ``init_*`` columns)."""
+    def _synthetic_row(self, cfg: InductionHeadsConfig, L: int, ctx: PointContext, repeats: bool = True) -> dict[str, Any]:
+        """Train the ``L``-layer attention-only model on the repeated-segment world (``repeats=False``: the second
+        copy replaced by fresh random tokens, the null arm) and measure it on the repeated evaluation batch (its
+        step-0 measures in the ``init_*`` columns)."""
         world = RepeatedSegments(cfg.n_tokens, cfg.seq_len, cfg.seg_min, cfg.seg_max)
         model = GPT(cfg.model.gpt_config(world.vocab_size, cfg.seq_len, n_layers=L),
                     seed=derive_seed(ctx.seed, "init")).to(ctx.device)
@@ -275,11 +298,16 @@ class InductionHeads(Experiment):
 
         def get_batch(step: int, gen: torch.Generator):
             r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            s = torch.from_numpy(world.sample(cfg.train.batch_size, r)[0])
+            xs, ms = world.sample(cfg.train.batch_size, r)
+            if not repeats:  # [BOS, s, s', filler]: the second copy's positions get fresh tokens
+                j = np.arange(cfg.seq_len)[None, :]
+                fresh = r.integers(1, cfg.n_tokens + 1, size=xs.shape)
+                xs = np.where((j >= 1 + ms[:, None]) & (j <= 2 * ms[:, None]), fresh, xs)
+            s = torch.from_numpy(xs)
             return s[:, :-1], s[:, 1:]
 
-        tc = cfg.train.train_config(device=dev, log_every=max(cfg.train.steps // 20, 1), eval_every=cfg.eval_every,
-                                    precision=cfg.precision)
+        tc = cfg.train.train_config(device=dev, log_every=max(cfg.train.steps // 20, 1), precision=cfg.precision,
+                                    eval_every=sh_mod.eval_cadence(cfg.eval_every, cfg.train.steps, repeats))
         bar = ctx.progress(cfg.train.steps, f"train attn-only L{L}")
         res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda mm: ctx.log(**mm),
                     eval_fn=lambda mdl: record(-1, mdl), progress=bar)
@@ -292,6 +320,7 @@ class InductionHeads(Experiment):
         pm_last = fin["pm"][-1]
         hi = int(pm_last.argmax())
         copy = ov_copying_scores(**gpt_head_weights(model, L - 1)).numpy()
+        oh = other_head(derive_seed(ctx.seed, "other-head"), len(copy), hi)
         st = [h["step"] for h in hist]
         t_pm = first(st, [float(h["pm"][-1].max()) >= PM_MIN for h in hist])
         t_icl = first(st, [h["icl"] <= -ICL_FRAC * math.log(cfg.n_tokens) for h in hist])
@@ -299,7 +328,7 @@ class InductionHeads(Experiment):
         np.savez(ctx.artifact_dir / "curves.npz", steps=np.array(st), icl=np.array([h["icl"] for h in hist]),
                  pm=np.stack([h["pm"] for h in hist]), pattern=pat, m0=int(m[0]))
         return {"world": "synthetic", "n_layers": L, "best_head": hi, "pm_best": float(pm_last[hi]), "pm_max_any_layer": float(fin["pm"].max()),
-                "copy_best": float(copy[hi]), "icl_final": fin["icl"], "early_final": fin["early"],
+                "copy_best": float(copy[hi]), "other_head": oh, "copy_other": float(copy[oh]), "icl_final": fin["icl"], "early_final": fin["early"],
                 "late_final": fin["late"], "t_pm": t_pm, "t_icl": t_icl, "steps": cfg.train.steps,
                 "init_pm_best": float(init["pm"][-1].max()), "init_copy_best": float(init_copy[hi0]),
                 "init_icl": init["icl"], "train_seconds": res.seconds}
@@ -342,22 +371,19 @@ class InductionHeads(Experiment):
 
         out = [prefix_matching_verdict(judge, "prefix-matching-head", two, one, init, gates)]
         g2, p2 = window(two)
-        null = None if one.empty else window(one)
-        out.append(self.judge(cfg, "phase-change", value=g2, passed=p2, n_seeds=len(two), gates=gates, null=null,
-                              ci_kind="max over seeds",
+        out.append(self.judge(cfg, "phase-change", value=g2, passed=p2, n_seeds=len(two), gates=gates,
+                              null=cross_seed_window(two), ci_kind="max over seeds",
                               details={"t_pm": [None if pd.isna(v) else int(v) for v in two["t_pm"]],
                                        "t_icl": [None if pd.isna(v) else int(v) for v in two["t_icl"]],
                                        "icl_final": float(two["icl_final"].mean()),
-                                       "null_icl_final": None if one.empty else float(one["icl_final"].mean()),
-                                       "null_t_pm": None if one.empty else [None if pd.isna(v) else int(v)
-                                                                            for v in one["t_pm"]]}))
+                                       "no_repeats_icl_final": None if one.empty else float(one["icl_final"].mean())}))
         return out
 
     def figures(self, cfg: InductionHeadsConfig, results: pd.DataFrame, run: RunDir) -> list[Figure]:
         import matplotlib.pyplot as plt
 
         ok = finished(results)
-        ok = ok[ok["arm"] != "init"] if "arm" in ok else ok  # the step-0 rows have no curves
+        ok = ok[~ok["arm"].isin(["init", "otherhead"])] if "arm" in ok else ok  # derived rows have no curves
         out = []
         fsh = shakespeare_figure(ok, run.point_dir)
         if fsh is not None:
@@ -379,14 +405,14 @@ class InductionHeads(Experiment):
             if not f.exists():
                 continue
             d = np.load(f)
-            ls = "-" if int(r["n_layers"]) > 1 else ":"
+            ls = ":" if r.get("arm") == "null" else "-"
             a0.plot(d["steps"], d["pm"][:, -1].max(-1), ls, color=f"C{k}", label=f"{r['point']} best-head PM")
             a0b.plot(d["steps"], d["icl"], ls, color=f"C{k}", alpha=0.45)
-            if pat is None and int(r["n_layers"]) > 1:
+            if pat is None and r.get("arm") != "null":
                 pat, title = d["pattern"], f"{r['point']} L{int(r['n_layers']) - 1}H{int(r['best_head'])}, m = {int(d['m0'])}"
         a0.axhline(PM_MIN, color="grey", lw=0.6)
         a0.set_xlabel("step")
-        a0.set_ylabel("prefix-matching score (solid: 2 layers, dotted: 1)")
+        a0.set_ylabel("prefix-matching score (solid: real, dotted: no-repeat null)")
         a0b.set_ylabel("in-context loss, nats (faint)")
         a0.legend(fontsize=6)
         if pat is not None:
@@ -403,7 +429,7 @@ class InductionHeads(Experiment):
         from lmsci.report import markdown_table
 
         cols = [c for c in ("point", "arm", "world", "n_layers", "best_head", "pm_best", "pm_nat_best", "copy_best",
-                            "icl_final", "late_final", "ratio_nat", "val_nll", "bigram_nll", "icl_plain", "t_pm",
+                            "copy_other", "icl_final", "late_final", "ratio_nat", "val_nll", "bigram_nll", "icl_plain", "t_pm",
                             "t_icl", "train_seconds")
                 if c in results]
         st = cfg.shakespeare_train
@@ -415,6 +441,6 @@ class InductionHeads(Experiment):
         return ("## Setup\n\n"
                 f"[BOS, s, s, filler], m in [{cfg.seg_min}, {cfg.seg_max}], {cfg.n_tokens} tokens, seq_len "
                 f"{cfg.seq_len}; attention-only GPT (no MLP, {cfg.model.norm}), d_model {cfg.model.d_model}, "
-                f"{cfg.model.n_heads} heads, {cfg.model.n_layers} layers and 1 (the null); "
+                f"{cfg.model.n_heads} heads, {cfg.model.n_layers} layers (the null: the same model trained without repeats); "
                 f"{cfg.train.steps} steps of batch {cfg.train.batch_size}, evaluation every {cfg.eval_every} steps on "
                 f"{cfg.n_eval} sequences. " + sh + "\n\n## Per model and seed\n\n" + markdown_table(results[cols]))
