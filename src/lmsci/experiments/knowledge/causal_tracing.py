@@ -169,7 +169,11 @@ class CausalTracing(Experiment):
                                                  "middle-third layer) minus its largest value anywhere else"),
               rule=ci_above(0.0),
               gates=(MEMORISED, DEPTH, CORRUPTION),
-              null=NULL_TRACE),
+              null=NULL_TRACE,
+              null_can_meet="yes, if the architecture alone makes the cell peak: the rule reads only the margin's "
+                            "sign, not its size, so the untrained GPT's tiny AIE map meets it when restoring MLP "
+                            "outputs at the last subject token in the middle layers restores more of its output than "
+                            "any other cell on every seed"),
         Claim("attn-late-site",
               "The average indirect effect of restoring attention outputs peaks at the last token in late layers.",
               "Meng et al. 2022, arXiv 2202.05262, Section 2.1, Figure 2",
@@ -179,7 +183,10 @@ class CausalTracing(Experiment):
                                                   "layer) minus its largest value anywhere else"),
               rule=ci_above(0.0),
               gates=(MEMORISED, DEPTH, CORRUPTION),
-              null=NULL_TRACE),
+              null=NULL_TRACE,
+              null_can_meet="yes, if the architecture alone makes the cell peak: the rule reads only the margin's "
+                            "sign, and attention at the last token in the last layers is the cell nearest the "
+                            "output, so the untrained GPT's tiny AIE map can peak there on every seed"),
         Claim("rome-edit",
               "A rank-one edit of one MLP layer (ROME) makes the model state a new object for the subject "
               "while leaving neighbouring facts unchanged.",

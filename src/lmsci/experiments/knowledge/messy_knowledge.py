@@ -232,7 +232,11 @@ class MessyKnowledge(Experiment):
                                    "(nats); mean over facts"),
               rule=ci_above(0.0), gates=(MEMORISED_FACTS, EDIT_LEARNED),
               null="the same paired difference with X replaced by a second other person Z2 (neither Z nor Z2 was "
-                   "edited: expected 0 by symmetry), on the same fine-tuned models"),
+                   "edited: expected 0 by symmetry), on the same fine-tuned models",
+              null_can_meet="only by chance: Z and Z2 are two other people drawn the same way, so their paired "
+                            "difference is noise of the facts and people drawn (a few people whose prompt the "
+                            "fine-tuning moves a lot weigh heavily), and its CI lies above 0 about 1 run in 40 at a "
+                            "95% interval"),
         Claim("over-ripple-raw",
               "After fine-tuning on a fact, the probability of the related-but-false statement rises (the first "
               "registration's over-ripple statistic, without the other-person comparator).",

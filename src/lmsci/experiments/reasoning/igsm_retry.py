@@ -136,17 +136,20 @@ class IGSMRetry(IGSMExperiment):
                            words="the error-free model's greedy in-distribution full-solution accuracy"))
     _NULL = ("the same paired statistic and rule for a second error-free model (same initialisation, another problem "
              "stream) against the first: no retry data in either, so no gain may be found")
+    _CAN_MEET = ("yes, through seed and stream noise: the two error-free models differ only in their problem streams, "
+                 "so the CI of their hard-op difference lies above 0 about 1 run in 40 at a 95% interval, and more "
+                 "often when hard-op accuracy depends strongly on the stream")
     claims = [
         Claim("retry-helps-q0.5",
               "Retry pretraining at q = 0.5 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "iGSM-med op = 23: 78% (error-free) -> 94-95% (retry, q = 0.5) [quote-3p]",
               statistic=_gain("retry-q0.5", "retry data at q = 0.5"), rule=ci_above(0.0), gates=(_GATE,),
-              presets=("paper",), null=_NULL),
+              presets=("paper",), null=_NULL, null_can_meet=_CAN_MEET),
         Claim("retry-helps-q0.2",
               "Retry pretraining at q = 0.2 raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC, "accuracy grows with q up to 0.5 (q = 0.2 already above error-free) [quote-3p]",
               statistic=_gain("retry-q0.2", "retry data at q = 0.2"), rule=ci_above(0.0), gates=(_GATE,),
-              presets=("paper",), null=_NULL),
+              presets=("paper",), null=_NULL, null_can_meet=_CAN_MEET),
         Claim("masking-unneeded",
               "Masking the loss on the mistakes is not needed: the masked model is not more accurate than the "
               "unmasked one.",
@@ -161,14 +164,17 @@ class IGSMRetry(IGSMExperiment):
               rule=equivalent_within(MASK_DELTA), gates=(_GATE,), presets=("paper",), arms=("real", "rand"),
               null="the same equivalence rule on the masked model's hard-op accuracy minus that of a random-init model "
                    "of the same shape (per seed): a model that learned is not equivalent to an untrained one, so the "
-                   "rule must fail there (if it holds, the accuracies are too low for equivalence to mean anything)"),
+                   "rule must fail there (if it holds, the accuracies are too low for equivalence to mean anything)",
+              null_can_meet="yes, when the masked model's hardest-op accuracy is itself within 0.05 of 0 (a model "
+                            "that learned in distribution can still fail at the hardest op): the untrained model's 0 "
+                            "is then equivalent to it"),
         Claim("retry-weak-helps",
               "Retry pretraining whose wrong steps are cheap fakes (retry_weak: a future necessary parameter, q = 0.5) "
               "also raises the hardest-op full-solution accuracy over error-free pretraining.",
               _SRC + " (retry_weak data 'significantly' improves accuracy)",
               "significant gain over error-free pretraining [quote-3p]",
               statistic=_gain("weak", "retry_weak data at q = weak_rate"), rule=ci_above(0.0), gates=(_GATE,),
-              presets=("paper",), null=_NULL),
+              presets=("paper",), null=_NULL, null_can_meet=_CAN_MEET),
     ]
 
     def validate(self, cfg: IGSMRetryConfig) -> None:

@@ -24,6 +24,33 @@ from lmsci.measure import text_scores as ts
 
 ATTRS = ("sentiment", "genre")
 
+#: claim id -> why its null arm (a random W of the trained W's Frobenius norm and rank, a fresh draw per seed, so W
+#: and -W are equally likely) could meet the registered rule: the claims' ``null_can_meet`` (kept here, beside the
+#: verdicts, for the experiment module's 500-line limit)
+NULL_CAN_MEET = {
+    "steering": "only by chance: a change that does not depend on the steer's sign (e.g. degraded text) raises one "
+                "direction's gain and lowers the other's, so the random W meets the rule only when every seed's draw "
+                "happens to push both attributes toward their targets",
+    "continuous": "yes: the perplexity part almost surely (any steer of growing size costs fluency), and each score "
+                  "part when the seeds' draws lean toward that attribute on balance and outweigh the sign-independent "
+                  "change, so that the seed-averaged curve rises monotonically: by chance, for both attributes",
+    "compositional": "yes, if the other attribute's steer carries this one (e.g. comedy lines more positive than "
+                     "tragedy lines, so the genre steer alone moves sentiment and the sentiment steer P(comedy)) by "
+                     "60% of the single-steer gain",
+    "transfer": "only by chance: the mapped random W's spread on B has a random sign per seed, and the rule is met "
+                "when every seed's draw leans toward both targets by 30% of the real steer's spread on A",
+    "highlighting": "yes, if the highlighting favours VADER words for reasons other than sentiment: lexicon words are "
+                    "content words, rarer than function words and with larger output embeddings, so any W's "
+                    "log-probability differences may peak on them (the random spans control the span lengths only)",
+    "probe": "yes, if the tokens at the extremes of any direction are VADER words more often than the base rate: a "
+             "random projection's extremes favour tokens with large embeddings, and sentiment words may have larger "
+             "embeddings than the other whole-word tokens",
+    "detox": "yes, if any steer of this size lowers toxicity by degrading GPT2-Large's text whatever its direction "
+             "(garbled or repetitive continuations score low on the toxicity classifier)",
+    "detox-tradeoff": "yes, by the same degradation: perplexity rises with any steer's size, and if degraded text "
+                      "scores as less toxic the random W's toxicity falls monotonically with the steer value too",
+}
+
 Gates = dict[str, tuple[Any, bool]]
 
 

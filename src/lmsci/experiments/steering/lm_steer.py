@@ -76,7 +76,7 @@ from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms
 from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.steering import _lm_steer_figures, _lm_steer_run, lm_steer_detox
-from lmsci.experiments.steering._lm_steer_verdicts import ATTRS, shakespeare_verdicts
+from lmsci.experiments.steering._lm_steer_verdicts import ATTRS, NULL_CAN_MEET, shakespeare_verdicts
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, resolve_device
 from lmsci.train.trainer import TrainSpec
@@ -257,6 +257,7 @@ class LMSteerExperiment(Experiment):
             gates=(*_gates_common, _gate_clf),
             presets=SHAKESPEARE_PRESETS,
             null=NULL_W,
+            null_can_meet=NULL_CAN_MEET["steering"],
         ),
         Claim(
             id="continuous",
@@ -272,6 +273,7 @@ class LMSteerExperiment(Experiment):
             gates=(*_gates_common, _gate_clf, _gate_flu),
             presets=SHAKESPEARE_PRESETS,
             null=NULL_W + " (the seed-averaged curves of the random W over the same grid)",
+            null_can_meet=NULL_CAN_MEET["continuous"],
         ),
         Claim(
             id="compositional",
@@ -289,6 +291,7 @@ class LMSteerExperiment(Experiment):
                  "single-steer gain, in the same run: the retained effect's own steer is absent by construction, so "
                  "only cross-talk from the other steer remains (a retention undefined in every seed does not meet "
                  "the rule)",
+            null_can_meet=NULL_CAN_MEET["compositional"],
         ),
         Claim(
             id="transfer",
@@ -306,6 +309,7 @@ class LMSteerExperiment(Experiment):
             null="the same retention and spread on B with the steer replaced by a random W of the same Frobenius norm "
                  "and rank (dummy kept), carried to B by the same map, over the real steer's spread on A, in the same "
                  "run: the mapped steer carries no attribute by construction",
+            null_can_meet=NULL_CAN_MEET["transfer"],
         ),
         Claim(
             id="highlighting",
@@ -322,6 +326,7 @@ class LMSteerExperiment(Experiment):
                  "same run: its log-probability differences carry no sentiment by construction, so any enrichment "
                  "left is the DP's preference for some words (the random spans are the statistic's reference, not "
                  "its null)",
+            null_can_meet=NULL_CAN_MEET["highlighting"],
         ),
         Claim(
             id="probe",
@@ -337,6 +342,7 @@ class LMSteerExperiment(Experiment):
             null="the same enrichment of the SVD probe of a random W of the same Frobenius norm and rank as the "
                  "sentiment steer, in the same run: its singular directions carry no sentiment by construction, so "
                  "any enrichment left comes from the embedding geometry",
+            null_can_meet=NULL_CAN_MEET["probe"],
         ),
         Claim(
             id="vs-baselines",
@@ -374,6 +380,7 @@ class LMSteerExperiment(Experiment):
             gates=_gates_detox,
             presets=("paper",),
             null=NULL_DETOX,
+            null_can_meet=NULL_CAN_MEET["detox"],
         ),
         Claim(
             id="detox-tradeoff",
@@ -390,6 +397,7 @@ class LMSteerExperiment(Experiment):
             gates=_gates_detox,
             presets=("paper",),
             null=NULL_DETOX + " (its seed-averaged curves over detox_grid)",
+            null_can_meet=NULL_CAN_MEET["detox-tradeoff"],
         ),
     ]
 

@@ -187,7 +187,11 @@ class ImplicitBias(Experiment):
               "slope > 0, and upper end of the CI of the mean (angle at T - angle at t_min) < 0",
               gates=(SVM_GATE,),
               null="the same fit of the angle between w(t) and a random unit direction (one per seed, independent of "
-                   "the data): GD has no reason to approach it, so its slope is as likely negative as positive"),
+                   "the data): GD has no reason to approach it, so its slope is as likely negative as positive",
+              null_can_meet="only by chance: as w(t)'s direction settles like 1/log t, its angle to any fixed "
+                            "direction also moves nearly linearly in 1/log t (a high R^2 is possible), and the rule is "
+                            "met when the seeds' random directions mostly lie on the side w(t) turns toward, so that "
+                            "the angle falls and the mean slope is above 0 for both losses"),
         Claim("norm-log-t",
               "||w(t)|| - ||w_hat|| log t stays bounded: the norm grows like ||w_hat|| log t.",
               f"{SOUDRY}, Theorem 3 (w(t) = w_hat log t + rho(t), rho bounded)",
