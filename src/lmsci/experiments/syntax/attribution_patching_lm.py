@@ -45,7 +45,8 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.syntax import _ioi_lm_measures as M
 from lmsci.experiments.syntax._lm_common import check_model, load_lm, sample_seed
-from lmsci.measure.attribution_patching import agreement, attribution_patching, exact_patching, head_shape
+from lmsci.experiments.syntax._attribution_patching_lm_exact import exact_head_patching
+from lmsci.measure.attribution_patching import agreement, attribution_patching, head_shape
 from lmsci.runs import RunDir
 
 R_MIN = 0.5       # registered: Pearson r (attribution vs exact, over heads), 95% CI lower end above 0.5 (Cohen's "large")
@@ -96,7 +97,7 @@ def _compute(cfg: AttributionPatchingLMConfig, point: Point, ctx: PointContext) 
     w0, c0 = time.perf_counter(), time.process_time()
     est = attribution_patching(*args).sum(-1)
     w1, c1 = time.perf_counter(), time.process_time()
-    exact = exact_patching(*args, per="head")
+    exact = exact_head_patching(*args)
     w2, c2 = time.perf_counter(), time.process_time()
     ld = float(M.forward(lm, p.clean, p).ld.mean())
     out = {"est": est.float().cpu().numpy(), "exact": exact.float().cpu().numpy(), "n_layers": L, "n_heads": H,
