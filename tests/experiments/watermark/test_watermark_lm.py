@@ -74,3 +74,24 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         assert not (tmp_path / "never").exists()
     with pytest.raises(ConfigError):
         resolve_config(exp.Config, "smoke", {"gamma": 1.5})
+
+
+def test_step_nll_read_during_generation_equals_a_second_pass(tiny_llama):
+    """StepNLL (the NLL read off generate's own cached forwards) equals generated_nll's second full forward, and the
+    hook leaves the sampled texts unchanged; two batches (gen_batch 3 of 5 texts)."""
+    import numpy as np
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from lmsci.experiments.watermark.watermark_lm import StepNLL, generated_nll
+    from lmsci.methods import watermark as wm
+
+    model = LlamaForCausalLM.from_pretrained(tiny_llama, attn_implementation="sdpa").eval()
+    prompts = torch.randint(0, 96, (5, 6), generator=torch.Generator().manual_seed(1))
+    wcfg = wm.watermarking_config(0.25, 2.0)
+    plain = wm.generate(model, prompts, 12, wcfg, 0.7, seed=3, batch_size=3)
+    with StepNLL(model) as rec:
+        texts = wm.generate(model, prompts, 12, wcfg, 0.7, seed=3, batch_size=3)
+    assert torch.equal(plain, texts)
+    a, b = rec.nll(texts), generated_nll(model, prompts, texts, 3)
+    assert a.shape == (5,) and np.allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -83,7 +83,7 @@ class RowStats:
     def __call__(self, layer: int, qp: Tensor, kp: Tensor, logits: Tensor, probs: Tensor) -> None:
         rows = qp.cpu().numpy()
         self.max_logit[layer, rows] = logits[0].amax(dim=-1).amax(dim=0).float().cpu().numpy()
-        self.entropy[layer, rows] = (-torch.special.xlogy(probs[0], probs[0]).sum(-1).mean(0)).float().cpu().numpy()
+        self.entropy[layer, rows] = torch.special.entr(probs[0]).sum(-1).mean(0).float().cpu().numpy()
 
 
 @torch.no_grad()
@@ -136,8 +136,9 @@ def _rowstats_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, 
         k = key.repeat_interleave(query.shape[1] // key.shape[1], 1).float()
         for a in range(0, len(rows), 128):
             r = rows[a:a + 128].to(query.device)
-            lg = (query[:, :, r].float() @ k.transpose(-1, -2)) * scale  # [b, h, r, n]
-            lg = lg.masked_fill(torch.arange(n, device=lg.device)[None, :] > r[:, None], float("-inf"))
+            m = min(n, int(r.max()) + 1)  # keys past the chunk's last row are masked for every row: not computed
+            lg = (query[:, :, r].float() @ k[:, :, :m].transpose(-1, -2)) * scale  # [b, h, r, m]
+            lg = lg.masked_fill(torch.arange(m, device=lg.device)[None, :] > r[:, None], float("-inf"))
             st(int(module.layer_idx), r, None, lg, torch.softmax(lg, dim=-1))
     return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling, is_causal=True)
 

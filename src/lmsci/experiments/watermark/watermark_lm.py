@@ -22,7 +22,8 @@ The model is fixed, so the "training seeds" of the claims are independent prompt
   sample, the reference of the perplexity contrast).
 
 The perplexity is the NLL (nats/token) of the generated tokens under the same model without the watermark at
-temperature 1 (the model is its own oracle; the paper used a larger one).
+temperature 1 (the model is its own oracle; the paper used a larger one), read from the raw logits of the
+generation's own forwards (:class:`StepNLL`; equal to a second full forward up to float rounding).
 
 Quick on SmolLM2-135M (master seed 0): the instruct model at temperature 0.7 on Shakespeare prompts repeats itself:
 after repeated bigrams are counted once, only 34-40% of a watermarked text's tokens are scored (the ``scored`` gate,
@@ -125,10 +126,11 @@ class WatermarkLM(Experiment):
         prompts = sample_prompts(hf, cfg.n_texts, cfg.prompt_len, derive_seed(ctx.seed, "prompts")).to(device)
         gen_seed = derive_seed(ctx.seed, "gen", "control" if point.arm == "control" else "paired")
         wcfg = wm.watermarking_config(cfg.gamma, cfg.delta, cfg.scheme, cfg.key)
-        texts = wm.generate(hf.model, prompts, cfg.T, wcfg if point.arm == "real" else None, cfg.temperature,
-                            gen_seed, cfg.gen_batch)
+        with StepNLL(hf.model) as rec:  # the NLL read off the generation's own forwards (no second pass)
+            texts = wm.generate(hf.model, prompts, cfg.T, wcfg if point.arm == "real" else None, cfg.temperature,
+                                gen_seed, cfg.gen_batch)
         det = wm.detect(wm.detector(hf.model, wcfg, str(device)), texts, Z_THRESHOLD)
-        nll = generated_nll(hf.model, prompts, texts, cfg.gen_batch)
+        nll = rec.nll(texts)
         return {"delta": cfg.delta if point.arm == "real" else 0.0, "tpr": float(det["flag"].mean()),
                 "mean_z": float(det["z"].mean()), "sd_z": float(det["z"].std(ddof=1)),
                 "scored_frac": float((det["scored"] / cfg.T).mean()), "nll": float(nll.mean()),
@@ -154,3 +156,55 @@ def generated_nll(model: Any, prompts: torch.Tensor, texts: torch.Tensor, batch_
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, P:], reduction="none")
         out.append(nll.mean(1).cpu().numpy())
     return np.concatenate(out)
+
+
+class StepNLL:
+    """Records, during ``generate`` (KV cache, batch after batch), the NLL (nats) of each generated token under the
+    model's own next-token distribution at temperature 1, from the raw logits of the forward that predicted it:
+    the same quantity as :func:`generated_nll` (a second full forward over prompt + text) without that forward.
+
+    A forward hook on ``model``: a forward whose input is one token per row scores that token under the previous
+    forward's log-softmax; a forward over more than one token (a batch's prefill) starts a new batch. The last
+    generated token of each batch is never fed back, so :meth:`nll` scores it from the batch's last forward.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.steps: list[list[torch.Tensor]] = []  # per batch: [b] NLL of generated tokens 1 .. T - 1
+        self.last: list[torch.Tensor] = []  # per batch: [b, vocab] log-softmax of the last forward
+        self._lp: torch.Tensor | None = None
+        self._handle: Any = None
+
+    def _hook(self, module: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids.shape[1] > 1:  # a prefill: a new batch
+            self._flush()
+            self.steps.append([])
+        else:
+            self.steps[-1].append(-self._lp.gather(-1, ids[:, -1:].to(self._lp.device))[:, 0])
+        self._lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+
+    def _flush(self) -> None:
+        if self._lp is not None:
+            self.last.append(self._lp)
+            self._lp = None
+
+    def __enter__(self) -> StepNLL:
+        self._handle = self.model.register_forward_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._handle.remove()
+        self._flush()
+
+    def nll(self, texts: torch.Tensor) -> np.ndarray:
+        """``[n]`` mean NLL (nats/token) of each generated text ``texts [n, T]`` (the texts ``generate`` returned)."""
+        out, s = [], 0
+        for steps, lp in zip(self.steps, self.last):
+            b = lp.shape[0]
+            final = -lp.gather(-1, texts[s: s + b, -1:].to(lp.device))[:, 0]
+            out.append(torch.stack([*steps, final], 1).mean(1).cpu().numpy())
+            s += b
+        if s != len(texts):
+            raise RuntimeError(f"recorded {s} generated texts, got {len(texts)}")
+        return np.concatenate(out)
