@@ -182,20 +182,20 @@ def sample_stack(worlds: list[FactualRecallWorld], batch_size: int, generator: t
     if any(w.T != T for w in worlds):
         raise ConfigError("worlds.seq_len", [w.T for w in worlds], "one common seq_len")
     M, B = len(worlds), int(batch_size)
-
-    def col(attr):
-        return torch.tensor([getattr(w, attr) for w in worlds], dtype=torch.float64)[:, None]
-
-    S, R, N = col("S"), col("R"), col("n_noise")
-    s = (torch.rand(M, B, generator=generator, dtype=torch.float64) * S).long()
-    r = (torch.rand(M, B, generator=generator, dtype=torch.float64) * R).long()
+    # per-world constants [M, 6]: S, R, n_noise, noise_offset, relation_offset, eos; the arithmetic is in place: the
+    # same draws and the same values as the out-of-place form, in less time (session 53)
+    cols = torch.tensor([[w.S, w.R, w.n_noise, w.noise_offset, w.relation_offset, w.eos] for w in worlds],
+                        dtype=torch.float64)
+    icols = cols.long()
+    s = (torch.rand(M, B, generator=generator, dtype=torch.float64) * cols[:, 0:1]).long()
+    r = (torch.rand(M, B, generator=generator, dtype=torch.float64) * cols[:, 1:2]).long()
     i = torch.randint(0, T - 1, (M, B), generator=generator)
     j = torch.randint(0, T - 2, (M, B), generator=generator)
-    j = j + (j >= i).long()
-    x = (torch.rand(M, B, T, generator=generator) * N[:, :, None].float()).long()
-    x = x.clamp_max(N[:, :, None].long() - 1) + col("noise_offset").long()[:, :, None]
+    j += j >= i
+    x = torch.rand(M, B, T, generator=generator).mul_(cols[:, 2, None, None].float()).long()
+    x = torch.minimum(x, (icols[:, 2] - 1)[:, None, None]).add_(icols[:, 3, None, None])
     x.scatter_(2, i[:, :, None], s[:, :, None])
-    x.scatter_(2, j[:, :, None], (r + col("relation_offset").long())[:, :, None])
-    x[:, :, T - 1] = col("eos").long()
+    x.scatter_(2, j[:, :, None], (r + icols[:, 4:5])[:, :, None])
+    x[:, :, T - 1] = icols[:, 5:6]
     targets = torch.stack([w.fact_table[s[k], r[k]] for k, w in enumerate(worlds)])
     return Batch(x, targets, s, r)
