@@ -94,3 +94,35 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         with pytest.raises(ConfigError):
             run_experiment(exp, cfg, tmp_path / "never", progress=False, log=lambda m: None)
         assert not (tmp_path / "never").exists()
+
+
+def test_speedups_keep_the_numbers(tiny_llama_with_tokenizer, monkeypatch):
+    """predict's head at the last positions only, the attention pass without the [T, vocab] head, and the kernel
+    vote shared by the real and random_head arms give the numbers of the plain computations."""
+    import torch
+
+    import lmsci.experiments.icl.icl_lm as M
+    from lmsci.measure.icl import build_text_prompt, last_token_attention
+    from lmsci.models.zoo import load_cached
+
+    hf = load_cached(str(tiny_llama_with_tokenizer), "cpu", attn_implementation="eager")
+    pool, labels = M.task_pool("continents")
+    first = M.label_first_tokens(hf.tokenizer, labels)
+    prompts = M.draw_prompts(pool, 3, 4, 7, np.random.default_rng(3), False)
+    enc = [build_text_prompt(hf.tokenizer, [(d, labels[y]) for d, y in demos], x)[0] for demos, x, _ in prompts]
+    assert len({len(e) for e in enc}) > 1  # padding exercised
+    want = []
+    with torch.no_grad():
+        for e in enc:
+            want.append(int(hf.model(input_ids=torch.tensor([e])).logits[0, -1, first].argmax()))
+    assert M.predict(hf.model, hf.tokenizer, prompts, labels, first, 4, "cpu").tolist() == want
+    att = M._last_attention(hf.model, enc[0], "cpu")
+    np.testing.assert_allclose(att, last_token_attention(hf.model, torch.tensor([enc[0]]), device="cpu"), atol=1e-6)
+    cfg = M.ICLLMConfig(model=str(tiny_llama_with_tokenizer), n_kr=2, n_val=3, n_test=3, minilm=False)
+    M._VOTES.clear()
+    a = M._vote_sample(cfg, hf, pool, labels, first, "continents", 11, "cpu")
+    monkeypatch.setattr(M, "predict", lambda *a, **k: pytest.fail("the second arm recomputed the kernel vote"))
+    b = M._vote_sample(cfg, hf, pool, labels, first, "continents", 11, "cpu")
+    for x, y in zip(a[:3], b[:3]):
+        np.testing.assert_array_equal(x, y)
+    assert a[1].shape[0] == 6 and a[3] == b[3] == {}
