@@ -53,7 +53,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "benign-overfitting/effective-ranks": {"quick": (0,)},
     "calibration-hallucination/bound-holds": {"quick": (0,)},
     "calibration-hallucination/gt-tracks-mf": {"quick": (0,)},
-    "calibration-hallucination/transformer-tracks-mf": {"quick": (0,)},
+    "calibration-hallucination/transformer-tracks-mf": {"quick": (0, 1, 2)},  # 2026-12-06: null -> the cold network
     "calibration-hallucination/temperature-tradeoff": {"quick": (0, 1)},  # 2026-12-06: made a check (issue 44)
     "chinchilla-refit/grid-refit": {"quick": (0,)},
     "chinchilla-refit/final-in-ci": {"quick": (0,)},
