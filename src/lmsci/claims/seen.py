@@ -30,7 +30,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "reversal-curse/name-logprob": {"quick": (0,)},
     "causal-tracing/mlp-early-site": {"quick": (0,)},
     "causal-tracing/attn-late-site": {"quick": (0,)},
-    "causal-tracing/rome-edit": {"quick": (0,)},
+    "causal-tracing/rome-edit": {"quick": (0, 1)},  # 2026-12-06: null -> the trained GPT at a non-peak layer
     "messy-knowledge/negation-curse": {"quick": (0,)},
     "messy-knowledge/cross-lingual-barrier": {"quick": (0,)},
     "messy-knowledge/over-ripple": {"quick": (0,)},
