@@ -30,7 +30,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "reversal-curse/name-logprob": {"quick": (0,)},
     "causal-tracing/mlp-early-site": {"quick": (0,)},
     "causal-tracing/attn-late-site": {"quick": (0,)},
-    "causal-tracing/rome-edit": {"quick": (0,)},
+    "causal-tracing/rome-edit": {"quick": (0, 1)},  # 2026-12-06: null -> the trained GPT at a non-peak layer
     "messy-knowledge/negation-curse": {"quick": (0,)},
     "messy-knowledge/cross-lingual-barrier": {"quick": (0,)},
     "messy-knowledge/over-ripple": {"quick": (0,)},
@@ -53,7 +53,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "benign-overfitting/effective-ranks": {"quick": (0,)},
     "calibration-hallucination/bound-holds": {"quick": (0,)},
     "calibration-hallucination/gt-tracks-mf": {"quick": (0,)},
-    "calibration-hallucination/transformer-tracks-mf": {"quick": (0,)},
+    "calibration-hallucination/transformer-tracks-mf": {"quick": (0, 1, 2)},  # 2026-12-06: null -> the cold network
     "calibration-hallucination/temperature-tradeoff": {"quick": (0, 1)},  # 2026-12-06: made a check (issue 44)
     "chinchilla-refit/grid-refit": {"quick": (0,)},
     "chinchilla-refit/final-in-ci": {"quick": (0,)},
@@ -113,5 +113,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "induction-heads/shakespeare-copying": {"quick": (0, 1)},  # null -> a random non-best layer-2 head
     "induction-heads/shakespeare-repeat-icl": {"quick": (0, 1)},  # null -> shuffled-window model (was 1-layer)
     "induction-heads/shakespeare-phase-change": {"quick": (0, 1)},  # null -> t_pm and t_icl paired across seeds
+    "bracket-heads/ablation-closing": {"quick": (0, 1)},  # 2026-12-06: null -> a random non-best trained head
+    "mlp-memories/rises-with-depth": {"quick": (0, 1)},  # 2026-12-06: null -> the trained shuffled baseline
 }
 

@@ -205,17 +205,20 @@ NULL_MARGINS = (0.001, -0.002, 0.0005)  # a random-init GPT: no site (margins ar
 
 
 def _table(mlp, attn, recall=1.0, layers=6, te=0.5, eff=1.0, spec=0.9, null_mlp=NULL_MARGINS,
-           null_attn=NULL_MARGINS, null_eff=1.0, null_spec=0.5):
-    """One row per (arm, seed): the trained GPT (``real``) and its initialisation (``null``), the same columns."""
+           null_attn=NULL_MARGINS, null_eff=1.0, null_spec=0.5, init_eff=1.0, init_spec=0.5):
+    """One row per (arm, seed): the trained GPT (``real``; ``other_*``: its edits at a non-peak layer, rome-edit's
+    null, scores ``null_eff`` / ``null_spec``) and its initialisation (``null``, the margins' null; edits
+    ``init_eff`` / ``init_spec``, a contrast)."""
     rows = []
     for k, (m, a, nm, na) in enumerate(zip(mlp, attn, null_mlp, null_attn)):
         sfx = f"__s{k}" if k else ""
         shared = {"seed_index": k, "n_layers": layers, "n_traced": 48, "paraphrase": 0.9, "edit_top1": 1.0}
         rows.append({**shared, "point": "real-trace" + sfx, "arm": "real", "bio_recall": recall, "total_effect": te,
                      "mlp_margin": m, "attn_margin": a, "efficacy": eff, "specificity": spec,
-                     "specificity_before": 0.95, "edit_layer": 2})
+                     "specificity_before": 0.95, "edit_layer": 2, "other_layer": 4, "other_efficacy": null_eff,
+                     "other_specificity": null_spec})
         rows.append({**shared, "point": "null-trace" + sfx, "arm": "null", "total_effect": 0.0, "mlp_margin": nm,
-                     "attn_margin": na, "efficacy": null_eff, "specificity": null_spec, "specificity_before": 0.5,
+                     "attn_margin": na, "efficacy": init_eff, "specificity": init_spec, "specificity_before": 0.5,
                      "edit_layer": 1})
     return pd.DataFrame(rows)
 
@@ -252,7 +255,8 @@ def test_verdicts_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     ok = _verdicts(_table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09]), tmp_path, full=True)
     assert all(v.null_passed is False for v in ok.values())
     missing = _table([0.05, 0.04, 0.06], [0.10, 0.12, 0.09])
-    missing.loc[missing["arm"] == "null", ["mlp_margin", "efficacy"]] = float("nan")  # the null arm not measured
+    missing.loc[missing["arm"] == "null", ["mlp_margin"]] = float("nan")  # the null arm not measured
+    missing.loc[missing["arm"] == "real", ["other_efficacy"]] = float("nan")  # rome-edit's null not measured
     vs = _verdicts(missing, tmp_path, full=True)
     assert vs["mlp-early-site"].outcome == "inconclusive" and vs["rome-edit"].outcome == "inconclusive"
     assert vs["attn-late-site"].outcome == "reproduced"
@@ -278,7 +282,10 @@ def test_smoke_end_to_end_null_arms_fail(tmp_path):
     # mlp-early-site: a 2-layer GPT has no middle third (margin NaN), so neither arm is computed
     assert vs["mlp-early-site"].value is None and vs["mlp-early-site"].null_value is None
     assert vs["attn-late-site"].null_value == pytest.approx(float(nul["attn_margin"]))
-    assert vs["rome-edit"].null_passed is False  # the random-init GPT's edits are not specific
+    # rome-edit's null: the same edits of the trained GPT at another layer than the tracing peak (columns other_*)
+    assert int(real["other_layer"]) != int(real["edit_layer"]) and 0 <= int(real["other_layer"]) < cfg.model.n_layers
+    assert vs["rome-edit"].null_value == pytest.approx(float(real["other_efficacy"]))
+    assert "other_efficacy" not in nul or pd.isna(nul["other_efficacy"])
     # the traced-site edit (issue 30 item 3): reported beside the last-token edit, on both arms, not judged
     site = {"site_token", "site_layer", "site_peak_aie", "site_efficacy", "site_paraphrase", "site_specificity"}
     assert site <= set(res.columns) and res[sorted(site)].notna().all().all()
@@ -424,6 +431,21 @@ def test_last_token_default_is_unchanged(monkeypatch):
     assert [c["at"][0] for c in calls[-n_default:]] == [facts[tuple(c["prompts"][0])]["subject"][0]
                                                          for c in calls[-n_default:]]
     assert first["n_edits"] == default["n_edits"]
+
+
+def test_rome_null_is_the_trained_gpt_at_a_non_peak_layer(tmp_path):
+    """rome-edit's null (2026-12-06) reads the real rows' other_* columns (the trained GPT edited at a non-peak
+    layer): an edit as good there makes the claim inconclusive; the random-init GPT's edits decide nothing."""
+    from lmsci.experiments.knowledge._causal_tracing_edits import other_layer
+
+    ok = [0.05, 0.04, 0.06], [0.10, 0.12, 0.09]
+    v = _verdicts(_table(*ok, null_eff=1.0, null_spec=0.9), tmp_path, full=True)["rome-edit"]
+    assert v.outcome == "inconclusive" and v.null_passed is True
+    v = _verdicts(_table(*ok, null_eff=0.4, init_eff=1.0, init_spec=0.95), tmp_path, full=True)["rome-edit"]
+    assert v.outcome == "reproduced" and v.null_passed is False and v.null_value == pytest.approx(0.4)
+    draws = [other_layer(6, 2, s) for s in range(600)]
+    assert 2 not in draws and set(draws) == {0, 1, 3, 4, 5} and min(draws.count(k) for k in set(draws)) > 60
+    assert other_layer(6, 2, 7) == other_layer(6, 2, 7) and other_layer(1, 0, 3) is None
 
 
 def test_site_arm_is_not_judged(tmp_path):

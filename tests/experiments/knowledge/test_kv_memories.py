@@ -203,7 +203,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lmsci.config import resolve_config  # noqa: E402
-from lmsci.experiments.knowledge.mlp_memories import MLPMemories, MLPMemoriesConfig  # noqa: E402
+from lmsci.experiments.knowledge.mlp_memories import MLPMemories, MLPMemoriesConfig, shuffled_depth_gap  # noqa: E402
 from lmsci.runs import RunDir  # noqa: E402
 
 
@@ -211,9 +211,11 @@ NULL_AGREE = [[0.005, 0.004, 0.006, 0.005], [0.006, 0.005, 0.004, 0.005], [0.004
 
 
 def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, trained: bool = True,
-             null_agree: list[list[float]] = NULL_AGREE, null_shuffled: float = 0.005) -> pd.DataFrame:
+             null_agree: list[list[float]] = NULL_AGREE, null_shuffled: float = 0.005,
+             shuffled_layers: list[float] | None = None) -> pd.DataFrame:
     """Per arm, kind and seed rows; the null arm (the GPT at its initialisation) agrees at ``null_agree`` (default:
-    at the shuffled level, no depth trend)."""
+    at the shuffled level, no depth trend); ``shuffled_layers``: the trained GPT's shuffled baseline per layer
+    (default ``shuffled`` in every layer, plus a little noise per seed), rises-with-depth's null."""
     rows = []
     for kind, per_seed in agree.items():
         for s, layers in enumerate(per_seed):
@@ -226,6 +228,8 @@ def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, train
                 up, lo = lay[L // 2:], lay[:L // 2]
                 for l, a in enumerate(lay):
                     r[f"agree_L{l}"], r[f"shuffled_L{l}"] = a, sh
+                    if arm == "real":
+                        r[f"shuffled_L{l}"] = (shuffled_layers[l] if shuffled_layers else sh) + 1e-4 * ((s + l) % 3)
                 r["agree_upper"], r["agree_lower"], r["shuffled_upper"] = np.mean(up), np.mean(lo), sh
                 r["depth_gap"] = r["agree_upper"] - r["agree_lower"]
                 r["upper_minus_shuffled"] = r["agree_upper"] - sh
@@ -268,17 +272,38 @@ def test_mlp_memories_untrained_model_is_inconclusive(tmp_path):
 
 
 def test_mlp_memories_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    """A GPT at initialisation showing the same depth trend and the same ratio: the rule cannot tell training's
-    memories from the architecture's: inconclusive."""
+    """A GPT at initialisation showing the same ratio (upper-exceeds-shuffled), a trained GPT whose shuffled
+    baseline rises with depth as much (rises-with-depth): the rule cannot tell memories from the null: inconclusive."""
     up = {k: [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]
           for k in ("shakespeare", "bios")}
-    vs = _mm(_mm_rows(up, null_agree=up["bios"]), tmp_path)
+    vs = _mm(_mm_rows(up, null_agree=up["bios"], shuffled_layers=[0.001, 0.002, 0.02, 0.035]), tmp_path)
     for cid in ("rises-with-depth", "upper-exceeds-shuffled"):
         assert vs[cid].outcome == "inconclusive" and vs[cid].null_passed is True and vs[cid].rule_passed is True
         assert any("cannot tell" in r for r in vs[cid].reasons)
     vs = _mm(_mm_rows(up), tmp_path)
     assert vs["rises-with-depth"].null_passed is False and vs["upper-exceeds-shuffled"].null_passed is False
     assert vs["upper-exceeds-shuffled"].null_value < 3
+
+
+def test_mlp_memories_depth_null_is_the_trained_shuffled_baseline(tmp_path):
+    """rises-with-depth's null (2026-12-06): the trained GPTs' shuffled-neuron baseline, upper-half minus
+    lower-half mean of the real rows' shuffled_L columns; a baseline rising with depth (token frequency, no memory)
+    meets the rule and makes the claim inconclusive; the random-init GPT's depth trend decides nothing now."""
+    from lmsci.experiments.knowledge.mlp_memories import shuffled_depth_gap
+
+    up = {k: [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]
+          for k in ("shakespeare", "bios")}
+    df = _mm_rows(up, shuffled_layers=[0.002, 0.003, 0.012, 0.015])
+    real = df[df["arm"] == "real"]
+    want = [np.mean([r[f"shuffled_L{l}"] for l in (2, 3)]) - np.mean([r[f"shuffled_L{l}"] for l in (0, 1)])
+            for _, r in real.iterrows()]
+    assert shuffled_depth_gap(real).tolist() == pytest.approx(want)
+    v = _mm(df, tmp_path)["rises-with-depth"]
+    assert v.outcome == "inconclusive" and v.null_passed is True
+    assert v.null_value == pytest.approx(min(np.mean(want[i::2]) for i in (0, 1)), abs=1e-9)
+    v = _mm(_mm_rows(up, null_agree=up["bios"]), tmp_path)["rises-with-depth"]  # random-init trend: a contrast
+    assert v.outcome == "reproduced" and v.null_passed is False
+    assert "random_init_depth_gap (contrast)" in v.details
 
 
 def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
@@ -294,7 +319,11 @@ def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
     assert set(vs) == {"rises-with-depth", "upper-exceeds-shuffled"}
     for v in vs.values():
         assert v.outcome == "inconclusive"  # smoke: below the claims' scale, untrained models
-        assert v.null_passed is False, (v.claim_id, v.null_value)
+        assert v.null_value is not None, v.claim_id
+    assert vs["upper-exceeds-shuffled"].null_passed is False
+    real = res[res["arm"] == "real"]  # rises-with-depth's null reads the trained rows' shuffled baseline
+    gaps = shuffled_depth_gap(real).groupby(real["kind"].values).mean()
+    assert vs["rises-with-depth"].null_value == pytest.approx(float(gaps.min()))
 
 
 def test_mlp_memories_gpu_preset_is_estimated_within_9_minutes_and_says_so():

@@ -81,16 +81,19 @@ def test_mean_ablation_changes_only_with_a_real_head():
     assert torch.allclose(c1, a1, atol=1e-5)
 
 
-def rows(acc=0.97, eff=0.8, close=1.0, null_acc=0.3, rule=0.55, null_eff=0.0, oracle=1.0, n=3) -> pd.DataFrame:
-    """Arm real (the trained model) and arm null (the same model at random init), n seeds."""
+def rows(acc=0.97, eff=0.8, close=1.0, null_acc=0.3, rule=0.55, null_eff=0.0, oracle=1.0, n=3,
+         init_eff=0.0) -> pd.DataFrame:
+    """Arm real (the trained model; ``other_*``: a random non-best head's ablation, effect ``null_eff``, the null of
+    ablation-closing) and arm null (the same model at random init, effect ``init_eff``), n seeds."""
     out = []
     for k in range(n):
         common = {"status": "ok", "seed_index": k, "best_layer": 1, "best_head": k % 2, "best_acc_at_close": 0.3,
                   "d_open": 0.05, "nll_close": 0.01, "nll_open": 1.5, "rule_recent_open": rule, "rule_oracle": oracle}
         out.append({**common, "point": "dyck" + (f"__s{k}" if k else ""), "arm": "real", "best_acc": acc - 0.01 * k,
-                    "d_close": eff + 0.02 * k + 0.05, "ablation_effect": eff + 0.02 * k, "close_acc": close})
+                    "d_close": eff + 0.02 * k + 0.05, "ablation_effect": eff + 0.02 * k, "close_acc": close,
+                    "other_layer": 0, "other_head": k % 2, "other_ablation_effect": null_eff + 0.001 * k})
         out.append({**common, "point": "null-dyck" + (f"__s{k}" if k else ""), "arm": "null", "best_acc": null_acc,
-                    "d_close": 0.0, "ablation_effect": null_eff + 0.001 * k, "close_acc": 0.3})
+                    "d_close": 0.0, "ablation_effect": init_eff + 0.001 * k, "close_acc": 0.3})
     return pd.DataFrame(out)
 
 
@@ -117,8 +120,10 @@ def test_gated_null_passing_and_few_seeds_are_inconclusive(tmp_path):
     assert v["matching-head"].outcome == "inconclusive" and v["matching-head"].null_passed
     v = verdicts(rows(rule=0.92), tmp_path)  # the trivial 'most recent open' rule also matches
     assert v["matching-head"].outcome == "inconclusive"
-    v = verdicts(rows(null_eff=0.8), tmp_path)
-    assert v["ablation-closing"].outcome == "inconclusive"
+    v = verdicts(rows(null_eff=0.8), tmp_path)  # a random other trained head hurts closing brackets as much
+    assert v["ablation-closing"].outcome == "inconclusive" and v["ablation-closing"].null_passed
+    v = verdicts(rows(init_eff=0.8), tmp_path)  # the random-init model decides nothing since 2026-12-06
+    assert v["ablation-closing"].outcome == "reproduced"
     v = verdicts(rows(n=2), tmp_path)
     assert v["matching-head"].outcome == "inconclusive"
     v = verdicts(rows(), tmp_path, preset="smoke")
@@ -148,3 +153,19 @@ def test_smoke_run(tmp_path):
     assert vs["matching-head"].null_value is not None and vs["matching-head"].null_passed is False
     assert vs["ablation-closing"].null_passed is False
     assert res["rule_oracle"].iloc[0] == 1.0
+    # ablation-closing's null: a non-best head of the trained model, read from the real row's other_* columns
+    real = res[res["arm"] == "real"].iloc[0]
+    assert (real["other_layer"], real["other_head"]) != (real["best_layer"], real["best_head"])
+    assert real["other_ablation_effect"] == pytest.approx(real["other_d_close"] - real["other_d_open"])
+    assert vs["ablation-closing"].null_value == pytest.approx(real["other_ablation_effect"])
+
+
+def test_other_head_is_uniform_over_the_non_best_heads():
+    from lmsci.experiments.syntax.bracket_heads import other_head
+
+    draws = [other_head(2, 4, (1, 2), s) for s in range(800)]
+    assert (1, 2) not in draws and len(set(draws)) == 7
+    counts = np.array([draws.count(h) for h in sorted(set(draws))])
+    assert counts.min() > 800 / 7 * 0.6  # roughly uniform (expected ~114 each)
+    assert other_head(2, 4, (1, 2), 5) == other_head(2, 4, (1, 2), 5)  # seeded
+    assert other_head(1, 1, (0, 0), 3) == (0, 0)

@@ -15,6 +15,7 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
+from lmsci.experiments.theory._calibration_hallucination_stats import cold_arm_row
 from lmsci.experiments.theory.calibration_hallucination import CalibrationConfig, CalibrationHallucination
 from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_generator, hallucination_rate,
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate, temper)
@@ -120,10 +121,12 @@ def test_exact_factoid_distribution_matches_sampling():
 MFS = {0.0: 0.52, 0.5: 0.45, 1.0: 0.25, 1.5: 0.08, 2.0: 0.02}
 
 
-def _rows(tf_slope=1.0, tf_mis=0.05, cold_dh=-0.1, cold_dm=0.1, slack=0.05, gt_bound=0.1, seeds=3,
-          init_like_trained=False):
-    """Synthetic rows; the untrained network (null arm) hallucinates ~0.99 at any MF and temperature, unless
-    ``init_like_trained`` copies the trained network's numbers into it."""
+def _rows(tf_slope=1.0, tf_mis=0.05, cold_dh=0.0, cold_dm=0.1, slack=0.05, gt_bound=0.1, seeds=3,
+          init_like_trained=False, cold_slope=0.3):
+    """Synthetic rows; the untrained network (init arm) hallucinates ~0.99 at any MF and temperature, unless
+    ``init_like_trained`` copies the trained network's numbers into it; the cold network's g(H) is ``cold_slope * MF
+    + cold_dh`` (the cold arm, the null arm of
+    transformer-tracks-mf, copies them by the experiment's own ``cold_arm_row``)."""
     rows = []
     rng = np.random.default_rng(0)
     for s in range(seeds):
@@ -132,7 +135,7 @@ def _rows(tf_slope=1.0, tf_mis=0.05, cold_dh=-0.1, cold_dm=0.1, slack=0.05, gt_b
             r = {"point": f"zipf{z:g}" + (f"__s{s}" if s else ""), "zipf": z, "seed_index": s, "mf": mf,
                  "missing_mass": mf, "status": "ok", "bound_regularity": 0.225, "bound_concentration": 0.157}
             hall = {"mle": 0.0, "gt": mf * 0.99, "tf": tf_slope * mf + rng.normal(0, 0.005),
-                    "tf_cold": tf_slope * mf + cold_dh + rng.normal(0, 0.005)}
+                    "tf_cold": cold_slope * mf + cold_dh + rng.normal(0, 0.005)}
             mis = {"mle": mf, "gt": 0.01, "tf": tf_mis, "tf_cold": tf_mis + cold_dm + rng.normal(0, 0.005)}
             if init_like_trained:
                 hall.update(tf_init=hall["tf"], tf_init_cold=hall["tf_cold"])
@@ -149,6 +152,8 @@ def _rows(tf_slope=1.0, tf_mis=0.05, cold_dh=-0.1, cold_dm=0.1, slack=0.05, gt_b
             rows.append({k: v for k, v in r.items() if not k.startswith("tf_init")} | {"arm": "real"})
             rows.append({"point": "init-" + r["point"], "zipf": z, "seed_index": s, "mf": mf, "status": "ok",
                          "arm": "init", **init})
+            shared = {"point": "cold-" + r["point"], "zipf": z, "seed_index": s, "mf": mf, "status": "ok"}
+            rows.append(cold_arm_row(shared, rows[-2]) | {"arm": "cold"})
     return pd.DataFrame(rows)
 
 
@@ -169,7 +174,7 @@ def test_papers_picture_is_reproduced(tmp_path):
 
 
 def test_failures_are_not_reproduced(tmp_path):
-    vs = _verdicts(_rows(tf_slope=0.3, cold_dh=0.05, slack=-0.02), tmp_path)
+    vs = _verdicts(_rows(tf_slope=0.3, cold_slope=0.3, cold_dh=0.05, slack=-0.02), tmp_path)
     assert vs["bound-holds"].outcome == "failed"
     assert vs["transformer-tracks-mf"].outcome == "not reproduced"
     assert vs["temperature-tradeoff"].outcome == "failed"
@@ -178,10 +183,25 @@ def test_failures_are_not_reproduced(tmp_path):
 def test_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
     from lmsci.claims import NULL_MEETS_RULE
 
-    vs = _verdicts(_rows(init_like_trained=True), tmp_path)
+    vs = _verdicts(_rows(cold_slope=1.0), tmp_path)  # cooling keeps the slope: the null arm meets the rule
     for k in ("transformer-tracks-mf",):
         assert vs[k].outcome == "inconclusive" and vs[k].null_passed is True, k
         assert any(NULL_MEETS_RULE in r for r in vs[k].reasons)
+    # the untrained network's numbers decide nothing now (the init arm is a contrast of temperature-tradeoff)
+    assert _verdicts(_rows(init_like_trained=True), tmp_path)["transformer-tracks-mf"].outcome == "reproduced"
+
+
+def test_null_arm_is_the_cold_networks_slope(tmp_path):
+    """transformer-tracks-mf's null arm reads the trained network's lower-temperature g(H) (2026-12-06): its
+    per-seed null values are the OLS slopes of ``tf_cold_hall`` on MF of the real rows."""
+    from lmsci.experiments.theory._calibration_hallucination_stats import _slopes
+
+    df = _rows(cold_slope=0.4)
+    v = _verdicts(df, tmp_path)["transformer-tracks-mf"]
+    want = _slopes(df[df["arm"] == "real"], "tf_cold_hall")
+    assert v.details["null_per_seed"] == pytest.approx(want.tolist())
+    assert v.null_value == pytest.approx(0.4, abs=0.05) and v.null_passed is False and v.outcome == "reproduced"
+    assert CalibrationHallucination().get_claim("transformer-tracks-mf").arms == ("real", "cold")
 
 
 def test_failed_gates_make_it_inconclusive(tmp_path):
@@ -206,9 +226,14 @@ def test_smoke_preset_runs(tmp_path):
     cfg = resolve_config(CalibrationConfig, "smoke", ["threads=1", "device=cpu"])
     run = run_experiment(CalibrationHallucination(), cfg, tmp_path / "run", progress=False)
     df = pd.read_csv(run.path / "results.csv")
-    assert len(df) == 4 and set(df["arm"]) == {"real", "init"}  # 2 Zipf points x (trained, untrained)
+    assert len(df) == 6 and set(df["arm"]) == {"real", "init", "cold"}  # 2 Zipf points x (trained, untrained, cold)
     init = df[df["arm"] == "init"]
     assert init["mle_hall"].isna().all() and init["tf_hall"].notna().all()  # the untrained net's under tf_*
+    cold, real = (df[df["arm"] == a].sort_values("zipf") for a in ("cold", "real"))
+    assert cold["mle_hall"].isna().all() and cold["tf_cold_hall"].isna().all()
+    for c in ("hall", "mis", "slack"):  # the cold arm is the trained network's lower-temperature scores, copied
+        assert cold[f"tf_{c}"].tolist() == real[f"tf_cold_{c}"].tolist()
+    assert cold["mf"].tolist() == real["mf"].tolist()
     df = df[df["arm"] == "real"]
     assert (df["mle_hall"] == 0).all()
     assert np.isfinite(df["tf_mis"]).all() and (df["gt_slack"] > -1).all()
@@ -216,8 +241,8 @@ def test_smoke_preset_runs(tmp_path):
     report = (run.path / "report.md").read_text()
     assert "Hallucination is inevitable" in report and "| True |" in report
     vs = {v.claim_id: v for v in run.verdicts()}
-    for k in ("transformer-tracks-mf",):  # the untrained network's arm does not meet the rule
-        assert vs[k].null_value is not None and vs[k].null_passed is False, (k, vs[k].null_value, vs[k].null_passed)
+    for k in ("transformer-tracks-mf",):  # the null (cold) arm is measured
+        assert vs[k].null_value is not None, (k, vs[k].null_value, vs[k].null_passed)
 
 
 @pytest.mark.parametrize("preset", ["smoke", "quick", "gpu", "paper"])

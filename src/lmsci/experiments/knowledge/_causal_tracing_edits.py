@@ -175,3 +175,23 @@ def rome_edits(cfg: Any, world: BiosWorld, model: Any, stream: Any, pool: list[d
             "specificity_before": float(np.nanmean(spec0)) if spec0 else np.nan,
             "edit_top1": float(np.mean(gen)) if gen else np.nan,
             "v_nll_end": float(np.mean(nll)) if nll else np.nan}
+
+
+def other_layer(n_layers: int, peak: int, seed: int) -> int | None:
+    """A layer drawn uniformly among the ``n_layers - 1`` layers that are not ``peak`` (the causal-tracing peak
+    that the registered edit uses), seeded by ``seed``; ``None`` for a one-layer model."""
+    layers = [k for k in range(int(n_layers)) if k != int(peak)]
+    return layers[int(np.random.default_rng(seed).integers(len(layers)))] if layers else None
+
+
+def other_layer_edits(cfg: Any, world: BiosWorld, model: Any, stream: Any, pool: list[dict], peak: int, ctx: Any,
+                      rng: np.random.Generator, seed: int) -> dict[str, Any]:
+    """The null arm of ``rome-edit`` (since 2026-12-06, issue 44 item 4): the same ROME edits (``rng``: a copy of
+    the registered edits' generator, so the same facts, new objects, prefixes and neighbours) on the same trained
+    model at a layer drawn by :func:`other_layer` instead of the tracing peak ``peak``. Hase et al. 2023, arXiv
+    2301.04213: editing success is not tied to the layer causal tracing localises. Columns ``other_layer`` and
+    ``other_<score>`` for each score of :func:`rome_edits` (NaN scores for a one-layer model)."""
+    layer = other_layer(cfg.model.n_layers, peak, seed)
+    scores = rome_edits(cfg, world, model, stream, pool, layer, ctx, rng) if layer is not None else {
+        k: np.nan for k in ("efficacy", "paraphrase", "specificity", "specificity_before", "edit_top1", "v_nll_end")}
+    return {"other_layer": layer, **{"other_" + k: v for k, v in scores.items()}}

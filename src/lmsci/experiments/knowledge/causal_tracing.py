@@ -21,7 +21,8 @@ quick model reads its facts mainly from the first name tokens, so the last-token
 read).
 
 Arms (paired by seed): ``real`` (the trained GPT) and ``null``, the same GPT at its initialisation (same architecture
-and seed), which stores no fact. Both rows come from one training (:meth:`CausalTracing.groups`): the facts traced are
+and seed), which stores no fact (the margins' null; ``rome-edit``'s null since 2026-12-06 is the real row's
+``other_*`` columns: the same edits at a non-peak layer, :func:`other_layer_edits`). Both rows come from one training (:meth:`CausalTracing.groups`): the facts traced are
 the ones the trained GPT knows, and one function traces, locates and edits on each arm's model
 (:meth:`CausalTracing._trace_and_edit`: the same noise rule, windows, edits, prefixes and neighbours), so the null
 arm's margins (``mlp-early-site``, ``attn-late-site``) and edits (``rome-edit``) are the same columns on another arm.
@@ -44,7 +45,8 @@ from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
 from lmsci.claims.engine import arm_rows, finished
 from lmsci.stats import across_seeds
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
-from lmsci.experiments.knowledge._causal_tracing_edits import fact_prompt, greedy_first, rome_edits, traced_site
+from lmsci.experiments.knowledge._causal_tracing_edits import (fact_prompt, greedy_first, other_layer_edits, rome_edits,
+                                                               traced_site)
 from lmsci.experiments.knowledge._bios_streams import pretraining_data
 from lmsci.experiments.knowledge._gates import RECALL_MIN, recall_gate, seed_summary, seed_values
 from lmsci.experiments.knowledge._specs import PhaseSpec
@@ -57,7 +59,7 @@ from lmsci.measure.causal_tracing import (
     CATEGORIES, NOISE_FACTOR, average_by_category, causal_trace, embedding_std, site_margin, subject_token_aie,
     thirds,
 )
-from lmsci.runs import RunDir
+from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.bios import ATTRS, TEMPLATES, BiosWorld
 
 MIN_LAYERS = 6
@@ -198,9 +200,14 @@ class CausalTracing(Experiment):
               "log P(new) after the edit; means over edits per seed (paraphrase reported beside)",
               "mean over seeds: efficacy >= 0.9 and specificity >= 0.8 (95% CI across seeds reported)",
               gates=(MEMORISED,),
-              null="the same edits (same facts, new objects, prefixes and neighbours), located and evaluated the "
-                   "same way, on the GPT at its initialisation (same architecture and seed), in the same run: it "
-                   "stores no fact, so no neighbouring fact is kept apart from the edit by construction"),
+              null="the same edits (same facts, new objects, prefixes, neighbours), scored the same way, on the "
+                   "same trained GPT at a layer drawn uniformly (seeded per training seed) among the non-peak layers "
+                   "(columns other_*; until 2026-12-06 the GPT at its initialisation)",
+              null_can_meet="yes, and that is the point: Hase et al. 2023 (arXiv 2301.04213) find that where "
+                            "causal tracing localises a fact barely predicts which layer ROME edits best, so an edit "
+                            "at another MLP layer of the trained GPT may be just as effective and specific; the "
+                            "claim's reading (the traced layer is where the fact can be rewritten) holds only if "
+                            "the null fails"),
     ]
 
     def validate(self, cfg: CausalTracingConfig) -> None:
@@ -229,8 +236,7 @@ class CausalTracing(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: CausalTracingConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
-        """Train the GPT once (the seed shared by the arms), choose the facts it knows, then trace, locate and edit
-        them on each arm's model: the trained GPT (``real``) and the same GPT at its initialisation (``null``)."""
+        """Train the GPT once, choose the facts it knows, trace, locate and edit them on each arm's model."""
         ctx = ctxs[0]
         world = BiosWorld(cfg.n_people, seed=cfg.seed)
         people = np.arange(cfg.n_people)
@@ -268,7 +274,11 @@ class CausalTracing(Experiment):
                        "steps_to_gate": pre["steps_to_gate"], "recall_checks": json.dumps(pre["recall_checks"]),
                        "bio_recall": recall}
             # every arm draws the same new objects, prefixes and neighbours (copies of one generator)
-            rows.append({**row, **self._trace_and_edit(cfg, world, m, stream, pool, ctx, rng)})
+            row.update(self._trace_and_edit(cfg, world, m, stream, pool, ctx, rng))
+            if p.arm != "null":  # rome-edit's null: the same edits of the trained GPT at a non-peak layer
+                row.update(other_layer_edits(cfg, world, m, stream, pool, row["edit_layer"], ctx, copy.deepcopy(rng),
+                                             derive_seed(ctx.seed, "other-layer")))
+            rows.append(row)
         return rows
 
     def _trace_and_edit(self, cfg: CausalTracingConfig, world: BiosWorld, model, stream, pool: list[dict],
@@ -325,8 +335,8 @@ class CausalTracing(Experiment):
 
     # ---- verdicts: the engine judges the margins; rome-edit by hand (module docstring) ---------------------------
     def hand_verdicts(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """``rome-edit``: mean efficacy >= 0.9 and mean specificity >= 0.8 over seeds, on the real arm and, by the
-        same rule, on the null arm (the same columns on the null arm's rows)."""
+        """``rome-edit``: mean efficacy >= 0.9 and mean specificity >= 0.8 over seeds, on the edits at the traced
+        layer and, by the same rule, at a non-peak layer (``other_*``; the random-init GPT's: a contrast)."""
         ok = finished(results)
         if not len(ok):
             return []
@@ -339,7 +349,7 @@ class CausalTracing(Experiment):
                                why_not_computed="no edit evaluated")]
         e = across_seeds([eff[k] for k in seeds])
         s = across_seeds([spec[k] for k in seeds])
-        neff, nspec = seed_values(nul, "efficacy"), seed_values(nul, "specificity")
+        neff, nspec = seed_values(real, "other_efficacy"), seed_values(real, "other_specificity")
         null = (None, None)
         if all(k in neff and k in nspec and np.isfinite(neff[k]) and np.isfinite(nspec[k]) for k in seeds):
             ne, ns = float(np.mean([neff[k] for k in seeds])), float(np.mean([nspec[k] for k in seeds]))
@@ -351,13 +361,16 @@ class CausalTracing(Experiment):
                                     "specificity_before_edit": seed_values(real, "specificity_before"),
                                     "edit_top1": seed_values(real, "edit_top1"),
                                     "edit_layer": seed_values(real, "edit_layer"),
-                                    "null_random_init": {"efficacy": neff, "specificity": nspec,
+                                    "null_other_layer": {"efficacy": neff, "specificity": nspec,
+                                                         "layer": seed_values(real, "other_layer")},
+                                    "random_init_contrast": {"efficacy": seed_values(nul, "efficacy"),
+                                                             "specificity": seed_values(nul, "specificity"),
                                                          "specificity_before_edit":
                                                              seed_values(nul, "specificity_before"),
                                                          "edit_layer": seed_values(nul, "edit_layer")},
                                     "paper": {"efficacy": 1.0, "paraphrase": 0.964, "neighbourhood": 0.754}},
                            note=f"value = mean efficacy; specificity mean {s.mean:.3f} (CI {s.ci}); null arm "
-                                f"(random-init GPT): value = its mean efficacy")]
+                                f"(the same edits at a non-peak layer): value = its mean efficacy")]
 
     # ---- report ------------------------------------------------------------------------------
     def report_sections(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> str:

@@ -75,3 +75,12 @@ def tradeoff(df: pd.DataFrame, gen: str) -> tuple[bool, int, dict, float]:
                                    "d_hall_ci": [sh.lo, sh.hi], "d_mis": sm.mean, "d_mis_ci": [sm.lo, sm.hi],
                                    "held": bool(held)}
     return bool(ok_all), judged, per_point, float((df[f"{gen}_cold_hall"] - df[f"{gen}_hall"]).mean())
+
+
+def cold_arm_row(base: dict, real_row: dict) -> dict:
+    """The ``cold`` arm's row of one Zipf point and seed (the null arm of ``transformer-tracks-mf``, since
+    2026-12-06): the trained network's scores at the lower temperature (the real row's ``tf_cold_*`` columns) under
+    the T=1 names ``tf_*``, beside the point's shared columns ``base`` (MF, ...). Nothing is trained or scored
+    again: the same network, made miscalibrated by cooling (the temperature-tradeoff check measures its Mis_b)."""
+    pre = "tf_cold_"
+    return {**base, **{"tf_" + k[len(pre):]: v for k, v in real_row.items() if k.startswith(pre)}}
