@@ -29,6 +29,18 @@ GUIDE_RATIO = 0.15  # the authors' guide line, facts ~ 0.15 x params (plotting.i
 MIN_FAMILY_POINTS = 5  # uncensored capacity points a seed needs for its per-family slope (issue 10)
 MIN_BOUNDARY_POINTS = 4  # trade-off boundary points a seed needs for its slope (issue 10)
 PAPER_BOUNDARY = "MLP params ~ 2300 - attention params / 2 at 1,024 facts (d = 32, d_h = 8, attention params >= 1280)"
+#: why each claim's null arm could meet its rule (issue 44 item 4): "slope" for the two per-family slope claims
+NULL_CAN_MEET = {
+    "slope": "only by chance: when a seed's permutation nearly keeps the order of the family's capacities (one or two "
+             "adjacent swaps among its model sizes) its slope stays near 1, and if that happens on every seed the CI "
+             "can lie inside (0.5, 1.5) around 1; a typical permutation gives a slope near 0 (quick: 0.22 "
+             "attention-only, 0.12 with an MLP, not met). A weak null: it rules out a slope made by the fit, not a "
+             "confound of model size",
+    "tradeoff-boundary": "yes: a random permutation of a seed's boundary gives a slope of either sign, negative in "
+                         "about half the draws and strongly so when it nearly keeps the boundary's falling order, "
+                         "so every seed's permuted slope can fall below 0 and its CI with them (quick: one seed, "
+                         "-2.3, not decided)",
+}
 
 
 def permuted(values, seed: int) -> np.ndarray:

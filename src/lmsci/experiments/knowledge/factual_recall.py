@@ -201,7 +201,7 @@ class FactualRecall(Experiment):
             "slope 1 (facts ~ 0.15 x params for every family)",
             "slope of log facts stored (largest S·R at >= threshold test accuracy) on log params (4·H·d_h·d), OLS "
             "over the family's uncensored capacity points, one fit per training seed; mean over seeds",
-            _SLOPE_RULE,
+            _SLOPE_RULE, null_can_meet=_v.NULL_CAN_MEET["slope"],
             null="the same per-seed fit with the family's capacities randomly permuted across its model sizes (one "
                  "permutation per seed, never the identity): capacity made unrelated to parameters by construction",
         ),
@@ -213,7 +213,7 @@ class FactualRecall(Experiment):
             "slope 1 (facts ~ 0.15 x params for every family)",
             "slope of log facts stored on log params (4·H·d_h·d + 2·m·d), OLS over the family's uncensored capacity "
             "points, one fit per training seed; mean over seeds",
-            _SLOPE_RULE,
+            _SLOPE_RULE, null_can_meet=_v.NULL_CAN_MEET["slope"],
             null="the same per-seed fit with the family's capacities randomly permuted across its model sizes (one "
                  "permutation per seed, never the identity): capacity made unrelated to parameters by construction",
         ),
@@ -263,7 +263,7 @@ class FactualRecall(Experiment):
             "is not fitted (inconclusive when no seed is); decided at the gpu and paper presets only (issue 29: in "
             "the quick map no MLP cell stored the facts at H = 1, so its mlp-stores gate cannot pass there; quick "
             "reports the value)",
-            presets=("gpu", "paper"),
+            presets=("gpu", "paper"), null_can_meet=_v.NULL_CAN_MEET["tradeoff-boundary"],
             null="the same per-seed slope with the boundary's MLP params randomly permuted across its head counts (one "
                  "permutation per seed, never the identity): storage made unrelated to attention params by "
                  "construction",

@@ -21,6 +21,18 @@ EXP_RANGE = (0.05, 1.0)  # registered interval for alpha and beta
 NOISE_MARGIN = 0.02      # nats: held-out RMSE must be below the noise floor plus this
 MAX_BOOT_FAILED = 0.05
 
+#: why each claim's null arm could meet its rule (issue 44 item 4), by exponent name or claim id
+NULL_CAN_MEET = {
+    p: f"only by chance: {v} is permuted across runs by one fixed draw and several runs share each {v} value, so the "
+       f"permuted {v} keeps a sample correlation with the runs' own {v} of order 1/sqrt(runs), through which the fit "
+       f"can resolve a small {p} inside the range, or the bootstrap resolves a spurious {p} from the loss noise; with "
+       f"no dependence on {v} the fit's {p} is otherwise unresolved or at its bound (quick: {q}, not met)"
+    for p, v, q in (("alpha", "N", "3.0"), ("beta", "D", "0.022"))}
+NULL_CAN_MEET["heldout-within-noise"] = (
+    "yes, when the loss barely changes with compute over the grid, so that the largest-compute runs lie within the "
+    "noise floor + 0.02 nats of the training runs' mean loss: the fitted law then predicts nothing a constant does "
+    "not (quick: RMSE 0.35 nats, not met)")
+
 
 def exponent_range(exp: Experiment, cfg, an: dict[str, Any], p: str, gates: dict) -> Verdict:
     """``alpha-range`` / ``beta-range`` (``p``): the exponent's 95% bootstrap CI over runs inside ``EXP_RANGE``;

@@ -50,7 +50,7 @@ from lmsci.claims import Claim, Gate, Verdict
 from lmsci.config import ExperimentConfig
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.experiments.base import Experiment, Figure, Point, PointContext
-from lmsci.experiments.laws._scaling_sweep_verdicts import EXP_RANGE, MAX_BOOT_FAILED, NOISE_MARGIN
+from lmsci.experiments.laws._scaling_sweep_verdicts import EXP_RANGE, MAX_BOOT_FAILED, NOISE_MARGIN, NULL_CAN_MEET
 from lmsci.experiments.laws._scaling_sweep_verdicts import verdicts as scaling_verdicts
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
@@ -86,7 +86,7 @@ def _exponent_claim(p: str, what: str, pv: float, bv: float, k: str, kv: float, 
         gates=(_G_CONV, _G_BOOT, _G_GRID),
         presets=("quick", "gpu", "paper"),
         uncertainty="within-run",
-        min_seeds=1,
+        min_seeds=1, null_can_meet=NULL_CAN_MEET[p],
         null=f"the same Chinchilla fit and bootstrap on the same runs with {v} permuted across the runs (a fixed "
              f"permutation drawn from the master seed), so the loss carries no power law in {v} by construction; the "
              f"null meets the rule only with a certified fit, >= 95% of resamples converged and its CI of {p} inside "
@@ -193,7 +193,7 @@ class ScalingSweep(Experiment):
             gates=(_G_CONV, _G_GRID),
             presets=("quick", "gpu", "paper"),
             uncertainty="seeds",
-            min_seeds=2,
+            min_seeds=2, null_can_meet=NULL_CAN_MEET["heldout-within-noise"],
             null="a constant-loss model (no scaling by construction): every held-out run predicted by the mean loss "
                  "of the training runs, scored by the same RMSE against the same noise floor + margin",
         ),

@@ -145,6 +145,10 @@ class CFGProbing(Experiment):
             gates=(_GATE,),
             null="the same probes (same strings, levels and fit) on the random-init model of the same architecture "
                  "(GPT_rand, the classic control): untrained, it has not learned the parse",
+            null_can_meet="yes, if a token's NT ancestor is mostly fixed by the token and the tokens before it: the "
+                          "random-init model's last layer still carries each token's embedding, mixed by random "
+                          "attention, and the position-mixing probe reads every earlier position (quick: 0.65 "
+                          "against 0.9)",
         ),
         Claim(
             "probe-ancestor-at-end",
@@ -159,6 +163,9 @@ class CFGProbing(Experiment):
             gates=(_GATE,),
             null="the same at-end probes on the random-init model of the same architecture (GPT_rand, the classic "
                  "control): untrained, it has not learned the parse",
+            null_can_meet="yes: at a level-l NT end the subtree has been read, so the token and the tokens before it "
+                          "pin down much of its ancestor, and the position-mixing probe reads them from the random-init "
+                          "model's last layer (token embeddings mixed by random attention; quick: 0.81 against 0.9)",
         ),
         Claim(
             "probe-beats-random",
