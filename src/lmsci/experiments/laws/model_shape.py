@@ -178,10 +178,10 @@ class ModelShape(Experiment):
     source = _SRC
     Config = ModelShapeConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "16.2 and 17.3 min wall measured 2026-11-27 (master seeds 0 and 1) at threads=1 on "
-                              "the shared 2-core machine (load ~2-4); 11.0 and 11.1 min of user CPU time (12.6 and "
-                              "12.1 with system time), so ~12-13 min expected with the machine to itself: 21 shapes "
-                              "(11 of ~100k params, 10 of 2-60k) x 3 stacked seeds, 0.72M tokens each",
+                     "quick": "13.4 and 9.4 min wall measured 2026-12-06 (master seeds 0 and 1, one after another, "
+                              "threads=1; seed 0 beside six helper jobs, seed 1 beside one), the seeds of a shape "
+                              "trained one after another (stack_seeds off; 20 min per master seed stacked): 21 shapes "
+                              "(11 of ~100k params, 10 of 2-60k) x 3 seeds, 0.72M tokens each",
                      "gpu": "~8 min on one H100, estimated, not measured (S52; was ~10-15 min at 1,000 steps, ~11.5 "
                             "min by the same estimate): 35 shapes x 700 stacked steps of 3 seeds x 16k tokens, "
                             "0.01-3.2M-parameter GPTs of 2-32 layers; training ~460 s by lmsci.train.estimate (the "
