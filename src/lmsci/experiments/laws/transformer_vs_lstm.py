@@ -139,9 +139,9 @@ class TransformerVsLSTM(Experiment):
     Config = TransformerVsLSTMConfig
     time_estimate = {"smoke": "~3 s",
                      "quick": "4.0 and 4.1 min wall measured 2026-12-06 (master seeds 0 and 1, one after "
-                              "another, threads=1, helper jobs at nice 19 on the other core), the GPT seeds trained one after another (stack_seeds "
-                              "off; 11 min per master seed stacked): 2 sizes x (2 GPTs + 1 LSTM) x 3 seeds, 0.82M "
-                              "tokens each",
+                              "another, threads=1, helper jobs at nice 19 on the other core), the GPT seeds trained "
+                              "one after another (stack_seeds off; 11 min per master seed stacked): 2 sizes x (2 GPTs "
+                              "+ 1 LSTM) x 3 seeds, 0.82M tokens each",
                      "gpu": "~5-10 min on one H100, estimated, not measured (no GPU in the session that wrote it: 6 "
                             "stacked GPT groups and 9 cuDNN LSTM runs of 2,000 steps x 16k tokens, 0.2-3.2M "
                             "non-embedding parameters, bf16, at an assumed 10-20 ms a step)",
