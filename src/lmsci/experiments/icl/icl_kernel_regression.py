@@ -150,9 +150,10 @@ class ICLKernelRegression(Experiment):
     source = "Han, Wang, Zhao, Ji, arXiv 2305.12766 (TMLR 2025), Thm 1, Tables 2-3, Fig. 3; Xie et al., arXiv 2111.02080"
     Config = ICLKernelRegressionConfig
     time_estimate = {"smoke": "~5 s",
-                     "quick": "416 s measured (3 stacked seeds of 1500 steps, 2 layers x 64, 16 tasks x 16 states x 16 "
-                              "observations; one thread beside another run on a loaded machine); the null arms "
-                              "train nothing (the trained GPT on foreign-demonstration prompts: ~1 s per seed; a random head: free)",
+                     "quick": "3.5 and 3.6 min wall measured 2026-12-06 (master seeds 3 and 4 side by side, one "
+                              "thread each; 5.2 min per seed stacked): 3 seeds of 1500 steps trained one after another "
+                              "(stack_seeds off), 2 layers x 64, 16 tasks x 16 states x 16 observations; the null arms "
+                              "train nothing (foreign-demonstration prompts: ~1 s per seed; a random head: free)",
                      "gpu": "~7 min on one H100, estimated by _kernel_regression_parts.estimate_gpu_seconds (the "
                             "paper's HMM sizes, 1 seed x 4000 steps of 6 x 256, mostly host batch sampling and exact "
                             "posteriors; was 3 seeds x 20k steps, ~75 min by it); not measured: no GPU in the session",
