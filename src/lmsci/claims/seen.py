@@ -115,5 +115,6 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "induction-heads/shakespeare-phase-change": {"quick": (0, 1)},  # null -> t_pm and t_icl paired across seeds
     "bracket-heads/ablation-closing": {"quick": (0, 1)},  # 2026-12-06: null -> a random non-best trained head
     "mlp-memories/rises-with-depth": {"quick": (0, 1)},  # 2026-12-06: null -> the trained shuffled baseline
+    "mlp-memories/upper-exceeds-shuffled": {"quick": (0, 1)},  # 2026-12-06: null -> the same-last-token shuffle
 }
 

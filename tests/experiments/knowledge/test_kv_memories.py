@@ -212,10 +212,12 @@ NULL_AGREE = [[0.005, 0.004, 0.006, 0.005], [0.006, 0.005, 0.004, 0.005], [0.004
 
 def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, trained: bool = True,
              null_agree: list[list[float]] = NULL_AGREE, null_shuffled: float = 0.005,
-             shuffled_layers: list[float] | None = None) -> pd.DataFrame:
+             shuffled_layers: list[float] | None = None, sametok: list[float] | None = None) -> pd.DataFrame:
     """Per arm, kind and seed rows; the null arm (the GPT at its initialisation) agrees at ``null_agree`` (default:
     at the shuffled level, no depth trend); ``shuffled_layers``: the trained GPT's shuffled baseline per layer
-    (default ``shuffled`` in every layer, plus a little noise per seed), rises-with-depth's null."""
+    (default ``shuffled`` in every layer, plus a little noise per seed), rises-with-depth's null; ``sametok``: the
+    trained GPT's same-last-token shuffled agreement over the upper layers per seed (default the shuffled level plus
+    a little noise), upper-exceeds-shuffled's null."""
     rows = []
     for kind, per_seed in agree.items():
         for s, layers in enumerate(per_seed):
@@ -234,6 +236,8 @@ def _mm_rows(agree: dict[str, list[list[float]]], shuffled: float = 0.005, train
                 r["depth_gap"] = r["agree_upper"] - r["agree_lower"]
                 r["upper_minus_shuffled"] = r["agree_upper"] - sh
                 r["upper_ratio"] = r["agree_upper"] / sh
+                t = (sametok[s % len(sametok)] if sametok else sh) + 1e-4 * (s % 3)
+                r["sametok_upper"], r["sametok_minus_shuffled"], r["sametok_ratio"] = t, t - sh, t / sh
                 rows.append(r)
     return pd.DataFrame(rows)
 
@@ -272,11 +276,13 @@ def test_mlp_memories_untrained_model_is_inconclusive(tmp_path):
 
 
 def test_mlp_memories_null_arm_meeting_the_rule_is_inconclusive(tmp_path):
-    """A GPT at initialisation showing the same ratio (upper-exceeds-shuffled), a trained GPT whose shuffled
-    baseline rises with depth as much (rises-with-depth): the rule cannot tell memories from the null: inconclusive."""
+    """A trained GPT whose same-last-token shuffle agrees as often as its own keys (upper-exceeds-shuffled: values
+    that only promote the likeliest successor of the trigger's last token), a trained GPT whose shuffled baseline
+    rises with depth as much (rises-with-depth): the rule cannot tell memories from the null: inconclusive."""
     up = {k: [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]
           for k in ("shakespeare", "bios")}
-    vs = _mm(_mm_rows(up, null_agree=up["bios"], shuffled_layers=[0.001, 0.002, 0.02, 0.035]), tmp_path)
+    vs = _mm(_mm_rows(up, shuffled_layers=[0.001, 0.002, 0.02, 0.035],
+                      sametok=[np.mean(lay[2:]) for lay in up["bios"]]), tmp_path)
     for cid in ("rises-with-depth", "upper-exceeds-shuffled"):
         assert vs[cid].outcome == "inconclusive" and vs[cid].null_passed is True and vs[cid].rule_passed is True
         assert any("cannot tell" in r for r in vs[cid].reasons)
@@ -306,6 +312,49 @@ def test_mlp_memories_depth_null_is_the_trained_shuffled_baseline(tmp_path):
     assert "random_init_depth_gap (contrast)" in v.details
 
 
+def test_same_token_shuffle_is_the_exact_average_over_pairs_with_the_same_last_trigger_token():
+    """upper-exceeds-shuffled's null (2026-12-06): value i against key j != i whose top-1 trigger prefix ends in the
+    same token (read from the key-search windows at key_where), brute force over pairs; NaN without such a pair."""
+    from lmsci.experiments.knowledge.mlp_memories import same_token_shuffled
+
+    g = torch.Generator().manual_seed(1)
+    n, N, T = 16, 5, 7
+    inputs = torch.randint(0, 3, (N, T), generator=g)
+    where = torch.stack([torch.randint(0, N, (2, n), generator=g), torch.randint(0, T, (2, n), generator=g)], -1)
+    v, k = torch.randint(0, 4, (2, n, 1), generator=g), torch.randint(0, 4, (2, n, 1), generator=g)
+    kv = KVMemories([0, 1], torch.zeros(2, n, 1), where[:, :, None, :], k, v, torch.zeros(2, n, dtype=torch.long), n)
+    got = same_token_shuffled(kv, inputs)
+    for j in range(2):
+        last = [int(inputs[where[j, i, 0], where[j, i, 1]]) for i in range(n)]
+        brute = np.mean([float(v[j, i, 0] == k[j, i2, 0]) for i in range(n) for i2 in range(n)
+                         if i != i2 and last[i] == last[i2]])
+        assert got[j] == pytest.approx(brute, abs=1e-12)
+    # values that copy the likeliest successor of the trigger's last token: the restricted shuffle agrees as often
+    # as the real pairing (1.0), the full shuffle does not
+    last = inputs[where[0, :, 0], where[0, :, 1]]
+    kv2 = KVMemories([0], torch.zeros(1, n, 1), where[:1, :, None, :], (last + 10)[None, :, None],
+                     (last + 10)[None, :, None], torch.zeros(1, n, dtype=torch.long), n)
+    assert same_token_shuffled(kv2, inputs)[0] == 1.0 and float(kv2.shuffled_agreement()[0]) < 1.0
+    solo = torch.stack([torch.zeros(n, dtype=torch.long), torch.arange(n)], -1)[None, :, None, :]  # distinct tokens
+    kv3 = KVMemories([0], torch.zeros(1, n, 1), solo, k[:1], v[:1], torch.zeros(1, n, dtype=torch.long), n)
+    assert np.isnan(same_token_shuffled(kv3, torch.arange(n)[None, :])[0])
+
+
+def test_mlp_memories_ratio_null_is_the_trained_same_token_shuffle(tmp_path):
+    """upper-exceeds-shuffled's null (2026-12-06) reads the real rows' sametok_ratio / sametok_minus_shuffled, by
+    the same rule; the random-init GPT's ratio is a contrast that decides nothing."""
+    up = {k: [[0.001, 0.002, 0.02, 0.035], [0.0, 0.004, 0.025, 0.03], [0.002, 0.001, 0.03, 0.04]]
+          for k in ("shakespeare", "bios")}
+    v = _mm(_mm_rows(up, null_agree=up["bios"]), tmp_path)["upper-exceeds-shuffled"]  # random-init at the real level
+    assert v.outcome == "reproduced" and v.null_passed is False
+    assert v.null_value == pytest.approx(np.mean([(0.005 + 1e-4 * s) / 0.005 for s in range(3)]))
+    assert "random_init_ratio (contrast)" in v.details
+    v = _mm(_mm_rows(up, sametok=[0.02, 0.021, 0.019]), tmp_path)["upper-exceeds-shuffled"]  # ratio ~4 > 3
+    assert v.outcome == "inconclusive" and v.null_passed is True and v.null_value >= 3
+    v = _mm(_mm_rows(up, sametok=[0.012, 0.013, 0.011]), tmp_path)["upper-exceeds-shuffled"]  # ratio ~2.4 < 3
+    assert v.outcome == "reproduced" and v.null_passed is False
+
+
 def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
     from lmsci.sweep import run_experiment
 
@@ -320,8 +369,14 @@ def test_mlp_memories_smoke_end_to_end_null_arms_fail(tmp_path):
     for v in vs.values():
         assert v.outcome == "inconclusive"  # smoke: below the claims' scale, untrained models
         assert v.null_value is not None, v.claim_id
-    assert vs["upper-exceeds-shuffled"].null_passed is False
-    real = res[res["arm"] == "real"]  # rises-with-depth's null reads the trained rows' shuffled baseline
+    real = res[res["arm"] == "real"]  # upper-exceeds-shuffled's null reads the trained rows' same-token shuffle
+    assert {"sametok_L0", "sametok_L1", "sametok_upper", "sametok_ratio"} <= set(res.columns)
+    assert (real["sametok_minus_shuffled"] == real["sametok_upper"] - real["shuffled_upper"]).all()
+    r = real.groupby("kind")["sametok_ratio"].mean()
+    v = vs["upper-exceeds-shuffled"]
+    if np.isfinite(r).all():
+        assert v.null_value == pytest.approx(float(r.min()))
+    # rises-with-depth's null reads the trained rows' shuffled baseline
     gaps = shuffled_depth_gap(real).groupby(real["kind"].values).mean()
     assert vs["rises-with-depth"].null_value == pytest.approx(float(gaps.min()))
 

@@ -13,15 +13,20 @@ windows; the bioS training biographies); values are projected through the output
 :meth:`lmsci.measure.kv_memories.KVMemories.shuffled_agreement` (neuron i's value against neuron j's key, same
 layer, exact average over pairs), which keeps the token frequencies a random-token baseline would ignore.
 
-Null arm of ``upper-exceeds-shuffled``, measured in the same run: each GPT at its initialisation (same architecture
-and seed, no training), keys searched over the same text. Null of ``rises-with-depth`` (since 2026-12-06, issue 44
+Null of ``upper-exceeds-shuffled`` (since 2026-12-06, issue 44 item 4; before, each GPT at its initialisation,
+whose agreement is at the shuffled level by construction): on the trained GPTs, the shuffled agreement restricted to
+neuron pairs whose top-1 trigger prefixes end in the same token (:func:`same_token_shuffled`, columns
+``sametok_L<l>``, ``sametok_upper``, ``sametok_ratio``, ``sametok_minus_shuffled``; from the same key search, no
+extra forward pass) in place of the agreement, the same ratio to the full shuffle and the same rule: a value that
+only promotes its key's last token's likeliest successor meets it. Null of ``rises-with-depth`` (since 2026-12-06, issue 44
 item 4; before, the random-init GPT, whose exchangeable layers have no depth trend by construction): the same
 upper-minus-lower gap of the trained GPTs' shuffled-neuron baseline (:func:`shuffled_depth_gap`, from the real rows'
 ``shuffled_L<l>`` columns; no extra cost), which a frequency effect growing with depth would make positive.
 
 Arms (paired by seed): ``real`` (the trained GPT) and ``null`` (its initialisation), points ``<arm>-<kind>``; the
 arms of one kind and seed form one group (:meth:`MLPMemories.groups`): one training, the key search and agreement on
-each arm's model by the same function, one row per arm with the same columns. Escape hatch (``hand_verdicts``): both
+each arm's model by the same function, one row per arm with the same columns. Since 2026-12-06 both claims' nulls
+read the real rows; the ``null`` arm's rows are a contrast in the verdicts' details (``random_init_*``). Escape hatch (``hand_verdicts``): both
 claims require their rule on both model kinds (a conjunction over kinds, reported at the weaker kind), and
 ``upper-exceeds-shuffled`` also a conjunction of a mean-ratio rule and an interval rule; neither is one rule on one
 per-seed statistic.
@@ -120,6 +125,11 @@ def _lo(st) -> float:
     return st.ci[0] if st.ci is not None else st.mean
 
 
+def _ratio(a: float, s: float) -> float:
+    """``a / s``; inf where only ``a`` is above 0, NaN where neither is (or ``a`` is NaN)."""
+    return a / s if s > 0 else (float("inf") if a > 0 else float("nan"))
+
+
 def _upper(n_layers: int) -> list[int]:
     """The upper half of the layers (the paper's 'upper layers'; layer indices from 0)."""
     return list(range(n_layers // 2, n_layers))
@@ -136,6 +146,33 @@ def shuffled_depth_gap(rows: pd.DataFrame) -> pd.Series:
         return float(np.mean([vals[l] for l in up]) - np.mean([vals[l] for l in range(L) if l not in up]))
 
     return rows.apply(gap, axis=1) if len(rows) and "n_layers" in rows else pd.Series(dtype=float)
+
+
+def same_token_shuffled(kv, inputs: torch.Tensor) -> list[float]:
+    """Per layer of ``kv`` (a :class:`~lmsci.measure.kv_memories.KVMemories`), the shuffled-neuron agreement
+    restricted to pairs whose top-1 triggers end in the same token: neuron ``i``'s value against the key of neuron
+    ``j != i`` of the same layer whose top-1 trigger prefix ends in the same token as ``i``'s, averaged exactly over
+    all such ordered pairs (per last token ``g`` with ``n_g`` neurons: ``sum_t c_v(t) c_k(t) - #{i: v_i = k_i}``
+    over ``n_g (n_g - 1)`` pairs, summed over ``g``). A key's next-token statistics given its last token are kept,
+    only the pairing of a value with its own key's prefix is broken: ``upper-exceeds-shuffled``'s null arm since
+    2026-12-06 (issue 44 item 4). ``inputs``: ``[N, T]``, the windows the keys were searched over
+    (``kv.key_where`` indexes them). NaN for a layer with no such pair. No forward pass: the key search's output."""
+    out = []
+    for v, k, w in zip(kv.value_top[:, :, 0], kv.key_next[:, :, 0], kv.key_where[:, :, 0]):
+        last = inputs[w[:, 0], w[:, 1]]  # [d_mlp] the last token of each neuron's top-1 trigger prefix
+        hits, pairs = 0, 0
+        for g in torch.unique(last):
+            m = last == g
+            n = int(m.sum())
+            if n < 2:
+                continue
+            vg, kg = v[m], k[m]
+            size = int(max(int(vg.max()), int(kg.max())) + 1)
+            hits += int((torch.bincount(vg, minlength=size) * torch.bincount(kg, minlength=size)).sum())
+            hits -= int((vg == kg).sum())
+            pairs += n * (n - 1)
+        out.append(hits / pairs if pairs else float("nan"))
+    return out
 
 
 @register("mlp-memories")
@@ -188,10 +225,18 @@ class MLPMemories(Experiment):
               "difference; across seeds per kind; the value is the smaller of the two kinds' mean ratios",
               "for both kinds: mean ratio over seeds >= 3 and the difference's CI lower bound > 0",
               gates=(TRAINED,),
-              null="the same statistic, keys searched over the same text, for each GPT at its initialisation (same "
-                   "architecture and seed, no training), in the same run: its values never learned the keys' next "
-                   "tokens, so agreement is at the shuffled level by construction (a NaN ratio does not meet the "
-                   "rule)"),
+              null="the same statistic and rule on the trained GPTs with the agreement replaced by the shuffled "
+                   "agreement restricted to neuron pairs whose top-1 trigger prefixes end in the same token (neuron "
+                   "i's value against neuron j's key, j != i, same layer, same last trigger token; exact average over "
+                   "those pairs; columns sametok_*, from the same key search at no extra cost): each key's next-token "
+                   "statistics given its last token are kept, only the pairing of a value with its own key's prefix "
+                   "is broken (a NaN ratio does not meet the rule; until 2026-12-06 the GPTs at their "
+                   "initialisation)",
+              null_can_meet="yes: if a value only promotes the likeliest successor of its key's last token (a "
+                            "bigram statistic rather than a memory of the trigger prefix), another neuron whose "
+                            "trigger ends in the same token agrees with it as often as its own key does, so the "
+                            "restricted shuffle's ratio to the full shuffle reaches the real ratio and can exceed 3 "
+                            "on both model kinds; the claim is about key-value memories only if this null fails"),
     ]
 
     def validate(self, cfg: MLPMemoriesConfig) -> None:
@@ -249,18 +294,22 @@ class MLPMemories(Experiment):
         kv = key_value_memories(model, inputs, nxt, k=cfg.top_k, norm=cfg.norm)
         L = len(kv.layers)
         row: dict = {"n_layers": L, "n_positions": kv.n_positions}
-        for s in kv.summary():
+        for s, st in zip(kv.summary(), same_token_shuffled(kv, inputs)):
             l = s["layer"]
             row[f"agree_L{l}"], row[f"shuffled_L{l}"] = s["agreement"], s["shuffled"]
             row[f"rank_L{l}"] = s["median_rank"]
+            row[f"sametok_L{l}"] = st
         up = _upper(L)
         lo = [l for l in range(L) if l not in up]
         a_up = float(np.mean([row[f"agree_L{l}"] for l in up]))
         a_lo = float(np.mean([row[f"agree_L{l}"] for l in lo]))
         s_up = float(np.mean([row[f"shuffled_L{l}"] for l in up]))
         row.update({"agree_upper": a_up, "agree_lower": a_lo, "shuffled_upper": s_up, "depth_gap": a_up - a_lo,
-                    "upper_minus_shuffled": a_up - s_up,
-                    "upper_ratio": a_up / s_up if s_up > 0 else (float("inf") if a_up > 0 else float("nan"))})
+                    "upper_minus_shuffled": a_up - s_up, "upper_ratio": _ratio(a_up, s_up)})
+        # upper-exceeds-shuffled's null (2026-12-06): the same-last-token shuffle in place of the agreement
+        st = [row[f"sametok_L{l}"] for l in up if np.isfinite(row[f"sametok_L{l}"])]
+        t_up = float(np.mean(st)) if st else float("nan")
+        row.update({"sametok_upper": t_up, "sametok_minus_shuffled": t_up - s_up, "sametok_ratio": _ratio(t_up, s_up)})
         return row
 
     def _shakespeare(self, cfg: MLPMemoriesConfig, ctx: PointContext):
@@ -331,8 +380,11 @@ class MLPMemories(Experiment):
         mr = {k: float(np.mean(list(ratio[k].values()))) for k in cfg.kinds}
         ok2 = all(mr[k] >= 3 and _lo(sd[k]) > 0 for k in cfg.kinds)
         kmin2 = min(cfg.kinds, key=lambda k: mr[k])
-        ndiff = {k: seed_values(nul, "upper_minus_shuffled", kind=k) for k in cfg.kinds}
-        nratio = {k: seed_values(nul, "upper_ratio", kind=k) for k in cfg.kinds}
+        # upper-exceeds-shuffled's null (2026-12-06): on the trained GPTs, the shuffle restricted to neuron pairs
+        # whose top-1 triggers end in the same token, in place of the agreement (columns sametok_*)
+        ndiff = {k: seed_values(results, "sametok_minus_shuffled", kind=k) for k in cfg.kinds}
+        nratio = {k: seed_values(results, "sametok_ratio", kind=k) for k in cfg.kinds}
+        details["random_init_ratio (contrast)"] = {k: seed_values(nul, "upper_ratio", kind=k) for k in cfg.kinds}
         null2: tuple = (None, None)
         if all(ndiff[k] and np.isfinite(list(ndiff[k].values())).all() for k in cfg.kinds):
             nsd = {k: across_seeds(list(ndiff[k].values())) for k in cfg.kinds}
@@ -340,8 +392,8 @@ class MLPMemories(Experiment):
             nmr = {k: float(np.mean(list(nratio[k].values()))) for k in cfg.kinds}
             nk2 = min(cfg.kinds, key=lambda k: nmr[k] if np.isfinite(nmr[k]) else -np.inf)
             null2 = (nmr[nk2], bool(all(np.isfinite(nmr[k]) and nmr[k] >= 3 and _lo(nsd[k]) > 0 for k in cfg.kinds)))
-            details["null_ratio"] = {k: {"mean": nmr[k], "per_seed": nratio[k], "difference_ci95": nsd[k].ci}
-                                     for k in cfg.kinds}
+            details["null_sametok_ratio"] = {k: {"mean": nmr[k], "per_seed": nratio[k], "difference_ci95": nsd[k].ci}
+                                             for k in cfg.kinds}
         out.append(self.judge(cfg, "upper-exceeds-shuffled", value=mr[kmin2], passed=ok2, ci=sd[kmin2].ci,
                               ci_kind=sd[kmin2].kind + f" of upper agreement - shuffled (kind {kmin2})",
                               n_seeds=sd[kmin2].n, gates=gates, null=null2,
