@@ -64,6 +64,32 @@ def test_learning_null_arms_that_meet_the_rule_are_inconclusive(tmp_path):
     assert v.outcome == "inconclusive" and any("null arm not measured" in r for r in v.reasons)
 
 
+def test_learning_variant_claims_null_is_the_shuffled_gpt_rot_over_the_trained_one(tmp_path):
+    """uni-effective / pos-effective (2026-12-06): the null is the shuffled arm's GPT_rot in GPT_uni's / GPT_pos's
+    place over the real GPT_rot, paired by seed; the random-init variants (arm null) decide nothing."""
+    from lmsci.experiments.syntax.cfg_learning import pos_or_shuffled_rot_acc, uni_or_shuffled_rot_acc
+
+    acc = {"rope": [0.99, 0.985, 0.995], "uni": [0.97, 0.95, 0.98], "posonly": [0.96, 0.97, 0.95]}
+    df = learning_rows(acc, rand=0.02)
+    df.loc[df["arm"] == "null", "acc"] = 0.95  # a random init that meets the rule: not the claims' null any more
+    sh = df["arm"] == "shuffled"
+    assert uni_or_shuffled_rot_acc(df[sh]).tolist() == [0.02] * 3
+    assert uni_or_shuffled_rot_acc(df[df["arm"] == "real"]).tolist() == acc["uni"]
+    assert pos_or_shuffled_rot_acc(df[df["arm"] == "real"]).tolist() == acc["posonly"]
+    assert uni_or_shuffled_rot_acc(df[df["arm"] == "null"]).empty  # the random-init rows are not read
+    vs = lverdicts(df, tmp_path)
+    for c in ("uni-effective", "pos-effective"):
+        assert vs[c].outcome == "reproduced" and vs[c].null_passed is False, c
+        assert vs[c].null_value == pytest.approx(sum(0.02 / r for r in acc["rope"]) / 3), c
+    shuffled_acc = [0.9, 0.85, 0.88]  # a bag-of-tokens GPT_rot at 0.85-0.9 of the real one: the null meets it
+    df.loc[sh, "acc"] = [shuffled_acc[k] for k in df.loc[sh, "seed_index"]]
+    df.loc[df["arm"] == "null", "acc"] = 0.02
+    vs = lverdicts(df, tmp_path)
+    for c in ("uni-effective", "pos-effective"):
+        assert vs[c].outcome == "inconclusive" and vs[c].null_passed is True, c
+        assert vs[c].null_value == pytest.approx(sum(a / r for a, r in zip(shuffled_acc, acc["rope"])) / 3), c
+
+
 def test_learning_failures_are_not_reproduced(tmp_path):
     vs = lverdicts(learning_rows({"rope": [0.6, 0.5, 0.7], "learned": [0.7, 0.4, 0.75], "uni": [0.1, 0.2, 0.1]}),
                    tmp_path)
@@ -198,8 +224,9 @@ def test_smoke_runs_end_to_end(tmp_path):
     # smoke runs no GPT (absolute), so rot-beats-abs has no null arm; pos-effective's null ratio divides by the
     # smoke GPT_rot's accuracy, 0 after 4 steps: not computed. Neither may meet its rule.
     assert vs["rot-beats-abs"].null_passed is None and vs["pos-effective"].null_passed is not True
-    # smoke trains no GPT_uni either: uni-effective's null arm is not measured (never met)
-    assert vs["uni-effective"].null_passed is None
+    # smoke trains no GPT_uni (uni-effective has no real value); its null, the shuffled GPT_rot over the smoke
+    # GPT_rot, is the same ratio as pos-effective's
+    assert vs["uni-effective"].value is None and vs["uni-effective"].null_value == vs["pos-effective"].null_value
     run = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p",
                          progress=False, log=lambda *a, **k: None)
     res = run.results()
