@@ -66,17 +66,18 @@ def test_ood_null_arm_meeting_the_rule_is_inconclusive():
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-depth
-def _depth(deep_ood, shallow_ood, deep_id=0.95, null=(0.0, 0.0)):
-    """Rows of an igsm-depth table: the trained deep and shallow models (arm real) and their random-init models (arm
-    null), one row each per seed."""
+def _depth(deep_ood, shallow_ood, deep_id=0.95, null=None):
+    """Rows of an igsm-depth table: the trained deep and shallow models (arm real) and a second trained shallow model
+    (arm null, model shallow-2; ``null``: its OOD accuracy, default the shallow model's), one row each per seed."""
+    null = shallow_ood if null is None else null
     rows = []
     for k, j in enumerate((0.0, 0.02, -0.02)):
         rows.append({"status": "ok", "seed_index": k, "arm": "real", "model": "deep", "acc_ood_mean": deep_ood + j,
                      "acc_greedy_id": deep_id, "n_params": 1000})
         rows.append({"status": "ok", "seed_index": k, "arm": "real", "model": "shallow",
                      "acc_ood_mean": shallow_ood + j / 2, "acc_greedy_id": 0.9, "n_params": 1100})
-        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "deep", "acc_ood_mean": null[0] + j})
-        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "shallow", "acc_ood_mean": null[1] + j / 2})
+        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "shallow-2",
+                     "acc_ood_mean": null - j / 3, "acc_greedy_id": 0.9})
     return rows
 
 
@@ -86,10 +87,29 @@ def test_depth_verdicts():
     assert outcomes(exp, cfg, _depth(0.55, 0.60)) == {"deeper-wins-ood": N}
     assert outcomes(exp, cfg, _depth(0.90, 0.60, deep_id=0.2)) == {"deeper-wins-ood": I}
     assert outcomes(exp, cfg, [r for r in _depth(0.9, 0.6) if r["model"] == "deep"]) == {"deeper-wins-ood": I}
-    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60, null=(0.3, 0.0))), None)[0]
-    assert v.outcome == I and v.null_passed and v.rule_passed  # the null arm meets the rule
+    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60)), None)[0]
+    assert v.null_passed is False and v.null_value == pytest.approx(0.0, abs=1e-9)  # shallow-2 minus the real shallow
+    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60, null=0.8)), None)[0]
+    assert v.outcome == I and v.null_passed and v.rule_passed  # a second shallow model beats the first: inconclusive
+    assert v.null_value == pytest.approx(0.2)
     assert outcomes(exp, IGSMDepthConfig(), _depth(0.90, 0.60)) == {"deeper-wins-ood": I}  # quick: below scale
     assert outcomes(exp, IGSMDepthConfig(**GPU), _depth(0.90, 0.60)) == {"deeper-wins-ood": I}  # gpu: values only
+
+
+def test_depth_null_arm_is_a_second_shallow_model_with_its_own_seed():
+    from lmsci.config import resolve_config
+
+    exp = IGSMDepth()
+    pts = exp.points(resolve_config(IGSMDepthConfig, "paper"))
+    null = [p for p in pts if p.arm == "null"]
+    assert len(null) == 1 and null[0].params["model"] == "shallow-2"
+    shallow = next(p for p in pts if p.params["model"] == "shallow")
+    assert exp.shape(IGSMDepthConfig(), null[0]) == exp.shape(IGSMDepthConfig(), shallow)
+    cfg = IGSMDepthConfig()
+    assert exp.point_seed(cfg, null[0]) != exp.point_seed(cfg, shallow)  # another init and problem stream
+    assert exp.point_seed(cfg, pts[0]) == exp.point_seed(cfg, shallow)  # the real shapes stay paired
+    # the third training does not fit the values-only gpu preset: no null arm there (nor at quick)
+    assert all(p.arm == "real" for p in exp.points(resolve_config(IGSMDepthConfig, "gpu")))
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-retry
