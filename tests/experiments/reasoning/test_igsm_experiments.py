@@ -183,8 +183,8 @@ def test_retry_points_and_keys():
 
 # -------------------------------------------------------------------------------------------------- igsm-probing
 def _probe(nece, dep, acc_id=0.95, null_gap=-0.05):
-    """Rows of an igsm-probing table: the trained model's probes (arm real) and the random-init model in its place
-    (arm null), one row each per seed."""
+    """Rows of an igsm-probing table: the trained model's probes (arm real) and a model trained without solutions in
+    its place (arm null, gap ``null_gap``), one row each per seed."""
     rows = []
     for k, j in enumerate((0.0, 0.005, -0.005)):
         r = {"status": "ok", "seed_index": k, "arm": "real", "acc_greedy_id": acc_id}
@@ -193,7 +193,8 @@ def _probe(nece, dep, acc_id=0.95, null_gap=-0.05):
             r.update({f"{t}_acc": acc + j, f"{t}_majority": maj, f"{t}_rand": rand,
                       f"{t}_gap": acc + j - max(maj, rand)})
             if t != "can_next":
-                n.update({f"{t}_acc": rand, f"{t}_rand": rand, f"{t}_majority": maj, f"{t}_gap": null_gap + j})
+                n.update({f"{t}_acc": max(maj, rand) + null_gap + j, f"{t}_rand": rand, f"{t}_majority": maj,
+                          f"{t}_gap": null_gap + j})
         rows += [r, n]
     return rows
 
@@ -207,10 +208,35 @@ def test_probing_verdicts():
     assert outcomes(exp, cfg, _probe((0.90, 0.747, 0.85), (0.88, 0.846, 0.80))) == {"nece-probe": N, "dep-probe": N}
     assert outcomes(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), acc_id=0.1)) == \
         {"nece-probe": I, "dep-probe": I}
-    # a random-init model whose probe beats another random init by 10 points: the rule cannot tell
+    # a model trained without solutions whose probe beats the majority and random-init probe by 10 points: the rule
+    # cannot tell reasoning from reading the text
     vs = verdicts(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), null_gap=0.15))
     assert all(v.outcome == I and v.null_passed for v in vs.values())
     assert set(outcomes(exp, IGSMProbingConfig(), _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85))).values()) == {I}
+
+
+def test_probing_null_model_reads_problems_without_solutions():
+    from lmsci.config import resolve_config
+    from lmsci.experiments.reasoning._igsm_null_models import prompt_only_windows
+    from lmsci.experiments.reasoning.igsm_common import tokenizer_of, world_of
+
+    cfg = resolve_config(IGSMProbingConfig, "smoke")
+    world = world_of(cfg)
+    tok = tokenizer_of(cfg, world)
+    x, y = next(prompt_only_windows(world, tok, 256, 3, seed=5))
+    assert x.shape == y.shape == (3, 256) and (x[:, 1:] == y[:, :-1]).all()
+    ids = set(x.flatten().tolist())
+    sol, ans = tok.encode("<sol>"), tok.encode("<ans>")
+    assert len(sol) == 1 and sol[0] in ids  # every document ends its question with <sol> ...
+    assert not set(ans) & ids  # ... and no answer follows
+    flat = x.flatten().tolist()
+    after_sol = {flat[i + 1] for i, t in enumerate(flat[:-1]) if t == sol[0]}
+    assert after_sol == {tok.eos_id}  # nothing of a solution after <sol>
+    again, _ = next(prompt_only_windows(world, tok, 256, 3, seed=5))
+    assert (again == x).all()
+    exp = IGSMProbing()
+    assert [p.arm for p in exp.points(cfg)] == ["real", "null"]
+    assert all(p.arm == "real" for p in exp.points(resolve_config(IGSMProbingConfig, "gpu")))
 
 
 # ----------------------------------------------------------------------------------------------------- igsm-noop

@@ -1,0 +1,90 @@
+"""Null-arm models of the iGSM experiments that are trained on altered documents (issue 44 item 4).
+
+* :func:`prompt_only_batch_fn` -- training batches of the problem statements and questions WITHOUT their solutions
+  (``<bos> <prob> problem question <sol> <eos>``, packed as :func:`lmsci.worlds.igsm.tokenizer.packed_windows` packs
+  full documents): a model that reads the text but never reasons to an answer (``igsm-probing``'s null arm).
+* :func:`train_null_model` -- train one model of ``shape`` on such a ``get_batch`` with the same training
+  configuration, checkpointing and logging as :func:`lmsci.experiments.reasoning.igsm_common.train_members`
+  (one model, not stacked), its initialisation from ``derive_seed(ctx.seed, "init", tag)`` and its data from
+  ``derive_seed(ctx.seed, "data", tag)``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+
+from lmsci.errors import ConfigError
+from lmsci.experiments.base import PointContext
+from lmsci.experiments.reasoning.igsm_common import IGSMCommonConfig, Trained, build_gpt
+from lmsci.runs import derive_seed
+from lmsci.train import trainer
+from lmsci.worlds.igsm import IGSMWorld
+from lmsci.worlds.igsm.tokenizer import IGSMTokenizer
+
+
+def prompt_only_windows(world: IGSMWorld, tok: IGSMTokenizer, seq_len: int, batch_size: int,
+                        seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Packed training windows of fresh train-split problems WITHOUT solutions, for ever, deterministic per ``seed``.
+
+    Each document is ``<bos>`` + the tokens of ``Problem.prompt()`` (``<prob> problem question <sol>``) + ``<eos>``;
+    documents are concatenated and cut into consecutive ``seq_len + 1`` token windows.
+
+    Yields:
+        ``(input_ids, targets)``, LongTensors ``[batch_size, seq_len]`` (``targets``: the input shifted by one).
+
+    Raises:
+        ConfigError: seq_len or batch_size < 1.
+    """
+    if seq_len < 1:
+        raise ConfigError("seq_len", seq_len, "an integer >= 1")
+    if batch_size < 1:
+        raise ConfigError("batch_size", batch_size, "an integer >= 1")
+    probs = world.stream(random.Random(seed).getrandbits(63), split="train")
+    W = seq_len + 1
+    buf = np.empty(0, dtype=np.int64)
+    while True:
+        out = np.empty((batch_size, W), dtype=np.int64)
+        for b in range(batch_size):
+            while len(buf) < W:
+                ids = tok.encode(next(probs).prompt())
+                buf = np.concatenate([buf, [tok.bos_id], ids, [tok.eos_id]])
+            out[b], buf = buf[:W], buf[W:]
+        yield torch.from_numpy(out[:, :-1].copy()), torch.from_numpy(out[:, 1:].copy())
+
+
+def prompt_only_batch_fn(world: IGSMWorld, tok: IGSMTokenizer, seq_len: int,
+                         batch_size: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
+    """A ``get_batch(step, generator)`` for :func:`lmsci.train.trainer.train` drawing :func:`prompt_only_windows`
+    seeded from ``generator`` (as :func:`lmsci.worlds.igsm.tokenizer.get_batch_fn`)."""
+
+    def get_batch(step, generator):
+        s = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+        return next(prompt_only_windows(world, tok, seq_len, batch_size, seed=s))
+
+    return get_batch
+
+
+def train_null_model(cfg: IGSMCommonConfig, ctx: PointContext, tok: IGSMTokenizer, shape: tuple[int, int, int],
+                     get_batch: Callable, tag: str) -> Trained:
+    """Train one GPT of ``shape`` (``(n_layers, n_heads, d_model)``) for ``cfg.train.steps`` steps on ``get_batch``
+    with ``cfg``'s trainer settings (as :func:`~lmsci.experiments.reasoning.igsm_common.train_members`, one model);
+    initialisation ``derive_seed(ctx.seed, "init", tag)``, data seed ``derive_seed(ctx.seed, "data", tag)``,
+    checkpoints under ``ctx.artifact_dir / f"ckpt{tag}"``.
+
+    Returns:
+        :class:`~lmsci.experiments.reasoning.igsm_common.Trained`, the model in eval mode on ``ctx.device``.
+    """
+    steps = cfg.train.steps
+    tc = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), device=ctx.device,
+                                log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1),
+                                precision=cfg.precision)
+    model = build_gpt(cfg, tok, shape, derive_seed(ctx.seed, "init", tag))
+    bar = ctx.progress(steps, f"train{tag}")
+    res = trainer.train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data", tag),
+                        log=lambda rec: ctx.log(**rec), checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
+    bar.close()
+    return Trained(model.eval(), res.final)
