@@ -28,14 +28,14 @@ def verdicts(exp, cfg, rows):
 
 # ------------------------------------------------------------------------------------------------------ igsm-ood
 def _ood(acc_id, acc8, unneeded, jitter=(0.0, 0.01, -0.01), null_acc=0.0, null_unneeded=4.0):
-    """Rows of an igsm-ood table: the trained model (real arm), a random-init model (rand arm) and the brute-force
-    solver (brute arm), one row each per seed."""
+    """Rows of an igsm-ood table: the trained model (real arm), a model trained on shuffled solution values (shuffled
+    arm) and the brute-force solver (brute arm), one row each per seed."""
     rows = []
     for k, j in enumerate(jitter):
         rows.append({"status": "ok", "seed_index": k, "arm": "real", "max_op": 6, "acc_greedy_id": acc_id + j,
                      "acc_greedy_op7": acc8 + 0.02, "acc_greedy_op8": acc8 + j, "acc_greedy_ood2": acc8 + j,
                      "acc_beam4_op8": acc8, "acc_greedy_reask": acc8, "unneeded_per_correct_greedy_id": unneeded + abs(j)})
-        rows.append({"status": "ok", "seed_index": k, "arm": "rand", "max_op": 6, "acc_greedy_ood2": null_acc})
+        rows.append({"status": "ok", "seed_index": k, "arm": "shuffled", "max_op": 6, "acc_greedy_ood2": null_acc})
         rows.append({"status": "ok", "seed_index": k, "arm": "brute", "max_op": 6,
                      "unneeded_per_correct_greedy_id": null_unneeded})
     return rows
@@ -63,6 +63,30 @@ def test_ood_null_arm_meeting_the_rule_is_inconclusive():
     # a table without the null arms' rows: the null arm is not measured
     rows = [r for r in _ood(0.99, 0.92, 0.0) if r["arm"] == "real"]
     assert all(any("null arm not measured" in r for r in v.reasons) for v in verdicts(exp, cfg, rows).values())
+
+
+def test_ood_shuffled_values_documents_keep_the_format_and_fail_the_checker():
+    import random
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.reasoning._igsm_null_models import shuffled_values_text
+    from lmsci.worlds.igsm import IGSMWorld
+    from lmsci.worlds.igsm.checker import check_solution
+
+    world, rnd = IGSMWorld("igsm-tiny"), random.Random(11)
+    passed = 0
+    for i in range(40):
+        p = world.sample(rnd, op=8, split="test")
+        true, shuf = p.text()[0], shuffled_values_text(p, random.Random(i))
+        assert shuf.startswith(p.prompt()) and shuf.count(" Define ") == true.count(" Define ") == len(p.necessary)
+        strip = lambda t: [w for w in t.split("<sol>")[1].split() if not w.rstrip(".;").isdigit()]
+        assert len(strip(shuf)) == len(strip(true))  # the same words, only numbers differ
+        assert check_solution(p, true.split("<sol>")[1]).correct
+        passed += check_solution(p, shuf.split("<sol>")[1]).correct
+    assert passed <= 8  # at op 8 a shuffled solution passes only by coincidences mod 23
+    exp = IGSMOOD()
+    assert [p.arm for p in exp.points(resolve_config(IGSMOODConfig, "paper"))] == ["real", "shuffled", "brute"]
+    assert [p.arm for p in exp.points(resolve_config(IGSMOODConfig, "gpu"))] == ["real", "brute"]
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-depth
