@@ -28,14 +28,14 @@ def verdicts(exp, cfg, rows):
 
 # ------------------------------------------------------------------------------------------------------ igsm-ood
 def _ood(acc_id, acc8, unneeded, jitter=(0.0, 0.01, -0.01), null_acc=0.0, null_unneeded=4.0):
-    """Rows of an igsm-ood table: the trained model (real arm), a random-init model (rand arm) and the brute-force
-    solver (brute arm), one row each per seed."""
+    """Rows of an igsm-ood table: the trained model (real arm), a model trained on shuffled solution values (shuffled
+    arm) and the brute-force solver (brute arm), one row each per seed."""
     rows = []
     for k, j in enumerate(jitter):
         rows.append({"status": "ok", "seed_index": k, "arm": "real", "max_op": 6, "acc_greedy_id": acc_id + j,
                      "acc_greedy_op7": acc8 + 0.02, "acc_greedy_op8": acc8 + j, "acc_greedy_ood2": acc8 + j,
                      "acc_beam4_op8": acc8, "acc_greedy_reask": acc8, "unneeded_per_correct_greedy_id": unneeded + abs(j)})
-        rows.append({"status": "ok", "seed_index": k, "arm": "rand", "max_op": 6, "acc_greedy_ood2": null_acc})
+        rows.append({"status": "ok", "seed_index": k, "arm": "shuffled", "max_op": 6, "acc_greedy_ood2": null_acc})
         rows.append({"status": "ok", "seed_index": k, "arm": "brute", "max_op": 6,
                      "unneeded_per_correct_greedy_id": null_unneeded})
     return rows
@@ -65,18 +65,43 @@ def test_ood_null_arm_meeting_the_rule_is_inconclusive():
     assert all(any("null arm not measured" in r for r in v.reasons) for v in verdicts(exp, cfg, rows).values())
 
 
+def test_ood_shuffled_values_documents_keep_the_format_and_fail_the_checker():
+    import random
+
+    from lmsci.config import resolve_config
+    from lmsci.experiments.reasoning._igsm_null_models import shuffled_values_text
+    from lmsci.worlds.igsm import IGSMWorld
+    from lmsci.worlds.igsm.checker import check_solution
+
+    world, rnd = IGSMWorld("igsm-tiny"), random.Random(11)
+    passed = 0
+    for i in range(40):
+        p = world.sample(rnd, op=8, split="test")
+        true, shuf = p.text()[0], shuffled_values_text(p, random.Random(i))
+        assert shuf.startswith(p.prompt()) and shuf.count(" Define ") == true.count(" Define ") == len(p.necessary)
+        strip = lambda t: [w for w in t.split("<sol>")[1].split() if not w.rstrip(".;").isdigit()]
+        assert len(strip(shuf)) == len(strip(true))  # the same words, only numbers differ
+        assert check_solution(p, true.split("<sol>")[1]).correct
+        passed += check_solution(p, shuf.split("<sol>")[1]).correct
+    assert passed <= 8  # at op 8 a shuffled solution passes only by coincidences mod 23
+    exp = IGSMOOD()
+    assert [p.arm for p in exp.points(resolve_config(IGSMOODConfig, "paper"))] == ["real", "shuffled", "brute"]
+    assert [p.arm for p in exp.points(resolve_config(IGSMOODConfig, "gpu"))] == ["real", "brute"]
+
+
 # ---------------------------------------------------------------------------------------------------- igsm-depth
-def _depth(deep_ood, shallow_ood, deep_id=0.95, null=(0.0, 0.0)):
-    """Rows of an igsm-depth table: the trained deep and shallow models (arm real) and their random-init models (arm
-    null), one row each per seed."""
+def _depth(deep_ood, shallow_ood, deep_id=0.95, null=None):
+    """Rows of an igsm-depth table: the trained deep and shallow models (arm real) and a second trained shallow model
+    (arm null, model shallow-2; ``null``: its OOD accuracy, default the shallow model's), one row each per seed."""
+    null = shallow_ood if null is None else null
     rows = []
     for k, j in enumerate((0.0, 0.02, -0.02)):
         rows.append({"status": "ok", "seed_index": k, "arm": "real", "model": "deep", "acc_ood_mean": deep_ood + j,
                      "acc_greedy_id": deep_id, "n_params": 1000})
         rows.append({"status": "ok", "seed_index": k, "arm": "real", "model": "shallow",
                      "acc_ood_mean": shallow_ood + j / 2, "acc_greedy_id": 0.9, "n_params": 1100})
-        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "deep", "acc_ood_mean": null[0] + j})
-        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "shallow", "acc_ood_mean": null[1] + j / 2})
+        rows.append({"status": "ok", "seed_index": k, "arm": "null", "model": "shallow-2",
+                     "acc_ood_mean": null - j / 3, "acc_greedy_id": 0.9})
     return rows
 
 
@@ -86,10 +111,29 @@ def test_depth_verdicts():
     assert outcomes(exp, cfg, _depth(0.55, 0.60)) == {"deeper-wins-ood": N}
     assert outcomes(exp, cfg, _depth(0.90, 0.60, deep_id=0.2)) == {"deeper-wins-ood": I}
     assert outcomes(exp, cfg, [r for r in _depth(0.9, 0.6) if r["model"] == "deep"]) == {"deeper-wins-ood": I}
-    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60, null=(0.3, 0.0))), None)[0]
-    assert v.outcome == I and v.null_passed and v.rule_passed  # the null arm meets the rule
+    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60)), None)[0]
+    assert v.null_passed is False and v.null_value == pytest.approx(0.0, abs=1e-9)  # shallow-2 minus the real shallow
+    v = exp.verdicts(cfg, pd.DataFrame(_depth(0.90, 0.60, null=0.8)), None)[0]
+    assert v.outcome == I and v.null_passed and v.rule_passed  # a second shallow model beats the first: inconclusive
+    assert v.null_value == pytest.approx(0.2)
     assert outcomes(exp, IGSMDepthConfig(), _depth(0.90, 0.60)) == {"deeper-wins-ood": I}  # quick: below scale
     assert outcomes(exp, IGSMDepthConfig(**GPU), _depth(0.90, 0.60)) == {"deeper-wins-ood": I}  # gpu: values only
+
+
+def test_depth_null_arm_is_a_second_shallow_model_with_its_own_seed():
+    from lmsci.config import resolve_config
+
+    exp = IGSMDepth()
+    pts = exp.points(resolve_config(IGSMDepthConfig, "paper"))
+    null = [p for p in pts if p.arm == "null"]
+    assert len(null) == 1 and null[0].params["model"] == "shallow-2"
+    shallow = next(p for p in pts if p.params["model"] == "shallow")
+    assert exp.shape(IGSMDepthConfig(), null[0]) == exp.shape(IGSMDepthConfig(), shallow)
+    cfg = IGSMDepthConfig()
+    assert exp.point_seed(cfg, null[0]) != exp.point_seed(cfg, shallow)  # another init and problem stream
+    assert exp.point_seed(cfg, pts[0]) == exp.point_seed(cfg, shallow)  # the real shapes stay paired
+    # the third training does not fit the values-only gpu preset: no null arm there (nor at quick)
+    assert all(p.arm == "real" for p in exp.points(resolve_config(IGSMDepthConfig, "gpu")))
 
 
 # ---------------------------------------------------------------------------------------------------- igsm-retry
@@ -163,8 +207,8 @@ def test_retry_points_and_keys():
 
 # -------------------------------------------------------------------------------------------------- igsm-probing
 def _probe(nece, dep, acc_id=0.95, null_gap=-0.05):
-    """Rows of an igsm-probing table: the trained model's probes (arm real) and the random-init model in its place
-    (arm null), one row each per seed."""
+    """Rows of an igsm-probing table: the trained model's probes (arm real) and a model trained without solutions in
+    its place (arm null, gap ``null_gap``), one row each per seed."""
     rows = []
     for k, j in enumerate((0.0, 0.005, -0.005)):
         r = {"status": "ok", "seed_index": k, "arm": "real", "acc_greedy_id": acc_id}
@@ -173,7 +217,8 @@ def _probe(nece, dep, acc_id=0.95, null_gap=-0.05):
             r.update({f"{t}_acc": acc + j, f"{t}_majority": maj, f"{t}_rand": rand,
                       f"{t}_gap": acc + j - max(maj, rand)})
             if t != "can_next":
-                n.update({f"{t}_acc": rand, f"{t}_rand": rand, f"{t}_majority": maj, f"{t}_gap": null_gap + j})
+                n.update({f"{t}_acc": max(maj, rand) + null_gap + j, f"{t}_rand": rand, f"{t}_majority": maj,
+                          f"{t}_gap": null_gap + j})
         rows += [r, n]
     return rows
 
@@ -187,10 +232,35 @@ def test_probing_verdicts():
     assert outcomes(exp, cfg, _probe((0.90, 0.747, 0.85), (0.88, 0.846, 0.80))) == {"nece-probe": N, "dep-probe": N}
     assert outcomes(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), acc_id=0.1)) == \
         {"nece-probe": I, "dep-probe": I}
-    # a random-init model whose probe beats another random init by 10 points: the rule cannot tell
+    # a model trained without solutions whose probe beats the majority and random-init probe by 10 points: the rule
+    # cannot tell reasoning from reading the text
     vs = verdicts(exp, cfg, _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85), null_gap=0.15))
     assert all(v.outcome == I and v.null_passed for v in vs.values())
     assert set(outcomes(exp, IGSMProbingConfig(), _probe((0.998, 0.747, 0.76), (0.997, 0.846, 0.85))).values()) == {I}
+
+
+def test_probing_null_model_reads_problems_without_solutions():
+    from lmsci.config import resolve_config
+    from lmsci.experiments.reasoning._igsm_null_models import prompt_only_windows
+    from lmsci.experiments.reasoning.igsm_common import tokenizer_of, world_of
+
+    cfg = resolve_config(IGSMProbingConfig, "smoke")
+    world = world_of(cfg)
+    tok = tokenizer_of(cfg, world)
+    x, y = next(prompt_only_windows(world, tok, 256, 3, seed=5))
+    assert x.shape == y.shape == (3, 256) and (x[:, 1:] == y[:, :-1]).all()
+    ids = set(x.flatten().tolist())
+    sol, ans = tok.encode("<sol>"), tok.encode("<ans>")
+    assert len(sol) == 1 and sol[0] in ids  # every document ends its question with <sol> ...
+    assert not set(ans) & ids  # ... and no answer follows
+    flat = x.flatten().tolist()
+    after_sol = {flat[i + 1] for i, t in enumerate(flat[:-1]) if t == sol[0]}
+    assert after_sol == {tok.eos_id}  # nothing of a solution after <sol>
+    again, _ = next(prompt_only_windows(world, tok, 256, 3, seed=5))
+    assert (again == x).all()
+    exp = IGSMProbing()
+    assert [p.arm for p in exp.points(cfg)] == ["real", "null"]
+    assert all(p.arm == "real" for p in exp.points(resolve_config(IGSMProbingConfig, "gpu")))
 
 
 # ----------------------------------------------------------------------------------------------------- igsm-noop

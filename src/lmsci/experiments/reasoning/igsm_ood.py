@@ -19,9 +19,16 @@ nothing; ``gpu`` is a values-only run at a larger scale than ``quick``: igsm-sma
 trained 1,500 steps x 32 x 768 tokens, decoded on 64 problems a bucket (~8 min of one H100 estimated by
 :mod:`lmsci.experiments.reasoning._igsm_gpu_budget`, mostly host data generation and beam decoding).
 
-Null arms are arms of the sweep, measured in the same run: ``ood-accuracy`` -- the ``rand`` arm (point
-``rand-gpt``): the same greedy accuracy at op ``max_op + 2`` of a random-init model of the same shape (per seed,
-never trained); ``planning`` -- the ``brute`` arm (point ``brute-gpt``): unnecessary parameters per solution of the
+Null arms are arms of the sweep, measured in the same run: ``ood-accuracy`` -- the ``shuffled`` arm (point
+``shuffled-gpt``; ``null_arm``: on at ``paper`` and ``smoke``, off at ``quick`` and ``gpu``, whose second training
+would take the values-only ``gpu`` preset to ~13 min of one H100 estimated, over its 9-minute budget): the same
+greedy accuracy at op ``max_op + 2``, on the same problems, of a model of the same shape trained on the same recipe
+with its solutions' values shuffled among the steps
+(:func:`~lmsci.experiments.reasoning._igsm_null_models.shuffled_values_text`: format, symbols and dependency order
+kept, arithmetic removed -- shuffled labels); it meets the rule only if the full-solution checker can be passed
+without computing, so it tests the checker (a perfect copy of such documents passes it on ~4% of igsm-tiny op-8
+problems, by coincidences mod 23; until 2026-12-06 this arm was a random-init model, which passes nothing);
+``planning`` -- the ``brute`` arm (point ``brute-gpt``): unnecessary parameters per solution of the
 brute-force solver that computes every parameter the problem defines (correct by construction, no planning: the
 level-0 reasoning Part 2.1 contrasts with the model's), counted on the same in-distribution test problems. Both claims
 are judged by the claims engine (no hand-written verdicts).
@@ -37,8 +44,8 @@ import pandas as pd
 from lmsci.claims import Claim, Gate, Stat, mean_at_least, mean_at_most
 from lmsci.experiments.base import Figure, Point, PointContext, save_figure
 from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAPER, IGSMCommonConfig, IGSMExperiment,
-                                           evaluate_ops, ok_rows, random_init, test_set, tokenizer_of,
-                                           world_of)
+                                           evaluate_ops, ok_rows, test_set, tokenizer_of, world_of)
+from lmsci.experiments.reasoning._igsm_null_models import shuffled_values_batch_fn, train_null_model
 from lmsci.experiments.reasoning._igsm_gpu_budget import run_seconds, time_text
 from lmsci.experiments.registry import register
 from lmsci.errors import ConfigError
@@ -50,14 +57,20 @@ UNNEEDED_MAX = 0.1     # registered rule: unnecessary parameters per correct in-
 
 
 class IGSMOODConfig(IGSMCommonConfig):
-    """Configuration of ``igsm-ood`` (the shared iGSM fields; ``ood_extra >= 2``)."""
+    """Configuration of ``igsm-ood`` (the shared iGSM fields; ``ood_extra >= 2``).
+
+    Attributes:
+        null_arm: train and decode the ``shuffled`` arm's model (off at quick and gpu: see the module).
+    """
+
+    null_arm: bool = True
 
     PRESETS = {
         "smoke": {**SMOKE},
-        "quick": {"train.steps": 1000, "n_eval": 16},
+        "quick": {"train.steps": 1000, "n_eval": 16, "null_arm": False},
         # values only (the claims are decided at paper): one seed, 1500 x 32 x 768 tokens (was 3 x 5000 x 96 x 768)
         "gpu": {**GPU, "train.steps": 1500, "train.batch_size": 32, "train.warmup_steps": 150, "n_eval": 64,
-                "n_seeds": 1},
+                "n_seeds": 1, "null_arm": False},
         "paper": {**PAPER, "ood_extra": 8},
     }
 
@@ -73,11 +86,13 @@ class IGSMOOD(IGSMExperiment):
     time_estimate = {"smoke": "~5 s", "quick": ("748 s wall, 489 s CPU measured (one seed, igsm-tiny, 4-layer d64, "
                      "1000 steps; 10 buckets greedy + "
                      "beam 4; one thread beside another run on a loaded 2-core machine), before the null arm's random-init "
-                     "model was decoded on one more bucket (about 1/20 of the decoding: ~+25 s, estimated)"),
+                     "model was decoded on one more bucket (about 1/20 of the decoding: ~+25 s, estimated); since "
+                     "2026-12-06 quick runs no shuffled-values null arm"),
                      "gpu": time_text(8, "1 seed x 1500 steps x 32 x 768 tokens of a 6-layer d384 GPT; 14 buckets "
-                                      "of 64 problems decoded greedily and with beam 4; was ~60 min of training "
+                                      "of 64 problems decoded greedily and with beam 4; no shuffled-values null arm (its "
+                                      "training would take it to ~13 min); was ~60 min of training "
                                       "compute alone at 3 seeds x 5000 steps x 96 x 768 tokens"),
-                     "paper": TIME_PAPER}
+                     "paper": TIME_PAPER + "; 2 models per seed (the shuffled-values null arm included)"}
 
     _SRC = "Ye, Xu, Li, Allen-Zhu, arXiv 2407.20311, Result 2 and Fig. 3"
     _GATE = Gate("in-distribution", mean_at_least(ID_GATE), arm="real",
@@ -96,9 +111,13 @@ class IGSMOOD(IGSMExperiment):
             rule=mean_at_least(OOD_MIN),
             gates=(_GATE,),
             presets=("paper",),
-            null="the same greedy accuracy at op = max_op + 2, on the same problems, of a random-init model of the same "
-                 "shape (per seed): it cannot solve anything, so the rule must fail there",
-            arms=("real", "rand"),
+            null="the same greedy accuracy at op = max_op + 2, on the same problems, of a model of the same shape "
+                 "trained on the same recipe with its solutions' values shuffled among the steps (format, symbols "
+                 "and dependency order kept, arithmetic removed); per seed; run at paper and smoke (off at quick and "
+                 "gpu)",
+            null_can_meet="yes, if the full-solution checker can be passed without computing (format, dependency "
+                          "order and copied values alone): the null arm tests the checker",
+            arms=("real", "shuffled"),
         ),
         Claim(
             "planning",
@@ -123,38 +142,44 @@ class IGSMOOD(IGSMExperiment):
         super().validate(cfg)
 
     def points(self, cfg: IGSMOODConfig) -> list[Point]:
-        # the null arms share the model's seed (point_seed strips the arm prefix): rand-gpt's random init is the one
-        # the model's row used to carry
-        return [Point("gpt", {"world": cfg.world}, arm="real"), Point("rand-gpt", {"world": cfg.world}, arm="rand"),
-                Point("brute-gpt", {"world": cfg.world}, arm="brute")]
+        # the null arms share the model's seed (point_seed strips the arm prefix)
+        pts = [Point("gpt", {"world": cfg.world}, arm="real")]
+        if cfg.null_arm:
+            pts.append(Point("shuffled-gpt", {"world": cfg.world}, arm="shuffled"))
+        return pts + [Point("brute-gpt", {"world": cfg.world}, arm="brute")]
 
     def trained_points(self, cfg: IGSMOODConfig) -> list[Point]:
-        """The points that train a model (the null arms train nothing): what the GPU estimate counts."""
-        return [p for p in self.points(cfg) if p.arm == "real"]
+        """The points that train a model (the real arm and the shuffled-values null arm): what the GPU estimate
+        counts."""
+        return [p for p in self.points(cfg) if p.arm in ("real", "shuffled")]
 
     def estimate_gpu_seconds(self, cfg: IGSMOODConfig) -> dict[str, float]:
         """Estimated seconds of a run of ``cfg`` on one H100 (:func:`~lmsci.experiments.reasoning._igsm_gpu_budget.
         run_seconds`): the trained model decoded on every bucket (in distribution, op 1 .. max_op + ood_extra, reask)
-        greedily and with beam search, and the random-init model on one bucket."""
+        greedily and with beam search, and the shuffled-values model (with the null arm) on one bucket."""
         shapes = [self.shape(cfg, p) for p in self.trained_points(cfg)]
+        s = shapes[0]
         n = 2 + world_of(cfg).cfg.max_op + cfg.ood_extra
-        decodes = [(s, n, 1) for s in shapes] + [(s, 1, 1) for s in shapes]
-        decodes += [(s, n, cfg.beam) for s in shapes] if cfg.beam > 1 else []
+        decodes = [(s, n, 1)] + [(x, 1, 1) for x in shapes[1:]]
+        decodes += [(s, n, cfg.beam)] if cfg.beam > 1 else []
         return run_seconds(cfg, shapes, decodes)
 
     def run_group(self, cfg: IGSMOODConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
         arm = points[0].arm
         if arm == "real":
             return super().run_group(cfg, points, ctxs)
-        world = world_of(cfg)  # the null arms: nothing trained
+        world = world_of(cfg)
         tok = tokenizer_of(cfg, world)
         m2 = world.cfg.max_op + 2
         rows = []
         for p, c in zip(points, ctxs):
             row = {**p.params, "max_op": world.cfg.max_op}
-            if arm == "rand":  # a random-init model of the same shape, greedy at op = max_op + 2
-                rand = evaluate_ops(cfg, random_init(cfg, tok, self.shape(cfg, p), c), tok, world, [m2], beams=(1,))
-                row["acc_greedy_ood2"] = rand[f"acc_greedy_op{m2}"]
+            if arm == "shuffled":  # trained on solutions with shuffled values, greedy at op = max_op + 2
+                get_batch = shuffled_values_batch_fn(world, tok, cfg.seq_len, cfg.train.batch_size)
+                t = train_null_model(cfg, c, tok, self.shape(cfg, p), get_batch, "shuffled")
+                acc = evaluate_ops(cfg, t.model, tok, world, [m2], beams=(1,))
+                row.update({"train_loss": float(t.final.get("loss", float("nan"))),
+                            "acc_greedy_ood2": acc[f"acc_greedy_op{m2}"]})
             else:  # the brute-force solver: every defined parameter not needed for the answer counts as unnecessary
                 probs = test_set(cfg, world, None, cfg.n_eval)
                 row["unneeded_per_correct_greedy_id"] = (sum(len(set(q.defs) - set(q.necessary)) for q in probs)
@@ -232,9 +257,9 @@ def _null_text(ok: pd.DataFrame) -> str:
     if "arm" not in ok:
         return ""
     parts = []
-    rand, brute = ok[ok["arm"] == "rand"], ok[ok["arm"] == "brute"]
+    rand, brute = ok[ok["arm"] == "shuffled"], ok[ok["arm"] == "brute"]
     if "acc_greedy_ood2" in rand and len(rand):
-        parts.append(f"a random-init model's greedy accuracy at op = max_op + 2: "
+        parts.append(f"the shuffled-values model's greedy accuracy at op = max_op + 2: "
                      f"{rand['acc_greedy_ood2'].astype(float).mean():.4f} (null arm of ood-accuracy)")
     if "unneeded_per_correct_greedy_id" in brute and len(brute):
         parts.append(f"unnecessary parameters per solution of the brute-force solver: "
