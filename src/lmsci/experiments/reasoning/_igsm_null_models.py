@@ -29,7 +29,7 @@ from lmsci.runs import derive_seed
 from lmsci.train import trainer
 from lmsci.worlds.igsm import IGSMWorld
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer
-from lmsci.worlds.igsm.world import ANS, SOL, SYMBOLS, Problem, param_expr
+from lmsci.worlds.igsm.world import ANS, SOL, SYMBOLS, Problem, solution_steps
 
 Doc = Callable[[Problem, random.Random], str]
 
@@ -48,36 +48,7 @@ def shuffled_values_text(problem: Problem, rnd: random.Random) -> str:
     rnd.shuffle(perm)
     vals = dict(zip(nec, perm))
     syms = rnd.sample(SYMBOLS, min(len(SYMBOLS), problem.op))
-    si, symbols, out = 0, {}, []
-    for p in nec:
-        s = syms[si]
-        si += 1
-        symbols[p] = s
-        lines: list = []
-
-        def operand(e):
-            nonlocal si
-            if e[0] == "num":
-                return str(e[1]), e[1]
-            if e[0] == "ref":
-                return symbols[e[1]], vals[e[1]]
-            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
-            t, r = syms[si], rnd.randrange(23)
-            si += 1
-            lines.append(f"{t} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}")
-            return t, r
-
-        e = param_expr(problem, p)
-        if e[0] == "num":
-            final = f"so {s} = {vals[p]}"
-        elif e[0] == "ref":
-            final = f"so {s} = {symbols[e[1]]} = {vals[e[1]]}"
-            vals[p] = vals[e[1]]  # a copy step keeps the value it copies (the format says so)
-        else:
-            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
-            final = f"so {s} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {vals[p]}"
-        lines.append(final)
-        out.append(f"Define {problem.param_name(p)} as {s}; " + "; ".join(lines))
+    _, out = solution_steps(problem, syms, vals, intermediate=lambda op, a, b: rnd.randrange(23))
     solution = "".join(" " + x + "." for x in out)
     return problem.prompt() + solution + ANS + f" {vals[nec[-1]]}"
 

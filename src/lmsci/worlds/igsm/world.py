@@ -61,7 +61,7 @@ import hashlib
 import math
 import random
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Literal, Optional
@@ -1105,6 +1105,62 @@ def _apply(op: str, a: int, b: int) -> int:
     return (a + b) % 23 if op == "+" else ((a - b) % 23 if op == "-" else (a * b) % 23)
 
 
+def solution_steps(problem: Problem, syms: list, vals: dict,
+                   intermediate: Callable[[str, int, int], int] | None = None) -> tuple[dict, list]:
+    """The solution's step sentences of ``problem`` (no final ``.``), one per necessary parameter in order:
+    ``Define <param> as <sym>; [<tmp> = x op y = vx op vy = r; ...] so <sym> = ...``, symbols taken from ``syms``.
+
+    Args:
+        problem: the problem (its ``necessary`` order and expressions, :func:`param_expr`).
+        syms: the symbols, one per step and intermediate result, in order of use.
+        vals: a value per necessary parameter, as the steps show them.
+        intermediate: None (the world's solution): every result is computed mod 23 from the values shown and must
+            equal ``vals`` (AssertionError otherwise); or ``intermediate(op, a, b) -> int``, an altered solution
+            (a null arm's training text): intermediate results come from it, a step's result shows ``vals[p]``, and a
+            copy step writes the value it copies into ``vals``.
+
+    Returns:
+        ``(symbols, sentences)``: the symbol of each necessary parameter and the step sentences.
+    """
+    exact = intermediate is None
+    combine = _apply if exact else intermediate
+    si, symbols, out = 0, {}, []
+    for p in problem.necessary:
+        s = syms[si]
+        si += 1
+        symbols[p] = s
+        lines: list = []
+
+        def operand(e):
+            nonlocal si
+            if e[0] == "num":
+                return str(e[1]), e[1]
+            if e[0] == "ref":
+                return symbols[e[1]], vals[e[1]]
+            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
+            r = combine(e[1], v1, v2)
+            t = syms[si]
+            si += 1
+            lines.append(f"{t} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}")
+            return t, r
+
+        e = param_expr(problem, p)
+        if e[0] == "num":
+            final = f"so {s} = {e[1] if exact else vals[p]}"
+        elif e[0] == "ref":
+            final = f"so {s} = {symbols[e[1]]} = {vals[e[1]]}"
+            if not exact:
+                vals[p] = vals[e[1]]  # a copy step keeps the value it copies (the format says so)
+        else:
+            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
+            r = _apply(e[1], v1, v2) if exact else vals[p]
+            assert r == vals[p], (p, r, vals[p])
+            final = f"so {s} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}"
+        lines.append(final)
+        out.append(f"Define {problem.param_name(p)} as {s}; " + "; ".join(lines))
+    return symbols, out
+
+
 def render(problem: Problem, rnd: random.Random, keep_problem_order: bool = False) -> None:
     """Fill ``sentences``, ``question``, ``symbols`` and ``solution_sentences`` of ``problem``."""
     m = problem.mention
@@ -1135,40 +1191,6 @@ def render(problem: Problem, rnd: random.Random, keep_problem_order: bool = Fals
     problem.question = f"How many {what} does {problem.names[i][j]} have?"
 
     syms = rnd.sample(SYMBOLS, min(len(SYMBOLS), problem.op))
-    si = 0
-    vals = problem.values
-    out = []
-    symbols = {}
-    for p in problem.necessary:
-        s = syms[si]
-        si += 1
-        symbols[p] = s
-        lines: list = []
-
-        def operand(e):
-            nonlocal si
-            if e[0] == "num":
-                return str(e[1]), e[1]
-            if e[0] == "ref":
-                return symbols[e[1]], vals[e[1]]
-            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
-            r = _apply(e[1], v1, v2)
-            t = syms[si]
-            si += 1
-            lines.append(f"{t} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}")
-            return t, r
-
-        e = param_expr(problem, p)
-        if e[0] == "num":
-            final = f"so {s} = {e[1]}"
-        elif e[0] == "ref":
-            final = f"so {s} = {symbols[e[1]]} = {vals[e[1]]}"
-        else:
-            (n1, v1), (n2, v2) = operand(e[2]), operand(e[3])
-            r = _apply(e[1], v1, v2)
-            assert r == vals[p], (p, r, vals[p])
-            final = f"so {s} = {n1} {e[1]} {n2} = {v1} {e[1]} {v2} = {r}"
-        lines.append(final)
-        out.append(f"Define {problem.param_name(p)} as {s}; " + "; ".join(lines))
+    symbols, out = solution_steps(problem, syms, problem.values)
     problem.symbols = symbols
     problem.solution_sentences = out
