@@ -20,8 +20,9 @@ from typing import Any, Sequence
 from torch import nn
 
 from lmsci.errors import ConfigError, DivergedError
-from lmsci.train.stacked import LogFn, StackedResult, train_stacked
-from lmsci.train.trainer import GetBatch, TrainConfig, train
+from lmsci.train import stacked, trainer
+from lmsci.train.stacked import LogFn, StackedResult
+from lmsci.train.trainer import GetBatch, TrainConfig
 
 
 def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch, cfg: TrainConfig, *, seeds: Sequence[int],
@@ -44,6 +45,9 @@ def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch, cfg: TrainConf
 
     Raises:
         ConfigError: ``seeds`` (or ``log``) not of the models' length.
+
+    Both trainers are looked up on their modules at call time, so a wrapper or a test's spy on
+    ``lmsci.train.trainer.train`` / ``lmsci.train.stacked.train_stacked`` sees these calls too.
     """
     k = len(models)
     if len(seeds) != k:
@@ -52,11 +56,11 @@ def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch, cfg: TrainConf
     if len(logs) != k:
         raise ConfigError("log", len(logs), f"one log callable per model ({k})")
     if stack and k > 1:
-        return train_stacked(models, get_batch, cfg, seeds=seeds, log=logs, progress=progress)
+        return stacked.train_stacked(models, get_batch, cfg, seeds=seeds, log=logs, progress=progress)
     out = StackedResult()
     for i, (m, s, lg) in enumerate(zip(models, seeds, logs)):
         try:
-            out.members.append(train(m, get_batch, cfg, seed=s, log=lg, progress=progress))
+            out.members.append(trainer.train(m, get_batch, cfg, seed=s, log=lg, progress=progress))
         except DivergedError as err:
             out.diverged[i] = err
             out.members.append(None)

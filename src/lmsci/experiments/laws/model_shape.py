@@ -355,9 +355,9 @@ class ModelShape(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: ModelShapeConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
-        """The seeds of one shape, trained stacked (several) or with the trainer (one)."""
-        from lmsci.train.stacked import train_stacked
-        from lmsci.train.trainer import train
+        """The seeds of one shape, trained stacked (several, with ``stack_seeds``: :meth:`groups`) or with the
+        trainer (one)."""
+        from lmsci.train.seeds import train_seeds
         from lmsci.worlds import shakespeare as sh
 
         corpus = self._corpus(cfg)
@@ -365,15 +365,11 @@ class ModelShape(Experiment):
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         tc = self._tcfg(cfg, ctxs[0].device)
         bar = ctxs[0].progress(cfg.train.steps, f"train x{len(points)}")
-        if len(points) == 1:
-            results = [train(models[0].to(ctxs[0].device), get_batch, tc, seed=ctxs[0].seed,
-                             log=lambda r: ctxs[0].log(**r), progress=bar)]
-        else:
-            st = train_stacked(models, get_batch, tc, seeds=[c.seed for c in ctxs],
-                               log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
-            for k in sorted(st.diverged):
-                st.raise_for(k)
-            results = st.members
+        st = train_seeds(models, get_batch, tc, seeds=[c.seed for c in ctxs], stack=True,
+                         log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
+        for k in sorted(st.diverged):
+            st.raise_for(k)
+        results = st.members
         bar.close()
         return [self._row(cfg, p, m, r, corpus) for p, m, r in zip(points, models, results)]
 

@@ -232,8 +232,7 @@ class TransformerVsLSTM(Experiment):
         """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`) with ``stack_seeds``, LSTMs one at
         a time."""
         from lmsci.measure.position_loss import position_nll
-        from lmsci.train.stacked import train_stacked
-        from lmsci.train.trainer import train
+        from lmsci.train.seeds import train_seeds
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
@@ -243,15 +242,12 @@ class TransformerVsLSTM(Experiment):
         tc = cfg.train.train_config(device=dev, log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
         bar = ctxs[0].progress(cfg.train.steps * (len(points) if points[0].params["arch"] == "lstm" else 1),
                                f"train {points[0].params['arch']} x{len(points)}")
-        if len(points) > 1 and points[0].params["arch"] != "lstm":
-            st = train_stacked(models, get_batch, tc, seeds=[c.seed for c in ctxs],
-                               log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
-            for k in sorted(st.diverged):
-                st.raise_for(k)
-            results = st.members
-        else:
-            results = [train(m.to(dev), get_batch, tc, seed=c.seed, log=lambda r, c=c: c.log(**r), progress=bar)
-                       for m, c in zip(models, ctxs)]
+        st = train_seeds(models, get_batch, tc, seeds=[c.seed for c in ctxs],
+                         stack=points[0].params["arch"] != "lstm",
+                         log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
+        for k in sorted(st.diverged):
+            st.raise_for(k)
+        results = st.members
         bar.close()
         val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         rows = []
