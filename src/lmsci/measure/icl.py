@@ -20,6 +20,7 @@ LM (``output_attentions=True`` with the eager attention implementation, which re
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,8 +80,11 @@ def last_token_attention(model: torch.nn.Module, tokens: torch.Tensor | np.ndarr
                     model.set_attn_implementation("eager")
                 except Exception:  # noqa: BLE001 (older models: config attribute instead)
                     model.config._attn_implementation = "eager"
+            # the head at the last position only where the model supports it: the [T, vocab] logits are not read
+            kw = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
             for s in range(0, tokens.shape[0], batch_size):
-                res = model(input_ids=tokens[s:s + batch_size].to(dev), output_attentions=True, use_cache=False)
+                res = model(input_ids=tokens[s:s + batch_size].to(dev), output_attentions=True, use_cache=False,
+                            **kw)
                 if not res.attentions or res.attentions[0] is None:
                     raise ConfigError("attn_implementation", getattr(model.config, "_attn_implementation", None),
                                       "an attention implementation that returns weights (eager)")

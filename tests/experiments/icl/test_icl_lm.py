@@ -97,7 +97,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
 
 
 def test_speedups_keep_the_numbers(tiny_llama_with_tokenizer, monkeypatch):
-    """predict's head at the last positions only, the attention pass without the [T, vocab] head, and the kernel
+    """predict's head at the last positions only, last_token_attention without the [T, vocab] head, and the kernel
     vote shared by the real and random_head arms give the numbers of the plain computations."""
     import torch
 
@@ -116,8 +116,10 @@ def test_speedups_keep_the_numbers(tiny_llama_with_tokenizer, monkeypatch):
         for e in enc:
             want.append(int(hf.model(input_ids=torch.tensor([e])).logits[0, -1, first].argmax()))
     assert M.predict(hf.model, hf.tokenizer, prompts, labels, first, 4, "cpu").tolist() == want
-    att = M._last_attention(hf.model, enc[0], "cpu")
-    np.testing.assert_allclose(att, last_token_attention(hf.model, torch.tensor([enc[0]]), device="cpu"), atol=1e-6)
+    with torch.no_grad():  # the plain forward: every position's logits, attention weights read at the last query
+        full = hf.model(input_ids=torch.tensor([enc[0]]), output_attentions=True, use_cache=False).attentions
+    plain = torch.stack([a[:, :, -1, :].float() for a in full], dim=1).numpy()
+    np.testing.assert_allclose(last_token_attention(hf.model, torch.tensor([enc[0]]), device="cpu"), plain, atol=1e-6)
     cfg = M.ICLLMConfig(model=str(tiny_llama_with_tokenizer), n_kr=2, n_val=3, n_test=3, minilm=False)
     M._VOTES.clear()
     a = M._vote_sample(cfg, hf, pool, labels, first, "continents", 11, "cpu")

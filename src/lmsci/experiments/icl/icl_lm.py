@@ -297,7 +297,7 @@ def _vote_sample(cfg, hf, pool, labels, first, task: str, seed: int, device) -> 
         votes = []
         for demos, x, _ in prompts:
             ids, spans = build_text_prompt(hf.tokenizer, [(d, labels[y]) for d, y in demos], x)
-            att = _last_attention(hf.model, ids, device)  # [1, L, H, T]
+            att = last_token_attention(hf.model, torch.tensor([ids]), device=str(device))  # [1, L, H, T]
             votes.append(vote_predictions(kernel_values(att, spans, "max"), np.array([[y for _, y in demos]]),
                                           len(labels))[0])
         gold = np.array([p[2] for p in prompts])
@@ -307,21 +307,6 @@ def _vote_sample(cfg, hf, pool, labels, first, task: str, seed: int, device) -> 
         _VOTES[key] = (pred, np.stack(votes), gold, minilm)  # votes [B, L, H]
     pred, votes, gold, minilm = _VOTES[key]
     return pred.copy(), votes.copy(), gold.copy(), dict(minilm)
-
-
-@torch.no_grad()
-def _last_attention(model, ids: list[int], device) -> np.ndarray:
-    """``[1, L, H, T]``: :func:`lmsci.measure.icl.last_token_attention` of one prompt (the same eager forward with
-    ``output_attentions``), with the model's head run at the last position only (``logits_to_keep=1``: no
-    ``[T, vocab]`` projection, which nothing reads); models without ``logits_to_keep`` go through the library."""
-    if getattr(model.config, "_attn_implementation", None) != "eager" or model.training:
-        return last_token_attention(model, torch.tensor([ids]), device=str(device))
-    try:
-        res = model(input_ids=torch.tensor([ids], device=device), output_attentions=True, use_cache=False,
-                    logits_to_keep=1)
-    except TypeError:
-        return last_token_attention(model, torch.tensor([ids]), device=str(device))
-    return torch.stack([a[:, :, -1, :].float().cpu() for a in res.attentions], dim=1).numpy()
 
 
 def draw_prompts(pool, n_labels: int, n_demos: int, n_prompts: int, rng: np.random.Generator,
