@@ -86,7 +86,7 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "grokking-fractions/fraction-sweep": {"gpu": (0,)},
     "grokking/restricted-before-test": {"quick": (0, 1)},
     "alignment-attack/thm2-slope": {"quick": (0, 1)},
-    "cfg-learning/gen-accuracy": {"quick": (0, 1)},
+    "cfg-learning/gen-accuracy": {"quick": (0, 1, 2)},  # 2: 2026-12-07, quick 3000 -> 2000 steps after seed 2 (issue 46)
     "length-generalization/entropy-grows": {"quick": (0, 1)},
     "shakespeare-lm/beats-bigram": {"quick": (0, 1)},
     "shakespeare-lm/beats-unigram": {"quick": (0, 1)},
