@@ -343,6 +343,51 @@ def test_noop_sentences_change_nothing_needed(problems):
         assert any(any(str(x) in s for x in range(23)) for s in set(r.sentences) - set(p.sentences))
 
 
+def test_repeated_sentences_add_only_copies(problems):
+    from collections import Counter
+
+    from lmsci.worlds.igsm.variants import add_noop, add_repeats
+
+    for i, p in enumerate(problems[:40]):
+        r = add_repeats(p, i, n_sentences=2)
+        assert len(r.sentences) == len(add_noop(p, i, n_sentences=2).sentences) == len(p.sentences) + 2
+        assert not Counter(p.sentences) - Counter(r.sentences)  # every original sentence is still there ...
+        assert set(r.sentences) == set(p.sentences)  # ... and nothing new: two copies of its own sentences
+        assert len(r.problem_order) == len(r.sentences) and set(r.problem_order) == set(p.problem_order)
+        assert r.all_params == p.all_params and r.values == p.values
+        assert r.question == p.question and r.solution == p.solution and r.answer == p.answer
+        assert check_solution(r, r.text()[0]).correct
+        assert add_repeats(p, i, 2).prompt() == r.prompt()  # deterministic per seed
+    one = next(p for p in problems if len(p.sentences) <= 3)
+    assert len(add_repeats(one, 0, n_sentences=5).sentences) == len(one.sentences) + 5  # with replacement
+    with pytest.raises(ConfigError):
+        add_repeats(problems[0], 0, n_sentences=0)
+
+
+def test_brute_force_solution_computes_every_parameter_and_passes_the_checker(problems):
+    from lmsci.worlds.igsm import ANS, SOL
+    from lmsci.worlds.igsm.brute import brute_force_order, brute_force_text
+    from lmsci.worlds.igsm.world import nx_ancestors
+
+    extra = 0
+    for i, p in enumerate(problems):
+        order = brute_force_order(p, random.Random(i))
+        q = p.question_param
+        assert order[-1] == q and len(set(order)) == len(order) and set(p.necessary) <= set(order)
+        pos = {x: t for t, x in enumerate(order)}
+        assert all(pos[u] < pos[x] for x in order for u in p.preds(x) if u != RAND)  # topological
+        # every instance parameter except those that need the question
+        assert {x for x in p.defs if x not in pos} == {x for x in p.defs if x != q and q in nx_ancestors(p, x)}
+        text = brute_force_text(p, random.Random(i))
+        assert text.startswith(p.prompt()) and text.endswith(f"{ANS} {p.answer}")
+        chk = check_solution(p, text.split(SOL, 1)[1])
+        assert chk.correct and chk.strict_correct and chk.n_steps == len(order)
+        assert sorted(chk.unneeded) == sorted(set(order) - set(p.necessary))
+        extra += chk.n_unneeded
+    assert extra > 2 * len(problems)  # igsm-med problems define several unnecessary parameters each
+    assert brute_force_text(problems[0], random.Random(3)) == brute_force_text(problems[0], random.Random(3))
+
+
 def test_probe_inputs_match_the_query_text(problems, tok):
     from lmsci.worlds.igsm.labels import probe_inputs, probe_query_text
 

@@ -8,6 +8,9 @@
   shows another necessary parameter's value, every reference repeats the value its symbol was given, intermediate
   results are drawn uniformly mod 23, the answer is the question parameter's shuffled value): arithmetic removed,
   shuffled labels (``igsm-ood``'s null arm of ``ood-accuracy``, a test of the full-solution checker).
+* :func:`brute_force_batch_fn` -- full training documents whose solution is the brute-force one
+  (:func:`lmsci.worlds.igsm.brute.brute_force_text`: every parameter the problem defines, not only the necessary
+  ones; correct, no planning): ``igsm-ood``'s null arm of ``planning``.
 * :func:`train_null_model` -- train one model of ``shape`` on such a ``get_batch`` with the same training
   configuration, checkpointing and logging as :func:`lmsci.experiments.reasoning.igsm_common.train_members`
   (one model, not stacked), its initialisation from ``derive_seed(ctx.seed, "init", tag)`` and its data from
@@ -28,10 +31,11 @@ from lmsci.experiments.reasoning.igsm_common import IGSMCommonConfig, Trained, b
 from lmsci.runs import derive_seed
 from lmsci.train import trainer
 from lmsci.worlds.igsm import IGSMWorld
+from lmsci.worlds.igsm.brute import brute_force_text
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer
 from lmsci.worlds.igsm.world import ANS, SOL, SYMBOLS, Problem, solution_steps
 
-Doc = Callable[[Problem, random.Random], str]
+Doc = Callable[[Problem, random.Random], "str | None"]
 
 
 def shuffled_values_text(problem: Problem, rnd: random.Random) -> str:
@@ -58,8 +62,9 @@ def doc_windows(world: IGSMWorld, tok: IGSMTokenizer, seq_len: int, batch_size: 
     """Packed training windows of fresh train-split problems rendered by ``doc(problem, rnd)``, for ever,
     deterministic per ``seed``.
 
-    Each document is ``<bos>`` + the tokens of ``doc(problem, rnd)`` + ``<eos>``; documents are concatenated and cut
-    into consecutive ``seq_len + 1`` token windows (as :func:`lmsci.worlds.igsm.tokenizer.packed_windows`).
+    Each document is ``<bos>`` + the tokens of ``doc(problem, rnd)`` + ``<eos>`` (a problem whose ``doc`` is None is
+    skipped); documents are concatenated and cut into consecutive ``seq_len + 1`` token windows (as
+    :func:`lmsci.worlds.igsm.tokenizer.packed_windows`).
 
     Yields:
         ``(input_ids, targets)``, LongTensors ``[batch_size, seq_len]`` (``targets``: the input shifted by one).
@@ -79,7 +84,10 @@ def doc_windows(world: IGSMWorld, tok: IGSMTokenizer, seq_len: int, batch_size: 
         out = np.empty((batch_size, W), dtype=np.int64)
         for b in range(batch_size):
             while len(buf) < W:
-                ids = tok.encode(doc(next(probs), rnd))
+                text = doc(next(probs), rnd)
+                if text is None:
+                    continue
+                ids = tok.encode(text)
                 buf = np.concatenate([buf, [tok.bos_id], ids, [tok.eos_id]])
             out[b], buf = buf[:W], buf[W:]
         yield torch.from_numpy(out[:, :-1].copy()), torch.from_numpy(out[:, 1:].copy())
@@ -111,6 +119,14 @@ def shuffled_values_batch_fn(world: IGSMWorld, tok: IGSMTokenizer, seq_len: int,
                              batch_size: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
     """A ``get_batch(step, generator)`` of :func:`shuffled_values_text` documents (see :func:`prompt_only_batch_fn`)."""
     return _batch_fn(world, tok, seq_len, batch_size, shuffled_values_text)
+
+
+def brute_force_batch_fn(world: IGSMWorld, tok: IGSMTokenizer, seq_len: int,
+                         batch_size: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
+    """A ``get_batch(step, generator)`` of :func:`lmsci.worlds.igsm.brute.brute_force_text` documents (see
+    :func:`prompt_only_batch_fn`; the rare problem whose brute-force solution needs more than 52 symbols is
+    skipped)."""
+    return _batch_fn(world, tok, seq_len, batch_size, brute_force_text)
 
 
 def train_null_model(cfg: IGSMCommonConfig, ctx: PointContext, tok: IGSMTokenizer, shape: tuple[int, int, int],

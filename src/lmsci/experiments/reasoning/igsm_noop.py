@@ -21,11 +21,15 @@ The claim is registered for the ``paper`` preset only: the quick model stays nea
 x 96 x 768 tokens of a 6-layer d384 GPT, ~60 min of one H100) does not fit the 10 minutes of a ``gpu`` preset
 (session 52). ``quick`` and ``gpu`` run and report their values but decide nothing; ``gpu`` is a values-only run at
 a larger scale than ``quick``, as ``igsm-ood``'s (one seed, 1,500 steps x 32 x 768 tokens, 64 problems a set).
-Null arm, measured in the same run: the same "drop" between the original problems and a second set of n_eval fresh
-test-hash problems drawn from the same distribution, with no no-op inserted (the two sets are exchangeable, so a
-drop there is problem-sampling noise: the rule must fail). It is an arm of the sweep (point ``null-gpt``, arm
-``null``) computed from the same trained model (``groups``: the arms of a seed form one group, one training), its
-row holding the same ``drop`` column; the claim is judged by the claims engine.
+Null arm, measured in the same run: the same "drop" between the original problems and the same problems with
+``n_noop`` inserted sentences that REPEAT sentences already in the problem (:func:`lmsci.worlds.igsm.add_repeats`:
+the problem grows by as many sentences as with the no-ops, but no new parameter, item or number appears). It meets
+the rule if the drop comes from longer or out-of-format problems (a text the model never saw in training) rather
+than from irrelevant parameters. Both drops are read on the problems whose original and altered prompts fit the
+context. It is an arm of the sweep (point ``null-gpt``, arm ``null``) computed from the same trained model
+(``groups``: the arms of a seed form one group, one training), its row holding the same ``drop`` column; the claim
+is judged by the claims engine. Until 2026-12-07 the null was a second fresh problem set without no-ops
+(exchangeable sets, drop ~0 by construction: it met the rule by sampling noise only).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAP
                                            check_all, ok_rows, solve, summarize, test_set)
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.igsm import add_noop, reinstantiate
+from lmsci.worlds.igsm import add_noop, add_repeats, reinstantiate
 
 DROP_MIN = 0.10      # registered rule: accuracy drop >= 10 points
 LEARNED_GATE = 0.5   # registered gate: accuracy on the original problems >= 0.5
@@ -83,10 +87,10 @@ class IGSMNoOp(NullOnTrained):
     Config = IGSMNoOpConfig
     time_estimate = {"smoke": "~5 s", "quick": ("528 s wall, 455 s CPU measured (one seed, 900 steps, igsm-tiny; "
                      "32 problems x (2 + 4 re-instantiations) greedy; one thread beside another run on a loaded "
-                     "2-core machine), before the null arm's second problem set (one more greedy set of 32: ~+20 s, "
+                     "2-core machine), before the null arm's repeated-sentence set (one more greedy set of 32: ~+20 s, "
                      "estimated)"), "gpu": time_text(6, "1 seed x 1500 steps x 32 x 768 tokens of a 6-layer d384 GPT; 64 problems "
                                                   "decoded greedily in 11 sets (original, no-op, 8 re-instantiations, "
-                                                  "the null's second set); was ~60 min of training compute alone"),
+                                                  "the null's repeated-sentence set); was ~60 min of training compute alone"),
                      "paper": TIME_PAPER}
 
     claims = [
@@ -103,9 +107,12 @@ class IGSMNoOp(NullOnTrained):
                           stat=Stat("orig_acc", words="the accuracy on the original problems (a drop of 10 points "
                                                       "must be possible)")),),
               presets=("paper",),
-              null="the same drop, per seed, between the original problems and a second set of n_eval fresh "
-                   "test-hash problems from the same distribution with no no-op inserted (exchangeable sets: no "
-                   "effect by construction)"),
+              null="the same drop, per seed, between the original problems and the same problems with n_noop "
+                   "inserted sentences that repeat sentences already in the problem (as many more sentences, no new "
+                   "parameter or number)",
+              null_can_meet="yes, if the drop comes from longer problems, or problems unlike the training text (a "
+                            "sentence said twice), rather than from the irrelevant parameters the no-ops bring: the "
+                            "repeated sentences lengthen the problem as the no-ops do"),
     ]
 
     null_needs_columns = True  # a trained seed without null columns gives a null row with a status
@@ -134,12 +141,17 @@ class IGSMNoOp(NullOnTrained):
         row["drop"] = row["orig_acc"] - row["noop_acc"]
         row["flipped_to_wrong"] = sum(a.correct and not b.correct for a, b in zip(orig, noop)) / max(len(probs), 1)
         row["flipped_to_right"] = sum(b.correct and not a.correct for a, b in zip(orig, noop)) / max(len(probs), 1)
-        # the null arm's row (run_group moves these keys to it): a second fresh problem set of the same distribution,
-        # no no-op inserted, decoded by the same model
-        other = [p for p in test_set(cfg, world, None, cfg.n_eval, "noop-null") if fits([p.prompt()])[0]]
-        other_acc = summarize(check_all(other, solve(model, tok, [p.prompt() for p in other], **kw)))["acc"]
-        row.update({"_null_orig_acc": row["orig_acc"], "_null_other_acc": other_acc, "_null_n_problems": len(other),
-                    "_null_drop": row["orig_acc"] - other_acc})
+        # the null arm's row (run_group moves these keys to it): the same problems with n_noop of their own sentences
+        # repeated (as many more sentences, nothing new), decoded by the same model; read where both prompts fit
+        rq = random.Random(derive_seed(cfg.seed, "noop-repeat"))
+        reps = [add_repeats(p, rq, cfg.n_noop) for p in probs]
+        fit = fits([p.prompt() for p in reps])
+        reps = [p for p, k in zip(reps, fit) if k]
+        base = [c for c, k in zip(orig, fit) if k]
+        rchk = check_all(reps, solve(model, tok, [p.prompt() for p in reps], **kw))
+        orig_acc, rep_acc = summarize(base)["acc"], summarize(rchk)["acc"]
+        row.update({"_null_orig_acc": orig_acc, "_null_repeat_acc": rep_acc, "_null_n_problems": len(reps),
+                    "_null_drop": orig_acc - rep_acc})
         accs = []
         rr = random.Random(derive_seed(cfg.seed, "symbolic"))
         for r in range(cfg.n_instances):
@@ -173,7 +185,7 @@ class IGSMNoOp(NullOnTrained):
         from lmsci.report import markdown_table
 
         ok = ok_rows(results)
-        cols = ["point", "arm", "seed_index", "train_loss", "n_problems", "orig_acc", "noop_acc", "other_acc", "drop",
+        cols = ["point", "arm", "seed_index", "train_loss", "n_problems", "orig_acc", "noop_acc", "repeat_acc", "drop",
                 "flipped_to_wrong", "flipped_to_right", "orig_answer_acc", "noop_answer_acc",
                 "noop_unneeded_per_correct",
                 "symbolic_std", "symbolic_range"] + [c for c in ok.columns if c.startswith("symbolic_acc_")]
@@ -182,8 +194,9 @@ class IGSMNoOp(NullOnTrained):
         if len(real) and "drop" in real and real["orig_acc"].mean() >= LEARNED_GATE and real["drop"].mean() < DROP_MIN:
             resists = ("The iGSM model resists the no-op sentences (its training problems already contain unnecessary "
                        "parameters).\n\n")
-        return ("## Results\n\n" + resists + "Arm `null`: `other_acc` is the accuracy on a second fresh problem set "
-                "(no no-op), `drop` the original accuracy minus it.\n\n" + markdown_table(ok[[c for c in cols if c in ok]]))
+        return ("## Results\n\n" + resists + "Arm `null`: `repeat_acc` is the accuracy on the same problems with "
+                f"{cfg.n_noop} of their own sentences repeated (no no-op), `drop` the original accuracy minus it "
+                "(both on the problems whose prompts fit).\n\n" + markdown_table(ok[[c for c in cols if c in ok]]))
 
 
 def _real(results: pd.DataFrame) -> pd.DataFrame:

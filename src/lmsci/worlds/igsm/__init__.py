@@ -4,8 +4,9 @@
 Modules: :mod:`~lmsci.worlds.igsm.world` (config, named worlds, generator, problems, text, retry
 data), :mod:`~lmsci.worlds.igsm.checker` (full-solution checker), :mod:`~lmsci.worlds.igsm.labels`
 (V-probing labels), :mod:`~lmsci.worlds.igsm.tokenizer` (word-level / BPE tokenizer, packed training
-windows), :mod:`~lmsci.worlds.igsm.variants` (re-instantiation and no-op sentences),
-:mod:`~lmsci.worlds.igsm.names` (category chains and item names).
+windows), :mod:`~lmsci.worlds.igsm.variants` (re-instantiation, no-op and repeated sentences),
+:mod:`~lmsci.worlds.igsm.names` (category chains and item names), :mod:`~lmsci.worlds.igsm.brute` (the brute-force
+solution: every defined parameter).
 
 Typical use::
 
@@ -24,4 +25,4 @@ from lmsci.worlds.igsm.world import (  # noqa: F401
 from lmsci.worlds.igsm.checker import SolutionCheck, check_solution  # noqa: F401,E402
 from lmsci.worlds.igsm.labels import TASKS, ProbeItem, probe_inputs, probe_labels, probe_query_text  # noqa: F401,E402
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer, get_batch_fn, packed_windows  # noqa: F401,E402
-from lmsci.worlds.igsm.variants import add_noop, reinstantiate  # noqa: F401,E402
+from lmsci.worlds.igsm.variants import add_noop, add_repeats, reinstantiate  # noqa: F401,E402

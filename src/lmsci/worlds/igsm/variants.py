@@ -10,6 +10,9 @@
   constants. A new top item changes no existing item's children, so every existing parameter keeps
   its value; the question, the necessary set, the solution and the answer are unchanged (the new
   parameters are unneeded).
+* :func:`add_repeats` (the null of GSM-NoOp here): ``n`` sentences that repeat sentences already in the problem,
+  inserted at random places: the problem grows by as many sentences as :func:`add_noop` adds, but no new
+  parameter, number or item appears (nothing irrelevant is added; the text is only longer and repeats itself).
 """
 
 from __future__ import annotations
@@ -118,3 +121,27 @@ def add_noop(problem: Problem, rng=None, n_sentences: int = 2) -> Problem:
     render(new, rnd)
     new.symbols, new.solution_sentences = keep  # the solution is unchanged, symbols included
     return new
+
+
+def add_repeats(problem: Problem, rng=None, n_sentences: int = 2) -> Problem:
+    """``problem`` with ``n_sentences`` copies of its own sentences inserted at random places.
+
+    The copied sentences are drawn uniformly without replacement (with replacement when the problem has fewer
+    sentences); each copy goes to a uniform random place among the problem's sentences (before, between or after
+    them; the question stays where it is). ``problem_order`` repeats the copied parameter at the same place, so it still lists the parameter
+    of each sentence. The structure, definitions, values, question, solution and answer are unchanged.
+
+    Raises:
+        ConfigError: ``n_sentences`` < 1.
+    """
+    if not isinstance(n_sentences, int) or n_sentences < 1:
+        raise ConfigError("n_sentences", n_sentences, "an integer >= 1")
+    rnd = _rng(rng)
+    n = len(problem.sentences)
+    picks = rnd.sample(range(n), n_sentences) if n_sentences <= n else [rnd.randrange(n) for _ in range(n_sentences)]
+    sents, order = list(problem.sentences), list(problem.problem_order)
+    for t in picks:
+        at = rnd.randrange(len(sents) + 1)
+        sents.insert(at, problem.sentences[t])
+        order.insert(at, problem.problem_order[t])
+    return replace(problem, sentences=sents, problem_order=order)

@@ -1106,26 +1106,30 @@ def _apply(op: str, a: int, b: int) -> int:
 
 
 def solution_steps(problem: Problem, syms: list, vals: dict,
-                   intermediate: Callable[[str, int, int], int] | None = None) -> tuple[dict, list]:
+                   intermediate: Callable[[str, int, int], int] | None = None,
+                   params: list | None = None) -> tuple[dict, list]:
     """The solution's step sentences of ``problem`` (no final ``.``), one per necessary parameter in order:
     ``Define <param> as <sym>; [<tmp> = x op y = vx op vy = r; ...] so <sym> = ...``, symbols taken from ``syms``.
 
     Args:
         problem: the problem (its ``necessary`` order and expressions, :func:`param_expr`).
         syms: the symbols, one per step and intermediate result, in order of use.
-        vals: a value per necessary parameter, as the steps show them.
+        vals: a value per parameter of the steps, as the steps show them.
         intermediate: None (the world's solution): every result is computed mod 23 from the values shown and must
             equal ``vals`` (AssertionError otherwise); or ``intermediate(op, a, b) -> int``, an altered solution
             (a null arm's training text): intermediate results come from it, a step's result shows ``vals[p]``, and a
             copy step writes the value it copies into ``vals``.
+        params: the parameters of the steps, in order, each after every parameter it uses (None: the shortest
+            solution, ``problem.necessary``; :func:`lmsci.worlds.igsm.brute.brute_force_order` for the brute-force
+            one).
 
     Returns:
-        ``(symbols, sentences)``: the symbol of each necessary parameter and the step sentences.
+        ``(symbols, sentences)``: the symbol of each step's parameter and the step sentences.
     """
     exact = intermediate is None
     combine = _apply if exact else intermediate
     si, symbols, out = 0, {}, []
-    for p in problem.necessary:
+    for p in (problem.necessary if params is None else params):
         s = syms[si]
         si += 1
         symbols[p] = s
