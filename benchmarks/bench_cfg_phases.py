@@ -5,7 +5,8 @@ seed) with ``train.steps`` cut to ``--steps`` (training costs the same per step:
 ``3000 / steps``), and times with ``time.process_time`` (CPU seconds, not wall: the machine is shared) the phases the
 experiment calls: training (``train_model``; the host-side batch sampling inside it is printed apart), generation
 (``generate_strings``), the membership DP (``generation_accuracy``), the exact KL and the NLLs (cfg-learning), hidden
-states and probe fits (cfg-probing). Nothing is changed: the functions are wrapped, not replaced.
+states and probe fits (cfg-probing; its group: the real, null and shuffled arms, two
+trainings). Nothing is changed: the functions are wrapped, not replaced.
 
 Usage::
 
@@ -100,7 +101,7 @@ def main() -> None:
     _wrap(cfg_learning, "nll_per_token", "nll")
     _wrap(cfg_probing, "hidden_states", "probe_hidden_states")
     _wrap(cfg_probing, "probe_parse", "probe_fits")
-    _wrap(cfg_probing, "fit_mixing_probe", "probe_fits_rand2")
+    _wrap(cfg_probing, "fit_mixing_probe", "probe_fits_shuffled")
     over = dict(kv.split("=", 1) for kv in args.set)
     exp = cfg_learning.CFGLearning() if args.which == "learn" else cfg_probing.CFGProbing()
     base = exp.Config()
@@ -110,12 +111,13 @@ def main() -> None:
     if args.which == "learn":
         row = exp.run_point(cfg, Point("rope", {"variant": "rope"}, arm=args.arm), ctx)
     else:
-        pts = [Point("rope", {"variant": "rope"}, arm="real"), Point("null-rope", {"variant": "rope"}, arm="null")]
-        row = exp.run_group(cfg, pts, [ctx, _Ctx()])
+        pts = [Point("rope", {"variant": "rope"}, arm="real"), Point("null-rope", {"variant": "rope"}, arm="null"),
+               Point("shuffled-rope", {"variant": "rope"}, arm="shuffled")]
+        row = exp.run_group(cfg, pts, [ctx, _Ctx(), _Ctx()])
     SECONDS["total"] = time.process_time() - t
     # the trainer's fixed costs (4 checkpoints, the first step's setup) are spread over the steps: use >= 300 steps
     per_step = (SECONDS.get("train_total", 0.0) - SECONDS.get("host_batches", 0.0)) / max(args.steps, 1)
-    print(f"{args.which} ({args.arm if args.which == 'learn' else 'real+null group'}), {args.steps} steps, CPU s:")
+    print(f"{args.which} ({args.arm if args.which == 'learn' else 'real+null+shuffled group'}), {args.steps} steps, CPU s:")
     print(json.dumps({k: round(v, 3) for k, v in SECONDS.items()}))
     print(f"training CPU per step (without host batches): {per_step * 1000:.1f} ms; "
           f"host batches per step: {SECONDS.get('host_batches', 0.0) / max(args.steps, 1) * 1000:.2f} ms")

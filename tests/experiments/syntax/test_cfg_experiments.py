@@ -114,10 +114,11 @@ def test_learning_inconclusive_below_scale_or_unmeasured(tmp_path):
 
 
 def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: int = 3,
-                 rand2: list[float] | None = None) -> pd.DataFrame:
-    """Per seed, a real-arm row (the trained model's probes, its gaps over the random-init model) and a null-arm row
-    (the random-init model's probes, its gaps over a second random init ``rand2``)."""
-    rand2 = rand2 or [x + 0.01 for x in rand]  # a second random init: about as good as the first
+                 shuffled: list[float] | None = None) -> pd.DataFrame:
+    """Per seed, a real-arm row (the trained model's probes, its gaps over the random-init model), a null-arm row
+    (the random-init model's probes) and a shuffled-arm row (GPT_rot trained on order-shuffled strings: its level-1
+    and level-2 ancestor probes ``shuffled``, its gaps over the random-init model)."""
+    shuffled = shuffled or [x + 0.01 for x in rand[:2]]  # token statistics alone: about as good as random init
     rows = []
     for k in range(n):
         base = {"variant": "rope", "grammar": "cfg3f(gen seed 0)", "depth": 6, "seed_index": k, "status": "ok",
@@ -128,14 +129,16 @@ def probing_rows(anc: list[float], rand: list[float], acc_bos: float = 0.99, n: 
             a = anc[l - 1] - (0.01 if (k, l) == (1, 1) else 0.0)  # seeds differ a little
             r.update({f"anc_L{l}": a, f"anc_end_L{l}": min(1.0, anc[l - 1] + 0.02), f"bnd_L{l}": 0.95})
             z.update({f"anc_L{l}": rand[l - 1], f"anc_end_L{l}": rand[l - 1], f"bnd_L{l}": 0.5})
+        q = {**base, "point": "shuffled-rope" + (f"__s{k}" if k else ""), "arm": "shuffled", "acc_bos": 0.0}
         for l in (1, 2):
             r[f"gap_anc_L{l}"] = r[f"anc_L{l}"] - z[f"anc_L{l}"]
             r[f"gap_anc_end_L{l}"] = r[f"anc_end_L{l}"] - z[f"anc_end_L{l}"]
-            z[f"gap_anc_L{l}"] = z[f"anc_L{l}"] - (rand2[l - 1] + 0.003 * k)
+            q[f"anc_L{l}"] = shuffled[l - 1] + 0.003 * k
+            q[f"gap_anc_L{l}"] = q[f"anc_L{l}"] - z[f"anc_L{l}"]
         r["anc_mean"] = sum(anc) / 5
         r["anc_end_mean"] = sum(min(1.0, a + 0.02) for a in anc) / 5
         z["anc_mean"] = z["anc_end_mean"] = sum(rand) / 5
-        rows += [r, z]
+        rows += [r, z, q]
     return pd.DataFrame(rows)
 
 
@@ -154,15 +157,38 @@ def test_probing_papers_numbers_are_reproduced(tmp_path):
 
 
 def test_probing_null_arms_that_meet_the_rule_are_inconclusive(tmp_path):
-    # a random-init model whose probes reach 95%; a second random init 30 points below the first
-    vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.95] * 5, rand2=[0.6, 0.6]), tmp_path)
+    # a random-init model whose probes reach 95%
+    vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.95] * 5), tmp_path)
     assert vs["probe-ancestor"].outcome == "inconclusive" and vs["probe-ancestor"].null_passed
     assert vs["probe-ancestor-at-end"].outcome == "inconclusive" and vs["probe-ancestor-at-end"].null_passed
-    vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.45, 0.5, 0.6, 0.7, 0.85], rand2=[0.2, 0.2]),
-                   tmp_path)
+    # GPT_rot trained on order-shuffled strings 30+ points above the random-init model at levels 1 and 2
+    vs = pverdicts(probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.45, 0.5, 0.6, 0.7, 0.85],
+                                shuffled=[0.8, 0.8]), tmp_path)
     v = vs["probe-beats-random"]
     assert v.outcome == "inconclusive" and v.rule_passed and v.null_passed
+    assert v.null_value == pytest.approx(0.8 + 0.003 - 0.5)  # level 2 has the smaller mean gap (0.303 < 0.353)
     assert vs["probe-ancestor"].outcome == "reproduced"
+
+
+def test_probing_beats_random_null_is_the_shuffled_arm_not_a_second_random_init(tmp_path):
+    """probe-beats-random (2026-12-06): its null is the shuffled arm's gap over GPT_rand, paired by seed; gap columns
+    on the null arm (the second random init of before) are not read; without the shuffled arm's rows the null is not
+    measured; gpu (no shuffled arm) decides it not."""
+    df = probing_rows([1.0, 0.977, 0.952, 0.933, 0.942], [0.45, 0.5, 0.6, 0.7, 0.85])
+    df.loc[df["arm"] == "null", ["gap_anc_L1", "gap_anc_L2"]] = 0.5  # would meet the rule if it were read
+    v = pverdicts(df, tmp_path)["probe-beats-random"]
+    assert v.outcome == "reproduced" and v.null_value == pytest.approx(0.01 + 0.003)
+    v = pverdicts(df[df["arm"] != "shuffled"], tmp_path)["probe-beats-random"]
+    assert v.outcome == "inconclusive" and any("null arm not measured" in r for r in v.reasons)
+    assert pverdicts(df, tmp_path, preset="gpu")["probe-beats-random"].outcome == "inconclusive"
+    ids = lambda cfg: {p.id: p.arm for p in CFGProbing().points(cfg)}  # noqa: E731
+    assert ids(resolve_config(CFGProbingConfig, "quick")) == {"rope": "real", "null-rope": "null",
+                                                              "shuffled-rope": "shuffled"}
+    assert "shuffled" not in ids(resolve_config(CFGProbingConfig, "gpu")).values()
+    paper = resolve_config(CFGProbingConfig, "paper")
+    assert list(ids(paper).values()).count("shuffled") == 1 and len(ids(paper)) == 2 * len(paper.variants) + 1
+    assert resolve_config(CFGProbingConfig, "quick").train.steps == 2000  # S54: cfg-learning keeps 3000
+    assert resolve_config(CFGLearningConfig, "quick").train.steps == 3000
 
 
 def test_probing_failures_and_gate(tmp_path):
@@ -231,7 +257,10 @@ def test_smoke_runs_end_to_end(tmp_path):
                          progress=False, log=lambda *a, **k: None)
     res = run.results()
     assert {"anc_L1", "anc_end_L2", "bnd_L3", "gap_anc_L1", "gap_anc_L2", "gap_anc_end_L1"} <= set(res.columns)
-    assert set(res["arm"]) == {"real", "null"}
+    assert set(res["arm"]) == {"real", "null", "shuffled"} and (res["status"] == "ok").all()
+    assert res.loc[res["arm"] == "null", "gap_anc_L1"].isna().all()  # GPT_rand: no second random init any more
+    sh = res[res["arm"] == "shuffled"]
+    assert sh["gap_anc_L1"].notna().all() and sh["anc_L3"].isna().all()  # levels 1-2 probed only
     assert (run.path / "verdict.json").exists()
     vs = {v.claim_id: v for v in run.verdicts()}
     for c in ("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"):

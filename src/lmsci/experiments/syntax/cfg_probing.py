@@ -16,21 +16,28 @@ with a linear probe on position ``i`` alone are reported beside (``*_pw_*`` colu
 same architecture at its random initialisation (GPT_rand) are the baseline.
 The generation accuracy from BOS (as in ``cfg-learning``) gates the claims: a model that did not learn the
 grammar is not the paper's subject. The gpu preset (S52: 10 minutes of one H100) trains GPT_rot only (the claims
-read it alone), 2000 steps on cfg3f, 3 seeds.
+read it alone), 2000 steps on cfg3f, 3 seeds, without the shuffled arm (below).
 
-Null arms (issue 29), measured in the same run with the same statistic: ``probe-ancestor`` and
-``probe-ancestor-at-end`` -- the same probes on the random-init model (GPT_rand, the classic control);
-``probe-beats-random`` -- the same gap with GPT_rand in the trained model's place against a second random-init model
-(another seed; only the ancestor mixing probes of levels 1 and 2 are fitted on it): random against random, so no
-gap may appear. ``probe-beats-random-at-end`` is an ablation (no null arm).
+Null arms (issue 29; ``probe-beats-random``'s since 2026-12-06, issue 44 item 4), measured in the same run with the
+same statistic: ``probe-ancestor`` and ``probe-ancestor-at-end`` -- the same probes on the random-init model
+(GPT_rand, the classic control; arm ``null``); ``probe-beats-random`` -- the same gap for GPT_rot trained on
+order-shuffled strings (arm ``shuffled``: ``cfg-learning``'s shuffled arm, the same initialisation, data stream and
+recipe as the trained GPT_rot, each training string's tokens in a random order: tokens and lengths kept, order
+removed) minus the same GPT_rand, probed on the same (unshuffled) strings; only the ancestor mixing probes of levels
+1 and 2 are fitted on it. It meets the rule if the strings' token statistics alone make the ancestors nearest the
+root 20 points more decodable than at random init, i.e. if the gap is not the parse. Until 2026-12-06 this null was
+GPT_rand minus a second random-init model (random against random: no gap by construction). ``shuffled_arm``: on at
+``smoke``, ``quick`` and ``paper``, off at ``gpu``, whose second training per seed would take it to ~13 min of one
+H100 estimated (over its 10 minutes); ``probe-beats-random`` is therefore decided at ``quick`` and ``paper`` only.
+``probe-beats-random-at-end`` is an ablation (no null arm).
 
-Arms (issue 44): ``real`` (the trained model of each variant; point ids are the variants') and ``null`` (GPT_rand:
-the variant at its random initialisation, points ``null-<variant>``, paired by seed: the same strings and probe
-seeds). A row's probe columns are its own model's; its ``gap_*`` columns are its model minus its baseline at levels 1
-and 2: trained minus GPT_rand on the real arm, GPT_rand minus a second random-init model on the null arm (the
-null of ``probe-beats-random``). The two arms of a point and seed are one group (:meth:`CFGProbing.groups`): GPT_rand's
-probes are fitted once and serve both rows, and only the real arm trains. The claims engine judges every claim;
-none is judged by hand.
+Arms (issue 44): ``real`` (the trained model of each variant; point ids are the variants'), ``null`` (GPT_rand: the
+variant at its random initialisation, points ``null-<variant>``) and ``shuffled`` (GPT_rot only, point
+``shuffled-rope``), paired by seed: the same strings and probe seeds. A row's probe columns are its own model's (the
+shuffled arm: ``anc_L1``, ``anc_L2`` only); its ``gap_*`` columns are its model minus GPT_rand at levels 1 and 2
+(trained on the real arm, order-shuffled-trained on the shuffled arm, ancestor at every token only; none on the
+null arm). The arms of a point and seed are one group (:meth:`CFGProbing.groups`): GPT_rand's probes are fitted once
+and serve every row. The claims engine judges every claim; none is judged by hand.
 """
 
 from __future__ import annotations
@@ -90,16 +97,20 @@ class CFGProbingConfig(CFGModelConfig):
     probe_heads: int = Field(4, ge=1, description="heads of each multi-head position-mixing probe")
     n_gen: int = Field(100, ge=1, description="generations from BOS for the 'learned' gate")
     l2: float = Field(1e-3, ge=0)
+    shuffled_arm: bool = Field(True, description="train GPT_rot on order-shuffled strings and probe it (the shuffled "
+                               "arm, the null of probe-beats-random; off at gpu: see the module)")
 
     PRESETS = {
         "smoke": {"train.steps": 4, "train.batch_size": 4, "train.warmup_steps": 1, "model.n_layers": 1,
                   "model.d_model": 16, "model.n_heads": 2, "seq_len": 32, "n_probe_train": 6, "n_probe_test": 4,
                   "n_gen": 4, "n_seeds": 1},
-        "quick": {},
-        # gpu (S52): within 10 minutes of one H100; the claims read GPT_rot only
+        # quick: 2000 steps, not cfg-learning's 3000 (S54): the shuffled arm adds a training per seed
+        "quick": {"train.steps": 2000},
+        # gpu (S52): within 10 minutes of one H100; the claims read GPT_rot only; no shuffled arm (a second training)
         "gpu": {"grammar": "cfg3f", "variants": ["rope"], "model.n_layers": 6, "model.n_heads": 8,
                 "model.d_model": 256, "seq_len": 512, "train.batch_size": 64, "train.steps": 2000, "train.lr": 1e-3,
-                "train.warmup_steps": 200, "n_probe_train": 150, "n_probe_test": 50, "n_gen": 200, "threads": 0},
+                "train.warmup_steps": 200, "n_probe_train": 150, "n_probe_test": 50, "n_gen": 200, "threads": 0,
+                "shuffled_arm": False},
         "paper": {"grammar": "cfg3f", "variants": ["rope", "learned", "relative", "uni", "posonly"],
                   "model.n_layers": 12, "model.n_heads": 12, "model.d_model": 768, "seq_len": 512,
                   "train.batch_size": 96, "train.steps": 100_000, "train.lr": 3e-4, "train.warmup_steps": 1000,
@@ -117,15 +128,19 @@ class CFGProbing(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 4 (NT-ancestor probing table)"
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "752 s measured (3 seeds of 3000 steps on cfg3b-small, mixing probes, threads=2, "
-                              "nothing else running), before the null arm's second random-init model (2 more mixing "
-                              "probes per seed: ~+60 s estimated from a timed fit on the loaded machine)",
+                     "quick": "~15-18 min estimated, not measured (S54, from benchmarks/results/"
+                              "cfg_phases_2026-12-06.md: 6 trainings of 2000 steps (3 seeds x real + shuffled) at "
+                              "64-76 ms/step = 770-910 s, probe fits ~100 s, hidden states, generation and data "
+                              "~25 s, one thread); was 752-825 s measured with 3 trainings of 3000 steps and no "
+                              "shuffled arm",
                      "gpu": "~8 min on one H100, estimated, not measured (no GPU in S52; was ~20 min with GPT (absolute) "
                             "as well and 3000 steps): GPT_rot on cfg3f x 3 seeds, 2000 steps of batch 64 x 512, 97 s "
                             "each by lmsci.train.estimate + 24 s of host sampling (12 ms per batch in a CPU pilot); "
-                            "3 probe fits per seed (trained, random init, second random init) on the device, ~5 s "
-                            "each; 200 generations per seed judged by the DP (~28 ms per string in the pilot)",
-                     "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps)"}
+                            "2 probe fits per seed (trained, random init) on the device, ~5 s each; 200 generations "
+                            "per seed judged by the DP (~28 ms per string in the pilot). No shuffled arm: its 3 more "
+                            "trainings would take it to ~13 min",
+                     "paper": "~1 day per model on 4xA100 (GPT2-small, 100k steps), and as much again for the "
+                              "shuffled arm's GPT_rot"}
 
     _SRC = "Allen-Zhu & Li, arXiv 2305.13673, sec. 4, 'predict NT ancestor (%)' table"
     _GATE = Gate("learned", mean_at_least(LEARNED_GATE), arm="real",
@@ -179,8 +194,17 @@ class CFGProbing(Experiment):
                                  "mean is the smaller of the two level means"),
             rule=mean_at_least(GAP_MIN),
             gates=(_GATE,),
-            null="the same gap with the random-init model in the trained model's place, against a second random-init "
-                 "model of the same architecture (another seed): random against random, no gap by construction",
+            presets=("quick", "paper"),  # gpu runs no shuffled arm (its 10 minutes hold one training per seed)
+            null="the same gap with GPT_rot trained on order-shuffled strings (arm shuffled: the same initialisation, "
+                 "data stream and recipe as the trained GPT_rot, each string's tokens in a random order, its tokens "
+                 "and length kept) in the trained model's place, over the same random-init model, probed on the "
+                 "same unshuffled strings: it learns the strings' token statistics, not their order, so not the parse",
+            null_can_meet="yes, if the level-1/2 ancestors are mostly readable from which tokens have occurred and "
+                          "how many: the NT ancestors nearest the root fix the sets of terminals below them, a model "
+                          "trained on bags of tokens learns which tokens occur together in a string and how long "
+                          "strings are, and the position-mixing probe reads every earlier position; training on the "
+                          "token statistics alone could then lift the ancestors 20 points above the random-init model without any parse",
+            arms=("real", "shuffled"),
         ),
         Claim(
             "probe-beats-random-at-end",
@@ -206,11 +230,15 @@ class CFGProbing(Experiment):
             raise ConfigError("grammar", cfg.grammar, "a grammar with at least 2 NT levels below the root (depth >= 3)")
 
     def points(self, cfg: CFGProbingConfig) -> list[Point]:
-        return [Point(v, {"variant": v}, arm="real") for v in cfg.variants] + \
-            [Point(f"null-{v}", {"variant": v}, arm="null") for v in cfg.variants]
+        pts = [Point(v, {"variant": v}, arm="real") for v in cfg.variants]
+        pts += [Point(f"null-{v}", {"variant": v}, arm="null") for v in cfg.variants]  # GPT_rand, paired by seed
+        if cfg.shuffled_arm and "rope" in cfg.variants:  # probe-beats-random's null: GPT_rot on order-shuffled strings
+            pts.append(Point("shuffled-rope", {"variant": "rope"}, arm="shuffled"))
+        return pts
 
     def groups(self, cfg: CFGProbingConfig, points: list[Point]) -> list[list[Point]]:
-        """The real and null arm of one variant and seed form one group (GPT_rand's probes serve both rows)."""
+        """The arms (real, null, shuffled) of one variant and seed form one group (GPT_rand's probes serve every
+        row)."""
         by: dict[tuple[str, int], list[Point]] = {}
         for p in points:
             by.setdefault((p.params["variant"], p.seed_index), []).append(p)
@@ -220,7 +248,9 @@ class CFGProbing(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def run_group(self, cfg: CFGProbingConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
-        """The rows of the arms of one variant and seed (same strings, probe seeds and GPT_rand), trained once."""
+        """The rows of the arms of one variant and seed (same strings, probe seeds and GPT_rand): the real arm's
+        trained model, GPT_rand (null) and, on the shuffled arm, GPT_rot trained on order-shuffled strings (the same
+        initialisation and data stream as the real arm's; ancestor mixing probes of levels 1 and 2 only)."""
         g, variant, ctx = build_grammar(cfg), points[0].params["variant"], ctxs[0]
         rand = make_model(cfg, g, variant, derive_seed(ctx.seed, "rand-init")).to(ctx.device).eval()
         rng = np.random.default_rng(derive_seed(ctx.seed, "probe-data"))
@@ -269,18 +299,22 @@ class CFGProbing(Experiment):
                         for l in (1, 2) if l < g.depth}
                 out.append({**base, "train_loss": float(final.get("loss", float("nan"))), **row, **chance, **gaps,
                             "acc_bos": gen_acc(model)})
-            else:  # GPT_rand; its gap: against a second random-init model (ancestor mixing probes, levels 1 and 2)
-                rand2 = make_model(cfg, g, variant, derive_seed(ctx.seed, "rand-init-2")).to(ctx.device).eval()
-                h2tr = hidden_states(rand2, g, [s.tokens for s in tr], device=ctx.device)
-                h2te = hidden_states(rand2, g, [s.tokens for s in te], device=ctx.device)
-                gaps = {}
+            elif p.arm == "shuffled":  # GPT_rot on order-shuffled strings; its gap over GPT_rand, levels 1 and 2
+                model, final = train_model(cfg, g, variant, c, shuffle_within=True)
+                hstr = hidden_states(model, g, [s.tokens for s in tr], device=ctx.device)
+                hste = hidden_states(model, g, [s.tokens for s in te], device=ctx.device)
+                row, gaps = {}, {}
                 for l in (1, 2):
                     if l < g.depth:
-                        r2 = fit_mixing_probe(h2tr, [s.ancestor[l] for s in tr], h2te, [s.ancestor[l] for s in te],
-                                              int(g.sizes[l]), steps=cfg.probe_steps, n_heads=cfg.probe_heads,
-                                              seed=derive_seed(ctx.seed, "probe"))
-                        gaps[f"gap_anc_L{l}"] = rand_row[f"anc_L{l}"] - r2["test_acc"]
-                out.append({**base, "train_loss": float("nan"), **rand_row, **chance, **gaps, "acc_bos": gen_acc(rand)})
+                        r = fit_mixing_probe(hstr, [s.ancestor[l] for s in tr], hste, [s.ancestor[l] for s in te],
+                                             int(g.sizes[l]), steps=cfg.probe_steps, n_heads=cfg.probe_heads,
+                                             seed=derive_seed(ctx.seed, "probe"))
+                        row[f"anc_L{l}"] = r["test_acc"]
+                        gaps[f"gap_anc_L{l}"] = r["test_acc"] - rand_row[f"anc_L{l}"]
+                out.append({**base, "train_loss": float(final.get("loss", float("nan"))), **row, **chance, **gaps,
+                            "acc_bos": gen_acc(model)})
+            else:  # GPT_rand: its own probes, no gap
+                out.append({**base, "train_loss": float("nan"), **rand_row, **chance, "acc_bos": gen_acc(rand)})
         return out
 
     # no verdicts method: the claims engine judges every claim from its Stat and Rule, on both arms
@@ -291,7 +325,7 @@ class CFGProbing(Experiment):
         ok = finished(results)
         if ok.empty or "arm" not in ok:
             return []
-        null = ok[ok["arm"] == "null"]
+        null, shuf = ok[ok["arm"] == "null"], ok[ok["arm"] == "shuffled"]
         ok = ok[ok["arm"] == "real"]
         if ok.empty:
             return []
@@ -307,6 +341,11 @@ class CFGProbing(Experiment):
             if len(rs):
                 ax.plot([l + 1 for l in levels], [rs[f"anc_L{l}"].mean() for l in levels], "x--", color=f"C{k}",
                         alpha=0.6, label=f"{VARIANT_NAMES.get(v, v)} random init (null arm): ancestor")
+            sh = shuf[shuf["variant"] == v]
+            sl = [l for l in (1, 2) if f"anc_L{l}" in sh]
+            if len(sh) and sl:
+                ax.plot([l + 1 for l in sl], [sh[f"anc_L{l}"].mean() for l in sl], "^-.", color=f"C{k}", alpha=0.6,
+                        label=f"{VARIANT_NAMES.get(v, v)} trained on order-shuffled strings (shuffled arm): ancestor")
         ax.plot([l + 1 for l in levels], [ok[f"chance_anc_L{l}"].mean() for l in levels], "k:", lw=1, label="majority class")
         ax.axhline(PROBE_MIN, color="gray", ls="--", lw=1)
         ax.set_xlabel("NT level (paper's numbering: NT2 = children of the root)")
@@ -315,7 +354,8 @@ class CFGProbing(Experiment):
         ax.legend(fontsize=6)
         return [save_figure(fig, run, "probe_accuracy.png",
                             "Linear-probe accuracy of the NT ancestor per level (mean over seeds), trained vs random "
-                            "initialisation (cf. the paper's 'predict NT ancestor (%)' table)",
+                            "initialisation and, at levels 1-2, vs training on order-shuffled strings (cf. the paper's "
+                            "'predict NT ancestor (%)' table)",
                             claims=("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"))]
 
     def report_sections(self, cfg: CFGProbingConfig, results: pd.DataFrame, run: RunDir) -> str:
@@ -327,8 +367,10 @@ class CFGProbing(Experiment):
                 "mixed by position-only attention weights, {heads} heads, {steps} AdamW steps) and, in the `*_pw_*` "
                 "columns, multinomial logistic regression (L2 {l2}) on the state at position i alone; "
                 "{ntr} training strings, {nte} test strings, one probe per NT level and target; the null arm's "
-                "random-init model has the same architecture and is untrained; `gap_*`: the row's model minus its "
-                "baseline (trained minus random init; on the null arm, random init minus a second random init). "
+                "random-init model has the same architecture and is untrained; the shuffled arm's GPT_rot is trained "
+                "as the real one on strings whose tokens are shuffled within each string (levels 1-2 ancestor probes "
+                "only); `gap_*`: the row's model minus the random-init model (trained on the real arm, "
+                "order-shuffled-trained on the shuffled arm). "
                 "Level l here is the paper's NT(l+1).\n\n"
                 "## Results\n\n").format(l2=cfg.l2, ntr=cfg.n_probe_train, nte=cfg.n_probe_test,
                                           steps=cfg.probe_steps, heads=cfg.probe_heads) + \
