@@ -187,8 +187,10 @@ def test_probing_beats_random_null_is_the_shuffled_arm_not_a_second_random_init(
     assert "shuffled" not in ids(resolve_config(CFGProbingConfig, "gpu")).values()
     paper = resolve_config(CFGProbingConfig, "paper")
     assert list(ids(paper).values()).count("shuffled") == 1 and len(ids(paper)) == 2 * len(paper.variants) + 1
-    assert resolve_config(CFGProbingConfig, "quick").train.steps == 2000  # S54: cfg-learning keeps 3000
-    assert resolve_config(CFGLearningConfig, "quick").train.steps == 3000
+    # S54: both quick presets train 2000 steps, each in its own PRESETS; the shared default stays 3000
+    assert resolve_config(CFGProbingConfig, "quick").train.steps == 2000
+    assert resolve_config(CFGLearningConfig, "quick").train.steps == 2000
+    assert CFGProbingConfig.model_fields["train"].default.steps == 3000
 
 
 def test_probing_failures_and_gate(tmp_path):
