@@ -14,10 +14,10 @@ POST_HOC: dict[str, dict[str, tuple[int, ...]]] = {
     "cfg-learning/rot-beats-abs": {"quick": (0,)},
     "cfg-learning/uni-effective": {"quick": (0,)},
     "cfg-learning/pos-effective": {"quick": (0,)},
-    "cfg-probing/probe-ancestor": {"quick": (0,)},
-    "cfg-probing/probe-ancestor-at-end": {"quick": (0,)},
-    "cfg-probing/probe-beats-random": {"quick": (0,)},
-    "cfg-probing/probe-beats-random-at-end": {"quick": (0,)},
+    "cfg-probing/probe-ancestor": {"quick": (0, 1)},  # 1: 2026-12-07, quick 2000 steps + shuffled null after seed 1
+    "cfg-probing/probe-ancestor-at-end": {"quick": (0, 1)},  # 1: 2026-12-07 (as above)
+    "cfg-probing/probe-beats-random": {"quick": (0, 1)},  # 1: 2026-12-07 (as above)
+    "cfg-probing/probe-beats-random-at-end": {"quick": (0, 1)},  # 1: 2026-12-07 (as above)
     "word-order/redundant-unchanged": {"quick": (0,)},
     "word-order/redundant-omega": {"quick": (0,)},
     "word-order/critical-chance": {"quick": (0,)},
