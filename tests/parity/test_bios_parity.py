@@ -24,7 +24,7 @@ import pytest
 from scipy.stats import chi2_contingency, chisquare
 
 from lmsci.worlds.bios import (ATTRS, MONTHS, QA_TEMPLATES, TEMPLATES, BiosWorld, bio_docs, build_pools)
-from lmsci.worlds.bios_stream import BiosRenderer
+from lmsci.worlds.bios_render import BiosRenderer
 
 FIX = Path(__file__).parent / "fixtures" / "bios"
 

@@ -9,7 +9,8 @@ import torch
 
 from lmsci.errors import ConfigError
 from lmsci.worlds.bios import BiosWorld, bio_docs, pack
-from lmsci.worlds.bios_stream import DocStream, docs_of
+from lmsci.worlds.bios_render import docs_of
+from lmsci.worlds.bios_stream import DocStream
 
 
 def _docs(n=16):

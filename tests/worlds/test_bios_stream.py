@@ -10,8 +10,9 @@ import pytest
 
 from lmsci.errors import ConfigError
 from lmsci.worlds.bios import ATTRS, BiosWorld
-from lmsci.worlds.bios_stream import (INVERSE, KIND_BIO, BiosRenderer, BioStream, MixedStream, QAStream,
-                                      feistel_permutation)
+from lmsci.worlds.bios_render import INVERSE, KIND_BIO, BiosRenderer
+from lmsci.worlds.bios_stream import BioStream, MixedStream, QAStream
+from lmsci.worlds.counter_rng import feistel_permutation
 
 
 @pytest.fixture(scope="module")

@@ -523,7 +523,7 @@ class BiosWorld:
             reverse: append one sentence stating (birth date, birth city) -> name (value before name).
             order: explicit sentence order (indices into :data:`ATTRS`); overrides ``permute``.
             reverse_template: explicit index into :data:`REVERSE_TEMPLATES`; overrides ``rng`` for it.
-                (``order`` and ``reverse_template`` let :mod:`lmsci.worlds.bios_stream` be checked
+                (``order`` and ``reverse_template`` let :mod:`lmsci.worlds.bios_render` be checked
                 token for token against this reference renderer.)
 
         Returns:
@@ -595,7 +595,7 @@ class BiosWorld:
                 the attribute order, the clause of each attribute (index into :data:`REVERSE_FRAGMENTS`, in
                 :data:`ATTRS` order), and per sentence the opener and the name clause (indices into
                 :data:`REVERSE_OPENERS`, :data:`REVERSE_NAME_CLAUSES`); they let the vectorised renderer of
-                :mod:`lmsci.worlds.bios_stream` be checked token for token against this one.
+                :mod:`lmsci.worlds.bios_render` be checked token for token against this one.
 
         Returns:
             A :class:`Doc` of kind ``"bio_reverse"``: ``spans`` give each attribute's value and ``"name"``

@@ -22,7 +22,7 @@ How the stream is built (:class:`JunkBioStream`, a :class:`~lmsci.worlds.bios_st
 * Documents are mixed, not windows: every chunk of useful biographies carries its proportional slice of the junk
   biographies (junk pass ``q`` shows every junk person once, in a Feistel order keyed by ``(order_seed, q)``), and
   the chunk is shuffled by a counter-based permutation before packing. Windows still never hold one person twice.
-  In :class:`~lmsci.worlds.bios_stream.StreamBatch` a junk document's person is ``N + j`` (``j`` indexes the junk
+  In :class:`~lmsci.worlds.bios_batches.StreamBatch` a junk document's person is ``N + j`` (``j`` indexes the junk
   population), its kind is ``"bio"``.
 * With ``domain_token`` every useful biography is ``<bos> DOMAIN ...``: one new token id, ``len(world.vocab)``
   (:meth:`JunkBioStream.vocab_size` is one larger), right after ``<bos>``; junk biographies never carry it. The
@@ -42,8 +42,11 @@ from pydantic import Field
 from lmsci.config import StrictModel
 from lmsci.errors import ConfigError
 from lmsci.worlds.bios import BiosWorld
-from lmsci.worlds.bios_stream import (KIND_BIO, BioStream, BiosRenderer, Docs, StreamBatch, WindowBlock,
-                                      feistel_permutation, hash_u64)
+from lmsci.worlds.bios_batches import StreamBatch
+from lmsci.worlds.bios_pack import WindowBlock
+from lmsci.worlds.bios_render import BiosRenderer, Docs
+from lmsci.worlds.bios_stream import BioStream
+from lmsci.worlds.counter_rng import feistel_permutation, hash_u64
 
 TAG_JUNK_WORLD, TAG_JUNK_ORDER, TAG_JUNK_MIX = 43, 47, 53
 MAX_JUNK_PEOPLE = 10_000_000

@@ -11,7 +11,7 @@ import torch
 from lmsci.config import resolve_config
 from lmsci.experiments.knowledge.reversal_curse import ReversalCurseConfig, reversed_docs, streamed_pretraining
 from lmsci.worlds.bios import ATTRS, REVERSE_FRAGMENTS, REVERSE_HELD_OUT, BiosWorld, qa_split
-from lmsci.worlds.bios_stream import BiosRenderer
+from lmsci.worlds.bios_render import BiosRenderer
 
 N = 24
 

@@ -46,7 +46,7 @@ def mean_tokens(kind: str, spec: DataSpec | None = None, groups: int = 1, n: int
     """Mean tokens of one document of ``kind`` (``"bio"`` written as ``spec``, ``"bio_reverse"`` in ``groups``
     sentences, ``"qa"`` (the six questions), ``"inverse_qa"``), from ``n`` renderings of a small world (the
     vocabulary, templates and value lengths do not depend on N); for the estimates."""
-    from lmsci.worlds.bios_stream import INVERSE, BiosRenderer
+    from lmsci.worlds.bios_render import INVERSE, BiosRenderer
 
     r = BiosRenderer(BiosWorld(n, seed=0))
     ppl = np.arange(n)

@@ -87,7 +87,7 @@ class ReversalCurseConfig(BiosQAConfig):
             the forward multiM biographies), in the ``with_reverse`` condition.
         pipeline: ``"packed"`` (the quick preset: Python renderings, whole epochs packed in memory,
             :func:`pretraining_stream`) or ``"stream"`` (gpu and paper presets: the forward and reversed
-            biographies rendered once by the vectorised :class:`lmsci.worlds.bios_stream.BiosRenderer` and
+            biographies rendered once by the vectorised :class:`lmsci.worlds.bios_render.BiosRenderer` and
             shuffled and packed on the fly by :class:`lmsci.worlds.bios_stream.DocStream`; constant memory in the
             exposures). The packed path renders ~75 us and packs ~250 us per document in Python and holds every
             epoch in RAM: at the gpu preset's N = 10k with reversed biographies (100k documents, 60 epochs) it
@@ -209,11 +209,12 @@ def reverse_recall(model, docs: list[Doc], device: str = "cpu") -> float:
 def streamed_pretraining(world: BiosWorld, cfg: ReversalCurseConfig, reverse: bool, order_seed: int):
     """The ``"stream"`` pipeline: ``(stream, forward_bios_fn, reversed_bios_fn)``. Every person's
     ``data.multiplicity`` forward biographies and (with ``reverse``) ``reverse_multiplicity`` reversed ones are
-    rendered once by :class:`~lmsci.worlds.bios_stream.BiosRenderer` (counter-based choices keyed by
+    rendered once by :class:`~lmsci.worlds.bios_render.BiosRenderer` (counter-based choices keyed by
     ``cfg.seed``), then seen ``ceil(exposures / M)`` times in a :class:`~lmsci.worlds.bios_stream.DocStream`
     (each pass its own order, keyed by ``order_seed``; no person twice in a window). ``forward_bios_fn(people)``
     and ``reversed_bios_fn(people)`` give each person's first rendering of each kind, as trained on."""
-    from lmsci.worlds.bios_stream import BiosRenderer, Docs, DocStream
+    from lmsci.worlds.bios_render import BiosRenderer, Docs
+    from lmsci.worlds.bios_stream import DocStream
 
     r = BiosRenderer(world)
     n, m, rm = cfg.n_people, cfg.data.multiplicity, cfg.reverse_multiplicity
