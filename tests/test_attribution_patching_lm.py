@@ -63,21 +63,23 @@ def test_bad_input_refused_before_work(tmp_path):
     assert e.value.field == "top_k"
 
 
-def test_exact_head_patching_equals_the_shared_exact_patching():
-    """The experiment's fast exact patching (each patched run started at the patched layer, output head at END only)
-    gives the shared full-forward exact_patching's values (bit-identical on the tiny Llama, float32)."""
+def test_exact_patching_resumed_equals_the_full_forward(monkeypatch):
+    """On the smoke model, the library's exact patching (each patched run started at the patched layer, output head
+    at END only: lmsci.models.resume) gives the full forward's values (its fallback, forced here)."""
     import torch
 
     from lmsci.experiments.syntax import _ioi_lm_measures as M
-    from lmsci.experiments.syntax._attribution_patching_lm_exact import exact_head_patching
     from lmsci.experiments.syntax._lm_common import load_lm
     from lmsci.measure.attribution_patching import exact_patching
+    from lmsci.models import resume
 
     lm = load_lm("tiny-random-llama", "cpu")
     p = M.make_prompts(lm.tokenizer, 2, 3, np.random.default_rng(5))
-    fast = exact_head_patching(lm, p.clean, p.abc, p.end, p.io, p.s)
+    assert resume.resumable(lm)
+    fast = exact_patching(lm, p.clean, p.abc, p.end, p.io, p.s, per="head")
+    monkeypatch.setattr(resume, "resumable", lambda model: False)
     slow = exact_patching(lm, p.clean, p.abc, p.end, p.io, p.s, per="head")
     assert fast.shape == slow.shape == (2, 3) and slow.abs().max() > 0
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)
     with pytest.raises(ConfigError):
-        exact_head_patching(lm, p.clean, p.abc[:, :-1], p.end, p.io, p.s)
+        exact_patching(lm, p.clean, p.abc[:, :-1], p.end, p.io, p.s)

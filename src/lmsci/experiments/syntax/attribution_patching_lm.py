@@ -16,7 +16,7 @@ and one ABC forward) estimates, for every head, the change of the metric when th
 position) is patched into the clean run; exact activation patching
 (:func:`~lmsci.measure.attribution_patching.exact_patching`, ``n_layers * n_heads`` forwards) measures it, each
 patched forward started at the patched layer from the clean run's residual stream and read at END only (the same
-values: :mod:`lmsci.experiments.syntax._attribution_patching_lm_exact`; the exact time is of this cheaper form). Statistics
+values as the full forward: :mod:`lmsci.models.resume`; the exact time is of this cheaper form). Statistics
 over the ``n_layers * n_heads`` heads: the Pearson correlation of the two effect maps, and the top-k agreement (the
 share of the ``top_k`` heads of largest |exact effect| among the ``top_k`` of largest |estimate|). Both methods are
 timed (wall clock and CPU time of the process) and the speed-up (exact / attribution) reported.
@@ -47,8 +47,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.registry import register
 from lmsci.experiments.syntax import _ioi_lm_measures as M
 from lmsci.experiments.syntax._lm_common import check_model, load_lm, sample_seed
-from lmsci.experiments.syntax._attribution_patching_lm_exact import exact_head_patching
-from lmsci.measure.attribution_patching import agreement, attribution_patching, head_shape
+from lmsci.measure.attribution_patching import agreement, attribution_patching, exact_patching, head_shape
 from lmsci.runs import RunDir
 
 R_MIN = 0.5       # registered: Pearson r (attribution vs exact, over heads), 95% CI lower end above 0.5 (Cohen's "large")
@@ -99,7 +98,7 @@ def _compute(cfg: AttributionPatchingLMConfig, point: Point, ctx: PointContext) 
     w0, c0 = time.perf_counter(), time.process_time()
     est = attribution_patching(*args).sum(-1)
     w1, c1 = time.perf_counter(), time.process_time()
-    exact = exact_head_patching(*args)
+    exact = exact_patching(*args, per="head")
     w2, c2 = time.perf_counter(), time.process_time()
     ld = float(M.forward(lm, p.clean, p).ld.mean())
     out = {"est": est.float().cpu().numpy(), "exact": exact.float().cpu().numpy(), "n_layers": L, "n_heads": H,
