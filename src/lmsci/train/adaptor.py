@@ -1,4 +1,4 @@
-"""Train a language model on sequences a world samples, with the point's device, logging and progress.
+"""Train a language model on batches a world samples, with the point's device, logging and progress.
 
 Experiments used to write the same dozen lines in every ``run_point``: a ``get_batch`` closure that samples
 ``[batch, seq_len + 1]`` tokens and shifts them into inputs and next-token targets, a ``TrainConfig`` built
@@ -8,20 +8,35 @@ metrics sent to the run directory. :func:`train_lm` is those lines once::
     model = GPT(cfg.model.gpt_config(V, T), seed=derive_seed(ctx.seed, "init"))
     train_lm(model, lambda n, gen: world.sample(n, T + 1, gen), cfg.train, ctx)
 
+:func:`train_point` is the same with a ready ``get_batch`` (targets that are not a plain next-token shift:
+answer-only targets, masked positions, a data stream), :func:`train_group` the stacked form over the points of
+a group (:func:`lmsci.train.stacked.train_stacked`), and :func:`numpy_rng` the NumPy generator a sampler seeds
+from the batch generator (one draw of it per batch).
+
 ``ctx`` is the point's :class:`lmsci.contract.PointContext` (or anything with ``device``, ``seed``, ``log`` and
 ``progress``); the sampler draws all its randomness from the generator it is given, so a point stays a pure
-function of (config, point, seed).
+function of (config, point, seed). The trainers are called through their modules (``trainer.train``,
+``stacked.train_stacked``), so a test that patches them there sees every call.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
-from lmsci.train.trainer import TrainResult, TrainSpec, train
+from lmsci.train import stacked, trainer
+from lmsci.train.stacked import StackedResult
+from lmsci.train.trainer import GetBatch, TrainResult, TrainSpec
 
 Sampler = Callable[[int, torch.Generator], torch.Tensor]
+
+
+def numpy_rng(gen: torch.Generator, high: int = 2 ** 62) -> np.random.Generator:
+    """A NumPy generator seeded by one draw ``torch.randint(0, high, (1,))`` of ``gen`` (a sampler written with
+    NumPy then takes all its randomness from the trainer's batch generator)."""
+    return np.random.default_rng(int(torch.randint(0, high, (1,), generator=gen)))
 
 
 def lm_batches(sample: Sampler, batch_size: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
@@ -47,32 +62,88 @@ def lm_batches(sample: Sampler, batch_size: int) -> Callable[[int, torch.Generat
     return get_batch
 
 
-def train_lm(model: torch.nn.Module, sample: Sampler, spec: TrainSpec, ctx: Any, *, seed: int | None = None,
-             desc: str = "train", log_points: int = 20, eval_fn: Callable | None = None,
-             checkpoint_dir: Any = None, **config_changes: Any) -> TrainResult:
-    """Train ``model`` on sequences from ``sample`` with the spec's optimizer and schedule, on the point's device.
+def _config(spec: TrainSpec, device: str, log_points: int, config_changes: dict) -> trainer.TrainConfig:
+    steps = int(config_changes.get("steps", spec.steps))
+    config_changes.setdefault("log_every", max(1, steps // max(1, log_points)))
+    config_changes.setdefault("device", device)
+    return spec.train_config(**config_changes)
+
+
+def train_point(model: torch.nn.Module, get_batch: GetBatch, spec: TrainSpec, ctx: Any, *, seed: int | None = None,
+                desc: str = "train", log_points: int = 20, log_fields: dict[str, Any] | None = None,
+                eval_fn: Callable | None = None, checkpoint_dir: Any = None, **config_changes: Any) -> TrainResult:
+    """Train ``model`` on ``get_batch`` with the spec's optimizer and schedule, on the point's device.
 
     Args:
         model: an lmsci GPT or any module mapping ``[batch, seq]`` ids to ``[batch, seq, vocab_size]`` logits.
-        sample: ``sample(n, generator) -> [n, seq_len + 1]`` token ids.
+        get_batch: ``get_batch(step, generator) -> (inputs [batch, seq], targets [batch, seq])``, targets ``-100``
+            ignored.
         spec: the experiment's :class:`~lmsci.train.trainer.TrainSpec` (steps, batch_size, lr, schedule).
         ctx: the point context: ``device``, ``seed``, ``log(**metrics)``, ``progress(total, desc)``.
         seed: the batch generator's seed (default ``ctx.seed``).
         desc: the progress bar's label.
-        log_points: about how many training records are logged (``log_every = steps // log_points``).
+        log_points: about how many training records are logged (``log_every = steps // log_points``; a
+            ``log_every`` in ``config_changes`` wins).
+        log_fields: fields written before each record's own (``ctx.log(**log_fields, **record)``).
         eval_fn, checkpoint_dir: passed to :func:`~lmsci.train.trainer.train`.
-        config_changes: further :class:`~lmsci.train.trainer.TrainConfig` execution fields (``compile``, ...).
+        config_changes: further :class:`~lmsci.train.trainer.TrainConfig` fields (``steps``, ``warmup_steps``,
+            ``compile``, ``precision``, ``log_every``, ``checkpoint_every``, ``device`` (default ``ctx.device``)...).
 
     Returns:
         the trainer's :class:`~lmsci.train.trainer.TrainResult` (final loss, tokens/s, ...).
 
     Raises:
+        ConfigError: a change is not a TrainConfig field or out of range.
         DivergedError: a non-finite training loss (the executor records the point as diverged).
     """
-    tcfg = spec.train_config(device=ctx.device, log_every=max(1, spec.steps // max(1, log_points)), **config_changes)
-    bar = ctx.progress(spec.steps, desc)
+    tcfg = _config(spec, ctx.device, log_points, config_changes)
+    fields = log_fields or {}
+    bar = ctx.progress(tcfg.steps, desc)
     try:
-        return train(model, lm_batches(sample, spec.batch_size), tcfg, seed=ctx.seed if seed is None else seed,
-                     log=lambda rec: ctx.log(**rec), progress=bar, eval_fn=eval_fn, checkpoint_dir=checkpoint_dir)
+        return trainer.train(model, get_batch, tcfg, seed=ctx.seed if seed is None else seed,
+                             log=lambda rec: ctx.log(**fields, **rec), progress=bar, eval_fn=eval_fn,
+                             checkpoint_dir=checkpoint_dir)
     finally:
         bar.close()
+
+
+def train_lm(model: torch.nn.Module, sample: Sampler, spec: TrainSpec, ctx: Any, **kwargs: Any) -> TrainResult:
+    """:func:`train_point` on next-token batches of ``sample`` (:func:`lm_batches`).
+
+    Args:
+        model: as in :func:`train_point`.
+        sample: ``sample(n, generator) -> [n, seq_len + 1]`` token ids.
+        spec, ctx: as in :func:`train_point`; ``spec.batch_size`` sequences per batch.
+        kwargs: :func:`train_point`'s keywords (``seed``, ``desc``, ``log_points``, TrainConfig changes...).
+
+    Returns:
+        the trainer's :class:`~lmsci.train.trainer.TrainResult`.
+
+    Raises:
+        DivergedError: a non-finite training loss (the executor records the point as diverged).
+    """
+    return train_point(model, lm_batches(sample, spec.batch_size), spec, ctx, **kwargs)
+
+
+def train_group(models: Sequence[torch.nn.Module], get_batches: Sequence[GetBatch], spec: TrainSpec,
+                ctxs: Sequence[Any], *, seeds: Sequence[int] | None = None, desc: str = "train", log_points: int = 20,
+                **config_changes: Any) -> StackedResult:
+    """Train one model per point of a group as one stacked computation
+    (:func:`~lmsci.train.stacked.train_stacked`), each on its own ``get_batch``, logging to its own context.
+
+    Args:
+        models: K same-shaped modules, one per context.
+        get_batches: K ``get_batch(step, generator)`` (as in :func:`train_point`).
+        spec: the shared :class:`~lmsci.train.trainer.TrainSpec`.
+        ctxs: K point contexts; the first gives the device and the progress bar.
+        seeds: the K batch generators' seeds (default each context's ``seed``).
+        desc, log_points, config_changes: as in :func:`train_point`.
+
+    Returns:
+        :class:`~lmsci.train.stacked.StackedResult` (``members`` in input order; ``diverged`` members).
+    """
+    tcfg = _config(spec, ctxs[0].device, log_points, config_changes)
+    with ctxs[0].progress(tcfg.steps, desc) as bar:
+        return stacked.train_stacked(models, list(get_batches), tcfg,
+                                     seeds=[c.seed for c in ctxs] if seeds is None else list(seeds),
+                                     log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)

@@ -56,6 +56,7 @@ from lmsci.measure.icl import (
 )
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
+from lmsci.train.adaptor import lm_batches, numpy_rng
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.hmm_mixture import HMMMixture
 
@@ -257,15 +258,13 @@ class ICLKernelRegression(Experiment):
         device = ctxs[0].device
         models = [self.build(cfg, world, derive_seed(c.seed, "init")) for c in ctxs]
 
-        def get_batch(step: int, gen: torch.Generator):
-            rng = np.random.default_rng(int(torch.randint(0, 2 ** 62, (1,), generator=gen)))
-            docs = torch.as_tensor(world.sample_documents(cfg.train.batch_size, T, rng), device=device)
-            return docs[:, :-1], docs[:, 1:]
+        def docs(n: int, gen: torch.Generator) -> torch.Tensor:
+            return torch.as_tensor(world.sample_documents(n, T, numpy_rng(gen)), device=device)
 
         tc = cfg.train.train_config(log_every=max(1, cfg.train.steps // 50), device=device)
         logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))}) for c in ctxs]
-        return models, train_seeds(models, get_batch, tc, seeds=[derive_seed(c.seed, "data") for c in ctxs],
-                                   stack=cfg.stack_seeds, log=logs)
+        return models, train_seeds(models, lm_batches(docs, cfg.train.batch_size), tc, stack=cfg.stack_seeds,
+                                   seeds=[derive_seed(c.seed, "data") for c in ctxs], log=logs)
 
     def run_group(self, cfg: ICLKernelRegressionConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         """One GPT per training seed of ``points`` (trained stacked); every arm of that seed reads it: ``real`` and

@@ -29,7 +29,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
 from lmsci.experiments.reasoning.igsm_common import IGSMCommonConfig, Trained, build_gpt
 from lmsci.runs import derive_seed
-from lmsci.train import trainer
+from lmsci.train.adaptor import train_point
 from lmsci.worlds.igsm import IGSMWorld
 from lmsci.worlds.igsm.brute import brute_force_text
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer
@@ -140,12 +140,8 @@ def train_null_model(cfg: IGSMCommonConfig, ctx: PointContext, tok: IGSMTokenize
         :class:`~lmsci.experiments.reasoning.igsm_common.Trained`, the model in eval mode on ``ctx.device``.
     """
     steps = cfg.train.steps
-    tc = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), device=ctx.device,
-                                log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1),
-                                precision=cfg.precision)
     model = build_gpt(cfg, tok, shape, derive_seed(ctx.seed, "init", tag))
-    bar = ctx.progress(steps, f"train{tag}")
-    res = trainer.train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data", tag),
-                        log=lambda rec: ctx.log(**rec), checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
-    bar.close()
+    res = train_point(model, get_batch, cfg.train, ctx, seed=derive_seed(ctx.seed, "data", tag), desc=f"train{tag}",
+                      log_points=50, checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", precision=cfg.precision,
+                      warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), checkpoint_every=max(steps // 4, 1))
     return Trained(model.eval(), res.final)

@@ -48,7 +48,7 @@ from lmsci.measure.graph_reading import (accuracy_by_type, greedy_paths, mlp_log
                                          value_logit_table)
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.stacked import train_stacked
+from lmsci.train.adaptor import train_group
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.alpine import AlpineWorld, alpine_world
 
@@ -261,13 +261,9 @@ class AlpinePlanning(Experiment):
                 return xy[0][idx], xy[1][idx]
             return get_batch
 
-        steps = cfg.train.steps
         # the warmup stops one step short of a run shorter than it (the smoke preset's 30 steps)
-        tcfg = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, steps - 1), device=ctxs[0].device,
-                                      log_every=max(1, steps // 20))
-        with ctxs[0].progress(steps) as bar:
-            res = train_stacked(models, [batcher(xy) for xy in padded], tcfg, seeds=[c.seed for c in ctxs],
-                                log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)
+        res = train_group(models, [batcher(xy) for xy in padded], cfg.train, ctxs,
+                          warmup_steps=min(cfg.train.warmup_steps, cfg.train.steps - 1))
         out = []
         for k, (p, m) in enumerate(zip(points, models)):
             m.eval()

@@ -44,7 +44,7 @@ from lmsci.experiments.registry import register
 from lmsci.measure.path_aggregation import kl, min_kl_over_temperature, path_distributions
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.stacked import train_stacked
+from lmsci.train.adaptor import lm_batches, numpy_rng, train_group
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.kg_walks import KGWorld, kg_world
 
@@ -183,22 +183,13 @@ class PathAggregation(Experiment):
         gcfg = cfg.model.gpt_config(w0.vocab_size, cfg.seq_len)
         models = [GPT(gcfg, seed=derive_seed(c.seed, "init")).to(c.device) for c in ctxs]
 
-        def batcher(p: Point):
+        def walks(p: Point):  # a sampler of p's packed [n, seq_len + 1] walk rows (kg_walks.KGWorld.packed)
             w, L, shuf = worlds[p.seed_index], p.params["walk_len"], p.params["arm"] == "shuffled"
+            return lambda n, gen: torch.from_numpy(w.packed(n, cfg.seq_len, L, numpy_rng(gen), shuf))
 
-            def get_batch(step, gen):
-                rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))
-                t = torch.from_numpy(w.packed(cfg.train.batch_size, cfg.seq_len, L, rng, shuf))
-                return t[:, :-1], t[:, 1:]
-            return get_batch
-
-        steps = cfg.train.steps
         # the warmup stops one step short of a run shorter than it (the smoke preset's 30 steps)
-        tcfg = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, steps - 1), device=ctxs[0].device,
-                                      log_every=max(1, steps // 20))
-        with ctxs[0].progress(steps) as bar:
-            res = train_stacked(models, [batcher(p) for p in points], tcfg, seeds=[c.seed for c in ctxs],
-                                log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)
+        res = train_group(models, [lm_batches(walks(p), cfg.train.batch_size) for p in points], cfg.train, ctxs,
+                          warmup_steps=min(cfg.train.warmup_steps, cfg.train.steps - 1))
         agg = {k: self.aggregations(cfg, w, k) for k, w in worlds.items()}
         rows = []
         for k, (p, m) in enumerate(zip(points, models)):

@@ -32,7 +32,7 @@ from lmsci.stats import across_seeds
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores, prefix_matching_scores, token_nll
 from lmsci.models.gpt import GPT
 from lmsci.runs import derive_seed
-from lmsci.train.trainer import train
+from lmsci.train.adaptor import train_point
 from lmsci.worlds.repeated_segments import RepeatedSegments
 from lmsci.worlds.repeated_text import RepeatedText
 
@@ -154,14 +154,10 @@ def run_shakespeare(cfg: Any, L: int, ctx: Any, repeats: bool = True) -> dict[st
         hist.append(r)
         return {"icl_nat": r["icl_nat"], "val_nll": r["val_nll"], "pm_last_layer_max": float(r["pm"][-1].max())}
 
-    tc = tr.train_config(device=dev, log_every=max(tr.steps // 20, 1),
-                         eval_every=eval_cadence(cfg.eval_every, tr.steps, repeats),
-                         precision=cfg.precision)
-    bar = ctx.progress(tr.steps, f"train attn-only L{L} on Shakespeare")
     get_batch = sh.make_get_batch(corpus.train_ids, tr.batch_size, T)
-    res = train(model, get_batch if repeats else shuffle_windows(get_batch), tc, seed=derive_seed(ctx.seed, "data"),
-                log=lambda mm: ctx.log(**mm), eval_fn=record, progress=bar)
-    bar.close()
+    res = train_point(model, get_batch if repeats else shuffle_windows(get_batch), tr, ctx,
+                      seed=derive_seed(ctx.seed, "data"), desc=f"train attn-only L{L} on Shakespeare", eval_fn=record,
+                      eval_every=eval_cadence(cfg.eval_every, tr.steps, repeats), precision=cfg.precision)
     st = [r["step"] for r in res.history if "icl_nat" in r]
     model.eval()
     fin = probe(model, final=True)

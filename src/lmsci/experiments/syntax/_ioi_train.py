@@ -14,7 +14,7 @@ import numpy as np
 from lmsci.contract import PointContext
 from lmsci.models.gpt import GPT
 from lmsci.runs import derive_seed
-from lmsci.train.trainer import train
+from lmsci.train.adaptor import train_point
 from lmsci.worlds.ioi import IOIWorld, make_get_batch
 
 
@@ -31,10 +31,7 @@ def train_ioi_gpt(cfg: Any, world: IOIWorld, ioi_fraction: float, ctx: PointCont
     """
     ids = world.stream(cfg.stream_tokens, ioi_fraction, np.random.default_rng(derive_seed(ctx.seed, "stream")))
     model = GPT(cfg.model.gpt_config(world.vocab_size, cfg.seq_len), seed=derive_seed(ctx.seed, "init")).to(ctx.device)
-    steps = cfg.train.steps
-    tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
-    bar = ctx.progress(steps, label)
-    res = train(model, make_get_batch(ids, tc.batch_size, cfg.seq_len), tc, seed=derive_seed(ctx.seed, "data"),
-                log=lambda m: ctx.log(**m), checkpoint_dir=ctx.artifact_dir / "ckpt", progress=bar)
-    bar.close()
+    res = train_point(model, make_get_batch(ids, cfg.train.batch_size, cfg.seq_len), cfg.train, ctx,
+                      seed=derive_seed(ctx.seed, "data"), desc=label, log_points=50,
+                      checkpoint_dir=ctx.artifact_dir / "ckpt", checkpoint_every=max(cfg.train.steps // 4, 1))
     return model.eval(), res.final

@@ -55,7 +55,8 @@ from lmsci.measure.heads import (argmax_match_accuracy, attention_patterns, head
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.stats import across_seeds
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.adaptor import numpy_rng, train_lm
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.dyck import Dyck
 
 MATCH_MIN, ABL_MIN, LEARNED_MIN = 0.9, 0.25, 0.95
@@ -238,15 +239,8 @@ class BracketHeads(Experiment):
             return {**m, **rules}
         model = GPT(gcfg, seed=init_seed)
 
-        def get_batch(step: int, gen: torch.Generator):
-            r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            s = torch.from_numpy(world.sample(cfg.train.batch_size, r))
-            return s[:, :-1], s[:, 1:]
-
-        tc = cfg.train.train_config(device=ctx.device, log_every=max(cfg.train.steps // 20, 1))
-        bar = ctx.progress(tc.steps, "train dyck")
-        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
-        bar.close()
+        res = train_lm(model, lambda n, gen: torch.from_numpy(world.sample(n, numpy_rng(gen))), cfg.train, ctx,
+                       seed=derive_seed(ctx.seed, "data"), desc="train dyck")
         model.eval()
         m = _measure(model, world, x, xref, ctx.device, other)
         np.savez(ctx.artifact_dir / "heads.npz", acc_grid=m.pop("acc_grid"), pattern=m.pop("example_pattern"),

@@ -88,7 +88,8 @@ from lmsci.experiments.syntax._induction_shakespeare import (CLAIMS as SHAKESPEA
 from lmsci.measure.heads import attention_patterns, gpt_head_weights, ov_copying_scores
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.adaptor import numpy_rng, train_lm
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.repeated_segments import RepeatedSegments
 
 WORLDS = ("synthetic", "shakespeare")
@@ -296,22 +297,18 @@ class InductionHeads(Experiment):
         init_copy = ov_copying_scores(**gpt_head_weights(model, L - 1)).numpy()
         hi0 = int(init["pm"][-1].argmax())
 
-        def get_batch(step: int, gen: torch.Generator):
-            r = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            xs, ms = world.sample(cfg.train.batch_size, r)
+        def sequences(n: int, gen: torch.Generator) -> torch.Tensor:
+            r = numpy_rng(gen)
+            xs, ms = world.sample(n, r)
             if not repeats:  # [BOS, s, s', filler]: the second copy's positions get fresh tokens
                 j = np.arange(cfg.seq_len)[None, :]
                 fresh = r.integers(1, cfg.n_tokens + 1, size=xs.shape)
                 xs = np.where((j >= 1 + ms[:, None]) & (j <= 2 * ms[:, None]), fresh, xs)
-            s = torch.from_numpy(xs)
-            return s[:, :-1], s[:, 1:]
+            return torch.from_numpy(xs)
 
-        tc = cfg.train.train_config(device=dev, log_every=max(cfg.train.steps // 20, 1), precision=cfg.precision,
-                                    eval_every=sh_mod.eval_cadence(cfg.eval_every, cfg.train.steps, repeats))
-        bar = ctx.progress(cfg.train.steps, f"train attn-only L{L}")
-        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda mm: ctx.log(**mm),
-                    eval_fn=lambda mdl: record(-1, mdl), progress=bar)
-        bar.close()
+        res = train_lm(model, sequences, cfg.train, ctx, seed=derive_seed(ctx.seed, "data"),
+                       desc=f"train attn-only L{L}", eval_fn=lambda mdl: record(-1, mdl), precision=cfg.precision,
+                       eval_every=sh_mod.eval_cadence(cfg.eval_every, cfg.train.steps, repeats))
         steps = [r["step"] for r in res.history if "icl" in r]
         for h, s in zip(hist, steps):
             h["step"] = s

@@ -49,7 +49,8 @@ from lmsci.measure.probes import fit_linear_probe
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.stats import across_seeds
-from lmsci.train.trainer import TrainSpec, evaluate_nll, train
+from lmsci.train.adaptor import train_lm
+from lmsci.train.trainer import TrainSpec, evaluate_nll
 from lmsci.worlds.pos_pcfg import BOS, EOS, ROLES, PosPCFG
 
 PROBE_MIN, PURITY_MIN, GAIN_MIN = 0.9, 0.8, 0.5
@@ -187,15 +188,12 @@ class SyntacticEmbeddings(Experiment):
         st = torch.from_numpy(stream)
         T = cfg.seq_len
 
-        def get_batch(step: int, gen: torch.Generator):
-            i = torch.randint(0, len(st) - T - 1, (cfg.train.batch_size,), generator=gen)
-            w = torch.stack([st[j:j + T + 1] for j in i.tolist()])
-            return w[:, :-1], w[:, 1:]
+        def windows(n: int, gen: torch.Generator) -> torch.Tensor:  # n random [T + 1] windows of the stream
+            starts = torch.randint(0, len(st) - T - 1, (n,), generator=gen)
+            return torch.stack([st[j:j + T + 1] for j in starts.tolist()])
 
-        tc = cfg.train.train_config(device=ctx.device, log_every=max(cfg.train.steps // 20, 1))
-        bar = ctx.progress(cfg.train.steps, f"train {point.params['order']}")
-        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
-        bar.close()
+        res = train_lm(model, windows, cfg.train, ctx, seed=derive_seed(ctx.seed, "data"),
+                       desc=f"train {point.params['order']}")
         model.eval()
         tt = torch.from_numpy(test[: (len(test) - 1) // T * T + 1])
         n = (len(tt) - 1) // T

@@ -67,7 +67,8 @@ from lmsci.experiments.registry import register
 from lmsci.measure.permutation import permutation_metrics
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.adaptor import numpy_rng, train_point
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.word_order import WordOrderTask, derange, derangement
 
 UNCHANGED_MIN, OMEGA_MIN, CHANCE_TOL, LEARNED_MIN = 0.75, 0.9, 0.10, 0.9
@@ -279,17 +280,13 @@ class WordOrder(Experiment):
         v = task.vocab
         model = GPT(cfg.model.gpt_config(v.vocab_size, task.seq_len), seed=derive_seed(ctx.seed, "init"))
 
-        def get_batch(step: int, gen: torch.Generator):
-            rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            x, y = task.sample(cfg.train.batch_size, rng)
+        def get_batch(step: int, gen: torch.Generator):  # answer-only targets: YES / NO at the last position
+            x, y = task.sample(cfg.train.batch_size, numpy_rng(gen))
             tgt = np.full_like(x, -100)
             tgt[:, -1] = np.where(y == 1, v.YES, v.NO)
             return torch.from_numpy(x), torch.from_numpy(tgt)
 
-        tc = cfg.train.train_config(device=ctx.device, log_every=max(cfg.train.steps // 20, 1))
-        bar = ctx.progress(cfg.train.steps, f"train {name}")
-        train(model, get_batch, tc, seed=derive_seed(ctx.seed, "data"), log=lambda m: ctx.log(**m), progress=bar)
-        bar.close()
+        train_point(model, get_batch, cfg.train, ctx, seed=derive_seed(ctx.seed, "data"), desc=f"train {name}")
         model.eval()
         rng = np.random.default_rng(derive_seed(ctx.seed, "test"))
         x, y = task.sample(cfg.n_test, rng)

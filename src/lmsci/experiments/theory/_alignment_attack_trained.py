@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from lmsci.models.gpt import GPT
 from lmsci.runs import derive_seed
-from lmsci.train.trainer import train
+from lmsci.train.adaptor import numpy_rng, train_lm
 from lmsci.worlds.personas import PersonaWorld
 
 
@@ -28,20 +27,16 @@ def fit_model(cfg: Any, w: PersonaWorld, kind: str, steps: int, seed: int, devic
     ``cfg``: the experiment's ``AlignmentConfig`` (its ``model``, ``train`` and ``precision``)."""
     model = _model(cfg, w, derive_seed(seed, kind, "init"))
 
-    def get_batch(step: int, gen: torch.Generator):
-        rng = np.random.default_rng(int(torch.randint(2 ** 31 - 1, (1,), generator=gen)))
-        if kind == "mixture":
-            toks, _ = w.sample_docs(cfg.train.batch_size, rng)
-        else:
-            toks = w.persona_docs(kind == "bad", cfg.train.batch_size, rng)
-        t = torch.as_tensor(toks, device=device)
-        return t[:, :-1], t[:, 1:]
+    def docs(n: int, gen: torch.Generator) -> torch.Tensor:
+        rng = numpy_rng(gen, 2 ** 31 - 1)
+        toks = w.sample_docs(n, rng)[0] if kind == "mixture" else w.persona_docs(kind == "bad", n, rng)
+        return torch.as_tensor(toks, device=device)
 
     # each model (mixture: train.steps, proxies: proxy_steps) warms up for at most a tenth of its steps
-    tcfg = cfg.train.train_config(steps=steps, warmup_steps=min(cfg.train.warmup_steps, steps // 10),
-                                  device=device, log_every=50, precision=cfg.precision)
-    train(model, get_batch, tcfg, seed=derive_seed(seed, kind, "train"),
-          log=lambda r: ctx.log(model=tag or kind, alpha=w.alpha if kind == "mixture" else None, **r))
+    train_lm(model, docs, cfg.train, ctx, seed=derive_seed(seed, kind, "train"), desc=f"train {tag or kind}",
+             log_fields={"model": tag or kind, "alpha": w.alpha if kind == "mixture" else None}, steps=steps,
+             warmup_steps=min(cfg.train.warmup_steps, steps // 10), device=device, log_every=50,
+             precision=cfg.precision)
     return model.eval()
 
 

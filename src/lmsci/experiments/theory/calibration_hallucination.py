@@ -66,7 +66,8 @@ from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_g
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate)
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.adaptor import train_point
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.factoids import BOS, FactoidWorld
 
 
@@ -249,9 +250,8 @@ class CalibrationHallucination(Experiment):
                             state={k: v.detach().clone() for k, v in m.state_dict().items()})
             return {"heldout_nll": nll}
 
-        tcfg = cfg.train.train_config(eval_every=cfg.eval_every, device=device, log_every=50)
-        res = train(model, get_batch, tcfg, seed=derive_seed(ctx.seed, "train"), eval_fn=eval_fn,
-                    log=lambda r: ctx.log(**r))
+        res = train_point(model, get_batch, cfg.train, ctx, seed=derive_seed(ctx.seed, "train"), eval_fn=eval_fn,
+                          eval_every=cfg.eval_every, device=device, log_every=50)
         model.load_state_dict(best["state"])
         model.eval()
         train_nll = float(model.sum_nll(toks[:, :-1], toks[:, 1:]).item()) / toks[:, 1:].numel()
