@@ -44,8 +44,8 @@ def main() -> int:
     from lmsci.runs import RunDir, git_commit
     from lmsci.suite import suite_names
     from lmsci.sweep import run_experiment
-    from lmsci.table_check import (as_stored, compare_results, golden_dir, outcome_columns, read_golden_csv,
-                                   update_golden)
+    from lmsci.table_check import (as_stored, compare_results, golden_diffs, golden_dir, outcome_columns,
+                                   read_golden_csv, update_golden)
 
     torch.set_num_threads(1)
     out = Path(args.out) if args.out else golden_dir()
@@ -72,7 +72,8 @@ def main() -> int:
         secs = round(time.perf_counter() - t0, 1)
         if args.verify:
             csv = out / f"{name}.csv"
-            diffs = compare_results(read_golden_csv(csv), as_stored(res[outcome_columns(res)])) \
+            diffs = golden_diffs(name, read_golden_csv(csv), as_stored(res[outcome_columns(res)]),
+                                 json.loads((out / f"{name}.json").read_text())) \
                 if csv.is_file() and (out / f"{name}.json").is_file() else ["no golden"]
             print(f"{name}: {'unchanged' if not diffs else 'CHANGED'} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
             bad += bool(diffs)

@@ -198,6 +198,27 @@ def test_golden_comparison_holds_within_tolerance_and_sees_real_changes():
     assert "columns differ" in compare_results(g, g.assign(extra=1))[0]
 
 
+def test_golden_allows_the_known_spread_between_cpu_classes_only_across_classes(monkeypatch):
+    """S54: goldens recorded on Intel AVX-512 hosts, verified on an AMD AVX2 host: five experiments' smoke values
+    move by more than the default tolerance in known columns; across CPU classes those get their own tolerance or
+    are left out, on the recording CPU class every column is compared as before."""
+    import lmsci.table_check as tc
+
+    assert set(tc.GOLDEN_CPU_SPREAD) == set(tc.GOLDEN_CPU_SPREAD_WHY)
+    g = pd.DataFrame({"point": ["trained"], "a0.01_hi": [-0.60], "a0.01_nstar": [7.36], "loss": [1.0]})
+    moved = g.assign(**{"a0.01_hi": [-0.86]})
+    monkeypatch.setattr(tc, "cpu_class", lambda: "GenuineIntel AVX512")
+    assert tc.golden_diffs("alignment-attack", g, moved, {"cpu": "AuthenticAMD AVX2"}) == []
+    assert tc.golden_diffs("alignment-attack", g, moved, {}) == []  # recorded on an unknown class
+    assert tc.golden_diffs("alignment-attack", g, moved, {"cpu": "GenuineIntel AVX512"}) != []  # same class: strict
+    assert tc.golden_diffs("alignment-attack", g, g.assign(loss=[1.5]), {}) != []  # other columns: strict
+    assert tc.golden_diffs("grokking", g, moved, {}) != []  # no known spread: strict
+    r = pd.DataFrame({"point": ["f"], "name_gap_bits_train": [-0.0009007304701178498]})
+    assert tc.golden_diffs("reversal-curse", r, r.assign(name_gap_bits_train=[-0.0009034821925316313]), {}) == []
+    assert tc.golden_diffs("reversal-curse", r, r.assign(name_gap_bits_train=[-0.0019]), {}) != []
+    assert tc.compare_results(g, moved, spread={"a*_hi": (0.5, 0.0)}) == []
+
+
 def test_timing_columns_are_not_compared_and_an_arm_named_null_survives_the_csv(tmp_path):
     res = pd.DataFrame({"point": ["real-p", "null-p"], "arm": ["real", "null"], "attn_s": [0.5, 0.25],
                         "cpu_s": [1.0, 2.0], "sec_per_fact": [0.1, 0.2], "time_exact_s": [3.0, 4.0],
