@@ -149,6 +149,10 @@ class CelebrityHelpsMinority(Experiment):
                             "tokens; 53 s LoRA) and did not finish the preset in the 470 s given (no verdict)",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
                               "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
+    claim_notes = {"minority-lift": "The gpu preset (N=2k, 4-layer d_model 256, 300 exposures) is the smallest meant "
+                                    "to settle the claim: below it the minority's biographies are not memorised "
+                                    "(recall < 0.9) within the budget; the paper uses N=200k (100k celebrities) and "
+                                    "GPT-2 small."}
     claims = [
         Claim("minority-lift",
               "Augmented celebrities in pretraining (and LoRA QA fine-tuning on them) make the knowledge of "
