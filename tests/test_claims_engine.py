@@ -12,8 +12,9 @@ import pytest
 
 from lmsci.claims import (
     Claim, Gate, Stat, at_least, between, ci_above, ci_below, ci_excludes, ci_inside, equivalent_within, every_at_least,
-    every_at_most, judge_claim, mean_at_least, mean_at_most,
+    every_at_most, judge_claim, mean_at_least, mean_at_most, mean_below,
 )
+from lmsci.claims.rules import all_of
 from lmsci.contract import Experiment, Point, cross_arms
 
 
@@ -156,6 +157,61 @@ def test_digest_covers_the_rule_parameters_the_statistic_and_the_arms():
     # a claim in words keeps its old shape (its digest does not move)
     words = Claim("w", "s", "src", "p", "stat", "rule", null="n").to_dict()
     assert "rule_spec" not in words and "arms" not in words
+
+
+# -- conjunctions, groups and several null arms (issue 44 item 1) ---------------------------------------------
+def test_all_of_is_a_conjunction_on_one_statistic_with_every_threshold_in_its_spec():
+    r = all_of(mean_at_least(0.3), ci_above(0.0))
+    assert r([0.4, 0.5, 0.45]) and not r([0.2, 0.25, 0.22]) and not r([0.9, -0.9, 0.5])
+    assert r.text() == mean_at_least(0.3).text() + " and " + ci_above(0.0).text()
+    assert r.spec() == {"rule": "AllOf", "rules": [mean_at_least(0.3).spec(), ci_above(0.0).spec()]}
+    assert r.interval and r.margin([0.2, 0.25, 0.22]) < 0 <= r.margin([0.4, 0.5, 0.45])
+    assert mean_below(0.05)([0.0, 0.04]) and not mean_below(0.05)([0.05])
+    assert _claim(all_of(ci_above(0.5), mean_at_least(1.0))).digest() != \
+        _claim(all_of(ci_above(0.5), mean_at_least(0.9))).digest()
+    with pytest.raises(ValueError):
+        all_of(ci_above(0.0))
+
+
+def test_also_conditions_conjoin_statistics_on_each_arm_at_the_main_statistics_seeds():
+    t = _table()
+    also = ((Stat("acc", where={"probe": "b"}, words="probe b"), mean_at_least(1.1)),)
+    c = _claim(also=also)
+    v = judge_claim(c, "quick", t)
+    assert v.outcome == "reproduced" and v.value == pytest.approx(1.01)     # the main statistic is reported
+    assert "; and probe b: the mean over seeds is >= 1.1" in v.rule and "also_spec" in c.to_dict()
+    v = judge_claim(_claim(also=((Stat("acc", where={"probe": "b"}), mean_at_least(1.3)),)), "quick", t)
+    assert v.outcome == "not reproduced" and v.rule_passed is False          # the second condition fails
+    # an also-condition pinned to the real arm is read there on the null arm too
+    pinned = _claim(ci_above(-0.5), also=((Stat("acc", arm="real"), mean_at_most(0.5)),))
+    v = judge_claim(pinned, "quick", t)
+    assert v.rule_passed is False and v.null_passed is False
+    assert "also_spec" not in _claim().to_dict() and "for_each" not in _claim().to_dict()
+
+
+def test_for_each_needs_the_rule_in_every_group_and_reports_the_weakest():
+    t = _table()
+    def each(rule):
+        return Claim("c", "s", "src", "p", statistic=Stat("acc"), rule=rule, null="n", for_each="probe")
+
+    v = judge_claim(each(ci_above(0.5)), "quick", t)
+    assert v.outcome == "reproduced" and v.details["probe"] == "a" and v.value == pytest.approx(1.01)
+    v = judge_claim(each(ci_above(1.1)), "quick", t)   # probe b holds, probe a does not
+    assert v.rule_passed is False and v.details["probe"] == "a" and "probe = a" in v.ci_kind
+    assert each(ci_above(1.1)).rule_text.startswith("in every group of `probe`: ")
+    with pytest.raises(ValueError):
+        Claim("x", "s", "src", "p", "words", "words", for_each="probe")
+
+
+def test_several_null_arms_meet_the_rule_if_any_does_and_report_the_closest():
+    t = _table()
+    v = judge_claim(_claim(arms=("real", "null", "control")), "quick", t)
+    assert v.outcome == "reproduced" and v.null_value == pytest.approx(0.51)   # control: the larger margin
+    v = judge_claim(_claim(ci_above(0.45), arms=("real", "null", "control")), "quick", t)
+    assert v.null_passed is True and v.outcome == "inconclusive"
+    assert judge_claim(_claim(arms=("real", "null", "gone")), "quick", t).null_passed is None  # one not measured
+    with pytest.raises(ValueError):
+        _claim(arms=("real",))
 
 
 # -- the contract: arms as an axis, the default verdicts -----------------------------------------------------

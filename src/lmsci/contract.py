@@ -127,6 +127,8 @@ class Experiment:
         time_estimate: preset -> rough wall time on the intended hardware.
         local_inputs: preset -> the config fields naming files the user must supply for it (a local model or
             data set that lmsci cannot download); ``validate`` raises a ConfigError naming the first one missing.
+        claim_notes: claim id -> a caveat the engine reports with that claim's every verdict (which preset settles
+            it, for example); not part of the registered claim.
     """
 
     name: ClassVar[str] = ""
@@ -137,6 +139,7 @@ class Experiment:
     Config: ClassVar[type[ExperimentConfig]] = ExperimentConfig
     time_estimate: ClassVar[dict[str, str]] = {}
     local_inputs: ClassVar[dict[str, tuple[str, ...]]] = {}
+    claim_notes: ClassVar[dict[str, str]] = {}
 
     def validate(self, cfg: ExperimentConfig) -> None:
         """Cross-field checks; raise :class:`lmsci.errors.ConfigError` before any work starts."""
@@ -207,8 +210,8 @@ class Experiment:
         from lmsci.claims import judge_claim
 
         gates = self.measured_gates(cfg, results)
-        out = [judge_claim(c, cfg.preset, results, gate_values=gates, experiment=self.name, master_seed=cfg.seed)
-               for c in self.claims if c.stat is not None]
+        out = [judge_claim(c, cfg.preset, results, gate_values=gates, experiment=self.name, master_seed=cfg.seed,
+                           note=self.claim_notes.get(c.id, "")) for c in self.claims if c.stat is not None]
         return out + self.hand_verdicts(cfg, results, run)
 
     def measured_gates(self, cfg: ExperimentConfig, results: pd.DataFrame) -> dict[str, tuple[Any, bool | None]]:

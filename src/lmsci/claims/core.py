@@ -127,9 +127,13 @@ class Claim:
         null: the null arm in words: the configuration, measured in the same run with the same statistic,
             where the claimed effect is absent by construction (required for a claim that is not an
             ablation; ``tests/test_claims.py`` enforces it for the registry).
-        arms: ``(real arm, null arm)``: the values of the results' ``arm`` column the engine judges a ``Stat``
-            on (the null arm with the same statistic and the same rule).
+        arms: ``(real arm, null arm, ...)``: the values of the results' ``arm`` column the engine judges a ``Stat``
+            on (each null arm with the same statistic and rule; with several, the null meets the rule if any does).
         null_can_meet: why the null arm could meet the rule (a null that fails by construction proves nothing).
+        also: further ``(Stat, Rule)`` conditions that must hold with the rule (a conjunction over statistics), read
+            on the judged arm's rows at the main statistic's seeds; the reported value is the main statistic's.
+        for_each: a column: the rule (and ``also``) must hold in every group of its values (every target N, every
+            loss); the verdict reports the group with the smallest :meth:`~lmsci.claims.rules.Rule.margin`.
     """
 
     id: str
@@ -145,14 +149,19 @@ class Claim:
     ablation: bool = False
     kind: str = "claim"
     null: str = ""
-    arms: tuple[str, str] = ("real", "null")
+    arms: tuple[str, ...] = ("real", "null")
     null_can_meet: str = ""
+    also: tuple = ()
+    for_each: str = ""
 
     def __post_init__(self):
         obj_stat, obj_rule = not isinstance(self.statistic, str), not isinstance(self.rule, str)
         if obj_stat != obj_rule:
             raise ValueError(f"claim {self.id!r}: a Stat needs a Rule object and a Rule object a Stat")
         object.__setattr__(self, "arms", tuple(self.arms))
+        object.__setattr__(self, "also", tuple(tuple(a) for a in self.also))
+        if ((self.also or self.for_each) and not obj_stat) or len(self.arms) < 2:
+            raise ValueError(f"claim {self.id!r}: also/for_each need a Stat; arms need a real and a null arm")
         bad = [p for p in self.presets if p not in ALL_PRESETS]
         if bad:
             raise ValueError(f"claim {self.id!r}: presets {bad} not in {ALL_PRESETS}")
@@ -185,7 +194,9 @@ class Claim:
         if isinstance(self.rule, str):
             return self.rule
         seeds = "" if self.uncertainty == "exact" else f" (>= {self.min_seeds} training seeds)"
-        return self.rule.text() + seeds
+        also = "".join(f"; and {s.words or s.definition()}: {r.text()}" for s, r in self.also)
+        each = f"in every group of `{self.for_each}`: " if self.for_each else ""
+        return each + self.rule.text() + also + seeds
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("id", "statement", "source", "paper_value")}
@@ -194,6 +205,8 @@ class Claim:
                  ablation=self.ablation, kind=self.kind, null=self.null)
         if self.stat is not None:
             d.update(stat_spec=self.stat.spec(), rule_spec=self.rule.spec(), arms=list(self.arms))
+            d.update({"also_spec": [[s.spec(), r.spec()] for s, r in self.also]} if self.also else {})
+            d.update({"for_each": self.for_each} if self.for_each else {})
         if self.null_can_meet:
             d["null_can_meet"] = self.null_can_meet
         return d
@@ -211,7 +224,8 @@ class Claim:
         changed rule or preset."""
         d = self.to_dict()
         keep = {k: d[k] for k in ("id", "statistic", "rule", "gates", "presets", "uncertainty", "min_seeds",
-                                  "ablation", "kind", "null", "stat_spec", "rule_spec", "arms", "null_can_meet")
+                                  "ablation", "kind", "null", "stat_spec", "rule_spec", "arms", "null_can_meet",
+                                  "also_spec", "for_each")
                 if k in d}
         if preset_digests:
             keep["preset_digests"] = dict(sorted(preset_digests.items()))
@@ -463,24 +477,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-# -- statistics across training seeds: their home is lmsci.stats (re-exported here for experiments) ----
-from lmsci.stats import across_seeds  # noqa: E402
-
-
-def judge_arms(judge: Any, claim_id: str, real: Sequence[float], null: Sequence[float],
-               rule: Any, **kw: Any) -> Verdict:
-    """Judge a claim whose statistic is one value per training seed, with the same ``rule`` on both arms.
-
-    ``rule(SeedStat) -> bool`` decides the real arm's values (mean and interval by :func:`across_seeds`) and,
-    identically, the null arm's (an empty ``null``: not measured). ``judge(claim_id, **kw)`` is the experiment's
-    judge (for example ``lambda cid, **kw: exp.judge(cfg, cid, **kw)``); ``kw`` (gates, note, more details) is
-    passed through. The details record both arms' per-seed values and the null's interval.
-    """
-    s = across_seeds(real)
-    ns = across_seeds(null) if len(null) else None
-    details = {"per_seed": real, "null_per_seed": null, "null_ci": None if ns is None else ns.ci,
-               **kw.pop("details", {})}
-    return judge(claim_id, value=s.mean, passed=rule(s), ci=s.ci, ci_kind=s.kind, n_seeds=s.n,
-                 null=None if ns is None else (ns.mean, rule(ns)), details=details, **kw)

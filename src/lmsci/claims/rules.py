@@ -69,6 +69,16 @@ class Rule:
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def margin(self, values: Iterable[float]) -> float:
+        """How far the rule is from failing on ``values``, in the statistic's units: >= 0 where it holds (> 0 for
+        a strict rule), negative where it fails; -inf with no finite value. The engine reports the group of a
+        ``for_each`` claim with the smallest margin and the null arm, of several, with the largest."""
+        x = _values(values)
+        return -math.inf if x.size == 0 else float(self.margin_on(across_seeds(x, self.level), x))
+
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def text(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -95,6 +105,9 @@ class CIAbove(Rule):
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return s.lo > self.x
 
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return s.lo - self.x
+
     def text(self) -> str:
         return f"{self._ci()} lies above {_num(self.x)}"
 
@@ -111,6 +124,9 @@ class CIBelow(Rule):
 
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return s.hi < self.x
+
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return self.x - s.hi
 
     def text(self) -> str:
         return f"{self._ci()} lies below {_num(self.x)}"
@@ -130,6 +146,9 @@ class CIInside(Rule):
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return self.a <= s.lo and s.hi <= self.b
 
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return min(s.lo - self.a, self.b - s.hi)
+
     def text(self) -> str:
         return f"{self._ci()} lies inside [{_num(self.a)}, {_num(self.b)}]"
 
@@ -146,6 +165,9 @@ class CIExcludes(Rule):
 
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return s.lo > self.x or s.hi < self.x
+
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return max(s.lo - self.x, self.x - s.hi)
 
     def text(self) -> str:
         return f"{self._ci()} excludes {_num(self.x)}"
@@ -164,6 +186,9 @@ class MeanAtLeast(Rule):
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return s.mean >= self.x
 
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return s.mean - self.x
+
     def text(self) -> str:
         return f"the mean over seeds is >= {_num(self.x)}"
 
@@ -177,8 +202,27 @@ class MeanAtMost(Rule):
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return s.mean <= self.x
 
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return self.x - s.mean
+
     def text(self) -> str:
         return f"the mean over seeds is <= {_num(self.x)}"
+
+
+@dataclass(frozen=True)
+class MeanBelow(Rule):
+    """The mean over seeds is below ``x`` (strictly)."""
+
+    x: float = 0.0
+
+    def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
+        return s.mean < self.x
+
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return self.x - s.mean
+
+    def text(self) -> str:
+        return f"the mean over seeds is < {_num(self.x)}"
 
 
 @dataclass(frozen=True)
@@ -190,6 +234,9 @@ class Between(Rule):
 
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return self.a <= s.mean <= self.b
+
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return min(s.mean - self.a, self.b - s.mean)
 
     def text(self) -> str:
         if self.b == math.inf:
@@ -208,6 +255,9 @@ class EveryAtLeast(Rule):
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return bool(np.all(x >= self.x))
 
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return float(np.min(x)) - self.x
+
     def text(self) -> str:
         return f"every seed's value is >= {_num(self.x)}"
 
@@ -221,8 +271,47 @@ class EveryAtMost(Rule):
     def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
         return bool(np.all(x <= self.x))
 
+    def margin_on(self, s: SeedStat, x: np.ndarray) -> float:
+        return self.x - float(np.max(x))
+
     def text(self) -> str:
         return f"every seed's value is <= {_num(self.x)}"
+
+
+@dataclass(frozen=True)
+class AllOf(Rule):
+    """A conjunction of rules on the same statistic: every rule in :attr:`rules` holds (each at its own level).
+
+    Renders as "A and B"; its spec lists the rules' specs, so each threshold is in the claim's digest. The across-seed
+    summary the engine reports is the first rule's. Build it with :func:`all_of`.
+    """
+
+    rules: tuple = ()
+
+    def __call__(self, values: Iterable[float] | SeedStat) -> bool:
+        if not isinstance(values, SeedStat):
+            values = list(values) if isinstance(values, Iterable) else [values]
+        return all(r(values) for r in self.rules)
+
+    def summary(self, values: Sequence[float]) -> SeedStat:
+        return self.rules[0].summary(values)
+
+    def holds_on(self, s: SeedStat, x: np.ndarray) -> bool:
+        return all(r.holds_on(s, x) for r in self.rules)
+
+    def margin(self, values: Iterable[float]) -> float:
+        values = list(values)
+        return min(r.margin(values) for r in self.rules)
+
+    def text(self) -> str:
+        return " and ".join(r.text() for r in self.rules)
+
+    def spec(self) -> dict[str, Any]:
+        return {"rule": "AllOf", "rules": [r.spec() for r in self.rules]}
+
+    @property
+    def interval(self) -> bool:
+        return any(r.interval for r in self.rules)
 
 
 def ci_above(x: float, level: float = 0.95) -> Rule:
@@ -272,6 +361,11 @@ def mean_at_most(x: float) -> Rule:
     return MeanAtMost(x=float(x))
 
 
+def mean_below(x: float) -> Rule:
+    """The mean over seeds is below ``x`` (strictly)."""
+    return MeanBelow(x=float(x))
+
+
 def at_least(x: float) -> Rule:
     """An exact value (or the mean of several) is at least ``x``."""
     return Between(a=float(x))
@@ -301,3 +395,15 @@ def every_at_least(x: float) -> Rule:
 def every_at_most(x: float) -> Rule:
     """Every seed's value is at most ``x`` (for gates)."""
     return EveryAtMost(x=float(x))
+
+
+def all_of(*rules: Rule) -> Rule:
+    """Every one of ``rules`` holds on the same statistic (for example ``all_of(mean_at_least(0.3), ci_above(0))``:
+    a mean at least 0.3 and an interval above 0); renders "A and B".
+
+    Raises:
+        ValueError: fewer than two rules, or an argument that is not a :class:`Rule`.
+    """
+    if len(rules) < 2 or not all(isinstance(r, Rule) for r in rules):
+        raise ValueError(f"all_of needs at least two Rule objects, got {rules!r}")
+    return AllOf(rules=tuple(rules))

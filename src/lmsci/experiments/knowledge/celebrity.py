@@ -20,9 +20,11 @@ Arms (issue 44): the two conditions are the ``real`` arm's points (ids unchanged
 ``null-baseline_all_single`` (a separate model: nothing is trained twice); a row's ``condition`` is ``all_single``,
 ``celebrities_augmented`` or (the null arm) ``all_single_second``. The gates read the real arm; the null model's
 minority recall is in its row.
-Escape hatch (``hand_verdicts``): the rule of ``minority-lift`` is a conjunction of two conditions on two statistics
-(the all-single arm's mean <= 0.25 AND the mean lift >= 0.5), which no single Rule expresses; it is computed with
-Stat objects (:data:`LIFT`, :data:`ALL_SINGLE`) and engine-measured gates on the real arm.
+The claims engine judges ``minority-lift`` (issue 44 item 1): the mean lift (:data:`LIFT`) >= 0.5, and
+(``Claim.also``) the real all-single arm's mean (:data:`ALL_SINGLE`) <= 0.25 at the same seeds, on the real arm and,
+with the same all-single arm, on the null arm; the gates read the real arm. A failed ``memorised`` gate means the
+budget did not memorise the minority at this scale: the gpu preset (N=2k, 4-layer d_model 256, 300 exposures) is
+the smallest meant to settle the claim (the paper uses N=200k and GPT-2 small).
 """
 
 from __future__ import annotations
@@ -40,9 +42,7 @@ from lmsci.experiments.knowledge.common import MemoriseFirstConfig, pretrain_che
 from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
-from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least
-from lmsci.claims.engine import arm_rows, finished, measure_gate
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, every_at_least, mean_at_least, mean_at_most
 from lmsci.runs import RunDir, derive_seed
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
 
@@ -53,8 +53,9 @@ ALL_SINGLE = Stat("qa_minority", where={"condition": "all_single"}, arm="real",
                   words="minority (P_test) QA exact match of the all-single model after LoRA QA fine-tuning on the "
                         "celebrities")
 LIFT = Stat("qa_minority", where={"condition": (CONDITION[True], NULL_CONDITION)}, minus=ALL_SINGLE,
-            words="minority QA exact match with augmented celebrities (the null arm: a second all-single model at "
-                  "another seed) minus all single")
+            words="minority (P_test) QA exact match after LoRA QA fine-tuning on the celebrities (rank 16 on the "
+                  "attention qkv, rank up to 128 on the embedding) with augmented celebrities (the null arm: a second "
+                  "all-single model at another seed) minus all single")
 MEMORISED_MINORITY = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
                           stat=Stat("bio_recall_minority", agg="min", where={"condition": tuple(CONDITION.values())},
                                     words="minority biography recall (exact match of each of the 6 attribute values "
@@ -148,18 +149,17 @@ class CelebrityHelpsMinority(Experiment):
                             "tokens; 53 s LoRA) and did not finish the preset in the 470 s given (no verdict)",
                      "paper": "N=200k, GPT-2 small, ~1000 exposures (~10B tokens) per model: ~7 h on one H100 at "
                               "~0.4M tokens/s (estimated); 2 arms x 3 seeds ~40 H100-hours"}
+    claim_notes = {"minority-lift": "The gpu preset (N=2k, 4-layer d_model 256, 300 exposures) is the smallest meant "
+                                    "to settle the claim: below it the minority's biographies are not memorised "
+                                    "(recall < 0.9) within the budget; the paper uses N=200k (100k celebrities) and "
+                                    "GPT-2 small."}
     claims = [
         Claim("minority-lift",
               "Augmented celebrities in pretraining (and LoRA QA fine-tuning on them) make the knowledge of "
               "unaugmented minority people extractable by QA, which it is not when everyone is single.",
               "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4 (LoRA fine-tuning Section 4.1)",
               "minority QA accuracy: all single 4.4%, with augmented celebrities 86.8%",
-              "minority (P_test) QA exact match after LoRA QA fine-tuning on the celebrities (rank 16 on the "
-              "attention qkv, rank up to 128 on the embedding), with augmented celebrities minus all single, per "
-              "seed; mean over seeds (all single reported beside)",
-              "mean over seeds: all single <= 0.25 and with celebrities - all single >= 0.5 (95% Student-t CI "
-              "across seeds reported); decided at the gpu and paper presets only (a 15-minute CPU run cannot meet "
-              "the memorisation and qa-learned gates: quick reports the values)",
+              LIFT, mean_at_least(0.5), also=((ALL_SINGLE, mean_at_most(0.25)),),
               gates=(MEMORISED_MINORITY, QA_LEARNED_CELEB), presets=("gpu", "paper"),
               null="the with-celebrities arm replaced by a second all-single model (pretraining and LoRA QA "
                    "fine-tuning on the celebrities as the real all-single arm, same world, budget and protocol) at "
@@ -207,39 +207,6 @@ class CelebrityHelpsMinority(Experiment):
         row.update({k.replace("qa_train", "qa_celebrity").replace("qa_test", "qa_minority"): v for k, v in m.items()})
         row["n_qa_minority"] = len(minority) * len(ATTRS)
         return row
-
-    def hand_verdicts(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """``minority-lift`` (the escape hatch: a conjunction of two conditions, see the module docstring): mean over
-        seeds of the real all-single arm <= 0.25 and of the lift >= 0.5, on the real arm and, with the same
-        all-single arm, on the null arm."""
-        ok = finished(results)
-        claim = self.get_claim("minority-lift")
-        lift = LIFT.per_seed(arm_rows(ok, "real"), ok)
-        if lift.empty:
-            return []
-        single_ok = bool(ALL_SINGLE.per_seed(ok, ok).reindex(lift.index).mean() <= 0.25)
-        null = LIFT.per_seed(arm_rows(ok, "null"), ok)
-        gates = {g.id: measure_gate(g, claim, ok) for g in claim.gates}
-        st = across_seeds(lift.to_numpy())
-        scale = (f"N={cfg.n_people}, d_model={cfg.model.d_model}, {cfg.model.n_layers} layers, {cfg.exposures} "
-                 f"exposures, {cfg.finetune.method} fine-tuning")
-        if gates["memorised"][1] is False:
-            note = (f"The pretrained model did not memorise the minority's biographies (recall < {RECALL_MIN}) within "
-                    f"the budget at {scale}: the claim cannot be judged at this scale; the gpu preset (N=2k, "
-                    "4-layer d_model 256, 300 exposures) is the smallest meant to settle it.")
-        elif gates["qa-learned"][1] is False:
-            note = f"Fine-tuning did not learn the celebrities' QA (QA accuracy < 0.5) at {scale}."
-        else:
-            note = "" if single_ok and st.mean >= 0.5 else (
-                f"At {scale}. The paper uses N=200k (100k celebrities) and GPT-2 small; the gpu preset (N=2k, "
-                "~3M-parameter model) is the smallest meant to settle it.")
-        return [self.judge(
-            cfg, "minority-lift", value=st.mean, passed=bool(single_ok and st.mean >= 0.5), ci=st.ci,
-            ci_kind=st.kind, n_seeds=st.n, gates=gates,
-            null=(float(null.mean()), bool(single_ok and null.mean() >= 0.5)) if len(null) else None,
-            details={"per_seed": lift.to_dict(), "all_single_per_seed": ALL_SINGLE.per_seed(ok, ok).to_dict(),
-                     "null_per_seed": null.to_dict(), "paper": {"all_single": 0.044, "with_celebrities": 0.868}},
-            note=note)]
 
     def report_sections(self, cfg: CelebrityConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("arm", "point", "condition", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate",

@@ -24,10 +24,10 @@ Arms (issue 44): the conditions of ``cfg.arms`` are the ``real`` arm's points (i
 own point of the sweep, ``null-single_pretrain_ft`` (a separate model: nothing is trained twice; no probes); every
 row carries ``condition`` (``<data>_<regime>``; the null row ``single_pretrain_ft_second``), which the statistics
 select on. The engine judges ``mixed-vs-pretrain-ft`` (the mean over seeds of [qa_test of single_mixed, or of the
-null row] minus qa_test of the real single_pretrain_ft, paired by seed, >= 0.4). Escape hatch (``hand_verdicts``):
-``pretrain-ft-augmentation``'s rule is a conjunction of two
-conditions on two statistics (the single arm's mean <= 0.25 AND the mean contrast >= 0.5), which no single Rule
-expresses; it is computed with the same Stat objects and gates. Both claims' gates read the real arm: a failed
+null row] minus qa_test of the real single_pretrain_ft, paired by seed, >= 0.4) and, since issue 44 item 1,
+``pretrain-ft-augmentation``: the mean of :data:`AUG_MINUS_SINGLE` >= 0.5 and (``Claim.also``) the real single
+arm's mean (:data:`SINGLE_PFT`) <= 0.25 at the same seeds, on the real arm and, with the same single arm, on the
+null arm. Both claims' gates read the real arm: a failed
 ``memorised`` gate means the budget did not memorise the people tested at this scale (the gpu preset, N = 1.2k,
 4-layer d_model 256, 300 exposures, is the smallest meant to settle the claims; session 52 cut it from N = 5k, ~31
 min of one H100, to fit 10 minutes). The null model is trained to the
@@ -53,10 +53,8 @@ from lmsci.report import markdown_table
 from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
-from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least, mean_at_least
-from lmsci.claims.engine import arm_rows, finished, measure_gate
+from lmsci.claims import Claim, Gate, Stat, every_at_least, mean_at_least, mean_at_most
 from lmsci.runs import RunDir, derive_seed
-from lmsci.stats import across_seeds
 from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
 
 #: P_test QA of the real single pretrain_ft model (the contrasts' subtrahend, on the real arm whatever arm is judged)
@@ -220,12 +218,7 @@ class KnowledgeExtraction(Experiment):
               "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Sections 3-4 (Figures 2-3; LoRA "
               "fine-tuning Section 4.1)",
               "P_test QA accuracy: bioS single 9.7%, augmented 96.2%",
-              "P_test QA exact match after BIO pretrain -> LoRA QA fine-tune (rank 16 on the attention qkv, rank "
-              "up to 128 on the embedding), augmented minus single, per seed; mean over seeds (single reported "
-              "beside)",
-              "mean over seeds: single <= 0.25 and augmented - single >= 0.5 (95% Student-t CI across seeds reported); "
-              "decided at the gpu and paper presets only (a 15-minute CPU run cannot meet the memorisation and "
-              "qa-learned gates: quick reports the values)",
+              AUG_MINUS_SINGLE, mean_at_least(0.5), also=((SINGLE_PFT, mean_at_most(0.25)),),
               gates=(_memorised("pretrain_ft", data=("single", "augmented")), _qa_learned("augmented", "pretrain_ft")),
               presets=("gpu", "paper"),
               null="the augmented arm replaced by a second bioS single model (BIO pretrain -> LoRA QA fine-tune as "
@@ -318,27 +311,6 @@ class KnowledgeExtraction(Experiment):
             if not tag:
                 row["probe_chance"] = float(np.mean([qp[a]["chance"] for a in ATTRS]))
         return row
-
-    def hand_verdicts(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """``pretrain-ft-augmentation`` (the escape hatch: a conjunction of two conditions, see the module
-        docstring): mean over seeds of the real single arm <= 0.25 and of the contrast >= 0.5, on the real arm and,
-        with the same single arm, on the null arm."""
-        ok = finished(results)
-        claim = self.get_claim("pretrain-ft-augmentation")
-        real = AUG_MINUS_SINGLE.per_seed(arm_rows(ok, "real"), ok)
-        if real.empty:
-            return []
-        single = SINGLE_PFT.per_seed(ok, ok).reindex(real.index)
-        single_ok = bool(single.mean() <= 0.25)
-        null = AUG_MINUS_SINGLE.per_seed(arm_rows(ok, "null"), ok)
-        gates = {g.id: measure_gate(g, claim, ok) for g in claim.gates}
-        st = across_seeds(real.to_numpy())
-        return [self.judge(
-            cfg, "pretrain-ft-augmentation", value=st.mean, passed=bool(st.mean >= 0.5 and single_ok), ci=st.ci,
-            ci_kind=st.kind, n_seeds=st.n, gates=gates,
-            null=(float(null.mean()), bool(null.mean() >= 0.5 and single_ok)) if len(null) else None,
-            details={"per_seed": real.to_dict(), "single_per_seed": single.to_dict(),
-                     "null_per_seed": null.to_dict(), "paper": {"single": 0.097, "augmented": 0.962}})]
 
     def report_sections(self, cfg: KnowledgeExtractionConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("arm", "point", "pretrain_steps", "pretrain_steps_budget", "steps_to_gate", "exposures",

@@ -26,9 +26,9 @@ Arms (paired by seed, one training and one attribution per seed: :meth:`Knowledg
 knowledge neurons) and ``null`` (random neurons of the same count in the same layers in their place: the first
 random draw suppressed, and amplified the second draw, against the first draw as the contrast's random term). Both
 rows have the same columns (``suppress``, ``other_suppress_abs``, ``amplify``, ``random_amplify``,
-``amplify_vs_random``). The claims engine judges ``amplify-strengthens`` and the gates. Escape hatch
-(``hand_verdicts``): ``suppress-erases``'s rule is a conjunction over two statistics (the fact's own change: mean
-<= -0.25 with the interval below 0; the other facts' change: mean < 0.05), not one rule on one per-seed statistic.
+``amplify_vs_random``). The claims engine judges every claim and the gates; ``suppress-erases`` (issue 44 item 1) as a conjunction: the
+fact's own change under ``all_of`` (mean <= -0.25, interval below 0) and, with ``Claim.also`` at the same seeds, the
+other facts' change (mean < 0.05), on each arm's rows.
 """
 
 from __future__ import annotations
@@ -41,12 +41,11 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
-from lmsci.claims.engine import arm_rows, finished, measure_gate
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, all_of, ci_above, ci_below, every_at_least, mean_at_most, mean_below
+from lmsci.claims.engine import arm_rows
 from lmsci.config import ExperimentConfig
 from lmsci.contract import Figure, Point, PointContext, cross_arms, save_figure
-from lmsci.experiments.knowledge._gates import RECALL_MIN, seed_values
+from lmsci.experiments.knowledge._gates import RECALL_MIN
 from lmsci.experiments.knowledge._knowledge_neurons_fields import KnowledgeNeuronFields
 from lmsci.experiments.knowledge._seed_arms import SeedArmsExperiment
 from lmsci.experiments.knowledge.common import BiosModelSpec, train_bios_model
@@ -154,12 +153,13 @@ class KnowledgeNeurons(SeedArmsExperiment):
               "correct probability by 29.03% on average, random neurons 1.47%; confirmed in several summaries of the "
               "paper)",
               "correct probability -29.03% on average under suppression (random neurons -1.47%)",
-              "per seed: mean over facts with >= 1 knowledge neuron of the fact's relative change of the answer "
-              "probability (mean over its prompts of (p_after - p_before) / p_before) under suppression; and the mean "
-              "over those facts of the mean |relative change| of n_other other facts of the same attribute (other "
-              "people, different answer token, their first biography prompt); Student-t 95% CI across seeds",
-              "mean over seeds of the fact's relative change <= -0.25 with the CI's upper bound < 0, and mean over "
-              "seeds of the other facts' mean |relative change| < 0.05",
+              Stat("suppress", words="mean over facts with >= 1 knowledge neuron of the fact's relative change of "
+                   "the answer probability (mean over its prompts of (p_after - p_before) / p_before) under "
+                   "suppression"),
+              all_of(mean_at_most(-0.25), ci_below(0.0)),
+              also=((Stat("other_suppress_abs", words="the mean over those facts of the mean |relative change| of "
+                          "n_other other facts of the same attribute (other people, different answer token, their "
+                          "first biography prompt)"), mean_below(0.05)),),
               gates=(MEMORISED, NEURONS_FOUND),
               null="the same statistic with the fact's knowledge neurons replaced by as many random neurons in the "
                    "same layers (none of them selected), suppressed the same way, in the same run: attribution did "
@@ -259,50 +259,6 @@ class KnowledgeNeurons(SeedArmsExperiment):
         return _arm_rows(info, share, recs)
 
     # ------------------------------------------------- verdicts: the engine judges amplify-strengthens and the gates
-    def hand_verdicts(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """``suppress-erases`` (module docstring: a conjunction over two statistics), on the real arm and, by the
-        same rule, on the null arm's rows."""
-        ok = finished(results)
-        real, nul = arm_rows(ok, "real"), arm_rows(ok, "null")
-        rec = seed_values(real, "recall")
-        if not rec:
-            return []
-        gates = {g.id: measure_gate(g, self.claims[0], ok) for g in (MEMORISED, NEURONS_FOUND)}
-        lo = min(rec.values())
-        sup, oth, amp = (seed_values(real, c) for c in ("suppress", "other_suppress_abs", "amplify"))
-        rnd, rnd_oth = seed_values(nul, "suppress"), seed_values(nul, "other_suppress_abs")
-        scale = (f"N={cfg.bios.n_people}, {cfg.bios.model.n_layers}-layer d_model {cfg.bios.model.d_model}, "
-                 f"{cfg.n_facts} facts")
-        note = ""
-        if gates["memorised"][1] is False:
-            note = (f"The GPT did not memorise its biographies (recall {lo:.3f} < {RECALL_MIN}) at {scale}: inconclusive; "
-                    "a longer pretraining budget (bios.exposures) or the gpu preset settles it.")
-        seeds = sorted(k for k in sup if np.isfinite(sup[k]) and k in oth and np.isfinite(oth[k]))
-        details = {"paper": {"suppress": -0.2903, "random_suppress": -0.0147, "amplify": 0.3117},
-                   "per_seed": {"suppress": sup, "other_suppress_abs": oth, "amplify": amp, "null_suppress": rnd,
-                                "null_other_suppress_abs": rnd_oth, "recall": rec,
-                                "share": seed_values(real, "share"), "mean_neurons": seed_values(real, "mean_neurons")},
-                   "ci_over_facts": _fact_cis(real)}
-        if not seeds:
-            return [self.judge(cfg, "suppress-erases", value=None, passed=None, gates=gates,
-                               why_not_computed="no seed has a fact with a knowledge neuron", details=details,
-                               note=note)]
-        s = across_seeds([sup[k] for k in seeds])
-        o = across_seeds([oth[k] for k in seeds])
-        passed = s.mean <= -0.25 and _ci(s)[1] < 0 and o.mean < 0.05
-        nseeds = [k for k in seeds if k in rnd and np.isfinite(rnd[k]) and k in rnd_oth and np.isfinite(rnd_oth[k])]
-        null: tuple[Any, bool | None] = (None, None)
-        if len(nseeds) == len(seeds):
-            ns = across_seeds([rnd[k] for k in nseeds])
-            no = across_seeds([rnd_oth[k] for k in nseeds])
-            null = (ns.mean, bool(ns.mean <= -0.25 and _ci(ns)[1] < 0 and no.mean < 0.05))
-            details["null_random_neurons"] = {"suppress": {"mean": ns.mean, "ci95": ns.ci},
-                                              "other_abs": {"mean": no.mean, "ci95": no.ci}}
-        return [self.judge(cfg, "suppress-erases", value=s.mean, passed=passed, ci=s.ci, ci_kind=s.kind,
-                           n_seeds=s.n, gates=gates, null=null,
-                           details={**details, "other_facts_abs_change": {"mean": o.mean, "ci95": o.ci}},
-                           note=note or ("" if passed else _why_not(s.mean, _ci(s)[1], o.mean, scale)))]
-
     def report_sections(self, cfg: KnowledgeNeuronsConfig, results: pd.DataFrame, run: RunDir) -> str:
         cols = [c for c in ("point", "arm", "recall", "pretrain_steps", "share", "mean_coarse", "mean_neurons",
                             "frac_with_neurons", "p_before", "suppress", "amplify", "other_suppress_abs",
@@ -365,18 +321,6 @@ class KnowledgeNeurons(SeedArmsExperiment):
                             "or amplified (mean over facts per seed; stars: Dai et al.'s BERT numbers), and per fact.")]
 
 
-def _why_not(sup: float, sup_hi: float, other: float, scale: str) -> str:
-    """Which part of the suppress-erases rule failed, in words."""
-    parts = []
-    if not (sup <= -0.25 and sup_hi < 0):
-        parts.append(f"the facts' own probability changed by {100 * sup:.1f}% on average (rule: <= -25%, CI below 0)")
-    if not other < 0.05:
-        parts.append(f"other facts of the same relation changed by {100 * other:.1f}% on average in absolute value "
-                     "(rule: < 5%)")
-    return (f"At {scale}: " + "; ".join(parts) + ". The paper attributes BERT-base's neurons on PARAREL, where answer "
-            "probabilities are far from 1 and the neurons sit in the top layers.")
-
-
 def _layer_counts(results: pd.DataFrame, n_layers: int) -> str:
     """``"layer 1: n (x%), ..."`` from the ``neuron_layers`` column (layers numbered from 1)."""
     layers = [l for v in results.get("neuron_layers", []) if isinstance(v, str) for l in json.loads(v)]
@@ -384,27 +328,6 @@ def _layer_counts(results: pd.DataFrame, n_layers: int) -> str:
         return "none found."
     c = np.bincount(np.asarray(layers, dtype=int), minlength=n_layers)
     return ", ".join(f"layer {l + 1}: {int(k)} ({100 * k / c.sum():.0f}%)" for l, k in enumerate(c)) + "."
-
-
-def _ci(st: Any) -> tuple[float, float]:
-    """The CI of an :func:`across_seeds` summary: ``(lo, hi)``, which :class:`lmsci.stats.SeedStat` sets to
-    ``(mean, mean)`` with one seed (the verdict is then inconclusive for too few seeds anyway)."""
-    return (st.lo, st.hi)
-
-
-def _fact_cis(results: pd.DataFrame) -> dict[str, Any]:
-    """Per seed, the Student-t 95% CI over facts of the suppress and amplify changes (reported, decides nothing)."""
-    out: dict[str, Any] = {}
-    for _, r in results.iterrows():
-        k = int(r.get("seed_index", 0))
-        d = {}
-        for c in ("fact_suppress", "fact_amplify"):
-            vals = json.loads(r[c]) if isinstance(r.get(c), str) else []
-            if len(vals) >= 2:
-                st = across_seeds(vals)
-                d[c] = {"mean": st.mean, "ci95": st.ci, "n_facts": len(vals)}
-        out[k] = d
-    return out
 
 
 #: the null arm's columns: random neurons in place of the knowledge neurons (real-arm column -> per-fact key)

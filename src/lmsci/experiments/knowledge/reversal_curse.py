@@ -38,13 +38,13 @@ spread as large as the claimed lift, or a leak, e.g. the name reachable from the
 
 Arms (issue 44): the two conditions are the ``real`` arm's points (ids unchanged); the null arm is its own point,
 ``null-forward_only`` (a separate model: nothing is trained twice); a row's ``condition`` is ``forward_only``,
-``with_reverse`` or (the null arm) ``forward_only_second``. The gates read the real arm. Escape hatch
-(``hand_verdicts``, all three claims): each rule is a conjunction of conditions on three statistics (the
-forward-only mean, the with-reverse mean or the mean lift, and the lift's 95% CI across seeds), which no single
-Rule expresses; they are computed with the Stat objects :func:`lift_stat`, :func:`forward_stat` and
-:func:`treated_stat` (the null arm's second forward-only model in the with-reverse model's place, the same
-forward-only arm subtracted) and engine-measured gates on the real arm. As before, with one seed (no interval) the CI condition
-is not applied.
+``with_reverse`` or (the null arm) ``forward_only_second``. The gates read the real arm. The claims engine judges all three
+claims (issue 44 item 1): the lift :func:`lift_stat` under its rule (``reversal``: CI above 0;
+``reverse-completion`` and ``name-logprob``: ``all_of`` a mean threshold and the CI above 0) and, with
+``Claim.also`` at the lift's seeds, the forward-only mean (:func:`forward_stat`, on the real arm whatever arm is
+judged) and, for ``reversal``, the with-reverse mean (:func:`treated_stat`: the null arm's second forward-only model
+in the with-reverse model's place). With one seed the interval collapses to the value; each rule's mean condition
+then implies the CI condition, as before.
 """
 
 from __future__ import annotations
@@ -69,10 +69,8 @@ from lmsci.train.packed import train_packed
 from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import completion_gap_bits
-from lmsci.claims import Claim, Gate, Stat, Verdict, every_at_least
-from lmsci.claims.engine import arm_rows, finished, measure_gate
+from lmsci.claims import Claim, Gate, Stat, all_of, ci_above, every_at_least, mean_at_least, mean_at_most
 from lmsci.runs import RunDir, derive_seed
-from lmsci.stats import across_seeds
 from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_split
 
 
@@ -134,19 +132,22 @@ REAL_CONDITIONS = ("forward_only", "with_reverse")
 NULL_CONDITION = "forward_only_second"  # the null arm: a second forward-only model at its own seed
 
 
-def forward_stat(col: str) -> Stat:
+def forward_stat(col: str, words: str = "") -> Stat:
     """``col`` of the real forward-only model (the lift's subtrahend, on the real arm whatever arm is judged)."""
-    return Stat(col, where={"condition": "forward_only"}, arm="real")
+    return Stat(col, where={"condition": "forward_only"}, arm="real", words=words)
 
 
-def treated_stat(col: str) -> Stat:
+def treated_stat(col: str, words: str = "") -> Stat:
     """``col`` of the with-reverse model (real arm) or of the second forward-only model (null arm)."""
-    return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)})
+    return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)}, words=words)
 
 
-def lift_stat(col: str) -> Stat:
+def lift_stat(col: str, words: str = "") -> Stat:
     """Per seed, :func:`treated_stat` minus :func:`forward_stat` (paired by seed)."""
-    return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)}, minus=forward_stat(col))
+    return Stat(col, where={"condition": ("with_reverse", NULL_CONDITION)}, minus=forward_stat(col), words=words)
+
+
+_TREATED = " (the null arm: the second forward-only model)"
 
 
 MEMORISED_BOTH = Gate("memorised", every_at_least(RECALL_MIN), arm="real",
@@ -324,12 +325,13 @@ class ReversalCurse(Experiment):
               SOURCE + ", Table 1",
               "inverse search ~0% (Part 3.2); reverse-direction exact match 0.0% (Berglund et al., Table 1); "
               "inverse search works when the reversed direction is in the training data",
-              "P_test inverse-search exact match (birth date + city -> name, an attributes-only question) after QA "
-              "fine-tuning on P_train, per seed: forward-only, with reversed biographies in pretraining (name after "
-              "the attributes), and their difference; value = mean over seeds of the difference",
-              "mean over seeds: forward-only <= 0.1 and with-reverse >= 0.5, and the 95% Student-t CI across seeds "
-              "of (with-reverse - forward-only) above 0; decided at the gpu and paper presets only (a 15-minute CPU "
-              "run cannot meet the memorisation gates: quick reports the values)",
+              lift_stat("inverse_test", "P_test inverse-search exact match (birth date + city -> name, an "
+                        "attributes-only question) after QA fine-tuning on P_train: with reversed biographies in "
+                        "pretraining (name after the attributes; the null arm: a second forward-only model) minus "
+                        "forward-only"),
+              ci_above(0.0),
+              also=((forward_stat("inverse_test", "forward-only inverse search"), mean_at_most(0.1)),
+                    (treated_stat("inverse_test", "with-reverse inverse search" + _TREATED), mean_at_least(0.5))),
               gates=(MEMORISED_BOTH, REVERSE_MEMORISED, FORWARD_QA), presets=("gpu", "paper"),
               null=NULL_WORDS,
               null_can_meet=CAN_MEET + "inverse search of 0.5 after the same QA fine-tuning"),
@@ -340,12 +342,12 @@ class ReversalCurse(Experiment):
               "arXiv 2309.14402, Section 5",
               "reverse-direction exact match 0.0% (GPT-3, name -> description training); 96.7% in the trained "
               "direction (description -> name) with held-out templates",
-              "P_test greedy exact match of the full name after the held-out reversed prompt (attributes only, no "
-              "name before the answer) on the pretrained model, per seed: forward-only, with-reverse, and their "
-              "difference; value = mean over seeds of the difference",
-              "mean over seeds: forward-only <= 0.1 and with-reverse - forward-only >= 0.3, and the 95% Student-t CI "
-              "across seeds of the difference above 0; decided at the gpu and paper presets only (a 15-minute CPU "
-              "run cannot meet the memorisation gates: quick reports the values)",
+              lift_stat("reverse_completion_test", "P_test greedy exact match of the full name after the held-out "
+                        "reversed prompt (attributes only, no name before the answer) on the pretrained model: "
+                        "with-reverse (the null arm: a second forward-only model) minus forward-only"),
+              all_of(mean_at_least(0.3), ci_above(0.0)),
+              also=((forward_stat("reverse_completion_test", "forward-only held-out reversed completion"),
+                     mean_at_most(0.1)),),
               gates=(MEMORISED_BOTH, REVERSE_MEMORISED), presets=("gpu", "paper"),
               null=NULL_WORDS,
               null_can_meet=CAN_MEET + "held-out-prompt completion of 0.3 above the first forward-only model"),
@@ -355,12 +357,12 @@ class ReversalCurse(Experiment):
               "Berglund et al., arXiv 2309.12288, Section 2.1 and Figure 4 (log-probability of the correct vs a "
               "random name)",
               "no detectable difference between the correct and a random name after name -> description training",
-              "per seed, mean over P_test of log2 p(correct name) - log2 p(another P_test person's name) after the "
-              "held-out reversed prompt, on the pretrained model (bits): forward-only, with-reverse and their "
-              "difference; value = mean over seeds of the difference",
-              f"mean over seeds: forward-only gap <= {GAP_FORWARD_MAX} bit, and (with-reverse - forward-only) >= "
-              f"{GAP_LIFT_MIN} bits with its 95% Student-t CI across seeds above 0; decided at the gpu and paper "
-              "presets only (a 15-minute CPU run cannot meet the memorisation gates: quick reports the values)",
+              lift_stat("name_gap_bits_test", "mean over P_test of log2 p(correct name) - log2 p(another P_test "
+                        "person's name) after the held-out reversed prompt, on the pretrained model (bits): "
+                        "with-reverse (the null arm: a second forward-only model) minus forward-only"),
+              all_of(mean_at_least(GAP_LIFT_MIN), ci_above(0.0)),
+              also=((forward_stat("name_gap_bits_test", "forward-only correct-vs-random name gap (bits)"),
+                     mean_at_most(GAP_FORWARD_MAX)),),
               gates=(MEMORISED_BOTH, REVERSE_MEMORISED), presets=("gpu", "paper"),
               null=NULL_WORDS,
               null_can_meet=CAN_MEET + f"a correct-vs-random name gap {GAP_LIFT_MIN} bits above the first "
@@ -432,45 +434,6 @@ class ReversalCurse(Experiment):
 
     #: claim -> (column, rule(forward-only mean, treated mean, lift's SeedStat)); the CI condition applies when there
     #: is an interval (>= 2 seeds), as in the first registration
-    RULES = {
-        "reversal": ("inverse_test", lambda f, r, d: f <= 0.1 and r >= 0.5 and (d.ci is None or d.ci[0] > 0)),
-        "reverse-completion": ("reverse_completion_test",
-                               lambda f, r, d: f <= 0.1 and d.mean >= 0.3 and (d.ci is None or d.ci[0] > 0)),
-        "name-logprob": ("name_gap_bits_test", lambda f, r, d: f <= GAP_FORWARD_MAX and d.mean >= GAP_LIFT_MIN
-                         and (d.ci is None or d.ci[0] > 0)),
-    }
-
-    def hand_verdicts(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """The three claims (the escape hatch: conjunctions, see the module docstring), each on the real arm and,
-        with the same forward-only arm, on the null arm; a claim with no paired seeds is left out (not measured)."""
-        ok = finished(results)
-        out = []
-        for cid, (col, rule) in self.RULES.items():
-            got = {arm: self._arm_lift(ok, col, arm) for arm in ("real", "null")}
-            if got["real"] is None:
-                continue
-            f, r, d, per_seed = got["real"]
-            claim = self.get_claim(cid)
-            null = None if got["null"] is None else (got["null"][2].mean, bool(rule(*got["null"][:3])))
-            out.append(self.judge(
-                cfg, cid, value=d.mean, passed=bool(rule(f, r, d)), ci=d.ci, ci_kind=d.kind, n_seeds=d.n,
-                gates={g.id: measure_gate(g, claim, ok) for g in claim.gates}, null=null,
-                details={"per_seed": per_seed, "forward_only_mean": f, "treated_mean": r,
-                         "null_per_seed": None if got["null"] is None else got["null"][3]}))
-        return out
-
-    @staticmethod
-    def _arm_lift(ok: pd.DataFrame, col: str, arm: str):
-        """``(forward-only mean, treated mean, SeedStat of the lift, lift per seed)`` over the seeds both have, on
-        ``arm`` (the treated model: with-reverse on the real arm, the second forward-only model on the null arm);
-        None when none."""
-        d = lift_stat(col).per_seed(arm_rows(ok, arm), ok)
-        if d.empty:
-            return None
-        f = forward_stat(col).per_seed(ok, ok).reindex(d.index).mean()
-        r = treated_stat(col).per_seed(arm_rows(ok, arm), ok).reindex(d.index).mean()
-        return float(f), float(r), across_seeds(d.to_numpy()), d.to_dict()
-
     def report_sections(self, cfg: ReversalCurseConfig, results: pd.DataFrame, run: RunDir) -> str:
         """Memorisation, QA fine-tuning and forgetting (``_reversal_curse_figures.report_sections``)."""
         return _f.report_sections(cfg, results, run)
