@@ -25,7 +25,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from lmsci.worlds.cfg import get_grammar  # noqa: E402
+from lmsci.worlds.cfg_grammars import get_grammar  # noqa: E402
 
 
 def naive_member(g, tokens) -> bool:
@@ -54,7 +54,7 @@ def naive_member(g, tokens) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grammar", default="cfg3f", help="a grammar spec of lmsci.worlds.cfg.get_grammar: a published table (cfg3f), a draw (cfg3f-draw:0), cfg3b-small / cfg3f-small, or an official cfg3*.json path")
+    ap.add_argument("--grammar", default="cfg3f", help="a grammar spec of lmsci.worlds.cfg_grammars.get_grammar: a published table (cfg3f), a draw (cfg3f-draw:0), cfg3b-small / cfg3f-small, or an official cfg3*.json path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n", type=int, default=200, help="strings timed with the numba DP")
     ap.add_argument("--naive", type=int, default=4, help="strings timed with the naive reference (0: skip)")

@@ -104,7 +104,7 @@ def test_bad_input_refused():
 
 
 def test_cfg_features_align_with_labels():
-    from lmsci.worlds.cfg import random_cfg
+    from lmsci.worlds.cfg_grammars import random_cfg
 
     cfg = random_cfg((1, 2, 3, 4), (2, 2), (2, 3), seed=0)
     samples = cfg.sample_many(6, np.random.default_rng(0))

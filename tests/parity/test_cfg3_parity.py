@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmsci.worlds.cfg import CFG3_DATA, PUBLISHED_CFG3, get_grammar, load_cfg_json
+from lmsci.worlds.cfg_grammars import CFG3_DATA, PUBLISHED_CFG3, get_grammar, load_cfg_json
 
 FIX = Path(__file__).parent / "fixtures" / "cfg3"
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from lmsci.errors import ConfigError
-from lmsci.worlds.cfg import (CFG, GrammarError, UnknownSymbolError, get_grammar, kl_true_model, load_cfg_json,
-                              named_cfg, random_cfg)
+from lmsci.worlds.cfg import CFG, GrammarError, UnknownSymbolError, kl_true_model
+from lmsci.worlds.cfg_grammars import get_grammar, load_cfg_json, named_cfg, random_cfg
 
 
 def tiny() -> CFG:
@@ -178,7 +178,7 @@ def _rules_of_json(path) -> list:
 
 
 def test_published_names_are_the_published_tables():
-    from lmsci.worlds.cfg import CFG3_DATA, PUBLISHED_CFG3
+    from lmsci.worlds.cfg_grammars import CFG3_DATA, PUBLISHED_CFG3
 
     assert PUBLISHED_CFG3 == ("cfg3b", "cfg3e1", "cfg3e2", "cfg3f", "cfg3g", "cfg3h", "cfg3i", "cfg3j", "cfg3k")
     for name in PUBLISHED_CFG3:

@@ -20,7 +20,7 @@ Names are imported lazily on first use (:mod:`lmsci._api`).
 from lmsci._api import lazy_exports
 
 _EXPORTS = {
-    "get_grammar": "lmsci.worlds.cfg",
+    "get_grammar": "lmsci.worlds.cfg_grammars",
     "CFG": "lmsci.worlds.cfg",
     "Dyck": "lmsci.worlds.dyck",
     "PosPCFG": "lmsci.worlds.pos_pcfg",

@@ -220,7 +220,7 @@ def test_shuffled_batches_keep_each_strings_tokens_and_remove_their_order():
     import torch
 
     from lmsci.experiments.syntax._common import make_get_batch
-    from lmsci.worlds.cfg import get_grammar
+    from lmsci.worlds.cfg_grammars import get_grammar
 
     g = get_grammar("cfg3b-small", 0)
     x0, y0 = make_get_batch(g, 4, 64)(0, torch.Generator().manual_seed(1))

@@ -21,7 +21,8 @@ from lmsci.experiments.base import PointContext
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
 from lmsci.train.trainer import TrainSpec, train
-from lmsci.worlds.cfg import CFG, get_grammar
+from lmsci.worlds.cfg import CFG
+from lmsci.worlds.cfg_grammars import get_grammar
 
 VARIANT_NAMES = {"rope": "GPT_rot", "learned": "GPT (absolute)", "relative": "GPT_rel (T5 bias)", "uni": "GPT_uni",
                  "posonly": "GPT_pos"}
@@ -55,11 +56,11 @@ class CFGModelConfig(ExperimentConfig):
 
 
 def build_grammar(cfg: CFGModelConfig) -> CFG:
-    """The grammar of ``cfg.grammar`` (:func:`lmsci.worlds.cfg.get_grammar`; ``grammar_seed`` seeds the draws).
+    """The grammar of ``cfg.grammar`` (:func:`lmsci.worlds.cfg_grammars.get_grammar`; ``grammar_seed`` seeds the draws).
 
     Raises:
         ConfigError: an unknown grammar spec or a missing table file; GrammarError: a malformed table (both
-            from :func:`~lmsci.worlds.cfg.get_grammar`).
+            from :func:`~lmsci.worlds.cfg_grammars.get_grammar`).
     """
     return get_grammar(cfg.grammar, cfg.grammar_seed)
 

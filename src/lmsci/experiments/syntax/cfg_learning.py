@@ -7,7 +7,7 @@ cfg3b-f with GPT_rel / GPT_rot; the absolute-position GPT weaker on the hardest 
 "surprisingly effective"), KL to the true next-token distribution (``demo2_advanced_dp.py``). Spec:
 physics_of_lms.md sec. 1 (grammar family, training recipe, variants, metrics, pitfalls).
 
-Protocol. The grammar (:mod:`lmsci.worlds.cfg`, :func:`~lmsci.worlds.cfg.get_grammar`) is ``grammar``: a
+Protocol. The grammar (:mod:`lmsci.worlds.cfg`, :func:`~lmsci.worlds.cfg_grammars.get_grammar`) is ``grammar``: a
 published table (``cfg3b`` .. ``cfg3k``, the paper's own grammars; ``grammar_seed`` unused), a random draw of the
 cfg3 generator (``cfg3f-draw:SEED``), lmsci's small draws ``cfg3b-small`` / ``cfg3f-small`` (drawn with
 ``grammar_seed``) or an official ``cfg3*.json`` path. The model is
