@@ -214,6 +214,21 @@ def test_several_null_arms_meet_the_rule_if_any_does_and_report_the_closest():
         _claim(arms=("real",))
 
 
+
+def test_null_stat_reads_other_columns_of_the_real_rows_by_the_same_rule():
+    t = _table()
+    t["acc_in"] = t["acc"] - 0.9  # a null measured beside the real value, on the same rows
+    c = _claim(null_stat=Stat("acc_in", where={"probe": "a"}))
+    v = judge_claim(c, "quick", t)
+    assert v.outcome == "reproduced" and v.null_value == pytest.approx(0.11) and v.null_passed is False
+    assert v.details["null_per_seed"] == pytest.approx([0.1, 0.11, 0.12])   # real rows, not the null arm's
+    v = judge_claim(_claim(ci_above(0.05), null_stat=Stat("acc_in", where={"probe": "a"})), "quick", t)
+    assert v.null_passed is True and v.outcome == "inconclusive"
+    assert judge_claim(_claim(null_stat=Stat("gone")), "quick", t).null_passed is None       # not measured
+    assert c.digest() != _claim().digest() and "null_stat_spec" not in _claim().to_dict()    # others keep digests
+    with pytest.raises(ValueError):
+        Claim("c", "s", "src", "p", "in words", "in words", null="n", null_stat=Stat("acc"))
+
 # -- the contract: arms as an axis, the default verdicts -----------------------------------------------------
 class _Exp(Experiment):
     name = "test-engine"

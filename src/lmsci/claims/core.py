@@ -134,6 +134,9 @@ class Claim:
             on the judged arm's rows at the main statistic's seeds; the reported value is the main statistic's.
         for_each: a column: the rule (and ``also``) must hold in every group of its values (every target N, every
             loss); the verdict reports the group with the smallest :meth:`~lmsci.claims.rules.Rule.margin`.
+        null_stat: a null read from other columns of the real arm's rows: a :class:`~lmsci.claims.stat.Stat`
+            judged by the same rule on the same rows as the statistic (``arms[0]``), in place of the null arms
+            (for a null measured beside the real value, e.g. the same model within its training length).
     """
 
     id: str
@@ -153,6 +156,7 @@ class Claim:
     null_can_meet: str = ""
     also: tuple = ()
     for_each: str = ""
+    null_stat: Any = None
 
     def __post_init__(self):
         obj_stat, obj_rule = not isinstance(self.statistic, str), not isinstance(self.rule, str)
@@ -160,8 +164,8 @@ class Claim:
             raise ValueError(f"claim {self.id!r}: a Stat needs a Rule object and a Rule object a Stat")
         object.__setattr__(self, "arms", tuple(self.arms))
         object.__setattr__(self, "also", tuple(tuple(a) for a in self.also))
-        if ((self.also or self.for_each) and not obj_stat) or len(self.arms) < 2:
-            raise ValueError(f"claim {self.id!r}: also/for_each need a Stat; arms need a real and a null arm")
+        if ((self.also or self.for_each or self.null_stat is not None) and not obj_stat) or len(self.arms) < 2:
+            raise ValueError(f"claim {self.id!r}: also/for_each/null_stat need a Stat; arms need a real and a null arm")
         bad = [p for p in self.presets if p not in ALL_PRESETS]
         if bad:
             raise ValueError(f"claim {self.id!r}: presets {bad} not in {ALL_PRESETS}")
@@ -207,6 +211,7 @@ class Claim:
             d.update(stat_spec=self.stat.spec(), rule_spec=self.rule.spec(), arms=list(self.arms))
             d.update({"also_spec": [[s.spec(), r.spec()] for s, r in self.also]} if self.also else {})
             d.update({"for_each": self.for_each} if self.for_each else {})
+            d.update({"null_stat_spec": self.null_stat.spec()} if self.null_stat is not None else {})
         if self.null_can_meet:
             d["null_can_meet"] = self.null_can_meet
         return d
@@ -225,7 +230,7 @@ class Claim:
         d = self.to_dict()
         keep = {k: d[k] for k in ("id", "statistic", "rule", "gates", "presets", "uncertainty", "min_seeds",
                                   "ablation", "kind", "null", "stat_spec", "rule_spec", "arms", "null_can_meet",
-                                  "also_spec", "for_each")
+                                  "also_spec", "for_each", "null_stat_spec")
                 if k in d}
         if preset_digests:
             keep["preset_digests"] = dict(sorted(preset_digests.items()))

@@ -17,7 +17,9 @@ interval. A check needs no null arm. Three pieces state the conjunctions that us
 item 1): a rule :func:`~lmsci.claims.rules.all_of` several rules on one statistic; ``Claim.also``, further
 ``(Stat, Rule)`` conditions read at the main statistic's seeds; ``Claim.for_each``, the rule in every group of a
 column (the verdict reports the group with the smallest margin); and several null arms (``Claim.arms[1:]``: the null
-meets the rule if any null arm does, and its reported value is that of the arm with the largest margin).
+meets the rule if any null arm does, and its reported value is that of the arm with the largest margin). A null read
+from other columns of the same rows, ``Claim.null_stat``, is judged by the same rule on the real arm's rows in place
+of the null arms.
 """
 
 from __future__ import annotations
@@ -76,12 +78,14 @@ def _groups(claim: Claim, ok: pd.DataFrame) -> list[tuple[Any, pd.DataFrame]]:
     return [(g, rows) for g, rows in ok.groupby(claim.for_each, sort=True)]
 
 
-def _arm(claim: Claim, ok: pd.DataFrame, arm: str, arm_column: str) -> tuple[pd.Series, bool, Any] | None:
+def _arm(claim: Claim, ok: pd.DataFrame, arm: str, arm_column: str,
+         stat: Any = None) -> tuple[pd.Series, bool, Any] | None:
     """On ``arm``: (per-seed values of the reported group, whether the rule and every ``also`` condition hold in
-    every group, the reported group); None when a group has no value."""
+    every group, the reported group); None when a group has no value. ``stat``: read it in place of the claim's."""
     got = []
+    stat = claim.stat if stat is None else stat
     for g, rows in _groups(claim, ok):
-        vals = claim.stat.per_seed(arm_rows(rows, arm, arm_column), rows, arm_column)
+        vals = stat.per_seed(arm_rows(rows, arm, arm_column), rows, arm_column)
         if vals.empty:
             return None
         held = bool(claim.decider(vals.to_numpy()))
@@ -140,7 +144,8 @@ def judge_claim(claim: Claim, preset: str, results: pd.DataFrame, *,
         ci_kind += f" ({claim.for_each} = {group})"
     null = None
     if claim.kind == "claim" and claim.null:
-        nulls = [_arm(claim, ok, a, arm_column) for a in null_arms]
+        nulls = [_arm(claim, ok, real_arm, arm_column, claim.null_stat)] if claim.null_stat is not None \
+            else [_arm(claim, ok, a, arm_column) for a in null_arms]
         if all(x is not None for x in nulls):
             nv = nulls[0][0] if len(nulls) == 1 else max(nulls, key=lambda x: rule.margin(x[0].to_numpy()))[0]
             n_mean, n_ci, _, _ = _summary(rule, nv, exact)
