@@ -225,9 +225,20 @@ def test_null_stat_reads_other_columns_of_the_real_rows_by_the_same_rule():
     v = judge_claim(_claim(ci_above(0.05), null_stat=Stat("acc_in", where={"probe": "a"})), "quick", t)
     assert v.null_passed is True and v.outcome == "inconclusive"
     assert judge_claim(_claim(null_stat=Stat("gone")), "quick", t).null_passed is None       # not measured
+    assert judge_claim(_claim(arms=("real",), null_stat=Stat("acc_in", where={"probe": "a"})), "quick",
+                       t).null_value == pytest.approx(0.11)                         # the real arm alone
     assert c.digest() != _claim().digest() and "null_stat_spec" not in _claim().to_dict()    # others keep digests
     with pytest.raises(ValueError):
         Claim("c", "s", "src", "p", "in words", "in words", null="n", null_stat=Stat("acc"))
+    also = ((Stat("acc", where={"probe": "b"}), ci_above(1.1)),)       # with also: one null Stat per condition
+    t["acc_in_b"] = t["acc_in"] + 1.0
+    null = (Stat("acc_in", where={"probe": "a"}), Stat("acc_in_b", where={"probe": "b"}))
+    v = judge_claim(_claim(ci_above(0.05), also=also, null_stat=null), "quick", t)
+    assert v.null_passed is True and v.null_value == pytest.approx(0.11)       # 1.31 > 1.1 on acc_in_b
+    t["acc_in_b"] = t["acc_in"]
+    assert judge_claim(_claim(ci_above(0.05), also=also, null_stat=null), "quick", t).null_passed is False
+    with pytest.raises(ValueError):
+        _claim(also=also, null_stat=Stat("acc_in"))
 
 # -- the contract: arms as an axis, the default verdicts -----------------------------------------------------
 class _Exp(Experiment):

@@ -136,7 +136,9 @@ class Claim:
             loss); the verdict reports the group with the smallest :meth:`~lmsci.claims.rules.Rule.margin`.
         null_stat: a null read from other columns of the real arm's rows: a :class:`~lmsci.claims.stat.Stat`
             judged by the same rule on the same rows as the statistic (``arms[0]``), in place of the null arms
-            (for a null measured beside the real value, e.g. the same model within its training length).
+            (for a null measured beside the real value, e.g. the same model within its training length); ``arms``
+            may then name the real arm alone. With ``also``, a tuple: the null's statistic, then one ``Stat`` per
+            ``also`` condition (read with that condition's rule).
     """
 
     id: str
@@ -164,8 +166,15 @@ class Claim:
             raise ValueError(f"claim {self.id!r}: a Stat needs a Rule object and a Rule object a Stat")
         object.__setattr__(self, "arms", tuple(self.arms))
         object.__setattr__(self, "also", tuple(tuple(a) for a in self.also))
-        if ((self.also or self.for_each or self.null_stat is not None) and not obj_stat) or len(self.arms) < 2:
-            raise ValueError(f"claim {self.id!r}: also/for_each/null_stat need a Stat; arms need a real and a null arm")
+        if self.null_stat is not None:
+            ns = tuple(self.null_stat) if isinstance(self.null_stat, (tuple, list)) else (self.null_stat,)
+            if len(ns) != 1 + len(self.also):
+                raise ValueError(f"claim {self.id!r}: null_stat needs one Stat and one per also condition")
+            object.__setattr__(self, "null_stat", ns)
+        if ((self.also or self.for_each or self.null_stat is not None) and not obj_stat) or \
+                len(self.arms) < (1 if self.null_stat is not None else 2):
+            raise ValueError(f"claim {self.id!r}: also/for_each/null_stat need a Stat; arms need a real and a null arm "
+                             "(the real arm alone with null_stat)")
         bad = [p for p in self.presets if p not in ALL_PRESETS]
         if bad:
             raise ValueError(f"claim {self.id!r}: presets {bad} not in {ALL_PRESETS}")
@@ -211,7 +220,7 @@ class Claim:
             d.update(stat_spec=self.stat.spec(), rule_spec=self.rule.spec(), arms=list(self.arms))
             d.update({"also_spec": [[s.spec(), r.spec()] for s, r in self.also]} if self.also else {})
             d.update({"for_each": self.for_each} if self.for_each else {})
-            d.update({"null_stat_spec": self.null_stat.spec()} if self.null_stat is not None else {})
+            d.update({"null_stat_spec": [x.spec() for x in self.null_stat]} if self.null_stat is not None else {})
         if self.null_can_meet:
             d["null_can_meet"] = self.null_can_meet
         return d

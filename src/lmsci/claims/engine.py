@@ -79,17 +79,18 @@ def _groups(claim: Claim, ok: pd.DataFrame) -> list[tuple[Any, pd.DataFrame]]:
 
 
 def _arm(claim: Claim, ok: pd.DataFrame, arm: str, arm_column: str,
-         stat: Any = None) -> tuple[pd.Series, bool, Any] | None:
+         stats: Any = None) -> tuple[pd.Series, bool, Any] | None:
     """On ``arm``: (per-seed values of the reported group, whether the rule and every ``also`` condition hold in
-    every group, the reported group); None when a group has no value. ``stat``: read it in place of the claim's."""
+    every group, the reported group); None when a group has no value. ``stats``: the statistic and one per ``also``
+    condition, read in place of the claim's (``Claim.null_stat``)."""
     got = []
-    stat = claim.stat if stat is None else stat
+    stat, *also_stats = (claim.stat, *(s for s, _ in claim.also)) if stats is None else stats
     for g, rows in _groups(claim, ok):
         vals = stat.per_seed(arm_rows(rows, arm, arm_column), rows, arm_column)
         if vals.empty:
             return None
         held = bool(claim.decider(vals.to_numpy()))
-        for s, r in claim.also:
+        for s, (_, r) in zip(also_stats, claim.also):
             v = s.per_seed(arm_rows(rows, arm, arm_column), rows, arm_column)
             held = held and bool(r(v[v.index.isin(vals.index)].to_numpy()))
         got.append((claim.decider.margin(vals.to_numpy()) if claim.for_each else 0.0, vals, held, g))
