@@ -26,9 +26,9 @@ and seed), which stores no fact (the margins' null; ``rome-edit``'s null since 2
 the ones the trained GPT knows, and one function traces, locates and edits on each arm's model
 (:meth:`CausalTracing._trace_and_edit`: the same noise rule, windows, edits, prefixes and neighbours), so the null
 arm's margins (``mlp-early-site``, ``attn-late-site``) and edits (``rome-edit``) are the same columns on another arm.
-The claims engine judges the two margins (and the gates ``memorised``, ``depth``, ``corruption`` on the real arm).
-Escape hatch (``hand_verdicts``): ``rome-edit``'s rule is a conjunction over two statistics (mean efficacy >= 0.9
-and mean specificity >= 0.8), not one rule on one per-seed statistic.
+The claims engine judges every claim: the two margins (and the gates ``memorised``, ``depth``, ``corruption`` on the
+real arm) and ``rome-edit`` (mean efficacy >= 0.9 and, ``Claim.also``, mean specificity >= 0.8; its null read from the
+``other_*`` columns of the real rows, ``Claim.null_stat``).
 """
 
 from __future__ import annotations
@@ -41,14 +41,13 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lmsci.claims import Claim, Gate, Stat, Verdict, ci_above, every_at_least
-from lmsci.claims.engine import arm_rows, finished
-from lmsci.stats import across_seeds
+from lmsci.claims import Claim, Gate, Stat, ci_above, every_at_least, mean_at_least
+from lmsci.claims.engine import arm_rows
 from lmsci.contract import Experiment, Figure, Point, PointContext, cross_arms, save_figure
 from lmsci.experiments.knowledge._causal_tracing_edits import (fact_prompt, greedy_first, other_layer_edits, rome_edits,
                                                                traced_site)
 from lmsci.experiments.knowledge._bios_streams import pretraining_data
-from lmsci.experiments.knowledge._gates import RECALL_MIN, recall_gate, seed_summary, seed_values
+from lmsci.experiments.knowledge._gates import RECALL_MIN
 from lmsci.experiments.knowledge._specs import PhaseSpec
 from lmsci.experiments.knowledge.common import MemoriseFirstConfig, bio_recall, recall_checker
 from lmsci.models.gpt import GPT, GPTSpec
@@ -194,11 +193,13 @@ class CausalTracing(Experiment):
               "while leaving neighbouring facts unchanged.",
               "Meng et al. 2022, arXiv 2202.05262, Section 3, Table 4 (CounterFact, GPT-2 XL)",
               "efficacy score 100%, paraphrase score 96.4%, neighbourhood score 75.4%",
-              "per edit (a memorised fact rewritten to another person's value of the same attribute, at the layer "
-              "where the seed's MLP AIE at the last subject token peaks): efficacy = [log P(new) > log P(old)] on the "
-              "edit prompt; specificity = share of neighbours (other people, same attribute) with log P(true) > "
-              "log P(new) after the edit; means over edits per seed (paraphrase reported beside)",
-              "mean over seeds: efficacy >= 0.9 and specificity >= 0.8 (95% CI across seeds reported)",
+              statistic=Stat("efficacy", words="per edit (a memorised fact rewritten to another person's value of the "
+                             "same attribute, at the layer where the seed's MLP AIE at the last subject token peaks): "
+                             "efficacy = [log P(new) > log P(old)] on the edit prompt, mean over edits per seed"),
+              rule=mean_at_least(0.9), also=((Stat("specificity", words="specificity = share of neighbours (other "
+                                                   "people, same attribute) with log P(true) > log P(new) after the "
+                                                   "edit, mean over edits per seed"), mean_at_least(0.8)),),
+              arms=("real",), null_stat=(Stat("other_efficacy"), Stat("other_specificity")),
               gates=(MEMORISED,),
               null="the same edits (same facts, new objects, prefixes, neighbours), scored the same way, on the "
                    "same trained GPT at a layer drawn uniformly (seeded per training seed) among the non-peak layers "
@@ -332,45 +333,6 @@ class CausalTracing(Experiment):
         """The edit layer: ``cfg.edit_layer``, else the layer of the MLP AIE peak at the last subject token."""
         ls = aie["mlp"][CATEGORIES.index("last subject")]
         return cfg.edit_layer if cfg.edit_layer is not None else int(np.nanargmax(np.nan_to_num(ls, nan=-np.inf)))
-
-    # ---- verdicts: the engine judges the margins; rome-edit by hand (module docstring) ---------------------------
-    def hand_verdicts(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir | None) -> list[Verdict]:
-        """``rome-edit``: mean efficacy >= 0.9 and mean specificity >= 0.8 over seeds, on the edits at the traced
-        layer and, by the same rule, at a non-peak layer (``other_*``; the random-init GPT's: a contrast)."""
-        ok = finished(results)
-        if not len(ok):
-            return []
-        real, nul = arm_rows(ok, "real"), arm_rows(ok, "null")
-        mem = recall_gate(seed_values(real, "bio_recall"))
-        eff, spec = seed_values(real, "efficacy"), seed_values(real, "specificity")
-        seeds = [k for k in eff if k in spec and np.isfinite(eff[k]) and np.isfinite(spec[k])]
-        if not seeds:
-            return [self.judge(cfg, "rome-edit", value=None, passed=None, gates={"memorised": mem},
-                               why_not_computed="no edit evaluated")]
-        e = across_seeds([eff[k] for k in seeds])
-        s = across_seeds([spec[k] for k in seeds])
-        neff, nspec = seed_values(real, "other_efficacy"), seed_values(real, "other_specificity")
-        null = (None, None)
-        if all(k in neff and k in nspec and np.isfinite(neff[k]) and np.isfinite(nspec[k]) for k in seeds):
-            ne, ns = float(np.mean([neff[k] for k in seeds])), float(np.mean([nspec[k] for k in seeds]))
-            null = (ne, bool(ne >= 0.9 and ns >= 0.8))
-        return [self.judge(cfg, "rome-edit", value=e.mean, passed=bool(e.mean >= 0.9 and s.mean >= 0.8),
-                           ci=e.ci, ci_kind=e.kind, n_seeds=e.n, gates={"memorised": mem}, null=null,
-                           details={"efficacy": seed_summary(eff), "specificity": seed_summary(spec),
-                                    "paraphrase": seed_summary(seed_values(real, "paraphrase")),
-                                    "specificity_before_edit": seed_values(real, "specificity_before"),
-                                    "edit_top1": seed_values(real, "edit_top1"),
-                                    "edit_layer": seed_values(real, "edit_layer"),
-                                    "null_other_layer": {"efficacy": neff, "specificity": nspec,
-                                                         "layer": seed_values(real, "other_layer")},
-                                    "random_init_contrast": {"efficacy": seed_values(nul, "efficacy"),
-                                                             "specificity": seed_values(nul, "specificity"),
-                                                         "specificity_before_edit":
-                                                             seed_values(nul, "specificity_before"),
-                                                         "edit_layer": seed_values(nul, "edit_layer")},
-                                    "paper": {"efficacy": 1.0, "paraphrase": 0.964, "neighbourhood": 0.754}},
-                           note=f"value = mean efficacy; specificity mean {s.mean:.3f} (CI {s.ci}); null arm "
-                                f"(the same edits at a non-peak layer): value = its mean efficacy")]
 
     # ---- report ------------------------------------------------------------------------------
     def report_sections(self, cfg: CausalTracingConfig, results: pd.DataFrame, run: RunDir) -> str:
