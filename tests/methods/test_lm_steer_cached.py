@@ -40,7 +40,9 @@ def test_cached_training_equals_train_steer_on_a_tied_llama():
     assert check_cache(m, cache) < 1e-4
     b = train_steer_cached(m, cache, y, steps=15, batch_size=8, epsilon=0.1, lr=0.05, seed=3)
     assert torch.allclose(torch.tensor(a.history), torch.tensor(b.history), atol=1e-5)
-    assert torch.allclose(a.P1, b.P1, atol=1e-5) and torch.allclose(a.P2, b.P2, atol=1e-5)
+    # atol 1e-4 on parameters of size ~0.7: Adam's normalised steps carry the two paths' float rounding into the
+    # parameters (1.6e-5 apart after 15 steps on an AMD AVX2 host, S54; under 1e-5 on the Intel AVX-512 hosts)
+    assert torch.allclose(a.P1, b.P1, atol=1e-4) and torch.allclose(a.P2, b.P2, atol=1e-4)
     assert all(p.grad is None for p in m.parameters())
     # cached_loss is the objective: the same as the model's own steered NLL over all the texts
     ids, mask = pad_batch(data, 0)
