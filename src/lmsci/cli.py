@@ -584,7 +584,7 @@ def fit_cmd(
         an = analyze(d, law, x=x, n_boot=bootstrap, seed=seed, budgets=budget, out=out, grid=grid, n_starts=n_starts)
         table = None
         if compare:
-            from lmsci.laws.fit import compare_forms
+            from lmsci.laws.compare import compare_forms
 
             forms = [get_form(n.strip(), x=x or "C") for n in compare.split(",") if n.strip()]
             table = compare_forms(forms, d.X, d.y, split_var="C" if "C" in d.X else forms[0].inputs[0], grid=grid)

@@ -10,9 +10,10 @@ import pytest
 from lmsci.errors import ConfigError, DataError, UnknownNameError
 from lmsci.laws.allocation import (allocation_exponents, allocation_table, approach2, chinchilla_allocation,
                                    optimal_log_n)
-from lmsci.laws.fit import (CERT_MIN_STARTS, CERT_STATIONARITY_RTOL, certify_optimum, compare_forms, fit,
-                            heldout_error)
+from lmsci.laws.compare import compare_forms, heldout_error
+from lmsci.laws.fit import certify_optimum, fit
 from lmsci.laws.forms import FORMS, get_form
+from lmsci.laws.objective import CERT_MIN_STARTS, CERT_STATIONARITY_RTOL
 
 CH = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
 # a small grid of starts keeps the tests fast; the default 4,500-point grid is exercised by chinchilla-refit

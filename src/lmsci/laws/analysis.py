@@ -16,7 +16,8 @@ import pandas as pd
 from lmsci.errors import DataError
 from lmsci.laws.allocation import allocation_exponents, allocation_table, approach2
 from lmsci.laws.datasets import ScalingData
-from lmsci.laws.fit import FitResult, fit, heldout_error
+from lmsci.laws.compare import heldout_error
+from lmsci.laws.fit import FitResult, fit
 from lmsci.laws.forms import Form, get_form
 
 

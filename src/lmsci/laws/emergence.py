@@ -16,7 +16,7 @@ For one metric ``y`` over compute ``C`` this module fits the two forms of :mod:`
 with compute rescaled by its geometric mean (``C_ref``) for conditioning (``m`` and the power law's ``A`` are in
 those units; predictions take raw compute). :func:`compare_metric_laws` reports in-sample RMSE and AIC
 (``n ln(RSS/n) + 2k``, :class:`lmsci.laws.fit.FitResult`), the held-out error when the largest-compute points are
-left out of the fit (extrapolation, as :func:`lmsci.laws.fit.heldout_error`), and each held-out point's prediction
+left out of the fit (extrapolation, as :func:`lmsci.laws.compare.heldout_error`), and each held-out point's prediction
 with a bootstrap interval (:func:`predict_interval`: the fits of ``n_boot`` resamples of the training points).
 """
 

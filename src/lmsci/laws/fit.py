@@ -1,4 +1,4 @@
-"""Robust fitting of scaling-law forms: Huber loss, bounds, a grid of starts, bootstrap, held-out error.
+"""Robust fitting of scaling-law forms: the multi-start fit, its certificate, bootstrap intervals, a Wald test.
 
 The recipe is Besiroglu et al.'s (2024, "Chinchilla Scaling: A replication attempt", arXiv 2404.10102,
 Section 2), which corrected Hoffmann et al.'s Approach 3:
@@ -12,16 +12,8 @@ Section 2), which corrected Hoffmann et al.'s Approach 3:
 * confidence intervals come from a nonparametric bootstrap (resampling the data points with
   replacement), each resample warm-started at the full-data optimum; gradients are analytic.
 
-Speed. Per-start L-BFGS-B costs ~20-30 ms here (and far more when OpenBLAS threads contend on a
-loaded machine, so local fits run under ``threadpool_limits(1)``). Two batched numpy passes therefore
-do the bulk of the work, with SciPy's L-BFGS-B as the final word:
-
-* the grid of starts is screened by a *batched* damped Gauss-Newton / IRLS descent (Levenberg-Marquardt
-  on the Huber majoriser ``w_i = min(1, delta/|r_i|)``, a step accepted only when the exact objective
-  decreases) run on all starts at once; L-BFGS-B then polishes the ``n_starts`` best end points;
-* the bootstrap runs the same batched descent on all resamples at once (``method="batched"``,
-  default), warm-started at the full-data optimum; ``method="lbfgsb"`` refits each resample with
-  L-BFGS-B instead (slower; the tests check both agree).
+The objective, the grid of starts, its batched screening and the L-BFGS-B polish live in
+:mod:`lmsci.laws.objective`; held-out error and model comparison in :mod:`lmsci.laws.compare`.
 
 Convergence is certified, never assumed, and never read off one optimiser run
 (:func:`certify_optimum`, tolerances :data:`CERT_STATIONARITY_RTOL`, :data:`CERT_OBJECTIVE_RTOL`,
@@ -47,35 +39,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
-from threadpoolctl import threadpool_limits
 
 from lmsci.claims import finite_or_none
 from lmsci.errors import ConfigError, DataError
 from lmsci.laws.forms import Form, get_form
+from lmsci.laws.objective import (CERT_MIN_STARTS, CERT_OBJECTIVE_RTOL, CERT_STATIONARITY_RTOL, Problem,
+                                  certify, check_fit_args, clean_inputs, polish, screen, start_grid)
 
 Array = np.ndarray
-
-#: Certificate of an optimum (:func:`certify_optimum`): the best point is stationary when its relative
-#: Gauss-Newton decrement of the projected gradient (:meth:`_Problem.stationarity`, the objective decrease one
-#: more Gauss-Newton step predicts, over the objective) is at most this.
-CERT_STATIONARITY_RTOL = 1e-8
-#: a start reaches the best objective when the objective where it ended is within this relative margin of it
-CERT_OBJECTIVE_RTOL = 1e-6
-#: the fewest distinct starts (grid points) that must reach the best objective
-CERT_MIN_STARTS = 2
-
-
-# --------------------------------------------------------------------------------------------
-def huber(r: Array, delta: float) -> tuple[Array, Array]:
-    """Huber loss of residuals ``r`` and its derivative ``clip(r, -delta, delta)``."""
-    a = np.abs(r)
-    val = np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
-    return val, np.clip(r, -delta, delta)
-
-
-def _target(form: Form, y: Array) -> Array:
-    return np.log(y) if form.space == "log" else np.asarray(y, dtype=float)
 
 
 @dataclass
@@ -228,230 +199,6 @@ class FitResult:
         }
 
 
-class _Problem:
-    """Objective and gradient over the free parameters, with per-point weights (bootstrap counts)."""
-
-    def __init__(self, form: Form, X: dict[str, Array], y: Array, loss: str, delta: float,
-                 fixed: dict[str, float]):
-        self.form, self.X, self.t = form, X, _target(form, y)
-        self.loss, self.delta = loss, delta
-        names = form.param_names
-        self.free = np.array([n not in fixed for n in names])
-        self.base = np.zeros(len(names))
-        for n, v in fixed.items():
-            spec = form.params[names.index(n)]
-            self.base[names.index(n)] = np.log(v) if spec.log else v
-        # scale the objective so L-BFGS-B's absolute tolerances are meaningful at delta = 1e-3
-        self.scale = 1.0 / delta if loss == "huber" else 1.0
-
-    def full(self, z: Array) -> Array:
-        th = np.array(np.broadcast_to(self.base, z.shape[:-1] + self.base.shape), dtype=float)
-        th[..., self.free] = z
-        return th
-
-    def residuals(self, theta: Array) -> Array:
-        return self.t - self.form.f(theta, self.X)
-
-    def values(self, z: Array, w: Array | None = None) -> Array:
-        """Objective for a batch of free-parameter vectors ``z [m, k]`` (no gradient)."""
-        r = self.residuals(self.full(z))
-        v = huber(r, self.delta)[0] if self.loss == "huber" else 0.5 * r * r
-        if w is not None:
-            v = v * w
-        v = np.where(np.isfinite(v), v, np.inf)
-        return v.sum(axis=-1) * self.scale
-
-    def fun_grad(self, z: Array, w: Array | None) -> tuple[float, Array]:
-        th = self.full(z)
-        f, J = self.form.fj(th, self.X)
-        r = self.t - f
-        if self.loss == "huber":
-            v, d = huber(r, self.delta)
-        else:
-            v, d = 0.5 * r * r, r
-        if w is not None:
-            v, d = v * w, d * w
-        val = float(v.sum()) * self.scale
-        g = -(J[:, self.free].T @ d) * self.scale
-        if not np.isfinite(val) or not np.all(np.isfinite(g)):
-            return 1e300, np.zeros_like(z)
-        return val, g
-
-    def batched_descent(self, Z0: Array, W: Array | None = None, iters: int = 200, tol: float = 1e-12,
-                        chunk: int = 512, return_converged: bool = False):
-        """Minimise the objective from many starts at once (damped Gauss-Newton on the IRLS majoriser).
-
-        Args:
-            Z0: free-parameter starts ``[m, k]``.
-            W: per-start point weights ``[m, n]`` (bootstrap counts) or None.
-            iters: the most iterations per start.
-            return_converged: also return the per-start convergence mask.
-        Returns:
-            (Z ``[m, k]``, objective ``[m]``), plus ``converged [m]`` when ``return_converged``: the
-            descent stopped because the relative decrease fell below ``tol`` or no damped step decreased
-            the objective, with a finite objective (not by running out of ``iters``).
-        """
-        Zs, Vs, Cs = [], [], []
-        for i in range(0, len(Z0), chunk):
-            w = None if W is None else W[i : i + chunk]
-            z, v, c = self._descent_chunk(np.array(Z0[i : i + chunk], dtype=float), w, iters, tol)
-            Zs.append(z)
-            Vs.append(v)
-            Cs.append(c)
-        out = np.concatenate(Zs), np.concatenate(Vs)
-        return (*out, np.concatenate(Cs)) if return_converged else out
-
-    def _descent_chunk(self, z, W, iters, tol):
-        lo = np.array([b[0] for b in self.bounds()])
-        hi = np.array([b[1] for b in self.bounds()])
-        z = np.clip(z, lo, hi)
-        m, k = z.shape
-        obj = self.values(z, W)
-        lam = np.full(m, 1e-2)
-        active = np.isfinite(obj)
-        conv = np.zeros(m, dtype=bool)
-        eye = np.eye(k)
-        for _ in range(iters):
-            idx = np.flatnonzero(active)
-            if idx.size == 0:
-                break
-            za = z[idx]
-            f, J = self.form.fj(self.full(za), self.X)
-            J = J[..., self.free]
-            r = self.t - f
-            if self.loss == "huber":
-                w = np.minimum(1.0, self.delta / np.maximum(np.abs(r), 1e-300))
-            else:
-                w = np.ones_like(r)
-            if W is not None:
-                w = w * W[idx]
-            JW = J * w[..., None]
-            H = np.einsum("mnk,mnl->mkl", JW, J)
-            g = np.einsum("mnk,mn->mk", JW, r)
-            dg = np.einsum("mkk->mk", H)
-            Hd = H + (lam[idx, None] * (dg + 1e-12))[..., None] * eye
-            try:
-                step = np.linalg.solve(Hd, g[..., None])[..., 0]
-            except np.linalg.LinAlgError:
-                step = g / (np.maximum(dg, 1e-12) * (1 + lam[idx, None]))
-            step = np.where(np.isfinite(step), step, 0.0)
-            zn = np.clip(za + step, lo, hi)
-            vn = self.values(zn, None if W is None else W[idx])
-            acc = vn < obj[idx]
-            rel = np.where(acc, (obj[idx] - vn) / np.maximum(np.abs(obj[idx]), 1e-300), 0.0)
-            z[idx[acc]] = zn[acc]
-            obj[idx[acc]] = vn[acc]
-            lam[idx] = np.where(acc, np.maximum(lam[idx] * 0.3, 1e-9), lam[idx] * 10.0)
-            done = (acc & (rel < tol)) | (lam[idx] > 1e10)
-            active[idx[done]] = False
-            conv[idx[done]] = True
-        return z, obj, conv & np.isfinite(obj)
-
-    def bounds(self) -> list[tuple[float, float]]:
-        return [p.bounds for p, fr in zip(self.form.params, self.free) if fr]
-
-    def stationarity(self, Z: Array, W: Array | None = None, chunk: int = 512) -> Array:
-        """The relative Gauss-Newton decrement of the projected gradient at each point of ``Z [m, k]``.
-
-        For the objective ``F`` (summed Huber or squared loss, point weights ``W [m, n]``), the gradient
-        ``g`` at ``z`` is projected onto the bounds (a component is dropped when ``z`` sits on a bound
-        and ``-g`` points outside it), and measured in the metric of the IRLS majoriser
-        ``H = J^T diag(w) J``, ``w = min(1, delta / |r|)`` (1 for least squares): ``0.5 g^T H^-1 g`` is
-        the objective decrease one Gauss-Newton step on the majoriser predicts. Returned relative to
-        ``F``: ``0.5 g^T H^-1 g / max(F, tiny)`` (NaN when ``F`` or ``g`` is not finite). It is invariant
-        to rescaling the parameters or the objective, and it is small at a minimum whatever stopped the
-        optimiser (a line-search stop at the optimum included).
-        """
-        Z = np.atleast_2d(np.asarray(Z, dtype=float))
-        out = []
-        for i in range(0, len(Z), chunk):
-            w = None if W is None else np.atleast_2d(W)[i : i + chunk]
-            out.append(self._stationarity_chunk(Z[i : i + chunk], w))
-        return np.concatenate(out) if out else np.zeros(0)
-
-    def _stationarity_chunk(self, z: Array, W: Array | None) -> Array:
-        lo = np.array([b[0] for b in self.bounds()])
-        hi = np.array([b[1] for b in self.bounds()])
-        f, J = self.form.fj(self.full(z), self.X)
-        J = J[..., self.free]
-        r = self.t - f
-        if self.loss == "huber":
-            v, d = huber(r, self.delta)
-            wm = np.minimum(1.0, self.delta / np.maximum(np.abs(r), 1e-300))
-        else:
-            v, d, wm = 0.5 * r * r, r, np.ones_like(r)
-        if W is not None:
-            v, d, wm = v * W, d * W, wm * W
-        F = v.sum(axis=-1)
-        g = -np.einsum("mnk,mn->mk", J, d)
-        H = np.einsum("mnk,mnl->mkl", J * wm[..., None], J)
-        # projection onto the bounds: a component at a bound whose descent direction leaves the box is inactive
-        eps = 1e-10 * (1.0 + np.maximum(np.abs(lo), np.abs(hi)))
-        act = ((z <= lo + eps) & (g > 0)) | ((z >= hi - eps) & (g < 0))
-        g = np.where(act, 0.0, g)
-        k = z.shape[1]
-        eye = np.eye(k)
-        keep = ~act
-        H = H * (keep[:, :, None] & keep[:, None, :]) + eye * act[:, :, None]
-        dg = np.einsum("mkk->mk", H)
-        H = H + (1e-12 * dg + 1e-300)[..., None] * eye  # a whisker of damping for a singular majoriser
-        ok = np.isfinite(F) & np.all(np.isfinite(g), axis=1) & np.all(np.isfinite(H), axis=(1, 2))
-        dec = np.full(len(z), np.nan)
-        if ok.any():
-            try:
-                s = np.linalg.solve(H[ok], g[ok][..., None])[..., 0]
-            except np.linalg.LinAlgError:
-                s = np.stack([np.linalg.lstsq(h, gg, rcond=None)[0] for h, gg in zip(H[ok], g[ok])])
-            dec[ok] = 0.5 * np.einsum("mk,mk->m", g[ok], s) / np.maximum(F[ok], 1e-300)
-        return dec
-
-    def local(self, z0: Array, w: Array | None = None, maxiter: int = 1000):
-        b = self.bounds()
-        z0 = np.clip(z0, [x[0] for x in b], [x[1] for x in b])
-        with threadpool_limits(1):
-            return minimize(self.fun_grad, z0, args=(w,), jac=True, method="L-BFGS-B", bounds=b,
-                            options={"maxiter": maxiter, "ftol": 1e-12, "gtol": 1e-9, "maxcor": 20})
-
-
-def _clean_inputs(form: Form, X: dict[str, Array], y: Array) -> tuple[dict[str, Array], Array]:
-    missing = [v for v in form.inputs if v not in X]
-    if missing:
-        raise DataError(f"law {form.name!r} needs inputs {list(form.inputs)}; missing {missing} "
-                        f"(have {sorted(X)})")
-    Xc = {v: np.asarray(X[v], dtype=float).ravel() for v in form.inputs}
-    y = np.asarray(y, dtype=float).ravel()
-    for v, a in Xc.items():
-        if a.shape != y.shape:
-            raise DataError(f"input {v} has {a.size} values but y has {y.size}")
-        bad = np.flatnonzero(~np.isfinite(a) | (a <= 0))
-        if bad.size:
-            raise DataError(f"input {v} must be finite and > 0; bad at rows {bad[:10].tolist()}")
-    bad = np.flatnonzero(~np.isfinite(y) | ((y <= 0) if form.space == "log" else False))
-    if bad.size:
-        raise DataError(f"target must be finite{' and > 0' if form.space == 'log' else ''}; "
-                        f"bad at rows {bad[:10].tolist()}")
-    return Xc, y
-
-
-def _certify(prob: "_Problem", z_best: Array, ends: Array, W: Array | None = None) -> dict[str, Any]:
-    """:func:`certify_optimum` on a built problem (fit-space free parameters ``z_best``, start objectives)."""
-    ends = np.asarray(ends, dtype=float)
-    stat = float(prob.stationarity(np.asarray(z_best, dtype=float)[None], None if W is None else W[None])[0])
-    finite = ends[np.isfinite(ends)]
-    f_best = float(min(finite.min(), prob.values(np.asarray(z_best)[None], None if W is None else W[None])[0])) \
-        if finite.size else float("nan")
-    at_best = int(np.sum(finite <= f_best + CERT_OBJECTIVE_RTOL * abs(f_best) + 1e-300)) if finite.size else 0
-    reasons = []
-    if not (np.isfinite(stat) and stat <= CERT_STATIONARITY_RTOL):
-        reasons.append(f"not stationary: relative Gauss-Newton decrement of the projected gradient {stat:.3g} > "
-                       f"{CERT_STATIONARITY_RTOL:g}")
-    if at_best < CERT_MIN_STARTS:
-        reasons.append(f"{at_best} of {len(ends)} starts reach the best objective within {CERT_OBJECTIVE_RTOL:g} "
-                       f"(relative); {CERT_MIN_STARTS} needed")
-    return {"certified": not reasons, "stationarity": stat, "n_starts_at_best": at_best, "n_starts": int(len(ends)),
-            "reasons": reasons}
-
-
 def certify_optimum(form: Form | str, X: dict[str, Array], y: Array, theta: Array, start_objectives: Array, *,
                     loss: str = "huber", delta: float = 1e-3, fixed: dict[str, float] | None = None,
                     weights: Array | None = None) -> dict[str, Any]:
@@ -463,8 +210,8 @@ def certify_optimum(form: Form | str, X: dict[str, Array], y: Array, theta: Arra
     with a registered tolerance, certify it:
 
     1. **stationary**: the relative Gauss-Newton decrement of the projected gradient at the best point
-       (:meth:`_Problem.stationarity`: ``0.5 g^T H^-1 g / F`` with ``g`` the gradient projected on the
-       bounds, ``H`` the IRLS majoriser of the Huber loss, ``F`` the objective) is at most
+       (:meth:`lmsci.laws.objective.Problem.stationarity`: ``0.5 g^T H^-1 g / F`` with ``g`` the gradient projected
+       on the bounds, ``H`` the IRLS majoriser of the Huber loss, ``F`` the objective) is at most
        :data:`CERT_STATIONARITY_RTOL`; no Gauss-Newton step from there could lower the objective by more
        than that fraction;
     2. **reproduced by several starts**: at least :data:`CERT_MIN_STARTS` distinct starting points end
@@ -487,107 +234,11 @@ def certify_optimum(form: Form | str, X: dict[str, Array], y: Array, theta: Arra
     """
     form = get_form(form) if isinstance(form, str) else form
     fixed = dict(form.default_fixed if fixed is None else fixed)
-    X, y = _clean_inputs(form, X, y)
-    prob = _Problem(form, X, y, loss, delta, fixed)
+    X, y = clean_inputs(form, X, y)
+    prob = Problem(form, X, y, loss, delta, fixed)
     z = np.asarray(theta, dtype=float)[prob.free]
     ends = np.asarray(start_objectives, dtype=float) * prob.scale
-    return _certify(prob, z, ends, None if weights is None else np.asarray(weights, dtype=float))
-
-
-def _check_fit_args(form: Form, loss: str, delta: float, fixed: dict[str, float] | None) -> dict[str, float]:
-    """The parameters held fixed (``fixed``, or the form's defaults), after checking ``loss`` and ``delta``.
-
-    Raises:
-        ConfigError: unknown loss, non-positive delta, or a fixed parameter the form does not have.
-    """
-    if loss not in ("huber", "l2"):
-        raise ConfigError("loss", loss, "'huber' or 'l2'")
-    if not delta > 0:
-        raise ConfigError("delta", delta, "a number > 0")
-    fixed = dict(form.default_fixed if fixed is None else fixed)
-    for name in fixed:
-        if name not in form.param_names:
-            raise ConfigError("fixed", name, f"one of {form.param_names}")
-    return fixed
-
-
-def _start_grid(form: Form, prob: _Problem, grid: Array | str | None, init: dict[str, float] | None,
-                fixed: dict[str, float]) -> Array:
-    """The distinct starting points in fit space over the free parameters ``[m, k]`` (``init`` first).
-
-    Raises:
-        ConfigError: ``grid`` is a string other than ``"full"`` or ``"coarse"``.
-    """
-    if grid is None or (isinstance(grid, str) and grid == "full"):
-        grid = form.grid()
-    elif isinstance(grid, str):
-        if grid != "coarse":
-            raise ConfigError("grid", grid, "'full', 'coarse' or an array of starts")
-        grid = form.coarse_grid()
-    grid = np.unique(np.atleast_2d(grid)[:, prob.free], axis=0)
-    if init is not None:
-        th = form.to_theta({**{n: init.get(n, 1.0) for n in form.param_names}, **fixed})
-        grid = np.vstack([th[prob.free][None], grid])
-    return grid
-
-
-def _screen(prob: _Problem, grid: Array, n_starts: int | None, screen_iters: int,
-            polish_rtol: float) -> tuple[Array, Array, Array]:
-    """Choose the starts L-BFGS-B polishes: every grid point (``n_starts=None``, Epoch's recipe verbatim), or
-    the ``n_starts`` best distinct end points of a batched descent over the grid (successive halving above
-    256 points) within ``polish_rtol`` of the best.
-
-    Returns:
-        ``(starts [s, k], their grid indices [s], ends [m])``: ``ends[i]`` is the objective where grid point
-        i ended (inf where not descended), for the certificate.
-    """
-    if n_starts is None:  # Epoch's recipe verbatim: L-BFGS-B from every grid point
-        return grid, np.arange(len(grid)), np.full(len(grid), np.inf)
-    # screen the whole grid with the batched descent (successive halving), polish the best
-    Z, V = prob.batched_descent(grid, iters=10 if len(grid) > 256 else screen_iters)
-    ends = np.where(np.isfinite(V), V, np.inf)
-    cand = np.arange(len(grid))
-    if len(grid) > 256:
-        keep = np.argsort(ends, kind="stable")[: max(64, 4 * n_starts)]
-        Z, V = prob.batched_descent(Z[keep], iters=screen_iters)
-        ends[keep] = np.where(np.isfinite(V), V, np.inf)
-        cand = keep
-    order = np.argsort(np.where(np.isfinite(V), V, np.inf), kind="stable")
-    starts, start_idx = [], []
-    for i in order:
-        if not np.isfinite(V[i]) or (starts and V[i] > V[order[0]] * (1 + polish_rtol) + 1e-12):
-            break
-        if all(np.max(np.abs(Z[i] - s)) > 1e-3 for s in starts):
-            starts.append(Z[i])
-            start_idx.append(cand[i])
-        if len(starts) >= max(1, n_starts):
-            break
-    if not starts:
-        starts, start_idx = [grid[0]], [0]
-    return np.array(starts), np.array(start_idx), ends
-
-
-def _polish(prob: _Problem, starts: Array, start_idx: Array, ends: Array, maxiter: int) -> tuple[Any, int]:
-    """L-BFGS-B from every start (``ends`` lowered in place to where each ended).
-
-    Returns:
-        ``(best SciPy OptimizeResult, number of runs that reported success)``.
-
-    Raises:
-        DataError: no start gave a finite objective.
-    """
-    best = None
-    n_ok = 0
-    for z0, i in zip(starts, start_idx):
-        res = prob.local(z0, maxiter=maxiter)
-        n_ok += bool(res.success)
-        if np.isfinite(res.fun):
-            ends[i] = min(ends[i], float(res.fun))
-            if best is None or res.fun < best.fun:
-                best = res
-    if best is None:
-        raise DataError(f"law {prob.form.name!r}: no starting point gave a finite objective")
-    return best, n_ok
+    return certify(prob, z, ends, None if weights is None else np.asarray(weights, dtype=float))
 
 
 def fit(
@@ -643,18 +294,18 @@ def fit(
         ConfigError: unknown loss, non-positive delta, unknown fixed parameter.
     """
     form = get_form(form) if isinstance(form, str) else form
-    fixed = _check_fit_args(form, loss, delta, fixed)
-    X, y = _clean_inputs(form, X, y)
+    fixed = check_fit_args(form, loss, delta, fixed)
+    X, y = clean_inputs(form, X, y)
     k = len(form.params) - len(fixed)
     if y.size < k + 1:
         raise DataError(f"law {form.name!r} has {k} free parameters and needs at least {k + 1} points; "
                         f"got {y.size}")
-    prob = _Problem(form, X, y, loss, delta, fixed)
+    prob = Problem(form, X, y, loss, delta, fixed)
     t0 = time.perf_counter()
-    grid = _start_grid(form, prob, grid, init, fixed)
-    starts, start_idx, ends = _screen(prob, grid, n_starts, screen_iters, polish_rtol)
-    best, n_ok = _polish(prob, starts, start_idx, ends, maxiter)
-    cert = _certify(prob, best.x, ends)
+    grid = start_grid(form, prob, grid, init, fixed)
+    starts, start_idx, ends = screen(prob, grid, n_starts, screen_iters, polish_rtol)
+    best, n_ok = polish(prob, starts, start_idx, ends, maxiter)
+    cert = certify(prob, best.x, ends)
     fit_s = time.perf_counter() - t0
     theta = prob.full(best.x)
     r = prob.residuals(theta)
@@ -693,8 +344,8 @@ def bootstrap(res: FitResult, X: dict[str, Array], y: Array, n_boot: int = 1000,
     if method not in ("batched", "lbfgsb"):
         raise ConfigError("boot_method", method, "'batched' or 'lbfgsb'")
     form = res.form
-    X, y = _clean_inputs(form, X, y)
-    prob = _Problem(form, X, y, res.loss, res.delta, res.fixed)
+    X, y = clean_inputs(form, X, y)
+    prob = Problem(form, X, y, res.loss, res.delta, res.fixed)
     rng = np.random.default_rng(seed)
     n = y.size
     W = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)
@@ -774,78 +425,6 @@ def wald_chi2(res: FitResult, params: dict[str, float]) -> dict[str, Any]:
     if np.isfinite(stat):
         out["stat"], out["p"] = stat, float(chi2.sf(stat, len(free)))
     return out
-
-
-# --------------------------------------------------------------------------------------------
-def split_by(X: dict[str, Array], var: str, frac: float) -> tuple[Array, Array]:
-    """Boolean masks (train, test): the smallest ``frac`` of points by ``X[var]`` vs the rest."""
-    v = np.asarray(X[var], dtype=float)
-    cut = np.quantile(v, frac)
-    train = v <= cut
-    return train, ~train
-
-
-def heldout_error(
-    form: Form | str, X: dict[str, Array], y: Array, *, split_var: str = "C", frac: float = 0.75,
-    **fit_kw,
-) -> dict[str, float]:
-    """Extrapolation error: fit on the small end (smallest ``frac`` by ``split_var``), score on the rest.
-
-    The score is the RMSE of fit-space residuals (log y for log-space forms) on the held-out large
-    end, as BNSL's evaluation (Caballero et al. 2022, arXiv 2210.14891, Section 3) reports
-    RMSLE on held-out extrapolation points, and the mean absolute relative error of y.
-
-    Raises:
-        DataError: ``split_var`` missing, or too few points on either side.
-    """
-    form = get_form(form) if isinstance(form, str) else form
-    if split_var not in X:
-        raise DataError(f"held-out split variable {split_var!r} not in the data (have {sorted(X)})")
-    train, test = split_by(X, split_var, frac)
-    if test.sum() < 2:
-        raise DataError(f"held-out split by {split_var} at fraction {frac} leaves {int(test.sum())} test points")
-    Xt = {k: np.asarray(v)[train] for k, v in X.items()}
-    Xh = {k: np.asarray(v)[test] for k, v in X.items()}
-    y = np.asarray(y, dtype=float)
-    res = fit(form, Xt, y[train], **fit_kw)
-    pred = res.predict({k: Xh[k] for k in form.inputs})
-    tgt = _target(form, y[test])
-    ptr = _target(form, pred)
-    return {
-        "law": form.name, "split_var": split_var, "frac": frac, "n_train": int(train.sum()),
-        "n_test": int(test.sum()), "rmse_train": res.rmse, "converged": bool(res.converged),
-        "rmse_test": float(np.sqrt(np.mean((tgt - ptr) ** 2))),
-        "mare_test": float(np.mean(np.abs(pred - y[test]) / np.abs(y[test]))),
-        "cut": float(np.quantile(np.asarray(X[split_var], dtype=float), frac)),
-    }
-
-
-def compare_forms(
-    forms: list[str | Form], X: dict[str, Array], y: Array, *, split_var: str = "C", frac: float = 0.75,
-    **fit_kw,
-) -> pd.DataFrame:
-    """Model comparison: in-sample RMSE, AIC, BIC and held-out extrapolation error per form.
-
-    Forms whose inputs are missing from ``X`` are skipped. Sorted by held-out RMSE (best first).
-    ``delta_aic``/``delta_bic`` are relative to the best form by that criterion.
-    """
-    rows = []
-    for f in forms:
-        form = get_form(f) if isinstance(f, str) else f
-        if any(v not in X for v in form.inputs):
-            continue
-        r = fit(form, X, y, **fit_kw)
-        h = heldout_error(form, X, y, split_var=split_var, frac=frac, **fit_kw)
-        rows.append({"law": form.name, "k": r.k, "n": r.n, "converged": bool(r.converged and h["converged"]),
-                     "rmse": r.rmse, "aic": r.aic, "bic": r.bic,
-                     "rmse_heldout": h["rmse_test"], "mare_heldout": h["mare_test"],
-                     "n_train": h["n_train"], "n_test": h["n_test"]})
-    df = pd.DataFrame(rows)
-    if not df.empty:
-        df["delta_aic"] = df["aic"] - df["aic"].min()
-        df["delta_bic"] = df["bic"] - df["bic"].min()
-        df = df.sort_values("rmse_heldout").reset_index(drop=True)
-    return df
 
 
 # --------------------------------------------------------------------------------------------

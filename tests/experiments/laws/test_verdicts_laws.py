@@ -14,7 +14,7 @@ import pytest
 from lmsci.claims import FAILED, INCONCLUSIVE, NOT_REPRODUCED, NULL_MEETS_RULE, PASSED, REPRODUCED
 from lmsci.config import resolve_config
 from lmsci.experiments.registry import get
-from lmsci.laws.fit import CERT_MIN_STARTS, CERT_STATIONARITY_RTOL
+from lmsci.laws.objective import CERT_MIN_STARTS, CERT_STATIONARITY_RTOL
 from lmsci.runs import RunDir
 
 
