@@ -74,8 +74,8 @@ from lmsci.models.quantize import fake_quantize
 from lmsci.models.sizing import count_params
 from lmsci.report.figures import arm_points
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train import trainer
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.adaptor import train_point
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.bios import ATTRS, BiosWorld
 from lmsci.worlds.bios_junk import JunkSpec, junk_stream
 
@@ -261,16 +261,11 @@ def _train(cfg: CapacityFactorsConfig, spec: GPTSpec, stream_of, init_seed: int,
         return b.input_ids, b.targets
 
     model = GPT(spec.gpt_config(_vocab(stream), cfg.seq_len), seed=init_seed)
-    tc = TrainConfig(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
-                     warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
-                     weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0, device=ctx.device,
-                     log_every=max(1, steps // 50), precision=cfg.precision)
-    bar = ctx.progress(steps, "pretrain")
-    try:
-        res = trainer.train(model, get_batch, tc, seed=init_seed, log=lambda m: ctx.log(phase="pretrain", **m),
-                            progress=bar)
-    finally:
-        bar.close()
+    pre = TrainSpec(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
+                    warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
+                    weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0)
+    res = train_point(model, get_batch, pre, ctx, seed=init_seed, desc="pretrain", log_fields={"phase": "pretrain"},
+                      log_every=max(1, steps // 50), precision=cfg.precision)
     return model, res, stream, batch, steps
 
 

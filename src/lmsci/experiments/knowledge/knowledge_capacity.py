@@ -64,8 +64,8 @@ from lmsci.measure.knowledge import PRONOUN_BITS, bits_per_param, measure_bits
 from lmsci.claims import Claim, Gate, Stat, between, every_at_least, mean_at_least
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train import trainer
-from lmsci.train.trainer import TrainConfig
+from lmsci.train.adaptor import train_point
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.bios import ATTRS, BiosWorld
 from lmsci.worlds.bios_stream import BioStream
 
@@ -379,18 +379,13 @@ class KnowledgeCapacity(Experiment):
         batch, steps = plan_batch(make(1).count_windows(), cfg.pretrain.batch_size, cfg.min_steps)
         stream = ResumableStream(make(batch))
         model = GPT(spec.gpt_config(len(world.vocab), cfg.seq_len), seed=ctx.seed)
-        tc = TrainConfig(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
-                         warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
-                         weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0, device=ctx.device,
-                         log_every=max(1, steps // 50), checkpoint_every=cfg.checkpoint_every,
-                         precision=cfg.precision)
+        pre = TrainSpec(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
+                        warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
+                        weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0)
         ckpt = ctx.artifact_dir / "checkpoints" if cfg.checkpoint_every else None
-        bar = ctx.progress(steps, "pretrain")
-        try:
-            res = trainer.train(model, stream.get_batch, tc, seed=ctx.seed, log=lambda m: ctx.log(phase="pretrain", **m),
-                        progress=bar, checkpoint_dir=ckpt)
-        finally:
-            bar.close()
+        res = train_point(model, stream.get_batch, pre, ctx, desc="pretrain", log_fields={"phase": "pretrain"},
+                          checkpoint_dir=ckpt, log_every=max(1, steps // 50), checkpoint_every=cfg.checkpoint_every,
+                          precision=cfg.precision)
         counts = stream.stream.exposures  # biographies per person in the batches drawn (skipped ones included)
         row.update({"exposures": float(counts.mean()), "min_exposures": int(counts.min()),
                     "batch_size": batch, "steps": steps, "tokens_seen": res.tokens_seen,

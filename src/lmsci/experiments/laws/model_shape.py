@@ -332,9 +332,6 @@ class ModelShape(Experiment):
                                         n_heads=int(p["n_heads"]), d_model=int(p["d_model"]),
                                         d_head=int(p["d_head"]), d_mlp=int(p["d_mlp"])), seed=seed)
 
-    def _tcfg(self, cfg: ModelShapeConfig, device: str):
-        return cfg.train.train_config(device=device, log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
-
     def _row(self, cfg: ModelShapeConfig, point: Point, model, res, corpus) -> dict[str, Any]:
         from lmsci.train.trainer import evaluate_nll
         from lmsci.worlds import shakespeare as sh
@@ -357,20 +354,21 @@ class ModelShape(Experiment):
     def run_group(self, cfg: ModelShapeConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
         """The seeds of one shape, trained stacked (several, with ``stack_seeds``: :meth:`groups`) or with the
         trainer (one)."""
-        from lmsci.train.seeds import train_seeds
+        from lmsci.train.adaptor import train_group, train_point
         from lmsci.worlds import shakespeare as sh
 
         corpus = self._corpus(cfg)
         models = [self._model(cfg, corpus, p, c.seed) for p, c in zip(points, ctxs)]
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        tc = self._tcfg(cfg, ctxs[0].device)
-        bar = ctxs[0].progress(cfg.train.steps, f"train x{len(points)}")
-        st = train_seeds(models, get_batch, tc, seeds=[c.seed for c in ctxs], stack=True,
-                         log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
-        for k in sorted(st.diverged):
-            st.raise_for(k)
-        results = st.members
-        bar.close()
+        changes = dict(log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
+        desc = f"train x{len(points)}"
+        if len(points) == 1:  # one seed: the trainer itself
+            results = [train_point(models[0], get_batch, cfg.train, ctxs[0], desc=desc, **changes)]
+        else:
+            st = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs, desc=desc, **changes)
+            for k in sorted(st.diverged):
+                st.raise_for(k)
+            results = st.members
         return [self._row(cfg, p, m, r, corpus) for p, m, r in zip(points, models, results)]
 
     # ---------------------------------------------------------------------------------------------- verdicts

@@ -273,10 +273,10 @@ class ScalingSweep(Experiment):
         steps = max(2, int(point.params["tokens"]) // tpb)
         return corpus, gcfg, steps, tpb
 
-    def _tcfg(self, cfg: ScalingSweepConfig, steps: int, device: str):
-        # the warmup follows train.warmup_frac: int(warmup_frac * steps) of this run's steps
-        return cfg.train.train_config(steps=steps, checkpoint_every=max(1, steps // 4), log_every=max(1, steps // 20),
-                                      device=device, precision=cfg.precision)
+    def _tcfg(self, cfg: ScalingSweepConfig, steps: int) -> dict[str, Any]:
+        # TrainConfig changes; the warmup follows train.warmup_frac: int(warmup_frac * steps) of this run's steps
+        return dict(steps=steps, checkpoint_every=max(1, steps // 4), log_every=max(1, steps // 20),
+                    precision=cfg.precision)
 
     def _row(self, cfg: ScalingSweepConfig, point: Point, model, res, corpus, steps: int, tpb: int) -> dict[str, Any]:
         from lmsci.train.trainer import evaluate_nll
@@ -296,16 +296,14 @@ class ScalingSweep(Experiment):
 
     def run_point(self, cfg: ScalingSweepConfig, point: Point, ctx: PointContext) -> dict[str, Any]:
         from lmsci.models.gpt import GPT
-        from lmsci.train.trainer import train
+        from lmsci.train.adaptor import train_point
         from lmsci.worlds import shakespeare as sh
 
         corpus, gcfg, steps, tpb = self._setup(cfg, point)
         model = GPT(gcfg, seed=ctx.seed)
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        bar = ctx.progress(steps, "train")
-        res = train(model, get_batch, self._tcfg(cfg, steps, ctx.device), seed=ctx.seed, log=lambda r: ctx.log(**r),
-                    checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
-        bar.close()
+        res = train_point(model, get_batch, cfg.train, ctx, checkpoint_dir=ctx.artifact_dir / "checkpoints",
+                          **self._tcfg(cfg, steps))
         return self._row(cfg, point, model, res, corpus, steps, tpb)
 
     def run_group(self, cfg: ScalingSweepConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
@@ -313,16 +311,14 @@ class ScalingSweep(Experiment):
         if len(points) == 1:
             return [self.run_point(cfg, points[0], ctxs[0])]
         from lmsci.models.gpt import GPT
-        from lmsci.train.stacked import train_stacked
+        from lmsci.train.adaptor import train_group
         from lmsci.worlds import shakespeare as sh
 
         corpus, gcfg, steps, tpb = self._setup(cfg, points[0])
         models = [GPT(gcfg, seed=c.seed) for c in ctxs]
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        bar = ctxs[0].progress(steps, f"train x{len(points)} (stacked)")
-        res = train_stacked(models, get_batch, self._tcfg(cfg, steps, ctxs[0].device), seeds=[c.seed for c in ctxs],
-                            log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
-        bar.close()
+        res = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs,
+                          desc=f"train x{len(points)} (stacked)", **self._tcfg(cfg, steps))
         for k in sorted(res.diverged):
             res.raise_for(k)
         return [self._row(cfg, p, m, r, corpus, steps, tpb) for p, m, r in zip(points, models, res.members)]

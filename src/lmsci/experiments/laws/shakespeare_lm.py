@@ -199,7 +199,8 @@ class ShakespeareLM(Experiment):
         """The arms of one seed: the model at initialisation (``null``), trained (``real``) and trained but scored at a
         context of one token (``ctx1``), one row each."""
         from lmsci.models.gpt import GPT
-        from lmsci.train.trainer import evaluate_nll, train
+        from lmsci.train.adaptor import train_point
+        from lmsci.train.trainer import evaluate_nll
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed,
@@ -209,9 +210,6 @@ class ShakespeareLM(Experiment):
         arms = {p.arm or "real": (p, c) for p, c in zip(points, ctxs)}
         point, ctx = arms.get("real", (points[0], ctxs[0]))
         model = GPT(gcfg, seed=ctx.seed).to(ctx.device)
-        tcfg = cfg.train.train_config(eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
-                                      log_every=max(1, min(10, cfg.train.steps // 50)),
-                           device=ctx.device, precision=cfg.precision)
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         val_curve = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         train_curve = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.eval_tokens)
@@ -239,10 +237,10 @@ class ShakespeareLM(Experiment):
         if set(arms) <= {"null"}:
             return [null_row for _ in points]
 
-        bar = ctx.progress(cfg.train.steps, "train")
-        result = train(model, get_batch, tcfg, seed=ctx.seed, eval_fn=eval_fn, log=lambda r: ctx.log(**r),
-                       checkpoint_dir=ctx.artifact_dir / "checkpoints", progress=bar)
-        bar.close()
+        result = train_point(model, get_batch, cfg.train, ctx, eval_fn=eval_fn,
+                             checkpoint_dir=ctx.artifact_dir / "checkpoints", eval_every=cfg.eval_every,
+                             checkpoint_every=cfg.checkpoint_every,
+                             log_every=max(1, min(10, cfg.train.steps // 50)), precision=cfg.precision)
 
         # final measurement on a larger, fixed set of validation windows (same targets for all models)
         train_final = sh.eval_batches(corpus.train_ids, cfg.seq_len, cfg.final_eval_tokens)

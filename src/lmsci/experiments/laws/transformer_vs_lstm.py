@@ -232,23 +232,30 @@ class TransformerVsLSTM(Experiment):
         """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`) with ``stack_seeds``, LSTMs one at
         a time."""
         from lmsci.measure.position_loss import position_nll
-        from lmsci.train.seeds import train_seeds
+        from lmsci.errors import DivergedError
+        from lmsci.train.adaptor import train_group, train_point
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
         dev = ctxs[0].device
         models = [self._model(cfg, corpus.vocab_size, p, c.seed) for p, c in zip(points, ctxs)]
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        tc = cfg.train.train_config(device=dev, log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
-        bar = ctxs[0].progress(cfg.train.steps * (len(points) if points[0].params["arch"] == "lstm" else 1),
-                               f"train {points[0].params['arch']} x{len(points)}")
-        st = train_seeds(models, get_batch, tc, seeds=[c.seed for c in ctxs],
-                         stack=points[0].params["arch"] != "lstm",
-                         log=[(lambda r, c=c: c.log(**r)) for c in ctxs], progress=bar)
-        for k in sorted(st.diverged):
-            st.raise_for(k)
-        results = st.members
-        bar.close()
+        changes = dict(log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
+        desc = f"train {points[0].params['arch']} x{len(points)}"
+        if points[0].params["arch"] != "lstm" and len(points) > 1:
+            st = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs, desc=desc, **changes)
+            for k in sorted(st.diverged):
+                st.raise_for(k)
+            results = st.members
+        else:  # one at a time; every member trains even if an earlier one diverged, the first divergence raised
+            results, diverged = [], []
+            for m, c in zip(models, ctxs):
+                try:
+                    results.append(train_point(m, get_batch, cfg.train, c, desc=desc, **changes))
+                except DivergedError as err:
+                    diverged.append(err)
+            if diverged:
+                raise diverged[0]
         val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         rows = []
         for p, m, r in zip(points, models, results):

@@ -56,7 +56,7 @@ from lmsci.experiments.base import Experiment, Point, PointContext
 from lmsci.models.decode import beam_decode, greedy_decode
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
-from lmsci.train import trainer
+from lmsci.train.adaptor import train_group, train_point
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.igsm import IGSMWorld, get_world_config
 from lmsci.worlds.igsm.checker import SolutionCheck, check_solution
@@ -212,22 +212,17 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
     device = ctxs[0].device
     steps = cfg.train.steps
     # a one-step run has no warmup (validate_common refuses warmup_steps >= steps for longer runs)
-    tc = cfg.train.train_config(warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), device=device,
-                                log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1),
-                                precision=cfg.precision)
+    changes = dict(warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), log_every=max(steps // 50, 1),
+                   checkpoint_every=max(steps // 4, 1), precision=cfg.precision)
     get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.train.batch_size, retry_rate=retry_rate,
                              retry_weak=retry_weak, mask_mistakes=mask_mistakes)
     models = [build_gpt(cfg, tok, shape, derive_seed(c.seed, "init", tag)) for c in ctxs]
     seeds = [derive_seed(c.seed, "data", tag + data_tag) for c in ctxs]
     out: list[Trained] = []
     if len(ctxs) > 1 and cfg.stack_seeds:
-        from lmsci.train.stacked import train_stacked
-
-        logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))})
-                for c in ctxs]
-        bar = ctxs[0].progress(steps, f"train x{len(ctxs)}{tag}")
-        res = train_stacked(models, get_batch, tc, seeds=seeds, log=logs, progress=bar)
-        bar.close()
+        # the stacked trainer's records are numbers only (step, loss, lr, grad_norm, tokens_seen, tokens_per_s)
+        res = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs, seeds=seeds,
+                          desc=f"train x{len(ctxs)}{tag}", **changes)
         for k, m in enumerate(models):
             if k in res.diverged:
                 out.append(Trained(None, {}, str(res.diverged[k])))
@@ -235,10 +230,8 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
                 out.append(Trained(m.to(device).eval(), res.members[k].final))
         return out
     for m, c, s in zip(models, ctxs, seeds):
-        bar = c.progress(steps, f"train{tag}")
-        res = trainer.train(m, get_batch, tc, seed=s, log=lambda rec, c=c: c.log(**rec),
-                    checkpoint_dir=c.artifact_dir / f"ckpt{tag}", progress=bar)
-        bar.close()
+        res = train_point(m, get_batch, cfg.train, c, seed=s, desc=f"train{tag}",
+                          checkpoint_dir=c.artifact_dir / f"ckpt{tag}", device=device, **changes)
         out.append(Trained(m.eval(), res.final))
     return out
 

@@ -253,7 +253,8 @@ class RetryFinetune(IGSMExperiment):
         import torch
 
         from lmsci.train.finetune import FinetuneSpec, add_lora, trainable_parameters
-        from lmsci.train.trainer import TrainConfig, train
+        from lmsci.train.adaptor import train_point
+        from lmsci.train.trainer import TrainSpec
         from lmsci.worlds.igsm.tokenizer import get_batch_fn
 
         spec = FinetuneSpec(rank=int(prm["qv_rank"]), embedding_rank=int(prm["emb_rank"]), lr=cfg.ft_lr,
@@ -264,16 +265,14 @@ class RetryFinetune(IGSMExperiment):
             torch.manual_seed(derive_seed(ctx.seed, "lora-init", prm["model"]) % 2 ** 63)
             model = add_lora(model, spec)
         counts = trainable_parameters(model)
-        tc = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.train.batch_size, lr=cfg.ft_lr,
-                         warmup_steps=cfg.ft_steps // 10, weight_decay=cfg.ft_weight_decay, min_lr_ratio=0.1,
-                         betas=(0.9, 0.98), device=ctx.device, log_every=max(cfg.ft_steps // 20, 1),
-                         checkpoint_every=0, precision=cfg.precision)
+        ft = TrainSpec(steps=cfg.ft_steps, batch_size=cfg.train.batch_size, lr=cfg.ft_lr,
+                       warmup_steps=cfg.ft_steps // 10, weight_decay=cfg.ft_weight_decay, min_lr_ratio=0.1,
+                       betas=(0.9, 0.98))
         get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.train.batch_size, retry_rate=float(prm["retry_rate"]),
                                  mask_mistakes=bool(prm["mask_mistakes"]))
-        bar = ctx.progress(cfg.ft_steps, f"finetune {prm['model']}")
-        res = train(model, get_batch, tc, seed=derive_seed(ctx.seed, "ft-data"), log=lambda r: ctx.log(**r),
-                    progress=bar)
-        bar.close()
+        res = train_point(model, get_batch, ft, ctx, seed=derive_seed(ctx.seed, "ft-data"),
+                          desc=f"finetune {prm['model']}", log_every=max(cfg.ft_steps // 20, 1), checkpoint_every=0,
+                          precision=cfg.precision)
         merged = model.merge_and_unload().eval()
         return merged, {"train_loss": float(res.final.get("loss", float("nan"))),
                         "trainable_params": counts["trainable"], "ft_steps": cfg.ft_steps}

@@ -20,7 +20,8 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
-from lmsci.train.trainer import TrainSpec, train
+from lmsci.train.adaptor import train_point
+from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.cfg import CFG
 from lmsci.worlds.cfg_grammars import get_grammar
 
@@ -114,10 +115,8 @@ def train_model(cfg: CFGModelConfig, g: CFG, variant: str, ctx: PointContext, ta
     see :func:`make_get_batch`); returns ``(model in eval mode, final record)``."""
     model = make_model(cfg, g, variant, derive_seed(ctx.seed, "init", tag))
     steps = cfg.train.steps
-    tc = cfg.train.train_config(device=ctx.device, log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1))
-    bar = ctx.progress(steps, f"train {variant}")
-    res = train(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len, shuffle_within), tc,
-                seed=derive_seed(ctx.seed, "data", tag), log=lambda m: ctx.log(**m),
-                checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", progress=bar)
-    bar.close()
+    res = train_point(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len, shuffle_within), cfg.train, ctx,
+                      seed=derive_seed(ctx.seed, "data", tag), desc=f"train {variant}",
+                      checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", log_every=max(steps // 50, 1),
+                      checkpoint_every=max(steps // 4, 1))
     return model.eval(), res.final
