@@ -3,6 +3,7 @@ ratios on a shared test machine mean nothing; these guard the scripts against ro
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -99,6 +100,8 @@ def test_watermark_walk_bench_draws_the_same_and_prints_a_ratio():
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
                     reason="torch.compile on CPU (inductor) needs a C++ compiler")
+@pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "default",
+                    reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default (at::vec undeclared; S54)")
 def test_train_throughput_bench_compiled_equals_eager():
     text = _run("bench_train_throughput.py", "--shapes", "32x1", "--steps", "3", "--warmup", "1", "--windows", "1",
                 "--k", "2", "--seq-len", "16", "--vocab", "32", "--batch-size", "2")

@@ -3,6 +3,7 @@ on by default on CUDA only; the experiment's ``compile`` reaches the trainers th
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -40,9 +41,13 @@ def test_resolve_modes():
 
 
 NO_CXX = not any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+#: with ATEN_CPU_CAPABILITY=default (ATen's scalar kernels forced), inductor's generated C++ still uses at::vec, which
+#: that build leaves undeclared: the compile fails inside PyTorch (seen S54, torch 2.13, AMD AVX2), not in lmsci
+SCALAR_ATEN = os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "default"
 
 
 @pytest.mark.skipif(NO_CXX, reason="torch.compile on CPU (inductor) needs a C++ compiler")
+@pytest.mark.skipif(SCALAR_ATEN, reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default (at::vec)")
 @pytest.mark.parametrize("stacked", [False, True], ids=["train", "train_stacked"])
 def test_compiled_training_equals_eager(stacked):
     cfg = dict(steps=4, batch_size=4, lr=3e-3, warmup_steps=0, device="cpu")
