@@ -50,6 +50,19 @@ def test_numpy_rng_is_one_draw_of_the_batch_generator():
         int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g2))).integers(10)
 
 
+def test_row_batches_is_the_hand_written_row_draw():
+    x, y = torch.arange(30).reshape(10, 3), -torch.arange(30).reshape(10, 3)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    get_batch = adaptor.row_batches(x, y, 4)
+    for step in range(3):
+        bx, by = get_batch(step, g1)
+        idx = torch.randint(x.shape[0], (4,), generator=g2)
+        assert torch.equal(bx, x[idx]) and torch.equal(by, y[idx])
+    assert torch.equal(g1.get_state(), g2.get_state())
+    with pytest.raises(ValueError):
+        adaptor.row_batches(x, y[:5], 4)
+
+
 def test_train_lm_is_the_hand_written_trainer_call():
     ctx = _Ctx(seed=7)
     res = adaptor.train_lm(GPT(GC, seed=1), _sample, SPEC, ctx, seed=11, desc="train x", log_points=5,

@@ -62,6 +62,33 @@ def lm_batches(sample: Sampler, batch_size: int) -> Callable[[int, torch.Generat
     return get_batch
 
 
+def row_batches(inputs: torch.Tensor, targets: torch.Tensor,
+                batch_size: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
+    """A trainer ``get_batch`` over a fixed data set: ``batch_size`` rows drawn uniformly with replacement.
+
+    Args:
+        inputs: ``[N, seq]`` token ids (on any device).
+        targets: ``[N, seq]`` targets of the same rows (``-100`` ignored), on the same device.
+        batch_size: rows per batch.
+
+    Returns:
+        ``get_batch(step, generator) -> (inputs[idx], targets[idx])``, ``idx = torch.randint(N, (batch_size,),
+        generator=generator)`` (one draw of the CPU generator per batch, moved to the data's device).
+
+    Raises:
+        ValueError: ``inputs`` and ``targets`` have different numbers of rows, or none.
+    """
+    if inputs.shape[0] != targets.shape[0] or inputs.shape[0] == 0:
+        raise ValueError(f"inputs {tuple(inputs.shape)} and targets {tuple(targets.shape)}: expected the same "
+                         "number of rows, at least one")
+
+    def get_batch(step: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.randint(inputs.shape[0], (batch_size,), generator=gen).to(inputs.device)
+        return inputs[idx], targets[idx]
+
+    return get_batch
+
+
 def _config(spec: TrainSpec, device: str, log_points: int, config_changes: dict) -> trainer.TrainConfig:
     steps = int(config_changes.get("steps", spec.steps))
     config_changes.setdefault("log_every", max(1, steps // max(1, log_points)))
