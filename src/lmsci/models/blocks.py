@@ -26,7 +26,7 @@ from lmsci.models.mlp import make_mlp
 from lmsci.models.positions import CONTENT_FREE, add_position_params, fixed_scores, position_bias, rotate_qk
 
 NORM_EPS = 1e-5
-"""Epsilon of the LayerNorm and RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467)."""
+"""Epsilon of the pre-norms (LayerNorm, and RMSNorm of Zhang & Sennrich 2019, arXiv 1910.07467)."""
 
 
 def make_norm(cfg: Any) -> nn.Module:
