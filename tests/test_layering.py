@@ -125,12 +125,12 @@ def test_no_experiment_imports_another_family(family):
     assert bad == []
 
 
-#: library modules over 500 lines that hold more than one concept and wait for their split (issue 44 item 6: next
-#: ``models/gpt.py``'s position schemes); a module leaves the list when it is split, and no other module may cross
-#: 500 lines
-OVERSIZED = {"lmsci.train.stacked", "lmsci.train.trainer", "lmsci.cli", "lmsci.methods.lm_steer",
-             "lmsci.models.hf", "lmsci.methods.steering", "lmsci.worlds.bios",
-             "lmsci.models.gpt", "lmsci.worlds.igsm.world"}
+#: library modules over 500 lines that hold more than one concept and wait for their split (issue 44 item 6;
+#: ``models/gpt.py`` left it when attention and the block moved to ``models/blocks.py`` and sampling to
+#: ``models/decode.py``, ``train/trainer.py`` when checkpoints and resume moved to ``train/checkpoint.py``); a module
+#: leaves the list when it is split, and no other module may cross 500 lines
+OVERSIZED = {"lmsci.train.stacked", "lmsci.cli", "lmsci.methods.lm_steer",
+             "lmsci.models.hf", "lmsci.methods.steering", "lmsci.worlds.bios", "lmsci.worlds.igsm.world"}
 MAX_LINES = 500
 
 
