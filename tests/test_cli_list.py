@@ -12,7 +12,8 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from lmsci.cli import LIST_WIDTH, app, outcome_summary, short_time
+from lmsci.cli import app
+from lmsci.cli.catalog import LIST_WIDTH, outcome_summary, short_time
 from lmsci.experiments.registry import catalog
 from lmsci.publish import table_counts
 
@@ -171,7 +172,7 @@ def test_quick_time_is_the_published_wall_per_master_seed_when_there_is_one():
     master seeds, per seed) and falls back to the experiment's estimate only without one."""
     import pandas as pd
 
-    from lmsci.cli import measured_quick
+    from lmsci.cli.catalog import measured_quick
 
     rows = pd.DataFrame({"wall_s": [1200.0, 1200.0], "master_seeds": ["0,1", "0,1"]})
     assert measured_quick(rows) == "10m"

@@ -82,7 +82,7 @@ RULES = [
 def test_the_check_sees_the_package():
     assert len(MODULES) > 30 and "lmsci.contract" in MODULES and "lmsci.models.attention_harness" in MODULES
     # it would notice a violation: the CLI does import experiments
-    assert any(_in(i, "experiments") for i in MODULES["lmsci.cli"])
+    assert any(_in(i, "experiments") for i in MODULES["lmsci.cli.catalog"])
 
 
 @pytest.mark.parametrize("pkg,forbidden", RULES, ids=[r[0] for r in RULES])
@@ -93,7 +93,8 @@ def test_import_direction(pkg, forbidden):
 def test_only_cli_suite_and_registry_import_experiments():
     outside = [m for m in MODULES if not _in(m, "experiments")]
     bad = _violations([m.removeprefix("lmsci.") for m in outside if m != "lmsci"], ["experiments"],
-                      allowed_importers=("lmsci.cli", "lmsci.suite", "lmsci.publish", "lmsci.table_check"))
+                      allowed_importers=("lmsci.cli.catalog", "lmsci.cli.run", "lmsci.suite", "lmsci.publish",
+                                         "lmsci.table_check"))
     assert MODULES.get("lmsci", set()).isdisjoint({"lmsci.experiments"})
     assert bad == []
 
@@ -125,12 +126,13 @@ def test_no_experiment_imports_another_family(family):
     assert bad == []
 
 
-#: library modules over 500 lines that hold more than one concept and wait for their split (issue 44 item 6: next
-#: ``models/gpt.py``'s position schemes); a module leaves the list when it is split, and no other module may cross
-#: 500 lines
-OVERSIZED = {"lmsci.train.stacked", "lmsci.train.trainer", "lmsci.cli", "lmsci.methods.lm_steer",
-             "lmsci.models.hf", "lmsci.methods.steering", "lmsci.worlds.bios",
-             "lmsci.models.gpt", "lmsci.worlds.igsm.world"}
+#: library modules over 500 lines that hold more than one concept and wait for their split (issue 44 item 6;
+#: ``models/gpt.py`` left it when attention and the block moved to ``models/blocks.py`` and sampling to
+#: ``models/decode.py``, ``train/trainer.py`` when checkpoints and resume moved to ``train/checkpoint.py``, ``cli.py``
+#: when it became the ``lmsci.cli`` package, ``train/stacked.py`` when the hand-written stack's helpers moved to
+#: ``train/stacked_params.py``); a module leaves the list when it is split, and no other module may cross 500 lines
+OVERSIZED = {"lmsci.methods.lm_steer", "lmsci.models.hf", "lmsci.methods.steering", "lmsci.worlds.bios",
+             "lmsci.worlds.igsm.world"}
 MAX_LINES = 500
 
 

@@ -20,8 +20,8 @@ SPEC = TrainSpec(steps=10, batch_size=4, lr=3e-3, warmup_steps=2)
 
 
 class _Ctx(SimpleNamespace):
-    def __init__(self, seed: int):
-        super().__init__(device="cpu", seed=seed, records=[], bars=[])
+    def __init__(self, seed: int, artifact_dir=None):
+        super().__init__(device="cpu", seed=seed, records=[], bars=[], artifact_dir=artifact_dir)
 
     def log(self, **rec):
         self.records.append(rec)
@@ -48,6 +48,19 @@ def test_numpy_rng_is_one_draw_of_the_batch_generator():
     assert (a == b).all() and torch.equal(g1.get_state(), g2.get_state())
     assert adaptor.numpy_rng(g1, 2 ** 31 - 1).integers(10) == np.random.default_rng(
         int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g2))).integers(10)
+
+
+def test_row_batches_is_the_hand_written_row_draw():
+    x, y = torch.arange(30).reshape(10, 3), -torch.arange(30).reshape(10, 3)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    get_batch = adaptor.row_batches(x, y, 4)
+    for step in range(3):
+        bx, by = get_batch(step, g1)
+        idx = torch.randint(x.shape[0], (4,), generator=g2)
+        assert torch.equal(bx, x[idx]) and torch.equal(by, y[idx])
+    assert torch.equal(g1.get_state(), g2.get_state())
+    with pytest.raises(ValueError):
+        adaptor.row_batches(x, y[:5], 4)
 
 
 def test_train_lm_is_the_hand_written_trainer_call():
@@ -94,3 +107,36 @@ def test_train_group_is_the_hand_written_stacked_call():
         assert _losses(a.history) == _losses(b.history) and len(_losses(b.history)) == 10
         assert [r["loss"] for r in c.records if "loss" in r] == _losses(b.history)
     assert len(ctxs[0].bars) == 1 and not ctxs[1].bars
+
+
+@pytest.mark.parametrize("stack", [True, False])
+def test_train_group_with_stack_is_train_seeds_under_one_bar(stack, tmp_path):
+    """``stack=cfg.stack_seeds``: the same members as :func:`lmsci.train.seeds.train_seeds` (stacked, or one after
+    another with each member's checkpoints in its own directory), each context's records, one bar."""
+    from lmsci.train.seeds import train_seeds
+
+    ctxs = [_Ctx(seed=31, artifact_dir=tmp_path / "a"), _Ctx(seed=32, artifact_dir=tmp_path / "b")]
+    gb = adaptor.lm_batches(_sample, SPEC.batch_size)
+    ckpts = [tmp_path / "a" / "ck", tmp_path / "b" / "ck"]
+    res = adaptor.train_group([GPT(GC, seed=i) for i in (1, 2)], gb, SPEC, ctxs, stack=stack, seeds=[5, 6],
+                              desc="x2", log_points=5, checkpoint="ck", checkpoint_every=5)
+    tcfg = SPEC.train_config(device="cpu", log_every=2, checkpoint_every=5)
+    ref = train_seeds([GPT(GC, seed=i) for i in (1, 2)], gb, tcfg, seeds=[5, 6], stack=stack)
+    assert not res.diverged and len(res.members) == 2
+    for a, b, c in zip(res.members, ref.members, ctxs):
+        assert _losses(a.history) == _losses(b.history) and len(_losses(b.history)) == 5
+        assert [r["loss"] for r in c.records if "loss" in r] == _losses(b.history)
+    (total, desc, _), = ctxs[0].bars
+    assert (total, desc) == (10 if stack else 20, "x2") and not ctxs[1].bars
+    assert all(d.exists() for d in ckpts) != stack  # checkpoints one after another; a stack keeps none
+
+
+def test_train_group_stack_true_trains_one_model_with_the_trainer(monkeypatch):
+    calls = []
+    monkeypatch.setattr(stacked, "train_stacked", lambda *a, **k: calls.append("stacked") or stacked.StackedResult())
+    real_train = trainer.train
+    monkeypatch.setattr(trainer, "train", lambda *a, **k: calls.append("trainer") or real_train(*a, **k))
+    gb = adaptor.lm_batches(_sample, SPEC.batch_size)
+    adaptor.train_group([GPT(GC, seed=1)], gb, SPEC, [_Ctx(seed=3)], stack=True, steps=2)
+    adaptor.train_group([GPT(GC, seed=1)], gb, SPEC, [_Ctx(seed=3)], steps=2)  # default "always": the stack
+    assert calls == ["trainer", "stacked"]

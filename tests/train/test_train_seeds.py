@@ -51,3 +51,25 @@ def test_stack_seeds_is_a_performance_setting_and_bad_input_is_refused():
         train_seeds([GPT(GC, seed=0)], _get_batch, cfg, seeds=[1, 2], stack=False)
     with pytest.raises(ConfigError, match="log"):
         train_seeds([GPT(GC, seed=0)], _get_batch, cfg, seeds=[1], stack=True, log=[None, None])
+
+
+def test_sequential_members_take_their_own_batches_and_checkpoints(tmp_path):
+    cfg = TrainConfig(steps=4, batch_size=4, lr=3e-3, warmup_steps=1, device="cpu", log_every=1, checkpoint_every=2)
+
+    def other_batch(step: int, g: torch.Generator):
+        x = torch.randint(0, GC.vocab_size // 2, (4, GC.seq_len + 1), generator=g)
+        return x[:, :-1], x[:, 1:]
+
+    ref = train_seeds([GPT(GC, seed=1)], other_batch, cfg, seeds=[6], stack=False)
+    res = train_seeds([GPT(GC, seed=0), GPT(GC, seed=1)], [_get_batch, other_batch], cfg, seeds=[5, 6], stack=False,
+                      checkpoint_dirs=[None, tmp_path / "m1"])
+
+    def losses(r):
+        return [h["loss"] for h in r.history if "loss" in h]
+
+    assert losses(res.members[1]) == losses(ref.members[0]) != losses(res.members[0])
+    assert (tmp_path / "m1").exists()
+    with pytest.raises(ConfigError, match="checkpoint_dirs"):
+        train_seeds([GPT(GC, seed=0)], _get_batch, cfg, seeds=[1], stack=False, checkpoint_dirs=[None, None])
+    with pytest.raises(ConfigError, match="get_batch"):
+        train_seeds([GPT(GC, seed=0)], [_get_batch] * 2, cfg, seeds=[1], stack=False)

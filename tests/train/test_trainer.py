@@ -9,10 +9,10 @@ import torch
 import torch.nn as nn
 
 from lmsci.errors import ConfigError
+from lmsci.train.checkpoint import latest_checkpoint, set_rng_state
 from lmsci.train.trainer import (
     TrainConfig,
     evaluate_nll,
-    latest_checkpoint,
     lr_at,
     make_optimizer,
     seed_scope,
@@ -260,8 +260,6 @@ def test_checkpoints_keep_the_cuda_rng_state_when_cuda_is_available(tmp_path, mo
     """Issue 12 item 3: a checkpoint holds every CUDA generator's state (torch.cuda.get_rng_state_all) where
     CUDA is available, and resuming restores it; without CUDA only the CPU state is kept. CUDA is faked here
     (this machine has none): the states are opaque byte tensors to the trainer."""
-    import lmsci.train.trainer as tr
-
     c = cfg(steps=4, checkpoint_every=2)
     train(make_model(), get_batch_factory(), c, seed=3, checkpoint_dir=tmp_path / "cpu")
     state = torch.load(latest_checkpoint(tmp_path / "cpu") / "trainer_state.pt", weights_only=True)
@@ -276,7 +274,7 @@ def test_checkpoints_keep_the_cuda_rng_state_when_cuda_is_available(tmp_path, mo
     train(make_model(), get_batch_factory(), c, seed=3, checkpoint_dir=tmp_path / "cuda")
     state = torch.load(latest_checkpoint(tmp_path / "cuda") / "trainer_state.pt", weights_only=True)
     assert [s.tolist() for s in state["cuda_rng"]] == [s.tolist() for s in fake]
-    tr.set_rng_state(state)
+    set_rng_state(state)
     assert sorted(restored) == [0, 1] and all(torch.equal(restored[i], fake[i]) for i in (0, 1))
     # train() itself restores them when it resumes from the checkpoint
     restored.clear()

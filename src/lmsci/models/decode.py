@@ -10,6 +10,9 @@ reorders it by beam.
 
 Both decoders run on the model's device (or ``device``), in eval mode, without gradients, and stop a row at
 ``eos_id`` or when the row reaches ``model.cfg.seq_len`` tokens (prompt + generated) or ``max_new_tokens``.
+
+:func:`sample` (``GPT.generate``; moved here from ``gpt.py`` unchanged, issue 44 item 6) samples a batch of
+equal-length prompts with temperature and top-k, cropping the context to ``seq_len`` once it is full.
 """
 
 from __future__ import annotations
@@ -260,3 +263,54 @@ def beam_decode(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eo
     finally:
         model.train(was)
     return out
+
+
+@torch.no_grad()
+def sample(model, input_ids: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+           generator: torch.Generator | None = None, use_cache: bool = True) -> Tensor:
+    """Sample ``max_new_tokens`` tokens from an lmsci GPT after ``input_ids [batch, seq]`` (long); returns
+    ``[batch, seq + new]`` (``GPT.generate`` calls this).
+
+    ``temperature == 0`` is greedy decoding; ``top_k`` keeps the k most likely tokens. The context is
+    cropped to the last ``model.cfg.seq_len`` tokens. Randomness only from ``generator`` (default: a
+    generator seeded with 0). With ``use_cache`` a key/value cache serves every step while the
+    sequence fits in ``seq_len``; beyond, each step recomputes the cropped context (same results as
+    ``use_cache=False`` up to float rounding). The model runs in eval mode and gets its mode back after.
+
+    Raises:
+        ConfigError: negative ``max_new_tokens``/``temperature`` or ``top_k < 1``.
+    """
+    if max_new_tokens < 0:
+        raise ConfigError("max_new_tokens", max_new_tokens, ">= 0")
+    if temperature < 0:
+        raise ConfigError("temperature", temperature, ">= 0 (0 = greedy)")
+    if top_k is not None and top_k < 1:
+        raise ConfigError("top_k", top_k, ">= 1 or None")
+    if generator is None:
+        generator = torch.Generator(device=input_ids.device).manual_seed(0)
+    was_training = model.training
+    model.eval()
+    ids = input_ids
+    cache: list[dict[str, Tensor]] | None = [{} for _ in model.blocks] if use_cache and len(model.blocks) else None
+    n_cached = 0
+    try:
+        for _ in range(max_new_tokens):
+            if cache is not None and ids.shape[1] <= model.cfg.seq_len:
+                logits = model(ids[:, n_cached:], kv_cache=cache)[:, -1, :].float()
+                n_cached = ids.shape[1]
+            else:
+                cache = None
+                logits = model(ids[:, -model.cfg.seq_len:])[:, -1, :].float()
+            if temperature == 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None and top_k < logits.shape[-1]:
+                    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            ids = torch.cat([ids, nxt], dim=1)
+    finally:
+        model.train(was_training)
+    return ids

@@ -1,53 +1,29 @@
 """A small decoder-only transformer (GPT) with the architectural variants the seeds compare, and hook points.
 
-One readable file in the spirit of nanoGPT (karpathy/nanoGPT ``model.py``), with TransformerLens-style
-named hook points (TransformerLensOrg/TransformerLens ``hook_points.py``).
+In the spirit of nanoGPT (karpathy/nanoGPT ``model.py``), with TransformerLens-style named hook points
+(TransformerLensOrg/TransformerLens ``hook_points.py``). This module holds the configuration and the model (forward,
+loss, hooks API, generation, save/load); its pieces live in :mod:`lmsci.models.positions` (position schemes),
+:mod:`lmsci.models.blocks` (attention and the block), :mod:`lmsci.models.mlp` (MLPs, MoE) and
+:mod:`lmsci.models.hooks` (hook plumbing, TransformerLens aliases).
 
 Variants (``GPTConfig``):
 
-* ``pos``: positional information
-    - ``"learned"``: learned absolute position embedding added to the token embedding (GPT-2;
-      Radford et al. 2019).
-    - ``"rope"``: rotary position embedding on queries and keys (Su et al. 2021, arXiv 2104.09864, eq. 34),
-      in the *split-halves* convention of Hugging Face Llama (``rotate_half``: dimension ``i`` is paired
-      with ``i + d_head/2``), so that Llama export needs no weight permutation.
-    - ``"relative"``: T5-style learned relative position bias (Raffel et al. 2020, arXiv 1910.10683,
-      sec. 2.1): the causal distance ``q_pos - k_pos`` is mapped to one of ``REL_BUCKETS = 32`` buckets
-      (exact for distances below 16, logarithmic up to ``REL_MAX_DISTANCE = 128``, clipped beyond); each
-      layer learns one scalar bias per (head, bucket), added to the attention logits.
-      (Physics of LMs Part 1's GPT_rel is DeBERTa-style; this is the simpler T5 form.)
-    - ``"alibi"``: fixed linear bias ``-m_h * (q_pos - k_pos)`` with the geometric head slopes of
-      Press et al. 2022 (arXiv 2108.12409, sec. 3).
-    - ``"nope"``: no positional information at all; the causal mask alone (Kazemnejad et al. 2023,
-      arXiv 2305.19466).
-    - ``"uni"``: Physics of LMs Part 1's GPT_uni (Allen-Zhu & Li 2023, arXiv 2305.13673, sec. 5/App.):
-      attention is *fixed and uniform*: head ``h`` (0-based) averages the values of the last
-      ``uni_window(h) = 2**(h+1) - 1`` tokens (1, 3, 7, 15, ...; the token itself included, truncated at
-      the start of the sequence), as in the reproduction ``HJXA/Physics_of_LM`` (``Part1/model/gpt2/
-      modeling_gpt2_variants.py``, ``GPTUniAttention``: ``window_size = 2**(h+1) - 1``). Only the value and
-      output projections are learned (no query or key weights; ``attend`` receives ``q = k = None``).
-    - ``"posonly"``: Physics of LMs Part 1's GPT_pos (arXiv 2305.13673): attention logits depend *only* on the
-      causal distance ``q_pos - k_pos`` (no ``q k^T`` term): each layer learns one logit per (head, distance)
-      for distances ``0 .. seq_len - 1`` (``rel_bias_dist``, initialised to 0 = uniform causal attention;
-      larger distances share the last entry); values are still content. As in the reproduction
-      ``HJXA/Physics_of_LM`` (``modeling_gpt2_variants.py``, ``GPT_Rel_Pos_Attention(mode='pos')``: a learned
-      bias per exact relative position, softmax, no query/key product). Only value and output projections.
-* ``mlp``: ``"gelu"`` (``W_out GELU(W_in x)``, exact erf GELU), ``"relu"`` (``W_out ReLU(W_in x)``, the MLP of
-  Nanda et al. 2023, arXiv 2301.05217, and of Power et al. 2022), ``"swiglu"`` (Shazeer 2020,
-  arXiv 2002.05202: ``W_down(SiLU(W_gate x) * W_up x)``, the Llama MLP), ``"moe"`` (a mixture of GELU experts
-  with top-k routing and Switch Transformer's load-balancing loss, :class:`lmsci.models.mlp.MoE`) or ``"none"``
-  (attention-only). The sublayers live in :mod:`lmsci.models.mlp`, the position schemes in
-  :mod:`lmsci.models.positions`, the hook plumbing in :mod:`lmsci.models.hooks`.
+* ``pos``: positional information, one of :data:`lmsci.models.positions.POS_SCHEMES`: ``"learned"``
+  (absolute embedding ``wpe`` added to the token embedding, GPT-2), ``"rope"`` (RoFormer, arXiv 2104.09864),
+  ``"relative"`` (T5 bias, arXiv 1910.10683 sec. 2.1), ``"alibi"`` (arXiv 2108.12409), ``"nope"`` (none,
+  arXiv 2305.19466), ``"uni"`` and ``"posonly"`` (Physics of LMs Part 1's GPT_uni and GPT_pos, arXiv 2305.13673:
+  content-free attention); each scheme, its parameters and its source in :mod:`lmsci.models.positions`.
+* ``mlp``: one of :data:`lmsci.models.mlp.MLP_KINDS`: ``"gelu"`` (GPT-2), ``"relu"`` (Nanda et al. 2023,
+  arXiv 2301.05217), ``"swiglu"`` (Shazeer 2020, arXiv 2002.05202; the Llama MLP), ``"moe"`` (GELU experts, top-k
+  routing, Switch's load-balancing loss) or ``"none"`` (attention-only); each in :mod:`lmsci.models.mlp`.
 * ``norm``: pre-norm ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019, arXiv 1910.07467), eps 1e-5, or
   ``"none"`` (no normalisation anywhere, ``ln1``/``ln2``/``ln_f`` are identities: Nanda et al. 2023's grokking
   transformer).
 * ``tie_embeddings``: share the token embedding with the unembedding.
 * ``bias``: biases in the linear layers and LayerNorms (the unembedding never has a bias).
 
-Attention uses ``torch.nn.functional.scaled_dot_product_attention`` (fused, ``is_causal=True`` when
-there is no positional bias) unless a hook reads or patches ``attn.scores``/``attn.pattern`` of that
-layer, in which case the explicit path (``softmax(q k^T / sqrt(d_head) + bias)``) computes them; the
-two paths agree to float rounding (tested).
+Attention is fused (``scaled_dot_product_attention``) unless a hook reads or patches ``attn.scores``/``attn.pattern``
+(then explicit; same values to float rounding): see :mod:`lmsci.models.blocks`.
 
 Hook points (shapes; ``batch`` = B, ``seq`` = T, ``q``/``k`` = query/key positions):
 
@@ -68,11 +44,10 @@ Hook points (shapes; ``batch`` = B, ``seq`` = T, ``q``/``k`` = query/key positio
 =====================================  ==========================================================
 
 (``mlp.*`` and ``resid_mid`` do not exist when ``mlp="none"``; with ``mlp="moe"`` the MLP's hooks are
-``blocks.{i}.mlp.router`` (router probabilities ``[B, T, moe_experts]``) and ``blocks.{i}.mlp.out``.) TransformerLens's spellings are aliases
-(:data:`TRANSFORMER_LENS_ALIASES`): ``blocks.{i}.hook_resid_pre``/``hook_resid_mid``/``hook_resid_post``,
-``blocks.{i}.attn.hook_attn_scores``/``hook_pattern``/``hook_z``, ``blocks.{i}.hook_attn_out``,
-``blocks.{i}.mlp.hook_pre``/``hook_post``, ``blocks.{i}.hook_mlp_out``, ``ln_final.hook_normalized`` and
-``hook_embed`` (only without learned positions). A hook function is called as
+``blocks.{i}.mlp.router`` (router probabilities ``[B, T, moe_experts]``) and ``blocks.{i}.mlp.out``.)
+TransformerLens's spellings (``blocks.{i}.hook_resid_pre``, ``blocks.{i}.attn.hook_pattern``,
+``ln_final.hook_normalized``, ...; ``hook_embed`` only without learned positions) are aliases:
+:data:`lmsci.models.hooks.TRANSFORMER_LENS_ALIASES`. A hook function is called as
 ``fn(activation, hook)`` where ``hook.name`` is the hook point's name; it returns ``None`` (read only)
 or a tensor of the same shape that replaces the activation. Hooks are only attached inside
 :meth:`GPT.hooks`, which always removes them on exit, also when the body raises.
@@ -94,14 +69,12 @@ from torch import Tensor, nn
 
 from lmsci.config import StrictModel, validation_to_config_error
 from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.models.blocks import Block, make_norm
+from lmsci.models.decode import sample
 from lmsci.models.hooks import HookFn, HookPoint, hook_plan, select_names, transformer_lens_name
-from lmsci.models.mlp import make_mlp
-from lmsci.models.positions import CONTENT_FREE, add_position_params, fixed_scores, position_bias, rotate_qk
 
-NORM_EPS = 1e-5
 MOE_FIELDS = ("moe_experts", "moe_top_k", "moe_aux_coef")
 """GPTSpec fields read only with ``mlp="moe"`` (and dumped only then)."""
-
 
 
 class GPTSpec(StrictModel):
@@ -225,153 +198,6 @@ class GPTConfig(GPTSpec):
             raise validation_to_config_error(err, obj if isinstance(obj, dict) else {}) from None
 
 
-# ------------------------------------------------------------------------------------- modules
-
-
-def _norm(cfg: GPTConfig) -> nn.Module:
-    if cfg.norm == "none":
-        return nn.Identity()
-    if cfg.norm == "layernorm":
-        return nn.LayerNorm(cfg.d_model, eps=NORM_EPS, bias=cfg.bias)
-    return nn.RMSNorm(cfg.d_model, eps=NORM_EPS)
-
-
-class Attention(nn.Module):
-    """Multi-head causal self-attention with a pluggable positional scheme.
-
-    Weights: ``qkv`` (fused ``[3 * n_heads * d_head, d_model]``; only values for ``pos="uni"``) and
-    ``proj`` (``[d_model, n_heads * d_head]``). ``rel_bias`` (``[n_heads, REL_BUCKETS]``) for ``"relative"``.
-    """
-
-    def __init__(self, cfg: GPTConfig, layer: int):
-        super().__init__()
-        self.cfg = cfg
-        self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
-        inner = self.n_heads * self.d_head
-        self.pos = cfg.pos
-        self.qkv = nn.Linear(cfg.d_model, inner if cfg.pos in CONTENT_FREE else 3 * inner, bias=cfg.bias)
-        self.proj = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
-        self.dropout = cfg.dropout
-        # True: attention as explicit matmul/softmax instead of fused scaled_dot_product_attention (same values to
-        # rounding). torch.func.vmap has no batching rule for CPU SDPA and loops over the members there; the
-        # explicit path batches (set by lmsci.train.stacked for stacked training).
-        self.explicit = False
-        add_position_params(self, cfg.pos, cfg.n_heads, cfg.seq_len)
-        p = f"blocks.{layer}.attn."
-        self.hook_scores = HookPoint(p + "scores")
-        self.hook_pattern = HookPoint(p + "pattern")
-        self.hook_z = HookPoint(p + "z")
-        self.hook_out = HookPoint(p + "out")
-
-    # -- positional pieces -------------------------------------------------------------------
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Additive logit bias ``[n_heads, q, k]`` (or ``[B, n_heads, q, k]``), or None (no bias); see
-        :func:`lmsci.models.positions.position_bias`."""
-        return position_bias(self, self.pos, q_pos, k_pos)
-
-    def attend(self, q: Tensor | None, k: Tensor | None, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Positional encoding + causal attention.
-
-        Args:
-            q, k: ``[batch, n_heads, q|k, d_head]`` before any rotation (``None`` for ``pos="uni"``).
-            v: ``[batch, n_heads, k, d_head]``.
-            q_pos, k_pos: long absolute positions, ``[q]``/``[k]`` or ``[batch, q]``/``[batch, k]``.
-                A key is visible to a query iff ``k_pos <= q_pos``. Passing the *same tensor object*
-                for both (as ``GPT.forward`` does) means the plain causal mask and enables the fused path.
-
-        Returns:
-            ``[batch, n_heads, q, d_head]``.
-        """
-        same = q_pos is k_pos
-        need_explicit = self.explicit or self.hook_scores.active or self.hook_pattern.active
-        drop = self.dropout if self.training else 0.0
-        if self.pos in CONTENT_FREE:
-            scores = fixed_scores(self, self.pos, q_pos, k_pos, v.dtype, v.device)
-            scores = self.hook_scores(scores.expand(v.shape[0], -1, -1, -1))
-            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-            if drop:
-                pattern = F.dropout(pattern, drop)
-            return pattern @ v
-        assert q is not None and k is not None
-        if self.pos == "rope":
-            q, k = rotate_qk(q, k, q_pos, k_pos, self.d_head, self.cfg.rope_base)
-        bias = self.position_bias(q_pos, k_pos)
-        if not need_explicit:
-            if bias is None and same:
-                return F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
-            mask = self._mask(q_pos, k_pos, bias, q.dtype)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))
-        scores = scores + self._mask(q_pos, k_pos, bias, q.dtype)
-        scores = self.hook_scores(scores)
-        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-        if drop:
-            pattern = F.dropout(pattern, drop)
-        return pattern @ v
-
-    @staticmethod
-    def _mask(q_pos: Tensor, k_pos: Tensor, bias: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """Additive mask: ``bias`` where ``k_pos <= q_pos``, ``-inf`` elsewhere; ``[.., q, k]``."""
-        visible = k_pos[..., None, :] <= q_pos[..., :, None]  # [q, k] or [B, q, k]
-        if visible.dim() == 3:
-            visible = visible[:, None]
-        m = torch.zeros(visible.shape, dtype=dtype, device=q_pos.device).masked_fill(~visible, float("-inf"))
-        return m if bias is None else m + bias.to(dtype)
-
-    def forward(self, x: Tensor, pos: Tensor, cache: dict[str, Tensor] | None = None) -> Tensor:
-        """``x [B, T, d_model]``, ``pos [T]`` long -> ``[B, T, d_model]``.
-
-        ``cache``: this layer's key/value cache (``{"k", "v", "pos"}``, keys un-rotated), extended in place;
-        the new queries attend to the cached keys and their own (used by ``GPT.generate``).
-        """
-        B, T, _ = x.shape
-        H, D = self.n_heads, self.d_head
-        if self.pos in CONTENT_FREE:
-            q = k = None
-            v = self.qkv(x).view(B, T, H, D).transpose(1, 2)
-        else:
-            q, k, v = self.qkv(x).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
-        k_pos = pos
-        if cache is not None:
-            if "v" in cache:
-                k = torch.cat([cache["k"], k], dim=2) if k is not None else None
-                v = torch.cat([cache["v"], v], dim=2)
-                k_pos = torch.cat([cache["pos"], pos])
-            if k is not None:
-                cache["k"] = k
-            cache["v"], cache["pos"] = v, k_pos
-        z = self.attend(q, k, v, pos, k_pos)  # [B, H, T, D]
-        z = self.hook_z(z.transpose(1, 2))  # [B, T, H, D]
-        out = self.proj(z.reshape(B, T, H * D))
-        if self.dropout and self.training:
-            out = F.dropout(out, self.dropout)
-        return self.hook_out(out)
-
-
-class Block(nn.Module):
-    """Pre-norm block: ``x + attn(ln1 x)``, then ``+ mlp(ln2 x)`` (no MLP when ``mlp="none"``)."""
-
-    def __init__(self, cfg: GPTConfig, layer: int):
-        super().__init__()
-        self.ln1 = _norm(cfg)
-        self.attn = Attention(cfg, layer)
-        self.has_mlp = cfg.mlp != "none"
-        if self.has_mlp:
-            self.ln2 = _norm(cfg)
-            self.mlp = make_mlp(cfg, layer)
-        p = f"blocks.{layer}."
-        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = (
-            HookPoint(p + "resid_pre"), HookPoint(p + "resid_mid"), HookPoint(p + "resid_post"))
-
-    def forward(self, x: Tensor, pos: Tensor, cache: dict[str, Tensor] | None = None) -> Tensor:
-        x = self.hook_resid_pre(x)
-        x = x + self.attn(self.ln1(x), pos, cache)
-        if self.has_mlp:
-            x = self.hook_resid_mid(x)
-            x = x + self.mlp(self.ln2(x))
-        return self.hook_resid_post(x)
-
-
 class GPT(nn.Module):
     """Decoder-only transformer; see the module docstring for variants and hook points.
 
@@ -381,7 +207,8 @@ class GPT(nn.Module):
             scaled by ``1/sqrt(2 n_layers)``); the global torch RNG is neither used nor advanced.
 
     Modules: ``wte`` (``[vocab_size, d_model]``), ``wpe`` (``[seq_len, d_model]``, learned only),
-    ``blocks`` (``n_layers`` x :class:`Block`), ``ln_f``, ``lm_head`` (``[vocab_size, d_model]``, no bias).
+    ``blocks`` (``n_layers`` x :class:`lmsci.models.blocks.Block`), ``ln_f``, ``lm_head``
+    (``[vocab_size, d_model]``, no bias).
     """
 
     def __init__(self, cfg: GPTConfig, seed: int = 0):
@@ -394,7 +221,7 @@ class GPT(nn.Module):
             if cfg.pos == "learned":
                 self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)
             self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-            self.ln_f = _norm(cfg)
+            self.ln_f = make_norm(cfg)
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
@@ -423,11 +250,7 @@ class GPT(nn.Module):
         """All hook points by name, in forward order."""
         out = {"embed": self.hook_embed}
         for b in self.blocks:
-            hp = [b.hook_resid_pre, b.attn.hook_scores, b.attn.hook_pattern, b.attn.hook_z, b.attn.hook_out]
-            if b.has_mlp:
-                hp += [b.hook_resid_mid, *b.mlp.hook_list]
-            hp.append(b.hook_resid_post)
-            out.update((h.name, h) for h in hp)
+            out.update((h.name, h) for h in b.hook_list)
         out["final"] = self.hook_final
         return out
 
@@ -547,7 +370,7 @@ class GPT(nn.Module):
         Args:
             fwd_hooks: ``[(name, fn), ...]`` or ``{name: fn}``. ``name`` is a hook point name, a glob
                 (``"blocks.*.attn.pattern"``), a TransformerLens name or glob (``"blocks.0.attn.hook_pattern"``,
-                :data:`TRANSFORMER_LENS_ALIASES`) or a predicate on (lmsci) names. ``fn(activation, hook)`` returns
+                :data:`lmsci.models.hooks.TRANSFORMER_LENS_ALIASES`) or a predicate on (lmsci) names. ``fn(activation, hook)`` returns
                 ``None`` to read or a same-shape tensor to replace the activation.
             cache: names/globs/predicate of activations to record (detached) into the yielded dict,
                 keyed by lmsci hook name (a TransformerLens name also finds its entry); ``"*"`` records everything. Recording happens after the
@@ -601,49 +424,14 @@ class GPT(nn.Module):
     ) -> Tensor:
         """Sample ``max_new_tokens`` tokens after ``input_ids [batch, seq]``; returns ``[batch, seq + new]``.
 
-        ``temperature == 0`` is greedy decoding; ``top_k`` keeps the k most likely tokens. The context is
-        cropped to the last ``cfg.seq_len`` tokens. Randomness only from ``generator`` (default: a
-        generator seeded with 0). With ``use_cache`` a key/value cache serves every step while the
-        sequence fits in ``seq_len``; beyond, each step recomputes the cropped context (same results as
-        ``use_cache=False`` up to float rounding).
+        ``temperature == 0`` is greedy decoding; ``top_k`` keeps the k most likely tokens; the context is cropped to
+        the last ``cfg.seq_len`` tokens; randomness only from ``generator`` (default: seeded with 0); ``use_cache``:
+        a key/value cache while the sequence fits. See :func:`lmsci.models.decode.sample`.
 
         Raises:
             ConfigError: negative ``max_new_tokens``/``temperature`` or ``top_k < 1``.
         """
-        if max_new_tokens < 0:
-            raise ConfigError("max_new_tokens", max_new_tokens, ">= 0")
-        if temperature < 0:
-            raise ConfigError("temperature", temperature, ">= 0 (0 = greedy)")
-        if top_k is not None and top_k < 1:
-            raise ConfigError("top_k", top_k, ">= 1 or None")
-        if generator is None:
-            generator = torch.Generator(device=input_ids.device).manual_seed(0)
-        was_training = self.training
-        self.eval()
-        ids = input_ids
-        cache: list[dict[str, Tensor]] | None = [{} for _ in self.blocks] if use_cache and len(self.blocks) else None
-        n_cached = 0
-        try:
-            for _ in range(max_new_tokens):
-                if cache is not None and ids.shape[1] <= self.cfg.seq_len:
-                    logits = self(ids[:, n_cached:], kv_cache=cache)[:, -1, :].float()
-                    n_cached = ids.shape[1]
-                else:
-                    cache = None
-                    logits = self(ids[:, -self.cfg.seq_len:])[:, -1, :].float()
-                if temperature == 0:
-                    nxt = logits.argmax(-1, keepdim=True)
-                else:
-                    logits = logits / temperature
-                    if top_k is not None and top_k < logits.shape[-1]:
-                        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-                        logits = logits.masked_fill(logits < kth, float("-inf"))
-                    probs = torch.softmax(logits, dim=-1)
-                    nxt = torch.multinomial(probs, 1, generator=generator)
-                ids = torch.cat([ids, nxt], dim=1)
-        finally:
-            self.train(was_training)
-        return ids
+        return sample(self, input_ids, max_new_tokens, temperature, top_k, generator, use_cache)
 
     # -- save / load --------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> Path:

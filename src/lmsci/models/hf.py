@@ -368,7 +368,7 @@ class HFModel:
         adds learned positions, which rotary families do not have). :meth:`hooks` also takes TransformerLens's
         spellings of these (``blocks.{i}.hook_resid_post``, ``hook_attn_out``, ``hook_mlp_out``,
         ``mlp.hook_pre``, ``mlp.hook_post``, ``ln_final.hook_normalized``, ``hook_embed``; see
-        :data:`lmsci.models.gpt.TRANSFORMER_LENS_ALIASES`). Instruments written with these names
+        :data:`lmsci.models.hooks.TRANSFORMER_LENS_ALIASES`). Instruments written with these names
         (probes, attention, knowledge, key-value-memory instruments) run on every family the map supports.
 
         Raises:

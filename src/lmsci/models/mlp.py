@@ -2,7 +2,8 @@
 
 ``GPTConfig.mlp`` picks one (``"none"``, attention-only, has no module: ``Block`` skips the sublayer):
 
-* ``"gelu"`` / ``"relu"``: ``proj(act(fc x))`` (GPT-2; ReLU as Nanda et al. 2023, arXiv 2301.05217).
+* ``"gelu"`` / ``"relu"``: ``proj(act(fc x))`` (GPT-2, exact erf GELU; ReLU as Nanda et al. 2023,
+  arXiv 2301.05217, and Power et al. 2022).
 * ``"swiglu"``: the gated MLP ``proj(SiLU(gate x) * up x)`` (Shazeer 2020, arXiv 2002.05202; the Llama MLP,
   Physics of LMs Part 3.3's "GatedMLP").
 * ``"moe"``: :class:`MoE`, ``moe_experts`` GELU experts of width ``d_mlp`` behind a learned router with top-``k``

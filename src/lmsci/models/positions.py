@@ -6,17 +6,30 @@ pieces). The schemes (``GPTConfig.pos``):
 
 * ``"learned"``: learned absolute position embedding added to the token embedding (GPT-2; Radford et al. 2019);
   lives in ``GPT.wpe``, nothing here.
-* ``"rope"``: rotary embedding on queries and keys (Su et al. 2021, arXiv 2104.09864, eq. 34), split-halves
-  convention of Hugging Face Llama (:func:`rope_cos_sin`, :func:`apply_rope`, :func:`rotate_qk`).
-* ``"relative"``: T5 learned relative bias (Raffel et al. 2020, arXiv 1910.10683, sec. 2.1) over
-  :data:`REL_BUCKETS` buckets (:func:`t5_bucket`).
-* ``"alibi"``: fixed linear bias ``-m_h (q_pos - k_pos)`` (Press et al. 2022, arXiv 2108.12409, sec. 3;
-  :func:`alibi_slopes`).
-* ``"nope"``: no positional information (Kazemnejad et al. 2023, arXiv 2305.19466).
-* ``"uni"``: Physics of LMs Part 1's GPT_uni (arXiv 2305.13673): fixed uniform attention over the last
-  :func:`uni_window` tokens per head (:func:`fixed_scores`).
-* ``"posonly"``: Physics of LMs Part 1's GPT_pos: logits that depend only on the distance, one learned logit per
-  (head, distance) (:func:`fixed_scores`).
+* ``"rope"``: rotary position embedding on queries and keys (Su et al. 2021, arXiv 2104.09864, eq. 34), in the
+  *split-halves* convention of Hugging Face Llama (``rotate_half``: dimension ``i`` is paired with
+  ``i + d_head/2``), so that Llama export needs no weight permutation (:func:`rope_cos_sin`, :func:`apply_rope`,
+  :func:`rotate_qk`).
+* ``"relative"``: T5-style learned relative position bias (Raffel et al. 2020, arXiv 1910.10683, sec. 2.1): the
+  causal distance ``q_pos - k_pos`` is mapped to one of :data:`REL_BUCKETS` ``= 32`` buckets (exact for distances
+  below 16, logarithmic up to :data:`REL_MAX_DISTANCE` ``= 128``, clipped beyond; :func:`t5_bucket`); each layer
+  learns one scalar bias per (head, bucket), added to the attention logits. (Physics of LMs Part 1's GPT_rel is
+  DeBERTa-style; this is the simpler T5 form.)
+* ``"alibi"``: fixed linear bias ``-m_h * (q_pos - k_pos)`` with the geometric head slopes of Press et al. 2022
+  (arXiv 2108.12409, sec. 3; :func:`alibi_slopes`).
+* ``"nope"``: no positional information at all; the causal mask alone (Kazemnejad et al. 2023, arXiv 2305.19466).
+* ``"uni"``: Physics of LMs Part 1's GPT_uni (Allen-Zhu & Li 2023, arXiv 2305.13673, sec. 5/App.): attention is
+  *fixed and uniform*: head ``h`` (0-based) averages the values of the last :func:`uni_window` ``(h) = 2**(h+1) - 1``
+  tokens (1, 3, 7, 15, ...; the token itself included, truncated at the start of the sequence), as in the
+  reproduction ``HJXA/Physics_of_LM`` (``Part1/model/gpt2/modeling_gpt2_variants.py``, ``GPTUniAttention``:
+  ``window_size = 2**(h+1) - 1``). Only the value and output projections are learned (no query or key weights;
+  :meth:`lmsci.models.blocks.Attention.attend` receives ``q = k = None``; :func:`fixed_scores`).
+* ``"posonly"``: Physics of LMs Part 1's GPT_pos (arXiv 2305.13673): attention logits depend *only* on the causal
+  distance ``q_pos - k_pos`` (no ``q k^T`` term): each layer learns one logit per (head, distance) for distances
+  ``0 .. seq_len - 1`` (``rel_bias_dist``, initialised to 0 = uniform causal attention; larger distances share
+  the last entry); values are still content. As in the reproduction ``HJXA/Physics_of_LM``
+  (``modeling_gpt2_variants.py``, ``GPT_Rel_Pos_Attention(mode='pos')``: a learned bias per exact relative
+  position, softmax, no query/key product). Only value and output projections (:func:`fixed_scores`).
 
 :func:`add_position_params` registers a scheme's parameters and buffers on an attention module;
 :func:`position_bias` gives the additive logit bias of ``"relative"``/``"alibi"``.

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from lmsci.errors import ConfigError
-from lmsci.models.gpt import GPT, GPTConfig, HookFn
+from lmsci.models.gpt import GPT, GPTConfig
+from lmsci.models.hooks import HookFn
 
 
 class VectorGPT(nn.Module):

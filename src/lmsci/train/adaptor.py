@@ -9,24 +9,30 @@ metrics sent to the run directory. :func:`train_lm` is those lines once::
     train_lm(model, lambda n, gen: world.sample(n, T + 1, gen), cfg.train, ctx)
 
 :func:`train_point` is the same with a ready ``get_batch`` (targets that are not a plain next-token shift:
-answer-only targets, masked positions, a data stream), :func:`train_group` the stacked form over the points of
-a group (:func:`lmsci.train.stacked.train_stacked`), and :func:`numpy_rng` the NumPy generator a sampler seeds
-from the batch generator (one draw of it per batch).
+answer-only targets, masked positions, a data stream), :func:`train_group` the form over K models of a group
+(the seeds of a point, or several points): one stacked computation or one after another
+(:func:`lmsci.train.seeds.train_seeds`, ``stack=cfg.stack_seeds``), per-context logs and checkpoints under one
+progress bar, and :func:`numpy_rng` the NumPy generator a sampler seeds from the batch generator (one draw of it
+per batch).
 
 ``ctx`` is the point's :class:`lmsci.contract.PointContext` (or anything with ``device``, ``seed``, ``log`` and
 ``progress``); the sampler draws all its randomness from the generator it is given, so a point stays a pure
 function of (config, point, seed). The trainers are called through their modules (``trainer.train``,
-``stacked.train_stacked``), so a test that patches them there sees every call.
+``stacked.train_stacked``, ``seeds.train_seeds``), so a test that patches them there sees every call.
+
+Source: the stacked trainer follows PyTorch's "Model ensembling" tutorial (``torch.func.stack_module_state`` and
+``vmap``); the trainer's recipe is :mod:`lmsci.train.trainer`'s (AdamW, warmup + cosine).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
 
-from lmsci.train import stacked, trainer
+from lmsci.train import seeds as seeds_mod
+from lmsci.train import trainer
 from lmsci.train.stacked import StackedResult
 from lmsci.train.trainer import GetBatch, TrainResult, TrainSpec
 
@@ -58,6 +64,33 @@ def lm_batches(sample: Sampler, batch_size: int) -> Callable[[int, torch.Generat
             raise ValueError(f"sampler returned {type(x).__name__} of shape {getattr(x, 'shape', None)}; "
                              "expected [batch, seq_len + 1] token ids")
         return x[:, :-1], x[:, 1:]
+
+    return get_batch
+
+
+def row_batches(inputs: torch.Tensor, targets: torch.Tensor,
+                batch_size: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
+    """A trainer ``get_batch`` over a fixed data set: ``batch_size`` rows drawn uniformly with replacement.
+
+    Args:
+        inputs: ``[N, seq]`` token ids (on any device).
+        targets: ``[N, seq]`` targets of the same rows (``-100`` ignored), on the same device.
+        batch_size: rows per batch.
+
+    Returns:
+        ``get_batch(step, generator) -> (inputs[idx], targets[idx])``, ``idx = torch.randint(N, (batch_size,),
+        generator=generator)`` (one draw of the CPU generator per batch, moved to the data's device).
+
+    Raises:
+        ValueError: ``inputs`` and ``targets`` have different numbers of rows, or none.
+    """
+    if inputs.shape[0] != targets.shape[0] or inputs.shape[0] == 0:
+        raise ValueError(f"inputs {tuple(inputs.shape)} and targets {tuple(targets.shape)}: expected the same "
+                         "number of rows, at least one")
+
+    def get_batch(step: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.randint(inputs.shape[0], (batch_size,), generator=gen).to(inputs.device)
+        return inputs[idx], targets[idx]
 
     return get_batch
 
@@ -125,25 +158,48 @@ def train_lm(model: torch.nn.Module, sample: Sampler, spec: TrainSpec, ctx: Any,
     return train_point(model, lm_batches(sample, spec.batch_size), spec, ctx, **kwargs)
 
 
-def train_group(models: Sequence[torch.nn.Module], get_batches: Sequence[GetBatch], spec: TrainSpec,
-                ctxs: Sequence[Any], *, seeds: Sequence[int] | None = None, desc: str = "train", log_points: int = 20,
+def train_group(models: Sequence[torch.nn.Module], get_batch: GetBatch | Sequence[GetBatch], spec: TrainSpec,
+                ctxs: Sequence[Any], *, stack: bool | Literal["always"] = "always", seeds: Sequence[int] | None = None,
+                desc: str = "train", log_points: int = 20, checkpoint: str | None = None,
                 **config_changes: Any) -> StackedResult:
-    """Train one model per point of a group as one stacked computation
-    (:func:`~lmsci.train.stacked.train_stacked`), each on its own ``get_batch``, logging to its own context.
+    """Train one model per context (the seeds of a point, or the points of a group), stacked or one after another
+    (:func:`lmsci.train.seeds.train_seeds`), each logging to its own context, under one progress bar.
+
+    An experiment with a ``stack_seeds`` setting passes ``stack=cfg.stack_seeds``: the two modes give each member
+    the same losses and weights up to float rounding (``tests/train/test_stacked.py``), so the setting is a
+    performance one (:data:`lmsci.config.NON_SCIENCE_FIELDS`).
 
     Args:
-        models: K same-shaped modules, one per context.
-        get_batches: K ``get_batch(step, generator)`` (as in :func:`train_point`).
+        models: K same-shaped modules, one per context, each mapping ids ``[batch, seq]`` to logits
+            ``[batch, seq, vocab_size]``; trained in place.
+        get_batch: one ``get_batch(step, generator)`` shared by the members (as in :func:`train_point`), or K of
+            them, one per context; member k draws from its own generator either way.
         spec: the shared :class:`~lmsci.train.trainer.TrainSpec`.
-        ctxs: K point contexts; the first gives the device and the progress bar.
+        ctxs: K point contexts; the first gives the device and the progress bar (over ``steps`` stacked,
+            ``K * steps`` one after another).
+        stack: ``"always"`` (default): one stacked computation (:func:`~lmsci.train.stacked.train_stacked`),
+            one model included; True: stacked when K > 1, the trainer for one model; False: one after another
+            with :func:`~lmsci.train.trainer.train`.
         seeds: the K batch generators' seeds (default each context's ``seed``).
         desc, log_points, config_changes: as in :func:`train_point`.
+        checkpoint: a folder name: when the members train one after another, member k checkpoints and resumes in
+            ``ctxs[k].artifact_dir / checkpoint`` (``checkpoint_every`` in ``config_changes``); a stack keeps none
+            (and creates no folder).
 
     Returns:
-        :class:`~lmsci.train.stacked.StackedResult` (``members`` in input order; ``diverged`` members).
+        :class:`~lmsci.train.stacked.StackedResult`: ``members`` in input order; ``diverged`` ``{k:
+        DivergedError}`` (one after another, a diverged member's entry in ``members`` is None and the next
+        member still trains; ``result.raise_for(k)`` raises it).
+
+    Raises:
+        ConfigError: a change is not a TrainConfig field or out of range; ``seeds`` or ``get_batch`` not one per
+            model; models the stacked trainer refuses (different shapes, dropout > 0).
     """
     tcfg = _config(spec, ctxs[0].device, log_points, config_changes)
-    with ctxs[0].progress(tcfg.steps, desc) as bar:
-        return stacked.train_stacked(models, list(get_batches), tcfg,
+    stacks = stack == "always" or (stack and len(models) > 1)
+    ckpts = None if checkpoint is None or stacks else [c.artifact_dir / checkpoint for c in ctxs]
+    with ctxs[0].progress(tcfg.steps * (1 if stacks else len(models)), desc) as bar:
+        return seeds_mod.train_seeds(models, get_batch, tcfg, stack=stack,
                                      seeds=[c.seed for c in ctxs] if seeds is None else list(seeds),
-                                     log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar)
+                                     log=[(lambda rec, c=c: c.log(**rec)) for c in ctxs], progress=bar,
+                                     checkpoint_dirs=ckpts)

@@ -285,7 +285,7 @@ class _Stack:
 
 def _new_stack(spec: ModularSpec, members: list[ModularMember], device: str | torch.device) -> _Stack:
     """Build the members' models (on the CPU, then moved), stack their parameters, and a fused AdamW over them
-    (``weight_decay=0``: the per-member decay is applied by :func:`lmsci.train.stacked.decay_members`)."""
+    (``weight_decay=0``: the per-member decay is applied by :func:`lmsci.train.stacked_params.decay_members`)."""
     dev = torch.device(device)
     K = len(members)
     p = members[0].data.p
@@ -367,11 +367,11 @@ def train_modular_stacked(cfg: ModularSpec | Any, members: list[ModularMember], 
     Every member is Nanda et al.'s one-layer transformer (:func:`~lmsci.models.modular.grokking_model` with its
     ``init_seed``, built on the CPU and moved to ``device``) trained on its own training set (sizes may differ:
     shorter sets are padded and masked, so each member's loss is the mean over its own rows), with its own weight
-    decay (:func:`lmsci.train.stacked.decay_members`; AdamW itself runs with ``weight_decay=0``), the shared
+    decay (:func:`lmsci.train.stacked_params.decay_members`; AdamW itself runs with ``weight_decay=0``), the shared
     learning rate, betas and linear warmup. Each step, for every member: the training loss (``loss_dtype``) and
     accuracy from the training logits; its checkpoints; every ``eval_every`` steps and at the last step the test
     loss/accuracy and weight norm; then one AdamW update. A member that stops (``stop_at_gen``) or whose loss is
-    non-finite leaves the stack (:func:`lmsci.train.stacked.select_members`); the others go on unchanged. Member
+    non-finite leaves the stack (:func:`lmsci.train.stacked_params.select_members`); the others go on unchanged. Member
     k's curve equals ``train_modular`` on the same data and seeds to float rounding (tested).
 
     Args:
@@ -390,7 +390,7 @@ def train_modular_stacked(cfg: ModularSpec | Any, members: list[ModularMember], 
         ConfigError: no members, members of different moduli/operations' vocabularies, or rows whose last token
             is not the "=" token.
     """
-    from lmsci.train.stacked import decay_members, select_members
+    from lmsci.train.stacked_params import decay_members, select_members
 
     spec = ModularSpec.of(cfg)
     _check_members(members)

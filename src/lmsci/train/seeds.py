@@ -15,7 +15,8 @@ transformer-vs-lstm 0.49x and 0.35x the trainer's tokens/s per model), while on 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Literal, Sequence
 
 from torch import nn
 
@@ -25,26 +26,34 @@ from lmsci.train.stacked import LogFn, StackedResult
 from lmsci.train.trainer import GetBatch, TrainConfig
 
 
-def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch, cfg: TrainConfig, *, seeds: Sequence[int],
-                stack: bool, log: Sequence[LogFn | None] | None = None, progress: Any = None) -> StackedResult:
+def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch | Sequence[GetBatch], cfg: TrainConfig, *,
+                seeds: Sequence[int], stack: bool | Literal["always"], log: Sequence[LogFn | None] | None = None,
+                progress: Any = None, checkpoint_dirs: Sequence[str | Path | None] | None = None) -> StackedResult:
     """Train ``models`` (one per seed, same shape) in place, stacked or one after another.
 
     Args:
         models: K modules mapping input ids ``[batch, seq]`` to logits ``[batch, seq, vocab_size]``.
-        get_batch: ``get_batch(step, generator) -> (input_ids, targets)``, shared by the members.
+        get_batch: ``get_batch(step, generator) -> (input_ids [batch, seq], targets [batch, seq])``, one shared by
+            the members or one per member (member k draws from its own generator either way).
         cfg: the :class:`~lmsci.train.trainer.TrainConfig` of every member.
         seeds: K seeds of the members' batch generators.
-        stack: train as one stacked computation (:func:`~lmsci.train.stacked.train_stacked`) when K > 1.
+        stack: True: one stacked computation (:func:`~lmsci.train.stacked.train_stacked`) when K > 1, the trainer
+            for one model; ``"always"``: the stacked computation for any K (one model included); False: one member
+            after another with :func:`~lmsci.train.trainer.train`.
         log: one callable per member (or None).
-        progress: a tqdm-like bar: one update per stacked step, or per step of each member in turn.
+        progress: a tqdm-like bar: one update per stacked step, or per step of each member in turn (a bar over
+            ``cfg.steps`` stacked, ``K * cfg.steps`` one after another).
+        checkpoint_dirs: one directory (or None) per member, where the trainer checkpoints and resumes member k when
+            the members train one after another; a stack keeps no checkpoints (a cut stack retrains from step 0).
 
     Returns:
         :class:`~lmsci.train.stacked.StackedResult`: ``members`` in input order; a member whose loss became
-        non-finite is in ``diverged`` (sequential mode: its :class:`~lmsci.errors.DivergedError`, caught), and its
-        ``members`` entry is None in sequential mode.
+        non-finite is in ``diverged`` (sequential mode: its :class:`~lmsci.errors.DivergedError`, caught, and the
+        next member still trains), and its ``members`` entry is None in sequential mode.
 
     Raises:
-        ConfigError: ``seeds`` (or ``log``) not of the models' length.
+        ConfigError: ``seeds`` (or ``log``, ``checkpoint_dirs``, a sequence of ``get_batch``) not of the models'
+            length; the stacked trainer's refusals (models of different shapes, dropout > 0).
 
     Both trainers are looked up on their modules at call time, so a wrapper or a test's spy on
     ``lmsci.train.trainer.train`` / ``lmsci.train.stacked.train_stacked`` sees these calls too.
@@ -55,12 +64,16 @@ def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch, cfg: TrainConf
     logs = list(log) if log is not None else [None] * k
     if len(logs) != k:
         raise ConfigError("log", len(logs), f"one log callable per model ({k})")
-    if stack and k > 1:
+    get_batches = stacked._per_member(get_batch, "get_batch", k)
+    ckpts = list(checkpoint_dirs) if checkpoint_dirs is not None else [None] * k
+    if len(ckpts) != k:
+        raise ConfigError("checkpoint_dirs", len(ckpts), f"one directory (or None) per model ({k})")
+    if stack == "always" or (stack and k > 1):
         return stacked.train_stacked(models, get_batch, cfg, seeds=seeds, log=logs, progress=progress)
     out = StackedResult()
-    for i, (m, s, lg) in enumerate(zip(models, seeds, logs)):
+    for i, (m, gb, s, lg, ck) in enumerate(zip(models, get_batches, seeds, logs, ckpts)):
         try:
-            out.members.append(trainer.train(m, get_batch, cfg, seed=s, log=lg, progress=progress))
+            out.members.append(trainer.train(m, gb, cfg, seed=s, log=lg, progress=progress, checkpoint_dir=ck))
         except DivergedError as err:
             out.diverged[i] = err
             out.members.append(None)

@@ -27,6 +27,16 @@ IGNORE = -100
 
 
 @njit(cache=True)
+def _in_window(cur_people, cur_np, person):  # pragma: no cover - compiled
+    """Whether ``person`` is among the first ``cur_np`` entries of ``cur_people`` (a document of theirs is in the
+    window being filled)."""
+    for u in range(cur_np):
+        if cur_people[u] == person:
+            return True
+    return False
+
+
+@njit(cache=True)
 def _place(doc_len, doc_person, n_pending0, L, check, final, max_pending, cur_len, cur_people, cur_np,
            win, pos, pend_out):  # pragma: no cover - compiled
     n = doc_len.shape[0]
@@ -41,13 +51,7 @@ def _place(doc_len, doc_person, n_pending0, L, check, final, max_pending, cur_le
         for j in range(npend):
             d = pending[j]
             if cur_len + doc_len[d] <= L:
-                clash = False
-                if check:
-                    for u in range(cur_np):
-                        if cur_people[u] == doc_person[d]:
-                            clash = True
-                            break
-                if not clash:
+                if not (check and _in_window(cur_people, cur_np, doc_person[d])):
                     win[d] = w
                     pos[d] = cur_len
                     cur_len += doc_len[d]
@@ -61,12 +65,7 @@ def _place(doc_len, doc_person, n_pending0, L, check, final, max_pending, cur_le
         if not placed:
             if qi < n:
                 d = qi
-                clash = False
-                if check:
-                    for u in range(cur_np):
-                        if cur_people[u] == doc_person[d]:
-                            clash = True
-                            break
+                clash = check and _in_window(cur_people, cur_np, doc_person[d])
                 if clash:
                     if npend < max_pending:
                         pending[npend] = d

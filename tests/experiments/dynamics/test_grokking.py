@@ -401,7 +401,7 @@ def test_members_that_stop_leave_the_stack_and_the_rest_go_on_unchanged():
 
 
 def test_select_members_and_per_member_decay_equal_separate_adamws():
-    from lmsci.train.stacked import decay_members, select_members
+    from lmsci.train.stacked_params import decay_members, select_members
 
     gen = torch.Generator().manual_seed(0)
     w0 = torch.randn(3, 4, 5, generator=gen)

@@ -329,9 +329,9 @@ class Grokking(Experiment):
         if trained:
             members = [modular_member(points[i].params, ctxs[i], checkpoints=frozenset() if points[i].arm == DENSE
                                       else ck, stop_at_gen=points[i].arm == DENSE) for i in trained]
-            res = train_modular_stacked(ModularSpec.of(cfg, reach_acc=ACC), members, cfg.steps,
-                                        device=ctxs[trained[0]].device,
-                                        progress=ctxs[trained[0]].progress(cfg.steps, f"{len(trained)} stacked"))
+            with ctxs[trained[0]].progress(cfg.steps, f"{len(trained)} stacked") as bar:
+                res = train_modular_stacked(ModularSpec.of(cfg, reach_acc=ACC), members, cfg.steps,
+                                            device=ctxs[trained[0]].device, progress=bar)
             rows = {i: self._row(cfg, points[i], ctxs[i], r) for i, r in zip(trained, res)}
         real = {points[i].seed_index: rows[i] for i in trained if points[i].arm == REAL}
         for i, pt in enumerate(points):

@@ -131,8 +131,9 @@ class GrokkingFractions(Experiment):
 
     def run_group(self, cfg: GrokkingFractionsConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         members = [modular_member(pt.params, c, stop_at_gen=True) for pt, c in zip(points, ctxs)]
-        res = train_modular_stacked(ModularSpec.of(cfg, reach_acc=ACC), members, cfg.steps, device=ctxs[0].device,
-                                    progress=ctxs[0].progress(cfg.steps, f"{len(points)} stacked"))
+        with ctxs[0].progress(cfg.steps, f"{len(points)} stacked") as bar:
+            res = train_modular_stacked(ModularSpec.of(cfg, reach_acc=ACC), members, cfg.steps, device=ctxs[0].device,
+                                        progress=bar)
         rows = []
         for pt, c, r in zip(points, ctxs, res):
             prm = pt.params

@@ -286,35 +286,47 @@ class HallucinationStage(Experiment):
         attention, embedding = point.params["variant"].split("-")
         model = LinearAttentionModel(world.vocab_size, world.n_answers, embedding=embedding, attention=attention,
                                      init_scale=cfg.init_scale, seed=derive_seed(ctx.seed, "embed")).to(ctx.device)
+        df = pd.DataFrame(self._descend(cfg, model, world, ctx))
+        df.to_csv(ctx.artifact_dir / "curve.csv", index=False)
+        return {**point.params, "n_subjects": world.S,
+                **self._analyse(cfg, df, world.D, world.n_answers, world.relation_entropy())}
+
+    @staticmethod
+    def _descend(cfg: HallucinationConfig, model: LinearAttentionModel, world: FactualRecallWorld,
+                 ctx: PointContext) -> list[dict]:
+        """Plain stochastic gradient descent (``p -= lr * grad``, no optimizer state) on ``world``'s batches for
+        ``cfg.steps`` steps; the answer losses on a fixed evaluation set every ``eval_every`` steps and at the end.
+
+        Returns:
+            the curve: one ``{"step", **answer_losses}`` per evaluation (also sent to ``ctx.log``).
+
+        Raises:
+            DivergedError: a non-finite training loss.
+        """
         ev = world.eval_set(cfg.n_eval, derive_seed(ctx.seed, "eval"))
         ev_x, ev_y = ev.input_ids.to(ctx.device), ev.targets.to(ctx.device)
         gen = torch.Generator().manual_seed(derive_seed(ctx.seed, "data"))  # batches drawn on the CPU, then moved
-        D = world.D
         curve = []
-        bar = ctx.progress(cfg.steps, "GD")
         params = list(model.parameters())
-        for step in range(cfg.steps + 1):
-            if step % cfg.eval_every == 0 or step == cfg.steps:
+        with ctx.progress(cfg.steps, "GD") as bar:
+            for step in range(cfg.steps + 1):
+                if step % cfg.eval_every == 0 or step == cfg.steps:
+                    with torch.no_grad():
+                        m = {k: float(v) for k, v in answer_losses(model(ev_x), ev_y, world.D).items()}
+                    curve.append({"step": step, **m})
+                    ctx.log(step=step, **m)
+                if step == cfg.steps:
+                    break
+                b = world.sample(cfg.batch_size, gen)
+                loss = torch.nn.functional.cross_entropy(model(b.input_ids.to(ctx.device)), b.targets.to(ctx.device))
+                if not torch.isfinite(loss):
+                    raise DivergedError(step, float(loss.detach()))
+                grads = torch.autograd.grad(loss, params)
                 with torch.no_grad():
-                    m = {k: float(v) for k, v in answer_losses(model(ev_x), ev_y, D).items()}
-                curve.append({"step": step, **m})
-                ctx.log(step=step, **m)
-            if step == cfg.steps:
-                break
-            b = world.sample(cfg.batch_size, gen)
-            loss = torch.nn.functional.cross_entropy(model(b.input_ids.to(ctx.device)), b.targets.to(ctx.device))
-            if not torch.isfinite(loss):
-                raise DivergedError(step, float(loss.detach()))
-            grads = torch.autograd.grad(loss, params)
-            with torch.no_grad():
-                for p, g in zip(params, grads):
-                    p.sub_(cfg.lr * g)
-            bar.update(1)
-        bar.close()
-        df = pd.DataFrame(curve)
-        df.to_csv(ctx.artifact_dir / "curve.csv", index=False)
-        return {**point.params, "n_subjects": world.S,
-                **self._analyse(cfg, df, D, world.n_answers, world.relation_entropy())}
+                    for p, g in zip(params, grads):
+                        p.sub_(cfg.lr * g)
+                bar.update(1)
+        return curve
 
     def _analyse(self, cfg: HallucinationConfig, df: pd.DataFrame, D: int, n_answers: int, h_rel: float) -> dict:
         pl = detect_plateau(df["step"].values, df["loss"].values, flat_tol=cfg.flat_tol, margin=cfg.margin,

@@ -56,7 +56,7 @@ from lmsci.measure.icl import (
 )
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.adaptor import lm_batches, numpy_rng
+from lmsci.train.adaptor import lm_batches, numpy_rng, train_group
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.hmm_mixture import HMMMixture
 
@@ -250,10 +250,8 @@ class ICLKernelRegression(Experiment):
         return self.run_group(cfg, [point], [ctx])[0]
 
     def _train(self, cfg: ICLKernelRegressionConfig, world: HMMMixture, ctxs: list[PointContext]):
-        """The real arm's GPTs of ``ctxs``' seeds, trained stacked with ``stack_seeds``, else one after another;
-        returns (models, the :class:`~lmsci.train.stacked.StackedResult`)."""
-        from lmsci.train.seeds import train_seeds
-
+        """The real arm's GPTs of ``ctxs``' seeds, trained stacked with ``stack_seeds``, else one after another
+        (:func:`lmsci.train.adaptor.train_group`); returns (models, the :class:`~lmsci.train.stacked.StackedResult`)."""
         T = seq_len_of(cfg, world)
         device = ctxs[0].device
         models = [self.build(cfg, world, derive_seed(c.seed, "init")) for c in ctxs]
@@ -261,10 +259,9 @@ class ICLKernelRegression(Experiment):
         def docs(n: int, gen: torch.Generator) -> torch.Tensor:
             return torch.as_tensor(world.sample_documents(n, T, numpy_rng(gen)), device=device)
 
-        tc = cfg.train.train_config(log_every=max(1, cfg.train.steps // 50), device=device)
-        logs = [lambda rec, c=c: c.log(**{k: v for k, v in rec.items() if isinstance(v, (int, float))}) for c in ctxs]
-        return models, train_seeds(models, lm_batches(docs, cfg.train.batch_size), tc, stack=cfg.stack_seeds,
-                                   seeds=[derive_seed(c.seed, "data") for c in ctxs], log=logs)
+        return models, train_group(models, lm_batches(docs, cfg.train.batch_size), cfg.train, ctxs,
+                                   stack=cfg.stack_seeds, seeds=[derive_seed(c.seed, "data") for c in ctxs],
+                                   desc=f"train x{len(ctxs)}", log_points=50)
 
     def run_group(self, cfg: ICLKernelRegressionConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict]:
         """One GPT per training seed of ``points`` (trained stacked); every arm of that seed reads it: ``real`` and

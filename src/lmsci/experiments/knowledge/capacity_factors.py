@@ -254,18 +254,12 @@ def _train(cfg: CapacityFactorsConfig, spec: GPTSpec, stream_of, init_seed: int,
     stream)."""
     batch, steps = plan_batch(stream_of(1).count_windows(), cfg.pretrain.batch_size, cfg.min_steps)
     stream = stream_of(batch)
-    it = iter(stream)
-
-    def get_batch(step: int, g=None):
-        b = next(it)
-        return b.input_ids, b.targets
-
     model = GPT(spec.gpt_config(_vocab(stream), cfg.seq_len), seed=init_seed)
     pre = TrainSpec(steps=steps, batch_size=batch, lr=cfg.pretrain.lr,
                     warmup_steps=int(cfg.pretrain.warmup_frac * steps), min_lr_ratio=0.1,
                     weight_decay=cfg.pretrain.weight_decay, grad_clip=1.0)
-    res = train_point(model, get_batch, pre, ctx, seed=init_seed, desc="pretrain", log_fields={"phase": "pretrain"},
-                      log_every=max(1, steps // 50), precision=cfg.precision)
+    res = train_point(model, stream.get_batch_fn(), pre, ctx, seed=init_seed, desc="pretrain",
+                      log_fields={"phase": "pretrain"}, log_every=max(1, steps // 50), precision=cfg.precision)
     return model, res, stream, batch, steps
 
 

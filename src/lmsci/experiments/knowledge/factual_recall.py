@@ -415,15 +415,15 @@ class FactualRecall(Experiment):
                     members.append(_Member((p.id, size, lr), world, spec, lr,
                                            derive_seed(c.seed, "init", size, lr)))
                     unseen.append(other)
-            bar = ctxs[0].progress(cfg.steps, f"d{d}:round{rnd}")
-            t0 = time.perf_counter()
-            train_stack_scoring_unseen(
-                members, unseen, d, sample=sample_stack, steps=cfg.steps, batch_size=cfg.batch_size,
-                eval_every=cfg.eval_every, n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
-                seed=derive_seed(ctxs[0].seed, "data", rnd), done_key=lambda m: m.key[:2],
-                log=self._logger(ctx_of, lambda m: {"round": rnd, "level": m.key[1], "facts": m.world.n_facts,
-                                                    "lr": m.key[2]}),
-                progress=bar, device=ctxs[0].device)
+            with ctxs[0].progress(cfg.steps, f"d{d}:round{rnd}") as bar:
+                t0 = time.perf_counter()
+                train_stack_scoring_unseen(
+                    members, unseen, d, sample=sample_stack, steps=cfg.steps, batch_size=cfg.batch_size,
+                    eval_every=cfg.eval_every, n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
+                    seed=derive_seed(ctxs[0].seed, "data", rnd), done_key=lambda m: m.key[:2],
+                    log=self._logger(ctx_of, lambda m: {"round": rnd, "level": m.key[1], "facts": m.world.n_facts,
+                                                        "lr": m.key[2]}),
+                    progress=bar, device=ctxs[0].device)
             t_train += time.perf_counter() - t0
             seqs += sum(m.steps_run for m in members) * cfg.batch_size
             by_point: dict[str, dict[int, bool]] = {}
@@ -477,11 +477,11 @@ class FactualRecall(Experiment):
             spec = OneLayerSpec(p.params["n_heads"], p.params["d_head"], p.params["d_mlp"])
             members.append(_Member((p.id,), worlds[k], spec, cfg.tradeoff_lr, derive_seed(c.seed, "init")))
         ctx_of = {p.id: c for p, c in zip(points, ctxs)}
-        bar = ctxs[0].progress(cfg.tradeoff_steps, "tradeoff")
-        train_stack(members, d, steps=cfg.tradeoff_steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
-                    n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
-                    seed=derive_seed(cfg.seed, "tradeoff-data", points[0].id),
-                    log=self._logger(ctx_of, lambda m: {}), progress=bar, device=ctxs[0].device)
+        with ctxs[0].progress(cfg.tradeoff_steps, "tradeoff") as bar:
+            train_stack(members, d, steps=cfg.tradeoff_steps, batch_size=cfg.batch_size, eval_every=cfg.eval_every,
+                        n_eval=cfg.n_eval, threshold=cfg.threshold, schedule=cfg.lr_schedule,
+                        seed=derive_seed(cfg.seed, "tradeoff-data", points[0].id),
+                        log=self._logger(ctx_of, lambda m: {}), progress=bar, device=ctxs[0].device)
         return [{**p.params, "accuracy": m.best_acc, "stored": m.reached_at is not None,
                  "steps_run": m.steps_run, "final_loss": m.final_loss} for p, m in zip(points, members)]
 

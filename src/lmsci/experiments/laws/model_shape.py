@@ -353,23 +353,18 @@ class ModelShape(Experiment):
 
     def run_group(self, cfg: ModelShapeConfig, points: list[Point], ctxs: list[PointContext]) -> list[dict[str, Any]]:
         """The seeds of one shape, trained stacked (several, with ``stack_seeds``: :meth:`groups`) or with the
-        trainer (one)."""
-        from lmsci.train.adaptor import train_group, train_point
+        trainer (one) by :func:`lmsci.train.adaptor.train_group`; a diverged seed fails the group."""
+        from lmsci.train.adaptor import train_group
         from lmsci.worlds import shakespeare as sh
 
         corpus = self._corpus(cfg)
         models = [self._model(cfg, corpus, p, c.seed) for p, c in zip(points, ctxs)]
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        changes = dict(log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
-        desc = f"train x{len(points)}"
-        if len(points) == 1:  # one seed: the trainer itself
-            results = [train_point(models[0], get_batch, cfg.train, ctxs[0], desc=desc, **changes)]
-        else:
-            st = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs, desc=desc, **changes)
-            for k in sorted(st.diverged):
-                st.raise_for(k)
-            results = st.members
-        return [self._row(cfg, p, m, r, corpus) for p, m, r in zip(points, models, results)]
+        st = train_group(models, get_batch, cfg.train, ctxs, stack=cfg.stack_seeds, desc=f"train x{len(points)}",
+                         log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
+        for k in sorted(st.diverged):
+            st.raise_for(k)
+        return [self._row(cfg, p, m, r, corpus) for p, m, r in zip(points, models, st.members)]
 
     # ---------------------------------------------------------------------------------------------- verdicts
     def per_seed(self, cfg: ModelShapeConfig, results: pd.DataFrame) -> dict[int, list[dict[str, float]]]:

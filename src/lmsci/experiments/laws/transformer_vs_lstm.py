@@ -230,32 +230,22 @@ class TransformerVsLSTM(Experiment):
     def run_group(self, cfg: TransformerVsLSTMConfig, points: list[Point],
                   ctxs: list[PointContext]) -> list[dict[str, Any]]:
         """The seeds of one (size, arch): GPTs stacked (:mod:`lmsci.train.stacked`) with ``stack_seeds``, LSTMs one at
-        a time."""
+        a time (:func:`lmsci.train.adaptor.train_group`); every seed trains, the first divergence is raised."""
         from lmsci.measure.position_loss import position_nll
-        from lmsci.errors import DivergedError
-        from lmsci.train.adaptor import train_group, train_point
+        from lmsci.train.adaptor import train_group
         from lmsci.worlds import shakespeare as sh
 
         corpus = sh.prepare(cfg.tokenizer, cfg.vocab_size, cfg.val_fraction, cfg.split_seed)
         dev = ctxs[0].device
         models = [self._model(cfg, corpus.vocab_size, p, c.seed) for p, c in zip(points, ctxs)]
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
-        changes = dict(log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
-        desc = f"train {points[0].params['arch']} x{len(points)}"
-        if points[0].params["arch"] != "lstm" and len(points) > 1:
-            st = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs, desc=desc, **changes)
-            for k in sorted(st.diverged):
-                st.raise_for(k)
-            results = st.members
-        else:  # one at a time; every member trains even if an earlier one diverged, the first divergence raised
-            results, diverged = [], []
-            for m, c in zip(models, ctxs):
-                try:
-                    results.append(train_point(m, get_batch, cfg.train, c, desc=desc, **changes))
-                except DivergedError as err:
-                    diverged.append(err)
-            if diverged:
-                raise diverged[0]
+        arch = points[0].params["arch"]
+        st = train_group(models, get_batch, cfg.train, ctxs, stack=cfg.stack_seeds and arch != "lstm",
+                         desc=f"train {arch} x{len(points)}", log_every=max(1, cfg.train.steps // 20),
+                         precision=cfg.precision)
+        for k in sorted(st.diverged):
+            st.raise_for(k)
+        results = st.members
         val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         rows = []
         for p, m, r in zip(points, models, results):

@@ -370,10 +370,9 @@ class LengthGeneralization(Experiment):
         kind = point.params["kind"]
         train_id = "train" + seed_suffix(point)
         if kind == "train":
-            bar = ctx.progress(cfg.train.steps, "train")
-            model, res = train_or_load(cfg, ctx.run, ctx.seed, ctx.device, log=lambda m: ctx.log(**m), progress=bar,
-                                       train_id=train_id)
-            bar.close()
+            with ctx.progress(cfg.train.steps, "train") as bar:
+                model, res = train_or_load(cfg, ctx.run, ctx.seed, ctx.device, log=lambda m: ctx.log(**m),
+                                           progress=bar, train_id=train_id)
             return {"kind": "train", "method": "", "train_loss": res.final.get("loss"),
                     "params": model.num_params(), "steps": cfg.train.steps, "tokens_seen": res.tokens_seen}
         if kind == "profile":

@@ -51,6 +51,7 @@ from lmsci.experiments.length._seeds import seed_suffix
 from lmsci.experiments.registry import register
 from lmsci.models.gpt import GPTSpec
 from lmsci.runs import RunDir, Verdict, derive_seed
+from lmsci.train.adaptor import numpy_rng
 from lmsci.train.trainer import TrainSpec
 
 # ---- the passkey world (token ids) -----------------------------------------------------------
@@ -189,10 +190,12 @@ def _policy(cfg: PasskeyConfig, method: str):
 
 
 def _train_batch_fn(cfg: PasskeyConfig):
+    """``get_batch(step, gen) -> (x, y)``: ``cfg.train.batch_size`` pass-key prompts of ``cfg.seq_len`` tokens (key at
+    a random depth) followed by their answers, with next-token targets except on the key where it is stated (``-100``:
+    unpredictable there, so only its recall is trained). Experiment-specific targets, hence not
+    :func:`lmsci.train.adaptor.lm_batches`; one draw of ``gen`` per batch seeds the prompts."""
     def get_batch(step: int, gen: torch.Generator):
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
-        rng = np.random.default_rng(seed)
-        p, keys, kp = make_prompts(cfg.train.batch_size, cfg.seq_len, None, cfg.n_digits, rng)
+        p, keys, kp = make_prompts(cfg.train.batch_size, cfg.seq_len, None, cfg.n_digits, numpy_rng(gen, 2**31 - 1))
         full = np.concatenate([p, keys], axis=1)  # prompt + answer
         x = torch.from_numpy(full[:, :-1])
         y = torch.from_numpy(full[:, 1:]).clone()
@@ -327,10 +330,9 @@ class PasskeyRetrieval(Experiment):
         train_id = "train" + seed_suffix(point)  # each training seed trains (and its evals load) its own model
         train_seed = derive_seed(cfg.seed, self.name, train_id)
         if point.params["kind"] == "train":
-            bar = ctx.progress(cfg.train.steps, "train")
-            model, res = train_or_load(cfg, ctx.run, train_seed, ctx.device, log=lambda m: ctx.log(**m), progress=bar,
-                                       train_id=train_id)
-            bar.close()
+            with ctx.progress(cfg.train.steps, "train") as bar:
+                model, res = train_or_load(cfg, ctx.run, train_seed, ctx.device, log=lambda m: ctx.log(**m),
+                                           progress=bar, train_id=train_id)
             return {"kind": "train", "factor": None, "train_loss": res.final.get("loss"), "params": model.num_params()}
         model, _ = train_or_load(cfg, ctx.run, train_seed, ctx.device, train_id=train_id)
         f = point.params["factor"]

@@ -48,7 +48,7 @@ from lmsci.measure.graph_reading import (accuracy_by_type, greedy_paths, mlp_log
                                          value_logit_table)
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed
-from lmsci.train.adaptor import train_group
+from lmsci.train.adaptor import row_batches, train_group
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.alpine import AlpineWorld, alpine_world
 
@@ -254,15 +254,8 @@ class AlpinePlanning(Experiment):
             padded.append((xp, yp))
         gcfg = self.gpt_config(cfg)
         models = [GPT(gcfg, seed=derive_seed(c.seed, "init")).to(c.device) for c in ctxs]
-
-        def batcher(xy):
-            def get_batch(step, gen):
-                idx = torch.randint(xy[0].shape[0], (cfg.train.batch_size,), generator=gen)
-                return xy[0][idx], xy[1][idx]
-            return get_batch
-
         # the warmup stops one step short of a run shorter than it (the smoke preset's 30 steps)
-        res = train_group(models, [batcher(xy) for xy in padded], cfg.train, ctxs,
+        res = train_group(models, [row_batches(x, y, cfg.train.batch_size) for x, y in padded], cfg.train, ctxs,
                           warmup_steps=min(cfg.train.warmup_steps, cfg.train.steps - 1))
         out = []
         for k, (p, m) in enumerate(zip(points, models)):

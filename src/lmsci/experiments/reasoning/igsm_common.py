@@ -12,11 +12,12 @@ Pieces:
 
 * :class:`IGSMCommonConfig` -- world, format, model shape, training and evaluation fields every experiment shares;
   :func:`validate_common` checks them before any work (``ConfigError``).
-* :func:`train_members` -- train one model per seed context: the seeds of one point are trained as one stacked
-  computation (:func:`lmsci.train.stacked.train_stacked`) when ``stack_seeds`` and there are several, else one at a
-  time with the lmsci trainer (checkpointed, resumable). Documents are ``<bos> <prob> problem <sol> solution <ans>
-  answer <eos>`` packed into ``seq_len`` windows (:func:`lmsci.worlds.igsm.tokenizer.get_batch_fn`), with retry
-  data at ``retry_rate`` and the mistakes' loss masked or not.
+* :func:`train_members` -- train one model per seed context (:func:`lmsci.train.adaptor.train_group`): the seeds
+  of one point are trained as one stacked computation (:func:`lmsci.train.stacked.train_stacked`) when
+  ``stack_seeds`` and there are several, else one at a time with the lmsci trainer (checkpointed, resumable).
+  Documents are ``<bos> <prob> problem <sol> solution <ans> answer <eos>`` packed into ``seq_len`` windows
+  (:func:`lmsci.worlds.igsm.tokenizer.get_batch_fn`), with retry data at ``retry_rate`` and the mistakes' loss
+  masked or not.
 * :func:`test_set` / :func:`solve` / :func:`evaluate_ops` -- fresh test-hash problems per op (the same for every
   point and training seed: drawn from ``cfg.seed``), decoded greedily and with beam search
   (:mod:`lmsci.models.decode`), scored by :func:`lmsci.worlds.igsm.checker.check_solution`.
@@ -56,7 +57,7 @@ from lmsci.experiments.base import Experiment, Point, PointContext
 from lmsci.models.decode import beam_decode, greedy_decode
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
-from lmsci.train.adaptor import train_group, train_point
+from lmsci.train.adaptor import train_group
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.igsm import IGSMWorld, get_world_config
 from lmsci.worlds.igsm.checker import SolutionCheck, check_solution
@@ -202,38 +203,28 @@ def train_members(cfg: IGSMCommonConfig, ctxs: Sequence[PointContext], world: IG
 
     The data of member k are drawn from ``derive_seed(ctx_k.seed, "data", tag + data_tag)``, its initialisation
     from ``derive_seed(ctx_k.seed, "init", tag)`` (``data_tag`` changes the problem stream only: a null arm's
-    second error-free model has the same initialisation and other problems). Several contexts with ``cfg.stack_seeds`` train as one stacked
-    computation; otherwise each trains with :func:`lmsci.train.trainer.train` (checkpoints under the point's
-    artifact directory, so an interrupted run resumes).
+    second error-free model has the same initialisation and other problems). Several contexts with ``cfg.stack_seeds``
+    train as one stacked computation; otherwise each trains with :func:`lmsci.train.trainer.train` (checkpoints under
+    the point's artifact directory, so an interrupted run resumes); both through
+    :func:`lmsci.train.adaptor.train_group`. A member whose loss becomes non-finite is returned as diverged (model
+    None), in either mode; the other members still train.
 
     Returns:
         one :class:`Trained` per context, models in eval mode on the context's device.
     """
     device = ctxs[0].device
     steps = cfg.train.steps
-    # a one-step run has no warmup (validate_common refuses warmup_steps >= steps for longer runs)
-    changes = dict(warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), log_every=max(steps // 50, 1),
-                   checkpoint_every=max(steps // 4, 1), precision=cfg.precision)
     get_batch = get_batch_fn(world, tok, cfg.seq_len, cfg.train.batch_size, retry_rate=retry_rate,
                              retry_weak=retry_weak, mask_mistakes=mask_mistakes)
     models = [build_gpt(cfg, tok, shape, derive_seed(c.seed, "init", tag)) for c in ctxs]
-    seeds = [derive_seed(c.seed, "data", tag + data_tag) for c in ctxs]
-    out: list[Trained] = []
-    if len(ctxs) > 1 and cfg.stack_seeds:
-        # the stacked trainer's records are numbers only (step, loss, lr, grad_norm, tokens_seen, tokens_per_s)
-        res = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs, seeds=seeds,
-                          desc=f"train x{len(ctxs)}{tag}", **changes)
-        for k, m in enumerate(models):
-            if k in res.diverged:
-                out.append(Trained(None, {}, str(res.diverged[k])))
-            else:
-                out.append(Trained(m.to(device).eval(), res.members[k].final))
-        return out
-    for m, c, s in zip(models, ctxs, seeds):
-        res = train_point(m, get_batch, cfg.train, c, seed=s, desc=f"train{tag}",
-                          checkpoint_dir=c.artifact_dir / f"ckpt{tag}", device=device, **changes)
-        out.append(Trained(m.eval(), res.final))
-    return out
+    # a one-step run has no warmup (validate_common refuses warmup_steps >= steps for longer runs)
+    res = train_group(models, get_batch, cfg.train, ctxs, stack=cfg.stack_seeds, desc=f"train x{len(ctxs)}{tag}",
+                      seeds=[derive_seed(c.seed, "data", tag + data_tag) for c in ctxs],
+                      checkpoint=f"ckpt{tag}",
+                      warmup_steps=min(cfg.train.warmup_steps, max(steps - 1, 0)), log_every=max(steps // 50, 1),
+                      checkpoint_every=max(steps // 4, 1), precision=cfg.precision)
+    return [Trained(None, {}, str(res.diverged[k])) if k in res.diverged else
+            Trained(m.to(device).eval(), res.members[k].final) for k, m in enumerate(models)]
 
 
 # ------------------------------------------------------------------------------------------------- evaluation

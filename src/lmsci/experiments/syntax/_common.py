@@ -20,7 +20,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.base import PointContext
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
-from lmsci.train.adaptor import train_point
+from lmsci.train.adaptor import numpy_rng, train_point
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.cfg import CFG
 from lmsci.worlds.cfg_grammars import get_grammar
@@ -94,7 +94,7 @@ def make_get_batch(g: CFG, batch_size: int, seq_len: int, shuffle_within: bool =
     per_row = math.ceil(seq_len / (lo + 1)) + 1
 
     def get_batch(step: int, gen: torch.Generator):
-        rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        rng = numpy_rng(gen)
         stream = g.sample_stream(batch_size * per_row, rng)
         if shuffle_within:  # sort by (string index, random key); each EOS keeps the last place of its string
             eos = stream == g.eos

@@ -66,7 +66,7 @@ from lmsci.measure.calibration import (adaptive_bins, counts_over, good_turing_g
                                        kv_bound, missing_mass, miscalibration, mle_generator, monofact_rate)
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import RunDir, derive_seed, resolve_device
-from lmsci.train.adaptor import train_point
+from lmsci.train.adaptor import row_batches, train_point
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.factoids import BOS, FactoidWorld
 
@@ -234,24 +234,19 @@ class CalibrationHallucination(Experiment):
         toks = torch.as_tensor(world.tokens(y_train), device=device)
         held = torch.as_tensor(world.tokens(world.sample(cfg.n_heldout, np.random.default_rng(
             derive_seed(ctx.seed, "heldout")))), device=device)
-        best: dict[str, Any] = {"nll": float("inf"), "state": None, "step": 0}
-        step_box = {"step": 0}
+        best: dict[str, Any] = {"nll": float("inf"), "state": None}
 
-        def get_batch(step: int, gen: torch.Generator):
-            step_box["step"] = step + 1
-            idx = torch.randint(len(toks), (cfg.train.batch_size,), generator=gen).to(device)
-            b = toks[idx]
-            return b[:, :-1], b[:, 1:]
-
-        def eval_fn(m: GPT) -> dict:
+        def eval_fn(m: GPT) -> dict:  # early stopping: keep the weights of the lowest held-out NLL
             nll = float(m.sum_nll(held[:, :-1], held[:, 1:]).item()) / held[:, 1:].numel()
             if nll < best["nll"]:
-                best.update(nll=nll, step=step_box["step"],
-                            state={k: v.detach().clone() for k, v in m.state_dict().items()})
+                best.update(nll=nll, state={k: v.detach().clone() for k, v in m.state_dict().items()})
             return {"heldout_nll": nll}
 
-        res = train_point(model, get_batch, cfg.train, ctx, seed=derive_seed(ctx.seed, "train"), eval_fn=eval_fn,
-                          eval_every=cfg.eval_every, device=device, log_every=50)
+        res = train_point(model, row_batches(toks[:, :-1], toks[:, 1:], cfg.train.batch_size), cfg.train, ctx,
+                          seed=derive_seed(ctx.seed, "train"), eval_fn=eval_fn, eval_every=cfg.eval_every,
+                          device=device, log_every=50)
+        # the step of the kept weights: the first evaluation record at the lowest held-out NLL
+        best["step"] = next((r["step"] for r in res.history if r.get("heldout_nll") == best["nll"]), 0)
         model.load_state_dict(best["state"])
         model.eval()
         train_nll = float(model.sum_nll(toks[:, :-1], toks[:, 1:]).item()) / toks[:, 1:].numel()

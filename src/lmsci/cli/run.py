@@ -1,260 +1,18 @@
-"""The ``lmsci`` command line: a thin typer app. Parse, look up the registry, call; no science here."""
+"""The ``lmsci`` commands that run experiments or read what runs left: ``run``, ``suite``, ``show``, ``report``,
+``profile``, and the standalone tools ``train`` (a GPT on a corpus), ``generate`` (samples from it) and ``fit`` (a
+scaling law to a CSV)."""
 
 from __future__ import annotations
 
-import re
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from lmsci.errors import ConfigError, LmsciError, RunDirError
-
-app = typer.Typer(
-    help="lmsci: a laboratory for the science of language models. "
-    "`lmsci list` shows the experiments; `lmsci run NAME` reproduces one end to end.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from lmsci.cli.common import ADDRESS_HELP, BACKEND_HELP, DEVICE_HELP, device_overrides, fail, guard
+from lmsci.errors import ConfigError, RunDirError
 
 
-def fail(msg: str, code: int = 2) -> None:
-    """Print an error to stderr and exit (code 2 = bad input)."""
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
-
-
-BACKEND_HELP = ("where points are computed: local (one after another in this process) | ray (as Ray tasks on a "
-                "cluster; rows come back to this run directory; needs pip install 'lmsci\\[ray]')")
-ADDRESS_HELP = ("with --backend ray: the Ray head HOST:PORT (`ray start --head` prints it), ray://HOST:10001 or "
-                "auto (default: $RAY_ADDRESS, else a new Ray instance on this machine)")
-
-
-DEVICE_HELP = "cpu | cuda | cuda:N | auto: the config's device field (the same as --set device=...)"
-
-
-def device_overrides(set_: Optional[list[str]], device: Optional[str]) -> list[str]:
-    """The ``--set`` overrides with ``--device D`` added as ``device=D`` (validated as the config's ``device``
-    field: cpu | cuda | cuda:N | auto; cuda without CUDA is refused before any work).
-
-    Raises:
-        ConfigError: ``--device`` beside ``--set device=...`` (one of the two, please).
-    """
-    out = list(set_ or [])
-    if device is None:
-        return out
-    if any(s.split("=", 1)[0].strip() == "device" for s in out):
-        raise ConfigError("--device", device, "either --device or --set device=..., not both")
-    return out + [f"device={device}"]
-
-
-def _guard(fn, *args, **kwargs):
-    """Run ``fn``; turn lmsci input errors into a clear message and exit code 2."""
-    try:
-        return fn(*args, **kwargs)
-    except LmsciError as e:  # ConfigError, RunDirError, DataError, ...
-        fail(str(e))
-
-
-LIST_WIDTH = 120  # `lmsci list` fits a 120-column terminal
-
-_DURATION = re.compile(r"(~)?\s*(\d+(?:\.\d+)?)\s*(?:CPU-)?(s|sec|seconds?|min|minutes?|h|hours?)\b")
-
-
-def short_time(text: str | None) -> str:
-    """The first duration in a free-text time estimate, in short form: ``"~260 s (estimated ...)"`` -> ``"~4m"``,
-    ``"711 s measured ..."`` -> ``"12m"``, ``"~1 h on one H100"`` -> ``"~60m"``, under a minute ``"30s"``.
-
-    ``~`` marks an estimate: the duration is written with ``~``, or the text says "estimated" before it says
-    "measured". ``"-"`` for no text, ``"?"`` when the text holds no duration (seconds, minutes or hours).
-    """
-    if not text:
-        return "-"
-    m = _DURATION.search(text)
-    if m is None:
-        return "?"
-    value, unit = float(m.group(2)), m.group(3)
-    seconds = value * (3600 if unit.startswith("h") else 60 if unit.startswith("min") else 1)
-    low = text.lower()
-    est, meas = low.find("estimat"), low.find("measured")
-    approx = bool(m.group(1)) or (est >= 0 and (meas < 0 or est < meas))
-    short = f"{round(seconds)}s" if seconds < 59.5 else f"{int(seconds / 60 + 0.5)}m"
-    return ("~" if approx else "") + short
-
-
-def measured_quick(rows) -> str | None:
-    """One experiment's quick wall time per master seed from its published rows (``wall_s`` is summed over the
-    row's master seeds), as :func:`short_time` writes a measured one; None without a positive time."""
-    import pandas as pd
-
-    if rows is None or len(rows) == 0 or "wall_s" not in rows:
-        return None
-    wall = pd.to_numeric(rows["wall_s"], errors="coerce").max()
-    seeds = str(rows["master_seeds"].iloc[0]) if "master_seeds" in rows else ""
-    n = max(len([x for x in seeds.split(",") if x.strip()]), 1)
-    if not wall or wall != wall or wall <= 0:
-        return None
-    return short_time(f"{wall / n:.0f} s measured")
-
-
-def outcome_summary(rows) -> str:
-    """One experiment's published rows (a claims-table slice) as ``"3R 1N 0I"`` (claims reproduced / not
-    reproduced / inconclusive, seed-dependent included, ablations apart, as the README's counts), then
-    ``"2P"``/``"1F"``/``"1?"`` for design checks passed / failed / inconclusive and ``"2u"`` for items not
-    decided at the table's preset (each only when non-zero); ``"-"`` for no rows."""
-    from lmsci.publish import table_counts
-
-    if rows is None or len(rows) == 0:
-        return "-"
-    c = table_counts(rows)
-    parts = [f"{c['reproduced']}R {c['not reproduced']}N {c['inconclusive']}I"]
-    for key, tag in (("checks passed", "P"), ("checks failed", "F"), ("checks inconclusive", "?"),
-                     ("not decided at this preset", "u"), ("errors", "E")):
-        if c[key]:
-            parts.append(f"{c[key]}{tag}")
-    return " ".join(parts)
-
-
-def _published_quick():
-    """The published quick table (``results/quick/claims.csv`` of :func:`lmsci.publish.results_root`), or None."""
-    from lmsci.publish import CLAIMS_CSV, load_claims_table, results_root
-
-    f = results_root() / "quick" / CLAIMS_CSV
-    if not f.is_file():
-        return None
-    try:
-        return load_claims_table(f)
-    except RunDirError:
-        return None
-
-
-def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
-    """`lmsci list`'s lines: a title, a header, one line per experiment (name, family, claims, checks, the
-    published quick outcome, quick and gpu time, the claim tested cut to fit) and a legend, each at most
-    ``width`` characters."""
-    from lmsci.experiments.registry import PACKAGE, catalog
-
-    pub = _published_quick()
-    rows = []
-    for name, cls in catalog().items():
-        mod = cls.__module__
-        family = mod.split(".")[2] if mod.startswith(PACKAGE + ".") and mod.count(".") >= 3 else "-"
-        n_claims = sum(c.kind != "check" and not c.ablation for c in cls.claims)
-        n_abl = sum(c.kind != "check" and bool(c.ablation) for c in cls.claims)
-        n_checks = sum(c.kind == "check" for c in cls.claims)
-        mine = None if pub is None else pub[pub["experiment"] == name]
-        est = cls.time_estimate
-        outcome = outcome_summary(mine)
-        if outcome == "-" and not any("quick" in c.presets for c in cls.claims):
-            outcome = "left out"
-        rows.append([name, family, f"{n_claims}" + (f"+{n_abl}a" if n_abl else ""), str(n_checks or "-"),
-                     outcome, measured_quick(mine) or short_time(est.get("quick")),
-                     short_time(est.get("gpu")) if "gpu" in cls.Config.PRESETS else "-", " ".join(cls.claim.split())])
-    head = ["name", "family", "claims", "checks", "quick outcome", "quick", "gpu", "claim tested"]
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
-
-    def line(cells: list[str]) -> str:
-        left = "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  "
-        room = width - len(left)
-        last = cells[-1] if len(cells[-1]) <= room else cells[-1][:max(room - 3, 0)] + "..."
-        return (left + last).rstrip()[:width]
-
-    title = f"{len(rows)} experiments (`lmsci list --long`: claims, sources, every preset's time)"
-    legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1, or fresh",
-              "ones where claims changed after those were seen): R reproduced, N not reproduced, I inconclusive",
-              "(claims; ablations apart); design checks P passed, F failed, ? inconclusive; u not decided at",
-              "quick; - no row; left out: decides nothing at quick, so the quick suite does not run it.",
-              "claims: +Na = N ablations. Times: ~ estimated; quick without ~: the published rows' wall time",
-              "per master seed (one core of a 2-core CPU, two master seeds run at once)."]
-    return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
-
-
-@app.command("list")
-def list_cmd(
-    long: bool = typer.Option(False, "--long", "-l", help="the detailed catalog: claim, source and time per "
-                              "preset in full (160 columns)"),
-) -> None:
-    """The catalog: one line per experiment (name, family, claims, published quick outcome, quick and gpu
-    time) in 120 columns; --long for each one's claim, source and time per preset in full."""
-    if not long:
-        for s in catalog_lines():
-            typer.echo(s)
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    from lmsci.experiments.registry import catalog
-
-    t = Table(show_lines=True)
-    for col in ("name", "claim", "source", "time (smoke / quick / gpu / paper)"):
-        t.add_column(col)
-    for name, cls in catalog().items():
-        est = cls.time_estimate
-        t.add_row(name, cls.claim, cls.source,
-                  " / ".join(est.get(p, "-" if p == "gpu" else "?") for p in ("smoke", "quick", "gpu", "paper")))
-    Console(width=160).print(t)
-
-
-@app.command("claims")
-def claims_cmd(
-    name: Optional[str] = typer.Argument(None, help="experiment name (default: every experiment)"),
-    as_json: bool = typer.Option(False, "--json", help="print the claims as JSON (the snapshot's format)"),
-    status: bool = typer.Option(False, "--status", help="one line per claim with its published outcome "
-                                "(results/quick and results/gpu)"),
-) -> None:
-    """The registered claims: statement, source, the paper's value, statistic, rule, null arm, gates,
-    presets, and whether the claims engine or the experiment's own code judges it (with --status: each one's
-    published outcome)."""
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from lmsci.claims import registered_digest, snapshot
-    from lmsci.experiments.registry import get, shipped
-
-    def go():
-        return {name: get(name)} if name else shipped()
-
-    exps = _guard(go)
-    if as_json:
-        typer.echo(json.dumps(snapshot(exps), indent=2))
-        return
-    if status:
-        from lmsci.publish import published_outcomes
-
-        pub = published_outcomes()
-        st = Table(show_lines=False)
-        for col in ("experiment", "claim", "kind", "quick", "gpu"):
-            st.add_column(col)
-        for ename, cls in exps.items():
-            for c in cls.claims:
-                kind = "check" if c.kind == "check" else ("ablation" if c.ablation else "claim")
-                st.add_row(ename, c.id, kind, *(pub.get(p, {}).get((ename, c.id), "not published")
-                                                for p in ("quick", "gpu")))
-        Console(width=160).print(st)
-        return
-    t = Table(show_lines=True)
-    for col in ("experiment / claim", "statement and source", "paper", "statistic", "rule and null arm", "gates",
-                "presets"):
-        t.add_column(col)
-    for ename, cls in exps.items():
-        for c in cls.claims:
-            seeds = {"seeds": f"CI across >= {c.min_seeds} seeds", "within-run": f"within-run, >= {c.min_seeds} seeds",
-                     "exact": "exact"}[c.uncertainty]
-            kind = " (check)" if c.kind == "check" else (" (ablation)" if c.ablation else "")
-            judged = "engine" if c.stat is not None else "by hand"
-            null = f"\nnull arm: {c.null}" if c.null else ""
-            t.add_row(f"{ename}\n{c.id}{kind}\n[{registered_digest(cls, c)}]\njudged {judged}",
-                      f"{c.statement}\n[dim]{c.source}[/dim]", c.paper_value, c.statistic_text,
-                      f"{c.rule_text}\n({seeds}){null}",
-                      "\n".join(f"{g.id}: {g.rule_text}" for g in c.gates) or "-", ", ".join(c.presets))
-    Console(width=200).print(t)
-
-
-@app.command("run")
 def run_cmd(
     name: str = typer.Argument(..., help="experiment name (see `lmsci list`)"),
     preset: str = typer.Option("quick", "--preset", "-p", help="smoke | quick | gpu | paper (gpu where the experiment has one)"),
@@ -300,12 +58,11 @@ def run_cmd(
         except PointsFailedError as e:  # not bad input: some points were lost, the rest recorded
             fail(str(e), code=1)
 
-    run = _guard(go)
+    run = guard(go)
     typer.echo(f"run directory: {run.path}")
     _show(run.path)
 
 
-@app.command("suite")
 def suite_cmd(
     preset: str = typer.Option("quick", "--preset", "-p", help="smoke | quick | gpu | paper"),
     only: Optional[str] = typer.Option(None, "--only", help="comma-separated experiments (default: all)"),
@@ -337,17 +94,17 @@ def suite_cmd(
     if check is not None:
         from lmsci.table_check import check_published
 
-        rep = _guard(check_published, check)
+        rep = guard(check_published, check)
         typer.echo(rep.text())
         raise typer.Exit(0 if rep.clean else 1)
     from lmsci.backends import make_backend
     from lmsci.publish import CLAIMS_HTML, CLAIMS_MD, ERROR
     from lmsci.suite import run_suite
 
-    b = _guard(make_backend, backend, address)
-    _guard(b.open)  # an unreachable cluster is reported before any work
+    b = guard(make_backend, backend, address)
+    guard(b.open)  # an unreachable cluster is reported before any work
     try:
-        res = _guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
+        res = guard(run_suite, preset, only, out, device=device, overrides=set_ or [], compare=compare,
                      progress=progress, log=lambda m: typer.echo(m, err=True), backend=b, seeds=seeds, update=update,
                      jobs=jobs, budget=budget, include_undecided=include_undecided)
     finally:
@@ -415,13 +172,11 @@ def _show(run_dir: Path) -> None:
     con.print(f"report: {run.path / run.REPORT} (and {run.REPORT_HTML})")
 
 
-@app.command("show")
 def show_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> None:
     """Print a run's results table and verdict."""
-    _guard(_show, run_dir)
+    guard(_show, run_dir)
 
 
-@app.command("report")
 def report_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> None:
     """Re-render a run's report and verdict from its stored results, without training."""
     from lmsci.report import render_report
@@ -431,11 +186,10 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> N
         render_report(exp, cfg, run)
         return run
 
-    run = _guard(go)
+    run = guard(go)
     typer.echo(f"wrote {run.path / run.REPORT} and {run.path / run.REPORT_HTML}")
 
 
-@app.command("train")
 def train_cmd(
     corpus: str = typer.Option("shakespeare", "--corpus", help="training corpus: shakespeare"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="char | bpe [default: char]"),
@@ -492,12 +246,11 @@ def train_cmd(
         dest = out or Path("runs") / "train" / time.strftime("%Y-%m-%dT%H-%M-%S")
         return run_experiment(exp, cfg, dest, progress=progress, log=lambda m: typer.echo(m, err=True))
 
-    run = _guard(go)
+    run = guard(go)
     typer.echo(f"run directory: {run.path}")
     _show(run.path)
 
 
-@app.command("generate")
 def generate_cmd(
     run_dir: Path = typer.Argument(..., help="a run directory of `lmsci train` / shakespeare-lm, or a model dir"),
     prompt: str = typer.Option("\n", "--prompt", help="text to continue"),
@@ -528,13 +281,12 @@ def generate_cmd(
                              generator=torch.Generator(device=dev).manual_seed(seed))
         return [tok.decode(row.tolist()) for row in out]
 
-    for i, text in enumerate(_guard(go)):
+    for i, text in enumerate(guard(go)):
         if i:
             typer.echo("\n-----")
         typer.echo(text)
 
 
-@app.command("fit")
 def fit_cmd(
     data: Path = typer.Argument(..., help="CSV of training runs, one per row"),
     law: str = typer.Option("chinchilla", "--law", "-l", help="chinchilla | kaplan_n | kaplan_d | kaplan_c | "
@@ -592,53 +344,13 @@ def fit_cmd(
                 table.to_csv(Path(out) / "comparison.csv", index=False)
         return an, table
 
-    an, table = _guard(go)
+    an, table = guard(go)
     typer.echo(an.text())
     if table is not None:
         typer.echo("\nmodel comparison (sorted by held-out RMSE of log y; laws lacking inputs skipped):")
         typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
-@app.command("models")
-def models_cmd(
-    as_json: bool = typer.Option(False, "--json", help="the zoo entries and their install state as JSON"),
-    prepare: str = typer.Option(None, "--prepare", help="write NAME's dequantised copy to the model cache now"),
-) -> None:
-    """The model zoo: pretrained models loadable offline (zoo name, or --set hf_model=NAME), what each supports,
-    and whether it is installed here (size, sha256 prefix)."""
-    import json
-
-    from lmsci.models import zoo
-
-    if prepare:
-        typer.echo(f"{prepare}: {_guard(zoo.prepare, prepare)}")
-        return
-    if as_json:
-        typer.echo(json.dumps([{**zoo.ZOO[n].to_dict(), **zoo.installed(n)} for n in zoo.zoo_names()], indent=2))
-        return
-    typer.echo(zoo.models_table())
-
-
-@app.command("check-model")
-def check_model_cmd(
-    path_or_id: str = typer.Argument(..., help="a zoo name (lmsci models), a checkpoint directory (config.json + "
-                                     "weights), a .gguf file or a hub id"),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float64"),
-    seq_len: int = typer.Option(48, "--seq-len", help="length of the random test input"),
-    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-) -> None:
-    """Check that every attention intervention is exact on a model: its family, the interventions it
-    supports, and each one's largest logit difference against the unpatched model (exit 1 above the
-    dtype's tolerance, 2 for an unsupported family or a directory without config.json)."""
-    from lmsci.models.check import check_model
-
-    report = _guard(check_model, path_or_id, dtype=dtype, seq_len=seq_len)
-    typer.echo(report.to_json() if as_json else report.text())
-    if not report.passed:
-        raise typer.Exit(1)
-
-
-@app.command("profile")
 def profile_cmd(
     run_dirs: list[Path] = typer.Argument(..., help="lmsci run directories (one per experiment and master seed)"),
     out: Path = typer.Option(Path("profile"), "--out", "-o", help="output path without suffix: writes OUT.md "
@@ -655,22 +367,16 @@ def profile_cmd(
     from lmsci.profile_report import published_experiments, write_profile
 
     if table is not None:
-        expected = _guard(published_experiments, table)
+        expected = guard(published_experiments, table)
     else:
         from lmsci.experiments.registry import shipped
 
         expected = sorted(shipped())
     try:
-        md, csv, rows, peak = _guard(write_profile, run_dirs, out, expected=expected, header=note,
+        md, csv, rows, peak = guard(write_profile, run_dirs, out, expected=expected, header=note,
                                      peak_seconds=peak_seconds)
     except ValueError as e:
         fail(str(e))
     typer.echo(f"peak {peak['peak_flops'] / 1e9:.1f} GFLOP/s ({peak['cpu']}); {len(rows)} experiments -> {md}, {csv}")
 
 
-def main() -> None:  # console script entry point
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
