@@ -1,4 +1,5 @@
-"""LM-Steer (methods/lm_steer.py) and the steering baselines (methods/steering.py) on tiny models built here:
+"""LM-Steer (methods/lm_steer.py, its transfer in methods/lm_steer_transfer.py, its highlighting and SVD probe in
+methods/lm_steer_analysis.py) and the steering baselines (methods/steering.py) on tiny models built here:
 a random lmsci GPT, a random Hugging Face Llama and GPT-NeoX (tied and untied output embeddings)."""
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def _orthogonal(d: int, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("method", ["lstsq", "procrustes"])
 def test_transfer_recovers_a_planted_rotation(method):
-    from lmsci.methods.lm_steer import fit_embedding_map, transfer_steer
+    from lmsci.methods.lm_steer_transfer import fit_embedding_map, transfer_steer
 
     src = _gpt(0)
     Q = _orthogonal(D, 7)
@@ -214,7 +215,7 @@ def test_transfer_recovers_a_planted_rotation(method):
 def test_procrustes_matches_scipy_and_handles_widths():
     from scipy.linalg import orthogonal_procrustes
 
-    from lmsci.methods.lm_steer import fit_embedding_map
+    from lmsci.methods.lm_steer_transfer import fit_embedding_map
 
     g = torch.Generator().manual_seed(0)
     Es, Et = torch.randn(100, 8, generator=g), torch.randn(100, 8, generator=g)
@@ -236,7 +237,7 @@ def test_procrustes_matches_scipy_and_handles_widths():
 
 
 def test_shared_tokens():
-    from lmsci.methods.lm_steer import shared_tokens
+    from lmsci.methods.lm_steer_transfer import shared_tokens
 
     src, tgt = shared_tokens({"a": 0, "b": 1, "c": 2}, {"c": 5, "a": 9, "z": 1})
     assert src.tolist() == [0, 2] and tgt.tolist() == [9, 5]
@@ -246,7 +247,7 @@ def test_shared_tokens():
 
 
 def test_max_subspans_finds_planted_spans():
-    from lmsci.methods.lm_steer import max_subspans
+    from lmsci.methods.lm_steer_analysis import max_subspans
 
     x = [-0.1] * 30
     x[5:9] = [1.0, 2.0, 1.5, 0.5]
@@ -275,7 +276,7 @@ def test_max_subspans_finds_planted_spans():
 
 def test_highlight_returns_the_planted_span():
     """A steer that promotes tokens 0..3: the positive-vs-negative log-likelihood difference peaks there."""
-    from lmsci.methods.lm_steer import highlight
+    from lmsci.methods.lm_steer_analysis import highlight
 
     model = _gpt()
     steer = LMSteer(D, rank=1, epsilon=1.0, dummy=False)
@@ -293,7 +294,7 @@ def test_highlight_returns_the_planted_span():
 
 
 def test_svd_probe_names_the_planted_tokens():
-    from lmsci.methods.lm_steer import svd_probe
+    from lmsci.methods.lm_steer_analysis import svd_probe
 
     model = _gpt()
     E = model.lm_head.weight.detach()
@@ -399,7 +400,8 @@ def test_fused_loss_equals_plain_and_padding_is_masked():
 
 
 def test_save_load_and_analysis(tmp_path):
-    from lmsci.methods.lm_steer import load_steer, save_steer, steer_analysis, unembed_inputs
+    from lmsci.methods.lm_steer import load_steer, save_steer, unembed_inputs
+    from lmsci.methods.lm_steer_analysis import steer_analysis
 
     model = _gpt()
     data, labels = _task()

@@ -60,7 +60,8 @@ def test_transfer_map_on_shared_tokens_recovers_a_linear_relation():
     fitted map is exact on held-out tokens, and a mapped steer is W' = B^T W A^T."""
     import torch
 
-    from lmsci.methods.lm_steer import LMSteer, fit_embedding_map, shared_tokens
+    from lmsci.methods.lm_steer import LMSteer
+    from lmsci.methods.lm_steer_transfer import fit_embedding_map, shared_tokens
 
     g = torch.Generator().manual_seed(0)
     words = [f"w{i}" for i in range(200)]

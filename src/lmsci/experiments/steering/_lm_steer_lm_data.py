@@ -8,7 +8,7 @@
   or :data:`TINY`, a tiny random tied Llama with a word-level tokenizer over the run's lines (smoke preset, tests).
 * :func:`sample_prompts`, :func:`evaluate`: a seed's prompts and one steer value's continuations scored by VADER
   (sentiment) and by the unsteered model itself (conditional perplexity).
-* :func:`probe_words`: the SVD probe (:func:`lmsci.methods.lm_steer.svd_probe`) over whole-word tokens, against
+* :func:`probe_words`: the SVD probe (:func:`lmsci.methods.lm_steer_analysis.svd_probe`) over whole-word tokens, against
   random orthonormal directions (:func:`random_direction_rate`).
 
 Source: Han, Xu, Li, Ji, arXiv 2305.12798 (ACL 2024), Sec. 4-5, App. G.
@@ -206,7 +206,8 @@ def probe_words(cfg: Any, hf: Any, steer: Any, cand: tuple[list[int], list[str]]
     (``probe_vader_frac``), over the candidates' base rate (``probe_enrichment``), and minus the same fraction for
     ``probe_random`` sets of ``probe_dims`` random orthonormal directions drawn with ``seed``
     (``probe_random_frac``, ``probe_excess``)."""
-    from lmsci.methods.lm_steer import output_embeddings, svd_probe
+    from lmsci.methods.lm_steer import output_embeddings
+    from lmsci.methods.lm_steer_analysis import svd_probe
 
     ids, words = cand
     E = output_embeddings(hf)[torch.tensor(ids, device=hf.device)]

@@ -164,10 +164,10 @@ class Evaluator:
 
 
 def highlight_enrichment(cfg: Any, model: Any, steer: Any, lines: list, tok: Any, seed: int) -> dict[str, Any]:
-    """Keyword highlighting (:func:`lmsci.methods.lm_steer.highlight`) on labelled lines ``(text, +-1)``: the VADER
-    lexicon fraction of the words in the highlighted spans over that of ``random_draws`` random span sets of the
-    same lengths (``highlight_enrichment``), the two fractions, the word count and up to 6 ``_examples``."""
-    from lmsci.methods import lm_steer as lm
+    """Keyword highlighting (:func:`lmsci.methods.lm_steer_analysis.highlight`) on labelled lines ``(text, +-1)``:
+    the VADER lexicon fraction of the words in the highlighted spans over that of ``random_draws`` random span sets
+    of the same lengths (``highlight_enrichment``), the two fractions, the word count and up to 6 ``_examples``."""
+    from lmsci.methods import lm_steer_analysis as lma
 
     lex = ts.vader_lexicon()
     rng = np.random.default_rng(seed)
@@ -179,8 +179,8 @@ def highlight_enrichment(cfg: Any, model: Any, steer: Any, lines: list, tok: Any
         if len(ids) < 3:
             continue
         up, down = {"attr": 1.0}, {"attr": -1.0}
-        spans = lm.highlight(model, steer, torch.tensor(ids), up if lab > 0 else down, down if lab > 0 else up,
-                             n_spans=cfg.highlight_spans, max_len=cfg.highlight_max_len).spans
+        spans = lma.highlight(model, steer, torch.tensor(ids), up if lab > 0 else down, down if lab > 0 else up,
+                              n_spans=cfg.highlight_spans, max_len=cfg.highlight_max_len).spans
         if not spans:
             continue
         starts = [len(tok.decode(ids[:i])) for i in range(len(ids) + 1)]
@@ -204,13 +204,14 @@ def probe_enrichment(cfg: Any, model: Any, steer: Any, tok: Any) -> dict[str, An
     English words; sub-word pieces and byte tokens whose embeddings training never moved would otherwise fill
     the extremes); the base rate is the lexicon fraction of the same candidate set."""
     from lmsci.methods import lm_steer as lm
+    from lmsci.methods.lm_steer_analysis import svd_probe
 
     lex = ts.vader_lexicon()
     vocab = [tok.decode([i]) for i in range(tok.vocab_size)]
     cand = [i for i, t in enumerate(vocab) if t.startswith(" ") and t[1:].isalpha() and len(t) >= 4]
     base = ts.token_lexicon_hits([vocab[i] for i in cand], lex)
     E = lm.output_embeddings(model)[torch.tensor(cand, device=lm.output_embeddings(model).device)]
-    dirs = lm.svd_probe(steer, E, "attr", k=cfg.probe_dims, n_tokens=cfg.probe_top)
+    dirs = svd_probe(steer, E, "attr", k=cfg.probe_dims, n_tokens=cfg.probe_top)
     toks, listing = [], []
     for d in dirs:
         top, bot = [cand[i] for i in d.top_ids], [cand[i] for i in d.bottom_ids]
@@ -336,14 +337,14 @@ def composition(cfg: Any, ev: Evaluator, A: Any, steers: dict, rsteers: dict, cu
 
 def transfer(cfg: Any, ev: Evaluator, A: Any, B: Any, steers: dict, rsteers: dict, curves: dict, seed: int,
              row: dict) -> None:
-    """Each steer mapped from A to B (:func:`lmsci.methods.lm_steer.transfer_steer`): the spread
+    """Each steer mapped from A to B (:func:`lmsci.methods.lm_steer_transfer.transfer_steer`): the spread
     ``score(+S) - score(-S)`` on B over the spread on A (retention), the map's held-out error; the null arm
     carries the random W to B by the same map."""
-    from lmsci.methods import lm_steer as lm
+    from lmsci.methods.lm_steer_transfer import transfer_steer
 
     S = cfg.steer_value
     for attr in ATTRS:
-        moved, emap = lm.transfer_steer(steers[attr], A, B, seed=derive_seed(seed, "map", attr))
+        moved, emap = transfer_steer(steers[attr], A, B, seed=derive_seed(seed, "map", attr))
         rp = ev(f"transfer_{attr}_+", B, moved, {"attr": S})
         rm = ev(f"transfer_{attr}_-", B, moved, {"attr": -S})
         spread_A = curves_at(curves, attr, S)[attr] - curves_at(curves, attr, -S)[attr]

@@ -48,14 +48,16 @@ def train_toy(cfg: Any, device: str, log: Any) -> dict[str, Any]:
 
 def fit_map(cfg: Any, hf: Any, toy: dict[str, Any]) -> Any:
     """The closed-form map between the real LM's and the toy GPT's output-embedding spaces
-    (:func:`lmsci.methods.lm_steer.fit_embedding_map`, ``cfg.map_method``, ``map_holdout`` of the shared tokens held
-    out) on the tokens whose strings both vocabularies hold (:func:`lmsci.methods.lm_steer.shared_tokens`; both are
-    byte-level BPEs with GPT-2's space mark for SmolLM2), on the toy's device.
+    (:func:`lmsci.methods.lm_steer_transfer.fit_embedding_map`, ``cfg.map_method``, ``map_holdout`` of the shared
+    tokens held out) on the tokens whose strings both vocabularies hold
+    (:func:`lmsci.methods.lm_steer_transfer.shared_tokens`; both are byte-level BPEs with GPT-2's space mark for
+    SmolLM2), on the toy's device.
 
     Raises:
         ConfigError: a tokenizer without ``get_vocab``; too few shared tokens for the map.
     """
-    from lmsci.methods.lm_steer import fit_embedding_map, output_embeddings, shared_tokens
+    from lmsci.methods.lm_steer import output_embeddings
+    from lmsci.methods.lm_steer_transfer import fit_embedding_map, shared_tokens
 
     src_vocab = getattr(hf.tokenizer, "get_vocab", None)
     tgt = getattr(toy["tok"], "hf", toy["tok"])

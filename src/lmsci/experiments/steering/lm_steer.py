@@ -30,12 +30,12 @@ Set-up (every number a config field):
   value 5 with the dummy at 1 (the README's ``--steer_values 5 1``); "no steer" is the unsteered GPT.
 * **Composition**: the sentiment and genre steers combined (:meth:`~lmsci.methods.lm_steer.LMSteer.combine`, the
   exact sum) at (+5, +5) and (-5, -5). **Transfer**: the steer of ``A`` mapped to ``B`` by the closed-form map
-  between their output-embedding spaces (:func:`~lmsci.methods.lm_steer.transfer_steer`), gain = spread
+  between their output-embedding spaces (:func:`~lmsci.methods.lm_steer_transfer.transfer_steer`), gain = spread
   ``score(+5) - score(-5)`` on ``B`` over the same spread on ``A``. **Highlighting**: on held-out VADER-labelled
-  lines, the DP spans (:func:`~lmsci.methods.lm_steer.highlight`) of ``log P(+1) - log P(-1)`` (sign by the line's
-  label), words in them vs in random spans of the same lengths, the fraction in VADER's lexicon.
+  lines, the DP spans (:func:`~lmsci.methods.lm_steer_analysis.highlight`) of ``log P(+1) - log P(-1)`` (sign by
+  the line's label), words in them vs in random spans of the same lengths, the fraction in VADER's lexicon.
   **Probe**: the top and bottom ``probe_top`` tokens of the first ``probe_dims`` singular directions of the
-  sentiment ``W`` (:func:`~lmsci.methods.lm_steer.svd_probe`), the fraction that are VADER words vs the
+  sentiment ``W`` (:func:`~lmsci.methods.lm_steer_analysis.svd_probe`), the fraction that are VADER words vs the
   vocabulary's. **Baselines** (the ablation ``vs-baselines``, decides nothing): a logit offset and activation
   addition trained with the same loss on the sentiment data on every seed of W, swept over steer values; LM-Steer's
   sentiment gain at 5 eps0 minus each baseline's at the same perplexity increase (rule: not negative on average).

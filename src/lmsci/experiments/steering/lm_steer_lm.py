@@ -42,7 +42,7 @@ Statistics per seed: ``spread`` = sentiment(+5 eps0) - sentiment(-5 eps0); ``spe
 sentiment) over the grid; ``ppl_cost`` = mean perplexity at +-5 eps0 minus at 0. Gates: ``loss_drop`` (NLL of the
 first ``n_loss_lines`` training lines unsteered minus with the trained steer at their labels: the steer fits its
 data) and ``nll_below_uniform`` (``ln V`` minus the unsteered NLL of those lines: a pretrained model, not random
-weights). The SVD probe (App. G, :func:`~lmsci.methods.lm_steer.svd_probe`) lists the top and bottom whole-word
+weights). The SVD probe (App. G, :func:`~lmsci.methods.lm_steer_analysis.svd_probe`) lists the top and bottom whole-word
 tokens of W's first ``probe_dims`` singular directions (signs: top = promoted at positive steer values).
 
 **Composition** (sec. 5, Thm 3; :mod:`~lmsci.experiments.steering._lm_steer_lm_extra`). A genre steer is trained

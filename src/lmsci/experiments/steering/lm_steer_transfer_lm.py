@@ -23,9 +23,10 @@ negative (-1); their final hidden states are cached once and a full-rank steer i
 :func:`~lmsci.methods.lm_steer_cached.train_steer_cached` (eps0 = 1e-3, Adam ``steer_lr``, ``steer_steps`` steps of
 ``steer_batch`` lines, seed ``derive_seed(seed, "steer")``).
 
-**Transfer** (App. F; :func:`~lmsci.methods.lm_steer.shared_tokens`, :func:`~lmsci.methods.lm_steer.fit_embedding_map`,
-:meth:`~lmsci.methods.lm_steer.EmbeddingMap.map_steer`). The tokens whose strings both vocabularies hold (both are
-byte-level BPEs with GPT-2's space mark) give the rows of the two output-embedding matrices; a least-squares map
+**Transfer** (App. F; :func:`~lmsci.methods.lm_steer_transfer.shared_tokens`,
+:func:`~lmsci.methods.lm_steer_transfer.fit_embedding_map`,
+:meth:`~lmsci.methods.lm_steer_transfer.EmbeddingMap.map_steer`). The tokens whose strings both vocabularies hold
+(both are byte-level BPEs with GPT-2's space mark) give the rows of the two output-embedding matrices; a least-squares map
 (``map_method``; ``map_holdout`` of the shared tokens held out to measure its error) is fitted once per run and
 carries every seed's steer to the toy: ``W' = B^T W A^T``. On the toy GPT, ``n_samples`` continuations of
 ``gen_tokens`` tokens of each of ``n_prompts`` prompts (the first ``toy_prompt_tokens`` toy tokens of VADER-neutral
