@@ -76,21 +76,17 @@ import torch
 from torch import Tensor, nn
 
 from lmsci.errors import ConfigError
+from lmsci.methods.steer_training import train_intervention
+from lmsci.methods.steerable import as_steerable, as_token_lists, hidden_size, output_embeddings, unembed_inputs
 from lmsci.methods.steering import (
     ActAdd,
     LogitOffset,
     Steer,
-    as_steerable,
-    as_token_lists,
     generate,
-    hidden_size,
-    output_embeddings,
     load_steer,
     save_steer,
     steering,
     token_logprobs,
-    train_intervention,
-    unembed_inputs,
 )
 from lmsci.models.device import device_of
 
