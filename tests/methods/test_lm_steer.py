@@ -9,7 +9,9 @@ import torch
 
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.methods.lm_steer import LMSteer, generate, steering, token_logprobs, train_steer
-from lmsci.methods.steering import ActAdd, LogitOffset, as_steerable, logits_of, train_intervention
+from lmsci.methods.steer_training import train_intervention
+from lmsci.methods.steerable import as_steerable, logits_of
+from lmsci.methods.steering import ActAdd, LogitOffset
 from lmsci.models.gpt import GPT, GPTConfig
 from lmsci.models.hf import HFModel
 
@@ -381,7 +383,7 @@ def test_actadd_from_contrast(kind):
 
 
 def test_fused_loss_equals_plain_and_padding_is_masked():
-    from lmsci.methods.steering import mean_nll, pad_batch
+    from lmsci.methods.steerable import mean_nll, pad_batch
 
     model = _gpt()
     steer = LMSteer(D, epsilon=0.5, seed=1)

@@ -9,7 +9,8 @@ import torch
 from lmsci.errors import ConfigError
 from lmsci.methods.lm_steer import train_steer
 from lmsci.methods.lm_steer_cached import cached_loss, check_cache, final_hidden_states, train_steer_cached
-from lmsci.methods.steering import mean_nll, pad_batch, steering
+from lmsci.methods.steerable import mean_nll, pad_batch
+from lmsci.methods.steering import steering
 
 
 def _tied_llama():

@@ -13,8 +13,9 @@ import torch
 from lmsci.errors import ConfigError, DivergedError
 from lmsci.methods.lm_steer import LMSteer, train_steer
 from lmsci.methods.lm_steer_cached import final_hidden_states, train_steer_cached
-from lmsci.methods.steering import (LogitOffset, as_steerable, as_token_lists, hidden_size, lm_head, masked_nll,
-                                    mean_nll, pad_batch, train_intervention)
+from lmsci.methods.steer_training import train_intervention
+from lmsci.methods.steerable import as_steerable, as_token_lists, hidden_size, lm_head, masked_nll, mean_nll, pad_batch
+from lmsci.methods.steering import LogitOffset
 from lmsci.models.device import device_of
 from lmsci.models.gpt import GPT, GPTConfig
 

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from lmsci.methods.lm_steer import LMSteer, train_steer
-from lmsci.methods.steering import logits_of, mean_nll, steering
+from lmsci.methods.steerable import logits_of, mean_nll
+from lmsci.methods.steering import steering
 
 transformers = pytest.importorskip("transformers")
 

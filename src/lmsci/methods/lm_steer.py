@@ -77,21 +77,17 @@ import torch
 from torch import Tensor, nn
 
 from lmsci.errors import ConfigError
+from lmsci.methods.steer_training import train_intervention
+from lmsci.methods.steerable import as_steerable, as_token_lists, hidden_size, output_embeddings, unembed_inputs
 from lmsci.methods.steering import (
     ActAdd,
     LogitOffset,
     Steer,
-    as_steerable,
-    as_token_lists,
     generate,
-    hidden_size,
-    output_embeddings,
     load_steer,
     save_steer,
     steering,
     token_logprobs,
-    train_intervention,
-    unembed_inputs,
 )
 from lmsci.models.device import device_of
 
@@ -250,7 +246,7 @@ def train_steer(
             ``epsilon``, ``init_std``, ``dummy`` are ignored).
         names, rank, epsilon, init_std, dummy, seed: of the new :class:`LMSteer` (seed also orders batches).
         lr, steps, batch_size, max_length, l2, pad_id, on_step: see
-            :func:`lmsci.methods.steering.train_intervention` (defaults: the README's GPT2-Large run).
+            :func:`lmsci.methods.steer_training.train_intervention` (defaults: the README's GPT2-Large run).
 
     Returns:
         The trained steer (``.history``: loss per step, nats/token).

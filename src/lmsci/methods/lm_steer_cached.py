@@ -9,7 +9,7 @@ Why it is exact. LM-Steer changes only the unembedding: a position's logits are 
 function of the text's tokens alone (the steer never reaches the blocks), so the ``[N, T, d]`` hidden states of
 the training texts can be computed once (:func:`final_hidden_states`, one forward pass without gradients) and each
 Adam step needs only ``lm_head`` on the steered cached states. :func:`train_steer_cached` runs
-:func:`lmsci.methods.steering.train_intervention`'s own loop with this forward plugged in (its ``loss_fn``): the
+:func:`lmsci.methods.steer_training.train_intervention`'s own loop with this forward plugged in (its ``loss_fn``): the
 same :class:`LMSteer` initialisation (``seed``), the same mini-batches (a ``torch.Generator`` seeded with ``seed``,
 drawn without replacement and reshuffled per epoch), the loss = mean NLL over the real (non-padding) targets plus
 ``l2 * ||params||^2``, Adam; so the two give the same steer to float rounding (tested on a tied tiny Llama). A
@@ -35,8 +35,9 @@ from torch import Tensor
 
 from lmsci.errors import ConfigError
 from lmsci.methods.lm_steer import EPSILON0, LMSteer
-from lmsci.methods.steering import (as_steerable, as_token_lists, hidden_size, lm_head, logits_of, masked_nll,
-                                   pad_batch, train_intervention)
+from lmsci.methods.steer_training import train_intervention
+from lmsci.methods.steerable import (as_steerable, as_token_lists, hidden_size, lm_head, logits_of, masked_nll,
+                                     pad_batch)
 from lmsci.models.device import device_of
 
 
@@ -150,7 +151,7 @@ def train_steer_cached(
     seed: int = 0,
 ) -> LMSteer:
     """Train an :class:`LMSteer` on cached hidden states: :func:`lmsci.methods.lm_steer.train_steer`'s objective
-    and loop (:func:`lmsci.methods.steering.train_intervention` with ``lm_head`` on the steered cached states as its
+    and loop (:func:`lmsci.methods.steer_training.train_intervention` with ``lm_head`` on the steered cached states as its
     ``loss_fn``; module docstring), the LM frozen and not run.
 
     Args:

@@ -16,7 +16,7 @@ and everything of that harness (scores, generation) apply to it.
 
 Shapes: ``n`` pairs, ``d`` = ``d_model``. Activations are read at hook ``blocks.{layer}.resid_post`` of an lmsci GPT or
 of a Hugging Face model through the architecture map (an :class:`~lmsci.models.hf.HFModel` or a raw ``transformers``
-causal LM, wrapped as :func:`lmsci.methods.steering.as_steerable` does).
+causal LM, wrapped as :func:`lmsci.methods.steerable.as_steerable` does).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from lmsci.errors import ConfigError
-from lmsci.methods.steering import ActAdd, as_steerable, as_token_lists, logits_of, n_layers, pad_batch, steering
+from lmsci.methods.steerable import as_steerable, as_token_lists, logits_of, n_layers, pad_batch
+from lmsci.methods.steering import ActAdd, steering
 from lmsci.models.device import device_of
 
 METHODS = ("pca", "mean_diff")

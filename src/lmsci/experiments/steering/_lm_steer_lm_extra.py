@@ -92,7 +92,8 @@ def baseline_steers(cfg: Any, hf: Any, pos: list[list[int]], neg: list[list[int]
     Raises:
         ConfigError: ``actadd_layer`` not a block of the model.
     """
-    from lmsci.methods.steering import ActAdd, LogitOffset, n_layers, vocab_size
+    from lmsci.methods.steerable import n_layers, vocab_size
+    from lmsci.methods.steering import ActAdd, LogitOffset
 
     L = n_layers(hf)
     layer = L // 2 if cfg.actadd_layer is None else int(cfg.actadd_layer)

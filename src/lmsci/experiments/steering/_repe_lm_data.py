@@ -26,7 +26,7 @@ from torch import Tensor
 from lmsci.errors import ConfigError
 from lmsci.measure import text_scores as ts
 from lmsci.methods.rep_reading import ReadingVector, read_accuracy, reading_vector
-from lmsci.methods.steering import as_steerable, logits_of, masked_nll, pad_batch
+from lmsci.methods.steerable import as_steerable, logits_of, masked_nll, pad_batch
 from lmsci.models.device import device_of
 from lmsci.runs import derive_seed
 

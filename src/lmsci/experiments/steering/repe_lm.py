@@ -247,7 +247,7 @@ class RepELM(Experiment):
         ctxs[0].run.record_model(getattr(hf, "provenance", {"source": cfg.model}))
         tok = hf.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-        from lmsci.methods.steering import n_layers, vocab_size
+        from lmsci.methods.steerable import n_layers, vocab_size
 
         L = n_layers(hf)
         layers = list(range(L)) if cfg.layers is None else list(cfg.layers)
