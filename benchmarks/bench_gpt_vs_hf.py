@@ -1,6 +1,6 @@
 """Training throughput: lmsci GPT vs Hugging Face GPT2LMHeadModel at the same GPT-2-shaped configuration.
 
-Both models start from the *same weights* (the HF model is :func:`lmsci.models.hf.to_hf` of the lmsci
+Both models start from the *same weights* (the HF model is :func:`lmsci.models.hf_convert.to_hf` of the lmsci
 one: learned positions, exact GELU, LayerNorm, biases, untied embeddings, no dropout), train on the
 *same batches* with the same optimizer, and are timed in interleaved windows (lmsci, HF, HF, lmsci, ...)
 so that load changes on a shared machine hit both alike. Each side runs its library's own training step:
@@ -53,7 +53,7 @@ import time
 import torch
 
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import to_hf
+from lmsci.models.hf_convert import to_hf
 from lmsci.models.loss import linear_cross_entropy
 from lmsci.train.trainer import IGNORE_INDEX, TrainConfig, make_optimizer
 

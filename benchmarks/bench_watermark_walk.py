@@ -35,7 +35,7 @@ def main() -> None:
 
     from lmsci.experiments.watermark.watermark_removal import propose_span, token_logprobs
     from lmsci.models.gpt import GPT, GPTConfig
-    from lmsci.models.hf import to_hf
+    from lmsci.models.hf_convert import to_hf
 
     torch.set_num_threads(a.threads)
     L = a.prompt_len + a.T

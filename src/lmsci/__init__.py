@@ -21,7 +21,7 @@ _EXPORTS = {
     "GPTSpec": "lmsci.models.gpt",
     "HFModel": "lmsci.models.hf",
     "load_hf": "lmsci.models.hf",
-    "export_hf": "lmsci.models.hf",
+    "export_hf": "lmsci.models.hf_convert",
     "TrainConfig": "lmsci.train.trainer",
     "TrainSpec": "lmsci.train.trainer",
     "fit": "lmsci.laws.fit",

@@ -77,7 +77,7 @@ def test_attribution_vs_exact_report_and_null():
 
 def test_hf_llama_export_gives_the_same_maps():
     # the same network as an lmsci GPT (hook blocks.{l}.attn.z) and as a transformers Llama (pre-hook on o_proj)
-    from lmsci.models.hf import to_hf
+    from lmsci.models.hf_convert import to_hf
 
     g = _model(seed=5, pos="rope", mlp="swiglu", norm="rmsnorm")
     hf = HFModel(to_hf(g).eval())

@@ -16,7 +16,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.watermark.watermark_removal import RemovalConfig, WatermarkRemoval
 from lmsci.methods import span_infill as si
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import export_hf
+from lmsci.models.hf_convert import export_hf
 
 
 def _tiny_t5(path):

@@ -1,4 +1,5 @@
-"""Tests for lmsci.models.hf: export to GPT-2/Llama with equal logits, import back, load_hf, hooks by module path."""
+"""Tests for lmsci.models.hf_convert and lmsci.models.hf: export to GPT-2/Llama with equal logits, import back, load_hf,
+hooks by module path."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import torch
 
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import EXPORT_ATOL, HubUnavailableError, export_hf, hf_architecture, import_hf, load_hf
+from lmsci.models.hf import HubUnavailableError, load_hf
+from lmsci.models.hf_convert import EXPORT_ATOL, export_hf, hf_architecture, import_hf
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -57,7 +59,7 @@ def test_export_load_same_logits_and_import_back(case, tmp_path):
 def test_rope_convention_matters():
     """Llama's split-halves RoPE: an interleaved-pairs rotation would give different logits."""
     m = perturbed(**CASES["llama"])
-    from lmsci.models.hf import to_hf
+    from lmsci.models.hf_convert import to_hf
 
     hf = to_hf(m)
     # permute q/k output rows from split-halves to interleaved order: the logits must change

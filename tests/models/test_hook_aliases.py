@@ -129,7 +129,8 @@ HF_ALIASES = ["hook_embed", "blocks.0.hook_resid_post", "blocks.1.hook_attn_out"
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_aliases_on_hugging_face_models(arch, tmp_path):
     pytest.importorskip("transformers")
-    from lmsci.models.hf import export_hf, load_hf
+    from lmsci.models.hf import load_hf
+    from lmsci.models.hf_convert import export_hf
 
     kw = dict(pos="learned") if arch == "gpt2" else dict(mlp="swiglu", norm="rmsnorm", bias=False)
     m = tiny(**kw)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from lmsci.errors import ConfigError
 from lmsci.models.arch import arch_of
 from lmsci.models.gpt import GPT, GPTConfig, GPTSpec
-from lmsci.models.hf import export_hf
+from lmsci.models.hf_convert import export_hf
 from lmsci.models.sizing import count_params
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig

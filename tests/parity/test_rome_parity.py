@@ -78,7 +78,7 @@ def _model(backend: str):
     hf = transformers.GPT2LMHeadModel.from_pretrained(str(FIX / "model")).eval()
     if backend == "hf":
         return hf
-    from lmsci.models.hf import import_hf
+    from lmsci.models.hf_convert import import_hf
 
     return import_hf(hf).eval()
 

@@ -30,7 +30,8 @@ from torch import Tensor
 
 from lmsci.errors import ConfigError
 from lmsci.methods.lm_steer import LMSteer
-from lmsci.methods.steering import Steer, output_embeddings, token_logprobs
+from lmsci.methods.steerable import output_embeddings
+from lmsci.methods.steering import Steer, token_logprobs
 
 
 # ------------------------------------------------------------------------------------ highlighting

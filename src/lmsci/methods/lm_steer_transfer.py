@@ -30,7 +30,7 @@ from torch import Tensor
 
 from lmsci.errors import ConfigError
 from lmsci.methods.lm_steer import LMSteer
-from lmsci.methods.steering import output_embeddings
+from lmsci.methods.steerable import output_embeddings
 
 
 # ------------------------------------------------------------------------------------ transfer

@@ -2,8 +2,9 @@
 
 - :class:`GPT` / :class:`GPTConfig` / :class:`GPTSpec` (:mod:`lmsci.models.gpt`): one GPT with position schemes
   (learned, RoPE, relative, ALiBi, NoPE, ...), MLP and norm variants, TransformerLens-style hook points.
-- :func:`load_hf` / :class:`HFModel` / :func:`export_hf` / :func:`import_hf` (:mod:`lmsci.models.hf`): any local
-  Hugging Face causal LM, hooked by module path or by lmsci's hook names; lmsci GPTs to and from ``transformers``.
+- :func:`load_hf` / :class:`HFModel` (:mod:`lmsci.models.hf`): any local Hugging Face causal LM, hooked by module
+  path or by lmsci's hook names; :func:`export_hf` / :func:`import_hf` (:mod:`lmsci.models.hf_convert`): lmsci GPTs
+  to and from ``transformers``.
 - :func:`arch_of` (:mod:`lmsci.models.arch`): the architecture map every intervention goes through.
 - :func:`linear_cross_entropy` (:mod:`lmsci.models.loss`): CE of ``h W^T`` in chunks, no ``[tokens, vocab]`` logits.
 
@@ -18,8 +19,8 @@ _EXPORTS = {
     "GPTSpec": "lmsci.models.gpt",
     "HFModel": "lmsci.models.hf",
     "load_hf": "lmsci.models.hf",
-    "export_hf": "lmsci.models.hf",
-    "import_hf": "lmsci.models.hf",
+    "export_hf": "lmsci.models.hf_convert",
+    "import_hf": "lmsci.models.hf_convert",
     "load_model": "lmsci.models.zoo",
     "model_provenance": "lmsci.models.zoo",
     "zoo_names": "lmsci.models.zoo",

@@ -9,7 +9,8 @@ import torch
 from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.models.arch import arch_of
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import HFModel, to_hf
+from lmsci.models.hf import HFModel
+from lmsci.models.hf_convert import to_hf
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

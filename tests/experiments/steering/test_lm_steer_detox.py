@@ -29,7 +29,7 @@ def local(tmp_path_factory):
     from transformers import GPT2Config, GPT2ForSequenceClassification, PreTrainedTokenizerFast
 
     from lmsci.models.gpt import GPT, GPTConfig
-    from lmsci.models.hf import export_hf
+    from lmsci.models.hf_convert import export_hf
     from lmsci.worlds import shakespeare as sh
 
     root = tmp_path_factory.mktemp("detox")

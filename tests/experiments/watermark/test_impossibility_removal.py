@@ -16,7 +16,7 @@ from lmsci.errors import ConfigError
 from lmsci.experiments.watermark.watermark_removal import (RemovalConfig, WatermarkRemoval, ngram_overlap, propose_span,
                                                  token_logprobs)
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import to_hf
+from lmsci.models.hf_convert import to_hf
 from lmsci.runs import RunDir
 
 
@@ -129,7 +129,7 @@ def test_smoke_preset_runs(tmp_path):
 
 
 def _export(tmp_path, name, vocab_size, tokenizer=None, seed=0):
-    from lmsci.models.hf import export_hf
+    from lmsci.models.hf_convert import export_hf
 
     model = GPT(GPTConfig(vocab_size=vocab_size, seq_len=48, n_layers=1, n_heads=2, d_model=16), seed=seed)
     return str(export_hf(model, tmp_path / name, tokenizer))

@@ -20,7 +20,7 @@ from lmsci.experiments.watermark.watermark import Watermark, WatermarkConfig, th
 from lmsci.stats import clopper_pearson
 from lmsci.methods import watermark as wm
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.models.hf import to_hf
+from lmsci.models.hf_convert import to_hf
 from lmsci.runs import RunDir
 
 

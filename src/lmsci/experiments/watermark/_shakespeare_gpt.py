@@ -1,5 +1,5 @@
 """The language model both watermark experiments train: an lmsci GPT on the Shakespeare corpus (BPE), exported to
-``transformers`` (``GPT2LMHeadModel``, :func:`lmsci.models.hf.to_hf`) for generation and detection.
+``transformers`` (``GPT2LMHeadModel``, :func:`lmsci.models.hf_convert.to_hf`) for generation and detection.
 
 Used by ``watermark`` (one model) and ``watermark-removal`` (generator, attacker and judge, one seed each).
 """
@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch.nn as nn
 
 from lmsci.models.gpt import GPT, GPTSpec
-from lmsci.models.hf import to_hf
+from lmsci.models.hf_convert import to_hf
 from lmsci.train.trainer import TrainSpec, train
 
 

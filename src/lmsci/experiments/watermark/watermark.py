@@ -6,7 +6,7 @@ Source: Kirchenbauer et al., "A Watermark for Large Language Models", ICML 2023,
 the self-hash scheme of arXiv 2306.04634; spec ``impossibility_and_theory.md`` §1a; issue 18.
 
 The language model is an lmsci GPT trained on the Shakespeare corpus (BPE, :mod:`lmsci.worlds.shakespeare`),
-converted to a ``GPT2LMHeadModel`` (:func:`lmsci.models.hf.to_hf`); generation and detection go through
+converted to a ``GPT2LMHeadModel`` (:func:`lmsci.models.hf_convert.to_hf`); generation and detection go through
 :mod:`lmsci.methods.watermark` (``WatermarkingConfig`` + ``generate`` + ``WatermarkDetector``, no
 re-implementation). Prompts are ``prompt_len``-token windows of the held-out works; each text is ``T`` new tokens;
 only generated tokens are scored. Detection counts each repeated n-gram once (``ignore_repeated_ngrams``, the
