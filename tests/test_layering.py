@@ -130,9 +130,10 @@ def test_no_experiment_imports_another_family(family):
 #: ``models/gpt.py`` left it when attention and the block moved to ``models/blocks.py`` and sampling to
 #: ``models/decode.py``, ``train/trainer.py`` when checkpoints and resume moved to ``train/checkpoint.py``, ``cli.py``
 #: when it became the ``lmsci.cli`` package, ``train/stacked.py`` when the hand-written stack's helpers moved to
-#: ``train/stacked_params.py``); a module leaves the list when it is split, and no other module may cross 500 lines
-OVERSIZED = {"lmsci.methods.lm_steer", "lmsci.models.hf", "lmsci.methods.steering", "lmsci.worlds.bios",
-             "lmsci.worlds.igsm.world"}
+#: ``train/stacked_params.py``, ``worlds/bios.py`` when its pools and vocabulary moved to ``worlds/bios_pools.py``,
+#: its templates to ``worlds/bios_templates.py`` and its in-memory data sets to ``worlds/bios_datasets.py``); a module
+#: leaves the list when it is split, and no other module may cross 500 lines
+OVERSIZED = {"lmsci.methods.lm_steer", "lmsci.models.hf", "lmsci.methods.steering", "lmsci.worlds.igsm.world"}
 MAX_LINES = 500
 
 
