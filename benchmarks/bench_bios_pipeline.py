@@ -5,8 +5,8 @@ arXiv 2309.14316, Section 2; "bioS multi+permute": a fresh biography with new te
 sentence order per exposure, He/She after the first sentence) into ``--seq-len`` windows with no
 person twice in a window, on one core (numpy/torch one thread, numba kernels are single-threaded):
 
-* old: :func:`lmsci.worlds.bios.bio_docs` (one epoch of N biographies) + :func:`lmsci.worlds.bios.pack`,
-  materialised in RAM, as ``knowledge_common.bio_stream`` does per epoch;
+* old: :func:`lmsci.worlds.bios_datasets.bio_docs` (one epoch of N biographies) +
+  :func:`lmsci.worlds.bios_datasets.pack`, materialised in RAM, as ``knowledge_common.bio_stream`` does per epoch;
 * new: iterating :class:`lmsci.worlds.bios_stream.BioStream` (``fresh=True, permute=True``) over
   ``--bios`` biographies (``exposures = bios / N``), batches of ``--batch-size`` windows as LongTensors.
 
@@ -55,7 +55,8 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lmsci.worlds.bios import BiosWorld, bio_docs, pack  # noqa: E402
+from lmsci.worlds.bios import BiosWorld  # noqa: E402
+from lmsci.worlds.bios_datasets import bio_docs, pack  # noqa: E402
 from lmsci.worlds.bios_stream import BioStream, MixedStream, QAStream  # noqa: E402
 
 

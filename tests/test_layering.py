@@ -133,9 +133,11 @@ def test_no_experiment_imports_another_family(family):
 #: ``train/stacked_params.py``, ``methods/lm_steer.py`` when transfer moved to ``methods/lm_steer_transfer.py`` and
 #: highlighting and the SVD probe to ``methods/lm_steer_analysis.py``, ``methods/steering.py`` when its model adapters
 #: and token batches moved to ``methods/steerable.py`` and training to ``methods/steer_training.py``, ``models/hf.py``
-#: when the GPT <-> transformers conversion moved to ``models/hf_convert.py``); a module leaves the list when it is
-#: split, and no other module may cross 500 lines
-OVERSIZED = {"lmsci.worlds.bios", "lmsci.worlds.igsm.world"}
+#: when the GPT <-> transformers conversion moved to ``models/hf_convert.py``, ``worlds/bios.py`` when its pools and
+#: vocabulary moved to ``worlds/bios_pools.py``, its templates to ``worlds/bios_templates.py`` and its in-memory data
+#: sets to ``worlds/bios_datasets.py``); a module leaves the list when it is split, and no other module may cross 500
+#: lines. Left: ``worlds/igsm/world.py`` (config, Problem, the ~510-line IGSMWorld sampler, solution rendering)
+OVERSIZED = {"lmsci.worlds.igsm.world"}
 MAX_LINES = 500
 
 

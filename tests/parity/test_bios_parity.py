@@ -23,8 +23,11 @@ import numpy as np
 import pytest
 from scipy.stats import chi2_contingency, chisquare
 
-from lmsci.worlds.bios import (ATTRS, MONTHS, QA_TEMPLATES, TEMPLATES, BiosWorld, bio_docs, build_pools)
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_datasets import bio_docs
+from lmsci.worlds.bios_pools import MONTHS, build_pools
 from lmsci.worlds.bios_render import BiosRenderer
+from lmsci.worlds.bios_templates import QA_TEMPLATES, TEMPLATES
 
 FIX = Path(__file__).parent / "fixtures" / "bios"
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from lmsci.errors import ConfigError
-from lmsci.worlds.bios import (
-    ATTRS, TEMPLATES, BiosWorld, bio_docs, build_pools, pack, qa_docs, qa_split,
-)
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_datasets import bio_docs, pack, qa_docs, qa_split
+from lmsci.worlds.bios_pools import build_pools
+from lmsci.worlds.bios_templates import TEMPLATES
 
 
 def test_generator_is_deterministic():

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lmsci.errors import ConfigError
-from lmsci.worlds.bios import BiosWorld, bio_docs, pack
+from lmsci.worlds.bios import BiosWorld
+from lmsci.worlds.bios_datasets import bio_docs, pack
 from lmsci.worlds.bios_render import docs_of
 from lmsci.worlds.bios_stream import DocStream
 

@@ -16,7 +16,7 @@ same probe on a randomly initialised model of the same shape is the representati
 
 As the paper probes, P-probing reads the biographies the model was *trained on*: pass
 ``bios`` (person -> its training biography, e.g. the first rendering of
-``lmsci.worlds.bios.bio_docs``); without it a fresh biography is rendered from ``seed``.
+``lmsci.worlds.bios_datasets.bio_docs``); without it a fresh biography is rendered from ``seed``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Training on packed windows, once and in order, optionally until a memorisation target holds.
 
 :func:`train_packed` drives :func:`lmsci.train.trainer.train` over the windows of a
-:class:`~lmsci.worlds.bios.Packed` (or a streaming ``BioStream`` / ``MixedStream`` of
+:class:`~lmsci.worlds.bios_datasets.Packed` (or a streaming ``BioStream`` / ``MixedStream`` of
 :mod:`lmsci.worlds.bios_stream`) with AdamW, warmup + cosine to 10% and gradient clipping at 1, checking a recall
 function during training and stopping once it reaches a target. Source: Allen-Zhu & Li, "Physics of Language
 Models: Part 3.3, Knowledge Capacity Scaling Laws", arXiv 2404.05405, Remark A.2 (the papers train far past
@@ -20,7 +20,7 @@ import torch
 from lmsci.errors import ConfigError
 from lmsci.train import trainer
 from lmsci.train.trainer import TrainConfig
-from lmsci.worlds.bios import Packed
+from lmsci.worlds.bios_datasets import Packed
 
 __all__ = ["PackedTrainSpec", "train_packed"]
 
@@ -41,7 +41,7 @@ class _Memorised(Exception):
 
 
 def _count_windows(packed: Packed | Any, batch_size: int) -> tuple[bool, int]:
-    """``(streamed, number of windows)`` of ``packed``: a :class:`~lmsci.worlds.bios.Packed`, or a
+    """``(streamed, number of windows)`` of ``packed``: a :class:`~lmsci.worlds.bios_datasets.Packed`, or a
     :mod:`lmsci.worlds.bios_stream` stream (BioStream / MixedStream) whose batch size must be ``batch_size``.
 
     Raises:
@@ -92,7 +92,7 @@ def train_packed(model: torch.nn.Module, packed: Packed | Any, spec: PackedTrain
         spec: the optimizer settings (:class:`PackedTrainSpec`).
         seed: the trainer's seed; ctx: an optional point context (``log``, ``progress``, ``artifact_dir``: a
             :class:`lmsci.contract.PointContext`) or None; phase: the name logged with every record.
-        packed: the windows: a :class:`~lmsci.worlds.bios.Packed`, or a streaming
+        packed: the windows: a :class:`~lmsci.worlds.bios_datasets.Packed`, or a streaming
             :class:`lmsci.worlds.bios_stream.BioStream` / ``MixedStream`` whose ``batch_size`` is
             ``spec.batch_size`` (its ``exposures`` then count what the optimizer consumed).
         recall_fn: ``recall_fn(model) -> recall in [0, 1]``, called every ``check_every`` steps and after

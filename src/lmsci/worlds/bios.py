@@ -1,4 +1,4 @@
-"""World ``bios``: synthetic biographies of fake individuals (bioS), their QA pairs and packing.
+"""World ``bios``: synthetic biographies of fake individuals (bioS) and their QA pairs.
 
 Source: Allen-Zhu & Li, "Physics of Language Models: Part 3.1, Knowledge Storage and Extraction",
 arXiv 2309.14316, Section 2 (bioS, augmentations multiM / permute / fullname, QA of six attributes);
@@ -8,11 +8,12 @@ Part 3.2, arXiv 2309.14402 (inverse knowledge search); Part 3.3, arXiv 2404.0540
 12 months x 28 days x 200 years, 200 birth cities, 300 universities, 100 majors, 263 companies,
 and the employer city determined by the employer.
 
-Pools are built procedurally from a fixed seed (:data:`POOL_SEED`), so they are world constants:
-the same for every N and every experiment seed; :meth:`BiosWorld.pools_record` writes them, with
+Pools are built procedurally from a fixed seed (:data:`~lmsci.worlds.bios_pools.POOL_SEED`), so they are world
+constants: the same for every N and every experiment seed; :meth:`BiosWorld.pools_record` writes them, with
 their sizes and bits, next to each data set.
 
-Tokenisation (word level, :class:`Vocab`). Every template word and every value piece is one token.
+Tokenisation (word level, :class:`~lmsci.worlds.bios_pools.Vocab`). Every template word and every value piece is
+one token.
 Pools are built as products of small token inventories so that the vocabulary stays small
 (about 500 tokens, independent of N) and attribute values are a few tokens each:
 
@@ -30,8 +31,13 @@ company        ``Vantor Systems``   (263 of 30 x 9)           263     2
 company city   city of the company's headquarters             (det.)  4
 =============  ===========================================  ======  =========
 
-A token ending in ``@@`` glues to the next one when text is shown (:meth:`Vocab.decode`).
+A token ending in ``@@`` glues to the next one when text is shown (:meth:`~lmsci.worlds.bios_pools.Vocab.decode`).
 Documents start with ``<bos>`` and end with ``<eos>``.
+
+This module holds the world (:class:`BiosWorld`, :class:`Doc`); its parts live beside it: the attribute pools and
+the vocabulary in :mod:`lmsci.worlds.bios_pools`, the sentence templates in :mod:`lmsci.worlds.bios_templates`,
+and the in-memory data sets (augmented biographies, QA split, packing with exposure counting) in
+:mod:`lmsci.worlds.bios_datasets`.
 """
 
 from __future__ import annotations
@@ -46,271 +52,18 @@ from typing import Any
 import numpy as np
 
 from lmsci.errors import ConfigError
+from lmsci.worlds.bios_pools import BOS, EOS, MONTHS, N_DAYS, N_YEARS, POOL_SEED, YEAR0, Vocab, build_pools
+from lmsci.worlds.bios_templates import (INVERSE_QA_TEMPLATE, QA_TEMPLATES, REVERSE_FRAGMENTS, REVERSE_HELD_OUT,
+                                         REVERSE_NAME_CLAUSES, REVERSE_OPENERS, REVERSE_TEMPLATES, TEMPLATES)
 
-POOL_SEED = 20230925
 ATTRS = ("birth_date", "birth_city", "university", "major", "company", "company_city")
 """The six attributes in the default biography order (company before its city, see :func:`BiosWorld.value_bits`)."""
 INDEPENDENT_ATTRS = ATTRS[:5]
 """Attributes drawn independently per person; ``company_city`` is a function of ``company``."""
 
-PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
-          "October", "November", "December")
-STATES = ("NJ", "CA", "NY", "TX", "MA", "WA", "IL", "OR", "FL", "CO")
-CITY_STEMS = ("Ash", "Oak", "Maple", "River", "Stone", "Green", "Fair", "Clear", "Spring", "Elm", "Cedar",
-              "Mill", "Brook", "Lake", "Pine", "Rock", "Wild", "Silver", "Glen", "North")
-CITY_SUFFIXES = ("ford", "ville", "ton", "burg", "field", "port", "dale", "wood", "ham", "view")
-UNIV_KINDS = ("University", "College", "Institute", "Polytechnic", "Academy", "Tech", "Conservatory",
-              "School", "Seminary", "Lyceum")
-MAJOR_MODIFIERS = ("Applied", "Theoretical", "Computational", "Environmental", "Molecular", "Quantitative",
-                   "Experimental", "Digital", "Clinical", "Industrial")
-MAJOR_FIELDS = ("Physics", "Biology", "Chemistry", "Economics", "Linguistics", "Engineering", "Mathematics",
-                "Psychology", "Design", "Statistics")
-COMPANY_KINDS = ("Systems", "Labs", "Industries", "Group", "Dynamics", "Networks", "Foods", "Motors", "Partners")
-N_YEARS, YEAR0, N_DAYS = 200, 1900, 28
-
-# ---------------------------------------------------------------------------------------------
-# Templates. {s}: subject (full name or He/She), {p}: possessive (his/her), {v}: the value.
-# Every template puts the subject first and the value after it, so the value is always
-# conditioned on the name (needed by the bits measurement, Part 3.3).
-# ---------------------------------------------------------------------------------------------
-TEMPLATES: dict[str, tuple[str, ...]] = {
-    "birth_date": (
-        "{s} was born on {v} .", "{s} came into the world on {v} .", "{s} entered life on {v} .",
-        "{s} celebrates {p} birthday on {v} .", "{s} first saw the light of day on {v} .",
-        "{s} arrived on {v} .", "{s} was welcomed into the world on {v} .", "{s} was brought into the world on {v} .",
-        "{s} began {p} life on {v} .", "{s} has a birthday that falls on {v} .", "{s} was delivered on {v} .",
-        "{s} took {p} first breath on {v} .", "{s} was born on the day of {v} .", "{s} lists {v} as {p} birth date .",
-        "{s} has {v} as {p} date of birth .", "{s} started life on {v} .", "{s} is a person born on {v} .",
-        "{s} came to life on {v} .", "{s} was born , according to records , on {v} .",
-        "{s} was born back on {v} .", "{s} , by {p} birth certificate , was born on {v} .",
-        "{s} marks {p} birthday on {v} .", "{s} opened {p} eyes for the first time on {v} .",
-        "{s} was born to {p} parents on {v} .", "{s} has the birth date {v} .",
-    ),
-    "birth_city": (
-        "{s} was born in {v} .", "{s} spent {p} early years in {v} .", "{s} grew up in {v} .",
-        "{s} hails from {v} .", "{s} comes from {v} .", "{s} was raised in {v} .", "{s} has {p} roots in {v} .",
-        "{s} calls {v} {p} hometown .", "{s} was brought up in {v} .", "{s} is a native of {v} .",
-        "{s} began {p} life in {v} .", "{s} owes {p} upbringing to {v} .", "{s} originates from {v} .",
-        "{s} spent {p} childhood in {v} .", "{s} was born and raised in {v} .", "{s} has {p} birthplace in {v} .",
-        "{s} first lived in {v} .", "{s} was a child in {v} .", "{s} has family ties to {v} .",
-        "{s} entered the world in {v} .", "{s} was born in the city of {v} .", "{s} names {v} as {p} birthplace .",
-        "{s} came of age in {v} .", "{s} took {p} first steps in {v} .", "{s} remembers growing up in {v} .",
-    ),
-    "university": (
-        "{s} studied at {v} .", "{s} graduated from {v} .", "{s} attended {v} .", "{s} received {p} degree from {v} .",
-        "{s} completed {p} education at {v} .", "{s} was a student at {v} .", "{s} enrolled at {v} .",
-        "{s} earned {p} diploma at {v} .", "{s} pursued {p} studies at {v} .", "{s} is an alumnus of {v} .",
-        "{s} spent {p} college years at {v} .", "{s} trained at {v} .", "{s} went to {v} .",
-        "{s} took classes at {v} .", "{s} did {p} degree at {v} .", "{s} finished {p} studies at {v} .",
-        "{s} was educated at {v} .", "{s} holds a degree from {v} .", "{s} studied hard at {v} .",
-        "{s} was admitted to {v} .", "{s} attended classes at {v} .", "{s} obtained {p} degree at {v} .",
-        "{s} spent four years at {v} .", "{s} is a graduate of {v} .", "{s} learned {p} trade at {v} .",
-    ),
-    "major": (
-        "{s} majored in {v} .", "{s} studied {v} .", "{s} focused on {v} .", "{s} specialized in {v} .",
-        "{s} earned a degree in {v} .", "{s} chose {v} as {p} major .", "{s} concentrated on {v} .",
-        "{s} pursued {v} .", "{s} devoted {p} studies to {v} .", "{s} completed a major in {v} .",
-        "{s} took {v} as {p} field .", "{s} read {v} .", "{s} trained in {v} .", "{s} learned {v} .",
-        "{s} dedicated {p} college years to {v} .", "{s} explored {v} in depth .", "{s} graduated in {v} .",
-        "{s} holds a degree in {v} .", "{s} has a background in {v} .", "{s} did coursework in {v} .",
-        "{s} was a student of {v} .", "{s} chose to study {v} .", "{s} has expertise in {v} .",
-        "{s} spent years studying {v} .", "{s} developed {p} skills in {v} .",
-    ),
-    "company": (
-        "{s} worked for {v} .", "{s} was employed by {v} .", "{s} had a job at {v} .", "{s} joined {v} .",
-        "{s} built {p} career at {v} .", "{s} worked at {v} .", "{s} was hired by {v} .",
-        "{s} took a position at {v} .", "{s} spent {p} career at {v} .", "{s} was on the staff of {v} .",
-        "{s} served at {v} .", "{s} held a role at {v} .", "{s} was an employee of {v} .",
-        "{s} found work at {v} .", "{s} contributed to {v} .", "{s} earned a living at {v} .",
-        "{s} accepted a job at {v} .", "{s} signed on with {v} .", "{s} worked full time for {v} .",
-        "{s} was part of the team at {v} .", "{s} landed a job at {v} .", "{s} made a career with {v} .",
-        "{s} was recruited by {v} .", "{s} spent years working for {v} .", "{s} was a member of {v} .",
-    ),
-    "company_city": (
-        "{s} worked in {v} .", "{s} was employed in {v} .", "{s} moved to {v} for work .",
-        "{s} had {p} office in {v} .", "{s} relocated to {v} .", "{s} commuted to {v} .",
-        "{s} held a job in {v} .", "{s} pursued {p} career in {v} .", "{s} settled in {v} for {p} job .",
-        "{s} spent {p} working years in {v} .", "{s} was based in {v} .", "{s} did {p} job in {v} .",
-        "{s} worked out of {v} .", "{s} lived and worked in {v} .", "{s} found {p} workplace in {v} .",
-        "{s} had {p} desk in {v} .", "{s} reported to work in {v} .", "{s} was stationed in {v} .",
-        "{s} moved {p} career to {v} .", "{s} took up work in {v} .", "{s} spent {p} days at work in {v} .",
-        "{s} joined an office in {v} .", "{s} made a living in {v} .", "{s} was working in {v} .",
-        "{s} had {p} workplace in {v} .",
-    ),
-}
-"""Biography sentence templates: 25 per attribute (bioS has 46-52 per attribute)."""
-
-QA_TEMPLATES: dict[str, str] = {
-    "birth_date": "What is the birth date of {n} ?",
-    "birth_city": "What is the birth city of {n} ?",
-    "university": "Which university did {n} study ?",
-    "major": "What major did {n} study ?",
-    "company": "Which company did {n} work for ?",
-    "company_city": "Where did {n} work ?",
-}
-"""The six forward question types of Part 3.1 (Section 2.2); the answer follows ``Answer :``."""
-
-INVERSE_QA_TEMPLATE = "Who was born on {d} in {c} ?"
-"""Inverse search (Part 3.2, Section 5): birth date and birth city to the full name."""
-
-REVERSE_TEMPLATES: tuple[str, ...] = (
-    "Born on {d} in {c} was {n} .", "On {d} , in {c} , {n} was born .", "The person born on {d} in {c} is {n} .",
-    "Arriving on {d} in {c} was {n} .", "In {c} on {d} came {n} .", "On {d} the city of {c} welcomed {n} .",
-    "Whoever was born on {d} in {c} is {n} .", "A child born on {d} in {c} : {n} .",
-    "The birth on {d} in {c} was that of {n} .", "{c} saw the birth on {d} of {n} .",
-    "On {d} , {c} became the birthplace of {n} .", "Records of {d} in {c} name {n} .",
-)
-"""Reversed-direction sentences (value before name) used by ``reversal-curse`` when the reverse is trained."""
-
-# Reversed biographies (Part 3.2, Section 5): the person is described by relative clauses and the full
-# name comes only AFTER the attributes ("The person that was born on DATE , that grew up in CITY , ... is
-# NAME ."), so that predicting the name requires the attributes -> name direction to be stored (a
-# biography that starts with the name would let the model copy it from context). Every word below is
-# already in the bioS vocabulary (the vocabulary, hence every other experiment, is unchanged).
-REVERSE_FRAGMENTS: dict[str, tuple[str, ...]] = {
-    "birth_date": ("that was born on {v}", "born on {v}", "that came into the world on {v}", "that arrived on {v}",
-                   "that celebrates a birthday on {v}"),
-    "birth_city": ("that grew up in {v}", "born in {v}", "that hails from {v}", "that was raised in {v}",
-                   "that comes from {v}"),
-    "university": ("that studied at {v}", "that graduated from {v}", "that attended {v}", "that was a student at {v}",
-                   "that enrolled at {v}"),
-    "major": ("that majored in {v}", "that specialized in {v}", "that focused on {v}", "that chose {v} as a major",
-              "that concentrated on {v}"),
-    "company": ("that worked for {v}", "that was employed by {v}", "that joined {v}", "that was hired by {v}",
-                "that had a job at {v}"),
-    "company_city": ("that worked in {v}", "that was based in {v}", "that relocated to {v}", "that moved to {v} for work",
-                     "that commuted to {v}"),
-}
-"""Training clauses of reversed biographies, 5 per attribute (value inside, no name)."""
-REVERSE_OPENERS: tuple[str, ...] = ("The person", "A person")
-REVERSE_NAME_CLAUSES: tuple[str, ...] = ("is {n} .", "was {n} .", "has the name {n} .")
-"""How a reversed sentence ends: the full name, after every attribute of the sentence."""
-REVERSE_HELD_OUT: dict[str, str] = {
-    "birth_date": "that entered life on {v}", "birth_city": "that is a native of {v}",
-    "university": "that is an alumnus of {v}", "major": "that holds a degree in {v}",
-    "company": "that was recruited by {v}", "company_city": "that was stationed in {v}",
-    "opener": "The person", "name": "holds the name {n} .",
-}
-"""The held-out reversed template (never in training) of the attributes-only evaluation prompt."""
-
 
 def _words(s: str) -> list[str]:
     return s.split()
-
-
-# ---------------------------------------------------------------------------------------------
-# Pools
-# ---------------------------------------------------------------------------------------------
-_ONSETS = ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "ch",
-           "cl", "dr", "fl", "gr", "kr", "pl", "sh", "st", "th", "tr")
-_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "io", "ou", "y")
-_CODAS = ("", "", "", "n", "r", "l", "s", "m", "th", "nd", "rk", "x", "ld", "sh")
-
-
-def _syllables(rng: np.random.Generator, n: int, taken: set[str]) -> list[str]:
-    out: list[str] = []
-    while len(out) < n:
-        s = _ONSETS[rng.integers(len(_ONSETS))] + _VOWELS[rng.integers(len(_VOWELS))] + _CODAS[rng.integers(len(_CODAS))]
-        if s not in taken and len(s) >= 2:
-            taken.add(s)
-            out.append(s)
-    return out
-
-
-@dataclass(frozen=True)
-class Pools:
-    """The attribute pools of bioS, built procedurally from :data:`POOL_SEED`.
-
-    Attributes:
-        first1, first2, middle1, middle2, last1, last2: name syllable inventories (a name is
-            ``X1@@ X2``; first 20 x 20, middle 20 x 20, last 40 x 25).
-        cities: 200 (stem, suffix, state) triples.
-        universities: 300 (stem, kind) pairs.
-        majors: 100 (modifier, field) pairs.
-        companies: 263 (stem, kind) pairs.
-        company_city: the headquarters city (index into ``cities``) of each company.
-    """
-
-    first1: tuple[str, ...]
-    first2: tuple[str, ...]
-    middle1: tuple[str, ...]
-    middle2: tuple[str, ...]
-    last1: tuple[str, ...]
-    last2: tuple[str, ...]
-    cities: tuple[tuple[str, str, str], ...]
-    universities: tuple[tuple[str, str], ...]
-    majors: tuple[tuple[str, str], ...]
-    companies: tuple[tuple[str, str], ...]
-    company_city: tuple[int, ...]
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        """Pool sizes: names, attributes, and ``n0`` (the number of possible full names)."""
-        return {"first_name": len(self.first1) * len(self.first2), "middle_name": len(self.middle1) * len(self.middle2),
-                "last_name": len(self.last1) * len(self.last2), "n0": self.n0,
-                "birth_date": 12 * N_DAYS * N_YEARS, "birth_city": len(self.cities),
-                "university": len(self.universities), "major": len(self.majors), "company": len(self.companies),
-                "company_city": 1}
-
-    @property
-    def n0(self) -> int:
-        """Number of possible full names, 400 * 400 * 1000 = 1.6e8."""
-        return (len(self.first1) * len(self.first2) * len(self.middle1) * len(self.middle2)
-                * len(self.last1) * len(self.last2))
-
-
-def build_pools(seed: int = POOL_SEED) -> Pools:
-    """Build the bioS pools procedurally (deterministic in ``seed``)."""
-    rng = np.random.default_rng(seed)
-    taken: set[str] = set()
-    cap = lambda xs: tuple(x.capitalize() for x in xs)  # noqa: E731
-    first1, middle1, last1 = cap(_syllables(rng, 20, taken)), cap(_syllables(rng, 20, taken)), cap(_syllables(rng, 40, taken))
-    first2, middle2, last2 = (tuple(_syllables(rng, 20, taken)), tuple(_syllables(rng, 20, taken)),
-                              tuple(_syllables(rng, 25, taken)))
-    states = rng.integers(len(STATES), size=len(CITY_STEMS) * len(CITY_SUFFIXES))
-    cities = tuple((a, b, STATES[states[i]]) for i, (a, b) in
-                   enumerate((a, b) for a in CITY_STEMS for b in CITY_SUFFIXES))
-    ustems = [s.capitalize() + t for s, t in zip(_syllables(rng, 30, taken), _syllables(rng, 30, taken))]
-    universities = tuple((u, k) for u in ustems for k in UNIV_KINDS)
-    majors = tuple((m, f) for m in MAJOR_MODIFIERS for f in MAJOR_FIELDS)
-    cstems = [s.capitalize() + t for s, t in zip(_syllables(rng, 30, taken), _syllables(rng, 30, taken))]
-    allc = [(c, k) for c in cstems for k in COMPANY_KINDS]
-    keep = sorted(rng.permutation(len(allc))[:263])
-    companies = tuple(allc[i] for i in keep)
-    company_city = tuple(int(x) for x in rng.integers(len(cities), size=len(companies)))
-    return Pools(first1, first2, middle1, middle2, last1, last2, cities, universities, majors, companies, company_city)
-
-
-# ---------------------------------------------------------------------------------------------
-# Vocabulary
-# ---------------------------------------------------------------------------------------------
-class Vocab:
-    """Word-level vocabulary of the bios world: template words, value pieces, specials.
-
-    ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2; the rest sorted, so ids are world constants.
-    """
-
-    def __init__(self, words: set[str]):
-        self.itos = [PAD, BOS, EOS] + sorted(words - {PAD, BOS, EOS})
-        self.stoi = {w: i for i, w in enumerate(self.itos)}
-        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def encode(self, words: list[str]) -> list[int]:
-        """Token ids of pre-split words. Raises DataError on a word outside the vocabulary."""
-        try:
-            return [self.stoi[w] for w in words]
-        except KeyError as e:
-            from lmsci.errors import DataError
-
-            raise DataError(f"word {e.args[0]!r} is not in the bios vocabulary") from None
-
-    def decode(self, ids) -> str:
-        """Text of token ids; ``X@@`` glues to the following token."""
-        return " ".join(self.itos[int(i)] for i in ids).replace("@@ ", "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +99,7 @@ class BiosWorld:
         names: int64 ``[N, 6]`` syllable indices (first1, first2, middle1, middle2, last1, last2).
         attrs: int64 ``[N, 5]``: birth date index (month*28*200 + (day-1)*200 + year-1900), birth city,
             university, major, company.
-        vocab: the :class:`Vocab`.
+        vocab: the :class:`~lmsci.worlds.bios_pools.Vocab`.
 
     Raises:
         ConfigError: ``n_people`` out of range.
@@ -693,140 +446,3 @@ class BiosWorld:
         mask = [0] * start + [1] * (len(ids) - start)
         return Doc(ids, mask, i, {"answer": [(start, start + len(n))]}, "inverse_qa")
 
-
-# ---------------------------------------------------------------------------------------------
-# Data sets: augmentations, QA split, packing with exposure counting
-# ---------------------------------------------------------------------------------------------
-def qa_split(n_people: int, seed: int, train_fraction: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """Split individuals into QA-train (P_train) and QA-test (P_test), disjoint (Part 3.1, Section 3).
-
-    Returns:
-        (train_ids, test_ids), sorted int64 arrays.
-    """
-    if not 0.0 < train_fraction < 1.0:
-        raise ConfigError("train_fraction", train_fraction, "a number in (0, 1)")
-    perm = np.random.default_rng([seed, 11]).permutation(n_people)
-    k = int(round(n_people * train_fraction))
-    return np.sort(perm[:k]), np.sort(perm[k:])
-
-
-def bio_docs(world: BiosWorld, people, *, multiplicity: int, permute: bool, fullname: bool, seed: int,
-             reverse: bool = False, epoch: int = 0) -> list[Doc]:
-    """``multiplicity`` biographies per listed person, each with freshly drawn templates (multiM).
-
-    multiplicity = 1 and permute = fullname = False is bioS *single*: one fixed biography per person.
-    ``epoch`` gives fresh renderings for "new text every exposure" data (Part 3.3).
-    """
-    if multiplicity < 1:
-        raise ConfigError("multiplicity", multiplicity, "an integer >= 1")
-    docs = []
-    for i in people:
-        rng = np.random.default_rng([seed, 17, int(i), epoch])
-        for _ in range(multiplicity):
-            docs.append(world.bio(int(i), rng, permute=permute, fullname=fullname, reverse=reverse))
-    return docs
-
-
-def qa_docs(world: BiosWorld, people, attrs=ATTRS) -> list[Doc]:
-    """Forward QA documents: every listed person times every listed attribute."""
-    return [world.qa(int(i), a) for i in people for a in attrs]
-
-
-@dataclass
-class Packed:
-    """Documents packed into fixed-length training windows.
-
-    Attributes:
-        input_ids: int64 ``[windows, seq_len]`` (``<pad>`` after the last document of a window).
-        targets: int64 ``[windows, seq_len]``: next token where the loss is taken, else -100.
-        people: per window, the person index of each document in it.
-        kinds: per window, the kind of each document.
-    """
-
-    input_ids: Any
-    targets: Any
-    people: list[list[int]]
-    kinds: list[list[str]]
-
-    def exposures(self, n_people: int, windows: int | None = None, kind: str = "bio") -> np.ndarray:
-        """How many documents of ``kind`` each person has in the first ``windows`` windows: ``[n_people]``."""
-        counts = np.zeros(n_people, dtype=np.int64)
-        for ps, ks in zip(self.people[:windows], self.kinds[:windows]):
-            for p, k in zip(ps, ks):
-                if k == kind:
-                    counts[p] += 1
-        return counts
-
-
-def pack(docs: list[Doc], seq_len: int, seed: int, shuffle: bool = True) -> Packed:
-    """Pack whole documents into windows of ``seq_len`` tokens, padding the rest.
-
-    With ``shuffle`` the documents are shuffled across people first and no window ever holds two
-    documents of the same person (a document whose person is already in the current window is
-    deferred), so that paraphrases of one person never share a context: the pitfall that made a
-    public replication collapse to ~7% QA-test accuracy (physics_of_lms.md Section 3.5).
-
-    Raises:
-        ConfigError: a document longer than ``seq_len``.
-    """
-    import torch
-
-    longest = max(len(d.ids) for d in docs)
-    if longest > seq_len:
-        raise ConfigError("seq_len", seq_len, f">= the longest document ({longest} tokens)")
-    order = list(np.random.default_rng([seed, 23]).permutation(len(docs))) if shuffle else list(range(len(docs)))
-    windows: list[list[int]] = []
-    pending: list[int] = []  # deferred document indices
-    cur: list[int] = []
-    cur_len, cur_people = 0, set()
-    queue = order
-    qi = 0
-    while qi < len(queue) or pending:
-        placed = False
-        # first try deferred documents, then the next in the queue
-        for j, di in enumerate(pending):
-            d = docs[di]
-            if cur_len + len(d.ids) <= seq_len and (not shuffle or d.person not in cur_people):
-                pending.pop(j)
-                cur.append(di)
-                cur_len += len(d.ids)
-                cur_people.add(d.person)
-                placed = True
-                break
-        if not placed and qi < len(queue):
-            di = queue[qi]
-            d = docs[di]
-            if shuffle and d.person in cur_people:
-                pending.append(di)
-                qi += 1
-                placed = True
-            elif cur_len + len(d.ids) <= seq_len:
-                cur.append(di)
-                cur_len += len(d.ids)
-                cur_people.add(d.person)
-                qi += 1
-                placed = True
-        if not placed:  # window full (or only conflicting documents left): close it
-            if not cur:
-                raise RuntimeError("packing made no progress")
-            windows.append(cur)
-            cur, cur_len, cur_people = [], 0, set()
-    if cur:
-        windows.append(cur)
-    W = len(windows)
-    inp = np.zeros((W, seq_len), dtype=np.int64)
-    tgt = np.full((W, seq_len), -100, dtype=np.int64)
-    people, kinds = [], []
-    for w, ds in enumerate(windows):
-        pos = 0
-        for di in ds:
-            d = docs[di]
-            n = len(d.ids)
-            ids = np.asarray(d.ids, dtype=np.int64)
-            inp[w, pos:pos + n] = ids
-            tgt[w, pos:pos + n - 1] = np.where(np.asarray(d.loss_mask[1:], dtype=bool), ids[1:], -100)
-            pos += n
-        people.append([docs[di].person for di in ds])
-        kinds.append([docs[di].kind for di in ds])
-    inp, tgt = torch.from_numpy(inp), torch.from_numpy(tgt)
-    return Packed(inp, tgt, people, kinds)

@@ -4,7 +4,7 @@ A :class:`Stream` subclass says which documents come in which order (``_chunk_sp
 ``_rerender``: :mod:`lmsci.worlds.bios_stream`); this base packs them (:class:`~lmsci.worlds.bios_pack.Packer`),
 cuts the windows into :class:`StreamBatch` es, counts exposures, resumes from batch k without rendering the
 skipped windows, and adapts the stream to :func:`lmsci.train.trainer.train` (:meth:`Stream.get_batch_fn`) and to
-code that takes a :class:`lmsci.worlds.bios.Packed` (:meth:`Stream.to_packed`).
+code that takes a :class:`lmsci.worlds.bios_datasets.Packed` (:meth:`Stream.to_packed`).
 
 Source: Allen-Zhu & Li, Physics of Language Models Part 3.1 (arXiv 2309.14316, Section 2), Part 3.3
 (arXiv 2404.05405, Section 2: exposures).
@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from lmsci.errors import ConfigError
-from lmsci.worlds.bios import BiosWorld, Packed
+from lmsci.worlds.bios import BiosWorld
+from lmsci.worlds.bios_datasets import Packed
 from lmsci.worlds.bios_pack import Packer, WindowBlock
 from lmsci.worlds.bios_render import KIND_BIO, KIND_BIO_REVERSE, KIND_NAMES, BiosRenderer, Docs
 
@@ -217,7 +218,7 @@ class Stream:
 
     def to_packed(self, max_windows: int | None = None) -> Packed:
         """Materialise (the first ``max_windows`` windows of) the stream as a :class:`Packed`
-        (for code written for :func:`lmsci.worlds.bios.pack`; memory grows with the windows)."""
+        (for code written for :func:`lmsci.worlds.bios_datasets.pack`; memory grows with the windows)."""
         import torch
 
         blocks, n = [], 0

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from lmsci.errors import ConfigError, UnknownNameError
-from lmsci.worlds.bios import BOS, EOS, BiosWorld, Vocab
+from lmsci.worlds.bios import BiosWorld
+from lmsci.worlds.bios_pools import BOS, EOS, Vocab
 
 RELATIONS = ("birth_city", "company", "company_city")
 """Relations rendered (bioS attributes; ``company_city`` is the employer's city)."""
@@ -97,7 +98,8 @@ class MessyBiosWorld:
         seed: the people's draw.
 
     Attributes:
-        base: the :class:`~lmsci.worlds.bios.BiosWorld`. vocab: :class:`~lmsci.worlds.bios.Vocab` of both languages.
+        base: the :class:`~lmsci.worlds.bios.BiosWorld`. vocab: :class:`~lmsci.worlds.bios_pools.Vocab` of both
+            languages.
     """
 
     def __init__(self, n_people: int, seed: int = 0):

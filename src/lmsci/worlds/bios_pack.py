@@ -1,6 +1,6 @@
 """Packing bioS documents into fixed-length windows, on a running buffer carried across chunks.
 
-Packing follows :func:`lmsci.worlds.bios.pack` step for step (greedy, ``<pad>`` after the last document that
+Packing follows :func:`lmsci.worlds.bios_datasets.pack` step for step (greedy, ``<pad>`` after the last document that
 fits, deferral of a document whose person is already in the window, deferred documents tried first) on a
 running buffer carried across chunks (a numba loop), so no window holds two documents of one person. One
 deviation: when ``max_pending`` (64) documents are deferred the window is closed instead of deferring more

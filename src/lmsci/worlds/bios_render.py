@@ -31,9 +31,10 @@ import numpy as np
 from numba import njit
 
 from lmsci.errors import ConfigError
-from lmsci.worlds.bios import (ATTRS, BOS, EOS, INVERSE_QA_TEMPLATE, MONTHS, N_DAYS, N_YEARS, QA_TEMPLATES,
-                               REVERSE_FRAGMENTS, REVERSE_NAME_CLAUSES, REVERSE_OPENERS, REVERSE_TEMPLATES, TEMPLATES,
-                               YEAR0, BiosWorld, Doc)
+from lmsci.worlds.bios import ATTRS, BiosWorld, Doc
+from lmsci.worlds.bios_pools import BOS, EOS, MONTHS, N_DAYS, N_YEARS, YEAR0
+from lmsci.worlds.bios_templates import (INVERSE_QA_TEMPLATE, QA_TEMPLATES, REVERSE_FRAGMENTS, REVERSE_NAME_CLAUSES,
+                                         REVERSE_OPENERS, REVERSE_TEMPLATES, TEMPLATES)
 from lmsci.worlds.counter_rng import GOLD, below, hash_u64, mix64
 
 KIND_BIO, KIND_QA, KIND_INVERSE_QA, KIND_BIO_REVERSE = 0, 1, 2, 3

@@ -18,7 +18,7 @@ How it works
   biography; multiM: M fixed biographies), or copy ``p`` with ``fresh=True`` (a new template choice
   and, with ``permute``, a new sentence order at every exposure, as bioS-multi+permute and Part 3.3).
   After the whole stream every person has seen exactly ``exposures`` biographies.
-* Packing (:mod:`lmsci.worlds.bios_pack`): the rule of :func:`lmsci.worlds.bios.pack` on a running buffer
+* Packing (:mod:`lmsci.worlds.bios_pack`): the rule of :func:`lmsci.worlds.bios_datasets.pack` on a running buffer
   carried across chunks, so no window holds two documents of one person; batching, resuming and the
   counters are the streams' common base (:mod:`lmsci.worlds.bios_batches`).
 
@@ -53,7 +53,7 @@ from the beginning):
   ``stream.iter_from(k)``: the batches from batch k on, identical to those of a full iteration (resume
   from a checkpoint; the skipped windows are packed from lengths only, ~3x faster than rendering);
   ``stream.get_batch_fn()`` for :func:`lmsci.train.trainer.train` (its first call at step s starts at
-  batch s); ``stream.to_packed()`` for code that takes a :class:`lmsci.worlds.bios.Packed`;
+  batch s); ``stream.to_packed()`` for code that takes a :class:`lmsci.worlds.bios_datasets.Packed`;
   ``bio.training_bios(people, copy)``: the exact biographies trained on, with spans.
 
 Benchmark: ``benchmarks/bench_bios_pipeline.py``.
@@ -93,7 +93,7 @@ class BioStream(Stream):
         order_seed: seed of the order of the people in each pass (default ``seed``); a training
             seed passes its own so that separately trained models see the same biographies in their
             own order.
-        shuffle: no person twice in a window (as :func:`lmsci.worlds.bios.pack`); passes are always
+        shuffle: no person twice in a window (as :func:`lmsci.worlds.bios_datasets.pack`); passes are always
             in a keyed pseudo-random order.
         drop_last: drop a final batch of fewer than ``batch_size`` windows.
         count_exposures: keep :attr:`exposures` (int64 ``[N]``).
@@ -270,7 +270,7 @@ class QAStream(Stream):
 class DocStream(Stream):
     """Fixed documents (any rendering, e.g. the Python :meth:`BiosWorld.bio` / :meth:`BiosWorld.bio_reversed`
     ones) seen ``epochs`` times, each pass in a keyed pseudo-random order, packed on the fly by the packer
-    of this module (no person twice in a window): the windows of :func:`lmsci.worlds.bios.pack` over ``epochs``
+    of this module (no person twice in a window): the windows of :func:`lmsci.worlds.bios_datasets.pack` over ``epochs``
     shuffled copies, without materialising them (memory: the documents once, not ``epochs`` packings).
 
     Used by ``reversal-curse``'s gpu and paper presets, whose forward (multiM) and reversed biographies

@@ -140,7 +140,8 @@ def test_bad_input_is_refused_by_name():
 
 def test_fact_prompts_cut_before_the_value():
     from lmsci.experiments.knowledge.common import BiosModelSpec
-    from lmsci.worlds.bios import BiosWorld, bio_docs
+    from lmsci.worlds.bios import BiosWorld
+    from lmsci.worlds.bios_datasets import bio_docs
 
     w = BiosWorld(6, seed=0)
     docs = bio_docs(w, [2], multiplicity=3, permute=True, fullname=True, seed=0)

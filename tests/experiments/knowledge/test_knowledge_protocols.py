@@ -20,7 +20,8 @@ from lmsci.train.packed import train_packed
 from lmsci.models.gpt import GPT, GPTConfig, GPTSpec
 from lmsci.runs import RunDir, derive_seed
 from lmsci.train.finetune import FinetuneSpec, add_lora, finetune, trainable_parameters
-from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_datasets import qa_docs, qa_split
 
 
 def _bios_gpt(world, seq_len: int, seed: int = 0) -> GPT:

@@ -10,8 +10,10 @@ import torch
 
 from lmsci.config import resolve_config
 from lmsci.experiments.knowledge.reversal_curse import ReversalCurseConfig, reversed_docs, streamed_pretraining
-from lmsci.worlds.bios import ATTRS, REVERSE_FRAGMENTS, REVERSE_HELD_OUT, BiosWorld, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_datasets import qa_split
 from lmsci.worlds.bios_render import BiosRenderer
+from lmsci.worlds.bios_templates import REVERSE_FRAGMENTS, REVERSE_HELD_OUT
 
 N = 24
 

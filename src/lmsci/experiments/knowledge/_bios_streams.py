@@ -3,10 +3,10 @@
 A pretraining *stream* is a list of epochs; each epoch renders biographies (the same ones every
 epoch for bioS single / multiM, freshly drawn ones when ``fresh``), optionally adds QA documents
 (mixed training), shuffles them across people and packs them into ``seq_len`` windows with no
-person twice in a window (:func:`lmsci.worlds.bios.pack`). ``exposures`` counts biographies per
+person twice in a window (:func:`lmsci.worlds.bios_datasets.pack`). ``exposures`` counts biographies per
 person actually consumed by the optimizer steps. Mixed training puts biographies and QA in separate windows
 with QA at 80% of the tokens (:func:`mixed_stream`, Allen-Zhu & Li, Part 3.1, arXiv 2309.14316, Appendix C).
-Windows are :class:`~lmsci.worlds.bios.Packed` (ids and targets ``[windows, seq_len]``) or, for the
+Windows are :class:`~lmsci.worlds.bios_datasets.Packed` (ids and targets ``[windows, seq_len]``) or, for the
 ``"stream"`` pipeline, :mod:`lmsci.worlds.bios_stream` objects.
 """
 
@@ -21,11 +21,12 @@ import torch
 
 from lmsci.errors import ConfigError
 from lmsci.experiments.knowledge._specs import DataSpec
-from lmsci.worlds.bios import BiosWorld, Doc, Packed, bio_docs, pack, qa_docs
+from lmsci.worlds.bios import BiosWorld, Doc
+from lmsci.worlds.bios_datasets import Packed, bio_docs, pack, qa_docs
 
 
 def concat_packed(parts: Sequence[Packed]) -> Packed:
-    """The windows of ``parts`` one after another, as one :class:`~lmsci.worlds.bios.Packed` (ids and targets
+    """The windows of ``parts`` one after another, as one :class:`~lmsci.worlds.bios_datasets.Packed` (ids and targets
     ``[sum of windows, seq_len]``, people and kinds per window)."""
     return Packed(torch.cat([p.input_ids for p in parts]), torch.cat([p.targets for p in parts]),
                   [x for p in parts for x in p.people], [x for p in parts for x in p.kinds])
@@ -107,7 +108,7 @@ def mixed_stream(world: BiosWorld, *, exposures: int, seed: int, seq_len: int,
     tokens; then all windows are put in one seeded random order.
 
     Returns:
-        :class:`~lmsci.worlds.bios.Packed` (``kinds`` per window: all ``"bio"`` or all ``"qa"``).
+        :class:`~lmsci.worlds.bios_datasets.Packed` (``kinds`` per window: all ``"bio"`` or all ``"qa"``).
 
     Raises:
         ConfigError: ``qa_ratio`` outside ``[0, 1)``; no QA documents with ``qa_ratio > 0``.
@@ -159,7 +160,7 @@ def pretraining_data(world: BiosWorld, *, pipeline: str, exposures: int, seed: i
 
     Args:
         pipeline: ``"packed"`` (:func:`bio_stream` / :func:`mixed_stream`, a whole
-            :class:`~lmsci.worlds.bios.Packed` in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`:
+            :class:`~lmsci.worlds.bios_datasets.Packed` in memory) or ``"stream"`` (:mod:`lmsci.worlds.bios_stream`:
             rendered, tokenised and packed on the fly, constant memory; for the gpu and paper presets).
         qa: the people whose QA is mixed in (mixed training, every window all biographies or all QA,
             QA at ``qa_ratio`` of the tokens); None: biographies only.
@@ -230,7 +231,7 @@ def exposures_of(packed: Packed | Any, n_people: int, windows_used: int, people:
 
 def training_bios(world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
                   reverse: bool = False) -> list[Doc]:
-    """Each person's first *training* biography: the rendering :func:`lmsci.worlds.bios.bio_docs` made
+    """Each person's first *training* biography: the rendering :func:`lmsci.worlds.bios_datasets.bio_docs` made
     for pretraining (same rng stream), one :class:`~lmsci.worlds.bios.Doc` per person."""
     return [world.bio(int(i), np.random.default_rng([seed, 17, int(i), 0]), permute=spec.permute,
                       fullname=spec.fullname, reverse=reverse) for i in people]

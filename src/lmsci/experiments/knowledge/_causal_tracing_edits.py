@@ -16,7 +16,8 @@ import numpy as np
 
 from lmsci.measure.grad_overlap import span_logprobs
 from lmsci.methods.rome import RomeHParams, compute_rome, edited, key_second_moment
-from lmsci.worlds.bios import ATTRS, TEMPLATES, BiosWorld
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_templates import TEMPLATES
 
 
 def fact_prompt(world: BiosWorld, i: int, attr: str, template: int) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from lmsci.measure.accuracy import pad_batch
 from lmsci.measure.sae import gather_activations
 from lmsci.models.device import device_of
 from lmsci.models.gpt import GPT
-from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, bio_docs
+from lmsci.worlds.bios import ATTRS, BiosWorld, Doc
+from lmsci.worlds.bios_datasets import bio_docs
 
 
 def world_and_docs(spec: BiosModelSpec, data_seed: int) -> tuple[BiosWorld, list[list[Doc]]]:

@@ -59,7 +59,8 @@ from lmsci.measure.causal_tracing import (
     thirds,
 )
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.bios import ATTRS, TEMPLATES, BiosWorld
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_templates import TEMPLATES
 
 MIN_LAYERS = 6
 TE_MIN = 0.2

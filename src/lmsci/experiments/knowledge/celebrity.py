@@ -44,7 +44,8 @@ from lmsci.measure.knowledge import qa_metrics
 from lmsci.experiments.registry import register
 from lmsci.claims import Claim, Gate, Stat, every_at_least, mean_at_least, mean_at_most
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.bios import ATTRS, BiosWorld, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_datasets import qa_split
 
 CONDITION = {False: "all_single", True: "celebrities_augmented"}
 NULL_CONDITION = "all_single_second"  # the null arm: a second all-single model at its own seed

@@ -19,7 +19,7 @@ their own modules, split by concept (import them from there):
 A pretraining *stream* is a list of epochs; each epoch renders biographies (the same ones every
 epoch for bioS single / multiM, freshly drawn ones when ``fresh``), optionally adds QA documents
 (mixed training), shuffles them across people and packs them into ``seq_len`` windows with no
-person twice in a window (:func:`lmsci.worlds.bios.pack`). ``exposures`` counts biographies per
+person twice in a window (:func:`lmsci.worlds.bios_datasets.pack`). ``exposures`` counts biographies per
 person actually consumed by the optimizer steps.
 
 The papers' protocol (issue 11): QA fine-tuning is LoRA through ``peft`` (:func:`finetune_qa`,
@@ -48,7 +48,9 @@ from lmsci.measure.knowledge import qa_metrics, recall_of_docs
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.train.finetune import FinetuneSpec, finetune, trainable_parameters
 from lmsci.train.packed import train_packed
-from lmsci.worlds.bios import ATTRS, MONTHS, BiosWorld, Doc, Packed, bio_docs
+from lmsci.worlds.bios import ATTRS, BiosWorld, Doc
+from lmsci.worlds.bios_datasets import Packed, bio_docs
+from lmsci.worlds.bios_pools import MONTHS
 
 
 class BiosModelSpec(StrictModel):
@@ -314,7 +316,7 @@ def recall_checker(world: BiosWorld, people: Sequence[int], *, seed: int, spec: 
 def bio_recall(model: torch.nn.Module, world: BiosWorld, people: Sequence[int], *, seed: int, spec: DataSpec,
                device: str = "cpu", bios_fn: Callable[[np.ndarray], list[Doc]] | None = None) -> float:
     """Memorisation: exact match of every attribute value inside each person's first *training* biography
-    (the rendering :func:`lmsci.worlds.bios.bio_docs` made for pretraining, or ``bios_fn(people)`` for
+    (the rendering :func:`lmsci.worlds.bios_datasets.bio_docs` made for pretraining, or ``bios_fn(people)`` for
     another pipeline such as ``BioStream.training_bios``), given its prefix."""
     docs = bios_fn(np.asarray(people)) if bios_fn is not None else training_bios(world, people, seed=seed, spec=spec)
     return recall_of_docs(model, docs, attrs=ATTRS, device=device)

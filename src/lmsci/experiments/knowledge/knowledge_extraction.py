@@ -55,7 +55,8 @@ from lmsci.experiments.registry import register
 from lmsci.measure.probes import p_probe, q_probe
 from lmsci.claims import Claim, Gate, Stat, every_at_least, mean_at_least, mean_at_most
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.bios import ATTRS, BiosWorld, qa_docs, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld
+from lmsci.worlds.bios_datasets import qa_docs, qa_split
 
 #: P_test QA of the real single pretrain_ft model (the contrasts' subtrahend, on the real arm whatever arm is judged)
 SINGLE_PFT = Stat("qa_test", where={"data": "single", "regime": "pretrain_ft"}, arm="real",

@@ -60,7 +60,7 @@ from lmsci.experiments.registry import register
 from lmsci.measure.accuracy import exact_match
 from lmsci.measure.grad_overlap import span_logprobs, statement_gradients
 from lmsci.runs import RunDir
-from lmsci.worlds.bios import Packed
+from lmsci.worlds.bios_datasets import Packed
 from lmsci.worlds.bios_messy import RELATIONS, MessyBiosWorld, Statement, statement_batch
 
 PAIR_KINDS = ("negation", "translation", "unrelated", "paraphrase", "two_hop")

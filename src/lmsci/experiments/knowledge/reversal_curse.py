@@ -71,7 +71,8 @@ from lmsci.measure.accuracy import exact_match
 from lmsci.measure.knowledge import completion_gap_bits
 from lmsci.claims import Claim, Gate, Stat, all_of, ci_above, every_at_least, mean_at_least, mean_at_most
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.bios import ATTRS, BiosWorld, Doc, Packed, bio_docs, pack, qa_split
+from lmsci.worlds.bios import ATTRS, BiosWorld, Doc
+from lmsci.worlds.bios_datasets import Packed, bio_docs, pack, qa_split
 
 
 class ReversalCurseConfig(BiosQAConfig):
