@@ -118,3 +118,15 @@ def test_patching_bench_lmsci_and_nnsight_give_the_same_patched_logit_difference
     assert diff < 1e-5  # the same scan through two hook interfaces
     assert float(re.search(r"ratio nnsight/lmsci: ([0-9.]+)x", text).group(1)) > 0
     assert "top-5 heads equal: True" in text
+
+
+def test_cfg_attention_bench_prints_kernel_ratios_equal_outputs_and_the_step_profile():
+    text = _run("bench_cfg_attention.py", "--steps", "1", "--reps", "1", "--top", "3")
+    rows = re.findall(r"math [0-9.]+ \(([0-9.]+)x; ([0-9.e+-]+)\), explicit [0-9.]+ \(([0-9.]+)x; ([0-9.e+-]+)\)", text)
+    assert len(rows) == 3
+    for r_math, d_math, r_exp, d_exp in rows:
+        assert float(r_math) > 0 and float(r_exp) > 0
+        assert float(d_math) < 1e-4 and float(d_exp) < 1e-4  # the three kernels compute the same attention
+    ms = float(re.search(r"([0-9.]+) CPU ms per step", text).group(1))
+    shares = [float(s) for s in re.findall(r"^\s+([0-9.]+)%\s+\S", text, flags=re.M)]
+    assert ms > 0 and len(shares) == 3 and all(0 < s <= 100 for s in shares)
