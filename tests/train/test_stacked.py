@@ -14,7 +14,7 @@ import torch
 from lmsci.errors import ConfigError, DivergedError
 from lmsci.measure.capacity import search_capacity
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.train.stacked import StackedModels, make_stacked_optimizer, train_stacked
+from lmsci.train.stacked import StackedModels, StackedResult, make_stacked_optimizer, train_stacked
 from lmsci.train.trainer import TrainConfig, make_optimizer, train
 
 GC = GPTConfig(vocab_size=48, seq_len=16, n_layers=2, n_heads=2, d_model=32)
@@ -123,6 +123,14 @@ def test_a_diverging_member_is_marked_and_the_others_train_on():
     with pytest.raises(DivergedError):
         res.raise_for(1)
     res.raise_for(0)  # a healthy member: nothing
+    with pytest.raises(DivergedError) as first:
+        res.raise_first()
+    assert first.value is res.diverged[1]
+    StackedResult(diverged={}).raise_first()  # none diverged: nothing
+    two = StackedResult(diverged={2: DivergedError(5, float("nan")), 0: DivergedError(7, float("inf"))})
+    with pytest.raises(DivergedError) as first:
+        two.raise_first()
+    assert first.value is two.diverged[0]  # the lowest index, whatever the order they diverged in
     for k, i in ((0, 1), (2, 3)):
         alone = train(GPT(GC, seed=i), _get_batch, cfg, seed=k)
         assert _rel(alone.final["loss"], res.members[k].final["loss"]) < 1e-5

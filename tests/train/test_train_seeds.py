@@ -9,7 +9,7 @@ import torch
 from lmsci.config import NON_SCIENCE_FIELDS
 from lmsci.errors import ConfigError
 from lmsci.models.gpt import GPT, GPTConfig
-from lmsci.train.seeds import train_seeds
+from lmsci.train.seeds import stacks, train_seeds
 from lmsci.train.trainer import TrainConfig
 
 GC = GPTConfig(vocab_size=40, seq_len=12, n_layers=1, n_heads=2, d_model=16)
@@ -73,3 +73,9 @@ def test_sequential_members_take_their_own_batches_and_checkpoints(tmp_path):
         train_seeds([GPT(GC, seed=0)], _get_batch, cfg, seeds=[1], stack=False, checkpoint_dirs=[None, None])
     with pytest.raises(ConfigError, match="get_batch"):
         train_seeds([GPT(GC, seed=0)], [_get_batch] * 2, cfg, seeds=[1], stack=False)
+
+
+def test_stacks_says_when_the_members_train_as_one_computation():
+    assert stacks("always", 1) and stacks("always", 3)
+    assert not stacks(True, 1) and stacks(True, 2)
+    assert not stacks(False, 1) and not stacks(False, 4)

@@ -196,7 +196,7 @@ def train_group(models: Sequence[torch.nn.Module], get_batch: GetBatch | Sequenc
             model; models the stacked trainer refuses (different shapes, dropout > 0).
     """
     tcfg = _config(spec, ctxs[0].device, log_points, config_changes)
-    stacks = stack == "always" or (stack and len(models) > 1)
+    stacks = seeds_mod.stacks(stack, len(models))
     ckpts = None if checkpoint is None or stacks else [c.artifact_dir / checkpoint for c in ctxs]
     with ctxs[0].progress(tcfg.steps * (1 if stacks else len(models)), desc) as bar:
         return seeds_mod.train_seeds(models, get_batch, tcfg, stack=stack,

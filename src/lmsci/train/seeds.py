@@ -26,6 +26,12 @@ from lmsci.train.stacked import LogFn, StackedResult
 from lmsci.train.trainer import GetBatch, TrainConfig
 
 
+def stacks(stack: bool | Literal["always"], k: int) -> bool:
+    """Whether :func:`train_seeds` trains ``k`` models as one stacked computation under ``stack`` (``"always"``:
+    yes; True: when ``k > 1``; False: no)."""
+    return stack == "always" or bool(stack and k > 1)
+
+
 def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch | Sequence[GetBatch], cfg: TrainConfig, *,
                 seeds: Sequence[int], stack: bool | Literal["always"], log: Sequence[LogFn | None] | None = None,
                 progress: Any = None, checkpoint_dirs: Sequence[str | Path | None] | None = None) -> StackedResult:
@@ -68,7 +74,7 @@ def train_seeds(models: Sequence[nn.Module], get_batch: GetBatch | Sequence[GetB
     ckpts = list(checkpoint_dirs) if checkpoint_dirs is not None else [None] * k
     if len(ckpts) != k:
         raise ConfigError("checkpoint_dirs", len(ckpts), f"one directory (or None) per model ({k})")
-    if stack == "always" or (stack and k > 1):
+    if stacks(stack, k):
         return stacked.train_stacked(models, get_batch, cfg, seeds=seeds, log=logs, progress=progress)
     out = StackedResult()
     for i, (m, gb, s, lg, ck) in enumerate(zip(models, get_batches, seeds, logs, ckpts)):

@@ -90,6 +90,12 @@ class StackedResult:
         if k in self.diverged:
             raise self.diverged[k]
 
+    def raise_first(self) -> None:
+        """Raise the :class:`DivergedError` of the first member (lowest index) that diverged; otherwise do
+        nothing (for a caller in which any divergence fails the whole group)."""
+        if self.diverged:
+            raise self.diverged[min(self.diverged)]
+
 
 def _check_same_shape(models: Sequence[nn.Module]) -> None:
     ref = [(n, tuple(p.shape)) for n, p in models[0].named_parameters()]

@@ -362,8 +362,7 @@ class ModelShape(Experiment):
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         st = train_group(models, get_batch, cfg.train, ctxs, stack=cfg.stack_seeds, desc=f"train x{len(points)}",
                          log_every=max(1, cfg.train.steps // 20), precision=cfg.precision)
-        for k in sorted(st.diverged):
-            st.raise_for(k)
+        st.raise_first()
         return [self._row(cfg, p, m, r, corpus) for p, m, r in zip(points, models, st.members)]
 
     # ---------------------------------------------------------------------------------------------- verdicts

@@ -319,8 +319,7 @@ class ScalingSweep(Experiment):
         get_batch = sh.make_get_batch(corpus.train_ids, cfg.train.batch_size, cfg.seq_len)
         res = train_group(models, [get_batch] * len(ctxs), cfg.train, ctxs,
                           desc=f"train x{len(points)} (stacked)", **self._tcfg(cfg, steps))
-        for k in sorted(res.diverged):
-            res.raise_for(k)
+        res.raise_first()
         return [self._row(cfg, p, m, r, corpus, steps, tpb) for p, m, r in zip(points, models, res.members)]
 
     # ------------------------------------------------------------------------------------------

@@ -243,8 +243,7 @@ class TransformerVsLSTM(Experiment):
         st = train_group(models, get_batch, cfg.train, ctxs, stack=cfg.stack_seeds and arch != "lstm",
                          desc=f"train {arch} x{len(points)}", log_every=max(1, cfg.train.steps // 20),
                          precision=cfg.precision)
-        for k in sorted(st.diverged):
-            st.raise_for(k)
+        st.raise_first()
         results = st.members
         val = sh.eval_batches(corpus.val_ids, cfg.seq_len, cfg.eval_tokens)
         rows = []
