@@ -23,7 +23,8 @@ from scipy.stats import chi2_contingency
 
 from lmsci.worlds.igsm import IGSMConfig, IGSMWorld
 from lmsci.worlds.igsm.checker import check_solution
-from lmsci.worlds.igsm.world import RAND, Definition, Problem, _apply, _cost, param_expr
+from lmsci.worlds.igsm.config import RAND
+from lmsci.worlds.igsm.problem import Definition, Problem, _apply, _cost, param_expr
 
 FIX = Path(__file__).parent / "fixtures" / "igsm"
 

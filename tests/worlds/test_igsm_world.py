@@ -367,7 +367,7 @@ def test_repeated_sentences_add_only_copies(problems):
 def test_brute_force_solution_computes_every_parameter_and_passes_the_checker(problems):
     from lmsci.worlds.igsm import ANS, SOL
     from lmsci.worlds.igsm.brute import brute_force_order, brute_force_text
-    from lmsci.worlds.igsm.world import nx_ancestors
+    from lmsci.worlds.igsm.problem import nx_ancestors
 
     extra = 0
     for i, p in enumerate(problems):
@@ -420,7 +420,7 @@ def test_probe_positions_in_qp_format(problems):
 def _childless_problem(question):
     """A hand-made problem in which item B (and, with 3 layers, item Y) has no children, as the official
     generator (and, since issue 30, lmsci's sampler) writes them."""
-    from lmsci.worlds.igsm.world import Definition, Problem, _cost, param_expr, render
+    from lmsci.worlds.igsm.problem import Definition, Problem, _cost, param_expr, render
 
     layers = ("District", "Supermarket", "Product")
     names = [["A", "B"], ["X", "Y"], ["P", "Q"]]

@@ -33,7 +33,8 @@ from lmsci.train.adaptor import train_point
 from lmsci.worlds.igsm import IGSMWorld
 from lmsci.worlds.igsm.brute import brute_force_text
 from lmsci.worlds.igsm.tokenizer import IGSMTokenizer
-from lmsci.worlds.igsm.world import ANS, SOL, SYMBOLS, Problem, solution_steps
+from lmsci.worlds.igsm.config import ANS, SYMBOLS
+from lmsci.worlds.igsm.problem import Problem, solution_steps
 
 Doc = Callable[[Problem, random.Random], "str | None"]
 

@@ -48,7 +48,7 @@ from lmsci.experiments.reasoning.igsm_common import (GPU, PAPER, SMOKE, TIME_PAP
 from lmsci.experiments.reasoning._igsm_gpu_budget import run_seconds, time_text
 from lmsci.experiments.registry import register
 from lmsci.runs import RunDir, derive_seed
-from lmsci.worlds.igsm.world import check_retry_rate
+from lmsci.worlds.igsm.config import check_retry_rate
 
 LEARNED_GATE = 0.5   # registered gate: the error-free model's in-distribution accuracy >= 0.5
 MASK_DELTA = 0.05    # registered equivalence margin: masked minus unmasked hard-op accuracy within +-0.05

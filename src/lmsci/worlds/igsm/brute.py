@@ -10,7 +10,7 @@ necessary parameters, in a random topological order (each parameter after everyt
 parameter last (the full-solution checker reads the answer from the last step). Instance parameters that depend
 on the question cannot precede it and are left out. :func:`brute_force_text` renders the training document
 ``<prob> problem question <sol> solution <ans> answer`` of that solution in the world's step format
-(:func:`~lmsci.worlds.igsm.world.solution_steps`); :func:`~lmsci.worlds.igsm.checker.check_solution` accepts it
+(:func:`~lmsci.worlds.igsm.problem.solution_steps`); :func:`~lmsci.worlds.igsm.checker.check_solution` accepts it
 (``correct``, with every parameter beyond the necessary ones counted as unneeded).
 """
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import random
 
-from lmsci.worlds.igsm.world import ANS, RAND, SYMBOLS, Problem, _cost, nx_ancestors, solution_steps
+from lmsci.worlds.igsm.config import ANS, RAND, SYMBOLS
+from lmsci.worlds.igsm.problem import Problem, _cost, nx_ancestors, solution_steps
 
 
 def brute_force_order(problem: Problem, rnd: random.Random) -> list:

@@ -38,7 +38,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lmsci.worlds.igsm.world import ANS, BACK, SOL, Problem, _apply, param_expr
+from lmsci.worlds.igsm.config import ANS, BACK, SOL
+from lmsci.worlds.igsm.problem import Problem, _apply, param_expr
 
 _INT = re.compile(r"^-?\d+$")
 _BIN = re.compile(r"^(\S+) ([+*-]) (\S+)$")
@@ -224,7 +225,7 @@ def _judge(problem: Problem, chk: SolutionCheck, defined: dict, last: tuple | No
     necessary = set(problem.necessary)
     chk.missing = [p for p in problem.necessary if p not in defined]
     chk.unneeded = [p for p in defined if p not in necessary]
-    from lmsci.worlds.igsm.world import _cost
+    from lmsci.worlds.igsm.problem import _cost
 
     chk.n_unneeded_ops = sum(_cost(problem, p) for p in chk.unneeded)
     chk.correct = (chk.answer_correct and chk.final_ok and chk.n_parse_errors == 0 and chk.n_calc_errors == 0
@@ -236,7 +237,7 @@ def check_solution(problem: Problem, text: str) -> SolutionCheck:
     """Check a generated solution of ``problem``.
 
     Args:
-        problem: the :class:`~lmsci.worlds.igsm.world.Problem` asked.
+        problem: the :class:`~lmsci.worlds.igsm.problem.Problem` asked.
         text: the full document, the prompt plus the generated continuation, or the continuation
             alone (everything after the last ``<sol>``; an ``<ans> n`` tail is read as the answer,
             otherwise the question parameter's stated value is; either way ``correct`` also needs the

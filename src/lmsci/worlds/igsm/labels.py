@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lmsci.errors import UnknownNameError
-from lmsci.worlds.igsm.world import RAND, Problem, nx_ancestors
+from lmsci.worlds.igsm.config import RAND
+from lmsci.worlds.igsm.problem import Problem, nx_ancestors
 
 TASKS = ("nece", "dep", "known", "value", "can_next", "nece_next")
 

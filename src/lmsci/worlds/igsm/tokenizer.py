@@ -209,7 +209,7 @@ def packed_windows(world, tokenizer: IGSMTokenizer, seq_len: int, batch_size: in
     """
     import torch
 
-    from lmsci.worlds.igsm.world import check_retry_rate
+    from lmsci.worlds.igsm.config import check_retry_rate
 
     if seq_len < 1:
         raise ConfigError("seq_len", seq_len, "an integer >= 1")

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from lmsci.errors import ConfigError
 from lmsci.worlds.igsm.names import POOLS
-from lmsci.worlds.igsm.world import Definition, Problem, render
+from lmsci.worlds.igsm.problem import Definition, Problem, render
 
 
 def _rng(rng) -> random.Random:
