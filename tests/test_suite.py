@@ -9,6 +9,7 @@ shipped experiment. Set ``LMSCI_FULL_SUITE=1`` to run all of them in the CLI tes
 
 from __future__ import annotations
 
+import json
 import os
 
 import pandas as pd
@@ -21,7 +22,7 @@ from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.experiments.registry import catalog, experiment_modules
 from lmsci.publish import (CLAIMS_CSV, COLUMNS, ERROR, SEED_DEPENDENT, claims_table, mark_changes, published_outcomes,
                            table_counts, update_published, value_moved)
-from lmsci.suite import suite_names
+from lmsci.suite import THREAD_VARS, job_env, job_threads, suite_names
 
 SUBSET = ["hallucination-stage", "passkey-retrieval", "reversal-curse", "shakespeare-lm"]
 FULL = os.environ.get("LMSCI_FULL_SUITE") == "1"
@@ -231,9 +232,22 @@ def test_jobs_run_experiments_as_concurrent_processes_with_the_same_results(smok
     ref = ref[ref["experiment"].isin(pair.split(","))].reset_index(drop=True)
     assert list(t["claim"]) == list(ref["claim"]) and (t["outcome"] != ERROR).all()
     pd.testing.assert_series_equal(t["value"], ref["value"], check_names=False)  # same computation as in-process
+    # each process got its share of the CPUs (torch's pool as it starts, before the experiment's own ``threads``)
+    if "OMP_NUM_THREADS" not in os.environ:
+        for name in pair.split(","):
+            env = json.loads((out / name / "environment.json").read_text())
+            assert env["torch_threads"] == job_threads(2), (name, env["torch_threads"])
     # rerun: every run finished, nothing is started again
     res = _suite("--only", pair, "--jobs", "2", "--out", str(out))
     assert res.exit_code == 0 and res.output.count("finished earlier, skipped") == 2
+
+
+def test_job_env_shares_the_cpus_among_jobs_and_keeps_what_the_user_set():
+    assert [job_threads(j, cpus=2) for j in (1, 2, 3)] == [2, 1, 1]
+    assert job_threads(2, cpus=16) == 8 and job_threads(1) >= 1
+    env = job_env(2, base={"PATH": "/bin", "MKL_NUM_THREADS": "3"}, cpus=8)
+    assert env == {"PATH": "/bin", "MKL_NUM_THREADS": "3", "OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4"}
+    assert set(THREAD_VARS) <= set(job_env(4, base={}, cpus=2)) and job_env(4, base={}, cpus=2)["OMP_NUM_THREADS"] == "1"
 
 
 def test_budget_stops_the_suite_and_leaves_the_rest_resumable(tmp_path):

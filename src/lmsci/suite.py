@@ -6,12 +6,12 @@ resumes on its own and a finished one is skipped), and with several master seeds
 ones into ``DIR/<experiment>.seed<S>/``; then it writes the claims table (:mod:`lmsci.publish`) as
 ``DIR/claims.md``, ``DIR/claims.csv`` and ``DIR/claims.html``. Pilot seeds (>= 1,000,000) are refused.
 
-An experiment that fails with an :class:`lmsci.errors.LmsciError` (a bad configuration for this preset, a
-corrupted run directory, ...) becomes an error row and the suite goes on. ``--jobs N`` runs up to N
-experiments at once, each its own ``lmsci run`` process; ``--budget`` stops the call after so many wall seconds
-(finished points are kept, the rest resumes). With ``compare`` (an earlier suite directory) changed claims are
-marked; ``--update PUBLISHED`` (for example ``results/quick/``) then replaces the rows of the experiments this
-call ran in the published table and keeps the others (:func:`lmsci.publish.update_published`).
+An experiment that fails with an :class:`lmsci.errors.LmsciError` (a bad configuration for this preset, a corrupted
+run directory, ...) becomes an error row and the suite goes on. ``--jobs N`` runs up to N experiments at once, each
+its own ``lmsci run`` process with the CPUs shared among them (:func:`job_env`); ``--budget`` stops the call after
+so many wall seconds (finished points are kept, the rest resumes). With ``compare`` (an earlier suite directory)
+changed claims are marked; ``--update PUBLISHED`` (for example ``results/quick/``) then replaces the rows of the
+experiments this call ran in the published table and keeps the others (:func:`lmsci.publish.update_published`).
 
 Each run records its provenance digest (:mod:`lmsci.provenance`) and the table carries it per row;
 ``lmsci suite --check PUBLISHED`` (:mod:`lmsci.table_check`) lists the rows that are not current at HEAD.
@@ -22,6 +22,7 @@ The suite knows experiments only through the registry and the contract (:mod:`lm
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,6 +384,27 @@ def run_suite(
     return result
 
 
+#: the thread-count variables (OpenMP: torch's intra-op pool; MKL, OpenBLAS: numpy's and scipy's BLAS)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def job_threads(jobs: int, cpus: int | None = None) -> int:
+    """Threads for each of ``jobs`` concurrent runs: ``cpus`` (default: this process's) shared out, at least 1."""
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    return max(1, int(cpus) // max(1, int(jobs)))
+
+
+def job_env(jobs: int, base: dict[str, str] | None = None, cpus: int | None = None) -> dict[str, str]:
+    """The environment of one of ``jobs`` concurrent ``lmsci run`` processes: ``base`` (default ``os.environ``) with
+    each :data:`THREAD_VARS` not set given :func:`job_threads`, so that two runs with ``threads`` 0 do not put 4
+    spinning threads on 2 cores (stop 56: shakespeare-lm's quick at 4.7k tokens/s so, 21k alone). A set ``threads``
+    wins (:func:`lmsci.sweep.torch_threads`) and is no science field: no digest changes."""
+    env = dict(os.environ if base is None else base)
+    for var in THREAD_VARS:
+        env.setdefault(var, str(job_threads(jobs, cpus)))
+    return env
+
+
 def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: SuiteResult,
                   jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
     """Run ``todo`` as up to ``jobs`` concurrent ``lmsci run`` processes (each resumes its own run directory);
@@ -431,6 +453,7 @@ def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, sta
 
     from lmsci.config import config_to_yaml
 
+    env = job_env(jobs)
     while queue or running:
         while queue and len(running) < jobs and not over_budget():
             i, name, run_name, exp, cfg = queue.pop(0)
@@ -441,8 +464,8 @@ def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, sta
                    "--no-progress", "--config", str(cfg_file)]
             logf = open(path / f"{run_name}.log", "a")
             log(f"[{i}/{n_plan}] {run_name} ({preset}) started (log: {run_name}.log)")
-            running[run_name] = (subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), time.perf_counter(), i,
-                                 logf)
+            running[run_name] = (subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env),
+                                 time.perf_counter(), i, logf)
         if over_budget():
             _stop([proc for proc, *_ in running.values()])
             for i, name, run_name, exp, cfg in queue:

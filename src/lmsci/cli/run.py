@@ -77,7 +77,9 @@ def suite_cmd(
                                         "seed; a claim whose outcome differs between them is seed-dependent"),
     update: Optional[Path] = typer.Option(None, "--update", help="a published table directory (results/quick): "
                                           "replace the rows of the experiments run, keep the others"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="experiments (or master seeds) run at once, each its own process"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="experiments (or master seeds) run at once, each its own "
+                             "process with CPUs // jobs threads (OMP_NUM_THREADS, MKL_NUM_THREADS, "
+                             "OPENBLAS_NUM_THREADS where not set)"),
     check: Optional[Path] = typer.Option(None, "--check", help="a published table (results/quick): list the rows whose "
                                          "provenance digest differs from HEAD's (runs nothing; exit 1 when any is stale)"),
     budget: Optional[float] = typer.Option(None, "--budget", help="wall seconds: start nothing after, stop what runs "
