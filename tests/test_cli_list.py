@@ -191,3 +191,4 @@ def test_quick_time_measured_with_processes_comes_first_and_is_marked():
     assert quick_time(rows, "~14 min estimated; 10 min measured with --backend processes") == "20m"  # not first
     assert quick_time(rows, "~9 min estimated with --backend processes") == "20m"  # an estimate is not shown
     assert quick_time(None, "~9 min estimated") == "~9m"
+    assert quick_time(rows, "10.4 min measured with --backend ray on the 2 cores (S56)") == "10m p"

@@ -54,12 +54,12 @@ def measured_quick(rows) -> str | None:
 
 
 def quick_time(rows, estimate: str | None) -> str:
-    """The ``quick`` cell of ``lmsci list``: a time measured with ``--backend processes`` where the experiment's
-    quick estimate starts with one (``"10.1 min measured with --backend processes ..."`` -> ``"10m p"``: its points
-    on every core, the way to run it on a small machine), else :func:`measured_quick` of the published rows, else
-    the estimate's :func:`short_time`."""
+    """The ``quick`` cell of ``lmsci list``: a time measured with ``--backend processes`` (or ``ray``, which also puts
+    one group of points on each core) where the experiment's quick estimate starts with one (``"10.1 min measured
+    with --backend processes ..."`` -> ``"10m p"``: its points on every core, the way to run it on a small
+    machine), else :func:`measured_quick` of the published rows, else the estimate's :func:`short_time`."""
     text = (estimate or "").split(";")[0]
-    if "--backend processes" in text and "measured" in text.lower():
+    if ("--backend processes" in text or "--backend ray" in text) and "measured" in text.lower():
         short = short_time(text)
         if short[:1] not in ("~", "-", "?"):
             return short + " p"
@@ -135,7 +135,7 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
               "quick; - no row; left out: decides nothing at quick, so the quick suite does not run it.",
               "claims: +Na = N ablations. Times: ~ estimated; quick without ~: the published rows' wall time",
               "per master seed (one core of a 2-core CPU, two master seeds run at once); p: measured with",
-              "--backend processes (the experiment's points on both cores of that CPU, one run alone)."]
+              "--backend processes or ray (the experiment's points on both cores of that CPU, one run alone)."]
     return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
 
 
