@@ -179,3 +179,16 @@ def test_quick_time_is_the_published_wall_per_master_seed_when_there_is_one():
     assert measured_quick(pd.DataFrame({"wall_s": [90.0], "master_seeds": ["2"]})) == "2m"
     assert measured_quick(pd.DataFrame({"wall_s": [float("nan")], "master_seeds": ["0"]})) is None
     assert measured_quick(None) is None
+
+
+def test_quick_time_measured_with_processes_comes_first_and_is_marked():
+    import pandas as pd
+
+    from lmsci.cli.catalog import quick_time
+
+    rows = pd.DataFrame({"wall_s": [2400.0], "master_seeds": ["0,1"]})
+    assert quick_time(rows, "10.2 min measured with --backend processes on 2 cores (S57); 20 min one by one") == "10m p"
+    assert quick_time(rows, "~14 min estimated; 10 min measured with --backend processes") == "20m"  # not first
+    assert quick_time(rows, "~9 min estimated with --backend processes") == "20m"  # an estimate is not shown
+    assert quick_time(None, "~9 min estimated") == "~9m"
+    assert quick_time(rows, "10.4 min measured with --backend ray on the 2 cores (S56)") == "10m p"

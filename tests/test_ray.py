@@ -91,7 +91,7 @@ def _table(run) -> pd.DataFrame:
 def test_unknown_backend_and_address_with_local_exit_2(tmp_path):
     r = CliRunner().invoke(app, ["run", "benign-overfitting", "--preset", "smoke", "--backend", "dask",
                                  "--out", str(tmp_path / "r")])
-    assert r.exit_code == 2 and "backend" in r.output and "local, ray" in r.output
+    assert r.exit_code == 2 and "backend" in r.output and "local, processes, ray" in r.output
     r = CliRunner().invoke(app, ["run", "benign-overfitting", "--preset", "smoke", "--address", "10.0.0.1:6379",
                                  "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "address" in r.output and "--backend ray" in r.output
@@ -127,7 +127,7 @@ def test_ray_not_installed_says_how_to_install(monkeypatch, tmp_path):
 
 # -- the task body, without Ray ------------------------------------------------------------------------
 def test_task_body_returns_rows_metrics_and_files(tmp_path):
-    from lmsci.backends import _restore, _unpack, run_group_task
+    from lmsci.group_task import _restore, _unpack, run_group_task
     from lmsci.config import config_to_yaml
     from lmsci.runs import RunDir, environment
 

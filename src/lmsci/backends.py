@@ -1,8 +1,9 @@
-"""Where the sweep executor computes groups of points: this process, or a Ray cluster.
+"""Where the sweep executor computes groups of points: this process, worker processes here, or a Ray cluster.
 
 :func:`make_backend` turns the CLI's ``--backend NAME [--address ADDR]`` into a backend for
 :func:`lmsci.sweep.run_experiment`. ``local`` (default) is :class:`lmsci.sweep.LocalBackend`;
-``ray`` is :class:`RayBackend`. Ray is an optional extra (``pip install 'lmsci[ray]'``): it is
+``processes`` is :class:`lmsci.process_backend.ProcessBackend` (``CPUs // threads`` worker processes on this
+machine); ``ray`` is :class:`RayBackend`. Ray is an optional extra (``pip install 'lmsci[ray]'``): it is
 imported only inside this module's Ray code, so lmsci works without it.
 
 The executor stays in charge of the run directory: a Ray task computes one group (a point, or a
@@ -14,46 +15,43 @@ that dies loses only its group. Experiments know nothing of this module.
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
-import shutil
 import socket
-import tarfile
-import tempfile
-import time
-import traceback
 from collections.abc import Callable, Iterator
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmsci.config import ExperimentConfig, config_to_yaml
-from lmsci.errors import ConfigError, LmsciError, UnknownNameError
+from lmsci.errors import ConfigError, UnknownNameError
+from lmsci.group_task import _restore, _unpack, run_group_task
 from lmsci.runs import RunDir, environment
-from lmsci.sweep import GroupResult, LocalBackend, PointsFailedError, compute_group
+from lmsci.sweep import GroupResult, LocalBackend, PointsFailedError
 
 if TYPE_CHECKING:
     from lmsci.contract import Experiment, Point
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "ray", "processes")
 CONNECT_TIMEOUT_S = 5.0  # TCP probe of a Ray head address, before ray.init
 RAY_EXTRA_HINT = "Ray is not installed here: pip install 'lmsci[ray]'"
 
 
 def make_backend(name: str = "local", address: str | None = None, **kw: Any):
-    """The backend called ``name``: ``local`` (this process) or ``ray`` (a Ray cluster at ``address``).
+    """The backend called ``name``: ``local`` (this process), ``processes`` (worker processes on this machine)
+    or ``ray`` (a Ray cluster at ``address``).
 
     Raises (before any work):
         UnknownNameError: ``name`` is not one of :data:`BACKENDS` (field ``backend``).
-        ConfigError: ``address`` given with the local backend; ``ray`` when Ray is not installed.
+        ConfigError: ``address`` given with the local or processes backend; ``ray`` when Ray is not installed.
     """
     if name not in BACKENDS:
         raise UnknownNameError("backend", name, BACKENDS)
-    if name == "local":
+    if name in ("local", "processes"):
         if address is not None:
-            raise ConfigError("address", address, "only with --backend ray (the local backend computes points in "
-                              "this process)")
+            raise ConfigError("address", address, f"only with --backend ray (the {name} backend computes points on "
+                              "this machine)")
+        if name == "processes":
+            from lmsci.process_backend import ProcessBackend
+
+            return ProcessBackend()
         return LocalBackend()
     try:
         import ray  # noqa: F401
@@ -95,95 +93,6 @@ def probe(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-@lru_cache(maxsize=1)
-def _worker_commit() -> str:
-    from lmsci.runs import git_commit
-
-    return (git_commit() or "")[:12] or "unknown"
-
-
-class _BufferedRun(RunDir):
-    """A run directory whose metrics lines are kept in memory (returned to the driver, which appends them)."""
-
-    def __init__(self, path: str | Path):
-        super().__init__(path)
-        self.buffered: list[tuple[str, dict[str, Any]]] = []
-
-    def log_metrics(self, point_id: str, row: dict[str, Any]) -> None:
-        self.buffered.append((point_id, dict(row)))
-
-
-def _pack(root: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for child in sorted(root.iterdir()):
-            tar.add(child, arcname=child.name)
-    return buf.getvalue()
-
-
-def _unpack(data: bytes, dest: Path) -> None:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        tar.extractall(dest, filter="data")
-
-
-def run_group_task(exp: Experiment, cfg: ExperimentConfig, group: list[Point], seeds: list[int], device: str,
-                   run_path: str, config_yaml: str, ship_files: bool | None) -> dict[str, Any]:
-    """One group computed on a Ray worker (the body of the Ray task; plain Python, testable without Ray).
-
-    The worker writes point artifacts straight into the run directory when it sees it (same machine or
-    a shared filesystem: ``run_path/config.yaml`` holds this run's configuration) and ``ship_files`` is
-    not True; otherwise into a scratch directory whose files are returned as a tar archive for the
-    driver to unpack into the run directory. Metrics lines are always returned, never written here.
-
-    Returns:
-        ``rows``, ``seconds`` (per point), ``metrics`` [(point id, line)], ``files`` (tar bytes or None),
-        ``commit`` (this worker's lmsci commit), ``host``, ``log`` (messages for the driver's log).
-    """
-    from lmsci.contract import PointContext
-
-    cfg_file = Path(run_path) / RunDir.CONFIG
-    shared = not ship_files and cfg_file.is_file() and cfg_file.read_text() == config_yaml
-    root = Path(run_path) if shared else Path(tempfile.mkdtemp(prefix="lmsci-ray-"))
-    try:
-        run = _BufferedRun(root)
-        ctxs = [PointContext(run, p, s, device, False) for p, s in zip(group, seeds)]
-        messages: list[str] = []
-        t0 = time.perf_counter()
-        try:
-            rows = compute_group(exp, cfg, group, ctxs, messages.append)
-        except Exception as e:  # returned, not raised: lmsci's errors do not survive Ray's pickling as they are
-            tb = [] if isinstance(e, LmsciError) else [traceback.format_exc().rstrip()]
-            return {"raised": _portable(e), "log": messages + tb}
-        dt = (time.perf_counter() - t0) / max(len(group), 1)
-        files = None if shared or not any(root.iterdir()) else _pack(root)
-    finally:
-        if not shared:
-            shutil.rmtree(root, ignore_errors=True)
-    return {"rows": rows, "seconds": dt, "metrics": run.buffered, "files": files, "commit": _worker_commit(),
-            "host": socket.gethostname(), "log": messages}
-
-
-def _portable(e: BaseException) -> tuple[type, str, dict[str, Any]] | tuple[None, str, dict[str, Any]]:
-    """An exception as (class, message, attributes), which pickles even when the class's ``__init__``
-    takes other arguments than its message (``ConfigError(field, value, allowed)``)."""
-    try:
-        state = dict(vars(e))
-        pickle.dumps((type(e), state))
-        return type(e), str(e), state
-    except Exception:  # an unpicklable class or attribute: keep the text
-        return None, f"{type(e).__name__}: {e}", {}
-
-
-def _restore(raised: tuple) -> BaseException:
-    cls, msg, state = raised
-    if cls is None:
-        return RuntimeError(msg)
-    e = cls.__new__(cls)
-    BaseException.__init__(e, msg)
-    e.__dict__.update(state)
-    return e
 
 
 _REMOTE = None

@@ -161,7 +161,7 @@ def _suite_overrides(overrides: Sequence[str] | dict[str, Any], device: str | No
 
     Raises:
         ConfigError: ``preset`` in the overrides, both ``seeds`` and ``seed=``, ``jobs < 1``, ``budget <= 0``,
-            ``jobs > 1`` with a cluster backend, a pilot seed with ``update``, or a device that is not there.
+            ``jobs > 1`` with a ray or processes backend, a pilot seed with ``update``, or a device that is not there.
     """
     ov = dict(overrides) if isinstance(overrides, dict) else parse_overrides(list(overrides))
     if "preset" in ov:
@@ -176,7 +176,7 @@ def _suite_overrides(overrides: Sequence[str] | dict[str, Any], device: str | No
     if budget is not None and not budget > 0:
         raise ConfigError("--budget", budget, "seconds > 0")
     if jobs > 1 and backend is not None and getattr(backend, "name", "local") != "local":
-        raise ConfigError("--jobs", jobs, "1 with a cluster backend (the cluster schedules the points)")
+        raise ConfigError("--jobs", jobs, f"1 with --backend {backend.name} (it schedules the points)")
     if update is not None and int(ov.get("seed", 0)) >= PILOT_SEED_MIN:
         raise ConfigError("seed", ov["seed"], f"a published seed below {PILOT_SEED_MIN:,} (pilots are never published)")
     if "device" in ov:

@@ -23,7 +23,11 @@ What a ``current`` verdict cannot promise (besides what :mod:`lmsci.provenance` 
 smoke preset at one master seed; a change whose effect shows only at quick (a code path smoke does not take,
 a tolerance-sized drift that a long run amplifies) passes the golden and still moves a quick row. The golden's
 tolerance (:data:`GOLDEN_RTOL`, :data:`GOLDEN_ATOL`) is chosen to hold across CPUs (AVX2 vs AVX-512, OpenBLAS
-vs MKL, thread counts), so a change smaller than it is not seen either.
+vs MKL, thread counts), so a change smaller than it is not seen either. And a golden holds results tables, not
+verdicts: a change to how an experiment judges its results (its ``verdicts`` or a rule's code in its import
+closure) that leaves the smoke results as they were keeps the row ``current (source changed, golden unchanged)``
+although HEAD would compute another verdict from the same results (rerun the rows after such a change, as
+after a registration change).
 """
 
 from __future__ import annotations

@@ -53,6 +53,19 @@ def measured_quick(rows) -> str | None:
     return short_time(f"{wall / n:.0f} s measured")
 
 
+def quick_time(rows, estimate: str | None) -> str:
+    """The ``quick`` cell of ``lmsci list``: a time measured with ``--backend processes`` (or ``ray``, which also puts
+    one group of points on each core) where the experiment's quick estimate starts with one (``"10.1 min measured
+    with --backend processes ..."`` -> ``"10m p"``: its points on every core, the way to run it on a small
+    machine), else :func:`measured_quick` of the published rows, else the estimate's :func:`short_time`."""
+    text = (estimate or "").split(";")[0]
+    if ("--backend processes" in text or "--backend ray" in text) and "measured" in text.lower():
+        short = short_time(text)
+        if short[:1] not in ("~", "-", "?"):
+            return short + " p"
+    return measured_quick(rows) or short_time(estimate)
+
+
 def outcome_summary(rows) -> str:
     """One experiment's published rows (a claims-table slice) as ``"3R 1N 0I"`` (claims reproduced / not
     reproduced / inconclusive, seed-dependent included, ablations apart, as the README's counts), then
@@ -104,7 +117,7 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
         if outcome == "-" and not any("quick" in c.presets for c in cls.claims):
             outcome = "left out"
         rows.append([name, family, f"{n_claims}" + (f"+{n_abl}a" if n_abl else ""), str(n_checks or "-"),
-                     outcome, measured_quick(mine) or short_time(est.get("quick")),
+                     outcome, quick_time(mine, est.get("quick")),
                      short_time(est.get("gpu")) if "gpu" in cls.Config.PRESETS else "-", " ".join(cls.claim.split())])
     head = ["name", "family", "claims", "checks", "quick outcome", "quick", "gpu", "claim tested"]
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
@@ -121,7 +134,8 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
               "(claims; ablations apart); design checks P passed, F failed, ? inconclusive; u not decided at",
               "quick; - no row; left out: decides nothing at quick, so the quick suite does not run it.",
               "claims: +Na = N ablations. Times: ~ estimated; quick without ~: the published rows' wall time",
-              "per master seed (one core of a 2-core CPU, two master seeds run at once)."]
+              "per master seed (one core of a 2-core CPU, two master seeds run at once); p: measured with",
+              "--backend processes or ray (the experiment's points on both cores of that CPU, one run alone)."]
     return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
 
 

@@ -17,8 +17,9 @@ def fail(msg: str, code: int = 2) -> None:
 
 
 #: help texts of the options that ``run`` and ``suite`` share
-BACKEND_HELP = ("where points are computed: local (one after another in this process) | ray (as Ray tasks on a "
-                "cluster; rows come back to this run directory; needs pip install 'lmsci\\[ray]')")
+BACKEND_HELP = ("where points are computed: local (one after another in this process) | processes (CPUs // threads "
+                "worker processes on this machine, each computing one group of points at a time) | ray (as Ray tasks "
+                "on a cluster; rows come back to this run directory; needs pip install 'lmsci\\[ray]')")
 ADDRESS_HELP = ("with --backend ray: the Ray head HOST:PORT (`ray start --head` prints it), ray://HOST:10001 or "
                 "auto (default: $RAY_ADDRESS, else a new Ray instance on this machine)")
 

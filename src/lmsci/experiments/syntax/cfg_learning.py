@@ -157,7 +157,11 @@ class CFGLearning(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 3 (Fig. 4), sec. 5"
     Config = CFGLearningConfig
     time_estimate = {"smoke": "~25 s",
-                     "quick": "~14 min of one core per master seed estimated (S54): 6 trainings (3 seeds of GPT_rot and "
+                     "quick": "10.4 min measured with --backend ray on the 2 cores of the AMD EPYC host (S56, master "
+                              "seed 9: its 6 trainings, one group per core; --backend processes places them the same "
+                              "way; the same accuracies as one after another); 20.9 min measured one after another at "
+                              "one thread (S57 whole-suite run, master seed 10); "
+                              "~14 min of one core per master seed estimated (S54): 6 trainings (3 seeds of GPT_rot and "
                               "of the shuffled arm's GPT_rot) x 2000 steps at ~66 ms per step (benchmarks/results/"
                               "cfg_phases_2026-12-06.md) ~13.2 min, plus generation, DP and KL ~0.5 min; 22.8 min "
                               "measured at 3000 steps (S51)",

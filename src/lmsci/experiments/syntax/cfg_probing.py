@@ -128,7 +128,11 @@ class CFGProbing(Experiment):
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 4 (NT-ancestor probing table)"
     Config = CFGProbingConfig
     time_estimate = {"smoke": "~10 s",
-                     "quick": "~15-18 min estimated, not measured (S54, from benchmarks/results/"
+                     "quick": "14.5 min measured with --backend processes on the 2 cores of the AMD EPYC host (S57, "
+                              "master seed 10: its 3 groups, one seed's real and shuffled GPT_rot each, on 2 workers at "
+                              "one thread; results bit-identical to the same seed one after another); 21.6 min measured "
+                              "one after another at one thread (S57 whole-suite run); "
+                              "~15-18 min estimated, not measured (S54, from benchmarks/results/"
                               "cfg_phases_2026-12-06.md: 6 trainings of 2000 steps (3 seeds x real + shuffled) at "
                               "64-76 ms/step = 770-910 s, probe fits ~100 s, hidden states, generation and data "
                               "~25 s, one thread); was 752-825 s measured with 3 trainings of 3000 steps and no "
