@@ -78,7 +78,9 @@ def test_two_workers_give_the_local_table_with_artifacts_and_metrics(tmp_path):
     local = run_experiment(Toy(), cfg, tmp_path / "l", progress=False, log=lambda m: None)
     assert _table(run).equals(_table(local)) and len(_table(run)) == 4
     df = run.results()
-    assert df["pid"].nunique() == 2 and os.getpid() not in set(df["pid"])  # two workers, not this process
+    # computed in worker processes, not here (which worker takes which group is a race: a fast toy point may let one
+    # worker take all four before the other has started, as on a loaded CI host)
+    assert os.getpid() not in set(df["pid"]) and 1 <= df["pid"].nunique() <= 2
     assert set(df["torch_threads"]) == {1}
     assert [(run.path / "points" / k / "value.txt").read_text() for k in "abcd"] == ["0", "1", "2", "3"]
     assert sorted(run.metrics()["point"]) == ["a", "b", "c", "d"]  # metrics come back to the driver once per point
