@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmsci.config import ExperimentConfig, config_to_yaml
 from lmsci.errors import ConfigError, UnknownNameError
-from lmsci.group_task import _restore, _unpack, run_group_task
+from lmsci.group_task import run_group_task, take_output
 from lmsci.runs import RunDir, environment
 from lmsci.sweep import GroupResult, LocalBackend, PointsFailedError
 
@@ -315,18 +315,11 @@ class RayBackend:
                     lost += [p.id for p in g]
                     lost_why.append(type(e).__name__)
                     continue
-                for m in out["log"]:
-                    log(m)
-                if "raised" in out:  # the task raised: stop submitting, as a local run stops
-                    err = _restore(out["raised"])
-                    log(f"{ids}: failed: {type(err).__name__}: {err}")
-                    error = error or err
+                res = take_output(out, g, run, log)
+                if isinstance(res, BaseException):  # the task raised: stop submitting, as a local run stops
+                    error = error or res
                     continue
-                for pid, line in out["metrics"]:
-                    run.log_metrics(pid, line)
-                if out["files"]:
-                    _unpack(out["files"], run.path)
-                yield GroupResult(g, out["rows"], out["seconds"], {"commit": out["commit"]})
+                yield res
         finally:
             for ref in pending:  # the driver stopped early (Ctrl-C, generator closed): cancel what is left
                 ray.cancel(ref, force=True)

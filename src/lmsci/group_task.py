@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from lmsci.config import ExperimentConfig
 from lmsci.errors import LmsciError
 from lmsci.runs import RunDir
-from lmsci.sweep import compute_group
+from lmsci.sweep import GroupResult, compute_group
 
 if TYPE_CHECKING:
     from lmsci.contract import Experiment, Point
@@ -116,3 +116,22 @@ def _restore(raised: tuple) -> BaseException:
     BaseException.__init__(e, msg)
     e.__dict__.update(state)
     return e
+
+
+def take_output(out: dict[str, Any], group: list[Point], run: RunDir,
+                log: Any) -> GroupResult | BaseException:
+    """The driver's side of a finished :func:`run_group_task`: log the task's messages; when it raised, log it and
+    return the exception (restored with its type, for the driver to raise once the groups in flight are recorded);
+    else append its metrics lines to ``run``, unpack its returned files into the run directory and return its
+    :class:`~lmsci.sweep.GroupResult` (rows, seconds per point, the worker's ``commit``)."""
+    for m in out["log"]:
+        log(m)
+    if "raised" in out:
+        err = _restore(out["raised"])
+        log(f"{', '.join(p.id for p in group)}: failed: {type(err).__name__}: {err}")
+        return err
+    for pid, line in out["metrics"]:
+        run.log_metrics(pid, line)
+    if out["files"]:
+        _unpack(out["files"], run.path)
+    return GroupResult(group, out["rows"], out["seconds"], {"commit": out["commit"]})

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmsci.config import ExperimentConfig, config_to_yaml
 from lmsci.errors import ConfigError
-from lmsci.group_task import _restore, run_group_task
+from lmsci.group_task import run_group_task, take_output
 from lmsci.runs import RunDir, environment, resolve_device
 from lmsci.sweep import GroupResult, LocalBackend, PointsFailedError
 
@@ -150,16 +150,11 @@ class ProcessBackend:
                         log(f"{ids}: lost (a worker process died: {e})")
                         lost += [p.id for p in g]
                         continue
-                    for m in out["log"]:
-                        log(m)
-                    if "raised" in out:
-                        err = _restore(out["raised"])
-                        log(f"{ids}: failed: {type(err).__name__}: {err}")
-                        error = error or err
+                    res = take_output(out, g, run, log)
+                    if isinstance(res, BaseException):  # the group raised: stop submitting, as a local run stops
+                        error = error or res
                         continue
-                    for pid, line in out["metrics"]:
-                        run.log_metrics(pid, line)
-                    yield GroupResult(g, out["rows"], out["seconds"], {"commit": out["commit"]})
+                    yield res
             done_ok = True
         finally:
             if not done_ok:  # the driver stopped early (Ctrl-C, a closed generator): stop the workers too
