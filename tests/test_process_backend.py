@@ -5,56 +5,30 @@ flight with it, task errors keeping their type, and bad input refused before any
 from __future__ import annotations
 
 import os
-import signal
-from typing import ClassVar
 
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from lmsci.cli import app
-from lmsci.config import ExperimentConfig, resolve_config
+from lmsci.config import resolve_config
 from lmsci.errors import ConfigError
-from lmsci.experiments.base import Experiment, Point
 from lmsci.process_backend import ProcessBackend, plan_workers
 from lmsci.sweep import PointsFailedError, run_experiment
+from toy_groups import ToyBase, ToyConfig
 
 TIMING_COLS = {"seconds", "commit"}
 
 
-class ToyConfig(ExperimentConfig):
-    crash: str = ""  # a marker file: point "c" kills its own worker while the file does not exist
-    fail: bool = False  # point "b" raises a ConfigError
-    PRESETS: ClassVar[dict] = {"smoke": {}, "quick": {}}
-
-
-class Toy(Experiment):
-    """Four points, each a number from its seed and the worker's pid; each writes an artifact and a metrics line."""
+class Toy(ToyBase):
+    """The shared toy, each row also with the worker's pid and torch's thread count."""
 
     name = "toy-processes"
-    Config = ToyConfig
-    claims = []
 
-    def points(self, cfg):
-        return [Point(k, {"x": i}) for i, k in enumerate("abcd")]
-
-    def run_point(self, cfg, point, ctx):
-        import random
-
+    def extra(self):
         import torch
 
-        if cfg.fail and point.id == "b":
-            raise ConfigError("x", 1, "not 1 (the toy's bad point)")
-        if cfg.crash and point.id == "c" and not os.path.exists(cfg.crash):
-            open(cfg.crash, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-point
-        (ctx.artifact_dir / "value.txt").write_text(str(point.params["x"]))
-        ctx.log(step=1, loss=float(point.params["x"]))
-        return {"x": point.params["x"], "value": random.Random(ctx.seed).random(), "pid": os.getpid(),
-                "torch_threads": torch.get_num_threads()}
-
-    def verdicts(self, cfg, results, run):
-        return []
+        return {"pid": os.getpid(), "torch_threads": torch.get_num_threads()}
 
 
 def _table(run, drop=("pid", "torch_threads")) -> pd.DataFrame:

@@ -26,6 +26,8 @@ from lmsci.sweep import PointsFailedError, run_experiment
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'lmsci[ray]'): the Ray backend is untested")
 
 from lmsci.backends import RayBackend, make_backend  # noqa: E402
+import toy_groups  # noqa: E402
+from toy_groups import ToyBase, ToyConfig  # noqa: E402
 
 TIMING_COLS = {"seconds", "commit"}
 
@@ -43,43 +45,17 @@ def cluster():
     else:
         pytest.skip(f"a local Ray instance did not start in 2 attempts on this machine ({why})")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(toy_groups)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
+        ray.cloudpickle.unregister_pickle_by_value(toy_groups)
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
         ray.shutdown()
 
 
-class ToyConfig(ExperimentConfig):
-    crash: str = ""  # a marker file: the point "c" kills its own worker while the file does not exist
-    fail: bool = False  # point "b" raises a ConfigError
-    PRESETS: ClassVar[dict] = {"smoke": {}, "quick": {}}
-
-
-class Toy(Experiment):
-    """Four points, each a number from its seed; each writes an artifact and a metrics line."""
-
+class Toy(ToyBase):
     name = "toy-ray"
-    Config = ToyConfig
-    claims = []
-
-    def points(self, cfg):
-        return [Point(k, {"x": i}) for i, k in enumerate("abcd")]
-
-    def run_point(self, cfg, point, ctx):
-        import random
-
-        if cfg.fail and point.id == "b":
-            raise ConfigError("x", 1, "not 1 (the toy's bad point)")
-        if cfg.crash and point.id == "c" and not os.path.exists(cfg.crash):
-            open(cfg.crash, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-point
-        (ctx.artifact_dir / "value.txt").write_text(str(point.params["x"]))
-        ctx.log(step=1, loss=float(point.params["x"]))
-        return {"x": point.params["x"], "value": random.Random(ctx.seed).random()}
-
-    def verdicts(self, cfg, results, run):
-        return []
 
 
 def _table(run) -> pd.DataFrame:

@@ -22,7 +22,8 @@ from lmsci.errors import ConfigError, UnknownNameError
 from lmsci.experiments.registry import catalog, experiment_modules
 from lmsci.publish import (CLAIMS_CSV, COLUMNS, ERROR, SEED_DEPENDENT, claims_table, mark_changes, published_outcomes,
                            table_counts, update_published, value_moved)
-from lmsci.suite import THREAD_VARS, job_env, job_threads, suite_names
+from lmsci.suite import suite_names
+from lmsci.suite_jobs import THREAD_VARS, job_env, job_threads
 
 SUBSET = ["hallucination-stage", "passkey-retrieval", "reversal-curse", "shakespeare-lm"]
 FULL = os.environ.get("LMSCI_FULL_SUITE") == "1"
@@ -240,6 +241,40 @@ def test_jobs_run_experiments_as_concurrent_processes_with_the_same_results(smok
     # rerun: every run finished, nothing is started again
     res = _suite("--only", pair, "--jobs", "2", "--out", str(out))
     assert res.exit_code == 0 and res.output.count("finished earlier, skipped") == 2
+
+
+def test_runs_that_share_trainings_run_apart_and_the_second_loads_the_firsts(tmp_path):
+    # cfg-probing trains cfg-learning's models (training_scope): with two slots free, the suite still starts it only
+    # after cfg-learning has finished, and it loads the two GPT_rot trainings from the suite's cache
+    from lmsci.runs import RunDir
+
+    out = tmp_path / "cfg"
+    res = _suite("--only", "cfg-learning,cfg-probing", "--jobs", "2", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    done = next(k for k, x in enumerate(lines) if "cfg-learning: finished" in x)
+    started = next(k for k, x in enumerate(lines) if "cfg-probing (smoke) started" in x)
+    assert done < started, res.output
+    assert len(list((out / "training-cache").iterdir())) == 3
+    m = RunDir(out / "cfg-probing").metrics()
+    assert (m["cache"] == "hit").sum() == 2 and "stored" not in set(m["cache"])
+
+
+def test_next_startable_skips_a_run_whose_training_scope_and_seed_are_running():
+    from types import SimpleNamespace
+
+    from lmsci.suite_jobs import next_startable, training_scope
+
+    learn, probe, other = SimpleNamespace(), SimpleNamespace(training_scope="cfg-learning"), SimpleNamespace()
+    cfg0, cfg1 = SimpleNamespace(seed=0), SimpleNamespace(seed=1)
+    assert training_scope("cfg-probing", probe, cfg0) == ("cfg-learning", 0)
+    assert training_scope("grokking", other, cfg1) == ("grokking", 1)
+    q = [(1, "cfg-probing", "cfg-probing", probe, cfg0), (2, "cfg-probing", "cfg-probing.seed1", probe, cfg1),
+         (3, "grokking", "grokking", other, cfg0)]
+    running = [training_scope("cfg-learning", learn, cfg0)]
+    assert next_startable(q, running) == 1  # seed 1 trains other models
+    assert next_startable(q[:1] + q[2:], running) == 1 and next_startable(q[:1], running) is None
+    assert next_startable(q, []) == 0
 
 
 def test_job_env_shares_the_cpus_among_jobs_and_keeps_what_the_user_set():

@@ -129,6 +129,11 @@ class Experiment:
             data set that lmsci cannot download); ``validate`` raises a ConfigError naming the first one missing.
         claim_notes: claim id -> a caveat the engine reports with that claim's every verdict (which preset settles
             it, for example); not part of the registered claim.
+        training_scope: the name the point seeds are derived under (:meth:`point_seed`; empty: ``name``). An
+            experiment that measures the models another trains (``cfg-probing``: ``"cfg-learning"``) sets it to that
+            one's name, so that at the same master seed the two ask for the same trainings and a training cache
+            (:mod:`lmsci.train.cache`) serves them once; ``lmsci suite --jobs`` never runs two runs of one scope and
+            master seed at once.
     """
 
     name: ClassVar[str] = ""
@@ -140,6 +145,7 @@ class Experiment:
     time_estimate: ClassVar[dict[str, str]] = {}
     local_inputs: ClassVar[dict[str, tuple[str, ...]]] = {}
     claim_notes: ClassVar[dict[str, str]] = {}
+    training_scope: ClassVar[str] = ""
 
     def validate(self, cfg: ExperimentConfig) -> None:
         """Cross-field checks; raise :class:`lmsci.errors.ConfigError` before any work starts."""
@@ -239,10 +245,11 @@ class Experiment:
         return ""
 
     def point_seed(self, cfg: ExperimentConfig, point: Point) -> int:
-        """The point's seed, derived from (master seed, experiment, point id). The arms of one point are paired:
-        ``real-p`` and ``null-p`` (from :func:`cross_arms`) get the seed of ``p`` (same initialisation and data
-        stream, only the arm differs), and ``p``'s seed is what it was before arms were an axis."""
+        """The point's seed, derived from (master seed, experiment, point id), the experiment named by its
+        ``training_scope`` where set. The arms of one point are paired: ``real-p`` and ``null-p`` (from
+        :func:`cross_arms`) get the seed of ``p`` (same initialisation and data stream, only the arm differs), and
+        ``p``'s seed is what it was before arms were an axis."""
         pid = point.id
         if point.arm and pid.startswith(f"{point.arm}-"):
             pid = pid[len(point.arm) + 1:]
-        return derive_seed(cfg.seed, self.name, pid)
+        return derive_seed(cfg.seed, self.training_scope or self.name, pid)

@@ -28,7 +28,8 @@ from lmsci.sweep import GroupResult, LocalBackend, PointsFailedError
 if TYPE_CHECKING:
     from lmsci.contract import Experiment, Point
 
-#: the thread variables a worker sets before its libraries start their pools (as ``lmsci suite --jobs`` does)
+#: the thread-count variables a process sets before its libraries start their pools (OpenMP: torch's intra-op
+#: pool; MKL, OpenBLAS: numpy's and scipy's BLAS): a worker here, each ``lmsci suite --jobs`` run there
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 

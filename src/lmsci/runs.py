@@ -132,7 +132,7 @@ def environment(seed: int, device: str) -> dict[str, Any]:
     }
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     """numpy/torch scalars to Python numbers (``.item()``); anything else unchanged."""
     if hasattr(v, "item") and callable(v.item):
         try:
@@ -297,7 +297,7 @@ class RunDir:
     # -- metrics ---------------------------------------------------------------------------
     def log_metrics(self, point_id: str, row: dict[str, Any]) -> None:
         """Append one metrics line (flushed at once) tagged with ``point_id``."""
-        rec = {"point": point_id, **{k: _jsonable(v) for k, v in row.items()}}
+        rec = {"point": point_id, **{k: jsonable(v) for k, v in row.items()}}
         with open(self.path / self.METRICS, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
@@ -353,7 +353,7 @@ class RunDir:
     def append_result(self, point_id: str, row: dict[str, Any]) -> None:
         """Add one finished point's row; the file is replaced atomically."""
         df = self.results()
-        new = pd.DataFrame([{"point": point_id, **{k: _jsonable(v) for k, v in row.items()}}])
+        new = pd.DataFrame([{"point": point_id, **{k: jsonable(v) for k, v in row.items()}}])
         df = new if df.empty else pd.concat([df, new], ignore_index=True)
         atomic_write_text(self.path / self.RESULTS, df.to_csv(index=False))
 

@@ -13,6 +13,12 @@ so many wall seconds (finished points are kept, the rest resumes). With ``compar
 changed claims are marked; ``--update PUBLISHED`` (for example ``results/quick/``) then replaces the rows of the
 experiments this call ran in the published table and keeps the others (:func:`lmsci.publish.update_published`).
 
+The suite's runs share a training cache, ``DIR/training-cache`` (:mod:`lmsci.train.cache`; a set
+``$LMSCI_TRAINING_CACHE`` wins): an experiment that trains another's models (``cfg-probing``: its
+``training_scope`` is ``cfg-learning``) loads them instead of training them again, and ``--jobs`` never runs two
+runs of one training scope and master seed at once (the second would wait on the first's trainings), so the second
+starts when the first has finished.
+
 Each run records its provenance digest (:mod:`lmsci.provenance`) and the table carries it per row;
 ``lmsci suite --check PUBLISHED`` (:mod:`lmsci.table_check`) lists the rows that are not current at HEAD.
 
@@ -22,7 +28,6 @@ The suite knows experiments only through the registry and the contract (:mod:`lm
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +38,11 @@ import pandas as pd
 from lmsci.claims import PILOT_SEED_MIN
 from lmsci.config import ALL_PRESET_NAMES, config_to_yaml, parse_overrides, resolve_config
 from lmsci.errors import ConfigError, LmsciError, RunDirError, UnknownNameError
-from lmsci.publish import (CSV_COLUMNS, ERROR, SUITE_FILE, claims_table, load_claims_table, load_state, mark_changes,
+from lmsci.publish import (CSV_COLUMNS, ERROR, claims_table, load_claims_table, load_state, mark_changes,
                            seed_run_name, update_published, write_claims)
-from lmsci.runs import RunDir, atomic_write_text, resolve_device
+from lmsci.runs import RunDir, resolve_device
+from lmsci.suite_jobs import NOT_RUN_BUDGET, _run_parallel, _save_state, training_cache
 
-#: the error recorded for a run the suite's --budget left out or stopped
-NOT_RUN_BUDGET = "not run: the suite's --budget was spent (rerun into the same --out to resume)"
-STOPPED_BUDGET = "stopped at the suite's --budget (finished points kept; rerun into the same --out to resume)"
 
 
 def parse_seeds(seeds: str | Sequence[int] | None) -> list[int] | None:
@@ -135,10 +138,6 @@ class SuiteResult:
     def errors(self) -> pd.DataFrame:
         """The error rows of ``table`` (outcome ``error``: an experiment that failed, had no such preset or was not run)."""
         return self.table[self.table["outcome"] == ERROR]
-
-
-def _save_state(path: Path, state: dict[str, Any]) -> None:
-    atomic_write_text(path / SUITE_FILE, json.dumps(state, indent=2))
 
 
 def _finished(run: RunDir, exp: Any, cfg: Any) -> bool:
@@ -361,10 +360,11 @@ def run_suite(
     def over_budget() -> bool:
         return budget is not None and time.perf_counter() - t_suite >= budget
 
-    if jobs == 1:
-        _run_serial(todo, len(plan), path, preset, state, result, over_budget, log, progress, backend)
-    else:
-        _run_parallel(todo, len(plan), path, preset, state, result, jobs, over_budget, log)
+    with training_cache(path):
+        if jobs == 1:
+            _run_serial(todo, len(plan), path, preset, state, result, over_budget, log, progress, backend)
+        else:
+            _run_parallel(todo, len(plan), path, preset, state, result, jobs, over_budget, log)
     state["last_wall_s"] = round(time.perf_counter() - t_suite, 3)
     _save_state(path, state)
 
@@ -382,118 +382,6 @@ def run_suite(
 
             leave_out_published(update, left_out, preset, log=log)
     return result
-
-
-#: the thread-count variables (OpenMP: torch's intra-op pool; MKL, OpenBLAS: numpy's and scipy's BLAS)
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def job_threads(jobs: int, cpus: int | None = None) -> int:
-    """Threads for each of ``jobs`` concurrent runs: ``cpus`` (default: this process's) shared out, at least 1."""
-    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
-    return max(1, int(cpus) // max(1, int(jobs)))
-
-
-def job_env(jobs: int, base: dict[str, str] | None = None, cpus: int | None = None) -> dict[str, str]:
-    """The environment of one of ``jobs`` concurrent ``lmsci run`` processes: ``base`` (default ``os.environ``) with
-    each :data:`THREAD_VARS` not set given :func:`job_threads`, so that two runs with ``threads`` 0 do not put 4
-    spinning threads on 2 cores (stop 56: shakespeare-lm's quick at 4.7k tokens/s so, 21k alone). A set ``threads``
-    wins (:func:`lmsci.sweep.torch_threads`) and is no science field: no digest changes."""
-    env = dict(os.environ if base is None else base)
-    for var in THREAD_VARS:
-        env.setdefault(var, str(job_threads(jobs, cpus)))
-    return env
-
-
-def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: SuiteResult,
-                  jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
-    """Run ``todo`` as up to ``jobs`` concurrent ``lmsci run`` processes (each resumes its own run directory);
-    stop them at the budget (SIGTERM, then SIGKILL: a run directory never holds a half-written file). An
-    interrupted suite (Ctrl-C, SIGTERM) stops its runs too; each keeps its finished points."""
-    import signal
-
-    def _interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    queue = list(todo)
-    running: dict[str, tuple[Any, float, int, Any]] = {}
-    try:
-        old = signal.signal(signal.SIGTERM, _interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        old = None
-    try:
-        _drive(queue, running, n_plan, path, preset, state, result, jobs, over_budget, log)
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
-        _stop([proc for proc, *_ in running.values()])
-
-
-def _stop(procs: list) -> None:
-    """SIGTERM every process still running, then SIGKILL any that has not ended within 30 s."""
-    import subprocess
-
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, state: dict[str, Any],
-           result: SuiteResult, jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
-    """The loop of :func:`_run_parallel`: start runs while slots are free, collect finished ones, stop at the
-    budget."""
-    import subprocess
-    import sys
-
-    from lmsci.config import config_to_yaml
-
-    env = job_env(jobs)
-    while queue or running:
-        while queue and len(running) < jobs and not over_budget():
-            i, name, run_name, exp, cfg = queue.pop(0)
-            out = path / run_name
-            cfg_file = path / f".{run_name}.config.yaml"
-            atomic_write_text(cfg_file, config_to_yaml(cfg))
-            cmd = [sys.executable, "-m", "lmsci.cli", "run", name, "--preset", preset, "--out", str(out),
-                   "--no-progress", "--config", str(cfg_file)]
-            logf = open(path / f"{run_name}.log", "a")
-            log(f"[{i}/{n_plan}] {run_name} ({preset}) started (log: {run_name}.log)")
-            running[run_name] = (subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env),
-                                 time.perf_counter(), i, logf)
-        if over_budget():
-            _stop([proc for proc, *_ in running.values()])
-            for i, name, run_name, exp, cfg in queue:
-                state["experiments"][run_name]["error"] = NOT_RUN_BUDGET
-            queue = []
-        done = [rn for rn, (proc, *_) in running.items() if proc.poll() is not None]
-        for run_name in done:
-            proc, t0, i, logf = running.pop(run_name)
-            logf.close()
-            rec = state["experiments"][run_name]
-            rec["wall_s"] = round(float(rec.get("wall_s") or 0.0) + time.perf_counter() - t0, 3)
-            if proc.returncode == 0:
-                rec["error"] = None
-                result.ran.append(run_name)
-                log(f"[{i}/{n_plan}] {run_name}: finished in {time.perf_counter() - t0:.0f} s")
-            else:
-                tail = (path / f"{run_name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
-                if over_budget():
-                    rec["error"] = STOPPED_BUDGET
-                elif proc.returncode < 0:
-                    rec["error"] = (f"stopped by signal {-proc.returncode} (finished points kept; rerun into the same "
-                                    "--out to resume)")
-                else:
-                    rec["error"] = f"exit {proc.returncode}: {tail[0][:300]}"
-                log(f"[{i}/{n_plan}] {run_name}: error: {rec['error']}")
-            _save_state(path, state)
-        if running:
-            time.sleep(0.5)
 
 
 def _jsonable_ov(ov: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,10 @@ def run_cmd(
     config: Optional[Path] = typer.Option(None, "--config", help="a resolved config.yaml to run as it is "
                                           "(what `lmsci suite --jobs` hands each process); --set/--seed/--device "
                                           "refused"),
+    training_cache: Optional[Path] = typer.Option(
+        None, "--training-cache", help="a folder of trained models to reuse and add to (sets $LMSCI_TRAINING_CACHE; "
+        "an experiment that trains what an earlier run trained with the same key loads it, bit for bit; "
+        "`lmsci suite` uses DIR/training-cache)"),
 ) -> None:
     """Run (or resume) an experiment: data, training, measurement, report and verdict."""
     from lmsci.backends import make_backend
@@ -38,9 +42,16 @@ def run_cmd(
     def go():
         b = make_backend(backend, address)
         cls = get(name)
+        if training_cache is not None:
+            import os
+
+            from lmsci.train.cache import ENV
+
+            if training_cache.exists() and not training_cache.is_dir():
+                raise ConfigError("--training-cache", str(training_cache), "a folder (or a path to create one at)")
+            os.environ[ENV] = str(training_cache.resolve())
         if config is not None:
             from lmsci.config import config_from_yaml
-            from lmsci.errors import ConfigError
 
             if set_ or seed is not None or device is not None:
                 raise ConfigError("--config", str(config), "a config file alone (no --set, --seed or --device "

@@ -21,6 +21,7 @@ from lmsci.experiments.base import PointContext
 from lmsci.models.gpt import GPT, GPTSpec
 from lmsci.runs import derive_seed
 from lmsci.train.adaptor import numpy_rng, train_point
+from lmsci.train.cache import cached_training
 from lmsci.train.trainer import TrainSpec
 from lmsci.worlds.cfg import CFG
 from lmsci.worlds.cfg_grammars import get_grammar
@@ -112,11 +113,25 @@ def make_get_batch(g: CFG, batch_size: int, seq_len: int, shuffle_within: bool =
 def train_model(cfg: CFGModelConfig, g: CFG, variant: str, ctx: PointContext, tag: str = "",
                 shuffle_within: bool = False) -> tuple[GPT, dict]:
     """Train one model of ``variant`` from the point's seed (``shuffle_within``: on strings whose tokens are shuffled,
-    see :func:`make_get_batch`); returns ``(model in eval mode, final record)``."""
-    model = make_model(cfg, g, variant, derive_seed(ctx.seed, "init", tag))
+    see :func:`make_get_batch`); returns ``(model in eval mode, final record)``.
+
+    Through the training cache (:func:`lmsci.train.cache.cached_training`, on when ``$LMSCI_TRAINING_CACHE`` is set:
+    ``lmsci suite`` sets it): the same training asked for again on this machine -- the same grammar, model, recipe,
+    variant, arm and seeds, as ``cfg-probing`` asks for ``cfg-learning``'s (its ``training_scope``) -- loads the
+    stored weights instead, bit for bit what it would train."""
+    init_seed, data_seed = derive_seed(ctx.seed, "init", tag), derive_seed(ctx.seed, "data", tag)
+    model = make_model(cfg, g, variant, init_seed)
     steps = cfg.train.steps
-    res = train_point(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len, shuffle_within), cfg.train, ctx,
-                      seed=derive_seed(ctx.seed, "data", tag), desc=f"train {variant}",
-                      checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}", log_every=max(steps // 50, 1),
-                      checkpoint_every=max(steps // 4, 1))
-    return model.eval(), res.final
+    fields = {"what": "cfg-gpt", "grammar": cfg.grammar, "grammar_seed": cfg.grammar_seed, "variant": variant,
+              "model": cfg.model.model_dump(mode="json"), "seq_len": cfg.seq_len,
+              "train": cfg.train.model_dump(mode="json"), "shuffle_within": shuffle_within, "init_seed": init_seed,
+              "data_seed": data_seed}
+
+    def fit(c) -> dict:
+        return train_point(model, make_get_batch(g, cfg.train.batch_size, cfg.seq_len, shuffle_within), cfg.train, c,
+                           seed=data_seed, desc=f"train {variant}", checkpoint_dir=ctx.artifact_dir / f"ckpt{tag}",
+                           log_every=max(steps // 50, 1), checkpoint_every=max(steps // 4, 1)).final
+
+    final = cached_training(model, fit, fields, ctx, code=(__name__,))
+    return model.eval(), final
+
