@@ -6,7 +6,8 @@
 
 For each experiment: run its smoke preset (``seed=0``, ``threads=1``) into a temporary directory, compare the
 results table with ``results/golden/<name>.csv`` within the golden's tolerance
-(:func:`lmsci.table_check.compare_results`), and record it: unchanged, the run's source and library digests join
+(:func:`lmsci.table_check.compare_results`) and its verdicts with the golden json's ``verdicts``
+(:func:`lmsci.table_check.verdict_diffs`; a golden without them gets them), and record it: unchanged, the run's source and library digests join
 the golden's ``verified`` list (so ``lmsci suite --check`` counts a published row computed at an earlier verified
 source as current); changed or new, the table is rewritten and the list restarts. Run it after a change that
 should leave results alone, and commit ``results/golden/``. It prints each experiment's seconds.
@@ -35,7 +36,6 @@ def main() -> int:
 
     import json
 
-    import pandas as pd
     import torch
 
     from lmsci.config import resolve_config
@@ -45,7 +45,7 @@ def main() -> int:
     from lmsci.suite import suite_names
     from lmsci.sweep import run_experiment
     from lmsci.table_check import (as_stored, compare_results, golden_diffs, golden_dir, outcome_columns,
-                                   read_golden_csv, update_golden)
+                                   read_golden_csv, update_golden, verdict_diffs, verdict_summary)
 
     torch.set_num_threads(1)
     out = Path(args.out) if args.out else golden_dir()
@@ -69,12 +69,13 @@ def main() -> int:
                 continue
             run = RunDir(Path(tmp) / name)
             res, rec = run.results(), json.loads((run.path / RunDir.PROVENANCE).read_text())
+            verdicts = verdict_summary(run.verdicts())
         secs = round(time.perf_counter() - t0, 1)
         if args.verify:
             csv = out / f"{name}.csv"
-            diffs = golden_diffs(name, read_golden_csv(csv), as_stored(res[outcome_columns(res)]),
-                                 json.loads((out / f"{name}.json").read_text())) \
-                if csv.is_file() and (out / f"{name}.json").is_file() else ["no golden"]
+            gold = json.loads((out / f"{name}.json").read_text()) if (out / f"{name}.json").is_file() else None
+            diffs = golden_diffs(name, read_golden_csv(csv), as_stored(res[outcome_columns(res)]), gold) \
+                + verdict_diffs(name, gold, verdicts) if csv.is_file() and gold is not None else ["no golden"]
             print(f"{name}: {'unchanged' if not diffs else 'CHANGED'} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
             bad += bool(diffs)
             continue
@@ -82,7 +83,8 @@ def main() -> int:
         exact = compare_results(read_golden_csv(csv), as_stored(res[outcome_columns(res)]), 0.0, 0.0) \
             if csv.is_file() else None
         status, diffs = update_golden(name, res, rec, out, {"commit": (git_commit() or "")[:10],
-                                                            "date": date.today().isoformat(), "seconds": secs})
+                                                            "date": date.today().isoformat(), "seconds": secs},
+                                      verdicts=verdicts)
         same = "" if status != "unchanged" else " (bit-identical)" if not exact else " (within tolerance)"
         print(f"{name}: {status}{same} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
     print(f"total {time.perf_counter() - t_all:.0f} s")

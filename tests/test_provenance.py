@@ -245,6 +245,33 @@ def test_update_golden_records_unchanged_runs_and_restarts_on_a_change(tmp_path)
     assert [v["source"] for v in json.loads((tmp_path / "e.json").read_text())["verified"]] == ["s3"]
 
 
+def test_a_golden_keeps_smoke_verdicts_and_a_changed_verdict_restarts_it(tmp_path):
+    from lmsci.claims.core import GateResult, Verdict
+    from lmsci.table_check import verdict_diffs, verdict_summary
+
+    def v(outcome="inconclusive", value=0.5, ci=(0.4, 0.6), gate=(0.7, False)):
+        return Verdict("c1", "claim", "src", "pv", "stat", "rule", outcome, value=value, ci=ci, n_seeds=1,
+                       rule_passed=False, gates=[GateResult("learned", "rule", gate[0], gate[1])])
+
+    s = verdict_summary([v()])
+    assert s == {"c1": {"outcome": "inconclusive", "value": 0.5, "ci": [0.4, 0.6], "n_seeds": 1, "rule_passed": False,
+                        "null_value": None, "null_passed": None, "gates": {"learned": [0.7, False]}}}
+    res = pd.DataFrame({"point": ["p"], "loss": [1.0]})
+    rec = {"digest": "c.s1.l", "config": "c", "source": "s1", "libraries_digest": "l", "libraries": {"torch": "2"}}
+    assert update_golden("e", res, rec, tmp_path) == ("new", [])  # an old golden: no verdicts
+    assert update_golden("e", res, {**rec, "source": "s2"}, tmp_path, verdicts=s) == ("unchanged", [])
+    g = json.loads((tmp_path / "e.json").read_text())
+    assert g["verdicts"] == s and [x["source"] for x in g["verified"]] == ["s1", "s2"]  # added, not restarted
+    assert verdict_diffs("e", g, verdict_summary([v(value=0.5 + 1e-9)])) == []  # within tolerance
+    assert verdict_diffs("e", {**g, "verdicts": None}, verdict_summary([v(outcome="reproduced")])) == []
+    # the same results, another judgment: an interval computed otherwise, a gate read otherwise
+    status, diffs = update_golden("e", res, {**rec, "source": "s3"}, tmp_path,
+                                  verdicts=verdict_summary([v(ci=(0.1, 0.9), gate=(0.7, True))]))
+    assert status == "changed" and any("verdict c1 / ci" in d for d in diffs), diffs
+    assert any("gates passed" in d for d in diffs)
+    assert [x["source"] for x in json.loads((tmp_path / "e.json").read_text())["verified"]] == ["s3"]
+
+
 def test_suite_check_on_a_small_published_table(tmp_path):
     pub = tmp_path / "quick"
     pub.mkdir()

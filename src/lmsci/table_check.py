@@ -23,11 +23,14 @@ What a ``current`` verdict cannot promise (besides what :mod:`lmsci.provenance` 
 smoke preset at one master seed; a change whose effect shows only at quick (a code path smoke does not take,
 a tolerance-sized drift that a long run amplifies) passes the golden and still moves a quick row. The golden's
 tolerance (:data:`GOLDEN_RTOL`, :data:`GOLDEN_ATOL`) is chosen to hold across CPUs (AVX2 vs AVX-512, OpenBLAS
-vs MKL, thread counts), so a change smaller than it is not seen either. And a golden holds results tables, not
-verdicts: a change to how an experiment judges its results (its ``verdicts`` or a rule's code in its import
-closure) that leaves the smoke results as they were keeps the row ``current (source changed, golden unchanged)``
-although HEAD would compute another verdict from the same results (rerun the rows after such a change, as
-after a registration change).
+vs MKL, thread counts), so a change smaller than it is not seen either. Since 2026-12-07 a golden also holds its
+smoke run's verdicts (:func:`verdict_summary`: outcome, value, interval, rule, null and gate results), compared as
+the results are (:func:`verdict_diffs`), so a change to how an experiment judges its results shows where it moves a
+smoke verdict. Where it does not -- smoke verdicts are mostly inconclusive (gates unmet, one seed, no interval), so
+a change to a rule's threshold, an interval's computation or a quick-only branch of ``verdicts`` can leave them as
+they were -- the row stays ``current (source changed, golden unchanged)`` although HEAD might judge its quick
+results otherwise: rerun the rows after such a change, as after a registration change. Verdict code changed before
+a golden first held verdicts (its json's ``verdicts_since``) is not seen at all.
 """
 
 from __future__ import annotations
@@ -102,6 +105,52 @@ def golden_diffs(name: str, golden: pd.DataFrame, new: pd.DataFrame, record: dic
     record = record or {}
     spread = GOLDEN_CPU_SPREAD.get(name) if record.get("cpu") != cpu_class() else None
     return compare_results(golden, new, record.get("rtol", GOLDEN_RTOL), record.get("atol", GOLDEN_ATOL), spread)
+
+
+#: the fields of a smoke verdict a golden keeps (since 2026-12-07): numbers compared as results are, the rest exactly
+VERDICT_FIELDS = ("outcome", "value", "ci", "n_seeds", "rule_passed", "null_value", "null_passed")
+
+
+def verdict_summary(verdicts: list[Any]) -> dict[str, dict[str, Any]]:
+    """``{claim id: {field: value}}`` of a run's verdicts (:data:`VERDICT_FIELDS` and each gate's value and
+    result), JSON-ready: what a golden keeps so that a change to how an experiment judges its results shows."""
+    out = {}
+    for v in verdicts:
+        d = {f: _plain(getattr(v, f, None)) for f in VERDICT_FIELDS}
+        d["ci"] = None if v.ci is None else [_plain(x) for x in v.ci]
+        d["gates"] = {g.id: [_plain(g.value), g.passed] for g in v.gates}
+        out[v.claim_id] = json.loads(json.dumps(d, default=str))
+    return out
+
+
+def verdict_diffs(name: str, golden: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """The differences between a golden's smoke verdicts (its json's ``verdicts``; None: it has none yet, nothing to
+    compare) and a new run's (:func:`verdict_summary`): outcomes, rule and null results and gates exactly; values,
+    intervals and gate values at the golden's tolerance, not compared on another CPU class for an experiment with a
+    known spread (:data:`GOLDEN_CPU_SPREAD`: its verdict values derive from the columns that spread)."""
+    if not golden or golden.get("verdicts") is None:
+        return []
+    old = golden["verdicts"]
+    rtol, atol = golden.get("rtol", GOLDEN_RTOL), golden.get("atol", GOLDEN_ATOL)
+    numbers = not (golden.get("cpu") != cpu_class() and name in GOLDEN_CPU_SPREAD)
+    diffs = [f"verdicts differ: only golden {sorted(set(old) - set(new))}, only new {sorted(set(new) - set(old))}"] \
+        if set(old) != set(new) else []
+    for cid in sorted(set(old) & set(new)):
+        a, b = old[cid], new[cid]
+        for f in ("outcome", "n_seeds", "rule_passed", "null_passed"):
+            if a.get(f) != b.get(f):
+                diffs.append(f"verdict {cid} / {f}: {a.get(f)!r} -> {b.get(f)!r}")
+        ga, gb = a.get("gates") or {}, b.get("gates") or {}
+        if {k: v[1] for k, v in ga.items()} != {k: v[1] for k, v in gb.items()}:
+            diffs.append(f"verdict {cid} / gates passed: {ga!r} -> {gb!r}")
+        if numbers:
+            for f, x, y in [("value", a.get("value"), b.get("value")), ("ci", a.get("ci"), b.get("ci")),
+                            ("null_value", a.get("null_value"), b.get("null_value")),
+                            *((f"gate {k}", ga[k][0], gb[k][0]) for k in set(ga) & set(gb))]:
+                if not values_close(x, y, rtol, atol):
+                    diffs.append(f"verdict {cid} / {f}: {x!r} -> {y!r}")
+    return diffs
+
 
 REPO_ROOT = SRC_ROOT.parents[1]
 
@@ -383,13 +432,15 @@ def leave_out_published(published: str | Path, names: Sequence[str], preset: str
 
 
 def update_golden(name: str, results: pd.DataFrame, record: dict[str, Any], out: str | Path,
-                  extra: dict[str, Any] | None = None) -> tuple[str, list[str]]:
-    """Compare a smoke run's results with the experiment's golden in ``out`` and record the outcome.
+                  extra: dict[str, Any] | None = None, verdicts: dict[str, Any] | None = None) -> tuple[str, list[str]]:
+    """Compare a smoke run's results (and verdicts) with the experiment's golden in ``out`` and record the outcome.
 
-    ``record`` is the run's ``provenance.json`` (:meth:`lmsci.provenance.Provenance.to_json`). Unchanged
-    within tolerance: the run's (source, libraries) joins the golden's ``verified`` list (the table is kept).
-    No golden, or a changed one: ``<name>.csv`` is rewritten and ``verified`` restarts with this run, so rows
-    computed before the change can no longer be vouched for.
+    ``record`` is the run's ``provenance.json`` (:meth:`lmsci.provenance.Provenance.to_json`); ``verdicts`` its
+    :func:`verdict_summary`. Unchanged within tolerance (results and, where the golden holds them, verdicts:
+    :func:`verdict_diffs`): the run's (source, libraries) joins the golden's ``verified`` list (the table is kept;
+    a golden without verdicts gets these, from then on compared). No golden, or a changed one: ``<name>.csv`` is
+    rewritten and ``verified`` restarts with this run, so rows computed before the change can no longer be vouched
+    for.
 
     Returns:
         (``"new"``, ``"unchanged"`` or ``"changed"``; the differences found).
@@ -405,15 +456,23 @@ def update_golden(name: str, results: pd.DataFrame, record: dict[str, Any], out:
     diffs: list[str] = []
     if old is not None:
         diffs = golden_diffs(name, read_golden_csv(csv_p), as_stored(new), old)
+        if verdicts is not None:
+            diffs += verdict_diffs(name, old, verdicts)
         if not diffs:
             known = {(v.get("source"), v.get("libraries")) for v in old.get("verified", [])}
+            grown = False
             if (entry["source"], entry["libraries"]) not in known:
                 old.setdefault("verified", []).append(entry)
+                grown = True
+            if verdicts is not None and "verdicts" not in old:
+                old["verdicts"], old["verdicts_since"] = verdicts, entry.get("commit") or entry.get("digest")
+                grown = True
+            if grown:
                 json_p.write_text(json.dumps(old, indent=2) + "\n")
             return "unchanged", []
     csv_p.write_text(new.to_csv(index=False))
     json_p.write_text(json.dumps({
         "experiment": name, "preset": "smoke", "seed": 0, "threads": 1, "config": record.get("config"),
         "rtol": GOLDEN_RTOL, "atol": GOLDEN_ATOL, "cpu": cpu_class(), "libraries": record.get("libraries", {}),
-        "verified": [entry]}, indent=2) + "\n")
+        "verified": [entry], **({"verdicts": verdicts} if verdicts is not None else {})}, indent=2) + "\n")
     return ("new" if old is None else "changed"), diffs
