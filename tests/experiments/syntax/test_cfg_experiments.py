@@ -235,12 +235,17 @@ def test_shuffled_batches_keep_each_strings_tokens_and_remove_their_order():
     assert not (a == b).all() and not all(g.member(t[:-1]) for t in strings1 if len(t) > 1)
 
 
-def test_smoke_runs_end_to_end(tmp_path):
+def test_smoke_runs_end_to_end(tmp_path, monkeypatch):
     from lmsci.sweep import run_experiment
+    from lmsci.train.cache import ENV
 
+    # through a training cache: cfg-learning stores its trainings, cfg-probing loads the ones it shares
+    monkeypatch.setenv(ENV, str(tmp_path / "cache"))
     run = run_experiment(CFGLearning(), resolve_config(CFGLearningConfig, "smoke", {"threads": 1}), tmp_path / "l",
                          progress=False, log=lambda *a, **k: None)
     res = run.results()
+    learned = res
+    assert len(list((tmp_path / "cache").iterdir())) == 3  # GPT_rot, GPT_pos, GPT_rot on shuffled strings
     assert set(res["variant"]) == {"rope", "posonly"} and (res["status"] == "ok").all()
     real = res[res["arm"] == "real"]
     assert real["acc_bos"].between(0, 1).all() and (real["kl"] > 0).all() and (real["nll_grammar"] > 0).all()
@@ -267,6 +272,20 @@ def test_smoke_runs_end_to_end(tmp_path):
     vs = {v.claim_id: v for v in run.verdicts()}
     for c in ("probe-ancestor", "probe-ancestor-at-end", "probe-beats-random"):
         assert vs[c].null_value is not None and vs[c].null_passed is False, (c, vs[c].null_value)
+    # cfg-probing's GPT_rot models are cfg-learning's (the same seeds): loaded, not trained again
+    assert len(list((tmp_path / "cache").iterdir())) == 3
+    m = run.metrics()
+    assert "cache" in m and (m["cache"] == "hit").sum() == 2 and "stored" not in set(m["cache"])
+    for arm in ("real", "shuffled"):
+        a = res.loc[(res["arm"] == arm) & (res["variant"] == "rope"), "train_loss"].tolist()
+        b = learned.loc[(learned["arm"] == arm) & (learned["variant"] == "rope"), "train_loss"].tolist()
+        assert a == b and len(a) == 1, (arm, a, b)
+    # ... bit for bit what it computes with no cache
+    monkeypatch.delenv(ENV)
+    alone = run_experiment(CFGProbing(), resolve_config(CFGProbingConfig, "smoke", {"threads": 1}), tmp_path / "p2",
+                           progress=False, log=lambda *a, **k: None).results()
+    cols = [c for c in res.columns if c not in ("wall_s", "seconds", "time_s")]
+    pd.testing.assert_frame_equal(res[cols].reset_index(drop=True), alone[cols].reset_index(drop=True))
 
 
 def test_position_mixing_probe_reads_earlier_positions_a_pointwise_probe_cannot():

@@ -5,7 +5,11 @@ Source: Allen-Zhu & Li, "Physics of Language Models: Part 1", arXiv 2305.13673, 
 and NT boundaries; "predict NT ancestor (%)" table: 86-100% per level NT2..NT6 on cfg3f-b for GPT, GPT_rel,
 GPT_rot, GPT_pos, GPT_uni; GPT_rand as the baseline). Spec: physics_of_lms.md sec. 1.2 and 1.5.
 
-Protocol. The model is trained as in ``cfg-learning`` (same fields and recipe, :mod:`lmsci.experiments.syntax.cfg_learning`).
+Protocol. The model is trained as in ``cfg-learning`` (same fields and recipe, :mod:`lmsci.experiments.syntax.cfg_learning`),
+and since 2026-12-07 with its seeds too (``training_scope``: a point's seed is the one ``cfg-learning``
+gives the same point id at the same master seed): where the two presets agree on grammar, model and recipe (smoke,
+quick, paper) the models probed are the very models ``cfg-learning`` trains and judges, and a run with the training
+cache (``lmsci suite``; ``lmsci run --training-cache DIR``) loads them instead of training them again.
 Then, frozen, its last-layer hidden state (hook point ``final``) at every token of ``n_probe_train`` fresh strings
 trains one probe per NT level ``l = 1 .. depth-1`` (the paper's NT2 .. NT{depth}) for three targets: the level-``l``
 NT ancestor of the token (generation-time parse), the ancestor at level-``l`` NT-end positions only, and the NT-end
@@ -127,6 +131,7 @@ class CFGProbing(Experiment):
              "levels nearest the root.")
     source = "Allen-Zhu & Li, Physics of Language Models Part 1, arXiv 2305.13673, sec. 4 (NT-ancestor probing table)"
     Config = CFGProbingConfig
+    training_scope = "cfg-learning"  # point seeds as cfg-learning's: its trainings (see the module docstring)
     time_estimate = {"smoke": "~10 s",
                      "quick": "14.5 min measured with --backend processes on the 2 cores of the AMD EPYC host (S57, "
                               "master seed 10: its 3 groups, one seed's real and shuffled GPT_rot each, on 2 workers at "
