@@ -141,7 +141,7 @@ class CelebrityHelpsMinority(Experiment):
              "unaugmented minority individuals extractable (paper: 4.4% -> 86.8% QA accuracy).")
     source = "Allen-Zhu & Li, Physics of LMs Part 3.1, arXiv 2309.14316, Section 4.4"
     Config = CelebrityConfig
-    time_estimate = {"smoke": "~10 s", "quick": "~16 min estimated: 10.5 min measured for the two real arms (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26; 1378 s wall, 905 s CPU at one thread beside two other runs) plus the null arm, a third model of the all-single kind per seed (issue 44 item 4; not measured)",
+    time_estimate = {"smoke": "~10 s", "quick": "8.3 min measured with --backend processes on the 2 cores of the AMD EPYC host (S58 timing pilot at master seed 1000100: its 9 groups on 2 workers at one thread, 15.3 CPU-minutes, so ~16 min one after another); ~16 min estimated before: 10.5 min measured for the two real arms (629 s wall, 1189 s CPU, 3 seeds, threads=2 alone on the 2-core machine, 2026-11-26; 1378 s wall, 905 s CPU at one thread beside two other runs) plus the null arm, a third model of the all-single kind per seed (issue 44 item 4; not measured)",
                      "gpu": "~8 min on one H100 (8.1 min), estimated by estimate_h100_seconds; not measured: no GPU in "
                             "the session (3 seeds x 3 models x ~40M pretraining tokens of N = 2k people x 300 exposures "
                             "at 22.9 MFLOP/token, each LoRA fine-tuned on the 1k celebrities; " + H100_ASSUMPTIONS
