@@ -175,6 +175,11 @@ def test_check_sorts_rows_into_current_current_by_golden_and_stale():
     assert "2 rows current, 1 current by their golden, 6 stale" in text
     assert "nodigest (1 rows): stale: no digest recorded [changed since abc: lmsci/e.py]" in text
     assert check_rows(table[table["experiment"] == "same"], "quick", heads, {}).clean
+    # a row's commit that git cannot find (a shallow clone, a commit that never landed): the line says so
+    gone = check_rows(table[table["experiment"] == "vouched"], "quick", heads, {"vouched": golden},
+                      diff=lambda c, paths: None)
+    assert gone.checks[0].status == CURRENT_BY_GOLDEN and gone.checks[0].files is None
+    assert gone.checks[0].line().endswith("[files not listed: git cannot diff against abc here]")
 
 
 def test_a_golden_vouches_only_for_sources_it_was_verified_at():

@@ -292,6 +292,9 @@ class RowCheck:
 
     def line(self) -> str:
         files = "" if not self.files else f" [changed since {self.commit}: {', '.join(self.files)}]"
+        if self.files is None and self.commit and "source changed" in self.reasons:
+            # a commit git cannot find here (a shallow clone, a commit that never landed): say so, not "no files"
+            files = f" [files not listed: git cannot diff against {self.commit} here]"
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
         return f"{self.experiment} ({self.rows} rows): {self.status}{why}{files}"
 
