@@ -41,7 +41,7 @@ from lmsci.errors import ConfigError, LmsciError, RunDirError, UnknownNameError
 from lmsci.publish import (CSV_COLUMNS, ERROR, claims_table, load_claims_table, load_state, mark_changes,
                            seed_run_name, update_published, write_claims)
 from lmsci.runs import RunDir, resolve_device
-from lmsci.suite_jobs import NOT_RUN_BUDGET, _run_parallel, _save_state, training_cache
+from lmsci.suite_jobs import NOT_RUN_BUDGET, run_parallel, save_state, training_cache
 
 
 
@@ -203,7 +203,7 @@ def _open_suite_dir(path: Path, preset: str, ov: dict[str, Any], seed_list: list
                           "to resume, or choose another --out")
     state = {"preset": preset, "overrides": _jsonable_ov(ov), "experiments": state.get("experiments", {}),
              **({"seeds": seed_list} if seed_list is not None else {})}
-    _save_state(path, state)
+    save_state(path, state)
     return state
 
 
@@ -246,12 +246,12 @@ def _todo(plan: list, path: Path, state: dict[str, Any], result: SuiteResult, lo
             log(f"[{i}/{len(plan)}] {run_name}: finished earlier, skipped")
             result.skipped.append(run_name)
             rec["error"] = None
-            _save_state(path, state)
+            save_state(path, state)
             continue
         if err is not None:
             rec["error"] = err
             log(f"[{i}/{len(plan)}] {run_name}: error: {err}")
-            _save_state(path, state)
+            save_state(path, state)
             continue
         todo.append((i, name, run_name, exp, cfg))
     return todo
@@ -267,7 +267,7 @@ def _run_serial(todo: list, n_plan: int, path: Path, preset: str, state: dict[st
         rec = state["experiments"][run_name]
         if over_budget():
             rec["error"] = NOT_RUN_BUDGET
-            _save_state(path, state)
+            save_state(path, state)
             continue
         log(f"[{i}/{n_plan}] {run_name} ({preset})")
         t0 = time.perf_counter()
@@ -281,7 +281,7 @@ def _run_serial(todo: list, n_plan: int, path: Path, preset: str, state: dict[st
         rec["error"] = err
         if err:
             log(f"[{i}/{n_plan}] {run_name}: error: {err}")
-        _save_state(path, state)
+        save_state(path, state)
 
 
 def run_suite(
@@ -351,7 +351,7 @@ def run_suite(
     plan = _plan(names, seed_list, preset, ov)
     if left_out:
         state["left_out"] = left_out
-        _save_state(path, state)
+        save_state(path, state)
 
     result = SuiteResult(path, pd.DataFrame(columns=CSV_COLUMNS), left_out=left_out)
     t_suite = time.perf_counter()
@@ -364,9 +364,9 @@ def run_suite(
         if jobs == 1:
             _run_serial(todo, len(plan), path, preset, state, result, over_budget, log, progress, backend)
         else:
-            _run_parallel(todo, len(plan), path, preset, state, result, jobs, over_budget, log)
+            run_parallel(todo, len(plan), path, preset, state, result, jobs, over_budget, log)
     state["last_wall_s"] = round(time.perf_counter() - t_suite, 3)
-    _save_state(path, state)
+    save_state(path, state)
 
     table = claims_table(path, list(dict.fromkeys(n for n, *_ in plan)), state, seeds=seed_list)
     changes = None

@@ -5,7 +5,6 @@ cache they share (:func:`training_cache`, :mod:`lmsci.train.cache`), and the sui
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -21,7 +20,7 @@ NOT_RUN_BUDGET = "not run: the suite's --budget was spent (rerun into the same -
 STOPPED_BUDGET = "stopped at the suite's --budget (finished points kept; rerun into the same --out to resume)"
 
 
-def _save_state(path: Path, state: dict[str, Any]) -> None:
+def save_state(path: Path, state: dict[str, Any]) -> None:
     atomic_write_text(path / SUITE_FILE, json.dumps(state, indent=2))
 
 
@@ -32,20 +31,12 @@ def job_threads(jobs: int, cpus: int | None = None) -> int:
     return max(1, int(cpus) // max(1, int(jobs)))
 
 
-@contextlib.contextmanager
 def training_cache(path: Path):
     """Within it, ``$LMSCI_TRAINING_CACHE`` names ``path/training-cache`` (unless it is set already), for this
-    process's runs and the ``lmsci run`` processes and workers it starts (:mod:`lmsci.train.cache`)."""
-    from lmsci.train.cache import ENV
+    process's runs and the ``lmsci run`` processes and workers it starts (:func:`lmsci.train.cache.using`)."""
+    from lmsci.train.cache import using
 
-    if os.environ.get(ENV, "").strip():
-        yield
-        return
-    os.environ[ENV] = str((path / "training-cache").resolve())
-    try:
-        yield
-    finally:
-        os.environ.pop(ENV, None)
+    return using(path / "training-cache", keep_set=True)
 
 
 def training_scope(name: str, exp: Any, cfg: Any) -> tuple[str, Any]:
@@ -74,7 +65,7 @@ def job_env(jobs: int, base: dict[str, str] | None = None, cpus: int | None = No
     return env
 
 
-def _run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: Any,
+def run_parallel(todo: list, n_plan: int, path: Path, preset: str, state: dict[str, Any], result: Any,
                   jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
     """Run ``todo`` as up to ``jobs`` concurrent ``lmsci run`` processes (each resumes its own run directory);
     stop them at the budget (SIGTERM, then SIGKILL: a run directory never holds a half-written file). An
@@ -115,7 +106,7 @@ def _stop(procs: list) -> None:
 
 def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, state: dict[str, Any],
            result: Any, jobs: int, over_budget: Callable[[], bool], log: Callable[[str], None]) -> None:
-    """The loop of :func:`_run_parallel`: start runs while slots are free, collect finished ones, stop at the
+    """The loop of :func:`run_parallel`: start runs while slots are free, collect finished ones, stop at the
     budget."""
     import subprocess
     import sys
@@ -163,6 +154,6 @@ def _drive(queue: list, running: dict, n_plan: int, path: Path, preset: str, sta
                 else:
                     rec["error"] = f"exit {proc.returncode}: {tail[0][:300]}"
                 log(f"[{i}/{n_plan}] {run_name}: error: {rec['error']}")
-            _save_state(path, state)
+            save_state(path, state)
         if running:
             time.sleep(0.5)

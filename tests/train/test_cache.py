@@ -136,3 +136,16 @@ def test_run_training_cache_option_names_a_folder(tmp_path):
     res = CliRunner().invoke(app, ["run", "cfg-learning", "--preset", "smoke", "--training-cache", str(f),
                                    "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "--training-cache" in res.output and not (tmp_path / "run").exists()
+
+
+def test_using_names_the_folder_within_and_restores_after(tmp_path, monkeypatch):
+    monkeypatch.delenv(tc.ENV, raising=False)
+    with tc.using(tmp_path / "a"):
+        assert tc.cache_dir() == (tmp_path / "a").resolve()
+    assert tc.ENV not in os.environ  # restored: unset again
+    monkeypatch.setenv(tc.ENV, str(tmp_path / "mine"))
+    with tc.using(tmp_path / "suite", keep_set=True):  # a user's cache wins over the suite's
+        assert tc.cache_dir() == tmp_path / "mine"
+    with tc.using(tmp_path / "b"):  # an explicit folder wins, and the user's comes back after
+        assert tc.cache_dir() == (tmp_path / "b").resolve()
+    assert tc.cache_dir() == tmp_path / "mine"

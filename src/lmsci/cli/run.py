@@ -42,14 +42,8 @@ def run_cmd(
     def go():
         b = make_backend(backend, address)
         cls = get(name)
-        if training_cache is not None:
-            import os
-
-            from lmsci.train.cache import ENV
-
-            if training_cache.exists() and not training_cache.is_dir():
-                raise ConfigError("--training-cache", str(training_cache), "a folder (or a path to create one at)")
-            os.environ[ENV] = str(training_cache.resolve())
+        if training_cache is not None and training_cache.exists() and not training_cache.is_dir():
+            raise ConfigError("--training-cache", str(training_cache), "a folder (or a path to create one at)")
         if config is not None:
             from lmsci.config import config_from_yaml
 
@@ -63,9 +57,14 @@ def run_cmd(
                 raise ConfigError("--config", str(config), f"a config of preset {preset!r} (it has {cfg.preset!r})")
         else:
             cfg = resolve_config(cls.Config, preset, device_overrides(set_, device), seed)
+        import contextlib
+
+        from lmsci.train.cache import using
+
         try:
-            return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True),
-                                  backend=b)
+            with using(training_cache) if training_cache is not None else contextlib.nullcontext():
+                return run_experiment(cls(), cfg, out, progress=progress, log=lambda m: typer.echo(m, err=True),
+                                      backend=b)
         except PointsFailedError as e:  # not bad input: some points were lost, the rest recorded
             fail(str(e), code=1)
 

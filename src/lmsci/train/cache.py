@@ -20,6 +20,7 @@ taken over). Delete the folder to empty the cache; nothing in it is read without
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,6 +42,25 @@ def cache_dir() -> Path | None:
     """The cache folder named by ``$LMSCI_TRAINING_CACHE``, or ``None`` (no cache) when it is unset or empty."""
     d = os.environ.get(ENV, "").strip()
     return Path(d) if d else None
+
+
+@contextlib.contextmanager
+def using(folder: str | Path, keep_set: bool = False):
+    """Within it, ``$LMSCI_TRAINING_CACHE`` names ``folder`` (resolved), for this process's trainings and the processes
+    and workers it starts; restored on exit. ``keep_set``: a value set already wins (``lmsci suite``'s
+    ``DIR/training-cache`` under a user's own cache); else ``folder`` does (``lmsci run --training-cache``)."""
+    old = os.environ.get(ENV)
+    if keep_set and (old or "").strip():
+        yield
+        return
+    os.environ[ENV] = str(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = old
 
 
 def _code_digest(code: Sequence[str]) -> dict[str, str]:
