@@ -44,8 +44,8 @@ def main() -> int:
     from lmsci.runs import RunDir, git_commit
     from lmsci.suite import suite_names
     from lmsci.sweep import run_experiment
-    from lmsci.table_check import (as_stored, compare_results, golden_diffs, golden_dir, outcome_columns,
-                                   read_golden_csv, update_golden, verdict_diffs, verdict_summary)
+    from lmsci.table_check import (as_stored, compare_results, golden_dir, outcome_columns, read_golden_csv,
+                                   smoke_diffs, update_golden, verdict_summary)
 
     torch.set_num_threads(1)
     out = Path(args.out) if args.out else golden_dir()
@@ -74,8 +74,8 @@ def main() -> int:
         if args.verify:
             csv = out / f"{name}.csv"
             gold = json.loads((out / f"{name}.json").read_text()) if (out / f"{name}.json").is_file() else None
-            diffs = golden_diffs(name, read_golden_csv(csv), as_stored(res[outcome_columns(res)]), gold) \
-                + verdict_diffs(name, gold, verdicts) if csv.is_file() and gold is not None else ["no golden"]
+            diffs = smoke_diffs(name, read_golden_csv(csv), gold, as_stored(res[outcome_columns(res)]), verdicts) \
+                if csv.is_file() and gold is not None else ["no golden"]
             print(f"{name}: {'unchanged' if not diffs else 'CHANGED'} ({secs} s)" + "".join(f"\n  {d}" for d in diffs[:20]))
             bad += bool(diffs)
             continue

@@ -269,6 +269,12 @@ def test_a_golden_keeps_smoke_verdicts_and_a_changed_verdict_restarts_it(tmp_pat
     assert g["verdicts"] == s and [x["source"] for x in g["verified"]] == ["s1", "s2"]  # added, not restarted
     assert verdict_diffs("e", g, verdict_summary([v(value=0.5 + 1e-9)])) == []  # within tolerance
     assert verdict_diffs("e", {**g, "verdicts": None}, verdict_summary([v(outcome="reproduced")])) == []
+    # smoke_diffs (what scripts/golden.py --verify and update_golden compare): results, then verdicts when given
+    from lmsci.table_check import smoke_diffs
+    new_v = verdict_summary([v(outcome="reproduced")])
+    assert smoke_diffs("e", res, g, res, None) == []
+    assert any("verdict c1 / outcome" in d for d in smoke_diffs("e", res, g, res, new_v))
+    assert smoke_diffs("e", res, g, res.assign(loss=1.5), None) == ["p / loss: 1.0 -> 1.5"]
     # the same results, another judgment: an interval computed otherwise, a gate read otherwise
     status, diffs = update_golden("e", res, {**rec, "source": "s3"}, tmp_path,
                                   verdicts=verdict_summary([v(ci=(0.1, 0.9), gate=(0.7, True))]))

@@ -103,8 +103,23 @@ def golden_diffs(name: str, golden: pd.DataFrame, new: pd.DataFrame, record: dic
     """:func:`compare_results` at the golden's own tolerance (``record``: its json), allowing the known spread between
     CPU classes (:data:`GOLDEN_CPU_SPREAD`) when the golden was recorded on another or an unknown CPU class."""
     record = record or {}
-    spread = GOLDEN_CPU_SPREAD.get(name) if record.get("cpu") != cpu_class() else None
+    spread = GOLDEN_CPU_SPREAD.get(name) if spread_applies(name, record) else None
     return compare_results(golden, new, record.get("rtol", GOLDEN_RTOL), record.get("atol", GOLDEN_ATOL), spread)
+
+
+def spread_applies(name: str, record: dict[str, Any] | None) -> bool:
+    """Whether the known spread between CPU classes (:data:`GOLDEN_CPU_SPREAD`) is allowed when comparing with the
+    golden of ``name`` (``record``: its json): the experiment has one and the golden was recorded on another or an
+    unknown CPU class."""
+    return name in GOLDEN_CPU_SPREAD and (record or {}).get("cpu") != cpu_class()
+
+
+def smoke_diffs(name: str, golden: pd.DataFrame, record: dict[str, Any], new: pd.DataFrame,
+                verdicts: dict[str, Any] | None) -> list[str]:
+    """Every difference between a golden (its results ``golden`` and json ``record``) and a new smoke run (its
+    results ``new`` and :func:`verdict_summary` ``verdicts``; None: not compared): :func:`golden_diffs` then
+    :func:`verdict_diffs`."""
+    return golden_diffs(name, golden, new, record) + ([] if verdicts is None else verdict_diffs(name, record, verdicts))
 
 
 #: the fields of a smoke verdict a golden keeps (since 2026-12-07): numbers compared as results are, the rest exactly
@@ -132,7 +147,7 @@ def verdict_diffs(name: str, golden: dict[str, Any] | None, new: dict[str, Any])
         return []
     old = golden["verdicts"]
     rtol, atol = golden.get("rtol", GOLDEN_RTOL), golden.get("atol", GOLDEN_ATOL)
-    numbers = not (golden.get("cpu") != cpu_class() and name in GOLDEN_CPU_SPREAD)
+    numbers = not spread_applies(name, golden)
     diffs = [f"verdicts differ: only golden {sorted(set(old) - set(new))}, only new {sorted(set(new) - set(old))}"] \
         if set(old) != set(new) else []
     for cid in sorted(set(old) & set(new)):
@@ -458,9 +473,7 @@ def update_golden(name: str, results: pd.DataFrame, record: dict[str, Any], out:
     old = json.loads(json_p.read_text()) if json_p.is_file() and csv_p.is_file() else None
     diffs: list[str] = []
     if old is not None:
-        diffs = golden_diffs(name, read_golden_csv(csv_p), as_stored(new), old)
-        if verdicts is not None:
-            diffs += verdict_diffs(name, old, verdicts)
+        diffs = smoke_diffs(name, read_golden_csv(csv_p), old, as_stored(new), verdicts)
         if not diffs:
             known = {(v.get("source"), v.get("libraries")) for v in old.get("verified", [])}
             grown = False
