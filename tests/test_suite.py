@@ -315,3 +315,26 @@ def test_a_quick_suite_leaves_out_the_experiments_that_decide_nothing_at_quick(t
     res = suite.run_suite("quick", None, tmp_path / "q2", overrides=["threads=1"], budget=1e-9, log=lambda m: None,
                           include_undecided=True)
     assert res.left_out == [] and set(res.table["experiment"]) == {"shakespeare-lm", "ioi-circuit"}
+
+
+def test_merge_assembles_suites_run_at_other_seeds_into_one_two_seed_table(tmp_path):
+    """Stop 60 published seeds 11 and 12 run as two suites (and reruns): --merge links their finished runs into one
+    suite directory; nothing is recomputed and the table has both seeds, the later source winning."""
+    a, b, again = tmp_path / "s3", tmp_path / "s4", tmp_path / "s3-again"
+    for d, sd in ((a, "3"), (b, "4"), (again, "3")):
+        res = _suite("--only", "hallucination-stage", "--seeds", sd, "--out", str(d))
+        assert res.exit_code == 0, res.output
+    m, pub = tmp_path / "merged", tmp_path / "results" / "smoke"
+    res = _suite("--merge", f"{a},{b},{again}", "--out", str(m), "--update", str(pub))
+    assert res.exit_code == 0, res.output
+    assert "finished earlier, skipped" in res.output and "started" not in res.output
+    assert os.readlink(m / "hallucination-stage") == str((again / "hallucination-stage").resolve())
+    assert os.readlink(m / "hallucination-stage.seed4") == str((b / "hallucination-stage").resolve())
+    t = pd.read_csv(pub / CLAIMS_CSV, keep_default_na=False)
+    assert set(t["experiment"]) == {"hallucination-stage"} and (t["master_seeds"].astype(str) == "3,4").all()
+    # bad input: a folder that is no suite, an experiment not run, a target holding runs of its own
+    assert _suite("--merge", str(tmp_path / "none"), "--out", str(tmp_path / "m2")).exit_code == 2
+    res = _suite("--merge", f"{a},{b}", "--only", "passkey-retrieval", "--out", str(tmp_path / "m3"))
+    assert res.exit_code == 2 and "passkey-retrieval at seed 3" in res.output
+    assert _suite("--merge", f"{a},{b}", "--out", str(a)).exit_code == 2
+    assert _suite("--merge", f"{a},{b}").exit_code == 2  # no --out

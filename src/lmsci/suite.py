@@ -386,3 +386,68 @@ def run_suite(
 
 def _jsonable_ov(ov: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(ov, default=str))
+
+
+def merge_suites(out: str | Path, sources: Sequence[str | Path],
+                 only: str | Sequence[str] | None = None) -> dict[str, Any]:
+    """Assemble one suite directory at several master seeds from suites run apart (each at one or more seeds, the
+    same preset and overrides): ``out`` gets a link per finished run (the first seed's as ``<name>``, the others'
+    as ``<name>.seed<S>``, :func:`lmsci.publish.seed_run_name`) and a ``suite.json`` with every run's wall seconds
+    and the seeds in ascending order, so that ``lmsci suite --seeds S1,S2,... --out OUT`` finds every run finished
+    and only builds the table (``--update``/``--compare`` as usual). Where two sources hold the same experiment at the
+    same seed, the later source wins (list reruns last). Used at stop 60 to publish seeds 11 and 12 run as two
+    suites.
+
+    Args:
+        out: the new suite directory (created; an existing one may hold an earlier merge, not runs of its own).
+        sources: suite directories, each with a ``suite.json`` naming its ``seeds``.
+        only: experiments to take (comma-separated or a list; default every experiment finished at every seed).
+
+    Returns:
+        The written state (``suite.json``).
+
+    Raises:
+        RunDirError: a source is not a suite directory with seeds, the sources differ in preset or overrides, an
+            experiment named in ``only`` is not finished at every seed, or ``out`` holds runs of its own.
+    """
+    found: dict[tuple[str, int], tuple[Path, dict[str, Any]]] = {}
+    preset = overrides = None
+    for src in map(Path, sources):
+        st = load_state(src)
+        if not st or not st.get("seeds"):
+            raise RunDirError(f"{src} is not a suite directory run with --seeds (no seeds in its suite.json)")
+        if preset is not None and (st["preset"], st.get("overrides", {})) != (preset, overrides):
+            raise RunDirError(f"{src} is a suite at preset {st['preset']!r} with overrides {st.get('overrides')}; "
+                              f"the others are at {preset!r} with {overrides}")
+        preset, overrides = st["preset"], st.get("overrides", {})
+        for run_name, rec in st.get("experiments", {}).items():
+            name, _, tail = run_name.rpartition(".seed") if ".seed" in run_name else (run_name, "", "")
+            sd = int(tail) if tail else int(st["seeds"][0])
+            if (src / run_name / RunDir.VERDICT).exists():
+                found[(name, sd)] = (src / run_name, rec)
+    seeds = sorted({sd for _, sd in found})
+    names = list(dict.fromkeys(n for n, _ in found))
+    if only is not None:
+        want = [n.strip() for n in only.split(",")] if isinstance(only, str) else list(only)
+        missing = [f"{n} at seed {sd}" for n in want for sd in seeds if (n, sd) not in found]
+        if missing:
+            raise RunDirError(f"not finished in any source: {', '.join(missing)}")
+        names = want
+    else:
+        names = [n for n in names if all((n, sd) in found for sd in seeds)]
+    out = Path(out)
+    own = [rn for rn in load_state(out).get("experiments", {}) if (out / rn).exists() and not (out / rn).is_symlink()]
+    if own:
+        raise RunDirError(f"{out} holds runs of its own ({', '.join(own[:3])}...): merge into a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    state: dict[str, Any] = {"preset": preset, "overrides": overrides, "seeds": seeds, "experiments": {}}
+    for n in names:
+        for k, sd in enumerate(seeds):
+            run, rec = found[(n, sd)]
+            link = out / seed_run_name(n, sd, k == 0)
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(run.resolve(), target_is_directory=True)
+            state["experiments"][link.name] = {"wall_s": rec.get("wall_s", 0.0), "error": None}
+    save_state(out, state)
+    return state

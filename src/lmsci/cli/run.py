@@ -99,6 +99,9 @@ def suite_cmd(
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
     include_undecided: bool = typer.Option(False, "--include-undecided", help="at quick without --only, also run the "
                                            "experiments that decide nothing at quick (left out by default)"),
+    merge: Optional[str] = typer.Option(None, "--merge", help="comma-separated suite directories run apart (e.g. one "
+                                        "per master seed): link their finished runs into --out as one suite at all "
+                                        "their seeds (later directories win), then build its table as a rerun would"),
 ) -> None:
     """Run every experiment (or --only some) at a preset into one directory; write the claims table
     (claims.md, claims.csv, claims.html), claims and design checks apart. Experiments that fail are error
@@ -111,7 +114,15 @@ def suite_cmd(
         raise typer.Exit(0 if rep.clean else 1)
     from lmsci.backends import make_backend
     from lmsci.publish import CLAIMS_HTML, CLAIMS_MD, ERROR
-    from lmsci.suite import run_suite
+    from lmsci.suite import merge_suites, run_suite
+
+    if merge is not None:
+        if out is None:
+            typer.echo("error: --merge needs --out (the suite directory to assemble)", err=True)
+            raise typer.Exit(2)
+        merged = guard(merge_suites, out, [m for m in merge.split(",") if m], only)
+        seeds = seeds or ",".join(map(str, merged["seeds"]))
+        only = only or ",".join(dict.fromkeys(n.split(".seed")[0] for n in merged["experiments"]))
 
     b = guard(make_backend, backend, address)
     guard(b.open)  # an unreachable cluster is reported before any work
