@@ -338,3 +338,9 @@ def test_merge_assembles_suites_run_at_other_seeds_into_one_two_seed_table(tmp_p
     assert res.exit_code == 2 and "passkey-retrieval at seed 3" in res.output
     assert _suite("--merge", f"{a},{b}", "--out", str(a)).exit_code == 2
     assert _suite("--merge", f"{a},{b}").exit_code == 2  # no --out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "suite.json").write_text(json.dumps({"preset": "smoke", "overrides": {"threads": 1}, "seeds": [5],
+                                                  "experiments": {}}))
+    res = _suite("--merge", str(empty), "--out", str(tmp_path / "m4"))
+    assert res.exit_code == 2 and "no experiment is finished" in res.output

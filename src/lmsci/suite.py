@@ -408,7 +408,8 @@ def merge_suites(out: str | Path, sources: Sequence[str | Path],
 
     Raises:
         RunDirError: a source is not a suite directory with seeds, the sources differ in preset or overrides, an
-            experiment named in ``only`` is not finished at every seed, or ``out`` holds runs of its own.
+            experiment named in ``only`` is not finished at every seed (without ``only``: none is), or ``out`` holds
+            runs of its own.
     """
     found: dict[tuple[str, int], tuple[Path, dict[str, Any]]] = {}
     preset = overrides = None
@@ -435,6 +436,8 @@ def merge_suites(out: str | Path, sources: Sequence[str | Path],
         names = want
     else:
         names = [n for n in names if all((n, sd) in found for sd in seeds)]
+    if not names:
+        raise RunDirError(f"no experiment is finished at every master seed {seeds} in {', '.join(map(str, sources))}")
     out = Path(out)
     own = [rn for rn in load_state(out).get("experiments", {}) if (out / rn).exists() and not (out / rn).is_symlink()]
     if own:
