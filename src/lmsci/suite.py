@@ -389,7 +389,7 @@ def _jsonable_ov(ov: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_suites(out: str | Path, sources: Sequence[str | Path],
-                 only: str | Sequence[str] | None = None) -> dict[str, Any]:
+                 only: str | Sequence[str] | None = None) -> tuple[list[str], dict[str, Any]]:
     """Assemble one suite directory at several master seeds from suites run apart (each at one or more seeds, the
     same preset and overrides): ``out`` gets a link per finished run (the first seed's as ``<name>``, the others'
     as ``<name>.seed<S>``, :func:`lmsci.publish.seed_run_name`) and a ``suite.json`` with every run's wall seconds
@@ -404,7 +404,7 @@ def merge_suites(out: str | Path, sources: Sequence[str | Path],
         only: experiments to take (comma-separated or a list; default every experiment finished at every seed).
 
     Returns:
-        The written state (``suite.json``).
+        (the experiments merged, in order; the written state, ``suite.json``).
 
     Raises:
         RunDirError: a source is not a suite directory with seeds, the sources differ in preset or overrides, an
@@ -453,4 +453,4 @@ def merge_suites(out: str | Path, sources: Sequence[str | Path],
             link.symlink_to(run.resolve(), target_is_directory=True)
             state["experiments"][link.name] = {"wall_s": rec.get("wall_s", 0.0), "error": None}
     save_state(out, state)
-    return state
+    return names, state

@@ -118,11 +118,10 @@ def suite_cmd(
 
     if merge is not None:
         if out is None:
-            typer.echo("error: --merge needs --out (the suite directory to assemble)", err=True)
-            raise typer.Exit(2)
-        merged = guard(merge_suites, out, [m for m in merge.split(",") if m], only)
+            fail("--merge needs --out (the suite directory to assemble)")
+        names, merged = guard(merge_suites, out, [m for m in merge.split(",") if m], only)
         seeds = seeds or ",".join(map(str, merged["seeds"]))
-        only = only or ",".join(dict.fromkeys(n.split(".seed")[0] for n in merged["experiments"]))
+        only = only or ",".join(names)
 
     b = guard(make_backend, backend, address)
     guard(b.open)  # an unreachable cluster is reported before any work
