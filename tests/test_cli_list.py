@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from lmsci.cli import app
-from lmsci.cli.catalog import LIST_WIDTH, outcome_summary, short_time
+from lmsci.cli.catalog import LIST_WIDTH, outcome_summary, published_seeds, short_time
 from lmsci.experiments.registry import catalog
 from lmsci.publish import table_counts
 
@@ -77,6 +77,21 @@ def test_list_outcomes_match_the_real_published_counts():
                 total[cell[-1]] += int(cell[:-1])
     c = table_counts(t)
     assert (total["R"], total["N"], total["I"]) == (c["reproduced"], c["not reproduced"], c["inconclusive"])
+
+
+def test_the_legend_names_the_published_tables_master_seeds(tmp_path):
+    one = pd.DataFrame({"master_seeds": ["11,12", "11,12"]})
+    assert published_seeds(one) == "master seeds 11 and 12"
+    assert published_seeds(pd.DataFrame({"master_seeds": ["0,1", "11,12", "3,4"]})) == \
+        "master seeds per row: 0,1 or 3,4 or 11,12"
+    assert published_seeds(pd.DataFrame({"master_seeds": ["7"]})) == "master seed 7"
+    assert published_seeds(None) == "no rows" and published_seeds(pd.DataFrame()) == "no rows"
+    env = _fake_results(tmp_path, [("shakespeare-lm", "beats-bigram", "claim", "reproduced", True)])
+    t = pd.read_csv(tmp_path / "quick" / "claims.csv").assign(master_seeds="5,6")
+    t.to_csv(tmp_path / "quick" / "claims.csv", index=False)
+    res = runner.invoke(app, ["list"], env=env, terminal_width=400)
+    assert res.exit_code == 0, res.output
+    assert "(results/quick/claims.csv, master seeds 5 and 6):" in res.output
 
 
 def test_outcome_summary_counts():

@@ -5,6 +5,7 @@ the published quick outcomes), ``claims`` (the registered claims), ``models`` (t
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Optional
 
 import typer
@@ -97,6 +98,21 @@ def _published_quick():
         return None
 
 
+def published_seeds(table) -> str:
+    """The master seeds behind a claims table's rows, as the legend of `lmsci list` says them: ``"master seeds 11
+    and 12"`` where every row has the same ones, ``"master seeds per row: 0,1 or 11,12"`` where they differ, ``"no
+    rows"`` without a table."""
+    if table is None or len(table) == 0 or "master_seeds" not in table:
+        return "no rows"
+    sets = sorted({str(s).strip() for s in table["master_seeds"] if str(s).strip() and str(s) != "nan"},
+                  key=lambda s: [int(x) if x.strip().isdigit() else 0 for x in s.split(",")])
+    if len(sets) == 1:
+        seeds = sets[0].split(",")
+        return "master seed " + seeds[0] if len(seeds) == 1 else (
+            "master seeds " + ", ".join(seeds[:-1]) + " and " + seeds[-1])
+    return "master seeds per row: " + " or ".join(sets)
+
+
 def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
     """`lmsci list`'s lines: a title, a header, one line per experiment (name, family, claims, checks, the
     published quick outcome, quick and gpu time, the claim tested cut to fit) and a legend, each at most
@@ -129,13 +145,14 @@ def catalog_lines(width: int = LIST_WIDTH) -> list[str]:
         return (left + last).rstrip()[:width]
 
     title = f"{len(rows)} experiments (`lmsci list --long`: claims, sources, every preset's time)"
-    legend = ["quick outcome: the published table (results/quick/claims.csv, master seeds 0 and 1, or fresh",
-              "ones where claims changed after those were seen): R reproduced, N not reproduced, I inconclusive",
-              "(claims; ablations apart); design checks P passed, F failed, ? inconclusive; u not decided at",
-              "quick; - no row; left out: decides nothing at quick, so the quick suite does not run it.",
-              "claims: +Na = N ablations. Times: ~ estimated; quick without ~: the published rows' wall time",
-              "per master seed (one core of a 2-core CPU, two master seeds run at once); p: measured with",
-              "--backend processes or ray (the experiment's points on both cores of that CPU, one run alone)."]
+    legend = textwrap.wrap(
+        f"quick outcome: the published table (results/quick/claims.csv, {published_seeds(pub)}): R reproduced, "
+        "N not reproduced, I inconclusive (claims; ablations apart); design checks P passed, F failed, ? "
+        "inconclusive; u not decided at quick; - no row; left out: decides nothing at quick, so the quick suite "
+        "does not run it.", 100, break_on_hyphens=False) + textwrap.wrap(
+        "claims: +Na = N ablations. Times: ~ estimated; quick without ~: the published rows' wall time per master "
+        "seed (one core of a 2-core CPU, two runs at once); p: measured with --backend processes or ray (the "
+        "experiment's points on both cores of that CPU, one run alone).", 100, break_on_hyphens=False)
     return [title[:width], line(head)] + [line(r) for r in rows] + [s[:width] for s in legend]
 
 
