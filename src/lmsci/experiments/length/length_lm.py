@@ -101,7 +101,8 @@ class LengthLMConfig(ExperimentConfig):
     pca_len: int = Field(256, ge=16, description="Theorem 3: tokens per sequence")
     n_start: int = Field(4, ge=1, description="Theorem 3: marked positions")
     n_seeds: int = Field(3, ge=1, le=100, description="independent text samples")
-    threads: int = Field(1, ge=0)
+    threads: int = Field(0, ge=0, description="torch threads (0: torch's default, every core alone; a suite gives "
+                                              "each job CPUs // jobs)")
 
     PRESETS = {
         "smoke": {"model": "tiny-random-llama", "length_factor": 1.5, "tail": 32, "ref_ctx": 64, "rows": 16,
@@ -109,11 +110,10 @@ class LengthLMConfig(ExperimentConfig):
                   "n_pca": 2, "pca_len": 32, "n_seeds": 2, "dtype": "float32"},
         "quick": {},
         "gpu": {"dtype": "float32", "length_factor": 8.0, "tail": 4096, "ref_ctx": 8192, "rows": 1024, "n_local": 8192,
-                "stream_len": 32768, "chunk": 4096, "block_size": 1024, "bucket": 2048, "n_pca": 32, "n_seeds": 5,
-                "threads": 0},
+                "stream_len": 32768, "chunk": 4096, "block_size": 1024, "bucket": 2048, "n_pca": 32, "n_seeds": 5},
         "paper": {"dtype": "float32", "length_factor": 8.0, "tail": 4096, "ref_ctx": 8192, "rows": 2048,
                   "n_local": 8192, "n_global": 100, "stream_len": 32768, "chunk": 4096, "block_size": 1024,
-                  "bucket": 2048, "n_pca": 64, "n_seeds": 10, "threads": 0},
+                  "bucket": 2048, "n_pca": 64, "n_seeds": 10},
     }
 
 
