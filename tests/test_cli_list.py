@@ -85,6 +85,7 @@ def test_the_legend_names_the_published_tables_master_seeds(tmp_path):
     assert published_seeds(pd.DataFrame({"master_seeds": ["0,1", "11,12", "3,4"]})) == \
         "master seeds per row: 0,1 or 3,4 or 11,12"
     assert published_seeds(pd.DataFrame({"master_seeds": ["7"]})) == "master seed 7"
+    assert published_seeds(pd.DataFrame({"master_seeds": [3.0, float("nan")]})) == "master seed 3"  # + an error row
     assert published_seeds(None) == "no rows" and published_seeds(pd.DataFrame()) == "no rows"
     env = _fake_results(tmp_path, [("shakespeare-lm", "beats-bigram", "claim", "reproduced", True)])
     t = pd.read_csv(tmp_path / "quick" / "claims.csv").assign(master_seeds="5,6")

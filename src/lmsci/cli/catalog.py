@@ -104,8 +104,10 @@ def published_seeds(table) -> str:
     rows"`` without a table."""
     if table is None or len(table) == 0 or "master_seeds" not in table:
         return "no rows"
-    sets = sorted({str(s).strip() for s in table["master_seeds"] if str(s).strip() and str(s) != "nan"},
-                  key=lambda s: [int(x) if x.strip().isdigit() else 0 for x in s.split(",")])
+    # a one-seed column reads as numbers (as floats, "3.0", beside an error row's empty cell)
+    parsed = {tuple(int(float(x)) for x in str(s).split(",")) for s in table["master_seeds"]
+              if str(s).strip() and str(s) != "nan"}
+    sets = [",".join(map(str, t)) for t in sorted(parsed)]
     if len(sets) == 1:
         seeds = sets[0].split(",")
         return "master seed " + seeds[0] if len(seeds) == 1 else (
